@@ -1,0 +1,24 @@
+"""Write a note into the run's audit trail (and the Slack thread).
+
+```yaml
+always:
+  - skill: audit.note
+    with: {message: "relaunch finished on {{ host }}"}
+```
+"""
+from __future__ import annotations
+
+from pydantic import Field
+
+from eaglebot.skill import SkillContext, SkillParams, StepResult
+
+NAME = "audit.note"
+
+
+class Params(SkillParams):
+    message: str = Field("run finished", description="the note to record")
+
+
+async def run(ctx: SkillContext, params: Params) -> StepResult:
+    ctx.log(params.message)
+    return StepResult.ok(params.message)

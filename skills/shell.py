@@ -1,0 +1,43 @@
+"""Run a shell command on the host.
+
+Values templated into `command` are quoted as one shell word each; write
+`{{ x | raw }}` to splice a value in unquoted (you then own its quoting).
+
+```yaml
+- name: list models
+  skill: shell
+  with: {command: "ls -l {{ model }}", cwd: /models, env: {HF_HUB_OFFLINE: "1"}}
+  register: ls
+```
+Registers `rc`, `stdout`, `stderr`.
+"""
+from __future__ import annotations
+
+from pydantic import Field
+
+from eaglebot.skill import SkillContext, SkillParams, StepResult
+
+NAME = "shell"
+
+
+class Params(SkillParams):
+    command: str = Field(description="command line run by /bin/sh; templated values are shell-quoted",
+                         json_schema_extra={"shell": True})
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables for the command")
+    cwd: str | None = Field(None, description="working directory")
+    ok_codes: list[int] = Field(default_factory=lambda: [0], description="exit codes that count as success")
+    changed: bool = Field(True, description="report `changed` on success (false: `ok`, for read-only probes)")
+
+
+async def run(ctx: SkillContext, params: Params) -> StepResult:
+    if ctx.dry_run:
+        ctx.would(f"run: {params.command}")
+        return StepResult.skipped(f"dry-run: would run `{params.command}`")
+    res = await ctx.host.run(params.command, env=params.env or None, cwd=params.cwd,
+                             on_output=lambda _stream, line: ctx.log(line))
+    data = {"rc": res.exit_status, "stdout": res.stdout, "stderr": res.stderr}
+    if res.exit_status not in params.ok_codes:
+        last = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
+        return StepResult.failed(f"exit status {res.exit_status}: {last[0][:300]}", data=data)
+    summary = (res.stdout.strip().splitlines() or [f"exit status {res.exit_status}"])[-1][:300]
+    return StepResult("changed" if params.changed else "ok", summary, data=data)

@@ -1,0 +1,28 @@
+"""Pause the playbook for a while (cancellable).
+
+```yaml
+- skill: wait
+  with: {seconds: 5}
+```
+"""
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import Field
+
+from eaglebot.skill import SkillContext, SkillParams, StepResult
+
+NAME = "wait"
+
+
+class Params(SkillParams):
+    seconds: float = Field(ge=0, le=86400, description="how long to wait")
+
+
+async def run(ctx: SkillContext, params: Params) -> StepResult:
+    if ctx.dry_run:
+        ctx.would(f"wait {params.seconds:g}s")
+        return StepResult.skipped(f"dry-run: would wait {params.seconds:g}s")
+    await asyncio.sleep(params.seconds)
+    return StepResult.ok(f"waited {params.seconds:g}s")

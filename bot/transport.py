@@ -71,7 +71,7 @@ def _command_line(cmd: str | Sequence[str], env: dict[str, str] | None, cwd: str
 def session_wrapped(cmd: str | Sequence[str], env: dict[str, str] | None = None,
                     cwd: str | None = None) -> str:
     """Run `cmd` as the leader of a new session and announce its pgid on stderr."""
-    inner = f'printf "{_PGID_TAG.encode("unicode_escape").decode()}%s\\n" "$$" >&2; ' + _command_line(cmd, env, cwd)
+    inner = 'printf "\\036EAGLE-PGID %s\\n" "$$" >&2; ' + _command_line(cmd, env, cwd)
     return "exec setsid -w sh -c " + shlex.quote(inner)
 
 
@@ -335,8 +335,9 @@ class SSHTransport:
         if not pgid:
             return
         g = pgid[0]
-        script = (f"kill -TERM -- -{g} 2>/dev/null; i=0; while kill -0 -- -{g} 2>/dev/null && [ $i -lt 20 ]; "
-                  f"do sleep 0.1; i=$((i+1)); done; kill -KILL -- -{g} 2>/dev/null; true")
+        # dash's kill takes no `--`; a negative number is the process group.
+        script = (f"kill -TERM -{g} 2>/dev/null; i=0; while kill -0 -{g} 2>/dev/null && [ $i -lt 20 ]; "
+                  f"do sleep 0.1; i=$((i+1)); done; kill -KILL -{g} 2>/dev/null; true")
         try:
             conn = await self._connect()
             await asyncio.wait_for(conn.run(script, check=False), KILL_GRACE_S + 10)

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: OpenSSH server (for the loopback sshd
+# the tests start), a virtualenv with eaglebot and its test tools, then pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+  if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq openssh-server >/dev/null
+  else
+    echo "the tests need OpenSSH's sshd: sudo apt-get install -y openssh-server" >&2
+    exit 2
+  fi
+fi
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+exec .venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,63 @@
+"""Shared fixtures: a real sshd on loopback, settings and services on temp files."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from sshd import SSHServer, chown_to, start_sshd  # noqa: E402
+
+from eaglebot.config import Settings, load_settings  # noqa: E402
+from eaglebot.services import Services  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory) -> SSHServer:
+    root = Path("/tmp") / f"eagle-sshd-{os.getpid()}"
+    server = start_sshd(root)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def remote_dir(sshd, tmp_path_factory) -> Path:
+    """A folder the SSH test user owns (pytest's own tmp folders are root-only)."""
+    d = Path("/tmp") / f"eagle-remote-{os.getpid()}-{os.urandom(4).hex()}"
+    d.mkdir()
+    os.chmod(d, 0o755)
+    chown_to(d)
+    yield d
+
+
+def write_config(dir_: Path, data: dict) -> Path:
+    p = dir_ / "eagle.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+@pytest.fixture
+def make_settings(tmp_path):
+    def make(hosts: dict | None = None, **extra) -> Settings:
+        data = {"audit_db": str(tmp_path / "eagle.db"), "hosts": hosts or {}}
+        data.update(extra)
+        return load_settings(write_config(tmp_path, data))
+    return make
+
+
+@pytest.fixture
+async def services(make_settings):
+    opened = []
+
+    async def open_(hosts: dict | None = None, **extra) -> Services:
+        svc = await Services.open(make_settings(hosts, **extra))
+        opened.append(svc)
+        return svc
+
+    yield open_
+    for svc in opened:
+        await svc.close()

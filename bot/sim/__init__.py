@@ -1,9 +1,10 @@
 """SIMULATED GPU host tools for the sandbox demo and the tests: NOT real GPUs, NOT real SGLang.
 
-`install_sim_bin(bin_dir, state_dir)` writes executables into `bin_dir`:
-- `nvidia-smi`: prints exactly the formats of real nvidia-smi (see
-  shared fixtures), listing REAL processes recorded in the state folder as GPU holders;
-- `python`: the host's Python with the simulated `sglang` package on its path
+`install_sim_bin(bin_dir, state_dir)` copies stand-alone, standard-library-only programs
+into `bin_dir` (so any user, e.g. an SSH test user, can run them) and writes:
+- `nvidia-smi`: prints exactly the formats of real nvidia-smi (see the shared fixtures),
+  listing REAL processes recorded in the state folder as GPU holders;
+- `python`: a Python with the simulated `sglang` package on its path
   (`python -m sglang.launch_server ...`, `python -m sglang.bench_serving ...`).
 Every simulated program says SIMULATED in its banner/log so nobody mistakes it for the real tool.
 """
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
 SIM_DIR = Path(__file__).resolve().parent
-SGLANG_PATH = SIM_DIR / "sglang_pkg"   # holds the simulated `sglang` package
 
 
 def _write_exec(path: Path, text: str) -> None:
@@ -23,17 +24,31 @@ def _write_exec(path: Path, text: str) -> None:
     os.chmod(path, 0o755)
 
 
+def default_python() -> str:
+    """A Python any local user can run (a venv under /root is not)."""
+    for cand in (sys.executable, "/usr/bin/python3", shutil.which("python3") or ""):
+        if cand and os.access(cand, os.X_OK) and not str(Path(cand).resolve()).startswith("/root/"):
+            return cand
+    return sys.executable
+
+
 def install_sim_bin(bin_dir: Path, state_dir: Path, python: str | None = None) -> dict[str, str]:
-    """Write the simulated tools; return host vars that point at them."""
+    """Install the simulated tools into bin_dir; return host vars that point at them."""
+    bin_dir, state_dir = Path(bin_dir), Path(state_dir)
     bin_dir.mkdir(parents=True, exist_ok=True)
     state_dir.mkdir(parents=True, exist_ok=True)
-    py = python or sys.executable
+    lib = bin_dir / ".eagle-sim"
+    if lib.exists():
+        shutil.rmtree(lib)
+    shutil.copytree(SIM_DIR, lib, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "__init__.py"))
+    for d in [lib, *[p for p in lib.rglob("*") if p.is_dir()]]:
+        os.chmod(d, 0o755)
+    py = python or default_python()
     q = shlex.quote
-    _write_exec(bin_dir / "nvidia-smi",
-                f"#!/bin/sh\nEAGLE_SIM_STATE=${{EAGLE_SIM_STATE:-{q(str(state_dir))}}} "
-                f"exec {q(py)} -m eaglebot.sim.nvidia_smi \"$@\"\n")
+    state = f"EAGLE_SIM_STATE=${{EAGLE_SIM_STATE:-{q(str(state_dir))}}}"
+    _write_exec(bin_dir / "nvidia-smi", f"#!/bin/sh\n{state} exec {q(py)} {q(str(lib / 'nvidia_smi.py'))} \"$@\"\n")
     _write_exec(bin_dir / "python",
-                f"#!/bin/sh\nexport EAGLE_SIM_STATE=${{EAGLE_SIM_STATE:-{q(str(state_dir))}}}\n"
-                f"export PYTHONPATH={q(str(SGLANG_PATH))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+                f"#!/bin/sh\nexport {state}\n"
+                f"export PYTHONPATH={q(str(lib / 'sglang_pkg'))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
                 f"exec {q(py)} \"$@\"\n")
     return {"python": str(bin_dir / "python"), "nvidia_smi": str(bin_dir / "nvidia-smi")}

@@ -144,12 +144,17 @@ def outcome_text(o: RunOutcome) -> str:
 async def _run_async(args, settings: Settings) -> int:
     svc = await Services.open(settings)
     try:
-        req = RunRequest(playbook=args.playbook, hosts=args.hosts, inputs=parse_extra_vars(args.extra),
+        req = RunRequest(playbook=args.playbook, hosts=args.hosts, inputs={},
                          origin="cli", dry_run=args.dry_run, assume_yes=args.yes,
                          actor=os.environ.get("USER") or os.environ.get("LOGNAME") or _whoami())
         approver = terminal_approver if (sys.stdin.isatty() and not args.yes) else None
         observer = TerminalObserver(verbose=args.verbose)
         try:
+            try:
+                req.inputs = parse_extra_vars(args.extra)
+            except UsageError as e:
+                await svc.engine.record_rejected(req, e)
+                raise
             run_id, task = await svc.engine.start(req, observer, approver)
         except EagleError as e:
             if args.json:

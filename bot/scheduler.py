@@ -55,10 +55,55 @@ def trigger_for(cfg: ScheduleConfig) -> CronTrigger:
         raise UsageError(f"schedule {cfg.name!r}: unknown timezone {cfg.timezone!r} "
                          f"(use an IANA name such as UTC or Europe/Berlin)") from None
     try:
-        return CronTrigger.from_crontab(cfg.cron, timezone=tz)
+        fields = cfg.cron.split()
+        if len(fields) != 5:
+            raise ValueError(f"wrong number of fields; got {len(fields)}")
+        minute, hour, day, month, dow = fields
+        return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=crontab_dow(dow),
+                           timezone=tz)
     except ValueError as e:
         raise UsageError(f"schedule {cfg.name!r}: invalid cron {cfg.cron!r} ({e}); "
                          f"expected 5 fields: minute hour day month day-of-week") from None
+
+
+_DOW_NAMES = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+
+
+def crontab_dow(field: str) -> str:
+    """A crontab day-of-week field (0 or 7 = Sunday) in APScheduler 3's terms.
+
+    APScheduler 3 counts 0 = Monday, even in `CronTrigger.from_crontab`, so "0 3 * * 1"
+    would fire on Tuesdays. Numbers, ranges and steps become explicit day names.
+    """
+    if not any(ch.isdigit() for ch in field.replace("*/", "")) and "/" not in field:
+        return field
+    days: set[int] = set()
+    for part in field.split(","):
+        rng, _, step_s = part.partition("/")
+        step = int(step_s) if step_s else 1
+        if step < 1:
+            raise ValueError(f"bad step in day-of-week {field!r}")
+        if rng == "*":
+            lo, hi = 0, 6
+        else:
+            a, _, b = rng.partition("-")
+            lo = _dow_num(a)
+            hi = _dow_num(b) if b else (lo if not step_s else 6)
+            if b and b.strip() == "7":
+                hi = 7
+        if lo > hi:
+            raise ValueError(f"bad range in day-of-week {field!r}")
+        days.update(d % 7 for d in range(lo, hi + 1, step))
+    return ",".join(_DOW_NAMES[d] for d in sorted(days))
+
+
+def _dow_num(s: str) -> int:
+    s = s.strip().lower()
+    if s.isdigit() and 0 <= int(s) <= 7:
+        return int(s)
+    if s[:3] in _DOW_NAMES:
+        return _DOW_NAMES.index(s[:3])
+    raise ValueError(f"bad day of week {s!r}")
 
 
 def next_fire(trigger: CronTrigger, after: datetime) -> datetime | None:

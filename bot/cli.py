@@ -209,12 +209,8 @@ def cmd_history(args) -> int:
     if args.json:
         _print_json([run_to_json(r) for r in runs])
         return 0
-    keys: dict[int, str] = {}
-    for r in runs:
-        ms = store.metrics(r["id"])
-        if ms:
-            m = next((m for m in ms if m["name"] == "output_throughput"), ms[0])
-            keys[r["id"]] = f"{m['name']}={fmt_value(m['value'], m['unit'] or '')}"
+    keys = {rid: f"{m['name']}={fmt_value(m['value'], m['unit'] or '')}"
+            for rid, m in store.key_metrics([r["id"] for r in runs]).items()}
     print(history_text(runs, keys))
     return 0
 

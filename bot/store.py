@@ -253,21 +253,23 @@ class Store:
     def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
                 status: str | None = None, origin: str | None = None) -> list[dict]:
         where, args = [], []
+        sql = "select * from runs"
+        if host:
+            # Walk run_hosts' primary key (host, run_id) newest first: no scan of other hosts' runs.
+            sql = "select runs.* from run_hosts rh join runs on runs.id = rh.run_id"
+            where.append("rh.host = ?")
+            args.append(host)
         if playbook:
             where.append("playbook = ?")
             args.append(playbook)
-        if host:
-            # run_hosts (host, run_id) is the primary key: newest-first walk of one host's runs.
-            where.append("id in (select run_id from run_hosts where host = ?)")
-            args.append(host)
         if status:
             where.append("status = ?")
             args.append(status)
         if origin:
             where.append("origin = ?")
             args.append(origin)
-        sql = "select * from runs" + (" where " + " and ".join(where) if where else "")
-        sql += " order by id desc limit ?"
+        sql += (" where " + " and ".join(where) if where else "")
+        sql += " order by rh.run_id desc limit ?" if host else " order by id desc limit ?"
         args.append(limit)
         return [_decode_run(r) for r in self.db.query(sql, args)]
 
@@ -494,8 +496,9 @@ class Store:
         return list(self.db.query(
             "select s.run_id, s.skill, s.status, s.params, s.data from steps s "
             "join run_hosts rh on rh.run_id = s.run_id and rh.host = s.host "
-            "where rh.host = ? and rh.run_id > ? and rh.run_id <= ? "
-            "and s.status in ('ok', 'changed') order by s.run_id, s.id", [host, after, upto]))
+            "where rh.host = ? and rh.run_id > ? and rh.run_id <= ? and s.status in ('ok', 'changed') "
+            "and (s.skill in ('server.launch', 'config.patch') or s.data like '%package_versions%') "
+            "order by s.run_id, s.id", [host, after, upto]))
 
     def host_changes(self, host: str, after: int, upto: int) -> list[dict]:
         return list(self.db.query(

@@ -327,20 +327,11 @@ def cmd_cancel(args) -> int:
 
 
 def cmd_baseline(args) -> int:
+    from .regress import set_baseline
+
     settings = _settings(args)
     store = _open_store(settings)
-    run = store.get_run(args.run_id)
-    if run is None:
-        _err(f"no run #{args.run_id}")
-        return 2
-    if run["status"] != "succeeded":
-        _err(f"run #{args.run_id} {run['status']}: only a succeeded run can be a baseline")
-        return 2
-    if run.get("dry_run"):
-        _err(f"run #{args.run_id} was a dry run (it measured nothing): pick a real run as the baseline")
-        return 2
-    res = store.set_baseline(args.run_id, _whoami())
-    print(f"run #{args.run_id} is now the baseline of {res['playbook']} on {', '.join(res['hosts'])}")
+    print(set_baseline(store, args.run_id, _whoami()))
     return 0
 
 

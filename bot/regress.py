@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from statistics import median
 from typing import Any, Iterable, Literal
 
@@ -403,6 +403,28 @@ def attribution_text(good_run: int | None, items: list[str], host: str) -> str:
 
 
 # -- store-side (sync, runs on the store thread) -------------------------------------------
+
+def set_baseline(store: Any, run_id: int, actor: str) -> str:
+    """Mark a run as the baseline of its playbook on each of its hosts (CLI and Slack).
+
+    Returns the sentence to show; UsageError when the run cannot be a baseline."""
+    from .errors import UsageError
+
+    run = store.get_run(run_id)
+    if run is None:
+        raise UsageError(f"no run #{run_id}")
+    if run["status"] != "succeeded":
+        raise UsageError(f"run #{run_id} {run['status']}: only a succeeded run can be a baseline")
+    if run.get("dry_run"):
+        raise UsageError(f"run #{run_id} was a dry run (it measured nothing): pick a real run as the baseline")
+    if not run.get("hosts"):
+        raise UsageError(f"run #{run_id} has no hosts to be the baseline of")
+    res = store.set_baseline(run_id, actor)
+    n = len(store.metrics(run_id))
+    what = f"{n} metric{'s' if n != 1 else ''}" if n else "no metrics (history checks start from it anyway)"
+    return (f"run #{run_id} is now the baseline of {res['playbook']} on {', '.join(res['hosts'])} "
+            f"({what}); regression checks compare with it and the runs after it")
+
 
 def host_state(store: Any, host: str, run_id: int) -> dict:
     """The host's state as of run_id: the newest fingerprint at or before it, advanced by

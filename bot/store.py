@@ -566,7 +566,7 @@ class Store:
                   "and id not in (select run_id from baselines where run_id is not null)")
         children = self._run_children()
         with self._tx():
-            self.db.execute(f"create temp table if not exists _prune_ids (id integer primary key)")
+            self.db.execute("create temp table if not exists _prune_ids (id integer primary key)")
             self.db.execute("delete from _prune_ids")
             self.db.execute(f"insert into _prune_ids (id) {doomed}", [cutoff])
             n = self.db.execute("select count(*) from _prune_ids").fetchone()[0]

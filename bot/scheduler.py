@@ -59,6 +59,9 @@ def trigger_for(cfg: ScheduleConfig) -> CronTrigger:
         if len(fields) != 5:
             raise ValueError(f"wrong number of fields; got {len(fields)}")
         minute, hour, day, month, dow = fields
+        if day != "*" and dow != "*":
+            raise ValueError("restrict day-of-month or day-of-week, not both (cron ORs them, "
+                             "APScheduler 3 would AND them)")
         return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=crontab_dow(dow),
                            timezone=tz)
     except ValueError as e:

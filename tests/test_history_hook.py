@@ -1,7 +1,6 @@
 """history_hook on a seeded audit store: judgement, fingerprint, attribution, baselines."""
 from __future__ import annotations
 
-
 from history_seed import seed_run
 
 from eaglebot.regress import history_hook

@@ -176,6 +176,8 @@ def test_cron_math_and_validation():
     assert [t.day for t in got] == [2, 3]
     with pytest.raises(UsageError, match="invalid cron"):
         trigger_for(ScheduleConfig(name="n", playbook="p", cron="0 3 * *"))
+    with pytest.raises(UsageError, match="not both"):
+        trigger_for(ScheduleConfig(name="n", playbook="p", cron="0 3 1 * 1"))
     with pytest.raises(UsageError, match="unknown timezone"):
         trigger_for(ScheduleConfig(name="n", playbook="p", cron="0 3 * * *", timezone="Mars/Base"))
 

@@ -5,6 +5,7 @@ not halfway through a run on a GPU node.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from importlib import resources
@@ -224,10 +225,17 @@ def _check_steps(pb: Playbook, lines: dict, source: str) -> None:
         try:
             mod.Params.model_validate(literal)
         except ValidationError as e:
-            for err in e.errors():
+            # An unknown key is usually a typo of a missing one: report it first.
+            errors = sorted(e.errors(), key=lambda er: er["type"] != "extra_forbidden")
+            for err in errors:
                 if err["type"] == "missing" and err["loc"] and err["loc"][0] in templated:
                     continue
-                fail(("with",) + tuple(err["loc"]), _pydantic_msg(err))
+                msg = _pydantic_msg(err)
+                if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
+                    close = difflib.get_close_matches(str(err["loc"][0]), list(mod.Params.model_fields), 1)
+                    if close:
+                        msg += f" (did you mean {close[0]!r}?)"
+                fail(("with",) + tuple(err["loc"]), msg)
 
 
 # -- inputs ------------------------------------------------------------------------

@@ -183,6 +183,7 @@ class Engine:
             except HostBusy as e:
                 await self.store.finish_run(run_id, "failed", exit_code=2, error=str(e))
                 raise
+        self._cancel_events[run_id] = asyncio.Event()
         task = asyncio.create_task(self._execute(run_id, req, prep, observer or Observer(), approver))
         return run_id, task
 

@@ -1,0 +1,180 @@
+"""The `eagle` command as users (and acceptance tests) call it: exit codes, --json, the store."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import eagle, eagle_json, pid_alive, wait_for, write_playbook, write_yaml
+
+from eaglebot.store import Store
+
+
+@pytest.fixture
+def cfg(tmp_path) -> Path:
+    books = tmp_path / "books"
+    books.mkdir()
+    write_playbook(books, "ok", """
+        name: ok
+        description: Two quick steps.
+        inputs:
+          word: {type: str, default: hi, description: what to echo}
+          n: {type: int, default: 1, min: 1, max: 5}
+        steps:
+          - skill: shell
+            with: {command: "echo {{ word }} {{ n }}"}
+          - skill: audit.note
+            with: {message: done}
+    """)
+    write_playbook(books, "fails", """
+        name: fails
+        steps:
+          - name: boom
+            skill: shell
+            with: {command: "echo bad >&2; exit 4"}
+    """)
+    write_playbook(books, "slow", """
+        name: slow
+        steps:
+          - name: nap
+            skill: shell
+            with: {command: "sleep 60"}
+    """)
+    return write_yaml(tmp_path / "eagle.yaml", {"audit_db": "audit/eagle.db", "playbooks_dir": "books"})
+
+
+def test_run_json_has_the_contract_shape(cfg):
+    res, doc = eagle_json("run", "ok", "-e", "word=yo", config=cfg)
+    assert res.returncode == 0, res.stderr
+    assert set(doc) == {"run_id", "status", "steps", "metrics", "warnings", "regressions"}
+    assert doc["status"] == "succeeded"
+    assert doc["steps"][0] == {"name": "shell", "skill": "shell", "host": "local", "status": "changed",
+                               "summary": "yo 1", "duration_ms": doc["steps"][0]["duration_ms"], "attempts": 1}
+    assert "run #" in res.stderr  # progress goes to stderr
+    assert (cfg.parent / "audit" / "eagle.db").exists()  # audit_db is relative to the config file
+
+
+def test_show_json_matches_run_json(cfg):
+    _, ran = eagle_json("run", "ok", config=cfg)
+    res, shown = eagle_json("show", str(ran["run_id"]), config=cfg)
+    assert res.returncode == 0
+    assert shown == ran
+
+
+def test_failed_run_exits_1_and_says_why_on_stderr(cfg):
+    res = eagle("run", "fails", config=cfg)
+    assert res.returncode == 1
+    assert "boom: exit status 4: bad" in res.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "nope"], "unknown playbook 'nope'"),
+    (["run", "ok", "-H", "gpu-9"], "unknown host 'gpu-9' (known: local)"),
+    (["run", "ok", "-e", "n=9"], "input n: 9 is above the maximum 5"),
+    (["run", "ok", "-e", "n=$(reboot)"], "input n: '$(reboot)' is not an int"),
+    (["run", "ok", "-e", "bogus=1"], "playbook 'ok' has no input 'bogus'"),
+    (["run", "ok", "-e", "novalue"], "-e expects key=value"),
+    (["show", "999"], "no run #999"),
+])
+def test_bad_input_exits_2_with_one_sentence(cfg, args, needle):
+    res = eagle(*args, config=cfg)
+    assert res.returncode == 2
+    assert needle in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_rejected_run_is_in_the_audit_log(cfg):
+    eagle("run", "ok", "-H", "gpu-9", config=cfg)
+    _, hist = eagle_json("history", config=cfg)
+    assert hist[0]["status"] == "failed" and hist[0]["hosts"] == ["gpu-9"] and hist[0]["playbook"] == "ok"
+
+
+def test_history_json(cfg):
+    eagle("run", "ok", config=cfg)
+    eagle("run", "fails", config=cfg)
+    res, hist = eagle_json("history", config=cfg)
+    assert res.returncode == 0
+    assert [h["playbook"] for h in hist] == ["fails", "ok"]
+    assert set(hist[0]) == {"run_id", "playbook", "hosts", "status", "actor", "origin", "started_at", "finished_at"}
+    assert hist[0]["origin"] == "cli" and hist[0]["hosts"] == ["local"]
+    assert hist[0]["started_at"].endswith("Z")
+    _, only = eagle_json("history", "--playbook", "ok", "--limit", "5", config=cfg)
+    assert [h["playbook"] for h in only] == ["ok"]
+    _, none = eagle_json("history", "--host", "elsewhere", config=cfg)
+    assert none == []
+
+
+def test_lint(cfg, tmp_path):
+    res = eagle("lint", config=cfg)
+    assert res.returncode == 0, res.stderr
+    bad = write_playbook(tmp_path, "bad", "name: bad\nsteps:\n  - skill: shell\n    with: {commnd: x}\n")
+    res = eagle("lint", str(bad), config=cfg)
+    assert res.returncode == 2
+    assert f"{bad}:4: steps[0].with.commnd: unknown key (did you mean 'command'?)" in res.stderr
+
+
+def test_playbooks_and_hosts_listings(cfg):
+    res = eagle("playbooks", config=cfg)
+    assert res.returncode == 0
+    assert "ok: Two quick steps." in res.stdout and "n (int, default 1, range 1..5)" in res.stdout
+    res = eagle("hosts", config=cfg)
+    assert res.returncode == 0 and "local" in res.stdout
+
+
+def test_no_config_uses_eagle_db_in_cwd_and_local_host(tmp_path):
+    res = eagle("run", "hello", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "eagle.db").exists()
+
+
+def test_unknown_config_key_is_an_error(tmp_path):
+    c = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "x.db", "hostz": {}})
+    res = eagle("hosts", config=c)
+    assert res.returncode == 2 and "hostz: unknown key" in res.stderr
+
+
+def test_killed_run_becomes_interrupted_and_frees_the_host(cfg):
+    db = cfg.parent / "audit" / "eagle.db"
+    proc = subprocess.Popen([sys.executable, "-m", "eaglebot.cli", "run", "slow", "--config", str(cfg)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def running():
+        if not db.exists():
+            return None
+        s = Store(db)
+        try:
+            rows = [r for r in s.steps(1) if r["status"] == "running"]
+            return rows or None
+        finally:
+            s.close()
+
+    wait_for(running, 30, 0.1, "the step to start")
+    busy = eagle("run", "slow", config=cfg)
+    assert busy.returncode == 2 and "host local is busy with run #1 since" in busy.stderr
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res, hist = eagle_json("history", config=cfg)
+    by_id = {h["run_id"]: h for h in hist}
+    assert by_id[1]["status"] == "interrupted"
+    s = Store(db)
+    assert s.steps(1)[0]["status"] == "failed" and s.locks() == []
+    s.close()
+    res = eagle("run", "ok", config=cfg)
+    assert res.returncode == 0
+
+
+def test_prune_and_baseline(cfg):
+    _, ran = eagle_json("run", "ok", config=cfg)
+    res = eagle("baseline", "set", str(ran["run_id"]), config=cfg)
+    assert res.returncode == 0 and "baseline" in res.stdout
+    res = eagle("prune", "--older-than", "0d", config=cfg)
+    assert res.returncode == 0
+    _, hist = eagle_json("history", config=cfg)
+    assert [h["run_id"] for h in hist] == [ran["run_id"]]  # the baseline is kept
+    assert eagle("prune", "--older-than", "soon", config=cfg).returncode == 2

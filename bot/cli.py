@@ -214,12 +214,8 @@ def cmd_history(args) -> int:
     if args.json:
         _print_json([run_to_json(r) for r in runs])
         return 0
-    keys: dict[int, str] = {}
-    for r in runs:
-        ms = store.metrics(r["id"])
-        if ms:
-            m = next((m for m in ms if m["name"] == "output_throughput"), ms[0])
-            keys[r["id"]] = f"{m['name']}={fmt_value(m['value'], m['unit'] or '')}"
+    keys = {rid: f"{m['name']}={fmt_value(m['value'], m['unit'] or '')}"
+            for rid, m in store.key_metrics([r["id"] for r in runs]).items()}
     print(history_text(runs, keys))
     return 0
 
@@ -336,30 +332,26 @@ def cmd_cancel(args) -> int:
 
 
 def cmd_baseline(args) -> int:
+    from .regress import set_baseline
+
     settings = _settings(args)
     store = _open_store(settings)
-    run = store.get_run(args.run_id)
-    if run is None:
-        _err(f"no run #{args.run_id}")
-        return 2
-    if run["status"] != "succeeded":
-        _err(f"run #{args.run_id} {run['status']}: only a succeeded run can be a baseline")
-        return 2
-    res = store.set_baseline(args.run_id, _whoami())
-    print(f"run #{args.run_id} is now the baseline of {res['playbook']} on {', '.join(res['hosts'])}")
+    print(set_baseline(store, args.run_id, _whoami()))
     return 0
 
 
-_DURATION = re.compile(r"^(\d+)([dhwm])$")
+_DURATION = re.compile(r"^(\d+)(d|h|w|min|m)$")
 
 
 def parse_age(s: str) -> timedelta:
     m = _DURATION.match(s.strip())
     if not m:
-        raise UsageError(f"--older-than expects a number and a unit d, h, w or m (e.g. 90d), got {s!r}")
+        raise UsageError(f"--older-than expects a number and a unit d, h, w or min (e.g. 90d), got {s!r}")
     n, unit = int(m.group(1)), m.group(2)
+    if unit == "m":  # months or minutes? Guessing wrong deletes history: refuse.
+        raise UsageError(f"--older-than {s}: 'm' is ambiguous (months or minutes?): write e.g. 90d or 30min")
     return {"d": timedelta(days=n), "h": timedelta(hours=n), "w": timedelta(weeks=n),
-            "m": timedelta(minutes=n)}[unit]
+            "min": timedelta(minutes=n)}[unit]
 
 
 def cmd_prune(args) -> int:
@@ -503,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_trend)
 
     s = sub.add_parser("prune", parents=[common], help="delete old runs (baselines are kept)")
-    s.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12w, 48h")
+    s.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12w, 48h, 30min")
     s.set_defaults(func=cmd_prune)
 
     s = sub.add_parser("demo", parents=[common], help="the whole relaunch flow on a simulated GPU host")

@@ -20,7 +20,7 @@ import sqlite_utils
 
 from .errors import HostBusy
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: run_hosts (indexed host filter), history/metric indexes
 OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
 
 
@@ -160,7 +160,28 @@ class Store:
             }.items():
                 for c in cols:
                     db[table].create_index(c, if_not_exists=True)
+            self._migrate_v2(version)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _migrate_v2(self, version: int) -> None:
+        """run_hosts: one row per (run, host), so `history --host` is an index lookup, not a
+        json_each scan of every run; backfilled from runs.hosts. Plus the indexes the regression
+        check and `schedule list` query by."""
+        db = self.db
+        db["run_hosts"].create({"run_id": int, "host": str}, pk=("host", "run_id"),
+                               foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
+        db["run_hosts"].create_index(["run_id"], if_not_exists=True)
+        db["runs"].create_index(["playbook", "id"], if_not_exists=True)
+        db["runs"].create_index(["schedule", "id"], if_not_exists=True)
+        db["metrics"].create_index(["host", "name", "run_id"], if_not_exists=True)
+        db["steps"].create_index(["host", "skill", "run_id"], if_not_exists=True)
+        db["changes"].create_index(["host", "run_id"], if_not_exists=True)
+        db["schedule_fires"].create_index(["schedule", "fire_time"], if_not_exists=True)
+        if version < 2:
+            with self._tx():
+                db.execute("insert or ignore into run_hosts (run_id, host) "
+                           "select r.id, j.value from runs r, json_each(r.hosts) j "
+                           "where json_valid(r.hosts) and j.type = 'text'")
 
     # -- liveness ------------------------------------------------------------------
     def recover(self) -> list[int]:
@@ -198,7 +219,10 @@ class Store:
                 [playbook, status, actor, origin, os.getpid(), socket.gethostname(), _MY_START,
                  _j(hosts), _j(inputs), _j(variables), now_iso(), int(dry_run), rerun_of,
                  schedule, channel, thread_ts, source])
-            return cur.lastrowid
+            run_id = cur.lastrowid
+            for h in dict.fromkeys(hosts):
+                self.db.execute("insert or ignore into run_hosts (run_id, host) values (?, ?)", [run_id, h])
+            return run_id
 
     def finish_run(self, run_id: int, status: str, *, exit_code: int, error: str | None = None,
                    fingerprint: dict | None = None) -> None:
@@ -229,20 +253,23 @@ class Store:
     def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
                 status: str | None = None, origin: str | None = None) -> list[dict]:
         where, args = [], []
+        sql = "select * from runs"
+        if host:
+            # Walk run_hosts' primary key (host, run_id) newest first: no scan of other hosts' runs.
+            sql = "select runs.* from run_hosts rh join runs on runs.id = rh.run_id"
+            where.append("rh.host = ?")
+            args.append(host)
         if playbook:
             where.append("playbook = ?")
             args.append(playbook)
-        if host:
-            where.append("exists (select 1 from json_each(runs.hosts) where value = ?)")
-            args.append(host)
         if status:
             where.append("status = ?")
             args.append(status)
         if origin:
             where.append("origin = ?")
             args.append(origin)
-        sql = "select * from runs" + (" where " + " and ".join(where) if where else "")
-        sql += " order by id desc limit ?"
+        sql += (" where " + " and ".join(where) if where else "")
+        sql += " order by rh.run_id desc limit ?" if host else " order by id desc limit ?"
         args.append(limit)
         return [_decode_run(r) for r in self.db.query(sql, args)]
 
@@ -428,18 +455,129 @@ class Store:
         args.append(limit)
         return list(self.db.query(sql, args))
 
-    def prune(self, older_than: timedelta) -> int:
-        cutoff = (datetime.now(timezone.utc) - older_than).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        keep = "select run_id from baselines"
-        ids = [r[0] for r in self.db.execute(
-            f"select id from runs where started_at < ? and status != 'running' and id not in ({keep})", [cutoff])]
+    def set_fingerprint(self, run_id: int, fingerprint: dict) -> None:
         with self._tx():
-            for t in ("steps", "metrics", "changes", "warnings", "regressions", "approvals", "events"):
-                self.db.execute(f"delete from {t} where run_id in (select id from runs where started_at < ? "
-                                f"and status != 'running' and id not in ({keep}))", [cutoff])
-            self.db.execute(f"delete from runs where started_at < ? and status != 'running' "
-                            f"and id not in ({keep})", [cutoff])
-        return len(ids)
+            self.db.execute("update runs set fingerprint = ? where id = ?", [_j(fingerprint), run_id])
+
+    def previous_good_run(self, playbook: str, host: str, before_run: int) -> dict | None:
+        """The newest earlier run of playbook on host that succeeded without a flagged regression."""
+        rows = list(self.db.query(
+            "select r.* from run_hosts rh join runs r on r.id = rh.run_id "
+            "where rh.host = ? and rh.run_id < ? and r.playbook = ? and r.status = 'succeeded' "
+            "and r.dry_run = 0 and not exists (select 1 from regressions g where g.run_id = r.id "
+            "and g.kind = 'regression' and (g.host = ? or g.host = '')) "
+            "order by rh.run_id desc limit 1", [host, before_run, playbook, host]))
+        return _decode_run(rows[0]) if rows else None
+
+    def host_run_ids(self, host: str, *, after: int = 0, upto: int | None = None) -> list[int]:
+        sql = "select run_id from run_hosts where host = ? and run_id > ?"
+        args: list[Any] = [host, after]
+        if upto is not None:
+            sql += " and run_id <= ?"
+            args.append(upto)
+        return [r[0] for r in self.db.execute(sql + " order by run_id", args)]
+
+    def last_fingerprinted_run(self, host: str, upto: int) -> dict | None:
+        """The newest run <= upto on host whose fingerprint describes that host."""
+        for row in self.db.query(
+                "select r.id, r.fingerprint from run_hosts rh join runs r on r.id = rh.run_id "
+                "where rh.host = ? and rh.run_id <= ? and r.fingerprint is not null "
+                "order by rh.run_id desc limit 20", [host, upto]):
+            try:
+                fp = json.loads(row["fingerprint"])
+            except (TypeError, json.JSONDecodeError):
+                continue
+            if isinstance(fp, dict) and isinstance(fp.get(host), dict):
+                return {"run_id": row["id"], "state": fp[host]}
+        return None
+
+    def host_steps(self, host: str, after: int, upto: int) -> list[dict]:
+        """Finished steps of runs (after, upto] on host, oldest first (for fingerprints)."""
+        return list(self.db.query(
+            "select s.run_id, s.skill, s.status, s.params, s.data from steps s "
+            "join run_hosts rh on rh.run_id = s.run_id and rh.host = s.host "
+            "where rh.host = ? and rh.run_id > ? and rh.run_id <= ? and s.status in ('ok', 'changed') "
+            "and (s.skill in ('server.launch', 'config.patch') or s.data like '%package_versions%') "
+            "order by s.run_id, s.id", [host, after, upto]))
+
+    def host_changes(self, host: str, after: int, upto: int) -> list[dict]:
+        return list(self.db.query(
+            "select * from changes where host = ? and run_id > ? and run_id <= ? order by run_id, id",
+            [host, after, upto]))
+
+    def key_metrics(self, run_ids: list[int], prefer: str = "output_throughput") -> dict[int, dict]:
+        """One metric per run (prefer `prefer`, else the first recorded), in one query."""
+        if not run_ids:
+            return {}
+        marks = ",".join("?" * len(run_ids))
+        out: dict[int, dict] = {}
+        for m in self.db.query(f"select * from metrics where run_id in ({marks}) order by run_id, id",
+                               list(run_ids)):
+            cur = out.get(m["run_id"])
+            if cur is None or (m["name"] == prefer and cur["name"] != prefer):
+                out[m["run_id"]] = m
+        return out
+
+    # -- schedules ---------------------------------------------------------------------
+    def last_schedule_run(self, schedule: str) -> dict | None:
+        rows = list(self.db.query("select * from runs where schedule = ? and origin = 'schedule' "
+                                  "order by id desc limit 1", [schedule]))
+        return _decode_run(rows[0]) if rows else None
+
+    def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:
+        with self._tx():
+            cur = self.db.execute(
+                "insert into schedule_fires (schedule, fire_time, run_id, status, recorded_at) values (?,?,?,?,?)",
+                [schedule, fire_time, run_id, status, now_iso()])
+            return cur.lastrowid
+
+    def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
+        with self._tx():
+            self.db.execute("update schedule_fires set status = ?, run_id = coalesce(?, run_id) where id = ?",
+                            [status, run_id, fire_id])
+
+    def last_fire(self, schedule: str) -> dict | None:
+        rows = list(self.db.query("select * from schedule_fires where schedule = ? "
+                                  "order by fire_time desc, id desc limit 1", [schedule]))
+        return rows[0] if rows else None
+
+    # -- retention -----------------------------------------------------------------------
+    def _run_children(self) -> list[str]:
+        """Every table with a foreign key to runs (other modules may add their own)."""
+        out = []
+        for t in self.db.table_names():
+            if t == "runs":
+                continue
+            if any(fk.other_table == "runs" for fk in self.db[t].foreign_keys):
+                out.append(t)
+        for t in ("events",):  # run_id without a declared foreign key
+            if t in self.db.table_names() and t not in out:
+                out.append(t)
+        return out
+
+    def prune(self, older_than: timedelta) -> int:
+        """Delete finished runs started before now - older_than, with their child rows.
+
+        Baseline runs are kept; so is the newest fire record of each schedule (misfire
+        detection reads it).
+        """
+        cutoff = (datetime.now(timezone.utc) - older_than).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        doomed = ("select id from runs where started_at < ? and status != 'running' "
+                  "and id not in (select run_id from baselines where run_id is not null)")
+        children = self._run_children()
+        with self._tx():
+            self.db.execute("create temp table if not exists _prune_ids (id integer primary key)")
+            self.db.execute("delete from _prune_ids")
+            self.db.execute(f"insert into _prune_ids (id) {doomed}", [cutoff])
+            n = self.db.execute("select count(*) from _prune_ids").fetchone()[0]
+            for t in children:
+                self.db.execute(f"delete from [{t}] where run_id in (select id from _prune_ids)")
+            self.db.execute("delete from runs where id in (select id from _prune_ids)")
+            self.db.execute(
+                "delete from schedule_fires where fire_time < ? and id not in "
+                "(select max(id) from schedule_fires group by schedule)", [cutoff])
+            self.db.execute("delete from _prune_ids")
+        return n
 
     def close(self) -> None:
         self.db.conn.close()

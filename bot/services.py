@@ -34,10 +34,6 @@ class Services:
 
 def _install_hooks(engine: Engine) -> None:
     """Post-run checks every front end gets (history-based regression detection)."""
-    try:
-        from . import regress
-    except ImportError:
-        return
-    hook = getattr(regress, "history_hook", None)
-    if hook is not None:
-        engine.post_run_hooks.append(hook)
+    from . import regress
+
+    engine.post_run_hooks.append(regress.history_hook)

@@ -120,7 +120,8 @@ def _signal_script(targets: list[ProcInfo], sig: str) -> str:
         # Signal only if the PID still has the start time we saw: PIDs are reused.
         parts.append(
             f"s=$(sed 's/.*) //' /proc/{p.pid}/stat 2>/dev/null | cut -d' ' -f20); "
-            f"if [ \"$s\" = {p.start} ]; then kill -{sig} {p.pid} 2>/dev/null && echo sent {p.pid}; "
+            f"if [ \"$s\" = {p.start} ]; then if kill -{sig} {p.pid} 2>/dev/null; then echo sent {p.pid}; "
+            f"else echo refused {p.pid}; fi; "
             f"else echo reused {p.pid}; fi")
     return "; ".join(parts) + "; true"
 
@@ -147,6 +148,7 @@ async def terminate(ctx: SkillContext, targets: list[ProcInfo], grace_s: float,
     reports = {p.pid: KillReport(p.pid, p.user, p.cmdline) for p in targets}
     if not targets:
         return []
+    refused: set[int] = set()
     res = await ctx.host.run(_signal_script(targets, "TERM"), timeout=30)
     for line in res.stdout.splitlines():
         word, _, pid = line.partition(" ")
@@ -155,13 +157,15 @@ async def terminate(ctx: SkillContext, targets: list[ProcInfo], grace_s: float,
                 reports[int(pid)].signals.append("SIGTERM")
             elif word == "reused":
                 reports[int(pid)].note = "exited before the signal"
+            elif word == "refused":
+                refused.add(int(pid))
     ctx.log(f"SIGTERM sent to {', '.join(str(p.pid) for p in targets)}; grace {grace_s:g}s")
     remaining = [p for p in targets]
     deadline = time.monotonic() + grace_s
     while True:
         live = await alive(ctx, remaining)
         remaining = [p for p in remaining if p.pid in live]
-        if not remaining or time.monotonic() >= deadline:
+        if not remaining or time.monotonic() >= deadline or all(p.pid in refused for p in remaining):
             break
         await asyncio.sleep(poll_s)
     if remaining:
@@ -171,6 +175,8 @@ async def terminate(ctx: SkillContext, targets: list[ProcInfo], grace_s: float,
             word, _, pid = line.partition(" ")
             if word == "sent" and pid.isdigit():
                 reports[int(pid)].signals.append("SIGKILL")
+            elif word == "refused" and pid.isdigit():
+                refused.add(int(pid))
         deadline = time.monotonic() + 10
         while remaining and time.monotonic() < deadline:
             live = await alive(ctx, remaining)
@@ -179,4 +185,6 @@ async def terminate(ctx: SkillContext, targets: list[ProcInfo], grace_s: float,
                 await asyncio.sleep(poll_s)
     for p in targets:
         reports[p.pid].gone = p.pid not in {r.pid for r in remaining}
+        if not reports[p.pid].gone and p.pid in refused:
+            reports[p.pid].note = "the signal was refused: not permitted for this login user"
     return list(reports.values())

@@ -1,0 +1,160 @@
+"""Patch a JSON file on the host (a model's config.json): set and delete dotted keys, keep a backup.
+
+`set` maps dotted paths to values (intermediate objects are created); `delete` lists
+dotted paths that must exist. Nothing to change: `ok`. Otherwise the original bytes
+are kept next to the file as `<file>.eagle-<run_id>-<step idx>.bak`, the file is
+rewritten atomically with its mode, key order and indentation kept, and the change
+(hashes, unified diff, backup path) is recorded so `config.revert` can undo it. A
+symlink (Hugging Face caches link into shared blobs) is replaced by a regular file,
+never written through. Dry-run shows the diff and writes nothing.
+
+```yaml
+- skill: config.patch
+  with:
+    path: "{{ draft }}/config.json"
+    set: {eagle_config.eagle_aux_hidden_state_layer_ids: [1, 23, 44]}
+    delete: [eagle_config.stale_key]
+```
+Registers `path`, `backup_path`, `diff` and `keys` (the dotted paths changed).
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from eaglebot.errors import StepFailed
+from eaglebot.skill import FileChange, SkillContext, SkillParams, StepResult
+from eaglebot.skills import _files
+
+NAME = "config.patch"
+
+
+class Params(SkillParams):
+    path: str = Field(description="the JSON file on the host")
+    set: dict[str, Any] = Field(default_factory=dict,
+                                description="dotted path -> value, e.g. {eagle_config.use_aux_hidden_state: true}")
+    delete: list[str] = Field(default_factory=list, description="dotted paths to remove (each must exist)")
+
+    @model_validator(mode="after")
+    def _something(self) -> "Params":
+        if not self.set and not self.delete:
+            raise ValueError("give `set` and/or `delete`")
+        for key in [*self.set, *self.delete]:
+            if not key or any(part == "" for part in key.split(".")):
+                raise ValueError(f"invalid dotted path {key!r}")
+        return self
+
+
+class PatchError(ValueError):
+    pass
+
+
+def _walk(doc: dict, parts: list[str], create: bool) -> dict:
+    node: Any = doc
+    for i, part in enumerate(parts):
+        if not isinstance(node, dict):
+            raise PatchError(f"{'.'.join(parts[:i])} is a {type(node).__name__}, not an object")
+        if part not in node:
+            if not create:
+                raise PatchError(f"key {'.'.join(parts[:i + 1])!r} does not exist")
+            node[part] = {}
+        node = node[part]
+    if not isinstance(node, dict):
+        raise PatchError(f"{'.'.join(parts)} is a {type(node).__name__}, not an object")
+    return node
+
+
+def apply(doc: dict, set_: dict[str, Any], delete: list[str]) -> list[str]:
+    """Apply the edits to `doc` in place (pure); returns the dotted paths whose value changed."""
+    changed: list[str] = []
+    for key, value in set_.items():
+        *parents, leaf = key.split(".")
+        try:
+            node = _walk(doc, parents, create=True)
+        except PatchError as e:
+            raise PatchError(f"cannot set {key}: {e}") from None
+        if leaf not in node or _canon(node[leaf]) != _canon(value):
+            node[leaf] = value
+            changed.append(key)
+    for key in delete:
+        *parents, leaf = key.split(".")
+        try:
+            node = _walk(doc, parents, create=False)
+        except PatchError as e:
+            raise PatchError(f"cannot delete {key}: {e}") from None
+        if leaf not in node:
+            raise PatchError(f"cannot delete {key}: key {key!r} does not exist")
+        del node[leaf]
+        changed.append(key)
+    return changed
+
+
+def _canon(v: Any) -> str:
+    return json.dumps(v, sort_keys=True)
+
+
+def detect_style(text: str) -> tuple[int | str, bool, bool]:
+    """(indent, ensure_ascii, trailing newline) of an existing JSON text."""
+    indent: int | str = 2
+    m = re.search(r"^[\[{][ \t]*\r?\n([ \t]+)\S", text, re.M)
+    if m:
+        ws = m.group(1)
+        indent = "\t" if "\t" in ws else len(ws)
+    ascii_only = all(ord(c) < 128 for c in text)
+    return indent, ascii_only, text.endswith("\n")
+
+
+def dump(doc: Any, style: tuple[int | str, bool, bool]) -> bytes:
+    indent, ascii_only, newline = style
+    text = json.dumps(doc, indent=indent, ensure_ascii=ascii_only)
+    return (text + ("\n" if newline else "")).encode("utf-8")
+
+
+def backup_path(path: str, run_id: int, step_idx: int) -> str:
+    return f"{path}.eagle-{run_id}-{step_idx}.bak"
+
+
+async def run(ctx: SkillContext, params: Params) -> StepResult:
+    path = params.path
+    before = await _files.read(ctx, path)
+    try:
+        text = before.decode("utf-8")
+        doc = json.loads(text)
+    except UnicodeDecodeError:
+        return StepResult.failed(f"{path} on {ctx.host_name} is not UTF-8 text, so not a JSON file")
+    except json.JSONDecodeError as e:
+        return StepResult.failed(f"{path} on {ctx.host_name} is not valid JSON "
+                                 f"(line {e.lineno} column {e.colno}: {e.msg})")
+    if not isinstance(doc, dict):
+        return StepResult.failed(f"{path} on {ctx.host_name} holds a JSON {type(doc).__name__}, not an object")
+    try:
+        keys = apply(doc, params.set, params.delete)
+    except PatchError as e:
+        return StepResult.failed(f"{e} in {path}")
+    data: dict[str, Any] = {"path": path, "keys": keys, "backup_path": None, "diff": ""}
+    if not keys:
+        return StepResult.ok(f"{path} already has {', '.join(params.set)}", data=data)
+    after = dump(doc, detect_style(text))
+    if after == before:
+        return StepResult.ok(f"{path} already has {', '.join(keys)}", data=data)
+    diff = _files.unified_diff(path, before, after)
+    data["diff"] = diff
+    if ctx.dry_run:
+        ctx.would(f"patch {path} ({', '.join(keys)}):\n{diff}")
+        return StepResult.skipped(f"dry-run: would change {', '.join(keys)} in {path}", data=data, output=diff)
+    mode = await _files.mode_of(ctx, path)
+    bak = backup_path(path, ctx.run_id, ctx.step_idx)
+    await _files.write(ctx, bak, before, mode)
+    await _files.write(ctx, path, after, mode)
+    # Read back: a racing writer or a full disk must not pass silently.
+    check = await _files.read(ctx, path)
+    if check != after:
+        raise StepFailed(f"{path} on {ctx.host_name} changed under us while patching; the original is in {bak}")
+    data["backup_path"] = bak
+    ctx.log(diff.rstrip("\n"))
+    change = FileChange(path, _files.sha256(before), _files.sha256(after), diff, bak)
+    return StepResult.changed(f"patched {path}: {', '.join(keys)} (backup {bak})", changes=[change], data=data,
+                              output=diff)

@@ -1,0 +1,67 @@
+"""Restore a file from the bot's last backup of it (made by `config.patch`), byte for byte.
+
+Without `run`, the newest backup of that path on that host is used; `run: 42` picks
+the backup run 42 made. The change is recorded like any other (hashes and diff);
+the content being replaced is saved as `<file>.eagle-<run_id>-<step idx>.bak` too, but
+is not itself a revert target, so running the revert twice is a no-op.
+
+```yaml
+- skill: config.revert
+  with: {path: "{{ draft }}/config.json", run: 42}
+```
+Registers `path`, `restored_from` (backup path), `from_run` and `saved_current_as`.
+"""
+from __future__ import annotations
+
+from pydantic import Field
+
+from eaglebot.errors import StepFailed
+from eaglebot.skill import FileChange, SkillContext, SkillParams, StepResult
+from eaglebot.skills import _files
+from eaglebot.skills.config_patch import backup_path
+
+NAME = "config.revert"
+
+
+class Params(SkillParams):
+    path: str = Field(description="the file to restore (as it was given to config.patch)")
+    run: int | None = Field(None, ge=1, description="restore the backup made by this run (default: the newest)")
+
+
+async def run(ctx: SkillContext, params: Params) -> StepResult:
+    path = params.path
+    if ctx.audit is None:
+        raise StepFailed("config.revert needs the audit store, which this context does not have")
+    row = await ctx.audit.last_backup(ctx.host_name, path, run_id=params.run)
+    if row is None:
+        which = f" from run {params.run}" if params.run else ""
+        return StepResult.failed(f"no backup of {path} on {ctx.host_name}{which} in the audit log; nothing to revert")
+    bak = row["backup_path"]
+    original = await _files.read(ctx, bak, what=f"the backup {bak}")
+    if _files.sha256(original) != row.get("before_sha256"):
+        return StepResult.failed(f"the backup {bak} does not match the hash recorded by run {row['run_id']}; "
+                                 f"not restoring it")
+    try:
+        current: bytes | None = await ctx.host.read_file(path)
+    except (FileNotFoundError, OSError):
+        current = None
+    data = {"path": path, "restored_from": bak, "from_run": row["run_id"], "saved_current_as": None}
+    if current == original:
+        return StepResult.ok(f"{path} already matches the backup from run {row['run_id']}", data=data)
+    diff = _files.unified_diff(path, current, original)
+    if ctx.dry_run:
+        ctx.would(f"restore {path} from {bak}:\n{diff}")
+        return StepResult.skipped(f"dry-run: would restore {path} from {bak}", data=data, output=diff)
+    mode = await _files.mode_of(ctx, path) if current is not None else None
+    if current is not None:
+        saved = backup_path(path, ctx.run_id, ctx.step_idx)
+        await _files.write(ctx, saved, current, mode)
+        data["saved_current_as"] = saved
+    await _files.write(ctx, path, original, mode)
+    if await _files.read(ctx, path) != original:
+        raise StepFailed(f"{path} on {ctx.host_name} changed under us while restoring it from {bak}")
+    ctx.log(diff.rstrip("\n"))
+    # backup_path stays None: the revert itself is not a revert target (reverting twice is a no-op).
+    change = FileChange(path, _files.sha256(current), _files.sha256(original), diff, None)
+    return StepResult.changed(f"restored {path} from {bak} (run {row['run_id']})", changes=[change], data=data,
+                              output=diff)

@@ -1,0 +1,130 @@
+"""Stop the processes that hold the GPUs: SIGTERM, wait `grace_s`, SIGKILL survivors, check they are gone.
+
+Only PIDs named by nvidia-smi (or by `fuser -v /dev/nvidia*` when nvidia-smi sees none,
+as in a container) are signalled, never a process name; each signal re-checks the
+PID's start time because PIDs are reused. Processes in a session the bot launched
+(its pid files) are its own; killing any other process needs approval when the step
+has `confirm: true` (denied: nothing is killed). GPU daemons (nvidia-persistenced,
+DCGM, Xorg, ...) are never touched. Zombies count as gone. Dry-run lists what would
+be killed and kills nothing.
+
+```yaml
+- skill: gpu.cleanup
+  confirm: true
+  with: {grace_s: 10, gpus: "0,1", match: "sglang|python", user: ops}
+```
+Registers `killed` (pids gone), `survivors`, `processes` (pid, user, gpus, mib, command,
+signals, ours) and `memory` (MiB per GPU before the cleanup).
+"""
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator
+
+from eaglebot.skill import SkillContext, StepResult
+from eaglebot.skills import _gpu
+from eaglebot.skills._procs import our_sessions, terminate
+
+NAME = "gpu.cleanup"
+
+
+class Params(_gpu.GpuParams):
+    grace_s: float = Field(10.0, ge=0, le=600, description="seconds between SIGTERM and SIGKILL")
+    match: str | None = Field(None, description="only processes whose command line matches this regular expression")
+    user: str | None = Field(None, description="only processes of this user")
+
+    @field_validator("match")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not a regular expression: {e}") from None
+        return v
+
+
+def _ours(h: _gpu.Holder, sessions: set[int]) -> bool:
+    return h.proc.sid in sessions or h.proc.pgid in sessions or h.pid in sessions
+
+
+async def run(ctx: SkillContext, params: Params) -> StepResult:
+    snap = await _gpu.snapshot(ctx, params)
+    for note in snap.notes:
+        ctx.log(note)
+    targets = snap.killable()
+    if params.match:
+        rx = re.compile(params.match)
+        targets = [h for h in targets if rx.search(h.cmdline) or rx.search(h.name)]
+    if params.user:
+        targets = [h for h in targets if h.user == params.user]
+    skipped = [h for h in snap.holders if h.protected]
+    data: dict = {"killed": [], "survivors": [], "processes": [], "memory": dict(snap.used),
+                  "unexplained": dict(snap.unexplained)}
+    warnings = [n for n in snap.notes if "neither" in n or "not visible" in n]
+    warnings += [f"left GPU daemon pid {h.pid} ({h.proc.comm}) alone" for h in skipped]
+    if not targets:
+        what = "no GPU processes"
+        if snap.holders:
+            what += " matching the filters" if (params.match or params.user) else " that may be stopped"
+        if snap.unexplained:
+            what += f"; {_gpu.memory_line(snap.unexplained)} used with no process to explain it"
+        return StepResult.ok(what, data=data, warnings=warnings, output="".join(n + "\n" for n in snap.notes))
+
+    sessions = await our_sessions(ctx)
+    ours = {h.pid for h in targets if _ours(h, sessions)}
+    foreign = [h for h in targets if h.pid not in ours]
+    ctx.log(_gpu.table(targets))
+    plan = [f"{'ours' if h.pid in ours else 'FOREIGN'} {h.line()}" for h in targets]
+    data["processes"] = [dict(h.as_dict(), ours=h.pid in ours, signals=[]) for h in targets]
+
+    if ctx.dry_run:
+        for line in plan:
+            ctx.would(f"stop {line}")
+        return StepResult.skipped(
+            f"dry-run: would stop {len(targets)} GPU process{'es' if len(targets) != 1 else ''} "
+            f"({len(foreign)} not started by the bot): {', '.join(str(h.pid) for h in targets)}",
+            data=data, output="\n".join(plan) + "\n", warnings=warnings)
+
+    if foreign:
+        n = len(foreign)
+        action = (f"kill {n} GPU process{'es' if n != 1 else ''} the bot did not start on {ctx.host_name} "
+                  f"(SIGTERM, then SIGKILL after {params.grace_s:g}s)")
+        approved, who = await ctx.approve(action, [h.line() for h in foreign])
+        if not approved:
+            return StepResult.failed(
+                f"not approved ({who}): nothing was killed; {n} process{'es' if n != 1 else ''} "
+                f"the bot did not start hold the GPUs: {', '.join(f'{h.pid} ({h.user})' for h in foreign)}",
+                data=data, output="\n".join(plan) + "\n", warnings=warnings)
+        ctx.log(f"approved by {who}")
+
+    reports = await terminate(ctx, [h.proc for h in targets], params.grace_s)
+    by_pid = {r.pid: r for r in reports}
+    lines = []
+    for h, d in zip(targets, data["processes"]):
+        r = by_pid[h.pid]
+        d["signals"] = list(r.signals)
+        d["gone"] = r.gone
+        gpus = ",".join(map(str, h.gpus))
+        mib = "?" if h.mib is None else h.mib
+        lines.append(f"{r.line()} [GPU {gpus}, {mib} MiB, {'ours' if h.pid in ours else 'foreign'}]")
+    for line in lines:
+        ctx.log(line)
+    data["killed"] = [r.pid for r in reports if r.gone]
+    data["survivors"] = [r.pid for r in reports if not r.gone]
+    out = "\n".join(lines) + "\n" + "".join(n + "\n" for n in snap.notes)
+    if data["survivors"]:
+        bad = [by_pid[p] for p in data["survivors"]]
+        return StepResult.failed(
+            f"{len(bad)} GPU process{'es' if len(bad) != 1 else ''} still running after "
+            f"{'+'.join(bad[0].signals) or 'no signal'}: "
+            + "; ".join(f"pid {r.pid} ({r.user}) {r.cmdline[:80]}{' - ' + r.note if r.note else ''}" for r in bad),
+            data=data, output=out, warnings=warnings)
+    killed = [by_pid[h.pid] for h in targets]
+    desc = "; ".join(f"{r.pid} ({r.user}, {'+'.join(r.signals) or 'already gone'}) {r.cmdline[:60]}"
+                     for r in killed[:4])
+    more = f"; and {len(killed) - 4} more" if len(killed) > 4 else ""
+    n = len(killed)
+    return StepResult.changed(f"stopped {n} GPU process{'es' if n != 1 else ''}: {desc}{more}",
+                              data=data, output=out, warnings=warnings)

@@ -1,0 +1,164 @@
+"""Wait until every selected GPU's memory is back under a tolerance; optionally a CUDA smoke test.
+
+Polls `nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits` about every
+`poll_s` until each GPU uses at most `max_used_mib` (a GPU can read a few MiB with no
+process on it) or `timeout_s` passes; on failure it names the processes still holding
+memory. `cuda_smoke: true` then runs a short PyTorch check with the host's Python (host
+var `python`): allocate on every selected GPU and compare a matmul with the CPU.
+Records the metric `gpu_free_s` (seconds until the GPUs read free; lower is better).
+
+```yaml
+- skill: gpu.verify
+  with: {max_used_mib: 64, timeout_s: 60, gpus: "0,1", cuda_smoke: true}
+```
+Registers `memory` (MiB per GPU at the end), `seconds` and, with cuda_smoke, `smoke`
+(one line per GPU).
+"""
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+
+from pydantic import Field
+
+from eaglebot.errors import StepFailed
+from eaglebot.skill import Metric, SkillContext, StepResult
+from eaglebot.skills import _gpu, _nvsmi
+
+NAME = "gpu.verify"
+
+# Runs on the GPU host. Indices are nvidia-smi's: PCI order, every GPU visible.
+SMOKE = r'''
+import os, sys, time
+os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+def fail(msg, code):
+    print("EAGLE-SMOKE-ERROR " + msg, flush=True)
+    sys.exit(code)
+try:
+    import torch
+except Exception as e:
+    fail("PyTorch is not installed for %s (%s: %s)" % (sys.executable, type(e).__name__, e), 3)
+if not torch.cuda.is_available():
+    fail("PyTorch %s cannot use CUDA (torch.cuda.is_available() is False)" % torch.__version__, 4)
+gpus = [int(x) for x in sys.argv[1].split(",") if x]
+n = torch.cuda.device_count()
+missing = [g for g in gpus if g >= n]
+if missing:
+    fail("PyTorch sees %d GPUs, GPU %s is missing" % (n, ",".join(map(str, missing))), 5)
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+bad = 0
+for g in gpus:
+    t0 = time.perf_counter()
+    try:
+        dev = torch.device("cuda", g)
+        block = torch.empty(64 * 1024 * 1024, dtype=torch.uint8, device=dev)   # 64 MiB
+        a = torch.randn(512, 512, dtype=torch.float32)
+        b = torch.randn(512, 512, dtype=torch.float32)
+        got = (a.to(dev) @ b.to(dev)).cpu()
+        torch.cuda.synchronize(dev)
+        err = (got - a @ b).abs().max().item()
+        ok = err < 1e-2
+        del block
+        torch.cuda.empty_cache()
+        print("EAGLE-SMOKE gpu=%d %s max_abs_err=%.2e ms=%.1f name=%s" % (
+            g, "ok" if ok else "WRONG", err, (time.perf_counter() - t0) * 1000, torch.cuda.get_device_name(dev)),
+            flush=True)
+        bad += 0 if ok else 1
+    except Exception as e:
+        print("EAGLE-SMOKE gpu=%d FAILED %s: %s" % (g, type(e).__name__, str(e).splitlines()[0][:200]), flush=True)
+        bad += 1
+sys.exit(1 if bad else 0)
+'''
+
+
+class Params(_gpu.GpuParams):
+    max_used_mib: int = Field(64, ge=0, description="a GPU counts as free at or below this many MiB used")
+    timeout_s: float = Field(60.0, ge=0, le=3600, description="how long to wait for the memory to be freed")
+    poll_s: float = Field(0.1, gt=0, le=10, description="seconds between two nvidia-smi queries")
+    cuda_smoke: bool = Field(False, description="also allocate and run a matmul on every selected GPU with PyTorch")
+    smoke_timeout_s: float = Field(300.0, gt=0, le=3600, description="time limit of the CUDA smoke test")
+
+
+async def run(ctx: SkillContext, params: Params) -> StepResult:
+    if ctx.dry_run:
+        ctx.would(f"poll nvidia-smi until GPU memory <= {params.max_used_mib} MiB (timeout {params.timeout_s:g}s)"
+                  + ("; run a CUDA smoke test" if params.cuda_smoke else ""))
+        return StepResult.skipped("dry-run: would verify that the GPUs are free")
+    t0 = time.monotonic()
+    sel: list[int] | None = None
+    polls = 0
+    while True:
+        out = await _nvsmi.run_nvsmi(ctx, _nvsmi.QUERY_MEMORY)
+        used_all = _nvsmi.parsed("--query-gpu", ctx.host_name, _nvsmi.parse_memory_used, out)
+        polls += 1
+        if sel is None:
+            sel = _gpu.select(ctx, params, list(used_all))
+        used = {g: used_all[g] for g in sel if g in used_all}
+        if len(used) < len(sel):
+            gone = [g for g in sel if g not in used]
+            raise StepFailed(f"GPU {', '.join(map(str, gone))} disappeared from nvidia-smi on {ctx.host_name} "
+                             f"while waiting; a GPU may have fallen off the bus")
+        over = {g: m for g, m in used.items() if m > params.max_used_mib}
+        elapsed = time.monotonic() - t0
+        if not over or elapsed >= params.timeout_s:
+            break
+        await asyncio.sleep(params.poll_s)
+    data = {"memory": dict(used), "seconds": round(elapsed, 3), "polls": polls}
+    mem = _gpu.memory_line(used)
+    if over:
+        return await _still_held(ctx, params, over, used, elapsed, data)
+    ctx.log(f"free after {elapsed:.2f}s ({polls} polls): {mem}")
+    metrics = [Metric("gpu_free_s", round(elapsed, 3), "s", "lower")]
+    summary = f"{len(used)} GPU{'s' if len(used) != 1 else ''} free (<= {params.max_used_mib} MiB) after {elapsed:.1f}s: {mem}"
+    if not params.cuda_smoke:
+        return StepResult.ok(summary, metrics=metrics, data=data, output=mem + "\n")
+    ok, lines, why = await _smoke(ctx, params, sel)
+    data["smoke"] = lines
+    out = mem + "\n" + "\n".join(lines) + "\n"
+    if not ok:
+        return StepResult.failed(f"CUDA smoke test failed on {ctx.host_name}: {why}", metrics=metrics, data=data,
+                                 output=out)
+    return StepResult.ok(f"{summary}; CUDA smoke test passed on GPU {', '.join(map(str, sel))}",
+                         metrics=metrics, data=data, output=out)
+
+
+async def _still_held(ctx: SkillContext, params: Params, over: dict[int, int], used: dict[int, int],
+                      elapsed: float, data: dict) -> StepResult:
+    gpus = ", ".join(f"GPU {g} uses {m} MiB" for g, m in over.items())
+    head = f"{gpus} (limit {params.max_used_mib} MiB) after {elapsed:.1f}s"
+    try:
+        snap = await _gpu.snapshot(ctx, params.model_copy(update={"gpus": list(over)}),
+                                   tolerance_mib=params.max_used_mib)
+    except StepFailed as e:
+        return StepResult.failed(f"{head}; could not list the holders: {e}", data=data)
+    data["holders"] = [h.as_dict() for h in snap.holders]
+    out = _gpu.memory_line(used) + "\n" + (_gpu.table(snap.holders) + "\n" if snap.holders else "")
+    out += "".join(n + "\n" for n in snap.notes)
+    if snap.holders:
+        who = "; ".join(h.line() for h in snap.holders[:4])
+        more = f"; and {len(snap.holders) - 4} more" if len(snap.holders) > 4 else ""
+        return StepResult.failed(f"{head}; still held by {who}{more}", data=data, output=out)
+    return StepResult.failed(f"{head}; no process found holding it (nvidia-smi and fuser name none)",
+                             data=data, output=out)
+
+
+async def _smoke(ctx: SkillContext, params: Params, gpus: list[int]) -> tuple[bool, list[str], str]:
+    python = str(ctx.vars.get("python") or "python3")
+    cmd = shlex.join([python, "-c", SMOKE, ",".join(map(str, gpus))])
+    res = await ctx.host.run(cmd, timeout=params.smoke_timeout_s, on_output=lambda _s, line: ctx.log(line))
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("EAGLE-SMOKE")]
+    if res.timed_out:
+        return False, lines, f"no answer within {params.smoke_timeout_s:g}s"
+    if res.exit_status in (126, 127):
+        return False, lines, f"{python} not found (set the host var python)"
+    err = next((ln[len("EAGLE-SMOKE-ERROR "):] for ln in lines if ln.startswith("EAGLE-SMOKE-ERROR")), None)
+    if err:
+        return False, lines, err
+    bad = [ln for ln in lines if " ok " not in ln]
+    if res.exit_status != 0 or bad:
+        last = (bad[:1] or res.stderr.strip().splitlines()[-1:] or [f"exit status {res.exit_status}"])[0]
+        return False, lines, last.replace("EAGLE-SMOKE ", "")
+    return True, lines, ""

@@ -357,7 +357,7 @@ def median_numbers(runs: list[dict[str, float]]) -> dict[str, float]:
     return {k: float(statistics.median([r[k] for r in runs if k in r])) for k in sorted(keys)}
 
 
-# -- GPU tenants / ports -----------------------------------------------------------------
+# -- ports and processes -----------------------------------------------------------------
 
 def parse_listening_inodes(proc_net_tcp: str, port: int) -> set[str]:
     """Socket inodes LISTENing on `port` in /proc/net/tcp{,6} text."""
@@ -382,21 +382,6 @@ def parse_fd_socket_pids(find_output: str) -> set[int]:
         parts = line.strip().split("/")
         if len(parts) >= 4 and parts[1] == "proc" and parts[2].isdigit():
             out.add(int(parts[2]))
-    return out
-
-
-def parse_compute_apps(csv_text: str) -> list[tuple[int, str, float]]:
-    """`nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits`."""
-    out = []
-    for line in csv_text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 3 or not parts[0].isdigit():
-            continue
-        try:
-            mib = float(parts[2].split()[0])
-        except (ValueError, IndexError):
-            mib = 0.0
-        out.append((int(parts[0]), parts[1], mib))
     return out
 
 

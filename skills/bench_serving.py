@@ -25,7 +25,7 @@ from pydantic import Field
 
 from eaglebot.skill import Metric, SkillContext, SkillParams, StepResult
 
-from . import _procs, _server, _sglang
+from . import _nvsmi, _procs, _server, _sglang
 
 NAME = "bench.serving"
 
@@ -74,23 +74,27 @@ async def _server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[st
 
 
 async def _foreign_gpu_tenants(ctx: SkillContext) -> list[str] | None:
-    """Compute processes on the GPUs outside the bot's sessions; None when nvidia-smi is absent."""
-    res = await ctx.host.run("nvidia-smi --query-compute-apps=pid,process_name,used_memory "
-                             "--format=csv,noheader,nounits", timeout=60)
-    if res.exit_status != 0:
+    """Compute processes on the GPUs outside the bot's sessions; None when nvidia-smi does not answer."""
+    try:
+        text = await _nvsmi.run_nvsmi(ctx, ["--query-compute-apps=pid,process_name,used_memory",
+                                            "--format=csv,noheader,nounits"])
+        apps = _nvsmi.parse_compute_apps(text)
+    except (_nvsmi.NvsmiError, _nvsmi.ParseError) as e:
+        ctx.log(f"GPU tenants not checked: {e}")
         return None
-    apps = _sglang.parse_compute_apps(res.stdout)
     if not apps:
         return []
     ours = await _procs.our_sessions(ctx)
-    infos = await _procs.proc_info(ctx, [a[0] for a in apps])
-    out = []
-    for pid, name, mib in apps:
-        info = infos.get(pid)
-        if info is not None and info.sid in ours:
+    infos = await _procs.proc_info(ctx, sorted({a.pid for a in apps}))
+    out, seen = [], set()
+    for app in apps:
+        info = infos.get(app.pid)
+        if app.pid in seen or (info is not None and (info.sid in ours or info.pgid in ours)):
             continue
-        who = _server.describe(info) if info else f"pid {pid} {name}"
-        out.append(f"{who} using {mib:g} MiB")
+        seen.add(app.pid)
+        who = _server.describe(info) if info else f"pid {app.pid} {app.process_name}"
+        mib = f"{app.used_mib} MiB" if app.used_mib is not None else "unknown memory"
+        out.append(f"{who} using {mib}")
     return out
 
 
@@ -113,9 +117,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                                  f"launch it first (server.launch)")
     if params.check_tenants:
         tenants = await _foreign_gpu_tenants(ctx)
-        if tenants is None:
-            ctx.log("nvidia-smi is not available: other GPU tenants were not checked")
-        elif tenants:
+        if tenants:
             warnings.append(f"{len(tenants)} other process(es) are using the GPUs, the numbers may be low: "
                             + "; ".join(tenants[:5]))
     bench_dir = f"{_procs.state_dir(ctx)}/bench"

@@ -168,6 +168,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         return StepResult.skipped(f"dry-run: would launch SGLang on port {port}", warnings=warnings)
     # -- act
     t0 = time.monotonic()
+    # spawn_detached's own mkdir runs in the background, racing its pid-file write.
+    await ctx.host.run(f"mkdir -p {_procs._q(_procs.state_dir(ctx) + '/run')} "
+                       f"{_procs._q(_procs.state_dir(ctx) + '/logs')}", timeout=30)
     pid = await ctx.host.spawn_detached(argv, log_path=log_path, pid_path=pid_path, env=env or None)
     ctx.log(f"started pid {pid}: {' '.join(argv)}")
     data: dict[str, Any] = {"log_path": log_path, "pid": pid, "port": port, "launch_args": launch_args,
@@ -217,6 +220,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         spec_txt = (f"; {eff['speculative_algorithm']} steps={eff.get('speculative_num_steps')} "
                     f"topk={eff.get('speculative_eagle_topk')} draft_tokens={eff.get('speculative_num_draft_tokens')}")
     version = data["sglang_version"] or "?"
+    if info is not None and info["raw"].get("simulated"):
+        version += " (SIMULATED)"
     return StepResult.changed(f"SGLang {version} ready on port {port} in {ready_s:.1f}s (pid {pid}{spec_txt})",
                               data=data, warnings=warnings, output=_sglang.tail(log_text, 30))
 

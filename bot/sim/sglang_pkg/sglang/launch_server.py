@@ -4,6 +4,7 @@ Test knobs (environment):
   EAGLE_SIM_FAIL=<fatal line>   die after "Load weight begin" printing that line
   EAGLE_SIM_LOAD_S=<s>          simulated model loading time (default 0.3)
   EAGLE_SIM_WARMUP_S=<s>        /health answers 503 this long after binding (default 0.3)
+  EAGLE_SIM_WARMUP_UNTIL_FILE=<path>  ... and until that file exists (deterministic tests)
   EAGLE_SIM_PORT_BUSY=1         print the Errno 98 bind error after loading, then exit
   EAGLE_SIM_ACCEPT_LEN=<x>      force the acceptance length (SGLANG_SIMULATE_ACC_LEN also does)
   EAGLE_SIM_TIME_SCALE=<f>      wall-clock seconds per simulated second in /generate (0.001)
@@ -377,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def warmup():
         time.sleep(float(os.environ.get("EAGLE_SIM_WARMUP_S", "0.3")))
+        gate = os.environ.get("EAGLE_SIM_WARMUP_UNTIL_FILE")
+        while gate and not os.path.exists(gate):
+            time.sleep(0.05)
         log("Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
             "#running-req: 0, #queue-req: 0, ", "TP0")
         server.ready_at = time.monotonic()

@@ -52,18 +52,25 @@ class PatchError(ValueError):
     pass
 
 
+def _kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "a boolean"
+    return {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
+            type(None): "null"}.get(type(v), type(v).__name__)
+
+
 def _walk(doc: dict, parts: list[str], create: bool) -> dict:
     node: Any = doc
     for i, part in enumerate(parts):
         if not isinstance(node, dict):
-            raise PatchError(f"{'.'.join(parts[:i])} is a {type(node).__name__}, not an object")
+            raise PatchError(f"{'.'.join(parts[:i])} is {_kind(node)}, not an object")
         if part not in node:
             if not create:
                 raise PatchError(f"key {'.'.join(parts[:i + 1])!r} does not exist")
             node[part] = {}
         node = node[part]
     if not isinstance(node, dict):
-        raise PatchError(f"{'.'.join(parts)} is a {type(node).__name__}, not an object")
+        raise PatchError(f"{'.'.join(parts)} is {_kind(node)}, not an object")
     return node
 
 
@@ -129,7 +136,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         return StepResult.failed(f"{path} on {ctx.host_name} is not valid JSON "
                                  f"(line {e.lineno} column {e.colno}: {e.msg})")
     if not isinstance(doc, dict):
-        return StepResult.failed(f"{path} on {ctx.host_name} holds a JSON {type(doc).__name__}, not an object")
+        return StepResult.failed(f"{path} on {ctx.host_name} holds {_kind(doc)}, not a JSON object")
     try:
         keys = apply(doc, params.set, params.delete)
     except PatchError as e:

@@ -156,7 +156,7 @@ def table(state: dict, now: float | None = None, holders: list[dict] | None = No
         name = h.get("name") or "?"
         if len(name) > 36:
             name = "..." + name[-33:]
-        out.append(f"|  {h['gpu']:>3}   {'N/A':>3}  {'N/A':>3}  {h['pid']:>14}  {'C':>6}   "
+        out.append(f"|  {h['gpu']:>3}   {'N/A':>3}  {'N/A':>3}  {h['pid']:>14}  {'C':>5}   "
                    f"{name:<36}{str(h['mib']) + 'MiB':>10} |")
     out.append("+" + "-" * 89 + "+")
     return "".join(line + "\n" for line in out)

@@ -1,0 +1,63 @@
+"""Real-GPU helpers: PyTorch holder processes and nvidia-smi readings (no eaglebot code)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+TAG = "eagle-gpu-test-holder"
+
+# Holds MIB MiB on each listed GPU until killed; optionally ignores SIGTERM.
+HOLDER = r'''
+import signal, sys, time
+import torch
+tag, gpus, mib, ignore = sys.argv[1], [int(g) for g in sys.argv[2].split(",")], int(sys.argv[3]), sys.argv[4] == "1"
+if ignore:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+blocks = [torch.ones(mib * 1024 * 1024, dtype=torch.uint8, device=f"cuda:{g}") for g in gpus]
+for g in gpus:
+    torch.cuda.synchronize(g)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+'''
+
+
+def gpu_count() -> int:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    return len([ln for ln in out.splitlines() if ln.strip()])
+
+
+def memory_used() -> dict[int, int]:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    return {int(a): int(b) for a, b in (ln.split(", ") for ln in out.splitlines() if ln.strip())}
+
+
+class Holders:
+    """PyTorch processes holding GPU memory; the test's tag is in each command line."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, gpus: list[int], mib: int, *, ignore_term: bool = False) -> int:
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        p = subprocess.Popen([sys.executable, "-c", HOLDER, TAG, ",".join(map(str, gpus)), str(mib),
+                              "1" if ignore_term else "0"], stdout=subprocess.PIPE, text=True, env=env,
+                             start_new_session=True)
+        self.procs.append(p)
+        line = p.stdout.readline()      # blocks until the memory is allocated (or the process died)
+        assert line.strip() == "ready", f"holder on GPU {gpus} did not start (exit {p.poll()})"
+        return p.pid
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            p.wait(30)

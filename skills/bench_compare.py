@@ -50,6 +50,9 @@ def judge(name: str, value: float, reference: float, tolerance_pct: float, bette
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
+    if ctx.dry_run:
+        ctx.would(f"compare {', '.join(params.baseline)} with the baseline (tolerance {params.tolerance_pct:g}%)")
+        return StepResult.skipped("dry-run: nothing was measured to compare")
     numbers: dict[str, Any] | None = params.metrics
     if numbers is None:
         reg = ctx.vars.get(params.source)

@@ -101,6 +101,13 @@ async def _foreign_gpu_tenants(ctx: SkillContext) -> list[str] | None:
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     port = params.port
     warnings: list[str] = []
+    bench_dir = f"{_procs.state_dir(ctx)}/bench"
+    files = [f"{bench_dir}/bench-{port}-run{ctx.run_id}-step{ctx.step_idx}-{i + 1}.jsonl"
+             for i in range(params.repeats)]
+    if ctx.dry_run:
+        # In a dry run the server this would measure was not (re)started: plan only.
+        ctx.would("run " + shlex.join(bench_argv(params, files[0])))
+        return StepResult.skipped(f"dry-run: would benchmark port {port} {params.repeats} time(s)")
     # -- probe
     pid, env = await _server_env(ctx, port)
     if env is not None and "SGLANG_SIMULATE_ACC_LEN" in env:
@@ -120,13 +127,6 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         if tenants:
             warnings.append(f"{len(tenants)} other process(es) are using the GPUs, the numbers may be low: "
                             + "; ".join(tenants[:5]))
-    bench_dir = f"{_procs.state_dir(ctx)}/bench"
-    files = [f"{bench_dir}/bench-{port}-run{ctx.run_id}-step{ctx.step_idx}-{i + 1}.jsonl"
-             for i in range(params.repeats)]
-    if ctx.dry_run:
-        ctx.would("run " + shlex.join(bench_argv(params, files[0])))
-        return StepResult.skipped(f"dry-run: would benchmark port {port} {params.repeats} time(s)",
-                                  warnings=warnings)
     # -- act
     runs: list[dict[str, float]] = []
     outputs: list[str] = []

@@ -36,6 +36,7 @@ Registers `log_path`, `pid`, `port`, `launch_args` (list), `sglang_version`,
 from __future__ import annotations
 
 import asyncio
+import shlex
 import time
 from typing import Any
 
@@ -151,10 +152,13 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         infos = await _procs.proc_info(ctx, sorted(lis.pids))
         who = "; ".join(_server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
             "a process this user cannot see"
-        return StepResult.failed(f"port {port} is already in use by {who}; stop it first (server.stop) - "
-                                 f"SGLang would only notice after loading the model", warnings=warnings)
+        if ctx.dry_run:  # an earlier server.stop would have freed it by now
+            ctx.would(f"find port {port} free (now in use by {who})")
+        else:
+            return StepResult.failed(f"port {port} is already in use by {who}; stop it first (server.stop) - "
+                                     f"SGLang would only notice after loading the model", warnings=warnings)
     old = await _server.read_pid(ctx, port)
-    if old is not None and await _server.leader_alive(ctx, old):
+    if not ctx.dry_run and old is not None and await _server.leader_alive(ctx, old):
         return StepResult.failed(f"a server the bot launched on port {port} is still running (pid {old}) "
                                  f"but not listening yet; stop it first (server.stop)", warnings=warnings)
     env = dict(params.env)
@@ -164,7 +168,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     argv = [params.python, "-m", "sglang.launch_server", *launch_args]
     log_path, pid_path = _server.log_path(ctx, port), _server.pid_path(ctx, port)
     if ctx.dry_run:
-        ctx.would(f"start {' '.join(argv)} (env {env or '{}'}), log {log_path}")
+        ctx.would(f"start {shlex.join(argv)} (env {env or '{}'}), log {log_path}")
         return StepResult.skipped(f"dry-run: would launch SGLang on port {port}", warnings=warnings)
     # -- act
     t0 = time.monotonic()
@@ -172,7 +176,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     await ctx.host.run(f"mkdir -p {_procs._q(_procs.state_dir(ctx) + '/run')} "
                        f"{_procs._q(_procs.state_dir(ctx) + '/logs')}", timeout=30)
     pid = await ctx.host.spawn_detached(argv, log_path=log_path, pid_path=pid_path, env=env or None)
-    ctx.log(f"started pid {pid}: {' '.join(argv)}")
+    ctx.log(f"started pid {pid}: {shlex.join(argv)}")
     data: dict[str, Any] = {"log_path": log_path, "pid": pid, "port": port, "launch_args": launch_args,
                             "sglang_version": None, "effective": spec.effective(),
                             "url": f"http://127.0.0.1:{port}"}

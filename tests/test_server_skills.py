@@ -134,6 +134,11 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     assert metrics["median_ttft_ms"]["better"] == "lower" and metrics["completed"]["value"] == 16
     assert metrics["avg_spec_accept_length"]["value"] > 1
 
+    # a dry run plans every step and leaves the running server alone
+    dry = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs=inputs, dry_run=True))
+    assert dry.exit_code == 0, [(s.name, s.status, s.summary) for s in dry.steps]
+    assert any("launch SGLang: start" in p for p in dry.plan) and alive(launch["pid"])
+
     # a fixed baseline far above what the patched config gives: regression, exit 3
     bench = await svc.engine.run(RunRequest(playbook="bench", hosts=["gpu"], inputs={
         "num_prompts": "8", "input_len": "64", "output_len": "32", "baseline_tok_s": "1e9"}))

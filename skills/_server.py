@@ -86,6 +86,11 @@ async def listeners(ctx: SkillContext, port: int) -> Listeners:
     return Listeners(pids, not pids)
 
 
+def looks_like_sglang(p: _procs.ProcInfo) -> bool:
+    """A pid-file leader that is still the server (not a PID reused by another program)."""
+    return "sglang" in p.cmdline or p.comm.startswith("sglang")
+
+
 def describe(p: _procs.ProcInfo) -> str:
     return f"pid {p.pid} ({p.user}) {p.cmdline[:160]}"
 

@@ -37,11 +37,15 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     port = params.port
     # -- probe
     leader = await _server.read_pid(ctx, port)
-    ours_alive = leader is not None and await _server.leader_alive(ctx, leader)
-    members = await _server.session_members(ctx, leader) if ours_alive else []
+    # Linux does not reuse a PID while it is still some live process's session id, so
+    # members of the session survive their leader (orphaned schedulers) and are ours.
+    members = await _server.session_members(ctx, leader) if leader is not None else []
     lis = await _server.listeners(ctx, port)
     sessions = await _procs.our_sessions(ctx)
     infos = await _procs.proc_info(ctx, sorted(set(members) | lis.pids))
+    if leader in members and leader in infos and not _server.looks_like_sglang(infos[leader]):
+        ctx.log(f"pid file names pid {leader}, now a different program ({infos[leader].cmdline[:120]}): stale")
+        members = []
     foreign = [infos[p] for p in sorted(lis.pids) if p in infos and infos[p].sid not in sessions]
     ours = [infos[p] for p in members if p in infos]
     ours += [infos[p] for p in sorted(lis.pids) if p in infos and infos[p].sid in sessions

@@ -242,3 +242,32 @@ async def test_bench_refuses_a_server_with_simulated_acceptance(services, local_
     await svc.engine.run(RunRequest(playbook=one_step("server.stop", {"port": h.port}), hosts=["gpu"]))
     out = await svc.engine.run(RunRequest(playbook="bench", hosts=["gpu"], inputs={"num_prompts": "2"}))
     assert out.exit_code == 1 and f"no ready server on port {h.port}" in out.steps[0].summary
+
+
+async def test_stop_also_stops_children_that_outlived_the_server_leader(services, local_host):
+    h = local_host
+    svc = await open_svc(services, h)
+    (h.botstate / "run").mkdir(parents=True)
+    (h.botstate / "logs").mkdir(parents=True)
+    leader = await svc.pool.get("gpu").spawn_detached(
+        ["sh", "-c", "sleep 299 & exec sleep 300"], log_path=str(h.botstate / "logs" / "x.log"),
+        pid_path=str(h.botstate / "run" / f"server-{h.port}.pid"))
+    h.extra_pids.append(leader)
+    deadline = time.monotonic() + 10
+    orphan = None
+    while orphan is None and time.monotonic() < deadline:
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit() and int(d.name) != leader:
+                try:
+                    st = (d / "stat").read_text()
+                except OSError:
+                    continue
+                if int(st[st.rindex(")") + 2:].split()[3]) == leader:
+                    orphan = int(d.name)
+        time.sleep(0.05)
+    assert orphan is not None
+    os.kill(leader, signal.SIGKILL)
+    out = await svc.engine.run(RunRequest(playbook=one_step("server.stop", {"port": h.port, "grace_s": 2}),
+                                          hosts=["gpu"]))
+    assert out.steps[0].status == "changed" and str(orphan) in out.steps[0].summary
+    assert not alive(orphan) and not (h.botstate / "run" / f"server-{h.port}.pid").exists()

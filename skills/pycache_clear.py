@@ -44,8 +44,9 @@ _NEVER = {"/", "/usr", "/bin", "/etc", "/home", "/root", "/opt", "/var", "~"}
 
 class Params(SkillParams):
     paths: list[str] = Field(default_factory=list, description="folders to clean (each must exist)")
-    package: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
-                                description="an installed Python package to clean, e.g. sglang")
+    # Top-level names only: find_spec("a.b") would import the parent package `a`.
+    package: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                description="an installed top-level Python package to clean, e.g. sglang")
 
     @model_validator(mode="after")
     def _something(self) -> "Params":

@@ -50,7 +50,8 @@ def _free_port(avoid: set[int] = frozenset()) -> int:
 
 
 def _write_models(root: Path) -> tuple[Path, Path]:
-    target, draft = root / "models" / "Llama-3.1-8B-Instruct-SIMULATED", root / "models" / "EAGLE3-LLaMA3.1-8B-SIMULATED"
+    models = root / "models"
+    target, draft = models / "Llama-3.1-8B-Instruct-SIMULATED", models / "EAGLE3-LLaMA3.1-8B-SIMULATED"
     target.mkdir(parents=True)
     draft.mkdir(parents=True)
     (target / "config.json").write_text(json.dumps({
@@ -91,7 +92,8 @@ def _start_stale_server(python: str, target: Path, draft: Path, state_dir: Path,
             "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
             "--mem-fraction-static", "0.6", "--host", "127.0.0.1", "--port", str(port)]
     return asyncio.run(LocalTransport().spawn_detached(
-        argv, log_path=str(log_dir / f"server-{port}-stale.log"), pid_path=str(state_dir / "run" / f"server-{port}.pid")))
+        argv, log_path=str(log_dir / f"server-{port}-stale.log"),
+        pid_path=str(state_dir / "run" / f"server-{port}.pid")))
 
 
 def _stop_everything(state_dir: Path) -> list[int]:

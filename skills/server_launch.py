@@ -77,7 +77,8 @@ def build_args(p: Params) -> tuple[list[str], str | None]:
             return [], f"pass the {flag[2:]} as the `{flag[2:]}` parameter, not in args"
     for flag, use in _sglang.REMOVED_FLAGS.items():
         if any(a == flag or a.startswith(flag + "=") for a in p.args):
-            return [], f"{flag} no longer exists in SGLang {_sglang.SGLANG_VERSION} (argparse calls it ambiguous); use {use}"
+            return [], (f"{flag} no longer exists in SGLang {_sglang.SGLANG_VERSION} "
+                        f"(argparse calls it ambiguous); use {use}")
     out: list[str] = []
     structured = [("--model-path", p.model), ("--speculative-algorithm", p.spec_algorithm),
                   ("--speculative-draft-model-path", p.draft), ("--speculative-num-steps", p.spec_steps),

@@ -339,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     gpus = visible_gpus(args.tp_size)
     for rank, gpu in enumerate(gpus):
         c = subprocess.Popen([sys.executable, "-m", "sglang._sim_scheduler", f"sglang::scheduler_TP{rank}",
-                              str(rank), str(gpu), str(mib), str(rank)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                              str(rank), str(gpu), str(mib), str(rank)],
+                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         server.children.append(c)
     for rank, c in enumerate(server.children):
         line = c.stdout.readline()
@@ -352,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         f"mem usage=15.25 GB.", "TP0")
     if aux_ids is not None:
         log(f"EAGLE-3 draft capture layers (eagle_aux_hidden_state_layer_ids): {aux_ids}", "TP0")
-    log(f"KV Cache is allocated. #tokens: 1024000, K size: 49.22 GB, V size: 49.22 GB", "TP0")
+    log("KV Cache is allocated. #tokens: 1024000, K size: 49.22 GB, V size: 49.22 GB", "TP0")
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=25.52 GB", "TP0")
     log("Capture cuda graph end. Time elapsed: 0.00 s. mem usage=0.61 GB. avail mem=24.91 GB.", "TP0")
     log(f"max_total_num_tokens=1024000, chunked_prefill_size={args.chunked_prefill_size}, "

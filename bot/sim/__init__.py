@@ -32,6 +32,14 @@ def default_python() -> str:
     return sys.executable
 
 
+def _ignore(folder: str, names: list[str]) -> set[str]:
+    """Skip bytecode and this package's own __init__ (the simulated sglang keeps its own)."""
+    skip = {n for n in names if n == "__pycache__" or n.endswith(".pyc")}
+    if Path(folder).resolve() == SIM_DIR and "__init__.py" in names:
+        skip.add("__init__.py")
+    return skip
+
+
 def install_sim_bin(bin_dir: Path, state_dir: Path, python: str | None = None) -> dict[str, str]:
     """Install the simulated tools into bin_dir; return host vars that point at them."""
     bin_dir, state_dir = Path(bin_dir), Path(state_dir)
@@ -40,7 +48,7 @@ def install_sim_bin(bin_dir: Path, state_dir: Path, python: str | None = None) -
     lib = bin_dir / ".eagle-sim"
     if lib.exists():
         shutil.rmtree(lib)
-    shutil.copytree(SIM_DIR, lib, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "__init__.py"))
+    shutil.copytree(SIM_DIR, lib, ignore=_ignore)
     for d in [lib, *[p for p in lib.rglob("*") if p.is_dir()]]:
         os.chmod(d, 0o755)
     py = python or default_python()

@@ -1,0 +1,174 @@
+"""SIMULATED SGLang internals shared by the fake launch_server and its scheduler child.
+
+Stand-alone (standard library only): it runs on the GPU host with whatever Python is
+there. The speculative-arg resolution mirrors SGLang 0.5.23 (and eaglebot's
+skills/_sglang.py; a test keeps them in agreement). Performance numbers are a
+deterministic model, not a measurement.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+VERSION = "0.5.23"
+BANNER = ("SIMULATED SGLang 0.5.23 (eaglebot sandbox): no model is loaded and no tokens are generated; "
+          "every number this server reports is SIMULATED.")
+H200_MIB = 143771
+DRAFT_TOKENS_WARNING = ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
+                        "when speculative_eagle_topk == 1")
+MAX_RUNNING_WARNING = ("Max running requests is reset to 48 for speculative decoding. You can override "
+                       "this by explicitly setting --max-running-requests.")
+
+
+def log(msg: str, rank: str | None = None) -> None:
+    ts = time.strftime("%Y-%m-%d %H:%M:%S")
+    tag = f"{ts} {rank}" if rank else ts
+    sys.stdout.write(f"[{tag}] {msg}\n")
+    sys.stdout.flush()
+
+
+# -- speculative resolution (SGLang 0.5.23 server_args) ------------------------------
+
+def auto_spec_params(architecture: str | None) -> tuple[int, int, int]:
+    arch = architecture or ""
+    if arch == "LlamaForCausalLM" or arch.startswith("Grok"):
+        return 5, 4, 8
+    return 3, 1, 4
+
+
+class SpecError(Exception):
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def resolve_speculative(args, architecture: str | None) -> list[str]:
+    """Mutate args like ServerArgs.__post_init__ does; return the WARNING lines it logs."""
+    warnings: list[str] = []
+    algo = args.speculative_algorithm
+    if algo is None:
+        return warnings
+    algo = algo.upper()
+    if algo == "NEXTN":
+        algo = "EAGLE"
+    args.speculative_algorithm = algo
+    if algo not in ("EAGLE", "EAGLE3", "STANDALONE"):
+        return warnings
+    if args.max_running_requests is None:
+        args.max_running_requests = 48
+        warnings.append(MAX_RUNNING_WARNING)
+    if args.speculative_num_steps is None:
+        if args.speculative_eagle_topk is not None or args.speculative_num_draft_tokens is not None:
+            raise SpecError("AssertionError", "")
+        (args.speculative_num_steps, args.speculative_eagle_topk,
+         args.speculative_num_draft_tokens) = auto_spec_params(architecture)
+        return warnings
+    if args.speculative_eagle_topk is None or (args.speculative_eagle_topk != 1
+                                               and args.speculative_num_draft_tokens is None):
+        raise SpecError("TypeError", "'>' not supported between instances of 'NoneType' and 'int'")
+    if (args.speculative_eagle_topk == 1
+            and args.speculative_num_draft_tokens != args.speculative_num_steps + 1):
+        warnings.append(DRAFT_TOKENS_WARNING)
+        args.speculative_num_draft_tokens = args.speculative_num_steps + 1
+    return warnings
+
+
+# -- model files ---------------------------------------------------------------------
+
+def read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def aux_layer_ids(draft_config: dict) -> list[int] | None:
+    """EAGLE-3 capture layers: only the NESTED key counts (a top-level one is ignored)."""
+    ec = draft_config.get("eagle_config")
+    if isinstance(ec, dict):
+        ids = ec.get("eagle_aux_hidden_state_layer_ids")
+        if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+            return ids
+    return None
+
+
+# -- performance model (deterministic) -------------------------------------------------
+
+class PerfModel:
+    """Acceptance length and per-token timings of the SIMULATED server."""
+
+    def __init__(self, args, num_layers: int, aux_ids: list[int] | None):
+        self.args = args
+        self.num_layers = num_layers
+        self.default_ids = [2, num_layers // 2, num_layers - 3]
+        self.aux_ids = aux_ids if aux_ids is not None else list(self.default_ids)
+        self.accept_len = self._accept_len()
+
+    def _accept_len(self) -> float:
+        a = self.args
+        if a.speculative_algorithm is None:
+            return 1.0
+        forced = os.environ.get("SGLANG_SIMULATE_ACC_LEN") or os.environ.get("EAGLE_SIM_ACCEPT_LEN")
+        if forced:
+            return float(forced)
+        steps, topk, draft = a.speculative_num_steps, a.speculative_eagle_topk, a.speculative_num_draft_tokens
+        base = 1.0 + 0.6 * steps * (1.0 + 0.05 * (topk - 1))
+        base = min(base, min(draft, steps + 1) - 0.05)
+        # Capture layers the draft was not trained on hurt acceptance; a negative id
+        # (the embeddings, after the +1 shift) hurts twice.
+        mismatches = sum(1 for i in self.aux_ids if i not in self.default_ids)
+        negatives = sum(1 for i in self.aux_ids if i < 0)
+        return round(max(1.05, base - 0.45 * (mismatches + negatives)), 2)
+
+    def step_s(self) -> float:
+        a = self.args
+        draft = a.speculative_num_draft_tokens or 1
+        tp = max(1, a.tp_size)
+        return (0.018 + 0.0009 * draft) / (1.0 + 0.6 * (tp - 1))
+
+    def ttft_s(self, input_len: int) -> float:
+        return 0.012 + 0.00002 * input_len
+
+    def itl_s(self) -> float:
+        return self.step_s() / self.accept_len
+
+    def verify_ct(self, output_len: int) -> int:
+        return max(1, math.ceil(max(0, output_len - 1) / self.accept_len))
+
+
+# -- GPU bookkeeping ---------------------------------------------------------------------
+
+def gpu_state_module():
+    """The simulated nvidia-smi's holder registry (gpu_state.py sits beside sglang_pkg/)."""
+    path = Path(__file__).resolve().parents[2] / "gpu_state.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("eagle_sim_gpu_state", path)
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except Exception:
+        return None
+    return mod
+
+
+def state_dir() -> str | None:
+    return os.environ.get("EAGLE_SIM_STATE") or None
+
+
+def visible_gpus(tp_size: int) -> list[int]:
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if raw is None or not raw.strip():
+        return list(range(max(1, tp_size)))
+    out = []
+    for tok in raw.split(","):
+        tok = tok.strip()
+        if tok.isdigit():
+            out.append(int(tok))
+    return out[:max(1, tp_size)] or [0]

@@ -1,0 +1,1 @@
+"""SIMULATED sglang.benchmark (eaglebot sandbox)."""

@@ -1,0 +1,399 @@
+"""SIMULATED `python -m sglang.launch_server` (SGLang 0.5.23 flags, log lines and endpoints).
+
+Test knobs (environment):
+  EAGLE_SIM_FAIL=<fatal line>   die after "Load weight begin" printing that line
+  EAGLE_SIM_LOAD_S=<s>          simulated model loading time (default 0.3)
+  EAGLE_SIM_WARMUP_S=<s>        /health answers 503 this long after binding (default 0.3)
+  EAGLE_SIM_WARMUP_UNTIL_FILE=<path>  ... and until that file exists (deterministic tests)
+  EAGLE_SIM_PORT_BUSY=1         print the Errno 98 bind error after loading, then exit
+  EAGLE_SIM_ACCEPT_LEN=<x>      force the acceptance length (SGLANG_SIMULATE_ACC_LEN also does)
+  EAGLE_SIM_TIME_SCALE=<f>      wall-clock seconds per simulated second in /generate (0.001)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from sglang._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids,
+                               log, read_json, resolve_speculative, visible_gpus)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="launch_server.py")
+    a = p.add_argument
+    a("--model-path", "--model", dest="model_path", type=str, required=True)
+    a("--tokenizer-path", type=str)
+    a("--tokenizer-mode", type=str, default="auto")
+    a("--revision", type=str)
+    a("--load-format", type=str, default="auto")
+    a("--trust-remote-code", action="store_true")
+    a("--dtype", type=str, default="auto")
+    a("--kv-cache-dtype", type=str, default="auto")
+    a("--quantization", type=str)
+    a("--context-length", type=int)
+    a("--device", type=str)
+    a("--served-model-name", type=str)
+    a("--host", type=str, default="127.0.0.1")
+    a("--port", type=int, default=30000)
+    a("--skip-server-warmup", action="store_true")
+    a("--api-key", type=str)
+    a("--mem-fraction-static", type=float)
+    a("--max-running-requests", type=int)
+    a("--max-total-tokens", type=int)
+    a("--chunked-prefill-size", type=int)
+    a("--max-prefill-tokens", type=int, default=16384)
+    a("--schedule-policy", type=str, default="fcfs")
+    a("--page-size", type=int, default=1)
+    a("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    a("--dp-size", "--dp", dest="dp_size", type=int, default=1)
+    a("--ep-size", "--ep", dest="ep_size", type=int, default=1)
+    a("--pp-size", type=int, default=1)
+    a("--nnodes", type=int, default=1)
+    a("--node-rank", type=int, default=0)
+    a("--dist-init-addr", type=str)
+    a("--enable-dp-attention", action="store_true")
+    a("--random-seed", type=int)
+    a("--watchdog-timeout", type=float, default=300)
+    a("--log-level", type=str, default="info")
+    a("--log-requests", action="store_true")
+    a("--enable-metrics", action="store_true")
+    a("--attention-backend", type=str)
+    a("--sampling-backend", type=str)
+    a("--disable-radix-cache", action="store_true")
+    a("--disable-cuda-graph", action="store_true")
+    a("--cuda-graph-max-bs-decode", type=int)
+    a("--cuda-graph-max-bs-prefill", type=int)
+    a("--cuda-graph-bs", type=int, nargs="+")
+    a("--enable-torch-compile", action="store_true")
+    a("--speculative-algorithm", type=str)
+    a("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path", type=str)
+    a("--speculative-draft-model-revision", type=str)
+    a("--speculative-num-steps", type=int)
+    a("--speculative-eagle-topk", type=int)
+    a("--speculative-num-draft-tokens", type=int)
+    a("--speculative-accept-threshold-single", type=float, default=1.0)
+    a("--speculative-accept-threshold-acc", type=float, default=1.0)
+    a("--speculative-token-map", type=str)
+    return p
+
+
+def _fail_traceback(kind: str, message: str) -> None:
+    sys.stdout.write("Traceback (most recent call last):\n"
+                     '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+                     '  File "sglang/srt/server_args.py", line 612, in __post_init__\n'
+                     '    self._handle_speculative_decoding()\n'
+                     f"{kind}{': ' + message if message else ''}\n")
+    sys.stdout.flush()
+
+
+def _model_architecture(model_path: str) -> tuple[str | None, int, str | None]:
+    """(architecture, num_hidden_layers, error) of the TARGET model."""
+    p = Path(os.path.expanduser(model_path))
+    if p.exists():
+        cfg = read_json(p / "config.json")
+        archs = cfg.get("architectures") or []
+        arch = archs[0] if archs and isinstance(archs[0], str) else None
+        layers = cfg.get("num_hidden_layers") if isinstance(cfg.get("num_hidden_layers"), int) else 61
+        return arch, layers, None
+    if model_path.startswith(("/", ".", "~")):
+        return None, 61, (f"OSError: {model_path} is not a local folder and is not a valid model identifier "
+                          f"listed on 'https://huggingface.co/models'")
+    return ("LlamaForCausalLM" if "llama" in model_path.lower() else None), 61, None
+
+
+class Server:
+    def __init__(self, args, argv: list[str], perf: PerfModel, arch: str | None):
+        self.args, self.argv, self.perf, self.arch = args, argv, perf, arch
+        self.ready_at: float | None = None
+        self.lock = threading.Lock()
+        self.decode_steps = 0
+        self.accepted_tokens = 0
+        self.total_requests = 0
+        self.last_decode_log = 0.0
+        self.children: list[subprocess.Popen] = []
+        self.shutting_down = False
+        self.time_scale = float(os.environ.get("EAGLE_SIM_TIME_SCALE", "0.001"))
+
+    # -- /server_info --------------------------------------------------------------
+    def server_info(self) -> dict:
+        info = {k: v for k, v in vars(self.args).items()}
+        info["launch_command"] = shlex.join(["python3", "-m", "sglang.launch_server", *self.argv])
+        info["version"] = VERSION
+        info["simulated"] = True
+        state = {"last_gen_throughput": round(self.perf.accept_len / self.perf.step_s(), 2),
+                 "memory_usage": {"weight": 15.0, "kvcache": 98.2, "token_capacity": 1024000}}
+        with self.lock:
+            if self.args.speculative_algorithm and self.decode_steps >= 40:
+                state["avg_spec_accept_length"] = round(self.accepted_tokens / self.decode_steps, 4)
+        info["internal_states"] = [state]
+        return info
+
+    def flush(self) -> None:
+        with self.lock:
+            self.decode_steps = 0
+            self.accepted_tokens = 0
+
+    # -- /generate -------------------------------------------------------------------
+    def generate(self, body: dict) -> dict:
+        sp = body.get("sampling_params") or {}
+        out_len = int(sp.get("max_new_tokens", 128))
+        if "input_ids" in body:
+            ids = body["input_ids"]
+            in_len = len(ids[0]) if ids and isinstance(ids[0], list) else len(ids)
+        else:
+            text = body.get("text") or ""
+            text = text[0] if isinstance(text, list) and text else text
+            in_len = max(1, len(str(text).split()))
+        perf = self.perf
+        verify_ct = perf.verify_ct(out_len) if self.args.speculative_algorithm else max(0, out_len - 1)
+        ttft, itl = perf.ttft_s(in_len), perf.itl_s()
+        e2e = ttft + max(0, out_len - 1) * itl
+        time.sleep(min(0.05, e2e * self.time_scale))
+        with self.lock:
+            self.total_requests += 1
+            self.decode_steps += verify_ct
+            self.accepted_tokens += max(0, out_len - 1)
+            steps, acc = self.decode_steps, self.accepted_tokens
+            now = time.monotonic()
+            log_it = now - self.last_decode_log > 0.2
+            if log_it:
+                self.last_decode_log = now
+        if log_it:
+            al = acc / steps if steps else 1.0
+            rate = (al - 1) / max(1, (self.args.speculative_num_draft_tokens or 2) - 1)
+            spec = (f"accept len: {al:.2f}, accept rate: {rate:.2f}, "
+                    if self.args.speculative_algorithm else "")
+            log(f"Decode batch, #running-req: 1, #token: {in_len + out_len}, token usage: 0.00, {spec}"
+                f"cuda graph: True, gen throughput (token/s): {1.0 / itl:.2f}, #queue-req: 0, ", "TP0")
+        meta = {"id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": out_len},
+                "prompt_tokens": in_len, "completion_tokens": out_len, "cached_tokens": 0,
+                "e2e_latency": e2e, "simulated_ttft": ttft, "simulated_itl": itl}
+        if self.args.speculative_algorithm:
+            meta["spec_verify_ct"] = verify_ct
+            meta["spec_accept_length"] = round(max(0, out_len - 1) / max(1, verify_ct), 4)
+        return {"text": " simulated" * min(out_len, 64), "output_ids": list(range(out_len)), "meta_info": meta}
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def stop_children(self) -> None:
+        self.shutting_down = True
+        for c in self.children:
+            if c.poll() is None:
+                try:
+                    c.terminate()
+                except OSError:
+                    pass
+        for c in self.children:
+            try:
+                c.wait(5)
+            except subprocess.TimeoutExpired:
+                c.kill()
+                c.wait()
+
+    def watch_child(self, c: subprocess.Popen) -> None:
+        c.wait()
+        if not self.shutting_down:
+            log("Received sigquit from a child process. It usually means the child failed.")
+            self.stop_children()
+            os._exit(1)
+
+
+def _handler(server: Server):
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "uvicorn"
+
+        def log_message(self, fmt, *a):  # uvicorn's access log format
+            pass
+
+        def _send(self, code: int, body: bytes | str = b"", ctype: str = "application/json") -> None:
+            data = body.encode() if isinstance(body, str) else body
+            self.send_response(code)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            log(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.command} {self.path} '
+                f'HTTP/1.1" {code} {"OK" if code < 400 else "Service Unavailable" if code == 503 else "Error"}')
+
+        def _json(self, code: int, obj) -> None:
+            self._send(code, json.dumps(obj))
+
+        def _body(self) -> dict:
+            n = int(self.headers.get("content-length") or 0)
+            if not n:
+                return {}
+            try:
+                data = json.loads(self.rfile.read(n))
+            except ValueError:
+                return {}
+            return data if isinstance(data, dict) else {}
+
+        def _warm(self) -> bool:
+            return server.ready_at is not None and time.monotonic() >= server.ready_at
+
+        def do_GET(self):
+            path = self.path.split("?", 1)[0]
+            if path in ("/health", "/health_generate", "/ready"):
+                self._send(200 if self._warm() else 503, b"", "text/plain")
+            elif path in ("/server_info", "/get_server_info"):
+                self._json(200, server.server_info())
+            elif path in ("/model_info", "/get_model_info"):
+                self._json(200, {"model_path": server.args.model_path, "tokenizer_path": server.args.model_path,
+                                 "is_generation": True, "architectures": [server.arch] if server.arch else None})
+            elif path == "/v1/models":
+                name = server.args.served_model_name or server.args.model_path
+                self._json(200, {"object": "list", "data": [{"id": name, "object": "model", "created": int(time.time()),
+                                                             "owned_by": "sglang", "root": name,
+                                                             "max_model_len": server.args.context_length or 131072}]})
+            elif path == "/flush_cache":
+                self._flush()
+            elif path == "/generate":
+                self._generate({})
+            else:
+                self._json(404, {"detail": "Not Found"})
+
+        def do_POST(self):
+            path = self.path.split("?", 1)[0]
+            if path == "/generate":
+                self._generate(self._body())
+            elif path == "/flush_cache":
+                self._body()
+                self._flush()
+            else:
+                self._body()
+                self._json(404, {"detail": "Not Found"})
+
+        def _flush(self):
+            server.flush()
+            self._send(200, "Cache flushed.\nPlease check backend logs for more details. (When there are running "
+                            "or waiting requests, the operation will not be performed.)\n", "text/plain")
+
+        def _generate(self, body: dict):
+            if not self._warm():
+                self._json(503, {"error": {"message": "The server is not ready yet (SIMULATED warmup)"}})
+                return
+            self._json(200, server.generate(body))
+
+    return H
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    log(BANNER)
+    arch, num_layers, model_err = _model_architecture(args.model_path)
+    if model_err:
+        log(model_err)
+        return 1
+    try:
+        warnings = resolve_speculative(args, arch)
+    except SpecError as e:
+        _fail_traceback(e.kind, str(e))
+        return 1
+    if args.mem_fraction_static is None:
+        args.mem_fraction_static = 0.88
+    if args.chunked_prefill_size is None:
+        args.chunked_prefill_size = 8192
+    for w in warnings:
+        log(w)
+    aux_ids = None
+    if args.speculative_draft_model_path:
+        dp = Path(os.path.expanduser(args.speculative_draft_model_path))
+        if not dp.exists():
+            log(f"OSError: {args.speculative_draft_model_path} is not a local folder and is not a valid model "
+                f"identifier listed on 'https://huggingface.co/models'")
+            return 1
+        aux_ids = aux_layer_ids(read_json(dp / "config.json"))
+    fields = ", ".join(f"{k}={v!r}" for k, v in vars(args).items())
+    log(f"server_args=ServerArgs({fields})")
+    perf = PerfModel(args, num_layers, aux_ids)
+    server = Server(args, argv, perf, arch)
+
+    def on_term(*_a):
+        server.stop_children()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+
+    mib = int(args.mem_fraction_static * H200_MIB)
+    log("Load weight begin. avail mem=139.21 GB", "TP0")
+    time.sleep(float(os.environ.get("EAGLE_SIM_LOAD_S", "0.3")))
+    fatal = os.environ.get("EAGLE_SIM_FAIL")
+    if fatal:
+        if fatal == "1":
+            fatal = "Not enough memory. Please try to increase --mem-fraction-static."
+        log(fatal, "TP0")
+        log("Received sigquit from a child process. It usually means the child failed.")
+        return 1
+    gpus = visible_gpus(args.tp_size)
+    for rank, gpu in enumerate(gpus):
+        c = subprocess.Popen([sys.executable, "-m", "sglang._sim_scheduler", f"sglang::scheduler_TP{rank}",
+                              str(rank), str(gpu), str(mib), str(rank)],
+                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        server.children.append(c)
+    for rank, c in enumerate(server.children):
+        line = c.stdout.readline()
+        if b"READY" not in line:
+            log(f"Rank {rank} scheduler died during initialization (exit code: {c.wait()})")
+            server.stop_children()
+            return 1
+        threading.Thread(target=server.watch_child, args=(c,), daemon=True).start()
+    log(f"Load weight end. type={arch or 'LlamaForCausalLM'}, dtype=torch.bfloat16, avail mem=123.96 GB, "
+        f"mem usage=15.25 GB.", "TP0")
+    if aux_ids is not None:
+        log(f"EAGLE-3 draft capture layers (eagle_aux_hidden_state_layer_ids): {aux_ids}", "TP0")
+    log("KV Cache is allocated. #tokens: 1024000, K size: 49.22 GB, V size: 49.22 GB", "TP0")
+    log("Capture cuda graph begin. This can take up to several minutes. avail mem=25.52 GB", "TP0")
+    log("Capture cuda graph end. Time elapsed: 0.00 s. mem usage=0.61 GB. avail mem=24.91 GB.", "TP0")
+    log(f"max_total_num_tokens=1024000, chunked_prefill_size={args.chunked_prefill_size}, "
+        f"max_prefill_tokens={args.max_prefill_tokens}, max_running_requests={args.max_running_requests or 2048}, "
+        f"context_len={args.context_length or 131072}, available_gpu_mem=24.91 GB", "TP0")
+    if os.environ.get("EAGLE_SIM_PORT_BUSY"):
+        httpd = None
+    else:
+        try:
+            httpd = ThreadingHTTPServer((args.host, args.port), _handler(server))
+        except OSError:
+            httpd = None
+    if httpd is None:
+        log(f"ERROR:    [Errno 98] error while attempting to bind on address ('{args.host}', {args.port}): "
+            f"address already in use")
+        server.stop_children()
+        return 1
+    httpd.daemon_threads = True
+    log(f"INFO:     Started server process [{os.getpid()}]")
+    log("INFO:     Waiting for application startup.")
+    log("INFO:     Application startup complete.")
+    log(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+
+    def warmup():
+        time.sleep(float(os.environ.get("EAGLE_SIM_WARMUP_S", "0.3")))
+        gate = os.environ.get("EAGLE_SIM_WARMUP_UNTIL_FILE")
+        while gate and not os.path.exists(gate):
+            time.sleep(0.05)
+        log("Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
+            "#running-req: 0, #queue-req: 0, ", "TP0")
+        server.ready_at = time.monotonic()
+        log("The server is fired up and ready to roll!")
+
+    threading.Thread(target=warmup, daemon=True).start()
+    try:
+        httpd.serve_forever(poll_interval=0.2)
+    finally:
+        server.stop_children()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,395 @@
+"""SGLang 0.5.23 facts as pure functions: speculative-arg resolution, log lines,
+bench_serving output, /server_info.
+
+Nothing here talks to a host; the server and bench skills feed it text they read.
+The simulator in `eaglebot/sim/sglang_pkg` applies the same resolution rules (it
+cannot import this module: it runs stand-alone on the GPU host), and a test keeps
+the two in agreement.
+"""
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+SGLANG_VERSION = "0.5.23"
+
+# -- speculative decoding -----------------------------------------------------------
+
+EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "STANDALONE"})
+DRAFT_TOKENS_WARNING = ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
+                        "when speculative_eagle_topk == 1")
+MAX_RUNNING_WARNING = ("Max running requests is reset to 48 for speculative decoding. You can override "
+                       "this by explicitly setting --max-running-requests.")
+SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+             "speculative_num_draft_tokens")
+
+
+def normalize_algorithm(name: str | None) -> str | None:
+    """`--speculative-algorithm` is case-insensitive; NEXTN is an alias of EAGLE."""
+    if name is None:
+        return None
+    up = name.strip().upper()
+    return "EAGLE" if up == "NEXTN" else up
+
+
+def auto_spec_params(architecture: str | None) -> tuple[int, int, int]:
+    """(num_steps, eagle_topk, num_draft_tokens) SGLang picks from the TARGET model's architecture."""
+    arch = architecture or ""
+    if arch == "LlamaForCausalLM" or arch.startswith("Grok"):
+        return 5, 4, 8
+    return 3, 1, 4
+
+
+@dataclass
+class SpecResolution:
+    """What `sglang.launch_server` will run with, or why it will refuse to start."""
+
+    algorithm: str | None
+    num_steps: int | None = None
+    topk: int | None = None
+    num_draft_tokens: int | None = None
+    auto_chosen: bool = False
+    log_warnings: list[str] = field(default_factory=list)   # lines SGLang itself logs
+    error: str | None = None                                 # "AssertionError" / "TypeError"
+    error_reason: str = ""                                   # a sentence for the user
+    adjusted: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # key -> (asked, effective)
+
+    def effective(self) -> dict[str, Any]:
+        return {"speculative_algorithm": self.algorithm, "speculative_num_steps": self.num_steps,
+                "speculative_eagle_topk": self.topk, "speculative_num_draft_tokens": self.num_draft_tokens}
+
+
+def resolve_speculative(algorithm: str | None, num_steps: int | None, topk: int | None,
+                        num_draft_tokens: int | None, target_architecture: str | None = None,
+                        max_running_requests: int | None = None) -> SpecResolution:
+    """Apply SGLang 0.5.23's rules (REFERENCE.md, rules 1-3) to the asked flags."""
+    algo = normalize_algorithm(algorithm)
+    res = SpecResolution(algo, num_steps, topk, num_draft_tokens)
+    if algo is None or algo not in EAGLE_FAMILY:
+        return res
+    if max_running_requests is None:
+        res.log_warnings.append(MAX_RUNNING_WARNING)
+    if num_steps is None:
+        if topk is not None or num_draft_tokens is not None:
+            res.error = "AssertionError"
+            res.error_reason = ("--speculative-eagle-topk/--speculative-num-draft-tokens were given without "
+                                "--speculative-num-steps: SGLang stops with a bare AssertionError; "
+                                "set all three or none")
+            return res
+        res.num_steps, res.topk, res.num_draft_tokens = auto_spec_params(target_architecture)
+        res.auto_chosen = True
+        return res
+    if topk is None or (topk != 1 and num_draft_tokens is None):
+        res.error = "TypeError"
+        res.error_reason = ("--speculative-num-steps was given without "
+                            + ("--speculative-eagle-topk" if topk is None else "--speculative-num-draft-tokens")
+                            + ": SGLang fails later with a TypeError (None comparison); set all three or none")
+        return res
+    if topk == 1 and num_draft_tokens != num_steps + 1:
+        res.num_draft_tokens = num_steps + 1
+        res.log_warnings.append(DRAFT_TOKENS_WARNING)
+        res.adjusted["speculative_num_draft_tokens"] = (num_draft_tokens, num_steps + 1)
+    return res
+
+
+# -- launch arguments ---------------------------------------------------------------
+
+# argparse accepts unambiguous prefixes; these are the spellings we recognise.
+FLAG_ALIASES = {"--model": "--model-path", "--tp": "--tp-size", "--dp": "--dp-size"}
+REMOVED_FLAGS = {"--cuda-graph-max-bs": "--cuda-graph-max-bs-decode / --cuda-graph-max-bs-prefill"}
+
+
+def flag_values(args: list[str]) -> dict[str, str | None]:
+    """`--flag value` / `--flag=value` pairs of a launch command (a bare flag maps to None)."""
+    out: dict[str, str | None] = {}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("--"):
+            if "=" in a:
+                k, v = a.split("=", 1)
+                out[FLAG_ALIASES.get(k, k)] = v
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                out[FLAG_ALIASES.get(a, a)] = args[i + 1]
+                i += 1
+            else:
+                out[FLAG_ALIASES.get(a, a)] = None
+        i += 1
+    return out
+
+
+def flag_to_key(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def _int_or_none(v: str | None) -> int | None:
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        return None
+
+
+def resolve_from_args(args: list[str], target_architecture: str | None) -> SpecResolution:
+    f = flag_values(args)
+    mrr = f.get("--max-running-requests")
+    return resolve_speculative(
+        f.get("--speculative-algorithm"), _int_or_none(f.get("--speculative-num-steps")),
+        _int_or_none(f.get("--speculative-eagle-topk")), _int_or_none(f.get("--speculative-num-draft-tokens")),
+        target_architecture, _int_or_none(mrr) if mrr is not None else None)
+
+
+def target_architecture(config_json: str) -> str | None:
+    """First entry of `architectures` in a model's config.json (None when unreadable)."""
+    try:
+        data = json.loads(config_json)
+    except (ValueError, TypeError):
+        return None
+    archs = data.get("architectures") if isinstance(data, dict) else None
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        return archs[0]
+    return None
+
+
+def same_value(asked: Any, effective: Any) -> bool:
+    """Compare a flag's text with the server's typed value (`16` == 16, `eagle3` == "EAGLE3")."""
+    if effective is None:
+        return asked is None
+    if isinstance(effective, bool):
+        return str(asked).lower() in (("true", "1") if effective else ("false", "0"))
+    if isinstance(effective, (int, float)):
+        try:
+            return float(asked) == float(effective)
+        except (TypeError, ValueError):
+            return False
+    return str(asked).strip().upper() == str(effective).strip().upper() or str(asked) == str(effective)
+
+
+# -- server log ---------------------------------------------------------------------
+
+READY_LINE = "The server is fired up and ready to roll!"
+FATAL_PATTERNS = [
+    re.compile(r"Scheduler hit an exception:"),
+    re.compile(r"Received sigquit from a child process"),
+    re.compile(r"Rank \d+ scheduler died during initialization"),
+    re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"),
+    re.compile(r"Capture cuda graph failed:"),
+    re.compile(r"torch\.OutOfMemoryError: CUDA out of memory"),
+    re.compile(r"\[Errno 98\] error while attempting to bind on address"),
+]
+_DECODE_FIELDS = {
+    "running_req": re.compile(r"#running-req: (\d+)"),
+    "accept_len": re.compile(r"accept len: ([\d.]+)"),
+    "accept_rate": re.compile(r"accept rate: ([\d.]+)"),
+    "gen_throughput": re.compile(r"gen throughput \(token/s\): ([\d.]+)"),
+    "queue_req": re.compile(r"#queue-req: (\d+)"),
+}
+
+
+def is_ready_line(line: str) -> bool:
+    return READY_LINE in line
+
+
+def find_fatal(text: str) -> str | None:
+    """The first fatal line of a server log, stripped, or None."""
+    for line in text.splitlines():
+        for pat in FATAL_PATTERNS:
+            if pat.search(line):
+                return line.strip()
+    return None
+
+
+def parse_decode_line(line: str) -> dict[str, float] | None:
+    """`Decode batch, #running-req: N, ... accept len: X, ... gen throughput (token/s): Z, ...`."""
+    if "Decode batch" not in line:
+        return None
+    out: dict[str, float] = {}
+    for key, pat in _DECODE_FIELDS.items():
+        m = pat.search(line)
+        if m:
+            out[key] = float(m[1])
+    return out if "gen_throughput" in out else None
+
+
+def last_decode_stats(text: str) -> dict[str, float] | None:
+    stats = None
+    for line in text.splitlines():
+        d = parse_decode_line(line)
+        if d:
+            stats = d
+    return stats
+
+
+def tail(text: str, n: int = 40) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+# -- /server_info ---------------------------------------------------------------------
+
+def parse_server_info(body: str) -> dict[str, Any]:
+    """Effective speculative settings, version and average acceptance from /server_info."""
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise ValueError("server_info is not a JSON object")
+    states = data.get("internal_states") or []
+    accepts = [s["avg_spec_accept_length"] for s in states
+               if isinstance(s, dict) and isinstance(s.get("avg_spec_accept_length"), (int, float))]
+    return {
+        "version": data.get("version"),
+        "effective": {k: data.get(k) for k in (*SPEC_KEYS, "speculative_draft_model_path")},
+        "avg_spec_accept_length": statistics.fmean(accepts) if accepts else None,
+        "raw": data,
+    }
+
+
+# -- bench_serving ---------------------------------------------------------------------
+
+TABLE_KEYS = {
+    "Backend": "backend",
+    "Traffic request rate": "request_rate",
+    "Max request concurrency": "max_concurrency",
+    "Successful requests": "completed",
+    "Benchmark duration (s)": "duration",
+    "Total input tokens": "total_input_tokens",
+    "Total input text tokens": "total_input_text_tokens",
+    "Total generated tokens": "total_output_tokens",
+    "Total generated tokens (retokenized)": "total_output_tokens_retokenized",
+    "Request throughput (req/s)": "request_throughput",
+    "Input token throughput (tok/s)": "input_throughput",
+    "Output token throughput (tok/s)": "output_throughput",
+    "Peak output token throughput (tok/s)": "max_output_tokens_per_s",
+    "Peak concurrent requests": "max_concurrent_requests",
+    "Total token throughput (tok/s)": "total_throughput",
+    "Concurrency": "concurrency",
+    "Accept length": "accept_length",
+}
+_LAT = re.compile(r"^(Mean|Median|P90|P95|P99|Max) (E2E Latency|TTFT|TPOT|ITL) \(ms\)$")
+_LAT_KEY = {"E2E Latency": "e2e_latency", "TTFT": "ttft", "TPOT": "tpot", "ITL": "itl"}
+
+
+def _num(v: str) -> Any:
+    try:
+        f = float(v)
+    except ValueError:
+        return v
+    return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
+
+
+def parse_bench_table(text: str) -> dict[str, Any]:
+    """The `Serving Benchmark Result` table printed by bench_serving (the last one in `text`)."""
+    start = text.rfind("Serving Benchmark Result")
+    if start < 0:
+        return {}
+    out: dict[str, Any] = {}
+    for line in text[start:].splitlines()[1:]:
+        s = line.strip()
+        if s.startswith("=" * 10):
+            break
+        if ":" not in s or s.startswith("-"):
+            continue
+        label, _, value = s.partition(":")
+        label, value = label.strip(), value.strip()
+        m = _LAT.match(label)
+        if m:
+            key = f"{m[1].lower()}_{_LAT_KEY[m[2]]}_ms"
+        elif label in TABLE_KEYS:
+            key = TABLE_KEYS[label]
+        else:
+            continue
+        out[key] = _num(value) if value else None
+    return out
+
+
+def parse_bench_jsonl(text: str) -> dict[str, Any] | None:
+    """The last JSON object of a bench_serving --output-file (the file is appended to)."""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    return None
+
+
+# name -> (unit, better) of the metrics a benchmark reports
+BENCH_METRICS: dict[str, tuple[str, str]] = {
+    "output_throughput": ("tok/s", "higher"),
+    "request_throughput": ("req/s", "higher"),
+    "accept_length": ("tok", "higher"),
+    "median_ttft_ms": ("ms", "lower"),
+    "p99_ttft_ms": ("ms", "lower"),
+    "median_itl_ms": ("ms", "lower"),
+    "mean_e2e_latency_ms": ("ms", "lower"),
+    "completed": ("req", "higher"),
+    "avg_spec_accept_length": ("tok", "higher"),
+}
+
+
+def metric_direction(name: str) -> str:
+    if name in BENCH_METRICS:
+        return BENCH_METRICS[name][1]
+    low = name.lower()
+    if low.endswith("_ms") or "latency" in low or "ttft" in low or "itl" in low or "tpot" in low:
+        return "lower"
+    return "higher"
+
+
+def bench_numbers(result: dict[str, Any]) -> dict[str, float]:
+    """The benchmark's numeric metrics we record, from a JSONL object or a parsed table."""
+    out: dict[str, float] = {}
+    for name in BENCH_METRICS:
+        v = result.get(name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[name] = float(v)
+    return out
+
+
+def median_numbers(runs: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for r in runs for k in r}
+    return {k: float(statistics.median([r[k] for r in runs if k in r])) for k in sorted(keys)}
+
+
+# -- ports and processes -----------------------------------------------------------------
+
+def parse_listening_inodes(proc_net_tcp: str, port: int) -> set[str]:
+    """Socket inodes LISTENing on `port` in /proc/net/tcp{,6} text."""
+    out: set[str] = set()
+    for line in proc_net_tcp.splitlines():
+        parts = line.split()
+        if len(parts) < 10 or parts[0] == "sl" or ":" not in parts[1]:
+            continue
+        try:
+            lport = int(parts[1].rsplit(":", 1)[1], 16)
+        except ValueError:
+            continue
+        if lport == port and parts[3] == "0A" and parts[9] != "0":
+            out.add(parts[9])
+    return out
+
+
+def parse_fd_socket_pids(find_output: str) -> set[int]:
+    """PIDs from `find /proc/*/fd -lname 'socket:[INODE]'` lines (`/proc/PID/fd/N`)."""
+    out: set[int] = set()
+    for line in find_output.splitlines():
+        parts = line.strip().split("/")
+        if len(parts) >= 4 and parts[1] == "proc" and parts[2].isdigit():
+            out.add(int(parts[2]))
+    return out
+
+
+def parse_environ(data: bytes) -> dict[str, str]:
+    """/proc/PID/environ: NUL-separated KEY=VALUE."""
+    env = {}
+    for item in data.split(b"\0"):
+        if b"=" in item:
+            k, _, v = item.partition(b"=")
+            env[k.decode(errors="replace")] = v.decode(errors="replace")
+    return env

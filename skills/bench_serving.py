@@ -1,0 +1,187 @@
+"""Benchmark a running SGLang server with `python -m sglang.bench_serving` on its host.
+
+Refuses when the server runs with SGLANG_SIMULATE_ACC_LEN (its acceptance is faked),
+warns when processes the bot did not start are using the GPUs, then runs
+`bench_serving --dataset-name random-ids --random-range-ratio 1.0 --flush-cache` with a
+fresh `--output-file` per run (the tool appends). `repeats` > 1 reports the median.
+Metrics: output_throughput (tok/s), request_throughput, accept_length, median_ttft_ms,
+p99_ttft_ms, median_itl_ms, mean_e2e_latency_ms, completed, and avg_spec_accept_length
+from /server_info. Zero completed requests is a failed step.
+
+```yaml
+- skill: bench.serving
+  register: bench
+  with: {python: "{{ python }}", port: "{{ port }}", num_prompts: 64, input_len: 1024,
+         output_len: 256, max_concurrency: 8, repeats: 1}
+```
+Registers `metrics` (name -> value), `runs` (per-run numbers), `output_files`.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from pydantic import Field
+
+from eaglebot.skill import Metric, SkillContext, SkillParams, StepResult
+
+from . import _nvsmi, _procs, _server, _sglang
+
+NAME = "bench.serving"
+
+
+class Params(SkillParams):
+    python: str = Field("python3", description="the host's Python that has sglang (host var `python`)")
+    port: int = Field(30000, ge=1, le=65535, description="port of the server to benchmark")
+    num_prompts: int = Field(64, ge=1, le=100000, description="--num-prompts")
+    input_len: int = Field(1024, ge=1, description="--random-input-len (tokens)")
+    output_len: int = Field(256, ge=1, description="--random-output-len (tokens)")
+    max_concurrency: int = Field(8, ge=1, description="--max-concurrency")
+    repeats: int = Field(1, ge=1, le=20, description="benchmark runs; more than one reports the median")
+    timeout_s: float = Field(3600.0, gt=0, description="time limit of each benchmark run")
+    extra_args: list[str] = Field(default_factory=list, description="more bench_serving arguments, verbatim")
+    check_tenants: bool = Field(True, description="warn when other processes use the GPUs")
+
+
+def bench_argv(p: Params, output_file: str) -> list[str]:
+    return [p.python, "-m", "sglang.bench_serving", "--backend", "sglang",
+            "--base-url", f"http://127.0.0.1:{p.port}", "--dataset-name", "random-ids",
+            "--random-input-len", str(p.input_len), "--random-output-len", str(p.output_len),
+            "--random-range-ratio", "1.0", "--num-prompts", str(p.num_prompts),
+            "--max-concurrency", str(p.max_concurrency), "--flush-cache",
+            "--output-file", output_file, *p.extra_args]
+
+
+async def _server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[str, str] | None]:
+    """(server pid, its environment or None when unreadable)."""
+    pid = await _server.read_pid(ctx, port)
+    if pid is None or not await _server.leader_alive(ctx, pid):
+        lis = await _server.listeners(ctx, port)
+        pid = min(lis.pids) if lis.pids else None
+    if pid is None:
+        return None, None
+    res = await ctx.host.run(f"base64 -w0 /proc/{int(pid)}/environ 2>/dev/null || echo UNREADABLE", timeout=30)
+    out = res.stdout.strip()
+    if not out or out == "UNREADABLE":
+        return pid, None
+    import base64
+    import binascii
+
+    try:
+        return pid, _sglang.parse_environ(base64.b64decode(out))
+    except (binascii.Error, ValueError):
+        return pid, None
+
+
+async def _foreign_gpu_tenants(ctx: SkillContext) -> list[str] | None:
+    """Compute processes on the GPUs outside the bot's sessions; None when nvidia-smi does not answer."""
+    try:
+        text = await _nvsmi.run_nvsmi(ctx, ["--query-compute-apps=pid,process_name,used_memory",
+                                            "--format=csv,noheader,nounits"])
+        apps = _nvsmi.parse_compute_apps(text)
+    except (_nvsmi.NvsmiError, _nvsmi.ParseError) as e:
+        ctx.log(f"GPU tenants not checked: {e}")
+        return None
+    if not apps:
+        return []
+    ours = await _procs.our_sessions(ctx)
+    infos = await _procs.proc_info(ctx, sorted({a.pid for a in apps}))
+    out, seen = [], set()
+    for app in apps:
+        info = infos.get(app.pid)
+        if app.pid in seen or (info is not None and (info.sid in ours or info.pgid in ours)):
+            continue
+        seen.add(app.pid)
+        who = _server.describe(info) if info else f"pid {app.pid} {app.process_name}"
+        mib = f"{app.used_mib} MiB" if app.used_mib is not None else "unknown memory"
+        out.append(f"{who} using {mib}")
+    return out
+
+
+async def run(ctx: SkillContext, params: Params) -> StepResult:
+    port = params.port
+    warnings: list[str] = []
+    bench_dir = f"{_procs.state_dir(ctx)}/bench"
+    files = [f"{bench_dir}/bench-{port}-run{ctx.run_id}-step{ctx.step_idx}-{i + 1}.jsonl"
+             for i in range(params.repeats)]
+    if ctx.dry_run:
+        # In a dry run the server this would measure was not (re)started: plan only.
+        ctx.would("run " + shlex.join(bench_argv(params, files[0])))
+        return StepResult.skipped(f"dry-run: would benchmark port {port} {params.repeats} time(s)")
+    # -- probe
+    pid, env = await _server_env(ctx, port)
+    if env is not None and "SGLANG_SIMULATE_ACC_LEN" in env:
+        return StepResult.failed(
+            f"the server on port {port} (pid {pid}) runs with SGLANG_SIMULATE_ACC_LEN="
+            f"{env['SGLANG_SIMULATE_ACC_LEN']}: its acceptance is faked, so a benchmark would mean nothing; "
+            f"relaunch it without that variable")
+    if pid is not None and env is None:
+        warnings.append(f"could not read the environment of server pid {pid}: "
+                        f"SGLANG_SIMULATE_ACC_LEN was not checked")
+    code, _ = await _server.http_get(ctx, params.python, port, "/health")
+    if code != 200:
+        return StepResult.failed(f"no ready server on port {port} (GET /health -> {code or 'no answer'}); "
+                                 f"launch it first (server.launch)")
+    if params.check_tenants:
+        tenants = await _foreign_gpu_tenants(ctx)
+        if tenants:
+            warnings.append(f"{len(tenants)} other process(es) are using the GPUs, the numbers may be low: "
+                            + "; ".join(tenants[:5]))
+    # -- act
+    runs: list[dict[str, float]] = []
+    outputs: list[str] = []
+    for i, out_file in enumerate(files):
+        argv = bench_argv(params, out_file)
+        cmd = f"mkdir -p {_procs._q(bench_dir)} && rm -f {_procs._q(out_file)} && {shlex.join(argv)}"
+        ctx.log(f"benchmark run {i + 1}/{params.repeats}: {shlex.join(argv)}")
+        res = await ctx.host.run(cmd, timeout=params.timeout_s, on_output=lambda _s, line: ctx.log(line))
+        printed = res.stdout + res.stderr
+        outputs.append(printed)
+        fres = await ctx.host.run(f"cat {_procs._q(out_file)} 2>/dev/null; true", timeout=30)
+        result: dict[str, Any] | None = _sglang.parse_bench_jsonl(fres.stdout)
+        if result is None:
+            result = _sglang.parse_bench_table(res.stdout) or None
+        if res.timed_out:
+            return StepResult.failed(f"benchmark run {i + 1} did not finish within {params.timeout_s:g}s",
+                                     warnings=warnings, output=_sglang.tail(printed, 60))
+        if result is None:
+            return StepResult.failed(
+                f"benchmark run {i + 1} produced no result (exit status {res.exit_status}): "
+                f"{_last(printed) or 'no output'}", warnings=warnings, output=_sglang.tail(printed, 60))
+        numbers = _sglang.bench_numbers(result)
+        if not numbers.get("completed"):
+            return StepResult.failed(
+                f"0 of {params.num_prompts} benchmark requests completed on port {port}: the server answered "
+                f"none of them (see its log)", warnings=warnings, output=_sglang.tail(printed, 60))
+        runs.append(numbers)
+    code, body = await _server.http_get(ctx, params.python, port, "/server_info")
+    avg_accept = None
+    if code == 200:
+        try:
+            avg_accept = _sglang.parse_server_info(body)["avg_spec_accept_length"]
+        except ValueError:
+            pass
+    summary_numbers = _sglang.median_numbers(runs)
+    if avg_accept is not None:
+        summary_numbers["avg_spec_accept_length"] = float(avg_accept)
+    metrics = []
+    for name, value in summary_numbers.items():
+        unit, better = _sglang.BENCH_METRICS.get(name, ("", _sglang.metric_direction(name)))
+        metrics.append(Metric(name, round(value, 4), unit, better))  # type: ignore[arg-type]
+    n = summary_numbers
+    parts = [f"output {n.get('output_throughput', 0):.1f} tok/s"]
+    if "accept_length" in n or "avg_spec_accept_length" in n:
+        parts.append(f"accept length {n.get('accept_length', n.get('avg_spec_accept_length')):.2f}")
+    if "median_ttft_ms" in n:
+        parts.append(f"median TTFT {n['median_ttft_ms']:.1f} ms")
+    runs_txt = f"median of {len(runs)} runs" if len(runs) > 1 else "1 run"
+    summary = (f"{', '.join(parts)} ({int(n.get('completed', 0))}/{params.num_prompts} requests, {runs_txt}, "
+               f"concurrency {params.max_concurrency})")
+    return StepResult.ok(summary, metrics=metrics, warnings=warnings,
+                         data={"runs": runs, "output_files": files},
+                         output=_sglang.tail(outputs[-1], 60))
+
+
+def _last(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""

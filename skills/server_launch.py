@@ -1,0 +1,283 @@
+"""Start an SGLang server (`python -m sglang.launch_server`) and wait until it answers.
+
+Pre-flight, before anything starts: the port must be free (SGLang only reports
+`[Errno 98]` after loading the model, minutes later), removed flags are refused, and
+the speculative flags are resolved with SGLang 0.5.23's rules: combinations SGLang
+would die on (a bare AssertionError or a TypeError) fail here, and silent overrides
+(topk 1 turns 16 draft tokens into num_steps + 1) are warnings.
+Then the server starts in its own session (pid file `{state_dir}/run/server-{port}.pid`,
+log `{state_dir}/logs/server-{port}-{run_id}.log`); the skill polls GET /health ON the
+host until it is 200, failing fast when the process exits or the log shows a fatal
+line (the log tail is kept with the step). Finally /server_info says what the server
+really runs with; any difference from what was asked is a warning.
+
+```yaml
+- skill: server.launch
+  register: server
+  with:
+    python: "{{ python }}"
+    model: "{{ model }}"
+    draft: "{{ draft }}"
+    port: "{{ port }}"
+    spec_algorithm: EAGLE3
+    spec_steps: 3
+    spec_topk: 1
+    spec_draft_tokens: 4
+    mem_fraction: 0.85
+    gpus: [0, 1]
+    tp: 2
+    env: {NCCL_MIN_NCHANNELS: "8"}
+    args: [--cuda-graph-max-bs-decode, "64"]
+    ready_timeout_s: 1800
+```
+Registers `log_path`, `pid`, `port`, `launch_args` (list), `sglang_version`,
+`effective` (effective speculative settings), `ready_s`, `url`.
+"""
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+from typing import Any
+
+from pydantic import Field
+
+from eaglebot.skill import SkillContext, SkillParams, StepResult
+
+from . import _procs, _server, _sglang
+
+NAME = "server.launch"
+_LOG_MARK = "--EAGLE-LOG-7f3a--\n"
+
+
+class Params(SkillParams):
+    python: str = Field("python3", description="the host's Python that has sglang (host var `python`)")
+    model: str | None = Field(None, description="target model path or id (--model-path); or give it in args")
+    draft: str | None = Field(None, description="draft model path (--speculative-draft-model-path)")
+    port: int = Field(30000, ge=1, le=65535, description="port the server listens on (--port)")
+    host: str = Field("127.0.0.1", description="address the server binds (--host)")
+    spec_algorithm: str | None = Field(None, description="--speculative-algorithm (EAGLE3, EAGLE, NEXTN, ...)")
+    spec_steps: int | None = Field(None, ge=1, description="--speculative-num-steps (unset: SGLang chooses)")
+    spec_topk: int | None = Field(None, ge=1, description="--speculative-eagle-topk")
+    spec_draft_tokens: int | None = Field(None, ge=1, description="--speculative-num-draft-tokens")
+    mem_fraction: float | None = Field(None, gt=0, le=1, description="--mem-fraction-static")
+    tp: int | None = Field(None, ge=1, description="--tp-size (tensor parallel GPUs)")
+    args: list[str] = Field(default_factory=list, description="more sglang.launch_server arguments, verbatim")
+    env: dict[str, str] = Field(default_factory=dict, description="environment of the server (NCCL_*, ...)")
+    gpus: list[int] | str | int | None = Field(None, description="GPUs to use: sets CUDA_VISIBLE_DEVICES")
+    ready_timeout_s: float = Field(1800.0, gt=0, description="how long to wait for GET /health to be 200")
+    poll_interval_s: float = Field(1.0, gt=0, le=60, description="seconds between readiness polls")
+
+
+def build_args(p: Params) -> tuple[list[str], str | None]:
+    """The launch_server arguments, or (args, error sentence)."""
+    given = _sglang.flag_values(p.args)
+    for flag in ("--port", "--host"):
+        if flag in given:
+            return [], f"pass the {flag[2:]} as the `{flag[2:]}` parameter, not in args"
+    for flag, use in _sglang.REMOVED_FLAGS.items():
+        if any(a == flag or a.startswith(flag + "=") for a in p.args):
+            return [], (f"{flag} no longer exists in SGLang {_sglang.SGLANG_VERSION} "
+                        f"(argparse calls it ambiguous); use {use}")
+    out: list[str] = []
+    structured = [("--model-path", p.model), ("--speculative-algorithm", p.spec_algorithm),
+                  ("--speculative-draft-model-path", p.draft), ("--speculative-num-steps", p.spec_steps),
+                  ("--speculative-eagle-topk", p.spec_topk), ("--speculative-num-draft-tokens", p.spec_draft_tokens),
+                  ("--mem-fraction-static", p.mem_fraction), ("--tp-size", p.tp)]
+    for flag, value in structured:
+        if value is None:
+            continue
+        if flag in given:
+            return [], f"{flag} is given twice (as a parameter and in args)"
+        out += [flag, str(value)]
+    if p.model is None and "--model-path" not in given:
+        return [], "no model: set `model` (host var `model`) or put --model-path in args"
+    out += ["--host", p.host, "--port", str(p.port)]
+    return out + list(p.args), None
+
+
+def _gpus_env(gpus: Any) -> str | None:
+    if gpus is None or gpus == "" or gpus == []:
+        return None
+    if isinstance(gpus, list):
+        return ",".join(str(int(g)) for g in gpus)
+    return str(gpus).replace(" ", "")
+
+
+async def _read_config(ctx: SkillContext, folder: str) -> tuple[bool, str | None]:
+    """(exists, config.json text) of a model folder on the host."""
+    res = await ctx.host.run(f"test -d {_procs._q(folder)} && echo dir; cat {_procs._q(folder)}/config.json "
+                             f"2>/dev/null; true", timeout=30)
+    exists = res.stdout.startswith("dir")
+    return exists, (res.stdout[4:] if exists else None)
+
+
+def _is_path(s: str) -> bool:
+    return s.startswith(("/", "./", "../", "~"))
+
+
+async def run(ctx: SkillContext, params: Params) -> StepResult:
+    port = params.port
+    launch_args, err = build_args(params)
+    if err:
+        return StepResult.failed(err)
+    flags = _sglang.flag_values(launch_args)
+    warnings: list[str] = []
+    # -- pre-flight: model folders
+    model = flags.get("--model-path") or ""
+    arch = None
+    if _is_path(model):
+        exists, cfg = await _read_config(ctx, model)
+        if not exists:
+            return StepResult.failed(f"target model folder {model} does not exist on {ctx.host_name}")
+        arch = _sglang.target_architecture(cfg or "")
+    draft = flags.get("--speculative-draft-model-path")
+    if draft and _is_path(draft):
+        exists, _ = await _read_config(ctx, draft)
+        if not exists:
+            return StepResult.failed(f"draft model folder {draft} does not exist on {ctx.host_name}")
+    # -- pre-flight: speculative flags
+    spec = _sglang.resolve_from_args(launch_args, arch)
+    if spec.error:
+        return StepResult.failed(f"{spec.error_reason} (refused before launching)")
+    for key, (asked, eff) in spec.adjusted.items():
+        warnings.append(f"{key}={asked} will be silently changed to {eff} by SGLang: "
+                        f"{_sglang.DRAFT_TOKENS_WARNING} (speculative_num_steps="
+                        f"{spec.num_steps}); set it to {eff} or use topk > 1")
+    if spec.auto_chosen:
+        ctx.log(f"speculative steps/topk/draft tokens not set: SGLang picks ({spec.num_steps}, {spec.topk}, "
+                f"{spec.num_draft_tokens}) for target architecture {arch or 'unknown'}")
+    # -- pre-flight: port and a previous launch
+    lis = await _server.listeners(ctx, port)
+    if lis.busy:
+        infos = await _procs.proc_info(ctx, sorted(lis.pids))
+        who = "; ".join(_server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
+            "a process this user cannot see"
+        if ctx.dry_run:  # an earlier server.stop would have freed it by now
+            ctx.would(f"find port {port} free (now in use by {who})")
+        else:
+            return StepResult.failed(f"port {port} is already in use by {who}; stop it first (server.stop) - "
+                                     f"SGLang would only notice after loading the model", warnings=warnings)
+    old = await _server.read_pid(ctx, port)
+    if not ctx.dry_run and old is not None and await _server.leader_alive(ctx, old):
+        return StepResult.failed(f"a server the bot launched on port {port} is still running (pid {old}) "
+                                 f"but not listening yet; stop it first (server.stop)", warnings=warnings)
+    env = dict(params.env)
+    cvd = _gpus_env(params.gpus)
+    if cvd is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cvd
+    argv = [params.python, "-m", "sglang.launch_server", *launch_args]
+    log_path, pid_path = _server.log_path(ctx, port), _server.pid_path(ctx, port)
+    if ctx.dry_run:
+        ctx.would(f"start {shlex.join(argv)} (env {env or '{}'}), log {log_path}")
+        return StepResult.skipped(f"dry-run: would launch SGLang on port {port}", warnings=warnings)
+    # -- act
+    t0 = time.monotonic()
+    # spawn_detached's own mkdir runs in the background, racing its pid-file write.
+    await ctx.host.run(f"mkdir -p {_procs._q(_procs.state_dir(ctx) + '/run')} "
+                       f"{_procs._q(_procs.state_dir(ctx) + '/logs')}", timeout=30)
+    pid = await ctx.host.spawn_detached(argv, log_path=log_path, pid_path=pid_path, env=env or None)
+    ctx.log(f"started pid {pid}: {shlex.join(argv)}")
+    data: dict[str, Any] = {"log_path": log_path, "pid": pid, "port": port, "launch_args": launch_args,
+                            "sglang_version": None, "effective": spec.effective(),
+                            "url": f"http://127.0.0.1:{port}"}
+    try:
+        failure, log_text = await _wait_ready(ctx, params, pid, log_path)
+    except asyncio.CancelledError:
+        await asyncio.shield(_server.stop_session(ctx, pid, 5))
+        await asyncio.shield(_server.remove_pid_file(ctx, port))
+        raise
+    if failure:
+        await _server.stop_session(ctx, pid, 5)
+        await _server.remove_pid_file(ctx, port)
+        return StepResult.failed(failure, data=data, warnings=warnings,
+                                 output=_sglang.tail(log_text, 60))
+    ready_s = time.monotonic() - t0
+    data["ready_s"] = round(ready_s, 2)
+    # -- report what the server really runs with
+    code, body = await _server.http_get(ctx, params.python, port, "/server_info")
+    if code != 200:
+        code, body = await _server.http_get(ctx, params.python, port, "/get_server_info")
+    if code == 200:
+        try:
+            info = _sglang.parse_server_info(body)
+        except ValueError:
+            info = None
+    else:
+        info = None
+    if info is None:
+        warnings.append(f"could not read /server_info (HTTP {code}); effective settings are predicted, not read")
+    else:
+        data["sglang_version"] = info["version"]
+        data["effective"] = {k: v for k, v in info["effective"].items()}
+        predicted = set(spec.adjusted)
+        for flag, asked in flags.items():
+            key = _sglang.flag_to_key(flag)
+            if key in info["raw"] and asked is not None and key not in predicted \
+                    and not _sglang.same_value(asked, info["raw"][key]):
+                warnings.append(f"asked {flag} {asked}, but the server runs with {key}={info['raw'][key]!r}")
+        if info["version"] and info["version"] != _sglang.SGLANG_VERSION:
+            warnings.append(f"SGLang {info['version']} is running; eaglebot's rules are those of "
+                            f"{_sglang.SGLANG_VERSION}")
+    eff = data["effective"]
+    spec_txt = ""
+    if eff.get("speculative_algorithm"):
+        spec_txt = (f"; {eff['speculative_algorithm']} steps={eff.get('speculative_num_steps')} "
+                    f"topk={eff.get('speculative_eagle_topk')} draft_tokens={eff.get('speculative_num_draft_tokens')}")
+    version = data["sglang_version"] or "?"
+    if info is not None and info["raw"].get("simulated"):
+        version += " (SIMULATED)"
+    return StepResult.changed(f"SGLang {version} ready on port {port} in {ready_s:.1f}s (pid {pid}{spec_txt})",
+                              data=data, warnings=warnings, output=_sglang.tail(log_text, 30))
+
+
+def _poll_script(python: str, pid: int, port: int, log_path: str, offset: int) -> str:
+    q = _procs._q
+    health = _server.http_get_script(python, f"http://127.0.0.1:{port}/health", 5, body=False)
+    return (f"st=$(sed 's/.*) //' /proc/{int(pid)}/stat 2>/dev/null | cut -d' ' -f1); "
+            f"printf 'STATE %s\\n' \"${{st:-gone}}\"; "
+            f"if [ \"${{st:-Z}}\" != Z ]; then h=$({health} | tail -n 1); else h=0; fi; "
+            f"printf 'HTTP %s\\n' \"$h\"; printf '%s\\n' {_LOG_MARK.strip()}; "
+            f"tail -c +{offset + 1} {q(log_path)} 2>/dev/null; true")
+
+
+async def _wait_ready(ctx: SkillContext, params: Params, pid: int, log_path: str) -> tuple[str | None, str]:
+    """Poll until /health is 200; return (failure sentence or None, the log so far)."""
+    log_text, partial, offset = "", "", 0
+    deadline = time.monotonic() + params.ready_timeout_s
+    interval = min(0.25, params.poll_interval_s)
+    fatal: str | None = None
+    fatal_at = 0.0
+    while True:
+        res = await ctx.host.run(_poll_script(params.python, pid, params.port, log_path, offset), timeout=60)
+        head, _, new = res.stdout.partition(_LOG_MARK)
+        fields = dict(line.split(" ", 1) for line in head.splitlines() if " " in line)
+        offset += len(new.encode())
+        log_text += new
+        text = partial + new
+        lines = text.split("\n")
+        partial = lines.pop()
+        for line in lines:
+            ctx.log(line)
+            if fatal is None:
+                fatal = _sglang.find_fatal(line)
+                if fatal:
+                    fatal_at = time.monotonic()
+        state, http = fields.get("STATE", "gone").strip(), fields.get("HTTP", "0").strip()
+        if http == "200":
+            return None, log_text
+        if state in ("gone", "Z", "X"):
+            why = fatal or _sglang.find_fatal(log_text) or _last_line(log_text) or "no output"
+            return f"the server exited during start-up: {why}", log_text
+        if fatal and time.monotonic() - fatal_at > 3:
+            return f"the server hit a fatal error during start-up: {fatal}", log_text
+        if time.monotonic() > deadline:
+            return (f"the server did not become ready within {params.ready_timeout_s:g}s "
+                    f"(GET /health -> {http}); it was stopped"), log_text
+        await asyncio.sleep(interval)
+        interval = min(params.poll_interval_s, interval * 1.5)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""

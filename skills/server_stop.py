@@ -1,0 +1,102 @@
+"""Stop the SGLang server on a port: the one the bot launched, and whatever else listens there.
+
+The bot's own server is found through its pid file (`{state_dir}/run/server-{port}.pid`,
+a session leader); its whole session goes (SGLang's `sglang::scheduler` children share
+it). A listener the bot did not start is stopped only with approval: on a step with
+`confirm: true` the bot asks; without it the step fails and names the process.
+SIGTERM first, SIGKILL after `grace_s`. Nothing running is a no-op (`ok`).
+
+```yaml
+- name: stop old server
+  skill: server.stop
+  confirm: true
+  with: {port: "{{ port }}", grace_s: 15}
+```
+Registers `stopped` (PIDs) and `port`.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from pydantic import Field
+
+from eaglebot.skill import SkillContext, SkillParams, StepResult
+
+from . import _procs, _server
+
+NAME = "server.stop"
+
+
+class Params(SkillParams):
+    port: int = Field(30000, ge=1, le=65535, description="the server's port")
+    grace_s: float = Field(15.0, ge=0, le=600, description="seconds between SIGTERM and SIGKILL")
+
+
+async def run(ctx: SkillContext, params: Params) -> StepResult:
+    port = params.port
+    # -- probe
+    leader = await _server.read_pid(ctx, port)
+    # Linux does not reuse a PID while it is still some live process's session id, so
+    # members of the session survive their leader (orphaned schedulers) and are ours.
+    members = await _server.session_members(ctx, leader) if leader is not None else []
+    lis = await _server.listeners(ctx, port)
+    sessions = await _procs.our_sessions(ctx)
+    infos = await _procs.proc_info(ctx, sorted(set(members) | lis.pids))
+    if leader in members and leader in infos and not _server.looks_like_sglang(infos[leader]):
+        ctx.log(f"pid file names pid {leader}, now a different program ({infos[leader].cmdline[:120]}): stale")
+        members = []
+    foreign = [infos[p] for p in sorted(lis.pids) if p in infos and infos[p].sid not in sessions]
+    ours = [infos[p] for p in members if p in infos]
+    ours += [infos[p] for p in sorted(lis.pids) if p in infos and infos[p].sid in sessions
+             and p not in members]
+    if lis.unseen:
+        return StepResult.failed(
+            f"port {port} is held by a process this user cannot see (another user's); "
+            f"ask its owner or an administrator to stop it")
+    if not ours and not foreign:
+        if leader is not None and not ctx.dry_run:
+            await _server.remove_pid_file(ctx, port)
+        return StepResult.ok(f"no server running on port {port}", data={"stopped": [], "port": port})
+    evidence = "\n".join(_server.describe(p) for p in ours + foreign)
+    # -- decide
+    if foreign:
+        details = [_server.describe(p) for p in foreign]
+        if not ctx.confirm:
+            return StepResult.failed(
+                f"port {port} is held by {len(foreign)} process(es) the bot did not start "
+                f"({', '.join(str(p.pid) for p in foreign)}); refusing to stop them without approval "
+                f"(add `confirm: true` to the step, or stop them yourself)", output=evidence)
+        if not ctx.dry_run:
+            ok, who = await ctx.approve(f"stop {len(foreign)} process(es) listening on port {port} "
+                                        f"that the bot did not start", details)
+            if not ok:
+                return StepResult.failed(f"stopping the listener(s) on port {port} was not approved ({who})",
+                                         output=evidence)
+            ctx.log(f"approved by {who}")
+    if ctx.dry_run:
+        for p in ours + foreign:
+            ctx.would(f"stop {_server.describe(p)}")
+        return StepResult.skipped(f"dry-run: would stop {len(ours) + len(foreign)} process(es) on port {port}",
+                                  output=evidence)
+    # -- act
+    reports = await _procs.terminate(ctx, ours + foreign, params.grace_s)
+    left = [r for r in reports if not r.gone]
+    output = "\n".join(r.line() for r in reports)
+    for r in reports:
+        ctx.log(r.line())
+    if left:
+        return StepResult.failed(f"{len(left)} process(es) survived SIGKILL on port {port}: "
+                                 f"{', '.join(str(r.pid) for r in left)}", output=output)
+    await _server.remove_pid_file(ctx, port)
+    deadline = time.monotonic() + 10
+    while (await _server.listeners(ctx, port)).busy:
+        if time.monotonic() > deadline:
+            return StepResult.failed(f"port {port} is still in use after stopping the server", output=output)
+        await asyncio.sleep(0.2)
+    killed = [r.pid for r in reports]
+    hard = [r.pid for r in reports if "SIGKILL" in r.signals]
+    note = f" ({len(hard)} needed SIGKILL)" if hard else ""
+    return StepResult.changed(f"stopped {len(killed)} process(es) on port {port}{note}: "
+                              f"{', '.join(map(str, killed))}",
+                              data={"stopped": killed, "port": port}, output=output)

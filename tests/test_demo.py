@@ -1,0 +1,32 @@
+"""`eagle demo`: the whole relaunch story on a SIMULATED host, through the real CLI code."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from eaglebot.cli import main
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if text in cmd and state not in ("Z", "X"):
+            out.append(f"{d.name}: {cmd}")
+    return out
+
+
+def test_demo_runs_the_relaunch_story_and_leaves_nothing_running(tmp_path, capsys):
+    sandbox = tmp_path / "demo"
+    assert main(["demo", "--dir", str(sandbox)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("SIMULATED") >= 3 and "finished (as expected)" in out
+    assert "draft config.json restored byte for byte: True" in out
+    assert "(exit code 3)" in out                      # the patched config's regression was flagged
+    assert (sandbox / "eagle.db").exists()
+    assert _processes_mentioning(str(sandbox)) == []

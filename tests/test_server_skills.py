@@ -1,0 +1,273 @@
+"""server.stop / server.launch / bench.serving / bench.compare and the shipped playbooks,
+end to end against the SIMULATED SGLang: over a real OpenSSH sshd, and locally."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eaglebot.demo import _stop_everything
+from eaglebot.playbook import parse_playbook
+from eaglebot.runner import RunRequest
+from eaglebot.sim import gpu_state, install_sim_bin
+from sshd import chown_to
+from test_sglang_sim import write_models
+
+PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+FAST = {"EAGLE_SIM_LOAD_S": "0.05", "EAGLE_SIM_WARMUP_S": "0.05"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_step(skill: str, with_: dict, confirm: bool = False):
+    return parse_playbook(json.dumps({"name": "one", "steps": [{"skill": skill, "confirm": confirm,
+                                                                 "with": with_}]}), "one.yaml")
+
+
+def listener_script(port: int) -> list[str]:
+    return [PY, "-c", "import socket,time;s=socket.socket();"
+            "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+            f"s.bind(('127.0.0.1',{port}));s.listen();time.sleep(300)"]
+
+
+def wait_listening(port: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on {port}"
+            time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2] not in "ZX"
+
+
+def failed_step(out):
+    return next(s for s in out.steps if s.status == "failed")
+
+
+class Host:
+    def __init__(self, root: Path, bin_dir: Path, python: str, ssh: dict | None = None):
+        self.root, self.state = root, root / "gpu-state"
+        self.vars = install_sim_bin(bin_dir, self.state, python=python)
+        gpu_state.init_state(self.state, 1)
+        self.target, self.draft = write_models(root / "models")
+        self.port = free_port()
+        self.botstate = root / "botstate"
+        host_vars = {"python": self.vars["python"], "nvidia_smi": self.vars["nvidia_smi"],
+                     "model": str(self.target), "draft": str(self.draft), "port": self.port}
+        self.config = dict(ssh, vars=host_vars) if ssh else {"transport": "local", "vars": host_vars}
+        self.extra_pids: list[int] = []
+
+    def stop(self) -> None:
+        _stop_everything(self.botstate)
+        for pid in self.extra_pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def ssh_host(sshd, remote_dir):
+    h = Host(remote_dir, sshd.bin_dir, PY, ssh=sshd.host_config())
+    chown_to(remote_dir)
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def local_host(tmp_path):
+    h = Host(tmp_path, tmp_path / "bin", PY)
+    yield h
+    h.stop()
+
+
+async def open_svc(services, h: Host):
+    return await services({"gpu": h.config}, state_dir=str(h.botstate))
+
+
+# -- over the real sshd -------------------------------------------------------------------
+
+async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_the_bytes(services, ssh_host):
+    h = ssh_host
+    svc = await open_svc(services, h)
+    draft_cfg = h.draft / "config.json"
+    original = draft_cfg.read_bytes()
+    inputs = {"aux_layers": "[-1,2,30]", "spec_steps": "1", "spec_topk": "1", "spec_draft_tokens": "16",
+              "bench_prompts": "16", "bench_input_len": "128", "bench_output_len": "64", "env": json.dumps(FAST)}
+    out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs=inputs))
+    assert out.exit_code == 0, [(s.name, s.status, s.summary) for s in out.steps]
+    assert [s.skill for s in out.steps if s.status != "skipped"] == [
+        "server.stop", "gpu.cleanup", "gpu.verify", "config.patch", "pycache.clear", "server.launch",
+        "bench.serving", "audit.note"]
+    assert json.loads(draft_cfg.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
+    assert any("speculative_num_draft_tokens=16 will be silently changed to 2" in w for w in out.warnings)
+    rows = {r["skill"]: r for r in svc.store.sync.steps(out.run_id)}
+    launch = json.loads(rows["server.launch"]["data"])
+    assert launch["port"] == h.port and launch["sglang_version"] == "0.5.23"
+    assert launch["log_path"] == f"{h.botstate}/logs/server-{h.port}-{out.run_id}.log"
+    assert launch["effective"]["speculative_num_draft_tokens"] == 2
+    assert launch["launch_args"][:2] == ["--model-path", str(h.target)] and "16" in launch["launch_args"]
+    assert Path(f"{h.botstate}/run/server-{h.port}.pid").read_text().split()[0] == str(launch["pid"])
+    assert "The server is fired up and ready to roll!" in Path(launch["log_path"]).read_text()
+    metrics = {m["name"]: m for m in svc.store.sync.metrics(out.run_id)}
+    assert metrics["output_throughput"]["unit"] == "tok/s" and metrics["output_throughput"]["better"] == "higher"
+    assert metrics["median_ttft_ms"]["better"] == "lower" and metrics["completed"]["value"] == 16
+    assert metrics["avg_spec_accept_length"]["value"] > 1
+
+    # a dry run plans every step and leaves the running server alone
+    dry = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs=inputs, dry_run=True))
+    assert dry.exit_code == 0, [(s.name, s.status, s.summary) for s in dry.steps]
+    assert any("launch SGLang: start" in p for p in dry.plan) and alive(launch["pid"])
+
+    # a fixed baseline far above what the patched config gives: regression, exit 3
+    bench = await svc.engine.run(RunRequest(playbook="bench", hosts=["gpu"], inputs={
+        "num_prompts": "8", "input_len": "64", "output_len": "32", "baseline_tok_s": "1e9"}))
+    assert bench.exit_code == 3 and bench.status == "succeeded"
+    [reg] = [r for r in bench.regressions if r.kind == "regression"]
+    assert reg.metric == "output_throughput" and reg.reference == 1e9 and reg.delta_pct < -5
+
+    rev = await svc.engine.run(RunRequest(playbook="revert-config", hosts=["gpu"]))
+    assert rev.exit_code == 0 and draft_cfg.read_bytes() == original
+
+    stop = await svc.engine.run(RunRequest(playbook=one_step("server.stop", {"port": h.port, "grace_s": 5}),
+                                           hosts=["gpu"]))
+    assert stop.exit_code == 0 and stop.steps[0].status == "changed"
+    assert not alive(launch["pid"]) and not Path(f"{h.botstate}/run/server-{h.port}.pid").exists()
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as uvicorn does
+        s.bind(("127.0.0.1", h.port))         # the port is free again
+
+
+async def test_server_dying_at_startup_fails_the_step_with_its_log_tail(services, ssh_host):
+    h = ssh_host
+    svc = await open_svc(services, h)
+    env = dict(FAST, EAGLE_SIM_FAIL="Capture cuda graph failed: CUDA error: out of memory")
+    out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={
+        "env": json.dumps(env), "bench_prompts": "0"}))
+    assert out.exit_code == 1
+    bad = failed_step(out)
+    assert bad.skill == "server.launch"
+    assert "Capture cuda graph failed: CUDA error: out of memory" in bad.summary
+    row = next(r for r in svc.store.sync.steps(out.run_id) if r["skill"] == "server.launch")
+    assert "Load weight begin" in row["output"] and "SIMULATED" in row["output"]
+    assert out.steps[-1].skill == "audit.note" and out.steps[-1].status == "ok"
+    assert not Path(f"{h.botstate}/run/server-{h.port}.pid").exists()
+
+
+async def test_port_in_use_fails_before_launching_and_stop_refuses_without_approval(services, ssh_host, sshd):
+    h = ssh_host
+    svc = await open_svc(services, h)
+    listener = await svc.pool.get("gpu").spawn_detached(
+        listener_script(h.port), log_path=str(h.root / "listener.log"), pid_path=str(h.root / "listener.pid"))
+    h.extra_pids.append(listener)
+    wait_listening(h.port)
+    launch = one_step("server.launch", {"python": h.vars["python"], "model": str(h.target), "port": h.port,
+                                        "spec_algorithm": "EAGLE3", "draft": str(h.draft), "env": FAST})
+    out = await svc.engine.run(RunRequest(playbook=launch, hosts=["gpu"]))
+    assert out.exit_code == 1
+    summary = out.steps[0].summary
+    assert f"port {h.port} is already in use by pid {listener} ({sshd.user})" in summary
+    assert not (h.botstate / "logs").exists() or not list((h.botstate / "logs").iterdir())
+
+    # relaunch: its server.stop (confirm: true) must not kill a listener the bot did not start
+    out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={"bench_prompts": "0"}))
+    assert out.exit_code == 1
+    bad = failed_step(out)
+    assert bad.skill == "server.stop" and "not approved" in bad.summary and "--yes" in bad.summary
+    assert alive(listener)
+
+
+# -- local transport ---------------------------------------------------------------------------
+
+async def test_stop_refuses_a_foreign_listener_without_confirm_and_kills_it_when_approved(services, local_host):
+    h = local_host
+    svc = await open_svc(services, h)
+    p = subprocess.Popen(listener_script(h.port), start_new_session=True)
+    h.extra_pids.append(p.pid)
+    try:
+        wait_listening(h.port)
+        out = await svc.engine.run(RunRequest(playbook=one_step("server.stop", {"port": h.port}), hosts=["gpu"]))
+        assert out.exit_code == 1 and f"({p.pid})" in out.steps[0].summary
+        assert "without approval" in out.steps[0].summary and p.poll() is None
+        out = await svc.engine.run(RunRequest(playbook=one_step("server.stop", {"port": h.port, "grace_s": 2},
+                                                                confirm=True), hosts=["gpu"], assume_yes=True))
+        assert out.exit_code == 0 and out.steps[0].status == "changed", out.steps[0].summary
+        assert p.wait(10) == -signal.SIGTERM
+        out = await svc.engine.run(RunRequest(playbook=one_step("server.stop", {"port": h.port}), hosts=["gpu"]))
+        assert out.steps[0].status == "ok" and "no server running" in out.steps[0].summary
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+async def test_spec_flags_sglang_would_die_on_are_refused_before_launching(services, local_host):
+    h = local_host
+    svc = await open_svc(services, h)
+    out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={
+        "spec_steps": "3", "bench_prompts": "0"}))
+    bad = failed_step(out)
+    assert bad.skill == "server.launch" and "TypeError" in bad.summary and "refused before launching" in bad.summary
+    assert not (h.botstate / "run" / f"server-{h.port}.pid").exists()
+
+
+async def test_bench_refuses_a_server_with_simulated_acceptance(services, local_host):
+    h = local_host
+    svc = await open_svc(services, h)
+    out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={
+        "env": json.dumps(dict(FAST, SGLANG_SIMULATE_ACC_LEN="3.5")), "bench_prompts": "4"}))
+    bad = failed_step(out)
+    assert bad.skill == "bench.serving" and "SGLANG_SIMULATE_ACC_LEN=3.5" in bad.summary
+    # no server at all: a clear sentence, no traceback
+    await svc.engine.run(RunRequest(playbook=one_step("server.stop", {"port": h.port}), hosts=["gpu"]))
+    out = await svc.engine.run(RunRequest(playbook="bench", hosts=["gpu"], inputs={"num_prompts": "2"}))
+    assert out.exit_code == 1 and f"no ready server on port {h.port}" in out.steps[0].summary
+
+
+async def test_stop_also_stops_children_that_outlived_the_server_leader(services, local_host):
+    h = local_host
+    svc = await open_svc(services, h)
+    (h.botstate / "run").mkdir(parents=True)
+    (h.botstate / "logs").mkdir(parents=True)
+    leader = await svc.pool.get("gpu").spawn_detached(
+        ["sh", "-c", "sleep 299 & exec sleep 300"], log_path=str(h.botstate / "logs" / "x.log"),
+        pid_path=str(h.botstate / "run" / f"server-{h.port}.pid"))
+    h.extra_pids.append(leader)
+    deadline = time.monotonic() + 10
+    orphan = None
+    while orphan is None and time.monotonic() < deadline:
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit() and int(d.name) != leader:
+                try:
+                    st = (d / "stat").read_text()
+                except OSError:
+                    continue
+                if int(st[st.rindex(")") + 2:].split()[3]) == leader:
+                    orphan = int(d.name)
+        time.sleep(0.05)
+    assert orphan is not None
+    os.kill(leader, signal.SIGKILL)
+    out = await svc.engine.run(RunRequest(playbook=one_step("server.stop", {"port": h.port, "grace_s": 2}),
+                                          hosts=["gpu"]))
+    assert out.steps[0].status == "changed" and str(orphan) in out.steps[0].summary
+    assert not alive(orphan) and not (h.botstate / "run" / f"server-{h.port}.pid").exists()

@@ -84,9 +84,11 @@ def detach_script(argv: Sequence[str], log_path: str, pid_path: str,
                   env: dict[str, str] | None, cwd: str | None) -> str:
     """Shell that starts argv in a new session, logs to log_path and writes its pid."""
     body = _command_line(["exec", *argv], env, cwd)
-    q = shlex.quote
+    q = path_for_shell
     return (
-        f"mkdir -p \"$(dirname {q(log_path)})\" \"$(dirname {q(pid_path)})\" && "
+        f"mkdir -p \"$(dirname {q(log_path)})\" \"$(dirname {q(pid_path)})\" || exit 1; "
+        # Not a process-group leader in a non-interactive shell, so setsid does not fork:
+        # $! is the new session's leader, the pid we record.
         f"setsid sh -c {q(body)} </dev/null >{q(log_path)} 2>&1 & "
         f"pid=$!; printf '%s\\n' \"$pid\" > {q(pid_path)}.tmp && mv {q(pid_path)}.tmp {q(pid_path)} && echo \"$pid\""
     )

@@ -9,11 +9,13 @@ Then, through the real `eagle` command code:
 1. `eagle run relaunch` with topk 1 and 16 draft tokens: the stale server is killed,
    the GPU verified free, SGLang relaunched, benchmarked; the bot warns that SGLang
    silently turns 16 draft tokens into 4;
-2. `eagle run relaunch -e aux_layers=[-1,2,30]`: the draft's capture layers are
+2. `eagle run bench`: the reference throughput;
+3. `eagle run relaunch -e aux_layers=[-1,2,30]`: the draft's capture layers are
    patched (diff and backup recorded) and throughput drops;
-3. `eagle run bench -e baseline_tok_s=<run 1>`: the drop is flagged (exit code 3);
-4. `eagle run revert-config`: the config is restored byte for byte;
-5. `eagle history` and `eagle show`.
+4. `eagle run bench -e baseline_tok_s=<run 2>`: the drop is flagged (exit code 3),
+   naming the config change since the last good run;
+5. `eagle run revert-config`: the config is restored byte for byte;
+6. `eagle history` and `eagle show`.
 Every process the demo started is stopped at the end.
 """
 from __future__ import annotations
@@ -212,26 +214,30 @@ def demo_main(workdir: str | os.PathLike | None = None, keep: bool = False) -> i
                 "-e", "bench_prompts=32", "-e", "bench_output_len=128"]
         _say("\n--- 1. relaunch (asking for 16 draft tokens with topk 1: watch the warning) ---")
         codes["relaunch"] = _eagle(cfg, "run", "relaunch", "-H", HOST, *spec)
-        first = _last_run_id(root / "eagle.db")
-        base = _last_metric(root / "eagle.db", first, "output_throughput")
 
-        _say("\n--- 2. relaunch with the draft's capture layers patched to [-1,2,30] ---")
+        bench = ["run", "bench", "-H", HOST, "-e", "num_prompts=32", "-e", "output_len=128"]
+        _say("\n--- 2. benchmark it: the reference throughput ---")
+        codes["bench-good"] = _eagle(cfg, *bench)
+        good = _last_run_id(root / "eagle.db")
+        base = _last_metric(root / "eagle.db", good, "output_throughput")
+
+        _say("\n--- 3. relaunch with the draft's capture layers patched to [-1,2,30] ---")
         codes["relaunch-patched"] = _eagle(cfg, "run", "relaunch", "-H", HOST, *spec, "-e", "aux_layers=[-1,2,30]")
         patched = _last_run_id(root / "eagle.db")
 
-        _say("\n--- 3. benchmark against run 1's throughput as the baseline (a regression exits 3) ---")
-        codes["bench"] = _eagle(cfg, "run", "bench", "-H", HOST, "-e", "num_prompts=32", "-e", "output_len=128",
-                                "-e", f"baseline_tok_s={base if base is not None else 0:.2f}")
+        _say(f"\n--- 4. benchmark again against run {good}'s throughput (a regression exits 3 and says what changed) ---")
+        codes["bench"] = _eagle(cfg, *bench, "-e", f"baseline_tok_s={base if base is not None else 0:.2f}")
 
-        _say("\n--- 4. revert the draft config from the bot's backup ---")
+        _say("\n--- 5. revert the draft config from the bot's backup ---")
         codes["revert"] = _eagle(cfg, "run", "revert-config", "-H", HOST)
         restored = draft_cfg.read_bytes() == original
         _say(f"draft config.json restored byte for byte: {restored}")
 
-        _say("\n--- 5. the audit trail ---")
+        _say("\n--- 6. the audit trail ---")
         _eagle(cfg, "history")
         _eagle(cfg, "show", str(patched))
-        ok = (codes == {"relaunch": 0, "relaunch-patched": 0, "bench": 3, "revert": 0} and restored)
+        ok = (codes == {"relaunch": 0, "bench-good": 0, "relaunch-patched": 0, "bench": 3, "revert": 0}
+              and restored)
     finally:
         stopped = _stop_everything(state_dir)
         if old_env is None:

@@ -492,6 +492,19 @@ def _attribute(store: Any, playbook: str, host: str, run_id: int, now: dict) -> 
     return attribution_text(gid, attribution(good_state, now, changes, patch_sets), host)
 
 
+def attribute_fixed(store: Any, run_id: int, playbook: str, regressions: list[Regression]) -> None:
+    """Regressions against fixed baselines (bench.compare) get the same "what changed" sentence."""
+    cache: dict[str, str] = {}
+    for r in regressions:
+        if r.kind != "regression" or "good run" in r.reason:
+            continue
+        if r.host not in cache:
+            cache[r.host] = _attribute(store, playbook, r.host, run_id, host_state(store, r.host, run_id))
+        old, r.reason = r.reason, f"{r.reason}; {cache[r.host]}"
+        store.db.execute("update regressions set reason = ? where run_id = ? and host = ? and metric = ? "
+                         "and reason = ?", [r.reason, run_id, r.host, r.metric, old])
+
+
 async def history_hook(engine: Any, outcome: Any, playbook: Any) -> list[Regression]:
     """Post-run hook: fingerprint every real run; judge the metrics of runs that did not fail."""
     if outcome.dry_run:
@@ -503,6 +516,7 @@ async def history_hook(engine: Any, outcome: Any, playbook: Any) -> list[Regress
         return []
     found, notes = await store.call(check_run, store.sync, outcome.run_id, outcome.playbook,
                                     list(outcome.hosts), list(outcome.metrics), engine.settings.regression)
+    await store.call(attribute_fixed, store.sync, outcome.run_id, outcome.playbook, outcome.regressions)
     for n in notes:
         await store.add_event(outcome.run_id, "regression-check", n)
     return found

@@ -409,32 +409,43 @@ class SlackApprover:
         obs = self.observer
         if obs:
             obs.set_note("waiting for approval")
+        post_task: asyncio.Task | None = None
         try:
             thread = None
             if obs:
                 try:
-                    await asyncio.wait_for(obs.thread_ready.wait(), THREAD_WAIT_S)
+                    await asyncio.wait_for(asyncio.shield(obs.thread_ready.wait()), THREAD_WAIT_S)
                 except asyncio.TimeoutError:
                     pass
                 thread = obs.parent_ts
                 pending.channel = obs.channel or self.channel
-            approvers = ctx.settings.access.approvers
-            mentions = " ".join(bk.mention(a) for a in approvers if a != "*")
             if pending.channel:
-                text = f"{mentions} approval needed for run #{ar.run_id} on {ar.host}: {ar.action}".strip()
-                posted = await ctx.post(pending.channel, text, bk.approval_blocks(
-                    ar, key, approvers, ctx.settings.access.approval_timeout_s), thread_ts=thread)
-                pending.ts = posted.ts
+                # Its own task: a timeout that cancels us must not lose the message's ts.
+                post_task = ctx.spawn(self._post(pending, key, thread), name="eagle-approval-post")
             return await pending.future
         finally:
             ctx.pending.pop(key, None)
             if obs:
                 obs.set_note(None)
-            if not pending.future.done():
+            # Awaiting the future directly means a timeout cancels it too.
+            if not pending.future.done() or pending.future.cancelled():
                 pending.future.cancel()
-                if pending.ts and pending.channel:
-                    ctx.update(pending.channel, pending.ts, "no decision in time: denied",
-                               bk.approval_decided_blocks(ar, "timeout", None))
+                if post_task is not None:
+                    post_task.add_done_callback(lambda _t: self._timed_out(pending))
+
+    async def _post(self, pending: PendingApproval, key: str, thread: str | None) -> None:
+        ctx, ar = self.ctx, pending.request
+        approvers = ctx.settings.access.approvers
+        mentions = " ".join(bk.mention(a) for a in approvers if a != "*")
+        text = f"{mentions} approval needed for run #{ar.run_id} on {ar.host}: {ar.action}".strip()
+        posted = await ctx.post(pending.channel, text, bk.approval_blocks(
+            ar, key, approvers, ctx.settings.access.approval_timeout_s), thread_ts=thread)
+        pending.ts = posted.ts
+
+    def _timed_out(self, pending: PendingApproval) -> None:
+        if pending.ts and pending.channel:
+            self.ctx.update(pending.channel, pending.ts, "no decision in time: denied",
+                            bk.approval_decided_blocks(pending.request, "timeout", None))
 
     @staticmethod
     async def decide(ctx: SlackContext, body: dict, action: dict) -> None:

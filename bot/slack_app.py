@@ -547,6 +547,9 @@ def build_app(services: Any, *, client: AsyncWebClient | None = None, token: str
         signing_secret=signing_secret or secrets.token_hex(32),
         authorize=authorize,
         raise_error_for_unhandled_request=False,
+        # Our listeners only parse, check access, ack and spawn: running them inline answers
+        # Slack sooner than Bolt's background-listener mode, which polls for the ack every 10 ms.
+        process_before_response=True,
     )
 
     @app.command(re.compile(r"^/eagle"))

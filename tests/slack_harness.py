@@ -159,9 +159,20 @@ class SlackHarness:
                 raise AssertionError(f"run #{run_id} still running after {timeout}s")
             await asyncio.sleep(0.05)
 
-    async def last_run_id(self) -> int | None:
-        rows = await self.services.store.history(limit=1)
-        return rows[0]["id"] if rows else None
+    async def last_run_id(self, timeout: float = 30.0) -> int:
+        """The newest run's id, once the command's background task has created it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = await self.services.store.history(limit=1)
+            if rows:
+                return rows[0]["id"]
+            if time.monotonic() > deadline:
+                raise AssertionError("no run was created")
+            await asyncio.sleep(0.02)
+
+    async def query(self, sql: str, args: list | None = None) -> list[dict]:
+        """Read the audit store on its own thread (the test must not share the connection)."""
+        return await self.services.store.call(lambda: list(self.services.store.sync.db.query(sql, args or [])))
 
     async def close(self) -> None:
         await self.session.close()

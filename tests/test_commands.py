@@ -113,7 +113,7 @@ async def test_rerun_repeats_a_run_with_its_inputs_and_records_where_it_came_fro
     assert run["inputs"] == {"greeting": "again", "times": 2}
     base = await handle(svc, f"baseline set {outcome.run_id}", caller)
     assert "is now the baseline of hello on local" in base.text
-    assert svc.store.sync.baseline("hello", "local")["run_id"] == outcome.run_id
+    assert (await svc.store.baseline("hello", "local"))["run_id"] == outcome.run_id
 
 
 async def test_logs_tails_the_newest_server_log_on_the_host(services, tmp_path):

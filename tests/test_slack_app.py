@@ -1,8 +1,8 @@
 """The Slack app over real HTTP (signed requests) and Socket Mode, against a fake Web API."""
 from __future__ import annotations
 
+import asyncio
 import importlib.util
-import json
 import time
 
 import pytest
@@ -84,26 +84,25 @@ async def test_slash_run_posts_parent_progress_in_thread_and_final_summary(harne
     assert status == 200 and ack == {}
     parent = (await fake.wait_for(lambda: posts(fake, top=True)))[0]
     assert "hello" in parent.all_text() and "<@UALICE>" in parent.all_text() and "running" in parent.all_text()
-    ts = parent.args.get("ts") or None
     rid = await h.last_run_id()
     run = await h.wait_run(rid)
     assert run["status"] == "succeeded" and run["origin"] == "slack" and run["actor"] == "UALICE"
     parent_ts = run["thread_ts"]
-    assert run["channel"] == CHANNEL and parent_ts
+    assert run["channel"] == CHANNEL and parent_ts == parent.answer["ts"]
     summary = await fake.wait_for(lambda: [c for c in posts(fake, thread_ts=parent_ts) if "finished" in c.all_text()])
     text = summary[0].all_text()
     assert "<@UALICE>" in text and "succeeded" in text and "greet" in text and f"/eagle show {rid}" in text
     # the parent message is edited to the final status
     await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.update")
                                  if c.args["ts"] == parent_ts and "succeeded" in c.all_text()])
-    assert ts is None  # the bot never invents a ts; Slack's answer is used
+    progress = [c for c in posts(fake, thread_ts=parent_ts) if c.args["text"] == "progress"]
+    assert len(progress) == 1
 
 
 async def test_dry_run_posts_the_plan_and_runs_nothing_on_the_host(harness, fake, tmp_path):
     h = await harness()
     target = tmp_path / "touched"
     await h.command(f"marker path={target} --dry-run")
-    rid = await fake.wait_for(lambda: None) if False else None
     await fake.wait_for(lambda: [c for c in posts(fake) if "plan" in c.all_text()])
     rid = await h.last_run_id()
     run = await h.wait_run(rid)
@@ -213,9 +212,12 @@ async def test_refusals_are_ephemeral_and_audited(harness, fake):
     assert "only viewers" in ack["text"]
     _, ack = await h.command("cancel 1", user="UBOB")
     assert "only operators" in ack["text"]
-    events = await fake.wait_for(lambda: [e for e in h.services.store.sync.db.query(
-        "select * from events where kind = 'access_denied'")] if len(list(h.services.store.sync.db.query(
-            "select id from events where kind = 'access_denied'"))) >= 4 else None)
+    events: list = []
+    for _ in range(500):
+        events = await h.query("select * from events where kind = 'access_denied'")
+        if len(events) >= 4:
+            break
+        await asyncio.sleep(0.02)
     who = " ".join(e["message"] for e in events)
     assert "UBOB" in who and "UEVE" in who and "UALICE" in who
     assert await run_rows(h) == []
@@ -238,12 +240,12 @@ async def test_approval_only_an_approver_can_approve(harness, fake):
     assert await h.click(bk.APPROVE_ACTION, key, user="UBOSS") == 200
     run = await h.wait_run(rid)
     assert run["status"] == "succeeded"
-    approvals = list(h.services.store.sync.db.query("select * from approvals where run_id = ?", [rid]))
+    approvals = await h.query("select * from approvals where run_id = ?", [rid])
     assert [(a["status"], a["decided_by"]) for a in approvals] == [("approved", "UBOSS")]
-    denied = list(h.services.store.sync.db.query("select * from events where kind = 'access_denied'"))
+    denied = await h.query("select * from events where kind = 'access_denied'")
     assert denied and "UEVE" in denied[0]["message"]
     await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.update")
-                                 if c.args["ts"] == msg.args.get("ts", c.args["ts"]) and "Approved" in c.all_text()])
+                                 if c.args["ts"] == msg.answer["ts"] and "Approved by <@UBOSS>" in c.all_text()])
     # a second click after the decision changes nothing
     await h.click(bk.DENY_ACTION, key, user="UBOSS")
     late = (await fake.wait_for(lambda: h.responses()))[0]
@@ -257,7 +259,7 @@ async def test_approval_denied_fails_the_run(harness, fake):
     await h.click(bk.DENY_ACTION, key, user="UBOSS")
     run = await h.wait_run(await h.last_run_id())
     assert run["status"] == "failed"
-    a = list(h.services.store.sync.db.query("select status, decided_by from approvals"))
+    a = await h.query("select status, decided_by from approvals")
     assert a == [{"status": "denied", "decided_by": "UBOSS"}]
 
 
@@ -267,7 +269,7 @@ async def test_no_answer_within_the_timeout_means_deny(harness, fake):
     await h.command("guarded")
     run = await h.wait_run(await h.last_run_id())
     assert run["status"] == "failed"
-    a = list(h.services.store.sync.db.query("select status from approvals"))
+    a = await h.query("select status from approvals")
     assert a == [{"status": "timeout"}]
     await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.update") if "No decision in time" in c.all_text()])
 
@@ -290,8 +292,7 @@ async def test_a_run_finishing_during_a_slack_outage_is_complete_in_the_audit_st
     fake.fail("*", "500", times=10_000)
     status, _ = await h.command("hello greeting=outage")
     assert status == 200
-    rid = await fake.wait_for(lambda: h.services.store.sync.history(limit=1))
-    run = await h.wait_run(rid[0]["id"])
+    run = await h.wait_run(await h.last_run_id())
     assert run["status"] == "succeeded"
     steps = await h.services.store.steps(run["id"])
     assert [s["status"] for s in steps] == ["ok", "ok"] and "outage" in steps[0]["output"]
@@ -353,3 +354,70 @@ async def test_socket_mode_acks_over_the_websocket_and_runs(harness, fake):
         assert "succeeded" in summary[0].all_text()
     finally:
         await handler.close_async()
+
+
+# -- summaries, regressions, schedules, uploads ---------------------------------------------------
+
+async def test_regressions_and_warnings_are_in_the_summary_and_broadcast_to_the_channel(harness, fake):
+    from eaglebot.skill import Regression
+
+    pb = {"name": "bench", "description": "a benchmark",
+          "steps": [{"name": "measure", "skill": "shell", "with": {"command": "echo 80 tok/s"}},
+                    {"name": "flaky probe", "skill": "shell", "continue_on_error": True,
+                     "with": {"command": "echo 'speculative_num_draft_tokens is adjusted' >&2; exit 1"}}]}
+    h = await harness(playbooks={"bench": pb})
+
+    async def judge(engine, outcome, playbook):
+        return [Regression("output_throughput", 80.0, 90.0, -11.1, "below the baseline by more than 5%",
+                           host="local")]
+
+    h.services.engine.post_run_hooks.append(judge)
+    await h.command("bench")
+    summary = (await fake.wait_for(lambda: [c for c in posts(fake) if "finished" in c.all_text()]))[0]
+    text = summary.all_text()
+    assert summary.args.get("reply_broadcast") is True
+    assert "REGRESSION" in text and "output_throughput" in text and "-11.1%" in text
+    assert "flaky probe failed (continue_on_error)" in text
+
+
+async def test_schedule_hooks_post_runs_messages_and_uploads_to_the_configured_channel(harness, fake, tmp_path):
+    from eaglebot.config import ScheduleConfig
+    from eaglebot.runner import RunRequest
+
+    h = await harness()
+    hooks = h.bot.hooks
+    cfg = ScheduleConfig(name="nightly", playbook="hello", cron="0 3 * * *", channel="CNIGHT")
+    observer = hooks.observer(cfg)
+    outcome = await h.services.engine.run(RunRequest("hello", actor="schedule:nightly", origin="schedule",
+                                                     schedule="nightly"), observer)
+    assert outcome.status == "succeeded"
+    await fake.wait_for(lambda: [c for c in posts(fake) if c.args["channel"] == "CNIGHT" and "finished" in c.all_text()])
+    ts = await hooks.post("CNIGHT", "missed fire of nightly at 03:00")
+    assert ts
+    png = tmp_path / "plot.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"0" * 100)
+    await hooks.upload("CNIGHT", ts, png, "trend")
+    done = (await fake.wait_for(lambda: fake.calls_to("files.completeUploadExternal")))[0]
+    assert done.args["channel_id"] == "CNIGHT" and done.args["thread_ts"] == ts
+    assert fake.calls_to("upload")[0].args["size"] == 108
+
+
+async def test_trend_uploads_the_plot_into_a_thread(harness, fake, monkeypatch, tmp_path):
+    import sys
+    import types
+
+    mod = types.ModuleType("eaglebot.trend")
+
+    def plot_trend(store, playbook, host, metric, out_path, limit=30):
+        out_path.write_bytes(b"\x89PNG\r\n\x1a\n")
+        return out_path
+
+    mod.plot_trend = plot_trend
+    monkeypatch.setitem(sys.modules, "eaglebot.trend", mod)
+    h = await harness()
+    await h.command("trend hello local output_throughput")
+    done = (await fake.wait_for(lambda: fake.calls_to("files.completeUploadExternal")))[0]
+    parent = posts(fake, top=True)[0]
+    assert done.args["thread_ts"] == parent.answer["ts"]
+    assert "output_throughput" in parent.all_text()
+    assert done.args["channel_id"] == CHANNEL

@@ -23,6 +23,7 @@ class Call:
     args: dict[str, Any]
     headers: dict[str, str]
     status: int = 200
+    answer: dict[str, Any] = field(default_factory=dict)   # what the fake replied
     at: float = field(default_factory=time.monotonic)
 
     def blocks(self) -> list[dict]:
@@ -165,7 +166,8 @@ class FakeSlackAPI:
                 return web.Response(status=call.status, text="upstream connect error")
             call.status = 299  # answered 200 with ok=false
             return web.json_response({"ok": False, "error": fault.kind})
-        return web.json_response(self._answer(method, args))
+        call.answer = self._answer(method, args)
+        return web.json_response(call.answer)
 
     def _answer(self, method: str, a: dict[str, Any]) -> dict[str, Any]:
         if method == "auth.test":

@@ -35,7 +35,7 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 from . import blocks as bk
 from . import commands
 from .config import ScheduleConfig, Settings
-from .errors import UsageError
+from .errors import EagleError, UsageError
 from .playbook import Playbook
 from .runner import Observer, RunOutcome, RunRequest, StepRecord
 from .skill import ApprovalRequest, StepResult
@@ -210,7 +210,7 @@ class SlackContext:
         try:
             kw: dict[str, Any] = {"channel": channel, "text": self.redact(text)[:3000]}
             if blocks:
-                kw["blocks"] = bk.limit(blocks)
+                kw["blocks"] = self.blocks(blocks)
             if thread_ts:
                 kw["thread_ts"] = thread_ts
                 if broadcast:
@@ -226,7 +226,18 @@ class SlackContext:
             return Posted(None, channel, err)
 
     def update(self, channel: str, ts: str, text: str, blocks: list[dict]) -> None:
-        self.coalescer.update(channel, ts, self.redact(text)[:3000], bk.limit(blocks))
+        self.coalescer.update(channel, ts, self.redact(text)[:3000], self.blocks(blocks))
+
+    def blocks(self, blocks: list[dict]) -> list[dict]:
+        """Within Slack's limits, and no secret in any text (belt and braces: the store is redacted too)."""
+        def walk(v: Any) -> Any:
+            if isinstance(v, dict):
+                return {k: (self.redact(x) if k == "text" and isinstance(x, str) else walk(x)) for k, x in v.items()}
+            if isinstance(v, list):
+                return [walk(x) for x in v]
+            return v
+
+        return walk(bk.limit(blocks))
 
     async def respond(self, response_url: str | None, text: str, blocks: list[dict] | None = None, *,
                       public: bool = False) -> bool:
@@ -235,7 +246,7 @@ class SlackContext:
             return False
         try:
             resp = await AsyncWebhookClient(response_url, timeout=15).send(
-                text=self.redact(text)[:3000], blocks=bk.limit(blocks) if blocks else None,
+                text=self.redact(text)[:3000], blocks=self.blocks(blocks) if blocks else None,
                 response_type="in_channel" if public else "ephemeral", replace_original=False)
             if resp.status_code >= 400:
                 log.warning("response_url answered %s", resp.status_code)
@@ -541,8 +552,11 @@ def build_app(services: Any, *, client: AsyncWebClient | None = None, token: str
         return AuthorizeResult.from_auth_test_response(auth_test_response=cache["identity"],
                                                        bot_token=client.token)
 
+    # Bolt's own client carries no token: each request gets the bot token from `authorize`.
+    bolt_client = AsyncWebClient(base_url=client.base_url, timeout=client.timeout,
+                                 retry_handlers=list(client.retry_handlers or []))
     app = AsyncApp(
-        client=client,
+        client=bolt_client,
         # Without a secret (Socket Mode) no HTTP request can be signed correctly.
         signing_secret=signing_secret or secrets.token_hex(32),
         authorize=authorize,
@@ -636,9 +650,12 @@ async def _serve(settings: Settings, token: str, secret: str | None, app_token: 
     client = make_client(settings, token)
     try:
         ident = (await client.auth_test()).data
-    except SlackApiError as e:
+    except Exception as e:
         await services.close()
-        raise UsageError(f"Slack refused SLACK_BOT_TOKEN: {_slack_error(e)}") from None
+        if isinstance(e, SlackApiError):
+            raise UsageError(f"Slack refused SLACK_BOT_TOKEN: {_slack_error(e)}") from None
+        raise EagleError(f"cannot reach Slack's Web API ({type(e).__name__}); check the network "
+                         "or SLACK_API_URL, then `eagle doctor`") from None
     bot = build_app(services, client=client, signing_secret=secret, identity=ident)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -675,7 +692,7 @@ async def _serve(settings: Settings, token: str, secret: str | None, app_token: 
             await handler.close_async()
         if runner is not None:
             await runner.cleanup()
-        await bot.aclose()
+        await bot.aclose(grace_s=60)  # systemd's TimeoutStopSec is 90
         await services.close()
     return 0
 

@@ -49,7 +49,8 @@ PLAYBOOKS = {
     "fails": {
         "name": "fails", "description": "a step that fails with a log",
         "steps": [{"name": "boom", "skill": "shell",
-                   "with": {"command": "echo starting; echo 'Scheduler hit an exception: boom' >&2; exit 3"}},
+                   "with": {"command": "echo starting with hf_abcdefghijklmnopqrstuvwxyz0123; "
+                                           "echo 'Scheduler hit an exception: boom' >&2; exit 3"}},
                   {"name": "never", "skill": "shell", "with": {"command": "echo never"}}],
     },
     "marker": {

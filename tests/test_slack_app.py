@@ -155,6 +155,7 @@ async def test_failure_summary_shows_the_failing_step_error_and_log_tail(harness
     text = summary[0].all_text()
     assert "failed" in text and "exit status 3" in text and "Scheduler hit an exception" in text
     assert "log tail of *boom*" in text
+    assert all("hf_abcdefghij" not in c.all_text() for c in fake.calls)  # secrets are never posted
 
 
 async def test_cancel_stops_a_run_and_its_always_steps_still_run(harness, fake):

@@ -678,7 +678,6 @@ def console_main(settings: Settings) -> int:
     async def main() -> int:
         services = await Services.open(settings)
         frontend = TextFrontend(interactive=sys.stdin.isatty())
-        code = 0
         try:
             while True:
                 try:
@@ -690,9 +689,9 @@ def console_main(settings: Settings) -> int:
                     break
                 if not line:
                     continue
-                code = await _text_command(services, line, frontend)
+                await _text_command(services, line, frontend)  # each line reports its own result
         finally:
             await services.close()
-        return code
+        return 0
 
     return asyncio.run(main())

@@ -298,6 +298,7 @@ class SlackRunObserver(Observer):
         self._t0 = time.monotonic()
         self.outcome: RunOutcome | None = None
         self.run_id: int | None = None
+        self.not_in_channel = False
 
     # engine callbacks: cheap, never wait on Slack
     async def run_started(self, run_id: int, playbook: Playbook, hosts: list[str], req: RunRequest) -> None:
@@ -361,6 +362,7 @@ class SlackRunObserver(Observer):
                                           thread_ts=self.parent_ts)
                     self.progress_ts = prog.ts
                 elif posted.error in NOT_IN_CHANNEL:
+                    self.not_in_channel = True
                     await ctx.respond(self.response_url, ctx.invite_hint(self.channel, self.run_id))
         finally:
             self.thread_ready.set()
@@ -394,10 +396,12 @@ class SlackRunObserver(Observer):
             head += f" — :rotating_light: {len(regressions)} regression(s)"
         blocks = [bk.section(head)] + bk.run_summary_blocks(v)
         text = f"{who} run #{o.run_id} {o.playbook}: {o.status}".strip()
-        posted = await ctx.post(self.channel, text, blocks, thread_ts=self.parent_ts,
-                                broadcast=bool(regressions and self.parent_ts))
-        if posted.error in NOT_IN_CHANNEL and not self.parent_ts:
-            return  # the requester already got the invite hint
+        if self.not_in_channel:
+            # The requester got the invite hint; the result reaches them while response_url lives (30 min).
+            await ctx.respond(self.response_url, text, blocks)
+            return
+        await ctx.post(self.channel, text, blocks, thread_ts=self.parent_ts,
+                       broadcast=bool(regressions and self.parent_ts))
 
 
 class SlackApprover:
@@ -527,12 +531,11 @@ class SlackBot:
 
     async def aclose(self, grace_s: float = 30.0) -> None:
         """Cancel the runs this bot started (their always-steps run), then stop posting."""
-        runs = [t for t in self.ctx.runs.values() if not t.done()]
-        for rid, t in list(self.ctx.runs.items()):
-            if not t.done():
-                self.ctx.services.engine.cancel(rid)
+        runs = {rid: t for rid, t in self.ctx.runs.items() if not t.done()}
+        for rid in runs:
+            self.ctx.services.engine.cancel(rid)
         if runs:
-            await asyncio.wait(runs, timeout=grace_s)
+            await asyncio.wait(runs.values(), timeout=grace_s)
         if self.ctx.tasks:
             await asyncio.wait(list(self.ctx.tasks), timeout=5)
         await self.ctx.coalescer.aclose()

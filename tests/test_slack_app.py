@@ -9,7 +9,7 @@ import pytest
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
 from fakes.slack_api import FakeSlackAPI
-from slack_harness import CHANNEL, SECRET, command_body, open_harness, signed_headers
+from slack_harness import CHANNEL, command_body, open_harness, signed_headers
 
 from eaglebot import blocks as bk
 from eaglebot.slack_app import UpdateCoalescer, make_client
@@ -309,6 +309,8 @@ async def test_a_channel_the_bot_is_not_in_gets_an_invite_hint(harness, fake):
     assert "/invite @eaglebot" in hint.all_text() and hint.args["response_type"] == "ephemeral"
     run = await h.wait_run(await h.last_run_id())
     assert run["status"] == "succeeded"
+    result = await fake.wait_for(lambda: [c for c in h.responses() if "finished" in c.all_text()])
+    assert result[0].args["response_type"] == "ephemeral"
 
 
 async def test_edits_are_coalesced_per_message_and_capped_per_minute(fake):

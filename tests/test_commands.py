@@ -127,3 +127,16 @@ async def test_logs_tails_the_newest_server_log_on_the_host(services, tmp_path):
     assert "xoxb-1234567890" not in reply.text
     missing = await handle(svc, "logs nowhere", Caller("U1", check_access=False))
     assert missing.is_error and "unknown host 'nowhere'" in missing.text
+
+
+def test_eagle_console_treats_each_line_as_a_slash_command(chat_settings):
+    import subprocess
+    import sys
+
+    lines = "help shell\nhello greeting=console\nhistory\nbogus; rm -rf /\nexit\n"
+    res = subprocess.run([sys.executable, "-m", "eaglebot.cli", "console", "--config", str(chat_settings.source)],
+                         input=lines, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "command (required)" in res.stdout                       # a skill's parameters
+    assert "run #1 hello on local: succeeded" in res.stdout and "#1" in res.stdout
+    assert "unknown command 'bogus;'" in res.stderr

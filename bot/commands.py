@@ -21,7 +21,7 @@ from . import blocks as bk
 from .config import AccessConfig, Settings
 from .errors import EagleError, UsageError
 from .playbook import RESERVED, Playbook, load_playbook, playbook_files
-from .render import duration_s, fmt_duration, fmt_time, fmt_value, history_text, show_text, table
+from .render import duration_s, fmt_time, fmt_value, history_text, show_text, since, table
 from .runner import Approver, Observer, RunOutcome, RunRequest
 
 MAX_TEXT = 4000          # a slash command is at most 4000 characters in Slack too
@@ -325,15 +325,11 @@ async def _help(services, cmd: Command, caller: Caller) -> Reply:
 
 
 def _playbook_help(pb: Playbook) -> str:
+    from .cli import describe_inputs
+
     lines = [f"{pb.name}: {pb.description}".rstrip(": ")]
-    if pb.inputs:
-        lines.append("inputs:")
-        for k, s in pb.inputs.items():
-            extra = "required" if s.is_required and s.default is None else f"default {s.default!r}"
-            bounds = "".join(f", {b} {getattr(s, b):g}" for b in ("min", "max") if getattr(s, b) is not None)
-            lines.append(f"  {k} ({s.type}, {extra}{bounds}){': ' + s.description if s.description else ''}")
-    else:
-        lines.append("inputs: none")
+    inputs = describe_inputs(pb)
+    lines += ["inputs:"] + [f"  {line}" for line in inputs] if inputs else ["inputs: none"]
     lines.append("steps: " + ", ".join(s.label for s in pb.steps))
     if pb.examples:
         lines.append("examples:")
@@ -401,12 +397,7 @@ async def _history(services, cmd: Command, caller) -> Reply:
     runs, keys = await services.store.call(query)
     text = history_text(runs, keys)
     title = "History" + (f" of {playbook}" if playbook else "") + (f" on {host}" if host else "")
-    rows = [[f"#{r['id']}", r["playbook"], ",".join(r.get("hosts") or []) or "-", r.get("actor") or "-",
-             fmt_time(r.get("started_at")), r["status"], fmt_duration(duration_s(r)), keys.get(r["id"], "")]
-            for r in runs]
-    compact = table(["id", "playbook", "host", "who", "when (UTC)", "status", "took", "key metric"], rows) \
-        if rows else "no runs yet"
-    return Reply(text, bk.text_blocks(compact, title=title, code=True), public=True)
+    return Reply(text, bk.text_blocks(text, title=title, code=True), public=True)
 
 
 def view_from_store(run: dict, steps: list[dict], metrics: list[dict], warnings: list[dict],
@@ -450,9 +441,8 @@ async def _status(services, cmd, caller) -> Reply:
     runs = await services.store.running_runs()
     locks = await services.store.locks()
     rows = [[f"#{r['id']}", r["playbook"], ",".join(r.get("hosts") or []) or "-", r.get("actor") or "-",
-             r.get("origin") or "-", fmt_time(r.get("started_at")),
-             fmt_duration(_elapsed(r.get("started_at")))] for r in runs]
-    parts = [table(["id", "playbook", "hosts", "who", "via", "started (UTC)", "running for"], rows)
+             r.get("origin") or "-", fmt_time(r.get("started_at")), since(r.get("started_at"))] for r in runs]
+    parts = [table(["id", "playbook", "hosts", "who", "via", "started (UTC)", "since"], rows)
              if rows else "no runs are running"]
     if locks:
         parts.append("busy hosts: " + ", ".join(f"{lk['host']} (run #{lk['run_id']})" for lk in locks))
@@ -460,15 +450,6 @@ async def _status(services, cmd, caller) -> Reply:
         parts.append("busy hosts: none")
     text = "\n\n".join(parts)
     return Reply(text, bk.text_blocks(text, title="Status", code=True), public=True)
-
-
-def _elapsed(iso: str | None) -> float | None:
-    from datetime import datetime, timezone
-
-    from .store import parse_iso
-
-    d = parse_iso(iso)
-    return (datetime.now(timezone.utc) - d).total_seconds() if d else None
 
 
 async def _cancel(services, cmd: Command, caller: Caller) -> Reply:
@@ -606,7 +587,8 @@ _HANDLERS: dict[str, Callable[..., Any]] = {
 # -- terminal front ends: `eagle chat`, `eagle console` ------------------------------------
 
 class TextFrontend:
-    """Runs started from `eagle chat`/`console` report to stderr; console asks for approvals."""
+    """Runs started from `eagle chat`/`console` report like `eagle run`: progress on stderr,
+    approvals asked on the terminal when there is one."""
 
     def __init__(self, interactive: bool = False, verbose: bool = False):
         self.interactive = interactive
@@ -618,20 +600,14 @@ class TextFrontend:
         return TerminalObserver(verbose=self.verbose)
 
     def approver(self, req: RunRequest, observer: Observer | None) -> Approver | None:
-        if not self.interactive:
-            return None
+        from .cli import terminal_approver
 
-        async def ask(ar) -> tuple[bool, str]:
-            print(f"\napproval needed on {ar.host}, step {ar.step}: {ar.action}", file=sys.stderr)
-            for d in ar.details:
-                print(f"  {d}", file=sys.stderr)
-            answer = await asyncio.to_thread(input, "approve? [y/N] ")
-            return answer.strip().lower() in ("y", "yes"), getpass.getuser()
-
-        return ask
+        return terminal_approver if self.interactive else None
 
 
 async def _text_command(services, text: str, frontend: TextFrontend) -> int:
+    from .cli import outcome_text
+
     caller = Caller(getpass.getuser(), origin="cli", check_access=False, frontend=frontend)
     reply = await handle(services, text, caller)
     if reply.task is not None:
@@ -640,21 +616,6 @@ async def _text_command(services, text: str, frontend: TextFrontend) -> int:
         return outcome.exit_code
     print(("eagle: " if reply.is_error else "") + reply.text, file=sys.stderr if reply.is_error else sys.stdout)
     return reply.exit_code
-
-
-def outcome_text(o: RunOutcome) -> str:
-    lines = [f"run #{o.run_id} {o.playbook} on {', '.join(o.hosts)}: {o.status}" + (" (dry-run)" if o.dry_run else "")]
-    for s in o.steps:
-        lines.append(f"  {s.host}: {s.name}: {s.status} ({s.duration_ms / 1000:.2f}s) {s.summary}".rstrip())
-    for h, m in o.metrics:
-        lines.append(f"  metric {h}: {m.name} = {fmt_value(m.value, m.unit)}")
-    lines += [f"  warning: {w}" for w in o.warnings]
-    lines += [f"  REGRESSION {r.host}: {r.metric} {fmt_value(r.value)} vs {fmt_value(r.reference)} "
-              f"({r.delta_pct:+.1f}%): {r.reason}" for r in o.regressions if r.kind == "regression"]
-    lines += [f"  plan: {p}" for p in o.plan]
-    if o.error and o.status != "succeeded":
-        lines.append(f"  error: {o.error}")
-    return "\n".join(lines)
 
 
 def chat_main(settings: Settings, text: str) -> int:

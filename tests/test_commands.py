@@ -81,8 +81,8 @@ def chat_settings(tmp_path):
 
 def test_eagle_chat_runs_the_same_router_as_slack_as_text(chat_settings, capsys):
     assert chat_main(chat_settings, "hello greeting=from-chat") == 0
-    out = capsys.readouterr().out
-    assert "run #1 hello on local: succeeded" in out and "from-chat" in out
+    cap = capsys.readouterr()
+    assert "run #1 hello on local: succeeded" in cap.out and "from-chat" in cap.err  # progress on stderr
     assert chat_main(chat_settings, "fails") == 1
     assert chat_main(chat_settings, "history") == 0
     out = capsys.readouterr().out
@@ -92,7 +92,7 @@ def test_eagle_chat_runs_the_same_router_as_slack_as_text(chat_settings, capsys)
     assert chat_main(chat_settings, "hello gpu-01; rm -rf /") == 2
     assert "not a host name" in capsys.readouterr().err
     assert chat_main(chat_settings, "help hello") == 0
-    assert "greeting (str, default 'hello')" in capsys.readouterr().out
+    assert "greeting (str, default hello)" in capsys.readouterr().out
     assert chat_main(chat_settings, "hello times=9") == 2          # typed by the playbook: max 5
     assert chat_main(chat_settings, "nosuch") == 2
     assert "unknown playbook 'nosuch'" in capsys.readouterr().err

@@ -8,6 +8,7 @@ returns a `Reply` (text for a terminal, Block Kit blocks for Slack). Runs go thr
 from __future__ import annotations
 
 import asyncio
+import functools
 import getpass
 import re
 import shlex
@@ -304,7 +305,16 @@ def _load(settings: Settings, name: str) -> Playbook:
     files = _playbooks(settings)
     if name not in files:
         raise UsageError(f"unknown playbook {name!r} (known: {', '.join(files) or 'none'})")
-    return load_playbook(files[name])
+    path = files[name]
+    st = path.stat()
+    return _load_cached(str(path), st.st_mtime_ns, st.st_size).model_copy(deep=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_cached(path: str, mtime_ns: int, size: int) -> Playbook:
+    """Parsing and validating YAML on every slash command is the bot's busiest work: reuse it
+    until the file changes (the key holds its mtime and size)."""
+    return load_playbook(path)
 
 
 async def _help(services, cmd: Command, caller: Caller) -> Reply:

@@ -140,3 +140,22 @@ def test_eagle_console_treats_each_line_as_a_slash_command(chat_settings):
     assert "command (required)" in res.stdout                       # a skill's parameters
     assert "run #1 hello on local: succeeded" in res.stdout and "#1" in res.stdout
     assert "unknown command 'bogus;'" in res.stderr
+
+
+async def test_an_edited_playbook_is_read_again(services, tmp_path):
+    pdir = tmp_path / "pb"
+    pdir.mkdir()
+    pb = dict(PLAYBOOKS["hello"])
+    (pdir / "hello.yaml").write_text(yaml.safe_dump(pb))
+    svc = await services(playbooks_dir=str(pdir))
+    caller = Caller("U1", check_access=False)
+    assert "say hello" in (await handle(svc, "help hello", caller)).text
+    first = await handle(svc, "hello", caller)
+    await first.task
+    pb["description"] = "say hello, edited"
+    (pdir / "hello.yaml").write_text(yaml.safe_dump(pb))
+    assert "say hello, edited" in (await handle(svc, "help hello", caller)).text
+    pb["inputs"] = {}
+    (pdir / "hello.yaml").write_text(yaml.safe_dump(pb))
+    refused = await handle(svc, "hello greeting=x", caller)
+    assert refused.is_error and "has no input 'greeting'" in refused.text

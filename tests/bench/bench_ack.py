@@ -1,0 +1,131 @@
+"""Ack latency of /eagle over real HTTP on loopback (a script, not a test).
+
+The bot (Bolt AsyncApp on aiohttp, real SQLite audit store, a temporary playbooks_dir)
+runs in its own process, as it does in production; this process plays Slack: it sends
+200 correctly signed slash commands, 50 in flight, and answers the bot's follow-up
+Web API and response_url calls with the fake Web API (on its own thread). It prints
+p50 / p90 / p99 / max of the time from sending a command to receiving its ack.
+Target: p99 < 100 ms.
+
+    .venv/bin/python tests/bench/bench_ack.py [--n 200] [--concurrency 50] [--text "hello greeting=bench"]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))
+
+import aiohttp  # noqa: E402
+
+from fakes.slack_api import FakeSlackAPI  # noqa: E402
+from slack_harness import command_body, open_harness, signed_headers  # noqa: E402
+
+EVERYONE = {"operators": ["*"], "approvers": ["*"], "viewers": ["*"]}
+
+
+# -- the bot's process ---------------------------------------------------------------------
+
+async def serve(api_url: str, workdir: str) -> None:
+    fake = FakeSlackAPI()
+    fake.root = api_url.rstrip("/").rsplit("/api", 1)[0]  # only its URLs are used here
+    h = await open_harness(Path(workdir), fake, access=EVERYONE)
+    print(f"URL {h.url}", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+    deadline = time.monotonic() + 60
+    while (h.bot.ctx.tasks or h.bot.ctx.runs) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await h.close()
+
+
+# -- the Slack side ------------------------------------------------------------------------
+
+def start_fake() -> tuple[FakeSlackAPI, asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    fake = FakeSlackAPI()
+    ready = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(fake.start())
+        ready.set()
+        loop.run_forever()
+
+    threading.Thread(target=run, daemon=True).start()
+    ready.wait(10)
+    return fake, loop
+
+
+async def load(url: str, fake: FakeSlackAPI, n: int, concurrency: int, text: str) -> tuple[list[float], dict, float]:
+    sem = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        async def one(i: int, record: bool = True) -> None:
+            body = command_body(text if record else "help", user="UBENCH", response_url=fake.response_url(f"b{i}"))
+            headers = signed_headers(body)
+            async with sem:
+                t0 = time.perf_counter()
+                async with session.post(url, data=body.encode(), headers=headers) as r:
+                    await r.read()
+                    if record:
+                        latencies.append((time.perf_counter() - t0) * 1000)
+                        statuses[r.status] = statuses.get(r.status, 0) + 1
+
+        await one(-1, record=False)  # warm-up: the app's one auth.test, the connection
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        return latencies, statuses, time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--concurrency", type=int, default=50)
+    ap.add_argument("--text", default="hello greeting=bench", help="the /eagle text to send")
+    ap.add_argument("--serve", metavar="API_URL", help=argparse.SUPPRESS)
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.serve:
+        asyncio.run(serve(a.serve, a.dir))
+        return 0
+
+    fake, _loop = start_fake()
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        bot = subprocess.Popen([sys.executable, __file__, "--serve", fake.base_url, "--dir", d],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            line = bot.stdout.readline()
+            if not line.startswith("URL "):
+                print("the bot did not start", file=sys.stderr)
+                return 2
+            latencies, statuses, wall = asyncio.run(load(line.split()[1], fake, a.n, a.concurrency, a.text))
+        finally:
+            bot.stdin.close()
+            bot.wait(90)
+    latencies.sort()
+
+    def p(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(round(q * (len(latencies) - 1))))]
+
+    print(f"/eagle {a.text!r}: {a.n} signed requests, {a.concurrency} in flight, {wall:.2f}s wall, "
+          f"HTTP statuses {statuses}")
+    print(f"ack latency ms: p50 {p(0.50):.1f}  p90 {p(0.90):.1f}  p99 {p(0.99):.1f}  max {latencies[-1]:.1f}  "
+          f"mean {statistics.mean(latencies):.1f}")
+    ok = p(0.99) < 100 and statuses.get(200) == a.n
+    print("PASS: p99 < 100 ms" if ok else "FAIL: p99 >= 100 ms or non-200 answers")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Fakes of external services and programs used by the tests."""

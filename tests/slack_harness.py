@@ -1,0 +1,207 @@
+"""The Slack app over real HTTP on 127.0.0.1, against the fake Web API, for tests and the bench.
+
+Requests are signed exactly as Slack signs them
+(slack_sdk.signature.SignatureVerifier.generate_signature); the audit store is a real
+SQLite file; playbooks are written into a temporary playbooks_dir.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+import yaml
+from aiohttp import web
+from pydantic import Field
+from slack_sdk.signature import SignatureVerifier
+
+from eaglebot.config import load_settings
+from eaglebot.services import Services
+from eaglebot.skill import SkillContext, SkillParams, StepResult, skills
+from eaglebot.slack_app import SlackBot, build_app, make_client
+
+from fakes.slack_api import FakeSlackAPI
+
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+TOKEN = "xoxb-0000000000-test-token"
+CHANNEL = "C0EAGLE"
+
+PLAYBOOKS = {
+    "hello": {
+        "name": "hello", "description": "say hello",
+        "inputs": {"greeting": {"type": "str", "default": "hello"}, "times": {"type": "int", "default": 1, "min": 1, "max": 5}},
+        "steps": [{"name": "greet", "skill": "shell", "with": {"command": "echo {{ greeting }}", "changed": False}}],
+        "always": [{"skill": "audit.note", "with": {"message": "done"}}],
+    },
+    "slow": {
+        "name": "slow", "description": "waits until cancelled",
+        "inputs": {"seconds": {"type": "float", "default": 60}},
+        "steps": [{"name": "nap", "skill": "wait", "with": {"seconds": "{{ seconds }}"}},
+                  {"name": "after", "skill": "shell", "with": {"command": "echo after"}}],
+        "always": [{"name": "cleanup note", "skill": "audit.note", "with": {"message": "always ran"}}],
+    },
+    "fails": {
+        "name": "fails", "description": "a step that fails with a log",
+        "steps": [{"name": "boom", "skill": "shell",
+                   "with": {"command": "echo starting with hf_abcdefghijklmnopqrstuvwxyz0123; "
+                                           "echo 'Scheduler hit an exception: boom' >&2; exit 3"}},
+                  {"name": "never", "skill": "shell", "with": {"command": "echo never"}}],
+    },
+    "marker": {
+        "name": "marker", "description": "touches a file (to prove what ran)",
+        "inputs": {"path": {"type": "str"}},
+        "steps": [{"name": "touch", "skill": "shell", "with": {"command": "touch {{ path }}"}}],
+    },
+    "guarded": {
+        "name": "guarded", "description": "asks before killing foreign processes",
+        "steps": [{"name": "kill strangers", "skill": "test.approve", "confirm": True, "with": {}},
+                  {"name": "after", "skill": "shell", "with": {"command": "echo after approval"}}],
+    },
+}
+
+
+def install_approval_skill() -> None:
+    """A skill that asks for approval like gpu.cleanup does (the GPU skills are not in this tree)."""
+    if "test.approve" in skills():
+        return
+    mod = types.ModuleType("eaglebot_test_approve")
+
+    class Params(SkillParams):
+        pids: list[int] = Field(default_factory=lambda: [4242], description="PIDs to 'kill'")
+
+    async def run(ctx: SkillContext, params: Params) -> StepResult:
+        ok, who = await ctx.approve(
+            f"kill {len(params.pids)} process(es) the bot did not start",
+            [f"pid {p} user bob: python -m sglang.launch_server --port 31000" for p in params.pids])
+        if not ok:
+            return StepResult.failed(f"not approved: {who}")
+        return StepResult.changed(f"approved by {who}: killed {params.pids}")
+
+    mod.NAME, mod.Params, mod.run, mod.__doc__ = "test.approve", Params, run, "Ask for approval (test skill)."
+    skills()["test.approve"] = mod
+
+
+def signed_headers(body: str, *, secret: str = SECRET, timestamp: int | None = None,
+                   content_type: str = "application/x-www-form-urlencoded") -> dict[str, str]:
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    sig = SignatureVerifier(secret).generate_signature(timestamp=ts, body=body)
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sig, "Content-Type": content_type}
+
+
+def command_body(text: str, *, user: str = "UALICE", channel: str = CHANNEL, response_url: str = "") -> str:
+    return urlencode({
+        "token": "legacy-verification-token", "team_id": "T0EAGLE", "team_domain": "eagle-test",
+        "channel_id": channel, "channel_name": "gpu-ops", "user_id": user, "user_name": user.lower(),
+        "command": "/eagle", "text": text, "api_app_id": "AEAGLE", "is_enterprise_install": "false",
+        "response_url": response_url, "trigger_id": "1.2.3"})
+
+
+def action_body(action_id: str, value: str, *, user: str, channel: str = CHANNEL, response_url: str = "",
+                message_ts: str = "1700000001.000100") -> str:
+    payload = {
+        "type": "block_actions", "user": {"id": user, "username": user.lower(), "team_id": "T0EAGLE"},
+        "api_app_id": "AEAGLE", "token": "legacy", "team": {"id": "T0EAGLE", "domain": "eagle-test"},
+        "container": {"type": "message", "message_ts": message_ts, "channel_id": channel},
+        "channel": {"id": channel, "name": "gpu-ops"}, "message": {"ts": message_ts, "text": "approval"},
+        "response_url": response_url, "trigger_id": "1.2.3",
+        "actions": [{"action_id": action_id, "block_id": f"eagle_approval_{value}", "value": value,
+                     "type": "button", "action_ts": str(time.time())}],
+    }
+    return urlencode({"payload": json.dumps(payload)})
+
+
+@dataclass
+class SlackHarness:
+    fake: FakeSlackAPI
+    services: Services
+    bot: SlackBot
+    runner: web.AppRunner
+    url: str
+    session: aiohttp.ClientSession
+    n: int = 0
+
+    async def post(self, body: str, headers: dict[str, str]) -> tuple[int, str]:
+        async with self.session.post(self.url, data=body.encode(), headers=headers) as r:
+            return r.status, await r.text()
+
+    async def command(self, text: str, *, user: str = "UALICE", channel: str = CHANNEL) -> tuple[int, dict]:
+        """A signed slash command; returns the HTTP status and the ack's JSON ({} when empty)."""
+        self.n += 1
+        body = command_body(text, user=user, channel=channel, response_url=self.fake.response_url(f"c{self.n}"))
+        status, raw = await self.post(body, signed_headers(body))
+        if not raw.strip():
+            return status, {}
+        return status, (json.loads(raw) if raw.lstrip().startswith("{") else {"text": raw})
+
+    def responses(self, n: int | None = None) -> list:
+        """What the app sent to the response_url of command number n (default: the last one)."""
+        name = f"c{self.n if n is None else n}"
+        return [c for c in self.fake.calls if c.method == "response_url" and c.args.get("_name") == name]
+
+    async def click(self, action_id: str, value: str, *, user: str) -> int:
+        self.n += 1
+        body = action_body(action_id, value, user=user, response_url=self.fake.response_url(f"c{self.n}"))
+        status, _ = await self.post(body, signed_headers(body))
+        return status
+
+    async def wait_run(self, run_id: int, timeout: float = 30.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            run = await self.services.store.get_run(run_id)
+            if run and run["status"] != "running":
+                return run
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run #{run_id} still running after {timeout}s")
+            await asyncio.sleep(0.05)
+
+    async def last_run_id(self, timeout: float = 30.0) -> int:
+        """The newest run's id, once the command's background task has created it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = await self.services.store.history(limit=1)
+            if rows:
+                return rows[0]["id"]
+            if time.monotonic() > deadline:
+                raise AssertionError("no run was created")
+            await asyncio.sleep(0.02)
+
+    async def query(self, sql: str, args: list | None = None) -> list[dict]:
+        """Read the audit store on its own thread (the test must not share the connection)."""
+        return await self.services.store.call(lambda: list(self.services.store.sync.db.query(sql, args or [])))
+
+    async def close(self) -> None:
+        await self.session.close()
+        await self.runner.cleanup()
+        await self.bot.aclose(grace_s=10)
+        await self.services.close()
+
+
+async def open_harness(tmp_path: Path, fake: FakeSlackAPI, *, access: dict | None = None,
+                       playbooks: dict | None = None, backoff_s: float = 0.01, **extra: Any) -> SlackHarness:
+    install_approval_skill()
+    pdir = tmp_path / "playbooks"
+    pdir.mkdir(exist_ok=True)
+    for name, pb in (playbooks or PLAYBOOKS).items():
+        (pdir / f"{name}.yaml").write_text(yaml.safe_dump(pb, sort_keys=False))
+    cfg = {"audit_db": str(tmp_path / "eagle.db"), "playbooks_dir": str(pdir),
+           "slack": {"channel": CHANNEL, "api_url": fake.base_url, "progress_interval_s": 1.0},
+           "access": access or {"operators": ["UALICE"], "approvers": ["UBOSS"], "viewers": ["*"]}}
+    cfg.update(extra)
+    (tmp_path / "eagle.yaml").write_text(yaml.safe_dump(cfg))
+    settings = load_settings(tmp_path / "eagle.yaml")
+    services = await Services.open(settings)
+    client = make_client(settings, TOKEN, backoff_s=backoff_s)
+    bot = build_app(services, client=client, signing_secret=SECRET)
+    runner = web.AppRunner(bot.app.web_app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return SlackHarness(fake, services, bot, runner, f"http://127.0.0.1:{port}/slack/events",
+                        aiohttp.ClientSession())

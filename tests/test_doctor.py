@@ -1,0 +1,97 @@
+"""`eagle doctor`: hosts (real sshd on loopback), host keys, tools, Slack tokens, the DB."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import asyncssh
+import pytest
+import yaml
+
+from fakes.slack_api import FakeSlackAPI
+
+from eaglebot.config import load_settings
+from eaglebot.doctor import doctor_main, run_checks
+
+
+def settings_for(tmp_path: Path, hosts: dict):
+    p = tmp_path / "eagle.yaml"
+    p.write_text(yaml.safe_dump({"audit_db": str(tmp_path / "eagle.db"), "hosts": hosts}))
+    return load_settings(p)
+
+
+@pytest.fixture
+def fake_nvidia_smi(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, NVIDIA H200'\necho '1, NVIDIA H200'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return smi
+
+
+async def test_doctor_passes_with_reachable_hosts_tools_valid_tokens_and_writable_db(
+        tmp_path, fake_nvidia_smi, monkeypatch):
+    fake = await FakeSlackAPI().start()
+    try:
+        monkeypatch.setenv("SLACK_API_URL", fake.base_url)
+        monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-doctor-test-token")
+        monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-doctor-test-token")
+        lines = []
+        checks = await run_checks(settings_for(tmp_path, {}), lambda c: lines.append(c.line()))
+    finally:
+        await fake.stop()
+    assert all(c.ok for c in checks), lines
+    text = "\n".join(lines)
+    assert "host local nvidia-smi" in text and "2 GPU(s)" in text
+    assert "SLACK_BOT_TOKEN: valid: bot eaglebot" in text and "SLACK_APP_TOKEN: valid" in text
+    assert "audit db" in text
+    assert [c.method for c in fake.calls] == ["auth.test", "apps.connections.open"]
+
+
+async def test_doctor_prints_the_fingerprint_of_an_unknown_host_key(tmp_path, sshd):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    hosts = {"gpu-pinned": sshd.host_config(), "gpu-new": sshd.host_config(known_hosts=str(empty))}
+    lines = []
+    checks = await run_checks(settings_for(tmp_path, hosts), lambda c: lines.append(c.line()))
+    by = {c.name: c for c in checks}
+    assert by["host gpu-pinned"].ok
+    assert by["host gpu-pinned python"].ok
+    assert not by["host gpu-new"].ok
+    expected = asyncssh.import_public_key(sshd.host_pub).get_fingerprint("sha256")
+    assert expected in by["host gpu-new"].detail
+
+
+async def test_doctor_reports_unreachable_hosts_missing_tools_and_refused_tokens(tmp_path, monkeypatch):
+    fake = await FakeSlackAPI().start()
+    try:
+        fake.fail("auth.test", "invalid_auth")
+        monkeypatch.setenv("SLACK_API_URL", fake.base_url)
+        monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-revoked-token-000")
+        monkeypatch.delenv("SLACK_APP_TOKEN", raising=False)
+        monkeypatch.setenv("PATH", "/usr/bin:/bin")
+        known = tmp_path / "kh"
+        known.write_text("")
+        hosts = {"gone": {"address": "127.0.0.1", "port": 9, "known_hosts": str(known), "connect_timeout_s": 2},
+                 "local": {"transport": "local", "vars": {"python": "/nonexistent/python"}}}
+        checks = await run_checks(settings_for(tmp_path, hosts), lambda c: None)
+    finally:
+        await fake.stop()
+    by = {c.name: c for c in checks}
+    assert not by["host gone"].ok and "unreachable" in by["host gone"].detail
+    assert not by["host local nvidia-smi"].ok and "not found" in by["host local nvidia-smi"].detail
+    assert not by["host local python"].ok
+    assert not by["SLACK_BOT_TOKEN"].ok and "invalid_auth" in by["SLACK_BOT_TOKEN"].detail
+
+
+def test_doctor_main_exits_1_when_a_check_fails_and_prints_one_line_per_check(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    monkeypatch.delenv("SLACK_APP_TOKEN", raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    code = doctor_main(settings_for(tmp_path, {}))
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert any(line.startswith("FAIL  host local nvidia-smi") for line in out)
+    assert any(line.startswith("ok    audit db") for line in out)

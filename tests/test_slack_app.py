@@ -1,0 +1,426 @@
+"""The Slack app over real HTTP (signed requests) and Socket Mode, against a fake Web API."""
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import time
+
+import pytest
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+from fakes.slack_api import FakeSlackAPI
+from slack_harness import CHANNEL, command_body, open_harness, signed_headers
+
+from eaglebot import blocks as bk
+from eaglebot.slack_app import UpdateCoalescer, make_client
+
+
+@pytest.fixture
+async def fake():
+    f = await FakeSlackAPI().start()
+    yield f
+    await f.stop()
+
+
+@pytest.fixture
+async def harness(tmp_path, fake):
+    opened = []
+
+    async def open_(**kw):
+        h = await open_harness(tmp_path, fake, **kw)
+        opened.append(h)
+        return h
+
+    yield open_
+    for h in opened:
+        await h.close()
+
+
+def posts(fake, *, thread_ts=None, top=False):
+    out = [c for c in fake.ok_calls_to("chat.postMessage")]
+    if top:
+        out = [c for c in out if not c.args.get("thread_ts")]
+    if thread_ts:
+        out = [c for c in out if c.args.get("thread_ts") == thread_ts]
+    return out
+
+
+def approval_message(fake):
+    for c in fake.ok_calls_to("chat.postMessage"):
+        for b in c.blocks():
+            if b.get("type") == "actions":
+                return c, b["elements"][0]["value"]
+    return None
+
+
+async def run_rows(h):
+    return await h.services.store.history(limit=100)
+
+
+# -- request verification -------------------------------------------------------------------
+
+async def test_forged_signature_is_rejected_with_401(harness, fake):
+    h = await harness()
+    body = command_body("hello")
+    status, _ = await h.post(body, signed_headers(body, secret="not-the-signing-secret"))
+    assert status == 401
+    assert await run_rows(h) == []
+    assert fake.calls_to("chat.postMessage") == []
+
+
+async def test_request_with_an_old_timestamp_is_rejected(harness, fake):
+    h = await harness()
+    body = command_body("hello")
+    status, _ = await h.post(body, signed_headers(body, timestamp=int(time.time()) - 10 * 60))
+    assert status == 401
+    assert await run_rows(h) == []
+
+
+# -- runs -----------------------------------------------------------------------------------
+
+async def test_slash_run_posts_parent_progress_in_thread_and_final_summary(harness, fake):
+    h = await harness()
+    status, ack = await h.command("hello greeting=hi")
+    assert status == 200 and ack == {}
+    parent = (await fake.wait_for(lambda: posts(fake, top=True)))[0]
+    assert "hello" in parent.all_text() and "<@UALICE>" in parent.all_text() and "running" in parent.all_text()
+    rid = await h.last_run_id()
+    run = await h.wait_run(rid)
+    assert run["status"] == "succeeded" and run["origin"] == "slack" and run["actor"] == "UALICE"
+    parent_ts = run["thread_ts"]
+    assert run["channel"] == CHANNEL and parent_ts == parent.answer["ts"]
+    summary = await fake.wait_for(lambda: [c for c in posts(fake, thread_ts=parent_ts) if "finished" in c.all_text()])
+    text = summary[0].all_text()
+    assert "<@UALICE>" in text and "succeeded" in text and "greet" in text and f"/eagle show {rid}" in text
+    # the parent message is edited to the final status
+    await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.update")
+                                 if c.args["ts"] == parent_ts and "succeeded" in c.all_text()])
+    progress = [c for c in posts(fake, thread_ts=parent_ts) if c.args["text"] == "progress"]
+    assert len(progress) == 1
+
+
+async def test_dry_run_posts_the_plan_and_runs_nothing_on_the_host(harness, fake, tmp_path):
+    h = await harness()
+    target = tmp_path / "touched"
+    await h.command(f"marker path={target} --dry-run")
+    await fake.wait_for(lambda: [c for c in posts(fake) if "plan" in c.all_text()])
+    rid = await h.last_run_id()
+    run = await h.wait_run(rid)
+    assert run["dry_run"] == 1
+    assert not target.exists()
+    plan = [c for c in posts(fake) if "plan" in c.all_text()][0].all_text()
+    assert "would run" in plan and "touch" in plan
+
+
+HOSTILE = [
+    "hello gpu-01; rm -rf /",
+    "$(reboot)",
+    "hello `reboot`",
+    "hello greeting=\"unbalanced",
+    "marker path=/tmp/x; rm -rf /",
+    "héllo wörld",
+    "hello &lt;!channel&gt;",
+    "hello greeting=x\x07",
+    "x" * 10_000,
+]
+
+
+async def test_hostile_slash_text_gets_a_clear_error_and_runs_nothing(harness, fake):
+    h = await harness()
+    for text in HOSTILE:
+        status, ack = await h.command(text)
+        assert status == 200, text
+        assert ack.get("text", "").startswith(":warning:"), (text, ack)
+        assert "<!channel>" not in ack["text"]
+    assert await run_rows(h) == []
+    assert fake.calls_to("chat.postMessage") == []
+
+
+async def test_a_hostile_input_value_reaches_the_shell_as_one_quoted_word(harness, fake, tmp_path):
+    h = await harness()
+    pwned = tmp_path / "pwned"
+    await h.command(f"hello greeting='$(touch {pwned})'")
+    await fake.wait_for(lambda: [c for c in posts(fake) if "finished" in c.all_text()])
+    run = await h.wait_run(await h.last_run_id())
+    assert run["status"] == "succeeded"
+    assert not pwned.exists()
+    steps = await h.services.store.steps(run["id"])
+    assert "$(touch" in steps[0]["output"]
+
+
+async def test_failure_summary_shows_the_failing_step_error_and_log_tail(harness, fake):
+    h = await harness()
+    await h.command("fails")
+    summary = await fake.wait_for(lambda: [c for c in posts(fake) if "finished" in c.all_text()])
+    text = summary[0].all_text()
+    assert "failed" in text and "exit status 3" in text and "Scheduler hit an exception" in text
+    assert "log tail of *boom*" in text
+    assert all("hf_abcdefghij" not in c.all_text() for c in fake.calls)  # secrets are never posted
+
+
+async def test_cancel_stops_a_run_and_its_always_steps_still_run(harness, fake):
+    h = await harness()
+    await h.command("slow")
+    await fake.wait_for(lambda: posts(fake, top=True))
+    rid = await h.last_run_id()
+    await h.command("status")
+    st = await fake.wait_for(lambda: h.responses())
+    assert f"#{rid}" in st[0].all_text() and "local (run" in st[0].all_text()
+    await h.command(f"cancel {rid}")
+    run = await h.wait_run(rid)
+    assert run["status"] == "cancelled"
+    steps = {s["name"]: s["status"] for s in await h.services.store.steps(rid)}
+    assert steps["cleanup note"] == "ok" and steps["after"] == "skipped"
+
+
+async def test_history_and_show_render_from_the_audit_store(harness, fake):
+    h = await harness()
+    await h.command("hello")
+    rid = await h.last_run_id()
+    await h.wait_run(rid)
+    await h.command("history")
+    hist = (await fake.wait_for(lambda: h.responses()))[0]
+    assert hist.args["response_type"] == "in_channel"
+    assert f"#{rid}" in hist.all_text() and "hello" in hist.all_text() and "UALICE" in hist.all_text()
+    await h.command(f"show {rid}")
+    show = (await fake.wait_for(lambda: h.responses()))[0]
+    assert "greet" in show.all_text() and "succeeded" in show.all_text()
+    await h.command("show 999")
+    err = (await fake.wait_for(lambda: h.responses()))[0]
+    assert err.args["response_type"] == "ephemeral" and "no run #999" in err.all_text()
+
+
+async def test_schedule_and_trend_answer_even_without_the_scheduler_module(harness, fake):
+    h = await harness()
+    await h.command("schedule")
+    r = (await fake.wait_for(lambda: h.responses()))[0]
+    if importlib.util.find_spec("eaglebot.scheduler") is None:
+        assert "not available in this build" in r.all_text()
+    else:
+        assert "schedule" in r.all_text().lower()
+
+
+# -- permissions ----------------------------------------------------------------------------
+
+async def test_refusals_are_ephemeral_and_audited(harness, fake):
+    h = await harness(access={"operators": ["UALICE"], "approvers": ["UBOSS"], "viewers": ["UALICE", "UBOB"],
+                              "playbooks": {"fails": ["UCAROL"]}})
+    status, ack = await h.command("hello", user="UBOB")          # a viewer, not an operator
+    assert status == 200 and "only operators" in ack["text"]
+    _, ack = await h.command("fails", user="UALICE")              # not on the playbook's allowlist
+    assert "allowlist" in ack["text"]
+    _, ack = await h.command("history", user="UEVE")              # not even a viewer
+    assert "only viewers" in ack["text"]
+    _, ack = await h.command("cancel 1", user="UBOB")
+    assert "only operators" in ack["text"]
+    events: list = []
+    for _ in range(500):
+        events = await h.query("select * from events where kind = 'access_denied'")
+        if len(events) >= 4:
+            break
+        await asyncio.sleep(0.02)
+    who = " ".join(e["message"] for e in events)
+    assert "UBOB" in who and "UEVE" in who and "UALICE" in who
+    assert await run_rows(h) == []
+    assert fake.calls_to("chat.postMessage") == []
+
+
+# -- approvals ------------------------------------------------------------------------------
+
+async def test_approval_only_an_approver_can_approve(harness, fake):
+    h = await harness()
+    await h.command("guarded")
+    msg, key = await fake.wait_for(lambda: approval_message(fake))
+    text = msg.all_text()
+    assert "<@UBOSS>" in text and "pid 4242 user bob" in text and "kill 1 process" in text
+    rid = await h.last_run_id()
+    assert await h.click(bk.APPROVE_ACTION, key, user="UEVE") == 200
+    refusal = (await fake.wait_for(lambda: h.responses()))[0]
+    assert "only approvers" in refusal.all_text() and refusal.args["response_type"] == "ephemeral"
+    assert (await h.services.store.get_run(rid))["status"] == "running"
+    assert await h.click(bk.APPROVE_ACTION, key, user="UBOSS") == 200
+    run = await h.wait_run(rid)
+    assert run["status"] == "succeeded"
+    approvals = await h.query("select * from approvals where run_id = ?", [rid])
+    assert [(a["status"], a["decided_by"]) for a in approvals] == [("approved", "UBOSS")]
+    denied = await h.query("select * from events where kind = 'access_denied'")
+    assert denied and "UEVE" in denied[0]["message"]
+    await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.update")
+                                 if c.args["ts"] == msg.answer["ts"] and "Approved by <@UBOSS>" in c.all_text()])
+    # a second click after the decision changes nothing
+    await h.click(bk.DENY_ACTION, key, user="UBOSS")
+    late = (await fake.wait_for(lambda: h.responses()))[0]
+    assert "no longer waiting" in late.all_text()
+
+
+async def test_approval_denied_fails_the_run(harness, fake):
+    h = await harness()
+    await h.command("guarded")
+    _, key = await fake.wait_for(lambda: approval_message(fake))
+    await h.click(bk.DENY_ACTION, key, user="UBOSS")
+    run = await h.wait_run(await h.last_run_id())
+    assert run["status"] == "failed"
+    a = await h.query("select status, decided_by from approvals")
+    assert a == [{"status": "denied", "decided_by": "UBOSS"}]
+
+
+async def test_no_answer_within_the_timeout_means_deny(harness, fake):
+    h = await harness(access={"operators": ["*"], "approvers": ["UBOSS"], "viewers": ["*"],
+                              "approval_timeout_s": 0.5})
+    await h.command("guarded")
+    run = await h.wait_run(await h.last_run_id())
+    assert run["status"] == "failed"
+    a = await h.query("select status from approvals")
+    assert a == [{"status": "timeout"}]
+    await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.update") if "No decision in time" in c.all_text()])
+
+
+# -- Slack faults -----------------------------------------------------------------------------
+
+async def test_rate_limited_calls_are_retried_after_retry_after(harness, fake):
+    h = await harness()
+    fake.fail("chat.postMessage", "429", times=1, retry_after="0")
+    await h.command("hello")
+    await fake.wait_for(lambda: posts(fake, top=True))
+    first = fake.calls_to("chat.postMessage")
+    assert first[0].status == 429 and first[1].status == 200
+    run = await h.wait_run(await h.last_run_id())
+    assert run["thread_ts"]  # the retried post became the run's thread
+
+
+async def test_a_run_finishing_during_a_slack_outage_is_complete_in_the_audit_store(harness, fake):
+    h = await harness()
+    fake.fail("*", "500", times=10_000)
+    status, _ = await h.command("hello greeting=outage")
+    assert status == 200
+    run = await h.wait_run(await h.last_run_id())
+    assert run["status"] == "succeeded"
+    steps = await h.services.store.steps(run["id"])
+    assert [s["status"] for s in steps] == ["ok", "ok"] and "outage" in steps[0]["output"]
+    assert fake.calls_to("chat.postMessage") and not fake.ok_calls_to("chat.postMessage")
+    fake.heal()
+
+
+async def test_a_channel_the_bot_is_not_in_gets_an_invite_hint(harness, fake):
+    h = await harness()
+    fake.fail("chat.postMessage", "not_in_channel", times=100)
+    await h.command("hello")
+    hint = (await fake.wait_for(lambda: h.responses()))[0]
+    assert "/invite @eaglebot" in hint.all_text() and hint.args["response_type"] == "ephemeral"
+    run = await h.wait_run(await h.last_run_id())
+    assert run["status"] == "succeeded"
+    result = await fake.wait_for(lambda: [c for c in h.responses() if "finished" in c.all_text()])
+    assert result[0].args["response_type"] == "ephemeral"
+
+
+async def test_edits_are_coalesced_per_message_and_capped_per_minute(fake):
+    client = make_client_for(fake)
+    co = UpdateCoalescer(client, per_message_s=1.0, per_minute=3)
+    for i in range(20):
+        co.update("C1", "1.1", f"v{i}", [bk.section(f"v{i}")])
+    await co.flush("C1", "1.1")
+    edits = fake.calls_to("chat.update")
+    assert len(edits) == 1 and edits[0].args["text"] == "v19"
+    for ts in ("2.2", "3.3", "4.4"):
+        co.update("C1", ts, "x", [bk.section("x")])
+    await co.flush("C1", "4.4", timeout=0.5)
+    assert len(fake.calls_to("chat.update")) == 3  # the budget of the minute is spent; the rest waits
+    await co.aclose(timeout=0.1)
+
+
+def make_client_for(fake):
+    from eaglebot.config import Settings
+
+    return make_client(Settings(slack={"api_url": fake.base_url}), "xoxb-test", backoff_s=0.01)
+
+
+# -- Socket Mode ------------------------------------------------------------------------------
+
+async def test_socket_mode_acks_over_the_websocket_and_runs(harness, fake):
+    h = await harness()
+    handler = AsyncSocketModeHandler(h.bot.app, "xapp-1-test-app-token", web_client=h.bot.ctx.client)
+    try:
+        await handler.connect_async()
+        opened = fake.calls_to("apps.connections.open")
+        assert opened and opened[0].headers["Authorization"] == "Bearer xapp-1-test-app-token"
+        payload = {"command": "/eagle", "text": "hello gpu-01; rm -rf /", "user_id": "UALICE",
+                   "channel_id": CHANNEL, "team_id": "T0EAGLE", "response_url": fake.response_url("s1"),
+                   "api_app_id": "AEAGLE", "trigger_id": "1.2.3"}
+        ack = await fake.ws_send({"envelope_id": "e1", "type": "slash_commands",
+                                  "accepts_response_payload": True, "payload": payload})
+        assert "not a host name" in ack["payload"]["text"]
+        payload.update(text="hello greeting=socket", response_url=fake.response_url("s2"))
+        ack = await fake.ws_send({"envelope_id": "e2", "type": "slash_commands",
+                                  "accepts_response_payload": True, "payload": payload})
+        assert "payload" not in ack or not ack["payload"]
+        summary = await fake.wait_for(lambda: [c for c in posts(fake) if "finished" in c.all_text()])
+        assert "succeeded" in summary[0].all_text()
+    finally:
+        await handler.close_async()
+
+
+# -- summaries, regressions, schedules, uploads ---------------------------------------------------
+
+async def test_regressions_and_warnings_are_in_the_summary_and_broadcast_to_the_channel(harness, fake):
+    from eaglebot.skill import Regression
+
+    pb = {"name": "bench", "description": "a benchmark",
+          "steps": [{"name": "measure", "skill": "shell", "with": {"command": "echo 80 tok/s"}},
+                    {"name": "flaky probe", "skill": "shell", "continue_on_error": True,
+                     "with": {"command": "echo 'speculative_num_draft_tokens is adjusted' >&2; exit 1"}}]}
+    h = await harness(playbooks={"bench": pb})
+
+    async def judge(engine, outcome, playbook):
+        return [Regression("output_throughput", 80.0, 90.0, -11.1, "below the baseline by more than 5%",
+                           host="local")]
+
+    h.services.engine.post_run_hooks.append(judge)
+    await h.command("bench")
+    summary = (await fake.wait_for(lambda: [c for c in posts(fake) if "finished" in c.all_text()]))[0]
+    text = summary.all_text()
+    assert summary.args.get("reply_broadcast") is True
+    assert "REGRESSION" in text and "output_throughput" in text and "-11.1%" in text
+    assert "flaky probe failed (continue_on_error)" in text
+
+
+async def test_schedule_hooks_post_runs_messages_and_uploads_to_the_configured_channel(harness, fake, tmp_path):
+    from eaglebot.config import ScheduleConfig
+    from eaglebot.runner import RunRequest
+
+    h = await harness()
+    hooks = h.bot.hooks
+    cfg = ScheduleConfig(name="nightly", playbook="hello", cron="0 3 * * *", channel="CNIGHT")
+    observer = hooks.observer(cfg)
+    outcome = await h.services.engine.run(RunRequest("hello", actor="schedule:nightly", origin="schedule",
+                                                     schedule="nightly"), observer)
+    assert outcome.status == "succeeded"
+    await fake.wait_for(lambda: [c for c in posts(fake) if c.args["channel"] == "CNIGHT" and "finished" in c.all_text()])
+    ts = await hooks.post("CNIGHT", "missed fire of nightly at 03:00")
+    assert ts
+    png = tmp_path / "plot.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"0" * 100)
+    await hooks.upload("CNIGHT", ts, png, "trend")
+    done = (await fake.wait_for(lambda: fake.calls_to("files.completeUploadExternal")))[0]
+    assert done.args["channel_id"] == "CNIGHT" and done.args["thread_ts"] == ts
+    assert fake.calls_to("upload")[0].args["size"] == 108
+
+
+async def test_trend_uploads_the_plot_into_a_thread(harness, fake, monkeypatch, tmp_path):
+    import sys
+    import types
+
+    mod = types.ModuleType("eaglebot.trend")
+
+    def plot_trend(store, playbook, host, metric, out_path, limit=30):
+        out_path.write_bytes(b"\x89PNG\r\n\x1a\n")
+        return out_path
+
+    mod.plot_trend = plot_trend
+    monkeypatch.setitem(sys.modules, "eaglebot.trend", mod)
+    h = await harness()
+    await h.command("trend hello local output_throughput")
+    done = (await fake.wait_for(lambda: fake.calls_to("files.completeUploadExternal")))[0]
+    parent = posts(fake, top=True)[0]
+    assert done.args["thread_ts"] == parent.answer["ts"]
+    assert "output_throughput" in parent.all_text()
+    assert done.args["channel_id"] == CHANNEL

@@ -63,7 +63,7 @@ def _proc_script(pids: list[int]) -> str:
     return (f"for p in {ids}; do if [ -r /proc/$p/stat ]; then "
             f"s=$(cat /proc/$p/stat 2>/dev/null) || continue; "
             f"u=$(stat -c %U /proc/$p 2>/dev/null || echo '?'); "
-            f"c=$(tr '\\000' ' ' < /proc/$p/cmdline 2>/dev/null | head -c 400); "
+            f"c=$(tr '\\000\\n' '  ' < /proc/$p/cmdline 2>/dev/null | head -c 8192); "
             f"printf '%s\\037%s\\037%s\\037%s\\n' \"$p\" \"$u\" \"$s\" \"$c\"; fi; done; true")
 
 

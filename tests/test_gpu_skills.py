@@ -307,3 +307,23 @@ def test_invalid_gpu_selection_is_caught_when_the_playbook_is_loaded():
 
     with pytest.raises(UsageError, match=r"steps\[0\]\.with\.gpus: value error, GPU index 'x' is not a number"):
         playbook(one_step("gpu.verify", {"gpus": "0,x"}))
+
+
+async def test_match_sees_the_end_of_a_long_command_line(tmp_path):
+    """Filters match the whole command line, not its first few hundred bytes."""
+    import subprocess
+    import sys
+
+    from eaglebot.skill import SkillContext
+    from eaglebot.skills._procs import proc_info
+    from eaglebot.transport import LocalTransport
+
+    code = "import time\n" + "# filler\n" * 200 + "time.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-c", code, "the-tag-at-the-end"], start_new_session=True)
+    try:
+        ctx = SkillContext(host=LocalTransport(), host_name="local", vars={}, run_id=1, step_idx=0, step_name="x")
+        info = await proc_info(ctx, [p.pid])
+        assert info[p.pid].cmdline.rstrip().endswith("the-tag-at-the-end")
+    finally:
+        p.kill()
+        p.wait()

@@ -197,3 +197,47 @@ def test_bench_serving_prints_the_real_table_and_appends_jsonl(sim, tmp_path):
     assert last["output_throughput"] == pytest.approx(table["output_throughput"], abs=0.01)
     info = json.loads(get(port, "/server_info")[1])
     assert info["internal_states"][0]["avg_spec_accept_length"] > 1
+
+
+FAKE_TORCH = '''
+"""Stands in for PyTorch with one CUDA device (this machine has no GPU)."""
+uint8 = "uint8"
+
+
+class _Buf:
+    def fill_(self, v):
+        return self
+
+
+def empty(n, dtype=None, device=None):
+    return _Buf()
+
+
+class cuda:
+    @staticmethod
+    def is_available():
+        return True
+
+    @staticmethod
+    def device_count():
+        return 1
+
+    @staticmethod
+    def synchronize(i=None):
+        return None
+'''
+
+
+def test_a_scheduler_holding_real_gpu_memory_still_reports_ready(sim, tmp_path):
+    """Where PyTorch sees a GPU the scheduler logs its real allocation: the launcher must
+    not take that log line for its READY signal (it hung on the H200 before)."""
+    fake = tmp_path / "faketorch" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(FAKE_TORCH)
+    port = free_port()
+    p = sim.spec_server(port, "--mem-fraction-static", "0.05",
+                        env={"PYTHONPATH": f"{tmp_path / 'faketorch'}", "CUDA_VISIBLE_DEVICES": "0"})
+    wait_status(port, "/health", 200, p, limit=20)
+    os.killpg(p.pid, signal.SIGTERM)
+    out, _ = p.communicate(timeout=30)
+    assert "SIMULATED scheduler holds 7188 MiB of REAL memory on cuda:0" in out

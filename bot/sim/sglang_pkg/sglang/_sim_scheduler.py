@@ -46,6 +46,7 @@ def _real_alloc(local_index: int, mib: int):
 
 
 def main(argv: list[str]) -> int:
+    # stdout is the pipe on which the launcher waits for READY; logs go to stderr.
     rank, gpu, mib, local_index = (int(a) for a in argv[-4:])
     title = f"sglang::scheduler_TP{rank}"
     _prctl(PR_SET_NAME, ctypes.c_char_p(title.encode()[:15]))
@@ -66,10 +67,11 @@ def main(argv: list[str]) -> int:
     try:
         held = _real_alloc(local_index, mib)
     except Exception as e:  # a real CUDA error is what the real scheduler would die of
-        log(f"Scheduler hit an exception: {type(e).__name__}: {e}", f"TP{rank}")
+        log(f"Scheduler hit an exception: {type(e).__name__}: {e}", f"TP{rank}", sys.stderr)
         return 1
     if held is not None:
-        log(f"SIMULATED scheduler holds {held[1]} MiB of REAL memory on cuda:{local_index}", f"TP{rank}")
+        log(f"SIMULATED scheduler holds {held[1]} MiB of REAL memory on cuda:{local_index}", f"TP{rank}",
+            sys.stderr)
     if gs is not None and sd:
         gs.add_holder(sd, me, gpu, mib)
     sys.stdout.write("READY\n")

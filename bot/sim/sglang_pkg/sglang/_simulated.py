@@ -25,11 +25,12 @@ MAX_RUNNING_WARNING = ("Max running requests is reset to 48 for speculative deco
                        "this by explicitly setting --max-running-requests.")
 
 
-def log(msg: str, rank: str | None = None) -> None:
+def log(msg: str, rank: str | None = None, stream=None) -> None:
     ts = time.strftime("%Y-%m-%d %H:%M:%S")
     tag = f"{ts} {rank}" if rank else ts
-    sys.stdout.write(f"[{tag}] {msg}\n")
-    sys.stdout.flush()
+    out = stream or sys.stdout
+    out.write(f"[{tag}] {msg}\n")
+    out.flush()
 
 
 # -- speculative resolution (SGLang 0.5.23 server_args) ------------------------------

@@ -343,10 +343,11 @@ def main(argv: list[str] | None = None) -> int:
                              stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         server.children.append(c)
     for rank, c in enumerate(server.children):
-        line = c.stdout.readline()
-        if b"READY" not in line:
-            log(f"Rank {rank} scheduler died during initialization (exit code: {c.wait()})")
+        # Wait for READY; end of file means the scheduler exited before it got there.
+        ready = any(b"READY" in line for line in iter(c.stdout.readline, b""))
+        if not ready:
             server.stop_children()
+            log(f"Rank {rank} scheduler died during initialization (exit code: {c.wait()})")
             return 1
         threading.Thread(target=server.watch_child, args=(c,), daemon=True).start()
     log(f"Load weight end. type={arch or 'LlamaForCausalLM'}, dtype=torch.bfloat16, avail mem=123.96 GB, "

@@ -522,12 +522,15 @@ async def _logs(services, cmd: Command, caller) -> Reply:
     if host not in settings.hosts:
         raise UsageError(f"unknown host {host!r} (known: {', '.join(sorted(settings.hosts))})")
     hv = settings.hosts[host].vars
+    launched = await services.store.last_step_data(host, "server.launch", "log_path")
     if hv.get("server_log"):
         files = path_for_shell(str(hv["server_log"]))
+    elif launched:  # the log the last server.launch on that host recorded
+        files = path_for_shell(str(launched["log_path"]))
     else:
         d = path_for_shell(settings.state_dir.rstrip("/"))
         files = " ".join(f"{d}/{g}" for g in ("*.log", "log/*.log", "logs/*.log"))
-    # The newest server log the bot wrote on that host (or the host var `server_log`).
+    # The host var `server_log`, else the last launch's log, else the newest log in state_dir.
     script = (f'f=$(ls -1t {files} 2>/dev/null | head -n 1); '
               f'if [ -z "$f" ]; then echo "no server log found" >&2; exit 3; fi; '
               f'echo "== $f"; tail -n {LOG_LINES} "$f"')

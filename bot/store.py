@@ -500,6 +500,19 @@ class Store:
             "and (s.skill in ('server.launch', 'config.patch') or s.data like '%package_versions%') "
             "order by s.run_id, s.id", [host, after, upto]))
 
+    def last_step_data(self, host: str, skill: str, key: str) -> dict | None:
+        """Registered data of the newest step of `skill` on host that recorded `key`."""
+        for row in self.db.execute(
+                "select data from steps where host = ? and skill = ? and data like ? order by id desc limit 5",
+                [host, skill, f'%"{key}"%']):
+            try:
+                data = json.loads(row[0])
+            except (TypeError, json.JSONDecodeError):
+                continue
+            if isinstance(data, dict) and data.get(key):
+                return data
+        return None
+
     def host_changes(self, host: str, after: int, upto: int) -> list[dict]:
         return list(self.db.query(
             "select * from changes where host = ? and run_id > ? and run_id <= ? order by run_id, id",

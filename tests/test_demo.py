@@ -28,5 +28,8 @@ def test_demo_runs_the_relaunch_story_and_leaves_nothing_running(tmp_path, capsy
     assert out.count("SIMULATED") >= 3 and "finished (as expected)" in out
     assert "draft config.json restored byte for byte: True" in out
     assert "(exit code 3)" in out                      # the patched config's regression was flagged
+    # ... and the regression says which change since the last good run caused it
+    assert ("changed since last good run #2: eagle_config.eagle_aux_hidden_state_layer_ids "
+            "[2, 30, 58] → [-1, 2, 30]") in out
     assert (sandbox / "eagle.db").exists()
     assert _processes_mentioning(str(sandbox)) == []

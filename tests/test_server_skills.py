@@ -134,6 +134,12 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     assert metrics["median_ttft_ms"]["better"] == "lower" and metrics["completed"]["value"] == 16
     assert metrics["avg_spec_accept_length"]["value"] > 1
 
+    # `/eagle logs gpu` tails the log this launch recorded, over SSH
+    from eaglebot.commands import Caller, handle
+
+    logs = await handle(svc, "logs gpu", Caller("U1", check_access=False))
+    assert f"== {launch['log_path']}" in logs.text and "The server is fired up and ready to roll!" in logs.text
+
     # a dry run plans every step and leaves the running server alone
     dry = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs=inputs, dry_run=True))
     assert dry.exit_code == 0, [(s.name, s.status, s.summary) for s in dry.steps]
@@ -145,6 +151,8 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     assert bench.exit_code == 3 and bench.status == "succeeded"
     [reg] = [r for r in bench.regressions if r.kind == "regression"]
     assert reg.metric == "output_throughput" and reg.reference == 1e9 and reg.delta_pct < -5
+    assert "no earlier good run on gpu" in reg.reason   # the first bench run of this host
+    assert svc.store.sync.regressions(bench.run_id)[0]["reason"] == reg.reason
 
     rev = await svc.engine.run(RunRequest(playbook="revert-config", hosts=["gpu"]))
     assert rev.exit_code == 0 and draft_cfg.read_bytes() == original

@@ -629,7 +629,7 @@ def _run_done(ctx: SlackContext, run_id: int, task: asyncio.Task) -> None:
 def _env(name: str, why: str) -> str:
     value = os.environ.get(name, "").strip()
     if not value:
-        raise UsageError(f"{name} is not set: {why} (see "Connect to Slack" in README.md)")
+        raise UsageError(f"{name} is not set: {why} (see 'Connect to Slack' in README.md)")
     return value
 
 

@@ -110,6 +110,13 @@ def _open_store(settings: Settings) -> Store:
     return Store(settings.db_path)
 
 
+def _known_run(store: Store, run_id: int) -> dict:
+    run = store.get_run(run_id)
+    if run is None:
+        raise UsageError(f"no run #{run_id}")
+    return run
+
+
 def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
@@ -223,10 +230,7 @@ def cmd_history(args) -> int:
 def cmd_show(args) -> int:
     settings = _settings(args)
     store = _open_store(settings)
-    run = store.get_run(args.run_id)
-    if run is None:
-        _err(f"no run #{args.run_id}")
-        return 2
+    run = _known_run(store, args.run_id)
     if args.json:
         _print_json(outcome_from_store(store, args.run_id))
         return 0
@@ -320,10 +324,7 @@ def cmd_hosts(args) -> int:
 def cmd_cancel(args) -> int:
     settings = _settings(args)
     store = _open_store(settings)
-    run = store.get_run(args.run_id)
-    if run is None:
-        _err(f"no run #{args.run_id}")
-        return 2
+    run = _known_run(store, args.run_id)
     if not store.request_cancel(args.run_id):
         _err(f"run #{args.run_id} is not running ({run['status']})")
         return 2

@@ -159,26 +159,10 @@ def apply_steps(state: dict, steps: list[dict], changes: list[dict]) -> dict:
 
 
 def parse_launch_args(args: list[str] | None) -> dict[str, Any]:
-    """["--tp", "2", "--enable-x"] -> {"--tp": "2", "--enable-x": True}; positional words kept."""
-    out: dict[str, Any] = {}
-    if not args:
-        return out
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a.startswith("--"):
-            if "=" in a:
-                k, v = a.split("=", 1)
-                out[k] = v
-            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-                out[a] = args[i + 1]
-                i += 1
-            else:
-                out[a] = True
-        else:
-            out[f"arg{i}"] = a
-        i += 1
-    return out
+    """["--tp", "2", "--enable-x"] -> {"--tp-size": "2", "--enable-x": True}, read as SGLang reads them."""
+    from .skills._sglang import flag_values
+
+    return {k: True if v is None else v for k, v in flag_values(list(args or [])).items()}
 
 
 def fmt_json(v: Any) -> str:

@@ -142,4 +142,4 @@ def test_attribution_with_nothing_changed_or_no_good_run():
 
 def test_parse_launch_args_pairs_flags_with_values():
     assert parse_launch_args(["--tp", "2", "--x=1", "--flag", "--port", "30000"]) == {
-        "--tp": "2", "--x": "1", "--flag": True, "--port": "30000"}
+        "--tp-size": "2", "--x": "1", "--flag": True, "--port": "30000"}

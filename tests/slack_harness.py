@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
-import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,12 +18,11 @@ from urllib.parse import urlencode
 import aiohttp
 import yaml
 from aiohttp import web
-from pydantic import Field
 from slack_sdk.signature import SignatureVerifier
 
 from eaglebot.config import load_settings
 from eaglebot.services import Services
-from eaglebot.skill import SkillContext, SkillParams, StepResult, skills
+from eaglebot.sim import gpu_state, install_sim_bin
 from eaglebot.slack_app import SlackBot, build_app, make_client
 
 from fakes.slack_api import FakeSlackAPI
@@ -60,31 +59,23 @@ PLAYBOOKS = {
     },
     "guarded": {
         "name": "guarded", "description": "asks before killing foreign processes",
-        "steps": [{"name": "kill strangers", "skill": "test.approve", "confirm": True, "with": {}},
+        "steps": [{"name": "kill strangers", "skill": "gpu.cleanup", "confirm": True, "with": {"grace_s": 1}},
                   {"name": "after", "skill": "shell", "with": {"command": "echo after approval"}}],
     },
 }
 
 
-def install_approval_skill() -> None:
-    """A skill that asks for approval like gpu.cleanup does (the GPU skills are not in this tree)."""
-    if "test.approve" in skills():
-        return
-    mod = types.ModuleType("eaglebot_test_approve")
+def _sim_gpu(sim_state: Path) -> None:
+    if not (sim_state / "gpus.json").exists():
+        gpu_state.init_state(sim_state, 1)
 
-    class Params(SkillParams):
-        pids: list[int] = Field(default_factory=lambda: [4242], description="PIDs to 'kill'")
 
-    async def run(ctx: SkillContext, params: Params) -> StepResult:
-        ok, who = await ctx.approve(
-            f"kill {len(params.pids)} process(es) the bot did not start",
-            [f"pid {p} user bob: python -m sglang.launch_server --port 31000" for p in params.pids])
-        if not ok:
-            return StepResult.failed(f"not approved: {who}")
-        return StepResult.changed(f"approved by {who}: killed {params.pids}")
-
-    mod.NAME, mod.Params, mod.run, mod.__doc__ = "test.approve", Params, run, "Ask for approval (test skill)."
-    skills()["test.approve"] = mod
+def start_foreign_gpu_holder(sim_state: Path) -> subprocess.Popen:
+    """A real process the bot did not start, listed by the SIMULATED nvidia-smi as holding GPU 0."""
+    _sim_gpu(sim_state)
+    p = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    gpu_state.add_holder(sim_state, p.pid, 0, 4096)
+    return p
 
 
 def signed_headers(body: str, *, secret: str = SECRET, timestamp: int | None = None,
@@ -184,14 +175,16 @@ class SlackHarness:
 
 async def open_harness(tmp_path: Path, fake: FakeSlackAPI, *, access: dict | None = None,
                        playbooks: dict | None = None, backoff_s: float = 0.01, **extra: Any) -> SlackHarness:
-    install_approval_skill()
+    sim = install_sim_bin(tmp_path / "sim-bin", tmp_path / "sim-state")
+    _sim_gpu(tmp_path / "sim-state")
     pdir = tmp_path / "playbooks"
     pdir.mkdir(exist_ok=True)
     for name, pb in (playbooks or PLAYBOOKS).items():
         (pdir / f"{name}.yaml").write_text(yaml.safe_dump(pb, sort_keys=False))
     cfg = {"audit_db": str(tmp_path / "eagle.db"), "playbooks_dir": str(pdir),
            "slack": {"channel": CHANNEL, "api_url": fake.base_url, "progress_interval_s": 1.0},
-           "access": access or {"operators": ["UALICE"], "approvers": ["UBOSS"], "viewers": ["*"]}}
+           "access": access or {"operators": ["UALICE"], "approvers": ["UBOSS"], "viewers": ["*"]},
+           "hosts": {"local": {"transport": "local", "vars": {"nvidia_smi": sim["nvidia_smi"]}}}}
     cfg.update(extra)
     (tmp_path / "eagle.yaml").write_text(yaml.safe_dump(cfg))
     settings = load_settings(tmp_path / "eagle.yaml")

@@ -9,7 +9,8 @@ import pytest
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
 from fakes.slack_api import FakeSlackAPI
-from slack_harness import CHANNEL, command_body, open_harness, signed_headers
+from history_seed import seed_run
+from slack_harness import CHANNEL, command_body, open_harness, signed_headers, start_foreign_gpu_holder
 
 from eaglebot import blocks as bk
 from eaglebot.slack_app import UpdateCoalescer, make_client
@@ -190,14 +191,14 @@ async def test_history_and_show_render_from_the_audit_store(harness, fake):
     assert err.args["response_type"] == "ephemeral" and "no run #999" in err.all_text()
 
 
-async def test_schedule_and_trend_answer_even_without_the_scheduler_module(harness, fake):
-    h = await harness()
+async def test_schedule_lists_each_job_with_its_next_fire_time(harness, fake):
+    h = await harness(schedules=[{"name": "nightly-bench", "playbook": "hello", "hosts": ["local"],
+                                  "cron": "0 3 * * *", "timezone": "UTC"}])
     await h.command("schedule")
     r = (await fake.wait_for(lambda: h.responses()))[0]
-    if importlib.util.find_spec("eaglebot.scheduler") is None:
-        assert "not available in this build" in r.all_text()
-    else:
-        assert "schedule" in r.all_text().lower()
+    text = r.all_text()
+    assert "nightly-bench" in text and "0 3 * * *" in text
+    assert "03:00" in text                        # the next fire time
 
 
 # -- permissions ----------------------------------------------------------------------------
@@ -227,12 +228,23 @@ async def test_refusals_are_ephemeral_and_audited(harness, fake):
 
 # -- approvals ------------------------------------------------------------------------------
 
-async def test_approval_only_an_approver_can_approve(harness, fake):
+@pytest.fixture
+def stranger(tmp_path):
+    """A real process holding the SIMULATED GPU that the bot did not start."""
+    p = start_foreign_gpu_holder(tmp_path / "sim-state")
+    yield p
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+
+
+async def test_approval_only_an_approver_can_approve(harness, fake, stranger):
     h = await harness()
     await h.command("guarded")
     msg, key = await fake.wait_for(lambda: approval_message(fake))
     text = msg.all_text()
-    assert "<@UBOSS>" in text and "pid 4242 user bob" in text and "kill 1 process" in text
+    assert "<@UBOSS>" in text and f"pid {stranger.pid}" in text and "sleep 300" in text
+    assert "kill 1 GPU process the bot did not start" in text
     rid = await h.last_run_id()
     assert await h.click(bk.APPROVE_ACTION, key, user="UEVE") == 200
     refusal = (await fake.wait_for(lambda: h.responses()))[0]
@@ -241,6 +253,7 @@ async def test_approval_only_an_approver_can_approve(harness, fake):
     assert await h.click(bk.APPROVE_ACTION, key, user="UBOSS") == 200
     run = await h.wait_run(rid)
     assert run["status"] == "succeeded"
+    assert stranger.wait(10) is not None              # approved: really killed
     approvals = await h.query("select * from approvals where run_id = ?", [rid])
     assert [(a["status"], a["decided_by"]) for a in approvals] == [("approved", "UBOSS")]
     denied = await h.query("select * from events where kind = 'access_denied'")
@@ -253,18 +266,19 @@ async def test_approval_only_an_approver_can_approve(harness, fake):
     assert "no longer waiting" in late.all_text()
 
 
-async def test_approval_denied_fails_the_run(harness, fake):
+async def test_approval_denied_fails_the_run(harness, fake, stranger):
     h = await harness()
     await h.command("guarded")
     _, key = await fake.wait_for(lambda: approval_message(fake))
     await h.click(bk.DENY_ACTION, key, user="UBOSS")
     run = await h.wait_run(await h.last_run_id())
     assert run["status"] == "failed"
+    assert stranger.poll() is None                    # denied: left alone
     a = await h.query("select status, decided_by from approvals")
     assert a == [{"status": "denied", "decided_by": "UBOSS"}]
 
 
-async def test_no_answer_within_the_timeout_means_deny(harness, fake):
+async def test_no_answer_within_the_timeout_means_deny(harness, fake, stranger):
     h = await harness(access={"operators": ["*"], "approvers": ["UBOSS"], "viewers": ["*"],
                               "approval_timeout_s": 0.5})
     await h.command("guarded")
@@ -272,6 +286,7 @@ async def test_no_answer_within_the_timeout_means_deny(harness, fake):
     assert run["status"] == "failed"
     a = await h.query("select status from approvals")
     assert a == [{"status": "timeout"}]
+    assert stranger.poll() is None
     await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.update") if "No decision in time" in c.all_text()])
 
 
@@ -405,22 +420,14 @@ async def test_schedule_hooks_post_runs_messages_and_uploads_to_the_configured_c
     assert fake.calls_to("upload")[0].args["size"] == 108
 
 
-async def test_trend_uploads_the_plot_into_a_thread(harness, fake, monkeypatch, tmp_path):
-    import sys
-    import types
-
-    mod = types.ModuleType("eaglebot.trend")
-
-    def plot_trend(store, playbook, host, metric, out_path, limit=30):
-        out_path.write_bytes(b"\x89PNG\r\n\x1a\n")
-        return out_path
-
-    mod.plot_trend = plot_trend
-    monkeypatch.setitem(sys.modules, "eaglebot.trend", mod)
+async def test_trend_uploads_the_plot_into_a_thread(harness, fake):
     h = await harness()
+    for v in (90.0, 91.5, 89.0, 90.4, 54.8):
+        seed_run(h.services.store.sync, "hello", "local", metrics={"output_throughput": v})
     await h.command("trend hello local output_throughput")
     done = (await fake.wait_for(lambda: fake.calls_to("files.completeUploadExternal")))[0]
     parent = posts(fake, top=True)[0]
     assert done.args["thread_ts"] == parent.answer["ts"]
     assert "output_throughput" in parent.all_text()
     assert done.args["channel_id"] == CHANNEL
+    assert fake.calls_to("upload")[0].args["size"] > 5000     # a real matplotlib PNG, not a stub

@@ -548,10 +548,8 @@ async def _logs(services, cmd: Command, caller) -> Reply:
 
 
 async def _schedule(services, cmd, caller) -> Reply:
-    try:
-        from .scheduler import schedule_rows
-    except ImportError:
-        return error_reply("/eagle schedule is not available in this build", 1)
+    from .scheduler import schedule_rows
+
     rows = await services.store.call(schedule_rows, services.settings, services.store.sync)
     if not rows:
         text = "no schedules configured (add `schedules:` to eagle.yaml)"
@@ -579,10 +577,8 @@ async def _baseline(services, cmd: Command, caller: Caller) -> Reply:
 
 
 async def _trend(services, cmd: Command, caller) -> Reply:
-    try:
-        from .trend import plot_trend
-    except ImportError:
-        return error_reply("/eagle trend is not available in this build", 1)
+    from .trend import plot_trend
+
     playbook, host, metric = cmd.args
     out = Path(tempfile.mkdtemp(prefix="eagle-trend-")) / f"{playbook}-{host}-{metric}.png".replace("/", "_")
     path = await services.store.call(plot_trend, services.store.sync, playbook, host, metric, out, limit=30)

@@ -701,13 +701,9 @@ async def _serve(settings: Settings, token: str, secret: str | None, app_token: 
 
 
 def start_scheduler(services: Any, hooks: SlackScheduleHooks) -> Any:
-    """Start eaglebot.scheduler's jobs on this loop, when that module is in the build."""
-    try:
-        from .scheduler import build_scheduler
-    except ImportError:
-        if services.settings.schedules:
-            log.warning("schedules are configured but the scheduler is not available in this build")
-        return None
+    """Start the configured schedules' jobs on this loop."""
+    from .scheduler import build_scheduler
+
     sched = build_scheduler(services, hooks)
     sched.start()
     return sched

@@ -429,3 +429,16 @@ async def test_connection_cut_mid_step_fails_the_step_and_is_audited(services, t
     assert "connection lost" in out.steps[0].summary
     row = svc.store.sync.steps(out.run_id)[0]
     assert row["status"] == "failed" and "working..." in row["output"]
+
+
+async def test_a_host_behind_a_jump_host_is_reached_through_it(services, sshd, tmp_path):
+    # The jump host and the target are the same loopback sshd: the target connection is
+    # tunnelled through the jump connection (direct-tcpip), not opened from here.
+    svc = await services({"bastion": sshd.host_config(), "inner": sshd.host_config(jump="bastion")})
+    book = pb(tmp_path, "name: t\nsteps:\n  - skill: shell\n    with: {command: 'echo via $SSH_CONNECTION'}\n")
+    out = await svc.engine.run(RunRequest(playbook=book, hosts=["inner"]))
+    assert out.status == "succeeded", out.error
+    inner, bastion = svc.pool.get("inner"), svc.pool.get("bastion")
+    assert bastion._conn is not None and inner._conn is not None and inner._conn is not bastion._conn
+    # sshd saw the inner connection arrive from itself (the tunnel), on the sshd port
+    assert out.steps[0].summary.startswith("via 127.0.0.1 ")

@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import sqlite3
+import time
 from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
@@ -71,8 +72,7 @@ class Store:
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
         self.db = sqlite_utils.Database(conn)
         self.db.execute("PRAGMA busy_timeout = 30000")
-        if self.db.journal_mode != "wal":
-            self.db.enable_wal()
+        self._enable_wal()
         self.db.execute("PRAGMA synchronous = NORMAL")
         self.db.execute("PRAGMA foreign_keys = ON")
         self._migrate()
@@ -93,11 +93,31 @@ class Store:
         conn.execute("COMMIT")
 
     # -- schema ------------------------------------------------------------------
+    def _enable_wal(self) -> None:
+        # Switching a new file to WAL needs it to itself: another process creating the same
+        # DB at that moment answers "locked" at once, without waiting for busy_timeout.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if self.db.journal_mode != "wal":
+                    self.db.enable_wal()
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _version(self) -> int:
+        return self.db.execute("PRAGMA user_version").fetchone()[0]
+
     def _migrate(self) -> None:
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        if version >= SCHEMA_VERSION:
+        if self._version() >= SCHEMA_VERSION:
             return
-        if True:  # DDL commits itself; user_version is written last
+        # BEGIN IMMEDIATE: one process migrates; the others wait (busy_timeout), then find it done.
+        with self._tx():
+            version = self._version()
+            if version >= SCHEMA_VERSION:
+                return
             db = self.db
             db["runs"].create({
                 "id": int, "playbook": str, "status": str, "actor": str, "origin": str,

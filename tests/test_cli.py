@@ -178,3 +178,17 @@ def test_prune_and_baseline(cfg):
     _, hist = eagle_json("history", config=cfg)
     assert [h["run_id"] for h in hist] == [ran["run_id"]]  # the baseline is kept
     assert eagle("prune", "--older-than", "soon", config=cfg).returncode == 2
+
+
+def test_many_processes_opening_a_new_audit_db_at_once_all_succeed(tmp_path):
+    """The bot and several CLI runs may create and migrate the same DB at the same moment."""
+    db = tmp_path / "fresh" / "eagle.db"
+    code = ("import sys; from eaglebot.store import Store; s = Store(sys.argv[1]); "
+            "s.create_run(playbook='p', hosts=['local'], inputs={}, variables={}, actor='a', origin='cli'); s.close()")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(db)], stderr=subprocess.PIPE, text=True)
+             for _ in range(8)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, "\n".join(errors)
+    s = Store(db)
+    assert len(s.history(limit=100)) == 8
+    s.close()

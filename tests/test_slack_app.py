@@ -338,6 +338,7 @@ async def test_edits_are_coalesced_per_message_and_capped_per_minute(fake):
     assert len(edits) == 1 and edits[0].args["text"] == "v19"
     for ts in ("2.2", "3.3", "4.4"):
         co.update("C1", ts, "x", [bk.section("x")])
+    await fake.wait_for(lambda: len(fake.calls_to("chat.update")) >= 3)
     await co.flush("C1", "4.4", timeout=0.5)
     assert len(fake.calls_to("chat.update")) == 3  # the budget of the minute is spent; the rest waits
     await co.aclose(timeout=0.1)

@@ -563,16 +563,11 @@ async def _schedule(services, cmd, caller) -> Reply:
 
 
 async def _baseline(services, cmd: Command, caller: Caller) -> Reply:
+    from .regress import set_baseline
+
     rid = cmd.run_id
-    run = await services.store.get_run(rid)
-    if run is None:
-        raise UsageError(f"no run #{rid} (see /eagle history)")
-    if run["status"] != "succeeded" or run.get("dry_run"):
-        raise UsageError(f"run #{rid} {run['status']}{' (dry-run)' if run.get('dry_run') else ''}: "
-                         "a baseline must be a succeeded run")
-    got = await services.store.set_baseline(rid, caller.user)
+    text = await services.store.call(set_baseline, services.store.sync, rid, caller.user)
     await services.store.add_event(rid, "baseline_set", f"by {caller.user}")
-    text = f"run #{rid} is now the baseline of {got['playbook']} on {', '.join(got['hosts'])} (set by {caller.user})"
     return Reply(text, [bk.section(":triangular_flag_on_post: " + bk.escape(text))], public=True, run_id=rid)
 
 

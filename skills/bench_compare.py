@@ -19,9 +19,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from eaglebot.skill import Regression, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import Regression, SkillContext, SkillParams, StepResult
 
-from . import _sglang
+from eaglebot.skills.facts import sglang
 
 NAME = "bench.compare"
 
@@ -70,10 +70,10 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             verdicts[name] = "missing"
             warnings.append(f"{name} was not measured; it has a baseline of {ref:g}")
             continue
-        better = params.better.get(name) or _sglang.metric_direction(name)
+        better = params.better.get(name) or sglang.metric_direction(name)
         verdict, delta = judge(name, float(value), float(ref), params.tolerance_pct, better)
         verdicts[name] = verdict
-        unit = _sglang.BENCH_METRICS.get(name, ("", ""))[0]
+        unit = sglang.BENCH_METRICS.get(name, ("", ""))[0]
         line = (f"{name}: {float(value):.4g}{' ' + unit if unit else ''} vs baseline {ref:g} "
                 f"({delta:+.1f}%, {better} is better, tolerance {params.tolerance_pct:g}%): {verdict}")
         lines.append(line)

@@ -23,9 +23,12 @@ from typing import Any
 
 from pydantic import Field
 
-from eaglebot.skill import Metric, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import Metric, SkillContext, SkillParams, StepResult
 
-from . import _nvsmi, _procs, _server, _sglang
+from eaglebot.skills.facts import nvsmi
+from eaglebot.skills.facts import procs
+from eaglebot.skills.lib import server
+from eaglebot.skills.facts import sglang
 
 NAME = "bench.serving"
 
@@ -54,9 +57,9 @@ def bench_argv(p: Params, output_file: str) -> list[str]:
 
 async def _server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[str, str] | None]:
     """(server pid, its environment or None when unreadable)."""
-    pid = await _server.read_pid(ctx, port)
-    if pid is None or not await _server.leader_alive(ctx, pid):
-        lis = await _server.listeners(ctx, port)
+    pid = await server.read_pid(ctx, port)
+    if pid is None or not await server.leader_alive(ctx, pid):
+        lis = await server.listeners(ctx, port)
         pid = min(lis.pids) if lis.pids else None
     if pid is None:
         return None, None
@@ -68,7 +71,7 @@ async def _server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[st
     import binascii
 
     try:
-        return pid, _sglang.parse_environ(base64.b64decode(out))
+        return pid, sglang.parse_environ(base64.b64decode(out))
     except (binascii.Error, ValueError):
         return pid, None
 
@@ -76,23 +79,23 @@ async def _server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[st
 async def _foreign_gpu_tenants(ctx: SkillContext) -> list[str] | None:
     """Compute processes on the GPUs outside the bot's sessions; None when nvidia-smi does not answer."""
     try:
-        text = await _nvsmi.run_nvsmi(ctx, ["--query-compute-apps=pid,process_name,used_memory",
+        text = await nvsmi.run_nvsmi(ctx, ["--query-compute-apps=pid,process_name,used_memory",
                                             "--format=csv,noheader,nounits"])
-        apps = _nvsmi.parse_compute_apps(text)
-    except (_nvsmi.NvsmiError, _nvsmi.ParseError) as e:
+        apps = nvsmi.parse_compute_apps(text)
+    except (nvsmi.NvsmiError, nvsmi.ParseError) as e:
         ctx.log(f"GPU tenants not checked: {e}")
         return None
     if not apps:
         return []
-    ours = await _procs.our_sessions(ctx)
-    infos = await _procs.proc_info(ctx, sorted({a.pid for a in apps}))
+    ours = await procs.our_sessions(ctx)
+    infos = await procs.proc_info(ctx, sorted({a.pid for a in apps}))
     out, seen = [], set()
     for app in apps:
         info = infos.get(app.pid)
         if app.pid in seen or (info is not None and (info.sid in ours or info.pgid in ours)):
             continue
         seen.add(app.pid)
-        who = _server.describe(info) if info else f"pid {app.pid} {app.process_name}"
+        who = server.describe(info) if info else f"pid {app.pid} {app.process_name}"
         mib = f"{app.used_mib} MiB" if app.used_mib is not None else "unknown memory"
         out.append(f"{who} using {mib}")
     return out
@@ -101,7 +104,7 @@ async def _foreign_gpu_tenants(ctx: SkillContext) -> list[str] | None:
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     port = params.port
     warnings: list[str] = []
-    bench_dir = f"{_procs.state_dir(ctx)}/bench"
+    bench_dir = f"{procs.state_dir(ctx)}/bench"
     files = [f"{bench_dir}/bench-{port}-run{ctx.run_id}-step{ctx.step_idx}-{i + 1}.jsonl"
              for i in range(params.repeats)]
     if ctx.dry_run:
@@ -118,7 +121,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if pid is not None and env is None:
         warnings.append(f"could not read the environment of server pid {pid}: "
                         f"SGLANG_SIMULATE_ACC_LEN was not checked")
-    code, _ = await _server.http_get(ctx, params.python, port, "/health")
+    code, _ = await server.http_get(ctx, params.python, port, "/health")
     if code != 200:
         return StepResult.failed(f"no ready server on port {port} (GET /health -> {code or 'no answer'}); "
                                  f"launch it first (server.launch)")
@@ -132,41 +135,41 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     outputs: list[str] = []
     for i, out_file in enumerate(files):
         argv = bench_argv(params, out_file)
-        cmd = f"mkdir -p {_procs._q(bench_dir)} && rm -f {_procs._q(out_file)} && {shlex.join(argv)}"
+        cmd = f"mkdir -p {procs._q(bench_dir)} && rm -f {procs._q(out_file)} && {shlex.join(argv)}"
         ctx.log(f"benchmark run {i + 1}/{params.repeats}: {shlex.join(argv)}")
         res = await ctx.host.run(cmd, timeout=params.timeout_s, on_output=lambda _s, line: ctx.log(line))
         printed = res.stdout + res.stderr
         outputs.append(printed)
-        fres = await ctx.host.run(f"cat {_procs._q(out_file)} 2>/dev/null; true", timeout=30)
-        result: dict[str, Any] | None = _sglang.parse_bench_jsonl(fres.stdout)
+        fres = await ctx.host.run(f"cat {procs._q(out_file)} 2>/dev/null; true", timeout=30)
+        result: dict[str, Any] | None = sglang.parse_bench_jsonl(fres.stdout)
         if result is None:
-            result = _sglang.parse_bench_table(res.stdout) or None
+            result = sglang.parse_bench_table(res.stdout) or None
         if res.timed_out:
             return StepResult.failed(f"benchmark run {i + 1} did not finish within {params.timeout_s:g}s",
-                                     warnings=warnings, output=_sglang.tail(printed, 60))
+                                     warnings=warnings, output=sglang.tail(printed, 60))
         if result is None:
             return StepResult.failed(
                 f"benchmark run {i + 1} produced no result (exit status {res.exit_status}): "
-                f"{_last(printed) or 'no output'}", warnings=warnings, output=_sglang.tail(printed, 60))
-        numbers = _sglang.bench_numbers(result)
+                f"{_last(printed) or 'no output'}", warnings=warnings, output=sglang.tail(printed, 60))
+        numbers = sglang.bench_numbers(result)
         if not numbers.get("completed"):
             return StepResult.failed(
                 f"0 of {params.num_prompts} benchmark requests completed on port {port}: the server answered "
-                f"none of them (see its log)", warnings=warnings, output=_sglang.tail(printed, 60))
+                f"none of them (see its log)", warnings=warnings, output=sglang.tail(printed, 60))
         runs.append(numbers)
-    code, body = await _server.http_get(ctx, params.python, port, "/server_info")
+    code, body = await server.http_get(ctx, params.python, port, "/server_info")
     avg_accept = None
     if code == 200:
         try:
-            avg_accept = _sglang.parse_server_info(body)["avg_spec_accept_length"]
+            avg_accept = sglang.parse_server_info(body)["avg_spec_accept_length"]
         except ValueError:
             pass
-    summary_numbers = _sglang.median_numbers(runs)
+    summary_numbers = sglang.median_numbers(runs)
     if avg_accept is not None:
         summary_numbers["avg_spec_accept_length"] = float(avg_accept)
     metrics = []
     for name, value in summary_numbers.items():
-        unit, better = _sglang.BENCH_METRICS.get(name, ("", _sglang.metric_direction(name)))
+        unit, better = sglang.BENCH_METRICS.get(name, ("", sglang.metric_direction(name)))
         metrics.append(Metric(name, round(value, 4), unit, better))  # type: ignore[arg-type]
     n = summary_numbers
     parts = [f"output {n.get('output_throughput', 0):.1f} tok/s"]
@@ -179,7 +182,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                f"concurrency {params.max_concurrency})")
     return StepResult.ok(summary, metrics=metrics, warnings=warnings,
                          data={"runs": runs, "output_files": files},
-                         output=_sglang.tail(outputs[-1], 60))
+                         output=sglang.tail(outputs[-1], 60))
 
 
 def _last(text: str) -> str:

@@ -26,8 +26,8 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from eaglebot.errors import StepFailed
-from eaglebot.skill import FileChange, SkillContext, SkillParams, StepResult
-from eaglebot.skills import _files
+from eaglebot.sdk import FileChange, SkillContext, SkillParams, StepResult
+from eaglebot.skills.lib import files
 
 NAME = "config.patch"
 
@@ -126,7 +126,7 @@ def backup_path(path: str, run_id: int, step_idx: int) -> str:
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     path = params.path
-    before = await _files.read(ctx, path)
+    before = await files.read(ctx, path)
     try:
         text = before.decode("utf-8")
         doc = json.loads(text)
@@ -147,21 +147,21 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     after = dump(doc, detect_style(text))
     if after == before:
         return StepResult.ok(f"{path} already has {', '.join(keys)}", data=data)
-    diff = _files.unified_diff(path, before, after)
+    diff = files.unified_diff(path, before, after)
     data["diff"] = diff
     if ctx.dry_run:
         ctx.would(f"patch {path} ({', '.join(keys)}):\n{diff}")
         return StepResult.skipped(f"dry-run: would change {', '.join(keys)} in {path}", data=data, output=diff)
-    mode = await _files.mode_of(ctx, path)
+    mode = await files.mode_of(ctx, path)
     bak = backup_path(path, ctx.run_id, ctx.step_idx)
-    await _files.write(ctx, bak, before, mode)
-    await _files.write(ctx, path, after, mode)
+    await files.write(ctx, bak, before, mode)
+    await files.write(ctx, path, after, mode)
     # Read back: a racing writer or a full disk must not pass silently.
-    check = await _files.read(ctx, path)
+    check = await files.read(ctx, path)
     if check != after:
         raise StepFailed(f"{path} on {ctx.host_name} changed under us while patching; the original is in {bak}")
     data["backup_path"] = bak
     ctx.log(diff.rstrip("\n"))
-    change = FileChange(path, _files.sha256(before), _files.sha256(after), diff, bak)
+    change = FileChange(path, files.sha256(before), files.sha256(after), diff, bak)
     return StepResult.changed(f"patched {path}: {', '.join(keys)} (backup {bak})", changes=[change], data=data,
                               output=diff)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.skill import FileChange, SkillContext, SkillParams, StepResult
-from eaglebot.skills import _files
+from eaglebot.sdk import FileChange, SkillContext, SkillParams, StepResult
+from eaglebot.skills.lib import files
 from eaglebot.skills.config_patch import backup_path
 
 NAME = "config.revert"
@@ -37,8 +37,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         which = f" from run {params.run}" if params.run else ""
         return StepResult.failed(f"no backup of {path} on {ctx.host_name}{which} in the audit log; nothing to revert")
     bak = row["backup_path"]
-    original = await _files.read(ctx, bak, what=f"the backup {bak}")
-    if _files.sha256(original) != row.get("before_sha256"):
+    original = await files.read(ctx, bak, what=f"the backup {bak}")
+    if files.sha256(original) != row.get("before_sha256"):
         return StepResult.failed(f"the backup {bak} does not match the hash recorded by run {row['run_id']}; "
                                  f"not restoring it")
     try:
@@ -48,20 +48,20 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     data = {"path": path, "restored_from": bak, "from_run": row["run_id"], "saved_current_as": None}
     if current == original:
         return StepResult.ok(f"{path} already matches the backup from run {row['run_id']}", data=data)
-    diff = _files.unified_diff(path, current, original)
+    diff = files.unified_diff(path, current, original)
     if ctx.dry_run:
         ctx.would(f"restore {path} from {bak}:\n{diff}")
         return StepResult.skipped(f"dry-run: would restore {path} from {bak}", data=data, output=diff)
-    mode = await _files.mode_of(ctx, path) if current is not None else None
+    mode = await files.mode_of(ctx, path) if current is not None else None
     if current is not None:
         saved = backup_path(path, ctx.run_id, ctx.step_idx)
-        await _files.write(ctx, saved, current, mode)
+        await files.write(ctx, saved, current, mode)
         data["saved_current_as"] = saved
-    await _files.write(ctx, path, original, mode)
-    if await _files.read(ctx, path) != original:
+    await files.write(ctx, path, original, mode)
+    if await files.read(ctx, path) != original:
         raise StepFailed(f"{path} on {ctx.host_name} changed under us while restoring it from {bak}")
     ctx.log(diff.rstrip("\n"))
     # backup_path stays None: the revert itself is not a revert target (reverting twice is a no-op).
-    change = FileChange(path, _files.sha256(current), _files.sha256(original), diff, None)
+    change = FileChange(path, files.sha256(current), files.sha256(original), diff, None)
     return StepResult.changed(f"restored {path} from {bak} (run {row['run_id']})", changes=[change], data=data,
                               output=diff)

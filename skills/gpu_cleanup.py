@@ -22,14 +22,14 @@ import re
 
 from pydantic import Field, field_validator
 
-from eaglebot.skill import SkillContext, StepResult
-from eaglebot.skills import _gpu
-from eaglebot.skills._procs import our_sessions, terminate
+from eaglebot.sdk import SkillContext, StepResult
+from eaglebot.skills.lib import gpu
+from eaglebot.skills.facts.procs import our_sessions, terminate
 
 NAME = "gpu.cleanup"
 
 
-class Params(_gpu.GpuParams):
+class Params(gpu.GpuParams):
     grace_s: float = Field(10.0, ge=0, le=600, description="seconds between SIGTERM and SIGKILL")
     match: str | None = Field(None, description="only processes whose command line matches this regular expression")
     user: str | None = Field(None, description="only processes of this user")
@@ -45,12 +45,12 @@ class Params(_gpu.GpuParams):
         return v
 
 
-def _ours(h: _gpu.Holder, sessions: set[int]) -> bool:
+def _ours(h: gpu.Holder, sessions: set[int]) -> bool:
     return h.proc.sid in sessions or h.proc.pgid in sessions or h.pid in sessions
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
-    snap = await _gpu.snapshot(ctx, params)
+    snap = await gpu.snapshot(ctx, params)
     for note in snap.notes:
         ctx.log(note)
     targets = snap.killable()
@@ -69,13 +69,13 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         if snap.holders:
             what += " matching the filters" if (params.match or params.user) else " that may be stopped"
         if snap.unexplained:
-            what += f"; {_gpu.memory_line(snap.unexplained)} used with no process to explain it"
+            what += f"; {gpu.memory_line(snap.unexplained)} used with no process to explain it"
         return StepResult.ok(what, data=data, warnings=warnings, output="".join(n + "\n" for n in snap.notes))
 
     sessions = await our_sessions(ctx)
     ours = {h.pid for h in targets if _ours(h, sessions)}
     foreign = [h for h in targets if h.pid not in ours]
-    ctx.log(_gpu.table(targets))
+    ctx.log(gpu.table(targets))
     plan = [f"{'ours' if h.pid in ours else 'FOREIGN'} {h.line()}" for h in targets]
     data["processes"] = [dict(h.as_dict(), ours=h.pid in ours, signals=[]) for h in targets]
 

@@ -17,19 +17,19 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from eaglebot.skill import SkillContext, StepResult
-from eaglebot.skills import _gpu
+from eaglebot.sdk import SkillContext, StepResult
+from eaglebot.skills.lib import gpu
 
 NAME = "gpu.processes"
 
 
-class Params(_gpu.GpuParams):
-    tolerance_mib: int = Field(_gpu.DEFAULT_TOLERANCE_MIB, ge=0,
+class Params(gpu.GpuParams):
+    tolerance_mib: int = Field(gpu.DEFAULT_TOLERANCE_MIB, ge=0,
                                description="memory up to this many MiB with no process is residual, not a holder")
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
-    snap = await _gpu.snapshot(ctx, params, tolerance_mib=params.tolerance_mib)
+    snap = await gpu.snapshot(ctx, params, tolerance_mib=params.tolerance_mib)
     data = {
         "processes": [h.as_dict() for h in snap.holders],
         "pids": [h.pid for h in snap.holders],
@@ -39,14 +39,14 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     }
     for note in snap.notes:
         ctx.log(note)
-    out = f"{_gpu.memory_line(snap.used)}\n"
+    out = f"{gpu.memory_line(snap.used)}\n"
     if snap.holders:
-        out += _gpu.table(snap.holders) + "\n"
+        out += gpu.table(snap.holders) + "\n"
     out += "".join(n + "\n" for n in snap.notes)
     if not snap.holders:
         summary = "no GPU processes"
         if snap.unexplained:
-            summary += f"; {_gpu.memory_line(snap.unexplained)} used with no process to explain it"
+            summary += f"; {gpu.memory_line(snap.unexplained)} used with no process to explain it"
         return StepResult.ok(summary, data=data, output=out, warnings=[n for n in snap.notes])
     n = len(snap.holders)
     first = "; ".join(h.line() for h in snap.holders[:3])

@@ -23,8 +23,9 @@ import time
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.skill import Metric, SkillContext, StepResult
-from eaglebot.skills import _gpu, _nvsmi
+from eaglebot.sdk import Metric, SkillContext, StepResult
+from eaglebot.skills.lib import gpu
+from eaglebot.skills.facts import nvsmi
 
 NAME = "gpu.verify"
 
@@ -74,7 +75,7 @@ sys.exit(1 if bad else 0)
 '''
 
 
-class Params(_gpu.GpuParams):
+class Params(gpu.GpuParams):
     max_used_mib: int = Field(64, ge=0, description="a GPU counts as free at or below this many MiB used")
     timeout_s: float = Field(60.0, ge=0, le=3600, description="how long to wait for the memory to be freed")
     poll_s: float = Field(0.1, gt=0, le=10, description="seconds between two nvidia-smi queries")
@@ -91,11 +92,11 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     sel: list[int] | None = None
     polls = 0
     while True:
-        out = await _nvsmi.run_nvsmi(ctx, _nvsmi.QUERY_MEMORY)
-        used_all = _nvsmi.parsed("--query-gpu", ctx.host_name, _nvsmi.parse_memory_used, out)
+        out = await nvsmi.run_nvsmi(ctx, nvsmi.QUERY_MEMORY)
+        used_all = nvsmi.parsed("--query-gpu", ctx.host_name, nvsmi.parse_memory_used, out)
         polls += 1
         if sel is None:
-            sel = _gpu.select(ctx, params, list(used_all))
+            sel = gpu.select(ctx, params, list(used_all))
         used = {g: used_all[g] for g in sel if g in used_all}
         if len(used) < len(sel):
             gone = [g for g in sel if g not in used]
@@ -107,7 +108,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             break
         await asyncio.sleep(params.poll_s)
     data = {"memory": dict(used), "seconds": round(elapsed, 3), "polls": polls}
-    mem = _gpu.memory_line(used)
+    mem = gpu.memory_line(used)
     if over:
         return await _still_held(ctx, params, over, used, elapsed, data)
     ctx.log(f"free after {elapsed:.2f}s ({polls} polls): {mem}")
@@ -130,12 +131,12 @@ async def _still_held(ctx: SkillContext, params: Params, over: dict[int, int], u
     gpus = ", ".join(f"GPU {g} uses {m} MiB" for g, m in over.items())
     head = f"{gpus} (limit {params.max_used_mib} MiB) after {elapsed:.1f}s"
     try:
-        snap = await _gpu.snapshot(ctx, params.model_copy(update={"gpus": list(over)}),
+        snap = await gpu.snapshot(ctx, params.model_copy(update={"gpus": list(over)}),
                                    tolerance_mib=params.max_used_mib)
     except StepFailed as e:
         return StepResult.failed(f"{head}; could not list the holders: {e}", data=data)
     data["holders"] = [h.as_dict() for h in snap.holders]
-    out = _gpu.memory_line(used) + "\n" + (_gpu.table(snap.holders) + "\n" if snap.holders else "")
+    out = gpu.memory_line(used) + "\n" + (gpu.table(snap.holders) + "\n" if snap.holders else "")
     out += "".join(n + "\n" for n in snap.notes)
     if snap.holders:
         who = "; ".join(h.line() for h in snap.holders[:4])

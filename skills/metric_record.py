@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from eaglebot.skill import Metric, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import Metric, SkillContext, SkillParams, StepResult
 
 NAME = "metric.record"
 

@@ -18,7 +18,7 @@ import shlex
 from pydantic import Field, model_validator
 
 from eaglebot.errors import StepFailed
-from eaglebot.skill import SkillContext, SkillParams, StepResult
+from eaglebot.sdk import SkillContext, SkillParams, StepResult
 from eaglebot.transport import path_for_shell
 
 NAME = "pycache.clear"

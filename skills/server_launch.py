@@ -42,9 +42,11 @@ from typing import Any
 
 from pydantic import Field
 
-from eaglebot.skill import SkillContext, SkillParams, StepResult
+from eaglebot.sdk import SkillContext, SkillParams, StepResult
 
-from . import _procs, _server, _sglang
+from eaglebot.skills.facts import procs
+from eaglebot.skills.lib import server
+from eaglebot.skills.facts import sglang
 
 NAME = "server.launch"
 _LOG_MARK = "--EAGLE-LOG-7f3a--\n"
@@ -71,13 +73,13 @@ class Params(SkillParams):
 
 def build_args(p: Params) -> tuple[list[str], str | None]:
     """The launch_server arguments, or (args, error sentence)."""
-    given = _sglang.flag_values(p.args)
+    given = sglang.flag_values(p.args)
     for flag in ("--port", "--host"):
         if flag in given:
             return [], f"pass the {flag[2:]} as the `{flag[2:]}` parameter, not in args"
-    for flag, use in _sglang.REMOVED_FLAGS.items():
+    for flag, use in sglang.REMOVED_FLAGS.items():
         if any(a == flag or a.startswith(flag + "=") for a in p.args):
-            return [], (f"{flag} no longer exists in SGLang {_sglang.SGLANG_VERSION} "
+            return [], (f"{flag} no longer exists in SGLang {sglang.SGLANG_VERSION} "
                         f"(argparse calls it ambiguous); use {use}")
     out: list[str] = []
     structured = [("--model-path", p.model), ("--speculative-algorithm", p.spec_algorithm),
@@ -106,7 +108,7 @@ def _gpus_env(gpus: Any) -> str | None:
 
 async def _read_config(ctx: SkillContext, folder: str) -> tuple[bool, str | None]:
     """(exists, config.json text) of a model folder on the host."""
-    res = await ctx.host.run(f"test -d {_procs._q(folder)} && echo dir; cat {_procs._q(folder)}/config.json "
+    res = await ctx.host.run(f"test -d {procs._q(folder)} && echo dir; cat {procs._q(folder)}/config.json "
                              f"2>/dev/null; true", timeout=30)
     exists = res.stdout.startswith("dir")
     return exists, (res.stdout[4:] if exists else None)
@@ -121,7 +123,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     launch_args, err = build_args(params)
     if err:
         return StepResult.failed(err)
-    flags = _sglang.flag_values(launch_args)
+    flags = sglang.flag_values(launch_args)
     warnings: list[str] = []
     # -- pre-flight: model folders
     model = flags.get("--model-path") or ""
@@ -130,36 +132,36 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         exists, cfg = await _read_config(ctx, model)
         if not exists:
             return StepResult.failed(f"target model folder {model} does not exist on {ctx.host_name}")
-        arch = _sglang.target_architecture(cfg or "")
+        arch = sglang.target_architecture(cfg or "")
     draft = flags.get("--speculative-draft-model-path")
     if draft and _is_path(draft):
         exists, _ = await _read_config(ctx, draft)
         if not exists:
             return StepResult.failed(f"draft model folder {draft} does not exist on {ctx.host_name}")
     # -- pre-flight: speculative flags
-    spec = _sglang.resolve_from_args(launch_args, arch)
+    spec = sglang.resolve_from_args(launch_args, arch)
     if spec.error:
         return StepResult.failed(f"{spec.error_reason} (refused before launching)")
     for key, (asked, eff) in spec.adjusted.items():
         warnings.append(f"{key}={asked} will be silently changed to {eff} by SGLang: "
-                        f"{_sglang.DRAFT_TOKENS_WARNING} (speculative_num_steps="
+                        f"{sglang.DRAFT_TOKENS_WARNING} (speculative_num_steps="
                         f"{spec.num_steps}); set it to {eff} or use topk > 1")
     if spec.auto_chosen:
         ctx.log(f"speculative steps/topk/draft tokens not set: SGLang picks ({spec.num_steps}, {spec.topk}, "
                 f"{spec.num_draft_tokens}) for target architecture {arch or 'unknown'}")
     # -- pre-flight: port and a previous launch
-    lis = await _server.listeners(ctx, port)
+    lis = await server.listeners(ctx, port)
     if lis.busy:
-        infos = await _procs.proc_info(ctx, sorted(lis.pids))
-        who = "; ".join(_server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
+        infos = await procs.proc_info(ctx, sorted(lis.pids))
+        who = "; ".join(server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
             "a process this user cannot see"
         if ctx.dry_run:  # an earlier server.stop would have freed it by now
             ctx.would(f"find port {port} free (now in use by {who})")
         else:
             return StepResult.failed(f"port {port} is already in use by {who}; stop it first (server.stop) - "
                                      f"SGLang would only notice after loading the model", warnings=warnings)
-    old = await _server.read_pid(ctx, port)
-    if not ctx.dry_run and old is not None and await _server.leader_alive(ctx, old):
+    old = await server.read_pid(ctx, port)
+    if not ctx.dry_run and old is not None and await server.leader_alive(ctx, old):
         return StepResult.failed(f"a server the bot launched on port {port} is still running (pid {old}) "
                                  f"but not listening yet; stop it first (server.stop)", warnings=warnings)
     env = dict(params.env)
@@ -167,15 +169,15 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if cvd is not None:
         env["CUDA_VISIBLE_DEVICES"] = cvd
     argv = [params.python, "-m", "sglang.launch_server", *launch_args]
-    log_path, pid_path = _server.log_path(ctx, port), _server.pid_path(ctx, port)
+    log_path, pid_path = server.log_path(ctx, port), server.pid_path(ctx, port)
     if ctx.dry_run:
         ctx.would(f"start {shlex.join(argv)} (env {env or '{}'}), log {log_path}")
         return StepResult.skipped(f"dry-run: would launch SGLang on port {port}", warnings=warnings)
     # -- act
     t0 = time.monotonic()
     # spawn_detached's own mkdir runs in the background, racing its pid-file write.
-    await ctx.host.run(f"mkdir -p {_procs._q(_procs.state_dir(ctx) + '/run')} "
-                       f"{_procs._q(_procs.state_dir(ctx) + '/logs')}", timeout=30)
+    await ctx.host.run(f"mkdir -p {procs._q(procs.state_dir(ctx) + '/run')} "
+                       f"{procs._q(procs.state_dir(ctx) + '/logs')}", timeout=30)
     pid = await ctx.host.spawn_detached(argv, log_path=log_path, pid_path=pid_path, env=env or None)
     ctx.log(f"started pid {pid}: {shlex.join(argv)}")
     data: dict[str, Any] = {"log_path": log_path, "pid": pid, "port": port, "launch_args": launch_args,
@@ -184,23 +186,23 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     try:
         failure, log_text = await _wait_ready(ctx, params, pid, log_path)
     except asyncio.CancelledError:
-        await asyncio.shield(_server.stop_session(ctx, pid, 5))
-        await asyncio.shield(_server.remove_pid_file(ctx, port))
+        await asyncio.shield(server.stop_session(ctx, pid, 5))
+        await asyncio.shield(server.remove_pid_file(ctx, port))
         raise
     if failure:
-        await _server.stop_session(ctx, pid, 5)
-        await _server.remove_pid_file(ctx, port)
+        await server.stop_session(ctx, pid, 5)
+        await server.remove_pid_file(ctx, port)
         return StepResult.failed(failure, data=data, warnings=warnings,
-                                 output=_sglang.tail(log_text, 60))
+                                 output=sglang.tail(log_text, 60))
     ready_s = time.monotonic() - t0
     data["ready_s"] = round(ready_s, 2)
     # -- report what the server really runs with
-    code, body = await _server.http_get(ctx, params.python, port, "/server_info")
+    code, body = await server.http_get(ctx, params.python, port, "/server_info")
     if code != 200:
-        code, body = await _server.http_get(ctx, params.python, port, "/get_server_info")
+        code, body = await server.http_get(ctx, params.python, port, "/get_server_info")
     if code == 200:
         try:
-            info = _sglang.parse_server_info(body)
+            info = sglang.parse_server_info(body)
         except ValueError:
             info = None
     else:
@@ -212,13 +214,13 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         data["effective"] = {k: v for k, v in info["effective"].items()}
         predicted = set(spec.adjusted)
         for flag, asked in flags.items():
-            key = _sglang.flag_to_key(flag)
+            key = sglang.flag_to_key(flag)
             if key in info["raw"] and asked is not None and key not in predicted \
-                    and not _sglang.same_value(asked, info["raw"][key]):
+                    and not sglang.same_value(asked, info["raw"][key]):
                 warnings.append(f"asked {flag} {asked}, but the server runs with {key}={info['raw'][key]!r}")
-        if info["version"] and info["version"] != _sglang.SGLANG_VERSION:
+        if info["version"] and info["version"] != sglang.SGLANG_VERSION:
             warnings.append(f"SGLang {info['version']} is running; eaglebot's rules are those of "
-                            f"{_sglang.SGLANG_VERSION}")
+                            f"{sglang.SGLANG_VERSION}")
     eff = data["effective"]
     spec_txt = ""
     if eff.get("speculative_algorithm"):
@@ -228,12 +230,12 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if info is not None and info["raw"].get("simulated"):
         version += " (SIMULATED)"
     return StepResult.changed(f"SGLang {version} ready on port {port} in {ready_s:.1f}s (pid {pid}{spec_txt})",
-                              data=data, warnings=warnings, output=_sglang.tail(log_text, 30))
+                              data=data, warnings=warnings, output=sglang.tail(log_text, 30))
 
 
 def _poll_script(python: str, pid: int, port: int, log_path: str, offset: int) -> str:
-    q = _procs._q
-    health = _server.http_get_script(python, f"http://127.0.0.1:{port}/health", 5, body=False)
+    q = procs._q
+    health = server.http_get_script(python, f"http://127.0.0.1:{port}/health", 5, body=False)
     return (f"st=$(sed 's/.*) //' /proc/{int(pid)}/stat 2>/dev/null | cut -d' ' -f1); "
             f"printf 'STATE %s\\n' \"${{st:-gone}}\"; "
             f"if [ \"${{st:-Z}}\" != Z ]; then h=$({health} | tail -n 1); else h=0; fi; "
@@ -260,14 +262,14 @@ async def _wait_ready(ctx: SkillContext, params: Params, pid: int, log_path: str
         for line in lines:
             ctx.log(line)
             if fatal is None:
-                fatal = _sglang.find_fatal(line)
+                fatal = sglang.find_fatal(line)
                 if fatal:
                     fatal_at = time.monotonic()
         state, http = fields.get("STATE", "gone").strip(), fields.get("HTTP", "0").strip()
         if http == "200":
             return None, log_text
         if state in ("gone", "Z", "X"):
-            why = fatal or _sglang.find_fatal(log_text) or _last_line(log_text) or "no output"
+            why = fatal or sglang.find_fatal(log_text) or _last_line(log_text) or "no output"
             return f"the server exited during start-up: {why}", log_text
         if fatal and time.monotonic() - fatal_at > 3:
             return f"the server hit a fatal error during start-up: {fatal}", log_text

@@ -21,9 +21,10 @@ import time
 
 from pydantic import Field
 
-from eaglebot.skill import SkillContext, SkillParams, StepResult
+from eaglebot.sdk import SkillContext, SkillParams, StepResult
 
-from . import _procs, _server
+from eaglebot.skills.facts import procs
+from eaglebot.skills.lib import server
 
 NAME = "server.stop"
 
@@ -36,14 +37,14 @@ class Params(SkillParams):
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     port = params.port
     # -- probe
-    leader = await _server.read_pid(ctx, port)
+    leader = await server.read_pid(ctx, port)
     # Linux does not reuse a PID while it is still some live process's session id, so
     # members of the session survive their leader (orphaned schedulers) and are ours.
-    members = await _server.session_members(ctx, leader) if leader is not None else []
-    lis = await _server.listeners(ctx, port)
-    sessions = await _procs.our_sessions(ctx)
-    infos = await _procs.proc_info(ctx, sorted(set(members) | lis.pids))
-    if leader in members and leader in infos and not _server.looks_like_sglang(infos[leader]):
+    members = await server.session_members(ctx, leader) if leader is not None else []
+    lis = await server.listeners(ctx, port)
+    sessions = await procs.our_sessions(ctx)
+    infos = await procs.proc_info(ctx, sorted(set(members) | lis.pids))
+    if leader in members and leader in infos and not server.looks_like_sglang(infos[leader]):
         ctx.log(f"pid file names pid {leader}, now a different program ({infos[leader].cmdline[:120]}): stale")
         members = []
     foreign = [infos[p] for p in sorted(lis.pids) if p in infos and infos[p].sid not in sessions]
@@ -56,12 +57,12 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             f"ask its owner or an administrator to stop it")
     if not ours and not foreign:
         if leader is not None and not ctx.dry_run:
-            await _server.remove_pid_file(ctx, port)
+            await server.remove_pid_file(ctx, port)
         return StepResult.ok(f"no server running on port {port}", data={"stopped": [], "port": port})
-    evidence = "\n".join(_server.describe(p) for p in ours + foreign)
+    evidence = "\n".join(server.describe(p) for p in ours + foreign)
     # -- decide
     if foreign:
-        details = [_server.describe(p) for p in foreign]
+        details = [server.describe(p) for p in foreign]
         if not ctx.confirm:
             return StepResult.failed(
                 f"port {port} is held by {len(foreign)} process(es) the bot did not start "
@@ -76,11 +77,11 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             ctx.log(f"approved by {who}")
     if ctx.dry_run:
         for p in ours + foreign:
-            ctx.would(f"stop {_server.describe(p)}")
+            ctx.would(f"stop {server.describe(p)}")
         return StepResult.skipped(f"dry-run: would stop {len(ours) + len(foreign)} process(es) on port {port}",
                                   output=evidence)
     # -- act
-    reports = await _procs.terminate(ctx, ours + foreign, params.grace_s)
+    reports = await procs.terminate(ctx, ours + foreign, params.grace_s)
     left = [r for r in reports if not r.gone]
     output = "\n".join(r.line() for r in reports)
     for r in reports:
@@ -88,9 +89,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if left:
         return StepResult.failed(f"{len(left)} process(es) survived SIGKILL on port {port}: "
                                  f"{', '.join(str(r.pid) for r in left)}", output=output)
-    await _server.remove_pid_file(ctx, port)
+    await server.remove_pid_file(ctx, port)
     deadline = time.monotonic() + 10
-    while (await _server.listeners(ctx, port)).busy:
+    while (await server.listeners(ctx, port)).busy:
         if time.monotonic() > deadline:
             return StepResult.failed(f"port {port} is still in use after stopping the server", output=output)
         await asyncio.sleep(0.2)

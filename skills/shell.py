@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from eaglebot.skill import SkillContext, SkillParams, StepResult
+from eaglebot.sdk import SkillContext, SkillParams, StepResult
 
 NAME = "shell"
 

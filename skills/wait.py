@@ -11,7 +11,7 @@ import asyncio
 
 from pydantic import Field
 
-from eaglebot.skill import SkillContext, SkillParams, StepResult
+from eaglebot.sdk import SkillContext, SkillParams, StepResult
 
 NAME = "wait"
 

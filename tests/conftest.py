@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from sshd import SSHServer, chown_to, start_sshd  # noqa: E402
 
 from eaglebot.config import Settings, load_settings  # noqa: E402
-from eaglebot.services import Services  # noqa: E402
+from eaglebot.frontends.services import Services  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eaglebot.playbook import parse_playbook
+from eaglebot.engine.playbook import parse_playbook
 from eaglebot.sim import gpu_state, install_sim_bin
 
 SIM_DIR = Path(gpu_state.__file__).parent

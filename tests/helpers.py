@@ -26,7 +26,7 @@ def write_yaml(path: Path, data: dict) -> Path:
 def eagle(*args: str, config: Path | None = None, cwd: Path | None = None, timeout: float = 120,
           env: dict | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
     """Run the real `eagle` CLI in a subprocess (no terminal: approvals are denied)."""
-    argv = [sys.executable, "-m", "eaglebot.cli", *args]
+    argv = [sys.executable, "-m", "eaglebot", *args]
     if config is not None:
         argv += ["--config", str(config)]
     e = dict(os.environ)

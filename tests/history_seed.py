@@ -1,7 +1,7 @@
 """Seed the audit store with finished runs directly through Store methods (test helper)."""
 from __future__ import annotations
 
-from eaglebot.skill import FileChange, Metric
+from eaglebot.sdk import FileChange, Metric
 from eaglebot.store import Store
 
 

@@ -21,9 +21,9 @@ from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
 from eaglebot.config import load_settings
-from eaglebot.services import Services
+from eaglebot.frontends.services import Services
 from eaglebot.sim import gpu_state, install_sim_bin
-from eaglebot.slack_app import SlackBot, build_app, make_client
+from eaglebot.frontends.slack.app import SlackBot, build_app, make_client
 
 from fakes.slack_api import FakeSlackAPI
 

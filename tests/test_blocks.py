@@ -1,8 +1,8 @@
 """Block Kit rendering stays within Slack's limits whatever the run looks like."""
 from __future__ import annotations
 
-from eaglebot import blocks as bk
-from eaglebot.skill import ApprovalRequest
+from eaglebot.frontends.slack import blocks as bk
+from eaglebot.sdk import ApprovalRequest
 
 
 def assert_within_limits(blocks):

@@ -141,7 +141,7 @@ def test_unknown_config_key_is_an_error(tmp_path):
 
 def test_killed_run_becomes_interrupted_and_frees_the_host(cfg):
     db = cfg.parent / "audit" / "eagle.db"
-    proc = subprocess.Popen([sys.executable, "-m", "eaglebot.cli", "run", "slow", "--config", str(cfg)],
+    proc = subprocess.Popen([sys.executable, "-m", "eaglebot", "run", "slow", "--config", str(cfg)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def running():

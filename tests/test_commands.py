@@ -6,7 +6,7 @@ import yaml
 
 from slack_harness import PLAYBOOKS
 
-from eaglebot.commands import Caller, authorize, chat_main, handle, parse, unescape
+from eaglebot.frontends.chat.router import Caller, authorize, chat_main, handle, parse, unescape
 from eaglebot.config import AccessConfig, load_settings
 
 
@@ -134,7 +134,7 @@ def test_eagle_console_treats_each_line_as_a_slash_command(chat_settings):
     import sys
 
     lines = "help shell\nhello greeting=console\nhistory\nbogus; rm -rf /\nexit\n"
-    res = subprocess.run([sys.executable, "-m", "eaglebot.cli", "console", "--config", str(chat_settings.source)],
+    res = subprocess.run([sys.executable, "-m", "eaglebot", "console", "--config", str(chat_settings.source)],
                          input=lines, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "command (required)" in res.stdout                       # a skill's parameters

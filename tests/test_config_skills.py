@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglebot.runner import RunRequest
+from eaglebot.engine.runner import RunRequest
 from eaglebot.skills import config_patch
 from gpu_helpers import PY, playbook
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eaglebot.cli import main
+from eaglebot.frontends.cli.main import main
 
 
 def _processes_mentioning(text: str) -> list[str]:

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from eaglebot.cli import build_parser
-from eaglebot.playbook import RESERVED, load_playbook, playbook_files
-from eaglebot.skill import SkillParams, skills
+from eaglebot.frontends.cli.main import build_parser
+from eaglebot.engine.playbook import RESERVED, load_playbook, playbook_files
+from eaglebot.engine.registry import skills
+from eaglebot.sdk import SkillParams
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -11,7 +11,7 @@ import yaml
 from fakes.slack_api import FakeSlackAPI
 
 from eaglebot.config import load_settings
-from eaglebot.doctor import doctor_main, run_checks
+from eaglebot.frontends.cli.doctor import doctor_main, run_checks
 
 
 def settings_for(tmp_path: Path, hosts: dict):

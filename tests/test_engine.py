@@ -13,8 +13,8 @@ import pytest
 from helpers import pid_alive, wait_for, write_playbook
 
 from eaglebot.errors import HostBusy, UsageError
-from eaglebot.playbook import load_playbook
-from eaglebot.runner import RunRequest
+from eaglebot.engine.playbook import load_playbook
+from eaglebot.engine.runner import RunRequest
 
 
 def pb(tmp_path, body: str, name: str = "t"):

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from eaglebot.runner import RunRequest
+from eaglebot.engine.runner import RunRequest
 from eaglebot.sim import gpu_state, install_sim_bin
 from gpu_helpers import PY, Sleepers, install_fuser, playbook, sim_host
 
@@ -314,8 +314,8 @@ async def test_match_sees_the_end_of_a_long_command_line(tmp_path):
     import subprocess
     import sys
 
-    from eaglebot.skill import SkillContext
-    from eaglebot.skills._procs import proc_info
+    from eaglebot.sdk import SkillContext
+    from eaglebot.skills.facts.procs import proc_info
     from eaglebot.transport import LocalTransport
 
     code = "import time\n" + "# filler\n" * 200 + "time.sleep(60)"

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from history_seed import seed_run
 
-from eaglebot.regress import history_hook
-from eaglebot.runner import RunOutcome, StepRecord
-from eaglebot.skill import FileChange, Metric
+from eaglebot.history.regress import history_hook
+from eaglebot.engine.runner import RunOutcome, StepRecord
+from eaglebot.sdk import FileChange, Metric
 
 UNIFIED = """--- a/config.json
 +++ b/config.json

@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 
 from eaglebot.sim import gpu_state
-from eaglebot.skills import _nvsmi
+from eaglebot.skills.facts import nvsmi
 
-FIX = Path(__file__).resolve().parents[1].parent.parent / "shared" / "fixtures" / "nvidia-smi"
-if not FIX.is_dir():
-    FIX = Path("/work/shared/fixtures/nvidia-smi")
+FIX = Path(__file__).parent / "fixtures" / "nvidia-smi"
 SIM = Path(gpu_state.__file__).parent
 
 
@@ -24,22 +22,22 @@ def fx(name: str) -> str:
 # -- parsers ------------------------------------------------------------------------------
 
 def test_memory_used_nounits_single_and_dual():
-    assert _nvsmi.parse_memory_used(fx("h200-query-memory-busy-nounits.csv")) == {0: 19601}
-    assert _nvsmi.parse_memory_used(fx("h200-query-memory-idle-nounits.csv")) == {0: 0}
-    assert _nvsmi.parse_memory_used(fx("2xh200-query-memory-busy-nounits.csv")) == {0: 11543, 1: 15359}
+    assert nvsmi.parse_memory_used(fx("h200-query-memory-busy-nounits.csv")) == {0: 19601}
+    assert nvsmi.parse_memory_used(fx("h200-query-memory-idle-nounits.csv")) == {0: 0}
+    assert nvsmi.parse_memory_used(fx("2xh200-query-memory-busy-nounits.csv")) == {0: 11543, 1: 15359}
 
 
 def test_memory_used_with_units():
-    assert _nvsmi.parse_memory_used(fx("h200-query-memory-idle.csv")) == {0: 0}
-    assert _nvsmi.parse_memory_used(fx("2xh200-query-memory-busy.csv")) == {0: 11543, 1: 15359}
+    assert nvsmi.parse_memory_used(fx("h200-query-memory-idle.csv")) == {0: 0}
+    assert nvsmi.parse_memory_used(fx("2xh200-query-memory-busy.csv")) == {0: 11543, 1: 15359}
 
 
 def test_memory_used_residual_is_reported_as_is():
-    assert _nvsmi.parse_memory_used(fx("2xh200-query-memory-residual-nounits.csv")) == {0: 4343, 1: 4}
+    assert nvsmi.parse_memory_used(fx("2xh200-query-memory-residual-nounits.csv")) == {0: 4343, 1: 4}
 
 
 def test_full_query_with_header_strips_units():
-    rows = _nvsmi.parse_query(fx("h200-query-gpu-full.csv"))
+    rows = nvsmi.parse_query(fx("h200-query-gpu-full.csv"))
     assert rows == [{
         "index": "0", "uuid": "GPU-c637b75d-bccc-0cab-3f64-9c4fb3bf5eaf", "name": "NVIDIA H200",
         "memory.total": "143771", "memory.used": "0", "memory.free": "143156", "utilization.gpu": "0",
@@ -47,42 +45,42 @@ def test_full_query_with_header_strips_units():
 
 
 def test_header_must_match_the_fields_asked_for():
-    with pytest.raises(_nvsmi.ParseError):
-        _nvsmi.parse_query(fx("h200-query-gpu-full.csv"), ["index", "memory.used"])
+    with pytest.raises(nvsmi.ParseError):
+        nvsmi.parse_query(fx("h200-query-gpu-full.csv"), ["index", "memory.used"])
 
 
 def test_uuid_map():
-    assert _nvsmi.parse_uuid_map(fx("2xh200-query-gpu-uuid.csv")) == {
+    assert nvsmi.parse_uuid_map(fx("2xh200-query-gpu-uuid.csv")) == {
         "GPU-1555c601-f08f-e040-564f-5f7609b54dba": 0, "GPU-8a99149b-17b3-1667-529a-3e3d7b74610d": 1}
 
 
 def test_compute_apps_four_columns_process_on_two_gpus_listed_twice():
-    apps = _nvsmi.parse_compute_apps(fx("2xh200-query-compute-apps-busy-nounits.csv"))
+    apps = nvsmi.parse_compute_apps(fx("2xh200-query-compute-apps-busy-nounits.csv"))
     assert [(a.pid, a.process_name, a.used_mib) for a in apps] == [
         (566, "python3", 3380), (564, "python3", 8148), (566, "python3", 3380), (565, "python3", 11964)]
-    uuids = _nvsmi.parse_uuid_map(fx("2xh200-query-gpu-uuid.csv"))
+    uuids = nvsmi.parse_uuid_map(fx("2xh200-query-gpu-uuid.csv"))
     assert [uuids[a.gpu_uuid] for a in apps] == [0, 0, 1, 1]
 
 
 def test_compute_apps_three_columns_and_units():
-    [a] = _nvsmi.parse_compute_apps(fx("h200-query-compute-apps-busy-nounits.csv"))
+    [a] = nvsmi.parse_compute_apps(fx("h200-query-compute-apps-busy-nounits.csv"))
     assert (a.pid, a.process_name, a.used_mib, a.gpu_uuid) == (450, "python3", 19592, None)
-    [b] = _nvsmi.parse_compute_apps(fx("h200-query-compute-apps-busy.csv"))
+    [b] = nvsmi.parse_compute_apps(fx("h200-query-compute-apps-busy.csv"))
     assert (b.pid, b.used_mib, b.gpu_uuid) == (450, 19592, "GPU-c637b75d-bccc-0cab-3f64-9c4fb3bf5eaf")
 
 
 def test_compute_apps_empty_output_means_no_process():
     assert fx("h200-query-compute-apps-idle.csv") == ""
-    assert _nvsmi.parse_compute_apps(fx("h200-query-compute-apps-idle.csv")) == []
+    assert nvsmi.parse_compute_apps(fx("h200-query-compute-apps-idle.csv")) == []
 
 
 def test_compute_apps_name_with_comma_and_not_available_memory():
-    [a] = _nvsmi.parse_compute_apps("77, my, odd name, [N/A], GPU-x\n")
+    [a] = nvsmi.parse_compute_apps("77, my, odd name, [N/A], GPU-x\n")
     assert (a.pid, a.process_name, a.used_mib, a.gpu_uuid) == (77, "my, odd name", None, "GPU-x")
 
 
 def test_fuser_output_names_pids_per_device():
-    entries = _nvsmi.parse_fuser(fx("h200-fuser-busy.txt"))
+    entries = nvsmi.parse_fuser(fx("h200-fuser-busy.txt"))
     assert [(e.device, e.user, e.pid, e.access, e.command, e.gpu) for e in entries] == [
         ("/dev/nvidia0", "root", 450, "F...m", "python3", 0),
         ("/dev/nvidiactl", "root", 450, "F...m", "python3", None),
@@ -96,14 +94,14 @@ def test_fuser_continuation_lines_and_noise():
             "                     eagletest   452 F.... sleep\n"
             "/dev/nvidiactl:      root     kernel mount /dev/nvidiactl\n"
             "Specified filename /dev/nvidia* does not exist.\n")
-    entries = _nvsmi.parse_fuser(text)
+    entries = nvsmi.parse_fuser(text)
     assert [(e.device, e.user, e.pid, e.gpu) for e in entries] == [
         ("/dev/nvidia1", "root", 451, 1), ("/dev/nvidia1", "eagletest", 452, 1)]
 
 
 def test_unexpected_output_is_a_parse_error_not_a_crash():
-    with pytest.raises(_nvsmi.ParseError):
-        _nvsmi.parse_memory_used("No devices were found\n")
+    with pytest.raises(nvsmi.ParseError):
+        nvsmi.parse_memory_used("No devices were found\n")
 
 
 @pytest.mark.parametrize("value,expected", [
@@ -111,14 +109,14 @@ def test_unexpected_output_is_a_parse_error_not_a_crash():
     ("[0, 1]", [0, 1]), ("0,0", [0]),
 ])
 def test_gpu_selection(value, expected):
-    assert _nvsmi.parse_gpu_selection(value) == expected
+    assert nvsmi.parse_gpu_selection(value) == expected
 
 
 def test_gpu_selection_rejects_garbage():
     with pytest.raises(ValueError):
-        _nvsmi.parse_gpu_selection("0,x")
+        nvsmi.parse_gpu_selection("0,x")
     with pytest.raises(ValueError):
-        _nvsmi.parse_gpu_selection(True)
+        nvsmi.parse_gpu_selection(True)
 
 
 @pytest.mark.parametrize("rc,needle", [
@@ -126,7 +124,7 @@ def test_gpu_selection_rejects_garbage():
     (15, "fallen off the bus"), (2, "exit status 2: bad"),
 ])
 def test_exit_codes_become_one_sentence(rc, needle):
-    msg = _nvsmi.explain_exit("gpu-01", "nvidia-smi", rc, "", "bad\n")
+    msg = nvsmi.explain_exit("gpu-01", "nvidia-smi", rc, "", "bad\n")
     assert needle in msg and "\n" not in msg
 
 
@@ -225,7 +223,7 @@ def test_sim_fuser_matches_fixture_layout(tmp_path):
                                                      f"root{sleeper.pid:>11} F...m sleep")
         if os.geteuid() == 0:
             assert text == expected
-        assert [(e.pid, e.gpu) for e in _nvsmi.parse_fuser(text)] == [(sleeper.pid, 0), (sleeper.pid, None),
+        assert [(e.pid, e.gpu) for e in nvsmi.parse_fuser(text)] == [(sleeper.pid, 0), (sleeper.pid, None),
                                                                       (sleeper.pid, None)]
     finally:
         sleeper.kill()

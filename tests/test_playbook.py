@@ -5,9 +5,9 @@ import pytest
 
 from helpers import write_playbook
 
-from eaglebot import templating
+from eaglebot.engine import templating
 from eaglebot.errors import UsageError
-from eaglebot.playbook import InputSpec, coerce_input, load_playbook, resolve_inputs
+from eaglebot.engine.playbook import InputSpec, coerce_input, load_playbook, resolve_inputs
 
 
 def _err(tmp_path, body: str) -> str:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from history_seed import seed_run
 
-from eaglebot.cli import main
+from eaglebot.frontends.cli.main import main
 from eaglebot.store import Store
 
 PLAYBOOK = {
@@ -75,7 +75,7 @@ def test_baseline_set_via_cli(cfg, capsys):
 
 
 def test_prune_keeps_baselines_and_running_runs_and_deletes_child_rows(tmp_path):
-    from eaglebot.skill import FileChange
+    from eaglebot.sdk import FileChange
 
     store = Store(tmp_path / "e.db")
     old = "2020-01-01T00:00:00.000Z"

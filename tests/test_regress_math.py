@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 
-from eaglebot.regress import (attribution, attribution_text, judge, key_changes_from_diff,
+from eaglebot.history.regress import (attribution, attribution_text, judge, key_changes_from_diff,
                               parse_launch_args, robust_sigma)
 
 

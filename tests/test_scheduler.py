@@ -10,12 +10,12 @@ import pytest
 import yaml
 from history_seed import seed_run
 
-from eaglebot.cli import main
+from eaglebot.frontends.cli.main import main
 from eaglebot.config import ScheduleConfig
 from eaglebot.errors import UsageError
-from eaglebot.runner import Observer
-from eaglebot.scheduler import build_scheduler, fires_between, schedule_rows, trigger_for
-from eaglebot.trend import plot_trend
+from eaglebot.engine.runner import Observer
+from eaglebot.frontends.scheduler import build_scheduler, fires_between, schedule_rows, trigger_for
+from eaglebot.history.trend import plot_trend
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -95,7 +95,7 @@ async def test_scheduler_fires_a_shell_playbook_through_the_engine(services, pbd
 
 @pytest.mark.parametrize("approve", [False, True])
 async def test_schedule_approve_decides_confirm_steps(services, pbdir, approve):
-    from eaglebot.skill import ApprovalRequest
+    from eaglebot.sdk import ApprovalRequest
 
     svc = await services(playbooks_dir=str(pbdir), schedules=[sched_cfg(approve=approve)])
     captured = {}
@@ -224,7 +224,7 @@ def test_trend_plot_writes_a_png_and_refuses_without_data(tmp_path, capsys):
 
 
 def test_crontab_day_of_week_numbers_mean_what_cron_means():
-    from eaglebot.scheduler import crontab_dow
+    from eaglebot.frontends.scheduler import crontab_dow
 
     assert crontab_dow("*") == "*"
     assert crontab_dow("mon-fri") == "mon-fri"

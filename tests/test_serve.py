@@ -38,7 +38,7 @@ def write_config(tmp_path):
 async def start_serve(cfg, fake, *args, **env):
     full = {k: v for k, v in os.environ.items() if not k.startswith("SLACK_")}
     full.update(SLACK_BOT_TOKEN=TOKEN, SLACK_API_URL=fake.base_url, **env)
-    return await asyncio.create_subprocess_exec(sys.executable, "-m", "eaglebot.cli", "serve", "--config", str(cfg),
+    return await asyncio.create_subprocess_exec(sys.executable, "-m", "eaglebot", "serve", "--config", str(cfg),
                                                 *args, env=full, stdout=asyncio.subprocess.DEVNULL,
                                                 stderr=asyncio.subprocess.PIPE)
 
@@ -96,7 +96,7 @@ async def test_eagle_serve_socket_mode_connects_with_the_app_token(tmp_path, fak
 async def test_eagle_serve_without_tokens_says_what_to_set(tmp_path, fake):
     cfg = write_config(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLACK_")}
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "eaglebot.cli", "serve", "--config", str(cfg),
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "eaglebot", "serve", "--config", str(cfg),
                                                 env=env, stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2 and "SLACK_BOT_TOKEN is not set" in err.decode()

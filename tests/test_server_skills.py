@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from eaglebot.demo import _stop_everything
-from eaglebot.playbook import parse_playbook
-from eaglebot.runner import RunRequest
+from eaglebot.frontends.cli.demo import _stop_everything
+from eaglebot.engine.playbook import parse_playbook
+from eaglebot.engine.runner import RunRequest
 from eaglebot.sim import gpu_state, install_sim_bin
 from sshd import chown_to
 from test_sglang_sim import write_models
@@ -135,7 +135,7 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     assert metrics["avg_spec_accept_length"]["value"] > 1
 
     # `/eagle logs gpu` tails the log this launch recorded, over SSH
-    from eaglebot.commands import Caller, handle
+    from eaglebot.frontends.chat.router import Caller, handle
 
     logs = await handle(svc, "logs gpu", Caller("U1", check_access=False))
     assert f"== {launch['log_path']}" in logs.text and "The server is fired up and ready to roll!" in logs.text

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from eaglebot.skills import _sglang as sg
+from eaglebot.skills.facts import sglang as sg
 from eaglebot.skills.bench_compare import judge
 from eaglebot.skills.server_launch import Params as LaunchParams
 from eaglebot.skills.server_launch import build_args

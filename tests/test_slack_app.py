@@ -12,8 +12,8 @@ from fakes.slack_api import FakeSlackAPI
 from history_seed import seed_run
 from slack_harness import CHANNEL, command_body, open_harness, signed_headers, start_foreign_gpu_holder
 
-from eaglebot import blocks as bk
-from eaglebot.slack_app import UpdateCoalescer, make_client
+from eaglebot.frontends.slack import blocks as bk
+from eaglebot.frontends.slack.app import UpdateCoalescer, make_client
 
 
 @pytest.fixture
@@ -378,7 +378,7 @@ async def test_socket_mode_acks_over_the_websocket_and_runs(harness, fake):
 # -- summaries, regressions, schedules, uploads ---------------------------------------------------
 
 async def test_regressions_and_warnings_are_in_the_summary_and_broadcast_to_the_channel(harness, fake):
-    from eaglebot.skill import Regression
+    from eaglebot.sdk import Regression
 
     pb = {"name": "bench", "description": "a benchmark",
           "steps": [{"name": "measure", "skill": "shell", "with": {"command": "echo 80 tok/s"}},
@@ -401,7 +401,7 @@ async def test_regressions_and_warnings_are_in_the_summary_and_broadcast_to_the_
 
 async def test_schedule_hooks_post_runs_messages_and_uploads_to_the_configured_channel(harness, fake, tmp_path):
     from eaglebot.config import ScheduleConfig
-    from eaglebot.runner import RunRequest
+    from eaglebot.engine.runner import RunRequest
 
     h = await harness()
     hooks = h.bot.hooks

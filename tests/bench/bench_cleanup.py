@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from eaglebot.config import Settings
-from eaglebot.playbook import parse_playbook
-from eaglebot.runner import RunRequest
-from eaglebot.services import Services
+from eaglebot.engine.playbook import parse_playbook
+from eaglebot.engine.runner import RunRequest
+from eaglebot.frontends.services import Services
 
 TAG = "eagle-bench-holder"
 SIM_SLEEP = "3001"          # the simulated holder's command line is `sleep 3001`

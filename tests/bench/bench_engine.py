@@ -26,9 +26,9 @@ import yaml  # noqa: E402
 from sshd import start_sshd  # noqa: E402
 
 from eaglebot.config import load_settings  # noqa: E402
-from eaglebot.playbook import parse_playbook  # noqa: E402
-from eaglebot.runner import RunRequest  # noqa: E402
-from eaglebot.services import Services  # noqa: E402
+from eaglebot.engine.playbook import parse_playbook  # noqa: E402
+from eaglebot.engine.runner import RunRequest  # noqa: E402
+from eaglebot.frontends.services import Services  # noqa: E402
 
 
 async def bench_asyncssh(server, n: int) -> float:

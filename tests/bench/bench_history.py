@@ -22,8 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from eaglebot.cli import main
-from eaglebot.regress import host_state
+from eaglebot.frontends.cli.main import main
+from eaglebot.history.regress import host_state
 from eaglebot.store import Store
 
 HOSTS = [f"gpu-{i:02d}" for i in range(1, 8)]

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from real_gpu import TAG, gpu_count, memory_used
-from eaglebot.playbook import parse_playbook
-from eaglebot.runner import RunRequest
+from eaglebot.engine.playbook import parse_playbook
+from eaglebot.engine.runner import RunRequest
 
 pytestmark = pytest.mark.gpu
 

@@ -12,8 +12,8 @@ import socket
 import pytest
 
 from real_gpu import memory_used
-from eaglebot.demo import _write_models
-from eaglebot.runner import RunRequest
+from eaglebot.frontends.cli.demo import _write_models
+from eaglebot.engine.runner import RunRequest
 from eaglebot.sim import install_sim_bin
 
 pytestmark = pytest.mark.gpu

@@ -1,0 +1,1 @@
+"""The engine: playbooks, templating, the skill registry, redaction and the runner."""

@@ -1,0 +1,361 @@
+"""Playbook schema and YAML loading with `file:line: field: message` errors.
+
+Unknown skills and invalid literal skill parameters are caught here, at load time,
+not halfway through a run on a GPU node.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from eaglebot.engine import templating
+from eaglebot.errors import UsageError
+from eaglebot.engine.registry import SkillNotFound, get_skill, skills
+
+RESERVED = frozenset(
+    "help playbooks hosts history show status cancel rerun logs schedule baseline trend".split()
+)
+InputType = Literal["int", "float", "bool", "str", "list[int]", "list[float]", "list[str]", "dict"]
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class InputSpec(_Model):
+    type: InputType = "str"
+    default: Any = None
+    required: bool | None = None
+    min: float | None = None
+    max: float | None = None
+    choices: list[Any] | None = None
+    description: str = ""
+
+    @property
+    def is_required(self) -> bool:
+        return self.required if self.required is not None else self.default is None
+
+
+class Step(_Model):
+    name: str | None = None
+    skill: str
+    with_: dict[str, Any] = Field(default_factory=dict, alias="with")
+    when: str | None = None
+    register_: str | None = Field(None, alias="register")
+    timeout_s: float | None = Field(None, gt=0)
+    retries: int = Field(0, ge=0, le=100)
+    retry_delay_s: float = Field(0.0, ge=0)
+    continue_on_error: bool = False
+    confirm: bool = False
+
+    @field_validator("register_")
+    @classmethod
+    def _register_ident(cls, v: str | None) -> str | None:
+        if v is not None and not _IDENT.match(v):
+            raise ValueError("must be a plain identifier (letters, digits, _)")
+        return v
+
+    @property
+    def label(self) -> str:
+        return self.name or self.skill
+
+
+class Playbook(_Model):
+    name: str
+    description: str = ""
+    examples: list[str] = Field(default_factory=list)
+    inputs: dict[str, InputSpec] = Field(default_factory=dict)
+    vars: dict[str, Any] = Field(default_factory=dict)
+    steps: list[Step] = Field(min_length=1)
+    always: list[Step] = Field(default_factory=list)
+    source: str | None = Field(None, exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if v in RESERVED:
+            raise ValueError(f"{v!r} is a reserved command word ({', '.join(sorted(RESERVED))})")
+        if not _NAME.match(v):
+            raise ValueError("must be lower-case letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("inputs")
+    @classmethod
+    def _input_names(cls, v: dict[str, InputSpec]) -> dict[str, InputSpec]:
+        for k in v:
+            if not _IDENT.match(k):
+                raise ValueError(f"input name {k!r} must be a plain identifier")
+        return v
+
+    def all_steps(self) -> list[tuple[str, int, Step]]:
+        return [("steps", i, s) for i, s in enumerate(self.steps)] + [
+            ("always", i, s) for i, s in enumerate(self.always)
+        ]
+
+
+# -- YAML with line numbers ------------------------------------------------------
+
+def _line_map(text: str) -> dict[tuple, int]:
+    """Map each path in the document (('steps', 3, 'with', 'timeout_s')) to its 1-based line."""
+    lines: dict[tuple, int] = {}
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return lines
+
+    def walk(node: yaml.Node, path: tuple) -> None:
+        lines[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = k.value
+                lines[path + (key,)] = k.start_mark.line + 1
+                if not isinstance(v, yaml.ScalarNode):
+                    walk(v, path + (key,))
+                    lines[path + (key,)] = k.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                walk(v, path + (i,))
+
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def _line_for(lines: dict[tuple, int], loc: tuple) -> int:
+    loc = tuple(loc)
+    while loc and loc not in lines:
+        loc = loc[:-1]
+    return lines.get(loc, 1)
+
+
+def _fmt_loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _pydantic_msg(err: dict) -> str:
+    if err["type"] == "extra_forbidden":
+        return "unknown key"
+    if err["type"] == "missing":
+        return "field required"
+    return err["msg"][0].lower() + err["msg"][1:]
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    # pydantic reports the alias for `with`; union members add noise we drop.
+    return tuple(p for p in loc if p not in ("function-after[_name_ok(), str]",))
+
+
+def load_playbook(path: str | Path) -> Playbook:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise UsageError(f"cannot read playbook {p}: {e.strerror}") from None
+    return parse_playbook(text, str(p))
+
+
+def parse_playbook(text: str, source: str) -> Playbook:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark else 1
+        raise UsageError(f"{source}:{line}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}:1: a playbook must be a mapping with name and steps")
+    lines = _line_map(text)
+    try:
+        pb = Playbook.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = _clean_loc(err["loc"])
+        raise UsageError(f"{source}:{_line_for(lines, loc)}: {_fmt_loc(loc)}: {_pydantic_msg(err)}") from None
+    pb.source = source
+    _check_inputs(pb, lines, source)
+    _check_steps(pb, lines, source)
+    return pb
+
+
+def _check_inputs(pb: Playbook, lines: dict, source: str) -> None:
+    for name, spec in pb.inputs.items():
+        if spec.default is not None and not templating.is_template(spec.default):
+            try:
+                coerce_input(name, spec, spec.default)
+            except UsageError as e:
+                loc = ("inputs", name, "default")
+                raise UsageError(f"{source}:{_line_for(lines, loc)}: {_fmt_loc(loc)}: {e}") from None
+
+
+def _check_steps(pb: Playbook, lines: dict, source: str) -> None:
+    for section, i, step in pb.all_steps():
+        base = (section, i)
+
+        def fail(loc: tuple, msg: str) -> None:
+            full = base + loc
+            raise UsageError(f"{source}:{_line_for(lines, full)}: {_fmt_loc(full)}: {msg}")
+
+        try:
+            mod = get_skill(step.skill)
+        except SkillNotFound:
+            fail(("skill",), f"unknown skill {step.skill!r} (known: {', '.join(skills())})")
+        if step.when is not None and (err := templating.check_expression(step.when)):
+            fail(("when",), err)
+        if err := templating.check_syntax(step.with_):
+            fail(("with",), err)
+        # Validate what is literal now; templated values are validated after rendering.
+        literal = {k: v for k, v in step.with_.items() if not templating.contains_template(v)}
+        templated = set(step.with_) - set(literal)
+        try:
+            mod.Params.model_validate(literal)
+        except ValidationError as e:
+            # An unknown key is usually a typo of a missing one: report it first.
+            errors = sorted(e.errors(), key=lambda er: er["type"] != "extra_forbidden")
+            for err in errors:
+                if err["type"] == "missing" and err["loc"] and err["loc"][0] in templated:
+                    continue
+                msg = _pydantic_msg(err)
+                if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
+                    close = difflib.get_close_matches(str(err["loc"][0]), list(mod.Params.model_fields), 1)
+                    if close:
+                        msg += f" (did you mean {close[0]!r}?)"
+                fail(("with",) + tuple(err["loc"]), msg)
+
+
+# -- inputs ------------------------------------------------------------------------
+
+_TRUE = {"true", "yes", "on", "1", "y"}
+_FALSE = {"false", "no", "off", "0", "n"}
+
+
+def _scalar(kind: str, name: str, raw: Any) -> Any:
+    try:
+        if kind == "int":
+            if isinstance(raw, bool):
+                raise ValueError
+            if isinstance(raw, float) and raw.is_integer():
+                return int(raw)
+            if isinstance(raw, int):
+                return raw
+            return int(str(raw).strip(), 10)
+        if kind == "float":
+            if isinstance(raw, bool):
+                raise ValueError
+            return float(raw) if isinstance(raw, (int, float)) else float(str(raw).strip())
+        if kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            s = str(raw).strip().lower()
+            if s in _TRUE:
+                return True
+            if s in _FALSE:
+                return False
+            raise ValueError
+        return raw if isinstance(raw, str) else str(raw)
+    except (ValueError, TypeError):
+        article = "an" if kind == "int" else "a"
+        raise UsageError(f"input {name}: {raw!r} is not {article} {kind}") from None
+
+
+def coerce_input(name: str, spec: InputSpec, raw: Any) -> Any:
+    """Type a raw value (a CLI/Slack string or a YAML value) by the input's spec."""
+    kind = spec.type
+    if kind == "dict":
+        value = raw
+        if isinstance(raw, str):
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError:
+                try:
+                    value = yaml.safe_load(raw)
+                except yaml.YAMLError:
+                    value = None
+        if not isinstance(value, dict):
+            raise UsageError(f"input {name}: expected a JSON object like '{{\"KEY\": \"value\"}}'")
+    elif kind.startswith("list["):
+        inner = kind[5:-1]
+        items = raw
+        if isinstance(raw, str):
+            s = raw.strip()
+            if s.startswith("["):
+                try:
+                    items = yaml.safe_load(s)
+                except yaml.YAMLError:
+                    raise UsageError(f"input {name}: {raw!r} is not a list") from None
+            else:
+                items = [x.strip() for x in s.split(",")] if s else []
+        if not isinstance(items, list):
+            items = [items]
+        value = [_scalar(inner, name, x) for x in items]
+    else:
+        value = _scalar(kind, name, raw)
+    _check_bounds(name, spec, value)
+    return value
+
+
+def _check_bounds(name: str, spec: InputSpec, value: Any) -> None:
+    values = value if isinstance(value, list) else [value]
+    for v in values:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if spec.min is not None and v < spec.min:
+                raise UsageError(f"input {name}: {v} is below the minimum {spec.min:g}")
+            if spec.max is not None and v > spec.max:
+                raise UsageError(f"input {name}: {v} is above the maximum {spec.max:g}")
+        if spec.choices is not None and v not in spec.choices:
+            raise UsageError(f"input {name}: {v!r} is not one of {', '.join(map(str, spec.choices))}")
+
+
+def resolve_inputs(pb: Playbook, given: dict[str, Any]) -> dict[str, Any]:
+    """Typed user inputs; unknown names and missing required inputs are usage errors."""
+    out: dict[str, Any] = {}
+    for k, raw in given.items():
+        if k not in pb.inputs:
+            known = ", ".join(pb.inputs) or "none"
+            raise UsageError(f"playbook {pb.name!r} has no input {k!r} (inputs: {known})")
+        out[k] = coerce_input(k, pb.inputs[k], raw)
+    for k, spec in pb.inputs.items():
+        if k not in out and spec.is_required and spec.default is None:
+            raise UsageError(f"playbook {pb.name!r} needs input {k!r} ({spec.type}): pass -e {k}=...")
+    return out
+
+
+# -- lookup ------------------------------------------------------------------------
+
+def shipped_dir() -> Path:
+    return Path(str(resources.files("eaglebot.playbooks")))
+
+
+def playbook_files(user_dir: Path | None) -> dict[str, Path]:
+    """Name -> file; the user's playbooks_dir shadows the shipped ones."""
+    found: dict[str, Path] = {}
+    for d in (shipped_dir(), user_dir):
+        if d and d.is_dir():
+            for f in sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml")):
+                found[f.stem] = f
+    return dict(sorted(found.items()))
+
+
+def find_playbook(ref: str, user_dir: Path | None) -> Playbook:
+    p = Path(ref)
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        if not p.exists():
+            raise UsageError(f"playbook file {ref} does not exist")
+        return load_playbook(p)
+    files = playbook_files(user_dir)
+    if ref not in files:
+        raise UsageError(f"unknown playbook {ref!r} (known: {', '.join(files) or 'none'})")
+    return load_playbook(files[ref])

@@ -1,0 +1,584 @@
+"""The engine: one entry point (`Engine.run`) for the CLI, Slack, console and scheduler.
+
+Per host, steps run in order; hosts run concurrently (bounded). Every step row is
+written before the step runs and again when it ends; the run row exists before any
+step. Slack and the terminal are observers: their failures never fail a run.
+"""
+from __future__ import annotations
+
+import asyncio
+import getpass
+import logging
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Protocol
+
+from pydantic import ValidationError
+
+from eaglebot.engine import templating
+from eaglebot.config import Settings
+from eaglebot.errors import EagleError, HostBusy, StepFailed, TransportError, UsageError
+from eaglebot.engine.playbook import Playbook, Step, find_playbook, resolve_inputs
+from eaglebot.engine.redact import Redactor
+from eaglebot.engine.registry import get_skill
+from eaglebot.sdk import ApprovalRequest, Metric, Regression, SkillContext, StepResult
+from eaglebot.store import AsyncStore
+from eaglebot.transport import TransportPool
+
+log = logging.getLogger("eaglebot.engine")
+
+FLUSH_INTERVAL_S = 0.5
+CANCEL_POLL_S = 1.0
+
+
+@dataclass
+class RunRequest:
+    playbook: str | Playbook
+    hosts: list[str] | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+    actor: str = field(default_factory=getpass.getuser)
+    origin: str = "cli"              # cli | slack | schedule
+    dry_run: bool = False
+    assume_yes: bool = False
+    rerun_of: int | None = None
+    schedule: str | None = None
+    channel: str | None = None
+    thread_ts: str | None = None
+
+
+@dataclass
+class StepRecord:
+    host: str
+    idx: int
+    section: str
+    name: str
+    skill: str
+    status: str
+    summary: str = ""
+    duration_ms: int = 0
+    attempts: int = 0
+    output_tail: str = ""
+    step_id: int | None = None
+    tolerated: bool = False  # failed under continue_on_error: a warning, not a failure
+
+    def as_json(self) -> dict:
+        return {"name": self.name, "skill": self.skill, "host": self.host, "status": self.status,
+                "summary": self.summary, "duration_ms": self.duration_ms, "attempts": self.attempts}
+
+
+@dataclass
+class RunOutcome:
+    run_id: int
+    playbook: str
+    hosts: list[str]
+    status: str
+    exit_code: int
+    steps: list[StepRecord] = field(default_factory=list)
+    metrics: list[tuple[str, Metric]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    regressions: list[Regression] = field(default_factory=list)
+    error: str | None = None
+    dry_run: bool = False
+    plan: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "steps": [s.as_json() for s in self.steps],
+            "metrics": [{"host": h, "name": m.name, "value": m.value, "unit": m.unit, "better": m.better}
+                        for h, m in self.metrics],
+            "warnings": list(self.warnings),
+            "regressions": [{"metric": r.metric, "host": r.host, "value": r.value, "reference": r.reference,
+                             "delta_pct": r.delta_pct, "reason": r.reason}
+                            for r in self.regressions if r.kind == "regression"],
+        }
+
+
+class Observer:
+    """Receives progress. Every method is optional and must not raise into the engine."""
+
+    async def run_started(self, run_id: int, playbook: Playbook, hosts: list[str], req: RunRequest) -> None: ...
+
+    async def step_started(self, run_id: int, rec: StepRecord) -> None: ...
+
+    def step_output(self, run_id: int, rec: StepRecord, line: str) -> None: ...
+
+    async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None: ...
+
+    async def run_finished(self, outcome: RunOutcome) -> None: ...
+
+
+Approver = Callable[[ApprovalRequest], Awaitable[tuple[bool, str]]]
+PostRunHook = Callable[["Engine", RunOutcome, Playbook], Awaitable[list[Regression]]]
+
+
+async def _safe(coro_or_none: Any) -> None:
+    if coro_or_none is None:
+        return
+    try:
+        await coro_or_none
+    except Exception:  # an observer (Slack, terminal) never fails a run
+        log.exception("observer failed")
+
+
+class _Cancelled(Exception):
+    pass
+
+
+@dataclass
+class Prepared:
+    playbook: Playbook
+    hosts: list[str]
+    inputs: dict[str, Any]
+
+
+class Engine:
+    def __init__(self, settings: Settings, store: AsyncStore, pool: TransportPool | None = None,
+                 *, redactor: Redactor | None = None):
+        self.settings = settings
+        self.store = store
+        self.pool = pool or TransportPool(settings)
+        self.redactor = redactor or Redactor(settings.redact)
+        self.post_run_hooks: list[PostRunHook] = []
+        self._cancel_events: dict[int, asyncio.Event] = {}
+
+    # -- preparing ---------------------------------------------------------------------
+    def prepare(self, req: RunRequest) -> Prepared:
+        """Everything that can be checked before touching a host; raises UsageError."""
+        pb = req.playbook if isinstance(req.playbook, Playbook) else find_playbook(
+            req.playbook, self.settings.playbooks_path)
+        hosts = self.settings.resolve_hosts(req.hosts)
+        inputs = resolve_inputs(pb, req.inputs)
+        return Prepared(pb, hosts, inputs)
+
+    async def record_rejected(self, req: RunRequest, err: EagleError) -> int:
+        """A request refused before running still leaves an audit record."""
+        name = req.playbook.name if isinstance(req.playbook, Playbook) else str(req.playbook)
+        run_id = await self.store.create_run(
+            playbook=name, hosts=[str(h) for h in (req.hosts or [])],
+            inputs=self.redactor.obj({k: str(v) for k, v in req.inputs.items()}), variables={},
+            actor=req.actor, origin=req.origin, dry_run=req.dry_run, rerun_of=req.rerun_of,
+            schedule=req.schedule, channel=req.channel, thread_ts=req.thread_ts)
+        await self.store.finish_run(run_id, "failed", exit_code=err.exit_code,
+                                    error=self.redactor.text(str(err)))
+        return run_id
+
+    async def start(self, req: RunRequest, observer: Observer | None = None,
+                    approver: Approver | None = None) -> tuple[int, asyncio.Task]:
+        """Create the run row and lock its hosts, then run it in a background task.
+
+        Raises UsageError/HostBusy (after recording the rejection) when it cannot start.
+        """
+        try:
+            prep = self.prepare(req)
+        except UsageError as e:
+            await self.record_rejected(req, e)
+            raise
+        run_id = await self._create(req, prep)
+        if not req.dry_run:
+            try:
+                await self.store.acquire_hosts(run_id, prep.hosts)
+            except HostBusy as e:
+                await self.store.finish_run(run_id, "failed", exit_code=2, error=str(e))
+                raise
+        self._cancel_events[run_id] = asyncio.Event()
+        task = asyncio.create_task(self._execute(run_id, req, prep, observer or Observer(), approver))
+        return run_id, task
+
+    async def run(self, req: RunRequest, observer: Observer | None = None,
+                  approver: Approver | None = None) -> RunOutcome:
+        _, task = await self.start(req, observer, approver)
+        return await task
+
+    def cancel(self, run_id: int) -> bool:
+        ev = self._cancel_events.get(run_id)
+        if ev is None:
+            return False
+        ev.set()
+        return True
+
+    async def _create(self, req: RunRequest, prep: Prepared) -> int:
+        pb = prep.playbook
+        return await self.store.create_run(
+            playbook=pb.name, hosts=prep.hosts, inputs=self.redactor.obj(prep.inputs),
+            variables={}, actor=req.actor, origin=req.origin, dry_run=req.dry_run,
+            rerun_of=req.rerun_of, schedule=req.schedule, channel=req.channel,
+            thread_ts=req.thread_ts, source=pb.source)
+
+    # -- executing -----------------------------------------------------------------------
+    async def _execute(self, run_id: int, req: RunRequest, prep: Prepared, observer: Observer,
+                       approver: Approver | None) -> RunOutcome:
+        pb = prep.playbook
+        cancel = self._cancel_events.setdefault(run_id, asyncio.Event())
+        outcome = RunOutcome(run_id, pb.name, prep.hosts, "running", 0, dry_run=req.dry_run)
+        poller = asyncio.create_task(self._poll_cancel(run_id, cancel))
+        try:
+            await _safe(observer.run_started(run_id, pb, prep.hosts, req))
+            contexts = {h: self._context(pb, h, prep.inputs, run_id, req) for h in prep.hosts}
+            await self.store.call(self._save_vars, run_id, {h: self.redactor.obj(_jsonable(c))
+                                                           for h, c in contexts.items()})
+            sem = asyncio.Semaphore(self.settings.max_parallel_hosts)
+
+            async def one(host: str) -> None:
+                async with sem:
+                    await self._run_host(run_id, host, pb, contexts[host], req, observer, approver,
+                                         cancel, outcome)
+
+            await asyncio.gather(*(one(h) for h in prep.hosts))
+            for hook in self.post_run_hooks:
+                try:
+                    extra = await hook(self, outcome, pb)
+                except Exception as e:
+                    log.exception("post-run hook failed")
+                    outcome.warnings.append(f"regression check failed: {e}")
+                    continue
+                for r in extra:
+                    outcome.regressions.append(r)
+                    await self.store.add_regression(run_id, r)
+            failed = any(s.status == "failed" and not s.tolerated for s in outcome.steps)
+            if cancel.is_set():
+                outcome.status, outcome.exit_code = "cancelled", 1
+            elif failed:
+                outcome.status, outcome.exit_code = "failed", 1
+            else:
+                outcome.status = "succeeded"
+                outcome.exit_code = 3 if any(r.kind == "regression" for r in outcome.regressions) else 0
+            if outcome.status == "failed" and outcome.error is None:
+                bad = next(s for s in outcome.steps if s.status == "failed" and not s.tolerated)
+                outcome.error = f"{bad.host}: {bad.name}: {bad.summary}"
+        except BaseException as e:
+            outcome.status, outcome.exit_code = ("cancelled", 1) if isinstance(e, asyncio.CancelledError) else ("failed", 1)
+            outcome.error = outcome.error or (f"internal error: {e}" if not isinstance(e, asyncio.CancelledError)
+                                              else "cancelled")
+            if not isinstance(e, asyncio.CancelledError):
+                log.exception("run %s crashed", run_id)
+            raise
+        finally:
+            poller.cancel()
+            self._cancel_events.pop(run_id, None)
+            await asyncio.shield(self._finish(run_id, outcome))
+            await _safe(observer.run_finished(outcome))
+        return outcome
+
+    async def _finish(self, run_id: int, outcome: RunOutcome) -> None:
+        await self.store.finish_run(run_id, outcome.status, exit_code=outcome.exit_code,
+                                    error=self.redactor.text(outcome.error) if outcome.error else None)
+        await self.store.release_hosts(run_id)
+
+    def _save_vars(self, run_id: int, variables: dict) -> None:
+        import json
+
+        self.store.sync.db.execute("update runs set vars = ? where id = ?",
+                                   [json.dumps(variables, default=str, sort_keys=True), run_id])
+
+    async def _poll_cancel(self, run_id: int, cancel: asyncio.Event) -> None:
+        """Cancellation may come from another process (`eagle cancel`, the bot): poll the DB."""
+        while not cancel.is_set():
+            await asyncio.sleep(CANCEL_POLL_S)
+            try:
+                if await self.store.cancel_requested(run_id):
+                    cancel.set()
+            except Exception:
+                log.exception("cancel poll failed")
+
+    def _context(self, pb: Playbook, host: str, inputs: dict, run_id: int, req: RunRequest) -> dict:
+        """Flat variables for one host. Priority: user inputs > host vars > input defaults > vars."""
+        hostvars = self.settings.hosts[host].vars
+        layers: list[dict] = [
+            {"host": host, "run_id": run_id, "playbook": pb.name, "dry_run": req.dry_run},
+            dict(pb.vars),
+            {k: s.default for k, s in pb.inputs.items() if s.default is not None},
+            dict(hostvars),
+            dict(inputs),
+        ]
+        flat: dict[str, Any] = {}
+        for layer in layers:
+            flat.update(layer)
+        # Defaults and vars may refer to each other ("{{ draft }}/config.json").
+        for _ in range(5):
+            changed = False
+            for k, v in list(flat.items()):
+                if k in inputs or not templating.contains_template(v):
+                    continue
+                try:
+                    flat[k] = templating.render_value(v, flat)
+                    changed = True
+                except templating.TemplateFailure:
+                    pass
+            if not changed:
+                break
+        return flat
+
+    async def _run_host(self, run_id: int, host: str, pb: Playbook, ctx: dict, req: RunRequest,
+                        observer: Observer, approver: Approver | None, cancel: asyncio.Event,
+                        outcome: RunOutcome) -> None:
+        higher = set(ctx)  # registered results never shadow inputs or vars
+        stop_reason: str | None = None
+        n = len(pb.steps)
+        for section, steps, offset in (("steps", pb.steps, 0), ("always", pb.always, n)):
+            for i, step in enumerate(steps):
+                idx = offset + i
+                if section == "steps" and (stop_reason or cancel.is_set()):
+                    reason = stop_reason or "the run was cancelled"
+                    rec = await self._record_skipped(run_id, host, idx, section, step, f"not run: {reason}")
+                    outcome.steps.append(rec)
+                    continue
+                rec, result = await self._run_step(run_id, host, idx, section, step, ctx, req, observer,
+                                                   approver, None if section == "always" else cancel, outcome)
+                outcome.steps.append(rec)
+                if step.register_:
+                    value = result.registered()
+                    if step.register_ not in higher:
+                        ctx[step.register_] = value
+                if rec.status == "failed":
+                    if step.continue_on_error:
+                        rec.tolerated = True
+                        msg = f"{rec.name} failed (continue_on_error): {rec.summary}"
+                        outcome.warnings.append(f"{host}: {msg}")
+                        await self.store.add_warning(run_id, host, msg)
+                    elif section == "steps" and not stop_reason:
+                        stop_reason = ("the run was cancelled" if cancel.is_set()
+                                       else f"step {rec.name!r} failed")
+
+    async def _record_skipped(self, run_id: int, host: str, idx: int, section: str, step: Step,
+                              summary: str, params: dict | None = None) -> StepRecord:
+        sid = await self.store.step_started(run_id, idx, host, step.label, step.skill,
+                                            self.redactor.obj(params or {}), section)
+        await self.store.step_finished(sid, run_id=run_id, host=host, status="skipped", summary=summary,
+                                       duration_ms=0, attempts=0)
+        return StepRecord(host, idx, section, step.label, step.skill, "skipped", summary, 0, 0, step_id=sid)
+
+    def _render(self, step: Step, ctx: dict) -> Any:
+        mod = get_skill(step.skill)
+        fields = mod.Params.model_fields
+        rendered = {}
+        for k, v in step.with_.items():
+            extra = fields[k].json_schema_extra if k in fields else None
+            shell = bool(isinstance(extra, dict) and extra.get("shell"))
+            rendered[k] = templating.render_value(v, ctx, shell=shell)
+        return mod, rendered
+
+    async def _run_step(self, run_id: int, host: str, idx: int, section: str, step: Step, ctx: dict,
+                        req: RunRequest, observer: Observer, approver: Approver | None,
+                        cancel: asyncio.Event | None, outcome: RunOutcome) -> tuple[StepRecord, StepResult]:
+        label = step.label
+        # when
+        if step.when is not None:
+            try:
+                go = bool(templating.evaluate(step.when, ctx))
+            except templating.TemplateFailure as e:
+                return await self._failed_before_start(run_id, host, idx, section, step, str(e), observer)
+            if not go:
+                rec = await self._record_skipped(run_id, host, idx, section, step,
+                                                 f"skipped: when `{step.when}` is false")
+                await _safe(observer.step_finished(run_id, rec, StepResult.skipped(rec.summary)))
+                return rec, StepResult.skipped(rec.summary)
+        # render + validate
+        try:
+            mod, rendered = self._render(step, ctx)
+            params = mod.Params.model_validate(rendered)
+        except templating.TemplateFailure as e:
+            return await self._failed_before_start(run_id, host, idx, section, step, str(e), observer)
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            return await self._failed_before_start(
+                run_id, host, idx, section, step, f"invalid parameter {loc}: {err['msg']}", observer,
+                params=rendered)
+
+        sid = await self.store.step_started(run_id, idx, host, label, step.skill,
+                                            self.redactor.obj(params.model_dump(mode="json")), section)
+        rec = StepRecord(host, idx, section, label, step.skill, "running", step_id=sid)
+        await _safe(observer.step_started(run_id, rec))
+
+        buf: list[str] = []
+        tail: list[str] = []
+
+        def on_line(line: str) -> None:
+            line = self.redactor.text(line)
+            buf.append(line + "\n")
+            tail.append(line)
+            if len(tail) > 200:
+                del tail[:100]
+            try:
+                observer.step_output(run_id, rec, line)
+            except Exception:
+                log.exception("observer failed")
+
+        async def flusher() -> None:
+            while True:
+                await asyncio.sleep(FLUSH_INTERVAL_S)
+                await flush()
+
+        async def flush() -> None:
+            if buf:
+                text = "".join(buf)
+                buf.clear()
+                await self.store.step_output(sid, text)
+
+        async def approve(ar: ApprovalRequest) -> tuple[bool, str]:
+            return await self._approve(ar, req, approver)
+
+        t0 = time.monotonic()
+        flush_task = asyncio.create_task(flusher())
+        attempts = 0
+        result: StepResult
+        cancelled_here = False
+        try:
+            while True:
+                attempts += 1
+                if attempts > 1:
+                    await self.store.step_attempt(sid, attempts)
+                sctx = SkillContext(
+                    host=self.pool.get(host), host_name=host, vars=ctx, run_id=run_id, step_idx=idx,
+                    step_name=label, dry_run=req.dry_run, confirm=step.confirm,
+                    state_dir=self.settings.state_dir, audit=_AuditView(self.store), _log=on_line,
+                    _approve=approve)
+                result, cancelled_here = await self._attempt(mod, sctx, params, step, cancel)
+                if sctx.plan:
+                    outcome.plan.extend(f"{host}: {label}: {p}" for p in sctx.plan)
+                if result.status != "failed" or cancelled_here or attempts > step.retries:
+                    break
+                on_line(f"attempt {attempts} failed: {result.summary}; retrying in {step.retry_delay_s:g}s")
+                if step.retry_delay_s:
+                    try:
+                        await asyncio.wait_for(cancel.wait() if cancel else asyncio.Event().wait(),
+                                               step.retry_delay_s)
+                        cancelled_here = True
+                        break
+                    except asyncio.TimeoutError:
+                        pass
+        finally:
+            flush_task.cancel()
+            await asyncio.shield(flush())
+        duration_ms = int((time.monotonic() - t0) * 1000)
+        result.summary = self.redactor.text(result.summary)
+        result.output = self.redactor.text(result.output)
+        result.warnings = [self.redactor.text(w) for w in result.warnings]
+        for r in result.regressions:
+            r.host = r.host or host
+        await self.store.step_finished(
+            sid, run_id=run_id, host=host, status=result.status, summary=result.summary,
+            duration_ms=duration_ms, attempts=attempts, data=self.redactor.obj(_jsonable(result.data)),
+            metrics=result.metrics, changes=result.changes, warnings=result.warnings,
+            regressions=result.regressions, output=("\n" + result.output) if result.output else None)
+        rec.status, rec.summary, rec.duration_ms, rec.attempts = result.status, result.summary, duration_ms, attempts
+        rec.output_tail = "\n".join(tail[-30:]) if not result.output else result.output[-4000:]
+        outcome.metrics.extend((host, m) for m in result.metrics)
+        outcome.warnings.extend(f"{host}: {w}" for w in result.warnings)
+        outcome.regressions.extend(result.regressions)
+        await _safe(observer.step_finished(run_id, rec, result))
+        return rec, result
+
+    async def _attempt(self, mod: Any, sctx: SkillContext, params: Any, step: Step,
+                       cancel: asyncio.Event | None) -> tuple[StepResult, bool]:
+        """One attempt of a skill, bounded by timeout_s and the run's cancellation."""
+        task = asyncio.create_task(mod.run(sctx, params))
+        waiters = {task}
+        cancel_wait = asyncio.create_task(cancel.wait()) if cancel else None
+        if cancel_wait:
+            waiters.add(cancel_wait)
+        try:
+            done, _ = await asyncio.wait(waiters, timeout=step.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if cancel_wait:
+                cancel_wait.cancel()
+        if task in done:
+            try:
+                res = task.result()
+            except StepFailed as e:
+                return StepResult.failed(str(e)), False
+            except TransportError as e:
+                return StepResult.failed(str(e)), False
+            except EagleError as e:
+                return StepResult.failed(str(e)), False
+            except Exception as e:
+                return StepResult.failed(f"internal error in {step.skill}: {type(e).__name__}: {e}",
+                                         output=traceback.format_exc()), False
+            if not isinstance(res, StepResult):
+                return StepResult.failed(f"skill {step.skill} returned no result"), False
+            return res, False
+        # Timed out or cancelled: cancelling the task kills the remote process group.
+        task.cancel()
+        try:
+            await asyncio.wait_for(task, 30)
+        except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
+            pass
+        sctx.cancelled.set()
+        if cancel is not None and cancel.is_set():
+            return StepResult.failed("cancelled"), True
+        return StepResult.failed(f"timed out after {step.timeout_s:g}s; its processes were stopped"), False
+
+    async def _failed_before_start(self, run_id: int, host: str, idx: int, section: str, step: Step,
+                                   message: str, observer: Observer, params: dict | None = None
+                                   ) -> tuple[StepRecord, StepResult]:
+        sid = await self.store.step_started(run_id, idx, host, step.label, step.skill,
+                                            self.redactor.obj(_jsonable(params or {})), section)
+        message = self.redactor.text(message)
+        await self.store.step_finished(sid, run_id=run_id, host=host, status="failed", summary=message,
+                                       duration_ms=0, attempts=0)
+        rec = StepRecord(host, idx, section, step.label, step.skill, "failed", message, 0, 0, step_id=sid)
+        res = StepResult.failed(message)
+        await _safe(observer.step_finished(run_id, rec, res))
+        return rec, res
+
+    async def _approve(self, ar: ApprovalRequest, req: RunRequest, approver: Approver | None) -> tuple[bool, str]:
+        aid = await self.store.approval_requested(ar.run_id, ar.step_idx, ar.host, ar.step, ar.action,
+                                                  [self.redactor.text(d) for d in ar.details])
+        if req.assume_yes:
+            ok, who = True, f"{req.actor} (--yes)"
+        elif approver is None:
+            ok, who = False, ("nobody to ask: pass --yes to approve" if req.origin == "cli"
+                              else "nobody to ask: the schedule does not say approve: true")
+        else:
+            try:
+                ok, who = await asyncio.wait_for(approver(ar), self.settings.access.approval_timeout_s)
+            except asyncio.TimeoutError:
+                await self.store.approval_decided(aid, "timeout", "")
+                return False, f"no decision within {self.settings.access.approval_timeout_s:g}s"
+        await self.store.approval_decided(aid, "approved" if ok else "denied", who)
+        return ok, who
+
+
+class _AuditView:
+    def __init__(self, store: AsyncStore):
+        self._store = store
+
+    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict | None:
+        return await self._store.last_backup(host, path, run_id)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, Path):
+        return str(v)
+    return str(v)
+
+
+def outcome_from_store(store, run_id: int) -> dict | None:
+    """`eagle show --json`: the same shape as `eagle run --json`, for a past run."""
+    run = store.get_run(run_id)
+    if run is None:
+        return None
+    steps = store.steps(run_id)
+    return {
+        "run_id": run_id,
+        "status": run["status"],
+        "steps": [{"name": s["name"], "skill": s["skill"], "host": s["host"], "status": s["status"],
+                   "summary": s["summary"] or "", "duration_ms": s["duration_ms"] or 0,
+                   "attempts": s["attempts"] or 0} for s in steps],
+        "metrics": [{"host": m["host"], "name": m["name"], "value": m["value"], "unit": m["unit"],
+                     "better": m["better"]} for m in store.metrics(run_id)],
+        "warnings": [(f"{w['host']}: " if w["host"] else "") + w["message"] for w in store.warnings(run_id)],
+        "regressions": [{"metric": r["metric"], "host": r["host"], "value": r["value"],
+                         "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"]}
+                        for r in store.regressions(run_id) if r["kind"] == "regression"],
+    }

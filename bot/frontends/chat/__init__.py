@@ -1,0 +1,1 @@
+"""The slash grammar (`/eagle ...` and `eagle chat`) and its router."""

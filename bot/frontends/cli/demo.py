@@ -1,0 +1,256 @@
+"""`eagle demo`: the relaunch story on a SIMULATED GPU host, on any machine.
+
+No config, no Slack, no GPU: a sandbox folder gets the simulated tools (nvidia-smi,
+an SGLang that speaks the real flags, log lines and endpoints), a fake target model,
+an EAGLE-3 draft, an `eagle.yaml` with one host `sim-gpu-01` (local transport) and
+an audit DB. A forgotten server the bot launched earlier holds the simulated GPU.
+Then, through the real `eagle` command code:
+
+1. `eagle run relaunch` with topk 1 and 16 draft tokens: the stale server is killed,
+   the GPU verified free, SGLang relaunched, benchmarked; the bot warns that SGLang
+   silently turns 16 draft tokens into 4;
+2. `eagle run bench`: the reference throughput;
+3. `eagle run relaunch -e aux_layers=[-1,2,30]`: the draft's capture layers are
+   patched (diff and backup recorded) and throughput drops;
+4. `eagle run bench -e baseline_tok_s=<run 2>`: the drop is flagged (exit code 3),
+   naming the config change since the last good run;
+5. `eagle run revert-config`: the config is restored byte for byte;
+6. `eagle history` and `eagle show`.
+Every process the demo started is stopped at the end.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+HOST = "sim-gpu-01"
+BANNER = "=" * 78
+
+
+def _say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def _free_port(avoid: set[int] = frozenset()) -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid and port + 1 not in avoid:
+            return port
+
+
+def _write_models(root: Path) -> tuple[Path, Path]:
+    models = root / "models"
+    target, draft = models / "Llama-3.1-8B-Instruct-SIMULATED", models / "EAGLE3-LLaMA3.1-8B-SIMULATED"
+    target.mkdir(parents=True)
+    draft.mkdir(parents=True)
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+        "num_hidden_layers": 61, "num_attention_heads": 32, "vocab_size": 128256,
+        "_comment": "SIMULATED model for the eaglebot demo: there are no weights"}, indent=2) + "\n")
+    (draft / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 4096,
+        "num_hidden_layers": 1, "draft_vocab_size": 32000,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], "use_aux_hidden_state": True},
+        "_comment": "SIMULATED EAGLE-3 draft for the eaglebot demo"}, indent=2) + "\n")
+    return target, draft
+
+
+def _wait_health(port: int, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    while time.monotonic() < deadline:
+        try:
+            with opener.open(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def _start_stale_server(python: str, target: Path, draft: Path, state_dir: Path, port: int, log_dir: Path) -> int:
+    """A server 'the bot launched last week' and forgot: same pid-file convention as server.launch."""
+    import asyncio
+
+    from eaglebot.transport import LocalTransport
+
+    (state_dir / "run").mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    argv = [python, "-m", "sglang.launch_server", "--model-path", str(target),
+            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
+            "--mem-fraction-static", "0.6", "--host", "127.0.0.1", "--port", str(port)]
+    return asyncio.run(LocalTransport().spawn_detached(
+        argv, log_path=str(log_dir / f"server-{port}-stale.log"),
+        pid_path=str(state_dir / "run" / f"server-{port}.pid")))
+
+
+def _stop_everything(state_dir: Path) -> list[int]:
+    """SIGTERM then SIGKILL each session the demo's pid files name (servers and their schedulers)."""
+    leaders = []
+    for pf in (state_dir / "run").glob("*.pid"):
+        try:
+            leaders.append(int(pf.read_text().split()[0]))
+        except (ValueError, IndexError, OSError):
+            continue
+    stopped = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pgid in leaders:
+            try:
+                os.killpg(pgid, sig)
+                stopped.append(pgid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_group_alive(g) for g in leaders):
+            time.sleep(0.05)
+    for pf in (state_dir / "run").glob("*.pid"):
+        pf.unlink(missing_ok=True)
+    return sorted(set(stopped))
+
+
+def _group_alive(pgid: int) -> bool:
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            text = (d / "stat").read_text()
+        except OSError:
+            continue
+        rest = text[text.rindex(")") + 2:].split()
+        if int(rest[2]) == pgid and rest[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _eagle(cfg: Path, *argv: str) -> int:
+    from eaglebot.frontends.cli.main import main
+
+    _say(f"\n$ eagle {' '.join(argv)}")
+    sys.stdout.flush()
+    rc = main(["--config", str(cfg), *argv])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _say(f"(exit code {rc})")
+    return rc
+
+
+def _last_metric(db: Path, run_id: int, name: str) -> float | None:
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        row = con.execute("select value from metrics where run_id = ? and name = ?", (run_id, name)).fetchone()
+    finally:
+        con.close()
+    return float(row[0]) if row else None
+
+
+def _last_run_id(db: Path) -> int:
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        return int(con.execute("select max(id) from runs").fetchone()[0])
+    finally:
+        con.close()
+
+
+def demo_main(workdir: str | os.PathLike | None = None, keep: bool = False) -> int:
+    from eaglebot.sim import gpu_state, install_sim_bin
+
+    root = Path(workdir).resolve() if workdir else Path(tempfile.mkdtemp(prefix="eagle-demo-"))
+    root.mkdir(parents=True, exist_ok=True)
+    state_dir, sim_state, bin_dir = root / "state", root / "gpu-state", root / "bin"
+    _say(BANNER)
+    _say("eaglebot demo: SIMULATED GPU host. Nothing here touches a real GPU or a real SGLang server;")
+    _say("the tools are real eaglebot code paths, the GPU, nvidia-smi and SGLang are SIMULATED.")
+    _say(f"sandbox: {root}")
+    _say(BANNER)
+    host_vars = install_sim_bin(bin_dir, sim_state)
+    gpu_state.init_state(sim_state, 1)
+    target, draft = _write_models(root)
+    port = _free_port()
+    stale_port = port + 1
+    cfg = root / "eagle.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "audit_db": "eagle.db",
+        "state_dir": str(state_dir),
+        "default_hosts": [HOST],
+        "hosts": {HOST: {"transport": "local", "vars": {
+            "python": host_vars["python"], "nvidia_smi": host_vars["nvidia_smi"],
+            "model": str(target), "draft": str(draft), "port": port}}},
+    }, sort_keys=False))
+    draft_cfg = draft / "config.json"
+    original = draft_cfg.read_bytes()
+    codes: dict[str, int] = {}
+    ok = False
+    old_env = os.environ.get("EAGLE_SIM_STATE")
+    os.environ["EAGLE_SIM_STATE"] = str(sim_state)
+    try:
+        _say(f"\nA server the bot launched earlier is still up on port {stale_port}, holding the SIMULATED GPU ...")
+        _start_stale_server(host_vars["python"], target, draft, state_dir, stale_port, state_dir / "logs")
+        if not _wait_health(stale_port):
+            _say("the stale SIMULATED server did not start; see " + str(state_dir / "logs"))
+            return 1
+        apps = subprocess.run([host_vars["nvidia_smi"], "--query-compute-apps=pid,process_name,used_memory",
+                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+        _say(f"SIMULATED nvidia-smi compute apps: {apps.stdout.strip() or '(none)'}")
+
+        spec = ["-e", "spec_steps=3", "-e", "spec_topk=1", "-e", "spec_draft_tokens=16",
+                "-e", "bench_prompts=32", "-e", "bench_output_len=128"]
+        _say("\n--- 1. relaunch (asking for 16 draft tokens with topk 1: watch the warning) ---")
+        codes["relaunch"] = _eagle(cfg, "run", "relaunch", "-H", HOST, *spec)
+
+        bench = ["run", "bench", "-H", HOST, "-e", "num_prompts=32", "-e", "output_len=128"]
+        _say("\n--- 2. benchmark it: the reference throughput ---")
+        codes["bench-good"] = _eagle(cfg, *bench)
+        good = _last_run_id(root / "eagle.db")
+        base = _last_metric(root / "eagle.db", good, "output_throughput")
+
+        _say("\n--- 3. relaunch with the draft's capture layers patched to [-1,2,30] ---")
+        codes["relaunch-patched"] = _eagle(cfg, "run", "relaunch", "-H", HOST, *spec, "-e", "aux_layers=[-1,2,30]")
+        patched = _last_run_id(root / "eagle.db")
+
+        _say(f"\n--- 4. benchmark again against run {good}'s throughput (a regression exits 3 and says what changed) ---")
+        codes["bench"] = _eagle(cfg, *bench, "-e", f"baseline_tok_s={base if base is not None else 0:.2f}")
+
+        _say("\n--- 5. revert the draft config from the bot's backup ---")
+        codes["revert"] = _eagle(cfg, "run", "revert-config", "-H", HOST)
+        restored = draft_cfg.read_bytes() == original
+        _say(f"draft config.json restored byte for byte: {restored}")
+
+        _say("\n--- 6. the audit trail ---")
+        _eagle(cfg, "history")
+        _eagle(cfg, "show", str(patched))
+        ok = (codes == {"relaunch": 0, "bench-good": 0, "relaunch-patched": 0, "bench": 3, "revert": 0}
+              and restored)
+    finally:
+        stopped = _stop_everything(state_dir)
+        if old_env is None:
+            os.environ.pop("EAGLE_SIM_STATE", None)
+        else:
+            os.environ["EAGLE_SIM_STATE"] = old_env
+        _say(f"\nstopped the SIMULATED server session(s): {', '.join(map(str, stopped)) or 'none left'}")
+        if not keep and workdir is None:
+            shutil.rmtree(root, ignore_errors=True)
+        elif keep or workdir is not None:
+            _say(f"sandbox kept: {root} (try: eagle --config {cfg} history)")
+    _say(BANNER)
+    _say(f"eaglebot demo finished ({'as expected' if ok else 'NOT as expected: ' + json.dumps(codes)}). "
+         "Everything above was SIMULATED.")
+    _say(BANNER)
+    return 0 if ok else 1

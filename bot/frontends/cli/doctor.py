@@ -1,0 +1,168 @@
+"""`eagle doctor`: check a config end to end, one line per check.
+
+Every host reachable with a verified host key (when the key is unknown, the SHA256
+fingerprint to pin is printed), nvidia-smi and the host's Python found, the Slack
+tokens valid (only those that are set) and the audit DB writable. Exit 0 when every
+check passes, 1 otherwise.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from eaglebot.config import HostConfig, Settings
+from eaglebot.errors import TransportError
+
+HOST_TIMEOUT_S = 20.0
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+
+
+async def host_key_fingerprint(cfg: HostConfig) -> str | None:
+    """The SHA256 fingerprint of the key the host presents (to pin in known_hosts)."""
+    import asyncssh  # only for the fingerprint; commands go through the transport
+
+    try:
+        key = await asyncio.wait_for(asyncssh.get_server_host_key(cfg.address, cfg.port), cfg.connect_timeout_s)
+    except (OSError, asyncssh.Error, asyncio.TimeoutError):
+        return None
+    return key.get_fingerprint("sha256") if key else None
+
+
+async def check_host(name: str, cfg: HostConfig, transport: Any) -> list[Check]:
+    out: list[Check] = []
+    where = "local transport" if cfg.transport == "local" else f"{cfg.user + '@' if cfg.user else ''}{cfg.address}:{cfg.port}"
+    try:
+        res = await asyncio.wait_for(transport.run("echo eagle-ok", timeout=HOST_TIMEOUT_S), HOST_TIMEOUT_S + 5)
+        if not res.ok or "eagle-ok" not in res.stdout:
+            raise TransportError(f"`echo` answered exit status {res.exit_status}: {res.stderr.strip()[:200]}")
+        out.append(Check(f"host {name}", True, f"reachable ({where})"))
+    except (TransportError, asyncio.TimeoutError, OSError) as e:
+        detail = str(e) or type(e).__name__
+        if cfg.transport == "ssh" and ("host key" in detail.lower() or "known_hosts" in detail.lower()):
+            fp = await host_key_fingerprint(cfg)
+            if fp:
+                detail += (f"; the host presents {fp}: if that is right, pin it with "
+                           f"`ssh-keyscan -p {cfg.port} {cfg.address} >> {cfg.known_hosts or '~/.ssh/known_hosts'}` "
+                           "and compare the fingerprint")
+        out.append(Check(f"host {name}", False, detail))
+        return out
+    where_smi = await transport.run("command -v nvidia-smi", timeout=HOST_TIMEOUT_S)
+    if not where_smi.ok:
+        out.append(Check(f"host {name} nvidia-smi", False, "not found on PATH"))
+    else:
+        smi = await transport.run("nvidia-smi --query-gpu=index,name --format=csv,noheader", timeout=HOST_TIMEOUT_S)
+        if smi.ok:
+            gpus = smi.stdout.strip().splitlines()
+            out.append(Check(f"host {name} nvidia-smi", True,
+                             f"{where_smi.stdout.strip()} ({len(gpus)} GPU(s))"))
+        else:
+            # 9: driver not loaded, 14: InfoROM corrupted, 15: a GPU fell off the bus
+            why = (smi.stderr or smi.stdout).strip().splitlines()[-1:] or [""]
+            out.append(Check(f"host {name} nvidia-smi", False, f"exit status {smi.exit_status}: {why[0][:200]}"))
+    python = str(cfg.vars.get("python") or "python3")
+    from eaglebot.transport import path_for_shell
+
+    py = await transport.run(f"{path_for_shell(python)} -c 'import sys; print(sys.version.split()[0])'",
+                             timeout=HOST_TIMEOUT_S)
+    if py.ok:
+        out.append(Check(f"host {name} python", True, f"{python} is Python {py.stdout.strip()}"))
+    else:
+        hint = "" if cfg.vars.get("python") else " (set the host var `python`)"
+        out.append(Check(f"host {name} python", False, f"{python} not runnable{hint}"))
+    return out
+
+
+async def check_slack(settings: Settings) -> list[Check]:
+    from slack_sdk.errors import SlackApiError
+
+    from eaglebot.frontends.slack.app import make_client
+
+    out: list[Check] = []
+    bot = os.environ.get("SLACK_BOT_TOKEN")
+    app = os.environ.get("SLACK_APP_TOKEN")
+    if not bot and not app:
+        return [Check("slack", True, "no tokens set (skipped; `eagle serve` needs them)")]
+    for var, call in (("SLACK_BOT_TOKEN", "auth_test"), ("SLACK_APP_TOKEN", "apps_connections_open")):
+        token = os.environ.get(var)
+        if not token:
+            continue
+        client = make_client(settings, None, backoff_s=0.2, timeout_s=15)
+        try:
+            if call == "auth_test":
+                resp = await client.auth_test(token=token)
+                detail = f"valid: bot {resp.get('user')} in workspace {resp.get('team')}"
+            else:
+                await client.apps_connections_open(app_token=token)
+                detail = "valid: Socket Mode connections can be opened"
+            out.append(Check(var, True, detail))
+        except SlackApiError as e:
+            out.append(Check(var, False, f"Slack refused it: {e.response.get('error')}"))
+        except Exception as e:
+            out.append(Check(var, False, f"could not reach Slack: {type(e).__name__}"))
+    return out
+
+
+def check_db(settings: Settings) -> Check:
+    from eaglebot.store import Store
+
+    path = settings.db_path
+    try:
+        store = Store(path)
+        try:
+            store.db.conn.execute("BEGIN IMMEDIATE")
+            store.db.conn.execute("ROLLBACK")
+        finally:
+            store.close()
+        return Check("audit db", True, f"{path} is writable")
+    except Exception as e:
+        return Check("audit db", False, f"{path}: {e}")
+
+
+async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[Check]:
+    from eaglebot.transport import TransportPool
+
+    checks: list[Check] = []
+
+    def add(c: Check) -> None:
+        checks.append(c)
+        emit(c)
+
+    add(Check("config", True, str(settings.source) if settings.source else "built-in defaults (no eagle.yaml)"))
+    add(await asyncio.to_thread(check_db, settings))
+    pool = TransportPool(settings)
+    try:
+        results = await asyncio.gather(*(check_host(n, cfg, pool.get(n)) for n, cfg in settings.hosts.items()),
+                                       return_exceptions=True)
+        for name, res in zip(settings.hosts, results):
+            if isinstance(res, BaseException):
+                add(Check(f"host {name}", False, f"{type(res).__name__}: {res}"))
+            else:
+                for c in res:
+                    add(c)
+    finally:
+        await pool.close()
+    for c in await check_slack(settings):
+        add(c)
+    return checks
+
+
+def doctor_main(settings: Settings) -> int:
+    def emit(c: Check) -> None:
+        print(c.line(), flush=True)
+
+    checks = asyncio.run(run_checks(settings, emit))
+    failed = [c for c in checks if not c.ok]
+    print(f"{len(checks) - len(failed)}/{len(checks)} checks passed", file=sys.stderr)
+    return 1 if failed else 0

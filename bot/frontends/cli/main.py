@@ -1,0 +1,523 @@
+"""The `eagle` command: parses arguments and calls the engine; nothing more.
+
+Exit codes: 0 success, 1 the run failed, 2 bad usage / invalid playbook / invalid input /
+unknown host / busy host, 3 completed with a regression flagged.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+import time
+from datetime import timedelta
+from typing import Any, Sequence
+
+from eaglebot import __version__
+from eaglebot.config import Settings, load_settings
+from eaglebot.errors import EagleError, UsageError
+from eaglebot.engine.playbook import Playbook, load_playbook, playbook_files
+from eaglebot.frontends.format import fmt_duration, fmt_value, history_text, show_text
+from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord, outcome_from_store
+from eaglebot.frontends.services import Services
+from eaglebot.sdk import ApprovalRequest, StepResult
+from eaglebot.store import Store
+
+
+def _err(msg: str) -> None:
+    print(f"eagle: {msg}", file=sys.stderr)
+
+
+# -- terminal progress -----------------------------------------------------------------
+
+class TerminalObserver(Observer):
+    """A line per step on stderr, with status and elapsed time."""
+
+    def __init__(self, stream=None, verbose: bool = False):
+        self.stream = stream or sys.stderr
+        self.verbose = verbose
+        self.total: dict[str, int] = {}
+        self.t0 = time.monotonic()
+
+    def _p(self, s: str) -> None:
+        print(s, file=self.stream, flush=True)
+
+    async def run_started(self, run_id, playbook, hosts, req):
+        self.total = {"steps": len(playbook.steps) + len(playbook.always)}
+        mode = " (dry-run)" if req.dry_run else ""
+        self._p(f"run #{run_id}: {playbook.name} on {', '.join(hosts)}{mode}")
+
+    async def step_started(self, run_id, rec: StepRecord):
+        if self.verbose:
+            self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {rec.name} ...")
+
+    def step_output(self, run_id, rec: StepRecord, line: str):
+        if self.verbose:
+            self._p(f"[{rec.host}]   | {line}")
+
+    async def step_finished(self, run_id, rec: StepRecord, result: StepResult):
+        summary = f"  {rec.summary}" if rec.summary else ""
+        self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {rec.name}: "
+                f"{rec.status} ({rec.duration_ms / 1000:.2f}s){summary}")
+        for w in result.warnings:
+            self._p(f"[{rec.host}]   warning: {w}")
+
+    async def run_finished(self, outcome: RunOutcome):
+        self._p(f"run #{outcome.run_id}: {outcome.status} in {fmt_duration(time.monotonic() - self.t0)}")
+
+
+async def terminal_approver(req: ApprovalRequest) -> tuple[bool, str]:
+    """Ask on the terminal; without one the engine denies (and says to pass --yes)."""
+    lines = [f"[{req.host}] step {req.step!r} wants to {req.action}:"] + [f"    {d}" for d in req.details]
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    answer = await asyncio.to_thread(_ask, "approve? [y/N] ")
+    who = os.environ.get("USER") or "terminal"
+    return answer.strip().lower() in ("y", "yes"), who
+
+
+def _ask(prompt: str) -> str:
+    try:
+        sys.stderr.write(prompt)
+        sys.stderr.flush()
+        return sys.stdin.readline()
+    except (EOFError, OSError):
+        return ""
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+_KV = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+
+
+def parse_extra_vars(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for p in pairs or []:
+        m = _KV.match(p)
+        if not m:
+            raise UsageError(f"-e expects key=value, got {p!r}")
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+def _settings(args) -> Settings:
+    return load_settings(getattr(args, "config", None))
+
+
+def _open_store(settings: Settings) -> Store:
+    return Store(settings.db_path)
+
+
+def _known_run(store: Store, run_id: int) -> dict:
+    run = store.get_run(run_id)
+    if run is None:
+        raise UsageError(f"no run #{run_id}")
+    return run
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def run_to_json(run: dict) -> dict:
+    return {"run_id": run["id"], "playbook": run["playbook"], "hosts": run.get("hosts") or [],
+            "status": run["status"], "actor": run.get("actor"), "origin": run.get("origin"),
+            "started_at": run.get("started_at"), "finished_at": run.get("finished_at")}
+
+
+def outcome_text(o: RunOutcome) -> str:
+    lines = [f"run #{o.run_id} {o.playbook} on {', '.join(o.hosts)}: {o.status}"]
+    if o.error and o.status != "succeeded":
+        lines.append(f"error: {o.error}")
+    if o.dry_run and o.plan:
+        lines.append("plan (dry-run, nothing was changed):")
+        lines += [f"  {p}" for p in o.plan]
+    for h, m in o.metrics:
+        lines.append(f"  {h}: {m.name} = {fmt_value(m.value, m.unit)}")
+    for w in o.warnings:
+        lines.append(f"warning: {w}")
+    for r in o.regressions:
+        word = "REGRESSION" if r.kind == "regression" else "improvement"
+        lines.append(f"{word}: {r.host}: {r.metric} {fmt_value(r.value)} vs {fmt_value(r.reference)} "
+                     f"({r.delta_pct:+.1f}%): {r.reason}")
+    lines.append(f"details: eagle show {o.run_id}")
+    return "\n".join(lines)
+
+
+# -- commands --------------------------------------------------------------------------
+
+async def _run_async(args, settings: Settings) -> int:
+    svc = await Services.open(settings)
+    try:
+        req = RunRequest(playbook=args.playbook, hosts=args.hosts, inputs={},
+                         origin="cli", dry_run=args.dry_run, assume_yes=args.yes,
+                         actor=os.environ.get("USER") or os.environ.get("LOGNAME") or _whoami())
+        approver = terminal_approver if (sys.stdin.isatty() and not args.yes) else None
+        observer = TerminalObserver(verbose=args.verbose)
+        try:
+            try:
+                req.inputs = parse_extra_vars(args.extra)
+            except UsageError as e:
+                await svc.engine.record_rejected(req, e)
+                raise
+            run_id, task = await svc.engine.start(req, observer, approver)
+        except EagleError as e:
+            if args.json:
+                _print_json({"error": str(e), "exit_code": e.exit_code})
+            _err(str(e))
+            return e.exit_code
+        loop = asyncio.get_running_loop()
+        interrupts = {"n": 0}
+
+        def on_signal() -> None:
+            interrupts["n"] += 1
+            if interrupts["n"] == 1:
+                print("cancelling (always-steps still run); interrupt again to abort", file=sys.stderr)
+                svc.engine.cancel(run_id)
+            else:
+                task.cancel()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, on_signal)
+            except (NotImplementedError, RuntimeError):
+                pass
+        try:
+            outcome = await task
+        except asyncio.CancelledError:
+            _err(f"run #{run_id} aborted")
+            return 1
+        if args.json:
+            _print_json(outcome.as_json())
+        else:
+            print(outcome_text(outcome))
+        if outcome.status == "failed" and outcome.error:
+            _err(outcome.error)
+        return outcome.exit_code
+    finally:
+        await svc.close()
+
+
+def _whoami() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:
+        return str(os.getuid())
+
+
+def cmd_run(args) -> int:
+    settings = _settings(args)
+    return asyncio.run(_run_async(args, settings))
+
+
+def cmd_history(args) -> int:
+    settings = _settings(args)
+    store = _open_store(settings)
+    runs = store.history(playbook=args.playbook, host=args.host, limit=args.limit)
+    if args.json:
+        _print_json([run_to_json(r) for r in runs])
+        return 0
+    keys = {rid: f"{m['name']}={fmt_value(m['value'], m['unit'] or '')}"
+            for rid, m in store.key_metrics([r["id"] for r in runs]).items()}
+    print(history_text(runs, keys))
+    return 0
+
+
+def cmd_show(args) -> int:
+    settings = _settings(args)
+    store = _open_store(settings)
+    run = _known_run(store, args.run_id)
+    if args.json:
+        _print_json(outcome_from_store(store, args.run_id))
+        return 0
+    print(show_text(run, store.steps(args.run_id), store.metrics(args.run_id), store.warnings(args.run_id),
+                    store.regressions(args.run_id), store.changes(args.run_id), with_output=args.output))
+    return 0
+
+
+def cmd_lint(args) -> int:
+    settings = _settings(args)
+    files = args.files or [str(p) for p in playbook_files(settings.playbooks_path).values()]
+    bad = 0
+    for f in files:
+        try:
+            pb = load_playbook(f)
+        except UsageError as e:
+            print(str(e), file=sys.stderr)
+            bad += 1
+            continue
+        print(f"ok {f} ({pb.name}: {len(pb.steps)} steps)")
+    if not files:
+        print("no playbooks found")
+    return 2 if bad else 0
+
+
+def describe_inputs(pb: Playbook) -> list[str]:
+    out = []
+    for name, spec in pb.inputs.items():
+        bits = [spec.type]
+        if spec.default is not None:
+            bits.append(f"default {spec.default}")
+        elif not spec.is_required:
+            bits.append("optional")
+        else:
+            bits.append("required")
+        if spec.min is not None or spec.max is not None:
+            bits.append(f"range {'' if spec.min is None else f'{spec.min:g}'}..{'' if spec.max is None else f'{spec.max:g}'}")
+        if spec.choices:
+            bits.append("one of " + "|".join(map(str, spec.choices)))
+        desc = f": {spec.description}" if spec.description else ""
+        out.append(f"{name} ({', '.join(bits)}){desc}")
+    return out
+
+
+def cmd_playbooks(args) -> int:
+    settings = _settings(args)
+    listing = []
+    for name, path in playbook_files(settings.playbooks_path).items():
+        try:
+            pb = load_playbook(path)
+        except UsageError as e:
+            listing.append({"name": name, "path": str(path), "error": str(e)})
+            continue
+        listing.append({"name": name, "path": str(path), "description": pb.description,
+                        "inputs": {k: v.model_dump(exclude_none=True) for k, v in pb.inputs.items()},
+                        "input_help": describe_inputs(pb), "examples": pb.examples})
+    if getattr(args, "json", False):
+        _print_json(listing)
+        return 0
+    for p in listing:
+        if "error" in p:
+            print(f"{p['name']}: INVALID: {p['error']}")
+            continue
+        print(f"{p['name']}: {p['description']}")
+        for line in p["input_help"]:
+            print(f"    {line}")
+        for ex in p["examples"]:
+            print(f"    e.g. {ex}")
+    return 0
+
+
+def cmd_hosts(args) -> int:
+    settings = _settings(args)
+    rows = []
+    for name, h in settings.hosts.items():
+        groups = [g for g, members in settings.groups.items() if name in members]
+        where = "this machine" if h.transport == "local" else f"{h.user + '@' if h.user else ''}{h.address}:{h.port}"
+        rows.append({"name": name, "transport": h.transport, "address": where, "groups": groups,
+                     "jump": h.jump, "vars": h.vars})
+    if getattr(args, "json", False):
+        _print_json(rows)
+        return 0
+    from eaglebot.frontends.format import table
+
+    print(table(["host", "transport", "address", "groups", "jump"],
+                [[r["name"], r["transport"], r["address"], ",".join(r["groups"]) or "-", r["jump"] or "-"]
+                 for r in rows]))
+    return 0
+
+
+def cmd_cancel(args) -> int:
+    settings = _settings(args)
+    store = _open_store(settings)
+    run = _known_run(store, args.run_id)
+    if not store.request_cancel(args.run_id):
+        _err(f"run #{args.run_id} is not running ({run['status']})")
+        return 2
+    print(f"cancel requested for run #{args.run_id}; its always-steps still run")
+    return 0
+
+
+def cmd_baseline(args) -> int:
+    from eaglebot.history.regress import set_baseline
+
+    settings = _settings(args)
+    store = _open_store(settings)
+    print(set_baseline(store, args.run_id, _whoami()))
+    return 0
+
+
+_DURATION = re.compile(r"^(\d+)(d|h|w|min|m)$")
+
+
+def parse_age(s: str) -> timedelta:
+    m = _DURATION.match(s.strip())
+    if not m:
+        raise UsageError(f"--older-than expects a number and a unit d, h, w or min (e.g. 90d), got {s!r}")
+    n, unit = int(m.group(1)), m.group(2)
+    if unit == "m":  # months or minutes? Guessing wrong deletes history: refuse.
+        raise UsageError(f"--older-than {s}: 'm' is ambiguous (months or minutes?): write e.g. 90d or 30min")
+    return {"d": timedelta(days=n), "h": timedelta(hours=n), "w": timedelta(weeks=n),
+            "min": timedelta(minutes=n)}[unit]
+
+
+def cmd_prune(args) -> int:
+    settings = _settings(args)
+    age = parse_age(args.older_than)
+    store = _open_store(settings)
+    n = store.prune(age)
+    print(f"pruned {n} runs older than {args.older_than} (baselines kept)")
+    return 0
+
+
+def cmd_chat(args) -> int:
+    from eaglebot.frontends.chat.router import chat_main
+
+    return chat_main(_settings(args), args.text)
+
+
+def cmd_console(args) -> int:
+    from eaglebot.frontends.chat.router import console_main
+
+    return console_main(_settings(args))
+
+
+def cmd_serve(args) -> int:
+    from eaglebot.frontends.slack.app import serve_main
+
+    return serve_main(_settings(args), http_port=args.http, host=args.host)
+
+
+def cmd_doctor(args) -> int:
+    from eaglebot.frontends.cli.doctor import doctor_main
+
+    return doctor_main(_settings(args))
+
+
+def cmd_schedule(args) -> int:
+    from eaglebot.frontends.scheduler import schedule_list_main
+
+    return schedule_list_main(_settings(args), as_json=args.json)
+
+
+def cmd_trend(args) -> int:
+    from eaglebot.history.trend import trend_main
+
+    return trend_main(_settings(args), args.playbook, args.host, args.metric, out=args.out, limit=args.limit)
+
+
+def cmd_demo(args) -> int:
+    from eaglebot.frontends.cli.demo import demo_main
+
+    return demo_main(workdir=args.dir, keep=args.keep)
+
+
+# -- parser ------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS,
+                        help="config file (env EAGLE_CONFIG, default ./eagle.yaml)")
+    p = argparse.ArgumentParser(prog="eagle", parents=[common],
+                                description="Chat-ops for SGLang / EAGLE-3 inference servers on GPU nodes.")
+    p.add_argument("--version", action="version", version=f"eaglebot {__version__}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub.required = True
+
+    s = sub.add_parser("run", parents=[common], help="run a playbook on hosts")
+    s.add_argument("playbook", help="a playbook name or a path to a .yaml file")
+    s.add_argument("-H", "--host", dest="hosts", action="append", default=[],
+                   help="host, group or comma list (repeatable; default: default_hosts or local)")
+    s.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE", help="a playbook input")
+    s.add_argument("--dry-run", action="store_true", help="render every step and show the plan; change nothing")
+    s.add_argument("--yes", action="store_true", help="approve confirm steps (e.g. killing foreign GPU processes)")
+    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    s.add_argument("-v", "--verbose", action="store_true", help="stream step output to stderr")
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("chat", parents=[common], help="do what `/eagle TEXT` does in Slack, as text")
+    s.add_argument("text")
+    s.set_defaults(func=cmd_chat)
+
+    s = sub.add_parser("console", parents=[common], help="interactive: each line is `/eagle <line>`")
+    s.set_defaults(func=cmd_console)
+
+    s = sub.add_parser("history", parents=[common], help="past runs, newest first")
+    s.add_argument("--playbook")
+    s.add_argument("--host")
+    s.add_argument("--limit", type=int, default=20)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_history)
+
+    s = sub.add_parser("show", parents=[common], help="one run: steps, metrics, warnings, changes")
+    s.add_argument("run_id", type=int)
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--output", action="store_true", help="include each step's output")
+    s.set_defaults(func=cmd_show)
+
+    s = sub.add_parser("cancel", parents=[common], help="cancel a running run (its always-steps still run)")
+    s.add_argument("run_id", type=int)
+    s.set_defaults(func=cmd_cancel)
+
+    s = sub.add_parser("lint", parents=[common], help="validate playbooks (default: all known)")
+    s.add_argument("files", nargs="*")
+    s.set_defaults(func=cmd_lint)
+
+    s = sub.add_parser("playbooks", parents=[common], help="list playbooks with descriptions and inputs")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_playbooks)
+
+    s = sub.add_parser("hosts", parents=[common], help="list configured hosts")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_hosts)
+
+    s = sub.add_parser("serve", parents=[common], help="run the Slack bot (Socket Mode; --http for HTTP mode)")
+    s.add_argument("--http", type=int, metavar="PORT", help="serve Slack's HTTP requests on PORT")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind in HTTP mode (default 127.0.0.1)")
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("doctor", parents=[common], help="check hosts, host keys, GPU tools, Slack tokens, the DB")
+    s.set_defaults(func=cmd_doctor)
+
+    s = sub.add_parser("schedule", parents=[common], help="scheduled runs")
+    ss = s.add_subparsers(dest="schedule_cmd", metavar="list")
+    ss.required = True
+    sl = ss.add_parser("list", parents=[common], help="each job with its next fire time")
+    sl.add_argument("--json", action="store_true")
+    sl.set_defaults(func=cmd_schedule)
+
+    s = sub.add_parser("baseline", parents=[common], help="reference runs for regression checks")
+    bs = s.add_subparsers(dest="baseline_cmd", metavar="set")
+    bs.required = True
+    b = bs.add_parser("set", parents=[common], help="make RUN_ID the baseline of its playbook + host")
+    b.add_argument("run_id", type=int)
+    b.set_defaults(func=cmd_baseline)
+
+    s = sub.add_parser("trend", parents=[common], help="plot a metric over recent runs")
+    s.add_argument("playbook")
+    s.add_argument("host")
+    s.add_argument("metric")
+    s.add_argument("--out", help="PNG file to write")
+    s.add_argument("--limit", type=int, default=30)
+    s.set_defaults(func=cmd_trend)
+
+    s = sub.add_parser("prune", parents=[common], help="delete old runs (baselines are kept)")
+    s.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12w, 48h, 30min")
+    s.set_defaults(func=cmd_prune)
+
+    s = sub.add_parser("demo", parents=[common], help="the whole relaunch flow on a simulated GPU host")
+    s.add_argument("--dir", default=None, help="sandbox folder (default: a new temporary folder)")
+    s.add_argument("--keep", action="store_true", help="keep the sandbox folder")
+    s.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except EagleError as e:
+        _err(str(e))
+        return e.exit_code
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

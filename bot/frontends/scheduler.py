@@ -1,0 +1,448 @@
+"""Scheduled runs: APScheduler 3.x jobs from the config's `schedules:`.
+
+Each job calls the same engine entry point as the CLI and Slack (origin "schedule"),
+waits for the run, posts regressions and uploads a trend plot to the run's thread.
+APScheduler's memory job store forgets fires missed while the bot was down, so misfires
+are derived from the audit store at start: the schedule's last run or recorded fire
+against the cron's fire times since. Nothing a job does may crash the scheduler.
+
+Hooks (the Slack front end supplies them; without hooks everything goes to the log):
+    observer(schedule_cfg) -> eaglebot.runner.Observer
+    async post(channel, text)
+    async upload(channel, thread_ts, path, title)
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import tempfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
+
+from eaglebot.config import ScheduleConfig, Settings
+from eaglebot.errors import EagleError, HostBusy, UsageError
+from eaglebot.engine.runner import Observer, RunOutcome, RunRequest
+from eaglebot.store import Store, now_iso, parse_iso
+
+log = logging.getLogger("eaglebot.scheduler")
+
+KEY_METRIC = "output_throughput"
+MAX_MISSED_LISTED = 50
+
+
+class Hooks(Protocol):
+    def observer(self, schedule: ScheduleConfig) -> Observer: ...
+
+    async def post(self, channel: str | None, text: str) -> None: ...
+
+    async def upload(self, channel: str | None, thread_ts: str | None, path: Path, title: str) -> None: ...
+
+
+# -- cron math (pure) -------------------------------------------------------------------
+
+def trigger_for(cfg: ScheduleConfig) -> CronTrigger:
+    try:
+        tz = ZoneInfo(cfg.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise UsageError(f"schedule {cfg.name!r}: unknown timezone {cfg.timezone!r} "
+                         f"(use an IANA name such as UTC or Europe/Berlin)") from None
+    try:
+        fields = cfg.cron.split()
+        if len(fields) != 5:
+            raise ValueError(f"wrong number of fields; got {len(fields)}")
+        minute, hour, day, month, dow = fields
+        if day != "*" and dow != "*":
+            raise ValueError("restrict day-of-month or day-of-week, not both (cron ORs them, "
+                             "APScheduler 3 would AND them)")
+        return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=crontab_dow(dow),
+                           timezone=tz)
+    except ValueError as e:
+        raise UsageError(f"schedule {cfg.name!r}: invalid cron {cfg.cron!r} ({e}); "
+                         f"expected 5 fields: minute hour day month day-of-week") from None
+
+
+_DOW_NAMES = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+
+
+def crontab_dow(field: str) -> str:
+    """A crontab day-of-week field (0 or 7 = Sunday) in APScheduler 3's terms.
+
+    APScheduler 3 counts 0 = Monday, even in `CronTrigger.from_crontab`, so "0 3 * * 1"
+    would fire on Tuesdays. Numbers, ranges and steps become explicit day names.
+    """
+    if not any(ch.isdigit() for ch in field.replace("*/", "")) and "/" not in field:
+        return field
+    days: set[int] = set()
+    for part in field.split(","):
+        rng, _, step_s = part.partition("/")
+        step = int(step_s) if step_s else 1
+        if step < 1:
+            raise ValueError(f"bad step in day-of-week {field!r}")
+        if rng == "*":
+            lo, hi = 0, 6
+        else:
+            a, _, b = rng.partition("-")
+            lo = _dow_num(a)
+            hi = _dow_num(b) if b else (lo if not step_s else 6)
+            if b and b.strip() == "7":
+                hi = 7
+        if lo > hi:
+            raise ValueError(f"bad range in day-of-week {field!r}")
+        days.update(d % 7 for d in range(lo, hi + 1, step))
+    return ",".join(_DOW_NAMES[d] for d in sorted(days))
+
+
+def _dow_num(s: str) -> int:
+    s = s.strip().lower()
+    if s.isdigit() and 0 <= int(s) <= 7:
+        return int(s)
+    if s[:3] in _DOW_NAMES:
+        return _DOW_NAMES.index(s[:3])
+    raise ValueError(f"bad day of week {s!r}")
+
+
+def next_fire(trigger: CronTrigger, after: datetime) -> datetime | None:
+    """The first fire time strictly after `after`."""
+    return trigger.get_next_fire_time(None, after + timedelta(microseconds=1))
+
+
+def fires_between(trigger: CronTrigger, start: datetime, end: datetime, cap: int = 1000) -> list[datetime]:
+    """Fire times t with start < t <= end (at most cap of them, the newest kept)."""
+    out: list[datetime] = []
+    t = next_fire(trigger, start)
+    while t is not None and t <= end:
+        out.append(t)
+        if len(out) > cap:
+            out.pop(0)
+        t = next_fire(trigger, t)
+    return out
+
+
+def iso_utc(d: datetime | None) -> str | None:
+    if d is None:
+        return None
+    return d.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def fmt_utc(d: datetime) -> str:
+    return d.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+# -- listing -----------------------------------------------------------------------------
+
+def schedule_rows(settings: Settings, store_sync: Store, now: datetime | None = None) -> list[dict]:
+    """One dict per configured schedule: name, playbook, hosts, cron, timezone, next_fire
+    (ISO 8601 UTC or None), last_run_id, last_status."""
+    now = now or datetime.now(timezone.utc)
+    rows = []
+    for cfg in settings.schedules:
+        trig = trigger_for(cfg)
+        last = store_sync.last_schedule_run(cfg.name)
+        rows.append({
+            "name": cfg.name, "playbook": cfg.playbook, "hosts": list(cfg.hosts), "cron": cfg.cron,
+            "timezone": cfg.timezone, "next_fire": iso_utc(next_fire(trig, now)),
+            "last_run_id": last["id"] if last else None, "last_status": last["status"] if last else None,
+        })
+    return rows
+
+
+def schedule_list_main(settings: Settings, as_json: bool = False) -> int:
+    store = Store(settings.db_path)
+    try:
+        rows = schedule_rows(settings, store)
+    except UsageError as e:
+        print(f"eagle: {e}", file=sys.stderr)
+        return e.exit_code
+    finally:
+        store.close()
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no schedules configured (add `schedules:` to eagle.yaml)")
+        return 0
+    from eaglebot.frontends.format import fmt_time, table
+
+    print(table(["name", "playbook", "hosts", "cron", "next fire (UTC)", "last run"],
+                [[r["name"], r["playbook"], ",".join(r["hosts"]) or "(default)",
+                  f"{r['cron']} ({r['timezone']})", fmt_time(r["next_fire"]),
+                  f"#{r['last_run_id']} {r['last_status']}" if r["last_run_id"] else "-"] for r in rows]))
+    return 0
+
+
+# -- default hooks: the log ---------------------------------------------------------------
+
+class _LogObserver(Observer):
+    def __init__(self, name: str):
+        self.name = name
+
+    async def run_started(self, run_id, playbook, hosts, req):
+        log.info("schedule %s: run #%s %s on %s started", self.name, run_id, playbook.name, ",".join(hosts))
+
+    async def step_finished(self, run_id, rec, result):
+        log.info("schedule %s: run #%s [%s] %s: %s %s", self.name, run_id, rec.host, rec.name, rec.status,
+                 rec.summary)
+
+    async def run_finished(self, outcome):
+        log.info("schedule %s: run #%s %s", self.name, outcome.run_id, outcome.status)
+
+
+class LogHooks:
+    """Used when no front end supplies hooks: everything goes to the log."""
+
+    text_summaries = True
+
+    def observer(self, schedule: ScheduleConfig) -> Observer:
+        return _LogObserver(schedule.name)
+
+    async def post(self, channel: str | None, text: str) -> None:
+        log.warning("[%s] %s", channel or "-", text)
+
+    async def upload(self, channel: str | None, thread_ts: str | None, path: Path, title: str) -> None:
+        log.info("[%s] trend plot %s: %s", channel or "-", title, path)
+
+
+# -- the scheduler -------------------------------------------------------------------------
+
+def _describe(cfg: ScheduleConfig) -> str:
+    return f"{cfg.playbook} on {', '.join(cfg.hosts) if cfg.hosts else 'the default hosts'}"
+
+
+def outcome_summary(cfg: ScheduleConfig, o: RunOutcome) -> str:
+    lines = [f"scheduled run {cfg.name}: run #{o.run_id} {o.playbook} on {', '.join(o.hosts)}: {o.status}"]
+    if o.error and o.status != "succeeded":
+        lines.append(f"error: {o.error}")
+    for h, m in o.metrics:
+        lines.append(f"  {h}: {m.name} = {m.value:g} {m.unit}".rstrip())
+    return "\n".join(lines)
+
+
+class Scheduler:
+    """The bot's schedules. `start()` inside the running loop; `shutdown()` to stop."""
+
+    def __init__(self, services: Any, hooks: Hooks | None = None):
+        self.services = services
+        self.settings: Settings = services.settings
+        self.hooks = hooks or LogHooks()
+        self._cfgs = {c.name: c for c in self.settings.schedules}
+        if len(self._cfgs) != len(self.settings.schedules):
+            raise UsageError("schedules: two schedules have the same name")
+        self._triggers = {name: trigger_for(cfg) for name, cfg in self._cfgs.items()}
+        self._sched: AsyncIOScheduler | None = None
+        self._tasks: set[asyncio.Task] = set()
+        # (schedule name, run id or None) after every job: tests and `eagle serve` logs.
+        self.finished: asyncio.Queue[tuple[str, int | None]] | None = None
+
+    @property
+    def store(self):
+        return self.services.store
+
+    def _channel(self, cfg: ScheduleConfig) -> str | None:
+        return cfg.channel or self.settings.slack.channel
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.finished = asyncio.Queue()
+        self._sched = AsyncIOScheduler(event_loop=loop, timezone=timezone.utc)
+        for name, cfg in self._cfgs.items():
+            self._sched.add_job(self._job, self._triggers[name], args=[name], id=name, name=name,
+                                max_instances=1, coalesce=True, misfire_grace_time=cfg.misfire_grace_s,
+                                replace_existing=True)
+        self._sched.add_listener(self._on_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+        self._sched.start()
+        self._spawn(self.check_misfires())
+
+    def shutdown(self) -> None:
+        if self._sched is not None and self._sched.running:
+            self._sched.shutdown(wait=False)
+        for t in list(self._tasks):
+            t.cancel()
+
+    def jobs(self) -> list[dict]:
+        """Each job's next fire time as APScheduler has it (the running bot's view)."""
+        if self._sched is None:
+            return []
+        return [{"name": j.id, "next_fire": iso_utc(j.next_run_time)} for j in self._sched.get_jobs()]
+
+    def fire_now(self, name: str) -> None:
+        """Make APScheduler run a job at once (as if its cron time had come)."""
+        if self._sched is None:
+            raise RuntimeError("the scheduler is not started")
+        if name not in self._cfgs:
+            raise UsageError(f"unknown schedule {name!r} (known: {', '.join(self._cfgs) or 'none'})")
+        self._sched.modify_job(name, next_run_time=datetime.now(timezone.utc))
+
+    def _spawn(self, coro) -> None:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _post(self, channel: str | None, text: str) -> None:
+        try:
+            await self.hooks.post(channel, text)
+        except Exception:
+            log.exception("posting to %s failed: %s", channel, text)
+
+    def _on_event(self, event: JobExecutionEvent) -> None:
+        cfg = self._cfgs.get(event.job_id)
+        if cfg is None:
+            return
+        when = ", ".join(fmt_utc(t) for t in getattr(event, "scheduled_run_times", None) or
+                         [event.scheduled_run_time])
+        if event.code == EVENT_JOB_MAX_INSTANCES:
+            text = (f":warning: schedule {cfg.name} ({_describe(cfg)}) skipped its fire at {when}: "
+                    f"the previous run of it is still going")
+        else:
+            text = (f":warning: schedule {cfg.name} ({_describe(cfg)}) missed its fire at {when} "
+                    f"by more than its grace time of {cfg.misfire_grace_s}s; it runs again at the next cron time")
+        try:
+            self._spawn(self._post(self._channel(cfg), text))
+        except RuntimeError:
+            log.warning(text)
+
+    # -- misfires ---------------------------------------------------------------------
+    async def check_misfires(self, now: datetime | None = None) -> list[str]:
+        """Report fires missed while the bot was down; the latest one still within its
+        grace time is run now. Returns the messages posted."""
+        now = now or datetime.now(timezone.utc)
+        posted: list[str] = []
+        for name, cfg in self._cfgs.items():
+            try:
+                msg = await self._misfire_one(cfg, now)
+            except Exception:
+                log.exception("misfire check of schedule %s failed", name)
+                continue
+            if msg:
+                posted.append(msg)
+                await self._post(self._channel(cfg), msg)
+        return posted
+
+    async def _misfire_one(self, cfg: ScheduleConfig, now: datetime) -> str | None:
+        last_run = await self.store.last_schedule_run(cfg.name)
+        last_fire = await self.store.last_fire(cfg.name)
+        refs = [d for d in (parse_iso(last_run["started_at"]) if last_run else None,
+                            parse_iso(last_fire["fire_time"]) if last_fire else None) if d is not None]
+        if not refs:
+            # First time this schedule is seen: remember it, so a later outage is noticed.
+            await self.store.record_fire(cfg.name, iso_utc(now), "registered")
+            return None
+        ref = max(refs)
+        missed = fires_between(self._triggers[cfg.name], ref, now)
+        if not missed:
+            return None
+        catch_up = (now - missed[-1]).total_seconds() <= cfg.misfire_grace_s
+        for t in missed[-MAX_MISSED_LISTED:]:
+            await self.store.record_fire(cfg.name, iso_utc(t), "missed")
+        n = len(missed)
+        shown = ", ".join(fmt_utc(t) for t in missed[-3:]) + (" ..." if n > 3 else "")
+        last = (f"last run #{last_run['id']} ({last_run['status']}) at {fmt_utc(parse_iso(last_run['started_at']))}"
+                if last_run else "no run recorded yet")
+        text = (f":warning: schedule {cfg.name} ({_describe(cfg)}) missed {n} run{'s' if n != 1 else ''} "
+                f"while the bot was down ({shown}); {last}.")
+        if catch_up and self._sched is not None and self._sched.get_job(cfg.name) is not None:
+            self._sched.modify_job(cfg.name, next_run_time=datetime.now(timezone.utc))
+            text += f" The latest is within its grace time ({cfg.misfire_grace_s}s): running it now."
+        else:
+            nxt = next_fire(self._triggers[cfg.name], now)
+            text += f" Next run at {fmt_utc(nxt)}." if nxt else ""
+        return text
+
+    # -- the job ----------------------------------------------------------------------------
+    async def _job(self, name: str) -> None:
+        cfg = self._cfgs[name]
+        run_id: int | None = None
+        try:
+            run_id = await self.run_schedule(cfg)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # never let one job take the scheduler down
+            log.exception("schedule %s crashed", name)
+            await self._post(self._channel(cfg), f":x: scheduled run {name} ({_describe(cfg)}) crashed: {e}")
+        finally:
+            if self.finished is not None:
+                self.finished.put_nowait((name, run_id))
+
+    async def run_schedule(self, cfg: ScheduleConfig) -> int | None:
+        """One scheduled run, start to report. Returns its run id (None if it never started)."""
+        store, engine = self.store, self.services.engine
+        channel = self._channel(cfg)
+        fire_id = await store.record_fire(cfg.name, now_iso(), "started")
+        req = RunRequest(playbook=cfg.playbook, hosts=list(cfg.hosts) or None, inputs=dict(cfg.inputs),
+                         actor=f"schedule:{cfg.name}", origin="schedule", schedule=cfg.name,
+                         assume_yes=cfg.approve, channel=channel)
+        try:
+            observer = self.hooks.observer(cfg)
+        except Exception:
+            log.exception("schedule %s: building the observer failed", cfg.name)
+            observer = _LogObserver(cfg.name)
+        try:
+            run_id, task = await engine.start(req, observer=observer)
+        except HostBusy as e:
+            await store.update_fire(fire_id, "busy")
+            await self._post(channel, f":warning: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")
+            return None
+        except EagleError as e:
+            await store.update_fire(fire_id, "error")
+            await self._post(channel, f":x: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")
+            return None
+        await store.update_fire(fire_id, "running", run_id)
+        outcome: RunOutcome = await task
+        await store.update_fire(fire_id, outcome.status, run_id)
+        run = await store.get_run(run_id) or {}
+        channel = run.get("channel") or channel
+        thread_ts = run.get("thread_ts")
+        if getattr(self.hooks, "text_summaries", False):
+            await self._post(channel, outcome_summary(cfg, outcome))
+        await self._report_regressions(cfg, outcome, channel)
+        await self._upload_trends(cfg, outcome, channel, thread_ts)
+        return run_id
+
+    async def _report_regressions(self, cfg: ScheduleConfig, o: RunOutcome, channel: str | None) -> None:
+        regs = [r for r in o.regressions if r.kind == "regression"]
+        imps = [r for r in o.regressions if r.kind == "improvement"]
+        if not regs and not imps:
+            return
+        lines = []
+        if regs:
+            lines.append(f":rotating_light: scheduled run {cfg.name}: run #{o.run_id} ({o.playbook}) "
+                         f"flagged {len(regs)} regression{'s' if len(regs) != 1 else ''}:")
+        else:
+            lines.append(f":chart_with_upwards_trend: scheduled run {cfg.name}: run #{o.run_id} ({o.playbook}) improved:")
+        for r in regs + imps:
+            word = "REGRESSION" if r.kind == "regression" else "improvement"
+            lines.append(f"• {word} {r.host}: {r.reason}")
+        lines.append(f"details: `/eagle show {o.run_id}`")
+        await self._post(channel, "\n".join(lines))
+
+    async def _upload_trends(self, cfg: ScheduleConfig, o: RunOutcome, channel: str | None,
+                             thread_ts: str | None) -> None:
+        if o.dry_run or not o.metrics:
+            return
+        from eaglebot.history.trend import plot_trend
+
+        names = [m.name for _, m in o.metrics]
+        key = KEY_METRIC if KEY_METRIC in names else names[0]
+        hosts = list(dict.fromkeys(h for h, m in o.metrics if m.name == key))
+        with tempfile.TemporaryDirectory(prefix="eagle-trend-") as d:
+            for h in hosts:
+                path = Path(d) / f"trend-{o.playbook}-{h}-{key}.png"
+                try:
+                    await self.store.call(plot_trend, self.store.sync, o.playbook, h, key, path,
+                                          cfg=self.settings.regression)
+                    await self.hooks.upload(channel, thread_ts, path,
+                                            f"{o.playbook} on {h}: {key}, recent runs (run #{o.run_id})")
+                except Exception:
+                    log.exception("schedule %s: trend plot for %s failed", cfg.name, h)
+
+
+def build_scheduler(services: Any, hooks: Hooks | None = None) -> Scheduler:
+    """Jobs for every configured schedule; `.start()` inside the running loop."""
+    return Scheduler(services, hooks)

@@ -1,0 +1,39 @@
+"""Built once in `main` and passed down: settings, store, transports, engine."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eaglebot.config import Settings
+from eaglebot.engine.redact import Redactor
+from eaglebot.engine.runner import Engine
+from eaglebot.store import AsyncStore
+from eaglebot.transport import TransportPool
+
+
+@dataclass
+class Services:
+    settings: Settings
+    store: AsyncStore
+    pool: TransportPool
+    engine: Engine
+    redactor: Redactor
+
+    @classmethod
+    async def open(cls, settings: Settings) -> "Services":
+        store = await AsyncStore.open(settings.db_path)
+        pool = TransportPool(settings)
+        redactor = Redactor(settings.redact)
+        engine = Engine(settings, store, pool, redactor=redactor)
+        _install_hooks(engine)
+        return cls(settings, store, pool, engine, redactor)
+
+    async def close(self) -> None:
+        await self.pool.close()
+        await self.store.aclose()
+
+
+def _install_hooks(engine: Engine) -> None:
+    """Post-run checks every front end gets (history-based regression detection)."""
+    from eaglebot.history import regress
+
+    engine.post_run_hooks.append(regress.history_hook)

@@ -1,0 +1,269 @@
+"""Slack Block Kit rendering: pure functions over plain dicts, Slack's limits enforced.
+
+Built with `slack_sdk.models.blocks`; every text that came from a host, a user or a
+log is escaped (`&`, `<`, `>`) so output can never ping `<!channel>` or forge a link.
+Limits (the SDK does not check the per-message ones): <= 50 blocks, section text
+<= 3000 characters, header <= 150, <= 10 fields, context <= 10 elements.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    ButtonElement,
+    ContextBlock,
+    DividerBlock,
+    HeaderBlock,
+    MarkdownTextObject,
+    PlainTextObject,
+    SectionBlock,
+)
+
+from eaglebot.frontends.format import fmt_duration, fmt_value
+
+MAX_BLOCKS = 50
+MAX_SECTION = 3000
+MAX_HEADER = 150
+MAX_FIELDS = 10
+MAX_FIELD = 2000
+MAX_CONTEXT = 10
+CODE_CHUNK = MAX_SECTION - 8  # room for the ``` fences
+
+APPROVE_ACTION = "eagle_approve"
+DENY_ACTION = "eagle_deny"
+
+STATUS_EMOJI = {
+    "ok": ":white_check_mark:", "changed": ":large_green_circle:", "skipped": ":white_circle:",
+    "failed": ":x:", "running": ":hourglass_flowing_sand:", "pending": ":white_circle:",
+    "succeeded": ":white_check_mark:", "cancelled": ":no_entry_sign:", "interrupted": ":warning:",
+}
+
+
+def escape(s: Any) -> str:
+    """Slack's three control characters, so text is shown as typed, never as a mention."""
+    return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def clip(s: str, limit: int, note: str = "…") -> str:
+    if len(s) <= limit:
+        return s
+    return s[: max(0, limit - len(note))] + note
+
+
+def tail(s: str, limit: int) -> tuple[str, bool]:
+    """The last `limit` characters, cut at a line start; True when something was cut."""
+    if len(s) <= limit:
+        return s, False
+    cut = s[-limit:]
+    nl = cut.find("\n")
+    if 0 <= nl < 200:
+        cut = cut[nl + 1:]
+    return cut, True
+
+
+def mention(user: str | None) -> str:
+    if not user:
+        return "someone"
+    if user.startswith("U") or user.startswith("W"):
+        return f"<@{escape(user)}>"
+    return escape(user)
+
+
+# -- block constructors ---------------------------------------------------------------------
+
+def section(md: str, fields: Iterable[str] = ()) -> dict:
+    fl = [MarkdownTextObject(text=clip(f, MAX_FIELD)) for f in list(fields)[:MAX_FIELDS]]
+    if md:
+        return SectionBlock(text=MarkdownTextObject(text=clip(md, MAX_SECTION)), fields=fl or None).to_dict()
+    return SectionBlock(fields=fl).to_dict()
+
+
+def header(text: str) -> dict:
+    return HeaderBlock(text=PlainTextObject(text=clip(text, MAX_HEADER))).to_dict()
+
+
+def context(*mds: str) -> dict:
+    return ContextBlock(elements=[MarkdownTextObject(text=clip(m, MAX_SECTION)) for m in mds[:MAX_CONTEXT]]).to_dict()
+
+
+def divider() -> dict:
+    return DividerBlock().to_dict()
+
+
+def code_sections(text: str, *, max_blocks: int = 10, keep: str = "head") -> list[dict]:
+    """Monospace text in as many sections as it needs (split at lines), with a cut note."""
+    text = escape(text.rstrip("\n")) or " "
+    chunks: list[str] = []
+    cur = ""
+    for line in text.split("\n"):
+        while len(line) > CODE_CHUNK:
+            if cur:
+                chunks.append(cur)
+                cur = ""
+            chunks.append(line[:CODE_CHUNK])
+            line = line[CODE_CHUNK:]
+        if cur and len(cur) + 1 + len(line) > CODE_CHUNK:
+            chunks.append(cur)
+            cur = line
+        else:
+            cur = f"{cur}\n{line}" if cur else line
+    if cur:
+        chunks.append(cur)
+    cut = len(chunks) - max_blocks
+    if cut > 0:
+        chunks = chunks[:max_blocks] if keep == "head" else chunks[-max_blocks:]
+    out = [section(f"```{c}```") for c in chunks]
+    if cut > 0:
+        out.append(context(f"_{cut} more part(s) cut to fit Slack; the audit store has all of it_"))
+    return out
+
+
+def limit(blocks: list[dict], note: str = "see `/eagle show` for the rest") -> list[dict]:
+    """At most 50 blocks: the last one says what was cut."""
+    if len(blocks) <= MAX_BLOCKS:
+        return blocks
+    cut = len(blocks) - (MAX_BLOCKS - 1)
+    return blocks[: MAX_BLOCKS - 1] + [context(f"_{cut} more block(s) cut to fit Slack: {note}_")]
+
+
+def text_blocks(text: str, *, title: str | None = None, code: bool = False) -> list[dict]:
+    out: list[dict] = [header(title)] if title else []
+    if code:
+        out += code_sections(text, max_blocks=MAX_BLOCKS - len(out) - 1)
+    else:
+        body = escape(text)
+        while body:
+            out.append(section(body[:MAX_SECTION]))
+            body = body[MAX_SECTION:]
+    return limit(out)
+
+
+def error_blocks(message: str) -> list[dict]:
+    return [section(f":warning: {escape(message)}")]
+
+
+# -- runs ------------------------------------------------------------------------------
+
+def _step_line(s: dict) -> str:
+    emoji = STATUS_EMOJI.get(s["status"], ":grey_question:")
+    took = f" ({s['duration_ms'] / 1000:.1f}s)" if s.get("duration_ms") else ""
+    summary = f" — {escape(clip(s['summary'], 200))}" if s.get("summary") else ""
+    host = f"`{escape(s['host'])}` " if s.get("multi_host") else ""
+    return f"{emoji} {host}*{escape(s['name'])}*{took}{summary}"
+
+
+def _join_lines(lines: list[str], limit_chars: int = MAX_SECTION) -> list[str]:
+    """Group lines into section-sized texts."""
+    out: list[str] = []
+    cur = ""
+    for line in lines:
+        line = clip(line, limit_chars)
+        if cur and len(cur) + 1 + len(line) > limit_chars:
+            out.append(cur)
+            cur = line
+        else:
+            cur = f"{cur}\n{line}" if cur else line
+    if cur:
+        out.append(cur)
+    return out
+
+
+def run_title(view: dict) -> str:
+    hosts = ", ".join(view.get("hosts") or []) or "-"
+    dry = " (dry-run)" if view.get("dry_run") else ""
+    return f"*{escape(view['playbook'])}*{dry} on `{escape(hosts)}` by {mention(view.get('actor'))}"
+
+
+def run_parent_blocks(view: dict) -> list[dict]:
+    """The channel message of a run: who ran what where, and its status."""
+    status = view["status"]
+    note = f" — {escape(view['note'])}" if view.get("note") and status == "running" else ""
+    took = f" in {fmt_duration(view['duration_s'])}" if view.get("duration_s") is not None and status != "running" else ""
+    line = f"{STATUS_EMOJI.get(status, '')} {run_title(view)} — *{status}*{took}{note}"
+    rid = view.get("run_id")
+    ctx = f"run #{rid} · `/eagle show {rid}`" + (f" · `/eagle cancel {rid}`" if status == "running" else "")
+    return [section(line), context(ctx)]
+
+
+def run_progress_blocks(view: dict) -> list[dict]:
+    steps = view.get("steps") or []
+    if not steps:
+        return [context("starting…")]
+    lines = [_step_line(s) for s in steps]
+    blocks = [section(t) for t in _join_lines(lines)]
+    return limit(blocks)
+
+
+def run_summary_blocks(view: dict) -> list[dict]:
+    """The final summary: steps, key metrics, warnings, regressions, failure and its log tail."""
+    status = view["status"]
+    rid = view.get("run_id")
+    blocks: list[dict] = [header(f"run #{rid} {view['playbook']}: {status}")]
+    took = fmt_duration(view.get("duration_s")) if view.get("duration_s") is not None else "-"
+    blocks.append(context(f"{run_title(view)} · took {took} · `/eagle show {rid}`"))
+    regs = [r for r in view.get("regressions") or [] if r.get("kind", "regression") == "regression"]
+    if regs:
+        lines = [f":rotating_light: *REGRESSION* `{escape(r.get('host') or '')}` {escape(r['metric'])}: "
+                 f"{fmt_value(r['value'])} vs {fmt_value(r['reference'])} ({r['delta_pct']:+.1f}%)"
+                 f" — {escape(clip(r.get('reason') or '', 300))}" for r in regs]
+        blocks += [section(t) for t in _join_lines(lines)]
+    if view.get("error") and status != "succeeded":
+        blocks.append(section(f":x: *{escape(clip(view['error'], 2800))}*"))
+    steps = view.get("steps") or []
+    if steps:
+        blocks += [section(t) for t in _join_lines([_step_line(s) for s in steps])][:15]
+    failed = [s for s in steps if s["status"] == "failed" and s.get("output_tail")]
+    for s in failed[:2]:
+        text, cut = tail(s["output_tail"], 2500)
+        blocks.append(context(f"log tail of *{escape(s['name'])}* on `{escape(s['host'])}`"
+                              + (" (truncated: `/eagle show` has the rest)" if cut else "")))
+        blocks += code_sections(text, max_blocks=1, keep="tail")
+    metrics = view.get("metrics") or []
+    if metrics:
+        multi = len({m["host"] for m in metrics}) > 1
+        fields = [f"*{escape(m['name'])}*{' (' + escape(m['host']) + ')' if multi else ''}\n"
+                  f"{fmt_value(m['value'], m.get('unit') or '')}" for m in metrics]
+        blocks.append(section("*key metrics*", fields[:MAX_FIELDS]))
+        if len(fields) > MAX_FIELDS:
+            blocks.append(context(f"_{len(fields) - MAX_FIELDS} more metric(s): `/eagle show {rid}`_"))
+    warnings = view.get("warnings") or []
+    if warnings:
+        blocks += [section(t) for t in _join_lines([":warning: *warnings*"] + [f"• {escape(clip(w, 500))}"
+                                                                             for w in warnings])][:5]
+    plan = view.get("plan") or []
+    if plan:
+        blocks.append(section("*plan* (dry-run: nothing was run on the hosts)"))
+        blocks += code_sections("\n".join(plan), max_blocks=5)
+    return limit(blocks, f"`/eagle show {rid}`")
+
+
+# -- approvals --------------------------------------------------------------------------------
+
+def approval_blocks(req: Any, key: str, approvers: list[str], timeout_s: float) -> list[dict]:
+    """Approve / Deny buttons saying exactly what will happen."""
+    who = " ".join(mention(a) for a in approvers if a != "*") or "any approver"
+    blocks = [
+        section(f":raised_hand: *Approval needed* for run #{req.run_id} on `{escape(req.host)}`, "
+                f"step *{escape(req.step)}*:\n{escape(req.action)}"),
+    ]
+    if req.details:
+        blocks += code_sections("\n".join(req.details), max_blocks=3)
+    blocks.append(ActionsBlock(block_id=f"eagle_approval_{key}", elements=[
+        ButtonElement(text="Approve", action_id=APPROVE_ACTION, value=key, style="primary"),
+        ButtonElement(text="Deny", action_id=DENY_ACTION, value=key, style="danger"),
+    ]).to_dict())
+    blocks.append(context(f"Only approvers can decide: {who}. No answer within "
+                          f"{fmt_duration(timeout_s)} means deny."))
+    return limit(blocks)
+
+
+def approval_decided_blocks(req: Any, decision: str, who: str | None) -> list[dict]:
+    verb = {"approved": ":white_check_mark: Approved", "denied": ":no_entry: Denied",
+            "timeout": ":hourglass: No decision in time: denied"}.get(decision, decision)
+    by = f" by {mention(who)}" if who else ""
+    blocks = [section(f"{verb}{by}: run #{req.run_id} on `{escape(req.host)}`, step *{escape(req.step)}*:\n"
+                      f"{escape(req.action)}")]
+    if req.details:
+        blocks += code_sections("\n".join(req.details), max_blocks=3)
+    return limit(blocks)

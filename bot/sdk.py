@@ -1,0 +1,201 @@
+"""The skill SDK: what a skill gets (`SkillContext`, its `Host`) and returns (`StepResult`).
+
+A skill is a module in `skills/` with `NAME` (its YAML name), a pydantic `Params`
+model (`extra="forbid"`, every field described), a docstring with a YAML example and
+`async def run(ctx, params) -> StepResult`. Skills talk to the host only through
+`ctx.host` (a `Host`) and never import a transport, asyncssh or slack; this module is all
+they import from eaglebot besides `eaglebot.errors` (the import-linter contract says so).
+"""
+from __future__ import annotations
+
+import asyncio
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Literal, Protocol, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+Status = Literal["ok", "changed", "skipped", "failed"]
+Better = Literal["higher", "lower"]
+
+
+class SkillParams(BaseModel):
+    """Base for every skill's Params: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+OutputCallback = Callable[[str, str], None]  # (stream "stdout"/"stderr", line)
+
+
+@dataclass
+class CommandResult:
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    duration_s: float = 0.0
+    signal: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0 and not self.timed_out
+
+
+class Host(Protocol):
+    """What a skill may do on its host (`ctx.host`); `eaglebot.transport` implements it."""
+
+    name: str
+
+    async def run(self, cmd: str | Sequence[str], *, timeout: float | None = None,
+                  on_output: OutputCallback | None = None, env: dict[str, str] | None = None,
+                  cwd: str | None = None, stdin: str | None = None) -> CommandResult: ...
+
+    async def read_file(self, path: str) -> bytes: ...
+
+    async def write_file(self, path: str, data: bytes, mode: int | None = None) -> None: ...
+
+    async def spawn_detached(self, argv: Sequence[str], *, log_path: str, pid_path: str,
+                             env: dict[str, str] | None = None, cwd: str | None = None) -> int: ...
+
+
+
+def path_for_shell(path: str) -> str:
+    """Quote a path for sh, keeping a leading `~/` expandable."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+
+@dataclass
+class Metric:
+    name: str
+    value: float
+    unit: str = ""
+    better: Better = "higher"
+
+
+@dataclass
+class FileChange:
+    path: str
+    before_sha256: str | None
+    after_sha256: str | None
+    diff: str = ""
+    backup_path: str | None = None
+
+
+@dataclass
+class Regression:
+    """A metric judged worse (or better: kind="improvement") than its reference."""
+
+    metric: str
+    value: float
+    reference: float
+    delta_pct: float
+    reason: str
+    kind: Literal["regression", "improvement"] = "regression"
+    host: str = ""
+
+
+@dataclass
+class StepResult:
+    status: Status
+    summary: str = ""
+    metrics: list[Metric] = field(default_factory=list)
+    changes: list[FileChange] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    regressions: list[Regression] = field(default_factory=list)
+    output: str = ""  # evidence kept with the step (log tail, process table)
+
+    @classmethod
+    def ok(cls, summary: str = "", **kw: Any) -> "StepResult":
+        return cls("ok", summary, **kw)
+
+    @classmethod
+    def changed(cls, summary: str = "", **kw: Any) -> "StepResult":
+        return cls("changed", summary, **kw)
+
+    @classmethod
+    def failed(cls, summary: str, **kw: Any) -> "StepResult":
+        return cls("failed", summary, **kw)
+
+    @classmethod
+    def skipped(cls, summary: str = "", **kw: Any) -> "StepResult":
+        return cls("skipped", summary, **kw)
+
+    def registered(self) -> dict[str, Any]:
+        """What `register: name` exposes to later steps' templates."""
+        out: dict[str, Any] = dict(self.data)
+        out.update(
+            status=self.status,
+            summary=self.summary,
+            failed=self.status == "failed",
+            changed=self.status == "changed",
+            skipped=self.status == "skipped",
+            metrics={m.name: m.value for m in self.metrics},
+            warnings=list(self.warnings),
+        )
+        return out
+
+
+@dataclass
+class ApprovalRequest:
+    """What a `confirm` step wants to do that the bot did not start."""
+
+    run_id: int
+    host: str
+    step: str
+    action: str            # one line: "kill 2 processes the bot did not start"
+    details: list[str]     # one line per PID: pid, user, command
+    step_idx: int = 0
+
+
+class Approver(Protocol):
+    async def __call__(self, request: ApprovalRequest) -> tuple[bool, str]:
+        """Return (approved, who-or-why)."""
+
+
+class AuditView(Protocol):
+    """The slice of the audit store a skill may read."""
+
+    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict | None: ...
+
+
+@dataclass
+class SkillContext:
+    host: Host
+    host_name: str
+    vars: dict[str, Any]
+    run_id: int
+    step_idx: int
+    step_name: str
+    dry_run: bool = False
+    confirm: bool = False           # the step has `confirm: true`
+    state_dir: str = "~/.eaglebot"
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    audit: AuditView | None = None
+    _log: Callable[[str], None] = lambda line: None
+    _approve: Callable[[ApprovalRequest], Awaitable[tuple[bool, str]]] | None = None
+    plan: list[str] = field(default_factory=list)
+
+    def log(self, line: str) -> None:
+        """Stream one line into the step's audit output (and the live view)."""
+        self._log(line.rstrip("\n"))
+
+    def would(self, action: str) -> None:
+        """Dry-run: record what the step would do."""
+        self.plan.append(action)
+        self._log(f"[dry-run] would {action}")
+
+    async def approve(self, action: str, details: list[str]) -> tuple[bool, str]:
+        """Ask for approval of an action the bot did not start (only when `confirm`)."""
+        if not self.confirm:
+            return True, "no confirmation required"
+        if self._approve is None:
+            return False, "nobody to ask"
+        req = ApprovalRequest(self.run_id, self.host_name, self.step_name, action, details, self.step_idx)
+        return await self._approve(req)

@@ -1,0 +1,665 @@
+"""The SQLite audit store (sqlite-utils, WAL): the source of truth for every run.
+
+`Store` is synchronous (the CLI uses it directly); `AsyncStore` runs every call on one
+writer thread so the event loop never blocks on SQLite.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sqlite3
+import time
+from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import sqlite_utils
+
+from eaglebot.errors import HostBusy
+
+SCHEMA_VERSION = 2  # 2: run_hosts (indexed host filter), history/metric indexes
+OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_iso(s: str | None) -> datetime | None:
+    if not s:
+        return None
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+def proc_start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks): tells a reused PID apart."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    rest = stat[stat.rindex(")") + 2:].split()
+    if rest[0] == "Z":
+        return None
+    return rest[19]
+
+
+def owner_alive(pid: int | None, host: str | None, start: str | None) -> bool:
+    """Is the process that wrote a row still running? Unknown on another machine: assume yes."""
+    if pid is None:
+        return False
+    if host and host != socket.gethostname():
+        return True
+    st = proc_start_time(pid)
+    return st is not None and (start is None or st == start)
+
+
+_MY_START = proc_start_time(os.getpid())
+
+
+def _j(v: Any) -> str:
+    return json.dumps(v, default=str, sort_keys=True)
+
+
+class Store:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+        self.db = sqlite_utils.Database(conn)
+        self.db.execute("PRAGMA busy_timeout = 30000")
+        self._enable_wal()
+        self.db.execute("PRAGMA synchronous = NORMAL")
+        self.db.execute("PRAGMA foreign_keys = ON")
+        self._migrate()
+        self.recover()
+
+    @contextmanager
+    def _tx(self):
+        conn = self.db.conn
+        if conn.in_transaction:
+            yield
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    # -- schema ------------------------------------------------------------------
+    def _enable_wal(self) -> None:
+        # Switching a new file to WAL needs it to itself: another process creating the same
+        # DB at that moment answers "locked" at once, without waiting for busy_timeout.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if self.db.journal_mode != "wal":
+                    self.db.enable_wal()
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _version(self) -> int:
+        return self.db.execute("PRAGMA user_version").fetchone()[0]
+
+    def _migrate(self) -> None:
+        if self._version() >= SCHEMA_VERSION:
+            return
+        # BEGIN IMMEDIATE: one process migrates; the others wait (busy_timeout), then find it done.
+        with self._tx():
+            version = self._version()
+            if version >= SCHEMA_VERSION:
+                return
+            db = self.db
+            db["runs"].create({
+                "id": int, "playbook": str, "status": str, "actor": str, "origin": str,
+                "pid": int, "hostname": str, "proc_start": str, "hosts": str, "inputs": str,
+                "vars": str, "started_at": str, "finished_at": str, "dry_run": int,
+                "rerun_of": int, "schedule": str, "channel": str, "thread_ts": str,
+                "cancel_requested": int, "error": str, "fingerprint": str, "exit_code": int,
+                "source": str,
+            }, pk="id", if_not_exists=True, not_null={"playbook", "status"},
+                defaults={"cancel_requested": 0, "dry_run": 0})
+            db["steps"].create({
+                "id": int, "run_id": int, "idx": int, "section": str, "host": str, "name": str,
+                "skill": str, "status": str, "summary": str, "output": str, "params": str,
+                "data": str, "attempts": int, "duration_ms": int, "started_at": str,
+                "finished_at": str,
+            }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
+            db["metrics"].create({
+                "id": int, "run_id": int, "step_id": int, "host": str, "name": str,
+                "value": float, "unit": str, "better": str,
+            }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
+            db["changes"].create({
+                "id": int, "run_id": int, "step_id": int, "host": str, "path": str,
+                "before_sha256": str, "after_sha256": str, "diff": str, "backup_path": str,
+                "created_at": str,
+            }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
+            db["warnings"].create({
+                "id": int, "run_id": int, "step_id": int, "host": str, "message": str,
+            }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
+            db["regressions"].create({
+                "id": int, "run_id": int, "host": str, "metric": str, "value": float,
+                "reference": float, "delta_pct": float, "reason": str, "kind": str,
+            }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
+            db["approvals"].create({
+                "id": int, "run_id": int, "step_idx": int, "host": str, "step": str,
+                "action": str, "details": str, "status": str, "decided_by": str,
+                "requested_at": str, "decided_at": str,
+            }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
+            db["locks"].create({
+                "host": str, "run_id": int, "pid": int, "hostname": str, "proc_start": str,
+                "acquired_at": str,
+            }, pk="host", if_not_exists=True)
+            db["baselines"].create({
+                "playbook": str, "host": str, "run_id": int, "set_by": str, "set_at": str,
+            }, pk=("playbook", "host"), if_not_exists=True)
+            db["schedule_fires"].create({
+                "id": int, "schedule": str, "fire_time": str, "run_id": int, "status": str,
+                "recorded_at": str,
+            }, pk="id", if_not_exists=True)
+            db["events"].create({
+                "id": int, "run_id": int, "at": str, "kind": str, "message": str,
+            }, pk="id", if_not_exists=True)
+            for table, cols in {
+                "runs": [["started_at"], ["playbook", "started_at"], ["status"]],
+                "steps": [["run_id", "idx"]],
+                "metrics": [["run_id"], ["host", "name"]],
+                "changes": [["run_id"], ["host", "path"]],
+                "warnings": [["run_id"]],
+                "regressions": [["run_id"]],
+                "approvals": [["run_id"]],
+            }.items():
+                for c in cols:
+                    db[table].create_index(c, if_not_exists=True)
+            self._migrate_v2(version)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _migrate_v2(self, version: int) -> None:
+        """run_hosts: one row per (run, host), so `history --host` is an index lookup, not a
+        json_each scan of every run; backfilled from runs.hosts. Plus the indexes the regression
+        check and `schedule list` query by."""
+        db = self.db
+        db["run_hosts"].create({"run_id": int, "host": str}, pk=("host", "run_id"),
+                               foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
+        db["run_hosts"].create_index(["run_id"], if_not_exists=True)
+        db["runs"].create_index(["playbook", "id"], if_not_exists=True)
+        db["runs"].create_index(["schedule", "id"], if_not_exists=True)
+        db["metrics"].create_index(["host", "name", "run_id"], if_not_exists=True)
+        db["steps"].create_index(["host", "skill", "run_id"], if_not_exists=True)
+        db["changes"].create_index(["host", "run_id"], if_not_exists=True)
+        db["schedule_fires"].create_index(["schedule", "fire_time"], if_not_exists=True)
+        if version < 2:
+            with self._tx():
+                db.execute("insert or ignore into run_hosts (run_id, host) "
+                           "select r.id, j.value from runs r, json_each(r.hosts) j "
+                           "where json_valid(r.hosts) and j.type = 'text'")
+
+    # -- liveness ------------------------------------------------------------------
+    def recover(self) -> list[int]:
+        """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
+        gone: list[int] = []
+        for row in self.db.query("select id, pid, hostname, proc_start from runs where status = 'running'"):
+            if not owner_alive(row["pid"], row["hostname"], row["proc_start"]):
+                gone.append(row["id"])
+        ts = now_iso()
+        with self._tx():
+            for rid in gone:
+                self.db.execute(
+                    "update runs set status = 'interrupted', finished_at = ?, "
+                    "error = coalesce(error, 'the process running it is gone') where id = ?", [ts, rid])
+                self.db.execute(
+                    "update steps set status = 'failed', finished_at = ?, "
+                    "summary = coalesce(nullif(summary, ''), 'interrupted: the process running it is gone') "
+                    "where run_id = ? and status = 'running'", [ts, rid])
+            for lock in list(self.db.query("select * from locks")):
+                if not owner_alive(lock["pid"], lock["hostname"], lock["proc_start"]):
+                    self.db.execute("delete from locks where host = ?", [lock["host"]])
+        return gone
+
+    # -- runs ------------------------------------------------------------------------
+    def create_run(self, *, playbook: str, hosts: list[str], inputs: dict, variables: dict,
+                   actor: str, origin: str, dry_run: bool = False, rerun_of: int | None = None,
+                   schedule: str | None = None, channel: str | None = None,
+                   thread_ts: str | None = None, source: str | None = None,
+                   status: str = "running") -> int:
+        with self._tx():
+            cur = self.db.execute(
+                "insert into runs (playbook, status, actor, origin, pid, hostname, proc_start, hosts, "
+                "inputs, vars, started_at, dry_run, rerun_of, schedule, channel, thread_ts, source, "
+                "cancel_requested) values (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
+                [playbook, status, actor, origin, os.getpid(), socket.gethostname(), _MY_START,
+                 _j(hosts), _j(inputs), _j(variables), now_iso(), int(dry_run), rerun_of,
+                 schedule, channel, thread_ts, source])
+            run_id = cur.lastrowid
+            for h in dict.fromkeys(hosts):
+                self.db.execute("insert or ignore into run_hosts (run_id, host) values (?, ?)", [run_id, h])
+            return run_id
+
+    def finish_run(self, run_id: int, status: str, *, exit_code: int, error: str | None = None,
+                   fingerprint: dict | None = None) -> None:
+        with self._tx():
+            self.db.execute(
+                "update runs set status = ?, finished_at = ?, exit_code = ?, error = ?, "
+                "fingerprint = coalesce(?, fingerprint) where id = ?",
+                [status, now_iso(), exit_code, error, _j(fingerprint) if fingerprint else None, run_id])
+
+    def set_run_thread(self, run_id: int, channel: str | None, thread_ts: str | None) -> None:
+        with self._tx():
+            self.db.execute("update runs set channel = ?, thread_ts = ? where id = ?", [channel, thread_ts, run_id])
+
+    def request_cancel(self, run_id: int) -> bool:
+        with self._tx():
+            cur = self.db.execute(
+                "update runs set cancel_requested = 1 where id = ? and status = 'running'", [run_id])
+            return cur.rowcount > 0
+
+    def cancel_requested(self, run_id: int) -> bool:
+        row = self.db.execute("select cancel_requested from runs where id = ?", [run_id]).fetchone()
+        return bool(row and row[0])
+
+    def get_run(self, run_id: int) -> dict | None:
+        rows = list(self.db.query("select * from runs where id = ?", [run_id]))
+        return _decode_run(rows[0]) if rows else None
+
+    def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
+                status: str | None = None, origin: str | None = None) -> list[dict]:
+        where, args = [], []
+        sql = "select * from runs"
+        if host:
+            # Walk run_hosts' primary key (host, run_id) newest first: no scan of other hosts' runs.
+            sql = "select runs.* from run_hosts rh join runs on runs.id = rh.run_id"
+            where.append("rh.host = ?")
+            args.append(host)
+        if playbook:
+            where.append("playbook = ?")
+            args.append(playbook)
+        if status:
+            where.append("status = ?")
+            args.append(status)
+        if origin:
+            where.append("origin = ?")
+            args.append(origin)
+        sql += (" where " + " and ".join(where) if where else "")
+        sql += " order by rh.run_id desc limit ?" if host else " order by id desc limit ?"
+        args.append(limit)
+        return [_decode_run(r) for r in self.db.query(sql, args)]
+
+    def running_runs(self) -> list[dict]:
+        return [_decode_run(r) for r in self.db.query("select * from runs where status = 'running' order by id")]
+
+    # -- steps -------------------------------------------------------------------------
+    def step_started(self, run_id: int, idx: int, host: str, name: str, skill: str,
+                     params: dict, section: str = "steps") -> int:
+        with self._tx():
+            cur = self.db.execute(
+                "insert into steps (run_id, idx, section, host, name, skill, status, summary, output, "
+                "params, attempts, started_at) values (?,?,?,?,?,?,'running','','',?,1,?)",
+                [run_id, idx, section, host, name, skill, _j(params), now_iso()])
+            return cur.lastrowid
+
+    def step_output(self, step_id: int, text: str) -> None:
+        """Append streamed output; keep the last OUTPUT_CAP characters."""
+        with self._tx():
+            self.db.execute(
+                "update steps set output = substr(coalesce(output, '') || ?, -?) where id = ?",
+                [text, OUTPUT_CAP, step_id])
+
+    def step_attempt(self, step_id: int, attempts: int) -> None:
+        with self._tx():
+            self.db.execute("update steps set attempts = ? where id = ?", [attempts, step_id])
+
+    def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
+                      duration_ms: int, attempts: int, data: dict | None = None,
+                      metrics: list | None = None, changes: list | None = None,
+                      warnings: list[str] | None = None, regressions: list | None = None,
+                      output: str | None = None) -> None:
+        with self._tx():
+            self.db.execute(
+                "update steps set status = ?, summary = ?, duration_ms = ?, attempts = ?, data = ?, "
+                "finished_at = ?, output = substr(coalesce(output, '') || ?, -?) where id = ?",
+                [status, summary, duration_ms, attempts, _j(data or {}), now_iso(),
+                 output or "", OUTPUT_CAP, step_id])
+            for m in metrics or []:
+                self.db.execute(
+                    "insert into metrics (run_id, step_id, host, name, value, unit, better) values (?,?,?,?,?,?,?)",
+                    [run_id, step_id, host, m.name, float(m.value), m.unit, m.better])
+            for c in changes or []:
+                self.db.execute(
+                    "insert into changes (run_id, step_id, host, path, before_sha256, after_sha256, diff, "
+                    "backup_path, created_at) values (?,?,?,?,?,?,?,?,?)",
+                    [run_id, step_id, host, c.path, c.before_sha256, c.after_sha256, c.diff,
+                     c.backup_path, now_iso()])
+            for w in warnings or []:
+                self.db.execute("insert into warnings (run_id, step_id, host, message) values (?,?,?,?)",
+                                [run_id, step_id, host, w])
+            for r in regressions or []:
+                self.add_regression(run_id, r, host=host, commit=False)
+
+    def add_regression(self, run_id: int, r: Any, *, host: str = "", commit: bool = True) -> None:
+        sql = ("insert into regressions (run_id, host, metric, value, reference, delta_pct, reason, kind) "
+               "values (?,?,?,?,?,?,?,?)")
+        args = [run_id, r.host or host, r.metric, r.value, r.reference, r.delta_pct, r.reason, r.kind]
+        if commit:
+            with self._tx():
+                self.db.execute(sql, args)
+        else:
+            self.db.execute(sql, args)
+
+    def add_warning(self, run_id: int, host: str, message: str) -> None:
+        with self._tx():
+            self.db.execute("insert into warnings (run_id, step_id, host, message) values (?,?,?,?)",
+                            [run_id, None, host, message])
+
+    def add_event(self, run_id: int, kind: str, message: str) -> None:
+        with self._tx():
+            self.db.execute("insert into events (run_id, at, kind, message) values (?,?,?,?)",
+                            [run_id, now_iso(), kind, message])
+
+    def steps(self, run_id: int) -> list[dict]:
+        return list(self.db.query("select * from steps where run_id = ? order by id", [run_id]))
+
+    def metrics(self, run_id: int) -> list[dict]:
+        return list(self.db.query("select * from metrics where run_id = ? order by id", [run_id]))
+
+    def changes(self, run_id: int) -> list[dict]:
+        return list(self.db.query("select * from changes where run_id = ? order by id", [run_id]))
+
+    def warnings(self, run_id: int) -> list[dict]:
+        return list(self.db.query("select * from warnings where run_id = ? order by id", [run_id]))
+
+    def regressions(self, run_id: int) -> list[dict]:
+        return list(self.db.query("select * from regressions where run_id = ? order by id", [run_id]))
+
+    def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict | None:
+        sql = "select * from changes where host = ? and path = ? and backup_path is not null"
+        args: list[Any] = [host, path]
+        if run_id is not None:
+            sql += " and run_id = ?"
+            args.append(run_id)
+        sql += " order by id desc limit 1"
+        rows = list(self.db.query(sql, args))
+        return rows[0] if rows else None
+
+    # -- approvals -----------------------------------------------------------------------
+    def approval_requested(self, run_id: int, step_idx: int, host: str, step: str, action: str,
+                           details: list[str]) -> int:
+        with self._tx():
+            cur = self.db.execute(
+                "insert into approvals (run_id, step_idx, host, step, action, details, status, requested_at) "
+                "values (?,?,?,?,?,?,'pending',?)", [run_id, step_idx, host, step, action, _j(details), now_iso()])
+            return cur.lastrowid
+
+    def approval_decided(self, approval_id: int, status: str, decided_by: str) -> bool:
+        """Record a decision once; a second decision on the same request is refused."""
+        with self._tx():
+            cur = self.db.execute(
+                "update approvals set status = ?, decided_by = ?, decided_at = ? "
+                "where id = ? and status = 'pending'", [status, decided_by, now_iso(), approval_id])
+            return cur.rowcount > 0
+
+    def get_approval(self, approval_id: int) -> dict | None:
+        rows = list(self.db.query("select * from approvals where id = ?", [approval_id]))
+        return rows[0] if rows else None
+
+    # -- locks ---------------------------------------------------------------------------
+    def acquire_hosts(self, run_id: int, hosts: list[str]) -> None:
+        """Lock every host for this run, all or none; a busy host raises HostBusy."""
+        conn = self.db.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for h in hosts:
+                row = conn.execute("select run_id, pid, hostname, proc_start, acquired_at from locks "
+                                   "where host = ?", [h]).fetchone()
+                if row and owner_alive(row[1], row[2], row[3]):
+                    conn.execute("ROLLBACK")
+                    raise HostBusy(f"host {h} is busy with run #{row[0]} since {row[4]} "
+                                   f"(wait for it or `eagle cancel`/`/eagle cancel {row[0]}`)")
+            for h in hosts:
+                conn.execute("insert or replace into locks (host, run_id, pid, hostname, proc_start, acquired_at) "
+                             "values (?,?,?,?,?,?)",
+                             [h, run_id, os.getpid(), socket.gethostname(), _MY_START, now_iso()])
+            conn.execute("COMMIT")
+        except HostBusy:
+            raise
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def release_hosts(self, run_id: int) -> None:
+        with self._tx():
+            self.db.execute("delete from locks where run_id = ?", [run_id])
+
+    def locks(self) -> list[dict]:
+        return list(self.db.query("select * from locks order by host"))
+
+    # -- baselines and history for regressions -----------------------------------------
+    def set_baseline(self, run_id: int, set_by: str) -> dict:
+        run = self.get_run(run_id)
+        if run is None:
+            raise KeyError(run_id)
+        out = []
+        with self._tx():
+            for h in run["hosts"]:
+                self.db.execute("insert or replace into baselines (playbook, host, run_id, set_by, set_at) "
+                                "values (?,?,?,?,?)", [run["playbook"], h, run_id, set_by, now_iso()])
+                out.append(h)
+        return {"playbook": run["playbook"], "hosts": out, "run_id": run_id}
+
+    def baseline(self, playbook: str, host: str) -> dict | None:
+        rows = list(self.db.query("select * from baselines where playbook = ? and host = ?", [playbook, host]))
+        return rows[0] if rows else None
+
+    def metric_history(self, playbook: str, host: str, metric: str, *, before_run: int | None = None,
+                       since_run: int | None = None, limit: int = 10) -> list[dict]:
+        """Values of one metric from successful runs of playbook+host, newest first."""
+        sql = ("select m.run_id, m.value, m.unit, m.better, r.started_at from metrics m "
+               "join runs r on r.id = m.run_id where r.playbook = ? and m.host = ? and m.name = ? "
+               "and r.status = 'succeeded' and r.dry_run = 0")
+        args: list[Any] = [playbook, host, metric]
+        if before_run is not None:
+            sql += " and m.run_id < ?"
+            args.append(before_run)
+        if since_run is not None:
+            sql += " and m.run_id >= ?"
+            args.append(since_run)
+        sql += " order by m.run_id desc limit ?"
+        args.append(limit)
+        return list(self.db.query(sql, args))
+
+    def set_fingerprint(self, run_id: int, fingerprint: dict) -> None:
+        with self._tx():
+            self.db.execute("update runs set fingerprint = ? where id = ?", [_j(fingerprint), run_id])
+
+    def previous_good_run(self, playbook: str, host: str, before_run: int) -> dict | None:
+        """The newest earlier run of playbook on host that succeeded without a flagged regression."""
+        rows = list(self.db.query(
+            "select r.* from run_hosts rh join runs r on r.id = rh.run_id "
+            "where rh.host = ? and rh.run_id < ? and r.playbook = ? and r.status = 'succeeded' "
+            "and r.dry_run = 0 and not exists (select 1 from regressions g where g.run_id = r.id "
+            "and g.kind = 'regression' and (g.host = ? or g.host = '')) "
+            "order by rh.run_id desc limit 1", [host, before_run, playbook, host]))
+        return _decode_run(rows[0]) if rows else None
+
+    def host_run_ids(self, host: str, *, after: int = 0, upto: int | None = None) -> list[int]:
+        sql = "select run_id from run_hosts where host = ? and run_id > ?"
+        args: list[Any] = [host, after]
+        if upto is not None:
+            sql += " and run_id <= ?"
+            args.append(upto)
+        return [r[0] for r in self.db.execute(sql + " order by run_id", args)]
+
+    def last_fingerprinted_run(self, host: str, upto: int) -> dict | None:
+        """The newest run <= upto on host whose fingerprint describes that host."""
+        for row in self.db.query(
+                "select r.id, r.fingerprint from run_hosts rh join runs r on r.id = rh.run_id "
+                "where rh.host = ? and rh.run_id <= ? and r.fingerprint is not null "
+                "order by rh.run_id desc limit 20", [host, upto]):
+            try:
+                fp = json.loads(row["fingerprint"])
+            except (TypeError, json.JSONDecodeError):
+                continue
+            if isinstance(fp, dict) and isinstance(fp.get(host), dict):
+                return {"run_id": row["id"], "state": fp[host]}
+        return None
+
+    def host_steps(self, host: str, after: int, upto: int) -> list[dict]:
+        """Finished steps of runs (after, upto] on host, oldest first (for fingerprints)."""
+        return list(self.db.query(
+            "select s.run_id, s.skill, s.status, s.params, s.data from steps s "
+            "join run_hosts rh on rh.run_id = s.run_id and rh.host = s.host "
+            "where rh.host = ? and rh.run_id > ? and rh.run_id <= ? and s.status in ('ok', 'changed') "
+            "and (s.skill in ('server.launch', 'config.patch') or s.data like '%package_versions%') "
+            "order by s.run_id, s.id", [host, after, upto]))
+
+    def last_step_data(self, host: str, skill: str, key: str) -> dict | None:
+        """Registered data of the newest step of `skill` on host that recorded `key`."""
+        for row in self.db.execute(
+                "select data from steps where host = ? and skill = ? and data like ? order by id desc limit 5",
+                [host, skill, f'%"{key}"%']):
+            try:
+                data = json.loads(row[0])
+            except (TypeError, json.JSONDecodeError):
+                continue
+            if isinstance(data, dict) and data.get(key):
+                return data
+        return None
+
+    def host_changes(self, host: str, after: int, upto: int) -> list[dict]:
+        return list(self.db.query(
+            "select * from changes where host = ? and run_id > ? and run_id <= ? order by run_id, id",
+            [host, after, upto]))
+
+    def key_metrics(self, run_ids: list[int], prefer: str = "output_throughput") -> dict[int, dict]:
+        """One metric per run (prefer `prefer`, else the first recorded), in one query."""
+        if not run_ids:
+            return {}
+        marks = ",".join("?" * len(run_ids))
+        out: dict[int, dict] = {}
+        for m in self.db.query(f"select * from metrics where run_id in ({marks}) order by run_id, id",
+                               list(run_ids)):
+            cur = out.get(m["run_id"])
+            if cur is None or (m["name"] == prefer and cur["name"] != prefer):
+                out[m["run_id"]] = m
+        return out
+
+    # -- schedules ---------------------------------------------------------------------
+    def last_schedule_run(self, schedule: str) -> dict | None:
+        rows = list(self.db.query("select * from runs where schedule = ? and origin = 'schedule' "
+                                  "order by id desc limit 1", [schedule]))
+        return _decode_run(rows[0]) if rows else None
+
+    def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:
+        with self._tx():
+            cur = self.db.execute(
+                "insert into schedule_fires (schedule, fire_time, run_id, status, recorded_at) values (?,?,?,?,?)",
+                [schedule, fire_time, run_id, status, now_iso()])
+            return cur.lastrowid
+
+    def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
+        with self._tx():
+            self.db.execute("update schedule_fires set status = ?, run_id = coalesce(?, run_id) where id = ?",
+                            [status, run_id, fire_id])
+
+    def last_fire(self, schedule: str) -> dict | None:
+        rows = list(self.db.query("select * from schedule_fires where schedule = ? "
+                                  "order by fire_time desc, id desc limit 1", [schedule]))
+        return rows[0] if rows else None
+
+    # -- retention -----------------------------------------------------------------------
+    def _run_children(self) -> list[str]:
+        """Every table with a foreign key to runs (other modules may add their own)."""
+        out = []
+        for t in self.db.table_names():
+            if t == "runs":
+                continue
+            if any(fk.other_table == "runs" for fk in self.db[t].foreign_keys):
+                out.append(t)
+        for t in ("events",):  # run_id without a declared foreign key
+            if t in self.db.table_names() and t not in out:
+                out.append(t)
+        return out
+
+    def prune(self, older_than: timedelta) -> int:
+        """Delete finished runs started before now - older_than, with their child rows.
+
+        Baseline runs are kept; so is the newest fire record of each schedule (misfire
+        detection reads it).
+        """
+        cutoff = (datetime.now(timezone.utc) - older_than).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        doomed = ("select id from runs where started_at < ? and status != 'running' "
+                  "and id not in (select run_id from baselines where run_id is not null)")
+        children = self._run_children()
+        with self._tx():
+            self.db.execute("create temp table if not exists _prune_ids (id integer primary key)")
+            self.db.execute("delete from _prune_ids")
+            self.db.execute(f"insert into _prune_ids (id) {doomed}", [cutoff])
+            n = self.db.execute("select count(*) from _prune_ids").fetchone()[0]
+            for t in children:
+                self.db.execute(f"delete from [{t}] where run_id in (select id from _prune_ids)")
+            self.db.execute("delete from runs where id in (select id from _prune_ids)")
+            self.db.execute(
+                "delete from schedule_fires where fire_time < ? and id not in "
+                "(select max(id) from schedule_fires group by schedule)", [cutoff])
+            self.db.execute("delete from _prune_ids")
+        return n
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+
+def _decode_run(row: dict) -> dict:
+    out = dict(row)
+    for k in ("hosts", "inputs", "vars", "fingerprint"):
+        if isinstance(out.get(k), str):
+            try:
+                out[k] = json.loads(out[k])
+            except json.JSONDecodeError:
+                pass
+    out.setdefault("hosts", [])
+    if out.get("hosts") is None:
+        out["hosts"] = []
+    return out
+
+
+class AsyncStore:
+    """Every Store call on one worker thread: SQLite never blocks the event loop."""
+
+    def __init__(self, store: Store):
+        self.sync = store
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle-store")
+
+    @classmethod
+    async def open(cls, path: str | Path) -> "AsyncStore":
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle-store")
+        loop = asyncio.get_running_loop()
+        store = await loop.run_in_executor(pool, Store, path)
+        self = cls.__new__(cls)
+        self.sync, self._pool = store, pool
+        return self
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: fn(*args, **kw))
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        fn = getattr(self.sync, name)
+        if not callable(fn):
+            return fn
+
+        async def wrapper(*args: Any, **kw: Any) -> Any:
+            return await self.call(fn, *args, **kw)
+
+        return wrapper
+
+    async def aclose(self) -> None:
+        await self.call(self.sync.close)
+        self._pool.shutdown(wait=False)

@@ -1,0 +1,33 @@
+"""One transport per configured host, built on first use and reused by every step."""
+from __future__ import annotations
+
+from eaglebot.config import Settings
+from eaglebot.errors import TransportError
+from eaglebot.transport.base import Transport
+from eaglebot.transport.local import LocalTransport
+from eaglebot.transport.ssh import SSHTransport
+
+
+class TransportPool:
+    """Builds and caches one transport per configured host."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._t: dict[str, Transport] = {}
+
+    def get(self, name: str) -> Transport:
+        if name not in self._t:
+            cfg = self.settings.hosts[name]
+            if cfg.transport == "local":
+                self._t[name] = LocalTransport(name)
+            else:
+                tunnel = self.get(cfg.jump) if cfg.jump else None
+                if tunnel is not None and not isinstance(tunnel, SSHTransport):
+                    raise TransportError(f"host {name}: jump host {cfg.jump} must be an ssh host")
+                self._t[name] = SSHTransport(name, cfg, tunnel=tunnel)
+        return self._t[name]
+
+    async def close(self) -> None:
+        for t in self._t.values():
+            await t.close()
+        self._t.clear()

@@ -1,0 +1,168 @@
+"""SSH hosts over asyncssh: the only module that imports it."""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from eaglebot.config import HostConfig
+from eaglebot.errors import TransportError
+from eaglebot.sdk import CommandResult, path_for_shell
+from eaglebot.transport.base import KILL_GRACE_S, LineSplitter, detach_script, session_wrapped
+
+
+class SSHTransport:
+    """One asyncssh connection per host, reused by every step; bounded channels."""
+
+    def __init__(self, name: str, cfg: HostConfig, *, tunnel: "SSHTransport | None" = None):
+        self.name, self.cfg, self.tunnel = name, cfg, tunnel
+        self._conn = None
+        self._lock = asyncio.Lock()
+        self._channels = asyncio.Semaphore(cfg.max_channels)
+
+    async def _connect(self):
+        import asyncssh
+
+        async with self._lock:
+            if self._conn is not None and not self._conn.is_closed():
+                return self._conn
+            cfg = self.cfg
+            known = os.path.expanduser(cfg.known_hosts or "~/.ssh/known_hosts")
+            kwargs = dict(
+                host=cfg.address, port=cfg.port, known_hosts=known,
+                connect_timeout=cfg.connect_timeout_s, login_timeout=cfg.connect_timeout_s,
+                keepalive_interval=15, keepalive_count_max=3,
+            )
+            if cfg.user:
+                kwargs["username"] = cfg.user
+            if cfg.key:
+                kwargs["client_keys"] = [os.path.expanduser(cfg.key)]
+            if self.tunnel is not None:
+                kwargs["tunnel"] = await self.tunnel._connect()
+            if not os.path.exists(known):
+                raise TransportError(
+                    f"host {self.name}: known_hosts file {known} does not exist; "
+                    f"pin the host key first (eagle doctor prints its fingerprint)")
+            try:
+                self._conn = await asyncssh.connect(**kwargs)
+            except asyncssh.HostKeyNotVerifiable as e:
+                raise TransportError(
+                    f"host {self.name}: host key of {cfg.address}:{cfg.port} is unknown or changed "
+                    f"({e.reason}); refusing to connect (check {known})") from None
+            except asyncssh.PermissionDenied:
+                raise TransportError(f"host {self.name}: SSH login as {cfg.user or 'the current user'} "
+                                     f"to {cfg.address}:{cfg.port} was refused (check the key)") from None
+            except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
+                reason = getattr(e, "strerror", None) or getattr(e, "reason", None) or str(e) or type(e).__name__
+                raise TransportError(f"host {self.name} is unreachable at {cfg.address}:{cfg.port}: {reason}") from None
+            return self._conn
+
+    async def connect(self) -> None:
+        await self._connect()
+
+    async def run(self, cmd, *, timeout=None, on_output=None, env=None, cwd=None, stdin=None) -> CommandResult:
+        import asyncssh
+
+        conn = await self._connect()
+        pgid: list[int] = []
+        out: list[str] = []
+        err: list[str] = []
+        so = LineSplitter("stdout", on_output, out)
+        se = LineSplitter("stderr", on_output, err, on_pgid=pgid.append)
+        t0 = time.monotonic()
+        async with self._channels:
+            try:
+                proc = await conn.create_process(session_wrapped(cmd, env, cwd), encoding="utf-8",
+                                                 errors="replace", stdin=asyncssh.DEVNULL if stdin is None else asyncssh.PIPE)
+            except (asyncssh.Error, OSError) as e:
+                self._conn = None
+                raise TransportError(f"host {self.name}: could not start a command: {e}") from None
+            if stdin is not None:
+                proc.stdin.write(stdin)
+                proc.stdin.write_eof()
+
+            async def pump(reader, splitter):
+                while chunk := await reader.read(65536):
+                    splitter.feed(chunk)
+                splitter.close()
+
+            pumps = asyncio.gather(pump(proc.stdout, so), pump(proc.stderr, se))
+            timed_out = False
+            try:
+                await asyncio.wait_for(asyncio.shield(pumps), timeout)
+                await proc.wait_closed()
+            except asyncio.TimeoutError:
+                timed_out = True
+                await self._kill_group(pgid)
+            except asyncio.CancelledError:
+                await asyncio.shield(self._kill_group(pgid))
+                proc.close()
+                raise
+            except (asyncssh.Error, OSError, ConnectionError) as e:
+                self._conn = None
+                raise TransportError(f"host {self.name}: connection lost during the command: {e}") from None
+            finally:
+                if timed_out:
+                    proc.close()
+                try:
+                    await asyncio.wait_for(pumps, 1.0)
+                except (asyncio.TimeoutError, asyncio.CancelledError, asyncssh.Error, ConnectionError):
+                    pumps.cancel()
+        if proc.exit_status is None and not timed_out and conn.is_closed():
+            self._conn = None
+            raise TransportError(f"host {self.name}: connection lost during the command")
+        return CommandResult(None if timed_out else proc.exit_status, "".join(out), "".join(err),
+                             timed_out=timed_out, duration_s=time.monotonic() - t0,
+                             signal=proc.exit_signal[0] if proc.exit_signal else None)
+
+    async def _kill_group(self, pgid: list[int]) -> None:
+        if not pgid:
+            return
+        g = pgid[0]
+        # dash's kill takes no `--`; a negative number is the process group. A server that
+        # did not make the command a group leader leaves no such group: signal the shell.
+        script = (f"kill -TERM -{g} 2>/dev/null || kill -TERM {g} 2>/dev/null; i=0; "
+                  f"while kill -0 -{g} 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; "
+                  f"kill -KILL -{g} 2>/dev/null; true")
+        try:
+            conn = await self._connect()
+            await asyncio.wait_for(conn.run(script, check=False), KILL_GRACE_S + 10)
+        except Exception:  # best effort: the caller reports the timeout either way
+            pass
+
+    async def read_file(self, path: str) -> bytes:
+        conn = await self._connect()
+        async with self._channels:
+            res = await conn.run(f"cat -- {path_for_shell(path)}", encoding=None, check=False)
+        if res.exit_status != 0:
+            msg = (res.stderr or b"").decode(errors="replace").strip()
+            raise FileNotFoundError(msg or f"cannot read {path} on {self.name}")
+        return res.stdout
+
+    async def write_file(self, path: str, data: bytes, mode: int | None = None) -> None:
+        conn = await self._connect()
+        p = path_for_shell(path)
+        mode_cmd = (f'chmod {mode:o} "$t"' if mode is not None else
+                    f'if [ -e {p} ]; then chmod "$(stat -L -c %a {p})" "$t"; fi')
+        script = (f't="$(dirname {p})/.$(basename {p}).eagle-tmp-$$"; '
+                  f'cat > "$t" && {mode_cmd} && mv -f -T "$t" {p} || {{ rm -f "$t"; exit 1; }}')
+        async with self._channels:
+            res = await conn.run(script, input=data, encoding=None, check=False)
+        if res.exit_status != 0:
+            msg = (res.stderr or b"").decode(errors="replace").strip()
+            raise OSError(f"cannot write {path} on {self.name}: {msg}")
+
+    async def spawn_detached(self, argv, *, log_path, pid_path, env=None, cwd=None) -> int:
+        res = await self.run(detach_script(argv, log_path, pid_path, env, cwd), timeout=30)
+        if not res.ok:
+            raise TransportError(f"could not start {argv[0]} on {self.name}: {res.stderr.strip() or res.exit_status}")
+        return int(res.stdout.split()[-1])
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            try:
+                await asyncio.wait_for(self._conn.wait_closed(), 2)
+            except asyncio.TimeoutError:
+                pass
+            self._conn = None

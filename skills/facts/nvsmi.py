@@ -1,0 +1,309 @@
+"""nvidia-smi and `fuser -v /dev/nvidia*`: pure parsers plus one runner that maps exit codes.
+
+Each parser takes the text a tool printed and returns plain data; they are tested
+byte for byte on real captured output (`shared/fixtures/nvidia-smi/`). `run_nvsmi` is
+the only function here that touches a host: it turns nvidia-smi's own exit codes
+(9 driver not loaded, 14 InfoROM corrupted, 15 GPU fallen off the bus, 127 not
+installed) into one clear sentence instead of a parse error.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from eaglebot.errors import StepFailed
+from eaglebot.sdk import SkillContext
+
+# The queries the GPU skills run (the simulator prints exactly these formats).
+QUERY_MEMORY = ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+QUERY_GPUS = ["--query-gpu=index,uuid,memory.used", "--format=csv,noheader,nounits"]
+QUERY_UUIDS = ["--query-gpu=index,uuid", "--format=csv,noheader"]
+QUERY_APPS = ["--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits"]
+NVSMI_TIMEOUT_S = 30.0
+
+
+class NvsmiError(StepFailed):
+    """nvidia-smi could not report: one sentence a person can act on."""
+
+
+class ParseError(ValueError):
+    pass
+
+
+# -- generic CSV ----------------------------------------------------------------------
+
+_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(MiB|GiB|KiB|%|W|MHz|C)$")
+
+
+def strip_unit(value: str) -> str:
+    """`'19592 MiB'` -> `'19592'`; values without a unit are returned unchanged."""
+    m = _UNIT.match(value.strip())
+    return m.group(1) if m else value.strip()
+
+
+def _mib(value: str) -> int:
+    v = value.strip()
+    m = _UNIT.match(v)
+    if m:
+        num, unit = float(m.group(1)), m.group(2)
+        if unit == "GiB":
+            num *= 1024
+        elif unit == "KiB":
+            num /= 1024
+        elif unit != "MiB":
+            raise ParseError(f"not a memory size: {value!r}")
+        return int(round(num))
+    try:
+        return int(float(v))
+    except ValueError:
+        raise ParseError(f"not a memory size: {value!r}") from None
+
+
+def split_csv(text: str) -> list[list[str]]:
+    """Rows of nvidia-smi's CSV (`a, b, c`); blank lines are dropped.
+
+    nvidia-smi never quotes fields, and the fields we query (indices, UUIDs, numbers,
+    process names) contain no ", " themselves, except a process name, which is
+    handled by the compute-apps parser.
+    """
+    return [[c.strip() for c in line.split(", ")] for line in text.splitlines() if line.strip()]
+
+
+def _header_name(col: str) -> str:
+    """`'memory.total [MiB]'` -> `'memory.total'`."""
+    return re.sub(r"\s*\[[^\]]*\]$", "", col.strip())
+
+
+def parse_query(text: str, fields: list[str] | None = None) -> list[dict[str, str]]:
+    """Parse a `--query-gpu=...` output, with or without header, with or without units.
+
+    With a header (`--format=csv`) the column names come from it and `fields` may be
+    omitted; without one, `fields` names the columns in the order queried. Values keep
+    their text with any unit removed (`'143771 MiB'` -> `'143771'`, `'108.32 W'` -> `'108.32'`).
+    """
+    rows = split_csv(text)
+    if not rows:
+        return []
+    if _looks_like_header(rows[0]):
+        header = [_header_name(c) for c in rows[0]]
+        rows = rows[1:]
+        if fields is None:
+            fields = header
+        elif header != list(fields):
+            raise ParseError(f"header {', '.join(header)!r} does not match the query {', '.join(fields)!r}")
+    elif fields is None:
+        raise ParseError("no header line and no field names given")
+    out = []
+    for r in rows:
+        if len(r) != len(fields):
+            raise ParseError(f"expected {len(fields)} columns, got {len(r)}: {', '.join(r)!r}")
+        out.append({f: strip_unit(v) for f, v in zip(fields, r)})
+    return out
+
+
+def _looks_like_header(row: list[str]) -> bool:
+    return bool(row) and _header_name(row[0]) in ("index", "uuid", "name", "pid", "pci.bus_id", "count")
+
+
+def parse_memory_used(text: str) -> dict[int, int]:
+    """`--query-gpu=index,memory.used` (units or `nounits`) -> {gpu index: MiB used}."""
+    out: dict[int, int] = {}
+    for row in parse_query(text, ["index", "memory.used"]):
+        out[_index(row["index"])] = _mib(row["memory.used"])
+    return out
+
+
+def parse_uuid_map(text: str) -> dict[str, int]:
+    """`--query-gpu=index,uuid` -> {uuid: index}."""
+    return {row["uuid"]: _index(row["index"]) for row in parse_query(text, ["index", "uuid"])}
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    index: int
+    uuid: str
+    used_mib: int
+
+
+def parse_gpus(text: str) -> list[GpuRow]:
+    """`--query-gpu=index,uuid,memory.used` -> one GpuRow per GPU, in nvidia-smi's order."""
+    return [GpuRow(_index(r["index"]), r["uuid"], _mib(r["memory.used"]))
+            for r in parse_query(text, ["index", "uuid", "memory.used"])]
+
+
+def _index(v: str) -> int:
+    try:
+        return int(v)
+    except ValueError:
+        raise ParseError(f"not a GPU index: {v!r}") from None
+
+
+# -- compute apps -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ComputeApp:
+    pid: int
+    process_name: str
+    used_mib: int | None       # None: nvidia-smi printed "[N/A]" (e.g. MIG, no permission)
+    gpu_uuid: str | None       # None when the query had no gpu_uuid column
+
+
+def parse_compute_apps(text: str) -> list[ComputeApp]:
+    """`--query-compute-apps=pid,process_name,used_memory[,gpu_uuid]` (noheader, units or not).
+
+    Empty output means no process. A process on two GPUs appears twice. The process
+    name is whatever sits between the first and the last numeric columns, so a name
+    containing ", " still parses.
+    """
+    apps: list[ComputeApp] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(", ")]
+        if parts[0] == "pid":       # a header line (--format=csv)
+            continue
+        uuid: str | None = None
+        if len(parts) >= 4 and parts[-1].startswith(("GPU-", "MIG-")):
+            uuid = parts.pop()
+        if len(parts) < 3:
+            raise ParseError(f"unexpected compute-apps line: {line!r}")
+        try:
+            pid = int(parts[0])
+        except ValueError:
+            raise ParseError(f"unexpected compute-apps line: {line!r}") from None
+        mem = parts[-1]
+        used = None if mem.startswith("[") else _mib(mem)
+        apps.append(ComputeApp(pid, ", ".join(parts[1:-1]), used, uuid))
+    return apps
+
+
+# -- fuser ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FuserEntry:
+    device: str
+    user: str
+    pid: int
+    access: str
+    command: str
+
+    @property
+    def gpu(self) -> int | None:
+        """GPU index for /dev/nvidiaN; None for nvidiactl, nvidia-uvm, ..."""
+        m = re.fullmatch(r"/dev/nvidia(\d+)", self.device)
+        return int(m.group(1)) if m else None
+
+
+_FUSER_LINE = re.compile(r"^(?:(?P<dev>\S.*?):)?\s+(?P<user>\S+)\s+(?P<pid>\d+)\s+(?P<access>[a-zA-Z.]{5,})\s+(?P<cmd>.*)$")
+
+
+def parse_fuser(text: str) -> list[FuserEntry]:
+    """`fuser -v /dev/nvidia* 2>&1` -> one entry per (device, pid).
+
+    fuser writes the PIDs to stdout and everything else to stderr, so the skill merges
+    the two streams (as the captured fixture shows). A line without a device name
+    continues the previous device. Header, `kernel` users and error lines are skipped.
+    """
+    out: list[FuserEntry] = []
+    device = ""
+    for line in text.splitlines():
+        if not line.strip() or line.split()[:2] == ["USER", "PID"]:
+            continue
+        m = _FUSER_LINE.match(line)
+        if not m:
+            dev = re.match(r"^(\S+):\s", line)
+            if dev:
+                device = dev.group(1)   # e.g. "/dev/nvidia0: root kernel mount ..."
+            continue
+        if m.group("dev"):
+            device = m.group("dev")
+        if not device:
+            continue
+        out.append(FuserEntry(device, m.group("user"), int(m.group("pid")), m.group("access"),
+                              m.group("cmd").strip()))
+    return out
+
+
+# -- selection ------------------------------------------------------------------------
+
+def parse_gpu_selection(value: int | str | list | None) -> list[int] | None:
+    """`[0, 1]`, `"0,1"`, `"0 1"`, `0` -> [0, 1] / [0]; None or "" or "all" -> None (all GPUs)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("gpus must be GPU indices, not a boolean")
+    if isinstance(value, int):
+        items: list = [value]
+    elif isinstance(value, str):
+        s = value.strip().strip("[]")
+        if s in ("", "all"):
+            return None
+        items = [x for x in re.split(r"[,\s]+", s) if x]
+    else:
+        items = list(value)
+    out: list[int] = []
+    for x in items:
+        try:
+            i = int(x)
+        except (TypeError, ValueError):
+            raise ValueError(f"GPU index {x!r} is not a number") from None
+        if i < 0:
+            raise ValueError(f"GPU index {i} is negative")
+        if i not in out:
+            out.append(i)
+    return out
+
+
+# -- running it -------------------------------------------------------------------------
+
+EXIT_MEANINGS = {
+    9: "the NVIDIA driver is not loaded (nvidia-smi exit 9)",
+    14: "a GPU's InfoROM is corrupted (nvidia-smi exit 14)",
+    15: "a GPU has fallen off the bus (nvidia-smi exit 15); the node needs attention",
+}
+
+
+def nvsmi_path(ctx: SkillContext) -> str:
+    return str(ctx.vars.get("nvidia_smi") or "nvidia-smi")
+
+
+def explain_exit(host: str, path: str, rc: int | None, stdout: str, stderr: str) -> str:
+    """One sentence for a failed nvidia-smi call (pure: tested without a host)."""
+    if rc in (126, 127):
+        return f"nvidia-smi not found on {host} ({path}); install the NVIDIA driver or set the host var nvidia_smi"
+    if rc in EXIT_MEANINGS:
+        return f"GPU check failed on {host}: {EXIT_MEANINGS[rc]}"
+    last = (stderr.strip() or stdout.strip()).splitlines()[-1:] or [""]
+    detail = f": {last[0][:200]}" if last[0] else ""
+    return f"nvidia-smi failed on {host} with exit status {rc}{detail}"
+
+
+async def run_nvsmi(ctx: SkillContext, args: list[str], timeout: float = NVSMI_TIMEOUT_S) -> str:
+    """Run nvidia-smi with `args` on the host; return stdout or raise NvsmiError."""
+    path = nvsmi_path(ctx)
+    res = await ctx.host.run(shlex.join([path, *args]), timeout=timeout)
+    if res.timed_out:
+        raise NvsmiError(f"nvidia-smi did not answer within {timeout:g}s on {ctx.host_name}; the driver may be hung")
+    if res.exit_status != 0:
+        raise NvsmiError(explain_exit(ctx.host_name, path, res.exit_status, res.stdout, res.stderr))
+    return res.stdout
+
+
+def parsed(what: str, host: str, fn, text: str):
+    """Apply a parser; unexpected output becomes one sentence, not a traceback."""
+    try:
+        return fn(text)
+    except ParseError as e:
+        raise NvsmiError(f"unexpected {what} output from nvidia-smi on {host}: {e}") from None
+
+
+async def run_fuser(ctx: SkillContext) -> tuple[list[FuserEntry], str]:
+    """`fuser -v /dev/nvidia*` merged into one stream; ([], reason) when it cannot tell."""
+    fuser = str(ctx.vars.get("fuser") or "fuser")
+    # The glob is ours (never user input); fuser prints PIDs on stdout, the rest on stderr.
+    cmd = f"LC_ALL=C {shlex.quote(fuser)} -v /dev/nvidia* 2>&1"
+    res = await ctx.host.run(cmd, timeout=NVSMI_TIMEOUT_S)
+    if res.exit_status in (126, 127):
+        return [], f"fuser is not installed on {ctx.host_name}"
+    return parse_fuser(res.stdout), ""

@@ -1,0 +1,135 @@
+"""Host probes shared by the SGLang server and benchmark skills.
+
+Each is "a command run through ctx.host + a pure parser" (parsers in sglang.py):
+pid and log file locations, who listens on a port, the members of a session, an
+HTTP GET made ON the host (the bot may not reach the server's port directly).
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from eaglebot.sdk import SkillContext
+
+from eaglebot.skills.facts import procs
+from eaglebot.skills.facts import sglang
+
+_q = procs._q
+
+
+def pid_path(ctx: SkillContext, port: int) -> str:
+    return f"{procs.state_dir(ctx)}/run/server-{port}.pid"
+
+
+def log_path(ctx: SkillContext, port: int) -> str:
+    return f"{procs.state_dir(ctx)}/logs/server-{port}-{ctx.run_id}.log"
+
+
+async def read_pid(ctx: SkillContext, port: int) -> int | None:
+    res = await ctx.host.run(f"cat {_q(pid_path(ctx, port))} 2>/dev/null; true", timeout=30)
+    tok = res.stdout.strip().split()
+    return int(tok[0]) if tok and tok[0].isdigit() else None
+
+
+async def remove_pid_file(ctx: SkillContext, port: int) -> None:
+    await ctx.host.run(f"rm -f {_q(pid_path(ctx, port))}", timeout=30)
+
+
+async def all_stats(ctx: SkillContext) -> list[dict]:
+    """/proc/PID/stat of every process on the host (pid, ppid, pgid, sid, state, start)."""
+    res = await ctx.host.run("cat /proc/[0-9]*/stat 2>/dev/null; true", timeout=60)
+    out = []
+    for line in res.stdout.splitlines():
+        try:
+            out.append(procs.parse_stat(line))
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+async def session_members(ctx: SkillContext, sid: int) -> list[int]:
+    """Live (non-zombie) processes of session `sid`, the leader first if alive."""
+    members = [s["pid"] for s in await all_stats(ctx) if s["sid"] == sid and s["state"] not in ("Z", "X")]
+    return sorted(members, key=lambda p: (p != sid, p))
+
+
+async def leader_alive(ctx: SkillContext, pid: int) -> bool:
+    """Is `pid` a live session leader (what spawn_detached starts), not a zombie or a reused PID?"""
+    res = await ctx.host.run(f"cat /proc/{int(pid)}/stat 2>/dev/null; true", timeout=30)
+    try:
+        st = procs.parse_stat(res.stdout)
+    except (ValueError, IndexError):
+        return False
+    return st["sid"] == pid and st["state"] not in ("Z", "X")
+
+
+@dataclass
+class Listeners:
+    pids: set[int]
+    unseen: bool   # a socket listens but no visible process owns it (another user's)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.pids) or self.unseen
+
+
+async def listeners(ctx: SkillContext, port: int) -> Listeners:
+    """Who LISTENs on TCP `port`: /proc/net/tcp{,6} inodes, then /proc/*/fd links to them."""
+    res = await ctx.host.run("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true", timeout=30)
+    inodes = sglang.parse_listening_inodes(res.stdout, port)
+    if not inodes:
+        return Listeners(set(), False)
+    # find's -lname takes a glob: the brackets of `socket:[INODE]` must be escaped.
+    patterns = ["socket:\\[" + i + "\\]" for i in sorted(inodes)]
+    expr = " -o ".join("-lname " + shlex.quote(p) for p in patterns)
+    res = await ctx.host.run(f"find /proc/[0-9]*/fd \\( {expr} \\) -print 2>/dev/null; true", timeout=60)
+    pids = sglang.parse_fd_socket_pids(res.stdout)
+    return Listeners(pids, not pids)
+
+
+def looks_like_sglang(p: procs.ProcInfo) -> bool:
+    """A pid-file leader that is still the server (not a PID reused by another program)."""
+    return "sglang" in p.cmdline or p.comm.startswith("sglang")
+
+
+def describe(p: procs.ProcInfo) -> str:
+    return f"pid {p.pid} ({p.user}) {p.cmdline[:160]}"
+
+
+async def stop_session(ctx: SkillContext, sid: int, grace_s: float) -> list[procs.KillReport]:
+    """TERM then KILL every live member of session `sid` (the server and its scheduler children)."""
+    members = await session_members(ctx, sid)
+    infos = await procs.proc_info(ctx, members)
+    return await procs.terminate(ctx, [infos[p] for p in members if p in infos], grace_s)
+
+
+# -- HTTP on the host ----------------------------------------------------------------
+
+_PY_GET = ("import sys,urllib.request as u,urllib.error as e\n"
+           "o=u.build_opener(u.ProxyHandler({}))\n"
+           "try:\n r=o.open(sys.argv[1],timeout=float(sys.argv[2]));b=r.read();c=r.status\n"
+           "except e.HTTPError as x:\n b=x.read();c=x.code\n"
+           "except Exception:\n b=b'';c=0\n"
+           "sys.stdout.write(b.decode('utf-8','replace')+'\\n'+str(c))\n")
+
+
+def http_get_script(python: str, url: str, timeout: float = 10.0, body: bool = True) -> str:
+    """Shell that prints the response body, a newline, then the status code (000/0: no answer)."""
+    q = shlex.quote
+    out = "" if body else "-o /dev/null "
+    curl = f"curl -s {out}--noproxy '*' --max-time {timeout:g} -w '\\n%{{http_code}}' {q(url)}"
+    py = f"{q(python)} -c {q(_PY_GET)} {q(url)} {timeout:g}"
+    return f"if command -v curl >/dev/null 2>&1; then {curl}; else {py}; fi"
+
+
+def parse_http(stdout: str) -> tuple[int, str]:
+    body, _, code = stdout.rpartition("\n")
+    code = code.strip()
+    return (int(code) if code.isdigit() else 0), body
+
+
+async def http_get(ctx: SkillContext, python: str, port: int, path: str,
+                   timeout: float = 10.0) -> tuple[int, str]:
+    res = await ctx.host.run(http_get_script(python, f"http://127.0.0.1:{port}{path}", timeout),
+                             timeout=timeout + 20)
+    return parse_http(res.stdout)

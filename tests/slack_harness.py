@@ -164,7 +164,7 @@ class SlackHarness:
 
     async def query(self, sql: str, args: list | None = None) -> list[dict]:
         """Read the audit store on its own thread (the test must not share the connection)."""
-        return await self.services.store.call(lambda: list(self.services.store.sync.db.query(sql, args or [])))
+        return await self.services.store.call(lambda s: list(s.db.query(sql, args or [])))
 
     async def close(self) -> None:
         await self.session.close()

@@ -218,8 +218,7 @@ class Engine:
         try:
             await _safe(observer.run_started(run_id, pb, prep.hosts, req))
             contexts = {h: self._context(pb, h, prep.inputs, run_id, req) for h in prep.hosts}
-            await self.store.call(self._save_vars, run_id, {h: self.redactor.obj(_jsonable(c))
-                                                           for h, c in contexts.items()})
+            await self.store.save_vars(run_id, {h: self.redactor.obj(_jsonable(c)) for h, c in contexts.items()})
             sem = asyncio.Semaphore(self.settings.max_parallel_hosts)
 
             async def one(host: str) -> None:
@@ -267,12 +266,6 @@ class Engine:
         await self.store.finish_run(run_id, outcome.status, exit_code=outcome.exit_code,
                                     error=self.redactor.text(outcome.error) if outcome.error else None)
         await self.store.release_hosts(run_id)
-
-    def _save_vars(self, run_id: int, variables: dict) -> None:
-        import json
-
-        self.store.sync.db.execute("update runs set vars = ? where id = ?",
-                                   [json.dumps(variables, default=str, sort_keys=True), run_id])
 
     async def _poll_cancel(self, run_id: int, cancel: asyncio.Event) -> None:
         """Cancellation may come from another process (`eagle cancel`, the bot): poll the DB."""

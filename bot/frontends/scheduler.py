@@ -435,8 +435,8 @@ class Scheduler:
             for h in hosts:
                 path = Path(d) / f"trend-{o.playbook}-{h}-{key}.png"
                 try:
-                    await self.store.call(plot_trend, self.store.sync, o.playbook, h, key, path,
-                                          cfg=self.settings.regression)
+                    await self.store.call(lambda s: plot_trend(s, o.playbook, h, key, path,
+                                                                  cfg=self.settings.regression))
                     await self.hooks.upload(channel, thread_ts, path,
                                             f"{o.playbook} on {h}: {key}, recent runs (run #{o.run_id})")
                 except Exception:

@@ -485,8 +485,7 @@ def attribute_fixed(store: Any, run_id: int, playbook: str, regressions: list[Re
         if r.host not in cache:
             cache[r.host] = _attribute(store, playbook, r.host, run_id, host_state(store, r.host, run_id))
         old, r.reason = r.reason, f"{r.reason}; {cache[r.host]}"
-        store.db.execute("update regressions set reason = ? where run_id = ? and host = ? and metric = ? "
-                         "and reason = ?", [r.reason, run_id, r.host, r.metric, old])
+        store.update_regression_reason(run_id, r.host, r.metric, old, r.reason)
 
 
 async def history_hook(engine: Any, outcome: Any, playbook: Any) -> list[Regression]:
@@ -496,11 +495,11 @@ async def history_hook(engine: Any, outcome: Any, playbook: Any) -> list[Regress
     store = engine.store
     failed = any(s.status == "failed" and not s.tolerated for s in outcome.steps)
     if failed or await store.cancel_requested(outcome.run_id):
-        await store.call(record_fingerprint, store.sync, outcome.run_id, list(outcome.hosts))
+        await store.call(lambda s: record_fingerprint(s, outcome.run_id, list(outcome.hosts)))
         return []
-    found, notes = await store.call(check_run, store.sync, outcome.run_id, outcome.playbook,
-                                    list(outcome.hosts), list(outcome.metrics), engine.settings.regression)
-    await store.call(attribute_fixed, store.sync, outcome.run_id, outcome.playbook, outcome.regressions)
+    found, notes = await store.call(lambda s: check_run(s, outcome.run_id, outcome.playbook, list(outcome.hosts),
+                                                        list(outcome.metrics), engine.settings.regression))
+    await store.call(lambda s: attribute_fixed(s, outcome.run_id, outcome.playbook, outcome.regressions))
     for n in notes:
         await store.add_event(outcome.run_id, "regression-check", n)
     return found

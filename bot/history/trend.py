@@ -56,7 +56,7 @@ def plot_trend(store_sync: Any, playbook: str, host: str, metric: str, out_path:
                                                      before_run=base["run_id"] + 1, limit=1)]
         if rows and rows[0]["run_id"] == base["run_id"]:
             base_point = {"run_id": base["run_id"], "value": rows[0]["value"]}
-    flagged = {(r["run_id"]) for r in _flags(store_sync, [p["run_id"] for p in points], host, metric)}
+    flagged = store_sync.flagged_runs(host, metric, [p["run_id"] for p in points])
 
     xs = list(range(len(points)))
     ys = [p["value"] for p in points]
@@ -89,15 +89,6 @@ def plot_trend(store_sync: Any, playbook: str, host: str, metric: str, out_path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png")
     return out
-
-
-def _flags(store_sync: Any, run_ids: list[int], host: str, metric: str) -> list[dict]:
-    if not run_ids:
-        return []
-    marks = ",".join("?" * len(run_ids))
-    return list(store_sync.db.query(
-        f"select run_id from regressions where kind = 'regression' and metric = ? and host = ? "
-        f"and run_id in ({marks})", [metric, host, *run_ids]))
 
 
 def default_out(playbook: str, host: str, metric: str) -> Path:

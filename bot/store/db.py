@@ -1,18 +1,16 @@
 """The SQLite audit store (sqlite-utils, WAL): the source of truth for every run.
 
-`Store` is synchronous (the CLI uses it directly); `AsyncStore` runs every call on one
-writer thread so the event loop never blocks on SQLite.
+`Store` is synchronous (the CLI uses it directly); `eaglebot.store.aio.AsyncStore` is the
+same methods on one writer thread, so the event loop never blocks on SQLite.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
 import sqlite3
 import time
 from contextlib import contextmanager
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -551,6 +549,50 @@ class Store:
                 out[m["run_id"]] = m
         return out
 
+    def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[dict]]:
+        """Every metric of each run, in the order recorded (one query; runs without metrics absent)."""
+        if not run_ids:
+            return {}
+        marks = ",".join("?" * len(run_ids))
+        out: dict[int, list[dict]] = {}
+        for m in self.db.query(f"select * from metrics where run_id in ({marks}) order by run_id, id",
+                               list(run_ids)):
+            out.setdefault(m["run_id"], []).append(m)
+        return out
+
+    def metric_value(self, run_id: int, name: str) -> float | None:
+        row = self.db.execute("select value from metrics where run_id = ? and name = ? order by id limit 1",
+                              [run_id, name]).fetchone()
+        return float(row[0]) if row else None
+
+    def last_run_id(self) -> int | None:
+        row = self.db.execute("select max(id) from runs").fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
+    def flagged_runs(self, host: str, metric: str, run_ids: list[int]) -> set[int]:
+        """Which of run_ids flagged a regression of metric on host."""
+        if not run_ids:
+            return set()
+        marks = ",".join("?" * len(run_ids))
+        return {r[0] for r in self.db.execute(
+            f"select run_id from regressions where kind = 'regression' and metric = ? and host = ? "
+            f"and run_id in ({marks})", [metric, host, *run_ids])}
+
+    def update_regression_reason(self, run_id: int, host: str, metric: str, old: str, new: str) -> None:
+        with self._tx():
+            self.db.execute("update regressions set reason = ? where run_id = ? and host = ? and metric = ? "
+                            "and reason = ?", [new, run_id, host, metric, old])
+
+    def save_vars(self, run_id: int, variables: dict) -> None:
+        """The resolved variables of each host of a run (redacted by the caller)."""
+        with self._tx():
+            self.db.execute("update runs set vars = ? where id = ?", [_j(variables), run_id])
+
+    def check_writable(self) -> None:
+        """Raise if the audit DB cannot take a write lock now (doctor)."""
+        self.db.conn.execute("BEGIN IMMEDIATE")
+        self.db.conn.execute("ROLLBACK")
+
     # -- schedules ---------------------------------------------------------------------
     def last_schedule_run(self, schedule: str) -> dict | None:
         rows = list(self.db.query("select * from runs where schedule = ? and origin = 'schedule' "
@@ -628,38 +670,3 @@ def _decode_run(row: dict) -> dict:
     if out.get("hosts") is None:
         out["hosts"] = []
     return out
-
-
-class AsyncStore:
-    """Every Store call on one worker thread: SQLite never blocks the event loop."""
-
-    def __init__(self, store: Store):
-        self.sync = store
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle-store")
-
-    @classmethod
-    async def open(cls, path: str | Path) -> "AsyncStore":
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle-store")
-        loop = asyncio.get_running_loop()
-        store = await loop.run_in_executor(pool, Store, path)
-        self = cls.__new__(cls)
-        self.sync, self._pool = store, pool
-        return self
-
-    async def call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: fn(*args, **kw))
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        fn = getattr(self.sync, name)
-        if not callable(fn):
-            return fn
-
-        async def wrapper(*args: Any, **kw: Any) -> Any:
-            return await self.call(fn, *args, **kw)
-
-        return wrapper
-
-    async def aclose(self) -> None:
-        await self.call(self.sync.close)
-        self._pool.shutdown(wait=False)

@@ -24,6 +24,7 @@ from eaglebot.errors import EagleError, UsageError
 from eaglebot.engine.playbook import RESERVED, Playbook, load_playbook, playbook_files
 from eaglebot.frontends.format import duration_s, fmt_time, fmt_value, history_text, show_text, since, table
 from eaglebot.engine.runner import Approver, Observer, RunOutcome, RunRequest
+from eaglebot.store import Store
 
 MAX_TEXT = 4000          # a slash command is at most 4000 characters in Slack too
 MAX_HISTORY = 50
@@ -400,9 +401,9 @@ async def _history(services, cmd: Command, caller) -> Reply:
             playbook = first
             host = names[1] if len(names) > 1 else None
 
-    def query():
-        runs = services.store.sync.history(playbook=playbook, host=host, limit=int(n))
-        return runs, _key_metrics(services.store.sync, [r["id"] for r in runs])
+    def query(s: Store) -> tuple[list[dict], dict[int, str]]:
+        runs = s.history(playbook=playbook, host=host, limit=int(n))
+        return runs, _key_metrics(s, [r["id"] for r in runs])
 
     runs, keys = await services.store.call(query)
     text = history_text(runs, keys)
@@ -431,8 +432,7 @@ def view_from_store(run: dict, steps: list[dict], metrics: list[dict], warnings:
 async def _show(services, cmd: Command, caller) -> Reply:
     rid = cmd.run_id
 
-    def load():
-        s = services.store.sync
+    def load(s: Store) -> tuple | None:
         run = s.get_run(rid)
         if run is None:
             return None
@@ -550,7 +550,7 @@ async def _logs(services, cmd: Command, caller) -> Reply:
 async def _schedule(services, cmd, caller) -> Reply:
     from eaglebot.frontends.scheduler import schedule_rows
 
-    rows = await services.store.call(schedule_rows, services.settings, services.store.sync)
+    rows = await services.store.call(lambda s: schedule_rows(services.settings, s))
     if not rows:
         text = "no schedules configured (add `schedules:` to eagle.yaml)"
     else:
@@ -566,7 +566,7 @@ async def _baseline(services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.history.regress import set_baseline
 
     rid = cmd.run_id
-    text = await services.store.call(set_baseline, services.store.sync, rid, caller.user)
+    text = await services.store.call(lambda s: set_baseline(s, rid, caller.user))
     await services.store.add_event(rid, "baseline_set", f"by {caller.user}")
     return Reply(text, [bk.section(":triangular_flag_on_post: " + bk.escape(text))], public=True, run_id=rid)
 
@@ -576,7 +576,7 @@ async def _trend(services, cmd: Command, caller) -> Reply:
 
     playbook, host, metric = cmd.args
     out = Path(tempfile.mkdtemp(prefix="eagle-trend-")) / f"{playbook}-{host}-{metric}.png".replace("/", "_")
-    path = await services.store.call(plot_trend, services.store.sync, playbook, host, metric, out, limit=30)
+    path = await services.store.call(lambda s: plot_trend(s, playbook, host, metric, out, limit=30))
     text = f"{metric} of {playbook} on {host} over recent runs: {path}"
     return Reply(text, [bk.section(bk.escape(text))], public=True, file=Path(path))
 

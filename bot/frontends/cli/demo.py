@@ -149,24 +149,23 @@ def _eagle(cfg: Path, *argv: str) -> int:
 
 
 def _last_metric(db: Path, run_id: int, name: str) -> float | None:
-    import sqlite3
+    from eaglebot.store import Store
 
-    con = sqlite3.connect(db)
+    store = Store(db)
     try:
-        row = con.execute("select value from metrics where run_id = ? and name = ?", (run_id, name)).fetchone()
+        return store.metric_value(run_id, name)
     finally:
-        con.close()
-    return float(row[0]) if row else None
+        store.close()
 
 
 def _last_run_id(db: Path) -> int:
-    import sqlite3
+    from eaglebot.store import Store
 
-    con = sqlite3.connect(db)
+    store = Store(db)
     try:
-        return int(con.execute("select max(id) from runs").fetchone()[0])
+        return store.last_run_id() or 0
     finally:
-        con.close()
+        store.close()
 
 
 def demo_main(workdir: str | os.PathLike | None = None, keep: bool = False) -> int:

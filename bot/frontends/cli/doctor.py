@@ -121,8 +121,7 @@ def check_db(settings: Settings) -> Check:
     try:
         store = Store(path)
         try:
-            store.db.conn.execute("BEGIN IMMEDIATE")
-            store.db.conn.execute("ROLLBACK")
+            store.check_writable()
         finally:
             store.close()
         return Check("audit db", True, f"{path} is writable")

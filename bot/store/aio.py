@@ -1,0 +1,216 @@
+"""The audit store's async face: every `Store` method, run on one writer thread.
+
+Each method is written out (no `__getattr__` forwarding) so a reader and mypy can follow a
+call from a front end to the SQL; `tests/test_store_async.py` checks that the two faces
+keep the same methods and signatures.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable, ParamSpec, TypeVar
+
+from eaglebot.store.db import Store
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class AsyncStore:
+    """Every Store call on one worker thread: SQLite never blocks the event loop."""
+
+    def __init__(self, store: Store, pool: ThreadPoolExecutor | None = None):
+        self.sync = store
+        self._pool = pool or ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle-store")
+
+    @classmethod
+    async def open(cls, path: str | Path) -> AsyncStore:
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle-store")
+        store = await asyncio.get_running_loop().run_in_executor(pool, Store, path)
+        return cls(store, pool)
+
+    async def _do(self, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kw))
+
+    async def call(self, fn: Callable[[Store], T]) -> T:
+        """Run `fn(store)` on the writer thread: several reads that belong together (the
+        history checks) without a thread hop for each."""
+        return await self._do(fn, self.sync)
+
+    async def recover(self) -> list[int]:
+        return await self._do(self.sync.recover)
+
+    async def create_run(self, *, playbook: str, hosts: list[str], inputs: dict, variables: dict,
+            actor: str, origin: str, dry_run: bool = False, rerun_of: int | None = None,
+            schedule: str | None = None, channel: str | None = None, thread_ts: str | None = None,
+            source: str | None = None, status: str = "running") -> int:
+        return await self._do(self.sync.create_run, playbook=playbook, hosts=hosts, inputs=inputs,
+            variables=variables, actor=actor, origin=origin, dry_run=dry_run, rerun_of=rerun_of,
+            schedule=schedule, channel=channel, thread_ts=thread_ts, source=source, status=status)
+
+    async def finish_run(self, run_id: int, status: str, *, exit_code: int, error: str | None = None,
+            fingerprint: dict | None = None) -> None:
+        return await self._do(self.sync.finish_run, run_id, status, exit_code=exit_code, error=error,
+            fingerprint=fingerprint)
+
+    async def set_run_thread(self, run_id: int, channel: str | None, thread_ts: str | None) -> None:
+        return await self._do(self.sync.set_run_thread, run_id, channel, thread_ts)
+
+    async def request_cancel(self, run_id: int) -> bool:
+        return await self._do(self.sync.request_cancel, run_id)
+
+    async def cancel_requested(self, run_id: int) -> bool:
+        return await self._do(self.sync.cancel_requested, run_id)
+
+    async def get_run(self, run_id: int) -> dict | None:
+        return await self._do(self.sync.get_run, run_id)
+
+    async def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
+            status: str | None = None, origin: str | None = None) -> list[dict]:
+        return await self._do(self.sync.history, playbook=playbook, host=host, limit=limit, status=status,
+            origin=origin)
+
+    async def running_runs(self) -> list[dict]:
+        return await self._do(self.sync.running_runs)
+
+    async def step_started(self, run_id: int, idx: int, host: str, name: str, skill: str, params: dict,
+            section: str = "steps") -> int:
+        return await self._do(self.sync.step_started, run_id, idx, host, name, skill, params, section)
+
+    async def step_output(self, step_id: int, text: str) -> None:
+        return await self._do(self.sync.step_output, step_id, text)
+
+    async def step_attempt(self, step_id: int, attempts: int) -> None:
+        return await self._do(self.sync.step_attempt, step_id, attempts)
+
+    async def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
+            duration_ms: int, attempts: int, data: dict | None = None, metrics: list | None = None,
+            changes: list | None = None, warnings: list[str] | None = None,
+            regressions: list | None = None, output: str | None = None) -> None:
+        return await self._do(self.sync.step_finished, step_id, run_id=run_id, host=host, status=status,
+            summary=summary, duration_ms=duration_ms, attempts=attempts, data=data, metrics=metrics,
+            changes=changes, warnings=warnings, regressions=regressions, output=output)
+
+    async def add_regression(self, run_id: int, r: Any, *, host: str = "", commit: bool = True) -> None:
+        return await self._do(self.sync.add_regression, run_id, r, host=host, commit=commit)
+
+    async def add_warning(self, run_id: int, host: str, message: str) -> None:
+        return await self._do(self.sync.add_warning, run_id, host, message)
+
+    async def add_event(self, run_id: int, kind: str, message: str) -> None:
+        return await self._do(self.sync.add_event, run_id, kind, message)
+
+    async def steps(self, run_id: int) -> list[dict]:
+        return await self._do(self.sync.steps, run_id)
+
+    async def metrics(self, run_id: int) -> list[dict]:
+        return await self._do(self.sync.metrics, run_id)
+
+    async def changes(self, run_id: int) -> list[dict]:
+        return await self._do(self.sync.changes, run_id)
+
+    async def warnings(self, run_id: int) -> list[dict]:
+        return await self._do(self.sync.warnings, run_id)
+
+    async def regressions(self, run_id: int) -> list[dict]:
+        return await self._do(self.sync.regressions, run_id)
+
+    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict | None:
+        return await self._do(self.sync.last_backup, host, path, run_id)
+
+    async def approval_requested(self, run_id: int, step_idx: int, host: str, step: str, action: str,
+            details: list[str]) -> int:
+        return await self._do(self.sync.approval_requested, run_id, step_idx, host, step, action, details)
+
+    async def approval_decided(self, approval_id: int, status: str, decided_by: str) -> bool:
+        return await self._do(self.sync.approval_decided, approval_id, status, decided_by)
+
+    async def get_approval(self, approval_id: int) -> dict | None:
+        return await self._do(self.sync.get_approval, approval_id)
+
+    async def acquire_hosts(self, run_id: int, hosts: list[str]) -> None:
+        return await self._do(self.sync.acquire_hosts, run_id, hosts)
+
+    async def release_hosts(self, run_id: int) -> None:
+        return await self._do(self.sync.release_hosts, run_id)
+
+    async def locks(self) -> list[dict]:
+        return await self._do(self.sync.locks)
+
+    async def set_baseline(self, run_id: int, set_by: str) -> dict:
+        return await self._do(self.sync.set_baseline, run_id, set_by)
+
+    async def baseline(self, playbook: str, host: str) -> dict | None:
+        return await self._do(self.sync.baseline, playbook, host)
+
+    async def metric_history(self, playbook: str, host: str, metric: str, *,
+            before_run: int | None = None, since_run: int | None = None, limit: int = 10) -> list[dict]:
+        return await self._do(self.sync.metric_history, playbook, host, metric, before_run=before_run,
+            since_run=since_run, limit=limit)
+
+    async def set_fingerprint(self, run_id: int, fingerprint: dict) -> None:
+        return await self._do(self.sync.set_fingerprint, run_id, fingerprint)
+
+    async def previous_good_run(self, playbook: str, host: str, before_run: int) -> dict | None:
+        return await self._do(self.sync.previous_good_run, playbook, host, before_run)
+
+    async def host_run_ids(self, host: str, *, after: int = 0, upto: int | None = None) -> list[int]:
+        return await self._do(self.sync.host_run_ids, host, after=after, upto=upto)
+
+    async def last_fingerprinted_run(self, host: str, upto: int) -> dict | None:
+        return await self._do(self.sync.last_fingerprinted_run, host, upto)
+
+    async def host_steps(self, host: str, after: int, upto: int) -> list[dict]:
+        return await self._do(self.sync.host_steps, host, after, upto)
+
+    async def last_step_data(self, host: str, skill: str, key: str) -> dict | None:
+        return await self._do(self.sync.last_step_data, host, skill, key)
+
+    async def host_changes(self, host: str, after: int, upto: int) -> list[dict]:
+        return await self._do(self.sync.host_changes, host, after, upto)
+
+    async def key_metrics(self, run_ids: list[int], prefer: str = "output_throughput") -> dict[int, dict]:
+        return await self._do(self.sync.key_metrics, run_ids, prefer)
+
+    async def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[dict]]:
+        return await self._do(self.sync.metrics_for_runs, run_ids)
+
+    async def metric_value(self, run_id: int, name: str) -> float | None:
+        return await self._do(self.sync.metric_value, run_id, name)
+
+    async def last_run_id(self) -> int | None:
+        return await self._do(self.sync.last_run_id)
+
+    async def flagged_runs(self, host: str, metric: str, run_ids: list[int]) -> set[int]:
+        return await self._do(self.sync.flagged_runs, host, metric, run_ids)
+
+    async def update_regression_reason(self, run_id: int, host: str, metric: str, old: str, new: str) -> None:
+        return await self._do(self.sync.update_regression_reason, run_id, host, metric, old, new)
+
+    async def save_vars(self, run_id: int, variables: dict) -> None:
+        return await self._do(self.sync.save_vars, run_id, variables)
+
+    async def check_writable(self) -> None:
+        return await self._do(self.sync.check_writable)
+
+    async def last_schedule_run(self, schedule: str) -> dict | None:
+        return await self._do(self.sync.last_schedule_run, schedule)
+
+    async def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:
+        return await self._do(self.sync.record_fire, schedule, fire_time, status, run_id)
+
+    async def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
+        return await self._do(self.sync.update_fire, fire_id, status, run_id)
+
+    async def last_fire(self, schedule: str) -> dict | None:
+        return await self._do(self.sync.last_fire, schedule)
+
+    async def prune(self, older_than: timedelta) -> int:
+        return await self._do(self.sync.prune, older_than)
+
+    async def aclose(self) -> None:
+        await self._do(self.sync.close)
+        self._pool.shutdown(wait=False)

@@ -5,6 +5,8 @@ model (`extra="forbid"`, every field described), a docstring with a YAML example
 `async def run(ctx, params) -> StepResult`. Skills talk to the host only through
 `ctx.host` (a `Host`) and never import a transport, asyncssh or slack; this module is all
 they import from eaglebot besides `eaglebot.errors` (the import-linter contract says so).
+A skill that changes nothing on the host may say `READ_ONLY = True`: a run whose steps are
+all read-only takes no host lock (server.logs works while a relaunch holds the host).
 """
 from __future__ import annotations
 
@@ -163,6 +165,9 @@ class AuditView(Protocol):
     """The slice of the audit store a skill may read."""
 
     async def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict | None: ...
+
+    async def last_step_data(self, host: str, skill: str, key: str) -> dict | None:
+        """Registered data of the newest step of `skill` on host that recorded `key`."""
 
 
 @dataclass

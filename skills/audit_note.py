@@ -13,6 +13,7 @@ from pydantic import Field
 from eaglebot.sdk import SkillContext, SkillParams, StepResult
 
 NAME = "audit.note"
+READ_ONLY = True  # writes only the audit trail, nothing on the host
 
 
 class Params(SkillParams):

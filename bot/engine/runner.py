@@ -13,7 +13,8 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol
+from types import ModuleType
+from typing import Any, Awaitable, Callable
 
 from pydantic import ValidationError
 
@@ -21,15 +22,15 @@ from eaglebot.engine import templating
 from eaglebot.config import Settings
 from eaglebot.errors import EagleError, HostBusy, StepFailed, TransportError, UsageError
 from eaglebot.engine.playbook import Playbook, Step, find_playbook, resolve_inputs
+from eaglebot.engine.output import OutputBuffer
 from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import get_skill
-from eaglebot.sdk import ApprovalRequest, Metric, Regression, SkillContext, StepResult
+from eaglebot.sdk import ApprovalRequest, Metric, Regression, SkillContext, SkillParams, StepResult
 from eaglebot.store import AsyncStore
 from eaglebot.transport import TransportPool
 
 log = logging.getLogger("eaglebot.engine")
 
-FLUSH_INTERVAL_S = 0.5
 CANCEL_POLL_S = 1.0
 
 
@@ -135,6 +136,58 @@ class Prepared:
     inputs: dict[str, Any]
 
 
+def takes_locks(pb: Playbook) -> bool:
+    """A run locks its hosts unless every step's skill declares `READ_ONLY = True` (it
+    changes nothing on the host, e.g. server.logs): reading a log must work while a
+    relaunch holds the host."""
+    return not all(getattr(get_skill(s.skill), "READ_ONLY", False) for s in [*pb.steps, *pb.always])
+
+
+@dataclass
+class RunState:
+    """What every step of one run shares: the request, who watches, who approves, the
+    run's cancellation and the outcome being built."""
+
+    run_id: int
+    req: RunRequest
+    playbook: Playbook
+    observer: Observer
+    approver: Approver | None
+    cancel: asyncio.Event
+    outcome: RunOutcome
+
+    def conclude(self) -> None:
+        """The run's status and exit code from its steps (DESIGN.md: 1 wins over 3)."""
+        o = self.outcome
+        failed = [s for s in o.steps if s.status == "failed" and not s.tolerated]
+        if self.cancel.is_set():
+            o.status, o.exit_code = "cancelled", 1
+        elif failed:
+            o.status, o.exit_code = "failed", 1
+            o.error = o.error or f"{failed[0].host}: {failed[0].name}: {failed[0].summary}"
+        else:
+            o.status = "succeeded"
+            o.exit_code = 3 if any(r.kind == "regression" for r in o.regressions) else 0
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A step whose `when` held and whose params rendered and validated."""
+
+    skill: ModuleType
+    params: SkillParams
+
+
+@dataclass(frozen=True)
+class StepSlot:
+    """Where a step runs: its host, its index in the run (`steps.idx`) and its section."""
+
+    host: str
+    idx: int
+    section: str
+    step: Step
+
+
 class Engine:
     def __init__(self, settings: Settings, store: AsyncStore, pool: TransportPool | None = None,
                  *, redactor: Redactor | None = None):
@@ -178,7 +231,7 @@ class Engine:
             await self.record_rejected(req, e)
             raise
         run_id = await self._create(req, prep)
-        if not req.dry_run:
+        if not req.dry_run and takes_locks(prep.playbook):
             try:
                 await self.store.acquire_hosts(run_id, prep.hosts)
             except HostBusy as e:
@@ -212,9 +265,11 @@ class Engine:
     async def _execute(self, run_id: int, req: RunRequest, prep: Prepared, observer: Observer,
                        approver: Approver | None) -> RunOutcome:
         pb = prep.playbook
-        cancel = self._cancel_events.setdefault(run_id, asyncio.Event())
-        outcome = RunOutcome(run_id, pb.name, prep.hosts, "running", 0, dry_run=req.dry_run)
-        poller = asyncio.create_task(self._poll_cancel(run_id, cancel))
+        run = RunState(run_id, req, pb, observer, approver,
+                       self._cancel_events.setdefault(run_id, asyncio.Event()),
+                       RunOutcome(run_id, pb.name, prep.hosts, "running", 0, dry_run=req.dry_run))
+        outcome = run.outcome
+        poller = asyncio.create_task(self._poll_cancel(run_id, run.cancel))
         try:
             await _safe(observer.run_started(run_id, pb, prep.hosts, req))
             contexts = {h: self._context(pb, h, prep.inputs, run_id, req) for h in prep.hosts}
@@ -223,36 +278,16 @@ class Engine:
 
             async def one(host: str) -> None:
                 async with sem:
-                    await self._run_host(run_id, host, pb, contexts[host], req, observer, approver,
-                                         cancel, outcome)
+                    await self._run_host(run, host, contexts[host])
 
             await asyncio.gather(*(one(h) for h in prep.hosts))
-            for hook in self.post_run_hooks:
-                try:
-                    extra = await hook(self, outcome, pb)
-                except Exception as e:
-                    log.exception("post-run hook failed")
-                    outcome.warnings.append(f"regression check failed: {e}")
-                    continue
-                for r in extra:
-                    outcome.regressions.append(r)
-                    await self.store.add_regression(run_id, r)
-            failed = any(s.status == "failed" and not s.tolerated for s in outcome.steps)
-            if cancel.is_set():
-                outcome.status, outcome.exit_code = "cancelled", 1
-            elif failed:
-                outcome.status, outcome.exit_code = "failed", 1
-            else:
-                outcome.status = "succeeded"
-                outcome.exit_code = 3 if any(r.kind == "regression" for r in outcome.regressions) else 0
-            if outcome.status == "failed" and outcome.error is None:
-                bad = next(s for s in outcome.steps if s.status == "failed" and not s.tolerated)
-                outcome.error = f"{bad.host}: {bad.name}: {bad.summary}"
+            await self._post_run(run)
+            run.conclude()
         except BaseException as e:
-            outcome.status, outcome.exit_code = ("cancelled", 1) if isinstance(e, asyncio.CancelledError) else ("failed", 1)
-            outcome.error = outcome.error or (f"internal error: {e}" if not isinstance(e, asyncio.CancelledError)
-                                              else "cancelled")
-            if not isinstance(e, asyncio.CancelledError):
+            cancelled = isinstance(e, asyncio.CancelledError)
+            outcome.status, outcome.exit_code = ("cancelled" if cancelled else "failed"), 1
+            outcome.error = outcome.error or ("cancelled" if cancelled else f"internal error: {e}")
+            if not cancelled:
                 log.exception("run %s crashed", run_id)
             raise
         finally:
@@ -261,6 +296,19 @@ class Engine:
             await asyncio.shield(self._finish(run_id, outcome))
             await _safe(observer.run_finished(outcome))
         return outcome
+
+    async def _post_run(self, run: RunState) -> None:
+        """Post-run hooks (the history check): their failure is a warning, never a failed run."""
+        for hook in self.post_run_hooks:
+            try:
+                extra = await hook(self, run.outcome, run.playbook)
+            except Exception as e:
+                log.exception("post-run hook failed")
+                run.outcome.warnings.append(f"regression check failed: {e}")
+                continue
+            for r in extra:
+                run.outcome.regressions.append(r)
+                await self.store.add_regression(run.run_id, r)
 
     async def _finish(self, run_id: int, outcome: RunOutcome) -> None:
         await self.store.finish_run(run_id, outcome.status, exit_code=outcome.exit_code,
@@ -305,46 +353,42 @@ class Engine:
                 break
         return flat
 
-    async def _run_host(self, run_id: int, host: str, pb: Playbook, ctx: dict, req: RunRequest,
-                        observer: Observer, approver: Approver | None, cancel: asyncio.Event,
-                        outcome: RunOutcome) -> None:
+    async def _run_host(self, run: RunState, host: str, ctx: dict[str, Any]) -> None:
         higher = set(ctx)  # registered results never shadow inputs or vars
         stop_reason: str | None = None
+        pb = run.playbook
         n = len(pb.steps)
         for section, steps, offset in (("steps", pb.steps, 0), ("always", pb.always, n)):
             for i, step in enumerate(steps):
-                idx = offset + i
-                if section == "steps" and (stop_reason or cancel.is_set()):
+                slot = StepSlot(host, offset + i, section, step)
+                if section == "steps" and (stop_reason or run.cancel.is_set()):
                     reason = stop_reason or "the run was cancelled"
-                    rec = await self._record_skipped(run_id, host, idx, section, step, f"not run: {reason}")
-                    outcome.steps.append(rec)
+                    run.outcome.steps.append(await self._record_skipped(run, slot, f"not run: {reason}"))
                     continue
-                rec, result = await self._run_step(run_id, host, idx, section, step, ctx, req, observer,
-                                                   approver, None if section == "always" else cancel, outcome)
-                outcome.steps.append(rec)
-                if step.register_:
-                    value = result.registered()
-                    if step.register_ not in higher:
-                        ctx[step.register_] = value
+                rec, result = await self._run_step(run, slot, ctx)
+                run.outcome.steps.append(rec)
+                if step.register_ and step.register_ not in higher:
+                    ctx[step.register_] = result.registered()
                 if rec.status == "failed":
                     if step.continue_on_error:
                         rec.tolerated = True
                         msg = f"{rec.name} failed (continue_on_error): {rec.summary}"
-                        outcome.warnings.append(f"{host}: {msg}")
-                        await self.store.add_warning(run_id, host, msg)
+                        run.outcome.warnings.append(f"{host}: {msg}")
+                        await self.store.add_warning(run.run_id, host, msg)
                     elif section == "steps" and not stop_reason:
-                        stop_reason = ("the run was cancelled" if cancel.is_set()
+                        stop_reason = ("the run was cancelled" if run.cancel.is_set()
                                        else f"step {rec.name!r} failed")
 
-    async def _record_skipped(self, run_id: int, host: str, idx: int, section: str, step: Step,
-                              summary: str, params: dict | None = None) -> StepRecord:
-        sid = await self.store.step_started(run_id, idx, host, step.label, step.skill,
-                                            self.redactor.obj(params or {}), section)
-        await self.store.step_finished(sid, run_id=run_id, host=host, status="skipped", summary=summary,
-                                       duration_ms=0, attempts=0)
-        return StepRecord(host, idx, section, step.label, step.skill, "skipped", summary, 0, 0, step_id=sid)
+    async def _record_skipped(self, run: RunState, slot: StepSlot, summary: str) -> StepRecord:
+        step = slot.step
+        sid = await self.store.step_started(run.run_id, slot.idx, slot.host, step.label, step.skill, {},
+                                            slot.section)
+        await self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="skipped",
+                                       summary=summary, duration_ms=0, attempts=0)
+        return StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, "skipped", summary, 0, 0,
+                          step_id=sid)
 
-    def _render(self, step: Step, ctx: dict) -> Any:
+    def _render(self, step: Step, ctx: dict[str, Any]) -> tuple[ModuleType, dict[str, Any]]:
         mod = get_skill(step.skill)
         fields = mod.Params.model_fields
         rendered = {}
@@ -354,99 +398,55 @@ class Engine:
             rendered[k] = templating.render_value(v, ctx, shell=shell)
         return mod, rendered
 
-    async def _run_step(self, run_id: int, host: str, idx: int, section: str, step: Step, ctx: dict,
-                        req: RunRequest, observer: Observer, approver: Approver | None,
-                        cancel: asyncio.Event | None, outcome: RunOutcome) -> tuple[StepRecord, StepResult]:
-        label = step.label
-        # when
+    async def _prepare_step(self, run: RunState, slot: StepSlot, ctx: dict[str, Any]
+                            ) -> Ready | tuple[StepRecord, StepResult]:
+        """`when`, then render and validate the params: the skill and its params, or the
+        record of a step that ends here (skipped by `when`, or failed before it started)."""
+        step = slot.step
         if step.when is not None:
             try:
                 go = bool(templating.evaluate(step.when, ctx))
             except templating.TemplateFailure as e:
-                return await self._failed_before_start(run_id, host, idx, section, step, str(e), observer)
+                return await self._failed_before_start(run, slot, str(e))
             if not go:
-                rec = await self._record_skipped(run_id, host, idx, section, step,
-                                                 f"skipped: when `{step.when}` is false")
-                await _safe(observer.step_finished(run_id, rec, StepResult.skipped(rec.summary)))
-                return rec, StepResult.skipped(rec.summary)
-        # render + validate
+                rec = await self._record_skipped(run, slot, f"skipped: when `{step.when}` is false")
+                res = StepResult.skipped(rec.summary)
+                await _safe(run.observer.step_finished(run.run_id, rec, res))
+                return rec, res
+        rendered: dict[str, Any] = {}
         try:
             mod, rendered = self._render(step, ctx)
-            params = mod.Params.model_validate(rendered)
+            return Ready(mod, mod.Params.model_validate(rendered))
         except templating.TemplateFailure as e:
-            return await self._failed_before_start(run_id, host, idx, section, step, str(e), observer)
+            return await self._failed_before_start(run, slot, str(e))
         except ValidationError as e:
             err = e.errors()[0]
             loc = ".".join(str(p) for p in err["loc"])
-            return await self._failed_before_start(
-                run_id, host, idx, section, step, f"invalid parameter {loc}: {err['msg']}", observer,
-                params=rendered)
+            return await self._failed_before_start(run, slot, f"invalid parameter {loc}: {err['msg']}",
+                                                   params=rendered)
 
-        sid = await self.store.step_started(run_id, idx, host, label, step.skill,
-                                            self.redactor.obj(params.model_dump(mode="json")), section)
-        rec = StepRecord(host, idx, section, label, step.skill, "running", step_id=sid)
-        await _safe(observer.step_started(run_id, rec))
+    async def _run_step(self, run: RunState, slot: StepSlot, ctx: dict[str, Any]
+                        ) -> tuple[StepRecord, StepResult]:
+        prepared = await self._prepare_step(run, slot, ctx)
+        if not isinstance(prepared, Ready):
+            return prepared
+        mod, params = prepared.skill, prepared.params
+        step, host, label = slot.step, slot.host, slot.step.label
+        sid = await self.store.step_started(run.run_id, slot.idx, host, label, step.skill,
+                                            self.redactor.obj(params.model_dump(mode="json")), slot.section)
+        rec = StepRecord(host, slot.idx, slot.section, label, step.skill, "running", step_id=sid)
+        await _safe(run.observer.step_started(run.run_id, rec))
 
-        buf: list[str] = []
-        tail: list[str] = []
+        async def write(text: str) -> None:
+            await self.store.step_output(sid, text)
 
-        def on_line(line: str) -> None:
-            line = self.redactor.text(line)
-            buf.append(line + "\n")
-            tail.append(line)
-            if len(tail) > 200:
-                del tail[:100]
-            try:
-                observer.step_output(run_id, rec, line)
-            except Exception:
-                log.exception("observer failed")
-
-        async def flusher() -> None:
-            while True:
-                await asyncio.sleep(FLUSH_INTERVAL_S)
-                await flush()
-
-        async def flush() -> None:
-            if buf:
-                text = "".join(buf)
-                buf.clear()
-                await self.store.step_output(sid, text)
-
-        async def approve(ar: ApprovalRequest) -> tuple[bool, str]:
-            return await self._approve(ar, req, approver)
-
+        out = OutputBuffer(self.redactor, write, lambda line: run.observer.step_output(run.run_id, rec, line))
         t0 = time.monotonic()
-        flush_task = asyncio.create_task(flusher())
-        attempts = 0
-        result: StepResult
-        cancelled_here = False
+        out.start()
         try:
-            while True:
-                attempts += 1
-                if attempts > 1:
-                    await self.store.step_attempt(sid, attempts)
-                sctx = SkillContext(
-                    host=self.pool.get(host), host_name=host, vars=ctx, run_id=run_id, step_idx=idx,
-                    step_name=label, dry_run=req.dry_run, confirm=step.confirm,
-                    state_dir=self.settings.state_dir, audit=_AuditView(self.store), _log=on_line,
-                    _approve=approve)
-                result, cancelled_here = await self._attempt(mod, sctx, params, step, cancel)
-                if sctx.plan:
-                    outcome.plan.extend(f"{host}: {label}: {p}" for p in sctx.plan)
-                if result.status != "failed" or cancelled_here or attempts > step.retries:
-                    break
-                on_line(f"attempt {attempts} failed: {result.summary}; retrying in {step.retry_delay_s:g}s")
-                if step.retry_delay_s:
-                    try:
-                        await asyncio.wait_for(cancel.wait() if cancel else asyncio.Event().wait(),
-                                               step.retry_delay_s)
-                        cancelled_here = True
-                        break
-                    except asyncio.TimeoutError:
-                        pass
+            result, attempts = await self._attempts(run, slot, ctx, mod, params, out, sid)
         finally:
-            flush_task.cancel()
-            await asyncio.shield(flush())
+            await out.close()
         duration_ms = int((time.monotonic() - t0) * 1000)
         result.summary = self.redactor.text(result.summary)
         result.output = self.redactor.text(result.output)
@@ -454,17 +454,50 @@ class Engine:
         for r in result.regressions:
             r.host = r.host or host
         await self.store.step_finished(
-            sid, run_id=run_id, host=host, status=result.status, summary=result.summary,
+            sid, run_id=run.run_id, host=host, status=result.status, summary=result.summary,
             duration_ms=duration_ms, attempts=attempts, data=self.redactor.obj(_jsonable(result.data)),
             metrics=result.metrics, changes=result.changes, warnings=result.warnings,
             regressions=result.regressions, output=("\n" + result.output) if result.output else None)
         rec.status, rec.summary, rec.duration_ms, rec.attempts = result.status, result.summary, duration_ms, attempts
-        rec.output_tail = "\n".join(tail[-30:]) if not result.output else result.output[-4000:]
-        outcome.metrics.extend((host, m) for m in result.metrics)
-        outcome.warnings.extend(f"{host}: {w}" for w in result.warnings)
-        outcome.regressions.extend(result.regressions)
-        await _safe(observer.step_finished(run_id, rec, result))
+        rec.output_tail = out.tail(30) if not result.output else result.output[-4000:]
+        run.outcome.metrics.extend((host, m) for m in result.metrics)
+        run.outcome.warnings.extend(f"{host}: {w}" for w in result.warnings)
+        run.outcome.regressions.extend(result.regressions)
+        await _safe(run.observer.step_finished(run.run_id, rec, result))
         return rec, result
+
+    async def _attempts(self, run: RunState, slot: StepSlot, ctx: dict[str, Any], mod: ModuleType,
+                        params: SkillParams, out: OutputBuffer, sid: int) -> tuple[StepResult, int]:
+        """The first attempt and each retry; `always` steps ignore the run's cancellation."""
+        step = slot.step
+        cancel = None if slot.section == "always" else run.cancel
+
+        async def approve(ar: ApprovalRequest) -> tuple[bool, str]:
+            return await self._approve(ar, run.req, run.approver)
+
+        attempts = 0
+        while True:
+            attempts += 1
+            if attempts > 1:
+                await self.store.step_attempt(sid, attempts)
+            sctx = SkillContext(
+                host=self.pool.get(slot.host), host_name=slot.host, vars=ctx, run_id=run.run_id,
+                step_idx=slot.idx, step_name=step.label, dry_run=run.req.dry_run, confirm=step.confirm,
+                state_dir=self.settings.state_dir, audit=_AuditView(self.store), _log=out.line,
+                _approve=approve)
+            result, cancelled_here = await self._attempt(mod, sctx, params, step, cancel)
+            if sctx.plan:
+                run.outcome.plan.extend(f"{slot.host}: {step.label}: {p}" for p in sctx.plan)
+            if result.status != "failed" or cancelled_here or attempts > step.retries:
+                return result, attempts
+            out.line(f"attempt {attempts} failed: {result.summary}; retrying in {step.retry_delay_s:g}s")
+            if step.retry_delay_s:
+                try:
+                    await asyncio.wait_for(cancel.wait() if cancel else asyncio.Event().wait(),
+                                           step.retry_delay_s)
+                    return result, attempts  # cancelled while waiting to retry
+                except asyncio.TimeoutError:
+                    pass
 
     async def _attempt(self, mod: Any, sctx: SkillContext, params: Any, step: Step,
                        cancel: asyncio.Event | None) -> tuple[StepResult, bool]:
@@ -505,17 +538,18 @@ class Engine:
             return StepResult.failed("cancelled"), True
         return StepResult.failed(f"timed out after {step.timeout_s:g}s; its processes were stopped"), False
 
-    async def _failed_before_start(self, run_id: int, host: str, idx: int, section: str, step: Step,
-                                   message: str, observer: Observer, params: dict | None = None
-                                   ) -> tuple[StepRecord, StepResult]:
-        sid = await self.store.step_started(run_id, idx, host, step.label, step.skill,
-                                            self.redactor.obj(_jsonable(params or {})), section)
+    async def _failed_before_start(self, run: RunState, slot: StepSlot, message: str,
+                                   params: dict[str, Any] | None = None) -> tuple[StepRecord, StepResult]:
+        step = slot.step
+        sid = await self.store.step_started(run.run_id, slot.idx, slot.host, step.label, step.skill,
+                                            self.redactor.obj(_jsonable(params or {})), slot.section)
         message = self.redactor.text(message)
-        await self.store.step_finished(sid, run_id=run_id, host=host, status="failed", summary=message,
+        await self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="failed", summary=message,
                                        duration_ms=0, attempts=0)
-        rec = StepRecord(host, idx, section, step.label, step.skill, "failed", message, 0, 0, step_id=sid)
+        rec = StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, "failed", message, 0, 0,
+                         step_id=sid)
         res = StepResult.failed(message)
-        await _safe(observer.step_finished(run_id, rec, res))
+        await _safe(run.observer.step_finished(run.run_id, rec, res))
         return rec, res
 
     async def _approve(self, ar: ApprovalRequest, req: RunRequest, approver: Approver | None) -> tuple[bool, str]:
@@ -542,6 +576,9 @@ class _AuditView:
 
     async def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict | None:
         return await self._store.last_backup(host, path, run_id)
+
+    async def last_step_data(self, host: str, skill: str, key: str) -> dict | None:
+        return await self._store.last_step_data(host, skill, key)
 
 
 def _jsonable(v: Any) -> Any:

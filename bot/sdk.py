@@ -164,9 +164,9 @@ class Approver(Protocol):
 class AuditView(Protocol):
     """The slice of the audit store a skill may read."""
 
-    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict | None: ...
+    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict[str, Any] | None: ...
 
-    async def last_step_data(self, host: str, skill: str, key: str) -> dict | None:
+    async def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
         """Registered data of the newest step of `skill` on host that recorded `key`."""
 
 

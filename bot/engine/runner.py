@@ -26,7 +26,7 @@ from eaglebot.engine.output import OutputBuffer
 from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import get_skill
 from eaglebot.sdk import ApprovalRequest, Metric, Regression, SkillContext, SkillParams, StepResult
-from eaglebot.store import AsyncStore
+from eaglebot.store import AsyncStore, Store
 from eaglebot.transport import TransportPool
 
 log = logging.getLogger("eaglebot.engine")
@@ -64,7 +64,7 @@ class StepRecord:
     step_id: int | None = None
     tolerated: bool = False  # failed under continue_on_error: a warning, not a failure
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "skill": self.skill, "host": self.host, "status": self.status,
                 "summary": self.summary, "duration_ms": self.duration_ms, "attempts": self.attempts}
 
@@ -84,7 +84,7 @@ class RunOutcome:
     dry_run: bool = False
     plan: list[str] = field(default_factory=list)
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "status": self.status,
@@ -220,7 +220,7 @@ class Engine:
         return run_id
 
     async def start(self, req: RunRequest, observer: Observer | None = None,
-                    approver: Approver | None = None) -> tuple[int, asyncio.Task]:
+                    approver: Approver | None = None) -> tuple[int, asyncio.Task[RunOutcome]]:
         """Create the run row and lock its hosts, then run it in a background task.
 
         Raises UsageError/HostBusy (after recording the rejection) when it cannot start.
@@ -325,10 +325,11 @@ class Engine:
             except Exception:
                 log.exception("cancel poll failed")
 
-    def _context(self, pb: Playbook, host: str, inputs: dict, run_id: int, req: RunRequest) -> dict:
+    def _context(self, pb: Playbook, host: str, inputs: dict[str, Any], run_id: int, req: RunRequest
+                 ) -> dict[str, Any]:
         """Flat variables for one host. Priority: user inputs > host vars > input defaults > vars."""
         hostvars = self.settings.hosts[host].vars
-        layers: list[dict] = [
+        layers: list[dict[str, Any]] = [
             {"host": host, "run_id": run_id, "playbook": pb.name, "dry_run": req.dry_run},
             dict(pb.vars),
             {k: s.default for k, s in pb.inputs.items() if s.default is not None},
@@ -574,10 +575,10 @@ class _AuditView:
     def __init__(self, store: AsyncStore):
         self._store = store
 
-    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict | None:
+    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict[str, Any] | None:
         return await self._store.last_backup(host, path, run_id)
 
-    async def last_step_data(self, host: str, skill: str, key: str) -> dict | None:
+    async def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
         return await self._store.last_step_data(host, skill, key)
 
 
@@ -593,7 +594,7 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
-def outcome_from_store(store, run_id: int) -> dict | None:
+def outcome_from_store(store: Store, run_id: int) -> dict[str, Any] | None:
     """`eagle show --json`: the same shape as `eagle run --json`, for a past run."""
     run = store.get_run(run_id)
     if run is None:

@@ -2,7 +2,7 @@
 
 Each method is written out (no `__getattr__` forwarding) so a reader and mypy can follow a
 call from a front end to the SQL; `tests/test_store_async.py` checks that the two faces
-keep the same methods and signatures.
+keep the same methods and signatures (`scripts/gen_store_aio.py` writes them).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, ParamSpec, TypeVar
 
-from eaglebot.store.db import Store
+from eaglebot.store.db import Row, Store
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -40,19 +40,21 @@ class AsyncStore:
         history checks) without a thread hop for each."""
         return await self._do(fn, self.sync)
 
+    # -- generated from Store: scripts/gen_store_aio.py --
     async def recover(self) -> list[int]:
+        """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
         return await self._do(self.sync.recover)
 
-    async def create_run(self, *, playbook: str, hosts: list[str], inputs: dict, variables: dict,
-            actor: str, origin: str, dry_run: bool = False, rerun_of: int | None = None,
-            schedule: str | None = None, channel: str | None = None, thread_ts: str | None = None,
-            source: str | None = None, status: str = "running") -> int:
+    async def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any],
+            variables: dict[str, Any], actor: str, origin: str, dry_run: bool = False,
+            rerun_of: int | None = None, schedule: str | None = None, channel: str | None = None,
+            thread_ts: str | None = None, source: str | None = None, status: str = "running") -> int:
         return await self._do(self.sync.create_run, playbook=playbook, hosts=hosts, inputs=inputs,
             variables=variables, actor=actor, origin=origin, dry_run=dry_run, rerun_of=rerun_of,
             schedule=schedule, channel=channel, thread_ts=thread_ts, source=source, status=status)
 
     async def finish_run(self, run_id: int, status: str, *, exit_code: int, error: str | None = None,
-            fingerprint: dict | None = None) -> None:
+            fingerprint: dict[str, Any] | None = None) -> None:
         return await self._do(self.sync.finish_run, run_id, status, exit_code=exit_code, error=error,
             fingerprint=fingerprint)
 
@@ -65,31 +67,33 @@ class AsyncStore:
     async def cancel_requested(self, run_id: int) -> bool:
         return await self._do(self.sync.cancel_requested, run_id)
 
-    async def get_run(self, run_id: int) -> dict | None:
+    async def get_run(self, run_id: int) -> Row | None:
         return await self._do(self.sync.get_run, run_id)
 
     async def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-            status: str | None = None, origin: str | None = None) -> list[dict]:
+            status: str | None = None, origin: str | None = None) -> list[Row]:
         return await self._do(self.sync.history, playbook=playbook, host=host, limit=limit, status=status,
             origin=origin)
 
-    async def running_runs(self) -> list[dict]:
+    async def running_runs(self) -> list[Row]:
         return await self._do(self.sync.running_runs)
 
-    async def step_started(self, run_id: int, idx: int, host: str, name: str, skill: str, params: dict,
-            section: str = "steps") -> int:
+    async def step_started(self, run_id: int, idx: int, host: str, name: str, skill: str,
+            params: dict[str, Any], section: str = "steps") -> int:
         return await self._do(self.sync.step_started, run_id, idx, host, name, skill, params, section)
 
     async def step_output(self, step_id: int, text: str) -> None:
+        """Append streamed output; keep the last OUTPUT_CAP characters."""
         return await self._do(self.sync.step_output, step_id, text)
 
     async def step_attempt(self, step_id: int, attempts: int) -> None:
         return await self._do(self.sync.step_attempt, step_id, attempts)
 
     async def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
-            duration_ms: int, attempts: int, data: dict | None = None, metrics: list | None = None,
-            changes: list | None = None, warnings: list[str] | None = None,
-            regressions: list | None = None, output: str | None = None) -> None:
+            duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
+            metrics: list[Any] | None = None, changes: list[Any] | None = None,
+            warnings: list[str] | None = None, regressions: list[Any] | None = None,
+            output: str | None = None) -> None:
         return await self._do(self.sync.step_finished, step_id, run_id=run_id, host=host, status=status,
             summary=summary, duration_ms=duration_ms, attempts=attempts, data=data, metrics=metrics,
             changes=changes, warnings=warnings, regressions=regressions, output=output)
@@ -103,22 +107,22 @@ class AsyncStore:
     async def add_event(self, run_id: int, kind: str, message: str) -> None:
         return await self._do(self.sync.add_event, run_id, kind, message)
 
-    async def steps(self, run_id: int) -> list[dict]:
+    async def steps(self, run_id: int) -> list[Row]:
         return await self._do(self.sync.steps, run_id)
 
-    async def metrics(self, run_id: int) -> list[dict]:
+    async def metrics(self, run_id: int) -> list[Row]:
         return await self._do(self.sync.metrics, run_id)
 
-    async def changes(self, run_id: int) -> list[dict]:
+    async def changes(self, run_id: int) -> list[Row]:
         return await self._do(self.sync.changes, run_id)
 
-    async def warnings(self, run_id: int) -> list[dict]:
+    async def warnings(self, run_id: int) -> list[Row]:
         return await self._do(self.sync.warnings, run_id)
 
-    async def regressions(self, run_id: int) -> list[dict]:
+    async def regressions(self, run_id: int) -> list[Row]:
         return await self._do(self.sync.regressions, run_id)
 
-    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict | None:
+    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> Row | None:
         return await self._do(self.sync.last_backup, host, path, run_id)
 
     async def approval_requested(self, run_id: int, step_idx: int, host: str, step: str, action: str,
@@ -126,56 +130,65 @@ class AsyncStore:
         return await self._do(self.sync.approval_requested, run_id, step_idx, host, step, action, details)
 
     async def approval_decided(self, approval_id: int, status: str, decided_by: str) -> bool:
+        """Record a decision once; a second decision on the same request is refused."""
         return await self._do(self.sync.approval_decided, approval_id, status, decided_by)
 
-    async def get_approval(self, approval_id: int) -> dict | None:
+    async def get_approval(self, approval_id: int) -> Row | None:
         return await self._do(self.sync.get_approval, approval_id)
 
     async def acquire_hosts(self, run_id: int, hosts: list[str]) -> None:
+        """Lock every host for this run, all or none; a busy host raises HostBusy."""
         return await self._do(self.sync.acquire_hosts, run_id, hosts)
 
     async def release_hosts(self, run_id: int) -> None:
         return await self._do(self.sync.release_hosts, run_id)
 
-    async def locks(self) -> list[dict]:
+    async def locks(self) -> list[Row]:
         return await self._do(self.sync.locks)
 
-    async def set_baseline(self, run_id: int, set_by: str) -> dict:
+    async def set_baseline(self, run_id: int, set_by: str) -> Row:
         return await self._do(self.sync.set_baseline, run_id, set_by)
 
-    async def baseline(self, playbook: str, host: str) -> dict | None:
+    async def baseline(self, playbook: str, host: str) -> Row | None:
         return await self._do(self.sync.baseline, playbook, host)
 
     async def metric_history(self, playbook: str, host: str, metric: str, *,
-            before_run: int | None = None, since_run: int | None = None, limit: int = 10) -> list[dict]:
+            before_run: int | None = None, since_run: int | None = None, limit: int = 10) -> list[Row]:
+        """Values of one metric from successful runs of playbook+host, newest first."""
         return await self._do(self.sync.metric_history, playbook, host, metric, before_run=before_run,
             since_run=since_run, limit=limit)
 
-    async def set_fingerprint(self, run_id: int, fingerprint: dict) -> None:
+    async def set_fingerprint(self, run_id: int, fingerprint: dict[str, Any]) -> None:
         return await self._do(self.sync.set_fingerprint, run_id, fingerprint)
 
-    async def previous_good_run(self, playbook: str, host: str, before_run: int) -> dict | None:
+    async def previous_good_run(self, playbook: str, host: str, before_run: int) -> Row | None:
+        """The newest earlier run of playbook on host that succeeded without a flagged regression."""
         return await self._do(self.sync.previous_good_run, playbook, host, before_run)
 
     async def host_run_ids(self, host: str, *, after: int = 0, upto: int | None = None) -> list[int]:
         return await self._do(self.sync.host_run_ids, host, after=after, upto=upto)
 
-    async def last_fingerprinted_run(self, host: str, upto: int) -> dict | None:
+    async def last_fingerprinted_run(self, host: str, upto: int) -> Row | None:
+        """The newest run <= upto on host whose fingerprint describes that host."""
         return await self._do(self.sync.last_fingerprinted_run, host, upto)
 
-    async def host_steps(self, host: str, after: int, upto: int) -> list[dict]:
+    async def host_steps(self, host: str, after: int, upto: int) -> list[Row]:
+        """Finished steps of runs (after, upto] on host, oldest first (for fingerprints)."""
         return await self._do(self.sync.host_steps, host, after, upto)
 
-    async def last_step_data(self, host: str, skill: str, key: str) -> dict | None:
+    async def last_step_data(self, host: str, skill: str, key: str) -> Row | None:
+        """Registered data of the newest step of `skill` on host that recorded `key`."""
         return await self._do(self.sync.last_step_data, host, skill, key)
 
-    async def host_changes(self, host: str, after: int, upto: int) -> list[dict]:
+    async def host_changes(self, host: str, after: int, upto: int) -> list[Row]:
         return await self._do(self.sync.host_changes, host, after, upto)
 
-    async def key_metrics(self, run_ids: list[int], prefer: str = "output_throughput") -> dict[int, dict]:
+    async def key_metrics(self, run_ids: list[int], prefer: str = "output_throughput") -> dict[int, Row]:
+        """One metric per run (prefer `prefer`, else the first recorded), in one query."""
         return await self._do(self.sync.key_metrics, run_ids, prefer)
 
-    async def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[dict]]:
+    async def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[Row]]:
+        """Every metric of each run, in the order recorded (one query; runs without metrics absent)."""
         return await self._do(self.sync.metrics_for_runs, run_ids)
 
     async def metric_value(self, run_id: int, name: str) -> float | None:
@@ -185,18 +198,21 @@ class AsyncStore:
         return await self._do(self.sync.last_run_id)
 
     async def flagged_runs(self, host: str, metric: str, run_ids: list[int]) -> set[int]:
+        """Which of run_ids flagged a regression of metric on host."""
         return await self._do(self.sync.flagged_runs, host, metric, run_ids)
 
     async def update_regression_reason(self, run_id: int, host: str, metric: str, old: str, new: str) -> None:
         return await self._do(self.sync.update_regression_reason, run_id, host, metric, old, new)
 
-    async def save_vars(self, run_id: int, variables: dict) -> None:
+    async def save_vars(self, run_id: int, variables: dict[str, Any]) -> None:
+        """The resolved variables of each host of a run (redacted by the caller)."""
         return await self._do(self.sync.save_vars, run_id, variables)
 
     async def check_writable(self) -> None:
+        """Raise if the audit DB cannot take a write lock now (doctor)."""
         return await self._do(self.sync.check_writable)
 
-    async def last_schedule_run(self, schedule: str) -> dict | None:
+    async def last_schedule_run(self, schedule: str) -> Row | None:
         return await self._do(self.sync.last_schedule_run, schedule)
 
     async def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:
@@ -205,11 +221,13 @@ class AsyncStore:
     async def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
         return await self._do(self.sync.update_fire, fire_id, status, run_id)
 
-    async def last_fire(self, schedule: str) -> dict | None:
+    async def last_fire(self, schedule: str) -> Row | None:
         return await self._do(self.sync.last_fire, schedule)
 
     async def prune(self, older_than: timedelta) -> int:
+        """Delete finished runs started before now - older_than, with their child rows."""
         return await self._do(self.sync.prune, older_than)
+    # -- end of generated methods --
 
     async def aclose(self) -> None:
         await self._do(self.sync.close)

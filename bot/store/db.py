@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Iterator
 
 import sqlite_utils
 
@@ -59,6 +59,14 @@ def owner_alive(pid: int | None, host: str | None, start: str | None) -> bool:
 _MY_START = proc_start_time(os.getpid())
 
 
+def _rowid(cur: sqlite3.Cursor) -> int:
+    assert cur.lastrowid is not None  # an INSERT into a rowid table always sets it
+    return cur.lastrowid
+
+
+Row = dict[str, Any]  # one row as sqlite-utils gives it: column name -> value
+
+
 def _j(v: Any) -> str:
     return json.dumps(v, default=str, sort_keys=True)
 
@@ -77,7 +85,7 @@ class Store:
         self.recover()
 
     @contextmanager
-    def _tx(self):
+    def _tx(self) -> Iterator[None]:
         conn = self.db.conn
         if conn.in_transaction:
             yield
@@ -106,7 +114,7 @@ class Store:
                 time.sleep(0.05)
 
     def _version(self) -> int:
-        return self.db.execute("PRAGMA user_version").fetchone()[0]
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
 
     def _migrate(self) -> None:
         if self._version() >= SCHEMA_VERSION:
@@ -117,7 +125,7 @@ class Store:
             if version >= SCHEMA_VERSION:
                 return
             db = self.db
-            db["runs"].create({
+            db.table("runs").create({
                 "id": int, "playbook": str, "status": str, "actor": str, "origin": str,
                 "pid": int, "hostname": str, "proc_start": str, "hosts": str, "inputs": str,
                 "vars": str, "started_at": str, "finished_at": str, "dry_run": int,
@@ -126,45 +134,45 @@ class Store:
                 "source": str,
             }, pk="id", if_not_exists=True, not_null={"playbook", "status"},
                 defaults={"cancel_requested": 0, "dry_run": 0})
-            db["steps"].create({
+            db.table("steps").create({
                 "id": int, "run_id": int, "idx": int, "section": str, "host": str, "name": str,
                 "skill": str, "status": str, "summary": str, "output": str, "params": str,
                 "data": str, "attempts": int, "duration_ms": int, "started_at": str,
                 "finished_at": str,
             }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
-            db["metrics"].create({
+            db.table("metrics").create({
                 "id": int, "run_id": int, "step_id": int, "host": str, "name": str,
                 "value": float, "unit": str, "better": str,
             }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
-            db["changes"].create({
+            db.table("changes").create({
                 "id": int, "run_id": int, "step_id": int, "host": str, "path": str,
                 "before_sha256": str, "after_sha256": str, "diff": str, "backup_path": str,
                 "created_at": str,
             }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
-            db["warnings"].create({
+            db.table("warnings").create({
                 "id": int, "run_id": int, "step_id": int, "host": str, "message": str,
             }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
-            db["regressions"].create({
+            db.table("regressions").create({
                 "id": int, "run_id": int, "host": str, "metric": str, "value": float,
                 "reference": float, "delta_pct": float, "reason": str, "kind": str,
             }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
-            db["approvals"].create({
+            db.table("approvals").create({
                 "id": int, "run_id": int, "step_idx": int, "host": str, "step": str,
                 "action": str, "details": str, "status": str, "decided_by": str,
                 "requested_at": str, "decided_at": str,
             }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
-            db["locks"].create({
+            db.table("locks").create({
                 "host": str, "run_id": int, "pid": int, "hostname": str, "proc_start": str,
                 "acquired_at": str,
             }, pk="host", if_not_exists=True)
-            db["baselines"].create({
+            db.table("baselines").create({
                 "playbook": str, "host": str, "run_id": int, "set_by": str, "set_at": str,
             }, pk=("playbook", "host"), if_not_exists=True)
-            db["schedule_fires"].create({
+            db.table("schedule_fires").create({
                 "id": int, "schedule": str, "fire_time": str, "run_id": int, "status": str,
                 "recorded_at": str,
             }, pk="id", if_not_exists=True)
-            db["events"].create({
+            db.table("events").create({
                 "id": int, "run_id": int, "at": str, "kind": str, "message": str,
             }, pk="id", if_not_exists=True)
             for table, cols in {
@@ -177,7 +185,7 @@ class Store:
                 "approvals": [["run_id"]],
             }.items():
                 for c in cols:
-                    db[table].create_index(c, if_not_exists=True)
+                    db.table(table).create_index(c, if_not_exists=True)
             self._migrate_v2(version)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -186,15 +194,15 @@ class Store:
         json_each scan of every run; backfilled from runs.hosts. Plus the indexes the regression
         check and `schedule list` query by."""
         db = self.db
-        db["run_hosts"].create({"run_id": int, "host": str}, pk=("host", "run_id"),
+        db.table("run_hosts").create({"run_id": int, "host": str}, pk=("host", "run_id"),
                                foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
-        db["run_hosts"].create_index(["run_id"], if_not_exists=True)
-        db["runs"].create_index(["playbook", "id"], if_not_exists=True)
-        db["runs"].create_index(["schedule", "id"], if_not_exists=True)
-        db["metrics"].create_index(["host", "name", "run_id"], if_not_exists=True)
-        db["steps"].create_index(["host", "skill", "run_id"], if_not_exists=True)
-        db["changes"].create_index(["host", "run_id"], if_not_exists=True)
-        db["schedule_fires"].create_index(["schedule", "fire_time"], if_not_exists=True)
+        db.table("run_hosts").create_index(["run_id"], if_not_exists=True)
+        db.table("runs").create_index(["playbook", "id"], if_not_exists=True)
+        db.table("runs").create_index(["schedule", "id"], if_not_exists=True)
+        db.table("metrics").create_index(["host", "name", "run_id"], if_not_exists=True)
+        db.table("steps").create_index(["host", "skill", "run_id"], if_not_exists=True)
+        db.table("changes").create_index(["host", "run_id"], if_not_exists=True)
+        db.table("schedule_fires").create_index(["schedule", "fire_time"], if_not_exists=True)
         if version < 2:
             with self._tx():
                 db.execute("insert or ignore into run_hosts (run_id, host) "
@@ -224,7 +232,7 @@ class Store:
         return gone
 
     # -- runs ------------------------------------------------------------------------
-    def create_run(self, *, playbook: str, hosts: list[str], inputs: dict, variables: dict,
+    def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any], variables: dict[str, Any],
                    actor: str, origin: str, dry_run: bool = False, rerun_of: int | None = None,
                    schedule: str | None = None, channel: str | None = None,
                    thread_ts: str | None = None, source: str | None = None,
@@ -237,13 +245,13 @@ class Store:
                 [playbook, status, actor, origin, os.getpid(), socket.gethostname(), _MY_START,
                  _j(hosts), _j(inputs), _j(variables), now_iso(), int(dry_run), rerun_of,
                  schedule, channel, thread_ts, source])
-            run_id = cur.lastrowid
+            run_id = _rowid(cur)
             for h in dict.fromkeys(hosts):
                 self.db.execute("insert or ignore into run_hosts (run_id, host) values (?, ?)", [run_id, h])
             return run_id
 
     def finish_run(self, run_id: int, status: str, *, exit_code: int, error: str | None = None,
-                   fingerprint: dict | None = None) -> None:
+                   fingerprint: dict[str, Any] | None = None) -> None:
         with self._tx():
             self.db.execute(
                 "update runs set status = ?, finished_at = ?, exit_code = ?, error = ?, "
@@ -264,13 +272,14 @@ class Store:
         row = self.db.execute("select cancel_requested from runs where id = ?", [run_id]).fetchone()
         return bool(row and row[0])
 
-    def get_run(self, run_id: int) -> dict | None:
+    def get_run(self, run_id: int) -> Row | None:
         rows = list(self.db.query("select * from runs where id = ?", [run_id]))
         return _decode_run(rows[0]) if rows else None
 
     def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-                status: str | None = None, origin: str | None = None) -> list[dict]:
-        where, args = [], []
+                status: str | None = None, origin: str | None = None) -> list[Row]:
+        where: list[str] = []
+        args: list[Any] = []
         sql = "select * from runs"
         if host:
             # Walk run_hosts' primary key (host, run_id) newest first: no scan of other hosts' runs.
@@ -291,18 +300,18 @@ class Store:
         args.append(limit)
         return [_decode_run(r) for r in self.db.query(sql, args)]
 
-    def running_runs(self) -> list[dict]:
+    def running_runs(self) -> list[Row]:
         return [_decode_run(r) for r in self.db.query("select * from runs where status = 'running' order by id")]
 
     # -- steps -------------------------------------------------------------------------
     def step_started(self, run_id: int, idx: int, host: str, name: str, skill: str,
-                     params: dict, section: str = "steps") -> int:
+                     params: dict[str, Any], section: str = "steps") -> int:
         with self._tx():
             cur = self.db.execute(
                 "insert into steps (run_id, idx, section, host, name, skill, status, summary, output, "
                 "params, attempts, started_at) values (?,?,?,?,?,?,'running','','',?,1,?)",
                 [run_id, idx, section, host, name, skill, _j(params), now_iso()])
-            return cur.lastrowid
+            return _rowid(cur)
 
     def step_output(self, step_id: int, text: str) -> None:
         """Append streamed output; keep the last OUTPUT_CAP characters."""
@@ -316,9 +325,9 @@ class Store:
             self.db.execute("update steps set attempts = ? where id = ?", [attempts, step_id])
 
     def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
-                      duration_ms: int, attempts: int, data: dict | None = None,
-                      metrics: list | None = None, changes: list | None = None,
-                      warnings: list[str] | None = None, regressions: list | None = None,
+                      duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
+                      metrics: list[Any] | None = None, changes: list[Any] | None = None,
+                      warnings: list[str] | None = None, regressions: list[Any] | None = None,
                       output: str | None = None) -> None:
         with self._tx():
             self.db.execute(
@@ -362,22 +371,22 @@ class Store:
             self.db.execute("insert into events (run_id, at, kind, message) values (?,?,?,?)",
                             [run_id, now_iso(), kind, message])
 
-    def steps(self, run_id: int) -> list[dict]:
+    def steps(self, run_id: int) -> list[Row]:
         return list(self.db.query("select * from steps where run_id = ? order by id", [run_id]))
 
-    def metrics(self, run_id: int) -> list[dict]:
+    def metrics(self, run_id: int) -> list[Row]:
         return list(self.db.query("select * from metrics where run_id = ? order by id", [run_id]))
 
-    def changes(self, run_id: int) -> list[dict]:
+    def changes(self, run_id: int) -> list[Row]:
         return list(self.db.query("select * from changes where run_id = ? order by id", [run_id]))
 
-    def warnings(self, run_id: int) -> list[dict]:
+    def warnings(self, run_id: int) -> list[Row]:
         return list(self.db.query("select * from warnings where run_id = ? order by id", [run_id]))
 
-    def regressions(self, run_id: int) -> list[dict]:
+    def regressions(self, run_id: int) -> list[Row]:
         return list(self.db.query("select * from regressions where run_id = ? order by id", [run_id]))
 
-    def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict | None:
+    def last_backup(self, host: str, path: str, run_id: int | None = None) -> Row | None:
         sql = "select * from changes where host = ? and path = ? and backup_path is not null"
         args: list[Any] = [host, path]
         if run_id is not None:
@@ -394,7 +403,7 @@ class Store:
             cur = self.db.execute(
                 "insert into approvals (run_id, step_idx, host, step, action, details, status, requested_at) "
                 "values (?,?,?,?,?,?,'pending',?)", [run_id, step_idx, host, step, action, _j(details), now_iso()])
-            return cur.lastrowid
+            return _rowid(cur)
 
     def approval_decided(self, approval_id: int, status: str, decided_by: str) -> bool:
         """Record a decision once; a second decision on the same request is refused."""
@@ -404,7 +413,7 @@ class Store:
                 "where id = ? and status = 'pending'", [status, decided_by, now_iso(), approval_id])
             return cur.rowcount > 0
 
-    def get_approval(self, approval_id: int) -> dict | None:
+    def get_approval(self, approval_id: int) -> Row | None:
         rows = list(self.db.query("select * from approvals where id = ?", [approval_id]))
         return rows[0] if rows else None
 
@@ -436,11 +445,11 @@ class Store:
         with self._tx():
             self.db.execute("delete from locks where run_id = ?", [run_id])
 
-    def locks(self) -> list[dict]:
+    def locks(self) -> list[Row]:
         return list(self.db.query("select * from locks order by host"))
 
     # -- baselines and history for regressions -----------------------------------------
-    def set_baseline(self, run_id: int, set_by: str) -> dict:
+    def set_baseline(self, run_id: int, set_by: str) -> Row:
         run = self.get_run(run_id)
         if run is None:
             raise KeyError(run_id)
@@ -452,12 +461,12 @@ class Store:
                 out.append(h)
         return {"playbook": run["playbook"], "hosts": out, "run_id": run_id}
 
-    def baseline(self, playbook: str, host: str) -> dict | None:
+    def baseline(self, playbook: str, host: str) -> Row | None:
         rows = list(self.db.query("select * from baselines where playbook = ? and host = ?", [playbook, host]))
         return rows[0] if rows else None
 
     def metric_history(self, playbook: str, host: str, metric: str, *, before_run: int | None = None,
-                       since_run: int | None = None, limit: int = 10) -> list[dict]:
+                       since_run: int | None = None, limit: int = 10) -> list[Row]:
         """Values of one metric from successful runs of playbook+host, newest first."""
         sql = ("select m.run_id, m.value, m.unit, m.better, r.started_at from metrics m "
                "join runs r on r.id = m.run_id where r.playbook = ? and m.host = ? and m.name = ? "
@@ -473,11 +482,11 @@ class Store:
         args.append(limit)
         return list(self.db.query(sql, args))
 
-    def set_fingerprint(self, run_id: int, fingerprint: dict) -> None:
+    def set_fingerprint(self, run_id: int, fingerprint: dict[str, Any]) -> None:
         with self._tx():
             self.db.execute("update runs set fingerprint = ? where id = ?", [_j(fingerprint), run_id])
 
-    def previous_good_run(self, playbook: str, host: str, before_run: int) -> dict | None:
+    def previous_good_run(self, playbook: str, host: str, before_run: int) -> Row | None:
         """The newest earlier run of playbook on host that succeeded without a flagged regression."""
         rows = list(self.db.query(
             "select r.* from run_hosts rh join runs r on r.id = rh.run_id "
@@ -495,7 +504,7 @@ class Store:
             args.append(upto)
         return [r[0] for r in self.db.execute(sql + " order by run_id", args)]
 
-    def last_fingerprinted_run(self, host: str, upto: int) -> dict | None:
+    def last_fingerprinted_run(self, host: str, upto: int) -> Row | None:
         """The newest run <= upto on host whose fingerprint describes that host."""
         for row in self.db.query(
                 "select r.id, r.fingerprint from run_hosts rh join runs r on r.id = rh.run_id "
@@ -509,7 +518,7 @@ class Store:
                 return {"run_id": row["id"], "state": fp[host]}
         return None
 
-    def host_steps(self, host: str, after: int, upto: int) -> list[dict]:
+    def host_steps(self, host: str, after: int, upto: int) -> list[Row]:
         """Finished steps of runs (after, upto] on host, oldest first (for fingerprints)."""
         return list(self.db.query(
             "select s.run_id, s.skill, s.status, s.params, s.data from steps s "
@@ -518,7 +527,7 @@ class Store:
             "and (s.skill in ('server.launch', 'config.patch') or s.data like '%package_versions%') "
             "order by s.run_id, s.id", [host, after, upto]))
 
-    def last_step_data(self, host: str, skill: str, key: str) -> dict | None:
+    def last_step_data(self, host: str, skill: str, key: str) -> Row | None:
         """Registered data of the newest step of `skill` on host that recorded `key`."""
         for row in self.db.execute(
                 "select data from steps where host = ? and skill = ? and data like ? order by id desc limit 5",
@@ -531,17 +540,17 @@ class Store:
                 return data
         return None
 
-    def host_changes(self, host: str, after: int, upto: int) -> list[dict]:
+    def host_changes(self, host: str, after: int, upto: int) -> list[Row]:
         return list(self.db.query(
             "select * from changes where host = ? and run_id > ? and run_id <= ? order by run_id, id",
             [host, after, upto]))
 
-    def key_metrics(self, run_ids: list[int], prefer: str = "output_throughput") -> dict[int, dict]:
+    def key_metrics(self, run_ids: list[int], prefer: str = "output_throughput") -> dict[int, Row]:
         """One metric per run (prefer `prefer`, else the first recorded), in one query."""
         if not run_ids:
             return {}
         marks = ",".join("?" * len(run_ids))
-        out: dict[int, dict] = {}
+        out: dict[int, Row] = {}
         for m in self.db.query(f"select * from metrics where run_id in ({marks}) order by run_id, id",
                                list(run_ids)):
             cur = out.get(m["run_id"])
@@ -549,12 +558,12 @@ class Store:
                 out[m["run_id"]] = m
         return out
 
-    def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[dict]]:
+    def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[Row]]:
         """Every metric of each run, in the order recorded (one query; runs without metrics absent)."""
         if not run_ids:
             return {}
         marks = ",".join("?" * len(run_ids))
-        out: dict[int, list[dict]] = {}
+        out: dict[int, list[Row]] = {}
         for m in self.db.query(f"select * from metrics where run_id in ({marks}) order by run_id, id",
                                list(run_ids)):
             out.setdefault(m["run_id"], []).append(m)
@@ -583,7 +592,7 @@ class Store:
             self.db.execute("update regressions set reason = ? where run_id = ? and host = ? and metric = ? "
                             "and reason = ?", [new, run_id, host, metric, old])
 
-    def save_vars(self, run_id: int, variables: dict) -> None:
+    def save_vars(self, run_id: int, variables: dict[str, Any]) -> None:
         """The resolved variables of each host of a run (redacted by the caller)."""
         with self._tx():
             self.db.execute("update runs set vars = ? where id = ?", [_j(variables), run_id])
@@ -594,7 +603,7 @@ class Store:
         self.db.conn.execute("ROLLBACK")
 
     # -- schedules ---------------------------------------------------------------------
-    def last_schedule_run(self, schedule: str) -> dict | None:
+    def last_schedule_run(self, schedule: str) -> Row | None:
         rows = list(self.db.query("select * from runs where schedule = ? and origin = 'schedule' "
                                   "order by id desc limit 1", [schedule]))
         return _decode_run(rows[0]) if rows else None
@@ -604,14 +613,14 @@ class Store:
             cur = self.db.execute(
                 "insert into schedule_fires (schedule, fire_time, run_id, status, recorded_at) values (?,?,?,?,?)",
                 [schedule, fire_time, run_id, status, now_iso()])
-            return cur.lastrowid
+            return _rowid(cur)
 
     def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
         with self._tx():
             self.db.execute("update schedule_fires set status = ?, run_id = coalesce(?, run_id) where id = ?",
                             [status, run_id, fire_id])
 
-    def last_fire(self, schedule: str) -> dict | None:
+    def last_fire(self, schedule: str) -> Row | None:
         rows = list(self.db.query("select * from schedule_fires where schedule = ? "
                                   "order by fire_time desc, id desc limit 1", [schedule]))
         return rows[0] if rows else None
@@ -623,7 +632,7 @@ class Store:
         for t in self.db.table_names():
             if t == "runs":
                 continue
-            if any(fk.other_table == "runs" for fk in self.db[t].foreign_keys):
+            if any(fk.other_table == "runs" for fk in self.db.table(t).foreign_keys):
                 out.append(t)
         for t in ("events",):  # run_id without a declared foreign key
             if t in self.db.table_names() and t not in out:
@@ -644,7 +653,7 @@ class Store:
             self.db.execute("create temp table if not exists _prune_ids (id integer primary key)")
             self.db.execute("delete from _prune_ids")
             self.db.execute(f"insert into _prune_ids (id) {doomed}", [cutoff])
-            n = self.db.execute("select count(*) from _prune_ids").fetchone()[0]
+            n = int(self.db.execute("select count(*) from _prune_ids").fetchone()[0])
             for t in children:
                 self.db.execute(f"delete from [{t}] where run_id in (select id from _prune_ids)")
             self.db.execute("delete from runs where id in (select id from _prune_ids)")
@@ -658,7 +667,7 @@ class Store:
         self.db.conn.close()
 
 
-def _decode_run(row: dict) -> dict:
+def _decode_run(row: dict[str, Any]) -> Row:
     out = dict(row)
     for k in ("hosts", "inputs", "vars", "fingerprint"):
         if isinstance(out.get(k), str):

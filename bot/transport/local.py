@@ -5,10 +5,11 @@ import asyncio
 import os
 import signal
 import time
+from typing import Sequence
 
 
 from eaglebot.errors import TransportError
-from eaglebot.sdk import CommandResult
+from eaglebot.sdk import CommandResult, OutputCallback
 from eaglebot.transport.base import KILL_GRACE_S, LineSplitter, command_line, detach_script
 
 
@@ -18,7 +19,9 @@ class LocalTransport:
     def __init__(self, name: str = "local"):
         self.name = name
 
-    async def run(self, cmd, *, timeout=None, on_output=None, env=None, cwd=None, stdin=None) -> CommandResult:
+    async def run(self, cmd: str | Sequence[str], *, timeout: float | None = None,
+                  on_output: OutputCallback | None = None, env: dict[str, str] | None = None,
+                  cwd: str | None = None, stdin: str | None = None) -> CommandResult:
         line = command_line(cmd, env, cwd)
         t0 = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
@@ -30,13 +33,14 @@ class LocalTransport:
         out: list[str] = []
         err: list[str] = []
 
-        async def pump(reader, splitter):
+        async def pump(reader: asyncio.StreamReader | None, splitter: LineSplitter) -> None:
+            assert reader is not None  # both pipes were asked for
             while chunk := await reader.read(65536):
                 splitter.feed(chunk.decode(errors="replace"))
             splitter.close()
 
         so, se = LineSplitter("stdout", on_output, out), LineSplitter("stderr", on_output, err)
-        if stdin is not None:
+        if stdin is not None and proc.stdin is not None:
             proc.stdin.write(stdin.encode())
             proc.stdin.close()
         pumps = asyncio.gather(pump(proc.stdout, so), pump(proc.stderr, se))
@@ -57,8 +61,8 @@ class LocalTransport:
                 await asyncio.wait_for(pumps, 1.0)
             except (asyncio.TimeoutError, asyncio.CancelledError):
                 pumps.cancel()
-        rc = proc.returncode
-        sig = signal.Signals(-rc).name if rc is not None and rc < 0 else None
+        rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+        sig = signal.Signals(-rc).name if rc < 0 else None
         return CommandResult(None if timed_out else (128 - rc if rc < 0 else rc), "".join(out), "".join(err),
                              timed_out=timed_out, duration_s=time.monotonic() - t0, signal=sig)
 
@@ -69,7 +73,8 @@ class LocalTransport:
     async def write_file(self, path: str, data: bytes, mode: int | None = None) -> None:
         await asyncio.to_thread(atomic_write_local, os.path.expanduser(path), data, mode)
 
-    async def spawn_detached(self, argv, *, log_path, pid_path, env=None, cwd=None) -> int:
+    async def spawn_detached(self, argv: Sequence[str], *, log_path: str, pid_path: str,
+                             env: dict[str, str] | None = None, cwd: str | None = None) -> int:
         log_path, pid_path = os.path.expanduser(log_path), os.path.expanduser(pid_path)
         res = await self.run(detach_script(argv, log_path, pid_path, env, cwd), timeout=30)
         if not res.ok:

@@ -4,11 +4,15 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from typing import TYPE_CHECKING, Any, Sequence
 
 from eaglebot.config import HostConfig
 from eaglebot.errors import TransportError
-from eaglebot.sdk import CommandResult, path_for_shell
+from eaglebot.sdk import CommandResult, OutputCallback, path_for_shell
 from eaglebot.transport.base import KILL_GRACE_S, LineSplitter, detach_script, session_wrapped
+
+if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for asyncssh
+    import asyncssh
 
 
 class SSHTransport:
@@ -16,11 +20,11 @@ class SSHTransport:
 
     def __init__(self, name: str, cfg: HostConfig, *, tunnel: "SSHTransport | None" = None):
         self.name, self.cfg, self.tunnel = name, cfg, tunnel
-        self._conn = None
+        self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
         self._channels = asyncio.Semaphore(cfg.max_channels)
 
-    async def _connect(self):
+    async def _connect(self) -> asyncssh.SSHClientConnection:
         import asyncssh
 
         async with self._lock:
@@ -28,7 +32,7 @@ class SSHTransport:
                 return self._conn
             cfg = self.cfg
             known = os.path.expanduser(cfg.known_hosts or "~/.ssh/known_hosts")
-            kwargs = dict(
+            kwargs: dict[str, Any] = dict(
                 host=cfg.address, port=cfg.port, known_hosts=known,
                 connect_timeout=cfg.connect_timeout_s, login_timeout=cfg.connect_timeout_s,
                 keepalive_interval=15, keepalive_count_max=3,
@@ -60,7 +64,9 @@ class SSHTransport:
     async def connect(self) -> None:
         await self._connect()
 
-    async def run(self, cmd, *, timeout=None, on_output=None, env=None, cwd=None, stdin=None) -> CommandResult:
+    async def run(self, cmd: str | Sequence[str], *, timeout: float | None = None,
+                  on_output: OutputCallback | None = None, env: dict[str, str] | None = None,
+                  cwd: str | None = None, stdin: str | None = None) -> CommandResult:
         import asyncssh
 
         conn = await self._connect()
@@ -81,7 +87,7 @@ class SSHTransport:
                 proc.stdin.write(stdin)
                 proc.stdin.write_eof()
 
-            async def pump(reader, splitter):
+            async def pump(reader: asyncssh.SSHReader[str], splitter: LineSplitter) -> None:
                 while chunk := await reader.read(65536):
                     splitter.feed(chunk)
                 splitter.close()
@@ -135,9 +141,9 @@ class SSHTransport:
         async with self._channels:
             res = await conn.run(f"cat -- {path_for_shell(path)}", encoding=None, check=False)
         if res.exit_status != 0:
-            msg = (res.stderr or b"").decode(errors="replace").strip()
+            msg = _text(res.stderr)
             raise FileNotFoundError(msg or f"cannot read {path} on {self.name}")
-        return res.stdout
+        return res.stdout if isinstance(res.stdout, bytes) else (res.stdout or "").encode()
 
     async def write_file(self, path: str, data: bytes, mode: int | None = None) -> None:
         conn = await self._connect()
@@ -149,10 +155,11 @@ class SSHTransport:
         async with self._channels:
             res = await conn.run(script, input=data, encoding=None, check=False)
         if res.exit_status != 0:
-            msg = (res.stderr or b"").decode(errors="replace").strip()
+            msg = _text(res.stderr)
             raise OSError(f"cannot write {path} on {self.name}: {msg}")
 
-    async def spawn_detached(self, argv, *, log_path, pid_path, env=None, cwd=None) -> int:
+    async def spawn_detached(self, argv: Sequence[str], *, log_path: str, pid_path: str,
+                             env: dict[str, str] | None = None, cwd: str | None = None) -> int:
         res = await self.run(detach_script(argv, log_path, pid_path, env, cwd), timeout=30)
         if not res.ok:
             raise TransportError(f"could not start {argv[0]} on {self.name}: {res.stderr.strip() or res.exit_status}")
@@ -166,3 +173,10 @@ class SSHTransport:
             except asyncio.TimeoutError:
                 pass
             self._conn = None
+
+
+def _text(data: bytes | str | None) -> str:
+    """A byte-mode channel's stderr as one stripped line of text."""
+    if isinstance(data, bytes):
+        return data.decode(errors="replace").strip()
+    return (data or "").strip()

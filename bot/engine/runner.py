@@ -22,7 +22,7 @@ from eaglebot.config import Settings
 from eaglebot.errors import EagleError, HostBusy, StepFailed, TransportError, UsageError
 from eaglebot.engine.playbook import Playbook, Step, find_playbook, resolve_inputs
 from eaglebot.engine.redact import Redactor
-from eaglebot.engine.registry import get_skill
+from eaglebot.engine.registry import SkillRegistry
 from eaglebot.sdk import ApprovalRequest, Metric, Regression, SkillContext, StepResult
 from eaglebot.store import AsyncStore
 from eaglebot.transport import TransportPool
@@ -137,8 +137,9 @@ class Prepared:
 
 class Engine:
     def __init__(self, settings: Settings, store: AsyncStore, pool: TransportPool | None = None,
-                 *, redactor: Redactor | None = None):
+                 *, redactor: Redactor | None = None, registry: SkillRegistry | None = None):
         self.settings = settings
+        self.registry = registry if registry is not None else SkillRegistry.from_settings(settings)
         self.store = store
         self.pool = pool or TransportPool(settings)
         self.redactor = redactor or Redactor(settings.redact)
@@ -149,7 +150,7 @@ class Engine:
     def prepare(self, req: RunRequest) -> Prepared:
         """Everything that can be checked before touching a host; raises UsageError."""
         pb = req.playbook if isinstance(req.playbook, Playbook) else find_playbook(
-            req.playbook, self.settings.playbooks_path)
+            req.playbook, self.settings.playbooks_path, self.registry)
         hosts = self.settings.resolve_hosts(req.hosts)
         inputs = resolve_inputs(pb, req.inputs)
         return Prepared(pb, hosts, inputs)
@@ -345,7 +346,7 @@ class Engine:
         return StepRecord(host, idx, section, step.label, step.skill, "skipped", summary, 0, 0, step_id=sid)
 
     def _render(self, step: Step, ctx: dict) -> Any:
-        mod = get_skill(step.skill)
+        mod = self.registry.get_skill(step.skill)
         fields = mod.Params.model_fields
         rendered = {}
         for k, v in step.with_.items():

@@ -1,7 +1,7 @@
 """Settings: `eagle.yaml` plus the environment.
 
 Secrets never live in the file: Slack tokens come from the environment only.
-Paths in the file (audit_db, playbooks_dir, keys) are relative to the file's folder.
+Paths in the file (audit_db, playbooks_dir, skill_paths, keys) are relative to the file's folder.
 """
 from __future__ import annotations
 
@@ -76,6 +76,8 @@ class RegressionConfig(_Model):
 class Settings(_Model):
     audit_db: str = "eagle.db"
     playbooks_dir: str | None = None
+    skill_paths: list[str] = Field(default_factory=list,
+                                   description="folders of a team's own skills: each *.py in them with NAME, Params and run")
     hosts: dict[str, HostConfig] = Field(default_factory=dict)
     groups: dict[str, list[str]] = Field(default_factory=dict)
     default_hosts: list[str] = Field(default_factory=list)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from eaglebot.engine.runner import RunRequest, takes_locks
 from eaglebot.engine.playbook import find_playbook
+from eaglebot.engine.registry import shipped
 from sshd import chown_to
 
 
@@ -64,5 +65,6 @@ async def test_no_log_is_a_failed_step_with_one_sentence(services, tmp_path):
 
 
 def test_only_all_read_only_playbooks_skip_the_host_lock():
-    assert not takes_locks(find_playbook("server-logs", None))
-    assert takes_locks(find_playbook("relaunch", None)) and takes_locks(find_playbook("verify", None))
+    assert not takes_locks(find_playbook("server-logs", None), shipped())
+    assert takes_locks(find_playbook("relaunch", None), shipped())
+    assert takes_locks(find_playbook("verify", None), shipped())

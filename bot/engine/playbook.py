@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from eaglebot.engine import templating
 from eaglebot.errors import UsageError
-from eaglebot.engine.registry import SkillNotFound, get_skill, skills
+from eaglebot.engine.registry import SkillNotFound, SkillRegistry, shipped
 
 RESERVED = frozenset(
     "help playbooks hosts history show status cancel rerun logs schedule baseline trend".split()
@@ -160,16 +160,17 @@ def _clean_loc(loc: tuple) -> tuple:
     return tuple(p for p in loc if p not in ("function-after[_name_ok(), str]",))
 
 
-def load_playbook(path: str | Path) -> Playbook:
+def load_playbook(path: str | Path, registry: SkillRegistry | None = None) -> Playbook:
+    """Read and validate a playbook; `registry` (default: the shipped skills) knows its skills."""
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as e:
         raise UsageError(f"cannot read playbook {p}: {e.strerror}") from None
-    return parse_playbook(text, str(p))
+    return parse_playbook(text, str(p), registry)
 
 
-def parse_playbook(text: str, source: str) -> Playbook:
+def parse_playbook(text: str, source: str, registry: SkillRegistry | None = None) -> Playbook:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -187,7 +188,7 @@ def parse_playbook(text: str, source: str) -> Playbook:
         raise UsageError(f"{source}:{_line_for(lines, loc)}: {_fmt_loc(loc)}: {_pydantic_msg(err)}") from None
     pb.source = source
     _check_inputs(pb, lines, source)
-    _check_steps(pb, lines, source)
+    _check_steps(pb, lines, source, shipped() if registry is None else registry)
     return pb
 
 
@@ -201,7 +202,7 @@ def _check_inputs(pb: Playbook, lines: dict, source: str) -> None:
                 raise UsageError(f"{source}:{_line_for(lines, loc)}: {_fmt_loc(loc)}: {e}") from None
 
 
-def _check_steps(pb: Playbook, lines: dict, source: str) -> None:
+def _check_steps(pb: Playbook, lines: dict, source: str, registry: SkillRegistry) -> None:
     for section, i, step in pb.all_steps():
         base = (section, i)
 
@@ -210,9 +211,9 @@ def _check_steps(pb: Playbook, lines: dict, source: str) -> None:
             raise UsageError(f"{source}:{_line_for(lines, full)}: {_fmt_loc(full)}: {msg}")
 
         try:
-            mod = get_skill(step.skill)
+            mod = registry.get_skill(step.skill)
         except SkillNotFound:
-            fail(("skill",), f"unknown skill {step.skill!r} (known: {', '.join(skills())})")
+            fail(("skill",), f"unknown skill {step.skill!r} (known: {', '.join(registry)})")
         if step.when is not None and (err := templating.check_expression(step.when)):
             fail(("when",), err)
         if err := templating.check_syntax(step.with_):
@@ -349,13 +350,13 @@ def playbook_files(user_dir: Path | None) -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
-def find_playbook(ref: str, user_dir: Path | None) -> Playbook:
+def find_playbook(ref: str, user_dir: Path | None, registry: SkillRegistry | None = None) -> Playbook:
     p = Path(ref)
     if ref.endswith((".yaml", ".yml")) or "/" in ref:
         if not p.exists():
             raise UsageError(f"playbook file {ref} does not exist")
-        return load_playbook(p)
+        return load_playbook(p, registry)
     files = playbook_files(user_dir)
     if ref not in files:
         raise UsageError(f"unknown playbook {ref!r} (known: {', '.join(files) or 'none'})")
-    return load_playbook(files[ref])
+    return load_playbook(files[ref], registry)

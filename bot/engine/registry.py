@@ -1,49 +1,205 @@
-"""The skill registry: shipped skills, entry-point plugins and `skill_paths`, by YAML name."""
+"""The skill registry: shipped skills, entry-point plugins and `skill_paths`, by YAML name.
+
+A `SkillRegistry` is built once from the settings (`SkillRegistry.from_settings`) by the
+composition root and passed down; nothing here holds mutable module state. Only the
+shipped skills, which cannot change while the process runs, are cached (`shipped()`).
+"""
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
+import importlib.util
+import inspect
 import pkgutil
+import sys
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from types import ModuleType
+from typing import Iterator, Mapping
+
+from eaglebot.config import Settings
+from eaglebot.errors import UsageError
+from eaglebot.sdk import SkillParams
+
+ENTRY_POINT_GROUP = "eaglebot.skills"
+# Sub-packages of eaglebot.skills that hold shared code, not skills.
+_NOT_SKILLS = frozenset({"facts", "lib"})
 
 
 class SkillNotFound(KeyError):
     pass
 
 
-_REGISTRY: dict[str, ModuleType] | None = None
+@dataclass(frozen=True)
+class _Entry:
+    module: ModuleType
+    source: str  # where it came from, for error messages and `eagle skills`
 
 
-def skills() -> dict[str, ModuleType]:
-    """All skill modules by their YAML name, loaded once."""
-    global _REGISTRY
-    if _REGISTRY is None:
-        from eaglebot import skills as pkg
+class SkillRegistry(Mapping[str, ModuleType]):
+    """Skill modules by YAML name (a read-only mapping), each remembering where it came from."""
 
-        found: dict[str, ModuleType] = {}
-        for info in pkgutil.iter_modules(pkg.__path__):
-            if info.name.startswith("_"):
-                continue
-            mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
-            name = getattr(mod, "NAME", None)
-            if name and hasattr(mod, "Params") and hasattr(mod, "run"):
-                found[name] = mod
-        _REGISTRY = dict(sorted(found.items()))
-    return _REGISTRY
+    def __init__(self, entries: Mapping[str, _Entry]):
+        self._entries = dict(sorted(entries.items()))
+
+    # One registry is one start-up's modules: identity, not content, makes it usable as a
+    # cache key (Mapping would compare items and be unhashable).
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    # -- building ------------------------------------------------------------------------
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "SkillRegistry":
+        """Shipped skills, then entry-point plugins, then `skill_paths`; a clash is a UsageError."""
+        entries = dict(shipped()._entries)
+        for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            _add(entries, _load_entry_point(ep))
+        for folder in settings.skill_paths:
+            d = settings.path(folder)
+            if not d.is_dir():
+                raise UsageError(f"skill_paths: folder {d} does not exist")
+            for f in sorted(d.glob("*.py")):
+                if f.name.startswith("_"):
+                    continue
+                found = _load_file(f)
+                if found is not None:
+                    _add(entries, found)
+        return cls(entries)
+
+    # -- lookup --------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> ModuleType:
+        return self._entries[name].module
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get_skill(self, name: str) -> ModuleType:
+        if name not in self._entries:
+            raise SkillNotFound(name)
+        return self._entries[name].module
+
+    def source(self, name: str) -> str:
+        return self._entries[name].source
+
+    def summary(self, name: str) -> str:
+        """The first line of a skill's docstring."""
+        doc = (self.get_skill(name).__doc__ or "").strip()
+        return doc.splitlines()[0] if doc else ""
+
+    def describe(self, name: str) -> str:
+        """Help text of a skill: first docstring line and each parameter."""
+        mod = self.get_skill(name)
+        lines = [f"{name}: {self.summary(name)}"]
+        for fname, f in mod.Params.model_fields.items():
+            req = "required" if f.is_required() else f"default {f.default!r}"
+            lines.append(f"  {fname} ({req}): {f.description or ''}")
+        return "\n".join(lines)
+
+
+@functools.cache
+def shipped() -> SkillRegistry:
+    """The skills shipped in `eaglebot.skills` (no plugins), loaded once per process."""
+    from eaglebot import skills as pkg
+
+    entries: dict[str, _Entry] = {}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name.startswith("_") or info.name in _NOT_SKILLS:
+            continue
+        mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
+        name = getattr(mod, "NAME", None)
+        if name and hasattr(mod, "Params") and hasattr(mod, "run"):
+            entries[name] = _Entry(mod, mod.__name__)
+    return SkillRegistry(entries)
+
+
+# The shipped skills only: for code with no settings at hand (tests, docs checks).
+# Front ends and the engine use the registry built from the settings.
+def skills() -> SkillRegistry:
+    return shipped()
 
 
 def get_skill(name: str) -> ModuleType:
-    reg = skills()
-    if name not in reg:
-        raise SkillNotFound(name)
-    return reg[name]
+    return shipped().get_skill(name)
 
 
 def describe(name: str) -> str:
-    """Help text of a skill: first docstring line and each parameter."""
-    mod = get_skill(name)
-    doc = (mod.__doc__ or "").strip()
-    lines = [f"{name}: {doc.splitlines()[0] if doc else ''}"]
-    for fname, f in mod.Params.model_fields.items():
-        req = "required" if f.is_required() else f"default {f.default!r}"
-        lines.append(f"  {fname} ({req}): {f.description or ''}")
-    return "\n".join(lines)
+    return shipped().describe(name)
+
+
+# -- loading plugins ------------------------------------------------------------------------
+
+def _add(entries: dict[str, _Entry], found: tuple[str, _Entry]) -> None:
+    name, entry = found
+    if name in entries:
+        raise UsageError(f"skill {name!r} is defined twice, by {entries[name].source} and by {entry.source}: "
+                         f"rename one of them")
+    entries[name] = entry
+
+
+def _load_entry_point(ep: EntryPoint) -> tuple[str, _Entry]:
+    dist = f" of {ep.dist.name}" if ep.dist is not None else ""
+    source = f"entry point {ep.name} = {ep.value}{dist}"
+    try:
+        mod = ep.load()
+    except Exception as e:  # any import-time failure of someone else's code: one sentence
+        raise UsageError(f"skill plugin {source} failed to import: {type(e).__name__}: {e}") from None
+    if not isinstance(mod, ModuleType):
+        raise UsageError(f"skill plugin {source} must name a module, not {type(mod).__name__}")
+    return _checked(mod, source, require_name=True)
+
+
+def _load_file(path: Path) -> tuple[str, _Entry] | None:
+    """A skill from a file in skill_paths; None for a file that defines no NAME (a helper)."""
+    source = str(path)
+    # A private, path-derived name: two folders may hold files with the same stem.
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    mod_name = f"_eaglebot_skill_{digest}_{path.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"skill plugin {source} cannot be loaded as a Python module")
+    mod = importlib.util.module_from_spec(spec)
+    # Registered before running it, as import does: pydantic resolves the Params
+    # annotations through sys.modules[Params.__module__].
+    sys.modules[mod_name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:  # any import-time failure of someone else's code: one sentence
+        sys.modules.pop(mod_name, None)
+        line = _line_in(e, path)
+        raise UsageError(f"skill plugin {source}{line} failed to import: {type(e).__name__}: {e}") from None
+    if getattr(mod, "NAME", None) is None:
+        return None
+    return _checked(mod, source, require_name=False)
+
+
+def _line_in(err: BaseException, path: Path) -> str:
+    if isinstance(err, SyntaxError) and err.lineno:
+        return f":{err.lineno}"
+    tb = err.__traceback__
+    line = None
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename) == path:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f":{line}" if line else ""
+
+
+def _checked(mod: ModuleType, source: str, *, require_name: bool) -> tuple[str, _Entry]:
+    name = getattr(mod, "NAME", None)
+    if require_name and name is None:
+        raise UsageError(f"skill plugin {source} defines no NAME (the skill's name in playbooks)")
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError(f"skill plugin {source}: NAME must be a non-empty string, not {name!r}")
+    params = getattr(mod, "Params", None)
+    if not (inspect.isclass(params) and issubclass(params, SkillParams)):
+        raise UsageError(f"skill plugin {source} ({name}) needs a class Params that subclasses "
+                         f"eaglebot.sdk.SkillParams")
+    run = getattr(mod, "run", None)
+    if not inspect.iscoroutinefunction(run):
+        raise UsageError(f"skill plugin {source} ({name}) needs `async def run(ctx, params) -> StepResult`")
+    return name, _Entry(mod, source)

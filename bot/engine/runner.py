@@ -24,7 +24,7 @@ from eaglebot.errors import EagleError, HostBusy, StepFailed, TransportError, Us
 from eaglebot.engine.playbook import Playbook, Step, find_playbook, resolve_inputs
 from eaglebot.engine.output import OutputBuffer
 from eaglebot.engine.redact import Redactor
-from eaglebot.engine.registry import get_skill
+from eaglebot.engine.registry import SkillRegistry
 from eaglebot.sdk import ApprovalRequest, Metric, Regression, SkillContext, SkillParams, StepResult
 from eaglebot.store import AsyncStore, Store
 from eaglebot.transport import TransportPool
@@ -136,11 +136,11 @@ class Prepared:
     inputs: dict[str, Any]
 
 
-def takes_locks(pb: Playbook) -> bool:
+def takes_locks(pb: Playbook, registry: SkillRegistry) -> bool:
     """A run locks its hosts unless every step's skill declares `READ_ONLY = True` (it
     changes nothing on the host, e.g. server.logs): reading a log must work while a
     relaunch holds the host."""
-    return not all(getattr(get_skill(s.skill), "READ_ONLY", False) for s in [*pb.steps, *pb.always])
+    return not all(getattr(registry.get_skill(s.skill), "READ_ONLY", False) for s in [*pb.steps, *pb.always])
 
 
 @dataclass
@@ -190,8 +190,9 @@ class StepSlot:
 
 class Engine:
     def __init__(self, settings: Settings, store: AsyncStore, pool: TransportPool | None = None,
-                 *, redactor: Redactor | None = None):
+                 *, redactor: Redactor | None = None, registry: SkillRegistry | None = None):
         self.settings = settings
+        self.registry = registry if registry is not None else SkillRegistry.from_settings(settings)
         self.store = store
         self.pool = pool or TransportPool(settings)
         self.redactor = redactor or Redactor(settings.redact)
@@ -202,7 +203,7 @@ class Engine:
     def prepare(self, req: RunRequest) -> Prepared:
         """Everything that can be checked before touching a host; raises UsageError."""
         pb = req.playbook if isinstance(req.playbook, Playbook) else find_playbook(
-            req.playbook, self.settings.playbooks_path)
+            req.playbook, self.settings.playbooks_path, self.registry)
         hosts = self.settings.resolve_hosts(req.hosts)
         inputs = resolve_inputs(pb, req.inputs)
         return Prepared(pb, hosts, inputs)
@@ -231,7 +232,7 @@ class Engine:
             await self.record_rejected(req, e)
             raise
         run_id = await self._create(req, prep)
-        if not req.dry_run and takes_locks(prep.playbook):
+        if not req.dry_run and takes_locks(prep.playbook, self.registry):
             try:
                 await self.store.acquire_hosts(run_id, prep.hosts)
             except HostBusy as e:
@@ -390,7 +391,7 @@ class Engine:
                           step_id=sid)
 
     def _render(self, step: Step, ctx: dict[str, Any]) -> tuple[ModuleType, dict[str, Any]]:
-        mod = get_skill(step.skill)
+        mod = self.registry.get_skill(step.skill)
         fields = mod.Params.model_fields
         rendered = {}
         for k, v in step.with_.items():

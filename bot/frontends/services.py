@@ -1,10 +1,11 @@
-"""Built once in `main` and passed down: settings, store, transports, engine."""
+"""Built once in `main` and passed down: settings, skills, store, transports, engine."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from eaglebot.config import Settings
 from eaglebot.engine.redact import Redactor
+from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import Engine
 from eaglebot.store import AsyncStore
 from eaglebot.transport import TransportPool
@@ -17,15 +18,19 @@ class Services:
     pool: TransportPool
     engine: Engine
     redactor: Redactor
+    registry: SkillRegistry
 
     @classmethod
     async def open(cls, settings: Settings) -> "Services":
+        # Skills first: a plugin that clashes or fails to import stops start-up before the
+        # store is opened, with one sentence (exit 2 from the CLI).
+        registry = SkillRegistry.from_settings(settings)
         store = await AsyncStore.open(settings.db_path)
         pool = TransportPool(settings)
         redactor = Redactor(settings.redact)
-        engine = Engine(settings, store, pool, redactor=redactor)
+        engine = Engine(settings, store, pool, redactor=redactor, registry=registry)
         _install_hooks(engine)
-        return cls(settings, store, pool, engine, redactor)
+        return cls(settings, store, pool, engine, redactor, registry)
 
     async def close(self) -> None:
         await self.pool.close()

@@ -22,6 +22,7 @@ from eaglebot.frontends.slack import blocks as bk
 from eaglebot.config import AccessConfig, Settings
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.engine.playbook import RESERVED, Playbook, load_playbook, playbook_files
+from eaglebot.engine.registry import SkillRegistry
 from eaglebot.frontends.format import duration_s, fmt_time, fmt_value, history_text, show_text, since, table
 from eaglebot.engine.runner import Approver, Observer, RunOutcome, RunRequest
 from eaglebot.store import Store
@@ -302,35 +303,34 @@ def _playbooks(settings: Settings) -> dict[str, Path]:
     return playbook_files(settings.playbooks_path)
 
 
-def _load(settings: Settings, name: str) -> Playbook:
+def _load(settings: Settings, name: str, registry: SkillRegistry | None = None) -> Playbook:
     files = _playbooks(settings)
     if name not in files:
         raise UsageError(f"unknown playbook {name!r} (known: {', '.join(files) or 'none'})")
     path = files[name]
     st = path.stat()
-    return _load_cached(str(path), st.st_mtime_ns, st.st_size).model_copy(deep=True)
+    return _load_cached(str(path), st.st_mtime_ns, st.st_size, registry).model_copy(deep=True)
 
 
 @functools.lru_cache(maxsize=256)
-def _load_cached(path: str, mtime_ns: int, size: int) -> Playbook:
+def _load_cached(path: str, mtime_ns: int, size: int, registry: SkillRegistry | None) -> Playbook:
     """Parsing and validating YAML on every slash command is the bot's busiest work: reuse it
     until the file changes (the key holds its mtime and size)."""
-    return load_playbook(path)
+    return load_playbook(path, registry)
 
 
 async def _help(services, cmd: Command, caller: Caller) -> Reply:
     if not cmd.args:
-        return Reply(USAGE, bk.text_blocks(USAGE, code=True))
+        text = f"{USAGE}\nskills: {', '.join(services.registry)}   (/eagle help SKILL)"
+        return Reply(text, bk.text_blocks(text, code=True))
     name = cmd.args[0]
     files = await asyncio.to_thread(_playbooks, services.settings)
     if name in files:
-        pb = await asyncio.to_thread(load_playbook, files[name])
+        pb = await asyncio.to_thread(load_playbook, files[name], services.registry)
         text = _playbook_help(pb)
         return Reply(text, bk.text_blocks(text, code=True))
-    from eaglebot.engine.registry import describe, skills
-
-    if name in skills():
-        text = describe(name)
+    if name in services.registry:
+        text = services.registry.describe(name)
         return Reply(text, bk.text_blocks(text, code=True))
     raise UsageError(f"no playbook or skill named {name!r} (see /eagle playbooks)")
 
@@ -354,7 +354,7 @@ async def _list_playbooks(services, cmd, caller) -> Reply:
         rows = []
         for name, path in _playbooks(services.settings).items():
             try:
-                pb = load_playbook(path)
+                pb = load_playbook(path, services.registry)
                 rows.append([name, pb.description[:80], ", ".join(pb.inputs) or "-"])
             except EagleError as e:
                 rows.append([name, f"INVALID: {str(e)[:80]}", "-"])

@@ -20,6 +20,7 @@ from eaglebot import __version__
 from eaglebot.config import Settings, load_settings
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.engine.playbook import Playbook, load_playbook, playbook_files
+from eaglebot.engine.registry import SkillRegistry
 from eaglebot.frontends.format import fmt_duration, fmt_value, history_text, show_text
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord, outcome_from_store
 from eaglebot.frontends.services import Services
@@ -241,11 +242,12 @@ def cmd_show(args) -> int:
 
 def cmd_lint(args) -> int:
     settings = _settings(args)
+    registry = SkillRegistry.from_settings(settings)
     files = args.files or [str(p) for p in playbook_files(settings.playbooks_path).values()]
     bad = 0
     for f in files:
         try:
-            pb = load_playbook(f)
+            pb = load_playbook(f, registry)
         except UsageError as e:
             print(str(e), file=sys.stderr)
             bad += 1
@@ -277,10 +279,11 @@ def describe_inputs(pb: Playbook) -> list[str]:
 
 def cmd_playbooks(args) -> int:
     settings = _settings(args)
+    registry = SkillRegistry.from_settings(settings)
     listing = []
     for name, path in playbook_files(settings.playbooks_path).items():
         try:
-            pb = load_playbook(path)
+            pb = load_playbook(path, registry)
         except UsageError as e:
             listing.append({"name": name, "path": str(path), "error": str(e)})
             continue
@@ -299,6 +302,18 @@ def cmd_playbooks(args) -> int:
             print(f"    {line}")
         for ex in p["examples"]:
             print(f"    e.g. {ex}")
+    return 0
+
+
+def cmd_skills(args) -> int:
+    registry = SkillRegistry.from_settings(_settings(args))
+    listing = [{"name": name, "summary": registry.summary(name), "source": registry.source(name)}
+               for name in registry]
+    if getattr(args, "json", False):
+        _print_json(listing)
+        return 0
+    for s in listing:
+        print(f"{s['name']}: {s['summary']}  [{s['source']}]")
     return 0
 
 
@@ -460,6 +475,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("playbooks", parents=[common], help="list playbooks with descriptions and inputs")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_playbooks)
+
+    s = sub.add_parser("skills", parents=[common], help="list skills (shipped and plugins); `eagle chat 'help SKILL'` for one")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_skills)
 
     s = sub.add_parser("hosts", parents=[common], help="list configured hosts")
     s.add_argument("--json", action="store_true")

@@ -126,7 +126,8 @@ async def snapshot(ctx: SkillContext, params: GpuParams, *, tolerance_mib: int =
                    use_fuser: bool = True) -> Snapshot:
     """Probe: memory per GPU and the processes that hold it."""
     host = ctx.host_name
-    rows = nvsmi.parsed("--query-gpu", host, nvsmi.parse_gpus, await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_GPUS))
+    rows = nvsmi.parsed("--query-gpu", host, nvsmi.parse_gpus,
+                        await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_GPUS))
     sel = select(ctx, params, [r.index for r in rows])
     by_uuid = {r.uuid: r.index for r in rows}
     snap = Snapshot(host, sel, {r.index: r.used_mib for r in rows if r.index in sel})

@@ -23,12 +23,10 @@ from typing import Any
 
 from pydantic import Field
 
-from eaglebot.sdk import Metric, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import Metric, SkillContext, SkillParams, StepResult, path_for_shell
 
-from eaglebot.skills.facts import nvsmi
-from eaglebot.skills.facts import procs
-from eaglebot.skills.lib import server
-from eaglebot.skills.facts import sglang
+from eaglebot.skills.facts import nvsmi, ports, procs, sglang
+from eaglebot.skills.lib import processes, server
 
 NAME = "bench.serving"
 
@@ -59,40 +57,29 @@ async def _server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[st
     """(server pid, its environment or None when unreadable)."""
     pid = await server.read_pid(ctx, port)
     if pid is None or not await server.leader_alive(ctx, pid):
-        lis = await server.listeners(ctx, port)
+        lis = await ports.listeners(ctx.host, port)
         pid = min(lis.pids) if lis.pids else None
     if pid is None:
         return None, None
-    res = await ctx.host.run(f"base64 -w0 /proc/{int(pid)}/environ 2>/dev/null || echo UNREADABLE", timeout=30)
-    out = res.stdout.strip()
-    if not out or out == "UNREADABLE":
-        return pid, None
-    import base64
-    import binascii
-
-    try:
-        return pid, sglang.parse_environ(base64.b64decode(out))
-    except (binascii.Error, ValueError):
-        return pid, None
+    return pid, await procs.environ(ctx.host, pid)
 
 
 async def _foreign_gpu_tenants(ctx: SkillContext) -> list[str] | None:
     """Compute processes on the GPUs outside the bot's sessions; None when nvidia-smi does not answer."""
     try:
-        text = await nvsmi.run_nvsmi(ctx, ["--query-compute-apps=pid,process_name,used_memory",
-                                            "--format=csv,noheader,nounits"])
+        text = await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_APPS)
         apps = nvsmi.parse_compute_apps(text)
     except (nvsmi.NvsmiError, nvsmi.ParseError) as e:
         ctx.log(f"GPU tenants not checked: {e}")
         return None
     if not apps:
         return []
-    ours = await procs.our_sessions(ctx)
-    infos = await procs.proc_info(ctx, sorted({a.pid for a in apps}))
+    ours = await processes.our_sessions(ctx)
+    infos = await procs.proc_info(ctx.host, sorted({a.pid for a in apps}))
     out, seen = [], set()
     for app in apps:
         info = infos.get(app.pid)
-        if app.pid in seen or (info is not None and (info.sid in ours or info.pgid in ours)):
+        if app.pid in seen or (info is not None and processes.is_ours(info, ours)):
             continue
         seen.add(app.pid)
         who = server.describe(info) if info else f"pid {app.pid} {app.process_name}"
@@ -104,7 +91,7 @@ async def _foreign_gpu_tenants(ctx: SkillContext) -> list[str] | None:
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     port = params.port
     warnings: list[str] = []
-    bench_dir = f"{procs.state_dir(ctx)}/bench"
+    bench_dir = f"{processes.state_dir(ctx)}/bench"
     files = [f"{bench_dir}/bench-{port}-run{ctx.run_id}-step{ctx.step_idx}-{i + 1}.jsonl"
              for i in range(params.repeats)]
     if ctx.dry_run:
@@ -135,12 +122,12 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     outputs: list[str] = []
     for i, out_file in enumerate(files):
         argv = bench_argv(params, out_file)
-        cmd = f"mkdir -p {procs._q(bench_dir)} && rm -f {procs._q(out_file)} && {shlex.join(argv)}"
+        cmd = f"mkdir -p {path_for_shell(bench_dir)} && rm -f {path_for_shell(out_file)} && {shlex.join(argv)}"
         ctx.log(f"benchmark run {i + 1}/{params.repeats}: {shlex.join(argv)}")
         res = await ctx.host.run(cmd, timeout=params.timeout_s, on_output=lambda _s, line: ctx.log(line))
         printed = res.stdout + res.stderr
         outputs.append(printed)
-        fres = await ctx.host.run(f"cat {procs._q(out_file)} 2>/dev/null; true", timeout=30)
+        fres = await ctx.host.run(f"cat {path_for_shell(out_file)} 2>/dev/null; true", timeout=30)
         result: dict[str, Any] | None = sglang.parse_bench_jsonl(fres.stdout)
         if result is None:
             result = sglang.parse_bench_table(res.stdout) or None

@@ -120,10 +120,6 @@ def dump(doc: Any, style: tuple[int | str, bool, bool]) -> bytes:
     return (text + ("\n" if newline else "")).encode("utf-8")
 
 
-def backup_path(path: str, run_id: int, step_idx: int) -> str:
-    return f"{path}.eagle-{run_id}-{step_idx}.bak"
-
-
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     path = params.path
     before = await files.read(ctx, path)
@@ -153,7 +149,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         ctx.would(f"patch {path} ({', '.join(keys)}):\n{diff}")
         return StepResult.skipped(f"dry-run: would change {', '.join(keys)} in {path}", data=data, output=diff)
     mode = await files.mode_of(ctx, path)
-    bak = backup_path(path, ctx.run_id, ctx.step_idx)
+    bak = files.backup_path(path, ctx.run_id, ctx.step_idx)
     await files.write(ctx, bak, before, mode)
     await files.write(ctx, path, after, mode)
     # Read back: a racing writer or a full disk must not pass silently.

@@ -18,7 +18,6 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import FileChange, SkillContext, SkillParams, StepResult
 from eaglebot.skills.lib import files
-from eaglebot.skills.config_patch import backup_path
 
 NAME = "config.revert"
 
@@ -54,7 +53,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         return StepResult.skipped(f"dry-run: would restore {path} from {bak}", data=data, output=diff)
     mode = await files.mode_of(ctx, path) if current is not None else None
     if current is not None:
-        saved = backup_path(path, ctx.run_id, ctx.step_idx)
+        saved = files.backup_path(path, ctx.run_id, ctx.step_idx)
         await files.write(ctx, saved, current, mode)
         data["saved_current_as"] = saved
     await files.write(ctx, path, original, mode)

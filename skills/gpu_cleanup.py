@@ -23,8 +23,7 @@ import re
 from pydantic import Field, field_validator
 
 from eaglebot.sdk import SkillContext, StepResult
-from eaglebot.skills.lib import gpu
-from eaglebot.skills.facts.procs import our_sessions, terminate
+from eaglebot.skills.lib import gpu, processes
 
 NAME = "gpu.cleanup"
 
@@ -43,10 +42,6 @@ class Params(gpu.GpuParams):
             except re.error as e:
                 raise ValueError(f"not a regular expression: {e}") from None
         return v
-
-
-def _ours(h: gpu.Holder, sessions: set[int]) -> bool:
-    return h.proc.sid in sessions or h.proc.pgid in sessions or h.pid in sessions
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
@@ -72,8 +67,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             what += f"; {gpu.memory_line(snap.unexplained)} used with no process to explain it"
         return StepResult.ok(what, data=data, warnings=warnings, output="".join(n + "\n" for n in snap.notes))
 
-    sessions = await our_sessions(ctx)
-    ours = {h.pid for h in targets if _ours(h, sessions)}
+    sessions = await processes.our_sessions(ctx)
+    ours = {h.pid for h in targets if processes.is_ours(h.proc, sessions)}
     foreign = [h for h in targets if h.pid not in ours]
     ctx.log(gpu.table(targets))
     plan = [f"{'ours' if h.pid in ours else 'FOREIGN'} {h.line()}" for h in targets]
@@ -99,7 +94,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                 data=data, output="\n".join(plan) + "\n", warnings=warnings)
         ctx.log(f"approved by {who}")
 
-    reports = await terminate(ctx, [h.proc for h in targets], params.grace_s)
+    reports = await processes.terminate(ctx, [h.proc for h in targets], params.grace_s)
     by_pid = {r.pid: r for r in reports}
     lines = []
     for h, d in zip(targets, data["processes"]):

@@ -92,7 +92,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     sel: list[int] | None = None
     polls = 0
     while True:
-        out = await nvsmi.run_nvsmi(ctx, nvsmi.QUERY_MEMORY)
+        out = await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_MEMORY)
         used_all = nvsmi.parsed("--query-gpu", ctx.host_name, nvsmi.parse_memory_used, out)
         polls += 1
         if sel is None:

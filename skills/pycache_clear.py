@@ -18,8 +18,7 @@ import shlex
 from pydantic import Field, model_validator
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import SkillContext, SkillParams, StepResult
-from eaglebot.transport import path_for_shell
+from eaglebot.sdk import SkillContext, SkillParams, StepResult, path_for_shell
 
 NAME = "pycache.clear"
 

@@ -42,11 +42,10 @@ from typing import Any
 
 from pydantic import Field
 
-from eaglebot.sdk import SkillContext, SkillParams, StepResult
+from eaglebot.sdk import SkillContext, SkillParams, StepResult, path_for_shell
 
-from eaglebot.skills.facts import procs
-from eaglebot.skills.lib import server
-from eaglebot.skills.facts import sglang
+from eaglebot.skills.facts import ports, procs, sglang, sglang_args
+from eaglebot.skills.lib import processes, server
 
 NAME = "server.launch"
 _LOG_MARK = "--EAGLE-LOG-7f3a--\n"
@@ -73,11 +72,11 @@ class Params(SkillParams):
 
 def build_args(p: Params) -> tuple[list[str], str | None]:
     """The launch_server arguments, or (args, error sentence)."""
-    given = sglang.flag_values(p.args)
+    given = sglang_args.flag_values(p.args)
     for flag in ("--port", "--host"):
         if flag in given:
             return [], f"pass the {flag[2:]} as the `{flag[2:]}` parameter, not in args"
-    for flag, use in sglang.REMOVED_FLAGS.items():
+    for flag, use in sglang_args.REMOVED_FLAGS.items():
         if any(a == flag or a.startswith(flag + "=") for a in p.args):
             return [], (f"{flag} no longer exists in SGLang {sglang.SGLANG_VERSION} "
                         f"(argparse calls it ambiguous); use {use}")
@@ -108,7 +107,7 @@ def _gpus_env(gpus: Any) -> str | None:
 
 async def _read_config(ctx: SkillContext, folder: str) -> tuple[bool, str | None]:
     """(exists, config.json text) of a model folder on the host."""
-    res = await ctx.host.run(f"test -d {procs._q(folder)} && echo dir; cat {procs._q(folder)}/config.json "
+    res = await ctx.host.run(f"test -d {path_for_shell(folder)} && echo dir; cat {path_for_shell(folder)}/config.json "
                              f"2>/dev/null; true", timeout=30)
     exists = res.stdout.startswith("dir")
     return exists, (res.stdout[4:] if exists else None)
@@ -123,7 +122,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     launch_args, err = build_args(params)
     if err:
         return StepResult.failed(err)
-    flags = sglang.flag_values(launch_args)
+    flags = sglang_args.flag_values(launch_args)
     warnings: list[str] = []
     # -- pre-flight: model folders
     model = flags.get("--model-path") or ""
@@ -150,9 +149,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         ctx.log(f"speculative steps/topk/draft tokens not set: SGLang picks ({spec.num_steps}, {spec.topk}, "
                 f"{spec.num_draft_tokens}) for target architecture {arch or 'unknown'}")
     # -- pre-flight: port and a previous launch
-    lis = await server.listeners(ctx, port)
+    lis = await ports.listeners(ctx.host, port)
     if lis.busy:
-        infos = await procs.proc_info(ctx, sorted(lis.pids))
+        infos = await procs.proc_info(ctx.host, sorted(lis.pids))
         who = "; ".join(server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
             "a process this user cannot see"
         if ctx.dry_run:  # an earlier server.stop would have freed it by now
@@ -176,8 +175,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     # -- act
     t0 = time.monotonic()
     # spawn_detached's own mkdir runs in the background, racing its pid-file write.
-    await ctx.host.run(f"mkdir -p {procs._q(procs.state_dir(ctx) + '/run')} "
-                       f"{procs._q(procs.state_dir(ctx) + '/logs')}", timeout=30)
+    await ctx.host.run(f"mkdir -p {path_for_shell(processes.state_dir(ctx) + '/run')} "
+                       f"{path_for_shell(processes.state_dir(ctx) + '/logs')}", timeout=30)
     pid = await ctx.host.spawn_detached(argv, log_path=log_path, pid_path=pid_path, env=env or None)
     ctx.log(f"started pid {pid}: {shlex.join(argv)}")
     data: dict[str, Any] = {"log_path": log_path, "pid": pid, "port": port, "launch_args": launch_args,
@@ -214,9 +213,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         data["effective"] = {k: v for k, v in info["effective"].items()}
         predicted = set(spec.adjusted)
         for flag, asked in flags.items():
-            key = sglang.flag_to_key(flag)
+            key = sglang_args.flag_to_key(flag)
             if key in info["raw"] and asked is not None and key not in predicted \
-                    and not sglang.same_value(asked, info["raw"][key]):
+                    and not sglang_args.same_value(asked, info["raw"][key]):
                 warnings.append(f"asked {flag} {asked}, but the server runs with {key}={info['raw'][key]!r}")
         if info["version"] and info["version"] != sglang.SGLANG_VERSION:
             warnings.append(f"SGLang {info['version']} is running; eaglebot's rules are those of "
@@ -234,13 +233,20 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
 
 
 def _poll_script(python: str, pid: int, port: int, log_path: str, offset: int) -> str:
-    q = procs._q
+    """One round trip: the server's /proc stat record, GET /health's status, the new log bytes."""
     health = server.http_get_script(python, f"http://127.0.0.1:{port}/health", 5, body=False)
-    return (f"st=$(sed 's/.*) //' /proc/{int(pid)}/stat 2>/dev/null | cut -d' ' -f1); "
-            f"printf 'STATE %s\\n' \"${{st:-gone}}\"; "
-            f"if [ \"${{st:-Z}}\" != Z ]; then h=$({health} | tail -n 1); else h=0; fi; "
+    return (f"s=$({procs.stat_command([pid])}); printf 'STAT %s\\n' \"$s\"; "
+            f"if [ -n \"$s\" ]; then h=$({health} | tail -n 1); else h=0; fi; "
             f"printf 'HTTP %s\\n' \"$h\"; printf '%s\\n' {_LOG_MARK.strip()}; "
-            f"tail -c +{offset + 1} {q(log_path)} 2>/dev/null; true")
+            f"tail -c +{offset + 1} {path_for_shell(log_path)} 2>/dev/null; true")
+
+
+def _server_exited(stat_text: str, pid: int) -> bool:
+    try:
+        st = procs.parse_stat(stat_text)
+    except ValueError:
+        return True
+    return st.pid != pid or st.zombie
 
 
 async def _wait_ready(ctx: SkillContext, params: Params, pid: int, log_path: str) -> tuple[str | None, str]:
@@ -265,12 +271,13 @@ async def _wait_ready(ctx: SkillContext, params: Params, pid: int, log_path: str
                 fatal = sglang.find_fatal(line)
                 if fatal:
                     fatal_at = time.monotonic()
-        state, http = fields.get("STATE", "gone").strip(), fields.get("HTTP", "0").strip()
-        if http == "200":
-            return None, log_text
-        if state in ("gone", "Z", "X"):
+        http = fields.get("HTTP", "0").strip()
+        # Exited first: a zombie leader's orphaned children may still answer /health.
+        if _server_exited(fields.get("STAT", ""), pid):
             why = fatal or sglang.find_fatal(log_text) or _last_line(log_text) or "no output"
             return f"the server exited during start-up: {why}", log_text
+        if http == "200":
+            return None, log_text
         if fatal and time.monotonic() - fatal_at > 3:
             return f"the server hit a fatal error during start-up: {fatal}", log_text
         if time.monotonic() > deadline:

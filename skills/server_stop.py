@@ -23,8 +23,8 @@ from pydantic import Field
 
 from eaglebot.sdk import SkillContext, SkillParams, StepResult
 
-from eaglebot.skills.facts import procs
-from eaglebot.skills.lib import server
+from eaglebot.skills.facts import ports, procs
+from eaglebot.skills.lib import processes, server
 
 NAME = "server.stop"
 
@@ -41,16 +41,16 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     # Linux does not reuse a PID while it is still some live process's session id, so
     # members of the session survive their leader (orphaned schedulers) and are ours.
     members = await server.session_members(ctx, leader) if leader is not None else []
-    lis = await server.listeners(ctx, port)
-    sessions = await procs.our_sessions(ctx)
-    infos = await procs.proc_info(ctx, sorted(set(members) | lis.pids))
+    lis = await ports.listeners(ctx.host, port)
+    sessions = await processes.our_sessions(ctx)
+    infos = await procs.proc_info(ctx.host, sorted(set(members) | lis.pids))
     if leader in members and leader in infos and not server.looks_like_sglang(infos[leader]):
         ctx.log(f"pid file names pid {leader}, now a different program ({infos[leader].cmdline[:120]}): stale")
         members = []
-    foreign = [infos[p] for p in sorted(lis.pids) if p in infos and infos[p].sid not in sessions]
+    listening = [infos[p] for p in sorted(lis.pids) if p in infos]
+    foreign = [p for p in listening if not processes.is_ours(p, sessions)]
     ours = [infos[p] for p in members if p in infos]
-    ours += [infos[p] for p in sorted(lis.pids) if p in infos and infos[p].sid in sessions
-             and p not in members]
+    ours += [p for p in listening if processes.is_ours(p, sessions) and p.pid not in members]
     if lis.unseen:
         return StepResult.failed(
             f"port {port} is held by a process this user cannot see (another user's); "
@@ -81,7 +81,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         return StepResult.skipped(f"dry-run: would stop {len(ours) + len(foreign)} process(es) on port {port}",
                                   output=evidence)
     # -- act
-    reports = await procs.terminate(ctx, ours + foreign, params.grace_s)
+    reports = await processes.terminate(ctx, ours + foreign, params.grace_s)
     left = [r for r in reports if not r.gone]
     output = "\n".join(r.line() for r in reports)
     for r in reports:
@@ -91,7 +91,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                                  f"{', '.join(str(r.pid) for r in left)}", output=output)
     await server.remove_pid_file(ctx, port)
     deadline = time.monotonic() + 10
-    while (await server.listeners(ctx, port)).busy:
+    while (await ports.listeners(ctx.host, port)).busy:
         if time.monotonic() > deadline:
             return StepResult.failed(f"port {port} is still in use after stopping the server", output=output)
         await asyncio.sleep(0.2)

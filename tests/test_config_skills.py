@@ -11,6 +11,7 @@ import pytest
 
 from eaglebot.engine.runner import RunRequest
 from eaglebot.skills import config_patch
+from eaglebot.skills.lib import files
 from gpu_helpers import PY, playbook
 
 ORIGINAL = (b'{\n  "architectures": [\n    "LlamaForCausalLMEagle3"\n  ],\n  "hidden_size": 4096,\n'
@@ -180,6 +181,11 @@ def test_detect_style_and_apply_are_pure():
     assert config_patch.apply(doc, {"a.b": 1, "a.c": [1]}, []) == ["a.c"]
     assert doc == {"a": {"b": 1, "c": [1]}}
 
+
+
+def test_backups_are_named_after_the_file_the_run_and_the_step():
+    assert files.backup_path("/models/eagle3/config.json", 42, 3) == "/models/eagle3/config.json.eagle-42-3.bak"
+    assert files.backup_path("~/cfg.json", 7, 0) == "~/cfg.json.eagle-7-0.bak"
 
 # -- pycache.clear -----------------------------------------------------------------------------
 

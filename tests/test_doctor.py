@@ -9,9 +9,12 @@ import pytest
 import yaml
 
 from fakes.slack_api import FakeSlackAPI
+from gpu_helpers import PY
 
 from eaglebot.config import load_settings
 from eaglebot.frontends.cli.doctor import doctor_main, run_checks
+from eaglebot.sim import gpu_state, install_sim_bin
+from eaglebot.skills.facts import nvsmi
 
 
 def settings_for(tmp_path: Path, hosts: dict):
@@ -95,3 +98,36 @@ def test_doctor_main_exits_1_when_a_check_fails_and_prints_one_line_per_check(tm
     assert code == 1
     assert any(line.startswith("FAIL  host local nvidia-smi") for line in out)
     assert any(line.startswith("ok    audit db") for line in out)
+
+
+async def test_doctor_runs_the_nvidia_smi_named_by_the_host_var_as_the_gpu_skills_do(
+        tmp_path, sshd, remote_dir, monkeypatch):
+    """Regression: doctor used to look only on PATH, so a host the GPU skills could use failed it."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")          # no nvidia-smi on this host's PATH
+    local = install_sim_bin(tmp_path / "sim-bin", tmp_path / "gpu-state", python=PY)
+    gpu_state.init_state(tmp_path / "gpu-state", 2)
+    remote = install_sim_bin(remote_dir / "sim-bin", remote_dir / "gpu-state", python=PY)
+    gpu_state.init_state(remote_dir / "gpu-state", 8)    # not the count of any simulator on the SSH PATH
+    wrong = str(tmp_path / "no-such-dir" / "nvidia-smi")
+    hosts = {"local": {"transport": "local", "vars": {"nvidia_smi": local["nvidia_smi"]}},
+             "gpu-ssh": sshd.host_config(vars={"nvidia_smi": remote["nvidia_smi"]}),
+             "gpu-wrong": {"transport": "local", "vars": {"nvidia_smi": wrong}}}
+    by = {c.name: c for c in await run_checks(settings_for(tmp_path, hosts), lambda c: None)}
+    assert by["host local nvidia-smi"].ok, by["host local nvidia-smi"].detail
+    assert by["host local nvidia-smi"].detail == f"{local['nvidia_smi']} answers: 2 GPU(s) (2 x NVIDIA H200)"
+    assert by["host gpu-ssh nvidia-smi"].ok, by["host gpu-ssh nvidia-smi"].detail
+    assert "8 GPU(s)" in by["host gpu-ssh nvidia-smi"].detail
+    assert not by["host gpu-wrong nvidia-smi"].ok
+    assert by["host gpu-wrong nvidia-smi"].detail == (
+        f"nvidia-smi not found on gpu-wrong ({wrong}); install the NVIDIA driver or set the host var nvidia_smi")
+
+
+async def test_doctor_explains_nvidia_smi_exit_codes_in_the_words_the_gpu_skills_use(tmp_path, monkeypatch):
+    sim = install_sim_bin(tmp_path / "sim-bin", tmp_path / "gpu-state", python=PY)
+    gpu_state.init_state(tmp_path / "gpu-state", 2, exit_code=15)
+    hosts = {"local": {"transport": "local", "vars": {"nvidia_smi": sim["nvidia_smi"]}}}
+    by = {c.name: c for c in await run_checks(settings_for(tmp_path, hosts), lambda c: None)}
+    assert not by["host local nvidia-smi"].ok
+    assert by["host local nvidia-smi"].detail == nvsmi.explain_exit("local", sim["nvidia_smi"], 15, "", "")
+    assert by["host local nvidia-smi"].detail == ("GPU check failed on local: a GPU has fallen off the bus "
+                                                  "(nvidia-smi exit 15); the node needs attention")

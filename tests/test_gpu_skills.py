@@ -6,12 +6,17 @@ through the engine, so the audit rows (steps, approvals, metrics) are checked to
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 
 import pytest
 
 from eaglebot.engine.runner import RunRequest
 from eaglebot.sim import gpu_state, install_sim_bin
+from eaglebot.skills.facts import procs
 from gpu_helpers import PY, Sleepers, install_fuser, playbook, sim_host
+from helpers import wait_for
 
 CLEAN_AND_VERIFY = """
 name: clean
@@ -142,6 +147,51 @@ async def test_cleanup_kills_the_bots_own_processes_without_asking(services, tmp
     data = json.loads(svc.store.sync.steps(out.run_id)[0]["data"])
     assert data["killed"] == [pid] and data["processes"][0]["ours"] is True
     assert not sleepers.alive(pid)
+
+
+LAUNCHED_FAMILY = """
+sleep 300 & echo scheduler $!
+{py} -c 'import os, time; os.setsid(); time.sleep(300)' & echo left $!
+wait
+"""
+
+
+async def test_cleanup_counts_the_launched_sessions_children_as_ours_but_not_one_that_called_setsid(
+        services, tmp_path):
+    svc, state, *_ = await run_local(services, tmp_path, "")
+    leader = subprocess.Popen(["sh", "-c", LAUNCHED_FAMILY.format(py=PY)], start_new_session=True,
+                              stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    kids = dict((w, int(p)) for w, p in (leader.stdout.readline().split() for _ in range(2)))
+    try:
+        pid_file = tmp_path / "botstate" / "run" / "server-30000.pid"
+        pid_file.parent.mkdir(parents=True)
+        pid_file.write_text(f"{leader.pid}\n")     # as spawn_detached records a launch
+        wait_for(lambda: procs.parse_stat(open(f"/proc/{kids['left']}/stat").read()).session == kids["left"],
+                 what="the child's setsid")
+        gpu_state.add_holder(state, kids["scheduler"], 0, 30000)
+        gpu_state.add_holder(state, kids["left"], 0, 2000)
+        seen = []
+
+        async def approver(req):
+            seen.append(req)
+            return True, "U01ABC"
+
+        pb = playbook(one_step("gpu.cleanup", {"grace_s": 2}, confirm=True))
+        out = await svc.engine.run(RunRequest(playbook=pb, hosts=["gpu"]), approver=approver)
+        assert out.steps[0].status == "changed", out.steps[0].summary
+        [req] = seen
+        assert req.action.startswith("kill 1 GPU process the bot did not start")
+        assert len(req.details) == 1 and req.details[0].startswith(f"pid {kids['left']} ")
+        data = json.loads(svc.store.sync.steps(out.run_id)[0]["data"])
+        assert {p["pid"]: p["ours"] for p in data["processes"]} == {kids["scheduler"]: True, kids["left"]: False}
+        assert sorted(data["killed"]) == sorted(kids.values())
+    finally:
+        for pid in (*kids.values(), leader.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        leader.wait()
 
 
 async def test_cleanup_filters_by_command_line_and_user(services, tmp_path, sleepers):
@@ -314,15 +364,13 @@ async def test_match_sees_the_end_of_a_long_command_line(tmp_path):
     import subprocess
     import sys
 
-    from eaglebot.sdk import SkillContext
     from eaglebot.skills.facts.procs import proc_info
     from eaglebot.transport import LocalTransport
 
     code = "import time\n" + "# filler\n" * 200 + "time.sleep(60)"
     p = subprocess.Popen([sys.executable, "-c", code, "the-tag-at-the-end"], start_new_session=True)
     try:
-        ctx = SkillContext(host=LocalTransport(), host_name="local", vars={}, run_id=1, step_idx=0, step_name="x")
-        info = await proc_info(ctx, [p.pid])
+        info = await proc_info(LocalTransport(), [p.pid])
         assert info[p.pid].cmdline.rstrip().endswith("the-tag-at-the-end")
     finally:
         p.kill()

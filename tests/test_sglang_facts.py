@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from eaglebot.skills.facts import sglang as sg
+from eaglebot.skills.facts import sglang_args
 from eaglebot.skills.bench_compare import judge
 from eaglebot.skills.server_launch import Params as LaunchParams
 from eaglebot.skills.server_launch import build_args
@@ -108,9 +109,9 @@ def test_launch_args_refuse_removed_flags_and_a_port_in_args():
                                         args=["--cuda-graph-max-bs-decode", "64", "--trust-remote-code"]))
     assert err is None
     assert args[:2] == ["--model-path", "/m"] and args[-3:] == ["--cuda-graph-max-bs-decode", "64", "--trust-remote-code"]
-    f = sg.flag_values(args)
+    f = sglang_args.flag_values(args)
     assert f["--port"] == "31000" and f["--speculative-num-draft-tokens"] == "16" and f["--trust-remote-code"] is None
-    assert sg.flag_values(["--model", "x", "--tp=2"]) == {"--model-path": "x", "--tp-size": "2"}
+    assert sglang_args.flag_values(["--model", "x", "--tp=2"]) == {"--model-path": "x", "--tp-size": "2"}
 
 
 def test_target_architecture_reads_config_json():
@@ -120,9 +121,9 @@ def test_target_architecture_reads_config_json():
 
 
 def test_same_value_compares_flag_text_with_typed_server_values():
-    assert sg.same_value("16", 16) and not sg.same_value("16", 2)
-    assert sg.same_value("eagle3", "EAGLE3") and sg.same_value("0.85", 0.85)
-    assert sg.same_value("true", True) and not sg.same_value("16", None)
+    assert sglang_args.same_value("16", 16) and not sglang_args.same_value("16", 2)
+    assert sglang_args.same_value("eagle3", "EAGLE3") and sglang_args.same_value("0.85", 0.85)
+    assert sglang_args.same_value("true", True) and not sglang_args.same_value("16", None)
 
 
 # -- server log ------------------------------------------------------------------------------
@@ -262,26 +263,3 @@ def test_bench_compare_honours_each_metrics_direction():
     assert verdict == "regression" and delta == pytest.approx(30.0)
     assert judge("median_ttft_ms", 80.0, 100.0, 5, "lower")[0] == "improvement"
     assert sg.metric_direction("p99_ttft_ms") == "lower" and sg.metric_direction("output_throughput") == "higher"
-
-
-# -- ports ----------------------------------------------------------------------------------
-
-PROC_NET_TCP = """\
-  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1001        0 4455667 1 0000000000000000 100 0 0 10 0
-   1: 0100007F:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1234 1 0000000000000000 100 0 0 10 0
-   2: 0100007F:7530 0100007F:D2C4 01 00000000:00000000 00:00000000 00000000  1001        0 4455700 1 0000000000000000 20 4 30 10 -1
-"""
-PROC_NET_TCP6 = """\
-  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 00000000000000000000000000000000:7530 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1002        0 998877 1 0000000000000000 100 0 0 10 0
-"""
-
-
-def test_listening_sockets_on_a_port_are_found_in_proc_net_tcp():
-    assert sg.parse_listening_inodes(PROC_NET_TCP + PROC_NET_TCP6, 30000) == {"4455667", "998877"}
-    assert sg.parse_listening_inodes(PROC_NET_TCP, 22) == {"1234"}
-    assert sg.parse_listening_inodes(PROC_NET_TCP, 31000) == set()
-    assert sg.parse_fd_socket_pids("/proc/4242/fd/7\n/proc/4242/fd/9\n/proc/77/fd/3\n") == {4242, 77}
-    assert sg.parse_environ(b"A=1\0SGLANG_SIMULATE_ACC_LEN=3.2\0B=x=y\0") == {
-        "A": "1", "SGLANG_SIMULATE_ACC_LEN": "3.2", "B": "x=y"}

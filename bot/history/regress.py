@@ -160,7 +160,7 @@ def apply_steps(state: dict, steps: list[dict], changes: list[dict]) -> dict:
 
 def parse_launch_args(args: list[str] | None) -> dict[str, Any]:
     """["--tp", "2", "--enable-x"] -> {"--tp-size": "2", "--enable-x": True}, read as SGLang reads them."""
-    from eaglebot.skills.facts.sglang import flag_values
+    from eaglebot.skills.facts.sglang_args import flag_values
 
     return {k: True if v is None else v for k, v in flag_values(list(args or [])).items()}
 

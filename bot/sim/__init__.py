@@ -2,7 +2,7 @@
 
 `install_sim_bin(bin_dir, state_dir)` copies stand-alone, standard-library-only programs
 into `bin_dir` (so any user, e.g. an SSH test user, can run them) and writes:
-- `nvidia-smi`: prints exactly the formats of real nvidia-smi (see the shared fixtures),
+- `nvidia-smi`: prints exactly the formats of real nvidia-smi (see tests/fixtures/nvidia-smi/),
   listing REAL processes recorded in the state folder as GPU holders;
 - `python`: a Python with the simulated `sglang` package on its path
   (`python -m sglang.launch_server ...`, `python -m sglang.bench_serving ...`).

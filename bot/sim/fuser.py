@@ -4,7 +4,7 @@
 Stand-alone, standard library only. Lists every live holder in $EAGLE_SIM_STATE
 (including `hidden` ones, which nvidia-smi's compute-apps query does not show, as in
 a container) on /dev/nvidiaN, /dev/nvidiactl and /dev/nvidia-uvm, in the layout of
-psmisc's fuser (see shared/fixtures/nvidia-smi/h200-fuser-busy.txt). Like the real
+psmisc's fuser (see tests/fixtures/nvidia-smi/h200-fuser-busy.txt). Like the real
 tool it writes the table to stderr and exits 1 when nothing uses the devices.
 """
 from __future__ import annotations

@@ -133,7 +133,11 @@ def init_state(state_dir: str | Path, gpus: int = 1, *, residual_mib: list[int] 
 
 
 def proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state letter, start time) of a live pid, or None."""
+    """(state letter, start time) of a live pid, or None.
+
+    The simulator runs stand-alone on the test host and cannot import eaglebot, so it
+    reads these two fields itself; eaglebot's parser is eaglebot.skills.facts.procs.parse_stat.
+    """
     try:
         with open(f"/proc/{int(pid)}/stat") as f:
             text = f.read()

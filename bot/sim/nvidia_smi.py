@@ -8,7 +8,7 @@ residual memory and the holder processes live in $EAGLE_SIM_STATE/gpus.json (see
 gpu_state.py); holders are REAL processes and count only while alive, so killing
 is real and only the memory accounting is simulated.
 
-Supported (the forms in shared/fixtures/nvidia-smi/README.md, fields in the order asked):
+Supported (the forms in tests/fixtures/nvidia-smi/README.md, fields in the order asked):
     nvidia-smi                                    the table (a SIMULATED banner goes to stderr)
     nvidia-smi -L
     nvidia-smi --query-gpu=F[,F...] --format=csv[,noheader][,nounits] [-i 0,1]

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import sqlite_utils
 
 from eaglebot.errors import HostBusy
+from eaglebot.skills.facts.procs import parse_stat
 
 SCHEMA_VERSION = 2  # 2: run_hosts (indexed host filter), history/metric indexes
 OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
@@ -34,16 +35,16 @@ def parse_iso(s: str | None) -> datetime | None:
 
 
 def proc_start_time(pid: int) -> str | None:
-    """Field 22 of /proc/PID/stat (start time in clock ticks): tells a reused PID apart."""
+    """Start time of a live local process (/proc/PID/stat field 22): tells a reused PID apart.
+
+    None when there is no such process or it is a zombie (it holds no run and no lock).
+    """
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            st = parse_stat(f.read())
+    except (OSError, ValueError):
         return None
-    rest = stat[stat.rindex(")") + 2:].split()
-    if rest[0] == "Z":
-        return None
-    return rest[19]
+    return None if st.zombie else st.starttime
 
 
 def owner_alive(pid: int | None, host: str | None, start: str | None) -> bool:

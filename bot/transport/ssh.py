@@ -180,3 +180,18 @@ def _text(data: bytes | str | None) -> str:
     if isinstance(data, bytes):
         return data.decode(errors="replace").strip()
     return (data or "").strip()
+
+
+async def host_key_fingerprint(cfg: HostConfig) -> str | None:
+    """SHA256 fingerprint of the key the host presents (for `eagle doctor` to print and pin).
+
+    Read without verifying it (that is the point: the key is unknown or changed) and
+    without logging in; None when the host does not answer an SSH handshake.
+    """
+    import asyncssh
+
+    try:
+        key = await asyncio.wait_for(asyncssh.get_server_host_key(cfg.address, cfg.port), cfg.connect_timeout_s)
+    except (OSError, asyncssh.Error, asyncio.TimeoutError):
+        return None
+    return key.get_fingerprint("sha256") if key else None

@@ -1,24 +1,28 @@
-"""nvidia-smi and `fuser -v /dev/nvidia*`: pure parsers plus one runner that maps exit codes.
+"""nvidia-smi and `fuser -v /dev/nvidia*`: the queries to run, pure parsers, one runner.
 
 Each parser takes the text a tool printed and returns plain data; they are tested
-byte for byte on real captured output (`shared/fixtures/nvidia-smi/`). `run_nvsmi` is
-the only function here that touches a host: it turns nvidia-smi's own exit codes
-(9 driver not loaded, 14 InfoROM corrupted, 15 GPU fallen off the bus, 127 not
-installed) into one clear sentence instead of a parse error.
+byte for byte on real captured output (`tests/fixtures/nvidia-smi/`). `run_nvsmi` and
+`run_fuser` are the only functions here that touch a host (any `eaglebot.sdk.Host`: the
+GPU skills pass `ctx.host`, `eagle doctor` the host's transport). `run_nvsmi` runs the
+binary the host var `nvidia_smi` names (default: `nvidia-smi` on PATH) and turns its
+own exit codes (9 driver not loaded, 14 InfoROM corrupted, 15 GPU fallen off the bus,
+127 not installed) into one clear sentence instead of a parse error.
 """
 from __future__ import annotations
 
 import re
 import shlex
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import SkillContext
+from eaglebot.sdk import Host
 
 # The queries the GPU skills run (the simulator prints exactly these formats).
 QUERY_MEMORY = ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
 QUERY_GPUS = ["--query-gpu=index,uuid,memory.used", "--format=csv,noheader,nounits"]
 QUERY_UUIDS = ["--query-gpu=index,uuid", "--format=csv,noheader"]
+QUERY_NAMES = ["--query-gpu=index,name", "--format=csv,noheader"]
 QUERY_APPS = ["--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits"]
 NVSMI_TIMEOUT_S = 30.0
 
@@ -130,6 +134,11 @@ def parse_gpus(text: str) -> list[GpuRow]:
     """`--query-gpu=index,uuid,memory.used` -> one GpuRow per GPU, in nvidia-smi's order."""
     return [GpuRow(_index(r["index"]), r["uuid"], _mib(r["memory.used"]))
             for r in parse_query(text, ["index", "uuid", "memory.used"])]
+
+
+def parse_gpu_names(text: str) -> dict[int, str]:
+    """`--query-gpu=index,name` -> {gpu index: product name}, in nvidia-smi's order."""
+    return {_index(r["index"]): r["name"] for r in parse_query(text, ["index", "name"])}
 
 
 def _index(v: str) -> int:
@@ -264,8 +273,13 @@ EXIT_MEANINGS = {
 }
 
 
-def nvsmi_path(ctx: SkillContext) -> str:
-    return str(ctx.vars.get("nvidia_smi") or "nvidia-smi")
+def nvsmi_path(host_vars: Mapping[str, Any]) -> str:
+    """The nvidia-smi to run: the host var `nvidia_smi` (a driver outside PATH), else the one on PATH."""
+    return str(host_vars.get("nvidia_smi") or "nvidia-smi")
+
+
+def nvsmi_command(path: str, args: list[str]) -> str:
+    return shlex.join([path, *args])
 
 
 def explain_exit(host: str, path: str, rc: int | None, stdout: str, stderr: str) -> str:
@@ -279,14 +293,15 @@ def explain_exit(host: str, path: str, rc: int | None, stdout: str, stderr: str)
     return f"nvidia-smi failed on {host} with exit status {rc}{detail}"
 
 
-async def run_nvsmi(ctx: SkillContext, args: list[str], timeout: float = NVSMI_TIMEOUT_S) -> str:
-    """Run nvidia-smi with `args` on the host; return stdout or raise NvsmiError."""
-    path = nvsmi_path(ctx)
-    res = await ctx.host.run(shlex.join([path, *args]), timeout=timeout)
+async def run_nvsmi(host: Host, host_vars: Mapping[str, Any], args: list[str],
+                    timeout: float = NVSMI_TIMEOUT_S) -> str:
+    """Run nvidia-smi (nvsmi_path of `host_vars`) with `args` on the host; return stdout or raise NvsmiError."""
+    path = nvsmi_path(host_vars)
+    res = await host.run(nvsmi_command(path, args), timeout=timeout)
     if res.timed_out:
-        raise NvsmiError(f"nvidia-smi did not answer within {timeout:g}s on {ctx.host_name}; the driver may be hung")
+        raise NvsmiError(f"nvidia-smi did not answer within {timeout:g}s on {host.name}; the driver may be hung")
     if res.exit_status != 0:
-        raise NvsmiError(explain_exit(ctx.host_name, path, res.exit_status, res.stdout, res.stderr))
+        raise NvsmiError(explain_exit(host.name, path, res.exit_status, res.stdout, res.stderr))
     return res.stdout
 
 
@@ -298,12 +313,15 @@ def parsed(what: str, host: str, fn, text: str):
         raise NvsmiError(f"unexpected {what} output from nvidia-smi on {host}: {e}") from None
 
 
-async def run_fuser(ctx: SkillContext) -> tuple[list[FuserEntry], str]:
-    """`fuser -v /dev/nvidia*` merged into one stream; ([], reason) when it cannot tell."""
-    fuser = str(ctx.vars.get("fuser") or "fuser")
+def fuser_command(fuser: str = "fuser") -> str:
     # The glob is ours (never user input); fuser prints PIDs on stdout, the rest on stderr.
-    cmd = f"LC_ALL=C {shlex.quote(fuser)} -v /dev/nvidia* 2>&1"
-    res = await ctx.host.run(cmd, timeout=NVSMI_TIMEOUT_S)
+    return f"LC_ALL=C {shlex.quote(fuser)} -v /dev/nvidia* 2>&1"
+
+
+async def run_fuser(host: Host, host_vars: Mapping[str, Any]) -> tuple[list[FuserEntry], str]:
+    """`fuser -v /dev/nvidia*` (host var `fuser` overrides the binary) merged into one stream;
+    ([], reason) when it cannot tell."""
+    res = await host.run(fuser_command(str(host_vars.get("fuser") or "fuser")), timeout=NVSMI_TIMEOUT_S)
     if res.exit_status in (126, 127):
-        return [], f"fuser is not installed on {ctx.host_name}"
+        return [], f"fuser is not installed on {host.name}"
     return parse_fuser(res.stdout), ""

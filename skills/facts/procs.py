@@ -1,64 +1,142 @@
-"""Processes on a host: read them, tell ours from other people's, stop them safely.
+"""Processes on a host, read from /proc: the commands to run plus pure parsers.
 
-Shared by the GPU and server skills. Only PIDs we were given (by nvidia-smi, fuser
-or our pid files) are ever signalled; each signal re-checks the PID's start time
-(/proc/PID/stat field 22) first, because PIDs are reused. A zombie holds no GPU
-memory and counts as gone.
+`parse_stat` is the only parser of /proc/PID/stat in eaglebot: the skills use it through
+the helpers here, and the audit store uses it to tell a live run owner from a reused PID
+(field 22, the start time, differs). A zombie holds no GPU memory, no port and no lock,
+so it counts as gone everywhere.
+
+The async helpers take the host (`ctx.host`, an `eaglebot.sdk.Host`) and nothing else;
+which of these processes the bot started is decided in `eaglebot.skills.lib.processes`.
 """
 from __future__ import annotations
 
-import asyncio
-import time
-from dataclasses import dataclass, field
+import base64
+import binascii
+from dataclasses import dataclass
 
-from eaglebot.sdk import SkillContext
+from eaglebot.sdk import Host
 
 _SEP = "\x1f"
 
 
-@dataclass
-class ProcInfo:
+@dataclass(frozen=True)
+class Stat:
+    """The fields of /proc/PID/stat that eaglebot uses (proc(5) numbers them 1-6 and 22)."""
+
     pid: int
-    user: str
-    state: str          # R, S, D, Z, T, ...
+    comm: str           # at most 15 bytes for a user process; may hold spaces and parentheses
+    state: str          # R, S, D, Z, T, t, X, I, ...
     ppid: int
-    pgid: int
-    sid: int
-    start: str          # start time in clock ticks since boot (field 22)
-    comm: str
-    cmdline: str
+    pgrp: int
+    session: int
+    starttime: str      # clock ticks after boot; text, because it is only ever compared
 
     @property
     def zombie(self) -> bool:
         return self.state in ("Z", "X")
 
 
-def parse_stat(text: str) -> dict:
-    """Parse /proc/PID/stat; the command name may contain spaces and parentheses."""
+def parse_stat(text: str) -> Stat:
+    """One /proc/PID/stat record -> Stat; ValueError when it is not one.
+
+    The command name sits in parentheses and may itself contain `) ` (a program may call
+    itself anything), so it ends at the LAST `)`: every field after it is a number or the
+    one-letter state.
+    """
     text = text.strip()
-    lp, rp = text.index("("), text.rindex(")")
-    rest = text[rp + 2:].split()
-    return {"pid": int(text[:lp].strip()), "comm": text[lp + 1:rp], "state": rest[0], "ppid": int(rest[1]),
-            "pgid": int(rest[2]), "sid": int(rest[3]), "start": rest[19]}
+    lp, rp = text.find("("), text.rfind(")")
+    if lp < 1 or rp < lp:
+        raise ValueError(f"not a /proc/PID/stat line: {text[:80]!r}")
+    rest = text[rp + 1:].split()
+    if len(rest) < 20 or len(rest[0]) != 1:
+        raise ValueError(f"not a /proc/PID/stat line: {text[:80]!r}")
+    try:
+        pid, ppid, pgrp, session = int(text[:lp]), int(rest[1]), int(rest[2]), int(rest[3])
+    except ValueError:
+        raise ValueError(f"not a /proc/PID/stat line: {text[:80]!r}") from None
+    if not rest[19].isdigit():
+        raise ValueError(f"not a /proc/PID/stat line: {text[:80]!r}")
+    return Stat(pid, text[lp + 1:rp], rest[0], ppid, pgrp, session, rest[19])
 
 
-def parse_proc_lines(out: str) -> dict[int, ProcInfo]:
-    procs: dict[int, ProcInfo] = {}
-    for line in out.splitlines():
-        parts = line.split(_SEP)
-        if len(parts) != 4:
-            continue
-        _pid, user, stat, cmd = parts
+def parse_stats(text: str) -> list[Stat]:
+    """Many records, one a line (`cat /proc/[0-9]*/stat`); lines that are not a record are skipped.
+
+    A process that exits between the shell's glob and cat's read leaves no line, and
+    one whose name holds a newline splits its record: both are skipped, not guessed at.
+    """
+    out = []
+    for line in text.splitlines():
         try:
-            st = parse_stat(stat)
-        except (ValueError, IndexError):
+            out.append(parse_stat(line))
+        except ValueError:
             continue
-        procs[st["pid"]] = ProcInfo(st["pid"], user, st["state"], st["ppid"], st["pgid"], st["sid"],
-                                    st["start"], st["comm"], cmd.strip() or f"[{st['comm']}]")
-    return procs
+    return out
 
 
-def _proc_script(pids: list[int]) -> str:
+def stat_command(pids: list[int] | None = None) -> str:
+    """cat of /proc/PID/stat for `pids` (None: every process); exits 0 when some are gone."""
+    paths = " ".join(f"/proc/{int(p)}/stat" for p in pids) if pids is not None else "/proc/[0-9]*/stat"
+    return f"cat {paths} 2>/dev/null; true"
+
+
+def starttime_shell(pid: int) -> str:
+    """A shell word that expands to field 22 of /proc/PID/stat (empty when the PID is gone).
+
+    Only for a check that must run in the same command as the action it guards (a kill
+    right after "is this still the process we saw?"); everywhere else parse_stat reads
+    the record. sed's greedy `.*) ` drops up to the last `) `, as parse_stat does.
+    """
+    return f"$(sed 's/.*) //' /proc/{int(pid)}/stat 2>/dev/null | cut -d' ' -f20)"
+
+
+async def stats(host: Host, pids: list[int] | None = None, timeout: float = 60) -> list[Stat]:
+    """/proc/PID/stat of `pids`, or of every process on the host."""
+    if pids is not None and not pids:
+        return []
+    res = await host.run(stat_command(sorted(set(pids)) if pids is not None else None), timeout=timeout)
+    return parse_stats(res.stdout)
+
+
+async def stat_of(host: Host, pid: int) -> Stat | None:
+    """/proc/PID/stat of one process, or None when there is no such process."""
+    found = [s for s in await stats(host, [pid], timeout=30) if s.pid == pid]
+    return found[0] if found else None
+
+
+# -- owner and command line ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """A process as the skills show it: its stat record, owner and whole command line."""
+
+    stat: Stat
+    user: str
+    cmdline: str
+
+    @property
+    def pid(self) -> int:
+        return self.stat.pid
+
+    @property
+    def comm(self) -> str:
+        return self.stat.comm
+
+    @property
+    def session(self) -> int:
+        return self.stat.session
+
+    @property
+    def starttime(self) -> str:
+        return self.stat.starttime
+
+    @property
+    def zombie(self) -> bool:
+        return self.stat.zombie
+
+
+def proc_info_command(pids: list[int]) -> str:
+    """One line per PID still present: pid, owner, the stat record and the command line, \\x1f apart."""
     ids = " ".join(str(int(p)) for p in pids)
     return (f"for p in {ids}; do if [ -r /proc/$p/stat ]; then "
             f"s=$(cat /proc/$p/stat 2>/dev/null) || continue; "
@@ -67,124 +145,54 @@ def _proc_script(pids: list[int]) -> str:
             f"printf '%s\\037%s\\037%s\\037%s\\n' \"$p\" \"$u\" \"$s\" \"$c\"; fi; done; true")
 
 
-async def proc_info(ctx: SkillContext, pids: list[int]) -> dict[int, ProcInfo]:
+def parse_proc_info(out: str) -> dict[int, ProcInfo]:
+    """The output of proc_info_command -> {pid: ProcInfo}; a kernel thread's command is `[comm]`."""
+    procs: dict[int, ProcInfo] = {}
+    for line in out.splitlines():
+        parts = line.split(_SEP)
+        if len(parts) != 4:
+            continue
+        _pid, user, stat, cmd = parts
+        try:
+            st = parse_stat(stat)
+        except ValueError:
+            continue
+        procs[st.pid] = ProcInfo(st, user, cmd.strip() or f"[{st.comm}]")
+    return procs
+
+
+async def proc_info(host: Host, pids: list[int]) -> dict[int, ProcInfo]:
     """Owner, session, start time and command line of each PID still present."""
     if not pids:
         return {}
-    res = await ctx.host.run(_proc_script(sorted(set(pids))), timeout=30)
-    return parse_proc_lines(res.stdout)
+    res = await host.run(proc_info_command(sorted(set(pids))), timeout=30)
+    return parse_proc_info(res.stdout)
 
 
-def state_dir(ctx: SkillContext) -> str:
-    return ctx.state_dir.rstrip("/")
+# -- environment ---------------------------------------------------------------------------
+
+def environ_command(pid: int) -> str:
+    """/proc/PID/environ as one base64 line (it is NUL-separated), or UNREADABLE."""
+    return f"base64 -w0 /proc/{int(pid)}/environ 2>/dev/null || echo UNREADABLE"
 
 
-async def our_sessions(ctx: SkillContext) -> set[int]:
-    """Session ids of what the bot launched: each pid file names a session leader."""
-    d = state_dir(ctx)
-    res = await ctx.host.run(f'cat {_q(d)}/run/*.pid 2>/dev/null; true', timeout=30)
-    out: set[int] = set()
-    for tok in res.stdout.split():
-        if tok.isdigit():
-            out.add(int(tok))
-    return out
+def parse_environ(data: bytes) -> dict[str, str]:
+    """/proc/PID/environ: NUL-separated KEY=VALUE."""
+    env = {}
+    for item in data.split(b"\0"):
+        if b"=" in item:
+            k, _, v = item.partition(b"=")
+            env[k.decode(errors="replace")] = v.decode(errors="replace")
+    return env
 
 
-def _q(path: str) -> str:
-    """Quote a path for sh, keeping a leading ~/ expandable."""
-    from eaglebot.transport import path_for_shell
-
-    return path_for_shell(path)
-
-
-@dataclass
-class KillReport:
-    pid: int
-    user: str
-    cmdline: str
-    signals: list[str] = field(default_factory=list)
-    gone: bool = False
-    note: str = ""
-
-    def line(self) -> str:
-        sig = "+".join(self.signals) or "none"
-        state = "gone" if self.gone else "STILL RUNNING"
-        note = f" ({self.note})" if self.note else ""
-        return f"pid {self.pid} ({self.user}) {self.cmdline[:160]}: {sig} -> {state}{note}"
-
-
-def _signal_script(targets: list[ProcInfo], sig: str) -> str:
-    assert sig in ("TERM", "KILL")
-    parts = []
-    for p in targets:
-        # Signal only if the PID still has the start time we saw: PIDs are reused.
-        parts.append(
-            f"s=$(sed 's/.*) //' /proc/{p.pid}/stat 2>/dev/null | cut -d' ' -f20); "
-            f"if [ \"$s\" = {p.start} ]; then if kill -{sig} {p.pid} 2>/dev/null; then echo sent {p.pid}; "
-            f"else echo refused {p.pid}; fi; "
-            f"else echo reused {p.pid}; fi")
-    return "; ".join(parts) + "; true"
-
-
-def _alive_script(targets: list[ProcInfo]) -> str:
-    parts = []
-    for p in targets:
-        parts.append(
-            f"r=$(sed 's/.*) //' /proc/{p.pid}/stat 2>/dev/null | cut -d' ' -f1,20); "
-            f"case \"$r\" in Z*|X*|'') ;; *' '{p.start}) echo {p.pid};; esac")
-    return "; ".join(parts) + "; true"
-
-
-async def alive(ctx: SkillContext, targets: list[ProcInfo]) -> set[int]:
-    if not targets:
-        return set()
-    res = await ctx.host.run(_alive_script(targets), timeout=30)
-    return {int(x) for x in res.stdout.split() if x.isdigit()}
-
-
-async def terminate(ctx: SkillContext, targets: list[ProcInfo], grace_s: float,
-                    poll_s: float = 0.05) -> list[KillReport]:
-    """SIGTERM, wait up to grace_s, SIGKILL survivors, confirm each is gone."""
-    reports = {p.pid: KillReport(p.pid, p.user, p.cmdline) for p in targets}
-    if not targets:
-        return []
-    refused: set[int] = set()
-    res = await ctx.host.run(_signal_script(targets, "TERM"), timeout=30)
-    for line in res.stdout.splitlines():
-        word, _, pid = line.partition(" ")
-        if pid.isdigit() and int(pid) in reports:
-            if word == "sent":
-                reports[int(pid)].signals.append("SIGTERM")
-            elif word == "reused":
-                reports[int(pid)].note = "exited before the signal"
-            elif word == "refused":
-                refused.add(int(pid))
-    ctx.log(f"SIGTERM sent to {', '.join(str(p.pid) for p in targets)}; grace {grace_s:g}s")
-    remaining = [p for p in targets]
-    deadline = time.monotonic() + grace_s
-    while True:
-        live = await alive(ctx, remaining)
-        remaining = [p for p in remaining if p.pid in live]
-        if not remaining or time.monotonic() >= deadline or all(p.pid in refused for p in remaining):
-            break
-        await asyncio.sleep(poll_s)
-    if remaining:
-        ctx.log(f"still running after {grace_s:g}s: {', '.join(str(p.pid) for p in remaining)}; SIGKILL")
-        res = await ctx.host.run(_signal_script(remaining, "KILL"), timeout=30)
-        for line in res.stdout.splitlines():
-            word, _, pid = line.partition(" ")
-            if word == "sent" and pid.isdigit():
-                reports[int(pid)].signals.append("SIGKILL")
-            elif word == "refused" and pid.isdigit():
-                refused.add(int(pid))
-        deadline = time.monotonic() + 10
-        while remaining and time.monotonic() < deadline:
-            live = await alive(ctx, remaining)
-            remaining = [p for p in remaining if p.pid in live]
-            if remaining:
-                await asyncio.sleep(poll_s)
-    for p in targets:
-        reports[p.pid].gone = p.pid not in {r.pid for r in remaining}
-        if not reports[p.pid].gone and p.pid in refused:
-            reports[p.pid].note = "the signal was refused: not permitted for this login user"
-    return list(reports.values())
+async def environ(host: Host, pid: int) -> dict[str, str] | None:
+    """The environment a process started with, or None when this login user may not read it."""
+    res = await host.run(environ_command(pid), timeout=30)
+    out = res.stdout.strip()
+    if not out or out == "UNREADABLE":
+        return None
+    try:
+        return parse_environ(base64.b64decode(out, validate=True))
+    except (binascii.Error, ValueError):
+        return None

@@ -1,5 +1,6 @@
 """SGLang 0.5.23 facts as pure functions: speculative-arg resolution, log lines,
-bench_serving output, /server_info.
+bench_serving output, /server_info. What a launch command's flags say is in
+sglang_args.py; who listens on the server's port in ports.py.
 
 Nothing here talks to a host; the server and bench skills feed it text they read.
 The simulator in `eaglebot/sim/sglang_pkg` applies the same resolution rules (it
@@ -13,6 +14,8 @@ import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
+
+from eaglebot.skills.facts import sglang_args
 
 SGLANG_VERSION = "0.5.23"
 
@@ -95,52 +98,14 @@ def resolve_speculative(algorithm: str | None, num_steps: int | None, topk: int 
     return res
 
 
-# -- launch arguments ---------------------------------------------------------------
-
-# argparse accepts unambiguous prefixes; these are the spellings we recognise.
-FLAG_ALIASES = {"--model": "--model-path", "--tp": "--tp-size", "--dp": "--dp-size"}
-REMOVED_FLAGS = {"--cuda-graph-max-bs": "--cuda-graph-max-bs-decode / --cuda-graph-max-bs-prefill"}
-
-
-def flag_values(args: list[str]) -> dict[str, str | None]:
-    """`--flag value` / `--flag=value` pairs of a launch command (a bare flag maps to None)."""
-    out: dict[str, str | None] = {}
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a.startswith("--"):
-            if "=" in a:
-                k, v = a.split("=", 1)
-                out[FLAG_ALIASES.get(k, k)] = v
-            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-                out[FLAG_ALIASES.get(a, a)] = args[i + 1]
-                i += 1
-            else:
-                out[FLAG_ALIASES.get(a, a)] = None
-        i += 1
-    return out
-
-
-def flag_to_key(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
-
-
-def _int_or_none(v: str | None) -> int | None:
-    if v is None:
-        return None
-    try:
-        return int(v)
-    except ValueError:
-        return None
-
-
 def resolve_from_args(args: list[str], target_architecture: str | None) -> SpecResolution:
-    f = flag_values(args)
-    mrr = f.get("--max-running-requests")
+    """resolve_speculative applied to the flags of a launch command."""
+    f = sglang_args.flag_values(args)
     return resolve_speculative(
-        f.get("--speculative-algorithm"), _int_or_none(f.get("--speculative-num-steps")),
-        _int_or_none(f.get("--speculative-eagle-topk")), _int_or_none(f.get("--speculative-num-draft-tokens")),
-        target_architecture, _int_or_none(mrr) if mrr is not None else None)
+        f.get("--speculative-algorithm"), sglang_args.int_value(f.get("--speculative-num-steps")),
+        sglang_args.int_value(f.get("--speculative-eagle-topk")),
+        sglang_args.int_value(f.get("--speculative-num-draft-tokens")),
+        target_architecture, sglang_args.int_value(f.get("--max-running-requests")))
 
 
 def target_architecture(config_json: str) -> str | None:
@@ -153,20 +118,6 @@ def target_architecture(config_json: str) -> str | None:
     if isinstance(archs, list) and archs and isinstance(archs[0], str):
         return archs[0]
     return None
-
-
-def same_value(asked: Any, effective: Any) -> bool:
-    """Compare a flag's text with the server's typed value (`16` == 16, `eagle3` == "EAGLE3")."""
-    if effective is None:
-        return asked is None
-    if isinstance(effective, bool):
-        return str(asked).lower() in (("true", "1") if effective else ("false", "0"))
-    if isinstance(effective, (int, float)):
-        try:
-            return float(asked) == float(effective)
-        except (TypeError, ValueError):
-            return False
-    return str(asked).strip().upper() == str(effective).strip().upper() or str(asked) == str(effective)
 
 
 # -- server log ---------------------------------------------------------------------
@@ -355,41 +306,3 @@ def bench_numbers(result: dict[str, Any]) -> dict[str, float]:
 def median_numbers(runs: list[dict[str, float]]) -> dict[str, float]:
     keys = {k for r in runs for k in r}
     return {k: float(statistics.median([r[k] for r in runs if k in r])) for k in sorted(keys)}
-
-
-# -- ports and processes -----------------------------------------------------------------
-
-def parse_listening_inodes(proc_net_tcp: str, port: int) -> set[str]:
-    """Socket inodes LISTENing on `port` in /proc/net/tcp{,6} text."""
-    out: set[str] = set()
-    for line in proc_net_tcp.splitlines():
-        parts = line.split()
-        if len(parts) < 10 or parts[0] == "sl" or ":" not in parts[1]:
-            continue
-        try:
-            lport = int(parts[1].rsplit(":", 1)[1], 16)
-        except ValueError:
-            continue
-        if lport == port and parts[3] == "0A" and parts[9] != "0":
-            out.add(parts[9])
-    return out
-
-
-def parse_fd_socket_pids(find_output: str) -> set[int]:
-    """PIDs from `find /proc/*/fd -lname 'socket:[INODE]'` lines (`/proc/PID/fd/N`)."""
-    out: set[int] = set()
-    for line in find_output.splitlines():
-        parts = line.strip().split("/")
-        if len(parts) >= 4 and parts[1] == "proc" and parts[2].isdigit():
-            out.add(int(parts[2]))
-    return out
-
-
-def parse_environ(data: bytes) -> dict[str, str]:
-    """/proc/PID/environ: NUL-separated KEY=VALUE."""
-    env = {}
-    for item in data.split(b"\0"):
-        if b"=" in item:
-            k, _, v = item.partition(b"=")
-            env[k.decode(errors="replace")] = v.decode(errors="replace")
-    return env

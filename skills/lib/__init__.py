@@ -1,1 +1,3 @@
-"""Helpers shared by several skills (GPU snapshots, server sessions, file edits); never a skill itself."""
+"""Helpers shared by several skills, never a skill itself: GPU snapshots (gpu), which
+processes the bot started and stopping them (processes), the launched server's pid file
+and session (server), file edits and backups (files)."""

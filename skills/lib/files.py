@@ -1,12 +1,20 @@
-"""Small helpers for the file skills: hashes, diffs, reading with one-sentence errors."""
+"""Small helpers for the file skills: backup names, hashes, diffs, reading with one-sentence errors."""
 from __future__ import annotations
 
 import difflib
 import hashlib
 
 from eaglebot.errors import StepFailed, TransportError
-from eaglebot.sdk import SkillContext
-from eaglebot.transport import path_for_shell
+from eaglebot.sdk import SkillContext, path_for_shell
+
+
+def backup_path(path: str, run_id: int, step_idx: int) -> str:
+    """Where a run's step keeps the previous content of `path`: next to it, `<file>.eagle-<run>-<idx>.bak`.
+
+    Users find and restore backups by this name (and `changes.backup_path` records it),
+    so config.patch and config.revert both take it from here.
+    """
+    return f"{path}.eagle-{run_id}-{step_idx}.bak"
 
 
 def sha256(data: bytes | None) -> str | None:

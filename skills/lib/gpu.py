@@ -77,7 +77,7 @@ class Holder:
     def as_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "user": self.user, "gpus": self.gpus, "mib": self.mib,
                 "per_gpu_mib": {str(k): v for k, v in self.per_gpu.items()}, "command": self.cmdline,
-                "name": self.name, "source": self.source, "session": self.proc.sid}
+                "name": self.name, "source": self.source, "session": self.proc.session}
 
 
 @dataclass
@@ -126,14 +126,15 @@ async def snapshot(ctx: SkillContext, params: GpuParams, *, tolerance_mib: int =
                    use_fuser: bool = True) -> Snapshot:
     """Probe: memory per GPU and the processes that hold it."""
     host = ctx.host_name
-    rows = nvsmi.parsed("--query-gpu", host, nvsmi.parse_gpus, await nvsmi.run_nvsmi(ctx, nvsmi.QUERY_GPUS))
+    rows = nvsmi.parsed("--query-gpu", host, nvsmi.parse_gpus,
+                        await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_GPUS))
     sel = select(ctx, params, [r.index for r in rows])
     by_uuid = {r.uuid: r.index for r in rows}
     snap = Snapshot(host, sel, {r.index: r.used_mib for r in rows if r.index in sel})
     apps = nvsmi.parsed("--query-compute-apps", host, nvsmi.parse_compute_apps,
-                         await nvsmi.run_nvsmi(ctx, nvsmi.QUERY_APPS))
+                         await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_APPS))
     apps = [a for a in apps if a.gpu_uuid is not None and by_uuid.get(a.gpu_uuid) in sel]
-    infos = await proc_info(ctx, [a.pid for a in apps])
+    infos = await proc_info(ctx.host, [a.pid for a in apps])
     holders: dict[int, Holder] = {}
     for a in apps:
         p = infos.get(a.pid)
@@ -163,14 +164,14 @@ def _unexplained(snap: Snapshot, tolerance_mib: int) -> dict[int, int]:
 
 async def _fuser_fallback(ctx: SkillContext, snap: Snapshot, tolerance_mib: int) -> None:
     gpus = ", ".join(map(str, snap.unexplained))
-    entries, why = await nvsmi.run_fuser(ctx)
+    entries, why = await nvsmi.run_fuser(ctx.host, ctx.vars)
     snap.via_fuser = True
     if why:
         snap.notes.append(f"GPU {gpus}: memory held with no visible process and {why}")
         return
     ctx.log(f"GPU {gpus}: memory held with no visible process; asked fuser -v /dev/nvidia*")
     wanted = [e for e in entries if e.gpu in snap.unexplained and e.pid not in {h.pid for h in snap.holders}]
-    infos = await proc_info(ctx, [e.pid for e in wanted])
+    infos = await proc_info(ctx.host, [e.pid for e in wanted])
     found: dict[int, Holder] = {}
     for e in wanted:
         p = infos.get(e.pid)

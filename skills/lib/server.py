@@ -1,90 +1,48 @@
-"""Host probes shared by the SGLang server and benchmark skills.
+"""The SGLang server the bot launched on a port: its pid file, its log, its session.
 
-Each is "a command run through ctx.host + a pure parser" (parsers in sglang.py):
-pid and log file locations, who listens on a port, the members of a session, an
-HTTP GET made ON the host (the bot may not reach the server's port directly).
+Probes are facts (`eaglebot.skills.facts.procs`) run through ctx.host; which processes
+are ours is `processes.is_ours`. Also an HTTP GET made ON the host (the bot may not
+reach the server's port directly).
 """
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 
-from eaglebot.sdk import SkillContext
+from eaglebot.sdk import SkillContext, path_for_shell
 
 from eaglebot.skills.facts import procs
-from eaglebot.skills.facts import sglang
-
-_q = procs._q
+from eaglebot.skills.lib import processes
 
 
 def pid_path(ctx: SkillContext, port: int) -> str:
-    return f"{procs.state_dir(ctx)}/run/server-{port}.pid"
+    return f"{processes.state_dir(ctx)}/run/server-{port}.pid"
 
 
 def log_path(ctx: SkillContext, port: int) -> str:
-    return f"{procs.state_dir(ctx)}/logs/server-{port}-{ctx.run_id}.log"
+    return f"{processes.state_dir(ctx)}/logs/server-{port}-{ctx.run_id}.log"
 
 
 async def read_pid(ctx: SkillContext, port: int) -> int | None:
-    res = await ctx.host.run(f"cat {_q(pid_path(ctx, port))} 2>/dev/null; true", timeout=30)
+    res = await ctx.host.run(f"cat {path_for_shell(pid_path(ctx, port))} 2>/dev/null; true", timeout=30)
     tok = res.stdout.strip().split()
     return int(tok[0]) if tok and tok[0].isdigit() else None
 
 
 async def remove_pid_file(ctx: SkillContext, port: int) -> None:
-    await ctx.host.run(f"rm -f {_q(pid_path(ctx, port))}", timeout=30)
-
-
-async def all_stats(ctx: SkillContext) -> list[dict]:
-    """/proc/PID/stat of every process on the host (pid, ppid, pgid, sid, state, start)."""
-    res = await ctx.host.run("cat /proc/[0-9]*/stat 2>/dev/null; true", timeout=60)
-    out = []
-    for line in res.stdout.splitlines():
-        try:
-            out.append(procs.parse_stat(line))
-        except (ValueError, IndexError):
-            continue
-    return out
+    await ctx.host.run(f"rm -f {path_for_shell(pid_path(ctx, port))}", timeout=30)
 
 
 async def session_members(ctx: SkillContext, sid: int) -> list[int]:
     """Live (non-zombie) processes of session `sid`, the leader first if alive."""
-    members = [s["pid"] for s in await all_stats(ctx) if s["sid"] == sid and s["state"] not in ("Z", "X")]
+    members = [s.pid for s in await procs.stats(ctx.host)
+               if processes.is_ours(s, {sid}) and not s.zombie]
     return sorted(members, key=lambda p: (p != sid, p))
 
 
 async def leader_alive(ctx: SkillContext, pid: int) -> bool:
-    """Is `pid` a live session leader (what spawn_detached starts), not a zombie or a reused PID?"""
-    res = await ctx.host.run(f"cat /proc/{int(pid)}/stat 2>/dev/null; true", timeout=30)
-    try:
-        st = procs.parse_stat(res.stdout)
-    except (ValueError, IndexError):
-        return False
-    return st["sid"] == pid and st["state"] not in ("Z", "X")
-
-
-@dataclass
-class Listeners:
-    pids: set[int]
-    unseen: bool   # a socket listens but no visible process owns it (another user's)
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.pids) or self.unseen
-
-
-async def listeners(ctx: SkillContext, port: int) -> Listeners:
-    """Who LISTENs on TCP `port`: /proc/net/tcp{,6} inodes, then /proc/*/fd links to them."""
-    res = await ctx.host.run("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true", timeout=30)
-    inodes = sglang.parse_listening_inodes(res.stdout, port)
-    if not inodes:
-        return Listeners(set(), False)
-    # find's -lname takes a glob: the brackets of `socket:[INODE]` must be escaped.
-    patterns = ["socket:\\[" + i + "\\]" for i in sorted(inodes)]
-    expr = " -o ".join("-lname " + shlex.quote(p) for p in patterns)
-    res = await ctx.host.run(f"find /proc/[0-9]*/fd \\( {expr} \\) -print 2>/dev/null; true", timeout=60)
-    pids = sglang.parse_fd_socket_pids(res.stdout)
-    return Listeners(pids, not pids)
+    """Is `pid` still the live leader of the session it started (not a zombie, not a reused PID)?"""
+    st = await procs.stat_of(ctx.host, pid)
+    return st is not None and not st.zombie and processes.is_ours(st, {pid})
 
 
 def looks_like_sglang(p: procs.ProcInfo) -> bool:
@@ -96,11 +54,11 @@ def describe(p: procs.ProcInfo) -> str:
     return f"pid {p.pid} ({p.user}) {p.cmdline[:160]}"
 
 
-async def stop_session(ctx: SkillContext, sid: int, grace_s: float) -> list[procs.KillReport]:
+async def stop_session(ctx: SkillContext, sid: int, grace_s: float) -> list[processes.KillReport]:
     """TERM then KILL every live member of session `sid` (the server and its scheduler children)."""
     members = await session_members(ctx, sid)
-    infos = await procs.proc_info(ctx, members)
-    return await procs.terminate(ctx, [infos[p] for p in members if p in infos], grace_s)
+    infos = await procs.proc_info(ctx.host, members)
+    return await processes.terminate(ctx, [infos[p] for p in members if p in infos], grace_s)
 
 
 # -- HTTP on the host ----------------------------------------------------------------

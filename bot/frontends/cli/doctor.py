@@ -4,17 +4,26 @@ Every host reachable with a verified host key (when the key is unknown, the SHA2
 fingerprint to pin is printed), nvidia-smi and the host's Python found, the Slack
 tokens valid (only those that are set) and the audit DB writable. Exit 0 when every
 check passes, 1 otherwise.
+
+Hosts are checked through their transports and the skills' own facts: nvidia-smi is
+the one the GPU skills run (host var `nvidia_smi`), read by the same parser and
+explained by the same exit-code sentences, so a host that passes doctor passes
+gpu.verify's nvidia-smi call too.
 """
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from eaglebot.config import HostConfig, Settings
 from eaglebot.errors import TransportError
+from eaglebot.sdk import Host, path_for_shell
+from eaglebot.skills.facts import nvsmi
+from eaglebot.transport.ssh import host_key_fingerprint
 
 HOST_TIMEOUT_S = 20.0
 
@@ -29,18 +38,20 @@ class Check:
         return f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
 
 
-async def host_key_fingerprint(cfg: HostConfig) -> str | None:
-    """The SHA256 fingerprint of the key the host presents (to pin in known_hosts)."""
-    import asyncssh  # only for the fingerprint; commands go through the transport
-
+async def check_nvidia_smi(name: str, cfg: HostConfig, host: Host) -> Check:
+    """Run the GPU skills' nvidia-smi query on the host and parse it as they do."""
+    check = f"host {name} nvidia-smi"
     try:
-        key = await asyncio.wait_for(asyncssh.get_server_host_key(cfg.address, cfg.port), cfg.connect_timeout_s)
-    except (OSError, asyncssh.Error, asyncio.TimeoutError):
-        return None
-    return key.get_fingerprint("sha256") if key else None
+        text = await nvsmi.run_nvsmi(host, cfg.vars, nvsmi.QUERY_NAMES, timeout=HOST_TIMEOUT_S)
+        gpus = nvsmi.parsed("--query-gpu", name, nvsmi.parse_gpu_names, text)
+    except nvsmi.NvsmiError as e:
+        return Check(check, False, str(e))
+    models = ", ".join(f"{n} x {model}" for model, n in Counter(gpus.values()).items())
+    return Check(check, True, f"{nvsmi.nvsmi_path(cfg.vars)} answers: {len(gpus)} GPU(s)"
+                              + (f" ({models})" if models else ""))
 
 
-async def check_host(name: str, cfg: HostConfig, transport: Any) -> list[Check]:
+async def check_host(name: str, cfg: HostConfig, transport: Host) -> list[Check]:
     out: list[Check] = []
     where = "local transport" if cfg.transport == "local" else f"{cfg.user + '@' if cfg.user else ''}{cfg.address}:{cfg.port}"
     try:
@@ -58,22 +69,8 @@ async def check_host(name: str, cfg: HostConfig, transport: Any) -> list[Check]:
                            "and compare the fingerprint")
         out.append(Check(f"host {name}", False, detail))
         return out
-    where_smi = await transport.run("command -v nvidia-smi", timeout=HOST_TIMEOUT_S)
-    if not where_smi.ok:
-        out.append(Check(f"host {name} nvidia-smi", False, "not found on PATH"))
-    else:
-        smi = await transport.run("nvidia-smi --query-gpu=index,name --format=csv,noheader", timeout=HOST_TIMEOUT_S)
-        if smi.ok:
-            gpus = smi.stdout.strip().splitlines()
-            out.append(Check(f"host {name} nvidia-smi", True,
-                             f"{where_smi.stdout.strip()} ({len(gpus)} GPU(s))"))
-        else:
-            # 9: driver not loaded, 14: InfoROM corrupted, 15: a GPU fell off the bus
-            why = (smi.stderr or smi.stdout).strip().splitlines()[-1:] or [""]
-            out.append(Check(f"host {name} nvidia-smi", False, f"exit status {smi.exit_status}: {why[0][:200]}"))
+    out.append(await check_nvidia_smi(name, cfg, transport))
     python = str(cfg.vars.get("python") or "python3")
-    from eaglebot.transport import path_for_shell
-
     py = await transport.run(f"{path_for_shell(python)} -c 'import sys; print(sys.version.split()[0])'",
                              timeout=HOST_TIMEOUT_S)
     if py.ok:

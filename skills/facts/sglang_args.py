@@ -1,0 +1,62 @@
+"""What an `sglang.launch_server` command line asks for: its flags, read as SGLang reads them.
+
+Pure functions over argv lists. server.launch checks a launch with them before it
+starts anything, compares them with what /server_info reports afterwards, and the
+history module fingerprints runs by them (so a renamed spelling such as `--tp 2`
+vs `--tp-size 2` is not a change).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+# argparse accepts unambiguous prefixes; these are the spellings we recognise.
+FLAG_ALIASES = {"--model": "--model-path", "--tp": "--tp-size", "--dp": "--dp-size"}
+REMOVED_FLAGS = {"--cuda-graph-max-bs": "--cuda-graph-max-bs-decode / --cuda-graph-max-bs-prefill"}
+
+
+def flag_values(args: list[str]) -> dict[str, str | None]:
+    """`--flag value` / `--flag=value` pairs of a launch command (a bare flag maps to None)."""
+    out: dict[str, str | None] = {}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("--"):
+            if "=" in a:
+                k, v = a.split("=", 1)
+                out[FLAG_ALIASES.get(k, k)] = v
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                out[FLAG_ALIASES.get(a, a)] = args[i + 1]
+                i += 1
+            else:
+                out[FLAG_ALIASES.get(a, a)] = None
+        i += 1
+    return out
+
+
+def flag_to_key(flag: str) -> str:
+    """`--speculative-num-steps` -> `speculative_num_steps`, the name /server_info uses."""
+    return flag.lstrip("-").replace("-", "_")
+
+
+def int_value(v: str | None) -> int | None:
+    """A flag's value as an int; None when absent or not a number (SGLang would refuse it)."""
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        return None
+
+
+def same_value(asked: Any, effective: Any) -> bool:
+    """Compare a flag's text with the server's typed value (`16` == 16, `eagle3` == "EAGLE3")."""
+    if effective is None:
+        return asked is None
+    if isinstance(effective, bool):
+        return str(asked).lower() in (("true", "1") if effective else ("false", "0"))
+    if isinstance(effective, (int, float)):
+        try:
+            return float(asked) == float(effective)
+        except (TypeError, ValueError):
+            return False
+    return str(asked).strip().upper() == str(effective).strip().upper() or str(asked) == str(effective)

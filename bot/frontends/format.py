@@ -109,7 +109,7 @@ def describe_inputs(pb: Playbook) -> list[str]:
     """One line per playbook input: type, default or required, range, choices, description."""
     out = []
     for name, spec in pb.inputs.items():
-        bits = [spec.type]
+        bits: list[str] = [spec.type]
         if spec.default is not None:
             bits.append(f"default {spec.default}")
         elif not spec.is_required:

@@ -47,7 +47,8 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
     services = await Services.open(settings)
     client = make_client(settings, token)
     try:
-        ident = (await client.auth_test()).data
+        answer = (await client.auth_test()).data
+        ident = answer if isinstance(answer, dict) else {}
     except Exception as e:
         await services.close()
         if isinstance(e, SlackApiError):

@@ -179,7 +179,7 @@ def cmd_lint(args) -> int:
 
 def cmd_playbooks(args) -> int:
     settings = _settings(args)
-    listing = []
+    listing: list[dict[str, Any]] = []
     for name, path in playbook_files(settings.playbooks_path).items():
         try:
             pb = load_playbook(path)
@@ -206,7 +206,7 @@ def cmd_playbooks(args) -> int:
 
 def cmd_hosts(args) -> int:
     settings = _settings(args)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, h in settings.hosts.items():
         groups = [g for g, members in settings.groups.items() if name in members]
         where = "this machine" if h.transport == "local" else f"{h.user + '@' if h.user else ''}{h.address}:{h.port}"

@@ -513,7 +513,7 @@ class SlackFrontend:
 
 
 class SlackScheduleHooks:
-    """What the scheduler (eaglebot.scheduler.build_scheduler) needs from Slack."""
+    """What the scheduler needs from Slack (`scheduler.Hooks`); `eagle serve` hands it over."""
 
     def __init__(self, ctx: SlackContext):
         self.ctx = ctx
@@ -522,11 +522,17 @@ class SlackScheduleHooks:
         channel = getattr(schedule_cfg, "channel", None) or self.ctx.settings.slack.channel
         return SlackRunObserver(self.ctx, channel, None, None) if channel else Observer()
 
-    async def post(self, channel: str, text: str) -> str | None:
+    async def post(self, channel: str | None, text: str) -> str | None:
+        channel = channel or self.ctx.settings.slack.channel
+        if not channel:
+            log.warning("no Slack channel for: %s", text)
+            return None
         return (await self.ctx.post(channel, text, [bk.section(bk.escape(text))])).ts
 
-    async def upload(self, channel: str, thread_ts: str | None, path: str | Path, title: str) -> None:
-        await self.ctx.upload(channel, thread_ts, path, title)
+    async def upload(self, channel: str | None, thread_ts: str | None, path: str | Path, title: str) -> None:
+        channel = channel or self.ctx.settings.slack.channel
+        if channel:
+            await self.ctx.upload(channel, thread_ts, path, title)
 
 
 # -- the app ---------------------------------------------------------------------------------

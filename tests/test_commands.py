@@ -6,7 +6,8 @@ import yaml
 
 from slack_harness import PLAYBOOKS
 
-from eaglebot.frontends.chat.router import Caller, authorize, chat_main, handle, parse, unescape
+from eaglebot.frontends.chat.router import Caller, authorize, handle, parse, unescape
+from eaglebot.frontends.cli.chat import chat_main
 from eaglebot.config import AccessConfig, load_settings
 
 

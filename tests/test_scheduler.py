@@ -15,7 +15,7 @@ from eaglebot.config import ScheduleConfig
 from eaglebot.errors import UsageError
 from eaglebot.engine.runner import Observer
 from eaglebot.frontends.scheduler import build_scheduler, fires_between, schedule_rows, trigger_for
-from eaglebot.history.trend import plot_trend
+from eaglebot.frontends.plot import plot_trend
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -1,22 +1,18 @@
-"""Runs as plain text (terminal, `eagle chat`). Pure functions over store rows.
+"""Plain text for every front end (terminal, `eagle chat`, the code blocks Slack shows).
 
-Slack Block Kit rendering lives in `blocks.py`; both read the same dicts.
+Pure functions over `eaglebot.history.view` (runs) and playbooks. Block Kit lives in
+`slack/blocks.py`; the CLI's own terminal output in `cli/terminal.py`.
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
+from eaglebot.engine.playbook import Playbook
+from eaglebot.history.view import HistoryRow, RunView
 from eaglebot.store import parse_iso
 
 STATUS_ICON = {"ok": "ok", "changed": "changed", "skipped": "skipped", "failed": "FAILED", "running": "running"}
-
-
-def duration_s(run: dict) -> float | None:
-    a, b = parse_iso(run.get("started_at")), parse_iso(run.get("finished_at"))
-    if a and b:
-        return (b - a).total_seconds()
-    return None
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -51,46 +47,53 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def history_text(runs: list[dict], key_metrics: dict[int, str] | None = None) -> str:
-    if not runs:
+def key_metric_text(metric: dict | None) -> str:
+    """`name=value unit` of a run's key metric (`eaglebot.history.view.key_metric`), or ''."""
+    if metric is None:
+        return ""
+    return f"{metric['name']}={fmt_value(metric['value'], metric.get('unit') or '')}"
+
+
+def history_text(rows: list[HistoryRow]) -> str:
+    """The history table of `eagle history`, `eagle chat history` and `/eagle history`."""
+    if not rows:
         return "no runs yet"
-    key_metrics = key_metrics or {}
-    rows = [[f"#{r['id']}", r["playbook"], ",".join(r.get("hosts") or []) or "-", r.get("actor") or "-",
-             r.get("origin") or "-", fmt_time(r.get("started_at")), r["status"],
-             fmt_duration(duration_s(r)), key_metrics.get(r["id"], "")] for r in runs]
-    return table(["id", "playbook", "hosts", "who", "via", "started (UTC)", "status", "took", "key metric"], rows)
+    cells = [[f"#{r['id']}", r["playbook"], ",".join(r.get("hosts") or []) or "-", r.get("actor") or "-",
+              r.get("origin") or "-", fmt_time(r.get("started_at")), r["status"],
+              fmt_duration(h.duration_s), key_metric_text(h.key_metric)] for h in rows for r in (h.run,)]
+    return table(["id", "playbook", "hosts", "who", "via", "started (UTC)", "status", "took", "key metric"], cells)
 
 
-def show_text(run: dict, steps: list[dict], metrics: list[dict], warnings: list[dict],
-              regressions: list[dict], changes: list[dict], *, with_output: bool = False) -> str:
-    hosts = ",".join(run.get("hosts") or []) or "-"
-    head = (f"run #{run['id']} {run['playbook']} on {hosts}: {run['status']}"
+def show_text(view: RunView, *, with_output: bool = False) -> str:
+    """`eagle show ID` and `/eagle show ID` as text."""
+    run, steps = view.run, view.steps
+    hosts = ",".join(view.hosts) or "-"
+    head = (f"run #{view.run_id} {view.playbook} on {hosts}: {view.status}"
             f" (by {run.get('actor') or '-'} via {run.get('origin') or '-'},"
-            f" {fmt_time(run.get('started_at'))} UTC, took {fmt_duration(duration_s(run))})")
+            f" {fmt_time(run.get('started_at'))} UTC, took {fmt_duration(view.duration_s)})")
     out = [head]
-    if run.get("dry_run"):
+    if view.dry_run:
         out.append("dry-run: nothing was changed")
     if run.get("inputs"):
         out.append("inputs: " + " ".join(f"{k}={v}" for k, v in run["inputs"].items()))
-    if run.get("error"):
-        out.append(f"error: {run['error']}")
+    if view.error:
+        out.append(f"error: {view.error}")
     if steps:
         rows = [[s["idx"] + 1, s["host"], s["name"], s["skill"], STATUS_ICON.get(s["status"], s["status"]),
                  f"{(s['duration_ms'] or 0) / 1000:.2f}s", (s["summary"] or "")[:120]] for s in steps]
         out += ["", table(["#", "host", "step", "skill", "status", "took", "summary"], rows)]
-    if metrics:
+    if view.metrics:
         out += ["", "metrics:"] + [f"  {m['host']}: {m['name']} = {fmt_value(m['value'], m['unit'] or '')}"
-                                  f" ({m['better']} is better)" for m in metrics]
-    if warnings:
-        out += ["", "warnings:"] + [f"  {w['host']}: {w['message']}" if w.get("host") else f"  {w['message']}"
-                                   for w in warnings]
-    if regressions:
+                                  f" ({m['better']} is better)" for m in view.metrics]
+    if view.warnings:
+        out += ["", "warnings:"] + [f"  {w}" for w in view.warning_lines]
+    if view.regressions:
         out += ["", "regressions and improvements:"] + [
             f"  {r['kind'].upper()} {r['host']}: {r['metric']} {fmt_value(r['value'])} vs "
-            f"{fmt_value(r['reference'])} ({r['delta_pct']:+.1f}%): {r['reason']}" for r in regressions]
-    if changes:
+            f"{fmt_value(r['reference'])} ({r['delta_pct']:+.1f}%): {r['reason']}" for r in view.regressions]
+    if view.changes:
         out += ["", "file changes:"]
-        for c in changes:
+        for c in view.changes:
             out.append(f"  {c['host']}: {c['path']} (backup {c['backup_path'] or '-'})")
             if c.get("diff"):
                 out += ["    " + line for line in c["diff"].rstrip("\n").splitlines()]
@@ -102,11 +105,31 @@ def show_text(run: dict, steps: list[dict], metrics: list[dict], warnings: list[
     return "\n".join(out)
 
 
+def describe_inputs(pb: Playbook) -> list[str]:
+    """One line per playbook input: type, default or required, range, choices, description."""
+    out = []
+    for name, spec in pb.inputs.items():
+        bits: list[str] = [spec.type]
+        if spec.default is not None:
+            bits.append(f"default {spec.default}")
+        elif not spec.is_required:
+            bits.append("optional")
+        else:
+            bits.append("required")
+        if spec.min is not None or spec.max is not None:
+            lo = "" if spec.min is None else f"{spec.min:g}"
+            hi = "" if spec.max is None else f"{spec.max:g}"
+            bits.append(f"range {lo}..{hi}")
+        if spec.choices:
+            bits.append("one of " + "|".join(map(str, spec.choices)))
+        desc = f": {spec.description}" if spec.description else ""
+        out.append(f"{name} ({', '.join(bits)}){desc}")
+    return out
+
+
 def since(iso: str | None, now: datetime | None = None) -> str:
     d = parse_iso(iso)
     if d is None:
         return "-"
-    from datetime import timezone
-
     now = now or datetime.now(timezone.utc)
     return fmt_duration((now - d).total_seconds()) + " ago"

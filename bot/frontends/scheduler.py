@@ -1,13 +1,14 @@
 """Scheduled runs: APScheduler 3.x jobs from the config's `schedules:`.
 
 Each job calls the same engine entry point as the CLI and Slack (origin "schedule"),
-waits for the run, posts regressions and uploads a trend plot to the run's thread.
+waits for the run, posts regressions and uploads a trend plot of the run's key metric
+(`eaglebot.history.view.key_metric`) to the run's thread.
 APScheduler's memory job store forgets fires missed while the bot was down, so misfires
 are derived from the audit store at start: the schedule's last run or recorded fire
 against the cron's fire times since. Nothing a job does may crash the scheduler.
 
-Hooks (the Slack front end supplies them; without hooks everything goes to the log):
-    observer(schedule_cfg) -> eaglebot.runner.Observer
+Hooks (`eagle serve` passes Slack's; without hooks everything goes to the log):
+    observer(schedule_cfg) -> eaglebot.engine.runner.Observer
     async post(channel, text)
     async upload(channel, thread_ts, path, title)
 """
@@ -20,7 +21,7 @@ import sys
 import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
@@ -29,19 +30,21 @@ from apscheduler.triggers.cron import CronTrigger
 
 from eaglebot.config import ScheduleConfig, Settings
 from eaglebot.errors import EagleError, HostBusy, UsageError
-from eaglebot.engine.runner import Observer, RunOutcome, RunRequest
-from eaglebot.store import Store, now_iso, parse_iso
+from eaglebot.engine.runner import Observer, RunRequest
+from eaglebot.frontends.format import fmt_time, table
+from eaglebot.frontends.services import Services
+from eaglebot.history.view import RunView
+from eaglebot.store import AsyncStore, Store, now_iso, parse_iso
 
 log = logging.getLogger("eaglebot.scheduler")
 
-KEY_METRIC = "output_throughput"
 MAX_MISSED_LISTED = 50
 
 
 class Hooks(Protocol):
     def observer(self, schedule: ScheduleConfig) -> Observer: ...
 
-    async def post(self, channel: str | None, text: str) -> None: ...
+    async def post(self, channel: str | None, text: str) -> str | None: ...
 
     async def upload(self, channel: str | None, thread_ts: str | None, path: Path, title: str) -> None: ...
 
@@ -169,8 +172,6 @@ def schedule_list_main(settings: Settings, as_json: bool = False) -> int:
     if not rows:
         print("no schedules configured (add `schedules:` to eagle.yaml)")
         return 0
-    from eaglebot.frontends.format import fmt_time, table
-
     print(table(["name", "playbook", "hosts", "cron", "next fire (UTC)", "last run"],
                 [[r["name"], r["playbook"], ",".join(r["hosts"]) or "(default)",
                   f"{r['cron']} ({r['timezone']})", fmt_time(r["next_fire"]),
@@ -203,8 +204,9 @@ class LogHooks:
     def observer(self, schedule: ScheduleConfig) -> Observer:
         return _LogObserver(schedule.name)
 
-    async def post(self, channel: str | None, text: str) -> None:
+    async def post(self, channel: str | None, text: str) -> str | None:
         log.warning("[%s] %s", channel or "-", text)
+        return None
 
     async def upload(self, channel: str | None, thread_ts: str | None, path: Path, title: str) -> None:
         log.info("[%s] trend plot %s: %s", channel or "-", title, path)
@@ -216,19 +218,19 @@ def _describe(cfg: ScheduleConfig) -> str:
     return f"{cfg.playbook} on {', '.join(cfg.hosts) if cfg.hosts else 'the default hosts'}"
 
 
-def outcome_summary(cfg: ScheduleConfig, o: RunOutcome) -> str:
-    lines = [f"scheduled run {cfg.name}: run #{o.run_id} {o.playbook} on {', '.join(o.hosts)}: {o.status}"]
-    if o.error and o.status != "succeeded":
-        lines.append(f"error: {o.error}")
-    for h, m in o.metrics:
-        lines.append(f"  {h}: {m.name} = {m.value:g} {m.unit}".rstrip())
+def outcome_summary(cfg: ScheduleConfig, v: RunView) -> str:
+    lines = [f"scheduled run {cfg.name}: run #{v.run_id} {v.playbook} on {', '.join(v.hosts)}: {v.status}"]
+    if v.error and v.status != "succeeded":
+        lines.append(f"error: {v.error}")
+    for m in v.metrics:
+        lines.append(f"  {m['host']}: {m['name']} = {m['value']:g} {m['unit'] or ''}".rstrip())
     return "\n".join(lines)
 
 
 class Scheduler:
     """The bot's schedules. `start()` inside the running loop; `shutdown()` to stop."""
 
-    def __init__(self, services: Any, hooks: Hooks | None = None):
+    def __init__(self, services: Services, hooks: Hooks | None = None):
         self.services = services
         self.settings: Settings = services.settings
         self.hooks = hooks or LogHooks()
@@ -242,7 +244,7 @@ class Scheduler:
         self.finished: asyncio.Queue[tuple[str, int | None]] | None = None
 
     @property
-    def store(self):
+    def store(self) -> AsyncStore:
         return self.services.store
 
     def _channel(self, cfg: ScheduleConfig) -> str | None:
@@ -394,55 +396,58 @@ class Scheduler:
             await self._post(channel, f":x: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")
             return None
         await store.update_fire(fire_id, "running", run_id)
-        outcome: RunOutcome = await task
+        outcome = await task
         await store.update_fire(fire_id, outcome.status, run_id)
-        run = await store.get_run(run_id) or {}
-        channel = run.get("channel") or channel
-        thread_ts = run.get("thread_ts")
+        rid = run_id
+        view = await store.call(lambda s: RunView.load(s, rid))
+        if view is None:  # pruned under us: nothing left to report on
+            return run_id
+        channel = view.run.get("channel") or channel
+        thread_ts = view.run.get("thread_ts")
         if getattr(self.hooks, "text_summaries", False):
-            await self._post(channel, outcome_summary(cfg, outcome))
-        await self._report_regressions(cfg, outcome, channel)
-        await self._upload_trends(cfg, outcome, channel, thread_ts)
+            await self._post(channel, outcome_summary(cfg, view))
+        await self._report_regressions(cfg, view, channel)
+        await self._upload_trends(cfg, view, channel, thread_ts)
         return run_id
 
-    async def _report_regressions(self, cfg: ScheduleConfig, o: RunOutcome, channel: str | None) -> None:
-        regs = [r for r in o.regressions if r.kind == "regression"]
-        imps = [r for r in o.regressions if r.kind == "improvement"]
+    async def _report_regressions(self, cfg: ScheduleConfig, v: RunView, channel: str | None) -> None:
+        regs, imps = v.regressions_of("regression"), v.regressions_of("improvement")
         if not regs and not imps:
             return
         lines = []
         if regs:
-            lines.append(f":rotating_light: scheduled run {cfg.name}: run #{o.run_id} ({o.playbook}) "
+            lines.append(f":rotating_light: scheduled run {cfg.name}: run #{v.run_id} ({v.playbook}) "
                          f"flagged {len(regs)} regression{'s' if len(regs) != 1 else ''}:")
         else:
-            lines.append(f":chart_with_upwards_trend: scheduled run {cfg.name}: run #{o.run_id} ({o.playbook}) improved:")
-        for r in regs + imps:
-            word = "REGRESSION" if r.kind == "regression" else "improvement"
-            lines.append(f"• {word} {r.host}: {r.reason}")
-        lines.append(f"details: `/eagle show {o.run_id}`")
+            lines.append(f":chart_with_upwards_trend: scheduled run {cfg.name}: run #{v.run_id} ({v.playbook}) improved:")
+        for r in regs:
+            lines.append(f"• REGRESSION {r['host']}: {r['reason']}")
+        for r in imps:
+            lines.append(f"• improvement {r['host']}: {r['reason']}")
+        lines.append(f"details: `/eagle show {v.run_id}`")
         await self._post(channel, "\n".join(lines))
 
-    async def _upload_trends(self, cfg: ScheduleConfig, o: RunOutcome, channel: str | None,
+    async def _upload_trends(self, cfg: ScheduleConfig, v: RunView, channel: str | None,
                              thread_ts: str | None) -> None:
-        if o.dry_run or not o.metrics:
+        key_metric = v.key_metric
+        if v.dry_run or key_metric is None:
             return
-        from eaglebot.history.trend import plot_trend
+        from eaglebot.frontends.plot import plot_trend
 
-        names = [m.name for _, m in o.metrics]
-        key = KEY_METRIC if KEY_METRIC in names else names[0]
-        hosts = list(dict.fromkeys(h for h, m in o.metrics if m.name == key))
+        key = key_metric["name"]
+        hosts = list(dict.fromkeys(m["host"] for m in v.metrics if m["name"] == key))
         with tempfile.TemporaryDirectory(prefix="eagle-trend-") as d:
             for h in hosts:
-                path = Path(d) / f"trend-{o.playbook}-{h}-{key}.png"
+                path = Path(d) / f"trend-{v.playbook}-{h}-{key}.png"
                 try:
-                    await self.store.call(lambda s: plot_trend(s, o.playbook, h, key, path,
-                                                                  cfg=self.settings.regression))
+                    await self.store.call(lambda s: plot_trend(s, v.playbook, h, key, path,
+                                                               cfg=self.settings.regression))
                     await self.hooks.upload(channel, thread_ts, path,
-                                            f"{o.playbook} on {h}: {key}, recent runs (run #{o.run_id})")
+                                            f"{v.playbook} on {h}: {key}, recent runs (run #{v.run_id})")
                 except Exception:
                     log.exception("schedule %s: trend plot for %s failed", cfg.name, h)
 
 
-def build_scheduler(services: Any, hooks: Hooks | None = None) -> Scheduler:
+def build_scheduler(services: Services, hooks: Hooks | None = None) -> Scheduler:
     """Jobs for every configured schedule; `.start()` inside the running loop."""
     return Scheduler(services, hooks)

@@ -183,10 +183,6 @@ class AsyncStore:
     async def host_changes(self, host: str, after: int, upto: int) -> list[Row]:
         return await self._do(self.sync.host_changes, host, after, upto)
 
-    async def key_metrics(self, run_ids: list[int], prefer: str = "output_throughput") -> dict[int, Row]:
-        """One metric per run (prefer `prefer`, else the first recorded), in one query."""
-        return await self._do(self.sync.key_metrics, run_ids, prefer)
-
     async def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[Row]]:
         """Every metric of each run, in the order recorded (one query; runs without metrics absent)."""
         return await self._do(self.sync.metrics_for_runs, run_ids)

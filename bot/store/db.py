@@ -546,19 +546,6 @@ class Store:
             "select * from changes where host = ? and run_id > ? and run_id <= ? order by run_id, id",
             [host, after, upto]))
 
-    def key_metrics(self, run_ids: list[int], prefer: str = "output_throughput") -> dict[int, Row]:
-        """One metric per run (prefer `prefer`, else the first recorded), in one query."""
-        if not run_ids:
-            return {}
-        marks = ",".join("?" * len(run_ids))
-        out: dict[int, Row] = {}
-        for m in self.db.query(f"select * from metrics where run_id in ({marks}) order by run_id, id",
-                               list(run_ids)):
-            cur = out.get(m["run_id"])
-            if cur is None or (m["name"] == prefer and cur["name"] != prefer):
-                out[m["run_id"]] = m
-        return out
-
     def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[Row]]:
         """Every metric of each run, in the order recorded (one query; runs without metrics absent)."""
         if not run_ids:

@@ -24,6 +24,7 @@ import yaml
 
 from eaglebot.frontends.cli.main import main
 from eaglebot.history.regress import host_state
+from eaglebot.history.view import load_history
 from eaglebot.store import Store
 
 HOSTS = [f"gpu-{i:02d}" for i in range(1, 8)]
@@ -104,8 +105,7 @@ def main_(argv=None) -> int:
         print(f"filled {a.runs} runs ({3 * a.runs} steps, {2 * a.runs} metrics) in {fill_s:.1f}s, {size:.0f} MB")
 
         def cli_like(**kw):
-            runs = store.history(**kw)
-            store.key_metrics([r["id"] for r in runs])
+            load_history(store, **kw)
 
         rows = [
             ("Store.history() + key metrics (20 rows)", lambda: cli_like()),

@@ -2,35 +2,38 @@
 
 `parse` is pure and cheap: the Slack handler parses, checks access (also pure) and
 acks before anything touches the DB or a host; `handle` then does the work and
-returns a `Reply` (text for a terminal, Block Kit blocks for Slack). Runs go through
-`Engine.start`, the same entry point as the CLI.
+returns a `Reply`: plain text plus the same answer as typed data (`chat/reply.py`), which
+each front end renders its own way. Runs go through `Engine.start`, the same entry point
+as the CLI. This package imports no other front end.
 """
 from __future__ import annotations
 
 import asyncio
 import functools
-import getpass
+import logging
 import re
 import shlex
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Awaitable, Callable, Protocol
 
-from eaglebot.frontends.slack import blocks as bk
 from eaglebot.config import AccessConfig, Settings
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.engine.playbook import RESERVED, Playbook, load_playbook, playbook_files
-from eaglebot.engine.registry import SkillRegistry
-from eaglebot.frontends.format import duration_s, fmt_time, fmt_value, history_text, show_text, since, table
-from eaglebot.engine.runner import Approver, Observer, RunOutcome, RunRequest
+from eaglebot.engine.runner import Approver, Observer, RunRequest
+from eaglebot.frontends.chat.reply import (CancelRequested, LogTail, Note, Reply, RunShown, error_reply,
+                                           listing)
+from eaglebot.frontends.format import describe_inputs, fmt_time, history_text, show_text, since, table
+from eaglebot.frontends.services import Services
+from eaglebot.history.view import HistoryRow, RunView, load_history
 from eaglebot.store import Store
+
+__all__ = ["Caller", "Command", "Frontend", "Reply", "authorize", "error_reply", "handle", "parse", "unescape"]
 
 MAX_TEXT = 4000          # a slash command is at most 4000 characters in Slack too
 MAX_HISTORY = 50
 LOG_LINES = 60
-LOG_CHARS = 3500
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")              # playbook / skill / metric-ish
 _HOSTS = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(,[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})*$")
@@ -219,26 +222,6 @@ def _verb(cmd: Command) -> str:
 
 # -- replies -----------------------------------------------------------------------------
 
-@dataclass
-class Reply:
-    text: str
-    blocks: list[dict] | None = None
-    public: bool = False                 # in the channel (else only the requester sees it)
-    exit_code: int = 0
-    file: Path | None = None             # an image to upload (trend)
-    run_id: int | None = None
-    task: asyncio.Task | None = None     # a started run
-    request: RunRequest | None = None
-
-    @property
-    def is_error(self) -> bool:
-        return self.exit_code != 0 and self.task is None
-
-
-def error_reply(message: str, code: int = 2) -> Reply:
-    return Reply(message, bk.error_blocks(message), exit_code=code)
-
-
 class Frontend(Protocol):
     """What a front end gives the router for runs: a progress view and who approves."""
 
@@ -264,7 +247,7 @@ class Caller:
     frontend: Frontend = field(default_factory=_NoFrontend)
 
 
-async def audit_refusal(services: Any, user: str, cmd: Command, why: str, run_id: int | None = None) -> None:
+async def audit_refusal(services: Services, user: str, cmd: Command, why: str, run_id: int | None = None) -> None:
     """Every refusal is an audit record: an `events` row of kind `access_denied`."""
     if run_id is None and cmd.name in ("cancel", "rerun", "show", "baseline"):
         try:
@@ -275,7 +258,7 @@ async def audit_refusal(services: Any, user: str, cmd: Command, why: str, run_id
     await services.store.add_event(run_id, "access_denied", f"{user}: /eagle {what[:300]}: {why}")
 
 
-async def handle(services: Any, cmd: Command | str, caller: Caller) -> Reply:
+async def handle(services: Services, cmd: Command | str, caller: Caller) -> Reply:
     """Do what `/eagle <text>` asks. Never raises: errors become an error Reply."""
     if isinstance(cmd, str):
         cmd = parse(cmd)
@@ -291,8 +274,6 @@ async def handle(services: Any, cmd: Command | str, caller: Caller) -> Reply:
     except EagleError as e:
         return error_reply(services.redactor.text(str(e)), e.exit_code)
     except Exception as e:  # a bug must not take the bot down; the user gets one line
-        import logging
-
         logging.getLogger("eaglebot.commands").exception("command %r failed", cmd.text)
         return error_reply(f"internal error: {type(e).__name__}: {services.redactor.text(str(e))[:300]}", 1)
 
@@ -303,41 +284,20 @@ def _playbooks(settings: Settings) -> dict[str, Path]:
     return playbook_files(settings.playbooks_path)
 
 
-def _load(settings: Settings, name: str, registry: SkillRegistry | None = None) -> Playbook:
-    files = _playbooks(settings)
-    if name not in files:
-        raise UsageError(f"unknown playbook {name!r} (known: {', '.join(files) or 'none'})")
-    path = files[name]
-    st = path.stat()
-    return _load_cached(str(path), st.st_mtime_ns, st.st_size, registry).model_copy(deep=True)
-
-
-@functools.lru_cache(maxsize=256)
-def _load_cached(path: str, mtime_ns: int, size: int, registry: SkillRegistry | None) -> Playbook:
-    """Parsing and validating YAML on every slash command is the bot's busiest work: reuse it
-    until the file changes (the key holds its mtime and size)."""
-    return load_playbook(path, registry)
-
-
-async def _help(services, cmd: Command, caller: Caller) -> Reply:
+async def _help(services: Services, cmd: Command, caller: Caller) -> Reply:
     if not cmd.args:
-        text = f"{USAGE}\nskills: {', '.join(services.registry)}   (/eagle help SKILL)"
-        return Reply(text, bk.text_blocks(text, code=True))
+        return listing(f"{USAGE}\nskills: {', '.join(services.registry)}   (/eagle help SKILL)")
     name = cmd.args[0]
     files = await asyncio.to_thread(_playbooks, services.settings)
     if name in files:
         pb = await asyncio.to_thread(load_playbook, files[name], services.registry)
-        text = _playbook_help(pb)
-        return Reply(text, bk.text_blocks(text, code=True))
+        return listing(_playbook_help(pb))
     if name in services.registry:
-        text = services.registry.describe(name)
-        return Reply(text, bk.text_blocks(text, code=True))
+        return listing(services.registry.describe(name))
     raise UsageError(f"no playbook or skill named {name!r} (see /eagle playbooks)")
 
 
 def _playbook_help(pb: Playbook) -> str:
-    from eaglebot.frontends.cli.main import describe_inputs
-
     lines = [f"{pb.name}: {pb.description}".rstrip(": ")]
     inputs = describe_inputs(pb)
     lines += ["inputs:"] + [f"  {line}" for line in inputs] if inputs else ["inputs: none"]
@@ -349,7 +309,7 @@ def _playbook_help(pb: Playbook) -> str:
     return "\n".join(lines)
 
 
-async def _list_playbooks(services, cmd, caller) -> Reply:
+async def _list_playbooks(services: Services, cmd: Command, caller: Caller) -> Reply:
     def collect() -> list[list[str]]:
         rows = []
         for name, path in _playbooks(services.settings).items():
@@ -362,10 +322,10 @@ async def _list_playbooks(services, cmd, caller) -> Reply:
 
     rows = await asyncio.to_thread(collect)
     text = table(["playbook", "description", "inputs"], rows) if rows else "no playbooks"
-    return Reply(text, bk.text_blocks(text, title="Playbooks", code=True))
+    return listing(text, "Playbooks")
 
 
-async def _hosts(services, cmd, caller) -> Reply:
+async def _hosts(services: Services, cmd: Command, caller: Caller) -> Reply:
     s = services.settings
     locks = {lk["host"]: lk["run_id"] for lk in await services.store.locks()}
     rows = []
@@ -374,21 +334,10 @@ async def _hosts(services, cmd, caller) -> Reply:
         groups = ",".join(g for g, m in s.groups.items() if name in m) or "-"
         rows.append([name, where, groups, f"busy (run #{locks[name]})" if name in locks else "idle"])
     text = table(["host", "address", "groups", "state"], rows)
-    return Reply(text, bk.text_blocks(text, title="Hosts", code=True))
+    return listing(text, "Hosts")
 
 
-def _key_metrics(store_sync, run_ids: list[int]) -> dict[int, str]:
-    """The first metric each run recorded: the number people look for in a history table."""
-    if not run_ids:
-        return {}
-    marks = ",".join("?" * len(run_ids))
-    rows = store_sync.db.execute(
-        f"select run_id, name, value, unit from metrics where id in "
-        f"(select min(id) from metrics where run_id in ({marks}) group by run_id)", run_ids).fetchall()
-    return {r[0]: f"{r[1]}={fmt_value(r[2], r[3] or '')}" for r in rows}
-
-
-async def _history(services, cmd: Command, caller) -> Reply:
+async def _history(services: Services, cmd: Command, caller: Caller) -> Reply:
     *names, n = cmd.args
     settings = services.settings
     playbook = host = None
@@ -401,53 +350,23 @@ async def _history(services, cmd: Command, caller) -> Reply:
             playbook = first
             host = names[1] if len(names) > 1 else None
 
-    def query(s: Store) -> tuple[list[dict], dict[int, str]]:
-        runs = s.history(playbook=playbook, host=host, limit=int(n))
-        return runs, _key_metrics(s, [r["id"] for r in runs])
+    def query(s: Store) -> list[HistoryRow]:
+        return load_history(s, playbook=playbook, host=host, limit=int(n))
 
-    runs, keys = await services.store.call(query)
-    text = history_text(runs, keys)
+    rows = await services.store.call(query)
     title = "History" + (f" of {playbook}" if playbook else "") + (f" on {host}" if host else "")
-    return Reply(text, bk.text_blocks(text, title=title, code=True), public=True)
+    return listing(history_text(rows), title, public=True)
 
 
-def view_from_store(run: dict, steps: list[dict], metrics: list[dict], warnings: list[dict],
-                    regressions: list[dict]) -> dict:
-    """A run as the dict `blocks.run_summary_blocks` renders (same shape as a live run's)."""
-    multi = len(run.get("hosts") or []) > 1
-    return {
-        "run_id": run["id"], "playbook": run["playbook"], "hosts": run.get("hosts") or [],
-        "actor": run.get("actor"), "status": run["status"], "dry_run": bool(run.get("dry_run")),
-        "duration_s": duration_s(run), "error": run.get("error"),
-        "steps": [{"host": s["host"], "name": s["name"], "status": s["status"], "summary": s["summary"] or "",
-                   "duration_ms": s["duration_ms"] or 0, "multi_host": multi,
-                   "output_tail": (s.get("output") or "")[-4000:] if s["status"] == "failed" else ""}
-                  for s in steps],
-        "metrics": [{"host": m["host"], "name": m["name"], "value": m["value"], "unit": m["unit"]} for m in metrics],
-        "warnings": [(f"{w['host']}: " if w.get("host") else "") + w["message"] for w in warnings],
-        "regressions": regressions,
-    }
-
-
-async def _show(services, cmd: Command, caller) -> Reply:
+async def _show(services: Services, cmd: Command, caller: Caller) -> Reply:
     rid = cmd.run_id
-
-    def load(s: Store) -> tuple | None:
-        run = s.get_run(rid)
-        if run is None:
-            return None
-        return run, s.steps(rid), s.metrics(rid), s.warnings(rid), s.regressions(rid), s.changes(rid)
-
-    got = await services.store.call(load)
-    if got is None:
+    view = await services.store.call(lambda s: RunView.load(s, rid))
+    if view is None:
         raise UsageError(f"no run #{rid} (see /eagle history)")
-    run, steps, metrics, warnings, regs, changes = got
-    text = show_text(run, steps, metrics, warnings, regs, changes)
-    blocks = bk.run_summary_blocks(view_from_store(run, steps, metrics, warnings, regs))
-    return Reply(text, blocks, public=True, run_id=rid)
+    return Reply(show_text(view), RunShown(view), public=True, run_id=rid)
 
 
-async def _status(services, cmd, caller) -> Reply:
+async def _status(services: Services, cmd: Command, caller: Caller) -> Reply:
     runs = await services.store.running_runs()
     locks = await services.store.locks()
     rows = [[f"#{r['id']}", r["playbook"], ",".join(r.get("hosts") or []) or "-", r.get("actor") or "-",
@@ -459,10 +378,10 @@ async def _status(services, cmd, caller) -> Reply:
     else:
         parts.append("busy hosts: none")
     text = "\n\n".join(parts)
-    return Reply(text, bk.text_blocks(text, title="Status", code=True), public=True)
+    return listing(text, "Status", public=True)
 
 
-async def _cancel(services, cmd: Command, caller: Caller) -> Reply:
+async def _cancel(services: Services, cmd: Command, caller: Caller) -> Reply:
     rid = cmd.run_id
     run = await services.store.get_run(rid)
     if run is None:
@@ -472,21 +391,19 @@ async def _cancel(services, cmd: Command, caller: Caller) -> Reply:
     services.engine.cancel(rid)  # at once when it runs here; other processes see the DB flag
     await services.store.add_event(rid, "cancel_requested", f"by {caller.user}")
     text = f"cancel requested for run #{rid} ({run['playbook']}) by {caller.user}; its always-steps still run"
-    return Reply(text, [bk.section(f":no_entry_sign: cancel requested for run #{rid} "
-                                   f"(*{bk.escape(run['playbook'])}*) by {bk.mention(caller.user)}; "
-                                   "its always-steps still run")], public=True, run_id=rid)
+    return Reply(text, CancelRequested(rid, run["playbook"], caller.user), public=True, run_id=rid)
 
 
-async def _start(services, req: RunRequest, caller: Caller) -> Reply:
+async def _start(services: Services, req: RunRequest, caller: Caller) -> Reply:
     observer = caller.frontend.observer(req)
     approver = caller.frontend.approver(req, observer)
     run_id, task = await services.engine.start(req, observer, approver)
     name = req.playbook.name if isinstance(req.playbook, Playbook) else req.playbook
     text = f"run #{run_id}: {name} started" + (" (dry-run)" if req.dry_run else "")
-    return Reply(text, [bk.section(bk.escape(text))], public=True, run_id=run_id, task=task, request=req)
+    return Reply(text, Note(text), public=True, run_id=run_id, task=task, request=req)
 
 
-async def _run(services, cmd: Command, caller: Caller) -> Reply:
+async def _run(services: Services, cmd: Command, caller: Caller) -> Reply:
     try:
         pb = await asyncio.to_thread(_load, services.settings, cmd.playbook)
     except UsageError as e:
@@ -499,7 +416,7 @@ async def _run(services, cmd: Command, caller: Caller) -> Reply:
     return await _start(services, req, caller)
 
 
-async def _rerun(services, cmd: Command, caller: Caller) -> Reply:
+async def _rerun(services: Services, cmd: Command, caller: Caller) -> Reply:
     rid = cmd.run_id
     run = await services.store.get_run(rid)
     if run is None:
@@ -514,7 +431,7 @@ async def _rerun(services, cmd: Command, caller: Caller) -> Reply:
     return await _start(services, req, caller)
 
 
-async def _logs(services, cmd: Command, caller) -> Reply:
+async def _logs(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.transport import path_for_shell
 
     host = cmd.args[0]
@@ -540,14 +457,10 @@ async def _logs(services, cmd: Command, caller) -> Reply:
     if not res.ok:
         raise UsageError(f"could not read the log on {host}: {(res.stderr or res.stdout).strip()[:300]}")
     out = services.redactor.text(res.stdout)
-    shown, cut = bk.tail(out, LOG_CHARS)
-    blocks = [bk.header(f"server log on {host}")] + bk.code_sections(shown, max_blocks=2, keep="tail")
-    if cut:
-        blocks.append(bk.context(f"_showing the last {len(shown)} characters of the last {LOG_LINES} lines_"))
-    return Reply(out, blocks, public=True)
+    return Reply(out, LogTail(host, out, LOG_LINES), public=True)
 
 
-async def _schedule(services, cmd, caller) -> Reply:
+async def _schedule(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.frontends.scheduler import schedule_rows
 
     rows = await services.store.call(lambda s: schedule_rows(services.settings, s))
@@ -559,104 +472,30 @@ async def _schedule(services, cmd, caller) -> Reply:
                        r.get("timezone") or "UTC", r.get("next_fire") or "-",
                        f"#{r['last_run_id']} {r.get('last_status') or ''}".strip() if r.get("last_run_id") else "-"]
                       for r in rows])
-    return Reply(text, bk.text_blocks(text, title="Schedules", code=True), public=True)
+    return listing(text, "Schedules", public=True)
 
 
-async def _baseline(services, cmd: Command, caller: Caller) -> Reply:
+async def _baseline(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.history.regress import set_baseline
 
     rid = cmd.run_id
     text = await services.store.call(lambda s: set_baseline(s, rid, caller.user))
     await services.store.add_event(rid, "baseline_set", f"by {caller.user}")
-    return Reply(text, [bk.section(":triangular_flag_on_post: " + bk.escape(text))], public=True, run_id=rid)
+    return Reply(text, Note(text, mark="baseline"), public=True, run_id=rid)
 
 
-async def _trend(services, cmd: Command, caller) -> Reply:
-    from eaglebot.history.trend import plot_trend
+async def _trend(services: Services, cmd: Command, caller: Caller) -> Reply:
+    from eaglebot.frontends.plot import plot_trend
 
     playbook, host, metric = cmd.args
     out = Path(tempfile.mkdtemp(prefix="eagle-trend-")) / f"{playbook}-{host}-{metric}.png".replace("/", "_")
     path = await services.store.call(lambda s: plot_trend(s, playbook, host, metric, out, limit=30))
     text = f"{metric} of {playbook} on {host} over recent runs: {path}"
-    return Reply(text, [bk.section(bk.escape(text))], public=True, file=Path(path))
+    return Reply(text, Note(text), public=True, file=Path(path))
 
 
-_HANDLERS: dict[str, Callable[..., Any]] = {
+_HANDLERS: dict[str, Callable[[Services, Command, Caller], Awaitable[Reply]]] = {
     "help": _help, "playbooks": _list_playbooks, "hosts": _hosts, "history": _history, "show": _show,
     "status": _status, "cancel": _cancel, "rerun": _rerun, "logs": _logs, "schedule": _schedule,
     "baseline": _baseline, "trend": _trend, "run": _run,
 }
-
-
-# -- terminal front ends: `eagle chat`, `eagle console` ------------------------------------
-
-class TextFrontend:
-    """Runs started from `eagle chat`/`console` report like `eagle run`: progress on stderr,
-    approvals asked on the terminal when there is one."""
-
-    def __init__(self, interactive: bool = False, verbose: bool = False):
-        self.interactive = interactive
-        self.verbose = verbose
-
-    def observer(self, req: RunRequest) -> Observer | None:
-        from eaglebot.frontends.cli.main import TerminalObserver
-
-        return TerminalObserver(verbose=self.verbose)
-
-    def approver(self, req: RunRequest, observer: Observer | None) -> Approver | None:
-        from eaglebot.frontends.cli.main import terminal_approver
-
-        return terminal_approver if self.interactive else None
-
-
-async def _text_command(services, text: str, frontend: TextFrontend) -> int:
-    from eaglebot.frontends.cli.main import outcome_text
-
-    caller = Caller(getpass.getuser(), origin="cli", check_access=False, frontend=frontend)
-    reply = await handle(services, text, caller)
-    if reply.task is not None:
-        outcome: RunOutcome = await reply.task
-        print(outcome_text(outcome))
-        return outcome.exit_code
-    print(("eagle: " if reply.is_error else "") + reply.text, file=sys.stderr if reply.is_error else sys.stdout)
-    return reply.exit_code
-
-
-def chat_main(settings: Settings, text: str) -> int:
-    """`eagle chat "TEXT"`: exactly `/eagle TEXT`, rendered as text."""
-    from eaglebot.frontends.services import Services
-
-    async def main() -> int:
-        services = await Services.open(settings)
-        try:
-            return await _text_command(services, text, TextFrontend())
-        finally:
-            await services.close()
-
-    return asyncio.run(main())
-
-
-def console_main(settings: Settings) -> int:
-    """`eagle console`: each line is `/eagle <line>`; `exit` or end of input quits."""
-    from eaglebot.frontends.services import Services
-
-    async def main() -> int:
-        services = await Services.open(settings)
-        frontend = TextFrontend(interactive=sys.stdin.isatty())
-        try:
-            while True:
-                try:
-                    line = await asyncio.to_thread(input, "eagle> " if sys.stdin.isatty() else "")
-                except EOFError:
-                    break
-                line = line.strip()
-                if line in ("exit", "quit"):
-                    break
-                if not line:
-                    continue
-                await _text_command(services, line, frontend)  # each line reports its own result
-        finally:
-            await services.close()
-        return 0
-
-    return asyncio.run(main())

@@ -31,8 +31,11 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Callable, Sequence
 
 import yaml
+
+EagleMain = Callable[[Sequence[str]], int]
 
 HOST = "sim-gpu-01"
 BANNER = "=" * 78
@@ -136,12 +139,10 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def _eagle(cfg: Path, *argv: str) -> int:
-    from eaglebot.frontends.cli.main import main
-
+def _eagle(eagle: EagleMain, cfg: Path, *argv: str) -> int:
     _say(f"\n$ eagle {' '.join(argv)}")
     sys.stdout.flush()
-    rc = main(["--config", str(cfg), *argv])
+    rc = eagle(["--config", str(cfg), *argv])
     sys.stdout.flush()
     sys.stderr.flush()
     _say(f"(exit code {rc})")
@@ -168,7 +169,9 @@ def _last_run_id(db: Path) -> int:
         store.close()
 
 
-def demo_main(workdir: str | os.PathLike | None = None, keep: bool = False) -> int:
+def demo_main(eagle: EagleMain, workdir: str | os.PathLike | None = None, keep: bool = False) -> int:
+    """The demo, each step through `eagle` (the CLI's `main`, passed in: this module is
+    imported by the CLI, never the other way round)."""
     from eaglebot.sim import gpu_state, install_sim_bin
 
     root = Path(workdir).resolve() if workdir else Path(tempfile.mkdtemp(prefix="eagle-demo-"))
@@ -212,29 +215,29 @@ def demo_main(workdir: str | os.PathLike | None = None, keep: bool = False) -> i
         spec = ["-e", "spec_steps=3", "-e", "spec_topk=1", "-e", "spec_draft_tokens=16",
                 "-e", "bench_prompts=32", "-e", "bench_output_len=128"]
         _say("\n--- 1. relaunch (asking for 16 draft tokens with topk 1: watch the warning) ---")
-        codes["relaunch"] = _eagle(cfg, "run", "relaunch", "-H", HOST, *spec)
+        codes["relaunch"] = _eagle(eagle, cfg, "run", "relaunch", "-H", HOST, *spec)
 
         bench = ["run", "bench", "-H", HOST, "-e", "num_prompts=32", "-e", "output_len=128"]
         _say("\n--- 2. benchmark it: the reference throughput ---")
-        codes["bench-good"] = _eagle(cfg, *bench)
+        codes["bench-good"] = _eagle(eagle, cfg, *bench)
         good = _last_run_id(root / "eagle.db")
         base = _last_metric(root / "eagle.db", good, "output_throughput")
 
         _say("\n--- 3. relaunch with the draft's capture layers patched to [-1,2,30] ---")
-        codes["relaunch-patched"] = _eagle(cfg, "run", "relaunch", "-H", HOST, *spec, "-e", "aux_layers=[-1,2,30]")
+        codes["relaunch-patched"] = _eagle(eagle, cfg, "run", "relaunch", "-H", HOST, *spec, "-e", "aux_layers=[-1,2,30]")
         patched = _last_run_id(root / "eagle.db")
 
         _say(f"\n--- 4. benchmark again against run {good}'s throughput (a regression exits 3 and says what changed) ---")
-        codes["bench"] = _eagle(cfg, *bench, "-e", f"baseline_tok_s={base if base is not None else 0:.2f}")
+        codes["bench"] = _eagle(eagle, cfg, *bench, "-e", f"baseline_tok_s={base if base is not None else 0:.2f}")
 
         _say("\n--- 5. revert the draft config from the bot's backup ---")
-        codes["revert"] = _eagle(cfg, "run", "revert-config", "-H", HOST)
+        codes["revert"] = _eagle(eagle, cfg, "run", "revert-config", "-H", HOST)
         restored = draft_cfg.read_bytes() == original
         _say(f"draft config.json restored byte for byte: {restored}")
 
         _say("\n--- 6. the audit trail ---")
-        _eagle(cfg, "history")
-        _eagle(cfg, "show", str(patched))
+        _eagle(eagle, cfg, "history")
+        _eagle(eagle, cfg, "show", str(patched))
         ok = (codes == {"relaunch": 0, "bench-good": 0, "relaunch-patched": 0, "bench": 3, "revert": 0}
               and restored)
     finally:

@@ -12,80 +12,24 @@ import os
 import re
 import signal
 import sys
-import time
 from datetime import timedelta
 from typing import Any, Sequence
 
 from eaglebot import __version__
 from eaglebot.config import Settings, load_settings
 from eaglebot.errors import EagleError, UsageError
-from eaglebot.engine.playbook import Playbook, load_playbook, playbook_files
+from eaglebot.engine.playbook import load_playbook, playbook_files
 from eaglebot.engine.registry import SkillRegistry
-from eaglebot.frontends.format import fmt_duration, fmt_value, history_text, show_text
-from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord, outcome_from_store
+from eaglebot.engine.runner import RunRequest
+from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver
+from eaglebot.frontends.format import describe_inputs, history_text, show_text, table
 from eaglebot.frontends.services import Services
-from eaglebot.sdk import ApprovalRequest, StepResult
+from eaglebot.history.view import RunView, load_history
 from eaglebot.store import Store
 
 
 def _err(msg: str) -> None:
     print(f"eagle: {msg}", file=sys.stderr)
-
-
-# -- terminal progress -----------------------------------------------------------------
-
-class TerminalObserver(Observer):
-    """A line per step on stderr, with status and elapsed time."""
-
-    def __init__(self, stream=None, verbose: bool = False):
-        self.stream = stream or sys.stderr
-        self.verbose = verbose
-        self.total: dict[str, int] = {}
-        self.t0 = time.monotonic()
-
-    def _p(self, s: str) -> None:
-        print(s, file=self.stream, flush=True)
-
-    async def run_started(self, run_id, playbook, hosts, req):
-        self.total = {"steps": len(playbook.steps) + len(playbook.always)}
-        mode = " (dry-run)" if req.dry_run else ""
-        self._p(f"run #{run_id}: {playbook.name} on {', '.join(hosts)}{mode}")
-
-    async def step_started(self, run_id, rec: StepRecord):
-        if self.verbose:
-            self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {rec.name} ...")
-
-    def step_output(self, run_id, rec: StepRecord, line: str):
-        if self.verbose:
-            self._p(f"[{rec.host}]   | {line}")
-
-    async def step_finished(self, run_id, rec: StepRecord, result: StepResult):
-        summary = f"  {rec.summary}" if rec.summary else ""
-        self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {rec.name}: "
-                f"{rec.status} ({rec.duration_ms / 1000:.2f}s){summary}")
-        for w in result.warnings:
-            self._p(f"[{rec.host}]   warning: {w}")
-
-    async def run_finished(self, outcome: RunOutcome):
-        self._p(f"run #{outcome.run_id}: {outcome.status} in {fmt_duration(time.monotonic() - self.t0)}")
-
-
-async def terminal_approver(req: ApprovalRequest) -> tuple[bool, str]:
-    """Ask on the terminal; without one the engine denies (and says to pass --yes)."""
-    lines = [f"[{req.host}] step {req.step!r} wants to {req.action}:"] + [f"    {d}" for d in req.details]
-    print("\n".join(lines), file=sys.stderr, flush=True)
-    answer = await asyncio.to_thread(_ask, "approve? [y/N] ")
-    who = os.environ.get("USER") or "terminal"
-    return answer.strip().lower() in ("y", "yes"), who
-
-
-def _ask(prompt: str) -> str:
-    try:
-        sys.stderr.write(prompt)
-        sys.stderr.flush()
-        return sys.stdin.readline()
-    except (EOFError, OSError):
-        return ""
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -122,34 +66,9 @@ def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
 
-def run_to_json(run: dict) -> dict:
-    return {"run_id": run["id"], "playbook": run["playbook"], "hosts": run.get("hosts") or [],
-            "status": run["status"], "actor": run.get("actor"), "origin": run.get("origin"),
-            "started_at": run.get("started_at"), "finished_at": run.get("finished_at")}
-
-
-def outcome_text(o: RunOutcome) -> str:
-    lines = [f"run #{o.run_id} {o.playbook} on {', '.join(o.hosts)}: {o.status}"]
-    if o.error and o.status != "succeeded":
-        lines.append(f"error: {o.error}")
-    if o.dry_run and o.plan:
-        lines.append("plan (dry-run, nothing was changed):")
-        lines += [f"  {p}" for p in o.plan]
-    for h, m in o.metrics:
-        lines.append(f"  {h}: {m.name} = {fmt_value(m.value, m.unit)}")
-    for w in o.warnings:
-        lines.append(f"warning: {w}")
-    for r in o.regressions:
-        word = "REGRESSION" if r.kind == "regression" else "improvement"
-        lines.append(f"{word}: {r.host}: {r.metric} {fmt_value(r.value)} vs {fmt_value(r.reference)} "
-                     f"({r.delta_pct:+.1f}%): {r.reason}")
-    lines.append(f"details: eagle show {o.run_id}")
-    return "\n".join(lines)
-
-
 # -- commands --------------------------------------------------------------------------
 
-async def _run_async(args, settings: Settings) -> int:
+async def _run_async(args: argparse.Namespace, settings: Settings) -> int:
     svc = await Services.open(settings)
     try:
         req = RunRequest(playbook=args.playbook, hosts=args.hosts, inputs={},
@@ -190,10 +109,13 @@ async def _run_async(args, settings: Settings) -> int:
         except asyncio.CancelledError:
             _err(f"run #{run_id} aborted")
             return 1
-        if args.json:
-            _print_json(outcome.as_json())
-        else:
-            print(outcome_text(outcome))
+        # The audit store is the source of truth: the result is read back from it, so
+        # `eagle run --json` is exactly what `eagle show --json` prints for this run later.
+        view = await svc.store.call(lambda s: RunView.load(s, run_id))
+        if view is not None and args.json:
+            _print_json(view.as_json())
+        elif view is not None:
+            print(result_text(view, outcome.plan))
         if outcome.status == "failed" and outcome.error:
             _err(outcome.error)
         return outcome.exit_code
@@ -218,25 +140,24 @@ def cmd_run(args) -> int:
 def cmd_history(args) -> int:
     settings = _settings(args)
     store = _open_store(settings)
-    runs = store.history(playbook=args.playbook, host=args.host, limit=args.limit)
+    rows = load_history(store, playbook=args.playbook, host=args.host, limit=args.limit)
     if args.json:
-        _print_json([run_to_json(r) for r in runs])
+        _print_json([r.as_json() for r in rows])
         return 0
-    keys = {rid: f"{m['name']}={fmt_value(m['value'], m['unit'] or '')}"
-            for rid, m in store.key_metrics([r["id"] for r in runs]).items()}
-    print(history_text(runs, keys))
+    print(history_text(rows))
     return 0
 
 
 def cmd_show(args) -> int:
     settings = _settings(args)
     store = _open_store(settings)
-    run = _known_run(store, args.run_id)
+    view = RunView.load(store, args.run_id)
+    if view is None:
+        raise UsageError(f"no run #{args.run_id}")
     if args.json:
-        _print_json(outcome_from_store(store, args.run_id))
+        _print_json(view.as_json())
         return 0
-    print(show_text(run, store.steps(args.run_id), store.metrics(args.run_id), store.warnings(args.run_id),
-                    store.regressions(args.run_id), store.changes(args.run_id), with_output=args.output))
+    print(show_text(view, with_output=args.output))
     return 0
 
 
@@ -258,29 +179,10 @@ def cmd_lint(args) -> int:
     return 2 if bad else 0
 
 
-def describe_inputs(pb: Playbook) -> list[str]:
-    out = []
-    for name, spec in pb.inputs.items():
-        bits = [spec.type]
-        if spec.default is not None:
-            bits.append(f"default {spec.default}")
-        elif not spec.is_required:
-            bits.append("optional")
-        else:
-            bits.append("required")
-        if spec.min is not None or spec.max is not None:
-            bits.append(f"range {'' if spec.min is None else f'{spec.min:g}'}..{'' if spec.max is None else f'{spec.max:g}'}")
-        if spec.choices:
-            bits.append("one of " + "|".join(map(str, spec.choices)))
-        desc = f": {spec.description}" if spec.description else ""
-        out.append(f"{name} ({', '.join(bits)}){desc}")
-    return out
-
-
 def cmd_playbooks(args) -> int:
     settings = _settings(args)
     registry = SkillRegistry.from_settings(settings)
-    listing = []
+    listing: list[dict[str, Any]] = []
     for name, path in playbook_files(settings.playbooks_path).items():
         try:
             pb = load_playbook(path, registry)
@@ -319,7 +221,7 @@ def cmd_skills(args) -> int:
 
 def cmd_hosts(args) -> int:
     settings = _settings(args)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, h in settings.hosts.items():
         groups = [g for g, members in settings.groups.items() if name in members]
         where = "this machine" if h.transport == "local" else f"{h.user + '@' if h.user else ''}{h.address}:{h.port}"
@@ -328,8 +230,6 @@ def cmd_hosts(args) -> int:
     if getattr(args, "json", False):
         _print_json(rows)
         return 0
-    from eaglebot.frontends.format import table
-
     print(table(["host", "transport", "address", "groups", "jump"],
                 [[r["name"], r["transport"], r["address"], ",".join(r["groups"]) or "-", r["jump"] or "-"]
                  for r in rows]))
@@ -380,19 +280,19 @@ def cmd_prune(args) -> int:
 
 
 def cmd_chat(args) -> int:
-    from eaglebot.frontends.chat.router import chat_main
+    from eaglebot.frontends.cli.chat import chat_main
 
     return chat_main(_settings(args), args.text)
 
 
 def cmd_console(args) -> int:
-    from eaglebot.frontends.chat.router import console_main
+    from eaglebot.frontends.cli.chat import console_main
 
     return console_main(_settings(args))
 
 
 def cmd_serve(args) -> int:
-    from eaglebot.frontends.slack.app import serve_main
+    from eaglebot.frontends.serve import serve_main  # Slack and the scheduler load only here
 
     return serve_main(_settings(args), http_port=args.http, host=args.host)
 
@@ -410,15 +310,24 @@ def cmd_schedule(args) -> int:
 
 
 def cmd_trend(args) -> int:
-    from eaglebot.history.trend import trend_main
+    from eaglebot.frontends.plot import default_out, plot_trend
 
-    return trend_main(_settings(args), args.playbook, args.host, args.metric, out=args.out, limit=args.limit)
+    settings = _settings(args)
+    store = _open_store(settings)
+    try:
+        path = plot_trend(store, args.playbook, args.host, args.metric,
+                          args.out or default_out(args.playbook, args.host, args.metric),
+                          limit=args.limit, cfg=settings.regression)
+    finally:
+        store.close()
+    print(path)
+    return 0
 
 
 def cmd_demo(args) -> int:
     from eaglebot.frontends.cli.demo import demo_main
 
-    return demo_main(workdir=args.dir, keep=args.keep)
+    return demo_main(main, workdir=args.dir, keep=args.keep)
 
 
 # -- parser ------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The Slack front end: a Bolt AsyncApp built by `build_app(services, ...)`.
 
 It only parses, authorizes, renders and posts. Every run goes through
-`Engine.start` (via `commands.handle`), like the CLI. The slash-command listener
+`Engine.start` (via `commands.handle`), like the CLI. `eagle serve` (frontends/serve.py)
+builds it, connects it to Slack and starts the scheduler next to it. The slash-command listener
 parses the text and checks access (both pure), acks, and only then does anything
 that touches the DB or a host, in a background task. Slack is a view of the audit
 store: a Slack failure is logged, never raised into a run.
@@ -10,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 import secrets
-import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -32,12 +31,14 @@ from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryInterv
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from eaglebot.frontends.slack import blocks as bk
-from eaglebot.frontends.chat import router as commands
 from eaglebot.config import ScheduleConfig, Settings
-from eaglebot.errors import EagleError, UsageError
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
+from eaglebot.frontends.chat import router as commands
+from eaglebot.frontends.services import Services
+from eaglebot.frontends.slack import blocks as bk
+from eaglebot.frontends.slack.replies import reply_blocks
+from eaglebot.history.view import RunView
 from eaglebot.sdk import ApprovalRequest, StepResult
 
 log = logging.getLogger("eaglebot.slack")
@@ -61,7 +62,7 @@ def make_client(settings: Settings, token: str | None, *, backoff_s: float = 0.5
     ], **kw)
 
 
-def _slack_error(e: Exception) -> str:
+def slack_error(e: Exception) -> str:
     if isinstance(e, SlackApiError):
         try:
             return str(e.response.get("error") or e.response.status_code)
@@ -137,7 +138,7 @@ class UpdateCoalescer:
                 await self.client.chat_update(channel=key[0], ts=key[1], text=text, blocks=blocks)
                 self.edits += 1
             except Exception as e:  # Slack down: the audit store has it all
-                log.warning("chat.update %s failed: %s", key, _slack_error(e))
+                log.warning("chat.update %s failed: %s", key, slack_error(e))
             if key not in self._pending:
                 for f in self._waiters.pop(key, []):
                     if not f.done():
@@ -183,7 +184,7 @@ class PendingApproval:
 class SlackContext:
     """What the listeners, observers and approvers of one app share."""
 
-    def __init__(self, services: Any, client: AsyncWebClient):
+    def __init__(self, services: Services, client: AsyncWebClient):
         self.services = services
         self.settings: Settings = services.settings
         self.client = client
@@ -221,7 +222,7 @@ class SlackContext:
                 self.coalescer.posted(ch, ts)
             return Posted(ts, ch)
         except Exception as e:
-            err = _slack_error(e)
+            err = slack_error(e)
             log.warning("chat.postMessage to %s failed: %s", channel, err)
             return Posted(None, channel, err)
 
@@ -262,7 +263,7 @@ class SlackContext:
                                                      filename=Path(path).name, title=title)
             return Posted(resp.get("file", {}).get("id") if hasattr(resp, "get") else None, channel)
         except Exception as e:
-            err = _slack_error(e)
+            err = slack_error(e)
             log.warning("files_upload_v2 to %s failed: %s", channel, err)
             return Posted(None, channel, err)
 
@@ -316,12 +317,7 @@ class SlackRunObserver(Observer):
 
     async def run_finished(self, outcome: RunOutcome) -> None:
         self.outcome = outcome
-        regs = [{"host": r.host, "metric": r.metric, "value": r.value, "reference": r.reference,
-                 "delta_pct": r.delta_pct, "reason": r.reason, "kind": r.kind} for r in outcome.regressions]
-        self.view.update(status=outcome.status, duration_s=time.monotonic() - self._t0, error=outcome.error,
-                         metrics=[{"host": h, "name": m.name, "value": m.value, "unit": m.unit}
-                                  for h, m in outcome.metrics],
-                         warnings=list(outcome.warnings), regressions=regs, plan=list(outcome.plan))
+        self.view.update(status=outcome.status, duration_s=time.monotonic() - self._t0, error=outcome.error)
         for rec in outcome.steps:
             self._step(rec)
         self._dirty.set()
@@ -382,19 +378,20 @@ class SlackRunObserver(Observer):
         await self._final()
 
     async def _final(self) -> None:
-        ctx, v, o = self.ctx, self.view, self.outcome
+        ctx, o = self.ctx, self.outcome
         assert o is not None
         for ts in (self.parent_ts, self.progress_ts):
             if ts:
                 await ctx.coalescer.flush(self.channel, ts)
         if not self.channel:
             return
-        regressions = [r for r in o.regressions if r.kind == "regression"]
+        summary = await self._summary(o)
+        regressions = [r for r in summary.get("regressions") or [] if r.get("kind", "regression") == "regression"]
         who = bk.mention(self.requester) if self.requester else ""
         head = f"{who} run #{o.run_id} *{bk.escape(o.playbook)}* finished: *{o.status}*".strip()
         if regressions:
             head += f" — :rotating_light: {len(regressions)} regression(s)"
-        blocks = [bk.section(head)] + bk.run_summary_blocks(v)
+        blocks = [bk.section(head)] + bk.run_summary_blocks(summary)
         text = f"{who} run #{o.run_id} {o.playbook}: {o.status}".strip()
         if self.not_in_channel:
             # The requester got the invite hint; the result reaches them while response_url lives (30 min).
@@ -402,6 +399,20 @@ class SlackRunObserver(Observer):
             return
         await ctx.post(self.channel, text, blocks, thread_ts=self.parent_ts,
                        broadcast=bool(regressions and self.parent_ts))
+
+
+    async def _summary(self, o: RunOutcome) -> dict[str, Any]:
+        """The run as the audit store has it, the view `/eagle show` renders too, plus the
+        engine's dry-run plan (which the store does not keep). If the store cannot be read,
+        the live view (steps and status) still tells how the run ended."""
+        try:
+            view = await self.ctx.services.store.call(lambda s: RunView.load(s, o.run_id))
+        except Exception:
+            log.exception("could not read run %s back from the audit store", o.run_id)
+            view = None
+        summary: dict[str, Any] = dict(view.summary()) if view is not None else dict(self.view)
+        summary["plan"] = list(o.plan)
+        return summary
 
 
 class SlackApprover:
@@ -502,7 +513,7 @@ class SlackFrontend:
 
 
 class SlackScheduleHooks:
-    """What the scheduler (eaglebot.scheduler.build_scheduler) needs from Slack."""
+    """What the scheduler needs from Slack (`scheduler.Hooks`); `eagle serve` hands it over."""
 
     def __init__(self, ctx: SlackContext):
         self.ctx = ctx
@@ -511,11 +522,17 @@ class SlackScheduleHooks:
         channel = getattr(schedule_cfg, "channel", None) or self.ctx.settings.slack.channel
         return SlackRunObserver(self.ctx, channel, None, None) if channel else Observer()
 
-    async def post(self, channel: str, text: str) -> str | None:
+    async def post(self, channel: str | None, text: str) -> str | None:
+        channel = channel or self.ctx.settings.slack.channel
+        if not channel:
+            log.warning("no Slack channel for: %s", text)
+            return None
         return (await self.ctx.post(channel, text, [bk.section(bk.escape(text))])).ts
 
-    async def upload(self, channel: str, thread_ts: str | None, path: str | Path, title: str) -> None:
-        await self.ctx.upload(channel, thread_ts, path, title)
+    async def upload(self, channel: str | None, thread_ts: str | None, path: str | Path, title: str) -> None:
+        channel = channel or self.ctx.settings.slack.channel
+        if channel:
+            await self.ctx.upload(channel, thread_ts, path, title)
 
 
 # -- the app ---------------------------------------------------------------------------------
@@ -541,7 +558,7 @@ class SlackBot:
         await self.ctx.coalescer.aclose()
 
 
-def build_app(services: Any, *, client: AsyncWebClient | None = None, token: str | None = None,
+def build_app(services: Services, *, client: AsyncWebClient | None = None, token: str | None = None,
               signing_secret: str | None = None, identity: dict | None = None) -> SlackBot:
     """A Bolt AsyncApp for `services`. Tokens come from the caller (the environment), never the config."""
     client = client or make_client(services.settings, token)
@@ -549,7 +566,7 @@ def build_app(services: Any, *, client: AsyncWebClient | None = None, token: str
     cache: dict[str, Any] = {"identity": identity}
 
     async def authorize(enterprise_id, team_id, logger) -> AuthorizeResult:
-        # One auth.test for the life of the app (serve_main does it at start), not per request.
+        # One auth.test for the life of the app (`eagle serve` does it at start), not per request.
         if cache["identity"] is None:
             cache["identity"] = (await client.auth_test()).data
         return AuthorizeResult.from_auth_test_response(auth_test_response=cache["identity"],
@@ -607,7 +624,7 @@ async def _execute(ctx: SlackContext, cmd: commands.Command, user: str, channel:
             await ctx.respond(response_url, reply.text)
         return
     if reply.file is not None and channel:
-        parent = await ctx.post(channel, reply.text, reply.blocks)
+        parent = await ctx.post(channel, reply.text, reply_blocks(reply))
         if parent.ts:
             up = await ctx.upload(channel, parent.ts, reply.file, reply.file.name)
             if up.error:
@@ -615,95 +632,10 @@ async def _execute(ctx: SlackContext, cmd: commands.Command, user: str, channel:
         elif parent.error in NOT_IN_CHANNEL:
             await ctx.respond(response_url, ctx.invite_hint(channel))
         return
-    await ctx.respond(response_url, reply.text, reply.blocks, public=reply.public and not reply.is_error)
+    await ctx.respond(response_url, reply.text, reply_blocks(reply), public=reply.public and not reply.is_error)
 
 
 def _run_done(ctx: SlackContext, run_id: int, task: asyncio.Task) -> None:
     ctx.runs.pop(run_id, None)
     if not task.cancelled() and task.exception() is not None:
         log.error("run #%s crashed", run_id, exc_info=task.exception())
-
-
-# -- `eagle serve` -------------------------------------------------------------------------------
-
-def _env(name: str, why: str) -> str:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        raise UsageError(f"{name} is not set: {why} (see 'Connect to Slack' in README.md)")
-    return value
-
-
-def serve_main(settings: Settings, *, http_port: int | None = None, host: str = "127.0.0.1") -> int:
-    """`eagle serve`: Socket Mode (SLACK_APP_TOKEN) by default, HTTP with --http PORT."""
-    token = _env("SLACK_BOT_TOKEN", "the bot token (xoxb-...) from OAuth & Permissions")
-    if http_port is None:
-        secret, app_token = None, _env("SLACK_APP_TOKEN", "an app-level token (xapp-...) with connections:write")
-    else:
-        secret, app_token = _env("SLACK_SIGNING_SECRET", "the signing secret from Basic Information"), None
-    logging.basicConfig(level=os.environ.get("EAGLE_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(_serve(settings, token, secret, app_token, http_port, host))
-
-
-async def _serve(settings: Settings, token: str, secret: str | None, app_token: str | None,
-                 http_port: int | None, host: str) -> int:
-    from eaglebot.frontends.services import Services
-
-    services = await Services.open(settings)
-    client = make_client(settings, token)
-    try:
-        ident = (await client.auth_test()).data
-    except Exception as e:
-        await services.close()
-        if isinstance(e, SlackApiError):
-            raise UsageError(f"Slack refused SLACK_BOT_TOKEN: {_slack_error(e)}") from None
-        raise EagleError(f"cannot reach Slack's Web API ({type(e).__name__}); check the network "
-                         "or SLACK_API_URL, then `eagle doctor`") from None
-    bot = build_app(services, client=client, signing_secret=secret, identity=ident)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
-    runner = handler = sched = None
-    try:
-        if http_port is None:
-            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-
-            handler = AsyncSocketModeHandler(bot.app, app_token, web_client=client)
-            await handler.connect_async()
-            log.info("connected to Slack in Socket Mode as %s", ident.get("user"))
-        else:
-            from aiohttp import web
-
-            runner = web.AppRunner(bot.app.web_app())
-            await runner.setup()
-            await web.TCPSite(runner, host, http_port).start()
-            log.info("serving Slack requests on http://%s:%s/slack/events as %s", host, http_port, ident.get("user"))
-        sched = start_scheduler(services, bot.hooks)
-        await stop.wait()
-        log.info("stopping")
-    finally:
-        if sched is not None:
-            try:
-                sched.shutdown()
-            except Exception:
-                log.exception("scheduler shutdown failed")
-        if handler is not None:
-            await handler.close_async()
-        if runner is not None:
-            await runner.cleanup()
-        await bot.aclose(grace_s=60)  # systemd's TimeoutStopSec is 90
-        await services.close()
-    return 0
-
-
-def start_scheduler(services: Any, hooks: SlackScheduleHooks) -> Any:
-    """Start the configured schedules' jobs on this loop."""
-    from eaglebot.frontends.scheduler import build_scheduler
-
-    sched = build_scheduler(services, hooks)
-    sched.start()
-    return sched

@@ -7,7 +7,7 @@ Limits (the SDK does not check the per-message ones): <= 50 blocks, section text
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from slack_sdk.models.blocks import (
     ActionsBlock,
@@ -145,7 +145,7 @@ def error_blocks(message: str) -> list[dict]:
 
 # -- runs ------------------------------------------------------------------------------
 
-def _step_line(s: dict) -> str:
+def _step_line(s: Mapping[str, Any]) -> str:
     emoji = STATUS_EMOJI.get(s["status"], ":grey_question:")
     took = f" ({s['duration_ms'] / 1000:.1f}s)" if s.get("duration_ms") else ""
     summary = f" — {escape(clip(s['summary'], 200))}" if s.get("summary") else ""
@@ -169,13 +169,13 @@ def _join_lines(lines: list[str], limit_chars: int = MAX_SECTION) -> list[str]:
     return out
 
 
-def run_title(view: dict) -> str:
+def run_title(view: Mapping[str, Any]) -> str:
     hosts = ", ".join(view.get("hosts") or []) or "-"
     dry = " (dry-run)" if view.get("dry_run") else ""
     return f"*{escape(view['playbook'])}*{dry} on `{escape(hosts)}` by {mention(view.get('actor'))}"
 
 
-def run_parent_blocks(view: dict) -> list[dict]:
+def run_parent_blocks(view: Mapping[str, Any]) -> list[dict]:
     """The channel message of a run: who ran what where, and its status."""
     status = view["status"]
     note = f" — {escape(view['note'])}" if view.get("note") and status == "running" else ""
@@ -186,7 +186,7 @@ def run_parent_blocks(view: dict) -> list[dict]:
     return [section(line), context(ctx)]
 
 
-def run_progress_blocks(view: dict) -> list[dict]:
+def run_progress_blocks(view: Mapping[str, Any]) -> list[dict]:
     steps = view.get("steps") or []
     if not steps:
         return [context("starting…")]
@@ -195,7 +195,7 @@ def run_progress_blocks(view: dict) -> list[dict]:
     return limit(blocks)
 
 
-def run_summary_blocks(view: dict) -> list[dict]:
+def run_summary_blocks(view: Mapping[str, Any]) -> list[dict]:
     """The final summary: steps, key metrics, warnings, regressions, failure and its log tail."""
     status = view["status"]
     rid = view.get("run_id")

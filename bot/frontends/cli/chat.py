@@ -1,0 +1,84 @@
+"""`eagle chat "TEXT"` and `eagle console`: the slash grammar on a terminal.
+
+The router is the one Slack uses; its `Reply.text` is printed, and a run it starts reports
+like `eagle run` (progress on stderr, the result from the audit store on stdout).
+"""
+from __future__ import annotations
+
+import asyncio
+import getpass
+import sys
+
+from eaglebot.config import Settings
+from eaglebot.engine.runner import Approver, Observer, RunOutcome, RunRequest
+from eaglebot.frontends.chat.router import Caller, handle
+from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver
+from eaglebot.frontends.services import Services
+from eaglebot.history.view import RunView
+
+
+class TextFrontend:
+    """Runs started from `eagle chat`/`console` report like `eagle run`: progress on stderr,
+    approvals asked on the terminal when there is one."""
+
+    def __init__(self, interactive: bool = False, verbose: bool = False):
+        self.interactive = interactive
+        self.verbose = verbose
+
+    def observer(self, req: RunRequest) -> Observer | None:
+        return TerminalObserver(verbose=self.verbose)
+
+    def approver(self, req: RunRequest, observer: Observer | None) -> Approver | None:
+        return terminal_approver if self.interactive else None
+
+
+async def text_command(services: Services, text: str, frontend: TextFrontend) -> int:
+    """One `/eagle TEXT` on the terminal; returns its exit code."""
+    caller = Caller(getpass.getuser(), origin="cli", check_access=False, frontend=frontend)
+    reply = await handle(services, text, caller)
+    if reply.task is not None:
+        outcome: RunOutcome = await reply.task
+        view = await services.store.call(lambda s: RunView.load(s, outcome.run_id))
+        if view is not None:
+            print(result_text(view, outcome.plan))
+        return outcome.exit_code
+    print(("eagle: " if reply.is_error else "") + reply.text, file=sys.stderr if reply.is_error else sys.stdout)
+    return reply.exit_code
+
+
+def chat_main(settings: Settings, text: str) -> int:
+    """`eagle chat "TEXT"`: exactly `/eagle TEXT`, rendered as text."""
+
+    async def main() -> int:
+        services = await Services.open(settings)
+        try:
+            return await text_command(services, text, TextFrontend())
+        finally:
+            await services.close()
+
+    return asyncio.run(main())
+
+
+def console_main(settings: Settings) -> int:
+    """`eagle console`: each line is `/eagle <line>`; `exit` or end of input quits."""
+
+    async def main() -> int:
+        services = await Services.open(settings)
+        frontend = TextFrontend(interactive=sys.stdin.isatty())
+        try:
+            while True:
+                try:
+                    line = await asyncio.to_thread(input, "eagle> " if sys.stdin.isatty() else "")
+                except EOFError:
+                    break
+                line = line.strip()
+                if line in ("exit", "quit"):
+                    break
+                if not line:
+                    continue
+                await text_command(services, line, frontend)  # each line reports its own result
+        finally:
+            await services.close()
+        return 0
+
+    return asyncio.run(main())

@@ -1,0 +1,92 @@
+"""A run on a terminal: progress lines on stderr, approvals asked there, the result as text.
+
+Shared by `eagle run` and the runs `eagle chat` / `eagle console` start.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from typing import TextIO
+
+from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
+from eaglebot.engine.playbook import Playbook
+from eaglebot.frontends.format import fmt_duration, fmt_value
+from eaglebot.history.view import RunView
+from eaglebot.sdk import ApprovalRequest, StepResult
+
+
+class TerminalObserver(Observer):
+    """A line per step on stderr, with status and elapsed time."""
+
+    def __init__(self, stream: TextIO | None = None, verbose: bool = False):
+        self.stream = stream or sys.stderr
+        self.verbose = verbose
+        self.total: dict[str, int] = {}
+        self.t0 = time.monotonic()
+
+    def _p(self, s: str) -> None:
+        print(s, file=self.stream, flush=True)
+
+    async def run_started(self, run_id: int, playbook: Playbook, hosts: list[str], req: RunRequest) -> None:
+        self.total = {"steps": len(playbook.steps) + len(playbook.always)}
+        mode = " (dry-run)" if req.dry_run else ""
+        self._p(f"run #{run_id}: {playbook.name} on {', '.join(hosts)}{mode}")
+
+    async def step_started(self, run_id: int, rec: StepRecord) -> None:
+        if self.verbose:
+            self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {rec.name} ...")
+
+    def step_output(self, run_id: int, rec: StepRecord, line: str) -> None:
+        if self.verbose:
+            self._p(f"[{rec.host}]   | {line}")
+
+    async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None:
+        summary = f"  {rec.summary}" if rec.summary else ""
+        self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {rec.name}: "
+                f"{rec.status} ({rec.duration_ms / 1000:.2f}s){summary}")
+        for w in result.warnings:
+            self._p(f"[{rec.host}]   warning: {w}")
+
+    async def run_finished(self, outcome: RunOutcome) -> None:
+        self._p(f"run #{outcome.run_id}: {outcome.status} in {fmt_duration(time.monotonic() - self.t0)}")
+
+
+async def terminal_approver(req: ApprovalRequest) -> tuple[bool, str]:
+    """Ask on the terminal; without one the engine denies (and says to pass --yes)."""
+    lines = [f"[{req.host}] step {req.step!r} wants to {req.action}:"] + [f"    {d}" for d in req.details]
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    answer = await asyncio.to_thread(_ask, "approve? [y/N] ")
+    who = os.environ.get("USER") or "terminal"
+    return answer.strip().lower() in ("y", "yes"), who
+
+
+def _ask(prompt: str) -> str:
+    try:
+        sys.stderr.write(prompt)
+        sys.stderr.flush()
+        return sys.stdin.readline()
+    except (EOFError, OSError):
+        return ""
+
+
+def result_text(view: RunView, plan: list[str] | None = None) -> str:
+    """A finished run in a few lines: status, error, the dry-run plan, metrics, warnings,
+    regressions and improvements. `plan` is the engine's (the store keeps no plan)."""
+    lines = [f"run #{view.run_id} {view.playbook} on {', '.join(view.hosts)}: {view.status}"]
+    if view.error and view.status != "succeeded":
+        lines.append(f"error: {view.error}")
+    if view.dry_run and plan:
+        lines.append("plan (dry-run, nothing was changed):")
+        lines += [f"  {p}" for p in plan]
+    for m in view.metrics:
+        lines.append(f"  {m['host']}: {m['name']} = {fmt_value(m['value'], m['unit'] or '')}")
+    for w in view.warning_lines:
+        lines.append(f"warning: {w}")
+    for r in view.regressions:
+        word = "REGRESSION" if (r.get("kind") or "regression") == "regression" else "improvement"
+        lines.append(f"{word}: {r['host']}: {r['metric']} {fmt_value(r['value'])} vs {fmt_value(r['reference'])} "
+                     f"({r['delta_pct']:+.1f}%): {r['reason']}")
+    lines.append(f"details: eagle show {view.run_id}")
+    return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""Trend plots as PNG files (the CLI's `eagle trend`, `/eagle trend`, the scheduler's uploads).
+
+Rendered with matplotlib's Agg canvas (no display, no pyplot global state), so the bot
+can draw from any thread. The data comes from `eaglebot.history.trend`.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from eaglebot.config import RegressionConfig
+from eaglebot.history.trend import Trend, load_trend
+from eaglebot.store import Store
+
+
+def render_trend(trend: Trend, out_path: str | Path) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    points, metric = trend.points, trend.metric
+    xs = list(range(len(points)))
+    ys = [p["value"] for p in points]
+    fig = Figure(figsize=(8, 3.6), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    if trend.band is not None:
+        c, lo, hi, label = trend.band
+        ax.axhspan(lo, hi, color="tab:green", alpha=0.15, label=label)
+        ax.axhline(c, color="tab:green", linewidth=1, linestyle="--")
+    ax.plot(xs, ys, marker="o", color="tab:blue", linewidth=1.5, label=metric)
+    bad = [(x, y) for x, y, p in zip(xs, ys, points) if p["run_id"] in trend.flagged]
+    if bad:
+        ax.scatter([x for x, _ in bad], [y for _, y in bad], color="tab:red", zorder=3, s=60, label="regression")
+    base = trend.baseline
+    if base is not None and base["run_id"] in {p["run_id"] for p in points}:
+        i = next(i for i, p in enumerate(points) if p["run_id"] == base["run_id"])
+        ax.scatter([i], [ys[i]], marker="*", color="tab:green", zorder=4, s=140, label="baseline")
+    step = max(1, len(points) // 12)
+    ax.set_xticks(xs[::step])
+    ax.set_xticklabels([f"#{p['run_id']}" for p in points][::step], rotation=45, fontsize=8)
+    ax.set_ylabel(f"{metric} ({trend.unit})" if trend.unit else metric)
+    ax.set_title(f"{trend.playbook} on {trend.host}: {metric} ({trend.better} is better), "
+                 f"last {len(points)} runs", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    return out
+
+
+def plot_trend(store: Store, playbook: str, host: str, metric: str, out_path: str | Path,
+               limit: int = 30, cfg: RegressionConfig | None = None) -> Path:
+    """Write a PNG of `metric` over the last `limit` runs; UsageError when there is no data."""
+    return render_trend(load_trend(store, playbook, host, metric, limit, cfg), out_path)
+
+
+def default_out(playbook: str, host: str, metric: str) -> Path:
+    safe = "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", s) for s in (playbook, host, metric))
+    return Path.cwd() / f"trend-{safe}.png"

@@ -1,0 +1,103 @@
+"""`eagle serve`: the bot's composition root.
+
+Builds the services once, checks the bot token, connects the Slack app (Socket Mode, or
+HTTP with --http), starts the configured schedules next to it with Slack as their voice,
+and on SIGINT/SIGTERM stops everything in order: the scheduler, the connection, the runs
+the bot started (their always-steps run), the store.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+from slack_sdk.errors import SlackApiError
+
+from eaglebot.config import Settings
+from eaglebot.errors import EagleError, UsageError
+from eaglebot.frontends.scheduler import Hooks, Scheduler, build_scheduler
+from eaglebot.frontends.services import Services
+from eaglebot.frontends.slack.app import build_app, make_client, slack_error
+
+log = logging.getLogger("eaglebot.serve")
+
+
+def _env(name: str, why: str) -> str:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        raise UsageError(f"{name} is not set: {why} (see 'Connect to Slack' in README.md)")
+    return value
+
+
+def serve_main(settings: Settings, *, http_port: int | None = None, host: str = "127.0.0.1") -> int:
+    """`eagle serve`: Socket Mode (SLACK_APP_TOKEN) by default, HTTP with --http PORT."""
+    token = _env("SLACK_BOT_TOKEN", "the bot token (xoxb-...) from OAuth & Permissions")
+    if http_port is None:
+        secret, app_token = None, _env("SLACK_APP_TOKEN", "an app-level token (xapp-...) with connections:write")
+    else:
+        secret, app_token = _env("SLACK_SIGNING_SECRET", "the signing secret from Basic Information"), None
+    logging.basicConfig(level=os.environ.get("EAGLE_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(serve(settings, token, secret, app_token, http_port, host))
+
+
+async def serve(settings: Settings, token: str, secret: str | None, app_token: str | None,
+                http_port: int | None, host: str) -> int:
+    services = await Services.open(settings)
+    client = make_client(settings, token)
+    try:
+        answer = (await client.auth_test()).data
+        ident = answer if isinstance(answer, dict) else {}
+    except Exception as e:
+        await services.close()
+        if isinstance(e, SlackApiError):
+            raise UsageError(f"Slack refused SLACK_BOT_TOKEN: {slack_error(e)}") from None
+        raise EagleError(f"cannot reach Slack's Web API ({type(e).__name__}); check the network "
+                         "or SLACK_API_URL, then `eagle doctor`") from None
+    bot = build_app(services, client=client, signing_secret=secret, identity=ident)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    runner = handler = sched = None
+    try:
+        if http_port is None:
+            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+            handler = AsyncSocketModeHandler(bot.app, app_token, web_client=client)
+            await handler.connect_async()
+            log.info("connected to Slack in Socket Mode as %s", ident.get("user"))
+        else:
+            from aiohttp import web
+
+            runner = web.AppRunner(bot.app.web_app())
+            await runner.setup()
+            await web.TCPSite(runner, host, http_port).start()
+            log.info("serving Slack requests on http://%s:%s/slack/events as %s", host, http_port, ident.get("user"))
+        sched = start_scheduler(services, bot.hooks)
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        if sched is not None:
+            try:
+                sched.shutdown()
+            except Exception:
+                log.exception("scheduler shutdown failed")
+        if handler is not None:
+            await handler.close_async()
+        if runner is not None:
+            await runner.cleanup()
+        await bot.aclose(grace_s=60)  # systemd's TimeoutStopSec is 90
+        await services.close()
+    return 0
+
+
+def start_scheduler(services: Services, hooks: Hooks) -> Scheduler:
+    """Start the configured schedules' jobs on this loop."""
+    sched = build_scheduler(services, hooks)
+    sched.start()
+    return sched

@@ -1,0 +1,200 @@
+"""One view of a run for every front end, built from the audit store's rows (pure over them).
+
+`eagle show --json`, `eagle run --json`, `eagle history`, `/eagle history`, `/eagle show`,
+the Slack run summary and the scheduler's reports all read runs through `RunView` and
+`HistoryRow`, so they cannot drift apart (they once had three rules for a run's key metric).
+Rendering (text, Block Kit) stays in the front ends.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, TypedDict
+
+from eaglebot.store import Store, parse_iso
+
+KEY_METRIC = "output_throughput"
+
+
+def key_metric(metrics: Iterable[dict]) -> dict | None:
+    """The one number a run is known by in history tables, trend plots and schedule reports.
+
+    The policy, defined here and nowhere else: the run's `output_throughput` when it recorded
+    one (the first such row, in the order recorded), else the first metric it recorded at all;
+    None for a run without metrics. Throughput wins over recording order because it is what a
+    relaunch or a benchmark exists to measure, whatever a playbook happens to record first.
+    """
+    first = None
+    for m in metrics:
+        if m["name"] == KEY_METRIC:
+            return m
+        if first is None:
+            first = m
+    return first
+
+
+def duration_s(run: dict) -> float | None:
+    """Seconds between the run's start and finish; None while it runs (or if never started)."""
+    a, b = parse_iso(run.get("started_at")), parse_iso(run.get("finished_at"))
+    if a and b:
+        return (b - a).total_seconds()
+    return None
+
+
+class StepSummary(TypedDict):
+    host: str
+    name: str
+    status: str
+    summary: str
+    duration_ms: int
+    multi_host: bool
+    output_tail: str
+
+
+class RunSummary(TypedDict, total=False):
+    """A run as the Slack summary renders it; a live run's progress view has the same keys."""
+    run_id: int
+    playbook: str
+    hosts: list[str]
+    actor: str | None
+    status: str
+    dry_run: bool
+    duration_s: float | None
+    error: str | None
+    steps: list[StepSummary]
+    metrics: list[dict]
+    warnings: list[str]
+    regressions: list[dict]
+    plan: list[str]
+
+
+OUTPUT_TAIL = 4000  # characters of a failed step's output a summary carries
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A run and everything recorded under it, as the store has it."""
+
+    run: dict
+    steps: list[dict]
+    metrics: list[dict]
+    warnings: list[dict]
+    regressions: list[dict]
+    changes: list[dict]
+
+    @classmethod
+    def load(cls, store: Store, run_id: int) -> RunView | None:
+        run = store.get_run(run_id)
+        if run is None:
+            return None
+        return cls(run, store.steps(run_id), store.metrics(run_id), store.warnings(run_id),
+                   store.regressions(run_id), store.changes(run_id))
+
+    @property
+    def run_id(self) -> int:
+        return self.run["id"]
+
+    @property
+    def playbook(self) -> str:
+        return self.run["playbook"]
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(self.run.get("hosts") or [])
+
+    @property
+    def status(self) -> str:
+        return self.run["status"]
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.run.get("dry_run"))
+
+    @property
+    def error(self) -> str | None:
+        return self.run.get("error")
+
+    @property
+    def duration_s(self) -> float | None:
+        return duration_s(self.run)
+
+    @property
+    def key_metric(self) -> dict | None:
+        return key_metric(self.metrics)
+
+    @property
+    def warning_lines(self) -> list[str]:
+        return [(f"{w['host']}: " if w.get("host") else "") + w["message"] for w in self.warnings]
+
+    def regressions_of(self, kind: str) -> list[dict]:
+        """`regression` or `improvement` rows."""
+        return [r for r in self.regressions if (r.get("kind") or "regression") == kind]
+
+    def as_json(self) -> dict[str, Any]:
+        """`eagle show ID --json` and `eagle run --json` (DESIGN.md "Contract details")."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "steps": [{"name": s["name"], "skill": s["skill"], "host": s["host"], "status": s["status"],
+                       "summary": s["summary"] or "", "duration_ms": s["duration_ms"] or 0,
+                       "attempts": s["attempts"] or 0} for s in self.steps],
+            "metrics": [{"host": m["host"], "name": m["name"], "value": m["value"], "unit": m["unit"],
+                         "better": m["better"]} for m in self.metrics],
+            "warnings": self.warning_lines,
+            "regressions": [{"metric": r["metric"], "host": r["host"], "value": r["value"],
+                             "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"]}
+                            for r in self.regressions_of("regression")],
+        }
+
+    def summary(self) -> RunSummary:
+        """What a run's summary shows: steps (a failed one with its output's tail), metrics,
+        warnings, regressions and improvements."""
+        multi = len(self.hosts) > 1
+        return {
+            "run_id": self.run_id, "playbook": self.playbook, "hosts": self.hosts,
+            "actor": self.run.get("actor"), "status": self.status, "dry_run": self.dry_run,
+            "duration_s": self.duration_s, "error": self.error,
+            "steps": [{"host": s["host"], "name": s["name"], "status": s["status"], "summary": s["summary"] or "",
+                       "duration_ms": s["duration_ms"] or 0, "multi_host": multi,
+                       "output_tail": (s.get("output") or "")[-OUTPUT_TAIL:] if s["status"] == "failed" else ""}
+                      for s in self.steps],
+            "metrics": [{"host": m["host"], "name": m["name"], "value": m["value"], "unit": m["unit"]}
+                        for m in self.metrics],
+            "warnings": self.warning_lines,
+            "regressions": [{"host": r["host"], "metric": r["metric"], "value": r["value"],
+                             "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"],
+                             "kind": r.get("kind") or "regression"} for r in self.regressions],
+        }
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One line of `eagle history` / `/eagle history`: the run row and its key metric."""
+
+    run: dict
+    key_metric: dict | None
+
+    @property
+    def run_id(self) -> int:
+        return self.run["id"]
+
+    @property
+    def duration_s(self) -> float | None:
+        return duration_s(self.run)
+
+    def as_json(self) -> dict[str, Any]:
+        """One element of `eagle history --json` (DESIGN.md "Contract details")."""
+        r = self.run
+        return {"run_id": r["id"], "playbook": r["playbook"], "hosts": r.get("hosts") or [],
+                "status": r["status"], "actor": r.get("actor"), "origin": r.get("origin"),
+                "started_at": r.get("started_at"), "finished_at": r.get("finished_at")}
+
+
+def history_rows(runs: list[dict], metrics_by_run: dict[int, list[dict]]) -> list[HistoryRow]:
+    return [HistoryRow(r, key_metric(metrics_by_run.get(r["id"], []))) for r in runs]
+
+
+def load_history(store: Store, *, playbook: str | None = None, host: str | None = None,
+                 limit: int = 20) -> list[HistoryRow]:
+    """Past runs, newest first, each with its key metric (two queries however many runs)."""
+    runs = store.history(playbook=playbook, host=host, limit=limit)
+    return history_rows(runs, store.metrics_for_runs([r["id"] for r in runs]))

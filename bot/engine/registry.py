@@ -69,6 +69,14 @@ class SkillRegistry(Mapping[str, ModuleType]):
         return cls(entries)
 
     # -- lookup --------------------------------------------------------------------------
+    # A registry is built once and never changes: it hashes and compares by identity, so a
+    # cache of playbooks validated against it can key on it (Mapping's item-wise __eq__ would
+    # make it unhashable).
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
     def __getitem__(self, name: str) -> ModuleType:
         return self._entries[name].module
 

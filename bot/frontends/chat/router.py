@@ -21,6 +21,7 @@ from typing import Awaitable, Callable, Protocol
 from eaglebot.config import AccessConfig, Settings
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.engine.playbook import RESERVED, Playbook, load_playbook, playbook_files
+from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import Approver, Observer, RunRequest
 from eaglebot.frontends.chat.reply import (CancelRequested, LogTail, Note, Reply, RunShown, error_reply,
                                            listing)
@@ -284,6 +285,23 @@ def _playbooks(settings: Settings) -> dict[str, Path]:
     return playbook_files(settings.playbooks_path)
 
 
+def _load(services: Services, name: str) -> Playbook:
+    files = _playbooks(services.settings)
+    if name not in files:
+        raise UsageError(f"unknown playbook {name!r} (known: {', '.join(files) or 'none'})")
+    path = files[name]
+    st = path.stat()
+    return _load_cached(str(path), st.st_mtime_ns, st.st_size, services.registry).model_copy(deep=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_cached(path: str, mtime_ns: int, size: int, registry: SkillRegistry) -> Playbook:
+    """Parsing and validating YAML on every slash command is the bot's busiest work: reuse it
+    until the file changes (the key holds its mtime and size, and the registry it was checked
+    against)."""
+    return load_playbook(path, registry)
+
+
 async def _help(services: Services, cmd: Command, caller: Caller) -> Reply:
     if not cmd.args:
         return listing(f"{USAGE}\nskills: {', '.join(services.registry)}   (/eagle help SKILL)")
@@ -405,7 +423,7 @@ async def _start(services: Services, req: RunRequest, caller: Caller) -> Reply:
 
 async def _run(services: Services, cmd: Command, caller: Caller) -> Reply:
     try:
-        pb = await asyncio.to_thread(_load, services.settings, cmd.playbook)
+        pb = await asyncio.to_thread(_load, services, cmd.playbook)
     except UsageError as e:
         req = RunRequest(cmd.playbook or "?", list(cmd.hosts), dict(cmd.inputs), actor=caller.user,
                          origin=caller.origin, dry_run=cmd.dry_run, channel=caller.channel)
@@ -424,7 +442,7 @@ async def _rerun(services: Services, cmd: Command, caller: Caller) -> Reply:
     if caller.check_access and (why := authorize_playbook(services.settings.access, run["playbook"], caller.user)):
         await audit_refusal(services, caller.user, cmd, why, rid)
         return error_reply(why)
-    pb = await asyncio.to_thread(_load, services.settings, run["playbook"])
+    pb = await asyncio.to_thread(_load, services, run["playbook"])
     req = RunRequest(pb, list(run.get("hosts") or []) or None, dict(run.get("inputs") or {}),
                      actor=caller.user, origin=caller.origin, dry_run=bool(run.get("dry_run")),
                      rerun_of=rid, channel=caller.channel)

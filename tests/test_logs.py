@@ -2,6 +2,8 @@
 through the engine, audited like any other, that takes no host lock."""
 from __future__ import annotations
 
+import json
+
 from eaglebot.engine.runner import RunRequest, takes_locks
 from eaglebot.engine.playbook import find_playbook
 from eaglebot.engine.registry import shipped
@@ -68,3 +70,49 @@ def test_only_all_read_only_playbooks_skip_the_host_lock():
     assert not takes_locks(find_playbook("server-logs", None), shipped())
     assert takes_locks(find_playbook("relaunch", None), shipped())
     assert takes_locks(find_playbook("verify", None), shipped())
+
+
+async def test_slash_logs_goes_through_the_engine_audited_and_lock_free(services, tmp_path):
+    from eaglebot.frontends.chat.router import Caller, handle
+
+    log = tmp_path / "s.log"
+    log.write_text("loading\nThe server is fired up and ready to roll!\n")
+    svc = await services({"box": {"transport": "local", "vars": {"server_log": str(log)}}})
+    holder = await svc.store.create_run(playbook="relaunch", hosts=["box"], inputs={}, variables={},
+                                        actor="me", origin="cli")
+    await svc.store.acquire_hosts(holder, ["box"])
+    reply = await handle(svc, "logs box", Caller("U1", channel="C1", check_access=False))
+    assert reply.exit_code == 0 and reply.run_id is not None
+    assert reply.text.splitlines() == [f"== {log}", "loading", "The server is fired up and ready to roll!"]
+    run = svc.store.sync.get_run(reply.run_id)
+    assert (run["playbook"], run["status"], run["actor"], run["origin"], run["hosts"]) == \
+        ("server-logs", "succeeded", "U1", "slack", ["box"])
+    assert [s["skill"] for s in svc.store.sync.steps(reply.run_id)] == ["server.logs"]
+    assert [lk["run_id"] for lk in svc.store.sync.locks()] == [holder]
+
+
+async def test_slash_logs_of_an_unknown_host_is_one_sentence_and_recorded(services):
+    from eaglebot.frontends.chat.router import Caller, handle
+
+    svc = await services({"box": {"transport": "local"}})
+    reply = await handle(svc, "logs nosuch", Caller("U1", check_access=False))
+    assert reply.exit_code == 2 and "unknown host 'nosuch'" in reply.text and "\n" not in reply.text.strip()
+    [run] = svc.store.sync.history(limit=5)
+    assert (run["playbook"], run["status"]) == ("server-logs", "failed")  # the rejection is on record
+
+
+def test_eagle_logs_status_and_show_last_from_the_terminal(tmp_path):
+    from helpers import eagle
+
+    log = tmp_path / "s.log"
+    log.write_text("hello\n")
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(f"audit_db: {tmp_path / 'eagle.db'}\nhosts:\n  box: {{transport: local, vars: {{server_log: {log}}}}}\n")
+    res = eagle("logs", "box", "--config", str(cfg))
+    assert res.returncode == 0 and res.stdout == f"== {log}\nhello\n", res.stderr
+    shown = eagle("show", "last", "--json", "--config", str(cfg))
+    assert shown.returncode == 0 and json.loads(shown.stdout)["steps"][0]["skill"] == "server.logs"
+    status = eagle("status", "--config", str(cfg))
+    assert status.returncode == 0 and "busy hosts: none" in status.stdout
+    bad = eagle("logs", "gpu-9", "--config", str(cfg))
+    assert bad.returncode == 2 and "unknown host 'gpu-9'" in bad.stderr

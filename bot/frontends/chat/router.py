@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import re
 import shlex
@@ -35,6 +36,7 @@ __all__ = ["Caller", "Command", "Frontend", "Reply", "authorize", "error_reply",
 MAX_TEXT = 4000          # a slash command is at most 4000 characters in Slack too
 MAX_HISTORY = 50
 LOG_LINES = 60
+LOGS_PLAYBOOK = "server-logs"   # shipped: one read-only server.logs step
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")              # playbook / skill / metric-ish
 _HOSTS = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(,[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})*$")
@@ -128,6 +130,8 @@ def _builtin(word: str, args: list[str], text: str) -> Command:
         if len(args) > 1 or (args and not _NAME.match(args[0])):
             return _err(text, "usage: /eagle help [playbook|skill]")
         return Command(word, tuple(args), text=text)
+    if word == "show" and args == ["last"]:
+        return Command(word, ("last",), text=text)
     if word in ("show", "cancel", "rerun"):
         return _int_arg(word, args, text)
     if word == "history":
@@ -250,7 +254,7 @@ class Caller:
 
 async def audit_refusal(services: Services, user: str, cmd: Command, why: str, run_id: int | None = None) -> None:
     """Every refusal is an audit record: an `events` row of kind `access_denied`."""
-    if run_id is None and cmd.name in ("cancel", "rerun", "show", "baseline"):
+    if run_id is None and cmd.name in ("cancel", "rerun", "show", "baseline") and cmd.args != ("last",):
         try:
             run_id = cmd.run_id
         except (ValueError, IndexError):
@@ -377,6 +381,11 @@ async def _history(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 
 async def _show(services: Services, cmd: Command, caller: Caller) -> Reply:
+    if cmd.args == ("last",):
+        last = await services.store.last_run_id()
+        if last is None:
+            raise UsageError("no runs yet (see /eagle playbooks)")
+        cmd = Command("show", (str(last),), text=cmd.text)
     rid = cmd.run_id
     view = await services.store.call(lambda s: RunView.load(s, rid))
     if view is None:
@@ -450,32 +459,21 @@ async def _rerun(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 
 async def _logs(services: Services, cmd: Command, caller: Caller) -> Reply:
-    from eaglebot.transport import path_for_shell
-
+    """`/eagle logs HOST`: the shipped `server-logs` playbook, run through the engine like any
+    other (a run row, the step's output in the audit store, redaction), silently: the reply is
+    the log. Its only skill is read-only, so it takes no host lock and works mid-relaunch."""
     host = cmd.args[0]
-    settings = services.settings
-    if host not in settings.hosts:
-        raise UsageError(f"unknown host {host!r} (known: {', '.join(sorted(settings.hosts))})")
-    hv = settings.hosts[host].vars
-    launched = await services.store.last_step_data(host, "server.launch", "log_path")
-    if hv.get("server_log"):
-        files = path_for_shell(str(hv["server_log"]))
-    elif launched:  # the log the last server.launch on that host recorded
-        files = path_for_shell(str(launched["log_path"]))
-    else:
-        d = path_for_shell(settings.state_dir.rstrip("/"))
-        files = " ".join(f"{d}/{g}" for g in ("*.log", "log/*.log", "logs/*.log"))
-    # The host var `server_log`, else the last launch's log, else the newest log in state_dir.
-    script = (f'f=$(ls -1t {files} 2>/dev/null | head -n 1); '
-              f'if [ -z "$f" ]; then echo "no server log found" >&2; exit 3; fi; '
-              f'echo "== $f"; tail -n {LOG_LINES} "$f"')
-    res = await services.pool.get(host).run(script, timeout=20)
-    if res.exit_status == 3:
-        raise UsageError(f"no server log on {host} (looked in {settings.state_dir}; set the host var server_log)")
-    if not res.ok:
-        raise UsageError(f"could not read the log on {host}: {(res.stderr or res.stdout).strip()[:300]}")
-    out = services.redactor.text(res.stdout)
-    return Reply(out, LogTail(host, out, LOG_LINES), public=True)
+    req = RunRequest(LOGS_PLAYBOOK, [host], {"lines": LOG_LINES}, actor=caller.user, origin=caller.origin,
+                     channel=caller.channel)
+    outcome = await services.engine.run(req)
+    steps = await services.store.steps(outcome.run_id)
+    step = next((s for s in steps if s["skill"] == "server.logs"), None)
+    if outcome.status != "succeeded" or step is None:
+        why = outcome.error or f"{host}: could not read the server log"
+        return error_reply(f"{why} (run #{outcome.run_id})", code=outcome.exit_code or 1)
+    data = json.loads(step["data"] or "{}")
+    text = f"== {data.get('log_path', '?')}\n" + (step["output"] or "").strip("\n")
+    return Reply(text, LogTail(host, text, LOG_LINES), public=True, run_id=outcome.run_id)
 
 
 async def _schedule(services: Services, cmd: Command, caller: Caller) -> Reply:

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 from datetime import timedelta
@@ -148,12 +149,24 @@ def cmd_history(args) -> int:
     return 0
 
 
+def _run_ref(word: str) -> int | str:
+    if word == "last":
+        return word
+    try:
+        return int(word.lstrip("#"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{word!r} is not a run number (or `last`)") from None
+
+
 def cmd_show(args) -> int:
     settings = _settings(args)
     store = _open_store(settings)
-    view = RunView.load(store, args.run_id)
+    run_id = store.last_run_id() if args.run_id == "last" else args.run_id
+    if run_id is None:
+        raise UsageError("no runs yet (see `eagle playbooks`)")
+    view = RunView.load(store, run_id)
     if view is None:
-        raise UsageError(f"no run #{args.run_id}")
+        raise UsageError(f"no run #{run_id}")
     if args.json:
         _print_json(view.as_json())
         return 0
@@ -279,6 +292,18 @@ def cmd_prune(args) -> int:
     return 0
 
 
+def cmd_status(args) -> int:
+    from eaglebot.frontends.cli.chat import chat_main
+
+    return chat_main(_settings(args), "status")
+
+
+def cmd_logs(args) -> int:
+    from eaglebot.frontends.cli.chat import chat_main
+
+    return chat_main(_settings(args), f"logs {shlex.quote(args.host)}")
+
+
 def cmd_chat(args) -> int:
     from eaglebot.frontends.cli.chat import chat_main
 
@@ -368,10 +393,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_history)
 
     s = sub.add_parser("show", parents=[common], help="one run: steps, metrics, warnings, changes")
-    s.add_argument("run_id", type=int)
+    s.add_argument("run_id", type=_run_ref, metavar="RUN_ID", help="a run number, or `last`")
     s.add_argument("--json", action="store_true")
     s.add_argument("--output", action="store_true", help="include each step's output")
     s.set_defaults(func=cmd_show)
+
+    s = sub.add_parser("status", parents=[common], help="running runs and busy hosts (as `/eagle status`)")
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("logs", parents=[common], help="the tail of a host's server log (the server-logs playbook)")
+    s.add_argument("host")
+    s.set_defaults(func=cmd_logs)
 
     s = sub.add_parser("cancel", parents=[common], help="cancel a running run (its always-steps still run)")
     s.add_argument("run_id", type=int)

@@ -26,7 +26,7 @@ from eaglebot.engine.output import OutputBuffer
 from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.sdk import ApprovalRequest, Metric, Regression, SkillContext, SkillParams, StepResult
-from eaglebot.store import AsyncStore, Store
+from eaglebot.store import AsyncStore
 from eaglebot.transport import TransportPool
 
 log = logging.getLogger("eaglebot.engine")
@@ -64,13 +64,12 @@ class StepRecord:
     step_id: int | None = None
     tolerated: bool = False  # failed under continue_on_error: a warning, not a failure
 
-    def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "skill": self.skill, "host": self.host, "status": self.status,
-                "summary": self.summary, "duration_ms": self.duration_ms, "attempts": self.attempts}
-
 
 @dataclass
 class RunOutcome:
+    """What a run did, as the engine saw it live; the front ends show a run from the audit
+    store (`eaglebot.history.view.RunView`), the one view every front end shares."""
+
     run_id: int
     playbook: str
     hosts: list[str]
@@ -83,19 +82,6 @@ class RunOutcome:
     error: str | None = None
     dry_run: bool = False
     plan: list[str] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "steps": [s.as_json() for s in self.steps],
-            "metrics": [{"host": h, "name": m.name, "value": m.value, "unit": m.unit, "better": m.better}
-                        for h, m in self.metrics],
-            "warnings": list(self.warnings),
-            "regressions": [{"metric": r.metric, "host": r.host, "value": r.value, "reference": r.reference,
-                             "delta_pct": r.delta_pct, "reason": r.reason}
-                            for r in self.regressions if r.kind == "regression"],
-        }
 
 
 class Observer:
@@ -593,24 +579,3 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, Path):
         return str(v)
     return str(v)
-
-
-def outcome_from_store(store: Store, run_id: int) -> dict[str, Any] | None:
-    """`eagle show --json`: the same shape as `eagle run --json`, for a past run."""
-    run = store.get_run(run_id)
-    if run is None:
-        return None
-    steps = store.steps(run_id)
-    return {
-        "run_id": run_id,
-        "status": run["status"],
-        "steps": [{"name": s["name"], "skill": s["skill"], "host": s["host"], "status": s["status"],
-                   "summary": s["summary"] or "", "duration_ms": s["duration_ms"] or 0,
-                   "attempts": s["attempts"] or 0} for s in steps],
-        "metrics": [{"host": m["host"], "name": m["name"], "value": m["value"], "unit": m["unit"],
-                     "better": m["better"]} for m in store.metrics(run_id)],
-        "warnings": [(f"{w['host']}: " if w["host"] else "") + w["message"] for w in store.warnings(run_id)],
-        "regressions": [{"metric": r["metric"], "host": r["host"], "value": r["value"],
-                         "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"]}
-                        for r in store.regressions(run_id) if r["kind"] == "regression"],
-    }

@@ -104,7 +104,7 @@ class AsyncStore:
     async def add_warning(self, run_id: int, host: str, message: str) -> None:
         return await self._do(self.sync.add_warning, run_id, host, message)
 
-    async def add_event(self, run_id: int, kind: str, message: str) -> None:
+    async def add_event(self, run_id: int | None, kind: str, message: str) -> None:
         return await self._do(self.sync.add_event, run_id, kind, message)
 
     async def steps(self, run_id: int) -> list[Row]:

@@ -367,7 +367,7 @@ class Store:
             self.db.execute("insert into warnings (run_id, step_id, host, message) values (?,?,?,?)",
                             [run_id, None, host, message])
 
-    def add_event(self, run_id: int, kind: str, message: str) -> None:
+    def add_event(self, run_id: int | None, kind: str, message: str) -> None:
         with self._tx():
             self.db.execute("insert into events (run_id, at, kind, message) values (?,?,?,?)",
                             [run_id, now_iso(), kind, message])

@@ -432,7 +432,7 @@ async def _start(services: Services, req: RunRequest, caller: Caller) -> Reply:
 
 async def _run(services: Services, cmd: Command, caller: Caller) -> Reply:
     try:
-        pb = await asyncio.to_thread(_load, services, cmd.playbook)
+        pb = await asyncio.to_thread(_load, services, cmd.playbook or "")
     except UsageError as e:
         req = RunRequest(cmd.playbook or "?", list(cmd.hosts), dict(cmd.inputs), actor=caller.user,
                          origin=caller.origin, dry_run=cmd.dry_run, channel=caller.channel)

@@ -48,7 +48,7 @@ def parse_extra_vars(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _settings(args) -> Settings:
+def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(getattr(args, "config", None))
 
 
@@ -56,7 +56,7 @@ def _open_store(settings: Settings) -> Store:
     return Store(settings.db_path)
 
 
-def _known_run(store: Store, run_id: int) -> dict:
+def _known_run(store: Store, run_id: int) -> dict[str, Any]:
     run = store.get_run(run_id)
     if run is None:
         raise UsageError(f"no run #{run_id}")
@@ -133,12 +133,12 @@ def _whoami() -> str:
         return str(os.getuid())
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     return asyncio.run(_run_async(args, settings))
 
 
-def cmd_history(args) -> int:
+def cmd_history(args: argparse.Namespace) -> int:
     settings = _settings(args)
     store = _open_store(settings)
     rows = load_history(store, playbook=args.playbook, host=args.host, limit=args.limit)
@@ -158,7 +158,7 @@ def _run_ref(word: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{word!r} is not a run number (or `last`)") from None
 
 
-def cmd_show(args) -> int:
+def cmd_show(args: argparse.Namespace) -> int:
     settings = _settings(args)
     store = _open_store(settings)
     run_id = store.last_run_id() if args.run_id == "last" else args.run_id
@@ -174,7 +174,7 @@ def cmd_show(args) -> int:
     return 0
 
 
-def cmd_lint(args) -> int:
+def cmd_lint(args: argparse.Namespace) -> int:
     settings = _settings(args)
     registry = SkillRegistry.from_settings(settings)
     files = args.files or [str(p) for p in playbook_files(settings.playbooks_path).values()]
@@ -192,7 +192,7 @@ def cmd_lint(args) -> int:
     return 2 if bad else 0
 
 
-def cmd_playbooks(args) -> int:
+def cmd_playbooks(args: argparse.Namespace) -> int:
     settings = _settings(args)
     registry = SkillRegistry.from_settings(settings)
     listing: list[dict[str, Any]] = []
@@ -220,7 +220,7 @@ def cmd_playbooks(args) -> int:
     return 0
 
 
-def cmd_skills(args) -> int:
+def cmd_skills(args: argparse.Namespace) -> int:
     registry = SkillRegistry.from_settings(_settings(args))
     listing = [{"name": name, "summary": registry.summary(name), "source": registry.source(name)}
                for name in registry]
@@ -232,7 +232,7 @@ def cmd_skills(args) -> int:
     return 0
 
 
-def cmd_hosts(args) -> int:
+def cmd_hosts(args: argparse.Namespace) -> int:
     settings = _settings(args)
     rows: list[dict[str, Any]] = []
     for name, h in settings.hosts.items():
@@ -249,7 +249,7 @@ def cmd_hosts(args) -> int:
     return 0
 
 
-def cmd_cancel(args) -> int:
+def cmd_cancel(args: argparse.Namespace) -> int:
     settings = _settings(args)
     store = _open_store(settings)
     run = _known_run(store, args.run_id)
@@ -260,7 +260,7 @@ def cmd_cancel(args) -> int:
     return 0
 
 
-def cmd_baseline(args) -> int:
+def cmd_baseline(args: argparse.Namespace) -> int:
     from eaglebot.history.regress import set_baseline
 
     settings = _settings(args)
@@ -283,7 +283,7 @@ def parse_age(s: str) -> timedelta:
             "min": timedelta(minutes=n)}[unit]
 
 
-def cmd_prune(args) -> int:
+def cmd_prune(args: argparse.Namespace) -> int:
     settings = _settings(args)
     age = parse_age(args.older_than)
     store = _open_store(settings)
@@ -292,49 +292,49 @@ def cmd_prune(args) -> int:
     return 0
 
 
-def cmd_status(args) -> int:
+def cmd_status(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.chat import chat_main
 
     return chat_main(_settings(args), "status")
 
 
-def cmd_logs(args) -> int:
+def cmd_logs(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.chat import chat_main
 
     return chat_main(_settings(args), f"logs {shlex.quote(args.host)}")
 
 
-def cmd_chat(args) -> int:
+def cmd_chat(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.chat import chat_main
 
     return chat_main(_settings(args), args.text)
 
 
-def cmd_console(args) -> int:
+def cmd_console(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.chat import console_main
 
     return console_main(_settings(args))
 
 
-def cmd_serve(args) -> int:
+def cmd_serve(args: argparse.Namespace) -> int:
     from eaglebot.frontends.serve import serve_main  # Slack and the scheduler load only here
 
     return serve_main(_settings(args), http_port=args.http, host=args.host)
 
 
-def cmd_doctor(args) -> int:
+def cmd_doctor(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.doctor import doctor_main
 
     return doctor_main(_settings(args))
 
 
-def cmd_schedule(args) -> int:
+def cmd_schedule(args: argparse.Namespace) -> int:
     from eaglebot.frontends.scheduler import schedule_list_main
 
     return schedule_list_main(_settings(args), as_json=args.json)
 
 
-def cmd_trend(args) -> int:
+def cmd_trend(args: argparse.Namespace) -> int:
     from eaglebot.frontends.plot import default_out, plot_trend
 
     settings = _settings(args)
@@ -349,7 +349,7 @@ def cmd_trend(args) -> int:
     return 0
 
 
-def cmd_demo(args) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.demo import demo_main
 
     return demo_main(main, workdir=args.dir, keep=args.keep)
@@ -470,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        return int(args.func(args))
     except EagleError as e:
         _err(str(e))
         return e.exit_code

@@ -1,0 +1,68 @@
+"""The layout's rules that a grep can check, and proof that the import-linter contract in
+`.importlinter` really fails a layering violation (scripts/check-arch.sh runs it in CI)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SQL = re.compile(r"""["']\s*(select\s.+\sfrom\s|insert\s+(or\s+\w+\s+)?into\s|update\s+\w+\s+set\s|delete\s+from\s|"""
+                 r"""create\s+(temp\s+)?(table|index)\s|pragma\s)""", re.I)
+SQLITE_IMPORT = re.compile(r"^\s*(import|from)\s+(sqlite3|sqlite_utils)\b", re.M)
+
+
+def _sources() -> list[Path]:
+    return sorted(p for d in ("bot", "skills") for p in (ROOT / d).rglob("*.py"))
+
+
+def test_sql_and_sqlite_imports_live_only_in_the_store():
+    offenders = []
+    for p in _sources():
+        if (ROOT / "bot" / "store") in p.parents:
+            continue
+        text = p.read_text()
+        if SQLITE_IMPORT.search(text) or SQL.search(text):
+            offenders.append(str(p.relative_to(ROOT)))
+    assert offenders == []
+
+
+def test_the_store_does_speak_sql_so_the_grep_above_can_see_it():
+    store = (ROOT / "bot" / "store" / "db.py").read_text()
+    assert SQLITE_IMPORT.search(store) and SQL.search(store)
+
+
+def _stage(tmp: Path) -> Path:
+    stage = tmp / "stage"
+    shutil.copytree(ROOT / "bot", stage / "eaglebot", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "skills", stage / "eaglebot" / "skills", ignore=shutil.ignore_patterns("__pycache__"))
+    return stage
+
+
+def _lint(stage: Path) -> subprocess.CompletedProcess:
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    return subprocess.run([sys.executable, "-c", code, "--config", str(ROOT / ".importlinter"), "--no-cache"],
+                          cwd=stage, env={"PYTHONPATH": str(stage), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("module, line, contract", [
+    ("skills/wait.py", "from eaglebot.transport import LocalTransport", "Skills use ctx.host"),
+    ("skills/wait.py", "from eaglebot.skills import shell", "No skill imports another skill"),
+    ("bot/engine/redact.py", "from eaglebot.frontends import format", "Layers"),
+    ("bot/history/trend.py", "import sqlite3", "Only the store speaks SQL"),
+])
+def test_the_import_contract_fails_a_violation(tmp_path, module, line, contract):
+    stage = _stage(tmp_path)
+    assert _lint(stage).returncode == 0  # the tree as it is keeps every contract
+    rel = Path(module.replace("bot/", "eaglebot/", 1).replace("skills/", "eaglebot/skills/", 1))
+    target = stage / rel
+    target.write_text(target.read_text() + f"\n{line}  # injected by the test\n")
+    res = _lint(stage)
+    assert res.returncode != 0
+    broken = [ln for ln in res.stdout.splitlines() if "BROKEN" in ln]
+    assert any(contract in ln for ln in broken), res.stdout[-2000:]

@@ -291,7 +291,9 @@ class Engine:
                 extra = await hook(self, run.outcome, run.playbook)
             except Exception as e:
                 log.exception("post-run hook failed")
-                run.outcome.warnings.append(f"regression check failed: {e}")
+                msg = self.redactor.text(f"regression check failed: {e}")
+                run.outcome.warnings.append(msg)
+                await self.store.add_warning(run.run_id, "", msg)  # the views read the store
                 continue
             for r in extra:
                 run.outcome.regressions.append(r)

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Literal
 from eaglebot.config import RegressionConfig
 from eaglebot.sdk import Metric, Regression
 
-log = logging.getLogger("eaglebot.regress")
+log = logging.getLogger("eaglebot.history")
 
 MAD_SCALE = 1.4826        # MAD -> sigma for normally distributed noise
 MEAN_AD_SCALE = 1.2533    # mean absolute deviation -> sigma (fallback when MAD is 0)

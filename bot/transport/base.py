@@ -10,27 +10,14 @@ import shlex
 from typing import Callable, Protocol, Sequence
 
 from eaglebot.errors import TransportError
-from eaglebot.sdk import CommandResult, OutputCallback, path_for_shell
+from eaglebot.sdk import Host, OutputCallback, path_for_shell
 
 PGID_TAG = "\x1eEAGLE-PGID "
 KILL_GRACE_S = 2.0
 
 
-class Transport(Protocol):
-    """A host as the engine holds it: the sdk's `Host` plus `close`."""
-
-    name: str
-
-    async def run(self, cmd: str | Sequence[str], *, timeout: float | None = None,
-                  on_output: OutputCallback | None = None, env: dict[str, str] | None = None,
-                  cwd: str | None = None, stdin: str | None = None) -> CommandResult: ...
-
-    async def read_file(self, path: str) -> bytes: ...
-
-    async def write_file(self, path: str, data: bytes, mode: int | None = None) -> None: ...
-
-    async def spawn_detached(self, argv: Sequence[str], *, log_path: str, pid_path: str,
-                             env: dict[str, str] | None = None, cwd: str | None = None) -> int: ...
+class Transport(Host, Protocol):
+    """A host as the engine holds it: the sdk's `Host` (all a skill may do) plus `close`."""
 
     async def close(self) -> None: ...
 

@@ -279,7 +279,7 @@ async def handle(services: Services, cmd: Command | str, caller: Caller) -> Repl
     except EagleError as e:
         return error_reply(services.redactor.text(str(e)), e.exit_code)
     except Exception as e:  # a bug must not take the bot down; the user gets one line
-        logging.getLogger("eaglebot.commands").exception("command %r failed", cmd.text)
+        logging.getLogger("eaglebot.chat").exception("command %r failed", cmd.text)
         return error_reply(f"internal error: {type(e).__name__}: {services.redactor.text(str(e))[:300]}", 1)
 
 

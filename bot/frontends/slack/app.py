@@ -84,7 +84,7 @@ class UpdateCoalescer:
         self.client = client
         self.per_message_s = per_message_s
         self.per_minute = per_minute
-        self._pending: dict[tuple[str, str], tuple[str, list[dict]]] = {}
+        self._pending: dict[tuple[str, str], tuple[str, list[dict[str, Any]]]] = {}
         self._last: dict[tuple[str, str], float] = {}
         self._sent: deque[float] = deque()
         self._waiters: dict[tuple[str, str], list[asyncio.Future]] = {}
@@ -96,7 +96,7 @@ class UpdateCoalescer:
         """A message was just posted: its first edit waits a full interval."""
         self._last[(channel, ts)] = time.monotonic()
 
-    def update(self, channel: str, ts: str, text: str, blocks: list[dict]) -> None:
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
         self._pending[(channel, ts)] = (text, blocks)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop(), name="eagle-slack-updates")
@@ -205,7 +205,7 @@ class SlackContext:
         if not task.cancelled() and task.exception() is not None:
             log.error("slack task %s failed", task.get_name(), exc_info=task.exception())
 
-    async def post(self, channel: str, text: str, blocks: list[dict] | None = None, *,
+    async def post(self, channel: str, text: str, blocks: list[dict[str, Any]] | None = None, *,
                    thread_ts: str | None = None, broadcast: bool = False) -> Posted:
         """chat.postMessage with the bot token; never raises."""
         try:
@@ -226,10 +226,10 @@ class SlackContext:
             log.warning("chat.postMessage to %s failed: %s", channel, err)
             return Posted(None, channel, err)
 
-    def update(self, channel: str, ts: str, text: str, blocks: list[dict]) -> None:
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
         self.coalescer.update(channel, ts, self.redact(text)[:3000], self.blocks(blocks))
 
-    def blocks(self, blocks: list[dict]) -> list[dict]:
+    def blocks(self, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Within Slack's limits, and no secret in any text (belt and braces: the store is redacted too)."""
         def walk(v: Any) -> Any:
             if isinstance(v, dict):
@@ -240,7 +240,7 @@ class SlackContext:
 
         return walk(bk.limit(blocks))
 
-    async def respond(self, response_url: str | None, text: str, blocks: list[dict] | None = None, *,
+    async def respond(self, response_url: str | None, text: str, blocks: list[dict[str, Any]] | None = None, *,
                       public: bool = False) -> bool:
         """Answer through the command's response_url (valid 30 min, 5 times); never raises."""
         if not response_url:
@@ -293,7 +293,7 @@ class SlackRunObserver(Observer):
         self.progress_ts: str | None = None
         self.thread_ready = asyncio.Event()
         self.view: dict[str, Any] = {"status": "running", "steps": [], "playbook": "?", "hosts": []}
-        self._steps: dict[tuple[str, int], dict] = {}
+        self._steps: dict[tuple[str, int], dict[str, Any]] = {}
         self._dirty = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._t0 = time.monotonic()
@@ -474,7 +474,7 @@ class SlackApprover:
                             bk.approval_decided_blocks(pending.request, "timeout", None))
 
     @staticmethod
-    async def decide(ctx: SlackContext, body: dict, action: dict) -> None:
+    async def decide(ctx: SlackContext, body: dict[str, Any], action: dict[str, Any]) -> None:
         """A click on Approve or Deny (after the ack)."""
         user = (body.get("user") or {}).get("id", "")
         response_url = body.get("response_url")
@@ -559,7 +559,7 @@ class SlackBot:
 
 
 def build_app(services: Services, *, client: AsyncWebClient | None = None, token: str | None = None,
-              signing_secret: str | None = None, identity: dict | None = None) -> SlackBot:
+              signing_secret: str | None = None, identity: dict[str, Any] | None = None) -> SlackBot:
     """A Bolt AsyncApp for `services`. Tokens come from the caller (the environment), never the config."""
     client = client or make_client(services.settings, token)
     ctx = SlackContext(services, client)

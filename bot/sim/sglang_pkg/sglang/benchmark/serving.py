@@ -109,9 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"#Output tokens: {sum(r[1] for r in reqs)}")
 
     def send(in_len: int, out_len: int) -> dict[str, Any] | None:
-        body: dict[str, Any] = {"input_ids": [rng.randrange(100, 30000) for _ in range(min(in_len, 64))] + [0] * max(0, in_len - 64),
-                "sampling_params": {"max_new_tokens": out_len, "temperature": 0.0, "ignore_eos": True},
-                "stream": False}
+        ids = [rng.randrange(100, 30000) for _ in range(min(in_len, 64))] + [0] * max(0, in_len - 64)
+        body: dict[str, Any] = {"input_ids": ids,
+                                "sampling_params": {"max_new_tokens": out_len, "temperature": 0.0,
+                                                    "ignore_eos": True},
+                                "stream": False}
         try:
             code, data = _http(base + "/generate", body)
         except (OSError, urllib.error.URLError) as e:

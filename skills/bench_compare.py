@@ -35,7 +35,11 @@ class Params(SkillParams):
                                                            description="direction per metric, to override the defaults")
 
 
-def judge(name: str, value: float, reference: float, tolerance_pct: float, better: str) -> tuple[str, float]:
+Verdict = Literal["pass", "regression", "improvement"]
+
+
+def judge(name: str, value: float, reference: float, tolerance_pct: float,
+          better: str) -> tuple[Verdict, float]:
     """('pass' | 'regression' | 'improvement', delta in percent of the reference)."""
     if reference == 0:
         delta = 0.0 if value == 0 else float("inf") if value > 0 else float("-inf")

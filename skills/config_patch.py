@@ -59,7 +59,7 @@ def _kind(v: Any) -> str:
             type(None): "null"}.get(type(v), type(v).__name__)
 
 
-def _walk(doc: dict, parts: list[str], create: bool) -> dict:
+def _walk(doc: dict[str, Any], parts: list[str], create: bool) -> dict[str, Any]:
     node: Any = doc
     for i, part in enumerate(parts):
         if not isinstance(node, dict):
@@ -74,7 +74,7 @@ def _walk(doc: dict, parts: list[str], create: bool) -> dict:
     return node
 
 
-def apply(doc: dict, set_: dict[str, Any], delete: list[str]) -> list[str]:
+def apply(doc: dict[str, Any], set_: dict[str, Any], delete: list[str]) -> list[str]:
     """Apply the edits to `doc` in place (pure); returns the dotted paths whose value changed."""
     changed: list[str] = []
     for key, value in set_.items():

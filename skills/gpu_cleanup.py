@@ -19,6 +19,7 @@ signals, ours) and `memory` (MiB per GPU before the cleanup).
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import Field, field_validator
 
@@ -55,7 +56,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if params.user:
         targets = [h for h in targets if h.user == params.user]
     skipped = [h for h in snap.holders if h.protected]
-    data: dict = {"killed": [], "survivors": [], "processes": [], "memory": dict(snap.used),
+    data: dict[str, Any] = {"killed": [], "survivors": [], "processes": [], "memory": dict(snap.used),
                   "unexplained": dict(snap.unexplained)}
     warnings = [n for n in snap.notes if "neither" in n or "not visible" in n]
     warnings += [f"left GPU daemon pid {h.pid} ({h.proc.comm}) alone" for h in skipped]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import time
+from typing import Any
 
 from pydantic import Field
 
@@ -127,7 +128,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
 
 
 async def _still_held(ctx: SkillContext, params: Params, over: dict[int, int], used: dict[int, int],
-                      elapsed: float, data: dict) -> StepResult:
+                      elapsed: float, data: dict[str, Any]) -> StepResult:
     gpus = ", ".join(f"GPU {g} uses {m} MiB" for g, m in over.items())
     head = f"{gpus} (limit {params.max_used_mib} MiB) after {elapsed:.1f}s"
     try:

@@ -81,7 +81,7 @@ def _delete_cmd(roots: str) -> str:
             f"find -H {roots} -depth -type d -name __pycache__ -exec rm -rf -- {{}} +")
 
 
-def human(n: int) -> str:
+def human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -10,10 +10,11 @@ import json
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 from eaglebot.engine import templating
 from eaglebot.errors import UsageError
@@ -104,15 +105,18 @@ class Playbook(_Model):
 
 # -- YAML with line numbers ------------------------------------------------------
 
-def _line_map(text: str) -> dict[tuple, int]:
+Loc = tuple[str | int, ...]  # a path in the document: ('steps', 3, 'with', 'timeout_s')
+
+
+def _line_map(text: str) -> dict[Loc, int]:
     """Map each path in the document (('steps', 3, 'with', 'timeout_s')) to its 1-based line."""
-    lines: dict[tuple, int] = {}
+    lines: dict[Loc, int] = {}
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
         return lines
 
-    def walk(node: yaml.Node, path: tuple) -> None:
+    def walk(node: yaml.Node, path: Loc) -> None:
         lines[path] = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
             for k, v in node.value:
@@ -130,14 +134,14 @@ def _line_map(text: str) -> dict[tuple, int]:
     return lines
 
 
-def _line_for(lines: dict[tuple, int], loc: tuple) -> int:
+def _line_for(lines: dict[Loc, int], loc: Loc) -> int:
     loc = tuple(loc)
     while loc and loc not in lines:
         loc = loc[:-1]
     return lines.get(loc, 1)
 
 
-def _fmt_loc(loc: tuple) -> str:
+def _fmt_loc(loc: Loc) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -147,7 +151,7 @@ def _fmt_loc(loc: tuple) -> str:
     return out
 
 
-def _pydantic_msg(err: dict) -> str:
+def _pydantic_msg(err: ErrorDetails) -> str:
     if err["type"] == "extra_forbidden":
         return "unknown key"
     if err["type"] == "missing":
@@ -155,7 +159,7 @@ def _pydantic_msg(err: dict) -> str:
     return err["msg"][0].lower() + err["msg"][1:]
 
 
-def _clean_loc(loc: tuple) -> tuple:
+def _clean_loc(loc: Loc) -> Loc:
     # pydantic reports the alias for `with`; union members add noise we drop.
     return tuple(p for p in loc if p not in ("function-after[_name_ok(), str]",))
 
@@ -192,7 +196,7 @@ def parse_playbook(text: str, source: str, registry: SkillRegistry | None = None
     return pb
 
 
-def _check_inputs(pb: Playbook, lines: dict, source: str) -> None:
+def _check_inputs(pb: Playbook, lines: dict[Loc, int], source: str) -> None:
     for name, spec in pb.inputs.items():
         if spec.default is not None and not templating.is_template(spec.default):
             try:
@@ -202,11 +206,11 @@ def _check_inputs(pb: Playbook, lines: dict, source: str) -> None:
                 raise UsageError(f"{source}:{_line_for(lines, loc)}: {_fmt_loc(loc)}: {e}") from None
 
 
-def _check_steps(pb: Playbook, lines: dict, source: str, registry: SkillRegistry) -> None:
+def _check_steps(pb: Playbook, lines: dict[Loc, int], source: str, registry: SkillRegistry) -> None:
     for section, i, step in pb.all_steps():
-        base = (section, i)
+        base: Loc = (section, i)
 
-        def fail(loc: tuple, msg: str) -> None:
+        def fail(loc: Loc, msg: str) -> NoReturn:
             full = base + loc
             raise UsageError(f"{source}:{_line_for(lines, full)}: {_fmt_loc(full)}: {msg}")
 
@@ -226,15 +230,15 @@ def _check_steps(pb: Playbook, lines: dict, source: str, registry: SkillRegistry
         except ValidationError as e:
             # An unknown key is usually a typo of a missing one: report it first.
             errors = sorted(e.errors(), key=lambda er: er["type"] != "extra_forbidden")
-            for err in errors:
-                if err["type"] == "missing" and err["loc"] and err["loc"][0] in templated:
+            for detail in errors:
+                if detail["type"] == "missing" and detail["loc"] and detail["loc"][0] in templated:
                     continue
-                msg = _pydantic_msg(err)
-                if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
-                    close = difflib.get_close_matches(str(err["loc"][0]), list(mod.Params.model_fields), 1)
+                msg = _pydantic_msg(detail)
+                if detail["type"] == "extra_forbidden" and len(detail["loc"]) == 1:
+                    close = difflib.get_close_matches(str(detail["loc"][0]), list(mod.Params.model_fields), 1)
                     if close:
                         msg += f" (did you mean {close[0]!r}?)"
-                fail(("with",) + tuple(err["loc"]), msg)
+                fail(("with",) + tuple(detail["loc"]), msg)
 
 
 # -- inputs ------------------------------------------------------------------------

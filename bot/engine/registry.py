@@ -44,11 +44,6 @@ class SkillRegistry(Mapping[str, ModuleType]):
     def __init__(self, entries: Mapping[str, _Entry]):
         self._entries = dict(sorted(entries.items()))
 
-    # One registry is one start-up's modules: identity, not content, makes it usable as a
-    # cache key (Mapping would compare items and be unhashable).
-    __eq__ = object.__eq__
-    __hash__ = object.__hash__
-
     # -- building ------------------------------------------------------------------------
     @classmethod
     def from_settings(cls, settings: Settings) -> "SkillRegistry":

@@ -47,7 +47,7 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def key_metric_text(metric: dict | None) -> str:
+def key_metric_text(metric: dict[str, Any] | None) -> str:
     """`name=value unit` of a run's key metric (`eaglebot.history.view.key_metric`), or ''."""
     if metric is None:
         return ""

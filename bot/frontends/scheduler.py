@@ -21,7 +21,7 @@ import sys
 import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Coroutine, Protocol, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
@@ -30,10 +30,12 @@ from apscheduler.triggers.cron import CronTrigger
 
 from eaglebot.config import ScheduleConfig, Settings
 from eaglebot.errors import EagleError, HostBusy, UsageError
-from eaglebot.engine.runner import Observer, RunRequest
+from eaglebot.engine.playbook import Playbook
+from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.frontends.format import fmt_time, table
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import RunView
+from eaglebot.sdk import StepResult
 from eaglebot.store import AsyncStore, Store, now_iso, parse_iso
 
 log = logging.getLogger("eaglebot.scheduler")
@@ -114,7 +116,8 @@ def _dow_num(s: str) -> int:
 
 def next_fire(trigger: CronTrigger, after: datetime) -> datetime | None:
     """The first fire time strictly after `after`."""
-    return trigger.get_next_fire_time(None, after + timedelta(microseconds=1))
+    nxt: datetime | None = trigger.get_next_fire_time(None, after + timedelta(microseconds=1))
+    return nxt
 
 
 def fires_between(trigger: CronTrigger, start: datetime, end: datetime, cap: int = 1000) -> list[datetime]:
@@ -129,6 +132,14 @@ def fires_between(trigger: CronTrigger, start: datetime, end: datetime, cap: int
     return out
 
 
+@overload
+def iso_utc(d: datetime) -> str: ...
+@overload
+def iso_utc(d: None) -> None: ...
+@overload
+def iso_utc(d: datetime | None) -> str | None: ...
+
+
 def iso_utc(d: datetime | None) -> str | None:
     if d is None:
         return None
@@ -141,7 +152,7 @@ def fmt_utc(d: datetime) -> str:
 
 # -- listing -----------------------------------------------------------------------------
 
-def schedule_rows(settings: Settings, store_sync: Store, now: datetime | None = None) -> list[dict]:
+def schedule_rows(settings: Settings, store_sync: Store, now: datetime | None = None) -> list[dict[str, Any]]:
     """One dict per configured schedule: name, playbook, hosts, cron, timezone, next_fire
     (ISO 8601 UTC or None), last_run_id, last_status."""
     now = now or datetime.now(timezone.utc)
@@ -185,14 +196,14 @@ class _LogObserver(Observer):
     def __init__(self, name: str):
         self.name = name
 
-    async def run_started(self, run_id, playbook, hosts, req):
+    async def run_started(self, run_id: int, playbook: Playbook, hosts: list[str], req: RunRequest) -> None:
         log.info("schedule %s: run #%s %s on %s started", self.name, run_id, playbook.name, ",".join(hosts))
 
-    async def step_finished(self, run_id, rec, result):
+    async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None:
         log.info("schedule %s: run #%s [%s] %s: %s %s", self.name, run_id, rec.host, rec.name, rec.status,
                  rec.summary)
 
-    async def run_finished(self, outcome):
+    async def run_finished(self, outcome: RunOutcome) -> None:
         log.info("schedule %s: run #%s %s", self.name, outcome.run_id, outcome.status)
 
 
@@ -239,7 +250,7 @@ class Scheduler:
             raise UsageError("schedules: two schedules have the same name")
         self._triggers = {name: trigger_for(cfg) for name, cfg in self._cfgs.items()}
         self._sched: AsyncIOScheduler | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         # (schedule name, run id or None) after every job: tests and `eagle serve` logs.
         self.finished: asyncio.Queue[tuple[str, int | None]] | None = None
 
@@ -268,7 +279,7 @@ class Scheduler:
         for t in list(self._tasks):
             t.cancel()
 
-    def jobs(self) -> list[dict]:
+    def jobs(self) -> list[dict[str, Any]]:
         """Each job's next fire time as APScheduler has it (the running bot's view)."""
         if self._sched is None:
             return []
@@ -282,7 +293,7 @@ class Scheduler:
             raise UsageError(f"unknown schedule {name!r} (known: {', '.join(self._cfgs) or 'none'})")
         self._sched.modify_job(name, next_run_time=datetime.now(timezone.utc))
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         t = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
@@ -345,8 +356,12 @@ class Scheduler:
             await self.store.record_fire(cfg.name, iso_utc(t), "missed")
         n = len(missed)
         shown = ", ".join(fmt_utc(t) for t in missed[-3:]) + (" ..." if n > 3 else "")
-        last = (f"last run #{last_run['id']} ({last_run['status']}) at {fmt_utc(parse_iso(last_run['started_at']))}"
-                if last_run else "no run recorded yet")
+        if last_run:
+            run_started = parse_iso(last_run["started_at"])
+            assert run_started is not None   # a run row gets started_at when it is created
+            last = f"last run #{last_run['id']} ({last_run['status']}) at {fmt_utc(run_started)}"
+        else:
+            last = "no run recorded yet"
         text = (f":warning: schedule {cfg.name} ({_describe(cfg)}) missed {n} run{'s' if n != 1 else ''} "
                 f"while the bot was down ({shown}); {last}.")
         if catch_up and self._sched is not None and self._sched.get_job(cfg.name) is not None:

@@ -69,7 +69,7 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
             from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
             handler = AsyncSocketModeHandler(bot.app, app_token, web_client=client)
-            await handler.connect_async()
+            await handler.connect_async()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
             log.info("connected to Slack in Socket Mode as %s", ident.get("user"))
         else:
             from aiohttp import web
@@ -88,7 +88,7 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
             except Exception:
                 log.exception("scheduler shutdown failed")
         if handler is not None:
-            await handler.close_async()
+            await handler.close_async()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
         if runner is not None:
             await runner.cleanup()
         await bot.aclose(grace_s=60)  # systemd's TimeoutStopSec is 90

@@ -128,14 +128,15 @@ def _loads(v: Any, default: Any) -> Any:
         return default
 
 
-def empty_state() -> dict:
+def empty_state() -> dict[str, Any]:
     return {"launch_args": None, "sglang_version": None, "effective": {}, "files": {}, "config": {},
             "packages": {}}
 
 
-def apply_steps(state: dict, steps: list[dict], changes: list[dict]) -> dict:
+def apply_steps(state: dict[str, Any], steps: list[dict[str, Any]],
+                changes: list[dict[str, Any]]) -> dict[str, Any]:
     """Advance a host's state by finished steps and file changes (both oldest first)."""
-    st = json.loads(json.dumps(state or empty_state()))
+    st: dict[str, Any] = json.loads(json.dumps(state or empty_state()))
     for k, v in empty_state().items():
         st.setdefault(k, v)
     for s in steps:
@@ -301,7 +302,8 @@ def _dict_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tu
     return out
 
 
-def attribution(good: dict | None, now: dict, changes: list[dict], patch_sets: list[tuple[str, dict]]) -> list[str]:
+def attribution(good: dict[str, Any] | None, now: dict[str, Any], changes: list[dict[str, Any]],
+                patch_sets: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """What changed on a host between the state at the last good run and now.
 
     `changes`: changes rows after the good run (oldest first); `patch_sets`: (path, set dict)
@@ -367,7 +369,7 @@ def attribution(good: dict | None, now: dict, changes: list[dict], patch_sets: l
     return items
 
 
-def flatten_set(sets: dict) -> dict[str, Any]:
+def flatten_set(sets: dict[str, Any]) -> dict[str, Any]:
     """config.patch `set` dicts use dotted keys already; nested dicts are flattened too."""
     out: dict[str, Any] = {}
     for k, v in sets.items():
@@ -410,18 +412,19 @@ def set_baseline(store: Any, run_id: int, actor: str) -> str:
             f"({what}); regression checks compare with it and the runs after it")
 
 
-def host_state(store: Any, host: str, run_id: int) -> dict:
+def host_state(store: Any, host: str, run_id: int) -> dict[str, Any]:
     """The host's state as of run_id: the newest fingerprint at or before it, advanced by
     the steps and file changes recorded since."""
     base = store.last_fingerprinted_run(host, run_id)
     if base and base["run_id"] == run_id:
-        return base["state"]
+        recorded: dict[str, Any] = base["state"]
+        return recorded
     after = base["run_id"] if base else 0
     state = base["state"] if base else empty_state()
     return apply_steps(state, store.host_steps(host, after, run_id), store.host_changes(host, after, run_id))
 
 
-def record_fingerprint(store: Any, run_id: int, hosts: list[str]) -> dict:
+def record_fingerprint(store: Any, run_id: int, hosts: list[str]) -> dict[str, Any]:
     fp = {h: host_state(store, h, run_id) for h in hosts}
     store.set_fingerprint(run_id, fp)
     return fp
@@ -460,7 +463,7 @@ def check_run(store: Any, run_id: int, playbook: str, hosts: list[str],
     return found, notes
 
 
-def _attribute(store: Any, playbook: str, host: str, run_id: int, now: dict) -> str:
+def _attribute(store: Any, playbook: str, host: str, run_id: int, now: dict[str, Any]) -> str:
     good = store.previous_good_run(playbook, host, run_id)
     if good is None:
         return attribution_text(None, [], host)
@@ -497,6 +500,8 @@ async def history_hook(engine: Any, outcome: Any, playbook: Any) -> list[Regress
     if failed or await store.cancel_requested(outcome.run_id):
         await store.call(lambda s: record_fingerprint(s, outcome.run_id, list(outcome.hosts)))
         return []
+    found: list[Regression]
+    notes: list[str]
     found, notes = await store.call(lambda s: check_run(s, outcome.run_id, outcome.playbook, list(outcome.hosts),
                                                         list(outcome.metrics), engine.settings.regression))
     await store.call(lambda s: attribute_fixed(s, outcome.run_id, outcome.playbook, outcome.regressions))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import median
+from typing import Any
 
 from eaglebot.config import RegressionConfig
 from eaglebot.errors import UsageError
@@ -15,13 +16,13 @@ from eaglebot.store import Store
 Band = tuple[float, float, float, str]
 
 
-def trend_points(store: Store, playbook: str, host: str, metric: str, limit: int = 30) -> list[dict]:
+def trend_points(store: Store, playbook: str, host: str, metric: str, limit: int = 30) -> list[dict[str, Any]]:
     """The metric's values over the last `limit` successful runs, oldest first."""
     rows = store.metric_history(playbook, host, metric, limit=limit)
     return list(reversed(rows))
 
 
-def band(points: list[dict], baseline: dict | None, cfg: RegressionConfig) -> Band | None:
+def band(points: list[dict[str, Any]], baseline: dict[str, Any] | None, cfg: RegressionConfig) -> Band | None:
     """(center, low, high, label): the baseline run's value ± min_pct when a baseline is set
     and measured, else median ± k·robust sigma of the plotted runs (needs min_history)."""
     if baseline is not None:
@@ -45,8 +46,8 @@ class Trend:
     playbook: str
     host: str
     metric: str
-    points: list[dict]
-    baseline: dict | None          # {"run_id", "value"}
+    points: list[dict[str, Any]]
+    baseline: dict[str, Any] | None          # {"run_id", "value"}
     flagged: set[int]
     band: Band | None
 

@@ -15,7 +15,7 @@ from eaglebot.store import Store, parse_iso
 KEY_METRIC = "output_throughput"
 
 
-def key_metric(metrics: Iterable[dict]) -> dict | None:
+def key_metric(metrics: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     """The one number a run is known by in history tables, trend plots and schedule reports.
 
     The policy, defined here and nowhere else: the run's `output_throughput` when it recorded
@@ -32,7 +32,7 @@ def key_metric(metrics: Iterable[dict]) -> dict | None:
     return first
 
 
-def duration_s(run: dict) -> float | None:
+def duration_s(run: dict[str, Any]) -> float | None:
     """Seconds between the run's start and finish; None while it runs (or if never started)."""
     a, b = parse_iso(run.get("started_at")), parse_iso(run.get("finished_at"))
     if a and b:
@@ -61,9 +61,9 @@ class RunSummary(TypedDict, total=False):
     duration_s: float | None
     error: str | None
     steps: list[StepSummary]
-    metrics: list[dict]
+    metrics: list[dict[str, Any]]
     warnings: list[str]
-    regressions: list[dict]
+    regressions: list[dict[str, Any]]
     plan: list[str]
 
 
@@ -74,12 +74,12 @@ OUTPUT_TAIL = 4000  # characters of a failed step's output a summary carries
 class RunView:
     """A run and everything recorded under it, as the store has it."""
 
-    run: dict
-    steps: list[dict]
-    metrics: list[dict]
-    warnings: list[dict]
-    regressions: list[dict]
-    changes: list[dict]
+    run: dict[str, Any]
+    steps: list[dict[str, Any]]
+    metrics: list[dict[str, Any]]
+    warnings: list[dict[str, Any]]
+    regressions: list[dict[str, Any]]
+    changes: list[dict[str, Any]]
 
     @classmethod
     def load(cls, store: Store, run_id: int) -> RunView | None:
@@ -91,11 +91,13 @@ class RunView:
 
     @property
     def run_id(self) -> int:
-        return self.run["id"]
+        run_id: int = self.run["id"]
+        return run_id
 
     @property
     def playbook(self) -> str:
-        return self.run["playbook"]
+        playbook: str = self.run["playbook"]
+        return playbook
 
     @property
     def hosts(self) -> list[str]:
@@ -103,7 +105,8 @@ class RunView:
 
     @property
     def status(self) -> str:
-        return self.run["status"]
+        status: str = self.run["status"]
+        return status
 
     @property
     def dry_run(self) -> bool:
@@ -118,14 +121,14 @@ class RunView:
         return duration_s(self.run)
 
     @property
-    def key_metric(self) -> dict | None:
+    def key_metric(self) -> dict[str, Any] | None:
         return key_metric(self.metrics)
 
     @property
     def warning_lines(self) -> list[str]:
         return [(f"{w['host']}: " if w.get("host") else "") + w["message"] for w in self.warnings]
 
-    def regressions_of(self, kind: str) -> list[dict]:
+    def regressions_of(self, kind: str) -> list[dict[str, Any]]:
         """`regression` or `improvement` rows."""
         return [r for r in self.regressions if (r.get("kind") or "regression") == kind]
 
@@ -170,12 +173,13 @@ class RunView:
 class HistoryRow:
     """One line of `eagle history` / `/eagle history`: the run row and its key metric."""
 
-    run: dict
-    key_metric: dict | None
+    run: dict[str, Any]
+    key_metric: dict[str, Any] | None
 
     @property
     def run_id(self) -> int:
-        return self.run["id"]
+        run_id: int = self.run["id"]
+        return run_id
 
     @property
     def duration_s(self) -> float | None:
@@ -189,7 +193,7 @@ class HistoryRow:
                 "started_at": r.get("started_at"), "finished_at": r.get("finished_at")}
 
 
-def history_rows(runs: list[dict], metrics_by_run: dict[int, list[dict]]) -> list[HistoryRow]:
+def history_rows(runs: list[dict[str, Any]], metrics_by_run: dict[int, list[dict[str, Any]]]) -> list[HistoryRow]:
     return [HistoryRow(r, key_metric(metrics_by_run.get(r["id"], []))) for r in runs]
 
 

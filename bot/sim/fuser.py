@@ -12,10 +12,14 @@ from __future__ import annotations
 import os
 import pwd
 import sys
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import gpu_state  # noqa: E402
+if TYPE_CHECKING:  # mypy checks this file as eaglebot.sim.fuser
+    from . import gpu_state
+else:
+    import gpu_state  # noqa: E402  (stand-alone: imported from this file's folder)
 
 
 def _user(pid: int) -> str:
@@ -33,7 +37,7 @@ def _comm(pid: int) -> str:
         return "?"
 
 
-def render(state: dict) -> str:
+def render(state: dict[str, Any]) -> str:
     live = gpu_state.live_holders(state)
     if not live:
         return ""

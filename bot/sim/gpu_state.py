@@ -86,7 +86,8 @@ def load_state(state_dir: str | Path) -> dict[str, Any]:
     """The state in state_dir (one idle H200 when there is none)."""
     try:
         with open(_path(state_dir)) as f:
-            return json.load(f)
+            state: dict[str, Any] = json.load(f)
+            return state
     except FileNotFoundError:
         return default_state(1)
 

@@ -23,10 +23,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import gpu_state  # noqa: E402  (stand-alone: imported from this file's folder)
+if TYPE_CHECKING:  # mypy checks this file as eaglebot.sim.nvidia_smi
+    from . import gpu_state
+else:
+    import gpu_state  # noqa: E402  (stand-alone: imported from this file's folder)
 
 DRIVER, CUDA = "580.159.04", "13.0"
 
@@ -67,13 +71,13 @@ EXIT_MESSAGES = {
 }
 
 
-def _fmt(value, unit: str | None, nounits: bool) -> str:
+def _fmt(value: object, unit: str | None, nounits: bool) -> str:
     if unit is None or nounits:
         return str(value)
     return f"{value} {unit}" if unit != "%" else f"{value} %"
 
 
-def _gpu_value(field: str, g: dict, used: int, n: int) -> object:
+def _gpu_value(field: str, g: dict[str, Any], used: int, n: int) -> object:
     return {
         "index": g["index"], "uuid": g["uuid"], "name": g["name"], "gpu_name": g["name"],
         "pci.bus_id": g["bus_id"], "driver_version": DRIVER, "count": n,
@@ -84,8 +88,8 @@ def _gpu_value(field: str, g: dict, used: int, n: int) -> object:
     }[field]
 
 
-def query(kind: str, fields: list[str], fmt: set[str], state: dict, ids: list[int] | None = None,
-          holders: list[dict] | None = None) -> str:
+def query(kind: str, fields: list[str], fmt: set[str], state: dict[str, Any], ids: list[int] | None = None,
+          holders: list[dict[str, Any]] | None = None) -> str:
     """A `--query-gpu` / `--query-compute-apps` answer; `holders` defaults to the live ones."""
     live = gpu_state.live_holders(state) if holders is None else holders
     table = GPU_FIELDS if kind == "gpu" else APP_FIELDS
@@ -114,7 +118,7 @@ def query(kind: str, fields: list[str], fmt: set[str], state: dict, ids: list[in
     return "".join(line + "\n" for line in lines)
 
 
-def _used(state: dict, live: list[dict]) -> dict[int, int]:
+def _used(state: dict[str, Any], live: list[dict[str, Any]]) -> dict[int, int]:
     used = {g["index"]: int(g.get("residual_mib", 0)) for g in state["gpus"]}
     for h in live:
         if h["gpu"] in used:
@@ -122,7 +126,7 @@ def _used(state: dict, live: list[dict]) -> dict[int, int]:
     return used
 
 
-def table(state: dict, now: float | None = None, holders: list[dict] | None = None) -> str:
+def table(state: dict[str, Any], now: float | None = None, holders: list[dict[str, Any]] | None = None) -> str:
     """The plain `nvidia-smi` view, byte for byte in the real layout; `holders` defaults to the live ones."""
     all_live = gpu_state.live_holders(state) if holders is None else holders
     used = _used(state, all_live)

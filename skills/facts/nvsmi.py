@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Host
@@ -236,14 +236,14 @@ def parse_fuser(text: str) -> list[FuserEntry]:
 
 # -- selection ------------------------------------------------------------------------
 
-def parse_gpu_selection(value: int | str | list | None) -> list[int] | None:
+def parse_gpu_selection(value: int | str | list[Any] | None) -> list[int] | None:
     """`[0, 1]`, `"0,1"`, `"0 1"`, `0` -> [0, 1] / [0]; None or "" or "all" -> None (all GPUs)."""
     if value is None:
         return None
     if isinstance(value, bool):
         raise ValueError("gpus must be GPU indices, not a boolean")
     if isinstance(value, int):
-        items: list = [value]
+        items: list[Any] = [value]
     elif isinstance(value, str):
         s = value.strip().strip("[]")
         if s in ("", "all"):
@@ -305,7 +305,10 @@ async def run_nvsmi(host: Host, host_vars: Mapping[str, Any], args: list[str],
     return res.stdout
 
 
-def parsed(what: str, host: str, fn, text: str):
+_T = TypeVar("_T")
+
+
+def parsed(what: str, host: str, fn: Callable[[str], _T], text: str) -> _T:
     """Apply a parser; unexpected output becomes one sentence, not a traceback."""
     try:
         return fn(text)

@@ -38,8 +38,9 @@ async def read(ctx: SkillContext, path: str, what: str = "") -> bytes:
 
 
 def _reason(e: Exception) -> str:
-    if getattr(e, "strerror", None):
-        return e.strerror
+    strerror = getattr(e, "strerror", None)
+    if strerror:
+        return str(strerror)
     lines = str(e).strip().splitlines()
     return lines[-1] if lines else type(e).__name__
 

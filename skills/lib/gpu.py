@@ -142,6 +142,7 @@ async def snapshot(ctx: SkillContext, params: GpuParams, *, tolerance_mib: int =
             if p is None and a.pid not in snap.hidden_pids:
                 snap.hidden_pids.append(a.pid)
             continue
+        assert a.gpu_uuid is not None   # apps were filtered on it above
         h = holders.setdefault(a.pid, Holder(a.pid, {}, a.process_name, "nvidia-smi", p))
         h.per_gpu[by_uuid[a.gpu_uuid]] = a.used_mib
     snap.holders = list(holders.values())
@@ -174,11 +175,11 @@ async def _fuser_fallback(ctx: SkillContext, snap: Snapshot, tolerance_mib: int)
     infos = await proc_info(ctx.host, [e.pid for e in wanted])
     found: dict[int, Holder] = {}
     for e in wanted:
-        p = infos.get(e.pid)
-        if p is None or p.zombie:
+        p, gpu = infos.get(e.pid), e.gpu
+        if p is None or p.zombie or gpu is None:   # (gpu is one of snap.unexplained's)
             continue
         h = found.setdefault(e.pid, Holder(e.pid, {}, e.command, "fuser", p))
-        h.per_gpu[e.gpu] = None
+        h.per_gpu[gpu] = None
     snap.holders.extend(found.values())
     if found:
         snap.notes.append(f"nvidia-smi names no process for the memory on GPU {gpus}; "

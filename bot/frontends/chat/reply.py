@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
-from eaglebot.engine.runner import RunRequest
+from eaglebot.engine.runner import RunOutcome, RunRequest
 from eaglebot.history.view import RunView
 
 
@@ -67,7 +67,7 @@ class Reply:
     exit_code: int = 0
     file: Path | None = None             # an image to upload (trend)
     run_id: int | None = None
-    task: asyncio.Task | None = None     # a started run
+    task: asyncio.Task[RunOutcome] | None = None     # a started run
     request: RunRequest | None = None
 
     @property

@@ -31,7 +31,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import AbstractSet, Callable, Sequence
 
 import yaml
 
@@ -45,11 +45,11 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _free_port(avoid: set[int] = frozenset()) -> int:
+def _free_port(avoid: AbstractSet[int] = frozenset()) -> int:
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+            port: int = s.getsockname()[1]
         if port not in avoid and port + 1 not in avoid:
             return port
 
@@ -169,7 +169,7 @@ def _last_run_id(db: Path) -> int:
         store.close()
 
 
-def demo_main(eagle: EagleMain, workdir: str | os.PathLike | None = None, keep: bool = False) -> int:
+def demo_main(eagle: EagleMain, workdir: str | os.PathLike[str] | None = None, keep: bool = False) -> int:
     """The demo, each step through `eagle` (the CLI's `main`, passed in: this module is
     imported by the CLI, never the other way round)."""
     from eaglebot.sim import gpu_state, install_sim_bin

@@ -10,6 +10,7 @@ store: a Slack failure is logged, never raised into a run.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import secrets
@@ -17,9 +18,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Coroutine, TypeVar
 
-from slack_bolt.async_app import AsyncApp
+from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -42,6 +43,7 @@ from eaglebot.history.view import RunView
 from eaglebot.sdk import ApprovalRequest, StepResult
 
 log = logging.getLogger("eaglebot.slack")
+_T = TypeVar("_T")
 
 NOT_IN_CHANNEL = {"not_in_channel", "channel_not_found", "is_archived"}
 UPDATES_PER_MINUTE = 45          # chat.update is Tier 3 (~50/min per workspace): stay under it
@@ -84,19 +86,19 @@ class UpdateCoalescer:
         self.client = client
         self.per_message_s = per_message_s
         self.per_minute = per_minute
-        self._pending: dict[tuple[str, str], tuple[str, list[dict]]] = {}
+        self._pending: dict[tuple[str, str], tuple[str, list[dict[str, Any]]]] = {}
         self._last: dict[tuple[str, str], float] = {}
         self._sent: deque[float] = deque()
-        self._waiters: dict[tuple[str, str], list[asyncio.Future]] = {}
+        self._waiters: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self.edits = 0
 
     def posted(self, channel: str, ts: str) -> None:
         """A message was just posted: its first edit waits a full interval."""
         self._last[(channel, ts)] = time.monotonic()
 
-    def update(self, channel: str, ts: str, text: str, blocks: list[dict]) -> None:
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
         self._pending[(channel, ts)] = (text, blocks)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop(), name="eagle-slack-updates")
@@ -176,7 +178,7 @@ class Posted:
 @dataclass
 class PendingApproval:
     request: ApprovalRequest
-    future: asyncio.Future
+    future: asyncio.Future[tuple[bool, str]]   # (approved, by whom)
     channel: str | None = None
     ts: str | None = None
 
@@ -190,22 +192,22 @@ class SlackContext:
         self.client = client
         self.coalescer = UpdateCoalescer(client, per_message_s=max(1.0, self.settings.slack.progress_interval_s))
         self.pending: dict[str, PendingApproval] = {}
-        self.tasks: set[asyncio.Task] = set()
-        self.runs: dict[int, asyncio.Task] = {}
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.runs: dict[int, asyncio.Task[RunOutcome]] = {}
         self.redact = services.redactor.text
 
-    def spawn(self, coro: Any, name: str = "eagle-slack") -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, _T], name: str = "eagle-slack") -> asyncio.Task[_T]:
         task = asyncio.create_task(coro, name=name)
         self.tasks.add(task)
         task.add_done_callback(self._done)
         return task
 
-    def _done(self, task: asyncio.Task) -> None:
+    def _done(self, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("slack task %s failed", task.get_name(), exc_info=task.exception())
 
-    async def post(self, channel: str, text: str, blocks: list[dict] | None = None, *,
+    async def post(self, channel: str, text: str, blocks: list[dict[str, Any]] | None = None, *,
                    thread_ts: str | None = None, broadcast: bool = False) -> Posted:
         """chat.postMessage with the bot token; never raises."""
         try:
@@ -226,10 +228,10 @@ class SlackContext:
             log.warning("chat.postMessage to %s failed: %s", channel, err)
             return Posted(None, channel, err)
 
-    def update(self, channel: str, ts: str, text: str, blocks: list[dict]) -> None:
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
         self.coalescer.update(channel, ts, self.redact(text)[:3000], self.blocks(blocks))
 
-    def blocks(self, blocks: list[dict]) -> list[dict]:
+    def blocks(self, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Within Slack's limits, and no secret in any text (belt and braces: the store is redacted too)."""
         def walk(v: Any) -> Any:
             if isinstance(v, dict):
@@ -238,9 +240,10 @@ class SlackContext:
                 return [walk(x) for x in v]
             return v
 
-        return walk(bk.limit(blocks))
+        limited: list[dict[str, Any]] = walk(bk.limit(blocks))
+        return limited
 
-    async def respond(self, response_url: str | None, text: str, blocks: list[dict] | None = None, *,
+    async def respond(self, response_url: str | None, text: str, blocks: list[dict[str, Any]] | None = None, *,
                       public: bool = False) -> bool:
         """Answer through the command's response_url (valid 30 min, 5 times); never raises."""
         if not response_url:
@@ -261,7 +264,8 @@ class SlackContext:
         try:
             resp = await self.client.files_upload_v2(channel=channel, thread_ts=thread_ts, file=str(path),
                                                      filename=Path(path).name, title=title)
-            return Posted(resp.get("file", {}).get("id") if hasattr(resp, "get") else None, channel)
+            info: dict[str, Any] = resp.get("file", {}) if hasattr(resp, "get") else {}
+            return Posted(info.get("id"), channel)
         except Exception as e:
             err = slack_error(e)
             log.warning("files_upload_v2 to %s failed: %s", channel, err)
@@ -293,9 +297,9 @@ class SlackRunObserver(Observer):
         self.progress_ts: str | None = None
         self.thread_ready = asyncio.Event()
         self.view: dict[str, Any] = {"status": "running", "steps": [], "playbook": "?", "hosts": []}
-        self._steps: dict[tuple[str, int], dict] = {}
+        self._steps: dict[tuple[str, int], dict[str, Any]] = {}
         self._dirty = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._t0 = time.monotonic()
         self.outcome: RunOutcome | None = None
         self.run_id: int | None = None
@@ -348,10 +352,11 @@ class SlackRunObserver(Observer):
         try:
             if self.channel:
                 posted = await ctx.post(self.channel, self._parent_text(), bk.run_parent_blocks(v))
-                if posted.ts:
+                if posted.ts and posted.channel:   # (a posted message has both)
                     self.channel, self.parent_ts = posted.channel, posted.ts
                     try:
-                        await ctx.services.store.set_run_thread(self.run_id, self.channel, self.parent_ts)
+                        if self.run_id is not None:   # (it is: run_started came first)
+                            await ctx.services.store.set_run_thread(self.run_id, self.channel, self.parent_ts)
                     except Exception:
                         log.exception("could not record the thread of run %s", self.run_id)
                     prog = await ctx.post(self.channel, "progress", bk.run_progress_blocks(v),
@@ -366,12 +371,12 @@ class SlackRunObserver(Observer):
         while True:
             await self._dirty.wait()
             self._dirty.clear()
-            if self.parent_ts:
+            if self.parent_ts and self.channel:
                 parent = bk.run_parent_blocks(v)
                 if parent != last_parent:
                     ctx.update(self.channel, self.parent_ts, self._parent_text(), parent)
                     last_parent = parent
-            if self.progress_ts:
+            if self.progress_ts and self.channel:
                 ctx.update(self.channel, self.progress_ts, "progress", bk.run_progress_blocks(v))
             if self.outcome is not None:
                 break
@@ -381,7 +386,7 @@ class SlackRunObserver(Observer):
         ctx, o = self.ctx, self.outcome
         assert o is not None
         for ts in (self.parent_ts, self.progress_ts):
-            if ts:
+            if ts and self.channel:
                 await ctx.coalescer.flush(self.channel, ts)
         if not self.channel:
             return
@@ -435,7 +440,7 @@ class SlackApprover:
         obs = self.observer
         if obs:
             obs.set_note("waiting for approval")
-        post_task: asyncio.Task | None = None
+        post_task: asyncio.Task[None] | None = None
         try:
             thread = None
             if obs:
@@ -447,7 +452,7 @@ class SlackApprover:
                 pending.channel = obs.channel or self.channel
             if pending.channel:
                 # Its own task: a timeout that cancels us must not lose the message's ts.
-                post_task = ctx.spawn(self._post(pending, key, thread), name="eagle-approval-post")
+                post_task = ctx.spawn(self._post(pending, pending.channel, key, thread), name="eagle-approval-post")
             return await pending.future
         finally:
             ctx.pending.pop(key, None)
@@ -459,12 +464,12 @@ class SlackApprover:
                 if post_task is not None:
                     post_task.add_done_callback(lambda _t: self._timed_out(pending))
 
-    async def _post(self, pending: PendingApproval, key: str, thread: str | None) -> None:
+    async def _post(self, pending: PendingApproval, channel: str, key: str, thread: str | None) -> None:
         ctx, ar = self.ctx, pending.request
         approvers = ctx.settings.access.approvers
         mentions = " ".join(bk.mention(a) for a in approvers if a != "*")
         text = f"{mentions} approval needed for run #{ar.run_id} on {ar.host}: {ar.action}".strip()
-        posted = await ctx.post(pending.channel, text, bk.approval_blocks(
+        posted = await ctx.post(channel, text, bk.approval_blocks(
             ar, key, approvers, ctx.settings.access.approval_timeout_s), thread_ts=thread)
         pending.ts = posted.ts
 
@@ -474,7 +479,7 @@ class SlackApprover:
                             bk.approval_decided_blocks(pending.request, "timeout", None))
 
     @staticmethod
-    async def decide(ctx: SlackContext, body: dict, action: dict) -> None:
+    async def decide(ctx: SlackContext, body: dict[str, Any], action: dict[str, Any]) -> None:
         """A click on Approve or Deny (after the ack)."""
         user = (body.get("user") or {}).get("id", "")
         response_url = body.get("response_url")
@@ -559,13 +564,13 @@ class SlackBot:
 
 
 def build_app(services: Services, *, client: AsyncWebClient | None = None, token: str | None = None,
-              signing_secret: str | None = None, identity: dict | None = None) -> SlackBot:
+              signing_secret: str | None = None, identity: dict[str, Any] | None = None) -> SlackBot:
     """A Bolt AsyncApp for `services`. Tokens come from the caller (the environment), never the config."""
     client = client or make_client(services.settings, token)
     ctx = SlackContext(services, client)
     cache: dict[str, Any] = {"identity": identity}
 
-    async def authorize(enterprise_id, team_id, logger) -> AuthorizeResult:
+    async def authorize(enterprise_id: str | None, team_id: str | None, logger: logging.Logger) -> AuthorizeResult:
         # One auth.test for the life of the app (`eagle serve` does it at start), not per request.
         if cache["identity"] is None:
             cache["identity"] = (await client.auth_test()).data
@@ -587,7 +592,7 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
     )
 
     @app.command(re.compile(r"^/eagle"))
-    async def on_eagle(ack, body) -> None:
+    async def on_eagle(ack: AsyncAck, body: dict[str, Any]) -> None:
         text = body.get("text") or ""
         user = body.get("user_id") or ""
         cmd = commands.parse(text)
@@ -603,7 +608,7 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
         ctx.spawn(_execute(ctx, cmd, user, body.get("channel_id"), body.get("response_url")), name="eagle-command")
 
     @app.action(re.compile(f"^({bk.APPROVE_ACTION}|{bk.DENY_ACTION})$"))
-    async def on_approval(ack, body, action) -> None:
+    async def on_approval(ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
         await ack()
         ctx.spawn(SlackApprover.decide(ctx, body, action), name="eagle-approval")
 
@@ -619,7 +624,7 @@ async def _execute(ctx: SlackContext, cmd: commands.Command, user: str, channel:
     if reply.task is not None:
         if reply.run_id is not None:
             ctx.runs[reply.run_id] = reply.task
-            reply.task.add_done_callback(lambda t, rid=reply.run_id: _run_done(ctx, rid, t))
+            reply.task.add_done_callback(functools.partial(_run_done, ctx, reply.run_id))
         if not channel:
             await ctx.respond(response_url, reply.text)
         return
@@ -635,7 +640,7 @@ async def _execute(ctx: SlackContext, cmd: commands.Command, user: str, channel:
     await ctx.respond(response_url, reply.text, reply_blocks(reply), public=reply.public and not reply.is_error)
 
 
-def _run_done(ctx: SlackContext, run_id: int, task: asyncio.Task) -> None:
+def _run_done(ctx: SlackContext, run_id: int, task: asyncio.Task[RunOutcome]) -> None:
     ctx.runs.pop(run_id, None)
     if not task.cancelled() and task.exception() is not None:
         log.error("run #%s crashed", run_id, exc_info=task.exception())

@@ -72,26 +72,26 @@ def mention(user: str | None) -> str:
 
 # -- block constructors ---------------------------------------------------------------------
 
-def section(md: str, fields: Iterable[str] = ()) -> dict:
+def section(md: str, fields: Iterable[str] = ()) -> dict[str, Any]:
     fl = [MarkdownTextObject(text=clip(f, MAX_FIELD)) for f in list(fields)[:MAX_FIELDS]]
     if md:
         return SectionBlock(text=MarkdownTextObject(text=clip(md, MAX_SECTION)), fields=fl or None).to_dict()
     return SectionBlock(fields=fl).to_dict()
 
 
-def header(text: str) -> dict:
+def header(text: str) -> dict[str, Any]:
     return HeaderBlock(text=PlainTextObject(text=clip(text, MAX_HEADER))).to_dict()
 
 
-def context(*mds: str) -> dict:
+def context(*mds: str) -> dict[str, Any]:
     return ContextBlock(elements=[MarkdownTextObject(text=clip(m, MAX_SECTION)) for m in mds[:MAX_CONTEXT]]).to_dict()
 
 
-def divider() -> dict:
+def divider() -> dict[str, Any]:
     return DividerBlock().to_dict()
 
 
-def code_sections(text: str, *, max_blocks: int = 10, keep: str = "head") -> list[dict]:
+def code_sections(text: str, *, max_blocks: int = 10, keep: str = "head") -> list[dict[str, Any]]:
     """Monospace text in as many sections as it needs (split at lines), with a cut note."""
     text = escape(text.rstrip("\n")) or " "
     chunks: list[str] = []
@@ -119,7 +119,7 @@ def code_sections(text: str, *, max_blocks: int = 10, keep: str = "head") -> lis
     return out
 
 
-def limit(blocks: list[dict], note: str = "see `/eagle show` for the rest") -> list[dict]:
+def limit(blocks: list[dict[str, Any]], note: str = "see `/eagle show` for the rest") -> list[dict[str, Any]]:
     """At most 50 blocks: the last one says what was cut."""
     if len(blocks) <= MAX_BLOCKS:
         return blocks
@@ -127,8 +127,8 @@ def limit(blocks: list[dict], note: str = "see `/eagle show` for the rest") -> l
     return blocks[: MAX_BLOCKS - 1] + [context(f"_{cut} more block(s) cut to fit Slack: {note}_")]
 
 
-def text_blocks(text: str, *, title: str | None = None, code: bool = False) -> list[dict]:
-    out: list[dict] = [header(title)] if title else []
+def text_blocks(text: str, *, title: str | None = None, code: bool = False) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [header(title)] if title else []
     if code:
         out += code_sections(text, max_blocks=MAX_BLOCKS - len(out) - 1)
     else:
@@ -139,7 +139,7 @@ def text_blocks(text: str, *, title: str | None = None, code: bool = False) -> l
     return limit(out)
 
 
-def error_blocks(message: str) -> list[dict]:
+def error_blocks(message: str) -> list[dict[str, Any]]:
     return [section(f":warning: {escape(message)}")]
 
 
@@ -175,7 +175,7 @@ def run_title(view: Mapping[str, Any]) -> str:
     return f"*{escape(view['playbook'])}*{dry} on `{escape(hosts)}` by {mention(view.get('actor'))}"
 
 
-def run_parent_blocks(view: Mapping[str, Any]) -> list[dict]:
+def run_parent_blocks(view: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The channel message of a run: who ran what where, and its status."""
     status = view["status"]
     note = f" — {escape(view['note'])}" if view.get("note") and status == "running" else ""
@@ -186,7 +186,7 @@ def run_parent_blocks(view: Mapping[str, Any]) -> list[dict]:
     return [section(line), context(ctx)]
 
 
-def run_progress_blocks(view: Mapping[str, Any]) -> list[dict]:
+def run_progress_blocks(view: Mapping[str, Any]) -> list[dict[str, Any]]:
     steps = view.get("steps") or []
     if not steps:
         return [context("starting…")]
@@ -195,11 +195,11 @@ def run_progress_blocks(view: Mapping[str, Any]) -> list[dict]:
     return limit(blocks)
 
 
-def run_summary_blocks(view: Mapping[str, Any]) -> list[dict]:
+def run_summary_blocks(view: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The final summary: steps, key metrics, warnings, regressions, failure and its log tail."""
     status = view["status"]
     rid = view.get("run_id")
-    blocks: list[dict] = [header(f"run #{rid} {view['playbook']}: {status}")]
+    blocks: list[dict[str, Any]] = [header(f"run #{rid} {view['playbook']}: {status}")]
     took = fmt_duration(view.get("duration_s")) if view.get("duration_s") is not None else "-"
     blocks.append(context(f"{run_title(view)} · took {took} · `/eagle show {rid}`"))
     regs = [r for r in view.get("regressions") or [] if r.get("kind", "regression") == "regression"]
@@ -240,7 +240,7 @@ def run_summary_blocks(view: Mapping[str, Any]) -> list[dict]:
 
 # -- approvals --------------------------------------------------------------------------------
 
-def approval_blocks(req: Any, key: str, approvers: list[str], timeout_s: float) -> list[dict]:
+def approval_blocks(req: Any, key: str, approvers: list[str], timeout_s: float) -> list[dict[str, Any]]:
     """Approve / Deny buttons saying exactly what will happen."""
     who = " ".join(mention(a) for a in approvers if a != "*") or "any approver"
     blocks = [
@@ -258,7 +258,7 @@ def approval_blocks(req: Any, key: str, approvers: list[str], timeout_s: float) 
     return limit(blocks)
 
 
-def approval_decided_blocks(req: Any, decision: str, who: str | None) -> list[dict]:
+def approval_decided_blocks(req: Any, decision: str, who: str | None) -> list[dict[str, Any]]:
     verb = {"approved": ":white_check_mark: Approved", "denied": ":no_entry: Denied",
             "timeout": ":hourglass: No decision in time: denied"}.get(decision, decision)
     by = f" by {mention(who)}" if who else ""

@@ -1,6 +1,8 @@
 """A router `Reply` as Block Kit: the Slack face of what `eagle chat` prints as text."""
 from __future__ import annotations
 
+from typing import Any
+
 from eaglebot.frontends.chat.reply import (Body, CancelRequested, Failure, Listing, LogTail, Note, Reply,
                                            RunShown)
 from eaglebot.frontends.slack import blocks as bk
@@ -9,11 +11,11 @@ LOG_CHARS = 3500  # of a server log's tail: two code sections, well inside one m
 NOTE_MARKS = {"baseline": ":triangular_flag_on_post: "}
 
 
-def reply_blocks(reply: Reply) -> list[dict]:
+def reply_blocks(reply: Reply) -> list[dict[str, Any]]:
     return body_blocks(reply.body)
 
 
-def body_blocks(body: Body) -> list[dict]:
+def body_blocks(body: Body) -> list[dict[str, Any]]:
     if isinstance(body, Listing):
         return bk.text_blocks(body.text, title=body.title, code=True)
     if isinstance(body, Failure):

@@ -14,13 +14,17 @@ import os
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
-from sglang._simulated import gpu_state_module, log, state_dir
+if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
+    from ._simulated import gpu_state_module, log, state_dir
+else:
+    from sglang._simulated import gpu_state_module, log, state_dir
 
 PR_SET_NAME, PR_SET_PDEATHSIG = 15, 1
 
 
-def _prctl(option: int, arg) -> None:
+def _prctl(option: int, arg: Any) -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(option, arg, 0, 0, 0)
@@ -28,7 +32,7 @@ def _prctl(option: int, arg) -> None:
         pass
 
 
-def _real_alloc(local_index: int, mib: int):
+def _real_alloc(local_index: int, mib: int) -> tuple[Any, int] | None:
     """Hold real GPU memory when PyTorch and a GPU are here; None otherwise."""
     if importlib.util.find_spec("torch") is None:
         return None
@@ -53,7 +57,7 @@ def main(argv: list[str]) -> int:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     gs, sd, me = gpu_state_module(), state_dir(), os.getpid()
 
-    def bye(*_a):
+    def bye(*_a: object) -> None:
         if gs is not None and sd:
             try:
                 gs.remove_holder(sd, me)

@@ -7,6 +7,7 @@ deterministic model, not a measurement.
 """
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
@@ -14,6 +15,8 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
+from typing import Any, TextIO
 
 VERSION = "0.5.23"
 BANNER = ("SIMULATED SGLang 0.5.23 (eaglebot sandbox): no model is loaded and no tokens are generated; "
@@ -25,7 +28,7 @@ MAX_RUNNING_WARNING = ("Max running requests is reset to 48 for speculative deco
                        "this by explicitly setting --max-running-requests.")
 
 
-def log(msg: str, rank: str | None = None, stream=None) -> None:
+def log(msg: str, rank: str | None = None, stream: TextIO | None = None) -> None:
     ts = time.strftime("%Y-%m-%d %H:%M:%S")
     tag = f"{ts} {rank}" if rank else ts
     out = stream or sys.stdout
@@ -48,7 +51,7 @@ class SpecError(Exception):
         self.kind = kind
 
 
-def resolve_speculative(args, architecture: str | None) -> list[str]:
+def resolve_speculative(args: argparse.Namespace, architecture: str | None) -> list[str]:
     """Mutate args like ServerArgs.__post_init__ does; return the WARNING lines it logs."""
     warnings: list[str] = []
     algo = args.speculative_algorithm
@@ -81,7 +84,7 @@ def resolve_speculative(args, architecture: str | None) -> list[str]:
 
 # -- model files ---------------------------------------------------------------------
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -89,7 +92,7 @@ def read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def aux_layer_ids(draft_config: dict) -> list[int] | None:
+def aux_layer_ids(draft_config: dict[str, Any]) -> list[int] | None:
     """EAGLE-3 capture layers: only the NESTED key counts (a top-level one is ignored)."""
     ec = draft_config.get("eagle_config")
     if isinstance(ec, dict):
@@ -104,7 +107,7 @@ def aux_layer_ids(draft_config: dict) -> list[int] | None:
 class PerfModel:
     """Acceptance length and per-token timings of the SIMULATED server."""
 
-    def __init__(self, args, num_layers: int, aux_ids: list[int] | None):
+    def __init__(self, args: argparse.Namespace, num_layers: int, aux_ids: list[int] | None):
         self.args = args
         self.num_layers = num_layers
         self.default_ids = [2, num_layers // 2, num_layers - 3]
@@ -125,13 +128,13 @@ class PerfModel:
         # (the embeddings, after the +1 shift) hurts twice.
         mismatches = sum(1 for i in self.aux_ids if i not in self.default_ids)
         negatives = sum(1 for i in self.aux_ids if i < 0)
-        return round(max(1.05, base - 0.45 * (mismatches + negatives)), 2)
+        return round(max(1.05, float(base) - 0.45 * (mismatches + negatives)), 2)
 
     def step_s(self) -> float:
         a = self.args
         draft = a.speculative_num_draft_tokens or 1
         tp = max(1, a.tp_size)
-        return (0.018 + 0.0009 * draft) / (1.0 + 0.6 * (tp - 1))
+        return float((0.018 + 0.0009 * draft) / (1.0 + 0.6 * (tp - 1)))
 
     def ttft_s(self, input_len: int) -> float:
         return 0.012 + 0.00002 * input_len
@@ -145,12 +148,14 @@ class PerfModel:
 
 # -- GPU bookkeeping ---------------------------------------------------------------------
 
-def gpu_state_module():
+def gpu_state_module() -> ModuleType | None:
     """The simulated nvidia-smi's holder registry (gpu_state.py sits beside sglang_pkg/)."""
     path = Path(__file__).resolve().parents[2] / "gpu_state.py"
     if not path.exists():
         return None
     spec = importlib.util.spec_from_file_location("eagle_sim_gpu_state", path)
+    if spec is None or spec.loader is None:
+        return None
     mod = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(mod)

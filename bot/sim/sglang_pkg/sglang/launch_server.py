@@ -23,9 +23,14 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from sglang._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids,
-                               log, read_json, resolve_speculative, visible_gpus)
+if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
+    from ._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids, log, read_json,
+                             resolve_speculative, visible_gpus)
+else:
+    from sglang._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids,
+                                   log, read_json, resolve_speculative, visible_gpus)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,7 +108,8 @@ def _model_architecture(model_path: str) -> tuple[str | None, int, str | None]:
         cfg = read_json(p / "config.json")
         archs = cfg.get("architectures") or []
         arch = archs[0] if archs and isinstance(archs[0], str) else None
-        layers = cfg.get("num_hidden_layers") if isinstance(cfg.get("num_hidden_layers"), int) else 61
+        n = cfg.get("num_hidden_layers")
+        layers = n if isinstance(n, int) else 61
         return arch, layers, None
     if model_path.startswith(("/", ".", "~")):
         return None, 61, (f"OSError: {model_path} is not a local folder and is not a valid model identifier "
@@ -112,7 +118,7 @@ def _model_architecture(model_path: str) -> tuple[str | None, int, str | None]:
 
 
 class Server:
-    def __init__(self, args, argv: list[str], perf: PerfModel, arch: str | None):
+    def __init__(self, args: argparse.Namespace, argv: list[str], perf: PerfModel, arch: str | None):
         self.args, self.argv, self.perf, self.arch = args, argv, perf, arch
         self.ready_at: float | None = None
         self.lock = threading.Lock()
@@ -120,17 +126,17 @@ class Server:
         self.accepted_tokens = 0
         self.total_requests = 0
         self.last_decode_log = 0.0
-        self.children: list[subprocess.Popen] = []
+        self.children: list[subprocess.Popen[bytes]] = []
         self.shutting_down = False
         self.time_scale = float(os.environ.get("EAGLE_SIM_TIME_SCALE", "0.001"))
 
     # -- /server_info --------------------------------------------------------------
-    def server_info(self) -> dict:
-        info = {k: v for k, v in vars(self.args).items()}
+    def server_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {k: v for k, v in vars(self.args).items()}
         info["launch_command"] = shlex.join(["python3", "-m", "sglang.launch_server", *self.argv])
         info["version"] = VERSION
         info["simulated"] = True
-        state = {"last_gen_throughput": round(self.perf.accept_len / self.perf.step_s(), 2),
+        state: dict[str, Any] = {"last_gen_throughput": round(self.perf.accept_len / self.perf.step_s(), 2),
                  "memory_usage": {"weight": 15.0, "kvcache": 98.2, "token_capacity": 1024000}}
         with self.lock:
             if self.args.speculative_algorithm and self.decode_steps >= 40:
@@ -144,7 +150,7 @@ class Server:
             self.accepted_tokens = 0
 
     # -- /generate -------------------------------------------------------------------
-    def generate(self, body: dict) -> dict:
+    def generate(self, body: dict[str, Any]) -> dict[str, Any]:
         sp = body.get("sampling_params") or {}
         out_len = int(sp.get("max_new_tokens", 128))
         if "input_ids" in body:
@@ -175,7 +181,7 @@ class Server:
                     if self.args.speculative_algorithm else "")
             log(f"Decode batch, #running-req: 1, #token: {in_len + out_len}, token usage: 0.00, {spec}"
                 f"cuda graph: True, gen throughput (token/s): {1.0 / itl:.2f}, #queue-req: 0, ", "TP0")
-        meta = {"id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": out_len},
+        meta: dict[str, Any] = {"id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": out_len},
                 "prompt_tokens": in_len, "completion_tokens": out_len, "cached_tokens": 0,
                 "e2e_latency": e2e, "simulated_ttft": ttft, "simulated_itl": itl}
         if self.args.speculative_algorithm:
@@ -199,7 +205,7 @@ class Server:
                 c.kill()
                 c.wait()
 
-    def watch_child(self, c: subprocess.Popen) -> None:
+    def watch_child(self, c: subprocess.Popen[bytes]) -> None:
         c.wait()
         if not self.shutting_down:
             log("Received sigquit from a child process. It usually means the child failed.")
@@ -207,12 +213,12 @@ class Server:
             os._exit(1)
 
 
-def _handler(server: Server):
+def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
     class H(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "uvicorn"
 
-        def log_message(self, fmt, *a):  # uvicorn's access log format
+        def log_message(self, fmt: str, *a: Any) -> None:  # uvicorn's access log format
             pass
 
         def _send(self, code: int, body: bytes | str = b"", ctype: str = "application/json") -> None:
@@ -225,10 +231,10 @@ def _handler(server: Server):
             log(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.command} {self.path} '
                 f'HTTP/1.1" {code} {"OK" if code < 400 else "Service Unavailable" if code == 503 else "Error"}')
 
-        def _json(self, code: int, obj) -> None:
+        def _json(self, code: int, obj: Any) -> None:
             self._send(code, json.dumps(obj))
 
-        def _body(self) -> dict:
+        def _body(self) -> dict[str, Any]:
             n = int(self.headers.get("content-length") or 0)
             if not n:
                 return {}
@@ -241,7 +247,7 @@ def _handler(server: Server):
         def _warm(self) -> bool:
             return server.ready_at is not None and time.monotonic() >= server.ready_at
 
-        def do_GET(self):
+        def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path in ("/health", "/health_generate", "/ready"):
                 self._send(200 if self._warm() else 503, b"", "text/plain")
@@ -262,7 +268,7 @@ def _handler(server: Server):
             else:
                 self._json(404, {"detail": "Not Found"})
 
-        def do_POST(self):
+        def do_POST(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/generate":
                 self._generate(self._body())
@@ -273,12 +279,12 @@ def _handler(server: Server):
                 self._body()
                 self._json(404, {"detail": "Not Found"})
 
-        def _flush(self):
+        def _flush(self) -> None:
             server.flush()
             self._send(200, "Cache flushed.\nPlease check backend logs for more details. (When there are running "
                             "or waiting requests, the operation will not be performed.)\n", "text/plain")
 
-        def _generate(self, body: dict):
+        def _generate(self, body: dict[str, Any]) -> None:
             if not self._warm():
                 self._json(503, {"error": {"message": "The server is not ready yet (SIMULATED warmup)"}})
                 return
@@ -319,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     perf = PerfModel(args, num_layers, aux_ids)
     server = Server(args, argv, perf, arch)
 
-    def on_term(*_a):
+    def on_term(*_a: object) -> None:
         server.stop_children()
         os._exit(0)
 
@@ -344,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         server.children.append(c)
     for rank, c in enumerate(server.children):
         # Wait for READY; end of file means the scheduler exited before it got there.
+        assert c.stdout is not None  # Popen(stdout=PIPE)
         ready = any(b"READY" in line for line in iter(c.stdout.readline, b""))
         if not ready:
             server.stop_children()
@@ -378,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     log("INFO:     Application startup complete.")
     log(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
 
-    def warmup():
+    def warmup() -> None:
         time.sleep(float(os.environ.get("EAGLE_SIM_WARMUP_S", "0.3")))
         gate = os.environ.get("EAGLE_SIM_WARMUP_UNTIL_FILE")
         while gate and not os.path.exists(gate):

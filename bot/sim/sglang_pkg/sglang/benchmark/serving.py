@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _http(url: str, body: dict | None = None, timeout: float = 60.0) -> tuple[int, bytes]:
+def _http(url: str, body: dict[str, Any] | None = None, timeout: float = 60.0) -> tuple[int, bytes]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET",
                                  headers={"content-type": "application/json"})
@@ -74,7 +75,7 @@ def _pct(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def _stats(prefix: str, values_s: list[float], out: dict, pcts=(90, 95, 99)) -> None:
+def _stats(prefix: str, values_s: list[float], out: dict[str, Any], pcts: tuple[int, ...] = (90, 95, 99)) -> None:
     ms = [v * 1000 for v in values_s] or [0.0]
     out[f"mean_{prefix}_ms"] = statistics.fmean(ms)
     out[f"median_{prefix}_ms"] = statistics.median(ms)
@@ -83,7 +84,7 @@ def _stats(prefix: str, values_s: list[float], out: dict, pcts=(90, 95, 99)) -> 
         out[f"p{p}_{prefix}_ms"] = _pct(ms, p)
 
 
-def _row(label: str, value) -> str:
+def _row(label: str, value: object) -> str:
     return "{:<40} {:<10}".format(label + ":", value)
 
 
@@ -107,17 +108,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"#Input tokens: {sum(r[0] for r in reqs)}")
     print(f"#Output tokens: {sum(r[1] for r in reqs)}")
 
-    def send(in_len: int, out_len: int) -> dict | None:
-        body = {"input_ids": [rng.randrange(100, 30000) for _ in range(min(in_len, 64))] + [0] * max(0, in_len - 64),
-                "sampling_params": {"max_new_tokens": out_len, "temperature": 0.0, "ignore_eos": True},
-                "stream": False}
+    def send(in_len: int, out_len: int) -> dict[str, Any] | None:
+        ids = [rng.randrange(100, 30000) for _ in range(min(in_len, 64))] + [0] * max(0, in_len - 64)
+        body: dict[str, Any] = {"input_ids": ids,
+                                "sampling_params": {"max_new_tokens": out_len, "temperature": 0.0,
+                                                    "ignore_eos": True},
+                                "stream": False}
         try:
             code, data = _http(base + "/generate", body)
         except (OSError, urllib.error.URLError) as e:
             return {"error": str(e)}
         if code != 200:
             return {"error": f"HTTP {code}: {data[:200].decode(errors='replace')}"}
-        return json.loads(data)
+        result: dict[str, Any] | None = json.loads(data)
+        return result
 
     print(f"Starting warmup with {args.warmup_requests} sequences...")
     warm = send(min(reqs[0][0], 16) if reqs else 16, 16)
@@ -137,7 +141,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # Replay on a virtual clock: `conc` slots, each request on the earliest free one.
     slots = [0.0] * conc
-    ttfts, itls, e2es, tpots, spans = [], [], [], [], []
+    ttfts: list[float] = []
+    itls: list[float] = []
+    e2es: list[float] = []
+    tpots: list[float] = []
+    spans: list[tuple[float, float]] = []
     completed = total_in = total_out = 0
     for (in_len, out_len), res in zip(reqs, results):
         if not res or "error" in res:
@@ -161,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     server_info = json.loads(data) if code == 200 else {}
     states = server_info.get("internal_states") or [{}]
     accept = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
-    out: dict = {"tag": args.tag, "backend": args.backend, "dataset_name": args.dataset_name,
+    out: dict[str, Any] = {"tag": args.tag, "backend": args.backend, "dataset_name": args.dataset_name,
                  "request_rate": args.request_rate, "max_concurrency": args.max_concurrency,
                  "sharegpt_output_len": args.sharegpt_output_len, "random_input_len": args.random_input_len,
                  "random_output_len": args.random_output_len, "random_range_ratio": args.random_range_ratio,
@@ -185,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     if completed == 0:
         print("All requests failed: check the server log. (SIMULATED)")
 
-    f2 = lambda v: f"{v:.2f}"  # noqa: E731
+    f2: Callable[[float], str] = lambda v: f"{v:.2f}"  # noqa: E731
     lines = ["\n{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="),
              _row("Backend", args.backend),
              _row("Traffic request rate", args.request_rate),

@@ -17,6 +17,6 @@ find "$stage" -name __pycache__ -prune -exec rm -rf {} +
 echo "== import-linter (.importlinter)"
 PYTHONPATH="$stage" "$py" -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())' \
   --config "$root/.importlinter" --no-cache
-echo "== mypy (strict for engine, store, transport, sdk)"
+echo "== mypy (strict, bot/ and skills/)"
 cd "$stage"
 MYPYPATH="$stage" "$py" -m mypy --config-file "$root/pyproject.toml" --cache-dir "$stage/.mypy_cache" -p eaglebot

@@ -91,14 +91,13 @@ async def test_slash_logs_goes_through_the_engine_audited_and_lock_free(services
     assert [lk["run_id"] for lk in svc.store.sync.locks()] == [holder]
 
 
-async def test_slash_logs_of_an_unknown_host_is_one_sentence_and_recorded(services):
+async def test_slash_logs_of_an_unknown_host_is_one_sentence(services):
     from eaglebot.frontends.chat.router import Caller, handle
 
     svc = await services({"box": {"transport": "local"}})
     reply = await handle(svc, "logs nosuch", Caller("U1", check_access=False))
     assert reply.exit_code == 2 and "unknown host 'nosuch'" in reply.text and "\n" not in reply.text.strip()
-    [run] = svc.store.sync.history(limit=5)
-    assert (run["playbook"], run["status"]) == ("server-logs", "failed")  # the rejection is on record
+    assert svc.store.sync.locks() == []
 
 
 def test_eagle_logs_status_and_show_last_from_the_terminal(tmp_path):

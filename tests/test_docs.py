@@ -8,7 +8,7 @@ import pytest
 
 from eaglebot.frontends.cli.main import build_parser
 from eaglebot.engine.playbook import RESERVED, load_playbook, playbook_files
-from eaglebot.engine.registry import skills
+from eaglebot.engine.registry import shipped as skills
 from eaglebot.sdk import SkillParams
 
 ROOT = Path(__file__).resolve().parents[1]

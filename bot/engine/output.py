@@ -31,7 +31,6 @@ class OutputBuffer:
         self._pending: list[str] = []
         self._tail: list[str] = []
         self._task: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
 
     def line(self, line: str) -> None:
@@ -49,12 +48,12 @@ class OutputBuffer:
         return "\n".join(self._tail[-n:])
 
     async def flush(self) -> None:
-        async with self._lock:
-            if not self._pending:
-                return
-            n = len(self._pending)
-            await self._write("".join(self._pending[:n]))
-            del self._pending[:n]
+        # Never two at once: the flusher alone calls it until close() has waited for it to end.
+        if not self._pending:
+            return
+        n = len(self._pending)
+        await self._write("".join(self._pending[:n]))
+        del self._pending[:n]
 
     async def _flusher(self) -> None:
         while not self._stop.is_set():

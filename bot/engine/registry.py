@@ -120,20 +120,6 @@ def shipped() -> SkillRegistry:
     return SkillRegistry(entries)
 
 
-# The shipped skills only: for code with no settings at hand (tests, docs checks).
-# Front ends and the engine use the registry built from the settings.
-def skills() -> SkillRegistry:
-    return shipped()
-
-
-def get_skill(name: str) -> ModuleType:
-    return shipped().get_skill(name)
-
-
-def describe(name: str) -> str:
-    return shipped().describe(name)
-
-
 # -- loading plugins ------------------------------------------------------------------------
 
 def _add(entries: dict[str, _Entry], found: tuple[str, _Entry]) -> None:

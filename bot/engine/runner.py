@@ -12,7 +12,6 @@ import logging
 import time
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Awaitable, Callable
 
@@ -20,7 +19,7 @@ from pydantic import ValidationError
 
 from eaglebot.engine import templating
 from eaglebot.config import Settings
-from eaglebot.errors import EagleError, HostBusy, StepFailed, TransportError, UsageError
+from eaglebot.errors import EagleError, HostBusy, UsageError
 from eaglebot.engine.playbook import Playbook, Step, find_playbook, resolve_inputs
 from eaglebot.engine.output import OutputBuffer
 from eaglebot.engine.redact import Redactor
@@ -109,10 +108,6 @@ async def _safe(coro_or_none: Any) -> None:
         await coro_or_none
     except Exception:  # an observer (Slack, terminal) never fails a run
         log.exception("observer failed")
-
-
-class _Cancelled(Exception):
-    pass
 
 
 @dataclass
@@ -473,7 +468,7 @@ class Engine:
             sctx = SkillContext(
                 host=self.pool.get(slot.host), host_name=slot.host, vars=ctx, run_id=run.run_id,
                 step_idx=slot.idx, step_name=step.label, dry_run=run.req.dry_run, confirm=step.confirm,
-                state_dir=self.settings.state_dir, audit=_AuditView(self.store), _log=out.line,
+                state_dir=self.settings.state_dir, audit=self.store, _log=out.line,
                 _approve=approve)
             result, cancelled_here = await self._attempt(mod, sctx, params, step, cancel)
             if sctx.plan:
@@ -505,11 +500,7 @@ class Engine:
         if task in done:
             try:
                 res = task.result()
-            except StepFailed as e:
-                return StepResult.failed(str(e)), False
-            except TransportError as e:
-                return StepResult.failed(str(e)), False
-            except EagleError as e:
+            except EagleError as e:  # StepFailed, TransportError, …: their text is the summary
                 return StepResult.failed(str(e)), False
             except Exception as e:
                 return StepResult.failed(f"internal error in {step.skill}: {type(e).__name__}: {e}",
@@ -560,17 +551,6 @@ class Engine:
         return ok, who
 
 
-class _AuditView:
-    def __init__(self, store: AsyncStore):
-        self._store = store
-
-    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict[str, Any] | None:
-        return await self._store.last_backup(host, path, run_id)
-
-    async def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
-        return await self._store.last_step_data(host, skill, key)
-
-
 def _jsonable(v: Any) -> Any:
     if isinstance(v, dict):
         return {str(k): _jsonable(x) for k, x in v.items()}
@@ -578,6 +558,4 @@ def _jsonable(v: Any) -> Any:
         return [_jsonable(x) for x in v]
     if isinstance(v, (str, int, float, bool)) or v is None:
         return v
-    if isinstance(v, Path):
-        return str(v)
-    return str(v)
+    return str(v)  # a Path, a datetime, …

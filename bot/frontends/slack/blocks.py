@@ -94,22 +94,9 @@ def divider() -> dict[str, Any]:
 def code_sections(text: str, *, max_blocks: int = 10, keep: str = "head") -> list[dict[str, Any]]:
     """Monospace text in as many sections as it needs (split at lines), with a cut note."""
     text = escape(text.rstrip("\n")) or " "
-    chunks: list[str] = []
-    cur = ""
-    for line in text.split("\n"):
-        while len(line) > CODE_CHUNK:
-            if cur:
-                chunks.append(cur)
-                cur = ""
-            chunks.append(line[:CODE_CHUNK])
-            line = line[CODE_CHUNK:]
-        if cur and len(cur) + 1 + len(line) > CODE_CHUNK:
-            chunks.append(cur)
-            cur = line
-        else:
-            cur = f"{cur}\n{line}" if cur else line
-    if cur:
-        chunks.append(cur)
+    # A line longer than a chunk is split into chunk-sized pieces, so none is clipped.
+    pieces = [line[i:i + CODE_CHUNK] for line in text.split("\n") for i in range(0, max(len(line), 1), CODE_CHUNK)]
+    chunks = _join_lines(pieces, CODE_CHUNK)
     cut = len(chunks) - max_blocks
     if cut > 0:
         chunks = chunks[:max_blocks] if keep == "head" else chunks[-max_blocks:]

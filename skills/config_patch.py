@@ -15,14 +15,18 @@ never written through. Dry-run shows the diff and writes nothing.
     set: {eagle_config.eagle_aux_hidden_state_layer_ids: [1, 23, 44]}
     delete: [eagle_config.stale_key]
 ```
-Registers `path`, `backup_path`, `diff` and `keys` (the dotted paths changed).
+Registers `path`, `backup_path`, `diff`, `keys` (the dotted paths changed), `json_patch` (the
+change as an RFC 6902 JSON Patch, made by `jsonpatch`) and `values` ({dotted key: {before,
+after}}, what fingerprints and attribution read; null is "unset").
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
 from typing import Any
 
+import jsonpatch
 from pydantic import Field, model_validator
 
 from eaglebot.errors import StepFailed
@@ -99,6 +103,16 @@ def apply(doc: dict[str, Any], set_: dict[str, Any], delete: list[str]) -> list[
     return changed
 
 
+def lookup(doc: Any, key: str) -> Any:
+    """The value at a dotted path, None when absent."""
+    node = doc
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
 def _canon(v: Any) -> str:
     return json.dumps(v, sort_keys=True)
 
@@ -133,11 +147,14 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                                  f"(line {e.lineno} column {e.colno}: {e.msg})")
     if not isinstance(doc, dict):
         return StepResult.failed(f"{path} on {ctx.host_name} holds {_kind(doc)}, not a JSON object")
+    original = copy.deepcopy(doc)
     try:
         keys = apply(doc, params.set, params.delete)
     except PatchError as e:
         return StepResult.failed(f"{e} in {path}")
-    data: dict[str, Any] = {"path": path, "keys": keys, "backup_path": None, "diff": ""}
+    data: dict[str, Any] = {"path": path, "keys": keys, "backup_path": None, "diff": "",
+                            "json_patch": jsonpatch.make_patch(original, doc).patch,
+                            "values": {k: {"before": lookup(original, k), "after": lookup(doc, k)} for k in keys}}
     if not keys:
         return StepResult.ok(f"{path} already has {', '.join(params.set)}", data=data)
     after = dump(doc, detect_style(text))

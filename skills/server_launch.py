@@ -36,6 +36,7 @@ Registers `log_path`, `pid`, `port`, `launch_args` (list), `sglang_version`,
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import time
 from typing import Any
@@ -95,6 +96,10 @@ def build_args(p: Params) -> tuple[list[str], str | None]:
         return [], "no model: set `model` (host var `model`) or put --model-path in args"
     out += ["--host", p.host, "--port", str(p.port)]
     return out + list(p.args), None
+
+
+# Fingerprints record the server's environment (NCCL_* etc.) but never a credential's value.
+_SECRETISH = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|_KEY$", re.I)
 
 
 def _gpus_env(gpus: Any) -> str | None:
@@ -181,7 +186,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     ctx.log(f"started pid {pid}: {shlex.join(argv)}")
     data: dict[str, Any] = {"log_path": log_path, "pid": pid, "port": port, "launch_args": launch_args,
                             "sglang_version": None, "effective": spec.effective(),
-                            "url": f"http://127.0.0.1:{port}"}
+                            "url": f"http://127.0.0.1:{port}", "env": {k: v for k, v in env.items() if not _SECRETISH.search(k)}}
     try:
         failure, log_text = await _wait_ready(ctx, params, pid, log_path)
     except asyncio.CancelledError:

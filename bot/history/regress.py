@@ -19,6 +19,8 @@ from statistics import median
 from typing import Any, Iterable, Literal
 
 from eaglebot.config import RegressionConfig
+from eaglebot.history.attribution import attribution_sentence, show, state_changes
+from eaglebot.history.changepoint import Shift, latest_shift
 from eaglebot.sdk import Metric, Regression
 
 log = logging.getLogger("eaglebot.history")
@@ -26,6 +28,8 @@ log = logging.getLogger("eaglebot.history")
 MAD_SCALE = 1.4826        # MAD -> sigma for normally distributed noise
 MEAN_AD_SCALE = 1.2533    # mean absolute deviation -> sigma (fallback when MAD is 0)
 BASELINE_SPAN_LIMIT = 500  # runs since a baseline that still count as its history
+CP_WINDOW = 100            # runs of a metric's series searched for change points
+CP_MIN_RUNS = 8            # fewer: no change-point search
 
 Verdict = Literal["insufficient", "ok", "regression", "improvement"]
 
@@ -149,6 +153,14 @@ def apply_steps(state: dict[str, Any], steps: list[dict[str, Any]],
                 st["sglang_version"] = str(data["sglang_version"])
             if isinstance(data.get("effective"), dict):
                 st["effective"] = data["effective"]
+            if isinstance(data.get("env"), dict):
+                st["env"] = {str(k): str(v) for k, v in data["env"].items()}
+        if s.get("skill") == "config.patch" and isinstance(data, dict) and isinstance(data.get("values"), dict):
+            path = str(data.get("path") or params.get("path") or "?")
+            for k, ba in data["values"].items():
+                if isinstance(ba, dict):
+                    st.setdefault("config_before", {}).setdefault(path, {}).setdefault(k, ba.get("before"))
+                    st["config"].setdefault(path, {})[k] = ba.get("after")
         if s.get("skill") == "config.patch" and isinstance(params, dict) and isinstance(params.get("set"), dict):
             path = str(params.get("path") or "?")
             st["config"].setdefault(path, {}).update(params["set"])
@@ -160,10 +172,11 @@ def apply_steps(state: dict[str, Any], steps: list[dict[str, Any]],
 
 
 def parse_launch_args(args: list[str] | None) -> dict[str, Any]:
-    """["--tp", "2", "--enable-x"] -> {"--tp-size": "2", "--enable-x": True}, read as SGLang reads them."""
-    from eaglebot.skills.facts.sglang_args import flag_values
+    """["--tp", "2", "--enable-x"] -> {"--tp-size": "2", "--enable-x": True}, read as SGLang reads
+    them (a multi-value flag keeps every value: `--cuda-graph-bs 1 2 4` -> ["1", "2", "4"])."""
+    from eaglebot.skills.facts.sglang_args import launch_flags
 
-    return {k: True if v is None else v for k, v in flag_values(list(args or [])).items()}
+    return dict(launch_flags(list(args or [])))
 
 
 def fmt_json(v: Any) -> str:
@@ -346,11 +359,7 @@ def attribution(good: dict[str, Any] | None, now: dict[str, Any], changes: list[
         for k in list(ga) + [k for k in na if k not in ga]:
             if ga.get(k) != na.get(k):
                 launch_keys.add(k.lstrip("-").replace("-", "_"))
-                b = ga.get(k, "(unset)")
-                a = na.get(k, "(unset)")
-                b = "(on)" if b is True else b
-                a = "(on)" if a is True else a
-                items.append(f"launch {k} {b} → {a}")
+                items.append(f"launch {k} {show(ga.get(k))} → {show(na.get(k))}")
     elif now.get("launch_args") is not None and now.get("launch_args") != good.get("launch_args"):
         items.append("launch arguments " + " ".join(now["launch_args"]))
     ge, ne = good.get("effective") or {}, now.get("effective") or {}
@@ -406,6 +415,9 @@ def set_baseline(store: Any, run_id: int, actor: str) -> str:
     if not run.get("hosts"):
         raise UsageError(f"run #{run_id} has no hosts to be the baseline of")
     res = store.set_baseline(run_id, actor)
+    for h in res["hosts"]:
+        for inc in store.incidents(playbook=res["playbook"], host=h, status="open"):
+            store.close_incident(inc["id"], "baseline", actor, f"baseline set to run #{run_id} by {actor}", run_id)
     n = len(store.metrics(run_id))
     what = f"{n} metric{'s' if n != 1 else ''}" if n else "no metrics (history checks start from it anyway)"
     return (f"run #{run_id} is now the baseline of {res['playbook']} on {', '.join(res['hosts'])} "
@@ -433,7 +445,17 @@ def record_fingerprint(store: Any, run_id: int, hosts: list[str]) -> dict[str, A
 def check_run(store: Any, run_id: int, playbook: str, hosts: list[str],
               metrics: list[tuple[str, Metric]], cfg: RegressionConfig) -> tuple[list[Regression], list[str]]:
     """Judge every metric of a finished run against its history. Returns the regressions
-    and improvements, and notes (e.g. insufficient history) for the audit trail."""
+    and improvements, and notes (e.g. insufficient history) for the audit trail.
+
+    Two checks combine. The quick per-run check (median + MAD) compares the value with the
+    reference window; a regression opens an incident, and while it is open later runs are
+    compared with the reference from BEFORE it (flagged runs never enter a window), so a
+    persistent drop stays flagged ("still 11% below since run #41") until the metric
+    recovers, a baseline is set or someone acks it. The change-point check (E-divisive
+    means + t-test over the last CP_WINDOW runs) catches what no single run shows, e.g. a
+    slow drift; it flags when the newest level is worse by more than min_pct, and names the
+    change at the run where the shift began.
+    """
     fp = record_fingerprint(store, run_id, hosts)
     found: list[Regression] = []
     notes: list[str] = []
@@ -442,25 +464,89 @@ def check_run(store: Any, run_id: int, playbook: str, hosts: list[str],
         latest[(h, m.name)] = m
     attr_cache: dict[str, str] = {}
     for (h, name), m in latest.items():
-        base = store.baseline(playbook, h)
-        since = base["run_id"] if base and base.get("run_id") and base["run_id"] < run_id else None
-        limit = BASELINE_SPAN_LIMIT if since else cfg.window
-        rows = store.metric_history(playbook, h, name, before_run=run_id, since_run=since, limit=limit)
-        what = (f"the {len(rows)} runs since baseline #{since}" if since
-                else f"the last {len(rows)} successful runs")
-        j = judge(name, float(m.value), [r["value"] for r in rows], better=m.better, min_pct=cfg.min_pct,
+        value = float(m.value)
+        start = store.reference_start(playbook, h, name)
+        since = start if start is not None and start < run_id else None
+        inc = store.open_incident_for(playbook, h, name)
+        if inc is not None:
+            rows = store.metric_history(playbook, h, name, before_run=inc["ref_before_run"], since_run=since,
+                                        limit=cfg.window, exclude_incident_runs=True)
+            what = f"the {len(rows)} runs before the drop (run #{inc['opened_run']})"
+        else:
+            limit = BASELINE_SPAN_LIMIT if since else cfg.window
+            rows = store.metric_history(playbook, h, name, before_run=run_id, since_run=since, limit=limit,
+                                        exclude_incident_runs=True)
+            base = store.baseline(playbook, h)
+            what = (f"the {len(rows)} runs since baseline #{since}" if since and base and base["run_id"] == since
+                    else f"the {len(rows)} runs since acknowledged run #{since}" if since
+                    else f"the last {len(rows)} successful runs")
+        j = judge(name, value, [r["value"] for r in rows], better=m.better, min_pct=cfg.min_pct,
                   k_sigma=cfg.k_sigma, min_history=cfg.min_history, unit=m.unit, what=what)
-        if j.verdict == "insufficient":
+        shift = _worse_shift(store, playbook, h, name, run_id, value, since, m.better, cfg)
+        if inc is not None:
+            if j.verdict == "regression":
+                store.incident_flagged(inc["id"], run_id)
+                direction = "below" if j.delta_pct < 0 else "above"
+                r = j.as_regression(h)
+                assert r is not None
+                r.reason = (f"still {abs(j.delta_pct):.1f}% {direction} the reference since run "
+                            f"#{inc['opened_run']} (open incident #{inc['id']}): {j.reason}")
+                found.append(r)
+            elif j.verdict != "insufficient":
+                store.close_incident(inc["id"], "recovered", "eaglebot",
+                                     f"{name} {_num(value)} is back within noise of the reference "
+                                     f"{_num(float(j.reference or 0))} at run #{run_id}", run_id)
+                notes.append(f"{h}: {name} recovered at run #{run_id}: incident #{inc['id']} "
+                             f"(open since run #{inc['opened_run']}) closed")
+            continue
+        if j.verdict == "insufficient" and shift is None:
             notes.append(f"{h}: {j.reason} ({name})")
             continue
-        if j.verdict == "ok":
-            continue
-        if h not in attr_cache:
-            attr_cache[h] = _attribute(store, playbook, h, run_id, fp.get(h) or empty_state())
-        r = j.as_regression(h, attr_cache[h])
-        if r is not None:
+        if j.verdict == "regression":
+            if h not in attr_cache:
+                attr_cache[h] = _attribute(store, playbook, h, run_id, fp.get(h) or empty_state())
+            extra = attr_cache[h] + (f"; {shift[1]}" if shift else "")
+            r = j.as_regression(h, extra)
+            assert r is not None
+            store.open_incident(playbook=playbook, host=h, metric=name, run_id=run_id, ref_before_run=run_id,
+                                reference=j.reference, unit=m.unit, better=m.better)
             found.append(r)
+        elif shift is not None:
+            sh, text, cp_run = shift
+            delta = round(100.0 * (value - sh.before_mean) / abs(sh.before_mean), 2) if sh.before_mean else 0.0
+            store.open_incident(playbook=playbook, host=h, metric=name, run_id=run_id, ref_before_run=cp_run,
+                                reference=sh.before_mean, unit=m.unit, better=m.better)
+            found.append(Regression(name, value, round(sh.before_mean, 4), delta, text, kind="regression", host=h))
+        elif j.verdict == "improvement":
+            r = j.as_regression(h)
+            if r is not None:
+                found.append(r)
     return found, notes
+
+
+def _worse_shift(store: Any, playbook: str, host: str, metric: str, run_id: int, value: float,
+                 since: int | None, better: str, cfg: RegressionConfig) -> tuple[Shift, str, int] | None:
+    """The change point the newest value sits after, when it made the metric worse by more
+    than min_pct: (shift, the sentence with its attribution, the run where it began)."""
+    rows = list(reversed(store.metric_history(playbook, host, metric, before_run=run_id, since_run=since,
+                                              limit=CP_WINDOW - 1)))
+    if len(rows) + 1 < CP_MIN_RUNS:
+        return None
+    ids = [int(r["run_id"]) for r in rows] + [run_id]
+    sh = latest_shift([float(r["value"]) for r in rows] + [value])
+    if sh is None or abs(sh.delta_pct) <= cfg.min_pct:
+        return None
+    worse = sh.delta_pct < 0 if better == "higher" else sh.delta_pct > 0
+    if not worse:
+        return None
+    cp_run, prev_run = ids[sh.start], ids[sh.start - 1]
+    n_steps = len(sh.points)
+    how = "in one step" if n_steps == 1 else f"over {ids[sh.points[-1].index] - cp_run + 1}+ runs ({n_steps} steps)"
+    changes = state_changes(host_state(store, host, prev_run), host_state(store, host, cp_run), cp_run)
+    text = (f"change point: {metric} moved {sh.delta_pct:+.1f}% ({_num(sh.before_mean)} → {_num(sh.after_mean)}) "
+            f"{how}, beginning at run #{cp_run} (confidence {100 * sh.confidence:.2f}%, E-divisive + t-test); "
+            f"at run #{cp_run} vs #{prev_run}: {attribution_sentence(changes)}")
+    return sh, text, cp_run
 
 
 def _attribute(store: Any, playbook: str, host: str, run_id: int, now: dict[str, Any]) -> str:
@@ -476,7 +562,9 @@ def _attribute(store: Any, playbook: str, host: str, run_id: int, now: dict[str,
             params = _loads(s.get("params"), {})
             if isinstance(params, dict) and isinstance(params.get("set"), dict):
                 patch_sets.append((str(params.get("path") or "?"), params["set"]))
-    return attribution_text(gid, attribution(good_state, now, changes, patch_sets), host)
+    text = attribution_text(gid, attribution(good_state, now, changes, patch_sets), host)
+    ranked = state_changes(good_state, now, run_id)
+    return text + (f"; {attribution_sentence(ranked)}" if ranked else "")
 
 
 def attribute_fixed(store: Any, run_id: int, playbook: str, regressions: list[Regression]) -> None:

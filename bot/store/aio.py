@@ -153,10 +153,11 @@ class AsyncStore:
         return await self._do(self.sync.baseline, playbook, host)
 
     async def metric_history(self, playbook: str, host: str, metric: str, *,
-            before_run: int | None = None, since_run: int | None = None, limit: int = 10) -> list[Row]:
+            before_run: int | None = None, since_run: int | None = None, limit: int = 10,
+            exclude_incident_runs: bool = False) -> list[Row]:
         """Values of one metric from successful runs of playbook+host, newest first."""
         return await self._do(self.sync.metric_history, playbook, host, metric, before_run=before_run,
-            since_run=since_run, limit=limit)
+            since_run=since_run, limit=limit, exclude_incident_runs=exclude_incident_runs)
 
     async def set_fingerprint(self, run_id: int, fingerprint: dict[str, Any]) -> None:
         return await self._do(self.sync.set_fingerprint, run_id, fingerprint)
@@ -199,6 +200,52 @@ class AsyncStore:
 
     async def update_regression_reason(self, run_id: int, host: str, metric: str, old: str, new: str) -> None:
         return await self._do(self.sync.update_regression_reason, run_id, host, metric, old, new)
+
+    async def open_incident(self, *, playbook: str, host: str, metric: str, run_id: int,
+            ref_before_run: int, reference: float | None, unit: str, better: str) -> int:
+        return await self._do(self.sync.open_incident, playbook=playbook, host=host, metric=metric,
+            run_id=run_id, ref_before_run=ref_before_run, reference=reference, unit=unit, better=better)
+
+    async def incident_flagged(self, incident_id: int, run_id: int) -> None:
+        return await self._do(self.sync.incident_flagged, incident_id, run_id)
+
+    async def open_incident_for(self, playbook: str, host: str, metric: str) -> Row | None:
+        return await self._do(self.sync.open_incident_for, playbook, host, metric)
+
+    async def incidents(self, *, playbook: str | None = None, host: str | None = None,
+            status: str | None = "open", run_id: int | None = None, limit: int = 100) -> list[Row]:
+        return await self._do(self.sync.incidents, playbook=playbook, host=host, status=status,
+            run_id=run_id, limit=limit)
+
+    async def close_incident(self, incident_id: int, kind: str, by: str, reason: str,
+            run_id: int | None = None) -> bool:
+        return await self._do(self.sync.close_incident, incident_id, kind, by, reason, run_id)
+
+    async def reference_start(self, playbook: str, host: str, metric: str) -> int | None:
+        """The first run a metric's reference may use: the baseline, or the start of the"""
+        return await self._do(self.sync.reference_start, playbook, host, metric)
+
+    async def create_sweep(self, *, kind: str, playbook: str, host: str, spec: dict[str, Any], actor: str,
+            origin: str, points: list[tuple[dict[str, Any], str, str]]) -> int:
+        """A sweep and its points: (inputs, status 'pending' or 'skipped', reason)."""
+        return await self._do(self.sync.create_sweep, kind=kind, playbook=playbook, host=host, spec=spec,
+            actor=actor, origin=origin, points=points)
+
+    async def get_sweep(self, sweep_id: int) -> Row | None:
+        return await self._do(self.sync.get_sweep, sweep_id)
+
+    async def sweep_points(self, sweep_id: int) -> list[Row]:
+        return await self._do(self.sync.sweep_points, sweep_id)
+
+    async def sweep_point_done(self, sweep_id: int, idx: int, status: str, run_id: int | None,
+            result: dict[str, Any] | None, reason: str = "") -> None:
+        return await self._do(self.sync.sweep_point_done, sweep_id, idx, status, run_id, result, reason)
+
+    async def add_sweep_point(self, sweep_id: int, inputs: dict[str, Any]) -> int:
+        return await self._do(self.sync.add_sweep_point, sweep_id, inputs)
+
+    async def finish_sweep(self, sweep_id: int, status: str, result: dict[str, Any] | None) -> None:
+        return await self._do(self.sync.finish_sweep, sweep_id, status, result)
 
     async def save_vars(self, run_id: int, variables: dict[str, Any]) -> None:
         """The resolved variables of each host of a run (redacted by the caller)."""

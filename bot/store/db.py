@@ -20,7 +20,7 @@ import sqlite_utils
 from eaglebot.errors import HostBusy
 from eaglebot.skills.facts.procs import parse_stat
 
-SCHEMA_VERSION = 2  # 2: run_hosts (indexed host filter), history/metric indexes
+SCHEMA_VERSION = 4  # 2: run_hosts (indexed host filter), history/metric indexes; 4: incidents, sweeps
 OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
 
 
@@ -188,6 +188,7 @@ class Store:
                 for c in cols:
                     db.table(table).create_index(c, if_not_exists=True)
             self._migrate_v2(version)
+            self._migrate_v4(version)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _migrate_v2(self, version: int) -> None:
@@ -209,6 +210,31 @@ class Store:
                 db.execute("insert or ignore into run_hosts (run_id, host) "
                            "select r.id, j.value from runs r, json_each(r.hosts) j "
                            "where json_valid(r.hosts) and j.type = 'text'")
+
+    def _migrate_v4(self, version: int) -> None:
+        """Regression incidents (open until recovery, a baseline or an ack; the runs they
+        flagged stay out of the reference window) and parameter sweeps (resumable: one row
+        per grid point). Idempotent: every table and index is created if missing."""
+        db = self.db
+        db.table("incidents").create({
+            "id": int, "playbook": str, "host": str, "metric": str, "status": str, "opened_run": int,
+            "ref_before_run": int, "reference": float, "unit": str, "better": str, "opened_at": str,
+            "last_run": int, "closed_run": int, "closed_at": str, "closed_kind": str, "closed_by": str,
+            "reason": str,
+        }, pk="id", if_not_exists=True)
+        db.table("incidents").create_index(["playbook", "host", "metric", "status"], if_not_exists=True)
+        db.table("incident_runs").create({"incident_id": int, "run_id": int}, pk=("incident_id", "run_id"),
+                                         foreign_keys=[("incident_id", "incidents", "id")], if_not_exists=True)
+        db.table("incident_runs").create_index(["run_id"], if_not_exists=True)
+        db.table("sweeps").create({
+            "id": int, "kind": str, "playbook": str, "host": str, "spec": str, "status": str, "actor": str,
+            "origin": str, "created_at": str, "finished_at": str, "result": str,
+        }, pk="id", if_not_exists=True)
+        db.table("sweep_points").create({
+            "id": int, "sweep_id": int, "idx": int, "inputs": str, "status": str, "reason": str,
+            "run_id": int, "result": str,
+        }, pk="id", foreign_keys=[("sweep_id", "sweeps", "id")], if_not_exists=True)
+        db.table("sweep_points").create_index(["sweep_id", "idx"], unique=True, if_not_exists=True)
 
     # -- liveness ------------------------------------------------------------------
     def recover(self) -> list[int]:
@@ -467,12 +493,21 @@ class Store:
         return rows[0] if rows else None
 
     def metric_history(self, playbook: str, host: str, metric: str, *, before_run: int | None = None,
-                       since_run: int | None = None, limit: int = 10) -> list[Row]:
-        """Values of one metric from successful runs of playbook+host, newest first."""
+                       since_run: int | None = None, limit: int = 10,
+                       exclude_incident_runs: bool = False) -> list[Row]:
+        """Values of one metric from successful runs of playbook+host, newest first.
+
+        exclude_incident_runs: leave out runs an incident flagged, unless that incident was
+        accepted (closed by an ack or a baseline): a reference window never learns a drop."""
         sql = ("select m.run_id, m.value, m.unit, m.better, r.started_at from metrics m "
                "join runs r on r.id = m.run_id where r.playbook = ? and m.host = ? and m.name = ? "
                "and r.status = 'succeeded' and r.dry_run = 0")
         args: list[Any] = [playbook, host, metric]
+        if exclude_incident_runs:
+            sql += (" and m.run_id not in (select ir.run_id from incident_runs ir join incidents i "
+                    "on i.id = ir.incident_id where i.playbook = ? and i.host = ? and i.metric = ? "
+                    "and (i.status = 'open' or i.closed_kind = 'recovered'))")
+            args += [playbook, host, metric]
         if before_run is not None:
             sql += " and m.run_id < ?"
             args.append(before_run)
@@ -579,6 +614,111 @@ class Store:
         with self._tx():
             self.db.execute("update regressions set reason = ? where run_id = ? and host = ? and metric = ? "
                             "and reason = ?", [new, run_id, host, metric, old])
+
+    # -- incidents (open regressions) -------------------------------------------------
+    def open_incident(self, *, playbook: str, host: str, metric: str, run_id: int, ref_before_run: int,
+                      reference: float | None, unit: str, better: str) -> int:
+        with self._tx():
+            cur = self.db.execute(
+                "insert into incidents (playbook, host, metric, status, opened_run, ref_before_run, reference, "
+                "unit, better, opened_at, last_run) values (?,?,?,'open',?,?,?,?,?,?,?)",
+                [playbook, host, metric, run_id, ref_before_run, reference, unit, better, now_iso(), run_id])
+            iid = _rowid(cur)
+            self.db.execute("insert or ignore into incident_runs (incident_id, run_id) values (?, ?)", [iid, run_id])
+            return iid
+
+    def incident_flagged(self, incident_id: int, run_id: int) -> None:
+        with self._tx():
+            self.db.execute("insert or ignore into incident_runs (incident_id, run_id) values (?, ?)",
+                            [incident_id, run_id])
+            self.db.execute("update incidents set last_run = ? where id = ?", [run_id, incident_id])
+
+    def open_incident_for(self, playbook: str, host: str, metric: str) -> Row | None:
+        rows = list(self.db.query("select * from incidents where playbook = ? and host = ? and metric = ? "
+                                  "and status = 'open' order by id desc limit 1", [playbook, host, metric]))
+        return rows[0] if rows else None
+
+    def incidents(self, *, playbook: str | None = None, host: str | None = None, status: str | None = "open",
+                  run_id: int | None = None, limit: int = 100) -> list[Row]:
+        sql, args = "select * from incidents where 1 = 1", []  # type: tuple[str, list[Any]]
+        for col, val in (("playbook", playbook), ("host", host), ("status", status)):
+            if val is not None:
+                sql += f" and {col} = ?"
+                args.append(val)
+        if run_id is not None:
+            sql += " and id in (select incident_id from incident_runs where run_id = ?)"
+            args.append(run_id)
+        return list(self.db.query(sql + " order by id desc limit ?", [*args, limit]))
+
+    def close_incident(self, incident_id: int, kind: str, by: str, reason: str, run_id: int | None = None) -> bool:
+        with self._tx():
+            cur = self.db.execute(
+                "update incidents set status = 'closed', closed_kind = ?, closed_by = ?, reason = ?, "
+                "closed_run = ?, closed_at = ? where id = ? and status = 'open'",
+                [kind, by, reason, run_id, now_iso(), incident_id])
+            return cur.rowcount > 0
+
+    def reference_start(self, playbook: str, host: str, metric: str) -> int | None:
+        """The first run a metric's reference may use: the baseline, or the start of the
+        newest incident an operator accepted (ack), whichever is later."""
+        base = self.baseline(playbook, host)
+        row = self.db.execute("select max(opened_run) from incidents where playbook = ? and host = ? "
+                              "and metric = ? and closed_kind = 'ack'", [playbook, host, metric]).fetchone()
+        cands = [v for v in ((base or {}).get("run_id"), row[0] if row else None) if v is not None]
+        return max(cands) if cands else None
+
+    # -- sweeps and bisections (resumable grids of runs) -------------------------------
+    def create_sweep(self, *, kind: str, playbook: str, host: str, spec: dict[str, Any], actor: str,
+                     origin: str, points: list[tuple[dict[str, Any], str, str]]) -> int:
+        """A sweep and its points: (inputs, status 'pending' or 'skipped', reason)."""
+        with self._tx():
+            cur = self.db.execute(
+                "insert into sweeps (kind, playbook, host, spec, status, actor, origin, created_at) "
+                "values (?,?,?,?,'running',?,?,?)", [kind, playbook, host, _j(spec), actor, origin, now_iso()])
+            sid = _rowid(cur)
+            for i, (inputs, status, reason) in enumerate(points):
+                self.db.execute("insert into sweep_points (sweep_id, idx, inputs, status, reason) values (?,?,?,?,?)",
+                                [sid, i, _j(inputs), status, reason])
+            return sid
+
+    def get_sweep(self, sweep_id: int) -> Row | None:
+        rows = list(self.db.query("select * from sweeps where id = ?", [sweep_id]))
+        if not rows:
+            return None
+        out = dict(rows[0])
+        for k in ("spec", "result"):
+            out[k] = json.loads(out[k]) if out.get(k) else None
+        return out
+
+    def sweep_points(self, sweep_id: int) -> list[Row]:
+        out = []
+        for r in self.db.query("select * from sweep_points where sweep_id = ? order by idx", [sweep_id]):
+            r = dict(r)
+            r["inputs"] = json.loads(r["inputs"]) if r.get("inputs") else {}
+            r["result"] = json.loads(r["result"]) if r.get("result") else None
+            out.append(r)
+        return out
+
+    def sweep_point_done(self, sweep_id: int, idx: int, status: str, run_id: int | None,
+                         result: dict[str, Any] | None, reason: str = "") -> None:
+        with self._tx():
+            self.db.execute("update sweep_points set status = ?, run_id = ?, result = ?, reason = ? "
+                            "where sweep_id = ? and idx = ?",
+                            [status, run_id, _j(result) if result is not None else None, reason, sweep_id, idx])
+
+    def add_sweep_point(self, sweep_id: int, inputs: dict[str, Any]) -> int:
+        with self._tx():
+            row = self.db.execute("select coalesce(max(idx), -1) + 1 from sweep_points where sweep_id = ?",
+                                  [sweep_id]).fetchone()
+            idx = int(row[0])
+            self.db.execute("insert into sweep_points (sweep_id, idx, inputs, status, reason) "
+                            "values (?,?,?,'pending','')", [sweep_id, idx, _j(inputs)])
+            return idx
+
+    def finish_sweep(self, sweep_id: int, status: str, result: dict[str, Any] | None) -> None:
+        with self._tx():
+            self.db.execute("update sweeps set status = ?, finished_at = ?, result = ? where id = ?",
+                            [status, now_iso(), _j(result) if result is not None else None, sweep_id])
 
     def save_vars(self, run_id: int, variables: dict[str, Any]) -> None:
         """The resolved variables of each host of a run (redacted by the caller)."""

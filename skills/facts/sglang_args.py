@@ -60,3 +60,45 @@ def same_value(asked: Any, effective: Any) -> bool:
         except (TypeError, ValueError):
             return False
     return str(asked).strip().upper() == str(effective).strip().upper() or str(asked) == str(effective)
+
+
+def launch_flags(args: list[str]) -> dict[str, str | list[str] | bool]:
+    """Every flag of a launch command with ALL its values, read with SGLang's argparse grammar:
+    `--flag=value`, a multi-value flag (`--cuda-graph-bs 1 2 4` keeps 1, 2 and 4: argparse's
+    nargs="+" takes words until the next option), and a boolean flag (True). One value stays a
+    string; several become a list. Aliases map to their canonical spelling."""
+    out: dict[str, str | list[str] | bool] = {}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if not a.startswith("--"):
+            i += 1
+            continue
+        if "=" in a:
+            k, v = a.split("=", 1)
+            out[FLAG_ALIASES.get(k, k)] = v
+            i += 1
+            continue
+        vals: list[str] = []
+        j = i + 1
+        while j < len(args) and not args[j].startswith("--"):
+            vals.append(args[j])
+            j += 1
+        out[FLAG_ALIASES.get(a, a)] = True if not vals else (vals[0] if len(vals) == 1 else vals)
+        i = j
+    return out
+
+
+def build_launch_args(flags: dict[str, str | list[str] | bool]) -> list[str]:
+    """The inverse of `launch_flags`: an argv list (booleans as bare flags; False drops it)."""
+    out: list[str] = []
+    for k, v in flags.items():
+        if v is True:
+            out.append(k)
+        elif v is False:
+            continue
+        elif isinstance(v, list):
+            out += [k, *v]
+        else:
+            out += [k, str(v)]
+    return out

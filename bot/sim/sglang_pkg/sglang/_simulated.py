@@ -16,7 +16,24 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+
+if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
+    from . import _perf_model
+else:
+    def _sibling(name: str) -> ModuleType:
+        # By path: this file also runs loaded on its own (tests, the fake nvidia-smi's helpers).
+        full = f"sglang.{name}" if __name__.startswith("sglang") else f"{__name__}_{name}"
+        if full in sys.modules:
+            return sys.modules[full]
+        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[full] = mod  # dataclasses look their module up here
+        spec.loader.exec_module(mod)
+        return mod
+
+    _perf_model = _sibling("_perf_model")
 
 VERSION = "0.5.23"
 BANNER = ("SIMULATED SGLang 0.5.23 (eaglebot sandbox): no model is loaded and no tokens are generated; "
@@ -112,6 +129,7 @@ class PerfModel:
         self.num_layers = num_layers
         self.default_ids = [2, num_layers // 2, num_layers - 3]
         self.aux_ids = aux_ids if aux_ids is not None else list(self.default_ids)
+        self.epoch = 0
         self.accept_len = self._accept_len()
 
     def _accept_len(self) -> float:
@@ -121,20 +139,23 @@ class PerfModel:
         forced = os.environ.get("SGLANG_SIMULATE_ACC_LEN") or os.environ.get("EAGLE_SIM_ACCEPT_LEN")
         if forced:
             return float(forced)
-        steps, topk, draft = a.speculative_num_steps, a.speculative_eagle_topk, a.speculative_num_draft_tokens
-        base = 1.0 + 0.6 * steps * (1.0 + 0.05 * (topk - 1))
-        base = min(base, min(draft, steps + 1) - 0.05)
-        # Capture layers the draft was not trained on hurt acceptance; a negative id
-        # (the embeddings, after the +1 shift) hurts twice.
-        mismatches = sum(1 for i in self.aux_ids if i not in self.default_ids)
-        negatives = sum(1 for i in self.aux_ids if i < 0)
-        return round(max(1.05, float(base) - 0.45 * (mismatches + negatives)), 2)
+        return _perf_model.accept_length(self.settings)
+
+    @property
+    def settings(self) -> "_perf_model.Settings":
+        a = self.args
+        s = _perf_model.settings_from_env(a.speculative_num_steps, a.speculative_eagle_topk,
+                                          a.speculative_num_draft_tokens, self.aux_ids, self.default_ids,
+                                          max(1, a.tp_size), a.speculative_algorithm is not None)
+        s.epoch = self.epoch
+        return s
+
+    def next_epoch(self) -> None:
+        """A cache flush starts a new benchmark: the next draw of the seeded noise."""
+        self.epoch += 1
 
     def step_s(self) -> float:
-        a = self.args
-        draft = a.speculative_num_draft_tokens or 1
-        tp = max(1, a.tp_size)
-        return float((0.018 + 0.0009 * draft) / (1.0 + 0.6 * (tp - 1)))
+        return _perf_model.step_s(self.settings) / _perf_model.noise_factor(self.settings)
 
     def ttft_s(self, input_len: int) -> float:
         return 0.012 + 0.00002 * input_len

@@ -148,6 +148,7 @@ class Server:
         with self.lock:
             self.decode_steps = 0
             self.accepted_tokens = 0
+            self.perf.next_epoch()
 
     # -- /generate -------------------------------------------------------------------
     def generate(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from eaglebot.engine.playbook import Playbook
+from eaglebot.history.incidents import describe
 from eaglebot.history.view import HistoryRow, RunView
 from eaglebot.store import parse_iso
 
@@ -87,6 +88,8 @@ def show_text(view: RunView, *, with_output: bool = False) -> str:
                                   f" ({m['better']} is better)" for m in view.metrics]
     if view.warnings:
         out += ["", "warnings:"] + [f"  {w}" for w in view.warning_lines]
+    if view.incidents:
+        out += ["", "open regression incidents:"] + [f"  {describe(i)}" for i in view.incidents]
     if view.regressions:
         out += ["", "regressions and improvements:"] + [
             f"  {r['kind'].upper()} {r['host']}: {r['metric']} {fmt_value(r['value'])} vs "

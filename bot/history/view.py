@@ -7,9 +7,10 @@ Rendering (text, Block Kit) stays in the front ends.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, TypedDict
 
+from eaglebot.history.incidents import describe
 from eaglebot.store import Store, parse_iso
 
 KEY_METRIC = "output_throughput"
@@ -80,14 +81,16 @@ class RunView:
     warnings: list[dict[str, Any]]
     regressions: list[dict[str, Any]]
     changes: list[dict[str, Any]]
+    incidents: list[dict[str, Any]] = field(default_factory=list)   # open ones of its playbook + hosts
 
     @classmethod
     def load(cls, store: Store, run_id: int) -> RunView | None:
         run = store.get_run(run_id)
         if run is None:
             return None
+        incidents = [i for h in run.get("hosts") or [] for i in store.incidents(playbook=run["playbook"], host=h)]
         return cls(run, store.steps(run_id), store.metrics(run_id), store.warnings(run_id),
-                   store.regressions(run_id), store.changes(run_id))
+                   store.regressions(run_id), store.changes(run_id), incidents)
 
     @property
     def run_id(self) -> int:
@@ -162,7 +165,9 @@ class RunView:
                       for s in self.steps],
             "metrics": [{"host": m["host"], "name": m["name"], "value": m["value"], "unit": m["unit"]}
                         for m in self.metrics],
-            "warnings": self.warning_lines,
+            # Open incidents ride with the warnings, so every front end's summary (the Slack
+            # thread, nightly posts) shows them without a renderer of its own.
+            "warnings": self.warning_lines + [f"open {describe(i)}" for i in self.incidents],
             "regressions": [{"host": r["host"], "metric": r["metric"], "value": r["value"],
                              "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"],
                              "kind": r.get("kind") or "regression"} for r in self.regressions],

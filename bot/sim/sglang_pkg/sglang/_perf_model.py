@@ -92,3 +92,11 @@ def settings_from_env(steps: int | None, topk: int | None, draft_tokens: int | N
 def output_tok_s(s: Settings) -> float:
     """Decode tokens per second of one request (SIMULATED)."""
     return accept_length(s) / step_s(s) * noise_factor(s)
+
+
+def ttft_s(s: Settings, input_len: int) -> float:
+    """Prefill of the target, plus the draft's own prefill and first speculative step."""
+    t = 0.012 + 0.00002 * input_len
+    if s.spec:
+        t *= 1.0 + 0.03 * (s.steps or 1) + 0.015 * max(1, s.topk or 1)
+    return t / (1.0 + 0.6 * (max(1, s.tp) - 1))

@@ -158,7 +158,7 @@ class PerfModel:
         return _perf_model.step_s(self.settings) / _perf_model.noise_factor(self.settings)
 
     def ttft_s(self, input_len: int) -> float:
-        return 0.012 + 0.00002 * input_len
+        return _perf_model.ttft_s(self.settings, input_len)
 
     def itl_s(self) -> float:
         return self.step_s() / self.accept_len

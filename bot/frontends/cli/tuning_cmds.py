@@ -1,0 +1,197 @@
+"""`eagle diff`, `eagle bisect`, `eagle sweep` (and `sweep resume`), `eagle ack`: thin calls
+into history/ and frontends/tuning/, registered on the main parser by `register`."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from eaglebot.config import load_settings
+from eaglebot.errors import UsageError
+from eaglebot.frontends.services import Services
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    return load_settings(getattr(args, "config", None))
+
+
+def _actor() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "cli"
+
+
+def _out(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from eaglebot.frontends.tuning.render import diff_text
+    from eaglebot.history.diff import diff_json, diff_runs
+    from eaglebot.store import Store
+
+    store = Store(_settings(args).db_path)
+    try:
+        d = diff_runs(store, args.run_a, args.run_b)
+    finally:
+        store.close()
+    if args.json:
+        _out(diff_json(d))
+    else:
+        print(diff_text(d))
+    return 0
+
+
+def cmd_ack(args: argparse.Namespace) -> int:
+    from eaglebot.history.incidents import ack
+    from eaglebot.store import Store
+
+    store = Store(_settings(args).db_path)
+    try:
+        print(ack(store, args.run_id, args.metric, args.reason, _actor()))
+    finally:
+        store.close()
+    return 0
+
+
+def _approver(args: argparse.Namespace) -> Any:
+    from eaglebot.frontends.cli.terminal import terminal_approver
+
+    return terminal_approver if (sys.stdin.isatty() and not args.yes) else None
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from eaglebot.frontends.cli.terminal import TerminalObserver
+    from eaglebot.frontends.tuning.bisect import bisect
+    from eaglebot.frontends.tuning.render import bisect_text
+
+    async def go() -> dict[str, Any]:
+        svc = await Services.open(_settings(args))
+        try:
+            return await bisect(svc, args.good, args.bad, args.host, actor=_actor(), origin="cli", leave=args.leave,
+                                repeats=args.repeats, num_prompts=args.prompts, observer=TerminalObserver(),
+                                approver=_approver(args), assume_yes=args.yes)
+        finally:
+            await svc.close()
+
+    r = asyncio.run(go())
+    if args.json:
+        _out(r)
+    else:
+        print(bisect_text(r))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from eaglebot.frontends.cli.terminal import TerminalObserver
+    from eaglebot.frontends.tuning import sweep as sw
+    from eaglebot.frontends.tuning.plot import render_sweep
+    from eaglebot.frontends.tuning.render import sweep_text
+
+    _merge_trailing_options(args)
+    words: list[str] = list(args.words)
+    heat = None
+    if args.heatmap:
+        parts = args.heatmap.split(",")
+        if len(parts) != 2:
+            raise UsageError("--heatmap takes two swept inputs, e.g. --heatmap spec_steps,spec_topk")
+        heat = (parts[0], parts[1])
+
+    async def go() -> dict[str, Any]:
+        svc = await Services.open(_settings(args))
+        try:
+            if words and words[0] == "resume":
+                if len(words) != 2 or not words[1].lstrip("#").isdigit():
+                    raise UsageError("usage: eagle sweep resume ID")
+                sid = int(words[1].lstrip("#"))
+            else:
+                if not args.host:
+                    raise UsageError("eagle sweep PLAYBOOK -H HOST key=v1,v2 ...: give the host with -H")
+                if len(words) < 2:
+                    raise UsageError("usage: eagle sweep PLAYBOOK -H HOST key=v1,v2 ... [--repeats N]")
+                axes, fixed, repeats = sw.parse_assignments(words[1:])
+                req = sw.SweepRequest(words[0], args.host, axes, fixed, args.repeats or repeats, heat)
+                sid = await sw.create(svc, req, actor=_actor(), origin="cli")
+                print(f"sweep #{sid}: {len(sw.grid(axes))} points", file=sys.stderr)
+            return await sw.execute(svc, sid, actor=_actor(), origin="cli", observer=TerminalObserver(),
+                                    approver=_approver(args), assume_yes=args.yes)
+        finally:
+            await svc.close()
+
+    r = asyncio.run(go())
+    axes = sw.heatmap_axes(r)
+    png = None
+    if axes and r["ranked"]:
+        png = render_sweep(r, axes[0], axes[1], Path(args.out) if args.out else sw.default_png(r))
+    if args.json:
+        _out({**r, "heatmap": str(png) if png else None, "apply_best": sw.apply_best_command(r)})
+    else:
+        print(sweep_text(r))
+        if png:
+            print(f"heatmap and Pareto front: {png}")
+        if (cmd := sw.apply_best_command(r)):
+            print(f"apply the best: eagle chat {json.dumps(cmd)}")
+    return 1 if r["failed"] else 0
+
+
+def _sweep_options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
+    d: dict[str, Any] = {} if defaults else {"default": argparse.SUPPRESS}
+    p.add_argument("-H", "--host", **d)
+    p.add_argument("--repeats", type=int, help="benchmark runs per point", **d)
+    p.add_argument("--heatmap", help="two swept inputs for the heatmap's axes (default: the first two)", **d)
+    p.add_argument("--out", help="heatmap PNG (default ./sweep-ID.png)", **d)
+    p.add_argument("--yes", action="store_true", help="approve confirm steps up front", **d)
+    p.add_argument("--json", action="store_true", **d)
+
+
+def _merge_trailing_options(args: argparse.Namespace) -> None:
+    """`eagle sweep relaunch -H gpu-01 spec_steps=3,5`: options may sit between the words
+    (argparse takes one run of positionals only), so the words are read a second time."""
+    aux = argparse.ArgumentParser(prog="eagle sweep", add_help=False)
+    _sweep_options(aux, defaults=False)
+    aux.add_argument("--config", default=argparse.SUPPRESS)
+    ns, rest = aux.parse_known_args(list(args.words))
+    bad = [w for w in rest if w.startswith("-")]
+    if bad:
+        raise UsageError(f"eagle sweep: unknown option {bad[0]!r}")
+    for k, v in vars(ns).items():
+        setattr(args, k, v)
+    args.words = rest
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    s = sub.add_parser("diff", parents=[common], help="two runs side by side: inputs, launch args, config patch, "
+                                                      "versions, env, health, metrics")
+    s.add_argument("run_a", type=int)
+    s.add_argument("run_b", type=int)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_diff)
+
+    s = sub.add_parser("bisect", parents=[common], help="name the change(s) between two runs that cost the metric")
+    s.add_argument("good", type=int, metavar="GOOD_RUN")
+    s.add_argument("bad", type=int, metavar="BAD_RUN")
+    s.add_argument("-H", "--host", required=True)
+    s.add_argument("--leave", choices=["good", "bad"], default="good", help="the state to leave the host in")
+    s.add_argument("--repeats", type=int, default=3, help="benchmark runs per point (median)")
+    s.add_argument("--prompts", type=int, default=32, help="prompts per benchmark")
+    s.add_argument("--yes", action="store_true", help="approve confirm steps up front")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_bisect)
+
+    s = sub.add_parser("sweep", parents=[common], help="a grid of playbook inputs, relaunch + bench each; "
+                                                       "`eagle sweep resume ID` finishes an interrupted one")
+    _sweep_options(s)
+    s.add_argument("words", nargs=argparse.REMAINDER, metavar="PLAYBOOK key=v1,v2 ... | resume ID")
+    s.set_defaults(func=cmd_sweep)
+
+    s = sub.add_parser("ack", parents=[common], help="close an open regression incident, with a reason")
+    s.add_argument("run_id", type=int)
+    s.add_argument("metric")
+    s.add_argument("--reason", required=True)
+    s.set_defaults(func=cmd_ack)

@@ -1,0 +1,65 @@
+"""One tuning point = one audited run of a playbook; its numbers read back from the store."""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from eaglebot.engine.playbook import Playbook
+from eaglebot.engine.runner import Approver, Observer, RunRequest
+from eaglebot.frontends.services import Services
+
+THROUGHPUT, TTFT = "output_throughput", "median_ttft_ms"
+ACCEPT = ("accept_length", "avg_spec_accept_length")
+
+
+@dataclass
+class PointResult:
+    run_id: int
+    status: str
+    throughput: float | None
+    ttft_ms: float | None
+    accept: float | None
+    spread: float | None          # max - min of output throughput over the repeats
+    repeats: int
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "status": self.status, "output_throughput": self.throughput,
+                "median_ttft_ms": self.ttft_ms, "accept_length": self.accept,
+                "throughput_spread": self.spread, "repeats": self.repeats, "error": self.error}
+
+
+def numbers(metrics: list[dict[str, Any]], steps: list[dict[str, Any]]) -> dict[str, Any]:
+    by = {m["name"]: float(m["value"]) for m in metrics}
+    accept = next((by[k] for k in ACCEPT if k in by), None)
+    runs: list[dict[str, Any]] = []
+    for s in steps:
+        if s["skill"] == "bench.serving" and s.get("data"):
+            try:
+                runs = list(json.loads(s["data"]).get("runs") or [])
+            except (TypeError, ValueError):
+                runs = []
+    tput = [float(r["output_throughput"]) for r in runs if isinstance(r, dict) and "output_throughput" in r]
+    return {"throughput": by.get(THROUGHPUT), "ttft_ms": by.get(TTFT), "accept": accept,
+            "spread": (max(tput) - min(tput)) if len(tput) > 1 else 0.0 if tput else None,
+            "repeats": len(tput) or (1 if THROUGHPUT in by else 0),
+            "samples": tput}
+
+
+async def run_point(services: Services, pb: Playbook, host: str, inputs: dict[str, Any], *, actor: str,
+                    origin: str, observer: Observer | None = None, approver: Approver | None = None,
+                    assume_yes: bool = False, channel: str | None = None) -> PointResult:
+    req = RunRequest(pb, [host], dict(inputs), actor=actor, origin=origin, assume_yes=assume_yes, channel=channel)
+    outcome = await services.engine.run(req, observer, approver)
+    rid = outcome.run_id
+    metrics = await services.store.metrics(rid)
+    steps = await services.store.steps(rid)
+    n = numbers(metrics, steps)
+    return PointResult(rid, outcome.status, n["throughput"], n["ttft_ms"], n["accept"], n["spread"],
+                       n["repeats"], outcome.error)
+
+
+def median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None

@@ -484,20 +484,30 @@ def check_run(store: Any, run_id: int, playbook: str, hosts: list[str],
                   k_sigma=cfg.k_sigma, min_history=cfg.min_history, unit=m.unit, what=what)
         shift = _worse_shift(store, playbook, h, name, run_id, value, since, m.better, cfg)
         if inc is not None:
-            if j.verdict == "regression":
-                store.incident_flagged(inc["id"], run_id)
-                direction = "below" if j.delta_pct < 0 else "above"
-                r = j.as_regression(h)
-                assert r is not None
-                r.reason = (f"still {abs(j.delta_pct):.1f}% {direction} the reference since run "
-                            f"#{inc['opened_run']} (open incident #{inc['id']}): {j.reason}")
-                found.append(r)
-            elif j.verdict != "insufficient":
+            worse = j.delta_pct < 0 if m.better == "higher" else j.delta_pct > 0
+            recovered = j.verdict != "insufficient" and (not worse or abs(j.delta_pct) <= cfg.min_pct / 2)
+            if j.verdict == "insufficient":
+                notes.append(f"{h}: {j.reason} ({name}); incident #{inc['id']} stays open")
+            elif recovered:
+                # Hysteresis: back within half of min_pct of the reference (or better), so a drop
+                # that hovers at the threshold does not open and close an incident every night.
                 store.close_incident(inc["id"], "recovered", "eaglebot",
-                                     f"{name} {_num(value)} is back within noise of the reference "
+                                     f"{name} {_num(value)} is back within {cfg.min_pct / 2:g}% of the reference "
                                      f"{_num(float(j.reference or 0))} at run #{run_id}", run_id)
                 notes.append(f"{h}: {name} recovered at run #{run_id}: incident #{inc['id']} "
                              f"(open since run #{inc['opened_run']}) closed")
+                if j.verdict == "improvement":
+                    r = j.as_regression(h)
+                    if r is not None:
+                        found.append(r)
+            else:
+                store.incident_flagged(inc["id"], run_id)
+                direction = "below" if j.delta_pct < 0 else "above"
+                reason = (f"still {abs(j.delta_pct):.1f}% {direction} the reference since run #{inc['opened_run']} "
+                          f"(open incident #{inc['id']}; it closes within {cfg.min_pct / 2:g}% of the reference): "
+                          f"{j.reason}" + (f"; {shift[1]}" if shift else ""))
+                found.append(Regression(name, value, float(j.reference or 0.0), round(j.delta_pct, 2), reason,
+                                        kind="regression", host=h))
             continue
         if j.verdict == "insufficient" and shift is None:
             notes.append(f"{h}: {j.reason} ({name})")

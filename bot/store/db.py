@@ -640,7 +640,8 @@ class Store:
 
     def incidents(self, *, playbook: str | None = None, host: str | None = None, status: str | None = "open",
                   run_id: int | None = None, limit: int = 100) -> list[Row]:
-        sql, args = "select * from incidents where 1 = 1", []  # type: tuple[str, list[Any]]
+        sql = "select * from incidents where 1 = 1"
+        args: list[Any] = []
         for col, val in (("playbook", playbook), ("host", host), ("status", status)):
             if val is not None:
                 sql += f" and {col} = ?"

@@ -24,6 +24,7 @@ from eaglebot.errors import EagleError, UsageError
 from eaglebot.engine.playbook import RESERVED, Playbook, load_playbook, playbook_files
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import Approver, Observer, RunRequest
+from eaglebot.frontends.chat import tuning
 from eaglebot.frontends.chat.reply import (CancelRequested, LogTail, Note, Reply, RunShown, error_reply,
                                            listing)
 from eaglebot.frontends.format import describe_inputs, fmt_time, history_text, show_text, since, table
@@ -44,8 +45,8 @@ _METRIC = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,99}$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
-VIEW_COMMANDS = {"playbooks", "hosts", "history", "show", "status", "logs", "schedule", "trend"}
-OPERATE_COMMANDS = {"run", "cancel", "rerun", "baseline"}
+VIEW_COMMANDS = {"playbooks", "hosts", "history", "show", "status", "logs", "schedule", "trend", *tuning.VIEW}
+OPERATE_COMMANDS = {"run", "cancel", "rerun", "baseline", *tuning.OPERATE}
 
 USAGE = """\
 /eagle <playbook> [host[,host]] [key=value ...] [--dry-run]   run a playbook (e.g. relaunch gpu-01 spec_steps=5)
@@ -58,7 +59,8 @@ USAGE = """\
 /eagle logs HOST                    tail of the inference server's log on a host
 /eagle schedule                     scheduled runs and their next fire time
 /eagle baseline set ID              make a run the reference for its playbook + host
-/eagle trend PLAYBOOK HOST METRIC   plot a metric over recent runs"""
+/eagle trend PLAYBOOK HOST METRIC   plot a metric over recent runs
+""" + tuning.HELP
 
 
 # -- parsing (pure) -----------------------------------------------------------------------
@@ -160,6 +162,9 @@ def _builtin(word: str, args: list[str], text: str) -> Command:
                 or not _METRIC.match(args[2])):
             return _err(text, "usage: /eagle trend PLAYBOOK HOST METRIC (e.g. `/eagle trend bench gpu-01 output_throughput`)")
         return Command(word, tuple(args), text=text)
+    if word in tuning.WORDS:
+        targs, why = tuning.parse_tuning(word, args)
+        return _err(text, why) if why else Command(word, targs, text=text)
     return _err(text, f"unknown command {_shown(word)}")  # pragma: no cover - RESERVED is covered above
 
 
@@ -222,7 +227,8 @@ def authorize_playbook(access: AccessConfig, playbook: str, user: str) -> str | 
 
 def _verb(cmd: Command) -> str:
     return {"run": f"run playbooks ({cmd.playbook})", "cancel": "cancel runs", "rerun": "re-run runs",
-            "baseline": "set baselines"}.get(cmd.name, cmd.name)
+            "baseline": "set baselines", "bisect": "bisect runs", "sweep": "run sweeps",
+            "ack": "acknowledge regressions"}.get(cmd.name, cmd.name)
 
 
 # -- replies -----------------------------------------------------------------------------
@@ -254,7 +260,7 @@ class Caller:
 
 async def audit_refusal(services: Services, user: str, cmd: Command, why: str, run_id: int | None = None) -> None:
     """Every refusal is an audit record: an `events` row of kind `access_denied`."""
-    if run_id is None and cmd.name in ("cancel", "rerun", "show", "baseline") and cmd.args != ("last",):
+    if run_id is None and cmd.name in ("cancel", "rerun", "show", "baseline", "ack") and cmd.args != ("last",):
         try:
             run_id = cmd.run_id
         except (ValueError, IndexError):
@@ -513,5 +519,5 @@ async def _trend(services: Services, cmd: Command, caller: Caller) -> Reply:
 _HANDLERS: dict[str, Callable[[Services, Command, Caller], Awaitable[Reply]]] = {
     "help": _help, "playbooks": _list_playbooks, "hosts": _hosts, "history": _history, "show": _show,
     "status": _status, "cancel": _cancel, "rerun": _rerun, "logs": _logs, "schedule": _schedule,
-    "baseline": _baseline, "trend": _trend, "run": _run,
+    "baseline": _baseline, "trend": _trend, "run": _run, **tuning.HANDLERS,
 }

@@ -68,7 +68,7 @@ def accept_length(s: Settings) -> float:
 def step_s(s: Settings) -> float:
     draft = (s.draft_tokens or 1) if s.spec else 1
     steps = (s.steps or 0) if s.spec else 0
-    t = TARGET_STEP_S + VERIFY_TOKEN_S * draft * max(1, s.topk or 1) ** 0.5 + DRAFT_STEP_S * steps
+    t = TARGET_STEP_S + VERIFY_TOKEN_S * draft * math.sqrt(max(1, s.topk or 1)) + DRAFT_STEP_S * steps
     return t / (1.0 + 0.6 * (max(1, s.tp) - 1))
 
 

@@ -1,0 +1,156 @@
+"""The slash grammar's tuning words: `/eagle diff A B`, `/eagle bisect GOOD BAD HOST`,
+`/eagle sweep PLAYBOOK HOST key=v1,v2 ... [repeats=N]`, `/eagle ack ID METRIC reason`.
+
+`parse_tuning` is pure (the router calls it from `parse`); the handlers do the work through
+the same code as the CLI (history/diff.py, history/incidents.py, frontends/tuning/).
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Protocol
+
+from eaglebot.engine.runner import RunRequest
+from eaglebot.frontends.chat.reply import Note, Reply, listing
+from eaglebot.frontends.services import Services
+
+
+class Command(Protocol):
+    @property
+    def args(self) -> tuple[str, ...]: ...
+
+
+class Caller(Protocol):
+    """What the router's Caller gives these handlers (this module cannot import the router)."""
+
+    @property
+    def user(self) -> str: ...
+
+    @property
+    def origin(self) -> str: ...
+
+    @property
+    def channel(self) -> str | None: ...
+
+    @property
+    def frontend(self) -> Any: ...
+
+WORDS = ("diff", "bisect", "sweep", "ack")
+VIEW = {"diff"}
+OPERATE = {"bisect", "sweep", "ack"}
+_ID = re.compile(r"^#?\d{1,12}$")
+_HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+_METRIC = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,99}$")
+USAGE = {
+    "diff": "usage: /eagle diff A B (two run numbers, e.g. `/eagle diff 41 45`)",
+    "bisect": "usage: /eagle bisect GOOD BAD HOST [leave=good|bad] [repeats=N] (e.g. `/eagle bisect 41 45 gpu-01`)",
+    "sweep": "usage: /eagle sweep PLAYBOOK HOST key=v1,v2 ... [repeats=N] "
+             "(e.g. `/eagle sweep relaunch gpu-01 spec_steps=3,5,7 spec_topk=1,4`) or /eagle sweep resume ID",
+    "ack": "usage: /eagle ack ID METRIC reason (e.g. `/eagle ack 45 output_throughput new draft, slower by design`)",
+}
+HELP = """\
+/eagle diff A B                     two runs side by side: inputs, launch args, config patch, versions, env, metrics
+/eagle bisect GOOD BAD HOST         relaunch subsets of the changes between two runs; names the culprit
+/eagle sweep PLAYBOOK HOST k=v1,v2  a grid of inputs, relaunch + bench each; ranked table + heatmap
+/eagle ack ID METRIC reason         close an open regression incident (audited)"""
+
+
+def parse_tuning(word: str, args: list[str]) -> tuple[tuple[str, ...], str | None]:
+    """(the command's arguments, None) or ((), the usage sentence). Pure."""
+    bad: tuple[tuple[str, ...], str | None] = ((), USAGE.get(word, f"unknown command {word!r}"))
+    if word == "diff":
+        if len(args) != 2 or not all(_ID.match(a) for a in args):
+            return bad
+        return tuple(a.lstrip("#") for a in args), None
+    if word == "bisect":
+        if len(args) < 3 or not _ID.match(args[0]) or not _ID.match(args[1]) or not _HOST.match(args[2]):
+            return bad
+        opts = args[3:]
+        for o in opts:
+            k, _, v = o.partition("=")
+            if not ((k == "leave" and v in ("good", "bad")) or (k == "repeats" and v.isdigit() and 1 <= int(v) <= 20)):
+                return bad
+        return (args[0].lstrip("#"), args[1].lstrip("#"), args[2], *opts), None
+    if word == "sweep":
+        if len(args) == 2 and args[0] == "resume" and _ID.match(args[1]):
+            return ("resume", args[1].lstrip("#")), None
+        if len(args) < 3 or not _NAME.match(args[0]) or not _HOST.match(args[1]) or any("=" not in a for a in args[2:]):
+            return bad
+        return tuple(args), None
+    if word == "ack":
+        if len(args) < 3 or not _ID.match(args[0]) or not _METRIC.match(args[1]):
+            return bad
+        return (args[0].lstrip("#"), args[1], " ".join(args[2:])), None
+    return bad
+
+
+async def _diff(services: Services, cmd: Command, caller: Caller) -> Reply:
+    from eaglebot.frontends.tuning.render import diff_text
+    from eaglebot.history.diff import diff_runs
+
+    a, b = int(cmd.args[0]), int(cmd.args[1])
+    d = await services.store.call(lambda s: diff_runs(s, a, b))
+    return listing(diff_text(d), f"Diff #{a} → #{b}", public=True)
+
+
+async def _ack(services: Services, cmd: Command, caller: Caller) -> Reply:
+    from eaglebot.history.incidents import ack
+
+    rid, metric, reason = int(cmd.args[0]), cmd.args[1], cmd.args[2]
+    text = await services.store.call(lambda s: ack(s, rid, metric, reason, caller.user))
+    return Reply(text, Note(text, mark="ack"), public=True, run_id=rid)
+
+
+async def _bisect(services: Services, cmd: Command, caller: Caller) -> Reply:
+    from eaglebot.frontends.tuning.bisect import bisect
+    from eaglebot.frontends.tuning.render import bisect_text
+
+    good, bad, host = int(cmd.args[0]), int(cmd.args[1]), cmd.args[2]
+    opts = dict(o.split("=", 1) for o in cmd.args[3:])
+    observer, approver = _progress(caller, "bisect-point", host)
+    r = await bisect(services, good, bad, host, actor=caller.user, origin=caller.origin,
+                     leave=opts.get("leave", "good"), repeats=int(opts.get("repeats", "3")),
+                     observer=observer, approver=approver, channel=caller.channel)
+    text = bisect_text(r)
+    return listing(text, f"Bisect #{r['bisect_id']}", public=True)
+
+
+async def _sweep(services: Services, cmd: Command, caller: Caller) -> Reply:
+    from eaglebot.frontends.tuning import sweep as sw
+    from eaglebot.frontends.tuning.plot import render_sweep
+    from eaglebot.frontends.tuning.render import sweep_text
+
+    if cmd.args[0] == "resume":
+        sid = int(cmd.args[1])
+    else:
+        axes, fixed, repeats = sw.parse_assignments(list(cmd.args[2:]))
+        req = sw.SweepRequest(cmd.args[0], cmd.args[1], axes, fixed, repeats)
+        sid = await sw.create(services, req, actor=caller.user, origin=caller.origin)
+    sweep = await services.store.get_sweep(sid)
+    observer, approver = _progress(caller, sweep["playbook"] if sweep else "relaunch", sweep["host"] if sweep else "")
+    r = await sw.execute(services, sid, actor=caller.user, origin=caller.origin, observer=observer,
+                         approver=approver, channel=caller.channel)
+    text = sweep_text(r)
+    best = sw.apply_best_command(r)
+    if best:
+        text += f"\napply the best (operators): /eagle {best}"
+    png: Path | None = None
+    axes2 = sw.heatmap_axes(r)
+    if axes2 and r["ranked"]:
+        png = render_sweep(r, axes2[0], axes2[1],
+                           Path(tempfile.mkdtemp(prefix="eagle-sweep-")) / f"sweep-{sid}.png")
+    return Reply(text, Note(text), public=True, file=png)
+
+
+def _progress(caller: Caller, playbook: str, host: str) -> tuple[Any, Any]:
+    """The front end's progress view and approver, asked once for the whole bisect/sweep."""
+    req = RunRequest(playbook, [host], {}, actor=caller.user, origin=caller.origin, channel=caller.channel)
+    observer = caller.frontend.observer(req)
+    return observer, caller.frontend.approver(req, observer)
+
+
+HANDLERS: dict[str, Callable[[Services, Command, Caller], Awaitable[Reply]]] = {
+    "diff": _diff, "bisect": _bisect, "sweep": _sweep, "ack": _ack,
+}

@@ -69,6 +69,7 @@ def diff_runs(store: Any, a_id: int, b_id: int) -> dict[str, Any]:
               "started_at": rb.get("started_at")},
         "inputs": _pairs(ra.get("inputs") or {}, rb.get("inputs") or {}),
         "launch": launch,
+        "config": {"a": ca, "b": cb},
         "config_patch": jsonpatch.make_patch(ca, cb).patch,
         "versions": versions,
         "env": _pairs(sa.get("env") or {}, sb.get("env") or {}),

@@ -1,0 +1,69 @@
+"""`eagle diff A B` and `/eagle diff A B` over runs recorded in a real SQLite file."""
+from __future__ import annotations
+
+import json
+
+import jsonpatch
+import yaml
+from history_seed import seed_run
+
+from eaglebot.frontends.cli.main import main
+from eaglebot.store import Store
+
+ARGS = ["--model-path", "/m", "--speculative-num-steps", "5", "--cuda-graph-bs", "1", "2", "4", "--port", "30000"]
+
+
+def _seed(tmp_path):
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(yaml.safe_dump({"audit_db": "eagle.db"}))
+    store = Store(tmp_path / "eagle.db")
+    a = seed_run(store, "relaunch", "local", metrics={"output_throughput": 120.0, "accept_length": 3.1},
+                 launch={"launch_args": ARGS, "sglang_version": "0.5.23", "env": {"NCCL_MIN_NCHANNELS": "4"}},
+                 package_versions={"torch": "2.14.0"})
+    key = "eagle_config.eagle_aux_hidden_state_layer_ids"
+    rid = store.create_run(playbook="relaunch", hosts=["local"], inputs={"aux_layers": [-1, 2, 30]}, variables={},
+                           actor="t", origin="cli")
+    sid = store.step_started(rid, 0, "local", "patch", "config.patch", {"path": "/d/config.json",
+                                                                       "set": {key: [-1, 2, 30]}})
+    store.step_finished(sid, run_id=rid, host="local", status="changed", summary="", duration_ms=1, attempts=1,
+                        data={"path": "/d/config.json", "keys": [key],
+                              "values": {key: {"before": [2, 30, 58], "after": [-1, 2, 30]}}})
+    new_args = ARGS[:6] + ["8", "16"] + ARGS[8:]
+    sid = store.step_started(rid, 1, "local", "launch", "server.launch", {})
+    store.step_finished(sid, run_id=rid, host="local", status="changed", summary="", duration_ms=1, attempts=1,
+                        data={"launch_args": new_args, "sglang_version": "0.5.23", "env": {"NCCL_MIN_NCHANNELS": "8"}})
+    store.finish_run(rid, "succeeded", exit_code=0)
+    b = seed_run(store, "bench", "local", metrics={"output_throughput": 90.0, "accept_length": 2.0},
+                 package_versions={"torch": "2.14.1"})
+    return cfg, a, b
+
+
+def test_diff_json_shows_every_kind_of_change_and_metric_deltas(tmp_path, capsys):
+    cfg, a, b = _seed(tmp_path)
+    assert main(["diff", str(a), str(b), "--json", "--config", str(cfg)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["launch"] == {"--cuda-graph-bs": {"a": ["1", "2", "4"], "b": ["1", "8", "16"]}}
+    key = "eagle_config.eagle_aux_hidden_state_layer_ids"
+    assert d["config"]["a"] == {"/d/config.json": {key: [2, 30, 58]}}
+    assert d["config"]["b"] == {"/d/config.json": {key: [-1, 2, 30]}}
+    # an RFC 6902 patch (made by jsonpatch) that turns A's config into B's
+    assert all(op["path"].startswith("/~1d~1config.json/" + key) for op in d["config_patch"])
+    assert jsonpatch.apply_patch(d["config"]["a"], d["config_patch"]) == d["config"]["b"]
+    assert d["env"] == {"NCCL_MIN_NCHANNELS": {"a": "4", "b": "8"}}
+    assert d["versions"] == {"torch": {"a": "2.14.0", "b": "2.14.1"}}
+    tput = next(m for m in d["metrics"] if m["name"] == "output_throughput")
+    assert (tput["a"], tput["b"], tput["delta_pct"]) == (120.0, 90.0, -25.0)
+    assert {c["key"] for c in d["ranked"][:2]} == {key, "--cuda-graph-bs"}     # before env and versions
+    assert [c["kind"] for c in d["ranked"][2:]] == ["package", "env"]
+
+
+def test_slash_diff_is_the_same_text_and_unknown_runs_are_one_sentence(tmp_path, capsys):
+    cfg, a, b = _seed(tmp_path)
+    assert main(["chat", f"diff {a} {b}", "--config", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "launch arguments:" in out and "--cuda-graph-bs" in out and "1 8 16" in out
+    assert "config (JSON Patch, RFC 6902):" in out and "/~1d~1config.json/eagle_config." in out
+    assert "-25.0%" in out
+    assert main(["chat", f"diff {a} 999", "--config", str(cfg)]) == 2
+    assert "no run #999" in capsys.readouterr().err
+    assert main(["chat", "diff 1", "--config", str(cfg)]) == 2

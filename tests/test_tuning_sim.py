@@ -1,0 +1,111 @@
+"""Sweep and bisection end to end on the SIMULATED SGLang server (local transport): every
+point is a real relaunch (a real process, real HTTP) and a real bench_serving run; only the
+performance numbers come from the simulator's model, with seeded noise."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from tuning_sandbox import HOST, sim_host
+
+from eaglebot.config import load_settings
+from eaglebot.frontends.cli.main import main
+from eaglebot.frontends.services import Services
+from eaglebot.frontends.tuning import sweep as sw
+from eaglebot.frontends.tuning.bisect import bound
+from eaglebot.store import Store
+
+FAST = ["bench_prompts=8", "bench_output_len=64"]
+
+
+def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resumes(tmp_path, capsys):
+    with sim_host(tmp_path) as sb:
+        cfg = sb["cfg"]
+
+        async def start_and_interrupt() -> int:
+            svc = await Services.open(load_settings(str(cfg)))
+            try:
+                axes, fixed, repeats = sw.parse_assignments(["spec_steps=3,5,7", "spec_topk=1,4",
+                                                             "spec_draft_tokens=4,8", "repeats=2", *FAST])
+                sid = await sw.create(svc, sw.SweepRequest("relaunch", HOST, axes, fixed, repeats),
+                                      actor="t", origin="cli")
+                await sw.execute(svc, sid, actor="t", origin="cli", assume_yes=True, stop_after=3)
+                return sid
+            finally:
+                await svc.close()
+
+        sid = asyncio.run(start_and_interrupt())
+        store = Store(sb["db"])
+        runs_before = len(store.history(limit=100))
+        assert runs_before == 3
+        capsys.readouterr()
+        png = tmp_path / "sweep.png"
+        rc = main(["--config", str(cfg), "sweep", "resume", str(sid), "--yes", "--json", "--out", str(png)])
+        out = json.loads(capsys.readouterr().out)
+        assert rc == 0
+        # 12 points: 4 are combinations SGLang rewrites (topk 1 forces draft tokens = steps + 1)
+        assert len(out["skipped"]) == 4 and all("would rewrite" in p["reason"] for p in out["skipped"])
+        assert len(out["ranked"]) == 8 and out["pending"] == [] and out["failed"] == []
+        assert len(store.history(limit=100)) == 8          # resumed: the 3 finished points were not redone
+        best = out["ranked"][0]
+        assert best["inputs"] == {"spec_steps": "5", "spec_topk": "4", "spec_draft_tokens": "8"}
+        assert best["repeats"] == 2 and best["throughput_spread"] is not None
+        assert best["idx"] in out["pareto"]
+        assert out["simulated"] is True
+        assert out["apply_best"].startswith(f"relaunch {HOST} ") and "spec_steps=5" in out["apply_best"]
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        # bad input: one sentence, exit 2, an audit record, nothing launched
+        capsys.readouterr()
+        rc = main(["--config", str(cfg), "sweep", "relaunch", "-H", HOST, "spec_steps=3,99"])
+        assert rc == 2 and "above the maximum" in capsys.readouterr().err
+        assert len(store.history(limit=100)) == 9 and store.history(limit=1)[0]["status"] == "failed"
+
+
+def test_bisect_names_the_one_planted_culprit_among_6_changes_within_the_bound(tmp_path, capsys):
+    with sim_host(tmp_path) as sb:
+        cfg = sb["cfg"]
+        spec = ["-e", "spec_steps=5", "-e", "spec_topk=4", "-e", "spec_draft_tokens=8", "-e", "bench_prompts=8",
+                "-e", "bench_output_len=64", "-e", "bench_repeats=2"]
+        assert main(["--config", str(cfg), "run", "relaunch", "-H", HOST, "--yes", *spec,
+                     "-e", "aux_layers=[2,30,58]", "-e", "mem_fraction=0.8",
+                     "-e", 'env={"NCCL_MIN_NCHANNELS": "4"}']) == 0
+        good = Store(sb["db"]).last_run_id()
+        # six changes at once; only the capture layers matter to the (SIMULATED) acceptance
+        rc = main(["--config", str(cfg), "run", "relaunch", "-H", HOST, "--yes", *spec,
+                   "-e", "aux_layers=[-1,2,30]", "-e", "mem_fraction=0.85",
+                   "-e", 'env={"NCCL_MIN_NCHANNELS": "8", "NCCL_ALGO": "Ring"}',
+                   "-e", "extra_args=[--chunked-prefill-size,4096,--schedule-policy,lpm]"])
+        assert rc in (0, 3)
+        store = Store(sb["db"])
+        bad = store.last_run_id()
+        capsys.readouterr()
+        # through the slash grammar, exactly as `/eagle bisect GOOD BAD HOST` in Slack
+        rc = main(["--config", str(cfg), "chat", f"bisect {good} {bad} {HOST} repeats=2"])
+        out = capsys.readouterr().out
+        assert rc == 0, out
+        assert "6 changes" in out
+        assert ("culprit: eagle_config.eagle_aux_hidden_state_layer_ids [2, 30, 58] → [-1, 2, 30]"
+                " (alone it reproduces the drop)") in out
+        [b] = [s for s in store.db.query("select * from sweeps where kind = 'bisect'")]
+        points = list(store.db.query("select * from sweep_points where sweep_id = ?", [b["id"]]))
+        assert len(points) <= bound(6) == 5
+        assert f"left in GOOD's configuration" in out
+        # every point and the final relaunch is an audited run of the bisect-point playbook
+        runs = [r for r in store.history(limit=100) if r["playbook"] == "bisect-point"]
+        assert len(runs) == len(points) + 1 and all(r["status"] == "succeeded" for r in runs)
+        draft_cfg = json.loads((sb["draft"] / "config.json").read_text())
+        assert draft_cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]
+
+
+@pytest.mark.parametrize("text,why", [
+    ("bisect 1 2", "usage: /eagle bisect GOOD BAD HOST"),
+    ("bisect 1 2 gpu-01 leave=maybe", "usage: /eagle bisect GOOD BAD HOST"),
+    ("sweep relaunch", "usage: /eagle sweep PLAYBOOK HOST"),
+    ("sweep relaunch local spec_steps", "usage: /eagle sweep PLAYBOOK HOST"),
+])
+def test_bad_tuning_commands_are_one_sentence(tmp_path, capsys, text, why):
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text("audit_db: eagle.db\n")
+    assert main(["chat", text, "--config", str(cfg)]) == 2
+    assert why in capsys.readouterr().err

@@ -6,19 +6,22 @@ can draw from any thread. The data comes from `eaglebot.history.trend`.
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 from eaglebot.config import RegressionConfig
 from eaglebot.history.trend import Trend, load_trend
-from eaglebot.store import Store
+from eaglebot.store import Store, parse_iso
 
 
 def render_trend(trend: Trend, out_path: str | Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
     from matplotlib.figure import Figure
 
     points, metric = trend.points, trend.metric
-    xs = list(range(len(points)))
+    # Dates on the x axis: nightly runs sit a day apart, a burst of manual runs close together.
+    xs = [parse_iso(p.get("started_at")) or datetime.now(timezone.utc) for p in points]
     ys = [p["value"] for p in points]
     fig = Figure(figsize=(8, 3.6), dpi=100)
     FigureCanvasAgg(fig)
@@ -34,10 +37,22 @@ def render_trend(trend: Trend, out_path: str | Path) -> Path:
     base = trend.baseline
     if base is not None and base["run_id"] in {p["run_id"] for p in points}:
         i = next(i for i, p in enumerate(points) if p["run_id"] == base["run_id"])
-        ax.scatter([i], [ys[i]], marker="*", color="tab:green", zorder=4, s=140, label="baseline")
-    step = max(1, len(points) // 12)
-    ax.set_xticks(xs[::step])
-    ax.set_xticklabels([f"#{p['run_id']}" for p in points][::step], rotation=45, fontsize=8)
+        ax.scatter([xs[i]], [ys[i]], marker="*", color="tab:green", zorder=4, s=140, label="baseline")
+    by_run = {p["run_id"]: (x, y) for x, y, p in zip(xs, ys, points)}
+    for i, cp in enumerate(trend.change_points):
+        if cp["run_id"] in by_run:
+            ax.axvline(by_run[cp["run_id"]][0], color="tab:orange", linestyle=":", linewidth=1.5,
+                       label="change point" if i == 0 else None)
+            ax.annotate(f"{cp['delta_pct']:+.1f}% at #{cp['run_id']}", by_run[cp["run_id"]], fontsize=7,
+                        xytext=(4, 8), textcoords="offset points", color="tab:orange")
+    for i, inc in enumerate(trend.incidents):
+        if inc["opened_run"] in by_run:
+            ax.axvspan(by_run[inc["opened_run"]][0], xs[-1], color="tab:red", alpha=0.08,
+                       label="open incident" if i == 0 else None)
+    locator = AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    ax.set_xlabel("run start (UTC)")
     ax.set_ylabel(f"{metric} ({trend.unit})" if trend.unit else metric)
     ax.set_title(f"{trend.playbook} on {trend.host}: {metric} ({trend.better} is better), "
                  f"last {len(points)} runs", fontsize=10)

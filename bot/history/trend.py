@@ -4,12 +4,13 @@ Pure data over the store's rows; drawing it is a front end's job (`eaglebot.fron
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
 from eaglebot.config import RegressionConfig
 from eaglebot.errors import UsageError
+from eaglebot.history.changepoint import change_points
 from eaglebot.history.regress import robust_sigma
 from eaglebot.store import Store
 
@@ -50,6 +51,8 @@ class Trend:
     baseline: dict[str, Any] | None          # {"run_id", "value"}
     flagged: set[int]
     band: Band | None
+    change_points: list[dict[str, Any]] = field(default_factory=list)   # {"run_id", "delta_pct", "pvalue"}
+    incidents: list[dict[str, Any]] = field(default_factory=list)       # open incidents of this metric
 
     @property
     def unit(self) -> str:
@@ -76,4 +79,7 @@ def load_trend(store: Store, playbook: str, host: str, metric: str, limit: int =
         if rows and rows[0]["run_id"] == base["run_id"]:
             base_point = {"run_id": base["run_id"], "value": rows[0]["value"]}
     flagged = store.flagged_runs(host, metric, [p["run_id"] for p in points])
-    return Trend(playbook, host, metric, points, base_point, flagged, band(points, base_point, cfg))
+    cps = [{"run_id": points[c.index]["run_id"], "delta_pct": c.delta_pct, "pvalue": c.pvalue}
+           for c in change_points([float(p["value"]) for p in points]) if abs(c.delta_pct) > cfg.min_pct]
+    incidents = [i for i in store.incidents(playbook=playbook, host=host) if i["metric"] == metric]
+    return Trend(playbook, host, metric, points, base_point, flagged, band(points, base_point, cfg), cps, incidents)

@@ -33,7 +33,7 @@ def sweep_text(r: dict[str, Any]) -> str:
         out.append(f"{len(r['pending'])} points not run yet: `eagle sweep resume {r['sweep_id']}`")
     if r["best"]:
         b = r["best"]
-        out.append("best: " + " ".join(f"{k}={v}" for k, v in b["inputs"].items() if k in axes) +
+        out.append("best: " + " ".join(f"{a}={b['inputs'].get(a)}" for a in axes) +
                    f" → {b['output_throughput']:.1f} tok/s (run #{b['run_id']})")
     return "\n".join(out)
 

@@ -203,8 +203,12 @@ def apply_best_command(result: dict[str, Any]) -> str | None:
     best = result.get("best")
     if not best:
         return None
-    inputs = {k: v for k, v in best["inputs"].items() if k not in REPEAT_INPUTS}
-    return f"{result['playbook']} {result['host']} " + " ".join(f"{k}={v}" for k, v in inputs.items())
+    pts = {p["idx"]: p for p in result["ranked"]}
+    axes = result["axes"]
+    fixed = {k: v for k, v in (result["spec"].get("fixed") or {}).items() if k not in REPEAT_INPUTS}
+    winner = pts[result["ranked"][0]["idx"]]["inputs"]
+    words = [f"{a}={winner[a]}" for a in axes] + [f"{k}={v}" for k, v in fixed.items()]
+    return f"{result['playbook']} {result['host']} " + " ".join(words)
 
 
 def heatmap_axes(result: dict[str, Any]) -> tuple[str, str] | None:

@@ -92,6 +92,8 @@ def test_an_ack_closes_the_incident_with_a_reason_and_the_new_level_becomes_norm
     # the CLI form needs --reason; a run with no incident is one clear sentence, exit 2
     rc, _, err = cli(cfg, capsys, "ack", str(first["run_id"]), "output_throughput", "--reason", "again")
     assert rc == 2 and "no open incident" in err
+    [rej] = list(store.db.query("select message from events where kind = 'rejected'"))
+    assert "eagle ack: no open incident of output_throughput" in rej["message"]
 
 
 def test_an_incident_closes_itself_when_the_metric_recovers(cfg, capsys):

@@ -16,12 +16,13 @@ from eaglebot.store import Store, parse_iso
 
 def render_trend(trend: Trend, out_path: str | Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
     from matplotlib.figure import Figure
 
     points, metric = trend.points, trend.metric
     # Dates on the x axis: nightly runs sit a day apart, a burst of manual runs close together.
-    xs = [parse_iso(p.get("started_at")) or datetime.now(timezone.utc) for p in points]
+    when = [parse_iso(p.get("started_at")) or datetime.now(timezone.utc) for p in points]
+    xs = [float(date2num(w)) for w in when]  # type: ignore[no-untyped-call]
     ys = [p["value"] for p in points]
     fig = Figure(figsize=(8, 3.6), dpi=100)
     FigureCanvasAgg(fig)
@@ -49,9 +50,9 @@ def render_trend(trend: Trend, out_path: str | Path) -> Path:
         if inc["opened_run"] in by_run:
             ax.axvspan(by_run[inc["opened_run"]][0], xs[-1], color="tab:red", alpha=0.08,
                        label="open incident" if i == 0 else None)
-    locator = AutoDateLocator()
+    locator = AutoDateLocator()  # type: ignore[no-untyped-call]
     ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
     ax.set_xlabel("run start (UTC)")
     ax.set_ylabel(f"{metric} ({trend.unit})" if trend.unit else metric)
     ax.set_title(f"{trend.playbook} on {trend.host}: {metric} ({trend.better} is better), "

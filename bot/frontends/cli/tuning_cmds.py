@@ -27,10 +27,32 @@ def _actor() -> str:
         return "cli"
 
 
+def _audited(fn: Any) -> Any:
+    """Bad input to a tuning command is one sentence, exit 2, and an audit record (an
+    `events` row of kind `rejected`: who, the command, why)."""
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return int(fn(args))
+        except UsageError as e:
+            from eaglebot.store import Store
+
+            try:
+                store = Store(_settings(args).db_path)
+                store.add_event(None, "rejected", f"{_actor()}: eagle {args.cmd}: {e}")
+                store.close()
+            except Exception:   # the refusal is still shown when the DB cannot be opened
+                pass
+            raise
+
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
 def _out(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
 
+@_audited
 def cmd_diff(args: argparse.Namespace) -> int:
     from eaglebot.frontends.tuning.render import diff_text
     from eaglebot.history.diff import diff_json, diff_runs
@@ -48,6 +70,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+@_audited
 def cmd_ack(args: argparse.Namespace) -> int:
     from eaglebot.history.incidents import ack
     from eaglebot.store import Store
@@ -66,6 +89,7 @@ def _approver(args: argparse.Namespace) -> Any:
     return terminal_approver if (sys.stdin.isatty() and not args.yes) else None
 
 
+@_audited
 def cmd_bisect(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.terminal import TerminalObserver
     from eaglebot.frontends.tuning.bisect import bisect
@@ -88,6 +112,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return 0
 
 
+@_audited
 def cmd_sweep(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.terminal import TerminalObserver
     from eaglebot.frontends.tuning import sweep as sw

@@ -56,7 +56,15 @@ class LogTail:
     lines: int
 
 
-Body = Union[Listing, Failure, Note, CancelRequested, RunShown, LogTail]
+@dataclass(frozen=True)
+class SweepDone:
+    """A finished sweep: its ranked table, and the `/eagle` text that applies the winner."""
+    text: str
+    sweep_id: int
+    apply: str | None = None
+
+
+Body = Union[Listing, Failure, Note, CancelRequested, RunShown, LogTail, SweepDone]
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol
 
 from eaglebot.engine.runner import RunRequest
-from eaglebot.frontends.chat.reply import Note, Reply, listing
+from eaglebot.frontends.chat.reply import Note, Reply, SweepDone, listing
 from eaglebot.frontends.services import Services
 
 
@@ -141,7 +141,7 @@ async def _sweep(services: Services, cmd: Command, caller: Caller) -> Reply:
     if axes2 and r["ranked"]:
         png = render_sweep(r, axes2[0], axes2[1],
                            Path(tempfile.mkdtemp(prefix="eagle-sweep-")) / f"sweep-{sid}.png")
-    return Reply(text, Note(text), public=True, file=png)
+    return Reply(text, SweepDone(text, sid, best), public=True, file=png)
 
 
 def _progress(caller: Caller, playbook: str, host: str) -> tuple[Any, Any]:

@@ -39,6 +39,7 @@ from eaglebot.frontends.chat import router as commands
 from eaglebot.frontends.services import Services
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack.replies import reply_blocks
+from eaglebot.frontends.slack.tuning import register as register_tuning
 from eaglebot.history.view import RunView
 from eaglebot.sdk import ApprovalRequest, StepResult
 
@@ -612,6 +613,7 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
         await ack()
         ctx.spawn(SlackApprover.decide(ctx, body, action), name="eagle-approval")
 
+    register_tuning(app, ctx, _execute)   # the sweep's "Apply best" button
     return SlackBot(app, ctx)
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 from typing import Any
 
 from eaglebot.frontends.chat.reply import (Body, CancelRequested, Failure, Listing, LogTail, Note, Reply,
-                                           RunShown)
+                                           RunShown, SweepDone)
 from eaglebot.frontends.slack import blocks as bk
+from eaglebot.frontends.slack.tuning import sweep_blocks
 
 LOG_CHARS = 3500  # of a server log's tail: two code sections, well inside one message
 NOTE_MARKS = {"baseline": ":triangular_flag_on_post: "}
@@ -34,4 +35,6 @@ def body_blocks(body: Body) -> list[dict[str, Any]]:
         if cut:
             blocks.append(bk.context(f"_showing the last {len(shown)} characters of the last {body.lines} lines_"))
         return blocks
+    if isinstance(body, SweepDone):
+        return sweep_blocks(body)
     raise TypeError(f"no Block Kit for {type(body).__name__}")  # a new Body kind needs a case here

@@ -1,0 +1,52 @@
+"""Slack face of sweeps: the ranked table and an "Apply best" button.
+
+The button carries the `/eagle` text that applies the winner (the sweep's playbook with
+the winning inputs). Pressing it is exactly typing that text: parsed by the same router,
+checked against `access` (operators; a refusal is an `events` row), run through the engine
+with the thread's approvals.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Awaitable, Callable
+
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.models.blocks import ActionsBlock, ButtonElement
+
+from eaglebot.frontends.chat import router as commands
+from eaglebot.frontends.chat.reply import SweepDone
+from eaglebot.frontends.slack import blocks as bk
+
+APPLY_BEST_ACTION = "eagle_apply_best"
+MAX_VALUE = 2000   # a button value's limit
+
+
+def sweep_blocks(body: SweepDone) -> list[dict[str, Any]]:
+    blocks = bk.text_blocks(body.text, title=f"Sweep #{body.sweep_id}", code=True)
+    if body.apply and len(body.apply) <= MAX_VALUE:
+        blocks.append(ActionsBlock(block_id=f"eagle_sweep_{body.sweep_id}", elements=[
+            ButtonElement(text="Apply best", action_id=APPLY_BEST_ACTION, value=body.apply, style="primary"),
+        ]).to_dict())
+        blocks.append(bk.context(f"Apply best runs `/eagle {bk.escape(body.apply)}` (operators; its confirm "
+                                 f"steps ask for approval as usual)."))
+    return bk.limit(blocks)
+
+
+Execute = Callable[[Any, "commands.Command", str, "str | None", "str | None"], Awaitable[None]]
+
+
+def register(app: AsyncApp, ctx: Any, execute: Execute) -> None:
+    @app.action(re.compile(f"^{APPLY_BEST_ACTION}$"))
+    async def on_apply_best(ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
+        await ack()
+        user = (body.get("user") or {}).get("id") or ""
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id")
+        cmd = commands.parse(str(action.get("value") or ""))
+        if cmd.name != "run":
+            return
+        why = commands.authorize(ctx.services.settings.access, cmd, user)
+        if why:
+            ctx.spawn(commands.audit_refusal(ctx.services, user, cmd, why), name="eagle-refusal")
+            ctx.spawn(ctx.respond(body.get("response_url"), f":no_entry: {bk.escape(why)}"), name="eagle-refusal-reply")
+            return
+        ctx.spawn(execute(ctx, cmd, user, channel, body.get("response_url")), name="eagle-apply-best")

@@ -31,5 +31,7 @@ def test_demo_runs_the_relaunch_story_and_leaves_nothing_running(tmp_path, capsy
     # ... and the regression says which change since the last good run caused it
     assert ("changed since last good run #2: eagle_config.eagle_aux_hidden_state_layer_ids "
             "[2, 30, 58] → [-1, 2, 30]") in out
+    # ... and bisection relaunches both sides and names the planted change (SIMULATED numbers)
+    assert "culprit: eagle_config.eagle_aux_hidden_state_layer_ids [2, 30, 58] → [-1, 2, 30]" in out
     assert (sandbox / "eagle.db").exists()
     assert _processes_mentioning(str(sandbox)) == []

@@ -59,6 +59,9 @@ def test_a_step_drop_is_flagged_on_every_run_until_a_baseline_is_set(cfg, capsys
         assert 99.5 < r["reference"] < 100.9
     rc, out, _ = cli(cfg, capsys, "show", str(doc["run_id"]))
     assert "open regression incidents:" in out and f"open since run #{drop_run}" in out
+    for argv in (["history"], ["chat", "history nightly local"]):
+        rc, out, _ = cli(cfg, capsys, *argv)
+        assert rc == 0 and "open regression incidents:" in out and f"open since run #{drop_run}" in out
     rc, out, _ = cli(cfg, capsys, "baseline", "set", str(doc["run_id"]))
     assert rc == 0
     store = Store(cfg.parent / "eagle.db")
@@ -66,6 +69,7 @@ def test_a_step_drop_is_flagged_on_every_run_until_a_baseline_is_set(cfg, capsys
     assert inc["closed_kind"] == "baseline" and inc["opened_run"] == drop_run
     for v in (90.0, 89.6, 90.4, 90.1, 89.9, 90.2):
         assert run(cfg, capsys, v)[0] == 0
+    assert "open regression incidents" not in cli(cfg, capsys, "history")[1]
 
 
 def test_an_ack_closes_the_incident_with_a_reason_and_the_new_level_becomes_normal(cfg, capsys):

@@ -378,12 +378,14 @@ async def _history(services: Services, cmd: Command, caller: Caller) -> Reply:
             playbook = first
             host = names[1] if len(names) > 1 else None
 
-    def query(s: Store) -> list[HistoryRow]:
-        return load_history(s, playbook=playbook, host=host, limit=int(n))
+    def query(s: Store) -> tuple[list[HistoryRow], str]:
+        from eaglebot.history.incidents import open_text
 
-    rows = await services.store.call(query)
+        return load_history(s, playbook=playbook, host=host, limit=int(n)), open_text(s, playbook=playbook, host=host)
+
+    rows, open_incidents = await services.store.call(query)
     title = "History" + (f" of {playbook}" if playbook else "") + (f" on {host}" if host else "")
-    return listing(history_text(rows), title, public=True)
+    return listing(history_text(rows) + (f"\n\n{open_incidents}" if open_incidents else ""), title, public=True)
 
 
 async def _show(services: Services, cmd: Command, caller: Caller) -> Reply:

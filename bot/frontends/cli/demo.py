@@ -216,6 +216,7 @@ def demo_main(eagle: EagleMain, workdir: str | os.PathLike[str] | None = None, k
                 "-e", "bench_prompts=32", "-e", "bench_output_len=128"]
         _say("\n--- 1. relaunch (asking for 16 draft tokens with topk 1: watch the warning) ---")
         codes["relaunch"] = _eagle(eagle, cfg, "run", "relaunch", "-H", HOST, *spec)
+        relaunched = _last_run_id(root / "eagle.db")
 
         bench = ["run", "bench", "-H", HOST, "-e", "num_prompts=32", "-e", "output_len=128"]
         _say("\n--- 2. benchmark it: the reference throughput ---")
@@ -235,11 +236,15 @@ def demo_main(eagle: EagleMain, workdir: str | os.PathLike[str] | None = None, k
         restored = draft_cfg.read_bytes() == original
         _say(f"draft config.json restored byte for byte: {restored}")
 
-        _say("\n--- 6. the audit trail ---")
+        _say(f"\n--- 6. which change cost it? bisect relaunch #{relaunched} (good) against #{patched} (bad) ---")
+        codes["bisect"] = _eagle(eagle, cfg, "bisect", str(relaunched), str(patched), "-H", HOST, "--repeats", "1",
+                                 "--prompts", "16", "--yes")
+
+        _say("\n--- 7. the audit trail ---")
         _eagle(eagle, cfg, "history")
         _eagle(eagle, cfg, "show", str(patched))
-        ok = (codes == {"relaunch": 0, "bench-good": 0, "relaunch-patched": 0, "bench": 3, "revert": 0}
-              and restored)
+        ok = (codes == {"relaunch": 0, "bench-good": 0, "relaunch-patched": 0, "bench": 3, "revert": 0,
+                        "bisect": 0} and restored)
     finally:
         stopped = _stop_everything(state_dir)
         if old_env is None:

@@ -146,6 +146,10 @@ def cmd_history(args: argparse.Namespace) -> int:
         _print_json([r.as_json() for r in rows])
         return 0
     print(history_text(rows))
+    from eaglebot.history.incidents import open_text
+
+    if (open_ := open_text(store, playbook=args.playbook, host=args.host)):
+        print("\n" + open_)
     return 0
 
 

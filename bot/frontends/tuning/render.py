@@ -73,7 +73,7 @@ def diff_text(d: dict[str, Any]) -> str:
 
 def bisect_text(r: dict[str, Any]) -> str:
     out = [f"bisect #{r['bisect_id']}: run #{r['good']} (good, {_f(r['good_value'])}) vs run #{r['bad']} "
-           f"(bad, {_f(r['bad_value'])}) on {r['host']}: {len(r['changes'])} changes, "
+           f"(bad, {_f(r['bad_value'])}) on {r['host']}: {len(r['changes'])} change{'s' if len(r['changes']) != 1 else ''}, "
            f"{r['benchmark_points']} benchmark points (bound {r['bound']})"]
     rows = [[str(i + 1), ", ".join(p["applied"]) or "(none: GOOD)", _f(p["value"]), p["verdict"], f"#{p['run_id']}"]
             for i, p in enumerate(r["points"])]

@@ -112,17 +112,37 @@ async def search(n: int, measure: Measure) -> tuple[list[int], str]:
     _, alone = await measure({suspect})
     if alone == "bad":
         return [suspect], "single"
-    # The suspect alone is fine: the drop needs it with another change. Find the partner
-    # with the suspect always applied (a second binary search).
-    others = [i for i in range(n) if i != suspect]
-    while len(others) > 1:
-        half = others[:len(others) // 2]
-        _, verdict = await measure({suspect, *half})
-        others = half if verdict == "bad" else others[len(others) // 2:]
-    if not others:
-        return [suspect], "interaction"
-    _, both = await measure({suspect, others[0]})
-    return ([suspect, others[0]], "interaction") if both == "bad" else ([], "none")
+    # The suspect alone is fine, so no single change reproduces the drop: it needs two or
+    # more together. Supersets of a bad set stay bad, so the smallest bad prefix of the
+    # changes ends with a change every bad set needs; the smallest prefix that is bad
+    # together with it ends with its partner.
+    everything = set(range(n))
+    if (await measure(everything))[1] != "bad":
+        return [], "none"
+    k = await _smallest_bad_prefix(list(range(n)), set(), measure)
+    if k is None:
+        return [], "none"
+    partners = list(range(k))
+    j = await _smallest_bad_prefix(partners, {k}, measure)
+    if j is None:
+        return [k], "single"
+    if (await measure({k, j}))[1] == "bad":
+        return sorted([j, k]), "interaction"
+    return sorted([*partners[:partners.index(j) + 1], k]), "interaction"
+
+
+async def _smallest_bad_prefix(items: list[int], base: set[int], measure: Measure) -> int | None:
+    """The item ending the smallest prefix of `items` that is bad together with `base`."""
+    if not items or (await measure(base | set(items)))[1] != "bad":
+        return None
+    lo, hi = 0, len(items) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if (await measure(base | set(items[:mid + 1])))[1] == "bad":
+            hi = mid
+        else:
+            lo = mid + 1
+    return items[lo]
 
 
 async def bisect(services: Services, good: int, bad: int, host: str, *, actor: str, origin: str,

@@ -16,12 +16,14 @@ import logging
 import re
 from dataclasses import dataclass
 from statistics import median
-from typing import Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Iterable, Literal
 
 from eaglebot.config import RegressionConfig
 from eaglebot.history.attribution import attribution_sentence, show, state_changes
-from eaglebot.history.changepoint import Shift, latest_shift
 from eaglebot.sdk import Metric, Regression
+
+if TYPE_CHECKING:
+    from eaglebot.history.changepoint import Shift
 
 log = logging.getLogger("eaglebot.history")
 
@@ -538,6 +540,8 @@ def _worse_shift(store: Any, playbook: str, host: str, metric: str, run_id: int,
                  since: int | None, better: str, cfg: RegressionConfig) -> tuple[Shift, str, int] | None:
     """The change point the newest value sits after, when it made the metric worse by more
     than min_pct: (shift, the sentence with its attribution, the run where it began)."""
+    from eaglebot.history.changepoint import latest_shift  # numpy: loaded when a run is judged
+
     rows = list(reversed(store.metric_history(playbook, host, metric, before_run=run_id, since_run=since,
                                               limit=CP_WINDOW - 1)))
     if len(rows) + 1 < CP_MIN_RUNS:

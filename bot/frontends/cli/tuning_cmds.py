@@ -11,7 +11,9 @@ from typing import Any
 
 from eaglebot.config import load_settings
 from eaglebot.errors import UsageError
-from eaglebot.frontends.services import Services
+
+# Only argparse wiring at import time: `eagle --help` and the other commands must not pay
+# for the engine, numpy or matplotlib (they load inside each command).
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -92,6 +94,7 @@ def _approver(args: argparse.Namespace) -> Any:
 @_audited
 def cmd_bisect(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.terminal import TerminalObserver
+    from eaglebot.frontends.services import Services
     from eaglebot.frontends.tuning.bisect import bisect
     from eaglebot.frontends.tuning.render import bisect_text
 
@@ -115,6 +118,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 @_audited
 def cmd_sweep(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.terminal import TerminalObserver
+    from eaglebot.frontends.services import Services
     from eaglebot.frontends.tuning import sweep as sw
     from eaglebot.frontends.tuning.plot import render_sweep
     from eaglebot.frontends.tuning.render import sweep_text

@@ -1,9 +1,9 @@
 """Wait until every selected GPU's memory is back under a tolerance; optionally a CUDA smoke test.
 
-Polls `nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits` about every
-`poll_s` until each GPU uses at most `max_used_mib` (a GPU can read a few MiB with no
-process on it) or `timeout_s` passes; on failure it names the processes still holding
-memory. `cuda_smoke: true` then runs a short PyTorch check with the host's Python (host
+Polls `nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits` every
+`poll_s` (50 ms) for the first second, then backing off to `poll_max_s`, until each GPU
+uses at most `max_used_mib` (a GPU can read a few MiB with no process on it) or
+`timeout_s` passes; on failure it names the processes still holding memory. `cuda_smoke: true` then runs a short PyTorch check with the host's Python (host
 var `python`): allocate on every selected GPU and compare a matmul with the CPU.
 Records the metric `gpu_free_s` (seconds until the GPUs read free; lower is better).
 
@@ -79,7 +79,8 @@ sys.exit(1 if bad else 0)
 class Params(gpu.GpuParams):
     max_used_mib: int = Field(64, ge=0, description="a GPU counts as free at or below this many MiB used")
     timeout_s: float = Field(60.0, ge=0, le=3600, description="how long to wait for the memory to be freed")
-    poll_s: float = Field(0.1, gt=0, le=10, description="seconds between two nvidia-smi queries")
+    poll_s: float = Field(0.05, gt=0, le=10, description="seconds between two nvidia-smi queries in the first second")
+    poll_max_s: float = Field(1.0, gt=0, le=60, description="after the first second the interval grows 1.5x up to this")
     cuda_smoke: bool = Field(False, description="also allocate and run a matmul on every selected GPU with PyTorch")
     smoke_timeout_s: float = Field(300.0, gt=0, le=3600, description="time limit of the CUDA smoke test")
 
@@ -91,7 +92,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         return StepResult.skipped("dry-run: would verify that the GPUs are free")
     t0 = time.monotonic()
     sel: list[int] | None = None
-    polls = 0
+    polls = slow_polls = 0
     while True:
         out = await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_MEMORY)
         used_all = nvsmi.parsed("--query-gpu", ctx.host_name, nvsmi.parse_memory_used, out)
@@ -107,7 +108,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         elapsed = time.monotonic() - t0
         if not over or elapsed >= params.timeout_s:
             break
-        await asyncio.sleep(params.poll_s)
+        slow_polls += elapsed >= 1.0
+        await asyncio.sleep(_interval(params, elapsed, slow_polls))
     data = {"memory": dict(used), "seconds": round(elapsed, 3), "polls": polls}
     mem = gpu.memory_line(used)
     if over:
@@ -125,6 +127,14 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                                  output=out)
     return StepResult.ok(f"{summary}; CUDA smoke test passed on GPU {', '.join(map(str, sel))}",
                          metrics=metrics, data=data, output=out)
+
+
+def _interval(params: Params, elapsed: float, slow_polls: int) -> float:
+    """Poll fast while the driver is still freeing a killed holder's memory (it takes ~0.18 s on an
+    H200), then back off: every poll_s for the first second, then 1.5x per poll up to poll_max_s."""
+    if elapsed < 1.0:
+        return params.poll_s
+    return max(params.poll_s, min(params.poll_max_s, params.poll_s * 1.5 ** slow_polls))
 
 
 async def _still_held(ctx: SkillContext, params: Params, over: dict[int, int], used: dict[int, int],

@@ -1,10 +1,13 @@
 """Wait until every selected GPU's memory is back under a tolerance; optionally a CUDA smoke test.
 
-Polls `nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits` every
-`poll_s` (50 ms) for the first second, then backing off to `poll_max_s`, until each GPU
-uses at most `max_used_mib` (a GPU can read a few MiB with no process on it) or
-`timeout_s` passes; on failure it names the processes still holding memory. `cuda_smoke: true` then runs a short PyTorch check with the host's Python (host
-var `python`): allocate on every selected GPU and compare a matmul with the CPU.
+Queries `nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits`; while
+memory is still held in the first second, ONE nvidia-smi looping every 20 ms (`--loop-ms`)
+watches it (fresh calls re-initialise NVML each time and see freed memory late); then it
+polls every `poll_s`, backing off 1.5x per poll up to `poll_max_s`, until each GPU uses at
+most `max_used_mib` (a GPU can read a few MiB with no process on it) or `timeout_s`
+passes; on failure it names the processes still holding memory. `cuda_smoke: true` then
+runs a short PyTorch check with the host's Python (host var `python`): allocate on every
+selected GPU and compare a matmul with the CPU.
 Records the metric `gpu_free_s` (seconds until the GPUs read free; lower is better).
 
 ```yaml
@@ -26,7 +29,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Metric, SkillContext, StepResult
 from eaglebot.skills.lib import gpu
-from eaglebot.skills.facts import nvsmi
+from eaglebot.skills.facts import nvsmi, nvsmi_watch
 
 NAME = "gpu.verify"
 
@@ -93,6 +96,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     t0 = time.monotonic()
     sel: list[int] | None = None
     polls = slow_polls = 0
+    watched = False
     while True:
         out = await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_MEMORY)
         used_all = nvsmi.parsed("--query-gpu", ctx.host_name, nvsmi.parse_memory_used, out)
@@ -106,6 +110,12 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                              f"while waiting; a GPU may have fallen off the bus")
         over = {g: m for g, m in used.items() if m > params.max_used_mib}
         elapsed = time.monotonic() - t0
+        if over and not watched and elapsed < min(1.0, params.timeout_s):
+            watched = True   # once: one nvidia-smi looping every 20 ms for the rest of the first second
+            used, rounds = await _watch(ctx, params, sel, used, min(1.0, params.timeout_s) - elapsed)
+            polls += rounds
+            over = {g: m for g, m in used.items() if m > params.max_used_mib}
+            elapsed = time.monotonic() - t0
         if not over or elapsed >= params.timeout_s:
             break
         slow_polls += elapsed >= 1.0
@@ -127,6 +137,19 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                                  output=out)
     return StepResult.ok(f"{summary}; CUDA smoke test passed on GPU {', '.join(map(str, sel))}",
                          metrics=metrics, data=data, output=out)
+
+
+async def _watch(ctx: SkillContext, params: Params, sel: list[int], used: dict[int, int],
+                 window_s: float) -> tuple[dict[int, int], int]:
+    """Watch with one looping nvidia-smi; (MiB per GPU, rounds). Unchanged readings if it cannot run."""
+    cmd = nvsmi_watch.watch_command(nvsmi.nvsmi_path(ctx.vars), sel, params.max_used_mib, max(0.2, window_s))
+    res = await ctx.host.run(cmd, timeout=window_s + 30)
+    freed, last, rounds = nvsmi_watch.parse_watch(res.stdout, sel)
+    if not last:
+        ctx.log(f"nvidia-smi -lms gave no readings ({(res.stdout.strip().splitlines() or ['no output'])[-1][:120]}); "
+                f"polling instead")
+        return used, 0
+    return last, rounds
 
 
 def _interval(params: Params, elapsed: float, slow_polls: int) -> float:

@@ -11,7 +11,7 @@ is real and only the memory accounting is simulated.
 Supported (the forms in tests/fixtures/nvidia-smi/README.md, fields in the order asked):
     nvidia-smi                                    the table (a SIMULATED banner goes to stderr)
     nvidia-smi -L
-    nvidia-smi --query-gpu=F[,F...] --format=csv[,noheader][,nounits] [-i 0,1]
+    nvidia-smi --query-gpu=F[,F...] --format=csv[,noheader][,nounits] [-i 0,1] [--loop-ms=N | -lms N]
     nvidia-smi --query-compute-apps=F[,F...] --format=csv[,noheader][,nounits]
     nvidia-smi nvlink -s | nvlink -e              (tests/fixtures/nvidia-smi/health/)
 Health fields (persistence_mode, pstate, clocks_event_reasons.*, ecc.errors.*, remapped_rows.*,
@@ -277,6 +277,7 @@ def main(argv: list[str]) -> int:
     kind = fields = None
     fmt: set[str] = set()
     ids: list[int] | None = None
+    loop_ms: int | None = None
     args = list(argv)
     if args[:1] == ["nvlink"]:
         if args[1:] not in (["-s"], ["--status"], ["-e"], ["--errorcounters"]):
@@ -292,6 +293,10 @@ def main(argv: list[str]) -> int:
             fmt = set(a.split("=", 1)[1].split(","))
         elif a in ("-i", "--id") and args:
             ids = [int(x) for x in args.pop(0).split(",")]
+        elif a.startswith("--loop-ms=") or a.startswith("-lms="):
+            loop_ms = int(a.split("=", 1)[1])
+        elif a in ("-lms", "--loop-ms") and args:
+            loop_ms = int(args.pop(0))
         elif a.startswith("--id="):
             ids = [int(x) for x in a.split("=", 1)[1].split(",")]
         elif a in ("-L", "--list-gpus"):
@@ -307,6 +312,10 @@ def main(argv: list[str]) -> int:
     if "csv" not in fmt:
         return _fail("--format must include csv\n", 2)
     sys.stdout.write(query(kind, fields or [], fmt, state, ids))
+    while loop_ms is not None:   # until killed or the reader goes away, as the real one
+        sys.stdout.flush()
+        time.sleep(loop_ms / 1000)
+        sys.stdout.write(query(kind, fields or [], fmt, gpu_state.load_state(state_dir), ids))
     return 0
 
 

@@ -8,6 +8,8 @@ Test knobs (environment):
   EAGLE_SIM_PORT_BUSY=1         print the Errno 98 bind error after loading, then exit
   EAGLE_SIM_ACCEPT_LEN=<x>      force the acceptance length (SGLANG_SIMULATE_ACC_LEN also does)
   EAGLE_SIM_TIME_SCALE=<f>      wall-clock seconds per simulated second in /generate (0.001)
+  EAGLE_SIM_COMPLETE_FRACTION=<f>  answer only that share of /generate requests after the first
+                                (the others get HTTP 500), as a server that drops requests
   EAGLE_SIM_STALL_AT=<phase>    hang silently (until killed) in that start-up phase: nccl, load,
                                 cuda_graph or warmup (a hang SGLang users report)
 """
@@ -127,6 +129,7 @@ class Server:
         self.decode_steps = 0
         self.accepted_tokens = 0
         self.total_requests = 0
+        self.generate_calls = 0
         self.last_decode_log = 0.0
         self.children: list[subprocess.Popen[bytes]] = []
         self.shutting_down = False
@@ -152,6 +155,14 @@ class Server:
             self.accepted_tokens = 0
 
     # -- /generate -------------------------------------------------------------------
+    def drops_request(self) -> bool:
+        """EAGLE_SIM_COMPLETE_FRACTION=f: after the first request (the benchmark's warm-up), drop all but f."""
+        frac = os.environ.get("EAGLE_SIM_COMPLETE_FRACTION")
+        with self.lock:
+            self.generate_calls += 1
+            m = self.generate_calls - 1
+        return bool(frac) and m > 0 and int(m * float(frac or 1)) == int((m - 1) * float(frac or 1))
+
     def generate(self, body: dict[str, Any]) -> dict[str, Any]:
         sp = body.get("sampling_params") or {}
         out_len = int(sp.get("max_new_tokens", 128))
@@ -289,6 +300,9 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
         def _generate(self, body: dict[str, Any]) -> None:
             if not self._warm():
                 self._json(503, {"error": {"message": "The server is not ready yet (SIMULATED warmup)"}})
+                return
+            if server.drops_request():
+                self._json(500, {"error": {"message": "Request aborted (SIMULATED: EAGLE_SIM_COMPLETE_FRACTION)"}})
                 return
             self._json(200, server.generate(body))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from eaglebot.skills.facts.nvsmi import ParseError, split_csv, strip_unit
 
@@ -102,7 +102,7 @@ def _yes(v: str) -> bool | None:
     raise ParseError(f"expected Yes or No, got {v!r}")
 
 
-_CONVERT = {
+_CONVERT: dict[str, Callable[[str], Any]] = {
     "index": _int, "uuid": str.strip, "pci.bus_id": str.strip, "persistence_mode": str.strip,
     "pstate": str.strip, "clocks_event_reasons.active": _int, "clocks_throttle_reasons.active": _int,
     "ecc.errors.uncorrected.volatile.total": _int, "ecc.errors.corrected.volatile.total": _int,

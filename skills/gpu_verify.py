@@ -142,14 +142,30 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
 async def _watch(ctx: SkillContext, params: Params, sel: list[int], used: dict[int, int],
                  window_s: float) -> tuple[dict[int, int], int]:
     """Watch with one looping nvidia-smi; (MiB per GPU, rounds). Unchanged readings if it cannot run."""
-    cmd = nvsmi_watch.watch_command(nvsmi.nvsmi_path(ctx.vars), sel, params.max_used_mib, max(0.2, window_s))
-    res = await ctx.host.run(cmd, timeout=window_s + 30)
-    freed, last, rounds = nvsmi_watch.parse_watch(res.stdout, sel)
-    if not last:
-        ctx.log(f"nvidia-smi -lms gave no readings ({(res.stdout.strip().splitlines() or ['no output'])[-1][:120]}); "
+    w = nvsmi_watch.Watch(sel, params.max_used_mib)
+    freed = asyncio.Event()
+    window_s = max(0.2, window_s)
+
+    def on_line(_stream: str, line: str) -> None:
+        if w.feed(line) and w.pid is not None:
+            freed.set()
+
+    cmd = nvsmi_watch.watch_command(nvsmi.nvsmi_path(ctx.vars), sel, window_s)
+    run = asyncio.ensure_future(ctx.host.run(cmd, timeout=window_s + 30, on_output=on_line))
+    stop = asyncio.ensure_future(freed.wait())
+    try:
+        await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if freed.is_set() and not run.done():
+            # The watcher is the `timeout` this command started (its pid came first); it passes TERM on.
+            await ctx.host.run(f"kill {int(w.pid or 0)} 2>/dev/null; true", timeout=10)
+        res = await run
+    finally:
+        stop.cancel()
+    if not w.last:
+        ctx.log(f"nvidia-smi --loop-ms gave no readings ({(res.stdout.strip().splitlines() or ['no output'])[-1][:120]}); "
                 f"polling instead")
         return used, 0
-    return last, rounds
+    return w.last, w.rounds
 
 
 def _interval(params: Params, elapsed: float, slow_polls: int) -> float:

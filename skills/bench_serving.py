@@ -6,7 +6,10 @@ warns when processes the bot did not start are using the GPUs, then runs
 fresh `--output-file` per run (the tool appends). `repeats` > 1 reports the median.
 Metrics: output_throughput (tok/s), request_throughput, accept_length, median_ttft_ms,
 p99_ttft_ms, median_itl_ms, mean_e2e_latency_ms, completed, and avg_spec_accept_length
-from /server_info. Zero completed requests is a failed step.
+from /server_info. Zero completed requests is a failed step. Sanity: with speculative decoding
+on, an accept length <= `min_accept_length` (1.05) fails ("the draft model accepts nothing");
+fewer completed requests than asked is a warning with both numbers, under
+`min_completed_fraction` (90%) a failure; a failed check records no metrics.
 
 ```yaml
 - skill: bench.serving
@@ -25,7 +28,7 @@ from pydantic import Field
 
 from eaglebot.sdk import Metric, SkillContext, SkillParams, StepResult, path_for_shell
 
-from eaglebot.skills.facts import nvsmi, ports, procs, sglang
+from eaglebot.skills.facts import bench_sanity, nvsmi, ports, procs, sglang
 from eaglebot.skills.lib import processes, server
 
 NAME = "bench.serving"
@@ -42,6 +45,10 @@ class Params(SkillParams):
     timeout_s: float = Field(3600.0, gt=0, description="time limit of each benchmark run")
     extra_args: list[str] = Field(default_factory=list, description="more bench_serving arguments, verbatim")
     check_tenants: bool = Field(True, description="warn when other processes use the GPUs")
+    min_accept_length: float = Field(bench_sanity.MIN_ACCEPT_LENGTH, ge=0, description=(
+        "with speculative decoding on, fail at or below this accept length (the draft accepts nothing)"))
+    min_completed_fraction: float = Field(bench_sanity.MIN_COMPLETED_FRACTION, ge=0, le=1, description=(
+        "fail when fewer requests than this share completed (any shortfall is a warning)"))
 
 
 def bench_argv(p: Params, output_file: str) -> list[str]:
@@ -146,9 +153,12 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         runs.append(numbers)
     code, body = await server.http_get(ctx, params.python, port, "/server_info")
     avg_accept = None
+    spec_alg: str | None = None
     if code == 200:
         try:
-            avg_accept = sglang.parse_server_info(body)["avg_spec_accept_length"]
+            info = sglang.parse_server_info(body)
+            avg_accept = info["avg_spec_accept_length"]
+            spec_alg = info["effective"].get("speculative_algorithm") or None
         except ValueError:
             pass
     summary_numbers = sglang.median_numbers(runs)
@@ -164,6 +174,16 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         parts.append(f"accept length {n.get('accept_length', n.get('avg_spec_accept_length')):.2f}")
     if "median_ttft_ms" in n:
         parts.append(f"median TTFT {n['median_ttft_ms']:.1f} ms")
+    sanity = bench_sanity.check(
+        [int(r.get("completed", 0)) for r in runs], params.num_prompts, speculative=spec_alg,
+        accept_length=n.get("accept_length", n.get("avg_spec_accept_length")),
+        min_accept_length=params.min_accept_length, min_completed_fraction=params.min_completed_fraction)
+    warnings += sanity.warnings
+    if sanity.failure:
+        # No metrics: the numbers would enter the history as if they meant something.
+        return StepResult.failed(sanity.failure, warnings=warnings,
+                                 data={"runs": runs, "output_files": files, "rejected": summary_numbers},
+                                 output=sglang.tail(outputs[-1], 60))
     runs_txt = f"median of {len(runs)} runs" if len(runs) > 1 else "1 run"
     summary = (f"{', '.join(parts)} ({int(n.get('completed', 0))}/{params.num_prompts} requests, {runs_txt}, "
                f"concurrency {params.max_concurrency})")

@@ -1,10 +1,13 @@
 """Wait until every selected GPU's memory is back under a tolerance; optionally a CUDA smoke test.
 
-Polls `nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits` about every
-`poll_s` until each GPU uses at most `max_used_mib` (a GPU can read a few MiB with no
-process on it) or `timeout_s` passes; on failure it names the processes still holding
-memory. `cuda_smoke: true` then runs a short PyTorch check with the host's Python (host
-var `python`): allocate on every selected GPU and compare a matmul with the CPU.
+Queries `nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits`; while
+memory is still held in the first second, ONE nvidia-smi looping every 20 ms (`--loop-ms`)
+watches it (fresh calls re-initialise NVML each time and see freed memory late); then it
+polls every `poll_s`, backing off 1.5x per poll up to `poll_max_s`, until each GPU uses at
+most `max_used_mib` (a GPU can read a few MiB with no process on it) or `timeout_s`
+passes; on failure it names the processes still holding memory. `cuda_smoke: true` then
+runs a short PyTorch check with the host's Python (host var `python`): allocate on every
+selected GPU and compare a matmul with the CPU.
 Records the metric `gpu_free_s` (seconds until the GPUs read free; lower is better).
 
 ```yaml
@@ -26,7 +29,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Metric, SkillContext, StepResult
 from eaglebot.skills.lib import gpu
-from eaglebot.skills.facts import nvsmi
+from eaglebot.skills.facts import nvsmi, nvsmi_watch
 
 NAME = "gpu.verify"
 
@@ -79,7 +82,8 @@ sys.exit(1 if bad else 0)
 class Params(gpu.GpuParams):
     max_used_mib: int = Field(64, ge=0, description="a GPU counts as free at or below this many MiB used")
     timeout_s: float = Field(60.0, ge=0, le=3600, description="how long to wait for the memory to be freed")
-    poll_s: float = Field(0.1, gt=0, le=10, description="seconds between two nvidia-smi queries")
+    poll_s: float = Field(0.05, gt=0, le=10, description="seconds between two nvidia-smi queries in the first second")
+    poll_max_s: float = Field(1.0, gt=0, le=60, description="after the first second the interval grows 1.5x up to this")
     cuda_smoke: bool = Field(False, description="also allocate and run a matmul on every selected GPU with PyTorch")
     smoke_timeout_s: float = Field(300.0, gt=0, le=3600, description="time limit of the CUDA smoke test")
 
@@ -91,7 +95,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         return StepResult.skipped("dry-run: would verify that the GPUs are free")
     t0 = time.monotonic()
     sel: list[int] | None = None
-    polls = 0
+    polls = slow_polls = 0
+    watched = False
     while True:
         out = await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_MEMORY)
         used_all = nvsmi.parsed("--query-gpu", ctx.host_name, nvsmi.parse_memory_used, out)
@@ -105,9 +110,16 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                              f"while waiting; a GPU may have fallen off the bus")
         over = {g: m for g, m in used.items() if m > params.max_used_mib}
         elapsed = time.monotonic() - t0
+        if over and not watched and elapsed < min(1.0, params.timeout_s):
+            watched = True   # once: one nvidia-smi looping every 20 ms for the rest of the first second
+            used, rounds = await _watch(ctx, params, sel, used, min(1.0, params.timeout_s) - elapsed)
+            polls += rounds
+            over = {g: m for g, m in used.items() if m > params.max_used_mib}
+            elapsed = time.monotonic() - t0
         if not over or elapsed >= params.timeout_s:
             break
-        await asyncio.sleep(params.poll_s)
+        slow_polls += elapsed >= 1.0
+        await asyncio.sleep(_interval(params, elapsed, slow_polls))
     data = {"memory": dict(used), "seconds": round(elapsed, 3), "polls": polls}
     mem = gpu.memory_line(used)
     if over:
@@ -125,6 +137,43 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                                  output=out)
     return StepResult.ok(f"{summary}; CUDA smoke test passed on GPU {', '.join(map(str, sel))}",
                          metrics=metrics, data=data, output=out)
+
+
+async def _watch(ctx: SkillContext, params: Params, sel: list[int], used: dict[int, int],
+                 window_s: float) -> tuple[dict[int, int], int]:
+    """Watch with one looping nvidia-smi; (MiB per GPU, rounds). Unchanged readings if it cannot run."""
+    w = nvsmi_watch.Watch(sel, params.max_used_mib)
+    freed = asyncio.Event()
+    window_s = max(0.2, window_s)
+
+    def on_line(_stream: str, line: str) -> None:
+        if w.feed(line) and w.pid is not None:
+            freed.set()
+
+    cmd = nvsmi_watch.watch_command(nvsmi.nvsmi_path(ctx.vars), sel, window_s)
+    run = asyncio.ensure_future(ctx.host.run(cmd, timeout=window_s + 30, on_output=on_line))
+    stop = asyncio.ensure_future(freed.wait())
+    try:
+        await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if freed.is_set() and not run.done():
+            # The watcher is the `timeout` this command started (its pid came first); it passes TERM on.
+            await ctx.host.run(f"kill {int(w.pid or 0)} 2>/dev/null; true", timeout=10)
+        res = await run
+    finally:
+        stop.cancel()
+    if not w.last:
+        ctx.log(f"nvidia-smi --loop-ms gave no readings ({(res.stdout.strip().splitlines() or ['no output'])[-1][:120]}); "
+                f"polling instead")
+        return used, 0
+    return w.last, w.rounds
+
+
+def _interval(params: Params, elapsed: float, slow_polls: int) -> float:
+    """Poll fast while the driver is still freeing a killed holder's memory (it takes ~0.18 s on an
+    H200), then back off: every poll_s for the first second, then 1.5x per poll up to poll_max_s."""
+    if elapsed < 1.0:
+        return params.poll_s
+    return max(params.poll_s, min(params.poll_max_s, params.poll_s * 1.5 ** slow_polls))
 
 
 async def _still_held(ctx: SkillContext, params: Params, over: dict[int, int], used: dict[int, int],

@@ -29,7 +29,15 @@ really runs with; any difference from what was asked is a warning.
     env: {NCCL_MIN_NCHANNELS: "8"}
     args: [--cuda-graph-max-bs-decode, "64"]
     ready_timeout_s: 1800
+    stall_s: 180
 ```
+Watchdog: when neither a new log line nor a 200 from /health has come for `stall_s`, the
+step fails at once instead of waiting out `ready_timeout_s`, with diagnostics collected
+before the server is stopped: the phase it was in (loading weights, NCCL init, capturing
+CUDA graphs...), GPU memory and utilisation, the server's process tree and `py-spy dump`
+where installed. A known fatal message or stalled phase gets a hint (which way to move
+--mem-fraction-static, --disable-cuda-graph, NCCL_P2P_DISABLE=1 / NCCL_DEBUG=INFO).
+An EAGLE3 launch without a draft model path is refused before launching.
 Registers `log_path`, `pid`, `port`, `launch_args` (list), `sglang_version`,
 `effective` (effective speculative settings), `ready_s`, `url`.
 """
@@ -45,8 +53,8 @@ from pydantic import Field
 
 from eaglebot.sdk import SkillContext, SkillParams, StepResult, path_for_shell
 
-from eaglebot.skills.facts import ports, procs, sglang, sglang_args
-from eaglebot.skills.lib import processes, server
+from eaglebot.skills.facts import ports, procs, sglang, sglang_args, sglang_phase
+from eaglebot.skills.lib import processes, server, stall
 
 NAME = "server.launch"
 _LOG_MARK = "--EAGLE-LOG-7f3a--\n"
@@ -69,6 +77,8 @@ class Params(SkillParams):
     gpus: list[int] | str | int | None = Field(None, description="GPUs to use: sets CUDA_VISIBLE_DEVICES")
     ready_timeout_s: float = Field(1800.0, gt=0, description="how long to wait for GET /health to be 200")
     poll_interval_s: float = Field(1.0, gt=0, le=60, description="seconds between readiness polls")
+    stall_s: float = Field(180.0, gt=0, description="fail when neither a new log line nor a healthy /health "
+                                                    "appeared for this long (the start-up hangs)")
 
 
 def build_args(p: Params) -> tuple[list[str], str | None]:
@@ -138,6 +148,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             return StepResult.failed(f"target model folder {model} does not exist on {ctx.host_name}")
         arch = sglang.target_architecture(cfg or "")
     draft = flags.get("--speculative-draft-model-path")
+    if str(flags.get("--speculative-algorithm") or "").upper() == "EAGLE3" and not draft:
+        return StepResult.failed("EAGLE3 needs a draft model: set `draft` (host var draft) or pass "
+                                 "--speculative-draft-model-path (refused before launching)")
     if draft and _is_path(draft):
         exists, _ = await _read_config(ctx, draft)
         if not exists:
@@ -188,16 +201,24 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                             "sglang_version": None, "effective": spec.effective(),
                             "url": f"http://127.0.0.1:{port}", "env": {k: v for k, v in env.items() if not _SECRETISH.search(k)}}
     try:
-        failure, log_text = await _wait_ready(ctx, params, pid, log_path)
+        failure, log_text, stalled = await _wait_ready(ctx, params, pid, log_path)
     except asyncio.CancelledError:
         await asyncio.shield(server.stop_session(ctx, pid, 5))
         await asyncio.shield(server.remove_pid_file(ctx, port))
         raise
     if failure:
+        current = sglang_phase.phase(log_text)
+        hints = sglang_phase.hints(log_text, current, stalled=stalled)
+        extra = [f"== phase: {current}", *(f"hint: {h}" for h in hints)]
+        if stalled:
+            extra += await stall.diagnose(ctx, pid)     # before the stop: the hung processes are the evidence
+        data["phase"], data["hints"] = current, hints
         await server.stop_session(ctx, pid, 5)
         await server.remove_pid_file(ctx, port)
-        return StepResult.failed(failure, data=data, warnings=warnings,
-                                 output=sglang.tail(log_text, 60))
+        for line in extra:
+            ctx.log(line)
+        return StepResult.failed(failure + (f"; hint: {hints[0]}" if hints else ""), data=data, warnings=warnings,
+                                 output=sglang.tail(log_text, 60) + "\n" + "\n".join(extra) + "\n")
     ready_s = time.monotonic() - t0
     data["ready_s"] = round(ready_s, 2)
     # -- report what the server really runs with
@@ -254,13 +275,15 @@ def _server_exited(stat_text: str, pid: int) -> bool:
     return st.pid != pid or st.zombie
 
 
-async def _wait_ready(ctx: SkillContext, params: Params, pid: int, log_path: str) -> tuple[str | None, str]:
-    """Poll until /health is 200; return (failure sentence or None, the log so far)."""
+async def _wait_ready(ctx: SkillContext, params: Params, pid: int,
+                      log_path: str) -> tuple[str | None, str, bool]:
+    """Poll until /health is 200; return (failure sentence or None, the log so far, stalled)."""
     log_text, partial, offset = "", "", 0
     deadline = time.monotonic() + params.ready_timeout_s
     interval = min(0.25, params.poll_interval_s)
     fatal: str | None = None
     fatal_at = 0.0
+    progress_at = time.monotonic()
     while True:
         res = await ctx.host.run(_poll_script(params.python, pid, params.port, log_path, offset), timeout=60)
         head, _, new = res.stdout.partition(_LOG_MARK)
@@ -270,6 +293,8 @@ async def _wait_ready(ctx: SkillContext, params: Params, pid: int, log_path: str
         text = partial + new
         lines = text.split("\n")
         partial = lines.pop()
+        if lines:
+            progress_at = time.monotonic()
         for line in lines:
             ctx.log(line)
             if fatal is None:
@@ -280,14 +305,17 @@ async def _wait_ready(ctx: SkillContext, params: Params, pid: int, log_path: str
         # Exited first: a zombie leader's orphaned children may still answer /health.
         if _server_exited(fields.get("STAT", ""), pid):
             why = fatal or sglang.find_fatal(log_text) or _last_line(log_text) or "no output"
-            return f"the server exited during start-up: {why}", log_text
+            return f"the server exited during start-up: {why}", log_text, False
         if http == "200":
-            return None, log_text
+            return None, log_text, False
         if fatal and time.monotonic() - fatal_at > 3:
-            return f"the server hit a fatal error during start-up: {fatal}", log_text
+            return f"the server hit a fatal error during start-up: {fatal}", log_text, False
+        if time.monotonic() - progress_at > params.stall_s:
+            return (f"the server stalled: no new log line and no healthy /health for {params.stall_s:g}s while "
+                    f"{sglang_phase.phase(log_text)}; it was stopped"), log_text, True
         if time.monotonic() > deadline:
             return (f"the server did not become ready within {params.ready_timeout_s:g}s "
-                    f"(GET /health -> {http}); it was stopped"), log_text
+                    f"(GET /health -> {http}); it was stopped"), log_text, False
         await asyncio.sleep(interval)
         interval = min(params.poll_interval_s, interval * 1.5)
 

@@ -249,7 +249,7 @@ async def test_bench_refuses_a_server_with_simulated_acceptance(services, local_
     # no server at all: a clear sentence, no traceback
     await svc.engine.run(RunRequest(playbook=one_step("server.stop", {"port": h.port}), hosts=["gpu"]))
     out = await svc.engine.run(RunRequest(playbook="bench", hosts=["gpu"], inputs={"num_prompts": "2"}))
-    assert out.exit_code == 1 and f"no ready server on port {h.port}" in out.steps[0].summary
+    assert out.exit_code == 1 and f"no ready server on port {h.port}" in failed_step(out).summary
 
 
 async def test_stop_also_stops_children_that_outlived_the_server_leader(services, local_host):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal
 
 from eaglebot.config import RegressionConfig
 from eaglebot.history.attribution import attribution_sentence, show, state_changes
+from eaglebot.history.health import diff_health
 from eaglebot.sdk import Metric, Regression
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def _loads(v: Any, default: Any) -> Any:
 
 def empty_state() -> dict[str, Any]:
     return {"launch_args": None, "sglang_version": None, "effective": {}, "files": {}, "config": {},
-            "packages": {}}
+            "packages": {}, "health": {}}
 
 
 def apply_steps(state: dict[str, Any], steps: list[dict[str, Any]],
@@ -166,6 +167,8 @@ def apply_steps(state: dict[str, Any], steps: list[dict[str, Any]],
         if s.get("skill") == "config.patch" and isinstance(params, dict) and isinstance(params.get("set"), dict):
             path = str(params.get("path") or "?")
             st["config"].setdefault(path, {}).update(params["set"])
+        if s.get("skill") == "gpu.health" and isinstance(data, dict) and isinstance(data.get("health"), dict):
+            st["health"] = data["health"]
         if isinstance(data, dict) and isinstance(data.get("package_versions"), dict):
             st["packages"].update({str(k): str(v) for k, v in data["package_versions"].items()})
     for c in changes:
@@ -377,6 +380,7 @@ def attribution(good: dict[str, Any] | None, now: dict[str, Any], changes: list[
             items.append(f"{k} {gp[k]} → {np_[k]}")
         elif k not in gp and gp:
             items.append(f"{k} (new) {np_[k]}")
+    items += [f"health {line}" for line in diff_health(good.get("health"), now.get("health"))]
     return items
 
 

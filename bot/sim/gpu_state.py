@@ -37,6 +37,9 @@ Stable API (the fake SGLang server and the tests rely on these signatures):
     remove_holder(state_dir, pid) -> None
     set_residual(state_dir, gpu, mib) -> None
     set_exit_code(state_dir, code) -> None
+    set_health(state_dir, gpu, **knobs) -> None      faults for the health fields (see below)
+    set_unknown_fields(state_dir, fields) -> None    fields nvidia-smi rejects, as an older driver
+    set_kernel_log(state_dir, lines) -> None         what `nvidia-smi --sim-dmesg` (the sim dmesg) prints
     load_state(state_dir) -> dict
     live_holders(state) -> list[dict]
     memory_used(state) -> dict[int, int]
@@ -50,6 +53,18 @@ from pathlib import Path
 from typing import Any, Iterator
 
 STATE_FILE = "gpus.json"
+# Health knobs of set_health: event_reasons (the clocks-event-reasons mask, e.g. 0x40), sm_clock,
+# ecc_uncorrected, ecc_corrected, remap_pending, remap_failure, pcie_gen, pcie_width, pstate,
+# persistence_off, nvlink_inactive (list of links), nvlink_errors ({"replay"|"recovery"|"crc": n}).
+HEALTH_KNOBS = frozenset({"event_reasons", "sm_clock", "ecc_uncorrected", "ecc_corrected", "remap_pending",
+                          "remap_failure", "pcie_gen", "pcie_width", "pstate", "persistence_off",
+                          "nvlink_inactive", "nvlink_errors"})
+# The kernel log of the fixtures' host (tests/fixtures/nvidia-smi/health/2xh200-dmesg-xid.txt): no Xid.
+KERNEL_LOG = [
+    "[    0.536365] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  ",
+    "[    3.992700] NVRM: Persistence mode is deprecated and will be removed in a future release. "
+    "Please use nvidia-persistenced instead.",
+]
 LOCK_FILE = ".gpus.lock"
 TOTAL_MIB = 143771
 RESERVED_MIB = 615          # total - used - free on an idle H200 (fixtures: 143771 - 0 - 143156)
@@ -191,6 +206,29 @@ def set_exit_code(state_dir: str | Path, code: int | None) -> None:
     """Make nvidia-smi fail with `code` (9, 14, 15), or work again with None."""
     with _locked(state_dir) as state:
         state["exit_code"] = code
+
+
+def set_health(state_dir: str | Path, gpu: int, **knobs: Any) -> None:
+    """Inject health faults on one GPU (HEALTH_KNOBS); `temp_c=` sets its temperature; no knobs: healthy."""
+    bad = set(knobs) - HEALTH_KNOBS - {"temp_c"}
+    if bad:
+        raise ValueError(f"unknown health knob(s) {sorted(bad)}")
+    with _locked(state_dir) as state:
+        for g in state["gpus"]:
+            if g["index"] == int(gpu):
+                if "temp_c" in knobs:
+                    g["temp_c"] = int(knobs.pop("temp_c"))
+                g["health"] = {**(g.get("health") or {}), **knobs} if knobs else {}
+
+
+def set_unknown_fields(state_dir: str | Path, fields: list[str]) -> None:
+    with _locked(state_dir) as state:
+        state["unknown_fields"] = list(fields)
+
+
+def set_kernel_log(state_dir: str | Path, lines: list[str]) -> None:
+    with _locked(state_dir) as state:
+        state["kernel_log"] = list(lines)
 
 
 def holder_alive(h: dict[str, Any]) -> bool:

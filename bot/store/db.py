@@ -559,8 +559,9 @@ class Store:
         return list(self.db.query(
             "select s.run_id, s.skill, s.status, s.params, s.data from steps s "
             "join run_hosts rh on rh.run_id = s.run_id and rh.host = s.host "
-            "where rh.host = ? and rh.run_id > ? and rh.run_id <= ? and s.status in ('ok', 'changed') "
-            "and (s.skill in ('server.launch', 'config.patch') or s.data like '%package_versions%') "
+            "where rh.host = ? and rh.run_id > ? and rh.run_id <= ? "
+            "and (s.status in ('ok', 'changed') or (s.skill = 'gpu.health' and s.status = 'failed')) "
+            "and (s.skill in ('server.launch', 'config.patch', 'gpu.health') or s.data like '%package_versions%') "
             "order by s.run_id, s.id", [host, after, upto]))
 
     def last_step_data(self, host: str, skill: str, key: str) -> Row | None:

@@ -90,7 +90,7 @@ async def main() -> None:
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--mib", type=int, default=4096)
     ap.add_argument("--grace", type=float, default=2.0, help="gpu.cleanup grace_s")
-    ap.add_argument("--poll", type=float, default=0.1, help="gpu.verify poll_s")
+    ap.add_argument("--poll", type=float, default=0.05, help="gpu.verify poll_s (its default)")
     ap.add_argument("--max-used-mib", type=int, default=64)
     ap.add_argument("--ignore-term", action="store_true", help="the holder ignores SIGTERM (SIGKILL after --grace)")
     ap.add_argument("--repeat", type=int, default=3)

@@ -15,8 +15,17 @@ import asyncssh
 
 
 class _Server(asyncssh.SSHServer):
-    def __init__(self, client_pub: asyncssh.SSHKey):
+    def __init__(self, client_pub: asyncssh.SSHKey, conns: set[asyncssh.SSHServerConnection]):
         self._client_pub = client_pub.export_public_key()
+        self._conns = conns
+        self._conn: asyncssh.SSHServerConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self._conn = conn
+        self._conns.add(conn)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._conns.discard(self._conn)  # type: ignore[arg-type]
 
     def begin_auth(self, username: str) -> bool:
         return True
@@ -68,6 +77,7 @@ class AsyncSSHServer:
     user: str
     client_key: Path
     known_hosts: Path
+    connections: set[asyncssh.SSHServerConnection]
 
     def host_config(self, **extra) -> dict:
         cfg = {"address": "127.0.0.1", "port": self.port, "user": self.user, "key": str(self.client_key),
@@ -76,7 +86,20 @@ class AsyncSSHServer:
         return cfg
 
     async def close(self) -> None:
+        """Stop listening AND close the connections clients still hold open.
+
+        Since Python 3.12, asyncio's Server.wait_closed() (which asyncssh's wait_closed awaits)
+        waits until every accepted connection is gone. A test's engine keeps its SSH
+        connection open until its own fixture closes it, after this one: without closing
+        them here, the teardown of the SSH test waited forever and the one-invocation GPU
+        suite hung after it (Python 3.11 returned at once, so it never showed up off the
+        GPU machine).
+        """
         self.server.close()
+        for conn in list(self.connections):
+            conn.close()
+        for conn in list(self.connections):
+            await conn.wait_closed()
         await self.server.wait_closed()
 
 
@@ -87,10 +110,11 @@ async def start_asyncssh_server(root: Path) -> AsyncSSHServer:
     key_path = root / "client_ed25519"
     client_key.write_private_key(str(key_path))
     os.chmod(key_path, 0o600)
+    conns: set[asyncssh.SSHServerConnection] = set()
     server = await asyncssh.create_server(
-        lambda: _Server(client_key), "127.0.0.1", 0, server_host_keys=[host_key], process_factory=_handle,
+        lambda: _Server(client_key, conns), "127.0.0.1", 0, server_host_keys=[host_key], process_factory=_handle,
         encoding=None)
     port = server.sockets[0].getsockname()[1]
     known = root / "known_hosts"
     known.write_text(f"[127.0.0.1]:{port} {host_key.export_public_key().decode().strip()}\n")
-    return AsyncSSHServer(server, port, getpass.getuser(), key_path, known)
+    return AsyncSSHServer(server, port, getpass.getuser(), key_path, known, conns)

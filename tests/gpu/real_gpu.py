@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 TAG = "eagle-gpu-test-holder"
 
@@ -61,3 +62,25 @@ class Holders:
                 except ProcessLookupError:
                     pass
             p.wait(30)
+
+
+def kill_leftover_servers(state_dir: Path) -> list[int]:
+    """Kill the session of every server a pid file under state_dir/run still names (SGLang only)."""
+    killed = []
+    for pid_file in sorted((Path(state_dir) / "run").glob("server-*.pid")):
+        tok = pid_file.read_text().split()
+        if not tok or not tok[0].isdigit():
+            continue
+        pid = int(tok[0])
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"sglang" not in cmdline:
+            continue
+        try:
+            os.killpg(pid, signal.SIGKILL)     # spawn_detached makes the server a session leader
+            killed.append(pid)
+        except ProcessLookupError:
+            pass
+    return killed

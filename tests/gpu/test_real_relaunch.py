@@ -25,7 +25,7 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-async def test_relaunch_holds_real_gpu_memory_and_cleanup_frees_it(services, tmp_path):
+async def test_relaunch_holds_real_gpu_memory_and_cleanup_frees_it(services, tmp_path, server_state):
     before = memory_used()[0]
     host_vars = install_sim_bin(tmp_path / "bin", tmp_path / "sim-state")
     target, draft = _write_models(tmp_path)
@@ -33,7 +33,7 @@ async def test_relaunch_holds_real_gpu_memory_and_cleanup_frees_it(services, tmp
     # Real nvidia-smi (no nvidia_smi host var); the simulated SGLang allocates real memory.
     svc = await services({"gpu": {"transport": "local", "vars": {
         "python": host_vars["python"], "model": str(target), "draft": str(draft), "port": port}}},
-        state_dir=str(tmp_path / "state"))
+        state_dir=str(server_state))
     out = await svc.engine.run(RunRequest(
         playbook="relaunch", hosts=["gpu"],
         inputs={"gpus": "0", "mem_fraction": "0.05", "bench_prompts": "8", "bench_output_len": "32",

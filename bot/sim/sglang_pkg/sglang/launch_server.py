@@ -8,6 +8,10 @@ Test knobs (environment):
   EAGLE_SIM_PORT_BUSY=1         print the Errno 98 bind error after loading, then exit
   EAGLE_SIM_ACCEPT_LEN=<x>      force the acceptance length (SGLANG_SIMULATE_ACC_LEN also does)
   EAGLE_SIM_TIME_SCALE=<f>      wall-clock seconds per simulated second in /generate (0.001)
+  EAGLE_SIM_COMPLETE_FRACTION=<f>  answer only that share of /generate requests after the first
+                                (the others get HTTP 500), as a server that drops requests
+  EAGLE_SIM_STALL_AT=<phase>    hang silently (until killed) in that start-up phase: nccl, load,
+                                cuda_graph or warmup (a hang SGLang users report)
 """
 from __future__ import annotations
 
@@ -125,6 +129,7 @@ class Server:
         self.decode_steps = 0
         self.accepted_tokens = 0
         self.total_requests = 0
+        self.generate_calls = 0
         self.last_decode_log = 0.0
         self.children: list[subprocess.Popen[bytes]] = []
         self.shutting_down = False
@@ -151,6 +156,14 @@ class Server:
             self.perf.next_epoch()
 
     # -- /generate -------------------------------------------------------------------
+    def drops_request(self) -> bool:
+        """EAGLE_SIM_COMPLETE_FRACTION=f: after the first request (the benchmark's warm-up), drop all but f."""
+        frac = os.environ.get("EAGLE_SIM_COMPLETE_FRACTION")
+        with self.lock:
+            self.generate_calls += 1
+            m = self.generate_calls - 1
+        return bool(frac) and m > 0 and int(m * float(frac or 1)) == int((m - 1) * float(frac or 1))
+
     def generate(self, body: dict[str, Any]) -> dict[str, Any]:
         sp = body.get("sampling_params") or {}
         out_len = int(sp.get("max_new_tokens", 128))
@@ -289,9 +302,18 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             if not self._warm():
                 self._json(503, {"error": {"message": "The server is not ready yet (SIMULATED warmup)"}})
                 return
+            if server.drops_request():
+                self._json(500, {"error": {"message": "Request aborted (SIMULATED: EAGLE_SIM_COMPLETE_FRACTION)"}})
+                return
             self._json(200, server.generate(body))
 
     return H
+
+
+def _stall_if(stall: bool) -> None:
+    """Hang silently, as a start-up stuck in NCCL init or CUDA graph capture does (SIGTERM still ends it)."""
+    while stall:
+        time.sleep(3600)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,7 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_term)
 
     mib = int(args.mem_fraction_static * H200_MIB)
+    stall_at = os.environ.get("EAGLE_SIM_STALL_AT", "")
+    log("Init torch distributed begin.", "TP0")
+    _stall_if(stall_at == "nccl")
+    log("Init torch distributed ends. mem usage=0.00 GB", "TP0")
     log("Load weight begin. avail mem=139.21 GB", "TP0")
+    _stall_if(stall_at == "load")
     time.sleep(float(os.environ.get("EAGLE_SIM_LOAD_S", "0.3")))
     fatal = os.environ.get("EAGLE_SIM_FAIL")
     if fatal:
@@ -364,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"EAGLE-3 draft capture layers (eagle_aux_hidden_state_layer_ids): {aux_ids}", "TP0")
     log("KV Cache is allocated. #tokens: 1024000, K size: 49.22 GB, V size: 49.22 GB", "TP0")
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=25.52 GB", "TP0")
+    _stall_if(stall_at == "cuda_graph")
     log("Capture cuda graph end. Time elapsed: 0.00 s. mem usage=0.61 GB. avail mem=24.91 GB.", "TP0")
     log(f"max_total_num_tokens=1024000, chunked_prefill_size={args.chunked_prefill_size}, "
         f"max_prefill_tokens={args.max_prefill_tokens}, max_running_requests={args.max_running_requests or 2048}, "
@@ -388,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def warmup() -> None:
         time.sleep(float(os.environ.get("EAGLE_SIM_WARMUP_S", "0.3")))
+        _stall_if(stall_at == "warmup")
         gate = os.environ.get("EAGLE_SIM_WARMUP_UNTIL_FILE")
         while gate and not os.path.exists(gate):
             time.sleep(0.05)

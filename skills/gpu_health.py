@@ -1,0 +1,201 @@
+"""Check the node's GPUs before trusting a benchmark: clocks events, ECC, row remaps, PCIe, NVLink, Xids.
+
+From nvidia-smi alone (DCGM only where `dcgmi` is installed): per GPU persistence mode,
+pstate, the clocks-event-reasons mask decoded (HW slowdown, HW thermal slowdown and HW
+power brake fail; SW thermal slowdown warns; idle and a SW power cap under load are
+normal), volatile ECC errors, pending/failed row remaps, temperature, power, SM clock vs
+max, PCIe generation and width vs max; NVLink link state and Replay/Recovery/CRC
+counters (`nvidia-smi nvlink -s` / `-e`); Xid lines of the kernel log when `dmesg` is
+readable; `dcgmi diag -r dcgm_level` when dcgmi exists. A field an older driver does
+not know (`Field "x" is not a valid field to query.`, exit 2) is dropped and the query
+asked again with the rest.
+
+Each GPU gets a verdict, ok / warn / fail, with its reasons. Any `fail` fails the step
+(so a nightly bench does not record numbers from a sick node); `warn` is a warning.
+
+```yaml
+- skill: gpu.health
+  with: {temp_warn_c: 85, temp_fail_c: 95, dcgm_level: 1, gpus: "0,1"}
+```
+Registers `health` ({"0": {"verdict": "ok", "reasons": []}, ...}), `gpus` (every
+reading per GPU), `nvlink`, `nvlink_errors`, `xids`, `dcgm`, `dropped_fields`, `notes`.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any, Literal
+
+from pydantic import Field
+
+from eaglebot.sdk import SkillContext, StepResult
+from eaglebot.skills.facts import health as hf
+from eaglebot.skills.facts import nvsmi
+from eaglebot.skills.lib import gpu
+
+NAME = "gpu.health"
+
+Level = Literal["warn", "fail"]
+
+
+class Params(gpu.GpuParams):
+    temp_warn_c: int = Field(85, ge=0, le=150, description="warn at or above this GPU temperature (C)")
+    temp_fail_c: int = Field(95, ge=0, le=150, description="fail at or above this GPU temperature (C)")
+    corrected_ecc_warn: int = Field(1000, ge=1, description="warn at this many corrected volatile ECC errors")
+    nvlink_errors_warn: int = Field(1, ge=1, description="warn at this many NVLink replay+recovery+CRC errors")
+    nvlink_errors_fail: int = Field(1000, ge=1, description="fail at this many NVLink errors")
+    pcie_width_below_max: Level = Field("fail", description="verdict when the PCIe link is narrower than its max")
+    persistence_off: Level = Field("warn", description="verdict when persistence mode is off")
+    kernel_log: bool = Field(True, description="read Xid lines from the kernel log (dmesg; host var `dmesg`)")
+    dcgm_level: int = Field(1, ge=0, le=4, description="run `dcgmi diag -r LEVEL` when dcgmi exists (0: never)")
+    dcgm_timeout_s: float = Field(300.0, gt=0, le=7200, description="time limit of dcgmi diag")
+    fail_on_warn: bool = Field(False, description="fail the step on a warn verdict too")
+
+
+def thresholds(p: Params) -> hf.Thresholds:
+    return hf.Thresholds(temp_warn_c=p.temp_warn_c, temp_fail_c=p.temp_fail_c,
+                         corrected_ecc_warn=p.corrected_ecc_warn, nvlink_errors_warn=p.nvlink_errors_warn,
+                         nvlink_errors_fail=p.nvlink_errors_fail, pcie_width_below_max=p.pcie_width_below_max,
+                         persistence_off=p.persistence_off)
+
+
+async def query_health(ctx: SkillContext) -> tuple[dict[int, dict[str, Any]], list[str]]:
+    """The health rows and the fields this driver did not know (dropped, never a crash)."""
+    path = nvsmi.nvsmi_path(ctx.vars)
+    fields = list(hf.HEALTH_FIELDS)
+    dropped: list[str] = []
+    while True:
+        res = await ctx.host.run(nvsmi.nvsmi_command(path, hf.health_query(fields)), timeout=nvsmi.NVSMI_TIMEOUT_S)
+        if res.timed_out:
+            raise nvsmi.NvsmiError(f"nvidia-smi did not answer within {nvsmi.NVSMI_TIMEOUT_S:g}s on "
+                                   f"{ctx.host_name}; the driver may be hung")
+        bad = hf.bad_field(res.stdout + res.stderr) if res.exit_status == 2 else None
+        if bad and bad in fields and bad not in hf.REQUIRED_FIELDS:
+            fields.remove(bad)
+            dropped.append(bad)
+            ctx.log(f"nvidia-smi on {ctx.host_name} does not know the field {bad}; asking without it")
+            continue
+        if res.exit_status != 0:
+            raise nvsmi.NvsmiError(nvsmi.explain_exit(ctx.host_name, path, res.exit_status, res.stdout, res.stderr))
+        return nvsmi.parsed("--query-gpu (health)", ctx.host_name,
+                            lambda t: hf.parse_health(t, fields), res.stdout), dropped
+
+
+async def _nvlink(ctx: SkillContext, notes: list[str]) -> tuple[dict[int, dict[int, float | None]],
+                                                                 dict[int, dict[str, int]]]:
+    path = nvsmi.nvsmi_path(ctx.vars)
+    status: dict[int, dict[int, float | None]] = {}
+    errors: dict[int, dict[str, int]] = {}
+    for args, kind in ((hf.QUERY_NVLINK_STATUS, "status"), (hf.QUERY_NVLINK_ERRORS, "errors")):
+        res = await ctx.host.run(nvsmi.nvsmi_command(path, args), timeout=nvsmi.NVSMI_TIMEOUT_S)
+        if res.exit_status != 0 or res.timed_out:
+            last = (res.stdout.strip() or res.stderr.strip()).splitlines()[-1:] or ["no output"]
+            notes.append(f"NVLink {kind} not reported: {last[0][:160]}")
+            continue
+        if kind == "status":
+            status = hf.parse_nvlink_status(res.stdout)
+        else:
+            errors = hf.parse_nvlink_errors(res.stdout)
+    return status, errors
+
+
+def _dmesg_command(dmesg: str) -> str:
+    # Exit 3 with the error's last line when the kernel log cannot be read (non-root, dmesg_restrict).
+    d = shlex.quote(dmesg)
+    return (f"if out=$(LC_ALL=C {d} 2>&1); then printf '%s\\n' \"$out\" | grep -F 'Xid' | tail -n 200; exit 0; "
+            f"else printf '%s\\n' \"$out\" | tail -n 1; exit 3; fi")
+
+
+async def _xids(ctx: SkillContext, notes: list[str]) -> list[hf.Xid]:
+    res = await ctx.host.run(_dmesg_command(str(ctx.vars.get("dmesg") or "dmesg")), timeout=30)
+    if res.exit_status != 0 or res.timed_out:
+        why = res.stdout.strip().splitlines()[-1:] or [f"exit status {res.exit_status}"]
+        notes.append(f"kernel log not readable, Xids not checked: {why[0][:160]}")
+        return []
+    return hf.parse_xids(res.stdout)
+
+
+async def _dcgm(ctx: SkillContext, params: Params) -> dict[str, Any]:
+    if params.dcgm_level == 0:
+        return {"status": "skipped", "why": "dcgm_level is 0"}
+    dcgmi = str(ctx.vars.get("dcgmi") or "dcgmi")
+    found = await ctx.host.run(f"command -v {shlex.quote(dcgmi)}", timeout=30)
+    if found.exit_status != 0:
+        return {"status": "skipped", "why": f"dcgmi is not installed on {ctx.host_name}"}
+    ctx.log(f"dcgmi diag -r {params.dcgm_level} on {ctx.host_name}")
+    res = await ctx.host.run(shlex.join([dcgmi, "diag", "-r", str(params.dcgm_level)]),
+                             timeout=params.dcgm_timeout_s, on_output=lambda _s, line: ctx.log(line))
+    if res.timed_out:
+        return {"status": "warn", "why": f"dcgmi diag -r {params.dcgm_level} did not finish in "
+                                         f"{params.dcgm_timeout_s:g}s", "tests": {}}
+    tests = hf.parse_dcgm_diag(res.stdout)
+    failed = [k for k, v in tests.items() if v == "fail"]
+    warned = [k for k, v in tests.items() if v == "warn"]
+    if failed:
+        return {"status": "fail", "why": f"dcgmi diag failed: {', '.join(failed)}", "tests": tests}
+    if res.exit_status != 0 and not tests:
+        last = (res.stdout.strip() or res.stderr.strip()).splitlines()[-1:] or [f"exit {res.exit_status}"]
+        return {"status": "warn", "why": f"dcgmi diag could not run: {last[0][:160]}", "tests": {}}
+    if warned:
+        return {"status": "warn", "why": f"dcgmi diag warned: {', '.join(warned)}", "tests": tests}
+    return {"status": "ok", "why": f"dcgmi diag -r {params.dcgm_level} passed ({len(tests)} tests)", "tests": tests}
+
+
+async def run(ctx: SkillContext, params: Params) -> StepResult:
+    if ctx.dry_run:
+        ctx.would("query nvidia-smi health fields, NVLink, the kernel log's Xids"
+                  + (f" and dcgmi diag -r {params.dcgm_level}" if params.dcgm_level else ""))
+        return StepResult.skipped("dry-run: would check GPU health")
+    rows, dropped = await query_health(ctx)
+    sel = gpu.select(ctx, params, sorted(rows))
+    notes: list[str] = []
+    if dropped:
+        notes.append(f"this driver does not know {', '.join(dropped)}; checked without")
+    links, link_errors = await _nvlink(ctx, notes)
+    xids = await _xids(ctx, notes) if params.kernel_log else []
+    dcgm = await _dcgm(ctx, params)
+    if dcgm["status"] == "skipped":
+        notes.append(f"DCGM diagnostics skipped: {dcgm['why']}")
+    bus = {i: str(r.get("pci.bus_id") or "") for i, r in rows.items()}
+    t = thresholds(params)
+    verdicts: dict[int, hf.Verdict] = {}
+    for i in sel:
+        mine = [x for x in xids if hf.xid_gpu(x, bus) in (i, None)]
+        v = hf.evaluate(rows[i], t, nvlink=links.get(i), nvlink_errors=link_errors.get(i), xids=mine)
+        if dcgm["status"] in ("fail", "warn"):
+            v.add(dcgm["status"], dcgm["why"])
+        verdicts[i] = v
+    health = {str(i): v.as_dict() for i, v in verdicts.items()}
+    data: dict[str, Any] = {
+        "health": health,
+        "gpus": {str(i): rows[i] for i in sel},
+        "nvlink": {str(i): {str(k): s for k, s in links.get(i, {}).items()} for i in sel if i in links},
+        "nvlink_errors": {str(i): link_errors[i] for i in sel if i in link_errors},
+        "xids": [{"bus_id": x.bus_id, "code": x.code, "meaning": x.meaning, "text": x.text} for x in xids],
+        "dcgm": dcgm, "dropped_fields": dropped, "notes": notes,
+    }
+    out = [hf.summary_line(rows[i]) for i in sel]
+    for i in sel:
+        if i in links:
+            up = sum(1 for s in links[i].values() if s is not None)
+            out.append(f"GPU {i}: NVLink {up}/{len(links[i])} links up, errors {link_errors.get(i, {})}")
+    out += [f"{x.bus_id}: {x.line()}: {x.text}" for x in xids]
+    out += [f"GPU {i}: {v.verdict}" + (f": {'; '.join(v.reasons)}" if v.reasons else "")
+            + (f" ({'; '.join(v.notes)})" if v.notes else "") for i, v in verdicts.items()]
+    out += notes
+    output = "\n".join(out) + "\n"
+    for line in out:
+        ctx.log(line)
+    bad = {i: v for i, v in verdicts.items() if v.verdict == "fail"}
+    warn = {i: v for i, v in verdicts.items() if v.verdict == "warn"}
+    warnings = [f"GPU {i}: {r}" for i, v in warn.items() for r in v.reasons]
+    n = len(sel)
+    if bad or (params.fail_on_warn and warn):
+        worst = bad or warn
+        why = "; ".join(f"GPU {i}: {', '.join(v.reasons)}" for i, v in worst.items())
+        return StepResult.failed(f"GPU health {'fail' if bad else 'warn'} on {ctx.host_name}: {why}",
+                                 data=data, warnings=warnings if bad else [], output=output)
+    verdict = "warn" if warn else "ok"
+    return StepResult.ok(f"{n} GPU{'s' if n != 1 else ''} {verdict} on {ctx.host_name}"
+                         + (f" ({len(warnings)} warning{'s' if len(warnings) != 1 else ''})" if warnings else ""),
+                         data=data, warnings=warnings, output=output)
+

@@ -1,0 +1,60 @@
+"""Diagnostics of a server start-up that stopped making progress (server.launch's watchdog).
+
+Collected BEFORE the server is stopped: GPU memory and utilisation, the server's process
+tree (its session), and `py-spy dump` of its Python processes where py-spy is installed.
+Each probe is bounded and best effort: a diagnostic that cannot be had is said, never fatal.
+"""
+from __future__ import annotations
+
+import shlex
+
+from eaglebot.sdk import SkillContext
+from eaglebot.skills.facts import nvsmi
+
+GPU_QUERY = ["--query-gpu=index,memory.used,memory.total,utilization.gpu", "--format=csv,noheader,nounits"]
+PYSPY_MAX = 4
+
+
+async def gpu_lines(ctx: SkillContext) -> list[str]:
+    path = nvsmi.nvsmi_path(ctx.vars)
+    res = await ctx.host.run(nvsmi.nvsmi_command(path, GPU_QUERY), timeout=20)
+    if res.exit_status != 0 or res.timed_out:
+        return [f"GPU memory: not available ({nvsmi.explain_exit(ctx.host_name, path, res.exit_status, res.stdout, res.stderr)})"]
+    out = []
+    for row in nvsmi.split_csv(res.stdout):
+        if len(row) == 4:
+            out.append(f"GPU {row[0]}: {row[1]} / {row[2]} MiB used, utilization {row[3]} %")
+    return out or ["GPU memory: nvidia-smi printed nothing"]
+
+
+async def process_tree(ctx: SkillContext, sid: int) -> tuple[list[str], list[int]]:
+    """`ps` lines of the server's session (pid ppid state elapsed command) and their pids."""
+    res = await ctx.host.run(f"ps -ww -e -o sid=,pid=,ppid=,stat=,etime=,args= 2>/dev/null | "
+                             f"awk '$1 == {int(sid)}'", timeout=20)
+    lines, pids = [], []
+    for line in res.stdout.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[1].isdigit():
+            pids.append(int(parts[1]))
+            lines.append(f"pid {parts[1]} ppid {parts[2]} {parts[3]} up {parts[4]}: {parts[5][:300]}")
+    return lines or [f"no process left in session {sid}"], pids
+
+
+async def py_spy(ctx: SkillContext, pids: list[int]) -> list[str]:
+    found = await ctx.host.run("command -v py-spy", timeout=20)
+    if found.exit_status != 0:
+        return [f"py-spy is not installed on {ctx.host_name}: no Python stacks (pip install py-spy to get them)"]
+    out: list[str] = []
+    for pid in pids[:PYSPY_MAX]:
+        res = await ctx.host.run(shlex.join(["py-spy", "dump", "--pid", str(pid)]), timeout=30)
+        out.append(f"--- py-spy dump --pid {pid} (exit {res.exit_status})")
+        out += (res.stdout.strip() or res.stderr.strip() or "no output").splitlines()[:80]
+    return out
+
+
+async def diagnose(ctx: SkillContext, sid: int) -> list[str]:
+    lines = ["== GPUs", *await gpu_lines(ctx)]
+    tree, pids = await process_tree(ctx, sid)
+    lines += ["== server processes (session %d)" % sid, *tree]
+    lines += ["== Python stacks", *await py_spy(ctx, pids)]
+    return lines

@@ -1,0 +1,46 @@
+"""The real-GPU suite's own fixtures, checked without a GPU: the asyncssh server closes the
+connections a client still holds (else Python 3.12's Server.wait_closed() waits for them and the
+one-invocation GPU suite hung after the SSH test), and leftover servers named by pid files die."""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "gpu"))
+
+import asyncssh  # noqa: E402
+
+from asyncssh_server import start_asyncssh_server  # noqa: E402
+from real_gpu import kill_leftover_servers  # noqa: E402
+
+
+async def test_closing_the_asyncssh_server_closes_connections_clients_still_hold(tmp_path):
+    server = await start_asyncssh_server(tmp_path / "assh")
+    conn = await asyncssh.connect("127.0.0.1", server.port, username=server.user,
+                                  client_keys=[str(server.client_key)], known_hosts=str(server.known_hosts))
+    res = await conn.run("echo hi", check=True)
+    assert res.stdout == "hi\n" and len(server.connections) == 1
+    # The engine's connection is still open here, as in the GPU tests' fixture teardown order.
+    await asyncio.wait_for(server.close(), 30)
+    await asyncio.wait_for(conn.wait_closed(), 30)
+    assert server.connections == set()
+
+
+def test_leftover_servers_named_by_pid_files_are_killed_and_nothing_else(tmp_path):
+    run = tmp_path / "state" / "run"
+    run.mkdir(parents=True)
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "sglang.launch_server"],
+                              start_new_session=True)
+    other = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        (run / "server-30000.pid").write_text(f"{server.pid}\n")
+        (run / "server-30001.pid").write_text(f"{other.pid}\n")     # not an SGLang server: left alone
+        (run / "server-30002.pid").write_text("999999999\n")         # gone
+        assert kill_leftover_servers(tmp_path / "state") == [server.pid]
+        assert server.wait(30) == -9 and other.poll() is None
+    finally:
+        for p in (server, other):
+            p.kill()
+            p.wait(30)

@@ -46,6 +46,7 @@ class RunRequest:
     schedule: str | None = None
     channel: str | None = None
     thread_ts: str | None = None
+    text: str | None = None          # what the person typed (audited when the request is refused)
 
 
 @dataclass
@@ -189,17 +190,16 @@ class Engine:
         inputs = resolve_inputs(pb, req.inputs)
         return Prepared(pb, hosts, inputs)
 
-    async def record_rejected(self, req: RunRequest, err: EagleError) -> int:
-        """A request refused before running still leaves an audit record."""
+    async def record_rejected(self, req: RunRequest, err: EagleError) -> None:
+        """A request refused before running (unknown playbook or host, invalid input, busy host)
+        is an `events` row of kind `rejected`: who, what they typed, why. Not a run row, so
+        history and statistics hold only runs that ran."""
         name = req.playbook.name if isinstance(req.playbook, Playbook) else str(req.playbook)
-        run_id = await self.store.create_run(
-            playbook=name, hosts=[str(h) for h in (req.hosts or [])],
-            inputs=self.redactor.obj({k: str(v) for k, v in req.inputs.items()}), variables={},
-            actor=req.actor, origin=req.origin, dry_run=req.dry_run, rerun_of=req.rerun_of,
-            schedule=req.schedule, channel=req.channel, thread_ts=req.thread_ts)
-        await self.store.finish_run(run_id, "failed", exit_code=err.exit_code,
-                                    error=self.redactor.text(str(err)))
-        return run_id
+        text = req.text or " ".join([name, ",".join(str(h) for h in req.hosts or []),
+                                     *(f"{k}={v}" for k, v in req.inputs.items()),
+                                     *(["--dry-run"] if req.dry_run else [])]).replace("  ", " ")
+        await self.store.add_rejection("rejected", req.actor, self.redactor.text(text.strip())[:500],
+                                       self.redactor.text(str(err)), req.rerun_of)
 
     async def start(self, req: RunRequest, observer: Observer | None = None,
                     approver: Approver | None = None) -> tuple[int, asyncio.Task[RunOutcome]]:
@@ -212,13 +212,12 @@ class Engine:
         except UsageError as e:
             await self.record_rejected(req, e)
             raise
-        run_id = await self._create(req, prep)
-        if not req.dry_run and takes_locks(prep.playbook, self.registry):
-            try:
-                await self.store.acquire_hosts(run_id, prep.hosts)
-            except HostBusy as e:
-                await self.store.finish_run(run_id, "failed", exit_code=2, error=str(e))
-                raise
+        lock = prep.hosts if not req.dry_run and takes_locks(prep.playbook, self.registry) else []
+        try:
+            run_id = await self._create(req, prep, lock)
+        except HostBusy as e:
+            await self.record_rejected(req, e)
+            raise
         self._cancel_events[run_id] = asyncio.Event()
         task = asyncio.create_task(self._execute(run_id, req, prep, observer or Observer(), approver))
         return run_id, task
@@ -235,13 +234,13 @@ class Engine:
         ev.set()
         return True
 
-    async def _create(self, req: RunRequest, prep: Prepared) -> int:
+    async def _create(self, req: RunRequest, prep: Prepared, lock: list[str]) -> int:
         pb = prep.playbook
-        return await self.store.create_run(
+        return await self.store.start_run(lock, dict(
             playbook=pb.name, hosts=prep.hosts, inputs=self.redactor.obj(prep.inputs),
             variables={}, actor=req.actor, origin=req.origin, dry_run=req.dry_run,
             rerun_of=req.rerun_of, schedule=req.schedule, channel=req.channel,
-            thread_ts=req.thread_ts, source=pb.source)
+            thread_ts=req.thread_ts, source=pb.source))
 
     # -- executing -----------------------------------------------------------------------
     async def _execute(self, run_id: int, req: RunRequest, prep: Prepared, observer: Observer,

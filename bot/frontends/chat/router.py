@@ -260,7 +260,7 @@ async def audit_refusal(services: Services, user: str, cmd: Command, why: str, r
         except (ValueError, IndexError):
             run_id = None
     what = cmd.text or cmd.name
-    await services.store.add_event(run_id, "access_denied", f"{user}: /eagle {what[:300]}: {why}")
+    await services.store.add_rejection("access_denied", user, f"/eagle {what[:300]}", why, run_id)
 
 
 async def handle(services: Services, cmd: Command | str, caller: Caller) -> Reply:
@@ -435,11 +435,11 @@ async def _run(services: Services, cmd: Command, caller: Caller) -> Reply:
         pb = await asyncio.to_thread(_load, services, cmd.playbook or "")
     except UsageError as e:
         req = RunRequest(cmd.playbook or "?", list(cmd.hosts), dict(cmd.inputs), actor=caller.user,
-                         origin=caller.origin, dry_run=cmd.dry_run, channel=caller.channel)
+                         origin=caller.origin, dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text)
         await services.engine.record_rejected(req, e)
         raise
     req = RunRequest(pb, list(cmd.hosts) or None, dict(cmd.inputs), actor=caller.user, origin=caller.origin,
-                     dry_run=cmd.dry_run, channel=caller.channel)
+                     dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text)
     return await _start(services, req, caller)
 
 

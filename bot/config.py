@@ -32,6 +32,16 @@ class HostConfig(_Model):
     connect_timeout_s: float = Field(10.0, gt=0)
     max_channels: int = Field(8, ge=1, le=64, description="concurrent SSH channels (sshd's MaxSessions is 10)")
     vars: dict[str, Any] = Field(default_factory=dict, description="host variables for templating")
+    gpu: bool | None = Field(None, description="a GPU host (doctor checks nvidia-smi there); default: ssh hosts "
+                                               "and hosts with the `nvidia_smi` var")
+
+    @property
+    def is_gpu_host(self) -> bool:
+        """Doctor checks nvidia-smi only on GPU hosts: those marked `gpu: true`, else (unmarked) every
+        ssh host and every host whose vars name `nvidia_smi`; the bot's own `local` host is not one."""
+        if self.gpu is not None:
+            return self.gpu
+        return self.transport == "ssh" or "nvidia_smi" in self.vars
 
     @model_validator(mode="after")
     def _needs_address(self) -> "HostConfig":
@@ -47,9 +57,11 @@ class SlackConfig(_Model):
 
 
 class AccessConfig(_Model):
-    operators: list[str] = Field(default_factory=lambda: ["*"])
-    approvers: list[str] = Field(default_factory=lambda: ["*"])
+    # Closed by default: without an `access` section Slack users may view, nothing more.
+    operators: list[str] = Field(default_factory=list, description="Slack user ids who may run, cancel, rerun, pause")
+    approvers: list[str] = Field(default_factory=list, description="Slack user ids who may approve confirm steps")
     viewers: list[str] = Field(default_factory=lambda: ["*"])
+    self_approval: bool = Field(False, description="may the requester of a run approve its own confirm steps")
     playbooks: dict[str, list[str]] = Field(default_factory=dict, description="optional allowlist per playbook")
     approval_timeout_s: float = Field(900.0, gt=0)
 
@@ -144,6 +156,11 @@ class Settings(_Model):
         if not out:
             raise UsageError("no host given")
         return out
+
+    @property
+    def access_configured(self) -> bool:
+        """False when eagle.yaml has no `access` section (Slack users may only view)."""
+        return "access" in self.model_fields_set
 
     def slack_api_url(self) -> str | None:
         url = os.environ.get("SLACK_API_URL") or self.slack.api_url

@@ -65,7 +65,8 @@ def test_access_operators_run_viewers_read_and_playbook_allowlists_apply():
     assert authorize(access, parse("history"), "UOP") is None   # operators can read too
     assert "only viewers" in authorize(access, parse("status"), "USTRANGER")
     assert authorize(access, parse("help"), "USTRANGER") is None
-    assert authorize(AccessConfig(), parse("hello"), "ANYONE") is None  # "*" by default
+    assert "only operators" in authorize(AccessConfig(), parse("hello"), "ANYONE")  # closed by default
+    assert authorize(AccessConfig(), parse("history"), "ANYONE") is None           # viewing is open
 
 
 @pytest.fixture

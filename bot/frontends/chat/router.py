@@ -31,7 +31,8 @@ from eaglebot.frontends.services import Services
 from eaglebot.history.view import HistoryRow, RunView, load_history
 from eaglebot.store import Store
 
-__all__ = ["Caller", "Command", "Frontend", "Reply", "authorize", "error_reply", "handle", "parse", "unescape"]
+__all__ = ["Caller", "Command", "Frontend", "Reply", "authorize", "authorize_approval", "command_class", "error_reply",
+           "handle", "parse", "unescape"]
 
 MAX_TEXT = 4000          # a slash command is at most 4000 characters in Slack too
 MAX_HISTORY = 50
@@ -44,8 +45,11 @@ _METRIC = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,99}$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
-VIEW_COMMANDS = {"playbooks", "hosts", "history", "show", "status", "logs", "schedule", "trend"}
-OPERATE_COMMANDS = {"run", "cancel", "rerun", "baseline"}
+# Access classes of the command words: a new word is classified by adding it to one set.
+# A word in neither set needs an operator (closed by default).
+VIEW_COMMANDS = {"playbooks", "hosts", "history", "show", "status", "logs", "schedule", "trend", "diff"}
+OPERATE_COMMANDS = {"run", "cancel", "rerun", "baseline", "sweep", "bisect", "ack", "pause", "resume"}
+SCHEDULE_OPERATIONS = {"pause", "resume"}   # `/eagle schedule pause NAME` operates; `/eagle schedule` views
 
 USAGE = """\
 /eagle <playbook> [host[,host]] [key=value ...] [--dry-run]   run a playbook (e.g. relaunch gpu-01 spec_steps=5)
@@ -122,6 +126,10 @@ def parse(text: str) -> Command:
 
 
 def _builtin(word: str, args: list[str], text: str) -> Command:
+    if word == "schedule" and args and args[0] in SCHEDULE_OPERATIONS:
+        if len(args) != 2 or not _NAME.match(args[1]):
+            return _err(text, f"usage: /eagle schedule {args[0]} NAME (see `/eagle schedule`)")
+        return Command(word, (args[0], args[1]), text=text)
     if word in ("playbooks", "hosts", "status", "schedule"):
         if args:
             return _err(text, f"/eagle {word} takes no arguments (got {_shown(args[0])})")
@@ -196,20 +204,47 @@ def allowed(users: list[str], user: str) -> bool:
     return "*" in users or user in users
 
 
-def authorize(access: AccessConfig, cmd: Command, user: str) -> str | None:
-    """None when `user` may do `cmd`, else the sentence to show them."""
+def command_class(cmd: Command) -> str:
+    """`free` (help, errors), `view` or `operate`."""
     if cmd.name in ("help", "error"):
+        return "free"
+    if cmd.name == "schedule" and cmd.args and cmd.args[0] in SCHEDULE_OPERATIONS:
+        return "operate"
+    return "view" if cmd.name in VIEW_COMMANDS else "operate"
+
+
+def authorize(access: AccessConfig, cmd: Command, user: str, *, configured: bool = True) -> str | None:
+    """None when `user` may do `cmd`, else the sentence to show them (naming the eagle.yaml key)."""
+    kind = command_class(cmd)
+    if kind == "free":
         return None
-    if cmd.name in OPERATE_COMMANDS:
+    if kind == "operate":
         if not allowed(access.operators, user):
-            return f"only operators can {_verb(cmd)}; ask an admin to add you to access.operators"
+            if not configured:
+                return (f"running is closed by default: eagle.yaml has no `access` section, so Slack users may only "
+                        f"view; to {_verb(cmd)}, add your Slack user id ({user}) to access.operators in eagle.yaml")
+            return f"only operators can {_verb(cmd)}; add your Slack user id ({user}) to access.operators in eagle.yaml"
         if cmd.name == "run":
             return authorize_playbook(access, cmd.playbook or "", user)
         return None
-    if cmd.name in VIEW_COMMANDS:
-        if not (allowed(access.viewers, user) or allowed(access.operators, user)
-                or allowed(access.approvers, user)):
-            return f"only viewers can use /eagle {cmd.name}; ask an admin to add you to access.viewers"
+    if not (allowed(access.viewers, user) or allowed(access.operators, user)
+            or allowed(access.approvers, user)):
+        return (f"only viewers can use /eagle {cmd.name}; add your Slack user id ({user}) to access.viewers "
+                "in eagle.yaml")
+    return None
+
+
+def authorize_approval(access: AccessConfig, user: str, requester: str | None, *,
+                       configured: bool = True) -> str | None:
+    """None when `user` may approve or deny a confirm step of a run `requester` started."""
+    if not allowed(access.approvers, user):
+        if not configured:
+            return ("approving is closed by default: eagle.yaml has no `access` section; add your Slack user id "
+                    f"({user}) to access.approvers in eagle.yaml")
+        return f"only approvers can approve or deny; add your Slack user id ({user}) to access.approvers in eagle.yaml"
+    if requester and user == requester and not access.self_approval:
+        return ("you requested this run, so you cannot approve its confirm steps yourself; ask another approver "
+                "(or set access.self_approval: true in eagle.yaml)")
     return None
 
 
@@ -221,8 +256,11 @@ def authorize_playbook(access: AccessConfig, playbook: str, user: str) -> str | 
 
 
 def _verb(cmd: Command) -> str:
+    if cmd.name == "schedule" and cmd.args:
+        return f"{cmd.args[0]} schedules"
     return {"run": f"run playbooks ({cmd.playbook})", "cancel": "cancel runs", "rerun": "re-run runs",
-            "baseline": "set baselines"}.get(cmd.name, cmd.name)
+            "baseline": "set baselines", "ack": "acknowledge regressions", "sweep": "run sweeps",
+            "bisect": "run bisections"}.get(cmd.name, cmd.name)
 
 
 # -- replies -----------------------------------------------------------------------------
@@ -270,7 +308,7 @@ async def handle(services: Services, cmd: Command | str, caller: Caller) -> Repl
     if cmd.name == "error":
         return error_reply(cmd.error or "invalid command")
     if caller.check_access:
-        why = authorize(services.settings.access, cmd, caller.user)
+        why = authorize(services.settings.access, cmd, caller.user, configured=services.settings.access_configured)
         if why:
             await audit_refusal(services, caller.user, cmd, why)
             return error_reply(why)

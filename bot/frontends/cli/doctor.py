@@ -33,9 +33,10 @@ class Check:
     name: str
     ok: bool
     detail: str
+    warn: bool = False       # passes, but a person should read it
 
     def line(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+        return f"{('WARN' if self.warn else 'ok  ') if self.ok else 'FAIL'}  {self.name}: {self.detail}"
 
 
 async def check_nvidia_smi(name: str, cfg: HostConfig, host: Host) -> Check:
@@ -69,7 +70,11 @@ async def check_host(name: str, cfg: HostConfig, transport: Host) -> list[Check]
                            "and compare the fingerprint")
         out.append(Check(f"host {name}", False, detail))
         return out
-    out.append(await check_nvidia_smi(name, cfg, transport))
+    if cfg.is_gpu_host:
+        out.append(await check_nvidia_smi(name, cfg, transport))
+    else:
+        out.append(Check(f"host {name} nvidia-smi", True, "not a GPU host (not checked; mark it `gpu: true` "
+                                                          "in eagle.yaml if it has GPUs)"))
     python = str(cfg.vars.get("python") or "python3")
     py = await transport.run(f"{path_for_shell(python)} -c 'import sys; print(sys.version.split()[0])'",
                              timeout=HOST_TIMEOUT_S)
@@ -111,6 +116,16 @@ async def check_slack(settings: Settings) -> list[Check]:
     return out
 
 
+def check_access(settings: Settings) -> Check:
+    if not settings.access_configured:
+        return Check("access", True, "eagle.yaml has no `access` section: Slack users may only view (history, show, "
+                                     "status, logs); set access.operators and access.approvers to let people run "
+                                     "and approve", warn=True)
+    a = settings.access
+    return Check("access", True, f"{len(a.operators)} operator(s), {len(a.approvers)} approver(s)"
+                                 + ("; self-approval allowed" if a.self_approval else ""))
+
+
 def check_db(settings: Settings) -> Check:
     from eaglebot.store import Store
 
@@ -137,6 +152,7 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
 
     add(Check("config", True, str(settings.source) if settings.source else "built-in defaults (no eagle.yaml)"))
     add(await asyncio.to_thread(check_db, settings))
+    add(check_access(settings))
     pool = TransportPool(settings)
     try:
         results = await asyncio.gather(*(check_host(n, cfg, pool.get(n)) for n, cfg in settings.hosts.items()),

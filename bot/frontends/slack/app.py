@@ -472,6 +472,8 @@ class SlackApprover:
         posted = await ctx.post(channel, text, bk.approval_blocks(
             ar, key, approvers, ctx.settings.access.approval_timeout_s), thread_ts=thread)
         pending.ts = posted.ts
+        await record_approval_message(ctx, ar, posted.channel or channel, posted.ts,
+                                      self.observer.requester if self.observer else None)
 
     def _timed_out(self, pending: PendingApproval) -> None:
         if pending.ts and pending.channel:
@@ -490,18 +492,31 @@ class SlackApprover:
             await ctx.respond(response_url, "This approval is no longer waiting (it was decided or timed out).")
             return
         ar = pending.request
-        if not commands.allowed(ctx.settings.access.approvers, user):
-            why = "only approvers can approve or deny (access.approvers)"
-            await ctx.services.store.add_event(ar.run_id, "access_denied",
-                                               f"{user}: {'approve' if approve else 'deny'} {ar.action!r} "
-                                               f"on {ar.host}: {why}")
-            await ctx.respond(response_url, f":no_entry: {why}; your click was recorded.")
+        run = await ctx.services.store.get_run(ar.run_id)
+        why = commands.authorize_approval(ctx.settings.access, user, (run or {}).get("actor"),
+                                          configured=ctx.settings.access_configured)
+        if why:
+            await ctx.services.store.add_rejection("access_denied", user,
+                                                   f"{'approve' if approve else 'deny'} {ar.action!r} on {ar.host}",
+                                                   why, ar.run_id)
+            await ctx.respond(response_url, f":no_entry: {bk.escape(why)}; your click was recorded.")
             return
         pending.future.set_result((approve, user))
         decision = "approved" if approve else "denied"
         if pending.ts and pending.channel:
             ctx.update(pending.channel, pending.ts, f"{decision} by {user}",
                        bk.approval_decided_blocks(ar, decision, user))
+
+
+async def record_approval_message(ctx: SlackContext, ar: ApprovalRequest, channel: str | None, ts: str | None,
+                                  requester: str | None) -> None:
+    """The approval row remembers its Slack message, so a restart can resolve it visibly."""
+    try:
+        row = await ctx.services.store.pending_approval(ar.run_id, ar.step_idx, ar.host)
+        if row is not None:
+            await ctx.services.store.set_approval_message(row["id"], channel, ts, requester)
+    except Exception:
+        log.exception("could not record the approval message of run %s", ar.run_id)
 
 
 class SlackFrontend:
@@ -599,7 +614,7 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
         if cmd.error:
             await ack(text=f":warning: {bk.escape(cmd.error)}")
             return
-        why = commands.authorize(services.settings.access, cmd, user)
+        why = commands.authorize(services.settings.access, cmd, user, configured=services.settings.access_configured)
         if why:
             await ack(text=f":no_entry: {bk.escape(why)}")
             ctx.spawn(commands.audit_refusal(services, user, cmd, why), name="eagle-refusal")

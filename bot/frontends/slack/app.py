@@ -14,6 +14,7 @@ import functools
 import logging
 import re
 import secrets
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -36,8 +37,10 @@ from eaglebot.config import ScheduleConfig, Settings
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.frontends.chat import router as commands
+from eaglebot.frontends.format import show_text
 from eaglebot.frontends.services import Services
 from eaglebot.frontends.slack import blocks as bk
+from eaglebot.frontends.slack import budget
 from eaglebot.frontends.slack.replies import reply_blocks
 from eaglebot.history.view import RunView
 from eaglebot.sdk import ApprovalRequest, StepResult
@@ -240,7 +243,7 @@ class SlackContext:
                 return [walk(x) for x in v]
             return v
 
-        limited: list[dict[str, Any]] = walk(bk.limit(blocks))
+        limited: list[dict[str, Any]] = budget.fit(walk(bk.limit(blocks)))
         return limited
 
     async def respond(self, response_url: str | None, text: str, blocks: list[dict[str, Any]] | None = None, *,
@@ -304,6 +307,7 @@ class SlackRunObserver(Observer):
         self.outcome: RunOutcome | None = None
         self.run_id: int | None = None
         self.not_in_channel = False
+        self._full_text: str | None = None
 
     # engine callbacks: cheap, never wait on Slack
     async def run_started(self, run_id: int, playbook: Playbook, hosts: list[str], req: RunRequest) -> None:
@@ -359,7 +363,7 @@ class SlackRunObserver(Observer):
                             await ctx.services.store.set_run_thread(self.run_id, self.channel, self.parent_ts)
                     except Exception:
                         log.exception("could not record the thread of run %s", self.run_id)
-                    prog = await ctx.post(self.channel, "progress", bk.run_progress_blocks(v),
+                    prog = await ctx.post(self.channel, "progress", budget.progress_blocks(v),
                                           thread_ts=self.parent_ts)
                     self.progress_ts = prog.ts
                 elif posted.error in NOT_IN_CHANNEL:
@@ -377,7 +381,7 @@ class SlackRunObserver(Observer):
                     ctx.update(self.channel, self.parent_ts, self._parent_text(), parent)
                     last_parent = parent
             if self.progress_ts and self.channel:
-                ctx.update(self.channel, self.progress_ts, "progress", bk.run_progress_blocks(v))
+                ctx.update(self.channel, self.progress_ts, "progress", budget.progress_blocks(v))
             if self.outcome is not None:
                 break
         await self._final()
@@ -397,6 +401,9 @@ class SlackRunObserver(Observer):
         if regressions:
             head += f" — :rotating_light: {len(regressions)} regression(s)"
         blocks = [bk.section(head)] + bk.run_summary_blocks(summary)
+        files = await self._attachments(o, summary, too_long=budget.summary_is_too_long(blocks))
+        if files and files[0][0].endswith("-summary.txt"):
+            blocks = budget.summary_blocks(head, summary, files[0][0])
         text = f"{who} run #{o.run_id} {o.playbook}: {o.status}".strip()
         if self.not_in_channel:
             # The requester got the invite hint; the result reaches them while response_url lives (30 min).
@@ -404,6 +411,38 @@ class SlackRunObserver(Observer):
             return
         await ctx.post(self.channel, text, blocks, thread_ts=self.parent_ts,
                        broadcast=bool(regressions and self.parent_ts))
+        await self._upload(files)
+
+    async def _attachments(self, o: RunOutcome, summary: dict[str, Any], *, too_long: bool) -> list[tuple[str, str]]:
+        """(file name, text) to attach to the thread: the full summary when it does not fit in a
+        message, and the full log of every failed step (the summary shows only its tail)."""
+        files: list[tuple[str, str]] = []
+        if too_long:
+            files.append((f"run-{o.run_id}-summary.txt", self._full_text or budget_text(summary)))
+        try:
+            rows = await self.ctx.services.store.steps(o.run_id)
+        except Exception:
+            log.exception("could not read the steps of run %s", o.run_id)
+            rows = []
+        failed = [r for r in rows if r["status"] == "failed" and (r.get("output") or "").strip()]
+        for r in failed[:3]:
+            name = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{r['host']}-{r['name']}")[:80]
+            files.append((f"run-{o.run_id}-{name}.log", str(r["output"])))
+        if len(failed) > 3:
+            files.append((f"run-{o.run_id}-more-failed-logs.log", "\n\n".join(
+                f"== {r['host']}: {r['name']}\n{r['output']}" for r in failed[3:])))
+        return files
+
+    async def _upload(self, files: list[tuple[str, str]]) -> None:
+        if not files or not self.channel:
+            return
+        with tempfile.TemporaryDirectory(prefix="eagle-slack-") as d:
+            for name, text in files:
+                path = Path(d) / name
+                path.write_text(self.ctx.redact(text))
+                up = await self.ctx.upload(self.channel, self.parent_ts, path, name)
+                if up.error:
+                    log.warning("could not attach %s to run #%s: %s", name, self.run_id, up.error)
 
 
     async def _summary(self, o: RunOutcome) -> dict[str, Any]:
@@ -417,7 +456,15 @@ class SlackRunObserver(Observer):
             view = None
         summary: dict[str, Any] = dict(view.summary()) if view is not None else dict(self.view)
         summary["plan"] = list(o.plan)
+        self._full_text = show_text(view) if view is not None else None
         return summary
+
+
+def budget_text(summary: dict[str, Any]) -> str:
+    """A plain-text summary when the audit store could not be read back (the live view)."""
+    lines = [f"run #{summary.get('run_id')} {summary.get('playbook')}: {summary.get('status')}"]
+    lines += [f"{s['host']}  {s['name']}  {s['status']}  {s.get('summary') or ''}" for s in summary.get("steps") or []]
+    return "\n".join(lines)
 
 
 class SlackApprover:

@@ -32,16 +32,8 @@ class HostConfig(_Model):
     connect_timeout_s: float = Field(10.0, gt=0)
     max_channels: int = Field(8, ge=1, le=64, description="concurrent SSH channels (sshd's MaxSessions is 10)")
     vars: dict[str, Any] = Field(default_factory=dict, description="host variables for templating")
-    gpu: bool | None = Field(None, description="a GPU host (doctor checks nvidia-smi there); default: ssh hosts "
-                                               "and hosts with the `nvidia_smi` var")
-
-    @property
-    def is_gpu_host(self) -> bool:
-        """Doctor checks nvidia-smi only on GPU hosts: those marked `gpu: true`, else (unmarked) every
-        ssh host and every host whose vars name `nvidia_smi`; the bot's own `local` host is not one."""
-        if self.gpu is not None:
-            return self.gpu
-        return self.transport == "ssh" or "nvidia_smi" in self.vars
+    gpu: bool | None = Field(None, description="a GPU host (doctor checks nvidia-smi there); default: see "
+                                               "Settings.is_gpu_host")
 
     @model_validator(mode="after")
     def _needs_address(self) -> "HostConfig":
@@ -156,6 +148,18 @@ class Settings(_Model):
         if not out:
             raise UsageError("no host given")
         return out
+
+    def is_gpu_host(self, name: str) -> bool:
+        """Doctor checks nvidia-smi only on GPU hosts. The rule: `gpu: true|false` on the host wins;
+        unmarked, a host whose vars name `nvidia_smi` is one, and so is every ssh host that is not
+        only another host's `jump`; the bot's own local-transport host is not (it has no GPUs)."""
+        cfg = self.hosts[name]
+        if cfg.gpu is not None:
+            return cfg.gpu
+        if "nvidia_smi" in cfg.vars:
+            return True
+        is_jump = any(h.jump == name for h in self.hosts.values())
+        return cfg.transport == "ssh" and not is_jump
 
     @property
     def access_configured(self) -> bool:

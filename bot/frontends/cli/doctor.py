@@ -5,6 +5,10 @@ fingerprint to pin is printed), nvidia-smi and the host's Python found, the Slac
 tokens valid (only those that are set) and the audit DB writable. Exit 0 when every
 check passes, 1 otherwise.
 
+nvidia-smi is checked only on GPU hosts (`Settings.is_gpu_host`: `gpu: true|false` on a host
+wins; unmarked, hosts with the `nvidia_smi` var and ssh hosts that are not only a jump host),
+so the bot's own GPU-less host passes and systemd's `ExecStartPre=eagle doctor` lets it start.
+
 Hosts are checked through their transports and the skills' own facts: nvidia-smi is
 the one the GPU skills run (host var `nvidia_smi`), read by the same parser and
 explained by the same exit-code sentences, so a host that passes doctor passes
@@ -52,7 +56,7 @@ async def check_nvidia_smi(name: str, cfg: HostConfig, host: Host) -> Check:
                               + (f" ({models})" if models else ""))
 
 
-async def check_host(name: str, cfg: HostConfig, transport: Host) -> list[Check]:
+async def check_host(name: str, cfg: HostConfig, transport: Host, gpu: bool = True) -> list[Check]:
     out: list[Check] = []
     where = "local transport" if cfg.transport == "local" else f"{cfg.user + '@' if cfg.user else ''}{cfg.address}:{cfg.port}"
     try:
@@ -70,7 +74,7 @@ async def check_host(name: str, cfg: HostConfig, transport: Host) -> list[Check]
                            "and compare the fingerprint")
         out.append(Check(f"host {name}", False, detail))
         return out
-    if cfg.is_gpu_host:
+    if gpu:
         out.append(await check_nvidia_smi(name, cfg, transport))
     else:
         out.append(Check(f"host {name} nvidia-smi", True, "not a GPU host (not checked; mark it `gpu: true` "
@@ -155,7 +159,8 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
     add(check_access(settings))
     pool = TransportPool(settings)
     try:
-        results = await asyncio.gather(*(check_host(n, cfg, pool.get(n)) for n, cfg in settings.hosts.items()),
+        results = await asyncio.gather(*(check_host(n, cfg, pool.get(n), settings.is_gpu_host(n))
+                                         for n, cfg in settings.hosts.items()),
                                        return_exceptions=True)
         for name, res in zip(settings.hosts, results):
             if isinstance(res, BaseException):

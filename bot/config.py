@@ -173,14 +173,38 @@ class Settings(_Model):
         return url
 
 
-def _format_validation(err: ValidationError, source: str) -> str:
+def yaml_line(text: str, loc: tuple[str | int, ...]) -> int | None:
+    """The 1-based line of `loc` (('hosts', 'gpu-01', 'port'), ('schedules', 2)) in a YAML
+    document: the deepest part of the path that exists. (The playbook loader keeps its own
+    full line map; this layer is below it.)"""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    line: int | None = None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == str(key)), None)
+            if match is None:
+                break
+            line, node = match[0].start_mark.line + 1, match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def _format_validation(err: ValidationError, source: str, text: str = "") -> str:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"])
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
     where = f"{loc}: " if loc else ""
-    return f"{source}: {where}{msg}"
+    line = yaml_line(text, tuple(first["loc"])) if text else None
+    return f"{source}{f':{line}' if line else ''}: {where}{msg}"
 
 
 def load_settings(path: str | Path | None = None) -> Settings:
@@ -192,7 +216,8 @@ def load_settings(path: str | Path | None = None) -> Settings:
             raise UsageError(f"config file {p} does not exist")
         return Settings(base_dir=Path.cwd())
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        text = p.read_text()
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
@@ -204,4 +229,4 @@ def load_settings(path: str | Path | None = None) -> Settings:
     try:
         return Settings(**data, base_dir=p.resolve().parent, source=p.resolve())
     except ValidationError as e:
-        raise UsageError(_format_validation(e, str(p))) from None
+        raise UsageError(_format_validation(e, str(p), text)) from None

@@ -239,6 +239,13 @@ class AsyncStore:
     async def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
         return await self._do(self.sync.update_fire, fire_id, status, run_id)
 
+    async def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
+        """Pause or resume a schedule; False when it already was in that state."""
+        return await self._do(self.sync.set_schedule_paused, name, paused, changed_by)
+
+    async def schedule_states(self) -> dict[str, Row]:
+        return await self._do(self.sync.schedule_states)
+
     async def last_fire(self, schedule: str) -> Row | None:
         return await self._do(self.sync.last_fire, schedule)
 

@@ -675,6 +675,19 @@ class Store:
             self.db.execute("update schedule_fires set status = ?, run_id = coalesce(?, run_id) where id = ?",
                             [status, run_id, fire_id])
 
+    def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
+        """Pause or resume a schedule; False when it already was in that state."""
+        with self._tx():
+            row = self.db.execute("select paused from schedule_state where name = ?", [name]).fetchone()
+            if bool(row and row[0]) == paused:
+                return False
+            self.db.execute("insert or replace into schedule_state (name, paused, changed_by, changed_at) "
+                            "values (?,?,?,?)", [name, int(paused), changed_by, now_iso()])
+            return True
+
+    def schedule_states(self) -> dict[str, Row]:
+        return {r["name"]: r for r in self.db.query("select * from schedule_state")}
+
     def last_fire(self, schedule: str) -> Row | None:
         rows = list(self.db.query("select * from schedule_fires where schedule = ? "
                                   "order by fire_time desc, id desc limit 1", [schedule]))

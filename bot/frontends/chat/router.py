@@ -60,7 +60,7 @@ USAGE = """\
 /eagle status                       running runs and busy hosts
 /eagle cancel ID | rerun ID         stop a run (its always-steps still run) / run it again
 /eagle logs HOST                    tail of the inference server's log on a host
-/eagle schedule                     scheduled runs and their next fire time
+/eagle schedule [pause|resume NAME] scheduled runs and their next fire time; pause or resume one
 /eagle baseline set ID              make a run the reference for its playbook + host
 /eagle trend PLAYBOOK HOST METRIC   plot a metric over recent runs"""
 
@@ -515,18 +515,40 @@ async def _logs(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 
 async def _schedule(services: Services, cmd: Command, caller: Caller) -> Reply:
-    from eaglebot.frontends.scheduler import schedule_rows
+    from eaglebot.frontends.scheduler import schedule_rows, schedule_state
 
+    if cmd.args:
+        return await _schedule_pause(services, cmd, caller)
     rows = await services.store.call(lambda s: schedule_rows(services.settings, s))
     if not rows:
         text = "no schedules configured (add `schedules:` to eagle.yaml)"
     else:
-        text = table(["name", "playbook", "hosts", "cron", "tz", "next fire", "last run"],
+        text = table(["name", "playbook", "hosts", "cron", "tz", "next fire", "last run", "state"],
                      [[r["name"], r["playbook"], ",".join(r.get("hosts") or []) or "-", r["cron"],
                        r.get("timezone") or "UTC", r.get("next_fire") or "-",
-                       f"#{r['last_run_id']} {r.get('last_status') or ''}".strip() if r.get("last_run_id") else "-"]
+                       f"#{r['last_run_id']} {r.get('last_status') or ''}".strip() if r.get("last_run_id") else "-",
+                       schedule_state(r)]
                       for r in rows])
+        errors = [e for r in rows for e in r.get("errors") or []]
+        if errors:
+            text += "\n\n" + "\n".join(errors)
     return listing(text, "Schedules", public=True)
+
+
+async def _schedule_pause(services: Services, cmd: Command, caller: Caller) -> Reply:
+    """`/eagle schedule pause|resume NAME`: persisted in the store, audited, shown by `schedule`."""
+    verb, name = cmd.args
+    names = [s.name for s in services.settings.schedules]
+    if name not in names:
+        raise UsageError(f"unknown schedule {name!r} (known: {', '.join(names) or 'none'})")
+    paused = verb == "pause"
+    changed = await services.store.set_schedule_paused(name, paused, caller.user)
+    if not changed:
+        raise UsageError(f"schedule {name!r} is already {'paused' if paused else 'active'}")
+    await services.store.add_event(None, f"schedule_{'paused' if paused else 'resumed'}", f"{name} by {caller.user}")
+    text = (f"schedule {name} paused by {caller.user}: it will not run until `/eagle schedule resume {name}`"
+            if paused else f"schedule {name} resumed by {caller.user}")
+    return Reply(text, Note(text), public=True)
 
 
 async def _baseline(services: Services, cmd: Command, caller: Caller) -> Reply:

@@ -130,6 +130,17 @@ def check_access(settings: Settings) -> Check:
                                  + ("; self-approval allowed" if a.self_approval else ""))
 
 
+def check_schedule_config(settings: Settings) -> list[Check]:
+    from eaglebot.engine.schedules import check_schedules
+
+    if not settings.schedules:
+        return []
+    problems = check_schedules(settings)
+    if not problems:
+        return [Check("schedules", True, f"{len(settings.schedules)} schedule(s): playbooks, inputs and hosts valid")]
+    return [Check(f"schedule {p.name}", False, f"{p.where}: {p.message}") for p in problems]
+
+
 def check_db(settings: Settings) -> Check:
     from eaglebot.store import Store
 
@@ -157,6 +168,8 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
     add(Check("config", True, str(settings.source) if settings.source else "built-in defaults (no eagle.yaml)"))
     add(await asyncio.to_thread(check_db, settings))
     add(check_access(settings))
+    for c in check_schedule_config(settings):
+        add(c)
     pool = TransportPool(settings)
     try:
         results = await asyncio.gather(*(check_host(n, cfg, pool.get(n), settings.is_gpu_host(n))

@@ -189,6 +189,12 @@ def cmd_lint(args: argparse.Namespace) -> int:
         print(f"ok {f} ({pb.name}: {len(pb.steps)} steps)")
     if not files:
         print("no playbooks found")
+    if not args.files:
+        from eaglebot.engine.schedules import check_schedules
+
+        for problem in check_schedules(settings, registry):
+            print(str(problem), file=sys.stderr)
+            bad += 1
     return 2 if bad else 0
 
 

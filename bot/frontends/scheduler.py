@@ -191,10 +191,10 @@ def schedule_list_main(settings: Settings, as_json: bool = False) -> int:
         return e.exit_code
     finally:
         store.close()
-    errors = [e for r in rows for e in r["errors"]]
-    for e in errors:
-        print(f"eagle: {e}", file=sys.stderr)
-    code = 2 if errors else 0
+    problems = [p for r in rows for p in r["errors"]]
+    for p in problems:
+        print(f"eagle: {p}", file=sys.stderr)
+    code = 2 if problems else 0
     if as_json:
         print(json.dumps(rows, indent=2))
         return code

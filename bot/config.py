@@ -214,7 +214,8 @@ def load_settings(path: str | Path | None = None) -> Settings:
     if not p.exists():
         if explicit:
             raise UsageError(f"config file {p} does not exist")
-        return Settings(base_dir=Path.cwd())
+        # No config: a ./playbooks folder, when there is one, is the playbooks_dir.
+        return Settings(base_dir=Path.cwd(), playbooks_dir="playbooks" if Path("playbooks").is_dir() else None)
     try:
         text = p.read_text()
         data = yaml.safe_load(text) or {}
@@ -227,6 +228,12 @@ def load_settings(path: str | Path | None = None) -> Settings:
     if not isinstance(data, dict):
         raise UsageError(f"{p}: the config must be a mapping of settings")
     try:
-        return Settings(**data, base_dir=p.resolve().parent, source=p.resolve())
+        settings = Settings(**data, base_dir=p.resolve().parent, source=p.resolve())
     except ValidationError as e:
         raise UsageError(_format_validation(e, str(p), text)) from None
+    folder = settings.playbooks_path
+    if folder is not None and not folder.is_dir():
+        line = yaml_line(text, ("playbooks_dir",))
+        raise UsageError(f"{p}{f':{line}' if line else ''}: playbooks_dir: {folder} is not a folder "
+                         "(create it or fix the path; it is relative to the config file)")
+    return settings

@@ -359,7 +359,8 @@ class Engine:
                         msg = f"{rec.name} failed (continue_on_error): {rec.summary}"
                         run.outcome.warnings.append(f"{host}: {msg}")
                         await self.store.add_warning(run.run_id, host, msg)
-                    elif section == "steps" and not stop_reason:
+                    elif section == "steps" and not stop_reason and not run.req.dry_run:
+                        # (a dry run goes on: every step shows its plan even when a probe failed)
                         stop_reason = ("the run was cancelled" if run.cancel.is_set()
                                        else f"step {rec.name!r} failed")
 

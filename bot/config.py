@@ -233,7 +233,7 @@ def load_settings(path: str | Path | None = None) -> Settings:
         raise UsageError(_format_validation(e, str(p), text)) from None
     folder = settings.playbooks_path
     if folder is not None and not folder.is_dir():
-        line = yaml_line(text, ("playbooks_dir",))
-        raise UsageError(f"{p}{f':{line}' if line else ''}: playbooks_dir: {folder} is not a folder "
+        at = yaml_line(text, ("playbooks_dir",))
+        raise UsageError(f"{p}{f':{at}' if at else ''}: playbooks_dir: {folder} is not a folder "
                          "(create it or fix the path; it is relative to the config file)")
     return settings

@@ -139,7 +139,7 @@ def test_eagle_console_treats_each_line_as_a_slash_command(chat_settings):
     res = subprocess.run([sys.executable, "-m", "eaglebot", "console", "--config", str(chat_settings.source)],
                          input=lines, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    assert "command (required)" in res.stdout                       # a skill's parameters
+    assert "command (str, required)" in res.stdout                  # a skill's parameters
     assert "run #1 hello on local: succeeded" in res.stdout and "#1" in res.stdout
     assert "unknown command 'bogus;'" in res.stderr
 

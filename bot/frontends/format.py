@@ -54,14 +54,24 @@ def key_metric_text(metric: dict[str, Any] | None) -> str:
     return f"{metric['name']}={fmt_value(metric['value'], metric.get('unit') or '')}"
 
 
-def history_text(rows: list[HistoryRow]) -> str:
-    """The history table of `eagle history`, `eagle chat history` and `/eagle history`."""
+def fmt_local(iso: str | None) -> str:
+    """A stored (UTC) time in the reader's local time zone (`TZ` honoured)."""
+    d = parse_iso(iso)
+    return d.astimezone().strftime("%Y-%m-%d %H:%M") if d else "-"
+
+
+def history_text(rows: list[HistoryRow], *, local: bool = False) -> str:
+    """The history table of `eagle history` (local time), `eagle chat history` and
+    `/eagle history` (UTC: a channel's readers live in many time zones)."""
     if not rows:
         return "no runs yet"
+    when = fmt_local if local else fmt_time
+    zone = (datetime.now().astimezone().tzname() or "local") if local else "UTC"
     cells = [[f"#{r['id']}", r["playbook"], ",".join(r.get("hosts") or []) or "-", r.get("actor") or "-",
-              r.get("origin") or "-", fmt_time(r.get("started_at")), r["status"],
+              r.get("origin") or "-", when(r.get("started_at")), h.status_label,
               fmt_duration(h.duration_s), key_metric_text(h.key_metric)] for h in rows for r in (h.run,)]
-    return table(["id", "playbook", "hosts", "who", "via", "started (UTC)", "status", "took", "key metric"], cells)
+    return table(["id", "playbook", "hosts", "who", "via", f"started ({zone})", "status", "took", "key metric"],
+                 cells)
 
 
 def show_text(view: RunView, *, with_output: bool = False) -> str:

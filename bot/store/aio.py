@@ -71,9 +71,13 @@ class AsyncStore:
         return await self._do(self.sync.get_run, run_id)
 
     async def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-            status: str | None = None, origin: str | None = None) -> list[Row]:
+            status: str | None = None, origin: str | None = None, since: str | None = None) -> list[Row]:
         return await self._do(self.sync.history, playbook=playbook, host=host, limit=limit, status=status,
-            origin=origin)
+            origin=origin, since=since)
+
+    async def regression_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> regressions flagged (kind `regression`), for the runs that have any."""
+        return await self._do(self.sync.regression_counts, run_ids)
 
     async def running_runs(self) -> list[Row]:
         return await self._do(self.sync.running_runs)
@@ -248,6 +252,10 @@ class AsyncStore:
 
     async def last_fire(self, schedule: str) -> Row | None:
         return await self._do(self.sync.last_fire, schedule)
+
+    async def prune_count(self, older_than: timedelta) -> int:
+        """How many runs `prune(older_than)` would delete."""
+        return await self._do(self.sync.prune_count, older_than)
 
     async def prune(self, older_than: timedelta) -> int:
         """Delete finished runs started before now - older_than, with their child rows."""

@@ -295,7 +295,7 @@ class Store:
         return _decode_run(rows[0]) if rows else None
 
     def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-                status: str | None = None, origin: str | None = None) -> list[Row]:
+                status: str | None = None, origin: str | None = None, since: str | None = None) -> list[Row]:
         where: list[str] = []
         args: list[Any] = []
         sql = "select * from runs"
@@ -313,10 +313,22 @@ class Store:
         if origin:
             where.append("origin = ?")
             args.append(origin)
+        if since:
+            where.append("started_at >= ?")
+            args.append(since)
         sql += (" where " + " and ".join(where) if where else "")
         sql += " order by rh.run_id desc limit ?" if host else " order by id desc limit ?"
         args.append(limit)
         return [_decode_run(r) for r in self.db.query(sql, args)]
+
+    def regression_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> regressions flagged (kind `regression`), for the runs that have any."""
+        if not run_ids:
+            return {}
+        marks = ",".join("?" * len(run_ids))
+        return {r["run_id"]: r["n"] for r in self.db.query(
+            f"select run_id, count(*) as n from regressions where run_id in ({marks}) "
+            "and coalesce(kind, 'regression') = 'regression' group by run_id", run_ids)}
 
     def running_runs(self) -> list[Row]:
         return [_decode_run(r) for r in self.db.query("select * from runs where status = 'running' order by id")]
@@ -706,6 +718,13 @@ class Store:
             if t in self.db.table_names() and t not in out:
                 out.append(t)
         return out
+
+    def prune_count(self, older_than: timedelta) -> int:
+        """How many runs `prune(older_than)` would delete."""
+        cutoff = (datetime.now(timezone.utc) - older_than).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return int(self.db.execute(
+            "select count(*) from runs where started_at < ? and status != 'running' "
+            "and id not in (select run_id from baselines where run_id is not null)", [cutoff]).fetchone()[0])
 
     def prune(self, older_than: timedelta) -> int:
         """Delete finished runs started before now - older_than, with their child rows.

@@ -126,3 +126,31 @@ def test_bash_completion_knows_the_commands_their_options_and_choices(tmp_path):
     zsh = eagle("completion", "zsh").stdout
     assert "bashcompinit" in zsh and "complete -F _eagle eagle" in zsh
     assert eagle("completion", "fish").returncode == 2
+
+
+def test_a_run_prints_one_result_block_each_metric_once_and_one_line_per_regression(tmp_path):
+    books = tmp_path / "books"
+    books.mkdir()
+    write_playbook(books, "cmp", """
+        name: cmp
+        steps:
+          - skill: metric.record
+            with: {name: median_itl_ms, value: 7.7123, unit: ms, better: lower}
+          - skill: metric.record
+            with: {name: output_throughput, value: 1234.5678, unit: tok/s}
+          - skill: bench.compare
+            with: {baseline: {output_throughput: 2000, median_itl_ms: 5}, better: {median_itl_ms: lower},
+                   metrics: {output_throughput: 1234.5678, median_itl_ms: 7.7123}}
+    """)
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "playbooks_dir": "books"})
+    res = eagle("run", "cmp", config=cfg)
+    assert res.returncode == 3
+    out = res.stdout.splitlines()
+    assert out[0].startswith("run #1 cmp on local: succeeded in ") and res.stdout.count("run #1") == 1
+    assert "run #1" not in res.stderr.replace("run #1: cmp on local", "")      # the result is printed once
+    assert "  median_itl_ms = 7.71" in out and "  output_throughput = 1230 tok/s" in out
+    regs = [line for line in out if "REGRESSION" in line]
+    assert regs == ["▼ REGRESSION local: output_throughput 2000 → 1230 (-38.3%)  "
+                    "no earlier good run on local to compare with",
+                    "▼ REGRESSION local: median_itl_ms 5 → 7.71 (+54.2%)  no earlier good run on local to compare with"]
+    assert "\x1b[" not in res.stdout                                         # no colour without a terminal

@@ -31,6 +31,7 @@ from eaglebot.transport import TransportPool
 log = logging.getLogger("eaglebot.engine")
 
 CANCEL_POLL_S = 1.0
+HEARTBEAT_S = 10.0   # a sign of life (elapsed time, last output line) while a step runs longer
 
 
 @dataclass
@@ -94,6 +95,8 @@ class Observer:
     def step_output(self, run_id: int, rec: StepRecord, line: str) -> None: ...
 
     async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None: ...
+
+    async def step_heartbeat(self, run_id: int, rec: StepRecord, elapsed_s: float, last_line: str) -> None: ...
 
     async def run_finished(self, outcome: RunOutcome) -> None: ...
 
@@ -180,6 +183,7 @@ class Engine:
         self.redactor = redactor or Redactor(settings.redact)
         self.post_run_hooks: list[PostRunHook] = []
         self._cancel_events: dict[int, asyncio.Event] = {}
+        self.heartbeat_s = HEARTBEAT_S
 
     # -- preparing ---------------------------------------------------------------------
     def prepare(self, req: RunRequest) -> Prepared:
@@ -428,9 +432,11 @@ class Engine:
         out = OutputBuffer(self.redactor, write, lambda line: run.observer.step_output(run.run_id, rec, line))
         t0 = time.monotonic()
         out.start()
+        beat = asyncio.create_task(self._heartbeat(run, rec, out, t0))
         try:
             result, attempts = await self._attempts(run, slot, ctx, mod, params, out, sid)
         finally:
+            beat.cancel()
             await out.close()
         duration_ms = int((time.monotonic() - t0) * 1000)
         result.summary = self.redactor.text(result.summary)
@@ -450,6 +456,12 @@ class Engine:
         run.outcome.regressions.extend(result.regressions)
         await _safe(run.observer.step_finished(run.run_id, rec, result))
         return rec, result
+
+    async def _heartbeat(self, run: RunState, rec: StepRecord, out: OutputBuffer, t0: float) -> None:
+        """Every `heartbeat_s` while the step runs: its elapsed time and last output line."""
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            await _safe(run.observer.step_heartbeat(run.run_id, rec, time.monotonic() - t0, out.tail(1)))
 
     async def _attempts(self, run: RunState, slot: StepSlot, ctx: dict[str, Any], mod: ModuleType,
                         params: SkillParams, out: OutputBuffer, sid: int) -> tuple[StepResult, int]:

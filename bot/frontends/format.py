@@ -5,6 +5,7 @@ Pure functions over `eaglebot.history.view` (runs) and playbooks. Block Kit live
 """
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from typing import Any
 
@@ -32,11 +33,47 @@ def fmt_time(iso: str | None) -> str:
     return d.strftime("%Y-%m-%d %H:%M") if d else "-"
 
 
+def sig3(v: float) -> str:
+    """Three significant digits everywhere, never an exponent, no trailing zeros:
+    1234.5 -> 1230, 7.7 -> 7.7, 0.012345 -> 0.0123."""
+    if v == 0 or v != v or v in (float("inf"), float("-inf")):
+        return f"{v:g}"
+    digits = 2 - int(math.floor(math.log10(abs(v))))
+    r = round(v, digits)
+    s = f"{r:.{max(digits, 0)}f}"
+    return s.rstrip("0").rstrip(".") if "." in s else s
+
+
 def fmt_value(v: float | None, unit: str = "") -> str:
     if v is None:
         return "-"
-    s = f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
-    return f"{s} {unit}".strip()
+    return f"{sig3(v)} {unit}".strip()
+
+
+def metric_text(name: str, value: float | None, unit: str = "") -> str:
+    """`name = value unit`, the unit once: `median_itl_ms = 7.7`, not `7.7 ms` after `_ms`."""
+    shown = "" if unit and (name.endswith(f"_{unit}") or name.endswith(unit.replace("/", "_per_"))) else unit
+    return f"{name} = {fmt_value(value, shown)}"
+
+
+# A metric some tools report under two names (bench_serving's table and /server_info):
+# the first name wins when a run has both on the same host.
+METRIC_ALIASES = {"avg_spec_accept_length": "accept_length"}
+
+
+def display_metrics(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each metric once per host (aliases and repeats dropped), in the order recorded."""
+    have = {(m["host"], m["name"]) for m in metrics}
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for m in metrics:
+        key = (m["host"], m["name"])
+        alias = METRIC_ALIASES.get(m["name"])
+        if key in seen or (alias and (m["host"], alias) in have):
+            continue
+        seen.add(key)
+        out.append(m)
+    return out
 
 
 def table(headers: list[str], rows: list[list[Any]]) -> str:

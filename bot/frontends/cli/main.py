@@ -22,7 +22,7 @@ from eaglebot.errors import EagleError, UsageError
 from eaglebot.engine.playbook import load_playbook, playbook_files
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import RunRequest
-from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver
+from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver, use_colour
 from eaglebot.frontends.format import describe_inputs, history_text, show_text, table
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import RunView, load_history
@@ -116,7 +116,9 @@ async def _run_async(args: argparse.Namespace, settings: Settings) -> int:
         if view is not None and args.json:
             _print_json(view.as_json())
         elif view is not None:
-            print(result_text(view, outcome.plan))
+            # The error goes to stderr below, once; the result block does not repeat it.
+            print(result_text(view, outcome.plan, with_error=not outcome.error,
+                              colour=use_colour(sys.stdout)))
         if outcome.status == "failed" and outcome.error:
             _err(outcome.error)
         return outcome.exit_code

@@ -37,7 +37,7 @@ from eaglebot.config import ScheduleConfig, Settings
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.frontends.chat import router as commands
-from eaglebot.frontends.format import show_text
+from eaglebot.frontends.format import fmt_duration, show_text
 from eaglebot.frontends.services import Services
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack import budget
@@ -322,6 +322,16 @@ class SlackRunObserver(Observer):
 
     async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None:
         self._step(rec)
+
+    async def step_heartbeat(self, run_id: int, rec: StepRecord, elapsed_s: float, last_line: str) -> None:
+        """A long step shows it is alive in the progress message (edits go through the coalescer)."""
+        entry = self._steps.get((rec.host, rec.idx))
+        if entry is None or entry["status"] != "running":
+            return
+        last = f" — last: {bk.clip(last_line.strip(), 150)}" if last_line.strip() else ""
+        entry["summary"] = f"running for {fmt_duration(elapsed_s)}{last}"
+        self.view["steps"] = list(self._steps.values())
+        self._dirty.set()
 
     async def run_finished(self, outcome: RunOutcome) -> None:
         self.outcome = outcome

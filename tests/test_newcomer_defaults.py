@@ -51,3 +51,17 @@ def test_a_dry_run_on_a_host_without_nvidia_smi_shows_every_steps_plan_and_notes
     assert note["status"] == "skipped" and note["summary"] == "dry-run: no note"
     shown = json.loads(eagle("show", str(doc["run_id"]), "--json", config=cfg).stdout)
     assert shown["steps"] == doc["steps"]
+
+
+def test_typos_leave_rejected_events_not_failed_runs(tmp_path):
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db"})
+    chat = eagle("chat", "skills", config=cfg)
+    typo = eagle("run", "dsik", config=cfg)
+    assert chat.returncode == 2 and typo.returncode == 2 and "unknown playbook 'dsik'" in typo.stderr
+    assert json.loads(eagle("history", "--json", config=cfg).stdout) == []
+    import sqlite_utils
+
+    rows = list(sqlite_utils.Database(tmp_path / "eagle.db").query(
+        "select text, reason from events where kind = 'rejected' order by id"))
+    assert [r["text"] for r in rows] == ["skills", "dsik"]
+    assert all("unknown playbook" in r["reason"] for r in rows)

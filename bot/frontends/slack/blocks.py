@@ -249,7 +249,8 @@ def run_summary_blocks(view: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def approval_blocks(req: Any, key: str, approvers: list[str], timeout_s: float) -> list[dict[str, Any]]:
     """Approve / Deny buttons saying exactly what will happen."""
-    who = " ".join(mention(a) for a in approvers if a != "*") or "any approver"
+    who = (" ".join(mention(a) for a in approvers if a != "*") or "any approver") if approvers else \
+        "nobody yet (set access.approvers in eagle.yaml)"
     blocks = [
         section(f":raised_hand: *Approval needed* for run #{req.run_id} on `{escape(req.host)}`, "
                 f"step *{escape(req.step)}*:\n{escape(req.action)}"),

@@ -32,6 +32,8 @@ class HostConfig(_Model):
     connect_timeout_s: float = Field(10.0, gt=0)
     max_channels: int = Field(8, ge=1, le=64, description="concurrent SSH channels (sshd's MaxSessions is 10)")
     vars: dict[str, Any] = Field(default_factory=dict, description="host variables for templating")
+    gpu: bool | None = Field(None, description="a GPU host (doctor checks nvidia-smi there); default: see "
+                                               "Settings.is_gpu_host")
 
     @model_validator(mode="after")
     def _needs_address(self) -> "HostConfig":
@@ -47,9 +49,11 @@ class SlackConfig(_Model):
 
 
 class AccessConfig(_Model):
-    operators: list[str] = Field(default_factory=lambda: ["*"])
-    approvers: list[str] = Field(default_factory=lambda: ["*"])
+    # Closed by default: without an `access` section Slack users may view, nothing more.
+    operators: list[str] = Field(default_factory=list, description="Slack user ids who may run, cancel, rerun, pause")
+    approvers: list[str] = Field(default_factory=list, description="Slack user ids who may approve confirm steps")
     viewers: list[str] = Field(default_factory=lambda: ["*"])
+    self_approval: bool = Field(False, description="may the requester of a run approve its own confirm steps")
     playbooks: dict[str, list[str]] = Field(default_factory=dict, description="optional allowlist per playbook")
     approval_timeout_s: float = Field(900.0, gt=0)
 
@@ -145,6 +149,23 @@ class Settings(_Model):
             raise UsageError("no host given")
         return out
 
+    def is_gpu_host(self, name: str) -> bool:
+        """Doctor checks nvidia-smi only on GPU hosts. The rule: `gpu: true|false` on the host wins;
+        unmarked, a host whose vars name `nvidia_smi` is one, and so is every ssh host that is not
+        only another host's `jump`; the bot's own local-transport host is not (it has no GPUs)."""
+        cfg = self.hosts[name]
+        if cfg.gpu is not None:
+            return cfg.gpu
+        if "nvidia_smi" in cfg.vars:
+            return True
+        is_jump = any(h.jump == name for h in self.hosts.values())
+        return cfg.transport == "ssh" and not is_jump
+
+    @property
+    def access_configured(self) -> bool:
+        """False when eagle.yaml has no `access` section (Slack users may only view)."""
+        return "access" in self.model_fields_set
+
     def slack_api_url(self) -> str | None:
         url = os.environ.get("SLACK_API_URL") or self.slack.api_url
         if url and not url.endswith("/"):
@@ -152,14 +173,38 @@ class Settings(_Model):
         return url
 
 
-def _format_validation(err: ValidationError, source: str) -> str:
+def yaml_line(text: str, loc: tuple[str | int, ...]) -> int | None:
+    """The 1-based line of `loc` (('hosts', 'gpu-01', 'port'), ('schedules', 2)) in a YAML
+    document: the deepest part of the path that exists. (The playbook loader keeps its own
+    full line map; this layer is below it.)"""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    line: int | None = None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == str(key)), None)
+            if match is None:
+                break
+            line, node = match[0].start_mark.line + 1, match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def _format_validation(err: ValidationError, source: str, text: str = "") -> str:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"])
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
     where = f"{loc}: " if loc else ""
-    return f"{source}: {where}{msg}"
+    line = yaml_line(text, tuple(first["loc"])) if text else None
+    return f"{source}{f':{line}' if line else ''}: {where}{msg}"
 
 
 def load_settings(path: str | Path | None = None) -> Settings:
@@ -169,9 +214,11 @@ def load_settings(path: str | Path | None = None) -> Settings:
     if not p.exists():
         if explicit:
             raise UsageError(f"config file {p} does not exist")
-        return Settings(base_dir=Path.cwd())
+        # No config: a ./playbooks folder, when there is one, is the playbooks_dir.
+        return Settings(base_dir=Path.cwd(), playbooks_dir="playbooks" if Path("playbooks").is_dir() else None)
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        text = p.read_text()
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
@@ -181,6 +228,12 @@ def load_settings(path: str | Path | None = None) -> Settings:
     if not isinstance(data, dict):
         raise UsageError(f"{p}: the config must be a mapping of settings")
     try:
-        return Settings(**data, base_dir=p.resolve().parent, source=p.resolve())
+        settings = Settings(**data, base_dir=p.resolve().parent, source=p.resolve())
     except ValidationError as e:
-        raise UsageError(_format_validation(e, str(p))) from None
+        raise UsageError(_format_validation(e, str(p), text)) from None
+    folder = settings.playbooks_path
+    if folder is not None and not folder.is_dir():
+        at = yaml_line(text, ("playbooks_dir",))
+        raise UsageError(f"{p}{f':{at}' if at else ''}: playbooks_dir: {folder} is not a folder "
+                         "(create it or fix the path; it is relative to the config file)")
+    return settings

@@ -21,5 +21,8 @@ class Params(SkillParams):
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
+    if ctx.dry_run:
+        ctx.would(f"note {params.message!r}")
+        return StepResult.skipped("dry-run: no note")
     ctx.log(params.message)
     return StepResult.ok(params.message)

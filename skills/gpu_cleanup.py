@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from eaglebot.sdk import SkillContext, StepResult
+from eaglebot.skills.facts import nvsmi
 from eaglebot.skills.lib import gpu, processes
 
 NAME = "gpu.cleanup"
@@ -46,7 +47,14 @@ class Params(gpu.GpuParams):
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
-    snap = await gpu.snapshot(ctx, params)
+    try:
+        snap = await gpu.snapshot(ctx, params)
+    except nvsmi.NvsmiError as e:
+        if not ctx.dry_run:
+            raise
+        # A dry run shows the whole plan even where the GPUs cannot be listed (a bot host).
+        ctx.would(f"stop the GPU processes nvidia-smi lists (SIGTERM, SIGKILL after {params.grace_s:g}s)")
+        return StepResult.skipped(f"dry-run: cannot list GPU processes now: {e}", warnings=[str(e)])
     for note in snap.notes:
         ctx.log(note)
     targets = snap.killable()

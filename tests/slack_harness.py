@@ -173,7 +173,7 @@ class SlackHarness:
         await self.services.close()
 
 
-async def open_harness(tmp_path: Path, fake: FakeSlackAPI, *, access: dict | None = None,
+async def open_harness(tmp_path: Path, fake: FakeSlackAPI, *, access: dict | str | None = None,
                        playbooks: dict | None = None, backoff_s: float = 0.01, **extra: Any) -> SlackHarness:
     sim = install_sim_bin(tmp_path / "sim-bin", tmp_path / "sim-state")
     _sim_gpu(tmp_path / "sim-state")
@@ -185,6 +185,8 @@ async def open_harness(tmp_path: Path, fake: FakeSlackAPI, *, access: dict | Non
            "slack": {"channel": CHANNEL, "api_url": fake.base_url, "progress_interval_s": 1.0},
            "access": access or {"operators": ["UALICE"], "approvers": ["UBOSS"], "viewers": ["*"]},
            "hosts": {"local": {"transport": "local", "vars": {"nvidia_smi": sim["nvidia_smi"]}}}}
+    if access == "none":          # eagle.yaml without an access section (closed by default)
+        del cfg["access"]
     cfg.update(extra)
     (tmp_path / "eagle.yaml").write_text(yaml.safe_dump(cfg))
     settings = load_settings(tmp_path / "eagle.yaml")

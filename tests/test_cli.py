@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sqlite_utils
 
 from helpers import eagle, eagle_json, pid_alive, wait_for, write_playbook, write_yaml
 
@@ -89,10 +90,15 @@ def test_bad_input_exits_2_with_one_sentence(cfg, args, needle):
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-def test_rejected_run_is_in_the_audit_log(cfg):
-    eagle("run", "ok", "-H", "gpu-9", config=cfg)
+def test_rejected_request_is_an_event_not_a_run(cfg):
+    res = eagle("run", "ok", "-H", "gpu-9", config=cfg)
+    assert res.returncode == 2
     _, hist = eagle_json("history", config=cfg)
-    assert hist[0]["status"] == "failed" and hist[0]["hosts"] == ["gpu-9"] and hist[0]["playbook"] == "ok"
+    assert hist == []
+    db = sqlite_utils.Database(Path(cfg).parent / "audit" / "eagle.db")
+    ev = list(db.query("select * from events where kind = 'rejected'"))
+    assert len(ev) == 1 and ev[0]["text"] == "ok gpu-9" and "unknown host 'gpu-9'" in ev[0]["reason"]
+    assert ev[0]["actor"]
 
 
 def test_history_json(cfg):

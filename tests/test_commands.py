@@ -65,7 +65,8 @@ def test_access_operators_run_viewers_read_and_playbook_allowlists_apply():
     assert authorize(access, parse("history"), "UOP") is None   # operators can read too
     assert "only viewers" in authorize(access, parse("status"), "USTRANGER")
     assert authorize(access, parse("help"), "USTRANGER") is None
-    assert authorize(AccessConfig(), parse("hello"), "ANYONE") is None  # "*" by default
+    assert "only operators" in authorize(AccessConfig(), parse("hello"), "ANYONE")  # closed by default
+    assert authorize(AccessConfig(), parse("history"), "ANYONE") is None           # viewing is open
 
 
 @pytest.fixture
@@ -138,7 +139,7 @@ def test_eagle_console_treats_each_line_as_a_slash_command(chat_settings):
     res = subprocess.run([sys.executable, "-m", "eaglebot", "console", "--config", str(chat_settings.source)],
                          input=lines, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    assert "command (required)" in res.stdout                       # a skill's parameters
+    assert "command (str, required)" in res.stdout                  # a skill's parameters
     assert "run #1 hello on local: succeeded" in res.stdout and "#1" in res.stdout
     assert "unknown command 'bogus;'" in res.stderr
 

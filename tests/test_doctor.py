@@ -42,7 +42,8 @@ async def test_doctor_passes_with_reachable_hosts_tools_valid_tokens_and_writabl
         monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-doctor-test-token")
         monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-doctor-test-token")
         lines = []
-        checks = await run_checks(settings_for(tmp_path, {}), lambda c: lines.append(c.line()))
+        checks = await run_checks(settings_for(tmp_path, {"local": {"transport": "local", "gpu": True}}),
+                                  lambda c: lines.append(c.line()))
     finally:
         await fake.stop()
     assert all(c.ok for c in checks), lines
@@ -78,7 +79,7 @@ async def test_doctor_reports_unreachable_hosts_missing_tools_and_refused_tokens
         known = tmp_path / "kh"
         known.write_text("")
         hosts = {"gone": {"address": "127.0.0.1", "port": 9, "known_hosts": str(known), "connect_timeout_s": 2},
-                 "local": {"transport": "local", "vars": {"python": "/nonexistent/python"}}}
+                 "local": {"transport": "local", "gpu": True, "vars": {"python": "/nonexistent/python"}}}
         checks = await run_checks(settings_for(tmp_path, hosts), lambda c: None)
     finally:
         await fake.stop()
@@ -93,7 +94,7 @@ def test_doctor_main_exits_1_when_a_check_fails_and_prints_one_line_per_check(tm
     monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
     monkeypatch.delenv("SLACK_APP_TOKEN", raising=False)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    code = doctor_main(settings_for(tmp_path, {}))
+    code = doctor_main(settings_for(tmp_path, {"local": {"transport": "local", "gpu": True}}))
     out = capsys.readouterr().out.splitlines()
     assert code == 1
     assert any(line.startswith("FAIL  host local nvidia-smi") for line in out)
@@ -131,3 +132,14 @@ async def test_doctor_explains_nvidia_smi_exit_codes_in_the_words_the_gpu_skills
     assert by["host local nvidia-smi"].detail == nvsmi.explain_exit("local", sim["nvidia_smi"], 15, "", "")
     assert by["host local nvidia-smi"].detail == ("GPU check failed on local: a GPU has fallen off the bus "
                                                   "(nvidia-smi exit 15); the node needs attention")
+
+
+async def test_doctor_checks_nvidia_smi_only_on_gpu_hosts(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")                 # no nvidia-smi on the bot host
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    monkeypatch.delenv("SLACK_APP_TOKEN", raising=False)
+    checks = await run_checks(settings_for(tmp_path, {"local": {"transport": "local"}}), lambda c: None)
+    by = {c.name: c for c in checks}
+    assert by["host local nvidia-smi"].ok and "not a GPU host" in by["host local nvidia-smi"].detail
+    assert by["access"].warn and "no `access` section" in by["access"].detail
+    assert all(c.ok for c in checks), [c.line() for c in checks]

@@ -313,8 +313,9 @@ async def test_busy_host_is_refused_with_the_holding_run(services, tmp_path):
     run_id, task = await svc.engine.start(RunRequest(playbook=book))
     with pytest.raises(HostBusy, match=rf"host local is busy with run #{run_id} since "):
         await svc.engine.start(RunRequest(playbook=book))
-    refused = svc.store.sync.history(limit=1)[0]
-    assert refused["status"] == "failed" and "busy" in refused["error"]
+    assert [r["id"] for r in await svc.store.history(limit=5)] == [run_id]   # no run row for the refusal
+    refused = (await svc.store.events("rejected"))[0]
+    assert "busy" in refused["reason"] and refused["actor"] and refused["run_id"] is None
     svc.engine.cancel(run_id)
     await task
     run2, task2 = await svc.engine.start(RunRequest(playbook=book))
@@ -327,8 +328,9 @@ async def test_unknown_host_is_a_usage_error_and_is_audited(services, tmp_path):
     book = pb(tmp_path, "name: t\nsteps:\n  - skill: shell\n    with: {command: 'true'}\n")
     with pytest.raises(UsageError, match=r"unknown host 'gpu-9' \(known: local\)"):
         await svc.engine.start(RunRequest(playbook=book, hosts=["gpu-9"]))
-    row = svc.store.sync.history(limit=1)[0]
-    assert row["status"] == "failed" and row["hosts"] == ["gpu-9"] and "unknown host" in row["error"]
+    assert await svc.store.history(limit=1) == []
+    ev = (await svc.store.events("rejected"))[0]
+    assert ev["text"] == "t gpu-9" and "unknown host 'gpu-9'" in ev["reason"]
 
 
 async def test_changed_host_key_is_refused(services, sshd, tmp_path):

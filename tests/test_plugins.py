@@ -125,8 +125,8 @@ def test_plugin_skill_is_linted_listed_and_documented_like_a_shipped_one(team_di
     assert res.returncode == 0 and "disk.free" in res.stdout
     res = eagle("chat", "help disk.free", config=cfg)
     assert res.returncode == 0, res.stderr
-    assert "min_free_gib (default 0): fail when fewer GiB than this are free" in res.stdout
-    assert "path (default '/'): a folder on the file system to check" in res.stdout
+    assert "min_free_gib (float, default: 0; allowed: >= 0): fail when fewer GiB than this are free" in res.stdout
+    assert "path (str, default: '/'): a folder on the file system to check" in res.stdout
 
 
 def test_without_the_config_the_plugin_skill_is_unknown(team_dir, tmp_path):
@@ -171,10 +171,11 @@ def test_entry_point_plugin_is_discovered_listed_and_run(tmp_path):
     env = {"PYTHONPATH": str(site)}
 
     res, listing = eagle_json("skills", config=cfg, env=env)
-    assert {"name": "acme.ping", "summary": "A test skill.",
-            "source": "entry point ping = acme_ping of acme-skills"} in listing
+    assert {"name": "acme.ping", "summary": "A test skill.", "source": "entry point ping = acme_ping of acme-skills",
+            "params": [{"name": "word", "type": "str", "default": "default: 'hi'", "allowed": "",
+                        "description": "what to say"}]} in listing
     res = eagle("chat", "help acme.ping", config=cfg, env=env)
-    assert res.returncode == 0 and "word (default 'hi'): what to say" in res.stdout
+    assert res.returncode == 0 and "word (str, default: 'hi'): what to say" in res.stdout
 
     book = write_playbook(tmp_path, "ping", """
         name: ping

@@ -81,7 +81,7 @@ async def test_cli_chat_and_slack_history_show_the_same_key_metric_for_each_run(
                                                            KEY_METRIC: 131.0})
         no_tput = seed_run(store, "hello", "local", metrics={"median_ttft_ms": 25.0, "accept_length": 2.5})
         bare = seed_run(store, "hello", "local")
-        expected = {mixed: "output_throughput=123.5 tok/s", later: "output_throughput=131 tok/s",
+        expected = {mixed: "output_throughput=124 tok/s", later: "output_throughput=131 tok/s",
                     no_tput: "median_ttft_ms=25", bare: ""}
         cfg = tmp_path / "eagle.yaml"
 

@@ -128,18 +128,20 @@ async def test_busy_host_is_posted_and_does_not_crash(services, pbdir):
     assert ch == "C0123" and "did not start" in text and "busy" in text
 
 
-async def test_unknown_playbook_is_posted_as_a_usage_error(services, pbdir):
+async def test_unknown_playbook_is_posted_at_start_and_never_scheduled(services, pbdir):
     svc = await services(playbooks_dir=str(pbdir), schedules=[sched_cfg(playbook="nope")])
     hooks = RecordingHooks()
     sched = build_scheduler(svc, hooks)
     sched.start()
     try:
-        sched.fire_now("nightly-bench")
-        name, run_id = await asyncio.wait_for(sched.finished.get(), 30)
+        for _ in range(200):
+            if hooks.posts:
+                break
+            await asyncio.sleep(0.02)
+        assert sched.jobs() == []
     finally:
         sched.shutdown()
-    assert run_id is None
-    assert any("unknown playbook 'nope'" in t for _, t in hooks.posts)
+    assert any("unknown playbook 'nope'" in t and "eagle.yaml:" in t and "not scheduled" in t for _, t in hooks.posts)
 
 
 async def test_missed_fire_while_down_is_reported(services, pbdir):
@@ -182,9 +184,9 @@ def test_cron_math_and_validation():
         trigger_for(ScheduleConfig(name="n", playbook="p", cron="0 3 * * *", timezone="Mars/Base"))
 
 
-def test_schedule_rows_and_list_json(make_settings, capsys, tmp_path):
-    settings = make_settings(schedules=[sched_cfg(), sched_cfg(name="tz", cron="30 1 * * 1",
-                                                               timezone="Europe/Berlin")])
+def test_schedule_rows_and_list_json(make_settings, capsys, tmp_path, pbdir):
+    settings = make_settings(playbooks_dir=str(pbdir),
+                             schedules=[sched_cfg(), sched_cfg(name="tz", cron="30 1 * * 1", timezone="Europe/Berlin")])
     from eaglebot.store import Store
 
     store = Store(settings.db_path)
@@ -192,7 +194,7 @@ def test_schedule_rows_and_list_json(make_settings, capsys, tmp_path):
     rows = schedule_rows(settings, store, now=datetime(2030, 1, 10, 12, 0, tzinfo=timezone.utc))
     assert rows[0] == {"name": "nightly-bench", "playbook": "nightly", "hosts": ["local"], "cron": "0 3 * * *",
                        "timezone": "UTC", "next_fire": "2030-01-11T03:00:00Z", "last_run_id": rid,
-                       "last_status": "succeeded"}
+                       "last_status": "succeeded", "paused": False, "paused_by": None, "errors": []}
     assert rows[1]["next_fire"] == "2030-01-14T00:30:00Z"  # Monday 01:30 in Berlin (CET)
     assert rows[1]["last_run_id"] is None
     capsys.readouterr()

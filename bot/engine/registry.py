@@ -97,10 +97,10 @@ class SkillRegistry(Mapping[str, ModuleType]):
     def describe(self, name: str) -> str:
         """Help text of a skill: first docstring line and each parameter."""
         mod = self.get_skill(name)
+        from eaglebot.engine.params_doc import params_doc
+
         lines = [f"{name}: {self.summary(name)}"]
-        for fname, f in mod.Params.model_fields.items():
-            req = "required" if f.is_required() else f"default {f.default!r}"
-            lines.append(f"  {fname} ({req}): {f.description or ''}")
+        lines += [f"  {p.line()}" for p in params_doc(mod.Params)]
         return "\n".join(lines)
 
 

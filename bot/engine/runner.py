@@ -31,6 +31,7 @@ from eaglebot.transport import TransportPool
 log = logging.getLogger("eaglebot.engine")
 
 CANCEL_POLL_S = 1.0
+HEARTBEAT_S = 10.0   # a sign of life (elapsed time, last output line) while a step runs longer
 
 
 @dataclass
@@ -46,6 +47,7 @@ class RunRequest:
     schedule: str | None = None
     channel: str | None = None
     thread_ts: str | None = None
+    text: str | None = None          # what the person typed (audited when the request is refused)
 
 
 @dataclass
@@ -93,6 +95,8 @@ class Observer:
     def step_output(self, run_id: int, rec: StepRecord, line: str) -> None: ...
 
     async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None: ...
+
+    async def step_heartbeat(self, run_id: int, rec: StepRecord, elapsed_s: float, last_line: str) -> None: ...
 
     async def run_finished(self, outcome: RunOutcome) -> None: ...
 
@@ -179,6 +183,7 @@ class Engine:
         self.redactor = redactor or Redactor(settings.redact)
         self.post_run_hooks: list[PostRunHook] = []
         self._cancel_events: dict[int, asyncio.Event] = {}
+        self.heartbeat_s = HEARTBEAT_S
 
     # -- preparing ---------------------------------------------------------------------
     def prepare(self, req: RunRequest) -> Prepared:
@@ -189,17 +194,16 @@ class Engine:
         inputs = resolve_inputs(pb, req.inputs)
         return Prepared(pb, hosts, inputs)
 
-    async def record_rejected(self, req: RunRequest, err: EagleError) -> int:
-        """A request refused before running still leaves an audit record."""
+    async def record_rejected(self, req: RunRequest, err: EagleError) -> None:
+        """A request refused before running (unknown playbook or host, invalid input, busy host)
+        is an `events` row of kind `rejected`: who, what they typed, why. Not a run row, so
+        history and statistics hold only runs that ran."""
         name = req.playbook.name if isinstance(req.playbook, Playbook) else str(req.playbook)
-        run_id = await self.store.create_run(
-            playbook=name, hosts=[str(h) for h in (req.hosts or [])],
-            inputs=self.redactor.obj({k: str(v) for k, v in req.inputs.items()}), variables={},
-            actor=req.actor, origin=req.origin, dry_run=req.dry_run, rerun_of=req.rerun_of,
-            schedule=req.schedule, channel=req.channel, thread_ts=req.thread_ts)
-        await self.store.finish_run(run_id, "failed", exit_code=err.exit_code,
-                                    error=self.redactor.text(str(err)))
-        return run_id
+        text = req.text or " ".join([name, ",".join(str(h) for h in req.hosts or []),
+                                     *(f"{k}={v}" for k, v in req.inputs.items()),
+                                     *(["--dry-run"] if req.dry_run else [])]).replace("  ", " ")
+        await self.store.add_rejection("rejected", req.actor, self.redactor.text(text.strip())[:500],
+                                       self.redactor.text(str(err)), req.rerun_of)
 
     async def start(self, req: RunRequest, observer: Observer | None = None,
                     approver: Approver | None = None) -> tuple[int, asyncio.Task[RunOutcome]]:
@@ -212,13 +216,12 @@ class Engine:
         except UsageError as e:
             await self.record_rejected(req, e)
             raise
-        run_id = await self._create(req, prep)
-        if not req.dry_run and takes_locks(prep.playbook, self.registry):
-            try:
-                await self.store.acquire_hosts(run_id, prep.hosts)
-            except HostBusy as e:
-                await self.store.finish_run(run_id, "failed", exit_code=2, error=str(e))
-                raise
+        lock = prep.hosts if not req.dry_run and takes_locks(prep.playbook, self.registry) else []
+        try:
+            run_id = await self._create(req, prep, lock)
+        except HostBusy as e:
+            await self.record_rejected(req, e)
+            raise
         self._cancel_events[run_id] = asyncio.Event()
         task = asyncio.create_task(self._execute(run_id, req, prep, observer or Observer(), approver))
         return run_id, task
@@ -235,13 +238,13 @@ class Engine:
         ev.set()
         return True
 
-    async def _create(self, req: RunRequest, prep: Prepared) -> int:
+    async def _create(self, req: RunRequest, prep: Prepared, lock: list[str]) -> int:
         pb = prep.playbook
-        return await self.store.create_run(
+        return await self.store.start_run(lock, dict(
             playbook=pb.name, hosts=prep.hosts, inputs=self.redactor.obj(prep.inputs),
             variables={}, actor=req.actor, origin=req.origin, dry_run=req.dry_run,
             rerun_of=req.rerun_of, schedule=req.schedule, channel=req.channel,
-            thread_ts=req.thread_ts, source=pb.source)
+            thread_ts=req.thread_ts, source=pb.source))
 
     # -- executing -----------------------------------------------------------------------
     async def _execute(self, run_id: int, req: RunRequest, prep: Prepared, observer: Observer,
@@ -360,7 +363,8 @@ class Engine:
                         msg = f"{rec.name} failed (continue_on_error): {rec.summary}"
                         run.outcome.warnings.append(f"{host}: {msg}")
                         await self.store.add_warning(run.run_id, host, msg)
-                    elif section == "steps" and not stop_reason:
+                    elif section == "steps" and not stop_reason and not run.req.dry_run:
+                        # (a dry run goes on: every step shows its plan even when a probe failed)
                         stop_reason = ("the run was cancelled" if run.cancel.is_set()
                                        else f"step {rec.name!r} failed")
 
@@ -428,9 +432,11 @@ class Engine:
         out = OutputBuffer(self.redactor, write, lambda line: run.observer.step_output(run.run_id, rec, line))
         t0 = time.monotonic()
         out.start()
+        beat = asyncio.create_task(self._heartbeat(run, rec, out, t0))
         try:
             result, attempts = await self._attempts(run, slot, ctx, mod, params, out, sid)
         finally:
+            beat.cancel()
             await out.close()
         duration_ms = int((time.monotonic() - t0) * 1000)
         result.summary = self.redactor.text(result.summary)
@@ -450,6 +456,12 @@ class Engine:
         run.outcome.regressions.extend(result.regressions)
         await _safe(run.observer.step_finished(run.run_id, rec, result))
         return rec, result
+
+    async def _heartbeat(self, run: RunState, rec: StepRecord, out: OutputBuffer, t0: float) -> None:
+        """Every `heartbeat_s` while the step runs: its elapsed time and last output line."""
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            await _safe(run.observer.step_heartbeat(run.run_id, rec, time.monotonic() - t0, out.tail(1)))
 
     async def _attempts(self, run: RunState, slot: StepSlot, ctx: dict[str, Any], mod: ModuleType,
                         params: SkillParams, out: OutputBuffer, sid: int) -> tuple[StepResult, int]:

@@ -5,6 +5,7 @@ Pure functions over `eaglebot.history.view` (runs) and playbooks. Block Kit live
 """
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from typing import Any
 
@@ -33,11 +34,47 @@ def fmt_time(iso: str | None) -> str:
     return d.strftime("%Y-%m-%d %H:%M") if d else "-"
 
 
+def sig3(v: float) -> str:
+    """Three significant digits everywhere, never an exponent, no trailing zeros:
+    1234.5 -> 1230, 7.7 -> 7.7, 0.012345 -> 0.0123."""
+    if v == 0 or v != v or v in (float("inf"), float("-inf")):
+        return f"{v:g}"
+    digits = 2 - int(math.floor(math.log10(abs(v))))
+    r = round(v, digits)
+    s = f"{r:.{max(digits, 0)}f}"
+    return s.rstrip("0").rstrip(".") if "." in s else s
+
+
 def fmt_value(v: float | None, unit: str = "") -> str:
     if v is None:
         return "-"
-    s = f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
-    return f"{s} {unit}".strip()
+    return f"{sig3(v)} {unit}".strip()
+
+
+def metric_text(name: str, value: float | None, unit: str = "") -> str:
+    """`name = value unit`, the unit once: `median_itl_ms = 7.7`, not `7.7 ms` after `_ms`."""
+    shown = "" if unit and (name.endswith(f"_{unit}") or name.endswith(unit.replace("/", "_per_"))) else unit
+    return f"{name} = {fmt_value(value, shown)}"
+
+
+# A metric some tools report under two names (bench_serving's table and /server_info):
+# the first name wins when a run has both on the same host.
+METRIC_ALIASES = {"avg_spec_accept_length": "accept_length"}
+
+
+def display_metrics(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each metric once per host (aliases and repeats dropped), in the order recorded."""
+    have = {(m["host"], m["name"]) for m in metrics}
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for m in metrics:
+        key = (m["host"], m["name"])
+        alias = METRIC_ALIASES.get(m["name"])
+        if key in seen or (alias and (m["host"], alias) in have):
+            continue
+        seen.add(key)
+        out.append(m)
+    return out
 
 
 def table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -55,14 +92,24 @@ def key_metric_text(metric: dict[str, Any] | None) -> str:
     return f"{metric['name']}={fmt_value(metric['value'], metric.get('unit') or '')}"
 
 
-def history_text(rows: list[HistoryRow]) -> str:
-    """The history table of `eagle history`, `eagle chat history` and `/eagle history`."""
+def fmt_local(iso: str | None) -> str:
+    """A stored (UTC) time in the reader's local time zone (`TZ` honoured)."""
+    d = parse_iso(iso)
+    return d.astimezone().strftime("%Y-%m-%d %H:%M") if d else "-"
+
+
+def history_text(rows: list[HistoryRow], *, local: bool = False) -> str:
+    """The history table of `eagle history` (local time), `eagle chat history` and
+    `/eagle history` (UTC: a channel's readers live in many time zones)."""
     if not rows:
         return "no runs yet"
+    when = fmt_local if local else fmt_time
+    zone = (datetime.now().astimezone().tzname() or "local") if local else "UTC"
     cells = [[f"#{r['id']}", r["playbook"], ",".join(r.get("hosts") or []) or "-", r.get("actor") or "-",
-              r.get("origin") or "-", fmt_time(r.get("started_at")), r["status"],
+              r.get("origin") or "-", when(r.get("started_at")), h.status_label,
               fmt_duration(h.duration_s), key_metric_text(h.key_metric)] for h in rows for r in (h.run,)]
-    return table(["id", "playbook", "hosts", "who", "via", "started (UTC)", "status", "took", "key metric"], cells)
+    return table(["id", "playbook", "hosts", "who", "via", f"started ({zone})", "status", "took", "key metric"],
+                 cells)
 
 
 def show_text(view: RunView, *, with_output: bool = False) -> str:

@@ -31,6 +31,7 @@ from apscheduler.triggers.cron import CronTrigger
 from eaglebot.config import ScheduleConfig, Settings
 from eaglebot.errors import EagleError, HostBusy, UsageError
 from eaglebot.engine.playbook import Playbook
+from eaglebot.engine.schedules import check_schedules
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.frontends.format import fmt_time, table
 from eaglebot.frontends.services import Services
@@ -157,15 +158,28 @@ def schedule_rows(settings: Settings, store_sync: Store, now: datetime | None = 
     (ISO 8601 UTC or None), last_run_id, last_status."""
     now = now or datetime.now(timezone.utc)
     rows = []
+    states = store_sync.schedule_states()
+    problems: dict[str, list[str]] = {}
+    for p in check_schedules(settings):
+        problems.setdefault(p.name, []).append(str(p))
     for cfg in settings.schedules:
         trig = trigger_for(cfg)
         last = store_sync.last_schedule_run(cfg.name)
+        state = states.get(cfg.name) or {}
         rows.append({
             "name": cfg.name, "playbook": cfg.playbook, "hosts": list(cfg.hosts), "cron": cfg.cron,
             "timezone": cfg.timezone, "next_fire": iso_utc(next_fire(trig, now)),
             "last_run_id": last["id"] if last else None, "last_status": last["status"] if last else None,
+            "paused": bool(state.get("paused")), "paused_by": state.get("changed_by") if state.get("paused") else None,
+            "errors": problems.get(cfg.name, []),
         })
     return rows
+
+
+def schedule_state(row: dict[str, Any]) -> str:
+    if row.get("errors"):
+        return "INVALID"
+    return f"paused by {row.get('paused_by') or '?'}" if row.get("paused") else "active"
 
 
 def schedule_list_main(settings: Settings, as_json: bool = False) -> int:
@@ -177,17 +191,22 @@ def schedule_list_main(settings: Settings, as_json: bool = False) -> int:
         return e.exit_code
     finally:
         store.close()
+    problems = [p for r in rows for p in r["errors"]]
+    for p in problems:
+        print(f"eagle: {p}", file=sys.stderr)
+    code = 2 if problems else 0
     if as_json:
         print(json.dumps(rows, indent=2))
-        return 0
+        return code
     if not rows:
         print("no schedules configured (add `schedules:` to eagle.yaml)")
         return 0
-    print(table(["name", "playbook", "hosts", "cron", "next fire (UTC)", "last run"],
+    print(table(["name", "playbook", "hosts", "cron", "next fire (UTC)", "last run", "state"],
                 [[r["name"], r["playbook"], ",".join(r["hosts"]) or "(default)",
                   f"{r['cron']} ({r['timezone']})", fmt_time(r["next_fire"]),
-                  f"#{r['last_run_id']} {r['last_status']}" if r["last_run_id"] else "-"] for r in rows]))
-    return 0
+                  f"#{r['last_run_id']} {r['last_status']}" if r["last_run_id"] else "-", schedule_state(r)]
+                 for r in rows]))
+    return code
 
 
 # -- default hooks: the log ---------------------------------------------------------------
@@ -265,7 +284,16 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         self.finished = asyncio.Queue()
         self._sched = AsyncIOScheduler(event_loop=loop, timezone=timezone.utc)
+        invalid = set()
+        for problem in check_schedules(self.settings, self.services.registry):
+            log.error("%s: not scheduled", problem)   # `eagle doctor` and `eagle lint` say so too
+            invalid.add(problem.name)
+            cfg = self._cfgs.get(problem.name)
+            self._spawn(self._post(self._channel(cfg) if cfg else self.settings.slack.channel,
+                                   f":x: {problem}: not scheduled until eagle.yaml is fixed"))
         for name, cfg in self._cfgs.items():
+            if name in invalid:
+                continue
             self._sched.add_job(self._job, self._triggers[name], args=[name], id=name, name=name,
                                 max_instances=1, coalesce=True, misfire_grace_time=cfg.misfire_grace_s,
                                 replace_existing=True)
@@ -377,6 +405,10 @@ class Scheduler:
         cfg = self._cfgs[name]
         run_id: int | None = None
         try:
+            if (await self.store.schedule_states()).get(name, {}).get("paused"):
+                await self.store.record_fire(name, now_iso(), "paused")
+                log.info("schedule %s is paused: not run", name)
+                return
             run_id = await self.run_schedule(cfg)
         except asyncio.CancelledError:
             raise

@@ -19,6 +19,7 @@ from eaglebot.errors import EagleError, UsageError
 from eaglebot.frontends.scheduler import Hooks, Scheduler, build_scheduler
 from eaglebot.frontends.services import Services
 from eaglebot.frontends.slack.app import build_app, make_client, slack_error
+from eaglebot.frontends.slack.expire import expire_stale_approvals
 
 log = logging.getLogger("eaglebot.serve")
 
@@ -56,6 +57,7 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
         raise EagleError(f"cannot reach Slack's Web API ({type(e).__name__}); check the network "
                          "or SLACK_API_URL, then `eagle doctor`") from None
     bot = build_app(services, client=client, signing_secret=secret, identity=ident)
+    await expire_stale_approvals(bot.ctx)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

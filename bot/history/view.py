@@ -180,6 +180,17 @@ class HistoryRow:
 
     run: dict[str, Any]
     key_metric: dict[str, Any] | None
+    regressions: int = 0           # regressions flagged on the run
+
+    @property
+    def status_label(self) -> str:
+        """The status as people read it: `succeeded ▼2` (2 regressions), `succeeded (dry-run)`."""
+        label = str(self.run["status"])
+        if self.regressions:
+            label += f" ▼{self.regressions}"
+        if self.run.get("dry_run"):
+            label += " (dry-run)"
+        return label
 
     @property
     def run_id(self) -> int:
@@ -198,12 +209,16 @@ class HistoryRow:
                 "started_at": r.get("started_at"), "finished_at": r.get("finished_at")}
 
 
-def history_rows(runs: list[dict[str, Any]], metrics_by_run: dict[int, list[dict[str, Any]]]) -> list[HistoryRow]:
-    return [HistoryRow(r, key_metric(metrics_by_run.get(r["id"], []))) for r in runs]
+def history_rows(runs: list[dict[str, Any]], metrics_by_run: dict[int, list[dict[str, Any]]],
+                 regressions: dict[int, int] | None = None) -> list[HistoryRow]:
+    return [HistoryRow(r, key_metric(metrics_by_run.get(r["id"], [])), (regressions or {}).get(r["id"], 0))
+            for r in runs]
 
 
 def load_history(store: Store, *, playbook: str | None = None, host: str | None = None,
-                 limit: int = 20) -> list[HistoryRow]:
-    """Past runs, newest first, each with its key metric (two queries however many runs)."""
-    runs = store.history(playbook=playbook, host=host, limit=limit)
-    return history_rows(runs, store.metrics_for_runs([r["id"] for r in runs]))
+                 limit: int = 20, status: str | None = None, since: str | None = None) -> list[HistoryRow]:
+    """Past runs, newest first, each with its key metric and regression count (three queries
+    however many runs)."""
+    runs = store.history(playbook=playbook, host=host, limit=limit, status=status, since=since)
+    ids = [r["id"] for r in runs]
+    return history_rows(runs, store.metrics_for_runs(ids), store.regression_counts(ids))

@@ -71,9 +71,13 @@ class AsyncStore:
         return await self._do(self.sync.get_run, run_id)
 
     async def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-            status: str | None = None, origin: str | None = None) -> list[Row]:
+            status: str | None = None, origin: str | None = None, since: str | None = None) -> list[Row]:
         return await self._do(self.sync.history, playbook=playbook, host=host, limit=limit, status=status,
-            origin=origin)
+            origin=origin, since=since)
+
+    async def regression_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> regressions flagged (kind `regression`), for the runs that have any."""
+        return await self._do(self.sync.regression_counts, run_ids)
 
     async def running_runs(self) -> list[Row]:
         return await self._do(self.sync.running_runs)
@@ -107,6 +111,13 @@ class AsyncStore:
     async def add_event(self, run_id: int | None, kind: str, message: str) -> None:
         return await self._do(self.sync.add_event, run_id, kind, message)
 
+    async def add_rejection(self, kind: str, actor: str, text: str, reason: str, run_id: int | None = None) -> None:
+        """A refused request (kind `rejected` or `access_denied`): an event, never a run row."""
+        return await self._do(self.sync.add_rejection, kind, actor, text, reason, run_id)
+
+    async def events(self, kind: str | None = None, limit: int = 100) -> list[Row]:
+        return await self._do(self.sync.events, kind, limit)
+
     async def steps(self, run_id: int) -> list[Row]:
         return await self._do(self.sync.steps, run_id)
 
@@ -135,6 +146,21 @@ class AsyncStore:
 
     async def get_approval(self, approval_id: int) -> Row | None:
         return await self._do(self.sync.get_approval, approval_id)
+
+    async def set_approval_message(self, approval_id: int, channel: str | None, ts: str | None,
+            requester: str | None = None) -> None:
+        return await self._do(self.sync.set_approval_message, approval_id, channel, ts, requester)
+
+    async def pending_approval(self, run_id: int, step_idx: int, host: str) -> Row | None:
+        return await self._do(self.sync.pending_approval, run_id, step_idx, host)
+
+    async def stale_approvals(self) -> list[Row]:
+        """Pending approvals whose run is no longer running (its process died): nobody waits on them."""
+        return await self._do(self.sync.stale_approvals)
+
+    async def start_run(self, lock: list[str], run: dict[str, Any]) -> int:
+        """Create the run row and lock `lock` in one transaction: a busy host raises HostBusy"""
+        return await self._do(self.sync.start_run, lock, run)
 
     async def acquire_hosts(self, run_id: int, hosts: list[str]) -> None:
         """Lock every host for this run, all or none; a busy host raises HostBusy."""
@@ -264,8 +290,19 @@ class AsyncStore:
     async def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
         return await self._do(self.sync.update_fire, fire_id, status, run_id)
 
+    async def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
+        """Pause or resume a schedule; False when it already was in that state."""
+        return await self._do(self.sync.set_schedule_paused, name, paused, changed_by)
+
+    async def schedule_states(self) -> dict[str, Row]:
+        return await self._do(self.sync.schedule_states)
+
     async def last_fire(self, schedule: str) -> Row | None:
         return await self._do(self.sync.last_fire, schedule)
+
+    async def prune_count(self, older_than: timedelta) -> int:
+        """How many runs `prune(older_than)` would delete."""
+        return await self._do(self.sync.prune_count, older_than)
 
     async def prune(self, older_than: timedelta) -> int:
         """Delete finished runs started before now - older_than, with their child rows."""

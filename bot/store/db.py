@@ -20,7 +20,7 @@ import sqlite_utils
 from eaglebot.errors import HostBusy
 from eaglebot.skills.facts.procs import parse_stat
 
-SCHEMA_VERSION = 4  # 2: run_hosts (indexed host filter), history/metric indexes; 4: incidents, sweeps
+SCHEMA_VERSION = 4  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps
 OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
 
 
@@ -188,6 +188,7 @@ class Store:
                 for c in cols:
                     db.table(table).create_index(c, if_not_exists=True)
             self._migrate_v2(version)
+            self._migrate_v3(version)
             self._migrate_v4(version)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -235,6 +236,21 @@ class Store:
             "run_id": int, "result": str,
         }, pk="id", foreign_keys=[("sweep_id", "sweeps", "id")], if_not_exists=True)
         db.table("sweep_points").create_index(["sweep_id", "idx"], unique=True, if_not_exists=True)
+    def _migrate_v3(self, version: int) -> None:
+        """events: who, the text and why of a rejected request (a rejection is an event, not a
+        run row); approvals: the Slack message asking (resolved visibly after a restart) and the
+        requester (no self-approval); schedule_state: schedules paused from Slack."""
+        db = self.db
+        for table, cols in {"events": {"actor": str, "text": str, "reason": str},
+                            "approvals": {"requester": str, "channel": str, "message_ts": str}}.items():
+            have = set(db.table(table).columns_dict)
+            for col, typ in cols.items():
+                if col not in have:
+                    db.table(table).add_column(col, typ)
+        db.table("events").create_index(["kind", "id"], if_not_exists=True)
+        db.table("approvals").create_index(["status"], if_not_exists=True)
+        db.table("schedule_state").create({"name": str, "paused": int, "changed_by": str, "changed_at": str},
+                                          pk="name", if_not_exists=True)
 
     # -- liveness ------------------------------------------------------------------
     def recover(self) -> list[int]:
@@ -304,7 +320,7 @@ class Store:
         return _decode_run(rows[0]) if rows else None
 
     def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-                status: str | None = None, origin: str | None = None) -> list[Row]:
+                status: str | None = None, origin: str | None = None, since: str | None = None) -> list[Row]:
         where: list[str] = []
         args: list[Any] = []
         sql = "select * from runs"
@@ -322,10 +338,22 @@ class Store:
         if origin:
             where.append("origin = ?")
             args.append(origin)
+        if since:
+            where.append("started_at >= ?")
+            args.append(since)
         sql += (" where " + " and ".join(where) if where else "")
         sql += " order by rh.run_id desc limit ?" if host else " order by id desc limit ?"
         args.append(limit)
         return [_decode_run(r) for r in self.db.query(sql, args)]
+
+    def regression_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> regressions flagged (kind `regression`), for the runs that have any."""
+        if not run_ids:
+            return {}
+        marks = ",".join("?" * len(run_ids))
+        return {r["run_id"]: r["n"] for r in self.db.query(
+            f"select run_id, count(*) as n from regressions where run_id in ({marks}) "
+            "and coalesce(kind, 'regression') = 'regression' group by run_id", run_ids)}
 
     def running_runs(self) -> list[Row]:
         return [_decode_run(r) for r in self.db.query("select * from runs where status = 'running' order by id")]
@@ -398,6 +426,20 @@ class Store:
             self.db.execute("insert into events (run_id, at, kind, message) values (?,?,?,?)",
                             [run_id, now_iso(), kind, message])
 
+    def add_rejection(self, kind: str, actor: str, text: str, reason: str, run_id: int | None = None) -> None:
+        """A refused request (kind `rejected` or `access_denied`): an event, never a run row."""
+        with self._tx():
+            self.db.execute("insert into events (run_id, at, kind, message, actor, text, reason) "
+                            "values (?,?,?,?,?,?,?)",
+                            [run_id, now_iso(), kind, f"{actor}: {text}: {reason}", actor, text, reason])
+
+    def events(self, kind: str | None = None, limit: int = 100) -> list[Row]:
+        sql, args = "select * from events", []
+        if kind:
+            sql += " where kind = ?"
+            args.append(kind)
+        return list(self.db.query(sql + " order by id desc limit ?", [*args, limit]))
+
     def steps(self, run_id: int) -> list[Row]:
         return list(self.db.query("select * from steps where run_id = ? order by id", [run_id]))
 
@@ -444,7 +486,43 @@ class Store:
         rows = list(self.db.query("select * from approvals where id = ?", [approval_id]))
         return rows[0] if rows else None
 
+    def set_approval_message(self, approval_id: int, channel: str | None, ts: str | None,
+                             requester: str | None = None) -> None:
+        with self._tx():
+            self.db.execute("update approvals set channel = coalesce(?, channel), message_ts = coalesce(?, message_ts), "
+                            "requester = coalesce(?, requester) where id = ?", [channel, ts, requester, approval_id])
+
+    def pending_approval(self, run_id: int, step_idx: int, host: str) -> Row | None:
+        rows = list(self.db.query("select * from approvals where run_id = ? and step_idx = ? and host = ? "
+                                  "and status = 'pending' order by id desc limit 1", [run_id, step_idx, host]))
+        return rows[0] if rows else None
+
+    def stale_approvals(self) -> list[Row]:
+        """Pending approvals whose run is no longer running (its process died): nobody waits on them."""
+        return list(self.db.query(
+            "select a.*, r.status as run_status, r.channel as run_channel, r.thread_ts as run_thread_ts, "
+            "r.playbook as playbook from approvals a join runs r on r.id = a.run_id "
+            "where a.status = 'pending' and r.status != 'running' order by a.id"))
+
     # -- locks ---------------------------------------------------------------------------
+    def start_run(self, lock: list[str], run: dict[str, Any]) -> int:
+        """Create the run row and lock `lock` in one transaction: a busy host raises HostBusy
+        and leaves no run row behind (a refused request is an event, not a run)."""
+        with self._tx():
+            conn = self.db.conn
+            for h in lock:
+                row = conn.execute("select run_id, pid, hostname, proc_start, acquired_at from locks "
+                                   "where host = ?", [h]).fetchone()
+                if row and owner_alive(row[1], row[2], row[3]):
+                    raise HostBusy(f"host {h} is busy with run #{row[0]} since {row[4]} "
+                                   f"(wait for it or `eagle cancel`/`/eagle cancel {row[0]}`)")
+            run_id = self.create_run(**run)
+            for h in lock:
+                conn.execute("insert or replace into locks (host, run_id, pid, hostname, proc_start, acquired_at) "
+                             "values (?,?,?,?,?,?)",
+                             [h, run_id, os.getpid(), socket.gethostname(), _MY_START, now_iso()])
+            return run_id
+
     def acquire_hosts(self, run_id: int, hosts: list[str]) -> None:
         """Lock every host for this run, all or none; a busy host raises HostBusy."""
         conn = self.db.conn
@@ -750,6 +828,19 @@ class Store:
             self.db.execute("update schedule_fires set status = ?, run_id = coalesce(?, run_id) where id = ?",
                             [status, run_id, fire_id])
 
+    def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
+        """Pause or resume a schedule; False when it already was in that state."""
+        with self._tx():
+            row = self.db.execute("select paused from schedule_state where name = ?", [name]).fetchone()
+            if bool(row and row[0]) == paused:
+                return False
+            self.db.execute("insert or replace into schedule_state (name, paused, changed_by, changed_at) "
+                            "values (?,?,?,?)", [name, int(paused), changed_by, now_iso()])
+            return True
+
+    def schedule_states(self) -> dict[str, Row]:
+        return {r["name"]: r for r in self.db.query("select * from schedule_state")}
+
     def last_fire(self, schedule: str) -> Row | None:
         rows = list(self.db.query("select * from schedule_fires where schedule = ? "
                                   "order by fire_time desc, id desc limit 1", [schedule]))
@@ -768,6 +859,13 @@ class Store:
             if t in self.db.table_names() and t not in out:
                 out.append(t)
         return out
+
+    def prune_count(self, older_than: timedelta) -> int:
+        """How many runs `prune(older_than)` would delete."""
+        cutoff = (datetime.now(timezone.utc) - older_than).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return int(self.db.execute(
+            "select count(*) from runs where started_at < ? and status != 'running' "
+            "and id not in (select run_id from baselines where run_id is not null)", [cutoff]).fetchone()[0])
 
     def prune(self, older_than: timedelta) -> int:
         """Delete finished runs started before now - older_than, with their child rows.

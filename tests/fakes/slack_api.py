@@ -166,8 +166,28 @@ class FakeSlackAPI:
                 return web.Response(status=call.status, text="upstream connect error")
             call.status = 299  # answered 200 with ok=false
             return web.json_response({"ok": False, "error": fault.kind})
+        if method in ("chat.postMessage", "chat.update") and (too_long := self._too_long(call)):
+            call.status = 299   # Slack answers 200 with ok=false
+            call.answer = {"ok": False, "error": too_long}
+            return web.json_response(call.answer)
         call.answer = self._answer(method, args)
         return web.json_response(call.answer)
+
+    BLOCKS_TEXT_LIMIT = 12_000   # Slack rejects about here (bolt-js #2509: ~12k; #2867: 11,341)
+
+    def _too_long(self, call: Call) -> str | None:
+        """Slack's own answers for messages over its size limits."""
+        blocks = call.blocks()
+        if len(blocks) > 50:
+            return "invalid_blocks"
+        for b in blocks:
+            if b.get("type") == "section" and len((b.get("text") or {}).get("text") or "") > 3000:
+                return "invalid_blocks"
+            if b.get("type") == "header" and len((b.get("text") or {}).get("text") or "") > 150:
+                return "invalid_blocks"
+        if len(call.all_text()) - len(str(call.args.get("text") or "")) > self.BLOCKS_TEXT_LIMIT:
+            return "msg_blocks_too_long"
+        return None
 
     def _answer(self, method: str, a: dict[str, Any]) -> dict[str, Any]:
         if method == "auth.test":

@@ -32,7 +32,8 @@ from eaglebot.frontends.services import Services
 from eaglebot.history.view import HistoryRow, RunView, load_history
 from eaglebot.store import Store
 
-__all__ = ["Caller", "Command", "Frontend", "Reply", "authorize", "error_reply", "handle", "parse", "unescape"]
+__all__ = ["Caller", "Command", "Frontend", "Reply", "authorize", "authorize_approval", "command_class", "error_reply",
+           "handle", "parse", "unescape"]
 
 MAX_TEXT = 4000          # a slash command is at most 4000 characters in Slack too
 MAX_HISTORY = 50
@@ -45,8 +46,11 @@ _METRIC = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,99}$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
+# Access classes of the command words: a new word is classified by adding it to one set.
+# A word in neither set needs an operator (closed by default).
 VIEW_COMMANDS = {"playbooks", "hosts", "history", "show", "status", "logs", "schedule", "trend", *tuning.VIEW}
-OPERATE_COMMANDS = {"run", "cancel", "rerun", "baseline", *tuning.OPERATE}
+OPERATE_COMMANDS = {"run", "cancel", "rerun", "baseline", "pause", "resume", *tuning.OPERATE}
+SCHEDULE_OPERATIONS = {"pause", "resume"}   # `/eagle schedule pause NAME` operates; `/eagle schedule` views
 
 USAGE = """\
 /eagle <playbook> [host[,host]] [key=value ...] [--dry-run]   run a playbook (e.g. relaunch gpu-01 spec_steps=5)
@@ -57,7 +61,7 @@ USAGE = """\
 /eagle status                       running runs and busy hosts
 /eagle cancel ID | rerun ID         stop a run (its always-steps still run) / run it again
 /eagle logs HOST                    tail of the inference server's log on a host
-/eagle schedule                     scheduled runs and their next fire time
+/eagle schedule [pause|resume NAME] scheduled runs and their next fire time; pause or resume one
 /eagle baseline set ID              make a run the reference for its playbook + host
 /eagle trend PLAYBOOK HOST METRIC   plot a metric over recent runs
 """ + tuning.HELP
@@ -124,6 +128,10 @@ def parse(text: str) -> Command:
 
 
 def _builtin(word: str, args: list[str], text: str) -> Command:
+    if word == "schedule" and args and args[0] in SCHEDULE_OPERATIONS:
+        if len(args) != 2 or not _NAME.match(args[1]):
+            return _err(text, f"usage: /eagle schedule {args[0]} NAME (see `/eagle schedule`)")
+        return Command(word, (args[0], args[1]), text=text)
     if word in ("playbooks", "hosts", "status", "schedule"):
         if args:
             return _err(text, f"/eagle {word} takes no arguments (got {_shown(args[0])})")
@@ -201,20 +209,47 @@ def allowed(users: list[str], user: str) -> bool:
     return "*" in users or user in users
 
 
-def authorize(access: AccessConfig, cmd: Command, user: str) -> str | None:
-    """None when `user` may do `cmd`, else the sentence to show them."""
+def command_class(cmd: Command) -> str:
+    """`free` (help, errors), `view` or `operate`."""
     if cmd.name in ("help", "error"):
+        return "free"
+    if cmd.name == "schedule" and cmd.args and cmd.args[0] in SCHEDULE_OPERATIONS:
+        return "operate"
+    return "view" if cmd.name in VIEW_COMMANDS else "operate"
+
+
+def authorize(access: AccessConfig, cmd: Command, user: str, *, configured: bool = True) -> str | None:
+    """None when `user` may do `cmd`, else the sentence to show them (naming the eagle.yaml key)."""
+    kind = command_class(cmd)
+    if kind == "free":
         return None
-    if cmd.name in OPERATE_COMMANDS:
+    if kind == "operate":
         if not allowed(access.operators, user):
-            return f"only operators can {_verb(cmd)}; ask an admin to add you to access.operators"
+            if not configured:
+                return (f"running is closed by default: eagle.yaml has no `access` section, so Slack users may only "
+                        f"view; to {_verb(cmd)}, add your Slack user id ({user}) to access.operators in eagle.yaml")
+            return f"only operators can {_verb(cmd)}; add your Slack user id ({user}) to access.operators in eagle.yaml"
         if cmd.name == "run":
             return authorize_playbook(access, cmd.playbook or "", user)
         return None
-    if cmd.name in VIEW_COMMANDS:
-        if not (allowed(access.viewers, user) or allowed(access.operators, user)
-                or allowed(access.approvers, user)):
-            return f"only viewers can use /eagle {cmd.name}; ask an admin to add you to access.viewers"
+    if not (allowed(access.viewers, user) or allowed(access.operators, user)
+            or allowed(access.approvers, user)):
+        return (f"only viewers can use /eagle {cmd.name}; add your Slack user id ({user}) to access.viewers "
+                "in eagle.yaml")
+    return None
+
+
+def authorize_approval(access: AccessConfig, user: str, requester: str | None, *,
+                       configured: bool = True) -> str | None:
+    """None when `user` may approve or deny a confirm step of a run `requester` started."""
+    if not allowed(access.approvers, user):
+        if not configured:
+            return ("approving is closed by default: eagle.yaml has no `access` section; add your Slack user id "
+                    f"({user}) to access.approvers in eagle.yaml")
+        return f"only approvers can approve or deny; add your Slack user id ({user}) to access.approvers in eagle.yaml"
+    if requester and user == requester and not access.self_approval:
+        return ("you requested this run, so you cannot approve its confirm steps yourself; ask another approver "
+                "(or set access.self_approval: true in eagle.yaml)")
     return None
 
 
@@ -226,6 +261,8 @@ def authorize_playbook(access: AccessConfig, playbook: str, user: str) -> str | 
 
 
 def _verb(cmd: Command) -> str:
+    if cmd.name == "schedule" and cmd.args:
+        return f"{cmd.args[0]} schedules"
     return {"run": f"run playbooks ({cmd.playbook})", "cancel": "cancel runs", "rerun": "re-run runs",
             "baseline": "set baselines", "bisect": "bisect runs", "sweep": "run sweeps",
             "ack": "acknowledge regressions"}.get(cmd.name, cmd.name)
@@ -266,7 +303,7 @@ async def audit_refusal(services: Services, user: str, cmd: Command, why: str, r
         except (ValueError, IndexError):
             run_id = None
     what = cmd.text or cmd.name
-    await services.store.add_event(run_id, "access_denied", f"{user}: /eagle {what[:300]}: {why}")
+    await services.store.add_rejection("access_denied", user, f"/eagle {what[:300]}", why, run_id)
 
 
 async def handle(services: Services, cmd: Command | str, caller: Caller) -> Reply:
@@ -276,7 +313,7 @@ async def handle(services: Services, cmd: Command | str, caller: Caller) -> Repl
     if cmd.name == "error":
         return error_reply(cmd.error or "invalid command")
     if caller.check_access:
-        why = authorize(services.settings.access, cmd, caller.user)
+        why = authorize(services.settings.access, cmd, caller.user, configured=services.settings.access_configured)
         if why:
             await audit_refusal(services, caller.user, cmd, why)
             return error_reply(why)
@@ -443,11 +480,11 @@ async def _run(services: Services, cmd: Command, caller: Caller) -> Reply:
         pb = await asyncio.to_thread(_load, services, cmd.playbook or "")
     except UsageError as e:
         req = RunRequest(cmd.playbook or "?", list(cmd.hosts), dict(cmd.inputs), actor=caller.user,
-                         origin=caller.origin, dry_run=cmd.dry_run, channel=caller.channel)
+                         origin=caller.origin, dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text)
         await services.engine.record_rejected(req, e)
         raise
     req = RunRequest(pb, list(cmd.hosts) or None, dict(cmd.inputs), actor=caller.user, origin=caller.origin,
-                     dry_run=cmd.dry_run, channel=caller.channel)
+                     dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text)
     return await _start(services, req, caller)
 
 
@@ -485,18 +522,40 @@ async def _logs(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 
 async def _schedule(services: Services, cmd: Command, caller: Caller) -> Reply:
-    from eaglebot.frontends.scheduler import schedule_rows
+    from eaglebot.frontends.scheduler import schedule_rows, schedule_state
 
+    if cmd.args:
+        return await _schedule_pause(services, cmd, caller)
     rows = await services.store.call(lambda s: schedule_rows(services.settings, s))
     if not rows:
         text = "no schedules configured (add `schedules:` to eagle.yaml)"
     else:
-        text = table(["name", "playbook", "hosts", "cron", "tz", "next fire", "last run"],
+        text = table(["name", "playbook", "hosts", "cron", "tz", "next fire", "last run", "state"],
                      [[r["name"], r["playbook"], ",".join(r.get("hosts") or []) or "-", r["cron"],
                        r.get("timezone") or "UTC", r.get("next_fire") or "-",
-                       f"#{r['last_run_id']} {r.get('last_status') or ''}".strip() if r.get("last_run_id") else "-"]
+                       f"#{r['last_run_id']} {r.get('last_status') or ''}".strip() if r.get("last_run_id") else "-",
+                       schedule_state(r)]
                       for r in rows])
+        errors = [e for r in rows for e in r.get("errors") or []]
+        if errors:
+            text += "\n\n" + "\n".join(errors)
     return listing(text, "Schedules", public=True)
+
+
+async def _schedule_pause(services: Services, cmd: Command, caller: Caller) -> Reply:
+    """`/eagle schedule pause|resume NAME`: persisted in the store, audited, shown by `schedule`."""
+    verb, name = cmd.args
+    names = [s.name for s in services.settings.schedules]
+    if name not in names:
+        raise UsageError(f"unknown schedule {name!r} (known: {', '.join(names) or 'none'})")
+    paused = verb == "pause"
+    changed = await services.store.set_schedule_paused(name, paused, caller.user)
+    if not changed:
+        raise UsageError(f"schedule {name!r} is already {'paused' if paused else 'active'}")
+    await services.store.add_event(None, f"schedule_{'paused' if paused else 'resumed'}", f"{name} by {caller.user}")
+    text = (f"schedule {name} paused by {caller.user}: it will not run until `/eagle schedule resume {name}`"
+            if paused else f"schedule {name} resumed by {caller.user}")
+    return Reply(text, Note(text), public=True)
 
 
 async def _baseline(services: Services, cmd: Command, caller: Caller) -> Reply:

@@ -5,6 +5,10 @@ fingerprint to pin is printed), nvidia-smi and the host's Python found, the Slac
 tokens valid (only those that are set) and the audit DB writable. Exit 0 when every
 check passes, 1 otherwise.
 
+nvidia-smi is checked only on GPU hosts (`Settings.is_gpu_host`: `gpu: true|false` on a host
+wins; unmarked, hosts with the `nvidia_smi` var and ssh hosts that are not only a jump host),
+so the bot's own GPU-less host passes and systemd's `ExecStartPre=eagle doctor` lets it start.
+
 Hosts are checked through their transports and the skills' own facts: nvidia-smi is
 the one the GPU skills run (host var `nvidia_smi`), read by the same parser and
 explained by the same exit-code sentences, so a host that passes doctor passes
@@ -33,9 +37,10 @@ class Check:
     name: str
     ok: bool
     detail: str
+    warn: bool = False       # passes, but a person should read it
 
     def line(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+        return f"{('WARN' if self.warn else 'ok  ') if self.ok else 'FAIL'}  {self.name}: {self.detail}"
 
 
 async def check_nvidia_smi(name: str, cfg: HostConfig, host: Host) -> Check:
@@ -51,7 +56,7 @@ async def check_nvidia_smi(name: str, cfg: HostConfig, host: Host) -> Check:
                               + (f" ({models})" if models else ""))
 
 
-async def check_host(name: str, cfg: HostConfig, transport: Host) -> list[Check]:
+async def check_host(name: str, cfg: HostConfig, transport: Host, gpu: bool = True) -> list[Check]:
     out: list[Check] = []
     where = "local transport" if cfg.transport == "local" else f"{cfg.user + '@' if cfg.user else ''}{cfg.address}:{cfg.port}"
     try:
@@ -69,7 +74,11 @@ async def check_host(name: str, cfg: HostConfig, transport: Host) -> list[Check]
                            "and compare the fingerprint")
         out.append(Check(f"host {name}", False, detail))
         return out
-    out.append(await check_nvidia_smi(name, cfg, transport))
+    if gpu:
+        out.append(await check_nvidia_smi(name, cfg, transport))
+    else:
+        out.append(Check(f"host {name} nvidia-smi", True, "not a GPU host (not checked; mark it `gpu: true` "
+                                                          "in eagle.yaml if it has GPUs)"))
     python = str(cfg.vars.get("python") or "python3")
     py = await transport.run(f"{path_for_shell(python)} -c 'import sys; print(sys.version.split()[0])'",
                              timeout=HOST_TIMEOUT_S)
@@ -111,6 +120,27 @@ async def check_slack(settings: Settings) -> list[Check]:
     return out
 
 
+def check_access(settings: Settings) -> Check:
+    if not settings.access_configured:
+        return Check("access", True, "eagle.yaml has no `access` section: Slack users may only view (history, show, "
+                                     "status, logs); set access.operators and access.approvers to let people run "
+                                     "and approve", warn=True)
+    a = settings.access
+    return Check("access", True, f"{len(a.operators)} operator(s), {len(a.approvers)} approver(s)"
+                                 + ("; self-approval allowed" if a.self_approval else ""))
+
+
+def check_schedule_config(settings: Settings) -> list[Check]:
+    from eaglebot.engine.schedules import check_schedules
+
+    if not settings.schedules:
+        return []
+    problems = check_schedules(settings)
+    if not problems:
+        return [Check("schedules", True, f"{len(settings.schedules)} schedule(s): playbooks, inputs and hosts valid")]
+    return [Check(f"schedule {p.name}", False, f"{p.where}: {p.message}") for p in problems]
+
+
 def check_db(settings: Settings) -> Check:
     from eaglebot.store import Store
 
@@ -137,9 +167,13 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
 
     add(Check("config", True, str(settings.source) if settings.source else "built-in defaults (no eagle.yaml)"))
     add(await asyncio.to_thread(check_db, settings))
+    add(check_access(settings))
+    for c in check_schedule_config(settings):
+        add(c)
     pool = TransportPool(settings)
     try:
-        results = await asyncio.gather(*(check_host(n, cfg, pool.get(n)) for n, cfg in settings.hosts.items()),
+        results = await asyncio.gather(*(check_host(n, cfg, pool.get(n), settings.is_gpu_host(n))
+                                         for n, cfg in settings.hosts.items()),
                                        return_exceptions=True)
         for name, res in zip(settings.hosts, results):
             if isinstance(res, BaseException):

@@ -22,7 +22,7 @@ from eaglebot.errors import EagleError, UsageError
 from eaglebot.engine.playbook import load_playbook, playbook_files
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import RunRequest
-from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver
+from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver, use_colour
 from eaglebot.frontends.format import describe_inputs, history_text, show_text, table
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import RunView, load_history
@@ -116,7 +116,9 @@ async def _run_async(args: argparse.Namespace, settings: Settings) -> int:
         if view is not None and args.json:
             _print_json(view.as_json())
         elif view is not None:
-            print(result_text(view, outcome.plan))
+            # The error goes to stderr below, once; the result block does not repeat it.
+            print(result_text(view, outcome.plan, with_error=not outcome.error,
+                              colour=use_colour(sys.stdout)))
         if outcome.status == "failed" and outcome.error:
             _err(outcome.error)
         return outcome.exit_code
@@ -141,11 +143,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     settings = _settings(args)
     store = _open_store(settings)
-    rows = load_history(store, playbook=args.playbook, host=args.host, limit=args.limit)
+    since = None
+    if args.since:
+        from datetime import datetime, timezone
+
+        since = (datetime.now(timezone.utc) - parse_age(args.since, "--since")).isoformat(
+            timespec="milliseconds").replace("+00:00", "Z")
+    rows = load_history(store, playbook=args.playbook, host=args.host, limit=args.limit, status=args.status,
+                        since=since)
     if args.json:
         _print_json([r.as_json() for r in rows])
         return 0
-    print(history_text(rows))
+    print(history_text(rows, local=True))
     from eaglebot.history.incidents import open_text
 
     if (open_ := open_text(store, playbook=args.playbook, host=args.host)):
@@ -193,6 +202,12 @@ def cmd_lint(args: argparse.Namespace) -> int:
         print(f"ok {f} ({pb.name}: {len(pb.steps)} steps)")
     if not files:
         print("no playbooks found")
+    if not args.files:
+        from eaglebot.engine.schedules import check_schedules
+
+        for problem in check_schedules(settings, registry):
+            print(str(problem), file=sys.stderr)
+            bad += 1
     return 2 if bad else 0
 
 
@@ -226,13 +241,21 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
 
 def cmd_skills(args: argparse.Namespace) -> int:
     registry = SkillRegistry.from_settings(_settings(args))
-    listing = [{"name": name, "summary": registry.summary(name), "source": registry.source(name)}
-               for name in registry]
+    from dataclasses import asdict
+
+    from eaglebot.engine.params_doc import params_doc
+
+    docs = {name: params_doc(registry.get_skill(name).Params) for name in registry}
+    listing = [{"name": name, "summary": registry.summary(name), "source": registry.source(name),
+                "params": [asdict(p) for p in docs[name]]} for name in registry]
     if getattr(args, "json", False):
         _print_json(listing)
         return 0
-    for s in listing:
-        print(f"{s['name']}: {s['summary']}  [{s['source']}]")
+    for name in registry:
+        print(f"{name}: {registry.summary(name)}  [{registry.source(name)}]")
+        for p in docs[name]:
+            allowed = f"; {p.allowed}" if p.allowed else ""
+            print(f"    {p.name}: {p.type} ({p.default}{allowed})")
     return 0
 
 
@@ -276,13 +299,13 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 _DURATION = re.compile(r"^(\d+)(d|h|w|min|m)$")
 
 
-def parse_age(s: str) -> timedelta:
+def parse_age(s: str, option: str = "--older-than") -> timedelta:
     m = _DURATION.match(s.strip())
     if not m:
-        raise UsageError(f"--older-than expects a number and a unit d, h, w or min (e.g. 90d), got {s!r}")
+        raise UsageError(f"{option} expects a number and a unit d, h, w or min (e.g. 90d), got {s!r}")
     n, unit = int(m.group(1)), m.group(2)
     if unit == "m":  # months or minutes? Guessing wrong deletes history: refuse.
-        raise UsageError(f"--older-than {s}: 'm' is ambiguous (months or minutes?): write e.g. 90d or 30min")
+        raise UsageError(f"{option} {s}: 'm' is ambiguous (months or minutes?): write e.g. 90d or 30min")
     return {"d": timedelta(days=n), "h": timedelta(hours=n), "w": timedelta(weeks=n),
             "min": timedelta(minutes=n)}[unit]
 
@@ -291,9 +314,21 @@ def cmd_prune(args: argparse.Namespace) -> int:
     settings = _settings(args)
     age = parse_age(args.older_than)
     store = _open_store(settings)
+    count = store.prune_count(age)
+    if args.dry_run:
+        print(f"would prune {count} runs older than {args.older_than} (baselines kept); nothing was deleted")
+        return 0
+    if count > PRUNE_CONFIRM_OVER and sys.stdin.isatty() and not args.yes:
+        answer = input(f"delete {count} runs older than {args.older_than} and their steps, metrics and logs? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing was deleted")
+            return 1
     n = store.prune(age)
     print(f"pruned {n} runs older than {args.older_than} (baselines kept)")
     return 0
+
+
+PRUNE_CONFIRM_OVER = 100   # a terminal asks before deleting more runs than this
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -353,6 +388,12 @@ def cmd_trend(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    from eaglebot.frontends.cli.completion import completion_main
+
+    return completion_main(build_parser(), args.shell)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.demo import demo_main
 
@@ -393,6 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--playbook")
     s.add_argument("--host")
     s.add_argument("--limit", type=int, default=20)
+    s.add_argument("--status", choices=["running", "succeeded", "failed", "cancelled", "interrupted"])
+    s.add_argument("--since", metavar="AGE", help="only runs started within AGE, e.g. 7d, 12h, 30min")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_history)
 
@@ -461,7 +504,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("prune", parents=[common], help="delete old runs (baselines are kept)")
     s.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12w, 48h, 30min")
+    s.add_argument("--dry-run", action="store_true", help="say how many runs would be deleted; delete nothing")
+    s.add_argument("--yes", action="store_true", help="no question on a terminal (it asks before deleting more than 100 runs)")
     s.set_defaults(func=cmd_prune)
+
+    s = sub.add_parser("completion", parents=[common], help="print a shell completion script (bash or zsh)")
+    s.add_argument("shell", choices=["bash", "zsh"])
+    s.set_defaults(func=cmd_completion)
 
     from eaglebot.frontends.cli.tuning_cmds import register as register_tuning
 

@@ -12,19 +12,38 @@ from typing import TextIO
 
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.engine.playbook import Playbook
-from eaglebot.frontends.format import fmt_duration, fmt_value
+from eaglebot.frontends.format import display_metrics, fmt_duration, fmt_value, metric_text
 from eaglebot.history.view import RunView
 from eaglebot.sdk import ApprovalRequest, StepResult
 
 
+_COLOURS = {"ok": "32", "changed": "32", "succeeded": "32", "skipped": "2", "failed": "31", "cancelled": "33",
+            "interrupted": "33", "warning": "33", "REGRESSION": "1;31"}
+
+
+def use_colour(stream: TextIO) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
+    try:
+        return stream.isatty() and not os.environ.get("NO_COLOR")
+    except (AttributeError, ValueError):
+        return False
+
+
+def paint(word: str, colour: bool, key: str | None = None) -> str:
+    code = _COLOURS.get(key or word)
+    return f"\x1b[{code}m{word}\x1b[0m" if colour and code else word
+
+
 class TerminalObserver(Observer):
-    """A line per step on stderr, with status and elapsed time."""
+    """A line per step on stderr, with status and elapsed time; a heartbeat line while a
+    step runs long (the engine's `heartbeat_s`); colour on a terminal unless NO_COLOR."""
 
     def __init__(self, stream: TextIO | None = None, verbose: bool = False):
         self.stream = stream or sys.stderr
         self.verbose = verbose
         self.total: dict[str, int] = {}
         self.t0 = time.monotonic()
+        self.colour = use_colour(self.stream)
 
     def _p(self, s: str) -> None:
         print(s, file=self.stream, flush=True)
@@ -42,15 +61,20 @@ class TerminalObserver(Observer):
         if self.verbose:
             self._p(f"[{rec.host}]   | {line}")
 
+    async def step_heartbeat(self, run_id: int, rec: StepRecord, elapsed_s: float, last_line: str) -> None:
+        last = f" — {last_line.strip()[:120]}" if last_line.strip() else ""
+        self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {rec.name}: "
+                f"still running ({fmt_duration(elapsed_s)}){last}")
+
     async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None:
         summary = f"  {rec.summary}" if rec.summary else ""
         self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {rec.name}: "
-                f"{rec.status} ({rec.duration_ms / 1000:.2f}s){summary}")
+                f"{paint(rec.status, self.colour)} ({rec.duration_ms / 1000:.2f}s){summary}")
         for w in result.warnings:
-            self._p(f"[{rec.host}]   warning: {w}")
+            self._p(f"[{rec.host}]   {paint('warning', self.colour)}: {w}")
 
     async def run_finished(self, outcome: RunOutcome) -> None:
-        self._p(f"run #{outcome.run_id}: {outcome.status} in {fmt_duration(time.monotonic() - self.t0)}")
+        """Nothing: the result block (`result_text`) says how the run ended, once."""
 
 
 async def terminal_approver(req: ApprovalRequest) -> tuple[bool, str]:
@@ -71,22 +95,43 @@ def _ask(prompt: str) -> str:
         return ""
 
 
-def result_text(view: RunView, plan: list[str] | None = None) -> str:
-    """A finished run in a few lines: status, error, the dry-run plan, metrics, warnings,
-    regressions and improvements. `plan` is the engine's (the store keeps no plan)."""
-    lines = [f"run #{view.run_id} {view.playbook} on {', '.join(view.hosts)}: {view.status}"]
-    if view.error and view.status != "succeeded":
+REASON_CHARS = 160   # the full attribution is in `eagle show`
+
+
+def _new_in_reason(metric: str, reason: str) -> str:
+    """What a regression's reason adds to the line's own before → after: its parts that do
+    not restate the metric and its numbers (e.g. the attribution `changed since run #41: …`)."""
+    parts = [p.strip() for p in reason.split(";")]
+    keep = [p for p in parts if p and not p.startswith(metric) and p not in ("regression", "improvement")]
+    return "; ".join(keep)
+
+
+def result_text(view: RunView, plan: list[str] | None = None, *, with_error: bool = True,
+                colour: bool = False) -> str:
+    """A finished run as one block: status and duration, error, the dry-run plan, each
+    metric once (its unit once, three significant digits), warnings, and one line per
+    regression or improvement with before → after. `plan` is the engine's (the store keeps
+    no plan); `with_error=False` when the error already went to stderr."""
+    dry = " (dry-run)" if view.dry_run else ""
+    lines = [f"run #{view.run_id} {view.playbook}{dry} on {', '.join(view.hosts)}: "
+             f"{paint(view.status, colour)} in {fmt_duration(view.duration_s)}"]
+    if with_error and view.error and view.status != "succeeded":
         lines.append(f"error: {view.error}")
     if view.dry_run and plan:
         lines.append("plan (dry-run, nothing was changed):")
         lines += [f"  {p}" for p in plan]
-    for m in view.metrics:
-        lines.append(f"  {m['host']}: {m['name']} = {fmt_value(m['value'], m['unit'] or '')}")
+    metrics = display_metrics(list(view.metrics))
+    multi = len({m["host"] for m in metrics}) > 1
+    for m in metrics:
+        lines.append(f"  {m['host'] + ': ' if multi else ''}{metric_text(m['name'], m['value'], m['unit'] or '')}")
     for w in view.warning_lines:
-        lines.append(f"warning: {w}")
+        lines.append(f"{paint('warning', colour)}: {w}")
     for r in view.regressions:
-        word = "REGRESSION" if (r.get("kind") or "regression") == "regression" else "improvement"
-        lines.append(f"{word}: {r['host']}: {r['metric']} {fmt_value(r['value'])} vs {fmt_value(r['reference'])} "
-                     f"({r['delta_pct']:+.1f}%): {r['reason']}")
+        regression = (r.get("kind") or "regression") == "regression"
+        word = paint("REGRESSION", colour) if regression else "improvement"
+        reason = _new_in_reason(r["metric"], r.get("reason") or "")
+        reason = reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 1] + "…"
+        lines.append(f"{'▼' if regression else '▲'} {word} {r['host']}: {r['metric']} {fmt_value(r['reference'])} → "
+                     f"{fmt_value(r['value'])} ({r['delta_pct']:+.1f}%)" + (f"  {reason}" if reason else ""))
     lines.append(f"details: eagle show {view.run_id}")
     return "\n".join(lines)

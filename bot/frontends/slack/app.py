@@ -14,6 +14,7 @@ import functools
 import logging
 import re
 import secrets
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -36,8 +37,10 @@ from eaglebot.config import ScheduleConfig, Settings
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.frontends.chat import router as commands
+from eaglebot.frontends.format import fmt_duration, show_text
 from eaglebot.frontends.services import Services
 from eaglebot.frontends.slack import blocks as bk
+from eaglebot.frontends.slack import budget
 from eaglebot.frontends.slack.replies import reply_blocks
 from eaglebot.frontends.slack.tuning import register as register_tuning
 from eaglebot.history.view import RunView
@@ -241,7 +244,7 @@ class SlackContext:
                 return [walk(x) for x in v]
             return v
 
-        limited: list[dict[str, Any]] = walk(bk.limit(blocks))
+        limited: list[dict[str, Any]] = budget.fit(walk(bk.limit(blocks)))
         return limited
 
     async def respond(self, response_url: str | None, text: str, blocks: list[dict[str, Any]] | None = None, *,
@@ -305,6 +308,7 @@ class SlackRunObserver(Observer):
         self.outcome: RunOutcome | None = None
         self.run_id: int | None = None
         self.not_in_channel = False
+        self._full_text: str | None = None
 
     # engine callbacks: cheap, never wait on Slack
     async def run_started(self, run_id: int, playbook: Playbook, hosts: list[str], req: RunRequest) -> None:
@@ -319,6 +323,16 @@ class SlackRunObserver(Observer):
 
     async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None:
         self._step(rec)
+
+    async def step_heartbeat(self, run_id: int, rec: StepRecord, elapsed_s: float, last_line: str) -> None:
+        """A long step shows it is alive in the progress message (edits go through the coalescer)."""
+        entry = self._steps.get((rec.host, rec.idx))
+        if entry is None or entry["status"] != "running":
+            return
+        last = f" — last: {bk.clip(last_line.strip(), 150)}" if last_line.strip() else ""
+        entry["summary"] = f"running for {fmt_duration(elapsed_s)}{last}"
+        self.view["steps"] = list(self._steps.values())
+        self._dirty.set()
 
     async def run_finished(self, outcome: RunOutcome) -> None:
         self.outcome = outcome
@@ -360,7 +374,7 @@ class SlackRunObserver(Observer):
                             await ctx.services.store.set_run_thread(self.run_id, self.channel, self.parent_ts)
                     except Exception:
                         log.exception("could not record the thread of run %s", self.run_id)
-                    prog = await ctx.post(self.channel, "progress", bk.run_progress_blocks(v),
+                    prog = await ctx.post(self.channel, "progress", budget.progress_blocks(v),
                                           thread_ts=self.parent_ts)
                     self.progress_ts = prog.ts
                 elif posted.error in NOT_IN_CHANNEL:
@@ -378,7 +392,7 @@ class SlackRunObserver(Observer):
                     ctx.update(self.channel, self.parent_ts, self._parent_text(), parent)
                     last_parent = parent
             if self.progress_ts and self.channel:
-                ctx.update(self.channel, self.progress_ts, "progress", bk.run_progress_blocks(v))
+                ctx.update(self.channel, self.progress_ts, "progress", budget.progress_blocks(v))
             if self.outcome is not None:
                 break
         await self._final()
@@ -398,6 +412,9 @@ class SlackRunObserver(Observer):
         if regressions:
             head += f" — :rotating_light: {len(regressions)} regression(s)"
         blocks = [bk.section(head)] + bk.run_summary_blocks(summary)
+        files = await self._attachments(o, summary, too_long=budget.summary_is_too_long(blocks))
+        if files and files[0][0].endswith("-summary.txt"):
+            blocks = budget.summary_blocks(head, summary, files[0][0])
         text = f"{who} run #{o.run_id} {o.playbook}: {o.status}".strip()
         if self.not_in_channel:
             # The requester got the invite hint; the result reaches them while response_url lives (30 min).
@@ -405,6 +422,38 @@ class SlackRunObserver(Observer):
             return
         await ctx.post(self.channel, text, blocks, thread_ts=self.parent_ts,
                        broadcast=bool(regressions and self.parent_ts))
+        await self._upload(files)
+
+    async def _attachments(self, o: RunOutcome, summary: dict[str, Any], *, too_long: bool) -> list[tuple[str, str]]:
+        """(file name, text) to attach to the thread: the full summary when it does not fit in a
+        message, and the full log of every failed step (the summary shows only its tail)."""
+        files: list[tuple[str, str]] = []
+        if too_long:
+            files.append((f"run-{o.run_id}-summary.txt", self._full_text or budget_text(summary)))
+        try:
+            rows = await self.ctx.services.store.steps(o.run_id)
+        except Exception:
+            log.exception("could not read the steps of run %s", o.run_id)
+            rows = []
+        failed = [r for r in rows if r["status"] == "failed" and (r.get("output") or "").strip()]
+        for r in failed[:3]:
+            name = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{r['host']}-{r['name']}")[:80]
+            files.append((f"run-{o.run_id}-{name}.log", str(r["output"])))
+        if len(failed) > 3:
+            files.append((f"run-{o.run_id}-more-failed-logs.log", "\n\n".join(
+                f"== {r['host']}: {r['name']}\n{r['output']}" for r in failed[3:])))
+        return files
+
+    async def _upload(self, files: list[tuple[str, str]]) -> None:
+        if not files or not self.channel:
+            return
+        with tempfile.TemporaryDirectory(prefix="eagle-slack-") as d:
+            for name, text in files:
+                path = Path(d) / name
+                path.write_text(self.ctx.redact(text))
+                up = await self.ctx.upload(self.channel, self.parent_ts, path, name)
+                if up.error:
+                    log.warning("could not attach %s to run #%s: %s", name, self.run_id, up.error)
 
 
     async def _summary(self, o: RunOutcome) -> dict[str, Any]:
@@ -418,7 +467,15 @@ class SlackRunObserver(Observer):
             view = None
         summary: dict[str, Any] = dict(view.summary()) if view is not None else dict(self.view)
         summary["plan"] = list(o.plan)
+        self._full_text = show_text(view) if view is not None else None
         return summary
+
+
+def budget_text(summary: dict[str, Any]) -> str:
+    """A plain-text summary when the audit store could not be read back (the live view)."""
+    lines = [f"run #{summary.get('run_id')} {summary.get('playbook')}: {summary.get('status')}"]
+    lines += [f"{s['host']}  {s['name']}  {s['status']}  {s.get('summary') or ''}" for s in summary.get("steps") or []]
+    return "\n".join(lines)
 
 
 class SlackApprover:
@@ -473,6 +530,8 @@ class SlackApprover:
         posted = await ctx.post(channel, text, bk.approval_blocks(
             ar, key, approvers, ctx.settings.access.approval_timeout_s), thread_ts=thread)
         pending.ts = posted.ts
+        await record_approval_message(ctx, ar, posted.channel or channel, posted.ts,
+                                      self.observer.requester if self.observer else None)
 
     def _timed_out(self, pending: PendingApproval) -> None:
         if pending.ts and pending.channel:
@@ -491,18 +550,31 @@ class SlackApprover:
             await ctx.respond(response_url, "This approval is no longer waiting (it was decided or timed out).")
             return
         ar = pending.request
-        if not commands.allowed(ctx.settings.access.approvers, user):
-            why = "only approvers can approve or deny (access.approvers)"
-            await ctx.services.store.add_event(ar.run_id, "access_denied",
-                                               f"{user}: {'approve' if approve else 'deny'} {ar.action!r} "
-                                               f"on {ar.host}: {why}")
-            await ctx.respond(response_url, f":no_entry: {why}; your click was recorded.")
+        run = await ctx.services.store.get_run(ar.run_id)
+        why = commands.authorize_approval(ctx.settings.access, user, (run or {}).get("actor"),
+                                          configured=ctx.settings.access_configured)
+        if why:
+            await ctx.services.store.add_rejection("access_denied", user,
+                                                   f"{'approve' if approve else 'deny'} {ar.action!r} on {ar.host}",
+                                                   why, ar.run_id)
+            await ctx.respond(response_url, f":no_entry: {bk.escape(why)}; your click was recorded.")
             return
         pending.future.set_result((approve, user))
         decision = "approved" if approve else "denied"
         if pending.ts and pending.channel:
             ctx.update(pending.channel, pending.ts, f"{decision} by {user}",
                        bk.approval_decided_blocks(ar, decision, user))
+
+
+async def record_approval_message(ctx: SlackContext, ar: ApprovalRequest, channel: str | None, ts: str | None,
+                                  requester: str | None) -> None:
+    """The approval row remembers its Slack message, so a restart can resolve it visibly."""
+    try:
+        row = await ctx.services.store.pending_approval(ar.run_id, ar.step_idx, ar.host)
+        if row is not None:
+            await ctx.services.store.set_approval_message(row["id"], channel, ts, requester)
+    except Exception:
+        log.exception("could not record the approval message of run %s", ar.run_id)
 
 
 class SlackFrontend:
@@ -600,7 +672,7 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
         if cmd.error:
             await ack(text=f":warning: {bk.escape(cmd.error)}")
             return
-        why = commands.authorize(services.settings.access, cmd, user)
+        why = commands.authorize(services.settings.access, cmd, user, configured=services.settings.access_configured)
         if why:
             await ack(text=f":no_entry: {bk.escape(why)}")
             ctx.spawn(commands.audit_refusal(services, user, cmd, why), name="eagle-refusal")

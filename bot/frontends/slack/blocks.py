@@ -46,9 +46,31 @@ def escape(s: Any) -> str:
 
 
 def clip(s: str, limit: int, note: str = "…") -> str:
+    """At most `limit` characters; never ends inside an escape entity (`&l` of `&lt;`)."""
     if len(s) <= limit:
         return s
-    return s[: max(0, limit - len(note))] + note
+    cut = s[: max(0, limit - len(note))]
+    amp = cut.rfind("&", max(0, len(cut) - 4))
+    if amp >= 0 and ";" not in cut[amp:]:
+        cut = cut[:amp]
+    return cut + note
+
+
+def cut_for_escape(raw: str, size: int) -> list[str]:
+    """Cut raw text into pieces whose escaped form holds at most `size` characters: cut
+    first, escape after, so an entity is never split."""
+    if len(raw) * 5 <= size or len(escape(raw)) <= size:
+        return [raw]
+    out: list[str] = []
+    start = n = 0
+    for i, ch in enumerate(raw):
+        w = 5 if ch == "&" else 4 if ch in "<>" else 1
+        if n + w > size:
+            out.append(raw[start:i])
+            start, n = i, 0
+        n += w
+    out.append(raw[start:])
+    return out
 
 
 def tail(s: str, limit: int) -> tuple[str, bool]:
@@ -93,9 +115,10 @@ def divider() -> dict[str, Any]:
 
 def code_sections(text: str, *, max_blocks: int = 10, keep: str = "head") -> list[dict[str, Any]]:
     """Monospace text in as many sections as it needs (split at lines), with a cut note."""
-    text = escape(text.rstrip("\n")) or " "
-    # A line longer than a chunk is split into chunk-sized pieces, so none is clipped.
-    pieces = [line[i:i + CODE_CHUNK] for line in text.split("\n") for i in range(0, max(len(line), 1), CODE_CHUNK)]
+    text = text.rstrip("\n") or " "
+    # A line longer than a chunk is cut into chunk-sized pieces (before escaping, so no
+    # entity is split), so none is clipped.
+    pieces = [escape(p) for line in text.split("\n") for p in cut_for_escape(line, CODE_CHUNK)]
     chunks = _join_lines(pieces, CODE_CHUNK)
     cut = len(chunks) - max_blocks
     if cut > 0:
@@ -119,10 +142,7 @@ def text_blocks(text: str, *, title: str | None = None, code: bool = False) -> l
     if code:
         out += code_sections(text, max_blocks=MAX_BLOCKS - len(out) - 1)
     else:
-        body = escape(text)
-        while body:
-            out.append(section(body[:MAX_SECTION]))
-            body = body[MAX_SECTION:]
+        out += [section(escape(piece)) for piece in cut_for_escape(text, MAX_SECTION) if piece]
     return limit(out)
 
 
@@ -229,7 +249,8 @@ def run_summary_blocks(view: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def approval_blocks(req: Any, key: str, approvers: list[str], timeout_s: float) -> list[dict[str, Any]]:
     """Approve / Deny buttons saying exactly what will happen."""
-    who = " ".join(mention(a) for a in approvers if a != "*") or "any approver"
+    who = (" ".join(mention(a) for a in approvers if a != "*") or "any approver") if approvers else \
+        "nobody yet (set access.approvers in eagle.yaml)"
     blocks = [
         section(f":raised_hand: *Approval needed* for run #{req.run_id} on `{escape(req.host)}`, "
                 f"step *{escape(req.step)}*:\n{escape(req.action)}"),

@@ -1,0 +1,121 @@
+"""Schedules checked at load (lint, doctor, schedule list name the file and line), and
+`/eagle schedule pause|resume NAME`: operators only, persisted, shown, audited, honoured."""
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+
+import pytest
+
+from helpers import eagle
+from slack_harness import open_harness
+from fakes.slack_api import FakeSlackAPI
+
+from eaglebot.frontends.scheduler import build_scheduler
+
+BROKEN = """\
+audit_db: eagle.db
+playbooks_dir: books
+hosts:
+  local: {transport: local}
+schedules:
+  - {name: good, playbook: ok, cron: "0 3 * * *"}
+  - name: misspelt
+    playbook: bnech
+    cron: "0 4 * * *"
+  - name: bad-input
+    playbook: ok
+    cron: "0 5 * * *"
+    inputs: {wrod: x}
+  - name: bad-host
+    playbook: ok
+    hosts: [gpu-9]
+    cron: "0 6 * * *"
+"""
+
+OK_BOOK = """\
+name: ok
+inputs:
+  word: {type: str, default: hi}
+steps:
+  - skill: shell
+    with: {command: "echo {{ word }}"}
+"""
+
+
+@pytest.fixture
+def broken(tmp_path):
+    (tmp_path / "books").mkdir()
+    (tmp_path / "books" / "ok.yaml").write_text(OK_BOOK)
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(BROKEN)
+    return cfg
+
+
+def test_lint_doctor_and_schedule_list_name_the_file_and_line_of_a_broken_schedule(broken):
+    lint = eagle("lint", config=broken)
+    assert lint.returncode == 2
+    assert f"{broken}:7: schedule 'misspelt': unknown playbook 'bnech'" in lint.stderr
+    assert f"{broken}:10: schedule 'bad-input': playbook 'ok' has no input 'wrod'" in lint.stderr
+    assert f"{broken}:14: schedule 'bad-host': unknown host 'gpu-9'" in lint.stderr
+    assert "'good'" not in lint.stderr
+    listed = eagle("schedule", "list", config=broken)
+    assert listed.returncode == 2 and f"{broken}:7: schedule 'misspelt'" in listed.stderr
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[2:]}
+    assert "INVALID" in rows["misspelt"] and "active" in rows["good"]
+    doctor = eagle("doctor", config=broken, env={"PATH": "/usr/bin:/bin"})
+    assert doctor.returncode == 1
+    assert f"FAIL  schedule misspelt: {broken}:7: unknown playbook 'bnech'" in doctor.stdout
+
+
+def test_config_errors_carry_the_line_number(tmp_path):
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(textwrap.dedent("""\
+        audit_db: eagle.db
+        hosts:
+          gpu-01:
+            address: 10.0.0.7
+            prot: 22
+        """))
+    res = eagle("hosts", config=cfg)
+    assert res.returncode == 2 and f"{cfg}:5: hosts.gpu-01.prot: unknown key" in res.stderr
+
+
+@pytest.fixture
+async def fake():
+    f = await FakeSlackAPI().start()
+    yield f
+    await f.stop()
+
+
+async def test_pause_and_resume_from_slack_are_for_operators_persisted_shown_audited_and_honoured(tmp_path, fake):
+    pb = {"name": "nightly", "steps": [{"skill": "shell", "with": {"command": "echo nightly"}}]}
+    h = await open_harness(tmp_path, fake, playbooks={"nightly": pb},
+                           schedules=[{"name": "nightly-bench", "playbook": "nightly", "cron": "0 3 * * *"}])
+    try:
+        status, ack = await h.command("schedule pause nightly-bench", user="UEVE")
+        assert "only operators can pause schedules" in ack["text"]
+        await h.command("schedule pause nightly-bench", user="UALICE")
+        said = await fake.wait_for(lambda: h.responses())
+        assert "schedule nightly-bench paused by UALICE" in said[0].all_text()
+        await h.command("schedule", user="UEVE")
+        shown = await fake.wait_for(lambda: h.responses())
+        assert "paused by UALICE" in shown[0].all_text()
+        sched = build_scheduler(h.services)
+        sched.start()
+        try:
+            sched.fire_now("nightly-bench")
+            name, run_id = await asyncio.wait_for(sched.finished.get(), 30)
+        finally:
+            sched.shutdown()
+        assert run_id is None and await h.services.store.history(limit=5) == []
+        fires = await h.query("select status from schedule_fires where schedule = 'nightly-bench'")
+        assert {"status": "paused"} in fires
+        await h.command("schedule resume nightly-bench", user="UALICE")
+        await fake.wait_for(lambda: h.responses())
+        events = [e["kind"] for e in await h.query("select kind from events order by id")]
+        assert events == ["access_denied", "schedule_paused", "schedule_resumed"]
+        assert (await h.services.store.schedule_states())["nightly-bench"]["paused"] == 0
+    finally:
+        await h.close()

@@ -1,0 +1,156 @@
+"""The terminal front end as people read it: skills with types/defaults/allowed values,
+history with regressions, dry runs, filters and local time, prune's dry run and question,
+and shell completion."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from helpers import eagle, eagle_json, write_playbook, write_yaml
+from history_seed import seed_run
+
+from eaglebot.store import Store
+
+
+@pytest.fixture
+def cfg(tmp_path) -> Path:
+    books = tmp_path / "books"
+    books.mkdir()
+    write_playbook(books, "ok", """
+        name: ok
+        steps:
+          - skill: shell
+            with: {command: "echo ok"}
+    """)
+    write_playbook(books, "cmp", """
+        name: cmp
+        steps:
+          - skill: bench.compare
+            with: {baseline: {output_throughput: 100, median_tpot_ms: 10}, better: {median_tpot_ms: lower},
+                   metrics: {output_throughput: 50, median_tpot_ms: 20}}
+    """)
+    return write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "playbooks_dir": "books"})
+
+
+def test_skills_and_help_show_each_parameters_type_default_and_allowed_values(cfg):
+    res = eagle("skills", config=cfg)
+    assert res.returncode == 0 and "PydanticUndefined" not in res.stdout
+    assert "    grace_s: float (default: 10.0; >= 0, <= 600)" in res.stdout
+    assert "    baseline: dict[str, float] (required)" in res.stdout
+    assert "    better: dict[str, one of 'higher', 'lower'] (default: {})" in res.stdout
+    doc = json.loads(eagle("skills", "--json", config=cfg).stdout)
+    cleanup = next(s for s in doc if s["name"] == "gpu.cleanup")
+    assert {"name": "grace_s", "type": "float", "default": "default: 10.0", "allowed": ">= 0, <= 600",
+            "description": "seconds between SIGTERM and SIGKILL"} in cleanup["params"]
+    helped = eagle("chat", "help bench.serving", config=cfg)
+    assert "  port (int, default: 30000; allowed: >= 1, <= 65535): " in helped.stdout
+    assert "PydanticUndefined" not in helped.stdout
+
+
+def test_history_marks_regressions_and_dry_runs_and_filters_by_status_and_age(cfg):
+    assert eagle("run", "cmp", config=cfg).returncode == 3
+    assert eagle("run", "ok", "--dry-run", config=cfg).returncode == 0
+    store = Store(cfg.parent / "eagle.db")
+    old = seed_run(store, "ok", "local", status="failed", started_at="2020-01-01T00:00:00.000Z")
+    store.close()
+    out = eagle("history", config=cfg).stdout
+    rows = {line.split()[0]: line for line in out.splitlines()[2:]}
+    assert "succeeded ▼2" in rows["#1"] and "succeeded (dry-run)" in rows["#2"] and "failed" in rows[f"#{old}"]
+    _, recent = eagle_json("history", "--since", "1d", config=cfg)
+    assert [r["run_id"] for r in recent] == [2, 1]
+    _, failed = eagle_json("history", "--status", "failed", config=cfg)
+    assert [r["run_id"] for r in failed] == [old]
+    bad = eagle("history", "--since", "3m", config=cfg)
+    assert bad.returncode == 2 and "--since 3m: 'm' is ambiguous" in bad.stderr
+
+
+def test_history_shows_local_time_to_people_and_utc_in_json(cfg):
+    eagle("run", "ok", config=cfg)
+    _, doc = eagle_json("history", config=cfg)
+    started = doc[0]["started_at"]
+    assert started.endswith("Z")
+    tokyo = datetime.fromisoformat(started.replace("Z", "+00:00")).astimezone(
+        __import__("zoneinfo").ZoneInfo("Asia/Tokyo")).strftime("%Y-%m-%d %H:%M")
+    out = eagle("history", config=cfg, env={"TZ": "Asia/Tokyo"}).stdout
+    assert "started (JST)" in out and tokyo in out
+
+
+def _seed_old(cfg, n):
+    store = Store(cfg.parent / "eagle.db")
+    for _ in range(n):
+        seed_run(store, "ok", "local", started_at="2020-01-01T00:00:00.000Z")
+    store.close()
+
+
+def test_prune_dry_run_deletes_nothing_and_a_terminal_is_asked_above_100_runs(cfg):
+    _seed_old(cfg, 101)
+    dry = eagle("prune", "--older-than", "30d", "--dry-run", config=cfg)
+    assert dry.returncode == 0 and "would prune 101 runs older than 30d" in dry.stdout
+    master, slave = os.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "eaglebot", "prune", "--older-than", "30d", "--config",
+                                 str(cfg)], stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        os.write(master, b"n\n")
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert proc.returncode == 1 and "delete 101 runs older than 30d" in out and "nothing was deleted" in out
+    _, hist = eagle_json("history", "--limit", "500", config=cfg)
+    assert len(hist) == 101
+    done = eagle("prune", "--older-than", "30d", config=cfg)      # no terminal: no question
+    assert done.returncode == 0 and "pruned 101 runs" in done.stdout
+
+
+def _complete(script: str, *words: str) -> list[str]:
+    prog = (f'eval "$1"; COMP_WORDS=({" ".join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}; _eagle; '
+            'printf "%s\\n" "${COMPREPLY[@]}"')
+    res = subprocess.run(["bash", "-c", prog, "bash", script], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split()
+
+
+def test_bash_completion_knows_the_commands_their_options_and_choices(tmp_path):
+    script = eagle("completion", "bash").stdout
+    assert "complete -F _eagle eagle" in script
+    assert _complete(script, "eagle", "hist") == ["history"]
+    assert _complete(script, "eagle", "history", "--s") == ["--since", "--status"]
+    assert _complete(script, "eagle", "completion", "") == ["--config", "--help", "-h", "bash", "zsh"]
+    assert "list" in _complete(script, "eagle", "schedule", "")
+    zsh = eagle("completion", "zsh").stdout
+    assert "bashcompinit" in zsh and "complete -F _eagle eagle" in zsh
+    assert eagle("completion", "fish").returncode == 2
+
+
+def test_a_run_prints_one_result_block_each_metric_once_and_one_line_per_regression(tmp_path):
+    books = tmp_path / "books"
+    books.mkdir()
+    write_playbook(books, "cmp", """
+        name: cmp
+        steps:
+          - skill: metric.record
+            with: {name: median_itl_ms, value: 7.7123, unit: ms, better: lower}
+          - skill: metric.record
+            with: {name: output_throughput, value: 1234.5678, unit: tok/s}
+          - skill: bench.compare
+            with: {baseline: {output_throughput: 2000, median_itl_ms: 5}, better: {median_itl_ms: lower},
+                   metrics: {output_throughput: 1234.5678, median_itl_ms: 7.7123}}
+    """)
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "playbooks_dir": "books"})
+    res = eagle("run", "cmp", config=cfg)
+    assert res.returncode == 3
+    out = res.stdout.splitlines()
+    assert out[0].startswith("run #1 cmp on local: succeeded in ") and res.stdout.count("run #1") == 1
+    assert "run #1" not in res.stderr.replace("run #1: cmp on local", "")      # the result is printed once
+    assert "  median_itl_ms = 7.71" in out and "  output_throughput = 1230 tok/s" in out
+    regs = [line for line in out if "REGRESSION" in line]
+    assert regs == ["▼ REGRESSION local: output_throughput 2000 → 1230 (-38.3%)  "
+                    "no earlier good run on local to compare with",
+                    "▼ REGRESSION local: median_itl_ms 5 → 7.71 (+54.2%)  no earlier good run on local to compare with"]
+    assert "\x1b[" not in res.stdout                                         # no colour without a terminal

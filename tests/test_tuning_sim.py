@@ -59,7 +59,9 @@ def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resume
         capsys.readouterr()
         rc = main(["--config", str(cfg), "sweep", "relaunch", "-H", HOST, "spec_steps=3,99"])
         assert rc == 2 and "above the maximum" in capsys.readouterr().err
-        assert len(store.history(limit=100)) == 9 and store.history(limit=1)[0]["status"] == "failed"
+        assert len(store.history(limit=100)) == 8          # a rejected request is an event, not a run row
+        ev = store.events(kind="rejected", limit=1)
+        assert ev and "above the maximum" in ev[0]["reason"]
 
 
 def test_bisect_names_the_one_planted_culprit_among_6_changes_within_the_bound(tmp_path, capsys):

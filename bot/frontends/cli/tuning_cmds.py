@@ -40,7 +40,7 @@ def _audited(fn: Any) -> Any:
 
             try:
                 store = Store(_settings(args).db_path)
-                store.add_event(None, "rejected", f"{_actor()}: eagle {args.cmd}: {e}")
+                store.add_rejection("rejected", _actor(), f"eagle {args.cmd}", str(e))
                 store.close()
             except Exception:   # the refusal is still shown when the DB cannot be opened
                 pass

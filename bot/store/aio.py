@@ -204,6 +204,14 @@ class AsyncStore:
         """The resolved variables of each host of a run (redacted by the caller)."""
         return await self._do(self.sync.save_vars, run_id, variables)
 
+    async def audit_verify(self, head: str | None = None) -> dict[str, Any]:
+        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems."""
+        return await self._do(self.sync.audit_verify, head)
+
+    async def audit_head(self) -> dict[str, Any]:
+        """The newest sealed link of the audit chain: the anchor posted outside the DB."""
+        return await self._do(self.sync.audit_head)
+
     async def check_writable(self) -> None:
         """Raise if the audit DB cannot take a write lock now (doctor)."""
         return await self._do(self.sync.check_writable)

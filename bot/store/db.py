@@ -19,8 +19,9 @@ import sqlite_utils
 
 from eaglebot.errors import HostBusy
 from eaglebot.skills.facts.procs import parse_stat
+from eaglebot.store import chain
 
-SCHEMA_VERSION = 2  # 2: run_hosts (indexed host filter), history/metric indexes
+SCHEMA_VERSION = 5  # 2: run_hosts (indexed host filter), history/metric indexes; 5: audit_chain
 OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
 
 
@@ -83,6 +84,9 @@ class Store:
         self.db.execute("PRAGMA synchronous = NORMAL")
         self.db.execute("PRAGMA foreign_keys = ON")
         self._migrate()
+        if not chain.triggers_current(self.db.conn):
+            with self._tx():
+                chain.ensure_triggers(self.db.conn)
         self.recover()
 
     @contextmanager
@@ -93,7 +97,11 @@ class Store:
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
+            # The audit chain's links are sealed in the same transaction as the rows.
+            since = chain.last_seq(conn) if chain.table_exists(conn, chain.CHAIN_TABLE) else 0
             yield
+            if chain.table_exists(conn, chain.CHAIN_TABLE):
+                chain.seal(conn, since)
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -188,6 +196,7 @@ class Store:
                 for c in cols:
                     db.table(table).create_index(c, if_not_exists=True)
             self._migrate_v2(version)
+            self._migrate_v5(version)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _migrate_v2(self, version: int) -> None:
@@ -209,6 +218,11 @@ class Store:
                 db.execute("insert or ignore into run_hosts (run_id, host) "
                            "select r.id, j.value from runs r, json_each(r.hosts) j "
                            "where json_valid(r.hosts) and j.type = 'text'")
+
+    def _migrate_v5(self, version: int) -> None:
+        """audit_chain: the tamper-evident hash chain over the audit tables (store/chain.py);
+        an existing DB's chain starts here with a genesis entry that says so. Idempotent."""
+        chain.create_chain_table(self.db.conn, version)
 
     # -- liveness ------------------------------------------------------------------
     def recover(self) -> list[int]:
@@ -584,6 +598,16 @@ class Store:
         """The resolved variables of each host of a run (redacted by the caller)."""
         with self._tx():
             self.db.execute("update runs set vars = ? where id = ?", [_j(variables), run_id])
+
+    def audit_verify(self, head: str | None = None) -> dict[str, Any]:
+        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems."""
+        return chain.verify(self.db.conn, head).to_json()
+
+    def audit_head(self) -> dict[str, Any]:
+        """The newest sealed link of the audit chain: the anchor posted outside the DB."""
+        row = self.db.execute(f"select seq, hash from {chain.CHAIN_TABLE} where hash is not null "
+                              f"order by seq desc limit 1").fetchone()
+        return {"seq": row[0], "hash": row[1]} if row else {"seq": None, "hash": None}
 
     def check_writable(self) -> None:
         """Raise if the audit DB cannot take a write lock now (doctor)."""

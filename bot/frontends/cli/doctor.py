@@ -126,6 +126,22 @@ def check_db(settings: Settings) -> Check:
         return Check("audit db", False, f"{path}: {e}")
 
 
+def check_audit_chain(settings: Settings) -> Check:
+    """`eagle audit verify`, as one doctor line."""
+    from eaglebot.frontends.cli.audit import verify_line
+    from eaglebot.store import Store
+
+    try:
+        store = Store(settings.db_path)
+        try:
+            report = store.audit_verify()
+        finally:
+            store.close()
+    except Exception as e:
+        return Check("audit chain", False, f"cannot verify: {e}")
+    return Check("audit chain", bool(report["ok"]), verify_line(report))
+
+
 async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[Check]:
     from eaglebot.transport import TransportPool
 
@@ -137,6 +153,7 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
 
     add(Check("config", True, str(settings.source) if settings.source else "built-in defaults (no eagle.yaml)"))
     add(await asyncio.to_thread(check_db, settings))
+    add(await asyncio.to_thread(check_audit_chain, settings))
     pool = TransportPool(settings)
     try:
         results = await asyncio.gather(*(check_host(n, cfg, pool.get(n)) for n, cfg in settings.hosts.items()),

@@ -459,6 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12w, 48h, 30min")
     s.set_defaults(func=cmd_prune)
 
+    from eaglebot.frontends.cli import audit
+    audit.add_parser(sub, common)
+
     s = sub.add_parser("demo", parents=[common], help="the whole relaunch flow on a simulated GPU host")
     s.add_argument("--dir", default=None, help="sandbox folder (default: a new temporary folder)")
     s.add_argument("--keep", action="store_true", help="keep the sandbox folder")

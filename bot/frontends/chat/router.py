@@ -22,6 +22,7 @@ from typing import Awaitable, Callable, Protocol
 from eaglebot.config import AccessConfig, Settings
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.engine.playbook import RESERVED, Playbook, load_playbook, playbook_files
+from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import Approver, Observer, RunRequest
 from eaglebot.frontends.chat.reply import (CancelRequested, LogTail, Note, Reply, RunShown, error_reply,
@@ -84,8 +85,11 @@ def unescape(text: str) -> str:
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
+_REDACT = Redactor()  # built-in token patterns + this process's secrets: before any truncation
+
+
 def _shown(tok: str, n: int = 40) -> str:
-    tok = _CONTROL.sub("?", tok)
+    tok = _CONTROL.sub("?", _REDACT.text(tok))
     return repr(tok if len(tok) <= n else tok[:n] + "…")
 
 
@@ -268,7 +272,7 @@ async def handle(services: Services, cmd: Command | str, caller: Caller) -> Repl
     if isinstance(cmd, str):
         cmd = parse(cmd)
     if cmd.name == "error":
-        return error_reply(cmd.error or "invalid command")
+        return error_reply(services.redactor.text(cmd.error or "invalid command"))
     if caller.check_access:
         why = authorize(services.settings.access, cmd, caller.user)
         if why:

@@ -38,6 +38,7 @@ from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.frontends.chat import router as commands
 from eaglebot.frontends.services import Services
 from eaglebot.frontends.slack import blocks as bk
+from eaglebot.frontends.slack.http import GuardedApp
 from eaglebot.frontends.slack.replies import reply_blocks
 from eaglebot.history.view import RunView
 from eaglebot.sdk import ApprovalRequest, StepResult
@@ -580,16 +581,18 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
     # Bolt's own client carries no token: each request gets the bot token from `authorize`.
     bolt_client = AsyncWebClient(base_url=client.base_url, timeout=client.timeout,
                                  retry_handlers=list(client.retry_handlers or []))
-    app = AsyncApp(
+    secret = signing_secret or secrets.token_hex(32)
+    app = GuardedApp(
         client=bolt_client,
         # Without a secret (Socket Mode) no HTTP request can be signed correctly.
-        signing_secret=signing_secret or secrets.token_hex(32),
+        signing_secret=secret,
         authorize=authorize,
         raise_error_for_unhandled_request=False,
         # Our listeners only parse, check access, ack and spawn: running them inline answers
         # Slack sooner than Bolt's background-listener mode, which polls for the ack every 10 ms.
         process_before_response=True,
     )
+    app.eagle_signing_secret = secret
 
     @app.command(re.compile(r"^/eagle"))
     async def on_eagle(ack: AsyncAck, body: dict[str, Any]) -> None:
@@ -597,7 +600,7 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
         user = body.get("user_id") or ""
         cmd = commands.parse(text)
         if cmd.error:
-            await ack(text=f":warning: {bk.escape(cmd.error)}")
+            await ack(text=f":warning: {bk.escape(services.redactor.text(cmd.error))}")
             return
         why = commands.authorize(services.settings.access, cmd, user)
         if why:

@@ -323,19 +323,34 @@ class Engine:
         flat: dict[str, Any] = {}
         for layer in layers:
             flat.update(layer)
-        # Defaults and vars may refer to each other ("{{ draft }}/config.json").
-        for _ in range(5):
-            changed = False
-            for k, v in list(flat.items()):
-                if k in inputs or not templating.contains_template(v):
-                    continue
+        # Defaults and vars may refer to each other ("{{ draft }}/config.json"). Each template
+        # is rendered once, from the playbook's or config's text, against values that are
+        # already final: a user's value is data and is never compiled as a template.
+        pending = {k: v for k, v in flat.items() if k not in inputs and templating.contains_template(v)}
+        for k in pending:
+            del flat[k]
+        while pending:
+            progress = False
+            for k, v in list(pending.items()):
+                if templating.names_used(v) & set(pending):
+                    continue  # wait for the vars it uses
                 try:
                     flat[k] = templating.render_value(v, flat)
-                    changed = True
-                except templating.TemplateFailure:
-                    pass
-            if not changed:
+                except templating.TemplateFailure as e:
+                    flat[k] = templating.unresolved(k, str(e))
+                del pending[k]
+                progress = True
+            if not progress:  # a cycle: each of them is an error when a step uses it
+                for k in pending:
+                    flat[k] = templating.unresolved(k, f"{k!r} refers to itself through "
+                                                       f"{', '.join(sorted(pending))}")
                 break
+        for k, v in list(flat.items()):
+            if templating.is_unresolved(v):
+                missing = [n for n in templating.names_used(layers_value(layers, k)) if n not in flat]
+                if missing:
+                    flat[k] = templating.unresolved(
+                        k, f"host var `{missing[0]}` is not set on {host} (needed by `{k}`)")
         return flat
 
     async def _run_host(self, run: RunState, host: str, ctx: dict[str, Any]) -> None:
@@ -551,9 +566,19 @@ class Engine:
         return ok, who
 
 
+def layers_value(layers: list[dict[str, Any]], key: str) -> Any:
+    """The highest-priority raw (unrendered) value of `key` among the variable layers."""
+    for layer in reversed(layers):
+        if key in layer:
+            return layer[key]
+    return None
+
+
 def _jsonable(v: Any) -> Any:
+    if templating.is_unresolved(v):
+        return None
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): _jsonable(x) for k, x in v.items() if not templating.is_unresolved(x)}
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
     if isinstance(v, (str, int, float, bool)) or v is None:

@@ -279,8 +279,11 @@ def parse_age(s: str) -> timedelta:
     n, unit = int(m.group(1)), m.group(2)
     if unit == "m":  # months or minutes? Guessing wrong deletes history: refuse.
         raise UsageError(f"--older-than {s}: 'm' is ambiguous (months or minutes?): write e.g. 90d or 30min")
-    return {"d": timedelta(days=n), "h": timedelta(hours=n), "w": timedelta(weeks=n),
-            "min": timedelta(minutes=n)}[unit]
+    age = {"d": timedelta(days=min(n, 10**7)), "h": timedelta(hours=min(n, 10**9)),
+           "w": timedelta(weeks=min(n, 10**6)), "min": timedelta(minutes=min(n, 10**10))}[unit]
+    if age > timedelta(days=100 * 366):
+        raise UsageError(f"--older-than {s}: at most 100 years back (e.g. 36500d)")
+    return age
 
 
 def cmd_prune(args: argparse.Namespace) -> int:

@@ -237,6 +237,8 @@ def _check_steps(pb: Playbook, lines: dict[Loc, int], source: str, registry: Ski
             for detail in errors:
                 if detail["type"] == "missing" and detail["loc"] and detail["loc"][0] in templated:
                     continue
+                if not detail["loc"] and templated:
+                    continue  # a whole-model rule: the templated fields are checked after rendering
                 msg = _pydantic_msg(detail)
                 if detail["type"] == "extra_forbidden" and len(detail["loc"]) == 1:
                     close = difflib.get_close_matches(str(detail["loc"][0]), list(mod.Params.model_fields), 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import logging
+import re
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any, Awaitable, Callable
 
 from pydantic import ValidationError
 
-from eaglebot.engine import templating
+from eaglebot.engine import limits, templating
 from eaglebot.config import Settings
 from eaglebot.errors import EagleError, HostBusy, UsageError
 from eaglebot.engine.playbook import Playbook, Step, find_playbook, resolve_inputs
@@ -193,8 +194,10 @@ class Engine:
         """A request refused before running still leaves an audit record."""
         name = req.playbook.name if isinstance(req.playbook, Playbook) else str(req.playbook)
         run_id = await self.store.create_run(
-            playbook=name, hosts=[str(h) for h in (req.hosts or [])],
-            inputs=self.redactor.obj({k: str(v) for k, v in req.inputs.items()}), variables={},
+            playbook=plain_name(self.redactor.text(name)),
+            hosts=[plain_name(self.redactor.text(str(h))) for h in (req.hosts or [])],
+            inputs=self.redactor.obj({plain_name(str(k)): str(v)[:limits.MAX_VALUE_BYTES]
+                                      for k, v in req.inputs.items()}), variables={},
             actor=req.actor, origin=req.origin, dry_run=req.dry_run, rerun_of=req.rerun_of,
             schedule=req.schedule, channel=req.channel, thread_ts=req.thread_ts)
         await self.store.finish_run(run_id, "failed", exit_code=err.exit_code,
@@ -451,6 +454,8 @@ class Engine:
         result.summary = self.redactor.text(result.summary)
         result.output = self.redactor.text(result.output)
         result.warnings = [self.redactor.text(w) for w in result.warnings]
+        for c in result.changes:  # a patched config may hold a token: never into changes.diff
+            c.diff, c.path = self.redactor.text(c.diff), self.redactor.text(c.path)
         for r in result.regressions:
             r.host = r.host or host
         await self.store.step_finished(
@@ -564,6 +569,15 @@ class Engine:
                 return False, f"no decision within {self.settings.access.approval_timeout_s:g}s"
         await self.store.approval_decided(aid, "approved" if ok else "denied", who)
         return ok, who
+
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.,/-]{0,127}$")
+
+
+def plain_name(name: str) -> str:
+    """A run, host or input name as stored or echoed: as given when it is a plain name, else
+    a placeholder (a name is never a vehicle for control characters, markup or a bomb)."""
+    return name if _PLAIN.match(name) else "(invalid name)"
 
 
 def layers_value(layers: list[dict[str, Any]], key: str) -> Any:

@@ -263,8 +263,9 @@ async def audit_refusal(services: Services, user: str, cmd: Command, why: str, r
             run_id = cmd.run_id
         except (ValueError, IndexError):
             run_id = None
-    what = cmd.text or cmd.name
-    await services.store.add_event(run_id, "access_denied", f"{user}: /eagle {what[:300]}: {why}")
+    what = services.redactor.text(cmd.text or cmd.name)  # redact before truncating
+    await services.store.add_event(run_id, "access_denied",
+                                   services.redactor.text(f"{user}: /eagle {what[:300]}: {why}"))
 
 
 async def handle(services: Services, cmd: Command | str, caller: Caller) -> Reply:

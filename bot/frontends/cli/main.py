@@ -30,7 +30,9 @@ from eaglebot.store import Store
 
 
 def _err(msg: str) -> None:
-    print(f"eagle: {msg}", file=sys.stderr)
+    from eaglebot.engine.redact import Redactor
+
+    print(f"eagle: {Redactor().text(msg)}", file=sys.stderr)  # built-in patterns + env secrets
 
 
 # -- helpers ---------------------------------------------------------------------------

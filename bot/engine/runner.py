@@ -14,13 +14,13 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from pydantic import ValidationError
 
 from eaglebot.engine import limits, templating
 from eaglebot.config import Settings
-from eaglebot.errors import EagleError, HostBusy, UsageError
+from eaglebot.errors import EagleError, HostBusy, StoreError, UsageError
 from eaglebot.engine.playbook import Playbook, Step, find_playbook, resolve_inputs
 from eaglebot.engine.output import OutputBuffer
 from eaglebot.engine.redact import Redactor
@@ -99,6 +99,7 @@ class Observer:
 
 
 Approver = Callable[[ApprovalRequest], Awaitable[tuple[bool, str]]]
+T = TypeVar("T")
 PostRunHook = Callable[["Engine", RunOutcome, Playbook], Awaitable[list[Regression]]]
 
 
@@ -137,12 +138,22 @@ class RunState:
     approver: Approver | None
     cancel: asyncio.Event
     outcome: RunOutcome
+    store_error: str | None = None  # the audit store failed mid-run: the run fails, `always` still runs
+
+    def store_failed(self, e: StoreError) -> None:
+        if self.store_error is None:
+            self.store_error = str(e)
+            log.error("run #%s: %s; the run stops here, its always-steps still run (they may not be recorded)",
+                      self.run_id, e)
 
     def conclude(self) -> None:
         """The run's status and exit code from its steps (DESIGN.md: 1 wins over 3)."""
         o = self.outcome
         failed = [s for s in o.steps if s.status == "failed" and not s.tolerated]
-        if self.cancel.is_set():
+        if self.store_error is not None:
+            o.status, o.exit_code = "failed", 1
+            o.error = o.error or f"the audit store failed: {self.store_error}"
+        elif self.cancel.is_set():
             o.status, o.exit_code = "cancelled", 1
         elif failed:
             o.status, o.exit_code = "failed", 1
@@ -180,6 +191,25 @@ class Engine:
         self.redactor = redactor or Redactor(settings.redact)
         self.post_run_hooks: list[PostRunHook] = []
         self._cancel_events: dict[int, asyncio.Event] = {}
+        self._unreleased: set[int] = set()  # runs whose host locks a failing store kept
+
+    async def _record(self, run: RunState, write: Awaitable[T]) -> T | None:
+        """A store write during a run. A failing store (disk full, read-only, corrupt) fails the
+        run once, in one line; it never leaves the step loop half-way (always-steps still run)."""
+        try:
+            return await write
+        except StoreError as e:
+            run.store_failed(e)
+            return None
+
+    async def _wrote(self, run: RunState, write: Awaitable[None]) -> bool:
+        """`_record` for a write that returns nothing: did it reach the store?"""
+        try:
+            await write
+            return True
+        except StoreError as e:
+            run.store_failed(e)
+            return False
 
     # -- preparing ---------------------------------------------------------------------
     def prepare(self, req: RunRequest) -> Prepared:
@@ -215,6 +245,12 @@ class Engine:
         except UsageError as e:
             await self.record_rejected(req, e)
             raise
+        for old in list(self._unreleased):
+            try:
+                await self.store.release_hosts(old)
+                self._unreleased.discard(old)
+            except StoreError:
+                break
         run_id = await self._create(req, prep)
         if not req.dry_run and takes_locks(prep.playbook, self.registry):
             try:
@@ -258,7 +294,8 @@ class Engine:
         try:
             await _safe(observer.run_started(run_id, pb, prep.hosts, req))
             contexts = {h: self._context(pb, h, prep.inputs, run_id, req) for h in prep.hosts}
-            await self.store.save_vars(run_id, {h: self.redactor.obj(_jsonable(c)) for h, c in contexts.items()})
+            await self._record(run, self.store.save_vars(
+                run_id, {h: self.redactor.obj(_jsonable(c)) for h, c in contexts.items()}))
             sem = asyncio.Semaphore(self.settings.max_parallel_hosts)
 
             async def one(host: str) -> None:
@@ -288,19 +325,31 @@ class Engine:
             try:
                 extra = await hook(self, run.outcome, run.playbook)
             except Exception as e:
-                log.exception("post-run hook failed")
+                log.warning("post-run hook failed: %s", e, exc_info=not isinstance(e, EagleError))
                 msg = self.redactor.text(f"regression check failed: {e}")
                 run.outcome.warnings.append(msg)
-                await self.store.add_warning(run.run_id, "", msg)  # the views read the store
+                await self._record(run, self.store.add_warning(run.run_id, "", msg))  # the views read the store
                 continue
             for r in extra:
                 run.outcome.regressions.append(r)
-                await self.store.add_regression(run.run_id, r)
+                await self._record(run, self.store.add_regression(run.run_id, r))
 
     async def _finish(self, run_id: int, outcome: RunOutcome) -> None:
-        await self.store.finish_run(run_id, outcome.status, exit_code=outcome.exit_code,
-                                    error=self.redactor.text(outcome.error) if outcome.error else None)
-        await self.store.release_hosts(run_id)
+        try:
+            await self.store.finish_run(run_id, outcome.status, exit_code=outcome.exit_code,
+                                        error=self.redactor.text(outcome.error) if outcome.error else None)
+        except StoreError as e:
+            outcome.status, outcome.exit_code = "failed", 1
+            outcome.error = outcome.error or f"the audit store failed: {e}"
+            log.error("run #%s: could not record its end: %s (the next eagle command marks it interrupted)",
+                      run_id, e)
+        finally:
+            try:
+                await self.store.release_hosts(run_id)
+            except StoreError as e:
+                # Retried before the next run starts; freed anyway once this process is gone.
+                self._unreleased.add(run_id)
+                log.error("run #%s: could not free its host locks: %s", run_id, e)
 
     async def _poll_cancel(self, run_id: int, cancel: asyncio.Event) -> None:
         """Cancellation may come from another process (`eagle cancel`, the bot): poll the DB."""
@@ -309,8 +358,8 @@ class Engine:
             try:
                 if await self.store.cancel_requested(run_id):
                     cancel.set()
-            except Exception:
-                log.exception("cancel poll failed")
+            except Exception as e:
+                log.warning("cancel poll failed: %s", e, exc_info=not isinstance(e, EagleError))
 
     def _context(self, pb: Playbook, host: str, inputs: dict[str, Any], run_id: int, req: RunRequest
                  ) -> dict[str, Any]:
@@ -364,8 +413,8 @@ class Engine:
         for section, steps, offset in (("steps", pb.steps, 0), ("always", pb.always, n)):
             for i, step in enumerate(steps):
                 slot = StepSlot(host, offset + i, section, step)
-                if section == "steps" and (stop_reason or run.cancel.is_set()):
-                    reason = stop_reason or "the run was cancelled"
+                if section == "steps" and (stop_reason or run.cancel.is_set() or run.store_error):
+                    reason = stop_reason or ("the audit store failed" if run.store_error else "the run was cancelled")
                     run.outcome.steps.append(await self._record_skipped(run, slot, f"not run: {reason}"))
                     continue
                 rec, result = await self._run_step(run, slot, ctx)
@@ -377,17 +426,18 @@ class Engine:
                         rec.tolerated = True
                         msg = f"{rec.name} failed (continue_on_error): {rec.summary}"
                         run.outcome.warnings.append(f"{host}: {msg}")
-                        await self.store.add_warning(run.run_id, host, msg)
+                        await self._record(run, self.store.add_warning(run.run_id, host, msg))
                     elif section == "steps" and not stop_reason:
                         stop_reason = ("the run was cancelled" if run.cancel.is_set()
                                        else f"step {rec.name!r} failed")
 
     async def _record_skipped(self, run: RunState, slot: StepSlot, summary: str) -> StepRecord:
         step = slot.step
-        sid = await self.store.step_started(run.run_id, slot.idx, slot.host, step.label, step.skill, {},
-                                            slot.section)
-        await self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="skipped",
-                                       summary=summary, duration_ms=0, attempts=0)
+        sid = await self._record(run, self.store.step_started(run.run_id, slot.idx, slot.host, step.label,
+                                                              step.skill, {}, slot.section))
+        if sid is not None:
+            await self._record(run, self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="skipped",
+                                                             summary=summary, duration_ms=0, attempts=0))
         return StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, "skipped", summary, 0, 0,
                           step_id=sid)
 
@@ -435,13 +485,26 @@ class Engine:
             return prepared
         mod, params = prepared.skill, prepared.params
         step, host, label = slot.step, slot.host, slot.step.label
-        sid = await self.store.step_started(run.run_id, slot.idx, host, label, step.skill,
-                                            self.redactor.obj(params.model_dump(mode="json")), slot.section)
+        sid = await self._record(run, self.store.step_started(
+            run.run_id, slot.idx, host, label, step.skill, self.redactor.obj(params.model_dump(mode="json")),
+            slot.section))
+        if sid is None and slot.section == "steps":  # no row, no run: a step never runs unaudited
+            rec = StepRecord(host, slot.idx, slot.section, label, step.skill, "failed",
+                             f"not run: the audit store failed: {run.store_error}")
+            res = StepResult.failed(rec.summary)
+            await _safe(run.observer.step_finished(run.run_id, rec, res))
+            return rec, res
         rec = StepRecord(host, slot.idx, slot.section, label, step.skill, "running", step_id=sid)
         await _safe(run.observer.step_started(run.run_id, rec))
 
         async def write(text: str) -> None:
-            await self.store.step_output(sid, text)
+            if sid is None:
+                return  # an always-step the failing store could not record: its output goes to the views only
+            try:
+                await self.store.step_output(sid, text)
+            except StoreError as e:
+                run.store_failed(e)
+                raise
 
         out = OutputBuffer(self.redactor, write, lambda line: run.observer.step_output(run.run_id, rec, line))
         t0 = time.monotonic()
@@ -449,7 +512,10 @@ class Engine:
         try:
             result, attempts = await self._attempts(run, slot, ctx, mod, params, out, sid)
         finally:
-            await out.close()
+            try:
+                await out.close()
+            except StoreError:
+                pass  # recorded by write(): the run fails, the step's result is still reported
         duration_ms = int((time.monotonic() - t0) * 1000)
         result.summary = self.redactor.text(result.summary)
         result.output = self.redactor.text(result.output)
@@ -458,11 +524,15 @@ class Engine:
             c.diff, c.path = self.redactor.text(c.diff), self.redactor.text(c.path)
         for r in result.regressions:
             r.host = r.host or host
-        await self.store.step_finished(
+        recorded = sid is not None and await self._wrote(run, self.store.step_finished(
             sid, run_id=run.run_id, host=host, status=result.status, summary=result.summary,
             duration_ms=duration_ms, attempts=attempts, data=self.redactor.obj(_jsonable(result.data)),
             metrics=result.metrics, changes=result.changes, warnings=result.warnings,
-            regressions=result.regressions, output=("\n" + result.output) if result.output else None)
+            regressions=result.regressions, output=("\n" + result.output) if result.output else None))
+        if not recorded:
+            result.summary = f"{result.summary} (not recorded: the audit store failed)"
+            log.error("%s: step %r ended %s but could not be recorded: %s", host, label, result.status,
+                      run.store_error)
         rec.status, rec.summary, rec.duration_ms, rec.attempts = result.status, result.summary, duration_ms, attempts
         rec.output_tail = out.tail(30) if not result.output else result.output[-4000:]
         run.outcome.metrics.extend((host, m) for m in result.metrics)
@@ -472,7 +542,7 @@ class Engine:
         return rec, result
 
     async def _attempts(self, run: RunState, slot: StepSlot, ctx: dict[str, Any], mod: ModuleType,
-                        params: SkillParams, out: OutputBuffer, sid: int) -> tuple[StepResult, int]:
+                        params: SkillParams, out: OutputBuffer, sid: int | None) -> tuple[StepResult, int]:
         """The first attempt and each retry; `always` steps ignore the run's cancellation."""
         step = slot.step
         cancel = None if slot.section == "always" else run.cancel
@@ -483,8 +553,8 @@ class Engine:
         attempts = 0
         while True:
             attempts += 1
-            if attempts > 1:
-                await self.store.step_attempt(sid, attempts)
+            if attempts > 1 and sid is not None:
+                await self._record(run, self.store.step_attempt(sid, attempts))
             sctx = SkillContext(
                 host=self.pool.get(slot.host), host_name=slot.host, vars=ctx, run_id=run.run_id,
                 step_idx=slot.idx, step_name=step.label, dry_run=run.req.dry_run, confirm=step.confirm,
@@ -542,11 +612,13 @@ class Engine:
     async def _failed_before_start(self, run: RunState, slot: StepSlot, message: str,
                                    params: dict[str, Any] | None = None) -> tuple[StepRecord, StepResult]:
         step = slot.step
-        sid = await self.store.step_started(run.run_id, slot.idx, slot.host, step.label, step.skill,
-                                            self.redactor.obj(_jsonable(params or {})), slot.section)
+        sid = await self._record(run, self.store.step_started(
+            run.run_id, slot.idx, slot.host, step.label, step.skill, self.redactor.obj(_jsonable(params or {})),
+            slot.section))
         message = self.redactor.text(message)
-        await self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="failed", summary=message,
-                                       duration_ms=0, attempts=0)
+        if sid is not None:
+            await self._record(run, self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="failed",
+                                                             summary=message, duration_ms=0, attempts=0))
         rec = StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, "failed", message, 0, 0,
                          step_id=sid)
         res = StepResult.failed(message)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, ParamSpec, TypeVar
 
 from eaglebot.store.db import Row, Store
+from eaglebot.store.failures import store_error
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -33,7 +35,10 @@ class AsyncStore:
         return cls(store, pool)
 
     async def _do(self, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kw))
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kw))
+        except sqlite3.Error as e:  # a read outside a write transaction; writes raise StoreError already
+            raise store_error(self.sync.path, e) from None
 
     async def call(self, fn: Callable[[Store], T]) -> T:
         """Run `fn(store)` on the writer thread: several reads that belong together (the

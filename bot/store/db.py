@@ -20,6 +20,7 @@ import sqlite_utils
 from eaglebot.errors import HostBusy
 from eaglebot.skills.facts.procs import parse_stat
 from eaglebot.store import chain
+from eaglebot.store.failures import store_error
 
 SCHEMA_VERSION = 5  # 2: run_hosts (indexed host filter), history/metric indexes; 5: audit_chain
 OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
@@ -76,6 +77,12 @@ def _j(v: Any) -> str:
 class Store:
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        try:
+            self._open()
+        except (sqlite3.Error, OSError) as e:
+            raise store_error(self.path, e) from None
+
+    def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
         self.db = sqlite_utils.Database(conn)
@@ -95,17 +102,26 @@ class Store:
         if conn.in_transaction:
             yield
             return
-        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            raise store_error(self.path, e) from None
         try:
             # The audit chain's links are sealed in the same transaction as the rows.
             since = chain.last_seq(conn) if chain.table_exists(conn, chain.CHAIN_TABLE) else 0
             yield
             if chain.table_exists(conn, chain.CHAIN_TABLE):
                 chain.seal(conn, since)
-        except BaseException:
-            conn.execute("ROLLBACK")
+            conn.execute("COMMIT")
+        except BaseException as e:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
+            if isinstance(e, sqlite3.Error):
+                raise store_error(self.path, e) from None
             raise
-        conn.execute("COMMIT")
 
     # -- schema ------------------------------------------------------------------
     def _enable_wal(self) -> None:
@@ -436,7 +452,10 @@ class Store:
     def acquire_hosts(self, run_id: int, hosts: list[str]) -> None:
         """Lock every host for this run, all or none; a busy host raises HostBusy."""
         conn = self.db.conn
-        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            raise store_error(self.path, e) from None
         try:
             for h in hosts:
                 row = conn.execute("select run_id, pid, hostname, proc_start, acquired_at from locks "
@@ -452,8 +471,11 @@ class Store:
             conn.execute("COMMIT")
         except HostBusy:
             raise
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as e:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.Error):
+                raise store_error(self.path, e) from None
             raise
 
     def release_hosts(self, run_id: int) -> None:

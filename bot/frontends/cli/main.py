@@ -485,6 +485,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
+    except Exception as e:  # a bug still gets one line; EAGLE_DEBUG=1 shows the traceback
+        if os.environ.get("EAGLE_DEBUG"):
+            raise
+        first = (str(e).strip().splitlines() or [""])[0]
+        _err(f"internal error: {type(e).__name__}: {first} (EAGLE_DEBUG=1 shows the traceback)")
+        return 1
 
 
 if __name__ == "__main__":

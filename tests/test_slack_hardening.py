@@ -90,3 +90,28 @@ async def test_the_ack_never_echoes_a_token(h):
     text = json.dumps(ack)
     assert "unexpected argument" in text
     assert token not in text and token[:19] not in text
+
+
+async def test_an_alias_bomb_in_a_slash_command_is_refused_and_everyone_is_still_acked(tmp_path):
+    from slack_harness import PLAYBOOKS
+    fake = await FakeSlackAPI().start()
+    books = dict(PLAYBOOKS)
+    books["envy"] = {"name": "envy", "inputs": {"env": {"type": "dict"}},
+                     "steps": [{"skill": "audit.note", "with": {"message": "{{ env }}"}}]}
+    h = await open_harness(tmp_path, fake, playbooks=books)
+    try:
+        parts = ["a0: &a0 [x,x,x,x,x,x,x,x,x]"] + [
+            f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 8)]
+        status, _ = await h.command("envy local 'env={" + ", ".join(parts) + "}'")
+        assert status == 200
+        bomb_reply = h.n
+        status, _ = await h.command("hello local greeting=next", user="UALICE")
+        assert status == 200
+        reply = await fake.wait_for(lambda: h.responses(bomb_reply))
+        assert "not allowed in inputs" in reply[0].all_text()
+        run = await h.wait_run(await h.last_run_id())
+        assert run["status"] in ("succeeded", "failed")
+        assert len(json.dumps(await h.query("select inputs from runs"))) < 20_000
+    finally:
+        await h.close()
+        await fake.stop()

@@ -157,3 +157,17 @@ def test_prune_with_an_absurd_age_is_one_line(tmp_path, age):
 
 def test_the_limits_are_what_the_readme_says():
     assert (limits.MAX_VALUE_BYTES, limits.MAX_REQUEST_BYTES, limits.MAX_DEPTH) == (8192, 65536, 32)
+
+
+async def test_a_nul_byte_from_a_playbook_fails_one_step_and_the_connection_lives(services, sshd):
+    """A NUL that reaches a command (here from a playbook var) fails that step with one
+    sentence before anything is sent; the next step on the same SSH connection works."""
+    from eaglebot.engine.runner import RunRequest
+    from gpu_helpers import playbook
+    svc = await services({"r": sshd.host_config()})
+    book = playbook(json.dumps({"name": "nul", "vars": {"v": "a\x00b"}, "steps": [
+        {"name": "bad", "skill": "shell", "continue_on_error": True, "with": {"command": "echo {{ v }}"}},
+        {"name": "good", "skill": "shell", "with": {"command": "echo fine"}}]}))
+    out = await svc.engine.run(RunRequest(playbook=book, hosts=["r"]))
+    assert [s.status for s in out.steps] == ["failed", "changed"]
+    assert "NUL byte" in out.steps[0].summary and out.steps[1].summary == "fine"

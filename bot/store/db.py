@@ -80,6 +80,8 @@ class Store:
         try:
             self._open()
         except (sqlite3.Error, OSError) as e:
+            if hasattr(self, "db"):
+                self.db.conn.close()
             raise store_error(self.path, e) from None
 
     def _open(self) -> None:

@@ -20,7 +20,9 @@ Design (why triggers and a seal):
   followed by a snapshot ('S') of every existing row as it was at the migration.
 
 To chain a new table, add its name to `CHAINED_TABLES`: the next open installs its triggers
-and snapshots its rows.
+and snapshots its rows. Rule for store code: write chained tables only inside `Store._tx()`
+(the seal runs at its COMMIT); an autocommit write (e.g. sqlite-utils' `table.insert()`
+outside `_tx`) leaves an unsealed entry that `verify` reports as a change by another program.
 """
 from __future__ import annotations
 
@@ -231,7 +233,8 @@ def verify(conn: sqlite3.Connection, head: str | None = None) -> Report:
         n += 1
         if h is None:
             problems.append(Problem(seq, tbl, row_id, f"changed outside eaglebot ({_OPS.get(op, op)} without a "
-                                                       f"hash): another program wrote this row"))
+                                                       f"hash): another program wrote this row (or a store "
+                                                       f"write outside Store._tx)"))
             if tbl and op != COLUMNS:
                 latest[(tbl, row_id)] = (seq, op, None)
             continue

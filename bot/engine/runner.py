@@ -192,6 +192,7 @@ class Engine:
         self.post_run_hooks: list[PostRunHook] = []
         self._cancel_events: dict[int, asyncio.Event] = {}
         self._unreleased: set[int] = set()  # runs whose host locks a failing store kept
+        self._unfinished: dict[int, RunOutcome] = {}  # runs whose end a failing store did not take
 
     async def _record(self, run: RunState, write: Awaitable[T]) -> T | None:
         """A store write during a run. A failing store (disk full, read-only, corrupt) fails the
@@ -245,12 +246,8 @@ class Engine:
         except UsageError as e:
             await self.record_rejected(req, e)
             raise
-        for old in list(self._unreleased):
-            try:
-                await self.store.release_hosts(old)
-                self._unreleased.discard(old)
-            except StoreError:
-                break
+        if self._unfinished or self._unreleased:
+            await self._retry_unrecorded()
         run_id = await self._create(req, prep)
         if not req.dry_run and takes_locks(prep.playbook, self.registry):
             try:
@@ -336,13 +333,14 @@ class Engine:
 
     async def _finish(self, run_id: int, outcome: RunOutcome) -> None:
         try:
-            await self.store.finish_run(run_id, outcome.status, exit_code=outcome.exit_code,
-                                        error=self.redactor.text(outcome.error) if outcome.error else None)
+            await self._record_end(run_id, outcome)
         except StoreError as e:
             outcome.status, outcome.exit_code = "failed", 1
             outcome.error = outcome.error or f"the audit store failed: {e}"
-            log.error("run #%s: could not record its end: %s (the next eagle command marks it interrupted)",
-                      run_id, e)
+            # Retried before the next run starts (a long-lived bot); a CLI process that exits
+            # leaves it to the next eagle command, which marks the run interrupted.
+            self._unfinished[run_id] = outcome
+            log.error("run #%s: could not record its end: %s", run_id, e)
         finally:
             try:
                 await self.store.release_hosts(run_id)
@@ -350,6 +348,24 @@ class Engine:
                 # Retried before the next run starts; freed anyway once this process is gone.
                 self._unreleased.add(run_id)
                 log.error("run #%s: could not free its host locks: %s", run_id, e)
+
+    async def _record_end(self, run_id: int, outcome: RunOutcome) -> None:
+        await self.store.finish_run(run_id, outcome.status, exit_code=outcome.exit_code,
+                                    error=self.redactor.text(outcome.error) if outcome.error else None)
+        # A step whose end the failing store could not take must not stay `running`.
+        await self.store.close_open_steps(run_id, "not recorded: the audit store failed while it ran")
+
+    async def _retry_unrecorded(self) -> None:
+        """What a failing store could not take (a run's end, its host locks), once it works again."""
+        try:
+            for rid, outcome in list(self._unfinished.items()):
+                await self._record_end(rid, outcome)
+                del self._unfinished[rid]
+            for rid in list(self._unreleased):
+                await self.store.release_hosts(rid)
+                self._unreleased.discard(rid)
+        except StoreError:
+            pass  # still failing: the new run will say so
 
     async def _poll_cancel(self, run_id: int, cancel: asyncio.Event) -> None:
         """Cancellation may come from another process (`eagle cancel`, the bot): poll the DB."""

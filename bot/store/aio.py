@@ -63,6 +63,10 @@ class AsyncStore:
         return await self._do(self.sync.finish_run, run_id, status, exit_code=exit_code, error=error,
             fingerprint=fingerprint)
 
+    async def close_open_steps(self, run_id: int, summary: str) -> int:
+        """Steps of a finished run still marked `running` (their end was not recorded) become failed."""
+        return await self._do(self.sync.close_open_steps, run_id, summary)
+
     async def set_run_thread(self, run_id: int, channel: str | None, thread_ts: str | None) -> None:
         return await self._do(self.sync.set_run_thread, run_id, channel, thread_ts)
 

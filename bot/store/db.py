@@ -291,6 +291,15 @@ class Store:
                 "fingerprint = coalesce(?, fingerprint) where id = ?",
                 [status, now_iso(), exit_code, error, _j(fingerprint) if fingerprint else None, run_id])
 
+    def close_open_steps(self, run_id: int, summary: str) -> int:
+        """Steps of a finished run still marked `running` (their end was not recorded) become failed."""
+        with self._tx():
+            cur = self.db.execute(
+                "update steps set status = 'failed', finished_at = ?, "
+                "summary = case when coalesce(summary, '') = '' then ? else summary || ' (' || ? || ')' end "
+                "where run_id = ? and status = 'running'", [now_iso(), summary, summary, run_id])
+            return cur.rowcount
+
     def set_run_thread(self, run_id: int, channel: str | None, thread_ts: str | None) -> None:
         with self._tx():
             self.db.execute("update runs set channel = ?, thread_ts = ? where id = ?", [channel, thread_ts, run_id])

@@ -192,3 +192,31 @@ def test_a_db_path_that_is_a_folder_is_one_line(tmp_path):
     assert res.stderr == f"eagle: audit store {db}: the path is a folder, not a database file\n"
     res = eagle("doctor", config=cfg)
     assert res.returncode == 1 and "Traceback" not in res.stderr
+
+
+async def test_a_long_lived_bot_records_what_the_full_disk_refused_once_space_is_back(small_disk, services):
+    """`eagle serve` does not exit after a failed write: the run's end and its host lock are
+    written as soon as the store works again (before the next run), no step stays `running`."""
+    import json as _json
+
+    from eaglebot.engine.runner import RunRequest
+    from gpu_helpers import playbook
+
+    svc = await services({"h": {"transport": "local"}}, audit_db=str(small_disk / "eagle.db"))
+    fill = playbook(_json.dumps({"name": "fill", "steps": [
+        {"name": "fill", "skill": "shell",
+         "with": {"command": f"dd if=/dev/zero of={small_disk}/filler bs=64k 2>/dev/null; echo full"}},
+        {"name": "after", "skill": "shell", "with": {"command": "echo after"}}],
+        "always": [{"name": "note", "skill": "shell", "with": {"command": "echo always"}}]}))
+    out = await svc.engine.run(RunRequest(playbook=fill, hosts=["h"]))
+    assert out.status == "failed" and out.exit_code == 1 and "audit store" in out.error
+    assert [s.name for s in out.steps] == ["fill", "after", "note"]
+    assert out.steps[2].summary.endswith("(not recorded: the audit store failed)")
+    (small_disk / "filler").unlink()
+    quick = playbook(_json.dumps({"name": "quick", "steps": [{"skill": "shell", "with": {"command": "echo ok"}}]}))
+    nxt = await svc.engine.run(RunRequest(playbook=quick, hosts=["h"]))  # not refused as busy
+    assert nxt.status == "succeeded", nxt.error
+    first = await svc.store.get_run(out.run_id)
+    assert first["status"] == "failed"
+    assert all(s["status"] != "running" for s in await svc.store.steps(out.run_id))
+    assert await svc.store.locks() == []

@@ -264,3 +264,10 @@ async def test_the_scheduler_posts_the_chain_head_and_verify_accepts_it(make_set
         assert (await services.store.audit_verify(head))["ok"]
     finally:
         await services.close()
+
+
+def test_verifying_a_missing_database_is_an_error_not_an_empty_intact_one(tmp_path):
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "nothing.db"})
+    res = eagle("audit", "verify", config=cfg)
+    assert res.returncode == 1 and "there is no database file to verify" in res.stderr
+    assert not (tmp_path / "nothing.db").exists()

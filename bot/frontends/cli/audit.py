@@ -11,7 +11,7 @@ import re
 import sys
 from typing import Any
 
-from eaglebot.errors import UsageError
+from eaglebot.errors import StoreError, UsageError
 from eaglebot.store import Store
 
 _HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -37,6 +37,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if head is not None and not _HEX.match(head):
         raise UsageError("--head expects the 64-hex-digit chain head posted by the bot")
     settings = load_settings(getattr(args, "config", None))
+    if not settings.db_path.is_file():  # verifying must not create an empty, "intact" DB
+        raise StoreError(f"audit store {settings.db_path}: there is no database file to verify")
     store = Store(settings.db_path)
     try:
         report = store.audit_verify(head)

@@ -213,9 +213,13 @@ class Report:
         return self.problems[0] if self.problems else None
 
     def to_json(self) -> dict[str, Any]:
+        def one(p: Problem) -> dict[str, Any]:
+            return {**asdict(p), "id": p.row_id, "message": p.line()}  # id: the row's rowid (= its id)
+
         d = asdict(self)
-        d["first_broken"] = asdict(self.problems[0]) if self.problems else None
-        d["problems"] = [asdict(p) for p in self.problems[:50]]
+        d["intact"] = self.ok
+        d["first_broken"] = one(self.problems[0]) if self.problems else None
+        d["problems"] = [one(p) for p in self.problems[:50]]
         return d
 
 

@@ -78,3 +78,29 @@ async def test_a_refusal_event_is_redacted_before_it_is_cut(services):
     await audit_refusal(svc, "U1", Command("run", text=text), "not an operator")
     (event,) = [e for e in svc.store.sync.db.query("select message from events")]
     assert TOKEN[:8] not in event["message"]
+
+
+def test_a_token_cut_short_by_a_skill_is_still_masked(tmp_path):
+    """The shell skill keeps the last 300 characters of a line as its summary: a token that
+    straddles the cut must not leak its first characters."""
+    books = tmp_path / "books"
+    books.mkdir()
+    line = "x" * 281 + " " + TOKEN  # the cut at 300 leaves 18 of the token's 33 characters
+    write_playbook(books, "cut", f"""
+        name: cut
+        steps:
+          - skill: shell
+            with: {{command: "printf '%s\\\\n' '{line}'"}}
+    """)
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "playbooks_dir": "books"})
+    res = eagle("run", "cut", config=cfg)
+    assert res.returncode == 0, res.stderr
+    summary = _db(cfg).execute("select summary from steps").fetchone()["summary"]
+    assert summary.endswith("***") and TOKEN[:10] not in summary and TOKEN[:10] not in res.stdout + res.stderr
+
+
+def test_a_secret_from_the_environment_cut_short_is_masked():
+    from eaglebot.engine.redact import Redactor
+    r = Redactor(environ={"MY_API_TOKEN": "s3cr3t-Value-0123456789"})
+    assert r.text("token=s3cr3t-Value-01") == "token=***"
+    assert r.text("pip install hf_transfer") == "pip install hf_transfer"

@@ -49,7 +49,7 @@ def check_request(body: bytes, headers: Any, secret: str) -> tuple[int, str] | N
             form = parse_qs(text, keep_blank_values=True, strict_parsing=bool(text), max_num_fields=200)
             if "payload" in form and not isinstance(json.loads(form["payload"][0]), dict):
                 return 400, "the payload is not a JSON object"
-            if "payload" not in form and "command" not in form and "type" not in form:
+            if not {"payload", "command", "type", "ssl_check"} & set(form):
                 return 400, "neither a command nor a payload"
     except (ValueError, RecursionError):
         return 400, "malformed body"

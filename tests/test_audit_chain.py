@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import eagle, eagle_json, write_playbook, write_yaml
+from helpers import eagle_json as eagle_process_json, write_playbook, write_yaml
+from inproc import eagle_here as eagle, eagle_here_json as eagle_json
 
 from eaglebot.store import Store
 from eaglebot.store import chain
@@ -38,7 +39,7 @@ def ran_once(tmp_path_factory) -> tuple[Path, int]:
             with: {{command: "exit 3"}}
     """)
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "playbooks_dir": "books"})
-    res, doc = eagle_json("run", "audited", config=cfg)
+    res, doc = eagle_process_json("run", "audited", config=cfg)  # a real `eagle run` process
     assert res.returncode == 0, res.stderr
     store = Store(tmp_path / "eagle.db")
     aid = store.approval_requested(doc["run_id"], 0, "local", "x", "kill", ["pid 1"])

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import eagle, eagle_json, write_playbook, write_yaml
+from helpers import write_playbook, write_yaml
+from inproc import eagle_here as eagle, eagle_here_json as eagle_json
 
 from eaglebot.engine import limits
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import eagle, write_playbook, write_yaml
+from inproc import eagle_here
 
 from eaglebot.store import Store
 
@@ -160,7 +161,7 @@ def test_a_read_only_db_folder_without_root_powers(tmp_path):
 def test_a_corrupt_db_is_one_line(tmp_path, damage):
     db = tmp_path / "eagle.db"
     cfg = _setup(tmp_path, db, tmp_path / "m")
-    assert eagle("run", "quick", config=cfg).returncode == 0
+    assert eagle_here("run", "quick", config=cfg).returncode == 0
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
@@ -177,7 +178,7 @@ def test_a_corrupt_db_is_one_line(tmp_path, damage):
         db.write_bytes(bytes(data[: len(data) // 3]))
     cmds = [["run", "quick"], ["history"]] + ([["show", "1"], ["audit", "verify"]] if damage == "truncated" else [])
     for cmd in cmds:
-        res = eagle(*cmd, config=cfg)
+        res = eagle_here(*cmd, config=cfg)
         assert res.returncode != 0, (cmd, res.stdout)
         assert "Traceback" not in res.stderr, res.stderr
         assert res.stderr.startswith("eagle: ") and res.stderr.count("\n") <= 2, res.stderr
@@ -187,10 +188,10 @@ def test_a_db_path_that_is_a_folder_is_one_line(tmp_path):
     db = tmp_path / "eagle.db"
     db.mkdir()
     cfg = _setup(tmp_path, db, tmp_path / "m")
-    res = eagle("run", "quick", config=cfg)
+    res = eagle_here("run", "quick", config=cfg)
     assert res.returncode == 1
     assert res.stderr == f"eagle: audit store {db}: the path is a folder, not a database file\n"
-    res = eagle("doctor", config=cfg)
+    res = eagle_here("doctor", config=cfg)
     assert res.returncode == 1 and "Traceback" not in res.stderr
 
 

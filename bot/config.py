@@ -6,6 +6,7 @@ Paths in the file (audit_db, playbooks_dir, skill_paths, keys) are relative to t
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -96,6 +97,16 @@ class Settings(_Model):
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     source: Path | None = Field(None, exclude=True)
 
+    @field_validator("redact")
+    @classmethod
+    def _redact_compiles(cls, v: list[str]) -> list[str]:
+        for i, pat in enumerate(v):
+            try:
+                re.compile(pat)
+            except re.error as e:
+                raise ValueError(f"pattern {i + 1} ({pat[:40]!r}) is not a valid regular expression: {e.msg}") from None
+        return v
+
     @field_validator("hosts", mode="before")
     @classmethod
     def _hosts_not_none(cls, v: Any) -> Any:
@@ -108,6 +119,15 @@ class Settings(_Model):
         for host, cfg in self.hosts.items():
             if cfg.jump and cfg.jump not in self.hosts:
                 raise ValueError(f"host {host!r}: jump host {cfg.jump!r} is not a configured host")
+            if cfg.jump and self.hosts[cfg.jump].transport == "local":
+                raise ValueError(f"host {host!r}: jump host {cfg.jump!r} uses the local transport; "
+                                 f"a jump host must be an ssh host")
+            chain, cur = [host], cfg.jump
+            while cur:
+                if cur in chain:
+                    raise ValueError(f"host {host!r}: jump hosts form a loop ({' -> '.join([*chain, cur])})")
+                chain.append(cur)
+                cur = self.hosts[cur].jump if cur in self.hosts else None
         for group, members in self.groups.items():
             if group in self.hosts:
                 raise ValueError(f"group {group!r} has the name of a host")
@@ -217,8 +237,12 @@ def load_settings(path: str | Path | None = None) -> Settings:
         # No config: a ./playbooks folder, when there is one, is the playbooks_dir.
         return Settings(base_dir=Path.cwd(), playbooks_dir="playbooks" if Path("playbooks").is_dir() else None)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
         data = yaml.safe_load(text) or {}
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{p}: the config is not UTF-8 text (byte {e.start})") from None
+    except RecursionError:
+        raise UsageError(f"{p}: invalid YAML: nested too deeply") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""

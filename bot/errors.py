@@ -24,3 +24,7 @@ class TransportError(EagleError):
 
 class StepFailed(EagleError):
     """Raised inside a skill to fail its step with one sentence."""
+
+
+class StoreError(EagleError):
+    """The audit store cannot be opened or written (disk full, read-only, corrupt): exit 1."""

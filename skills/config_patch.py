@@ -22,6 +22,7 @@ after}}, what fingerprints and attribution read; null is "unset").
 from __future__ import annotations
 
 import copy
+import asyncio
 import json
 import re
 from typing import Any
@@ -41,6 +42,7 @@ class Params(SkillParams):
     set: dict[str, Any] = Field(default_factory=dict,
                                 description="dotted path -> value, e.g. {eagle_config.use_aux_hidden_state: true}")
     delete: list[str] = Field(default_factory=list, description="dotted paths to remove (each must exist)")
+    force: bool = Field(False, description="patch a read-only file (mode without owner write) anyway")
 
     @model_validator(mode="after")
     def _something(self) -> "Params":
@@ -117,26 +119,71 @@ def _canon(v: Any) -> str:
     return json.dumps(v, sort_keys=True)
 
 
-def detect_style(text: str) -> tuple[int | str, bool, bool]:
-    """(indent, ensure_ascii, trailing newline) of an existing JSON text."""
-    indent: int | str = 2
+Style = tuple[int | str | None, bool, bool, tuple[str, str]]
+
+MAX_BYTES = 64 * 1024 * 1024    # a config.json is KiBs; a weights file or /dev/zero is not
+READ_TIMEOUT_S = 60.0
+DIFF_CAP = 64 * 1024            # bytes of diff kept in the audit store; larger: head + tail + hash
+
+
+def detect_style(text: str) -> Style:
+    """(indent, ensure_ascii, trailing newline, separators) of an existing JSON text: a
+    minified file stays minified (indent None, no spaces), an indented one keeps its width."""
+    indent: int | str | None = 2
     m = re.search(r"^[\[{][ \t]*\r?\n([ \t]+)\S", text, re.M)
     if m:
         ws = m.group(1)
         indent = "\t" if "\t" in ws else len(ws)
+    elif "\n" not in text.strip():
+        indent = None
     ascii_only = all(ord(c) < 128 for c in text)
-    return indent, ascii_only, text.endswith("\n")
+    key = ":" if '":' in text and not re.search(r'":\s', text) else ": "
+    if indent is not None:
+        item = ","
+    elif "," in text:
+        item = ", " if re.search(r",\s", text) else ","
+    else:
+        item = ", " if key == ": " else ","
+    return indent, ascii_only, text.endswith("\n"), (item, key)
 
 
-def dump(doc: Any, style: tuple[int | str, bool, bool]) -> bytes:
-    indent, ascii_only, newline = style
-    text = json.dumps(doc, indent=indent, ensure_ascii=ascii_only)
+def dump(doc: Any, style: Style) -> bytes:
+    indent, ascii_only, newline, separators = style
+    text = json.dumps(doc, indent=indent, ensure_ascii=ascii_only, separators=separators)
     return (text + ("\n" if newline else "")).encode("utf-8")
+
+
+def capped_diff(diff: str, cap: int = DIFF_CAP) -> str:
+    """The diff as stored: whole when small, else its head and tail and the whole one's hash."""
+    raw = diff.encode("utf-8", "replace")
+    if len(raw) <= cap:
+        return diff
+    half = cap // 4
+    head = raw[:half].decode("utf-8", "ignore")
+    tail = raw[-half:].decode("utf-8", "ignore")
+    return (f"{head}\n… {len(raw) - 2 * half:,} bytes of the diff omitted (whole diff: {len(raw):,} bytes, "
+            f"sha256 {files.sha256(raw)}) …\n{tail}")
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     path = params.path
-    before = await files.read(ctx, path)
+    st = await files.stat(ctx, path)
+    if st is None:
+        raise StepFailed(f"cannot read {path} on {ctx.host_name}: No such file or directory")
+    if st.kind != "regular file":
+        return StepResult.failed(f"{path} on {ctx.host_name} is a {st.kind}, not a regular file")
+    if st.size > MAX_BYTES:
+        return StepResult.failed(f"{path} on {ctx.host_name} is {st.size:,} bytes; config.patch reads at most "
+                                 f"{MAX_BYTES // 2**20} MiB")
+    if not st.mode & 0o200 and not params.force:
+        return StepResult.failed(f"{path} on {ctx.host_name} is read-only (mode {st.mode:04o}); "
+                                 f"set force: true to patch it anyway")
+    try:
+        before = await asyncio.wait_for(files.read(ctx, path), READ_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        return StepResult.failed(f"reading {path} on {ctx.host_name} took over {READ_TIMEOUT_S:g}s; gave up")
+    if len(before) > MAX_BYTES:
+        return StepResult.failed(f"{path} on {ctx.host_name} grew past {MAX_BYTES // 2**20} MiB while reading")
     try:
         text = before.decode("utf-8")
         doc = json.loads(text)
@@ -160,21 +207,24 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     after = dump(doc, detect_style(text))
     if after == before:
         return StepResult.ok(f"{path} already has {', '.join(keys)}", data=data)
-    diff = files.unified_diff(path, before, after)
+    diff = capped_diff(files.unified_diff(path, before, after))
     data["diff"] = diff
     if ctx.dry_run:
         ctx.would(f"patch {path} ({', '.join(keys)}):\n{diff}")
         return StepResult.skipped(f"dry-run: would change {', '.join(keys)} in {path}", data=data, output=diff)
-    mode = await files.mode_of(ctx, path)
+    mode = st.mode
     bak = files.backup_path(path, ctx.run_id, ctx.step_idx)
     await files.write(ctx, bak, before, mode)
     await files.write(ctx, path, after, mode)
+    warnings = [w for p in (bak, path) if (w := await files.keep_owner(ctx, p, st.uid, st.gid))]
     # Read back: a racing writer or a full disk must not pass silently.
     check = await files.read(ctx, path)
     if check != after:
         raise StepFailed(f"{path} on {ctx.host_name} changed under us while patching; the original is in {bak}")
     data["backup_path"] = bak
-    ctx.log(diff.rstrip("\n"))
-    change = FileChange(path, files.sha256(before), files.sha256(after), diff, bak)
+    stored = capped_diff(diff)
+    data["diff"] = stored
+    ctx.log(stored.rstrip("\n"))
+    change = FileChange(path, files.sha256(before), files.sha256(after), stored, bak)
     return StepResult.changed(f"patched {path}: {', '.join(keys)} (backup {bak})", changes=[change], data=data,
-                              output=diff)
+                              output=stored, warnings=warnings)

@@ -175,8 +175,8 @@ async def test_patch_and_revert_over_ssh(services, sshd, remote_dir):
 
 
 def test_detect_style_and_apply_are_pure():
-    assert config_patch.detect_style('{\n\t"a": 1\n}') == ("\t", True, False)
-    assert config_patch.detect_style('{"a": "\u00e9"}\n') == (2, False, True)
+    assert config_patch.detect_style('{\n\t"a": 1\n}') == ("\t", True, False, (",", ": "))
+    assert config_patch.detect_style('{"a": "\u00e9"}\n') == (None, False, True, (", ", ": "))
     doc = {"a": {"b": 1}}
     assert config_patch.apply(doc, {"a.b": 1, "a.c": [1]}, []) == ["a.c"]
     assert doc == {"a": {"b": 1, "c": [1]}}

@@ -98,6 +98,10 @@ def test_an_ack_closes_the_incident_with_a_reason_and_the_new_level_becomes_norm
     assert rc == 2 and "no open incident" in err
     [rej] = list(store.db.query("select message from events where kind = 'rejected'"))
     assert "eagle ack: no open incident of output_throughput" in rej["message"]
+    # incidents, their runs and the ack are chained audit rows: the chain is intact
+    rc, out, _ = cli(cfg, capsys, "audit", "verify")
+    assert rc == 0, out
+    assert store.db.execute("select count(*) from audit_chain where tbl = 'incidents'").fetchone()[0] >= 2
 
 
 def test_an_incident_closes_itself_when_the_metric_recovers(cfg, capsys):

@@ -98,6 +98,9 @@ def test_bisect_names_the_one_planted_culprit_among_6_changes_within_the_bound(t
         assert len(runs) == len(points) + 1 and all(r["status"] == "succeeded" for r in runs)
         draft_cfg = json.loads((sb["draft"] / "config.json").read_text())
         assert draft_cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]
+        # the bisect's rows (sweeps, sweep_points, runs) are chained: the audit chain is intact
+        assert main(["--config", str(cfg), "audit", "verify"]) == 0, capsys.readouterr().out
+        assert store.db.execute("select count(*) from audit_chain where tbl = 'sweep_points'").fetchone()[0] >= 2
 
 
 @pytest.mark.parametrize("text,why", [

@@ -8,6 +8,7 @@ import logging
 from typing import Awaitable, Callable
 
 from eaglebot.engine.redact import Redactor
+from eaglebot.errors import EagleError
 
 log = logging.getLogger("eaglebot.engine")
 
@@ -63,8 +64,9 @@ class OutputBuffer:
                 pass
             try:
                 await self.flush()
-            except Exception:  # the final flush tries again; the step goes on
-                log.exception("streaming step output to the store failed")
+            except Exception as e:  # the final flush tries again; the step goes on
+                log.warning("streaming step output to the store failed: %s", e,
+                            exc_info=not isinstance(e, EagleError))
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._flusher())

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
-from eaglebot.engine import templating
+from eaglebot.engine import limits, templating
 from eaglebot.errors import UsageError
 from eaglebot.engine.registry import SkillNotFound, SkillRegistry, shipped
 
@@ -112,8 +112,8 @@ def _line_map(text: str) -> dict[Loc, int]:
     """Map each path in the document (('steps', 3, 'with', 'timeout_s')) to its 1-based line."""
     lines: dict[Loc, int] = {}
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
+        root = yaml.compose(text, Loader=limits.BoundedLoader)
+    except (yaml.YAMLError, limits.LimitError):
         return lines
 
     def walk(node: yaml.Node, path: Loc) -> None:
@@ -168,15 +168,19 @@ def load_playbook(path: str | Path, registry: SkillRegistry | None = None) -> Pl
     """Read and validate a playbook; `registry` (default: the shipped skills) knows its skills."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise UsageError(f"cannot read playbook {p}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{p}: the file is not UTF-8 text (byte {e.start})") from None
     return parse_playbook(text, str(p), registry)
 
 
 def parse_playbook(text: str, source: str, registry: SkillRegistry | None = None) -> Playbook:
     try:
-        data = yaml.safe_load(text)
+        data = limits.load_playbook_yaml(text)
+    except limits.LimitError as e:
+        raise UsageError(f"{source}:1: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark else 1
@@ -233,6 +237,8 @@ def _check_steps(pb: Playbook, lines: dict[Loc, int], source: str, registry: Ski
             for detail in errors:
                 if detail["type"] == "missing" and detail["loc"] and detail["loc"][0] in templated:
                     continue
+                if not detail["loc"] and templated:
+                    continue  # a whole-model rule: the templated fields are checked after rendering
                 msg = _pydantic_msg(detail)
                 if detail["type"] == "extra_forbidden" and len(detail["loc"]) == 1:
                     close = difflib.get_close_matches(str(detail["loc"][0]), list(mod.Params.model_fields), 1)
@@ -279,16 +285,27 @@ def _scalar(kind: str, name: str, raw: Any) -> Any:
 def coerce_input(name: str, spec: InputSpec, raw: Any) -> Any:
     """Type a raw value (a CLI/Slack string or a YAML value) by the input's spec."""
     kind = spec.type
+    try:
+        limits.check_text(raw)
+        if isinstance(raw, str):
+            limits.check_size(raw)
+        else:
+            limits.check_depth(raw)
+    except limits.LimitError as e:
+        raise UsageError(f"input {name}: {e}") from None
     if kind == "dict":
         value = raw
         if isinstance(raw, str):
             try:
-                value = json.loads(raw)
-            except json.JSONDecodeError:
                 try:
-                    value = yaml.safe_load(raw)
-                except yaml.YAMLError:
-                    value = None
+                    value = limits.load_user_json(raw)
+                except json.JSONDecodeError:
+                    try:
+                        value = limits.load_user_yaml(raw)
+                    except yaml.YAMLError:
+                        value = None
+            except limits.LimitError as e:
+                raise UsageError(f"input {name}: {e}") from None
         if not isinstance(value, dict):
             raise UsageError(f"input {name}: expected a JSON object like '{{\"KEY\": \"value\"}}'")
     elif kind.startswith("list["):
@@ -298,7 +315,9 @@ def coerce_input(name: str, spec: InputSpec, raw: Any) -> Any:
             s = raw.strip()
             if s.startswith("["):
                 try:
-                    items = yaml.safe_load(s)
+                    items = limits.load_user_yaml(s)
+                except limits.LimitError as e:
+                    raise UsageError(f"input {name}: {e}") from None
                 except yaml.YAMLError:
                     raise UsageError(f"input {name}: {raw!r} is not a list") from None
             else:
@@ -327,7 +346,13 @@ def _check_bounds(name: str, spec: InputSpec, value: Any) -> None:
 def resolve_inputs(pb: Playbook, given: dict[str, Any]) -> dict[str, Any]:
     """Typed user inputs; unknown names and missing required inputs are usage errors."""
     out: dict[str, Any] = {}
+    total = sum(len(str(k)) + len(json.dumps(v, default=str)) for k, v in given.items())
+    if total > limits.MAX_REQUEST_BYTES:
+        raise UsageError(f"the inputs are {total:,} bytes together; the limit is "
+                         f"{limits.MAX_REQUEST_BYTES // 1024} KiB")
     for k, raw in given.items():
+        if not isinstance(k, str) or not _IDENT.match(k) or len(k) > 64:
+            raise UsageError(f"playbook {pb.name!r}: input names are plain identifiers (letters, digits, _)")
         if k not in pb.inputs:
             known = ", ".join(pb.inputs) or "none"
             raise UsageError(f"playbook {pb.name!r} has no input {k!r} (inputs: {known})")

@@ -9,17 +9,18 @@ from __future__ import annotations
 import asyncio
 import getpass
 import logging
+import re
 import time
 import traceback
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from pydantic import ValidationError
 
-from eaglebot.engine import templating
+from eaglebot.engine import limits, templating
 from eaglebot.config import Settings
-from eaglebot.errors import EagleError, HostBusy, UsageError
+from eaglebot.errors import EagleError, HostBusy, StoreError, UsageError
 from eaglebot.engine.playbook import Playbook, Step, find_playbook, resolve_inputs
 from eaglebot.engine.output import OutputBuffer
 from eaglebot.engine.redact import Redactor
@@ -102,6 +103,7 @@ class Observer:
 
 
 Approver = Callable[[ApprovalRequest], Awaitable[tuple[bool, str]]]
+T = TypeVar("T")
 PostRunHook = Callable[["Engine", RunOutcome, Playbook], Awaitable[list[Regression]]]
 
 
@@ -140,12 +142,22 @@ class RunState:
     approver: Approver | None
     cancel: asyncio.Event
     outcome: RunOutcome
+    store_error: str | None = None  # the audit store failed mid-run: the run fails, `always` still runs
+
+    def store_failed(self, e: StoreError) -> None:
+        if self.store_error is None:
+            self.store_error = str(e)
+            log.error("run #%s: %s; the run stops here, its always-steps still run (they may not be recorded)",
+                      self.run_id, e)
 
     def conclude(self) -> None:
         """The run's status and exit code from its steps (DESIGN.md: 1 wins over 3)."""
         o = self.outcome
         failed = [s for s in o.steps if s.status == "failed" and not s.tolerated]
-        if self.cancel.is_set():
+        if self.store_error is not None:
+            o.status, o.exit_code = "failed", 1
+            o.error = o.error or f"the audit store failed: {self.store_error}"
+        elif self.cancel.is_set():
             o.status, o.exit_code = "cancelled", 1
         elif failed:
             o.status, o.exit_code = "failed", 1
@@ -184,6 +196,26 @@ class Engine:
         self.post_run_hooks: list[PostRunHook] = []
         self._cancel_events: dict[int, asyncio.Event] = {}
         self.heartbeat_s = HEARTBEAT_S
+        self._unreleased: set[int] = set()  # runs whose host locks a failing store kept
+        self._unfinished: dict[int, RunOutcome] = {}  # runs whose end a failing store did not take
+
+    async def _record(self, run: RunState, write: Awaitable[T]) -> T | None:
+        """A store write during a run. A failing store (disk full, read-only, corrupt) fails the
+        run once, in one line; it never leaves the step loop half-way (always-steps still run)."""
+        try:
+            return await write
+        except StoreError as e:
+            run.store_failed(e)
+            return None
+
+    async def _wrote(self, run: RunState, write: Awaitable[None]) -> bool:
+        """`_record` for a write that returns nothing: did it reach the store?"""
+        try:
+            await write
+            return True
+        except StoreError as e:
+            run.store_failed(e)
+            return False
 
     # -- preparing ---------------------------------------------------------------------
     def prepare(self, req: RunRequest) -> Prepared:
@@ -216,6 +248,8 @@ class Engine:
         except UsageError as e:
             await self.record_rejected(req, e)
             raise
+        if self._unfinished or self._unreleased:
+            await self._retry_unrecorded()
         lock = prep.hosts if not req.dry_run and takes_locks(prep.playbook, self.registry) else []
         try:
             run_id = await self._create(req, prep, lock)
@@ -258,7 +292,8 @@ class Engine:
         try:
             await _safe(observer.run_started(run_id, pb, prep.hosts, req))
             contexts = {h: self._context(pb, h, prep.inputs, run_id, req) for h in prep.hosts}
-            await self.store.save_vars(run_id, {h: self.redactor.obj(_jsonable(c)) for h, c in contexts.items()})
+            await self._record(run, self.store.save_vars(
+                run_id, {h: self.redactor.obj(_jsonable(c)) for h, c in contexts.items()}))
             sem = asyncio.Semaphore(self.settings.max_parallel_hosts)
 
             async def one(host: str) -> None:
@@ -288,19 +323,50 @@ class Engine:
             try:
                 extra = await hook(self, run.outcome, run.playbook)
             except Exception as e:
-                log.exception("post-run hook failed")
+                log.warning("post-run hook failed: %s", e, exc_info=not isinstance(e, EagleError))
                 msg = self.redactor.text(f"regression check failed: {e}")
                 run.outcome.warnings.append(msg)
-                await self.store.add_warning(run.run_id, "", msg)  # the views read the store
+                await self._record(run, self.store.add_warning(run.run_id, "", msg))  # the views read the store
                 continue
             for r in extra:
                 run.outcome.regressions.append(r)
-                await self.store.add_regression(run.run_id, r)
+                await self._record(run, self.store.add_regression(run.run_id, r))
 
     async def _finish(self, run_id: int, outcome: RunOutcome) -> None:
+        try:
+            await self._record_end(run_id, outcome)
+        except StoreError as e:
+            outcome.status, outcome.exit_code = "failed", 1
+            outcome.error = outcome.error or f"the audit store failed: {e}"
+            # Retried before the next run starts (a long-lived bot); a CLI process that exits
+            # leaves it to the next eagle command, which marks the run interrupted.
+            self._unfinished[run_id] = outcome
+            log.error("run #%s: could not record its end: %s", run_id, e)
+        finally:
+            try:
+                await self.store.release_hosts(run_id)
+            except StoreError as e:
+                # Retried before the next run starts; freed anyway once this process is gone.
+                self._unreleased.add(run_id)
+                log.error("run #%s: could not free its host locks: %s", run_id, e)
+
+    async def _record_end(self, run_id: int, outcome: RunOutcome) -> None:
         await self.store.finish_run(run_id, outcome.status, exit_code=outcome.exit_code,
                                     error=self.redactor.text(outcome.error) if outcome.error else None)
-        await self.store.release_hosts(run_id)
+        # A step whose end the failing store could not take must not stay `running`.
+        await self.store.close_open_steps(run_id, "not recorded: the audit store failed while it ran")
+
+    async def _retry_unrecorded(self) -> None:
+        """What a failing store could not take (a run's end, its host locks), once it works again."""
+        try:
+            for rid, outcome in list(self._unfinished.items()):
+                await self._record_end(rid, outcome)
+                del self._unfinished[rid]
+            for rid in list(self._unreleased):
+                await self.store.release_hosts(rid)
+                self._unreleased.discard(rid)
+        except StoreError:
+            pass  # still failing: the new run will say so
 
     async def _poll_cancel(self, run_id: int, cancel: asyncio.Event) -> None:
         """Cancellation may come from another process (`eagle cancel`, the bot): poll the DB."""
@@ -309,8 +375,8 @@ class Engine:
             try:
                 if await self.store.cancel_requested(run_id):
                     cancel.set()
-            except Exception:
-                log.exception("cancel poll failed")
+            except Exception as e:
+                log.warning("cancel poll failed: %s", e, exc_info=not isinstance(e, EagleError))
 
     def _context(self, pb: Playbook, host: str, inputs: dict[str, Any], run_id: int, req: RunRequest
                  ) -> dict[str, Any]:
@@ -326,19 +392,34 @@ class Engine:
         flat: dict[str, Any] = {}
         for layer in layers:
             flat.update(layer)
-        # Defaults and vars may refer to each other ("{{ draft }}/config.json").
-        for _ in range(5):
-            changed = False
-            for k, v in list(flat.items()):
-                if k in inputs or not templating.contains_template(v):
-                    continue
+        # Defaults and vars may refer to each other ("{{ draft }}/config.json"). Each template
+        # is rendered once, from the playbook's or config's text, against values that are
+        # already final: a user's value is data and is never compiled as a template.
+        pending = {k: v for k, v in flat.items() if k not in inputs and templating.contains_template(v)}
+        for k in pending:
+            del flat[k]
+        while pending:
+            progress = False
+            for k, v in list(pending.items()):
+                if templating.names_used(v) & set(pending):
+                    continue  # wait for the vars it uses
                 try:
                     flat[k] = templating.render_value(v, flat)
-                    changed = True
-                except templating.TemplateFailure:
-                    pass
-            if not changed:
+                except templating.TemplateFailure as e:
+                    flat[k] = templating.unresolved(k, str(e))
+                del pending[k]
+                progress = True
+            if not progress:  # a cycle: each of them is an error when a step uses it
+                for k in pending:
+                    flat[k] = templating.unresolved(k, f"{k!r} refers to itself through "
+                                                       f"{', '.join(sorted(pending))}")
                 break
+        for k, v in list(flat.items()):
+            if templating.is_unresolved(v):
+                missing = [n for n in templating.names_used(layers_value(layers, k)) if n not in flat]
+                if missing:
+                    flat[k] = templating.unresolved(
+                        k, f"host var `{missing[0]}` is not set on {host} (needed by `{k}`)")
         return flat
 
     async def _run_host(self, run: RunState, host: str, ctx: dict[str, Any]) -> None:
@@ -349,8 +430,8 @@ class Engine:
         for section, steps, offset in (("steps", pb.steps, 0), ("always", pb.always, n)):
             for i, step in enumerate(steps):
                 slot = StepSlot(host, offset + i, section, step)
-                if section == "steps" and (stop_reason or run.cancel.is_set()):
-                    reason = stop_reason or "the run was cancelled"
+                if section == "steps" and (stop_reason or run.cancel.is_set() or run.store_error):
+                    reason = stop_reason or ("the audit store failed" if run.store_error else "the run was cancelled")
                     run.outcome.steps.append(await self._record_skipped(run, slot, f"not run: {reason}"))
                     continue
                 rec, result = await self._run_step(run, slot, ctx)
@@ -362,7 +443,7 @@ class Engine:
                         rec.tolerated = True
                         msg = f"{rec.name} failed (continue_on_error): {rec.summary}"
                         run.outcome.warnings.append(f"{host}: {msg}")
-                        await self.store.add_warning(run.run_id, host, msg)
+                        await self._record(run, self.store.add_warning(run.run_id, host, msg))
                     elif section == "steps" and not stop_reason and not run.req.dry_run:
                         # (a dry run goes on: every step shows its plan even when a probe failed)
                         stop_reason = ("the run was cancelled" if run.cancel.is_set()
@@ -370,10 +451,11 @@ class Engine:
 
     async def _record_skipped(self, run: RunState, slot: StepSlot, summary: str) -> StepRecord:
         step = slot.step
-        sid = await self.store.step_started(run.run_id, slot.idx, slot.host, step.label, step.skill, {},
-                                            slot.section)
-        await self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="skipped",
-                                       summary=summary, duration_ms=0, attempts=0)
+        sid = await self._record(run, self.store.step_started(run.run_id, slot.idx, slot.host, step.label,
+                                                              step.skill, {}, slot.section))
+        if sid is not None:
+            await self._record(run, self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="skipped",
+                                                             summary=summary, duration_ms=0, attempts=0))
         return StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, "skipped", summary, 0, 0,
                           step_id=sid)
 
@@ -421,13 +503,26 @@ class Engine:
             return prepared
         mod, params = prepared.skill, prepared.params
         step, host, label = slot.step, slot.host, slot.step.label
-        sid = await self.store.step_started(run.run_id, slot.idx, host, label, step.skill,
-                                            self.redactor.obj(params.model_dump(mode="json")), slot.section)
+        sid = await self._record(run, self.store.step_started(
+            run.run_id, slot.idx, host, label, step.skill, self.redactor.obj(params.model_dump(mode="json")),
+            slot.section))
+        if sid is None and slot.section == "steps":  # no row, no run: a step never runs unaudited
+            rec = StepRecord(host, slot.idx, slot.section, label, step.skill, "failed",
+                             f"not run: the audit store failed: {run.store_error}")
+            res = StepResult.failed(rec.summary)
+            await _safe(run.observer.step_finished(run.run_id, rec, res))
+            return rec, res
         rec = StepRecord(host, slot.idx, slot.section, label, step.skill, "running", step_id=sid)
         await _safe(run.observer.step_started(run.run_id, rec))
 
         async def write(text: str) -> None:
-            await self.store.step_output(sid, text)
+            if sid is None:
+                return  # an always-step the failing store could not record: its output goes to the views only
+            try:
+                await self.store.step_output(sid, text)
+            except StoreError as e:
+                run.store_failed(e)
+                raise
 
         out = OutputBuffer(self.redactor, write, lambda line: run.observer.step_output(run.run_id, rec, line))
         t0 = time.monotonic()
@@ -437,18 +532,27 @@ class Engine:
             result, attempts = await self._attempts(run, slot, ctx, mod, params, out, sid)
         finally:
             beat.cancel()
-            await out.close()
+            try:
+                await out.close()
+            except StoreError:
+                pass  # recorded by write(): the run fails, the step's result is still reported
         duration_ms = int((time.monotonic() - t0) * 1000)
         result.summary = self.redactor.text(result.summary)
         result.output = self.redactor.text(result.output)
         result.warnings = [self.redactor.text(w) for w in result.warnings]
+        for c in result.changes:  # a patched config may hold a token: never into changes.diff
+            c.diff, c.path = self.redactor.text(c.diff), self.redactor.text(c.path)
         for r in result.regressions:
             r.host = r.host or host
-        await self.store.step_finished(
+        recorded = sid is not None and await self._wrote(run, self.store.step_finished(
             sid, run_id=run.run_id, host=host, status=result.status, summary=result.summary,
             duration_ms=duration_ms, attempts=attempts, data=self.redactor.obj(_jsonable(result.data)),
             metrics=result.metrics, changes=result.changes, warnings=result.warnings,
-            regressions=result.regressions, output=("\n" + result.output) if result.output else None)
+            regressions=result.regressions, output=("\n" + result.output) if result.output else None))
+        if not recorded:
+            result.summary = f"{result.summary} (not recorded: the audit store failed)"
+            log.error("%s: step %r ended %s but could not be recorded: %s", host, label, result.status,
+                      run.store_error)
         rec.status, rec.summary, rec.duration_ms, rec.attempts = result.status, result.summary, duration_ms, attempts
         rec.output_tail = out.tail(30) if not result.output else result.output[-4000:]
         run.outcome.metrics.extend((host, m) for m in result.metrics)
@@ -464,7 +568,7 @@ class Engine:
             await _safe(run.observer.step_heartbeat(run.run_id, rec, time.monotonic() - t0, out.tail(1)))
 
     async def _attempts(self, run: RunState, slot: StepSlot, ctx: dict[str, Any], mod: ModuleType,
-                        params: SkillParams, out: OutputBuffer, sid: int) -> tuple[StepResult, int]:
+                        params: SkillParams, out: OutputBuffer, sid: int | None) -> tuple[StepResult, int]:
         """The first attempt and each retry; `always` steps ignore the run's cancellation."""
         step = slot.step
         cancel = None if slot.section == "always" else run.cancel
@@ -475,8 +579,8 @@ class Engine:
         attempts = 0
         while True:
             attempts += 1
-            if attempts > 1:
-                await self.store.step_attempt(sid, attempts)
+            if attempts > 1 and sid is not None:
+                await self._record(run, self.store.step_attempt(sid, attempts))
             sctx = SkillContext(
                 host=self.pool.get(slot.host), host_name=slot.host, vars=ctx, run_id=run.run_id,
                 step_idx=slot.idx, step_name=step.label, dry_run=run.req.dry_run, confirm=step.confirm,
@@ -534,11 +638,13 @@ class Engine:
     async def _failed_before_start(self, run: RunState, slot: StepSlot, message: str,
                                    params: dict[str, Any] | None = None) -> tuple[StepRecord, StepResult]:
         step = slot.step
-        sid = await self.store.step_started(run.run_id, slot.idx, slot.host, step.label, step.skill,
-                                            self.redactor.obj(_jsonable(params or {})), slot.section)
+        sid = await self._record(run, self.store.step_started(
+            run.run_id, slot.idx, slot.host, step.label, step.skill, self.redactor.obj(_jsonable(params or {})),
+            slot.section))
         message = self.redactor.text(message)
-        await self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="failed", summary=message,
-                                       duration_ms=0, attempts=0)
+        if sid is not None:
+            await self._record(run, self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="failed",
+                                                             summary=message, duration_ms=0, attempts=0))
         rec = StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, "failed", message, 0, 0,
                          step_id=sid)
         res = StepResult.failed(message)
@@ -563,9 +669,28 @@ class Engine:
         return ok, who
 
 
+_PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.,/-]{0,127}$")
+
+
+def plain_name(name: str) -> str:
+    """A run, host or input name as stored or echoed: as given when it is a plain name, else
+    a placeholder (a name is never a vehicle for control characters, markup or a bomb)."""
+    return name if _PLAIN.match(name) else "(invalid name)"
+
+
+def layers_value(layers: list[dict[str, Any]], key: str) -> Any:
+    """The highest-priority raw (unrendered) value of `key` among the variable layers."""
+    for layer in reversed(layers):
+        if key in layer:
+            return layer[key]
+    return None
+
+
 def _jsonable(v: Any) -> Any:
+    if templating.is_unresolved(v):
+        return None
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): _jsonable(x) for k, x in v.items() if not templating.is_unresolved(x)}
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
     if isinstance(v, (str, int, float, bool)) or v is None:

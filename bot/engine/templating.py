@@ -7,13 +7,16 @@
 """
 from __future__ import annotations
 
+import contextvars
 import json
+import math
 import re
 import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError, Undefined, UndefinedError
+from jinja2 import StrictUndefined, TemplateError, Undefined, UndefinedError, meta
+from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>.*?)\}\}\s*$", re.S)
@@ -35,13 +38,55 @@ def _shell_finalize(v: Any) -> str:
     return shlex.quote(str(v))
 
 
+# Rendering budget (the sandbox blocks escapes, not cost): a string or list a template builds
+# stays under MAX_RENDER_CHARS, `**` under MAX_POW_BITS bits, and all `range()`s of one
+# render together yield at most MAX_RANGE_ITEMS items (nested ranges multiply).
+MAX_RENDER_CHARS = 1024 * 1024
+MAX_POW_BITS = 4096
+MAX_RANGE_ITEMS = 100_000
+_range_left: contextvars.ContextVar[int] = contextvars.ContextVar("range_left", default=MAX_RANGE_ITEMS)
+
+
+def _size(v: Any) -> int | None:
+    return len(v) if isinstance(v, (str, list, tuple)) else None
+
+
+class _BudgetEnv(ImmutableSandboxedEnvironment):
+    intercepted_binops = frozenset({"*", "**", "+"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(left, (int, float)) and isinstance(right, (int, float)):
+            if abs(left) > 1 and right > 0 and right * math.log2(abs(left)) > MAX_POW_BITS:
+                raise SecurityError(f"{left!r} ** {right!r} is too large to compute")
+        elif operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                size = _size(seq)
+                if size is not None and isinstance(n, int) and size * n > MAX_RENDER_CHARS:
+                    raise SecurityError(f"the result would exceed {MAX_RENDER_CHARS:,} characters")
+        elif operator == "+":
+            a, b = _size(left), _size(right)
+            if a is not None and b is not None and a + b > MAX_RENDER_CHARS:
+                raise SecurityError(f"the result would exceed {MAX_RENDER_CHARS:,} characters")
+        return super().call_binop(context, operator, left, right)
+
+
+def _budget_range(*args: int) -> range:
+    r = range(*args)
+    left = _range_left.get() - len(r)
+    if left < 0:
+        raise SecurityError(f"range() would yield more than {MAX_RANGE_ITEMS:,} items in one template")
+    _range_left.set(left)
+    return r
+
+
 def _make_env(shell: bool = False) -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+    env = _BudgetEnv(
         undefined=StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
         finalize=_shell_finalize if shell else None,
     )
+    env.globals["range"] = _budget_range
     env.filters["raw"] = lambda v: Raw(v)
     env.filters["to_json"] = _to_json
     env.filters["shell_quote"] = lambda v: shlex.quote(str(v))
@@ -68,13 +113,54 @@ def contains_template(value: Any) -> bool:
     return is_template(value)
 
 
+def names_used(value: Any) -> set[str]:
+    """Variable names a template (or a structure of templates) reads."""
+    out: set[str] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Mapping):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif is_template(v):
+            try:
+                out |= meta.find_undeclared_variables(_ENV.parse(v))
+            except TemplateError:
+                pass
+    return out
+
+
+class _Unresolved(StrictUndefined):
+    """A var whose template could not be rendered: using it fails with the reason."""
+
+
+def unresolved(name: str, reason: str) -> Any:
+    return _Unresolved(hint=reason, name=name)
+
+
+def is_unresolved(v: Any) -> bool:
+    return isinstance(v, _Unresolved)
+
+
 def render_value(value: Any, ctx: Mapping[str, Any], *, shell: bool = False) -> Any:
     """Render strings inside `value` (recursively), keeping native types."""
+    token = _range_left.set(MAX_RANGE_ITEMS)
+    try:
+        out = _render(value, ctx, shell)
+    finally:
+        _range_left.reset(token)
+    if isinstance(out, str) and len(out) > MAX_RENDER_CHARS:
+        raise TemplateFailure(f"template {str(value)[:60]!r} renders to more than {MAX_RENDER_CHARS:,} characters")
+    return out
+
+
+def _render(value: Any, ctx: Mapping[str, Any], shell: bool) -> Any:
     try:
         if isinstance(value, Mapping):
-            return {k: render_value(v, ctx, shell=shell) for k, v in value.items()}
+            return {k: _render(v, ctx, shell) for k, v in value.items()}
         if isinstance(value, list):
-            return [render_value(v, ctx, shell=shell) for v in value]
+            return [_render(v, ctx, shell) for v in value]
         if not is_template(value):
             return value
         if not shell:
@@ -87,9 +173,13 @@ def render_value(value: Any, ctx: Mapping[str, Any], *, shell: bool = False) -> 
         env = _SHELL_ENV if shell else _ENV
         return env.from_string(value).render(**ctx)
     except UndefinedError as e:
+        if e.message and e.message.startswith("host var `"):
+            raise TemplateFailure(e.message) from None
         raise TemplateFailure(f"undefined variable in {value!r}: {e.message}") from None
     except TemplateError as e:
         raise TemplateFailure(f"template error in {value!r}: {e}") from None
+    except (MemoryError, OverflowError, RecursionError) as e:
+        raise TemplateFailure(f"template {value!r} is too expensive to render ({type(e).__name__})") from None
 
 
 def evaluate(expr: str, ctx: Mapping[str, Any]) -> Any:

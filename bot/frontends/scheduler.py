@@ -257,6 +257,9 @@ def outcome_summary(cfg: ScheduleConfig, v: RunView) -> str:
     return "\n".join(lines)
 
 
+ANCHOR_JOB = "_audit_anchor"
+
+
 class Scheduler:
     """The bot's schedules. `start()` inside the running loop; `shutdown()` to stop."""
 
@@ -297,6 +300,11 @@ class Scheduler:
             self._sched.add_job(self._job, self._triggers[name], args=[name], id=name, name=name,
                                 max_instances=1, coalesce=True, misfire_grace_time=cfg.misfire_grace_s,
                                 replace_existing=True)
+        # Once a day the audit chain's head goes to the channel: an anchor outside the DB
+        # that `eagle audit verify --head HASH` checks against (store/chain.py).
+        self._sched.add_job(self.post_audit_anchor, CronTrigger(hour=0, minute=5, timezone=timezone.utc),
+                            id=ANCHOR_JOB, name=ANCHOR_JOB, max_instances=1, coalesce=True,
+                            replace_existing=True)
         self._sched.add_listener(self._on_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
         self._sched.start()
         self._spawn(self.check_misfires())
@@ -311,7 +319,21 @@ class Scheduler:
         """Each job's next fire time as APScheduler has it (the running bot's view)."""
         if self._sched is None:
             return []
-        return [{"name": j.id, "next_fire": iso_utc(j.next_run_time)} for j in self._sched.get_jobs()]
+        return [{"name": j.id, "next_fire": iso_utc(j.next_run_time)} for j in self._sched.get_jobs()
+                if j.id != ANCHOR_JOB]
+
+    async def post_audit_anchor(self) -> str | None:
+        """Post the audit chain's head to the bot's channel; returns the text posted."""
+        channel = self.settings.slack.channel
+        if not channel:
+            return None
+        head = await self.store.audit_head()
+        if not head["hash"]:
+            return None
+        text = (f"audit chain head {head['hash']} (entry #{head['seq']}, {fmt_utc(datetime.now(timezone.utc))}); "
+                f"check the audit DB against it: `eagle audit verify --head {head['hash']}`")
+        await self._post(channel, text)
+        return text
 
     def fire_now(self, name: str) -> None:
         """Make APScheduler run a job at once (as if its cron time had come)."""

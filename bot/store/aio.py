@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, ParamSpec, TypeVar
 
 from eaglebot.store.db import Row, Store
+from eaglebot.store.failures import store_error
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -33,7 +35,10 @@ class AsyncStore:
         return cls(store, pool)
 
     async def _do(self, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kw))
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kw))
+        except sqlite3.Error as e:  # a read outside a write transaction; writes raise StoreError already
+            raise store_error(self.sync.path, e) from None
 
     async def call(self, fn: Callable[[Store], T]) -> T:
         """Run `fn(store)` on the writer thread: several reads that belong together (the
@@ -57,6 +62,10 @@ class AsyncStore:
             fingerprint: dict[str, Any] | None = None) -> None:
         return await self._do(self.sync.finish_run, run_id, status, exit_code=exit_code, error=error,
             fingerprint=fingerprint)
+
+    async def close_open_steps(self, run_id: int, summary: str) -> int:
+        """Steps of a finished run still marked `running` (their end was not recorded) become failed."""
+        return await self._do(self.sync.close_open_steps, run_id, summary)
 
     async def set_run_thread(self, run_id: int, channel: str | None, thread_ts: str | None) -> None:
         return await self._do(self.sync.set_run_thread, run_id, channel, thread_ts)
@@ -276,6 +285,14 @@ class AsyncStore:
     async def save_vars(self, run_id: int, variables: dict[str, Any]) -> None:
         """The resolved variables of each host of a run (redacted by the caller)."""
         return await self._do(self.sync.save_vars, run_id, variables)
+
+    async def audit_verify(self, head: str | None = None) -> dict[str, Any]:
+        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems."""
+        return await self._do(self.sync.audit_verify, head)
+
+    async def audit_head(self) -> dict[str, Any]:
+        """The newest sealed link of the audit chain: the anchor posted outside the DB."""
+        return await self._do(self.sync.audit_head)
 
     async def check_writable(self) -> None:
         """Raise if the audit DB cannot take a write lock now (doctor)."""

@@ -19,8 +19,10 @@ import sqlite_utils
 
 from eaglebot.errors import HostBusy
 from eaglebot.skills.facts.procs import parse_stat
+from eaglebot.store import chain
+from eaglebot.store.failures import store_error
 
-SCHEMA_VERSION = 4  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps
+SCHEMA_VERSION = 5  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps; 5: audit_chain
 OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
 
 
@@ -75,6 +77,14 @@ def _j(v: Any) -> str:
 class Store:
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        try:
+            self._open()
+        except (sqlite3.Error, OSError) as e:
+            if hasattr(self, "db"):
+                self.db.conn.close()
+            raise store_error(self.path, e) from None
+
+    def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
         self.db = sqlite_utils.Database(conn)
@@ -83,6 +93,9 @@ class Store:
         self.db.execute("PRAGMA synchronous = NORMAL")
         self.db.execute("PRAGMA foreign_keys = ON")
         self._migrate()
+        if not chain.triggers_current(self.db.conn):
+            with self._tx():
+                chain.ensure_triggers(self.db.conn)
         self.recover()
 
     @contextmanager
@@ -91,13 +104,26 @@ class Store:
         if conn.in_transaction:
             yield
             return
-        conn.execute("BEGIN IMMEDIATE")
         try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            raise store_error(self.path, e) from None
+        try:
+            # The audit chain's links are sealed in the same transaction as the rows.
+            since = chain.last_seq(conn) if chain.table_exists(conn, chain.CHAIN_TABLE) else 0
             yield
-        except BaseException:
-            conn.execute("ROLLBACK")
+            if chain.table_exists(conn, chain.CHAIN_TABLE):
+                chain.seal(conn, since)
+            conn.execute("COMMIT")
+        except BaseException as e:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
+            if isinstance(e, sqlite3.Error):
+                raise store_error(self.path, e) from None
             raise
-        conn.execute("COMMIT")
 
     # -- schema ------------------------------------------------------------------
     def _enable_wal(self) -> None:
@@ -190,6 +216,7 @@ class Store:
             self._migrate_v2(version)
             self._migrate_v3(version)
             self._migrate_v4(version)
+            self._migrate_v5(version)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _migrate_v2(self, version: int) -> None:
@@ -236,6 +263,7 @@ class Store:
             "run_id": int, "result": str,
         }, pk="id", foreign_keys=[("sweep_id", "sweeps", "id")], if_not_exists=True)
         db.table("sweep_points").create_index(["sweep_id", "idx"], unique=True, if_not_exists=True)
+
     def _migrate_v3(self, version: int) -> None:
         """events: who, the text and why of a rejected request (a rejection is an event, not a
         run row); approvals: the Slack message asking (resolved visibly after a restart) and the
@@ -251,6 +279,11 @@ class Store:
         db.table("approvals").create_index(["status"], if_not_exists=True)
         db.table("schedule_state").create({"name": str, "paused": int, "changed_by": str, "changed_at": str},
                                           pk="name", if_not_exists=True)
+
+    def _migrate_v5(self, version: int) -> None:
+        """audit_chain: the tamper-evident hash chain over the audit tables (store/chain.py);
+        an existing DB's chain starts here with a genesis entry that says so. Idempotent."""
+        chain.create_chain_table(self.db.conn, version)
 
     # -- liveness ------------------------------------------------------------------
     def recover(self) -> list[int]:
@@ -300,6 +333,15 @@ class Store:
                 "update runs set status = ?, finished_at = ?, exit_code = ?, error = ?, "
                 "fingerprint = coalesce(?, fingerprint) where id = ?",
                 [status, now_iso(), exit_code, error, _j(fingerprint) if fingerprint else None, run_id])
+
+    def close_open_steps(self, run_id: int, summary: str) -> int:
+        """Steps of a finished run still marked `running` (their end was not recorded) become failed."""
+        with self._tx():
+            cur = self.db.execute(
+                "update steps set status = 'failed', finished_at = ?, "
+                "summary = case when coalesce(summary, '') = '' then ? else summary || ' (' || ? || ')' end "
+                "where run_id = ? and status = 'running'", [now_iso(), summary, summary, run_id])
+            return cur.rowcount
 
     def set_run_thread(self, run_id: int, channel: str | None, thread_ts: str | None) -> None:
         with self._tx():
@@ -526,7 +568,10 @@ class Store:
     def acquire_hosts(self, run_id: int, hosts: list[str]) -> None:
         """Lock every host for this run, all or none; a busy host raises HostBusy."""
         conn = self.db.conn
-        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            raise store_error(self.path, e) from None
         try:
             for h in hosts:
                 row = conn.execute("select run_id, pid, hostname, proc_start, acquired_at from locks "
@@ -542,8 +587,11 @@ class Store:
             conn.execute("COMMIT")
         except HostBusy:
             raise
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as e:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.Error):
+                raise store_error(self.path, e) from None
             raise
 
     def release_hosts(self, run_id: int) -> None:
@@ -804,6 +852,16 @@ class Store:
         """The resolved variables of each host of a run (redacted by the caller)."""
         with self._tx():
             self.db.execute("update runs set vars = ? where id = ?", [_j(variables), run_id])
+
+    def audit_verify(self, head: str | None = None) -> dict[str, Any]:
+        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems."""
+        return chain.verify(self.db.conn, head).to_json()
+
+    def audit_head(self) -> dict[str, Any]:
+        """The newest sealed link of the audit chain: the anchor posted outside the DB."""
+        row = self.db.execute(f"select seq, hash from {chain.CHAIN_TABLE} where hash is not null "
+                              f"order by seq desc limit 1").fetchone()
+        return {"seq": row[0], "hash": row[1]} if row else {"seq": None, "hash": None}
 
     def check_writable(self) -> None:
         """Raise if the audit DB cannot take a write lock now (doctor)."""

@@ -33,7 +33,10 @@ def command_line(cmd: str | Sequence[str], env: dict[str, str] | None, cwd: str 
         prefix = "export " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items()) + "; "
     if cwd:
         prefix = f"cd {shlex.quote(cwd)} && " + prefix
-    return prefix + body
+    line = prefix + body
+    if "\x00" in line:  # it would cut the command short, and over SSH break the channel
+        raise TransportError("a command cannot contain a NUL byte")
+    return line
 
 
 def session_wrapped(cmd: str | Sequence[str], env: dict[str, str] | None = None,

@@ -13,6 +13,15 @@ from eaglebot.sdk import CommandResult, OutputCallback
 from eaglebot.transport.base import KILL_GRACE_S, LineSplitter, command_line, detach_script
 
 
+# The bot's own credentials: a command the bot runs has no business with them.
+BOT_SECRETS = ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET")
+
+
+def command_env() -> dict[str, str]:
+    """This process's environment without the bot's secrets, for every local command."""
+    return {k: v for k, v in os.environ.items() if k not in BOT_SECRETS}
+
+
 class LocalTransport:
     """The host `local`: subprocesses of this process, each in its own session."""
 
@@ -28,7 +37,7 @@ class LocalTransport:
             "/bin/sh", "-c", line,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
+            start_new_session=True, env=command_env(),
         )
         out: list[str] = []
         err: list[str] = []

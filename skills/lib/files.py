@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+from dataclasses import dataclass
 
 from eaglebot.errors import StepFailed, TransportError
 from eaglebot.sdk import SkillContext, path_for_shell
@@ -52,6 +53,41 @@ async def mode_of(ctx: SkillContext, path: str) -> int | None:
         return int(res.stdout.strip(), 8) if res.exit_status == 0 else None
     except ValueError:
         return None
+
+
+@dataclass(frozen=True)
+class FileStat:
+    kind: str      # stat's %F, e.g. "regular file", "fifo", "character special file", "directory"
+    size: int
+    mode: int
+    uid: int
+    gid: int
+
+
+async def stat(ctx: SkillContext, path: str) -> FileStat | None:
+    """What `path` is (following a symlink), or None when it does not exist."""
+    res = await ctx.host.run(f"stat -L -c '%F|%s|%a|%u|%g' -- {path_for_shell(path)}", timeout=30)
+    if res.exit_status != 0:
+        if "No such file" in res.stderr:
+            return None
+        raise StepFailed(f"cannot stat {path} on {ctx.host_name}: {res.stderr.strip() or res.exit_status}")
+    try:
+        kind, size, mode, uid, gid = res.stdout.strip().rsplit("|", 4)
+        kind = "regular file" if kind == "regular empty file" else kind
+        return FileStat(kind, int(size), int(mode, 8), int(uid), int(gid))
+    except ValueError:
+        raise StepFailed(f"cannot stat {path} on {ctx.host_name}: unexpected output {res.stdout[:80]!r}") from None
+
+
+async def keep_owner(ctx: SkillContext, path: str, uid: int, gid: int) -> str | None:
+    """Give a rewritten file back its owner and group; a warning when that is not allowed."""
+    now = await stat(ctx, path)
+    if now is None or (now.uid, now.gid) == (uid, gid):
+        return None
+    res = await ctx.host.run(f"chown -h -- {uid}:{gid} {path_for_shell(path)}", timeout=30)
+    if res.exit_status != 0:
+        return f"{path}: could not give it back its owner {uid}:{gid} (now {now.uid}:{now.gid})"
+    return None
 
 
 async def write(ctx: SkillContext, path: str, data: bytes, mode: int | None = None) -> None:

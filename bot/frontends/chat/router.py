@@ -22,6 +22,7 @@ from typing import Awaitable, Callable, Protocol
 from eaglebot.config import AccessConfig, Settings
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.engine.playbook import RESERVED, Playbook, load_playbook, playbook_files
+from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import Approver, Observer, RunRequest
 from eaglebot.frontends.chat import tuning
@@ -90,8 +91,11 @@ def unescape(text: str) -> str:
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
+_REDACT = Redactor()  # built-in token patterns + this process's secrets: before any truncation
+
+
 def _shown(tok: str, n: int = 40) -> str:
-    tok = _CONTROL.sub("?", tok)
+    tok = _CONTROL.sub("?", _REDACT.text(tok))
     return repr(tok if len(tok) <= n else tok[:n] + "…")
 
 
@@ -302,8 +306,9 @@ async def audit_refusal(services: Services, user: str, cmd: Command, why: str, r
             run_id = cmd.run_id
         except (ValueError, IndexError):
             run_id = None
-    what = cmd.text or cmd.name
-    await services.store.add_rejection("access_denied", user, f"/eagle {what[:300]}", why, run_id)
+    what = services.redactor.text(cmd.text or cmd.name)  # redact before truncating
+    await services.store.add_rejection("access_denied", user, f"/eagle {what[:300]}", services.redactor.text(why),
+                                       run_id)
 
 
 async def handle(services: Services, cmd: Command | str, caller: Caller) -> Reply:
@@ -311,7 +316,7 @@ async def handle(services: Services, cmd: Command | str, caller: Caller) -> Repl
     if isinstance(cmd, str):
         cmd = parse(cmd)
     if cmd.name == "error":
-        return error_reply(cmd.error or "invalid command")
+        return error_reply(services.redactor.text(cmd.error or "invalid command"))
     if caller.check_access:
         why = authorize(services.settings.access, cmd, caller.user, configured=services.settings.access_configured)
         if why:

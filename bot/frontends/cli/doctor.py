@@ -156,6 +156,22 @@ def check_db(settings: Settings) -> Check:
         return Check("audit db", False, f"{path}: {e}")
 
 
+def check_audit_chain(settings: Settings) -> Check:
+    """`eagle audit verify`, as one doctor line."""
+    from eaglebot.frontends.cli.audit import verify_line
+    from eaglebot.store import Store
+
+    try:
+        store = Store(settings.db_path)
+        try:
+            report = store.audit_verify()
+        finally:
+            store.close()
+    except Exception as e:
+        return Check("audit chain", False, f"cannot verify: {e}")
+    return Check("audit chain", bool(report["ok"]), verify_line(report))
+
+
 async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[Check]:
     from eaglebot.transport import TransportPool
 
@@ -170,6 +186,7 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
     add(check_access(settings))
     for c in check_schedule_config(settings):
         add(c)
+    add(await asyncio.to_thread(check_audit_chain, settings))
     pool = TransportPool(settings)
     try:
         results = await asyncio.gather(*(check_host(n, cfg, pool.get(n), settings.is_gpu_host(n))

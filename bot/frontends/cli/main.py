@@ -30,7 +30,9 @@ from eaglebot.store import Store
 
 
 def _err(msg: str) -> None:
-    print(f"eagle: {msg}", file=sys.stderr)
+    from eaglebot.engine.redact import Redactor
+
+    print(f"eagle: {Redactor().text(msg)}", file=sys.stderr)  # built-in patterns + env secrets
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -306,8 +308,11 @@ def parse_age(s: str, option: str = "--older-than") -> timedelta:
     n, unit = int(m.group(1)), m.group(2)
     if unit == "m":  # months or minutes? Guessing wrong deletes history: refuse.
         raise UsageError(f"{option} {s}: 'm' is ambiguous (months or minutes?): write e.g. 90d or 30min")
-    return {"d": timedelta(days=n), "h": timedelta(hours=n), "w": timedelta(weeks=n),
-            "min": timedelta(minutes=n)}[unit]
+    age = {"d": timedelta(days=min(n, 10**7)), "h": timedelta(hours=min(n, 10**9)),
+           "w": timedelta(weeks=min(n, 10**6)), "min": timedelta(minutes=min(n, 10**10))}[unit]
+    if age > timedelta(days=100 * 366):
+        raise UsageError(f"{option} {s}: at most 100 years back (e.g. 36500d)")
+    return age
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -516,6 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_tuning(sub, common)   # diff, bisect, sweep, ack
 
+    from eaglebot.frontends.cli import audit
+    audit.add_parser(sub, common)
+
     s = sub.add_parser("demo", parents=[common], help="the whole relaunch flow on a simulated GPU host")
     s.add_argument("--dir", default=None, help="sandbox folder (default: a new temporary folder)")
     s.add_argument("--keep", action="store_true", help="keep the sandbox folder")
@@ -534,6 +542,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
+    except Exception as e:  # a bug still gets one line; EAGLE_DEBUG=1 shows the traceback
+        if os.environ.get("EAGLE_DEBUG"):
+            raise
+        first = (str(e).strip().splitlines() or [""])[0]
+        _err(f"internal error: {type(e).__name__}: {first} (EAGLE_DEBUG=1 shows the traceback)")
+        return 1
 
 
 if __name__ == "__main__":

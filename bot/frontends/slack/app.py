@@ -41,6 +41,7 @@ from eaglebot.frontends.format import fmt_duration, show_text
 from eaglebot.frontends.services import Services
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack import budget
+from eaglebot.frontends.slack.http import GuardedApp
 from eaglebot.frontends.slack.replies import reply_blocks
 from eaglebot.frontends.slack.tuning import register as register_tuning
 from eaglebot.history.view import RunView
@@ -653,16 +654,18 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
     # Bolt's own client carries no token: each request gets the bot token from `authorize`.
     bolt_client = AsyncWebClient(base_url=client.base_url, timeout=client.timeout,
                                  retry_handlers=list(client.retry_handlers or []))
-    app = AsyncApp(
+    secret = signing_secret or secrets.token_hex(32)
+    app = GuardedApp(
         client=bolt_client,
         # Without a secret (Socket Mode) no HTTP request can be signed correctly.
-        signing_secret=signing_secret or secrets.token_hex(32),
+        signing_secret=secret,
         authorize=authorize,
         raise_error_for_unhandled_request=False,
         # Our listeners only parse, check access, ack and spawn: running them inline answers
         # Slack sooner than Bolt's background-listener mode, which polls for the ack every 10 ms.
         process_before_response=True,
     )
+    app.eagle_signing_secret = secret
 
     @app.command(re.compile(r"^/eagle"))
     async def on_eagle(ack: AsyncAck, body: dict[str, Any]) -> None:
@@ -670,7 +673,7 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
         user = body.get("user_id") or ""
         cmd = commands.parse(text)
         if cmd.error:
-            await ack(text=f":warning: {bk.escape(cmd.error)}")
+            await ack(text=f":warning: {bk.escape(services.redactor.text(cmd.error))}")
             return
         why = commands.authorize(services.settings.access, cmd, user, configured=services.settings.access_configured)
         if why:

@@ -1,0 +1,274 @@
+"""The tamper-evident audit trail: every audit row is a link in one hash chain, and
+`eagle audit verify` names the first row whose content or link is wrong."""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from helpers import eagle_json as eagle_process_json, write_playbook, write_yaml
+from inproc import eagle_here as eagle, eagle_here_json as eagle_json
+
+from eaglebot.store import Store
+from eaglebot.store import chain
+
+
+@pytest.fixture(scope="module")
+def ran_once(tmp_path_factory) -> tuple[Path, int]:
+    """A real run through the CLI that leaves a run, steps, a metric, a change (with a diff),
+    a warning; plus an approval and an event through the store. Made once, copied per test."""
+    tmp_path = tmp_path_factory.mktemp("audited")
+    books = tmp_path / "books"
+    books.mkdir()
+    target = tmp_path / "cfg.json"
+    target.write_text('{"a": 1}\n')
+    write_playbook(books, "audited", f"""
+        name: audited
+        steps:
+          - skill: shell
+            with: {{command: "echo hello"}}
+          - skill: metric.record
+            with: {{name: output_throughput, value: 91.5, unit: tok/s}}
+          - skill: config.patch
+            with: {{path: "{target}", set: {{a: 2}}}}
+          - skill: shell
+            continue_on_error: true
+            with: {{command: "exit 3"}}
+    """)
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "playbooks_dir": "books"})
+    res, doc = eagle_process_json("run", "audited", config=cfg)  # a real `eagle run` process
+    assert res.returncode == 0, res.stderr
+    store = Store(tmp_path / "eagle.db")
+    aid = store.approval_requested(doc["run_id"], 0, "local", "x", "kill", ["pid 1"])
+    store.approval_decided(aid, "approved", "U1")
+    store.add_event(doc["run_id"], "note", "an event")
+    store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    return tmp_path / "eagle.db", doc["run_id"]
+
+
+@pytest.fixture
+def ran(ran_once, tmp_path) -> tuple[Path, Path, int]:
+    src, run_id = ran_once
+    db = tmp_path / "eagle.db"
+    shutil.copyfile(src, db)
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db"})
+    return cfg, db, run_id
+
+
+def _verify(cfg: Path, *extra: str):
+    return eagle_json("audit", "verify", *extra, config=cfg)
+
+
+def test_an_untouched_audit_trail_verifies_intact(ran):
+    cfg, db, run_id = ran
+    res, doc = _verify(cfg)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert doc["ok"] is True and doc["first_broken"] is None
+    assert doc["rows_checked"] >= 10  # run, 4 steps, metric, change, warning, approval, event
+    assert doc["genesis"] == "audit chain starts with this database"
+    text = eagle("audit", "verify", config=cfg)
+    assert text.returncode == 0 and text.stdout.startswith("audit chain intact:")
+
+
+TAMPERS = [
+    ("step status", "update steps set status = 'ok' where status = 'failed'", "steps"),
+    ("run actor", "update runs set actor = 'mallory'", "runs"),
+    ("metric value", "update metrics set value = 200", "metrics"),
+    ("deleted approval", "delete from approvals", "approvals"),
+    ("blanked diff", "update changes set diff = ''", "changes"),
+    ("event message", "update events set message = 'nothing happened'", "events"),
+]
+
+
+@pytest.mark.parametrize("what,sql,table", TAMPERS, ids=[t[0] for t in TAMPERS])
+def test_an_edit_by_another_program_is_named(ran, what, sql, table):
+    cfg, db, _ = ran
+    conn = sqlite3.connect(db)
+    conn.execute(sql)
+    conn.commit()
+    conn.close()
+    if table == "runs":  # the CLI's exit code and line, once; the rest in-process
+        line = eagle("audit", "verify", config=cfg)
+        assert line.returncode == 1
+        assert line.stdout.startswith(f"audit chain broken at {table} row ")
+        doc = json.loads(eagle("audit", "verify", "--json", config=cfg).stdout)
+    else:
+        store = Store(db)
+        doc = store.audit_verify()
+        store.close()
+    assert doc["ok"] is False and doc["first_broken"]["table"] == table
+    assert "another program" in doc["first_broken"]["reason"]
+
+
+@pytest.mark.parametrize("what,sql,table", TAMPERS, ids=[t[0] for t in TAMPERS])
+def test_an_edit_with_the_triggers_dropped_is_named(ran, what, sql, table):
+    cfg, db, _ = ran
+    conn = sqlite3.connect(db)
+    for (name,) in conn.execute("select name from sqlite_master where type = 'trigger'").fetchall():
+        conn.execute(f'drop trigger "{name}"')
+    conn.execute(sql)
+    conn.commit()
+    conn.close()
+    store = Store(db)  # opening puts the triggers back, without blessing the edit
+    doc = store.audit_verify()
+    store.close()
+    assert doc["ok"] is False
+    assert doc["first_broken"]["table"] == table
+    reason = doc["first_broken"]["reason"]
+    assert ("deleted without trace" in reason) if sql.startswith("delete") else ("edited without trace" in reason)
+
+
+def test_an_altered_or_removed_chain_entry_breaks_the_link(ran):
+    cfg, db, _ = ran
+    conn = sqlite3.connect(db)
+    seq = conn.execute("select seq from audit_chain where tbl = 'metrics'").fetchone()[0]
+    conn.execute("update audit_chain set content_sha256 = ? where seq = ?", ["0" * 64, seq])
+    conn.commit()
+    store = Store(db)
+    doc = store.audit_verify()
+    store.close()
+    assert doc["first_broken"]["seq"] == seq and doc["first_broken"]["reason"] == "the chain entry was altered"
+    conn.execute("delete from audit_chain where seq = ?", [seq])
+    conn.commit()
+    conn.close()
+    res, doc = _verify(cfg)
+    assert res.returncode == 1
+    assert doc["first_broken"]["seq"] == seq + 1
+    assert "broken link" in doc["first_broken"]["reason"]
+
+
+def test_the_anchored_head_catches_entries_cut_off_the_end(ran):
+    cfg, db, run_id = ran
+    store = Store(db)
+    before = store.db.execute("select max(seq) from audit_chain").fetchone()[0]
+    store.add_event(run_id, "note", "later")
+    posted = store.audit_head()["hash"]  # what the bot posted to Slack
+    store.close()
+    res, doc = _verify(cfg, "--head", posted)
+    assert res.returncode == 0 and doc["anchor_seq"] == doc["head_seq"]
+    # Rewind history cleanly: the newest event and its chain entry go; the rest is consistent.
+    conn = sqlite3.connect(db)
+    conn.execute("drop trigger audit_chain_events_d")
+    conn.execute("delete from events where message = 'later'")
+    conn.execute("delete from audit_chain where seq > ?", [before])
+    conn.commit()
+    conn.close()
+    store = Store(db)
+    assert store.audit_verify()["ok"]  # without an anchor outside the DB nothing shows
+    store.close()
+    res, doc = _verify(cfg, "--head", posted)
+    assert res.returncode == 1
+    assert "anchored head" in doc["first_broken"]["reason"]
+    bad = eagle("audit", "verify", "--head", "nothex", config=cfg)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_an_existing_database_is_migrated_and_its_chain_says_where_it_starts(tmp_path):
+    db = tmp_path / "old.db"
+    store = Store(db)
+    rid = store.create_run(playbook="bench", hosts=["gpu-01"], inputs={}, variables={}, actor="a", origin="cli")
+    store.finish_run(rid, "succeeded", exit_code=0)
+    store.close()
+    # Make it a schema-v2 database from before the chain.
+    conn = sqlite3.connect(db)
+    for (name,) in conn.execute("select name from sqlite_master where type = 'trigger'").fetchall():
+        conn.execute(f'drop trigger "{name}"')
+    conn.execute("drop table audit_chain")
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+    store = Store(db)
+    report = store.audit_verify()
+    assert report["ok"], report["problems"]
+    assert "at the migration to schema v5" in report["genesis"]
+    assert store.db.execute("select count(*) from audit_chain where op = 'S' and tbl = 'runs'").fetchone()[0] == 1
+    n = store.db.execute("select count(*) from audit_chain").fetchone()[0]
+    store.close()
+    store = Store(db)  # idempotent: a second open adds no genesis, no snapshot
+    assert store.db.execute("select count(*) from audit_chain").fetchone()[0] == n
+    assert store.db.execute("select count(*) from audit_chain where op = 'G'").fetchone()[0] == 1
+    store.close()
+
+
+def test_a_column_added_by_a_later_migration_is_covered(tmp_path):
+    db = tmp_path / "a.db"
+    store = Store(db)
+    rid = store.create_run(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli")
+    store.db.conn.execute("alter table runs add column incident text")
+    store.close()
+    store = Store(db)  # the next open rebuilds the runs triggers for the new column
+    assert store.audit_verify()["ok"]
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute("update runs set incident = 'forged' where id = ?", [rid])
+    conn.commit()
+    conn.close()
+    store = Store(db)
+    assert store.audit_verify()["first_broken"]["table"] == "runs"
+    store.close()
+
+
+def test_every_chained_table_exists_and_prune_is_recorded_not_flagged(tmp_path):
+    from datetime import timedelta
+    store = Store(tmp_path / "a.db")
+    for t in chain.CHAINED_TABLES:
+        assert chain.table_exists(store.db.conn, t), t
+    rid = store.create_run(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli")
+    store.finish_run(rid, "succeeded", exit_code=0)
+    store.db.conn.execute("update runs set started_at = '2000-01-01T00:00:00.000Z'")  # outside a tx: unsealed
+    assert not store.audit_verify()["ok"]
+    store.close()
+
+
+def test_doctor_runs_the_verification(ran):
+    cfg, db, _ = ran
+    res = eagle("doctor", config=cfg)
+    assert "audit chain intact" in res.stderr + res.stdout
+    conn = sqlite3.connect(db)
+    conn.execute("update metrics set value = 1")
+    conn.commit()
+    conn.close()
+    res = eagle("doctor", config=cfg)
+    assert res.returncode == 1
+    assert "audit chain broken at metrics row" in res.stderr + res.stdout
+
+
+async def test_the_scheduler_posts_the_chain_head_and_verify_accepts_it(make_settings):
+    from eaglebot.frontends.scheduler import Scheduler
+    from eaglebot.frontends.services import Services
+
+    settings = make_settings(slack={"channel": "C1"})
+    services = await Services.open(settings)
+    posted: list[tuple[str | None, str]] = []
+
+    class Hooks:
+        def observer(self, schedule):  # pragma: no cover - no schedules here
+            raise AssertionError
+
+        async def post(self, channel, text):
+            posted.append((channel, text))
+            return "1.0"
+
+        async def upload(self, channel, thread_ts, path, title):  # pragma: no cover
+            raise AssertionError
+
+    try:
+        await services.store.add_event(None, "note", "something")
+        sched = Scheduler(services, Hooks())
+        text = await sched.post_audit_anchor()
+        head = (await services.store.audit_head())["hash"]
+        assert posted == [("C1", text)] and head in text
+        assert (await services.store.audit_verify(head))["ok"]
+    finally:
+        await services.close()
+
+
+def test_verifying_a_missing_database_is_an_error_not_an_empty_intact_one(tmp_path):
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "nothing.db"})
+    res = eagle("audit", "verify", config=cfg)
+    assert res.returncode == 1 and "there is no database file to verify" in res.stderr
+    assert not (tmp_path / "nothing.db").exists()

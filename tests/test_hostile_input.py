@@ -60,9 +60,11 @@ def test_a_hostile_dict_input_is_refused_in_one_line(cfg, value, needle):
     res = eagle("run", "echo", "-e", f"env={value}", config=cfg)
     assert res.returncode == 2
     assert needle in res.stderr and res.stderr.count("\n") == 1
-    runs = _runs(cfg)
-    assert len(runs) == 1 and runs[0]["status"] == "failed"  # the refusal is audited...
-    assert len(runs[0]["inputs"]) < 20_000                   # ...without storing a bomb
+    assert _runs(cfg) == []                                  # a refusal is not a run row...
+    conn = sqlite3.connect(cfg.parent / "eagle.db")
+    events = conn.execute("select text, reason from events where kind = 'rejected'").fetchall()
+    assert len(events) == 1 and needle in events[0][1]       # ...it is an audited event...
+    assert len(events[0][0]) <= 500                          # ...that does not store the bomb
     assert (cfg.parent / "eagle.db").stat().st_size < 2_000_000
 
 

@@ -11,6 +11,10 @@ def test_a_v2_database_gains_the_v3_columns_and_keeps_its_rows(tmp_path):
     store = Store(tmp_path / "old.db")
     rid = seed_run(store, "bench", "gpu-01")
     store.add_event(rid, "note", "before the upgrade")
+    # a real v2 database has no audit chain (v5): no triggers, no chain table
+    for (trigger,) in store.db.execute("select name from sqlite_master where type = 'trigger'").fetchall():
+        store.db.execute(f"drop trigger {trigger}")
+    store.db.execute("drop table audit_chain")
     store.db.execute("drop table schedule_state")
     for col in ("actor", "text", "reason"):
         store.db.execute(f"alter table events drop column {col}")

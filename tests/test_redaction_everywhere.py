@@ -66,9 +66,11 @@ def test_error_lines_and_rejected_names_are_redacted(cfg):
     assert res.returncode == 2 and TOKEN not in res.stderr and TOKEN[:12] not in res.stderr
     res = eagle("run", "envdump", "-H", f"gpu\n{TOKEN}", config=cfg)
     assert res.returncode == 2 and TOKEN not in res.stderr
-    rows = [dict(r) for r in _db(cfg).execute("select playbook, hosts, error from runs")]
-    assert rows and TOKEN not in json.dumps(rows)
-    assert any("(invalid name)" in r["hosts"] for r in rows)
+    assert not list(_db(cfg).execute("select id from runs"))   # refusals are events, not runs
+    rows = [dict(r) for r in _db(cfg).execute("select actor, text, reason, message from events "
+                                              "where kind = 'rejected'")]
+    assert len(rows) == 2 and TOKEN not in json.dumps(rows) and TOKEN[:12] not in json.dumps(rows)
+    assert any("(invalid name)" in r["text"] for r in rows)
 
 
 async def test_a_refusal_event_is_redacted_before_it_is_cut(services):

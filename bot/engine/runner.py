@@ -231,8 +231,10 @@ class Engine:
         is an `events` row of kind `rejected`: who, what they typed, why. Not a run row, so
         history and statistics hold only runs that ran."""
         name = req.playbook.name if isinstance(req.playbook, Playbook) else str(req.playbook)
-        text = req.text or " ".join([name, ",".join(str(h) for h in req.hosts or []),
-                                     *(f"{k}={v}" for k, v in req.inputs.items()),
+        # names are stored only when plain (a token or a control character in a name is not echoed)
+        text = req.text or " ".join([plain_name(name), ",".join(plain_name(str(h)) for h in req.hosts or []),
+                                     *(f"{plain_name(str(k))}={str(v)[:limits.MAX_VALUE_BYTES]}"
+                                       for k, v in req.inputs.items()),
                                      *(["--dry-run"] if req.dry_run else [])]).replace("  ", " ")
         await self.store.add_rejection("rejected", req.actor, self.redactor.text(text.strip())[:500],
                                        self.redactor.text(str(err)), req.rerun_of)

@@ -26,6 +26,11 @@ DEFAULT_P = 0.001        # Otava's default significance threshold
 MIN_SEGMENT = 3          # fewest points on either side of a split
 
 
+def delta_pct(before: float, after: float) -> float:
+    """The change from before to after in percent of before (0 when before is 0)."""
+    return 0.0 if before == 0 else 100.0 * (after - before) / abs(before)
+
+
 @dataclass(frozen=True)
 class ChangePoint:
     index: int            # first index of the new segment
@@ -35,9 +40,7 @@ class ChangePoint:
 
     @property
     def delta_pct(self) -> float:
-        if self.before_mean == 0:
-            return 0.0
-        return 100.0 * (self.after_mean - self.before_mean) / abs(self.before_mean)
+        return delta_pct(self.before_mean, self.after_mean)
 
     @property
     def confidence(self) -> float:
@@ -159,9 +162,7 @@ class Shift:
 
     @property
     def delta_pct(self) -> float:
-        if self.before_mean == 0:
-            return 0.0
-        return 100.0 * (self.after_mean - self.before_mean) / abs(self.before_mean)
+        return delta_pct(self.before_mean, self.after_mean)
 
     @property
     def pvalue(self) -> float:

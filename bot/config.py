@@ -31,6 +31,9 @@ class HostConfig(_Model):
     jump: str | None = Field(None, description="name of another configured host to tunnel through")
     connect_timeout_s: float = Field(10.0, gt=0)
     max_channels: int = Field(8, ge=1, le=64, description="concurrent SSH channels (sshd's MaxSessions is 10)")
+    shell: Literal["persistent", "exec"] = Field(
+        "persistent", description="persistent: commands run in a long-lived sh per channel (fast); "
+                                  "exec: one SSH channel (or local sh -c) per command")
     vars: dict[str, Any] = Field(default_factory=dict, description="host variables for templating")
 
     @model_validator(mode="after")
@@ -86,7 +89,9 @@ class Settings(_Model):
     schedules: list[ScheduleConfig] = Field(default_factory=list)
     regression: RegressionConfig = Field(default_factory=RegressionConfig)
     redact: list[str] = Field(default_factory=list, description="regular expressions removed from stored and posted text")
-    max_parallel_hosts: int = Field(8, ge=1)
+    max_parallel_hosts: int = Field(64, ge=1, description="hosts one run works on at once")
+    max_hosts_total: int = Field(256, ge=1, description="hosts all runs of one process work on at once")
+    max_connecting: int = Field(64, ge=1, description="SSH connections being opened at once, per process")
     state_dir: str = Field("~/.eaglebot", description="where the bot keeps pid and log files on each host")
     # Not from the file: where it was read from (relative paths resolve against it).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)

@@ -143,6 +143,26 @@ class AsyncStore:
     async def release_hosts(self, run_id: int) -> None:
         return await self._do(self.sync.release_hosts, run_id)
 
+    async def procs_started(self, run_id: int, step_id: int, host: str, tag: str) -> int:
+        """Record, before its first command runs, the marker a step's processes carry."""
+        return await self._do(self.sync.procs_started, run_id, step_id, host, tag)
+
+    async def procs_finished(self, proc_id: int, *, state: str, note: str = "",
+            pgids: list[int] | None = None) -> None:
+        """state: done (nothing left), stopped (killed and verified), pending (not stopped:"""
+        return await self._do(self.sync.procs_finished, proc_id, state=state, note=note, pgids=pgids)
+
+    async def pending_procs(self, host: str) -> list[Row]:
+        """Process groups on host that a finished (or crashed) run did not stop."""
+        return await self._do(self.sync.pending_procs, host)
+
+    async def procs_cleaned(self, proc_id: int, *, by_run: int, note: str) -> None:
+        """The pending processes were stopped (or found gone) by run `by_run`; the step that"""
+        return await self._do(self.sync.procs_cleaned, proc_id, by_run=by_run, note=note)
+
+    async def step_procs(self, step_id: int) -> list[Row]:
+        return await self._do(self.sync.step_procs, step_id)
+
     async def locks(self) -> list[Row]:
         return await self._do(self.sync.locks)
 

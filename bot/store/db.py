@@ -20,7 +20,7 @@ import sqlite_utils
 from eaglebot.errors import HostBusy
 from eaglebot.skills.facts.procs import parse_stat
 
-SCHEMA_VERSION = 2  # 2: run_hosts (indexed host filter), history/metric indexes
+SCHEMA_VERSION = 6  # 2: run_hosts (indexed host filter), history/metric indexes; 6: remote_procs, locks.reason
 OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
 
 
@@ -188,6 +188,7 @@ class Store:
                 for c in cols:
                     db.table(table).create_index(c, if_not_exists=True)
             self._migrate_v2(version)
+            self._migrate_v6(version)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _migrate_v2(self, version: int) -> None:
@@ -210,6 +211,21 @@ class Store:
                            "select r.id, j.value from runs r, json_each(r.hosts) j "
                            "where json_valid(r.hosts) and j.type = 'text'")
 
+    def _migrate_v6(self, version: int) -> None:
+        """remote_procs: the process groups (and the session marker their descendants carry in
+        their environment) each step started on its host, so a timeout, a cancel, a lost
+        connection or a restart after a crash can stop them; locks.reason says why a lock is
+        kept after its run (its processes could not be stopped yet). Idempotent."""
+        db = self.db
+        db.table("remote_procs").create({
+            "id": int, "run_id": int, "step_id": int, "host": str, "tag": str, "pgids": str,
+            "state": str, "note": str, "created_at": str, "cleaned_at": str,
+        }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
+        db.table("remote_procs").create_index(["host", "state"], if_not_exists=True)
+        db.table("remote_procs").create_index(["step_id"], if_not_exists=True)
+        if "reason" not in db.table("locks").columns_dict:
+            db.execute("alter table locks add column reason text")
+
     # -- liveness ------------------------------------------------------------------
     def recover(self) -> list[int]:
         """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
@@ -229,8 +245,26 @@ class Store:
                     "where run_id = ? and status = 'running'", [ts, rid])
             for lock in list(self.db.query("select * from locks")):
                 if not owner_alive(lock["pid"], lock["hostname"], lock["proc_start"]):
-                    self.db.execute("delete from locks where host = ?", [lock["host"]])
+                    self._release_lock(lock["host"], lock["run_id"])
         return gone
+
+    def _release_lock(self, host: str, run_id: int) -> None:
+        """Delete a host's lock, unless processes its runs started there were not stopped yet:
+        then the lock stays, ownerless (the next run takes it over and stops them first), and
+        says why."""
+        pending = self._pending_procs(host)
+        if not pending:
+            self.db.execute("delete from locks where host = ? and run_id = ?", [host, run_id])
+            return
+        why = (f"processes of run #{pending[0]['run_id']} may still run on {host} "
+               f"(not stopped yet: {pending[0]['note'] or 'its process is gone'})")
+        self.db.execute("update locks set pid = null, proc_start = null, reason = ? where host = ? and run_id = ?",
+                        [why, host, run_id])
+
+    def _pending_procs(self, host: str) -> list[Row]:
+        return list(self.db.query(
+            "select p.* from remote_procs p join runs r on r.id = p.run_id where p.host = ? and "
+            "(p.state = 'pending' or (p.state = 'running' and r.status != 'running')) order by p.id", [host]))
 
     # -- runs ------------------------------------------------------------------------
     def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any], variables: dict[str, Any],
@@ -444,7 +478,44 @@ class Store:
 
     def release_hosts(self, run_id: int) -> None:
         with self._tx():
-            self.db.execute("delete from locks where run_id = ?", [run_id])
+            for lock in list(self.db.query("select host from locks where run_id = ?", [run_id])):
+                self._release_lock(lock["host"], run_id)
+
+    # -- remote process groups (what a step started on its host) -------------------------
+    def procs_started(self, run_id: int, step_id: int, host: str, tag: str) -> int:
+        """Record, before its first command runs, the marker a step's processes carry."""
+        with self._tx():
+            cur = self.db.execute(
+                "insert into remote_procs (run_id, step_id, host, tag, pgids, state, created_at) "
+                "values (?,?,?,?,?,?,?)", [run_id, step_id, host, tag, "[]", "running", now_iso()])
+            return _rowid(cur)
+
+    def procs_finished(self, proc_id: int, *, state: str, note: str = "", pgids: list[int] | None = None) -> None:
+        """state: done (nothing left), stopped (killed and verified), pending (not stopped:
+        the host was unreachable; the next run on the host stops them first)."""
+        with self._tx():
+            self.db.execute("update remote_procs set state = ?, note = ?, pgids = ?, cleaned_at = ? where id = ?",
+                            [state, note, _j(pgids or []), now_iso() if state != "pending" else None, proc_id])
+
+    def pending_procs(self, host: str) -> list[Row]:
+        """Process groups on host that a finished (or crashed) run did not stop."""
+        return self._pending_procs(host)
+
+    def procs_cleaned(self, proc_id: int, *, by_run: int, note: str) -> None:
+        """The pending processes were stopped (or found gone) by run `by_run`; the step that
+        started them says so."""
+        with self._tx():
+            row = self.db.execute("select step_id from remote_procs where id = ?", [proc_id]).fetchone()
+            self.db.execute("update remote_procs set state = 'stopped', note = ?, cleaned_at = ? where id = ?",
+                            [note, now_iso(), proc_id])
+            if row and row[0] is not None:
+                self.db.execute("update steps set summary = coalesce(nullif(summary, ''), 'interrupted') || ? "
+                                "where id = ?", [f"; {note}", row[0]])
+            self.db.execute("update locks set reason = null where reason is not null and pid is not null "
+                            "and run_id = ?", [by_run])
+
+    def step_procs(self, step_id: int) -> list[Row]:
+        return list(self.db.query("select * from remote_procs where step_id = ? order by id", [step_id]))
 
     def locks(self) -> list[Row]:
         return list(self.db.query("select * from locks order by host"))

@@ -19,7 +19,7 @@ class TransportPool:
         if name not in self._t:
             cfg = self.settings.hosts[name]
             if cfg.transport == "local":
-                self._t[name] = LocalTransport(name)
+                self._t[name] = LocalTransport(name, shell=cfg.shell, max_shells=cfg.max_channels)
             else:
                 tunnel = self.get(cfg.jump) if cfg.jump else None
                 if tunnel is not None and not isinstance(tunnel, SSHTransport):

@@ -15,6 +15,9 @@ from eaglebot.transport.base import (CURRENT, TAG_VAR, LineSplitter, command_lin
 from eaglebot.transport.shell import ShellPool
 
 
+_closing: set["asyncio.Future[None]"] = set()  # shells being reaped (keeps their tasks alive)
+
+
 class _LocalShell:
     """A persistent local `sh` (its own session), as the shell pool reads and writes it."""
 
@@ -34,11 +37,18 @@ class _LocalShell:
         return await self.p.stderr.read(65536)
 
     def close(self) -> None:
+        if self.p.stdin is not None:
+            self.p.stdin.close()  # EOF: the shell exits after its command
         if self.p.returncode is None:
             try:
                 self.p.kill()
             except ProcessLookupError:
                 pass
+        _closing.add(asyncio.ensure_future(self.wait_closed()))
+
+    async def wait_closed(self) -> None:
+        await self.p.wait()
+        _closing.discard(asyncio.current_task())  # type: ignore[arg-type]
 
 
 class LocalTransport:
@@ -157,7 +167,7 @@ class LocalTransport:
 
     async def close(self) -> None:
         if self._shells is not None:
-            self._shells.close()
+            await self._shells.aclose()
 
 
 def _read(p: str) -> bytes:

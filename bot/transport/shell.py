@@ -43,6 +43,8 @@ class ShellProcess(Protocol):
 
     def close(self) -> None: ...
 
+    async def wait_closed(self) -> None: ...
+
 
 class _Framer:
     """Splits one stream into the command's bytes and the frames `\\x1e<nonce> X ...\\n`."""
@@ -252,8 +254,13 @@ class ShellPool:
                 else:
                     self.free.append(sh)
 
-    def close(self) -> None:
-        for sh in self.free:
-            sh.close()
-        self.free.clear()
+    async def aclose(self) -> None:
+        shells, self.free = self.free, []
         self.count = 0
+        for sh in shells:
+            sh.close()
+        for sh in shells:
+            try:
+                await asyncio.wait_for(sh.proc.wait_closed(), 2)
+            except Exception:  # closing is best effort
+                pass

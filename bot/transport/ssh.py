@@ -35,6 +35,9 @@ class _ShellChannel:
     def close(self) -> None:
         self.p.close()
 
+    async def wait_closed(self) -> None:
+        await self.p.wait_closed()
+
 
 class SSHTransport:
     """One asyncssh connection per host, reused by every step; bounded channels.
@@ -253,7 +256,7 @@ class SSHTransport:
 
     async def close(self) -> None:
         if self._shells is not None:
-            self._shells.close()
+            await self._shells.aclose()
         if self._conn is not None:
             self._conn.close()
             try:

@@ -39,6 +39,11 @@ async def end(store: AsyncStore, sp: StepProcs, row: int, token: Any) -> None:
     await store.procs_finished(row, state=state, note="; ".join(sp.notes), pgids=sp.pgids)
 
 
+def current() -> StepProcs | None:
+    """The running step's processes (the context variable the transport fills in)."""
+    return CURRENT.get()
+
+
 def summary_note(sp: StepProcs | None, default: str, prefix: str) -> str:
     """`default` when every kill was verified, else `prefix` + what could not be stopped."""
     if sp is not None and sp.state == "pending" and sp.notes:

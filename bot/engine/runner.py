@@ -534,7 +534,7 @@ class Engine:
         except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
             pass
         sctx.cancelled.set()
-        sp = procs.CURRENT.get()
+        sp = procs.current()
         if cancel is not None and cancel.is_set():
             return StepResult.failed(procs.summary_note(sp, "cancelled", "cancelled; ")), True
         return StepResult.failed(procs.summary_note(sp, f"timed out after {step.timeout_s:g}s; its processes were stopped",

@@ -48,7 +48,7 @@ class _LocalShell:
 
     async def wait_closed(self) -> None:
         await self.p.wait()
-        _closing.discard(asyncio.current_task())  # type: ignore[arg-type]
+        _closing.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
 
 
 class LocalTransport:

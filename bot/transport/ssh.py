@@ -47,8 +47,10 @@ class SSHTransport:
     with stdin always gets its own channel.
     """
 
-    def __init__(self, name: str, cfg: HostConfig, *, tunnel: "SSHTransport | None" = None):
+    def __init__(self, name: str, cfg: HostConfig, *, tunnel: "SSHTransport | None" = None,
+                 connecting: asyncio.Semaphore | None = None):
         self.name, self.cfg, self.tunnel = name, cfg, tunnel
+        self._connecting = connecting or asyncio.Semaphore(1)
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
         self.persistent = cfg.shell == "persistent"
@@ -80,7 +82,8 @@ class SSHTransport:
                     f"host {self.name}: known_hosts file {known} does not exist; "
                     f"pin the host key first (eagle doctor prints its fingerprint)")
             try:
-                self._conn = await asyncssh.connect(**kwargs)
+                async with self._connecting:
+                    self._conn = await asyncssh.connect(**kwargs)
             except asyncssh.HostKeyNotVerifiable as e:
                 raise TransportError(
                     f"host {self.name}: host key of {cfg.address}:{cfg.port} is unknown or changed "

@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from eaglebot.configfile import config_path, read_config
 from eaglebot.errors import UsageError
 
 LOCAL = "local"
@@ -169,22 +169,12 @@ def _format_validation(err: ValidationError, source: str) -> str:
 
 def load_settings(path: str | Path | None = None) -> Settings:
     """Read `path`, else $EAGLE_CONFIG, else ./eagle.yaml; no file means defaults."""
-    explicit = path or os.environ.get("EAGLE_CONFIG")
-    p = Path(explicit) if explicit else Path("eagle.yaml")
+    p, explicit = config_path(path)
     if not p.exists():
         if explicit:
             raise UsageError(f"config file {p} does not exist")
         return Settings(base_dir=Path.cwd())
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise UsageError(f"{p}{line}: invalid YAML: {getattr(e, 'problem', e)}") from None
-    except OSError as e:
-        raise UsageError(f"cannot read config {p}: {e.strerror}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{p}: the config must be a mapping of settings")
+    data = read_config(p)
     try:
         return Settings(**data, base_dir=p.resolve().parent, source=p.resolve())
     except ValidationError as e:

@@ -6,9 +6,10 @@ Pure functions over `eaglebot.history.view` (runs) and playbooks. Block Kit live
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eaglebot.engine.playbook import Playbook
+if TYPE_CHECKING:
+    from eaglebot.engine.playbook import Playbook
 from eaglebot.history.view import HistoryRow, RunView
 from eaglebot.store import parse_iso
 

@@ -15,7 +15,18 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-import sqlite_utils
+import sys
+
+if "numpy" in sys.modules:
+    import sqlite_utils
+else:
+    # sqlite-utils imports numpy whenever it is installed (44 ms) only to convert numpy
+    # values, which the store never writes: hide it while sqlite-utils loads.
+    sys.modules["numpy"] = None  # type: ignore[assignment]
+    try:
+        import sqlite_utils
+    finally:
+        del sys.modules["numpy"]
 
 from eaglebot.errors import HostBusy
 from eaglebot.skills.facts.procs import parse_stat

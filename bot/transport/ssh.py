@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
+import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -15,6 +18,19 @@ from eaglebot.transport.shell import ShellPool
 
 if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for asyncssh
     import asyncssh
+
+
+_preloading: list[threading.Thread] = []
+
+
+def preload() -> None:
+    """Import asyncssh (~60 ms) in a background thread while the caller loads the store and
+    the playbook; the first connection then finds it loaded. Idempotent."""
+    if "asyncssh" in sys.modules or _preloading:
+        return
+    t = threading.Thread(target=importlib.import_module, args=("asyncssh",), name="eagle-preload", daemon=True)
+    _preloading.append(t)
+    t.start()
 
 
 class _ShellChannel:

@@ -105,3 +105,10 @@ async def test_a_dead_persistent_shell_fails_its_command_and_is_reopened(host, s
     with pytest.raises(TransportError, match="persistent shell died during the command"):
         await host.run("echo partial; kill -9 $PPID; sleep 2")
     assert (await host.run("echo reopened")).stdout == "reopened\n"
+
+
+async def test_commands_are_read_by_sh_with_their_own_pid(host):
+    res = await host.run('echo ${BASH_VERSION:-sh}; echo $$ > /dev/null; ps -o pid= -o pgid= -p $$')
+    name, ps = res.stdout.splitlines()
+    pid, pgid = ps.split()
+    assert name == "sh" and pid == pgid  # $$ is the command's own shell, leader of its group

@@ -12,7 +12,7 @@ from eaglebot.errors import TransportError
 from eaglebot.sdk import CommandResult, OutputCallback
 from eaglebot.transport.base import (CURRENT, TAG_VAR, LineSplitter, command_line, current_tag, detach_script,
                                      kill_note, kill_script, note_pgid, parse_kill)
-from eaglebot.transport.shell import ShellPool
+from eaglebot.transport.shell import OPEN_SHELL, ShellPool
 
 
 _closing: set["asyncio.Future[None]"] = set()  # shells being reaped (keeps their tasks alive)
@@ -64,7 +64,7 @@ class LocalTransport:
 
     async def _open_shell(self) -> _LocalShell:
         proc = await asyncio.create_subprocess_exec(
-            "/bin/sh", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            "/bin/sh", "-c", OPEN_SHELL, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, start_new_session=True)
         return _LocalShell(proc)
 

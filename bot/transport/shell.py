@@ -4,18 +4,21 @@ Opening an SSH channel costs ~1.9 ms a command on loopback and a login shell tha
 `conda init` costs far more; a shell kept open pays both once. Each command is sent as
 one line to the shell's stdin:
 
-    EAGLE_PROC_TAG=<tag> setsid sh -c '<command>' </dev/null &   # own session = own group
+    (set +m; export EAGLE_PROC_TAG=<tag>; exec /bin/sh -c '<command>') </dev/null 2>&3 &  # bash -m: own group
+    # or, where the host has no bash:  EAGLE_PROC_TAG=<tag> setsid sh -c '<command>' ... &
     printf '\\036<nonce> P %s\\n' $!;  wait $!;  kill -KILL -$!    # leftovers of its group
-    printf '\\036<nonce> E %s\\n' <status>;  printf '\\036<nonce> E\\n' >&2
+    printf '\\036<nonce> E %s\\n' <status>;  printf '\\036<nonce> E\\n' >&3
 
 The command writes straight into the shell's stdout and stderr; the frames are found by
 a random nonce per command (no output can predict it) wherever it appears, not only at a
 line start, so output without a trailing newline, binary output or a line equal to any
-fixed sentinel comes back exactly, and a finished line streams at once. The command runs in its own session (setsid: the shell's
-background children are not group leaders, so setsid does not fork and `$!` is the
-session leader): a timeout or cancel kills the whole group and every process carrying
-the step's tag. `cd` and `export` happen in the command's own `sh -c`, so nothing leaks
-into the next step. When the shell dies, the command fails with one sentence and the
+fixed sentinel comes back exactly, and a finished line streams at once. The command runs
+in its own process group: under bash (opened when the host has it) job control gives each
+background job its own group (a fork and one exec of sh, against two execs with setsid); under plain sh, `setsid` makes it
+a session (the shell's background children are not group leaders, so setsid does not
+fork and `$!` is the leader). A timeout or cancel kills the whole group and every process
+carrying the step's tag. `cd`, `export` and `umask` happen in the command's own subshell,
+so nothing leaks into the next step. When the shell dies, the command fails with one sentence and the
 next command opens a new shell.
 """
 from __future__ import annotations
@@ -121,15 +124,27 @@ class _Command:
             self.err_done.set()
 
 
+# How a shell is opened: bash when the host has it (job control gives each command its own
+# process group for the price of one fork, no exec), else POSIX sh (setsid per command).
+OPEN_SHELL = "command -v bash >/dev/null 2>&1 && exec bash --norc --noprofile; exec /bin/sh"
+# Sent once: the shell's own messages (bash's job notices) go to /dev/null; fd 3 is the
+# channel's stderr, which commands and frames write to.
+INIT = b'exec 3>&2 2>/dev/null; [ -n "$BASH_VERSION" ] && set -m\n'
+
+
 def command_script(nonce: str, cmd: str | Sequence[str], env: dict[str, str] | None, cwd: str | None,
                    tag: str | None) -> bytes:
     """The line the shell gets for one command (see the module docstring)."""
-    line = command_line(cmd, env, cwd)
-    mark = f"{TAG_VAR}={shlex.quote(valid_tag(tag))} " if tag else ""
-    return (f"{mark}setsid sh -c {shlex.quote(line)} </dev/null & eagle_p=$!; "
+    line = shlex.quote(command_line(cmd, env, cwd))
+    t = shlex.quote(valid_tag(tag)) if tag else ""
+    # `exec /bin/sh -c`: the command is read by sh, as in exec mode, and `$$` is its own pid.
+    bash = f"(set +m; export {TAG_VAR}={t}; exec /bin/sh -c {line})" if tag else f"(set +m; exec /bin/sh -c {line})"
+    posix = f"{TAG_VAR}={t} setsid sh -c {line}" if tag else f"setsid sh -c {line}"
+    return (f'if [ -n "$BASH_VERSION" ]; then {bash} </dev/null 2>&3 3>&- & '
+            f'else {posix} </dev/null 2>&3 3>&- & fi; eagle_p=$!; '
             f"printf '\\036{nonce} P %s\\n' \"$eagle_p\"; wait \"$eagle_p\"; eagle_s=$?; "
             f"kill -KILL -\"$eagle_p\" 2>/dev/null; "
-            f"printf '\\036{nonce} E %s\\n' \"$eagle_s\"; printf '\\036{nonce} E\\n' >&2\n").encode()
+            f"printf '\\036{nonce} E %s\\n' \"$eagle_s\"; printf '\\036{nonce} E\\n' >&3\n").encode()
 
 
 class PersistentShell:
@@ -140,6 +155,7 @@ class PersistentShell:
         self.cmd: _Command | None = None
         self.dead = False
         self.busy = False
+        proc.write(INIT)
         self._readers = [asyncio.create_task(self._pump(proc.read_stdout, True)),
                          asyncio.create_task(self._pump(proc.read_stderr, False))]
 

@@ -14,7 +14,7 @@ from eaglebot.errors import TransportError
 from eaglebot.sdk import CommandResult, OutputCallback, path_for_shell
 from eaglebot.transport.base import (CURRENT, KILL_GRACE_S, LineSplitter, current_tag, detach_script, kill_note,
                                      kill_script, note_pgid, parse_kill, session_wrapped)
-from eaglebot.transport.shell import ShellPool
+from eaglebot.transport.shell import OPEN_SHELL, ShellPool
 
 if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for asyncssh
     import asyncssh
@@ -120,7 +120,7 @@ class SSHTransport:
 
         conn = await self._connect()
         try:
-            proc = await conn.create_process("exec /bin/sh", encoding=None)
+            proc = await conn.create_process(OPEN_SHELL, encoding=None)
         except (asyncssh.Error, OSError) as e:
             self._conn = None
             raise TransportError(f"host {self.name}: could not open a shell: {e}") from None

@@ -1,11 +1,11 @@
 """No orphans: what each step started on its host is recorded and stopped.
 
-Before a step's first command the engine records a tag (the store's `remote_procs` row);
-the transport puts it in the environment of every process the step starts and reports
+Every step has a tag, `<db_id>-<run>-<step>` (derivable from its row: nothing is written
+per step); the transport puts it in the environment of every process the step starts and reports
 the process groups (`eaglebot.transport.base.StepProcs`). On a timeout, a cancel or a lost
 connection the transport kills the groups and every tagged process (setsid descendants
-too) and says so; what it could not stop (host unreachable) stays `pending`, and so does
-what a crashed `eagle` left `running`: the next run on that host stops it before its first
+too) and says so (a `remote_procs` row); what it could not stop (host unreachable) is
+`pending`, and so is whatever a crashed `eagle`'s running steps started (`Store.recover`): the next run on that host stops it before its first
 step, and the step that started it says so. The host lock is kept (ownerless, with a
 reason) until then.
 """
@@ -26,17 +26,19 @@ class _Cleans(Protocol):
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False) -> str: ...
 
 
-async def begin(store: AsyncStore, run_id: int, step_id: int, host: str) -> tuple[StepProcs, int, Any]:
-    """Record the step's tag and make it the current one (the skill's task inherits it)."""
-    sp = StepProcs(tag=f"{run_id}-{step_id}-{os.urandom(4).hex()}")
-    row = await store.procs_started(run_id, step_id, host, sp.tag)
-    return sp, row, CURRENT.set(sp)
+def begin(store: AsyncStore, run_id: int, step_id: int) -> tuple[StepProcs, Any]:
+    """Make the step's tag (`<db_id>-<run>-<step>`: derivable from the step row, so nothing
+    is written per step) the current one; the skill's task inherits it."""
+    sp = StepProcs(tag=store.sync.proc_tag(run_id, step_id))
+    return sp, CURRENT.set(sp)
 
 
-async def end(store: AsyncStore, sp: StepProcs, row: int, token: Any) -> None:
+async def end(store: AsyncStore, sp: StepProcs, token: Any, run_id: int, step_id: int, host: str) -> None:
+    """Record a kill (only then is anything written)."""
     CURRENT.reset(token)
-    state = {"none": "done", "stopped": "stopped", "pending": "pending"}[sp.state]
-    await store.procs_finished(row, state=state, note="; ".join(sp.notes), pgids=sp.pgids)
+    if sp.state != "none":
+        await store.procs_record(run_id, step_id, host, tag=sp.tag, state=sp.state, note="; ".join(sp.notes),
+                                 pgids=sp.pgids)
 
 
 def current() -> StepProcs | None:
@@ -63,7 +65,11 @@ async def clear_pending(store: AsyncStore, transport: _Cleans, run_id: int, host
         if "could not" in note or "survived" in note:
             msgs.append(f"processes of run #{row['run_id']} on {host} could not be stopped: {note}")
             continue
-        text = f"its processes on {host} were stopped by run #{run_id} ({note})"
+        if note.endswith("nothing was left running"):
+            text = f"run #{run_id} found none of its processes left on {host}"
+            msgs.append(f"run #{row['run_id']} had not stopped its processes on {host}: none was left running")
+        else:
+            text = f"its processes on {host} were stopped by run #{run_id} ({note})"
+            msgs.append(f"run #{row['run_id']} had left processes on {host}: {note}")
         await store.procs_cleaned(row["id"], by_run=run_id, note=text)
-        msgs.append(f"run #{row['run_id']} had left processes on {host}: {note}")
     return msgs

@@ -485,11 +485,11 @@ class Engine:
                 step_idx=slot.idx, step_name=step.label, dry_run=run.req.dry_run, confirm=step.confirm,
                 state_dir=self.settings.state_dir, audit=self.store, _log=out.line,
                 _approve=approve)
-            sp, proc_row, token = await procs.begin(self.store, run.run_id, sid, slot.host)
+            sp, token = procs.begin(self.store, run.run_id, sid)
             try:
                 result, cancelled_here = await self._attempt(mod, sctx, params, step, cancel)
             finally:
-                await procs.end(self.store, sp, proc_row, token)
+                await procs.end(self.store, sp, token, run.run_id, sid, slot.host)
             if sctx.plan:
                 run.outcome.plan.extend(f"{slot.host}: {step.label}: {p}" for p in sctx.plan)
             if result.status != "failed" or cancelled_here or attempts > step.retries:

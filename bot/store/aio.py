@@ -41,6 +41,9 @@ class AsyncStore:
         return await self._do(fn, self.sync)
 
     # -- generated from Store: scripts/gen_store_aio.py --
+    async def proc_tag(self, run_id: int, step_id: int) -> str:
+        return await self._do(self.sync.proc_tag, run_id, step_id)
+
     async def recover(self) -> list[int]:
         """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
         return await self._do(self.sync.recover)
@@ -143,14 +146,11 @@ class AsyncStore:
     async def release_hosts(self, run_id: int) -> None:
         return await self._do(self.sync.release_hosts, run_id)
 
-    async def procs_started(self, run_id: int, step_id: int, host: str, tag: str) -> int:
-        """Record, before its first command runs, the marker a step's processes carry."""
-        return await self._do(self.sync.procs_started, run_id, step_id, host, tag)
-
-    async def procs_finished(self, proc_id: int, *, state: str, note: str = "",
-            pgids: list[int] | None = None) -> None:
-        """state: done (nothing left), stopped (killed and verified), pending (not stopped:"""
-        return await self._do(self.sync.procs_finished, proc_id, state=state, note=note, pgids=pgids)
+    async def procs_record(self, run_id: int, step_id: int, host: str, *, tag: str, state: str, note: str,
+            pgids: list[int] | None = None) -> int:
+        """A step's processes had to be killed: `stopped` (verified gone) or `pending` (the"""
+        return await self._do(self.sync.procs_record, run_id, step_id, host, tag=tag, state=state,
+            note=note, pgids=pgids)
 
     async def pending_procs(self, host: str) -> list[Row]:
         """Process groups on host that a finished (or crashed) run did not stop."""

@@ -94,6 +94,8 @@ class Store:
         self.db.execute("PRAGMA synchronous = NORMAL")
         self.db.execute("PRAGMA foreign_keys = ON")
         self._migrate()
+        self._db_id: str | None = None
+        self._db_id = self.db_id  # read once here, on the opening thread
         self.recover()
 
     @contextmanager
@@ -236,6 +238,19 @@ class Store:
         db.table("remote_procs").create_index(["step_id"], if_not_exists=True)
         if "reason" not in db.table("locks").columns_dict:
             db.execute("alter table locks add column reason text")
+        db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
+        db.execute("insert or ignore into meta (key, value) values ('db_id', ?)", [os.urandom(6).hex()])
+
+    @property
+    def db_id(self) -> str:
+        """A random id of this audit DB: in the tag of every process a step starts
+        (`<db_id>-<run>-<step>`), so two bots' runs on one host never share a tag."""
+        if self._db_id is None:
+            self._db_id = str(self.db.execute("select value from meta where key = 'db_id'").fetchone()[0])
+        return self._db_id
+
+    def proc_tag(self, run_id: int, step_id: int) -> str:
+        return f"{self.db_id}-{run_id}-{step_id}"
 
     # -- liveness ------------------------------------------------------------------
     def recover(self) -> list[int]:
@@ -250,6 +265,13 @@ class Store:
                 self.db.execute(
                     "update runs set status = 'interrupted', finished_at = ?, "
                     "error = coalesce(error, 'the process running it is gone') where id = ?", [ts, rid])
+                # What those steps started may still run on their hosts: the next run there stops it.
+                for st in list(self.db.query("select id, host from steps where run_id = ? and status = 'running'",
+                                             [rid])):
+                    self.db.execute(
+                        "insert into remote_procs (run_id, step_id, host, tag, pgids, state, note, created_at) "
+                        "values (?,?,?,?,?,?,?,?)", [rid, st["id"], st["host"], self.proc_tag(rid, st["id"]), "[]",
+                                                     "pending", "its process is gone", ts])
                 self.db.execute(
                     "update steps set status = 'failed', finished_at = ?, "
                     "summary = coalesce(nullif(summary, ''), 'interrupted: the process running it is gone') "
@@ -273,9 +295,8 @@ class Store:
                         [why, host, run_id])
 
     def _pending_procs(self, host: str) -> list[Row]:
-        return list(self.db.query(
-            "select p.* from remote_procs p join runs r on r.id = p.run_id where p.host = ? and "
-            "(p.state = 'pending' or (p.state = 'running' and r.status != 'running')) order by p.id", [host]))
+        return list(self.db.query("select * from remote_procs where host = ? and state = 'pending' order by id",
+                                  [host]))
 
     # -- runs ------------------------------------------------------------------------
     def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any], variables: dict[str, Any],
@@ -493,20 +514,17 @@ class Store:
                 self._release_lock(lock["host"], run_id)
 
     # -- remote process groups (what a step started on its host) -------------------------
-    def procs_started(self, run_id: int, step_id: int, host: str, tag: str) -> int:
-        """Record, before its first command runs, the marker a step's processes carry."""
+    def procs_record(self, run_id: int, step_id: int, host: str, *, tag: str, state: str, note: str,
+                     pgids: list[int] | None = None) -> int:
+        """A step's processes had to be killed: `stopped` (verified gone) or `pending` (the
+        host was unreachable; the next run on the host stops them before its first step).
+        A crashed run's running steps get a `pending` row from `recover`."""
         with self._tx():
             cur = self.db.execute(
-                "insert into remote_procs (run_id, step_id, host, tag, pgids, state, created_at) "
-                "values (?,?,?,?,?,?,?)", [run_id, step_id, host, tag, "[]", "running", now_iso()])
+                "insert into remote_procs (run_id, step_id, host, tag, pgids, state, note, created_at, cleaned_at) "
+                "values (?,?,?,?,?,?,?,?,?)", [run_id, step_id, host, tag, _j(pgids or []), state, note, now_iso(),
+                                               now_iso() if state == "stopped" else None])
             return _rowid(cur)
-
-    def procs_finished(self, proc_id: int, *, state: str, note: str = "", pgids: list[int] | None = None) -> None:
-        """state: done (nothing left), stopped (killed and verified), pending (not stopped:
-        the host was unreachable; the next run on the host stops them first)."""
-        with self._tx():
-            self.db.execute("update remote_procs set state = ?, note = ?, pgids = ?, cleaned_at = ? where id = ?",
-                            [state, note, _j(pgids or []), now_iso() if state != "pending" else None, proc_id])
 
     def pending_procs(self, host: str) -> list[Row]:
         """Process groups on host that a finished (or crashed) run did not stop."""
@@ -522,8 +540,6 @@ class Store:
             if row and row[0] is not None:
                 self.db.execute("update steps set summary = coalesce(nullif(summary, ''), 'interrupted') || ? "
                                 "where id = ?", [f"; {note}", row[0]])
-            self.db.execute("update locks set reason = null where reason is not null and pid is not null "
-                            "and run_id = ?", [by_run])
 
     def step_procs(self, step_id: int) -> list[Row]:
         return list(self.db.query("select * from remote_procs where step_id = ? order by id", [step_id]))

@@ -125,7 +125,9 @@ def test_schema_v1_database_is_migrated_and_backfilled(tmp_path):
     store.db.execute("PRAGMA user_version = 1")
     store.close()
     store = Store(tmp_path / "old.db")
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == 2
+    from eaglebot.store.db import SCHEMA_VERSION
+
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert [r["id"] for r in store.history(host="gpu-01")] == [rid]
     store.close()
     conn = sqlite3.connect(tmp_path / "old.db")

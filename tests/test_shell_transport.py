@@ -112,3 +112,19 @@ async def test_commands_are_read_by_sh_with_their_own_pid(host):
     name, ps = res.stdout.splitlines()
     pid, pgid = ps.split()
     assert name == "sh" and pid == pgid  # $$ is the command's own shell, leader of its group
+
+
+async def test_a_detached_process_outlives_its_command_and_carries_no_tag(host, tmp_path):
+    d = f"/tmp/eagle-detach-{os.getpid()}-{os.urandom(3).hex()}"
+    token = CURRENT.set(StepProcs(tag=f"t-{os.urandom(4).hex()}"))
+    try:
+        for _ in range(5):  # the race with the end-of-command group kill, several times
+            pid = await host.spawn_detached(["sleep", "61"], log_path=f"{d}/log", pid_path=f"{d}/pid")
+            assert (await host.run("true")).ok
+            try:
+                assert pid_alive(pid)
+                assert b"EAGLE_PROC_TAG" not in open(f"/proc/{pid}/environ", "rb").read()
+            finally:
+                os.kill(pid, 9)
+    finally:
+        CURRENT.reset(token)

@@ -161,7 +161,11 @@ def detach_script(argv: Sequence[str], log_path: str, pid_path: str,
         # Not a process-group leader in a non-interactive shell, so setsid does not fork:
         # $! is the new session's leader, the pid we record.
         f"setsid sh -c {q(body)} </dev/null >{q(log_path)} 2>&1 & "
-        f"pid=$!; printf '%s\\n' \"$pid\" > {q(pid_path)}.tmp && mv {q(pid_path)}.tmp {q(pid_path)} && echo \"$pid\""
+        # Wait until it leads its own session: a persistent shell kills what is left of a
+        # command's process group when the command ends, and it must not catch this one.
+        "pid=$!; i=0; while [ $i -lt 1000 ] && kill -0 \"$pid\" 2>/dev/null && "
+        "[ \"$(ps -o sid= -p \"$pid\" | tr -d ' ')\" != \"$pid\" ]; do i=$((i+1)); sleep 0.01; done; "
+        f"printf '%s\\n' \"$pid\" > {q(pid_path)}.tmp && mv {q(pid_path)}.tmp {q(pid_path)} && echo \"$pid\""
     )
 
 

@@ -128,3 +128,23 @@ async def test_a_detached_process_outlives_its_command_and_carries_no_tag(host, 
                 os.kill(pid, 9)
     finally:
         CURRENT.reset(token)
+
+
+async def test_what_the_login_shell_prints_before_ours_starts_is_dropped():
+    from eaglebot.transport.local import _LocalShell
+    from eaglebot.transport.shell import OPEN_SHELL, ShellPool
+
+    async def noisy_login() -> _LocalShell:  # an rc file that prints, as conda init may
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", "echo 'Welcome banner'; printf 'no newline'; echo rc-warning >&2; " + OPEN_SHELL,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True)
+        return _LocalShell(proc)
+
+    async def kill(pgids: list[int]) -> str:
+        return "not needed"
+
+    pool = ShellPool("noisy", 1, noisy_login)
+    res = await pool.run("echo hi; echo there >&2", timeout=10, on_output=None, env=None, cwd=None, kill=kill)
+    assert (res.stdout, res.stderr, res.exit_status) == ("hi\n", "there\n", 0)
+    await pool.aclose()

@@ -155,22 +155,51 @@ class PersistentShell:
         self.cmd: _Command | None = None
         self.dead = False
         self.busy = False
-        proc.write(INIT)
+        # Whatever the login shell prints before our shell starts (a banner, an rc file's
+        # output) is read and dropped up to a hello frame on each stream (`ready`).
+        self._hello = b"\x1e" + os.urandom(8).hex().encode() + b" H\n"
+        self._greeted = [asyncio.Event(), asyncio.Event()]
+        proc.write(INIT + b"printf '\\036%s H\\n' " + self._hello[1:-3] + b"; printf '\\036%s H\\n' "
+                   + self._hello[1:-3] + b" >&3\n")
         self._readers = [asyncio.create_task(self._pump(proc.read_stdout, True)),
                          asyncio.create_task(self._pump(proc.read_stderr, False))]
 
+    async def ready(self, timeout: float) -> None:
+        """Wait for the hello frames; a shell that does not answer is a TransportError."""
+        try:
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._greeted)), timeout)
+        except asyncio.TimeoutError:
+            self.close()
+            raise TransportError(f"host {self.host}: the shell did not start within {timeout:g}s") from None
+        if self.dead:
+            raise TransportError(f"host {self.host}: the shell exited at start-up (is /bin/sh there?)")
+
     async def _pump(self, read: Callable[[], Awaitable[bytes]], is_out: bool) -> None:
+        greeted = self._greeted[0 if is_out else 1]
+        early = b""
         try:
             while True:
                 chunk = await read()
                 if not chunk:
                     break
+                if not greeted.is_set():
+                    early += chunk
+                    i = early.find(self._hello)
+                    if i < 0:
+                        early = early[-len(self._hello):]
+                        continue
+                    chunk = early[i + len(self._hello):]
+                    greeted.set()
+                    if not chunk:
+                        continue
                 c = self.cmd
                 if c is not None:  # output between commands (a killed leftover) is dropped
                     (c.f_out if is_out else c.f_err).feed(chunk)
         except Exception:  # the channel broke: same as EOF
             pass
         self.dead = True
+        for e in self._greeted:
+            e.set()
         c = self.cmd
         if c is not None:
             c.started.set()
@@ -261,6 +290,12 @@ class ShellPool:
                 proc = await self.opener()
                 sh = PersistentShell(proc, self.host)
                 self.count += 1
+                try:
+                    await sh.ready(30)
+                except BaseException:
+                    sh.close()
+                    self.count -= 1
+                    raise
             try:
                 return await sh.run(cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd, kill=kill)
             finally:

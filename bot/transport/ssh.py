@@ -138,8 +138,10 @@ class SSHTransport:
                 if conn.is_closed():
                     if self._conn is conn:
                         self._conn = None
-                    raise TransportError(str(e).replace("the persistent shell died",
-                                                        "connection lost (the persistent shell died)")) from None
+                    msg = str(e)
+                    if "connection lost" not in msg:
+                        msg = msg.replace(f"host {self.name}: ", f"host {self.name}: connection lost: ", 1)
+                    raise TransportError(msg) from None
                 raise
         return await self._run_exec(cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd, stdin=stdin)
 

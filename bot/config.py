@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from eaglebot.configfile import config_path, read_config_text
 from eaglebot.errors import UsageError
 
 LOCAL = "local"
@@ -32,6 +32,9 @@ class HostConfig(_Model):
     jump: str | None = Field(None, description="name of another configured host to tunnel through")
     connect_timeout_s: float = Field(10.0, gt=0)
     max_channels: int = Field(8, ge=1, le=64, description="concurrent SSH channels (sshd's MaxSessions is 10)")
+    shell: Literal["persistent", "exec"] = Field(
+        "persistent", description="persistent: commands run in a long-lived sh per channel (fast); "
+                                  "exec: one SSH channel (or local sh -c) per command")
     vars: dict[str, Any] = Field(default_factory=dict, description="host variables for templating")
     gpu: bool | None = Field(None, description="a GPU host (doctor checks nvidia-smi there); default: see "
                                                "Settings.is_gpu_host")
@@ -91,7 +94,9 @@ class Settings(_Model):
     schedules: list[ScheduleConfig] = Field(default_factory=list)
     regression: RegressionConfig = Field(default_factory=RegressionConfig)
     redact: list[str] = Field(default_factory=list, description="regular expressions removed from stored and posted text")
-    max_parallel_hosts: int = Field(8, ge=1)
+    max_parallel_hosts: int = Field(64, ge=1, description="hosts one run works on at once")
+    max_hosts_total: int = Field(256, ge=1, description="hosts all runs of one process work on at once")
+    max_connecting: int = Field(64, ge=1, description="SSH connections being opened at once, per process")
     state_dir: str = Field("~/.eaglebot", description="where the bot keeps pid and log files on each host")
     # Not from the file: where it was read from (relative paths resolve against it).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
@@ -197,6 +202,8 @@ def yaml_line(text: str, loc: tuple[str | int, ...]) -> int | None:
     """The 1-based line of `loc` (('hosts', 'gpu-01', 'port'), ('schedules', 2)) in a YAML
     document: the deepest part of the path that exists. (The playbook loader keeps its own
     full line map; this layer is below it.)"""
+    import yaml
+
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
@@ -229,28 +236,13 @@ def _format_validation(err: ValidationError, source: str, text: str = "") -> str
 
 def load_settings(path: str | Path | None = None) -> Settings:
     """Read `path`, else $EAGLE_CONFIG, else ./eagle.yaml; no file means defaults."""
-    explicit = path or os.environ.get("EAGLE_CONFIG")
-    p = Path(explicit) if explicit else Path("eagle.yaml")
+    p, explicit = config_path(path)
     if not p.exists():
         if explicit:
             raise UsageError(f"config file {p} does not exist")
         # No config: a ./playbooks folder, when there is one, is the playbooks_dir.
         return Settings(base_dir=Path.cwd(), playbooks_dir="playbooks" if Path("playbooks").is_dir() else None)
-    try:
-        text = p.read_text(encoding="utf-8")
-        data = yaml.safe_load(text) or {}
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{p}: the config is not UTF-8 text (byte {e.start})") from None
-    except RecursionError:
-        raise UsageError(f"{p}: invalid YAML: nested too deeply") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise UsageError(f"{p}{line}: invalid YAML: {getattr(e, 'problem', e)}") from None
-    except OSError as e:
-        raise UsageError(f"cannot read config {p}: {e.strerror}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{p}: the config must be a mapping of settings")
+    data, text = read_config_text(p)
     try:
         settings = Settings(**data, base_dir=p.resolve().parent, source=p.resolve())
     except ValidationError as e:

@@ -62,3 +62,19 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def tagged_pids(tag: str) -> list[int]:
+    """Live processes whose environment carries EAGLE_PROC_TAG=tag (what one step started)."""
+    want = f"EAGLE_PROC_TAG={tag}".encode()
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                if want in f.read().split(b"\0") and pid_alive(int(d)):
+                    out.append(int(d))
+        except OSError:
+            pass
+    return out

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sqlite_utils
 
-from helpers import eagle, eagle_json, pid_alive, wait_for, write_playbook, write_yaml
+from helpers import eagle, eagle_json, pid_alive, tagged_pids, wait_for, write_playbook, write_yaml
 
 from eaglebot.store import Store
 
@@ -169,10 +169,22 @@ def test_killed_run_becomes_interrupted_and_frees_the_host(cfg):
     by_id = {h["run_id"]: h for h in hist}
     assert by_id[1]["status"] == "interrupted"
     s = Store(db)
-    assert s.steps(1)[0]["status"] == "failed" and s.locks() == []
+    assert s.steps(1)[0]["status"] == "failed"
+    # The step's `sleep 60` (its own session) outlived `eagle`: the lock stays, ownerless,
+    # and says why, until the next run on the host has stopped it (issue 10: no orphans).
+    tag = s.step_procs(s.steps(1)[0]["id"])[0]["tag"]
+    left = tagged_pids(tag)
+    assert left and [lk["reason"] for lk in s.locks()] == [
+        "processes of run #1 may still run on local (not stopped yet: its process is gone)"]
     s.close()
     res = eagle("run", "ok", config=cfg)
     assert res.returncode == 0
+    s = Store(db)
+    assert [w["message"] for w in s.warnings(3)] == [
+        "run #1 had left processes on local: processes tagged " + tag + f": {len(left)} process{'es' if len(left) > 1 else ''} stopped (SIGTERM, then SIGKILL)"]
+    assert s.locks() == [] and "were stopped by run #3" in s.steps(1)[0]["summary"]
+    s.close()
+    assert not [p for p in left if pid_alive(p)]
 
 
 def test_prune_and_baseline(cfg):

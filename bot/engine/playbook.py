@@ -134,6 +134,35 @@ def _line_map(text: str) -> dict[Loc, int]:
     return lines
 
 
+class _LazyLines(dict[Loc, int]):
+    """The line map, built (a second, slower parse) only when an error needs a line number."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self._text: str | None = text
+
+    def _fill(self) -> None:
+        if self._text is not None:
+            text, self._text = self._text, None
+            self.update(_line_map(text))
+
+    def __contains__(self, key: object) -> bool:
+        self._fill()
+        return super().__contains__(key)
+
+    def __getitem__(self, key: Loc) -> int:
+        self._fill()
+        return super().__getitem__(key)
+
+    def get(self, key: Loc, default: Any = None) -> Any:
+        self._fill()
+        return super().get(key, default)
+
+
+# libyaml's loader when PyYAML was built with it (20x faster than the pure-Python one).
+SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _line_for(lines: dict[Loc, int], loc: Loc) -> int:
     loc = tuple(loc)
     while loc and loc not in lines:
@@ -187,7 +216,7 @@ def parse_playbook(text: str, source: str, registry: SkillRegistry | None = None
         raise UsageError(f"{source}:{line}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{source}:1: a playbook must be a mapping with name and steps")
-    lines = _line_map(text)
+    lines = _LazyLines(text)
     try:
         pb = Playbook.model_validate(data)
     except ValidationError as e:

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from pydantic import ValidationError
 
-from eaglebot.engine import limits, templating
+from eaglebot.engine import limits, procs, templating
 from eaglebot.config import Settings
 from eaglebot.errors import EagleError, HostBusy, StoreError, UsageError
 from eaglebot.engine.playbook import Playbook, Step, find_playbook, resolve_inputs
@@ -198,6 +198,8 @@ class Engine:
         self.heartbeat_s = HEARTBEAT_S
         self._unreleased: set[int] = set()  # runs whose host locks a failing store kept
         self._unfinished: dict[int, RunOutcome] = {}  # runs whose end a failing store did not take
+        # One cap across every run of this process (`max_hosts_total`), besides each run's own.
+        self._all_hosts = asyncio.Semaphore(settings.max_hosts_total)
 
     async def _record(self, run: RunState, write: Awaitable[T]) -> T | None:
         """A store write during a run. A failing store (disk full, read-only, corrupt) fails the
@@ -299,7 +301,9 @@ class Engine:
             sem = asyncio.Semaphore(self.settings.max_parallel_hosts)
 
             async def one(host: str) -> None:
-                async with sem:
+                async with sem, self._all_hosts:
+                    if not req.dry_run:
+                        await self._clear_pending(run, host)
                     await self._run_host(run, host, contexts[host])
 
             await asyncio.gather(*(one(h) for h in prep.hosts))
@@ -318,6 +322,17 @@ class Engine:
             await asyncio.shield(self._finish(run_id, outcome))
             await _safe(observer.run_finished(outcome))
         return outcome
+
+    async def _clear_pending(self, run: RunState, host: str) -> None:
+        """Stop what an earlier run left behind on host (it crashed, or lost the host)."""
+        try:
+            msgs = await procs.clear_pending(self.store, self.pool.get(host), run.run_id, host)
+        except Exception as e:  # the host's first step says why the host cannot be reached
+            msgs = [f"leftover processes of earlier runs could not be checked: {e}"]
+        for m in msgs:
+            m = self.redactor.text(m)
+            run.outcome.warnings.append(f"{host}: {m}")
+            await self.store.add_warning(run.run_id, host, m)
 
     async def _post_run(self, run: RunState) -> None:
         """Post-run hooks (the history check): their failure is a warning, never a failed run."""
@@ -588,7 +603,11 @@ class Engine:
                 step_idx=slot.idx, step_name=step.label, dry_run=run.req.dry_run, confirm=step.confirm,
                 state_dir=self.settings.state_dir, audit=self.store, _log=out.line,
                 _approve=approve)
-            result, cancelled_here = await self._attempt(mod, sctx, params, step, cancel)
+            sp, token = procs.begin(self.store, run.run_id, sid)
+            try:
+                result, cancelled_here = await self._attempt(mod, sctx, params, step, cancel)
+            finally:
+                await procs.end(self.store, sp, token, run.run_id, sid, slot.host)
             if sctx.plan:
                 run.outcome.plan.extend(f"{slot.host}: {step.label}: {p}" for p in sctx.plan)
             if result.status != "failed" or cancelled_here or attempts > step.retries:
@@ -633,9 +652,11 @@ class Engine:
         except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
             pass
         sctx.cancelled.set()
+        sp = procs.current()
         if cancel is not None and cancel.is_set():
-            return StepResult.failed("cancelled"), True
-        return StepResult.failed(f"timed out after {step.timeout_s:g}s; its processes were stopped"), False
+            return StepResult.failed(procs.summary_note(sp, "cancelled", "cancelled; ")), True
+        return StepResult.failed(procs.summary_note(sp, f"timed out after {step.timeout_s:g}s; its processes were stopped",
+                                                    f"timed out after {step.timeout_s:g}s; ")), False
 
     async def _failed_before_start(self, run: RunState, slot: StepSlot, message: str,
                                    params: dict[str, Any] | None = None) -> tuple[StepRecord, StepResult]:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eaglebot.engine.playbook import Playbook
 from eaglebot.history.incidents import describe
+if TYPE_CHECKING:
+    from eaglebot.engine.playbook import Playbook
 from eaglebot.history.view import HistoryRow, RunView
 from eaglebot.store import parse_iso
 

@@ -1,5 +1,18 @@
 """The audit store: the only code in eaglebot that speaks SQL or imports sqlite."""
-from eaglebot.store.aio import AsyncStore
+from typing import TYPE_CHECKING, Any
+
 from eaglebot.store.db import Store, now_iso, parse_iso
 
+if TYPE_CHECKING:
+    from eaglebot.store.aio import AsyncStore
+
 __all__ = ["AsyncStore", "Store", "now_iso", "parse_iso"]
+
+
+def __getattr__(name: str) -> Any:
+    # AsyncStore (asyncio, threads) loads when first asked for: `eagle history` never needs it.
+    if name == "AsyncStore":
+        from eaglebot.store.aio import AsyncStore
+
+        return AsyncStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

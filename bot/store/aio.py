@@ -46,6 +46,9 @@ class AsyncStore:
         return await self._do(fn, self.sync)
 
     # -- generated from Store: scripts/gen_store_aio.py --
+    async def proc_tag(self, run_id: int, step_id: int) -> str:
+        return await self._do(self.sync.proc_tag, run_id, step_id)
+
     async def recover(self) -> list[int]:
         """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
         return await self._do(self.sync.recover)
@@ -177,6 +180,23 @@ class AsyncStore:
 
     async def release_hosts(self, run_id: int) -> None:
         return await self._do(self.sync.release_hosts, run_id)
+
+    async def procs_record(self, run_id: int, step_id: int, host: str, *, tag: str, state: str, note: str,
+            pgids: list[int] | None = None) -> int:
+        """A step's processes had to be killed: `stopped` (verified gone) or `pending` (the"""
+        return await self._do(self.sync.procs_record, run_id, step_id, host, tag=tag, state=state,
+            note=note, pgids=pgids)
+
+    async def pending_procs(self, host: str) -> list[Row]:
+        """Process groups on host that a finished (or crashed) run did not stop."""
+        return await self._do(self.sync.pending_procs, host)
+
+    async def procs_cleaned(self, proc_id: int, *, by_run: int, note: str) -> None:
+        """The pending processes were stopped (or found gone) by run `by_run`; the step that"""
+        return await self._do(self.sync.procs_cleaned, proc_id, by_run=by_run, note=note)
+
+    async def step_procs(self, step_id: int) -> list[Row]:
+        return await self._do(self.sync.step_procs, step_id)
 
     async def locks(self) -> list[Row]:
         return await self._do(self.sync.locks)

@@ -15,14 +15,25 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-import sqlite_utils
+import sys
+
+if "numpy" in sys.modules:
+    import sqlite_utils
+else:
+    # sqlite-utils imports numpy whenever it is installed (44 ms) only to convert numpy
+    # values, which the store never writes: hide it while sqlite-utils loads.
+    sys.modules["numpy"] = None  # type: ignore[assignment]
+    try:
+        import sqlite_utils
+    finally:
+        del sys.modules["numpy"]
 
 from eaglebot.errors import HostBusy
 from eaglebot.skills.facts.procs import parse_stat
 from eaglebot.store import chain
 from eaglebot.store.failures import store_error
 
-SCHEMA_VERSION = 5  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps; 5: audit_chain
+SCHEMA_VERSION = 6  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps; 5: audit_chain; 6: remote_procs, locks.reason
 OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
 
 
@@ -93,6 +104,8 @@ class Store:
         self.db.execute("PRAGMA synchronous = NORMAL")
         self.db.execute("PRAGMA foreign_keys = ON")
         self._migrate()
+        self._db_id: str | None = None
+        self._db_id = self.db_id  # read once here, on the opening thread
         if not chain.triggers_current(self.db.conn):
             with self._tx():
                 chain.ensure_triggers(self.db.conn)
@@ -217,6 +230,7 @@ class Store:
             self._migrate_v3(version)
             self._migrate_v4(version)
             self._migrate_v5(version)
+            self._migrate_v6(version)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _migrate_v2(self, version: int) -> None:
@@ -284,6 +298,33 @@ class Store:
         """audit_chain: the tamper-evident hash chain over the audit tables (store/chain.py);
         an existing DB's chain starts here with a genesis entry that says so. Idempotent."""
         chain.create_chain_table(self.db.conn, version)
+    def _migrate_v6(self, version: int) -> None:
+        """remote_procs: the process groups (and the session marker their descendants carry in
+        their environment) each step started on its host, so a timeout, a cancel, a lost
+        connection or a restart after a crash can stop them; locks.reason says why a lock is
+        kept after its run (its processes could not be stopped yet). Idempotent."""
+        db = self.db
+        db.table("remote_procs").create({
+            "id": int, "run_id": int, "step_id": int, "host": str, "tag": str, "pgids": str,
+            "state": str, "note": str, "created_at": str, "cleaned_at": str,
+        }, pk="id", foreign_keys=[("run_id", "runs", "id")], if_not_exists=True)
+        db.table("remote_procs").create_index(["host", "state"], if_not_exists=True)
+        db.table("remote_procs").create_index(["step_id"], if_not_exists=True)
+        if "reason" not in db.table("locks").columns_dict:
+            db.execute("alter table locks add column reason text")
+        db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
+        db.execute("insert or ignore into meta (key, value) values ('db_id', ?)", [os.urandom(6).hex()])
+
+    @property
+    def db_id(self) -> str:
+        """A random id of this audit DB: in the tag of every process a step starts
+        (`<db_id>-<run>-<step>`), so two bots' runs on one host never share a tag."""
+        if self._db_id is None:
+            self._db_id = str(self.db.execute("select value from meta where key = 'db_id'").fetchone()[0])
+        return self._db_id
+
+    def proc_tag(self, run_id: int, step_id: int) -> str:
+        return f"{self.db_id}-{run_id}-{step_id}"
 
     # -- liveness ------------------------------------------------------------------
     def recover(self) -> list[int]:
@@ -298,14 +339,38 @@ class Store:
                 self.db.execute(
                     "update runs set status = 'interrupted', finished_at = ?, "
                     "error = coalesce(error, 'the process running it is gone') where id = ?", [ts, rid])
+                # What those steps started may still run on their hosts: the next run there stops it.
+                for st in list(self.db.query("select id, host from steps where run_id = ? and status = 'running'",
+                                             [rid])):
+                    self.db.execute(
+                        "insert into remote_procs (run_id, step_id, host, tag, pgids, state, note, created_at) "
+                        "values (?,?,?,?,?,?,?,?)", [rid, st["id"], st["host"], self.proc_tag(rid, st["id"]), "[]",
+                                                     "pending", "its process is gone", ts])
                 self.db.execute(
                     "update steps set status = 'failed', finished_at = ?, "
                     "summary = coalesce(nullif(summary, ''), 'interrupted: the process running it is gone') "
                     "where run_id = ? and status = 'running'", [ts, rid])
             for lock in list(self.db.query("select * from locks")):
                 if not owner_alive(lock["pid"], lock["hostname"], lock["proc_start"]):
-                    self.db.execute("delete from locks where host = ?", [lock["host"]])
+                    self._release_lock(lock["host"], lock["run_id"])
         return gone
+
+    def _release_lock(self, host: str, run_id: int) -> None:
+        """Delete a host's lock, unless processes its runs started there were not stopped yet:
+        then the lock stays, ownerless (the next run takes it over and stops them first), and
+        says why."""
+        pending = self._pending_procs(host)
+        if not pending:
+            self.db.execute("delete from locks where host = ? and run_id = ?", [host, run_id])
+            return
+        why = (f"processes of run #{pending[0]['run_id']} may still run on {host} "
+               f"(not stopped yet: {pending[0]['note'] or 'its process is gone'})")
+        self.db.execute("update locks set pid = null, proc_start = null, reason = ? where host = ? and run_id = ?",
+                        [why, host, run_id])
+
+    def _pending_procs(self, host: str) -> list[Row]:
+        return list(self.db.query("select * from remote_procs where host = ? and state = 'pending' order by id",
+                                  [host]))
 
     # -- runs ------------------------------------------------------------------------
     def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any], variables: dict[str, Any],
@@ -596,7 +661,39 @@ class Store:
 
     def release_hosts(self, run_id: int) -> None:
         with self._tx():
-            self.db.execute("delete from locks where run_id = ?", [run_id])
+            for lock in list(self.db.query("select host from locks where run_id = ?", [run_id])):
+                self._release_lock(lock["host"], run_id)
+
+    # -- remote process groups (what a step started on its host) -------------------------
+    def procs_record(self, run_id: int, step_id: int, host: str, *, tag: str, state: str, note: str,
+                     pgids: list[int] | None = None) -> int:
+        """A step's processes had to be killed: `stopped` (verified gone) or `pending` (the
+        host was unreachable; the next run on the host stops them before its first step).
+        A crashed run's running steps get a `pending` row from `recover`."""
+        with self._tx():
+            cur = self.db.execute(
+                "insert into remote_procs (run_id, step_id, host, tag, pgids, state, note, created_at, cleaned_at) "
+                "values (?,?,?,?,?,?,?,?,?)", [run_id, step_id, host, tag, _j(pgids or []), state, note, now_iso(),
+                                               now_iso() if state == "stopped" else None])
+            return _rowid(cur)
+
+    def pending_procs(self, host: str) -> list[Row]:
+        """Process groups on host that a finished (or crashed) run did not stop."""
+        return self._pending_procs(host)
+
+    def procs_cleaned(self, proc_id: int, *, by_run: int, note: str) -> None:
+        """The pending processes were stopped (or found gone) by run `by_run`; the step that
+        started them says so."""
+        with self._tx():
+            row = self.db.execute("select step_id from remote_procs where id = ?", [proc_id]).fetchone()
+            self.db.execute("update remote_procs set state = 'stopped', note = ?, cleaned_at = ? where id = ?",
+                            [note, now_iso(), proc_id])
+            if row and row[0] is not None:
+                self.db.execute("update steps set summary = coalesce(nullif(summary, ''), 'interrupted') || ? "
+                                "where id = ?", [f"; {note}", row[0]])
+
+    def step_procs(self, step_id: int) -> list[Row]:
+        return list(self.db.query("select * from remote_procs where step_id = ? order by id", [step_id]))
 
     def locks(self) -> list[Row]:
         return list(self.db.query("select * from locks order by host"))

@@ -6,20 +6,121 @@ the remote command.
 """
 from __future__ import annotations
 
+import contextvars
 import shlex
-from typing import Callable, Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Protocol, Sequence
 
 from eaglebot.errors import TransportError
 from eaglebot.sdk import Host, OutputCallback, path_for_shell
 
 PGID_TAG = "\x1eEAGLE-PGID "
 KILL_GRACE_S = 2.0
+# Every process a step starts carries this variable (value: the step's tag) in its
+# environment, so descendants that left the process group (setsid, double forks) are
+# still found and stopped. Detached servers (spawn_detached) drop it: they are meant to live.
+TAG_VAR = "EAGLE_PROC_TAG"
+
+
+@dataclass
+class StepProcs:
+    """What one step started on its host, as the transport reports it to the engine.
+
+    The engine sets `CURRENT` (a context variable, so concurrent steps never mix) before a
+    step runs; the transport tags every command with `tag`, records each process group it
+    learns in `pgids`, and says in `notes` what a kill did.
+    """
+
+    tag: str
+    pgids: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # none: nothing had to be killed; stopped: killed and verified gone;
+    # pending: not stopped (the host was unreachable or something survived KILL)
+    state: Literal["none", "stopped", "pending"] = "none"
+
+    def stopped(self, note: str) -> None:
+        self.notes.append(note)
+        if self.state == "none":
+            self.state = "stopped"
+
+    def pending(self, note: str) -> None:
+        self.notes.append(note)
+        self.state = "pending"
+
+
+CURRENT: contextvars.ContextVar[StepProcs | None] = contextvars.ContextVar("eagle_step_procs", default=None)
+
+
+def current_tag() -> str | None:
+    sp = CURRENT.get()
+    return sp.tag if sp is not None else None
+
+
+def note_pgid(pgid: int) -> None:
+    sp = CURRENT.get()
+    if sp is not None and pgid not in sp.pgids:
+        sp.pgids.append(pgid)
+
+
+def valid_tag(tag: str) -> str:
+    if not tag or not all(c.isalnum() or c in "-_." for c in tag):
+        raise TransportError(f"invalid process tag {tag!r}")
+    return tag
+
+
+def kill_script(tag: str | None, pgids: Sequence[int] = ()) -> str:
+    """sh that stops process groups `pgids` and every process whose environment carries
+    `TAG_VAR=tag` (setsid descendants too): TERM, up to KILL_GRACE_S, then KILL. It prints
+    `EAGLE-KILL <found> <left>`: how many processes it found and how many are left."""
+    groups = " ".join(str(int(g)) for g in pgids)
+    find = ""
+    if tag:
+        find = (f'grep -lzx {shlex.quote(TAG_VAR + "=" + valid_tag(tag))} /proc/[0-9]*/environ 2>/dev/null '
+                '| while IFS=/ read -r _ _ p _; do [ "$p" = "$$" ] || echo "$p"; done; ')
+    ticks = int(KILL_GRACE_S * 10)
+    return (
+        f'eagle_pids() {{ {find}for g in {groups}; do '
+        'ps -e -o pid= -o pgid= -o stat= 2>/dev/null | while read -r p q st; do '
+        'case "$st" in Z*) ;; *) [ "$q" = "$g" ] && echo "$p";; esac; done; done; true; }; '
+        'found=$(eagle_pids | sort -u | wc -l); '
+        'eagle_sig() { for p in $(eagle_pids); do kill -"$1" "$p" 2>/dev/null; done; '
+        f'for g in {groups}; do kill -"$1" -"$g" 2>/dev/null; done; true; }}; '
+        'eagle_sig TERM; i=0; '
+        f'while [ -n "$(eagle_pids)" ] && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; '
+        'eagle_sig KILL; i=0; while [ -n "$(eagle_pids)" ] && [ $i -lt 10 ]; do sleep 0.1; i=$((i+1)); done; '
+        'echo "EAGLE-KILL $found $(eagle_pids | sort -u | wc -l)"'
+    )
+
+
+def parse_kill(out: str) -> tuple[int, int] | None:
+    for line in out.splitlines():
+        if line.startswith("EAGLE-KILL "):
+            parts = line.split()
+            if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+                return int(parts[1]), int(parts[2])
+    return None
+
+
+def kill_note(found_left: tuple[int, int] | None, what: str) -> tuple[bool, str]:
+    """(all gone, one sentence) for a kill's result."""
+    if found_left is None:
+        return False, f"could not confirm that {what} stopped"
+    found, left = found_left
+    if left:
+        return False, f"{left} of {found} processes of {what} survived SIGKILL"
+    if found == 0:
+        return True, f"{what}: nothing was left running"
+    return True, f"{what}: {found} process{'es' if found != 1 else ''} stopped (SIGTERM, then SIGKILL)"
 
 
 class Transport(Host, Protocol):
     """A host as the engine holds it: the sdk's `Host` (all a skill may do) plus `close`."""
 
     async def close(self) -> None: ...
+
+    async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False) -> str:
+        """Stop process groups `pgids` and every process carrying `tag`; one sentence back."""
+        ...
 
 
 def command_line(cmd: str | Sequence[str], env: dict[str, str] | None, cwd: str | None) -> str:
@@ -48,20 +149,26 @@ def session_wrapped(cmd: str | Sequence[str], env: dict[str, str] | None = None,
     no extra process (an `exec setsid sh -c` wrapper cost ~1 ms a command). The login
     shell of the remote user must be POSIX (sh, dash, bash, zsh).
     """
-    return 'printf "\\036EAGLE-PGID %s\\n" "$$" >&2; ' + command_line(cmd, env, cwd)
+    tag = current_tag()
+    mark = f"export {TAG_VAR}={shlex.quote(valid_tag(tag))}; " if tag else ""
+    return mark + 'printf "\\036EAGLE-PGID %s\\n" "$$" >&2; ' + command_line(cmd, env, cwd)
 
 
 def detach_script(argv: Sequence[str], log_path: str, pid_path: str,
                   env: dict[str, str] | None, cwd: str | None) -> str:
     """Shell that starts argv in a new session, logs to log_path and writes its pid."""
-    body = command_line(["exec", *argv], env, cwd)
+    body = f"unset {TAG_VAR}; " + command_line(["exec", *argv], env, cwd)
     q = path_for_shell
     return (
         f"mkdir -p \"$(dirname {q(log_path)})\" \"$(dirname {q(pid_path)})\" || exit 1; "
         # Not a process-group leader in a non-interactive shell, so setsid does not fork:
         # $! is the new session's leader, the pid we record.
         f"setsid sh -c {q(body)} </dev/null >{q(log_path)} 2>&1 & "
-        f"pid=$!; printf '%s\\n' \"$pid\" > {q(pid_path)}.tmp && mv {q(pid_path)}.tmp {q(pid_path)} && echo \"$pid\""
+        # Wait until it leads its own session: a persistent shell kills what is left of a
+        # command's process group when the command ends, and it must not catch this one.
+        "pid=$!; i=0; while [ $i -lt 1000 ] && kill -0 \"$pid\" 2>/dev/null && "
+        "[ \"$(ps -o sid= -p \"$pid\" | tr -d ' ')\" != \"$pid\" ]; do i=$((i+1)); sleep 0.01; done; "
+        f"printf '%s\\n' \"$pid\" > {q(pid_path)}.tmp && mv {q(pid_path)}.tmp {q(pid_path)} && echo \"$pid\""
     )
 
 

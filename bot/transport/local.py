@@ -10,7 +10,45 @@ from typing import Sequence
 
 from eaglebot.errors import TransportError
 from eaglebot.sdk import CommandResult, OutputCallback
-from eaglebot.transport.base import KILL_GRACE_S, LineSplitter, command_line, detach_script
+from eaglebot.transport.base import (CURRENT, TAG_VAR, LineSplitter, command_line, current_tag, detach_script,
+                                     kill_note, kill_script, note_pgid, parse_kill)
+from eaglebot.transport.shell import OPEN_SHELL, ShellPool
+
+
+_closing: set["asyncio.Future[None]"] = set()  # shells being reaped (keeps their tasks alive)
+
+
+class _LocalShell:
+    """A persistent local `sh` (its own session), as the shell pool reads and writes it."""
+
+    def __init__(self, proc: asyncio.subprocess.Process):
+        self.p = proc
+
+    def write(self, data: bytes) -> None:
+        assert self.p.stdin is not None
+        self.p.stdin.write(data)
+
+    async def read_stdout(self) -> bytes:
+        assert self.p.stdout is not None
+        return await self.p.stdout.read(65536)
+
+    async def read_stderr(self) -> bytes:
+        assert self.p.stderr is not None
+        return await self.p.stderr.read(65536)
+
+    def close(self) -> None:
+        if self.p.stdin is not None:
+            self.p.stdin.close()  # EOF: the shell exits after its command
+        if self.p.returncode is None:
+            try:
+                self.p.kill()
+            except ProcessLookupError:
+                pass
+        _closing.add(asyncio.ensure_future(self.wait_closed()))
+
+    async def wait_closed(self) -> None:
+        await self.p.wait()
+        _closing.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
 
 
 # The bot's own credentials: a command the bot runs has no business with them.
@@ -23,22 +61,46 @@ def command_env() -> dict[str, str]:
 
 
 class LocalTransport:
-    """The host `local`: subprocesses of this process, each in its own session."""
+    """The host `local`: subprocesses of this process, each in its own session.
 
-    def __init__(self, name: str = "local"):
+    `shell="persistent"` (the default) keeps local `sh` processes open and frames commands
+    through them (eaglebot.transport.shell); `"exec"` starts `sh -c` per command.
+    """
+
+    def __init__(self, name: str = "local", shell: str = "persistent", max_shells: int = 8):
         self.name = name
+        self._shells = ShellPool(name, max_shells, self._open_shell) if shell == "persistent" else None
+
+    async def _open_shell(self) -> _LocalShell:
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", OPEN_SHELL, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True, env=command_env())
+        return _LocalShell(proc)
 
     async def run(self, cmd: str | Sequence[str], *, timeout: float | None = None,
                   on_output: OutputCallback | None = None, env: dict[str, str] | None = None,
                   cwd: str | None = None, stdin: str | None = None) -> CommandResult:
+        if self._shells is not None and stdin is None:
+            return await self._shells.run(cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd,
+                                          kill=self._kill)
         line = command_line(cmd, env, cwd)
         t0 = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
+        tag = current_tag()
+        penv = {**command_env(), TAG_VAR: tag} if tag else command_env()
+        creating = asyncio.ensure_future(asyncio.create_subprocess_exec(
             "/bin/sh", "-c", line,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True, env=command_env(),
-        )
+            start_new_session=True, env=penv,
+        ))
+        try:
+            proc = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            # Cancelled while starting: the process exists (or will); stop it, then give up.
+            proc = await creating
+            await self._kill([proc.pid])
+            raise
+        note_pgid(proc.pid)
         out: list[str] = []
         err: list[str] = []
 
@@ -59,13 +121,17 @@ class LocalTransport:
             await proc.wait()
         except asyncio.TimeoutError:
             timed_out = True
-            await _kill_local_group(proc)
+            await self._kill([proc.pid])
         except asyncio.CancelledError:
-            await _kill_local_group(proc)
+            await asyncio.shield(self._kill([proc.pid]))
             raise
         finally:
             if proc.returncode is None:
-                await _kill_local_group(proc)
+                await self._kill([proc.pid])
+                try:
+                    await asyncio.wait_for(proc.wait(), 5)
+                except asyncio.TimeoutError:
+                    pass
             try:
                 await asyncio.wait_for(pumps, 1.0)
             except (asyncio.TimeoutError, asyncio.CancelledError):
@@ -90,8 +156,27 @@ class LocalTransport:
             raise TransportError(f"could not start {argv[0]}: {res.stderr.strip() or res.exit_status}")
         return int(res.stdout.split()[-1])
 
+    async def _kill(self, pgids: list[int]) -> str:
+        return await self.cleanup(current_tag(), pgids, record=True)
+
+    async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False) -> str:
+        """Kill process groups `pgids` and every process carrying `tag` (setsid descendants too)."""
+        what = "the command's processes" if pgids else f"processes tagged {tag}"
+        if not tag and not pgids:
+            return "its processes were not known"
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", kill_script(tag, pgids or []), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        out, _ = await proc.communicate()
+        ok, note = kill_note(parse_kill(out.decode(errors="replace")), what)
+        sp = CURRENT.get() if record else None
+        if sp is not None:
+            (sp.stopped if ok else sp.pending)(note)
+        return note
+
     async def close(self) -> None:
-        return None
+        if self._shells is not None:
+            await self._shells.aclose()
 
 
 def _read(p: str) -> bytes:
@@ -114,21 +199,3 @@ def atomic_write_local(path: str, data: bytes, mode: int | None) -> None:
         os.fsync(f.fileno())
     os.chmod(tmp, mode)
     os.replace(tmp, path)
-
-
-async def _kill_local_group(proc: asyncio.subprocess.Process) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
-            # The leader is gone; make sure no member of its group lingers.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            return
-        except asyncio.TimeoutError:
-            continue

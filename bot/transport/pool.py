@@ -1,6 +1,8 @@
 """One transport per configured host, built on first use and reused by every step."""
 from __future__ import annotations
 
+import asyncio
+
 from eaglebot.config import Settings
 from eaglebot.errors import TransportError
 from eaglebot.transport.base import Transport
@@ -14,17 +16,19 @@ class TransportPool:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._t: dict[str, Transport] = {}
+        # SSH connections being opened at once, across every run of the process.
+        self.connecting = asyncio.Semaphore(settings.max_connecting)
 
     def get(self, name: str) -> Transport:
         if name not in self._t:
             cfg = self.settings.hosts[name]
             if cfg.transport == "local":
-                self._t[name] = LocalTransport(name)
+                self._t[name] = LocalTransport(name, shell=cfg.shell, max_shells=cfg.max_channels)
             else:
                 tunnel = self.get(cfg.jump) if cfg.jump else None
                 if tunnel is not None and not isinstance(tunnel, SSHTransport):
                     raise TransportError(f"host {name}: jump host {cfg.jump} must be an ssh host")
-                self._t[name] = SSHTransport(name, cfg, tunnel=tunnel)
+                self._t[name] = SSHTransport(name, cfg, tunnel=tunnel, connecting=self.connecting)
         return self._t[name]
 
     async def close(self) -> None:

@@ -2,27 +2,77 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
+import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from eaglebot.config import HostConfig
 from eaglebot.errors import TransportError
 from eaglebot.sdk import CommandResult, OutputCallback, path_for_shell
-from eaglebot.transport.base import KILL_GRACE_S, LineSplitter, detach_script, session_wrapped
+from eaglebot.transport.base import (CURRENT, KILL_GRACE_S, LineSplitter, current_tag, detach_script, kill_note,
+                                     kill_script, note_pgid, parse_kill, session_wrapped)
+from eaglebot.transport.shell import OPEN_SHELL, ShellPool
 
 if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for asyncssh
     import asyncssh
 
 
-class SSHTransport:
-    """One asyncssh connection per host, reused by every step; bounded channels."""
+_preloading: list[threading.Thread] = []
 
-    def __init__(self, name: str, cfg: HostConfig, *, tunnel: "SSHTransport | None" = None):
+
+def preload() -> None:
+    """Import asyncssh (~60 ms) in a background thread while the caller loads the store and
+    the playbook; the first connection then finds it loaded. Idempotent."""
+    if "asyncssh" in sys.modules or _preloading:
+        return
+    t = threading.Thread(target=importlib.import_module, args=("asyncssh",), name="eagle-preload", daemon=True)
+    _preloading.append(t)
+    t.start()
+
+
+class _ShellChannel:
+    """A persistent `sh` on one SSH channel, as the shell pool reads and writes it."""
+
+    def __init__(self, proc: "asyncssh.SSHClientProcess[bytes]"):
+        self.p = proc
+
+    def write(self, data: bytes) -> None:
+        self.p.stdin.write(data)
+
+    async def read_stdout(self) -> bytes:
+        return await self.p.stdout.read(65536)
+
+    async def read_stderr(self) -> bytes:
+        return await self.p.stderr.read(65536)
+
+    def close(self) -> None:
+        self.p.close()
+
+    async def wait_closed(self) -> None:
+        await self.p.wait_closed()
+
+
+class SSHTransport:
+    """One asyncssh connection per host, reused by every step; bounded channels.
+
+    `shell: persistent` (the default) runs commands in persistent shells (eaglebot.transport.shell),
+    half of `max_channels` of them at most; `shell: exec` opens a channel per command. A command
+    with stdin always gets its own channel.
+    """
+
+    def __init__(self, name: str, cfg: HostConfig, *, tunnel: "SSHTransport | None" = None,
+                 connecting: asyncio.Semaphore | None = None):
         self.name, self.cfg, self.tunnel = name, cfg, tunnel
+        self._connecting = connecting or asyncio.Semaphore(1)
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
-        self._channels = asyncio.Semaphore(cfg.max_channels)
+        self.persistent = cfg.shell == "persistent"
+        shells = max(1, cfg.max_channels // 2) if self.persistent else 0
+        self._channels = asyncio.Semaphore(max(1, cfg.max_channels - shells))
+        self._shells = ShellPool(name, shells, self._open_shell) if self.persistent else None
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
         import asyncssh
@@ -48,7 +98,8 @@ class SSHTransport:
                     f"host {self.name}: known_hosts file {known} does not exist; "
                     f"pin the host key first (eagle doctor prints its fingerprint)")
             try:
-                self._conn = await asyncssh.connect(**kwargs)
+                async with self._connecting:
+                    self._conn = await asyncssh.connect(**kwargs)
             except asyncssh.HostKeyNotVerifiable as e:
                 raise TransportError(
                     f"host {self.name}: host key of {cfg.address}:{cfg.port} is unknown or changed "
@@ -64,9 +115,39 @@ class SSHTransport:
     async def connect(self) -> None:
         await self._connect()
 
+    async def _open_shell(self) -> _ShellChannel:
+        import asyncssh
+
+        conn = await self._connect()
+        try:
+            proc = await conn.create_process(OPEN_SHELL, encoding=None)
+        except (asyncssh.Error, OSError) as e:
+            self._conn = None
+            raise TransportError(f"host {self.name}: could not open a shell: {e}") from None
+        return _ShellChannel(proc)
+
     async def run(self, cmd: str | Sequence[str], *, timeout: float | None = None,
                   on_output: OutputCallback | None = None, env: dict[str, str] | None = None,
                   cwd: str | None = None, stdin: str | None = None) -> CommandResult:
+        if self._shells is not None and stdin is None:
+            conn = await self._connect()
+            try:
+                return await self._shells.run(cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd,
+                                              kill=self._kill)
+            except TransportError as e:
+                if conn.is_closed():
+                    if self._conn is conn:
+                        self._conn = None
+                    msg = str(e)
+                    if "connection lost" not in msg:
+                        msg = msg.replace(f"host {self.name}: ", f"host {self.name}: connection lost: ", 1)
+                    raise TransportError(msg) from None
+                raise
+        return await self._run_exec(cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd, stdin=stdin)
+
+    async def _run_exec(self, cmd: str | Sequence[str], *, timeout: float | None,
+                        on_output: OutputCallback | None, env: dict[str, str] | None,
+                        cwd: str | None, stdin: str | None) -> CommandResult:
         import asyncssh
 
         conn = await self._connect()
@@ -74,7 +155,12 @@ class SSHTransport:
         out: list[str] = []
         err: list[str] = []
         so = LineSplitter("stdout", on_output, out)
-        se = LineSplitter("stderr", on_output, err, on_pgid=pgid.append)
+
+        def on_pgid(g: int) -> None:
+            pgid.append(g)
+            note_pgid(g)
+
+        se = LineSplitter("stderr", on_output, err, on_pgid=on_pgid)
         t0 = time.monotonic()
         async with self._channels:
             try:
@@ -83,6 +169,9 @@ class SSHTransport:
             except (asyncssh.Error, OSError) as e:
                 self._conn = None
                 raise TransportError(f"host {self.name}: could not start a command: {e}") from None
+            except asyncio.CancelledError:  # it may have started: stop what carries the tag
+                await asyncio.shield(self._kill([]))
+                raise
             if stdin is not None:
                 proc.stdin.write(stdin)
                 proc.stdin.write_eof()
@@ -99,14 +188,15 @@ class SSHTransport:
                 await proc.wait_closed()
             except asyncio.TimeoutError:
                 timed_out = True
-                await self._kill_group(pgid)
+                await self._kill(pgid)
             except asyncio.CancelledError:
-                await asyncio.shield(self._kill_group(pgid))
+                await asyncio.shield(self._kill(pgid))
                 proc.close()
                 raise
             except (asyncssh.Error, OSError, ConnectionError) as e:
                 self._conn = None
-                raise TransportError(f"host {self.name}: connection lost during the command: {e}") from None
+                note = await self._kill(pgid)
+                raise TransportError(f"host {self.name}: connection lost during the command ({e}); {note}") from None
             finally:
                 if timed_out:
                     proc.close()
@@ -116,25 +206,45 @@ class SSHTransport:
                     pumps.cancel()
         if proc.exit_status is None and not timed_out and conn.is_closed():
             self._conn = None
-            raise TransportError(f"host {self.name}: connection lost during the command")
+            note = await self._kill(pgid)
+            raise TransportError(f"host {self.name}: connection lost during the command; {note}")
         return CommandResult(None if timed_out else proc.exit_status, "".join(out), "".join(err),
                              timed_out=timed_out, duration_s=time.monotonic() - t0,
                              signal=proc.exit_signal[0] if proc.exit_signal else None)
 
-    async def _kill_group(self, pgid: list[int]) -> None:
-        if not pgid:
-            return
-        g = pgid[0]
-        # dash's kill takes no `--`; a negative number is the process group. A server that
-        # did not make the command a group leader leaves no such group: signal the shell.
-        script = (f"kill -TERM -{g} 2>/dev/null || kill -TERM {g} 2>/dev/null; i=0; "
-                  f"while kill -0 -{g} 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; "
-                  f"kill -KILL -{g} 2>/dev/null; true")
-        try:
-            conn = await self._connect()
-            await asyncio.wait_for(conn.run(script, check=False), KILL_GRACE_S + 10)
-        except Exception:  # best effort: the caller reports the timeout either way
-            pass
+    async def _kill(self, pgids: list[int]) -> str:
+        """Stop the command's process groups and every process carrying the step's tag,
+        over a fresh channel (a new connection when the old one is gone); one sentence says
+        what happened and the step's `StepProcs` records it."""
+        return await self.cleanup(current_tag(), pgids, record=True)
+
+    async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
+                      attempts: int = 3) -> str:
+        """Kill what `tag` (and `pgids`) name on this host; reconnects, a few tries."""
+        what = "the command's processes" if pgids else f"processes tagged {tag}"
+        if not tag and not pgids:
+            return "its processes were not known"
+        last = ""
+        sp = CURRENT.get() if record else None
+        for i in range(attempts):
+            try:
+                conn = await self._connect()
+                res = await asyncio.wait_for(conn.run(kill_script(tag, pgids or []), check=False),
+                                             KILL_GRACE_S + 15)
+                ok, note = kill_note(parse_kill(_text(res.stdout)), what)
+                if sp is not None:
+                    (sp.stopped if ok else sp.pending)(note)
+                return note
+            except TransportError as e:
+                last = f"the host is unreachable ({e})"
+            except Exception as e:  # the connection broke again: retry on a new one
+                self._conn = None
+                last = f"the host did not answer ({type(e).__name__}: {e})"
+            await asyncio.sleep(0.2 * (i + 1))
+        note = f"{what} could not be stopped: {last}"
+        if sp is not None:
+            sp.pending(note)
+        return note
 
     async def read_file(self, path: str) -> bytes:
         conn = await self._connect()
@@ -166,6 +276,8 @@ class SSHTransport:
         return int(res.stdout.split()[-1])
 
     async def close(self) -> None:
+        if self._shells is not None:
+            await self._shells.aclose()
         if self._conn is not None:
             self._conn.close()
             try:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from eaglebot.sdk import Host
+if TYPE_CHECKING:  # the store parses /proc stat records at start-up without loading the sdk (pydantic)
+    from eaglebot.sdk import Host
 
 _SEP = "\x1f"
 

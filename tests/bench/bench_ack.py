@@ -5,7 +5,8 @@ runs in its own process, as it does in production; this process plays Slack: it 
 200 correctly signed slash commands, 50 in flight, and answers the bot's follow-up
 Web API and response_url calls with the fake Web API (on its own thread). It prints
 p50 / p90 / p99 / max of the time from sending a command to receiving its ack.
-Target: p99 < 100 ms.
+Target: p99 < 100 ms. It also prints the bot process's resident memory, idle and at its
+peak under the load (issue 13: `eagle serve` RSS idle and under 200 concurrent runs).
 
     .venv/bin/python tests/bench/bench_ack.py [--n 200] [--concurrency 50] [--text "hello greeting=bench"]
 """
@@ -87,6 +88,15 @@ async def load(url: str, fake: FakeSlackAPI, n: int, concurrency: int, text: str
         return latencies, statuses, time.perf_counter() - t0
 
 
+def _status_kib(pid: int, field: str) -> int:
+    """A field of /proc/PID/status in KiB (VmRSS: resident now; VmHWM: its peak)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200)
@@ -109,7 +119,10 @@ def main() -> int:
             if not line.startswith("URL "):
                 print("the bot did not start", file=sys.stderr)
                 return 2
+            idle_kib = _status_kib(bot.pid, "VmRSS")
             latencies, statuses, wall = asyncio.run(load(line.split()[1], fake, a.n, a.concurrency, a.text))
+            peak_kib = _status_kib(bot.pid, "VmHWM")
+            print(f"`eagle serve` RSS: idle {idle_kib / 1024:.1f} MiB, peak under the load {peak_kib / 1024:.1f} MiB")
         finally:
             bot.stdin.close()
             bot.wait(90)

@@ -1,7 +1,12 @@
-"""Per-step engine overhead vs asyncssh's own conn.run (and ansible-playbook if present).
+"""Per-step engine overhead, in both shell modes, vs asyncssh's own conn.run, vs a raw
+persistent shell (and ansible-playbook if present).
 
 A playbook of 20 `shell` steps running `true` over loopback OpenSSH (a real sshd started
-here, as in the tests), audit writes included. Run as root (it creates a test user):
+here, as in the tests), audit writes included; `shell: persistent` (one long-lived sh per
+channel, eaglebot.transport.shell) and `shell: exec` (a channel per command). The raw
+persistent shell is the floor: one sh on one channel, `/bin/true` then `echo` of a
+sentinel, no engine, no audit. Target (issue 13): persistent <= 0.5x asyncssh conn.run.
+Run as root (it creates a test user):
 
     .venv/bin/python tests/bench/bench_engine.py [--rounds 5] [--steps 20]
 """
@@ -41,9 +46,29 @@ async def bench_asyncssh(server, n: int) -> float:
         return (time.perf_counter() - t0) / n
 
 
-async def bench_engine(server, work: Path, n: int) -> float:
+async def bench_raw_shell(server, n: int) -> float:
+    async with asyncssh.connect("127.0.0.1", port=server.port, username=server.user,
+                                client_keys=[str(server.client_key)], known_hosts=str(server.known_hosts)) as conn:
+        proc = await conn.create_process("exec /bin/sh", encoding=None)
+
+        async def one() -> None:
+            proc.stdin.write(b"/bin/true; echo \"__END $?\"\n")
+            await proc.stdout.readuntil(b"__END ")
+            await proc.stdout.readline()
+
+        await one()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await one()
+        took = (time.perf_counter() - t0) / n
+        proc.close()
+        return took
+
+
+async def bench_engine(server, work: Path, n: int, mode: str = "persistent") -> float:
     cfg = work / "eagle.yaml"
-    cfg.write_text(yaml.safe_dump({"audit_db": str(work / "eagle.db"), "hosts": {"box": server.host_config()}}))
+    cfg.write_text(yaml.safe_dump({"audit_db": str(work / "eagle.db"),
+                                   "hosts": {"box": server.host_config(shell=mode)}}))
     svc = await Services.open(load_settings(cfg))
     steps = "\n".join(f"  - {{name: s{i}, skill: shell, with: {{command: 'true'}}}}" for i in range(n))
     book = parse_playbook(f"name: twenty\nsteps:\n{steps}\n", "bench")
@@ -85,16 +110,29 @@ async def main() -> None:
     os.chmod(work, 0o755)  # sshd reads authorized_keys as the test user
     server = start_sshd(work / "sshd")
     try:
-        raw, eng = [], []
+        raw, shell, eng, ex = [], [], [], []
         for _ in range(args.rounds):
             raw.append(await bench_asyncssh(server, args.steps))
-            eng.append(await bench_engine(server, work, args.steps))
+            shell.append(await bench_raw_shell(server, args.steps))
+            eng.append(await bench_engine(server, work, args.steps, "persistent"))
+            (work / "eagle.db").unlink(missing_ok=True)
+            ex.append(await bench_engine(server, work, args.steps, "exec"))
             (work / "eagle.db").unlink(missing_ok=True)
         ans = bench_ansible(server, work, args.steps)
-        r, e = statistics.median(raw), statistics.median(eng)
-        print(f"{args.steps} steps of `true` over loopback OpenSSH, median of {args.rounds} rounds:")
-        print(f"  asyncssh conn.run, one connection : {r * 1000:7.2f} ms per command")
-        print(f"  eaglebot engine (audit included)  : {e * 1000:7.2f} ms per step  ({e / r:.2f}x asyncssh)")
+        r = statistics.median(raw)
+
+        def spread(xs: list[float]) -> str:
+            return f"[{min(xs) * 1000:.2f}-{max(xs) * 1000:.2f}]"
+
+        print(f"{args.steps} steps of `true` over loopback OpenSSH, median of {args.rounds} rounds [min-max]:")
+        print(f"  asyncssh conn.run, one connection : {r * 1000:7.2f} ms per command {spread(raw)}")
+        sh = statistics.median(shell)
+        print(f"  raw persistent sh, /bin/true      : {sh * 1000:7.2f} ms per command {spread(shell)}  ({sh / r:.2f}x asyncssh)")
+        e = statistics.median(eng)
+        print(f"  engine, shell: persistent         : {e * 1000:7.2f} ms per step {spread(eng)}  ({e / r:.2f}x asyncssh, "
+              f"{e / sh:.2f}x raw shell; target <= 0.5x asyncssh: {'met' if e / r <= 0.5 else 'NOT met'})")
+        x = statistics.median(ex)
+        print(f"  engine, shell: exec               : {x * 1000:7.2f} ms per step {spread(ex)}  ({x / r:.2f}x asyncssh)")
         if ans is not None:
             print(f"  ansible-playbook (pipelining+CP) : {ans * 1000:7.2f} ms per task  ({ans / r:.1f}x asyncssh)")
         else:

@@ -6,27 +6,23 @@ unknown host / busy host, 3 completed with a regression flagged.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
 import shlex
-import signal
 import sys
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from eaglebot import __version__
-from eaglebot.config import Settings, load_settings
 from eaglebot.errors import EagleError, UsageError
-from eaglebot.engine.playbook import load_playbook, playbook_files
-from eaglebot.engine.registry import SkillRegistry
-from eaglebot.engine.runner import RunRequest
-from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver, use_colour
-from eaglebot.frontends.format import describe_inputs, history_text, show_text, table
-from eaglebot.frontends.services import Services
-from eaglebot.history.view import RunView, load_history
-from eaglebot.store import Store
+
+# Start-up (issue 13): `eagle --help` loads argparse and nothing else; each command imports
+# what it needs (pydantic only with the config, sqlite-utils only with the store, the engine
+# only to run). Import heavy modules inside the function that needs them.
+if TYPE_CHECKING:
+    from eaglebot.config import Settings
+    from eaglebot.store import Store
 
 
 def _err(msg: str) -> None:
@@ -51,11 +47,24 @@ def parse_extra_vars(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from eaglebot.config import load_settings
+
     return load_settings(getattr(args, "config", None))
 
 
 def _open_store(settings: Settings) -> Store:
+    from eaglebot.store import Store
+
     return Store(settings.db_path)
+
+
+def _store_only(args: argparse.Namespace) -> Store:
+    """The store, for a command that needs nothing else of the config (no pydantic)."""
+    from eaglebot.configfile import audit_db_path
+    from eaglebot.store import Store
+
+    db = audit_db_path(getattr(args, "config", None))
+    return Store(db) if db is not None else _open_store(_settings(args))
 
 
 def _known_run(store: Store, run_id: int) -> dict[str, Any]:
@@ -72,6 +81,20 @@ def _print_json(obj: Any) -> None:
 # -- commands --------------------------------------------------------------------------
 
 async def _run_async(args: argparse.Namespace, settings: Settings) -> int:
+    import asyncio
+    import signal
+
+    from eaglebot.engine.runner import RunRequest
+    from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver, use_colour
+    from eaglebot.frontends.services import Services
+    from eaglebot.history.view import RunView
+
+    try:  # an SSH host in the run: load asyncssh in the background meanwhile
+        if any(settings.hosts[h].transport == "ssh" for h in settings.resolve_hosts(args.hosts)):
+            from eaglebot.transport.ssh import preload
+            preload()
+    except UsageError:
+        pass  # the engine says which host is unknown
     svc = await Services.open(settings)
     try:
         req = RunRequest(playbook=args.playbook, hosts=args.hosts, inputs={},
@@ -138,13 +161,17 @@ def _whoami() -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
     settings = _settings(args)
     return asyncio.run(_run_async(args, settings))
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    store = _open_store(settings)
+    from eaglebot.frontends.format import history_text
+    from eaglebot.history.view import load_history
+
+    store = _store_only(args)
     since = None
     if args.since:
         from datetime import datetime, timezone
@@ -174,8 +201,10 @@ def _run_ref(word: str) -> int | str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    store = _open_store(settings)
+    from eaglebot.frontends.format import show_text
+    from eaglebot.history.view import RunView
+
+    store = _store_only(args)
     run_id = store.last_run_id() if args.run_id == "last" else args.run_id
     if run_id is None:
         raise UsageError("no runs yet (see `eagle playbooks`)")
@@ -190,6 +219,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
+    from eaglebot.engine.playbook import load_playbook, playbook_files
+    from eaglebot.engine.registry import SkillRegistry
+
     settings = _settings(args)
     registry = SkillRegistry.from_settings(settings)
     files = args.files or [str(p) for p in playbook_files(settings.playbooks_path).values()]
@@ -214,6 +246,10 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_playbooks(args: argparse.Namespace) -> int:
+    from eaglebot.engine.playbook import load_playbook, playbook_files
+    from eaglebot.engine.registry import SkillRegistry
+    from eaglebot.frontends.format import describe_inputs
+
     settings = _settings(args)
     registry = SkillRegistry.from_settings(settings)
     listing: list[dict[str, Any]] = []
@@ -242,6 +278,8 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
 
 
 def cmd_skills(args: argparse.Namespace) -> int:
+    from eaglebot.engine.registry import SkillRegistry
+
     registry = SkillRegistry.from_settings(_settings(args))
     from dataclasses import asdict
 
@@ -262,6 +300,8 @@ def cmd_skills(args: argparse.Namespace) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:
+    from eaglebot.frontends.format import table
+
     settings = _settings(args)
     rows: list[dict[str, Any]] = []
     for name, h in settings.hosts.items():
@@ -279,8 +319,7 @@ def cmd_hosts(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    store = _open_store(settings)
+    store = _store_only(args)
     run = _known_run(store, args.run_id)
     if not store.request_cancel(args.run_id):
         _err(f"run #{args.run_id} is not running ({run['status']})")

@@ -19,6 +19,7 @@ from eaglebot.sdk import ApprovalRequest, StepResult
 
 _COLOURS = {"ok": "32", "changed": "32", "succeeded": "32", "skipped": "2", "failed": "31", "cancelled": "33",
             "interrupted": "33", "warning": "33", "REGRESSION": "1;31"}
+FLEET = 8  # more hosts than this: one status line per host, not one per step
 
 
 def use_colour(stream: TextIO) -> bool:
@@ -36,7 +37,11 @@ def paint(word: str, colour: bool, key: str | None = None) -> str:
 
 class TerminalObserver(Observer):
     """A line per step on stderr, with status and elapsed time; a heartbeat line while a
-    step runs long (the engine's `heartbeat_s`); colour on a terminal unless NO_COLOR."""
+    step runs long (the engine's `heartbeat_s`); colour on a terminal unless NO_COLOR. For a
+    fleet (more than FLEET hosts) a line per host when it is done (failed steps still get
+    their line) and a count of hosts done at most every COUNT_EVERY_S."""
+
+    COUNT_EVERY_S = 2.0
 
     def __init__(self, stream: TextIO | None = None, verbose: bool = False):
         self.stream = stream or sys.stderr
@@ -44,6 +49,11 @@ class TerminalObserver(Observer):
         self.total: dict[str, int] = {}
         self.t0 = time.monotonic()
         self.colour = use_colour(self.stream)
+        self.fleet = 0
+        self.per_host: dict[str, dict[str, int]] = {}
+        self.hosts_done = 0
+        self.hosts_failed = 0
+        self.last_count = 0.0
 
     def _p(self, s: str) -> None:
         print(s, file=self.stream, flush=True)
@@ -51,7 +61,11 @@ class TerminalObserver(Observer):
     async def run_started(self, run_id: int, playbook: Playbook, hosts: list[str], req: RunRequest) -> None:
         self.total = {"steps": len(playbook.steps) + len(playbook.always)}
         mode = " (dry-run)" if req.dry_run else ""
-        self._p(f"run #{run_id}: {playbook.name} on {', '.join(hosts)}{mode}")
+        if len(hosts) > FLEET:
+            self.fleet = len(hosts)
+            self._p(f"run #{run_id}: {playbook.name} on {len(hosts)} hosts ({', '.join(hosts[:3])}, …){mode}")
+        else:
+            self._p(f"run #{run_id}: {playbook.name} on {', '.join(hosts)}{mode}")
 
     async def step_started(self, run_id: int, rec: StepRecord) -> None:
         if self.verbose:
@@ -67,14 +81,43 @@ class TerminalObserver(Observer):
                 f"still running ({fmt_duration(elapsed_s)}){last}")
 
     async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None:
+        if self.fleet and not self.verbose:
+            self._fleet_step(run_id, rec)
+            if rec.status != "failed":
+                return
         summary = f"  {rec.summary}" if rec.summary else ""
         self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {rec.name}: "
                 f"{paint(rec.status, self.colour)} ({rec.duration_ms / 1000:.2f}s){summary}")
         for w in result.warnings:
             self._p(f"[{rec.host}]   {paint('warning', self.colour)}: {w}")
 
+    def _fleet_step(self, run_id: int, rec: StepRecord) -> None:
+        counts = self.per_host.setdefault(rec.host, {})
+        counts[rec.status] = counts.get(rec.status, 0) + 1
+        if sum(counts.values()) < self.total.get("steps", 0):
+            return
+        self.hosts_done += 1
+        self.hosts_failed += 1 if counts.get("failed") else 0
+        self._p(f"[{rec.host}] done: " + ", ".join(f"{n} {st}" for st, n in sorted(counts.items())))
+        now = time.monotonic()
+        if now - self.last_count >= self.COUNT_EVERY_S and self.hosts_done < self.fleet:
+            self.last_count = now
+            self._p(f"run #{run_id}: {self.hosts_done}/{self.fleet} hosts done, {self.hosts_failed} failed")
+
     async def run_finished(self, outcome: RunOutcome) -> None:
-        """Nothing: the result block (`result_text`) says how the run ended, once."""
+        """For a fleet, the hosts' last lines and counts; the result block (`result_text`)
+        says how the run ended, once."""
+        if self.fleet and not self.verbose:
+            # Hosts that stopped early (a failed step; the rest not run) still get their line.
+            total = self.total.get("steps", 0)
+            for host in outcome.hosts:
+                counts = self.per_host.get(host, {})
+                if sum(counts.values()) < total:
+                    self.hosts_done += 1
+                    self.hosts_failed += 1 if counts.get("failed") or outcome.status != "succeeded" else 0
+                    parts = [f"{n} {st}" for st, n in sorted(counts.items())]
+                    self._p(f"[{host}] done: " + ", ".join([*parts, f"{total - sum(counts.values())} not run"]))
+            self._p(f"run #{outcome.run_id}: {self.hosts_done}/{self.fleet} hosts done, {self.hosts_failed} failed")
 
 
 async def terminal_approver(req: ApprovalRequest) -> tuple[bool, str]:

@@ -1,0 +1,72 @@
+"""Reading `eagle.yaml` without pydantic: the file itself, and the audit DB path.
+
+`eagle history` (and other commands that only need the store) start in a fraction of the
+time when they do not load the pydantic models (issue 13); `load_settings` validates the
+same file in full for every command that needs more. A file this module cannot vouch for
+(an unknown top-level key, a non-string audit_db) is left to the full validation, which
+says what is wrong with it.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from eaglebot.errors import UsageError
+
+# Settings' fields (tests/test_startup.py checks that this stays in step with the model).
+TOP_KEYS = frozenset({
+    "audit_db", "playbooks_dir", "skill_paths", "hosts", "groups", "default_hosts", "slack", "access",
+    "schedules", "regression", "redact", "max_parallel_hosts", "max_hosts_total", "max_connecting",
+    "state_dir",
+})
+
+
+def config_path(path: str | Path | None) -> tuple[Path, bool]:
+    """The file to read (`path`, else $EAGLE_CONFIG, else ./eagle.yaml) and whether it was named."""
+    explicit = path or os.environ.get("EAGLE_CONFIG")
+    return (Path(explicit) if explicit else Path("eagle.yaml")), bool(explicit)
+
+
+def read_config(p: Path) -> dict[str, Any]:
+    """The YAML mapping in p (libyaml's loader when there is one); one clear sentence otherwise."""
+    return read_config_text(p)[0]
+
+
+def read_config_text(p: Path) -> tuple[dict[str, Any], str]:
+    """The YAML mapping in p and its text (for line numbers in later errors)."""
+    import yaml
+
+    loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = yaml.load(text, Loader=loader) or {}
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{p}: the config is not UTF-8 text (byte {e.start})") from None
+    except RecursionError:
+        raise UsageError(f"{p}: invalid YAML: nested too deeply") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise UsageError(f"{p}{line}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    except OSError as e:
+        raise UsageError(f"cannot read config {p}: {e.strerror}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{p}: the config must be a mapping of settings")
+    return data, text
+
+
+def audit_db_path(path: str | Path | None) -> Path | None:
+    """The audit DB the config names, relative to its folder; None when only the full
+    validation can tell (then call `load_settings`)."""
+    p, explicit = config_path(path)
+    if not p.exists():
+        if explicit:
+            raise UsageError(f"config file {p} does not exist")
+        return Path.cwd() / "eagle.db"
+    data = read_config(p)
+    db = data.get("audit_db", "eagle.db")
+    if set(data) - TOP_KEYS or not isinstance(db, str) or not db:
+        return None
+    q = Path(os.path.expanduser(db))
+    return q if q.is_absolute() else p.resolve().parent / q

@@ -1,0 +1,75 @@
+"""No orphans: what each step started on its host is recorded and stopped.
+
+Every step has a tag, `<db_id>-<run>-<step>` (derivable from its row: nothing is written
+per step); the transport puts it in the environment of every process the step starts and reports
+the process groups (`eaglebot.transport.base.StepProcs`). On a timeout, a cancel or a lost
+connection the transport kills the groups and every tagged process (setsid descendants
+too) and says so (a `remote_procs` row); what it could not stop (host unreachable) is
+`pending`, and so is whatever a crashed `eagle`'s running steps started (`Store.recover`): the next run on that host stops it before its first
+step, and the step that started it says so. The host lock is kept (ownerless, with a
+reason) until then.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Protocol
+
+from eaglebot.errors import EagleError
+from eaglebot.store import AsyncStore
+from eaglebot.transport.base import CURRENT, StepProcs
+
+log = logging.getLogger("eaglebot.engine")
+
+
+class _Cleans(Protocol):
+    async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False) -> str: ...
+
+
+def begin(store: AsyncStore, run_id: int, step_id: int) -> tuple[StepProcs, Any]:
+    """Make the step's tag (`<db_id>-<run>-<step>`: derivable from the step row, so nothing
+    is written per step) the current one; the skill's task inherits it."""
+    sp = StepProcs(tag=store.sync.proc_tag(run_id, step_id))
+    return sp, CURRENT.set(sp)
+
+
+async def end(store: AsyncStore, sp: StepProcs, token: Any, run_id: int, step_id: int, host: str) -> None:
+    """Record a kill (only then is anything written)."""
+    CURRENT.reset(token)
+    if sp.state != "none":
+        await store.procs_record(run_id, step_id, host, tag=sp.tag, state=sp.state, note="; ".join(sp.notes),
+                                 pgids=sp.pgids)
+
+
+def current() -> StepProcs | None:
+    """The running step's processes (the context variable the transport fills in)."""
+    return CURRENT.get()
+
+
+def summary_note(sp: StepProcs | None, default: str, prefix: str) -> str:
+    """`default` when every kill was verified, else `prefix` + what could not be stopped."""
+    if sp is not None and sp.state == "pending" and sp.notes:
+        return prefix + sp.notes[-1]
+    return default
+
+
+async def clear_pending(store: AsyncStore, transport: _Cleans, run_id: int, host: str) -> list[str]:
+    """Stop what earlier runs left on `host` (crash, unreachable host); one message each."""
+    msgs: list[str] = []
+    for row in await store.pending_procs(host):
+        try:
+            note = await transport.cleanup(row["tag"], None)
+        except EagleError as e:
+            msgs.append(f"processes of run #{row['run_id']} on {host} could not be stopped: {e}")
+            continue
+        if "could not" in note or "survived" in note:
+            msgs.append(f"processes of run #{row['run_id']} on {host} could not be stopped: {note}")
+            continue
+        if note.endswith("nothing was left running"):
+            text = f"run #{run_id} found none of its processes left on {host}"
+            msgs.append(f"run #{row['run_id']} had not stopped its processes on {host}: none was left running")
+        else:
+            text = f"its processes on {host} were stopped by run #{run_id} ({note})"
+            msgs.append(f"run #{row['run_id']} had left processes on {host}: {note}")
+        await store.procs_cleaned(row["id"], by_run=run_id, note=text)
+    return msgs

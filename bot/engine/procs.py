@@ -26,17 +26,25 @@ class _Cleans(Protocol):
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False) -> str: ...
 
 
-def begin(store: AsyncStore, run_id: int, step_id: int) -> tuple[StepProcs, Any]:
+def begin(store: AsyncStore, run_id: int, step_id: int | None) -> tuple[StepProcs, Any]:
     """Make the step's tag (`<db_id>-<run>-<step>`: derivable from the step row, so nothing
-    is written per step) the current one; the skill's task inherits it."""
-    sp = StepProcs(tag=store.sync.proc_tag(run_id, step_id))
+    is written per step) the current one; the skill's task inherits it. A step whose row a
+    failing store did not take gets a random tag: its processes are still stopped on
+    timeout or cancel, only not recoverable after a crash."""
+    if step_id is None:
+        import secrets
+
+        sp = StepProcs(tag=f"{store.sync.db_id}-{run_id}-x{secrets.token_hex(4)}")
+    else:
+        sp = StepProcs(tag=store.sync.proc_tag(run_id, step_id))
     return sp, CURRENT.set(sp)
 
 
-async def end(store: AsyncStore, sp: StepProcs, token: Any, run_id: int, step_id: int, host: str) -> None:
-    """Record a kill (only then is anything written)."""
+async def end(store: AsyncStore, sp: StepProcs, token: Any, run_id: int, step_id: int | None,
+              host: str) -> None:
+    """Record a kill (only then is anything written; not for a step the store did not take)."""
     CURRENT.reset(token)
-    if sp.state != "none":
+    if sp.state != "none" and step_id is not None:
         await store.procs_record(run_id, step_id, host, tag=sp.tag, state=sp.state, note="; ".join(sp.notes),
                                  pgids=sp.pgids)
 

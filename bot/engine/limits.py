@@ -79,14 +79,23 @@ def load_playbook_yaml(text: str) -> Any:
     if _CLoader is not None and "&" not in text and "*" not in text:
         try:
             data = yaml.load(text, Loader=_CLoader)
-        except RecursionError:
-            raise LimitError(f"the value is nested more than {MAX_PLAYBOOK_DEPTH} levels deep") from None
+        except (yaml.YAMLError, RecursionError):
+            data = _BROKEN  # rare: the bounded loader below says exactly what is wrong, and where
+        if data is _BROKEN:
+            return _load_bounded(text)
         nodes, depth = _shape(data)
         if depth > MAX_PLAYBOOK_DEPTH:
             raise LimitError(f"the value is nested more than {MAX_PLAYBOOK_DEPTH} levels deep")
         if nodes > MAX_PLAYBOOK_NODES:
             raise LimitError(f"the document expands to more than {MAX_PLAYBOOK_NODES:,} values")
         return data
+    return _load_bounded(text)
+
+
+_BROKEN = object()
+
+
+def _load_bounded(text: str) -> Any:
     loader = BoundedLoader(text)
     try:
         node = loader.get_single_node()

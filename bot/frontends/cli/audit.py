@@ -12,7 +12,6 @@ import sys
 from typing import Any
 
 from eaglebot.errors import StoreError, UsageError
-from eaglebot.store import Store
 
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -39,6 +38,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     settings = load_settings(getattr(args, "config", None))
     if not settings.db_path.is_file():  # verifying must not create an empty, "intact" DB
         raise StoreError(f"audit store {settings.db_path}: there is no database file to verify")
+    from eaglebot.store import Store
+
     store = Store(settings.db_path)
     try:
         report = store.audit_verify(head)

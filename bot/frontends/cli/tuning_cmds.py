@@ -3,13 +3,11 @@ into history/ and frontends/tuning/, registered on the main parser by `register`
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from eaglebot.config import load_settings
 from eaglebot.errors import UsageError
 
 # Only argparse wiring at import time: `eagle --help` and the other commands must not pay
@@ -17,6 +15,8 @@ from eaglebot.errors import UsageError
 
 
 def _settings(args: argparse.Namespace) -> Any:
+    from eaglebot.config import load_settings
+
     return load_settings(getattr(args, "config", None))
 
 
@@ -107,6 +107,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         finally:
             await svc.close()
 
+    import asyncio
+
     r = asyncio.run(go())
     if args.json:
         _out(r)
@@ -152,6 +154,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                                     approver=_approver(args), assume_yes=args.yes)
         finally:
             await svc.close()
+
+    import asyncio
 
     r = asyncio.run(go())
     axes = sw.heatmap_axes(r)

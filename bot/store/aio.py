@@ -225,7 +225,7 @@ class AsyncStore:
         return await self._do(self.sync.host_run_ids, host, after=after, upto=upto)
 
     async def last_fingerprinted_run(self, host: str, upto: int) -> Row | None:
-        """The newest run <= upto on host whose fingerprint describes that host."""
+        """The newest run <= upto on host whose fingerprint describes that host (one row read,"""
         return await self._do(self.sync.last_fingerprinted_run, host, upto)
 
     async def host_steps(self, host: str, after: int, upto: int) -> list[Row]:

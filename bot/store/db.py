@@ -764,18 +764,17 @@ class Store:
         return [r[0] for r in self.db.execute(sql + " order by run_id", args)]
 
     def last_fingerprinted_run(self, host: str, upto: int) -> Row | None:
-        """The newest run <= upto on host whose fingerprint describes that host."""
-        for row in self.db.query(
-                "select r.id, r.fingerprint from run_hosts rh join runs r on r.id = rh.run_id "
-                "where rh.host = ? and rh.run_id <= ? and r.fingerprint is not null "
-                "order by rh.run_id desc limit 20", [host, upto]):
-            try:
-                fp = json.loads(row["fingerprint"])
-            except (TypeError, json.JSONDecodeError):
-                continue
-            if isinstance(fp, dict) and isinstance(fp.get(host), dict):
-                return {"run_id": row["id"], "state": fp[host]}
-        return None
+        """The newest run <= upto on host whose fingerprint describes that host (one row read,
+        only that host's part of the fingerprint parsed)."""
+        path = '$."' + host.replace('"', '') + '"'
+        rows = list(self.db.query(
+            "select r.id, json_extract(r.fingerprint, :path) as state from run_hosts rh "
+            "join runs r on r.id = rh.run_id where rh.host = :host and rh.run_id <= :upto "
+            "and json_valid(r.fingerprint) and json_type(r.fingerprint, :path) = 'object' "
+            "order by rh.run_id desc limit 1", {"path": path, "host": host, "upto": upto}))
+        if not rows:
+            return None
+        return {"run_id": rows[0]["id"], "state": json.loads(rows[0]["state"])}
 
     def host_steps(self, host: str, after: int, upto: int) -> list[Row]:
         """Finished steps of runs (after, upto] on host, oldest first (for fingerprints)."""

@@ -95,3 +95,26 @@ async def test_a_known_fatal_message_gets_its_hint_in_the_failed_step(services, 
     assert out.steps[0].status == "failed"
     assert "CUDA out of memory" in out.steps[0].summary
     assert "hint: CUDA ran out of memory outside the KV cache pool" in out.steps[0].summary
+
+
+def test_the_relaunch_playbook_takes_stall_s_and_fails_a_stalled_launch_early(tmp_path, capsys):
+    """`-e stall_s=2` reaches server.launch through the shipped relaunch playbook: a server
+    stuck in CUDA-graph capture fails the run in one line instead of after ready_timeout_s."""
+    import json
+
+    from tuning_sandbox import FAST_ENV, HOST, sim_host
+
+    from eaglebot.frontends.cli.main import main
+    from eaglebot.store import Store
+
+    with sim_host(tmp_path) as sb:
+        env = json.dumps(dict(FAST_ENV, EAGLE_SIM_STALL_AT="cuda_graph"))
+        rc = main(["--config", str(sb["cfg"]), "run", "relaunch", "-H", HOST, "--yes", "-e", "stall_s=2",
+                   "-e", "bench_prompts=0", "-e", f"env={env}"])
+        assert rc == 1, capsys.readouterr().err
+        store = Store(sb["db"])
+        [launch] = [s for s in store.steps(store.last_run_id() or 0) if s["skill"] == "server.launch"]
+        assert launch["status"] == "failed"
+        assert launch["summary"].startswith("the server stalled: no new log line and no healthy /health for 2s")
+        assert "capturing CUDA graphs" in launch["summary"] + (launch["output"] or "")
+        store.close()

@@ -44,10 +44,11 @@ def test_diff_json_shows_every_kind_of_change_and_metric_deltas(tmp_path, capsys
     d = json.loads(capsys.readouterr().out)
     assert d["launch"] == {"--cuda-graph-bs": {"a": ["1", "2", "4"], "b": ["1", "8", "16"]}}
     key = "eagle_config.eagle_aux_hidden_state_layer_ids"
-    assert d["config"]["a"] == {"/d/config.json": {key: [2, 30, 58]}}
-    assert d["config"]["b"] == {"/d/config.json": {key: [-1, 2, 30]}}
+    assert d["config"]["a"] == {"/d/config.json": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}}
+    assert d["config"]["b"] == {"/d/config.json": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 2, 30]}}}
     # an RFC 6902 patch (made by jsonpatch) that turns A's config into B's
-    assert all(op["path"].startswith("/~1d~1config.json/" + key) for op in d["config_patch"])
+    # the patch addresses the config document's own structure, not the dotted key
+    assert all(op["path"].startswith("/~1d~1config.json/" + key.replace(".", "/")) for op in d["config_patch"])
     assert jsonpatch.apply_patch(d["config"]["a"], d["config_patch"]) == d["config"]["b"]
     assert d["env"] == {"NCCL_MIN_NCHANNELS": {"a": "4", "b": "8"}}
     assert d["versions"] == {"torch": {"a": "2.14.0", "b": "2.14.1"}}
@@ -62,7 +63,7 @@ def test_slash_diff_is_the_same_text_and_unknown_runs_are_one_sentence(tmp_path,
     assert main(["chat", f"diff {a} {b}", "--config", str(cfg)]) == 0
     out = capsys.readouterr().out
     assert "launch arguments:" in out and "--cuda-graph-bs" in out and "1 8 16" in out
-    assert "config (JSON Patch, RFC 6902):" in out and "/~1d~1config.json/eagle_config." in out
+    assert "config (JSON Patch, RFC 6902):" in out and "/~1d~1config.json/eagle_config/eagle_aux_hidden_state_layer_ids" in out
     assert "-25.0%" in out
     assert main(["chat", f"diff {a} 999", "--config", str(cfg)]) == 2
     assert "no run #999" in capsys.readouterr().err

@@ -16,6 +16,25 @@ def _pairs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     return {k: (a.get(k), b.get(k)) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)}
 
 
+def _nested(docs: dict[str, Any]) -> dict[str, Any]:
+    """{file: {"a.b": v}} -> {file: {"a": {"b": v}}}: the patch then addresses the config
+    document's own structure (`/<file>/eagle_config/eagle_aux_hidden_state_layer_ids/0`)."""
+    out: dict[str, Any] = {}
+    for path, keys in docs.items():
+        doc: dict[str, Any] = {}
+        for dotted, value in keys.items():
+            node = doc
+            *parents, last = str(dotted).split(".")
+            for part in parents:
+                nxt = node.get(part)
+                if not isinstance(nxt, dict):
+                    nxt = node[part] = {}
+                node = nxt
+            node[last] = value
+        out[path] = doc
+    return out
+
+
 def config_docs(sa: dict[str, Any], sb: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each state's known config keys as {file: {dotted key: value}} (unknown = absent)."""
     da: dict[str, Any] = {}
@@ -69,8 +88,8 @@ def diff_runs(store: Any, a_id: int, b_id: int) -> dict[str, Any]:
               "started_at": rb.get("started_at")},
         "inputs": _pairs(ra.get("inputs") or {}, rb.get("inputs") or {}),
         "launch": launch,
-        "config": {"a": ca, "b": cb},
-        "config_patch": jsonpatch.make_patch(ca, cb).patch,
+        "config": {"a": _nested(ca), "b": _nested(cb)},
+        "config_patch": jsonpatch.make_patch(_nested(ca), _nested(cb)).patch,
         "versions": versions,
         "env": _pairs(sa.get("env") or {}, sb.get("env") or {}),
         "health": [c.text() for c in health_changes(sa, sb, b_id)],

@@ -212,3 +212,24 @@ def test_many_processes_opening_a_new_audit_db_at_once_all_succeed(tmp_path):
     s = Store(db)
     assert len(s.history(limit=100)) == 8
     s.close()
+
+
+def test_a_reader_that_leaves_early_gets_no_internal_error(tmp_path):
+    """`eagle history --json | head -1`: the pipe closes while eagle still writes; eagle
+    stops quietly (exit 141, as a shell does on SIGPIPE), no 'internal error' line."""
+    from history_seed import seed_run
+
+    from eaglebot.store import Store
+
+    store = Store(tmp_path / "eagle.db")
+    for _ in range(1500):   # ~250 KB of JSON: more than a pipe holds
+        seed_run(store, "bench", "gpu-01")
+    store.close()
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text("audit_db: eagle.db\n")
+    proc = subprocess.Popen([sys.executable, "-m", "eaglebot", "history", "--json", "--limit", "1500",
+                             "--config", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"["
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 141 and b"internal error" not in err and b"Traceback" not in err, err

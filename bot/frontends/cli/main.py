@@ -581,6 +581,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
+    except BrokenPipeError:
+        # `eagle ... | head`: the reader left; say nothing (Python would complain at exit
+        # flushing stdout, so point it at /dev/null), exit as a shell does on SIGPIPE.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except Exception as e:  # a bug still gets one line; EAGLE_DEBUG=1 shows the traceback
         if os.environ.get("EAGLE_DEBUG"):
             raise

@@ -272,3 +272,30 @@ def test_verifying_a_missing_database_is_an_error_not_an_empty_intact_one(tmp_pa
     res = eagle("audit", "verify", config=cfg)
     assert res.returncode == 1 and "there is no database file to verify" in res.stderr
     assert not (tmp_path / "nothing.db").exists()
+
+
+def test_show_names_a_row_of_the_run_edited_without_trace(ran):
+    """`eagle show` checks the rows it shows against the chain: untouched, nothing on stderr;
+    a step's status edited by another program, one line naming the row (stdout unchanged)."""
+    cfg, db, run_id = ran
+    clean = eagle("show", str(run_id), config=cfg)
+    assert clean.returncode == 0 and "audit:" not in clean.stderr, clean.stderr
+    conn = sqlite3.connect(db)
+    conn.execute("update steps set status = 'ok' where status = 'failed'")
+    conn.commit()
+    conn.close()
+    res = eagle("show", str(run_id), config=cfg)
+    assert res.returncode == 0
+    [line] = [ln for ln in res.stderr.splitlines() if "audit:" in ln]
+    assert f"run #{run_id}: steps row" in line and "changed outside eaglebot" in line
+    res_json, doc = eagle_json("show", str(run_id), "--json", config=cfg)
+    assert doc["run_id"] == run_id and "changed outside eaglebot" in res_json.stderr
+    # with the triggers dropped first, the edit leaves no entry: the content no longer matches
+    conn = sqlite3.connect(db)
+    for (trigger,) in conn.execute("select name from sqlite_master where type = 'trigger'").fetchall():
+        conn.execute(f"drop trigger {trigger}")
+    conn.execute("update metrics set value = 200")
+    conn.commit()
+    conn.close()
+    res = eagle("show", str(run_id), config=cfg)
+    assert any("metrics row" in ln and "edited without trace" in ln for ln in res.stderr.splitlines()), res.stderr

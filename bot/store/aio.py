@@ -310,6 +310,10 @@ class AsyncStore:
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems."""
         return await self._do(self.sync.audit_verify, head)
 
+    async def run_audit_problems(self, run_id: int) -> list[str]:
+        """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,"""
+        return await self._do(self.sync.run_audit_problems, run_id)
+
     async def audit_head(self) -> dict[str, Any]:
         """The newest sealed link of the audit chain: the anchor posted outside the DB."""
         return await self._do(self.sync.audit_head)

@@ -286,4 +286,31 @@ def verify(conn: sqlite3.Connection, head: str | None = None) -> Report:
     return Report(not problems, n, rows, prev or None, head_seq, genesis, head, anchor_seq, problems)
 
 
+def verify_rows(conn: sqlite3.Connection, rows: list[tuple[str, int]]) -> list[Problem]:
+    """The given live rows against their latest chain entries (`eagle show`: one run's rows,
+    without walking the whole chain; `verify` also checks the links and deletions)."""
+    problems: list[Problem] = []
+    if not table_exists(conn, CHAIN_TABLE):
+        return problems
+    cols: dict[str, list[str]] = {}
+    for t, rid in rows:
+        if t not in cols:
+            cols[t] = columns(conn, t)
+        live = conn.execute(f"select {row_json_sql(cols[t], '')} from {_q(t)} where rowid = ?", [rid]).fetchone()
+        entry = conn.execute(f"select seq, op, content_sha256, hash from {CHAIN_TABLE} where tbl = ? and row_id = ? "
+                             f"and op <> ? order by seq desc limit 1", [t, rid, COLUMNS]).fetchone()
+        if live is None:
+            continue
+        if entry is None:
+            problems.append(Problem(None, t, rid, "the row is not in the audit chain (written without trace)"))
+        elif entry[3] is None:
+            problems.append(Problem(entry[0], t, rid, "changed outside eaglebot (an entry without a hash)"))
+        elif entry[1] == "D":
+            problems.append(Problem(entry[0], t, rid, "the row was deleted in the chain but is present"))
+        elif _sha(live[0]) != entry[2]:
+            problems.append(Problem(entry[0], t, rid, "the row's content differs from its last audit entry "
+                                                      "(edited without trace)"))
+    return problems
+
+
 _OPS = {"I": "an insert", "U": "an update", "D": "a delete", "S": "a snapshot"}

@@ -953,6 +953,17 @@ class Store:
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems."""
         return chain.verify(self.db.conn, head).to_json()
 
+    def run_audit_problems(self, run_id: int) -> list[str]:
+        """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,
+        regressions) checked against the audit chain: a sentence per edited row."""
+        conn = self.db.conn
+        rows: list[tuple[str, int]] = [("runs", run_id)]
+        for t in chain.CHAINED_TABLES:
+            if t != "runs" and chain.table_exists(conn, t) and "run_id" in chain.columns(conn, t):
+                rows += [(t, r[0]) for r in conn.execute(f'select rowid from "{t}" where run_id = ? order by rowid',
+                                                         [run_id])]
+        return [p.line() for p in chain.verify_rows(conn, rows)]
+
     def audit_head(self) -> dict[str, Any]:
         """The newest sealed link of the audit chain: the anchor posted outside the DB."""
         row = self.db.execute(f"select seq, hash from {chain.CHAIN_TABLE} where hash is not null "

@@ -213,8 +213,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise UsageError(f"no run #{run_id}")
     if args.json:
         _print_json(view.as_json())
-        return 0
-    print(show_text(view, with_output=args.output))
+    else:
+        print(show_text(view, with_output=args.output))
+    for problem in store.run_audit_problems(run_id):  # the rows shown were edited outside eaglebot
+        _err(f"audit: run #{run_id}: {problem} (`eagle audit verify` checks the whole trail)")
     return 0
 
 

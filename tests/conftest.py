@@ -10,6 +10,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from fakes.slack_api import FakeSlackAPI  # noqa: E402
 from sshd import SSHServer, chown_to, start_sshd  # noqa: E402
 
 from eaglebot.config import Settings, load_settings  # noqa: E402
@@ -79,3 +80,11 @@ async def services(make_settings):
     yield open_
     for svc in opened:
         await svc.close()
+
+
+@pytest.fixture
+async def fake():
+    """The fake Slack Web API on loopback (tests/fakes/slack_api.py)."""
+    f = await FakeSlackAPI().start()
+    yield f
+    await f.stop()

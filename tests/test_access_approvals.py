@@ -14,7 +14,6 @@ import aiohttp
 import pytest
 import yaml
 
-from fakes.slack_api import FakeSlackAPI
 from helpers import eagle
 from slack_harness import (CHANNEL, PLAYBOOKS, SECRET, TOKEN, action_body, command_body, open_harness,
                            signed_headers, start_foreign_gpu_holder)
@@ -25,13 +24,6 @@ from eaglebot.frontends.chat.router import (Command, authorize, authorize_approv
                                            parse)
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.sim import install_sim_bin
-
-
-@pytest.fixture
-async def fake():
-    f = await FakeSlackAPI().start()
-    yield f
-    await f.stop()
 
 
 @pytest.fixture

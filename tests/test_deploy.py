@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fakes.slack_api import FakeSlackAPI
 from sshd import chown_to
 
 from eaglebot.sim import gpu_state, install_sim_bin
@@ -39,13 +38,6 @@ def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
         key, _, value = line.partition("=")
         section.setdefault(key.strip(), []).append(value.strip())
     return out
-
-
-@pytest.fixture
-async def fake():
-    f = await FakeSlackAPI().start()
-    yield f
-    await f.stop()
 
 
 def test_the_units_documentation_link_names_a_shipped_file():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 
-from fakes.slack_api import FakeSlackAPI
 from slack_harness import open_harness
 
 from eaglebot.engine.runner import HEARTBEAT_S, RunRequest
@@ -46,13 +45,6 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
     assert paint("failed", True) == "\x1b[31mfailed\x1b[0m" and paint("failed", False) == "failed"
     monkeypatch.setenv("NO_COLOR", "1")
     assert not use_colour(Tty())
-
-
-@pytest.fixture
-async def fake():
-    f = await FakeSlackAPI().start()
-    yield f
-    await f.stop()
 
 
 async def test_the_heartbeat_is_mirrored_in_the_slack_progress_message(tmp_path, fake):

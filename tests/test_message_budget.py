@@ -9,7 +9,6 @@ import textwrap
 
 import pytest
 
-from fakes.slack_api import FakeSlackAPI
 from slack_harness import open_harness
 
 from eaglebot.frontends.slack import blocks as bk
@@ -59,13 +58,6 @@ WIDE = {
 }
 
 ENTITY_SPLIT = re.compile(r"&(?!amp;|lt;|gt;)")
-
-
-@pytest.fixture
-async def fake():
-    f = await FakeSlackAPI().start()
-    yield f
-    await f.stop()
 
 
 def test_fit_keeps_blocks_in_order_and_says_what_it_left_out():

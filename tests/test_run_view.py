@@ -5,7 +5,6 @@ import re
 
 import pytest
 
-from fakes.slack_api import FakeSlackAPI
 from helpers import eagle, eagle_json
 from history_seed import seed_run
 from slack_harness import open_harness
@@ -62,13 +61,6 @@ def key_column(table: str) -> dict[int, str]:
             k = KEY.search(line)
             out[int(m.group(1))] = k.group(1) if k else ""
     return out
-
-
-@pytest.fixture
-async def fake():
-    f = await FakeSlackAPI().start()
-    yield f
-    await f.stop()
 
 
 async def test_cli_chat_and_slack_history_show_the_same_key_metric_for_each_run(tmp_path, fake):

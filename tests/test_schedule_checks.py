@@ -10,7 +10,6 @@ import pytest
 
 from helpers import eagle
 from slack_harness import open_harness
-from fakes.slack_api import FakeSlackAPI
 
 from eaglebot.frontends.scheduler import build_scheduler
 
@@ -80,13 +79,6 @@ def test_config_errors_carry_the_line_number(tmp_path):
         """))
     res = eagle("hosts", config=cfg)
     assert res.returncode == 2 and f"{cfg}:5: hosts.gpu-01.prot: unknown key" in res.stderr
-
-
-@pytest.fixture
-async def fake():
-    f = await FakeSlackAPI().start()
-    yield f
-    await f.stop()
 
 
 async def test_pause_and_resume_from_slack_are_for_operators_persisted_shown_audited_and_honoured(tmp_path, fake):

@@ -10,19 +10,11 @@ import time
 
 import pytest
 
-from fakes.slack_api import FakeSlackAPI
 from slack_harness import CHANNEL, PLAYBOOKS, SECRET, TOKEN, command_body, signed_headers
 from sshd import free_port
 
 import aiohttp
 import yaml
-
-
-@pytest.fixture
-async def fake():
-    f = await FakeSlackAPI().start()
-    yield f
-    await f.stop()
 
 
 def write_config(tmp_path):

@@ -8,19 +8,11 @@ import time
 import pytest
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-from fakes.slack_api import FakeSlackAPI
 from history_seed import seed_run
 from slack_harness import CHANNEL, command_body, open_harness, signed_headers, start_foreign_gpu_holder
 
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack.app import UpdateCoalescer, make_client
-
-
-@pytest.fixture
-async def fake():
-    f = await FakeSlackAPI().start()
-    yield f
-    await f.stop()
 
 
 @pytest.fixture

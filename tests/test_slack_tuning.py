@@ -4,7 +4,6 @@ to the thread (files_upload_v2 against the fake Web API), and the "Apply best" b
 from __future__ import annotations
 
 import pytest
-from fakes.slack_api import FakeSlackAPI
 from slack_harness import open_harness
 
 from eaglebot.frontends.slack.tuning import APPLY_BEST_ACTION
@@ -18,13 +17,6 @@ TUNE = {
                "with": {"name": "output_throughput", "value": "{{ 100 - (a - 3) ** 2 - (b - 2) ** 2 }}",
                         "unit": "tok/s"}}],
 }
-
-
-@pytest.fixture
-async def fake():
-    f = await FakeSlackAPI().start()
-    yield f
-    await f.stop()
 
 
 async def test_slash_sweep_posts_the_table_uploads_the_heatmap_and_apply_best_is_for_operators(tmp_path, fake):

@@ -30,7 +30,7 @@ def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resume
                                                              "spec_draft_tokens=4,8", "repeats=2", *FAST])
                 sid = await sw.create(svc, sw.SweepRequest("relaunch", HOST, axes, fixed, repeats),
                                       actor="t", origin="cli")
-                await sw.execute(svc, sid, actor="t", origin="cli", assume_yes=True, stop_after=3)
+                await sw.run_points(svc, sid, actor="t", origin="cli", assume_yes=True, stop_after=3)
                 return sid
             finally:
                 await svc.close()

@@ -436,18 +436,11 @@ class Store:
             sql = "select runs.* from run_hosts rh join runs on runs.id = rh.run_id"
             where.append("rh.host = ?")
             args.append(host)
-        if playbook:
-            where.append("playbook = ?")
-            args.append(playbook)
-        if status:
-            where.append("status = ?")
-            args.append(status)
-        if origin:
-            where.append("origin = ?")
-            args.append(origin)
-        if since:
-            where.append("started_at >= ?")
-            args.append(since)
+        for cond, value in (("playbook = ?", playbook), ("status = ?", status), ("origin = ?", origin),
+                            ("started_at >= ?", since)):
+            if value:
+                where.append(cond)
+                args.append(value)
         sql += (" where " + " and ".join(where) if where else "")
         sql += " order by rh.run_id desc limit ?" if host else " order by id desc limit ?"
         args.append(limit)

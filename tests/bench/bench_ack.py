@@ -13,6 +13,7 @@ peak under the load (issue 13: `eagle serve` RSS idle and under 200 concurrent r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import asyncio
 import os
 import statistics
@@ -22,6 +23,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
@@ -36,10 +38,10 @@ EVERYONE = {"operators": ["*"], "approvers": ["*"], "viewers": ["*"]}
 
 # -- the bot's process ---------------------------------------------------------------------
 
-async def serve(api_url: str, workdir: str) -> None:
+async def serve(api_url: str, workdir: str, playbooks: dict | None = None) -> None:
     fake = FakeSlackAPI()
     fake.root = api_url.rstrip("/").rsplit("/api", 1)[0]  # only its URLs are used here
-    h = await open_harness(Path(workdir), fake, access=EVERYONE)
+    h = await open_harness(Path(workdir), fake, access=EVERYONE, **({"playbooks": playbooks} if playbooks else {}))
     print(f"URL {h.url}", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
     deadline = time.monotonic() + 60
@@ -88,6 +90,33 @@ async def load(url: str, fake: FakeSlackAPI, n: int, concurrency: int, text: str
         return latencies, statuses, time.perf_counter() - t0
 
 
+@contextlib.contextmanager
+def bot_process(script: str, fake: FakeSlackAPI) -> Iterator[tuple[str, subprocess.Popen, Path, Callable[[], None]]]:
+    """`script --serve` in its own process (the bot): its URL, the process, its folder and a
+    `stop` (closes its stdin and waits; also done when the block ends, before the folder goes)."""
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        bot = subprocess.Popen([sys.executable, script, "--serve", fake.base_url, "--dir", d],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+        def stop() -> None:
+            if not bot.stdin.closed:
+                bot.stdin.close()
+            bot.wait(90)
+
+        try:
+            line = bot.stdout.readline()
+            if not line.startswith("URL "):
+                raise SystemExit("the bot did not start")
+            yield line.split()[1], bot, Path(d), stop
+        finally:
+            stop()
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(round(q * (len(sorted_values) - 1))))]
+
+
 def _status_kib(pid: int, field: str) -> int:
     """A field of /proc/PID/status in KiB (VmRSS: resident now; VmHWM: its peak)."""
     with open(f"/proc/{pid}/status") as f:
@@ -110,26 +139,15 @@ def main() -> int:
         return 0
 
     fake, _loop = start_fake()
-    with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        bot = subprocess.Popen([sys.executable, __file__, "--serve", fake.base_url, "--dir", d],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        try:
-            line = bot.stdout.readline()
-            if not line.startswith("URL "):
-                print("the bot did not start", file=sys.stderr)
-                return 2
-            idle_kib = _status_kib(bot.pid, "VmRSS")
-            latencies, statuses, wall = asyncio.run(load(line.split()[1], fake, a.n, a.concurrency, a.text))
-            peak_kib = _status_kib(bot.pid, "VmHWM")
-            print(f"`eagle serve` RSS: idle {idle_kib / 1024:.1f} MiB, peak under the load {peak_kib / 1024:.1f} MiB")
-        finally:
-            bot.stdin.close()
-            bot.wait(90)
+    with bot_process(__file__, fake) as (url, bot, _, _stop):
+        idle_kib = _status_kib(bot.pid, "VmRSS")
+        latencies, statuses, wall = asyncio.run(load(url, fake, a.n, a.concurrency, a.text))
+        peak_kib = _status_kib(bot.pid, "VmHWM")
+        print(f"`eagle serve` RSS: idle {idle_kib / 1024:.1f} MiB, peak under the load {peak_kib / 1024:.1f} MiB")
     latencies.sort()
 
     def p(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(round(q * (len(latencies) - 1))))]
+        return percentile(latencies, q)
 
     print(f"/eagle {a.text!r}: {a.n} signed requests, {a.concurrency} in flight, {wall:.2f}s wall, "
           f"HTTP statuses {statuses}")

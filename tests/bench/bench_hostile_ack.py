@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aiohttp  # noqa: E402
 
-from bench_ack import EVERYONE, start_fake  # noqa: E402
+from bench_ack import bot_process, percentile, serve, start_fake  # noqa: E402
 from fakes.slack_api import FakeSlackAPI  # noqa: E402
-from slack_harness import PLAYBOOKS, command_body, open_harness, signed_headers  # noqa: E402
+from slack_harness import PLAYBOOKS, command_body, signed_headers  # noqa: E402
 
 ENVY = {"name": "envy", "inputs": {"env": {"type": "dict"}},
         "steps": [{"skill": "audit.note", "with": {"message": "{{ env }}"}}]}
@@ -35,18 +32,6 @@ def bomb(levels: int = 7) -> str:
     parts = ["a0: &a0 [x,x,x,x,x,x,x,x,x]"] + [
         f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
     return "envy local 'env={" + ", ".join(parts) + "}'"
-
-
-async def serve(api_url: str, workdir: str) -> None:
-    fake = FakeSlackAPI()
-    fake.root = api_url.rstrip("/").rsplit("/api", 1)[0]
-    h = await open_harness(Path(workdir), fake, access=EVERYONE, playbooks={**PLAYBOOKS, "envy": ENVY})
-    print(f"URL {h.url}", flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-    deadline = time.monotonic() + 60
-    while (h.bot.ctx.tasks or h.bot.ctx.runs) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    await h.close()
 
 
 async def load(url: str, fake: FakeSlackAPI, n: int, concurrency: int) -> tuple[list[float], dict, float]:
@@ -83,27 +68,17 @@ def main() -> int:
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
-        asyncio.run(serve(a.serve, a.dir))
+        asyncio.run(serve(a.serve, a.dir, playbooks={**PLAYBOOKS, "envy": ENVY}))
         return 0
     fake, _loop = start_fake()
-    with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        bot = subprocess.Popen([sys.executable, __file__, "--serve", fake.base_url, "--dir", d],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        try:
-            line = bot.stdout.readline()
-            if not line.startswith("URL "):
-                print("the bot did not start", file=sys.stderr)
-                return 2
-            latencies, statuses, wall = asyncio.run(load(line.split()[1], fake, a.n, a.concurrency))
-        finally:
-            bot.stdin.close()
-            bot.wait(90)
-        size = sum(f.stat().st_size for f in Path(d).glob("eagle.db*"))
+    with bot_process(__file__, fake) as (url, _bot, d, stop):
+        latencies, statuses, wall = asyncio.run(load(url, fake, a.n, a.concurrency))
+        stop()
+        size = sum(f.stat().st_size for f in d.glob("eagle.db*"))
     latencies.sort()
 
     def p(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(round(q * (len(latencies) - 1))))]
+        return percentile(latencies, q)
 
     print(f"{a.n} signed requests ({a.n // 2} hostile), {a.concurrency} in flight, {wall:.2f}s wall, "
           f"HTTP statuses {statuses}, audit DB {size / 1024:.0f} KiB")

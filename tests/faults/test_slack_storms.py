@@ -6,15 +6,7 @@ import sqlite3
 
 import pytest
 
-from fakes.slack_api import FakeSlackAPI
 from slack_harness import open_harness
-
-
-@pytest.fixture
-async def fake():
-    f = await FakeSlackAPI().start()
-    yield f
-    await f.stop()
 
 
 def _new_run(h, seen: int) -> int | None:

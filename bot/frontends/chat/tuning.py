@@ -130,7 +130,7 @@ async def _sweep(services: Services, cmd: Command, caller: Caller) -> Reply:
         sid = await sw.create(services, req, actor=caller.user, origin=caller.origin)
     sweep = await services.store.get_sweep(sid)
     observer, approver = _progress(caller, sweep["playbook"] if sweep else "relaunch", sweep["host"] if sweep else "")
-    r = await sw.execute(services, sid, actor=caller.user, origin=caller.origin, observer=observer,
+    r = await sw.run_points(services, sid, actor=caller.user, origin=caller.origin, observer=observer,
                          approver=approver, channel=caller.channel)
     text = sweep_text(r)
     best = sw.apply_best_command(r)

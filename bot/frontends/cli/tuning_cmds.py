@@ -150,7 +150,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 req = sw.SweepRequest(words[0], args.host, axes, fixed, args.repeats or repeats, heat)
                 sid = await sw.create(svc, req, actor=_actor(), origin="cli")
                 print(f"sweep #{sid}: {len(sw.grid(axes))} points", file=sys.stderr)
-            return await sw.execute(svc, sid, actor=_actor(), origin="cli", observer=TerminalObserver(),
+            return await sw.run_points(svc, sid, actor=_actor(), origin="cli", observer=TerminalObserver(),
                                     approver=_approver(args), assume_yes=args.yes)
         finally:
             await svc.close()

@@ -127,7 +127,7 @@ async def create(services: Services, req: SweepRequest, *, actor: str, origin: s
                                              actor=actor, origin=origin, points=rows)
 
 
-async def execute(services: Services, sweep_id: int, *, actor: str, origin: str, observer: Observer | None = None,
+async def run_points(services: Services, sweep_id: int, *, actor: str, origin: str, observer: Observer | None = None,
                   approver: Approver | None = None, assume_yes: bool = False, channel: str | None = None,
                   stop_after: int | None = None) -> dict[str, Any]:
     """Run every point that has not finished (a resume is the same call). `stop_after` ends

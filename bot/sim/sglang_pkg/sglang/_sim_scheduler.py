@@ -58,6 +58,11 @@ def main(argv: list[str]) -> int:
     gs, sd, me = gpu_state_module(), state_dir(), os.getpid()
 
     def bye(*_a: object) -> None:
+        # A second SIGTERM (the launcher's own terminate() after the group's) must not run
+        # this again while the first holds the state lock: flock on a new descriptor would
+        # wait for ourselves until SIGKILL.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if gs is not None and sd:
             try:
                 gs.remove_holder(sd, me)

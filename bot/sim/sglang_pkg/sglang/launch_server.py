@@ -349,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     server = Server(args, argv, perf, arch)
 
     def on_term(*_a: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second SIGTERM must not re-enter
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         server.stop_children()
         os._exit(0)
 

@@ -96,6 +96,7 @@ class Store:
             raise store_error(self.path, e) from None
 
     def _open(self) -> None:
+        self._chained = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
         self.db = sqlite_utils.Database(conn)
@@ -122,11 +123,14 @@ class Store:
         except sqlite3.Error as e:
             raise store_error(self.path, e) from None
         try:
-            # The audit chain's links are sealed in the same transaction as the rows.
-            since = chain.last_seq(conn) if chain.table_exists(conn, chain.CHAIN_TABLE) else 0
+            # The audit chain's links are sealed in the same transaction as the rows. Once the
+            # chain's table exists (migration v5) it is not looked up again.
+            chained = self._chained or chain.table_exists(conn, chain.CHAIN_TABLE)
+            since = chain.last_seq(conn) if chained else 0
             yield
-            if chain.table_exists(conn, chain.CHAIN_TABLE):
+            if chained or chain.table_exists(conn, chain.CHAIN_TABLE):
                 chain.seal(conn, since)
+                self._chained = True
             conn.execute("COMMIT")
         except BaseException as e:
             if conn.in_transaction:

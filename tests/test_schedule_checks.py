@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import textwrap
 
 import pytest
@@ -111,3 +112,27 @@ async def test_pause_and_resume_from_slack_are_for_operators_persisted_shown_aud
         assert (await h.services.store.schedule_states())["nightly-bench"]["paused"] == 0
     finally:
         await h.close()
+
+
+def test_pause_and_resume_from_the_terminal_write_the_row_the_bot_reads(tmp_path):
+    (tmp_path / "books").mkdir()
+    (tmp_path / "books" / "ok.yaml").write_text(OK_BOOK)
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text("audit_db: eagle.db\nplaybooks_dir: books\nhosts:\n  local: {transport: local}\n"
+                   "schedules:\n  - {name: nightly, playbook: ok, cron: \"0 3 * * *\"}\n")
+    paused = eagle("schedule", "pause", "nightly", config=cfg, env={"USER": "alice"})
+    assert paused.returncode == 0, paused.stderr
+    assert "schedule nightly paused by" in paused.stdout and "eagle schedule resume nightly" in paused.stdout
+    again = eagle("schedule", "pause", "nightly", config=cfg)
+    assert again.returncode == 2 and "schedule 'nightly' is already paused" in again.stderr
+    unknown = eagle("schedule", "resume", "nigthly", config=cfg)
+    assert unknown.returncode == 2 and "unknown schedule 'nigthly' (known: nightly)" in unknown.stderr
+    listed = eagle("schedule", "list", "--json", config=cfg)
+    row = json.loads(listed.stdout)[0]
+    assert row["paused"] is True and row["paused_by"]
+    assert eagle("schedule", "resume", "nightly", config=cfg).returncode == 0
+    assert json.loads(eagle("schedule", "list", "--json", config=cfg).stdout)[0]["paused"] is False
+    db = sqlite3.connect(tmp_path / "eagle.db")
+    kinds = [k for (k,) in db.execute("select kind from events order by id")]
+    assert kinds == ["schedule_paused", "schedule_resumed"]
+    assert db.execute("select count(*) from runs").fetchone()[0] == 0

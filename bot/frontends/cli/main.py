@@ -419,6 +419,26 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     return schedule_list_main(_settings(args), as_json=args.json)
 
 
+def cmd_schedule_pause(args: argparse.Namespace) -> int:
+    """`eagle schedule pause|resume NAME`: the same row `/eagle schedule pause` writes; a
+    running `eagle serve` reads it when the schedule fires."""
+    settings = _settings(args)
+    names = [s.name for s in settings.schedules]
+    if args.name not in names:
+        raise UsageError(f"unknown schedule {args.name!r} (known: {', '.join(names) or 'none'})")
+    paused, who = args.schedule_cmd == "pause", _whoami()
+    store = _open_store(settings)
+    try:
+        if not store.set_schedule_paused(args.name, paused, who):
+            raise UsageError(f"schedule {args.name!r} is already {'paused' if paused else 'active'}")
+        store.add_event(None, f"schedule_{'paused' if paused else 'resumed'}", f"{args.name} by {who} (cli)")
+    finally:
+        store.close()
+    print(f"schedule {args.name} paused by {who}: it will not run until `eagle schedule resume {args.name}`"
+          if paused else f"schedule {args.name} resumed by {who}")
+    return 0
+
+
 def cmd_trend(args: argparse.Namespace) -> int:
     from eaglebot.frontends.plot import default_out, plot_trend
 
@@ -527,11 +547,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_doctor)
 
     s = sub.add_parser("schedule", parents=[common], help="scheduled runs")
-    ss = s.add_subparsers(dest="schedule_cmd", metavar="list")
+    ss = s.add_subparsers(dest="schedule_cmd", metavar="list|pause|resume")
     ss.required = True
     sl = ss.add_parser("list", parents=[common], help="each job with its next fire time")
     sl.add_argument("--json", action="store_true")
     sl.set_defaults(func=cmd_schedule)
+    for verb, text in (("pause", "stop NAME from firing (kept across restarts) until resumed"),
+                       ("resume", "let a paused schedule fire again")):
+        sp = ss.add_parser(verb, parents=[common], help=text)
+        sp.add_argument("name", metavar="NAME")
+        sp.set_defaults(func=cmd_schedule_pause)
 
     s = sub.add_parser("baseline", parents=[common], help="reference runs for regression checks")
     bs = s.add_subparsers(dest="baseline_cmd", metavar="set")

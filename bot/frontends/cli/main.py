@@ -235,7 +235,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
             print(str(e), file=sys.stderr)
             bad += 1
             continue
-        print(f"ok {f} ({pb.name}: {len(pb.steps)} steps)")
+        print(f"ok {f} ({pb.name}: {len(pb.steps)} step{'' if len(pb.steps) == 1 else 's'})")
     if not files:
         print("no playbooks found")
     if not args.files:

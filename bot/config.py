@@ -22,6 +22,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _default_shell() -> str:
+    """`shell` of a host that does not say: persistent, or env EAGLE_SHELL_MODE (e.g. `exec` for
+    every host at once while a persistent-shell problem is looked into)."""
+    mode = os.environ.get("EAGLE_SHELL_MODE", "").strip() or "persistent"
+    if mode not in ("persistent", "exec"):
+        raise UsageError(f"EAGLE_SHELL_MODE must be persistent or exec, got {mode!r}")
+    return mode
+
+
 class HostConfig(_Model):
     transport: Literal["ssh", "local"] = Field("ssh", description="ssh (default) or local")
     address: str | None = Field(None, description="host name or IP address to connect to")
@@ -33,8 +42,9 @@ class HostConfig(_Model):
     connect_timeout_s: float = Field(10.0, gt=0)
     max_channels: int = Field(8, ge=1, le=64, description="concurrent SSH channels (sshd's MaxSessions is 10)")
     shell: Literal["persistent", "exec"] = Field(
-        "persistent", description="persistent: commands run in a long-lived sh per channel (fast); "
-                                  "exec: one SSH channel (or local sh -c) per command")
+        default_factory=lambda: _default_shell(),
+        description="persistent: commands run in a long-lived sh per channel (fast); exec: one SSH channel "
+                    "(or local sh -c) per command. Default persistent, or env EAGLE_SHELL_MODE")
     vars: dict[str, Any] = Field(default_factory=dict, description="host variables for templating")
     gpu: bool | None = Field(None, description="a GPU host (doctor checks nvidia-smi there); default: see "
                                                "Settings.is_gpu_host")

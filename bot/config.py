@@ -22,13 +22,18 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _default_shell() -> str:
+ShellMode = Literal["persistent", "exec"]
+
+
+def _default_shell() -> ShellMode:
     """`shell` of a host that does not say: persistent, or env EAGLE_SHELL_MODE (e.g. `exec` for
     every host at once while a persistent-shell problem is looked into)."""
     mode = os.environ.get("EAGLE_SHELL_MODE", "").strip() or "persistent"
-    if mode not in ("persistent", "exec"):
-        raise UsageError(f"EAGLE_SHELL_MODE must be persistent or exec, got {mode!r}")
-    return mode
+    if mode == "persistent":
+        return "persistent"
+    if mode == "exec":
+        return "exec"
+    raise UsageError(f"EAGLE_SHELL_MODE must be persistent or exec, got {mode!r}")
 
 
 class HostConfig(_Model):
@@ -41,8 +46,8 @@ class HostConfig(_Model):
     jump: str | None = Field(None, description="name of another configured host to tunnel through")
     connect_timeout_s: float = Field(10.0, gt=0)
     max_channels: int = Field(8, ge=1, le=64, description="concurrent SSH channels (sshd's MaxSessions is 10)")
-    shell: Literal["persistent", "exec"] = Field(
-        default_factory=lambda: _default_shell(),
+    shell: ShellMode = Field(
+        default_factory=_default_shell,
         description="persistent: commands run in a long-lived sh per channel (fast); exec: one SSH channel "
                     "(or local sh -c) per command. Default persistent, or env EAGLE_SHELL_MODE")
     vars: dict[str, Any] = Field(default_factory=dict, description="host variables for templating")

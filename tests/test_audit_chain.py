@@ -213,7 +213,6 @@ def test_a_column_added_by_a_later_migration_is_covered(tmp_path):
 
 
 def test_every_chained_table_exists_and_prune_is_recorded_not_flagged(tmp_path):
-    from datetime import timedelta
     store = Store(tmp_path / "a.db")
     for t in chain.CHAINED_TABLES:
         assert chain.table_exists(store.db.conn, t), t

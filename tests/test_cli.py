@@ -1,12 +1,10 @@
 """The `eagle` command as users (and acceptance tests) call it: exit codes, --json, the store."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest

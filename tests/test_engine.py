@@ -4,9 +4,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sqlite3
 import sys
-from pathlib import Path
 
 import pytest
 

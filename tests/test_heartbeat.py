@@ -11,7 +11,6 @@ from eaglebot.engine.runner import HEARTBEAT_S, RunRequest
 from eaglebot.frontends.cli.terminal import TerminalObserver, paint, result_text, use_colour
 from eaglebot.history.view import RunView
 
-import pytest
 import yaml
 
 TICKS = {"name": "ticks", "steps": [{"name": "warm up", "skill": "shell",

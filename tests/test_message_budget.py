@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import textwrap
 
-import pytest
 
 from slack_harness import open_harness
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 
 from helpers import eagle, eagle_json
 from history_seed import seed_run

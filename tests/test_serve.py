@@ -8,7 +8,6 @@ import socket
 import sys
 import time
 
-import pytest
 
 from slack_harness import CHANNEL, PLAYBOOKS, SECRET, TOKEN, command_body, signed_headers
 from sshd import free_port

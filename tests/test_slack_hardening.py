@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 import pytest
 
 from fakes.slack_api import FakeSlackAPI
-from slack_harness import SECRET, command_body, open_harness, signed_headers
+from slack_harness import SECRET, command_body, open_harness
 
 
 

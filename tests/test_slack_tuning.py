@@ -3,7 +3,6 @@ to the thread (files_upload_v2 against the fake Web API), and the "Apply best" b
 (operators only; a refusal is an audit row)."""
 from __future__ import annotations
 
-import pytest
 from slack_harness import open_harness
 
 from eaglebot.frontends.slack.tuning import APPLY_BEST_ACTION

@@ -12,7 +12,6 @@ reason) until then.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Protocol
 
 from eaglebot.errors import EagleError

@@ -108,10 +108,12 @@ def test_prune_dry_run_deletes_nothing_and_a_terminal_is_asked_above_100_runs(cf
     assert done.returncode == 0 and "pruned 101 runs" in done.stdout
 
 
-def _complete(script: str, *words: str) -> list[str]:
+def _complete(script: str, *words: str, env: dict | None = None) -> list[str]:
     prog = (f'eval "$1"; COMP_WORDS=({" ".join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}; _eagle; '
             'printf "%s\\n" "${COMPREPLY[@]}"')
-    res = subprocess.run(["bash", "-c", prog, "bash", script], capture_output=True, text=True, timeout=30)
+    e = {k: v for k, v in os.environ.items() if k != "EAGLE_CONFIG"}
+    res = subprocess.run(["bash", "-c", prog, "bash", script], capture_output=True, text=True, timeout=30,
+                         env={**e, **(env or {})})
     assert res.returncode == 0, res.stderr
     return res.stdout.split()
 
@@ -121,11 +123,34 @@ def test_bash_completion_knows_the_commands_their_options_and_choices(tmp_path):
     assert "complete -F _eagle eagle" in script
     assert _complete(script, "eagle", "hist") == ["history"]
     assert _complete(script, "eagle", "history", "--s") == ["--since", "--status"]
-    assert _complete(script, "eagle", "completion", "") == ["--config", "--help", "-h", "bash", "zsh"]
+    assert _complete(script, "eagle", "completion", "") == ["--config", "--help", "--list", "-h", "bash", "hosts",
+                                                            "playbooks", "schedules", "zsh"]
     assert "list" in _complete(script, "eagle", "schedule", "")
     zsh = eagle("completion", "zsh").stdout
     assert "bashcompinit" in zsh and "complete -F _eagle eagle" in zsh
     assert eagle("completion", "fish").returncode == 2
+
+
+def test_bash_completion_offers_the_configs_playbooks_hosts_and_schedules(tmp_path):
+    books = tmp_path / "books"
+    books.mkdir()
+    write_playbook(books, "nightly-bench", "name: nightly-bench\nsteps:\n  - skill: shell\n    with: {command: 'true'}\n")
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text("playbooks_dir: books\nhosts:\n  gpu-01: {transport: local}\n  gpu-02: {transport: local}\n"
+                   "schedules:\n  - {name: nightly, playbook: nightly-bench, cron: '0 3 * * *'}\n")
+    script = eagle("completion", "bash").stdout
+    path = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # the venv's `eagle`
+    c = "--config", str(cfg)
+    assert _complete(script, "eagle", *c, "run", "ni", env=path) == ["nightly-bench"]
+    assert _complete(script, "eagle", "run", "ni", env=path) == []  # the shipped ones only
+    assert _complete(script, "eagle", "run", "ni", env={**path, "EAGLE_CONFIG": str(cfg)}) == ["nightly-bench"]
+    assert _complete(script, "eagle", *c, "trend", "nightly-bench", "g", env=path) == ["gpu-01", "gpu-02"]
+    assert _complete(script, "eagle", "run", "nightly-bench", *c, "-H", "gpu", env=path) == ["gpu-01", "gpu-02"]
+    assert _complete(script, "eagle", "logs", "", env={**path, "EAGLE_CONFIG": str(cfg)}) == ["gpu-01", "gpu-02", "local"]
+    assert _complete(script, "eagle", "schedule", "pause", "n", env={**path, "EAGLE_CONFIG": str(cfg)}) == ["nightly"]
+    assert _complete(script, "eagle", "run", "nightly-bench", "--dr", env=path) == ["--dry-run"]
+    assert eagle("completion", "--list", "playbooks", config=cfg).stdout.split()[-1] == "verify"
+    assert eagle("completion").returncode == 2
 
 
 def test_a_run_prints_one_result_block_each_metric_once_and_one_line_per_regression(tmp_path):

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from eaglebot.config import Settings
 
 
 def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -33,12 +37,36 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
     top = " ".join(list(cmds) + _options(parser))
     return f"""# eagle completion for bash: eval "$(eagle completion bash)" (e.g. in ~/.bashrc)
 _eagle() {{
-    local cur="${{COMP_WORDS[COMP_CWORD]}}" words=""
-    if [ "$COMP_CWORD" -le 1 ]; then
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" words="" names=""
+    local i c=0 cmd="" cfg=()
+    # The command is the first word that is not an option (`--config FILE` may come first);
+    # `--config FILE` anywhere before the cursor is the config the names come from.
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${{COMP_WORDS[i]}}" in
+            --config) cfg=(--config "${{COMP_WORDS[i+1]}}"); i=$((i + 1)) ;;
+            -*) ;;
+            *) [ -z "$cmd" ] && {{ cmd="${{COMP_WORDS[i]}}"; c=$i; }} ;;
+        esac
+    done
+    if [ -z "$cmd" ]; then
+        [ "$prev" = --config ] && {{ COMPREPLY=( $(compgen -f -- "$cur") ); return 0; }}
         COMPREPLY=( $(compgen -W {shlex.quote(top)} -- "$cur") )
         return 0
     fi
-    case "${{COMP_WORDS[1]}}" in
+    case "$prev" in
+        -H|--host) names=hosts ;;
+        --playbook) names=playbooks ;;
+    esac
+    [ -z "$names" ] && case "$((COMP_CWORD - c)) $cmd" in
+        "1 run"|"1 sweep"|"1 trend") names=playbooks ;;
+        "1 logs"|"2 trend") names=hosts ;;
+        "2 schedule") [ "${{COMP_WORDS[c+1]}}" != list ] && names=schedules ;;
+    esac
+    if [ -n "$names" ] && [ "${{cur#-}}" = "$cur" ]; then
+        COMPREPLY=( $(compgen -W "$(eagle completion --list "$names" "${{cfg[@]}}" 2>/dev/null)" -- "$cur") )
+        return 0
+    fi
+    case "$cmd" in
 {chr(10).join(cases)}
     esac
     COMPREPLY=( $(compgen -W "$words" -- "$cur") )
@@ -55,6 +83,17 @@ def zsh_script(parser: argparse.ArgumentParser) -> str:
     return ("# eagle completion for zsh: eval \"$(eagle completion zsh)\" (e.g. in ~/.zshrc)\n"
             "autoload -U +X compinit && compinit\n"
             "autoload -U +X bashcompinit && bashcompinit\n" + bash_script(parser).split("\n", 1)[1])
+
+
+def names(settings: Settings, what: str) -> list[str]:
+    """`eagle completion --list playbooks|hosts|schedules`: one name a line, for the script above."""
+    if what == "hosts":
+        return sorted(settings.hosts)
+    if what == "schedules":
+        return [s.name for s in settings.schedules]
+    from eaglebot.engine.playbook import playbook_files
+
+    return list(playbook_files(settings.playbooks_path))
 
 
 def completion_main(parser: argparse.ArgumentParser, shell: str) -> int:

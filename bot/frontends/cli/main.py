@@ -455,8 +455,13 @@ def cmd_trend(args: argparse.Namespace) -> int:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    from eaglebot.frontends.cli.completion import completion_main
+    from eaglebot.frontends.cli.completion import completion_main, names
 
+    if args.list:
+        print("\n".join(names(_settings(args), args.list)))
+        return 0
+    if not args.shell:
+        raise UsageError("completion needs a shell: eagle completion bash|zsh")
     return completion_main(build_parser(), args.shell)
 
 
@@ -580,7 +585,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_prune)
 
     s = sub.add_parser("completion", parents=[common], help="print a shell completion script (bash or zsh)")
-    s.add_argument("shell", choices=["bash", "zsh"])
+    s.add_argument("shell", nargs="?", choices=["bash", "zsh"])
+    s.add_argument("--list", choices=["playbooks", "hosts", "schedules"],
+                   help="print the names the script completes (it calls this), one a line")
     s.set_defaults(func=cmd_completion)
 
     from eaglebot.frontends.cli.tuning_cmds import register as register_tuning

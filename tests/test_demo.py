@@ -21,7 +21,10 @@ def _processes_mentioning(text: str) -> list[str]:
     return out
 
 
-def test_demo_runs_the_relaunch_story_and_leaves_nothing_running(tmp_path, capsys):
+def test_demo_runs_the_relaunch_story_and_leaves_nothing_running(tmp_path, capsys, monkeypatch):
+    # the simulated model load and warm-up take 0.3 s + 1 s a launch for a person watching
+    monkeypatch.setenv("EAGLE_SIM_LOAD_S", "0.05")
+    monkeypatch.setenv("EAGLE_SIM_WARMUP_S", "0.05")
     sandbox = tmp_path / "demo"
     assert main(["demo", "--dir", str(sandbox)]) == 0
     out = capsys.readouterr().out

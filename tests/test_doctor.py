@@ -143,3 +143,16 @@ async def test_doctor_checks_nvidia_smi_only_on_gpu_hosts(tmp_path, monkeypatch)
     assert by["host local nvidia-smi"].ok and "not a GPU host" in by["host local nvidia-smi"].detail
     assert by["access"].warn and "no `access` section" in by["access"].detail
     assert all(c.ok for c in checks), [c.line() for c in checks]
+
+
+def test_doctor_says_when_eagle_shell_mode_overrides_the_hosts_default(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("EAGLE_SHELL_MODE", "exec")
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    monkeypatch.delenv("SLACK_APP_TOKEN", raising=False)
+    code = doctor_main(settings_for(tmp_path, {"local": {"transport": "local", "gpu": False}}))
+    out = capsys.readouterr().out.splitlines()
+    assert "WARN  shell mode: EAGLE_SHELL_MODE=exec: hosts without `shell:` in eagle.yaml use `shell: exec`" in out
+    assert code == 0  # a warning fails nothing
+    monkeypatch.delenv("EAGLE_SHELL_MODE")
+    doctor_main(settings_for(tmp_path, {"local": {"transport": "local", "gpu": False}}))
+    assert not any("shell mode" in line for line in capsys.readouterr().out.splitlines())

@@ -184,6 +184,10 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
     add(Check("config", True, str(settings.source) if settings.source else "built-in defaults (no eagle.yaml)"))
     add(await asyncio.to_thread(check_db, settings))
     add(check_access(settings))
+    mode = os.environ.get("EAGLE_SHELL_MODE", "").strip()
+    if mode:  # easy to forget once a problem is over
+        add(Check("shell mode", True, f"EAGLE_SHELL_MODE={mode}: hosts without `shell:` in eagle.yaml use "
+                                      f"`shell: {mode}`", warn=mode != "persistent"))
     for c in check_schedule_config(settings):
         add(c)
     add(await asyncio.to_thread(check_audit_chain, settings))

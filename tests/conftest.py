@@ -11,6 +11,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fakes.slack_api import FakeSlackAPI  # noqa: E402
+from slack_harness import start_foreign_gpu_holder  # noqa: E402
 from sshd import SSHServer, chown_to, start_sshd  # noqa: E402
 
 from eaglebot.config import Settings, load_settings  # noqa: E402
@@ -88,3 +89,13 @@ async def fake():
     f = await FakeSlackAPI().start()
     yield f
     await f.stop()
+
+
+@pytest.fixture
+def stranger(tmp_path):
+    """A real process holding the SIMULATED GPU that the bot did not start."""
+    p = start_foreign_gpu_holder(tmp_path / "sim-state")
+    yield p
+    if p.poll() is None:
+        p.kill()
+    p.wait()

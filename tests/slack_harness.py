@@ -78,6 +78,15 @@ def start_foreign_gpu_holder(sim_state: Path) -> subprocess.Popen:
     return p
 
 
+def approval_message(fake):
+    """The posted message with Approve/Deny buttons and its action value, or None yet."""
+    for c in fake.ok_calls_to("chat.postMessage"):
+        for b in c.blocks():
+            if b.get("type") == "actions":
+                return c, b["elements"][0]["value"]
+    return None
+
+
 def signed_headers(body: str, *, secret: str = SECRET, timestamp: int | None = None,
                    content_type: str = "application/x-www-form-urlencoded") -> dict[str, str]:
     ts = str(int(time.time()) if timestamp is None else timestamp)

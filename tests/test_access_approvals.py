@@ -11,12 +11,11 @@ import sys
 import time
 
 import aiohttp
-import pytest
 import yaml
 
 from helpers import eagle
 from slack_harness import (CHANNEL, PLAYBOOKS, SECRET, TOKEN, action_body, command_body, open_harness,
-                           signed_headers, start_foreign_gpu_holder)
+                           approval_message, signed_headers)
 from sshd import free_port
 
 from eaglebot.config import AccessConfig
@@ -24,23 +23,6 @@ from eaglebot.frontends.chat.router import (Command, authorize, authorize_approv
                                            parse)
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.sim import install_sim_bin
-
-
-@pytest.fixture
-def stranger(tmp_path):
-    p = start_foreign_gpu_holder(tmp_path / "sim-state")
-    yield p
-    if p.poll() is None:
-        p.kill()
-        p.wait()
-
-
-def approval_message(fake):
-    for c in fake.ok_calls_to("chat.postMessage"):
-        for b in c.blocks():
-            if b.get("type") == "actions":
-                return c, b["elements"][0]["value"]
-    return None
 
 
 # -- pure access rules --------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
 from history_seed import seed_run
-from slack_harness import CHANNEL, command_body, open_harness, signed_headers, start_foreign_gpu_holder
+from slack_harness import CHANNEL, approval_message, command_body, open_harness, signed_headers
 
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack.app import UpdateCoalescer, make_client
@@ -35,14 +35,6 @@ def posts(fake, *, thread_ts=None, top=False):
     if thread_ts:
         out = [c for c in out if c.args.get("thread_ts") == thread_ts]
     return out
-
-
-def approval_message(fake):
-    for c in fake.ok_calls_to("chat.postMessage"):
-        for b in c.blocks():
-            if b.get("type") == "actions":
-                return c, b["elements"][0]["value"]
-    return None
 
 
 async def run_rows(h):
@@ -218,16 +210,6 @@ async def test_refusals_are_ephemeral_and_audited(harness, fake):
 
 
 # -- approvals ------------------------------------------------------------------------------
-
-@pytest.fixture
-def stranger(tmp_path):
-    """A real process holding the SIMULATED GPU that the bot did not start."""
-    p = start_foreign_gpu_holder(tmp_path / "sim-state")
-    yield p
-    if p.poll() is None:
-        p.kill()
-    p.wait()
-
 
 async def test_approval_only_an_approver_can_approve(harness, fake, stranger):
     h = await harness()

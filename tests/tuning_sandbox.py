@@ -4,12 +4,13 @@ point takes a fraction of a second."""
 from __future__ import annotations
 
 import os
-import socket
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import yaml
+
+from sshd import free_port
 
 from eaglebot.frontends.cli.demo import _stop_everything, _write_models
 from eaglebot.sim import gpu_state, install_sim_bin
@@ -17,12 +18,6 @@ from eaglebot.sim import gpu_state, install_sim_bin
 HOST = "sim-gpu-01"
 FAST_ENV = {"EAGLE_SIM_LOAD_S": "0", "EAGLE_SIM_WARMUP_S": "0", "EAGLE_SIM_SEED": "7",
             "EAGLE_SIM_NOISE_PCT": "1.0"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -36,7 +31,7 @@ def sim_host(root: Path) -> Iterator[dict[str, Path]]:
         "audit_db": "eagle.db", "state_dir": str(state_dir), "default_hosts": [HOST],
         "hosts": {HOST: {"transport": "local", "vars": {
             "python": host_vars["python"], "nvidia_smi": host_vars["nvidia_smi"],
-            "model": str(target), "draft": str(draft), "port": _free_port()}}},
+            "model": str(target), "draft": str(draft), "port": free_port()}}},
     }, sort_keys=False))
     old = {k: os.environ.get(k) for k in [*FAST_ENV, "EAGLE_SIM_STATE"]}
     os.environ.update(FAST_ENV)

@@ -113,8 +113,19 @@ def bot_process(script: str, fake: FakeSlackAPI) -> Iterator[tuple[str, subproce
             stop()
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(round(q * (len(sorted_values) - 1))))]
+def latency_report(latencies: list[float], statuses: dict[int, int], n: int, label: str) -> int:
+    """Print p50/p90/p99/max/mean of `latencies` (ms) and PASS/FAIL (p99 < 100 ms, n answers
+    of 200); the exit code."""
+    xs = sorted(latencies)
+
+    def p(q: float) -> float:
+        return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+    print(f"{label} ms: p50 {p(0.50):.1f}  p90 {p(0.90):.1f}  p99 {p(0.99):.1f}  max {xs[-1]:.1f}  "
+          f"mean {statistics.mean(xs):.1f}")
+    ok = p(0.99) < 100 and statuses.get(200) == n
+    print("PASS: p99 < 100 ms" if ok else "FAIL: p99 >= 100 ms or non-200 answers")
+    return 0 if ok else 1
 
 
 def _status_kib(pid: int, field: str) -> int:
@@ -144,18 +155,9 @@ def main() -> int:
         latencies, statuses, wall = asyncio.run(load(url, fake, a.n, a.concurrency, a.text))
         peak_kib = _status_kib(bot.pid, "VmHWM")
         print(f"`eagle serve` RSS: idle {idle_kib / 1024:.1f} MiB, peak under the load {peak_kib / 1024:.1f} MiB")
-    latencies.sort()
-
-    def p(q: float) -> float:
-        return percentile(latencies, q)
-
     print(f"/eagle {a.text!r}: {a.n} signed requests, {a.concurrency} in flight, {wall:.2f}s wall, "
           f"HTTP statuses {statuses}")
-    print(f"ack latency ms: p50 {p(0.50):.1f}  p90 {p(0.90):.1f}  p99 {p(0.99):.1f}  max {latencies[-1]:.1f}  "
-          f"mean {statistics.mean(latencies):.1f}")
-    ok = p(0.99) < 100 and statuses.get(200) == a.n
-    print("PASS: p99 < 100 ms" if ok else "FAIL: p99 >= 100 ms or non-200 answers")
-    return 0 if ok else 1
+    return latency_report(latencies, statuses, a.n, "ack latency")
 
 
 if __name__ == "__main__":

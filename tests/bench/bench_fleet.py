@@ -15,7 +15,6 @@ import asyncio
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
+from bench_engine import ansible_playbook_s  # noqa: E402
 from sshd import start_sshd  # noqa: E402
 
 from eaglebot.config import load_settings  # noqa: E402
@@ -54,24 +54,6 @@ async def bench(server, work: Path, n: int, rounds: int, mode: str) -> tuple[flo
         await svc.close()
 
 
-def bench_ansible(server, work: Path, n: int) -> float | None:
-    exe = shutil.which("ansible-playbook")
-    if not exe:
-        return None
-    inv = work / "inv.ini"
-    inv.write_text("".join(f"h{i:03d} ansible_host=127.0.0.1 ansible_port={server.port} ansible_user={server.user} "
-                           f"ansible_ssh_private_key_file={server.client_key} ansible_python_interpreter=/usr/bin/python3\n"
-                           for i in range(n)))
-    play = work / "play.yaml"
-    play.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False,
-                                     "tasks": [{"name": f"t{i}", "command": "sleep 0.2"} for i in range(5)]}]))
-    env = dict(os.environ, ANSIBLE_PIPELINING="1", ANSIBLE_FORKS="64",
-               ANSIBLE_SSH_ARGS=f"-o ControlMaster=auto -o ControlPersist=60s -o UserKnownHostsFile={server.known_hosts}")
-    t0 = time.perf_counter()
-    subprocess.run([exe, "-i", str(inv), str(play)], env=env, check=True, capture_output=True)
-    return time.perf_counter() - t0
-
-
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", default="1,8,32,64")
@@ -90,7 +72,8 @@ async def main() -> None:
             base = base or med
             print(f"  {n:3d} hosts: {med:6.2f} s [{min(warm):.2f}-{max(warm):.2f}]  ({med / base:.2f}x one host); "
                   f"first run, connecting: {cold:.2f} s ({cold / base:.2f}x)")
-            ans = bench_ansible(server, work, n) if n == 64 else None
+            ans = (ansible_playbook_s(server, work, [f"h{i:03d}" for i in range(n)], ["sleep 0.2"] * 5, forks=64)
+                   if n == 64 else None)
             if ans is not None:
                 print(f"      ansible-playbook forks=64: {ans:.2f} s ({ans / base:.1f}x)")
         if not shutil.which("ansible-playbook"):

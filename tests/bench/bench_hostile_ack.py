@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aiohttp  # noqa: E402
 
-from bench_ack import bot_process, percentile, serve, start_fake  # noqa: E402
+from bench_ack import bot_process, latency_report, serve, start_fake  # noqa: E402
 from fakes.slack_api import FakeSlackAPI  # noqa: E402
 from slack_harness import PLAYBOOKS, command_body, signed_headers  # noqa: E402
 
@@ -75,18 +74,9 @@ def main() -> int:
         latencies, statuses, wall = asyncio.run(load(url, fake, a.n, a.concurrency))
         stop()
         size = sum(f.stat().st_size for f in d.glob("eagle.db*"))
-    latencies.sort()
-
-    def p(q: float) -> float:
-        return percentile(latencies, q)
-
     print(f"{a.n} signed requests ({a.n // 2} hostile), {a.concurrency} in flight, {wall:.2f}s wall, "
           f"HTTP statuses {statuses}, audit DB {size / 1024:.0f} KiB")
-    print(f"ordinary ack latency ms: p50 {p(0.50):.1f}  p90 {p(0.90):.1f}  p99 {p(0.99):.1f}  "
-          f"max {latencies[-1]:.1f}  mean {statistics.mean(latencies):.1f}")
-    ok = p(0.99) < 100 and statuses.get(200) == a.n
-    print("PASS: p99 < 100 ms" if ok else "FAIL: p99 >= 100 ms or non-200 answers")
-    return 0 if ok else 1
+    return latency_report(latencies, statuses, a.n, "ordinary ack latency")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from eaglebot import __version__
 from eaglebot.errors import EagleError, UsageError
+from eaglebot.frontends.cli.common import settings as _settings
+from eaglebot.frontends.cli.common import whoami as _whoami
 
 # Start-up (issue 13): `eagle --help` loads argparse and nothing else; each command imports
 # what it needs (pydantic only with the config, sqlite-utils only with the store, the engine
@@ -44,12 +46,6 @@ def parse_extra_vars(pairs: Sequence[str]) -> dict[str, str]:
             raise UsageError(f"-e expects key=value, got {p!r}")
         out[m.group(1)] = m.group(2)
     return out
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    from eaglebot.config import load_settings
-
-    return load_settings(getattr(args, "config", None))
 
 
 def _open_store(settings: Settings) -> Store:
@@ -149,15 +145,6 @@ async def _run_async(args: argparse.Namespace, settings: Settings) -> int:
         return outcome.exit_code
     finally:
         await svc.close()
-
-
-def _whoami() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except Exception:
-        return str(os.getuid())
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -420,23 +407,11 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule_pause(args: argparse.Namespace) -> int:
-    """`eagle schedule pause|resume NAME`: the same row `/eagle schedule pause` writes; a
-    running `eagle serve` reads it when the schedule fires."""
-    settings = _settings(args)
-    names = [s.name for s in settings.schedules]
-    if args.name not in names:
-        raise UsageError(f"unknown schedule {args.name!r} (known: {', '.join(names) or 'none'})")
-    paused, who = args.schedule_cmd == "pause", _whoami()
-    store = _open_store(settings)
-    try:
-        if not store.set_schedule_paused(args.name, paused, who):
-            raise UsageError(f"schedule {args.name!r} is already {'paused' if paused else 'active'}")
-        store.add_event(None, f"schedule_{'paused' if paused else 'resumed'}", f"{args.name} by {who} (cli)")
-    finally:
-        store.close()
-    print(f"schedule {args.name} paused by {who}: it will not run until `eagle schedule resume {args.name}`"
-          if paused else f"schedule {args.name} resumed by {who}")
-    return 0
+    """`eagle schedule pause|resume NAME`: `/eagle schedule pause|resume NAME` on the terminal
+    (the same row, event and checks); a running `eagle serve` reads it when the schedule fires."""
+    from eaglebot.frontends.cli.chat import chat_main
+
+    return chat_main(_settings(args), f"schedule {args.schedule_cmd} {shlex.quote(args.name)}")
 
 
 def cmd_trend(args: argparse.Namespace) -> int:

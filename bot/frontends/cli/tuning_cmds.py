@@ -9,24 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from eaglebot.errors import UsageError
+from eaglebot.frontends.cli.common import settings, whoami
 
 # Only argparse wiring at import time: `eagle --help` and the other commands must not pay
 # for the engine, numpy or matplotlib (they load inside each command).
 
 
-def _settings(args: argparse.Namespace) -> Any:
-    from eaglebot.config import load_settings
-
-    return load_settings(getattr(args, "config", None))
-
-
-def _actor() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "cli"
 
 
 def _audited(fn: Any) -> Any:
@@ -39,8 +27,8 @@ def _audited(fn: Any) -> Any:
             from eaglebot.store import Store
 
             try:
-                store = Store(_settings(args).db_path)
-                store.add_rejection("rejected", _actor(), f"eagle {args.cmd}", str(e))
+                store = Store(settings(args).db_path)
+                store.add_rejection("rejected", whoami(), f"eagle {args.cmd}", str(e))
                 store.close()
             except Exception:   # the refusal is still shown when the DB cannot be opened
                 pass
@@ -60,7 +48,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from eaglebot.history.diff import diff_json, diff_runs
     from eaglebot.store import Store
 
-    store = Store(_settings(args).db_path)
+    store = Store(settings(args).db_path)
     try:
         d = diff_runs(store, args.run_a, args.run_b)
     finally:
@@ -77,9 +65,9 @@ def cmd_ack(args: argparse.Namespace) -> int:
     from eaglebot.history.incidents import ack
     from eaglebot.store import Store
 
-    store = Store(_settings(args).db_path)
+    store = Store(settings(args).db_path)
     try:
-        print(ack(store, args.run_id, args.metric, args.reason, _actor()))
+        print(ack(store, args.run_id, args.metric, args.reason, whoami()))
     finally:
         store.close()
     return 0
@@ -99,9 +87,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from eaglebot.frontends.tuning.render import bisect_text
 
     async def go() -> dict[str, Any]:
-        svc = await Services.open(_settings(args))
+        svc = await Services.open(settings(args))
         try:
-            return await bisect(svc, args.good, args.bad, args.host, actor=_actor(), origin="cli", leave=args.leave,
+            return await bisect(svc, args.good, args.bad, args.host, actor=whoami(), origin="cli", leave=args.leave,
                                 repeats=args.repeats, num_prompts=args.prompts, observer=TerminalObserver(),
                                 approver=_approver(args), assume_yes=args.yes)
         finally:
@@ -135,7 +123,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         heat = (parts[0], parts[1])
 
     async def go() -> dict[str, Any]:
-        svc = await Services.open(_settings(args))
+        svc = await Services.open(settings(args))
         try:
             if words and words[0] == "resume":
                 if len(words) != 2 or not words[1].lstrip("#").isdigit():
@@ -148,9 +136,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     raise UsageError("usage: eagle sweep PLAYBOOK -H HOST key=v1,v2 ... [--repeats N]")
                 axes, fixed, repeats = sw.parse_assignments(words[1:])
                 req = sw.SweepRequest(words[0], args.host, axes, fixed, args.repeats or repeats, heat)
-                sid = await sw.create(svc, req, actor=_actor(), origin="cli")
+                sid = await sw.create(svc, req, actor=whoami(), origin="cli")
                 print(f"sweep #{sid}: {len(sw.grid(axes))} points", file=sys.stderr)
-            return await sw.run_points(svc, sid, actor=_actor(), origin="cli", observer=TerminalObserver(),
+            return await sw.run_points(svc, sid, actor=whoami(), origin="cli", observer=TerminalObserver(),
                                     approver=_approver(args), assume_yes=args.yes)
         finally:
             await svc.close()

@@ -279,7 +279,7 @@ class PersistentShell:
             await asyncio.wait_for(asyncio.shield(both), timeout)
         except asyncio.TimeoutError:
             timed_out = True
-            wedged = await self._stop(c, kill)
+            _, wedged = await self._stop(c, kill)
         except asyncio.CancelledError:
             await asyncio.shield(self._stop(c, kill))
             both.cancel()
@@ -293,7 +293,7 @@ class PersistentShell:
                     pass
             self.cmd = None
         if self.dead and c.status is None and not timed_out:
-            note = await self._stop(c, kill)
+            note, _ = await self._stop(c, kill)
             raise TransportError(f"host {self.host}: the persistent shell died during the command; {note}; "
                                  f"the next command opens a new shell")
         c.so.close()
@@ -303,25 +303,25 @@ class PersistentShell:
         return CommandResult(None if timed_out else c.status, "".join(c.out), "".join(c.err),
                              timed_out=timed_out, duration_s=time.monotonic() - t0)
 
-    async def _stop(self, c: _Command, kill: Kill) -> str:
+    async def _stop(self, c: _Command, kill: Kill) -> tuple[str, str]:
         """Kill the command's group and tagged processes, then wait briefly for its frames so
         the shell is clean for the next command. A shell that does not answer is wedged
-        (stopped, or steered): it is killed on the host by its pid and closed. Returns a
-        sentence when the shell had to be killed, else ""."""
-        await kill([c.pid] if c.pid is not None else [], [])
+        (stopped, or steered): it is killed on the host by its pid and closed. Returns (what
+        the kill did, a sentence when the shell had to be killed or "")."""
+        note = await kill([c.pid] if c.pid is not None else [], [])
         if self.dead:
-            return ""
+            return note, ""
         try:
             await asyncio.wait_for(asyncio.gather(c.out_done.wait(), c.err_done.wait()), WEDGED_AFTER_S)
-            return ""
+            return note, ""
         except (asyncio.TimeoutError, asyncio.CancelledError):
             pass
-        note = "the shell did not answer (stopped or wedged)"
+        wedged = "the shell did not answer (stopped or wedged)"
         if self.pid is not None:
             await kill([], [self.pid])
-            note += f"; its shell (pid {self.pid}) was killed on the host"
+            wedged += f"; its shell (pid {self.pid}) was killed on the host"
         self.close()
-        return note
+        return note, wedged
 
     def close(self) -> None:
         self.dead = True

@@ -26,9 +26,10 @@ ShellMode = Literal["persistent", "exec"]
 
 
 def _default_shell() -> ShellMode:
-    """`shell` of a host that does not say: persistent, or env EAGLE_SHELL_MODE (e.g. `exec` for
-    every host at once while a persistent-shell problem is looked into)."""
-    mode = os.environ.get("EAGLE_SHELL_MODE", "").strip() or "persistent"
+    """`shell` of a host that does not say: exec, or env EAGLE_SHELL_MODE (e.g. `persistent` for
+    every host at once). exec is the default because a command's exit status then comes from
+    sshd, which no process of the SSH user can forge (see eaglebot.transport.shell)."""
+    mode = os.environ.get("EAGLE_SHELL_MODE", "").strip() or "exec"
     if mode == "persistent":
         return "persistent"
     if mode == "exec":
@@ -48,8 +49,8 @@ class HostConfig(_Model):
     max_channels: int = Field(8, ge=1, le=64, description="concurrent SSH channels (sshd's MaxSessions is 10)")
     shell: ShellMode = Field(
         default_factory=_default_shell,
-        description="persistent: commands run in a long-lived sh per channel (fast); exec: one SSH channel "
-                    "(or local sh -c) per command. Default persistent, or env EAGLE_SHELL_MODE")
+        description="exec: one SSH channel (or local sh -c) per command; persistent: a run's commands go "
+                    "through a sh of its own on one channel. Default exec, or env EAGLE_SHELL_MODE")
     vars: dict[str, Any] = Field(default_factory=dict, description="host variables for templating")
     gpu: bool | None = Field(None, description="a GPU host (doctor checks nvidia-smi there); default: see "
                                                "Settings.is_gpu_host")

@@ -55,9 +55,14 @@ def with_shell_mode(hosts: dict | None, mode: str | None = SHELL_MODE) -> dict:
 
 
 @pytest.fixture(params=["persistent", "exec"])
-def shell_mode(request) -> str:
-    """Both shell modes, for the transport-heavy tests."""
-    return request.param
+def shell_mode(request):
+    """Both shell modes, for the transport-heavy tests. The test runs as part of a run (the
+    transport's RUN context, as the engine sets it): a persistent shell is used only there."""
+    from eaglebot.transport.base import RUN
+
+    token = RUN.set(1)
+    yield request.param
+    RUN.reset(token)
 
 
 @pytest.fixture

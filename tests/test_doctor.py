@@ -146,12 +146,13 @@ async def test_doctor_checks_nvidia_smi_only_on_gpu_hosts(tmp_path, monkeypatch)
 
 
 def test_doctor_says_when_eagle_shell_mode_overrides_the_hosts_default(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("EAGLE_SHELL_MODE", "exec")
+    monkeypatch.setenv("EAGLE_SHELL_MODE", "persistent")
     monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
     monkeypatch.delenv("SLACK_APP_TOKEN", raising=False)
     code = doctor_main(settings_for(tmp_path, {"local": {"transport": "local", "gpu": False}}))
     out = capsys.readouterr().out.splitlines()
-    assert "WARN  shell mode: EAGLE_SHELL_MODE=exec: hosts without `shell:` in eagle.yaml use `shell: exec`" in out
+    assert ("WARN  shell mode: EAGLE_SHELL_MODE=persistent: hosts without `shell:` in eagle.yaml use "
+            "`shell: persistent`") in out
     assert code == 0  # a warning fails nothing
     monkeypatch.delenv("EAGLE_SHELL_MODE")
     doctor_main(settings_for(tmp_path, {"local": {"transport": "local", "gpu": False}}))

@@ -19,10 +19,10 @@ def test_fleet_defaults(monkeypatch):
     monkeypatch.delenv("EAGLE_SHELL_MODE", raising=False)
     s = Settings()
     assert (s.max_parallel_hosts, s.max_hosts_total, s.max_connecting) == (64, 256, 64)
-    assert s.hosts["local"].shell == "persistent"
-    monkeypatch.setenv("EAGLE_SHELL_MODE", "exec")  # every host that does not say
-    s = Settings.model_validate({"hosts": {"a": {"transport": "local"}, "b": {"transport": "local", "shell": "persistent"}}})
-    assert (s.hosts["a"].shell, s.hosts["b"].shell) == ("exec", "persistent")
+    assert s.hosts["local"].shell == "exec"
+    monkeypatch.setenv("EAGLE_SHELL_MODE", "persistent")  # every host that does not say
+    s = Settings.model_validate({"hosts": {"a": {"transport": "local"}, "b": {"transport": "local", "shell": "exec"}}})
+    assert (s.hosts["a"].shell, s.hosts["b"].shell) == ("persistent", "exec")
     monkeypatch.setenv("EAGLE_SHELL_MODE", "sometimes")
     with pytest.raises(UsageError, match="EAGLE_SHELL_MODE must be persistent or exec, got 'sometimes'"):
         Settings()

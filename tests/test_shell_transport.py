@@ -141,10 +141,10 @@ async def test_what_the_login_shell_prints_before_ours_starts_is_dropped():
             start_new_session=True)
         return _LocalShell(proc)
 
-    async def kill(pgids: list[int]) -> str:
+    async def kill(pgids: list[int], now: list[int]) -> str:
         return "not needed"
 
     pool = ShellPool("noisy", 1, noisy_login)
-    res = await pool.run("echo hi; echo there >&2", timeout=10, on_output=None, env=None, cwd=None, kill=kill)
+    res = await pool.run(1, "echo hi; echo there >&2", timeout=10, on_output=None, env=None, cwd=None, kill=kill)
     assert (res.stdout, res.stderr, res.exit_status) == ("hi\n", "there\n", 0)
     await pool.aclose()

@@ -25,6 +25,10 @@ class _Cleans(Protocol):
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False) -> str: ...
 
 
+class _Ends(Protocol):
+    async def leftovers(self, tag: str, pgids: list[int]) -> tuple[int, str]: ...
+
+
 def begin(store: AsyncStore, run_id: int, step_id: int | None) -> tuple[StepProcs, Any]:
     """Make the step's tag (`<db_id>-<run>-<step>`: derivable from the step row, so nothing
     is written per step) the current one; the skill's task inherits it. A step whose row a
@@ -40,12 +44,25 @@ def begin(store: AsyncStore, run_id: int, step_id: int | None) -> tuple[StepProc
 
 
 async def end(store: AsyncStore, sp: StepProcs, token: Any, run_id: int, step_id: int | None,
-              host: str) -> None:
-    """Record a kill (only then is anything written; not for a step the store did not take)."""
+              host: str, transport: _Ends | None = None) -> str:
+    """Stop what the step left running (its process groups, the sessions they lead and every
+    process with its tag: a background job never outlives its step, nor writes into the next
+    one), and record a kill (only then is anything written; not for a step the store did not
+    take). Returns a sentence when the step had left something running, else ""."""
+    left = ""
+    if transport is not None and sp.pgids and sp.state == "none":  # a timeout or cancel already killed
+        try:
+            found, left = await transport.leftovers(sp.tag, sp.pgids)
+        except EagleError as e:
+            found, left = 0, f"could not check for processes it left running: {e}"
+        if found:
+            sp.notes.append(left)
+            sp.state = "stopped" if "survived" not in left else "pending"
     CURRENT.reset(token)
     if sp.state != "none" and step_id is not None:
         await store.procs_record(run_id, step_id, host, tag=sp.tag, state=sp.state, note="; ".join(sp.notes),
                                  pgids=sp.pgids)
+    return left
 
 
 def current() -> StepProcs | None:

@@ -28,6 +28,7 @@ from eaglebot.engine.registry import SkillRegistry
 from eaglebot.sdk import ApprovalRequest, Metric, Regression, SkillContext, SkillParams, StepResult
 from eaglebot.store import AsyncStore
 from eaglebot.transport import TransportPool
+from eaglebot.transport.base import RUN
 
 log = logging.getLogger("eaglebot.engine")
 
@@ -292,6 +293,7 @@ class Engine:
                        self._cancel_events.setdefault(run_id, asyncio.Event()),
                        RunOutcome(run_id, pb.name, prep.hosts, "running", 0, dry_run=req.dry_run))
         outcome = run.outcome
+        RUN.set(run_id)  # this task's context: the run's persistent shells are its own (transport.shell)
         poller = asyncio.create_task(self._poll_cancel(run_id, run.cancel))
         try:
             await _safe(observer.run_started(run_id, pb, prep.hosts, req))
@@ -319,6 +321,7 @@ class Engine:
         finally:
             poller.cancel()
             self._cancel_events.pop(run_id, None)
+            await asyncio.shield(self.pool.release_run(run_id))
             await asyncio.shield(self._finish(run_id, outcome))
             await _safe(observer.run_finished(outcome))
         return outcome
@@ -604,10 +607,14 @@ class Engine:
                 state_dir=self.settings.state_dir, audit=self.store, _log=out.line,
                 _approve=approve)
             sp, token = procs.begin(self.store, run.run_id, sid)
+            left = ""
             try:
                 result, cancelled_here = await self._attempt(mod, sctx, params, step, cancel)
             finally:
-                await procs.end(self.store, sp, token, run.run_id, sid, slot.host)
+                left = await procs.end(self.store, sp, token, run.run_id, sid, slot.host,
+                                       None if run.req.dry_run else self.pool.get(slot.host))
+            if left:
+                result.warnings.append(left)
             if sctx.plan:
                 run.outcome.plan.extend(f"{slot.host}: {step.label}: {p}" for p in sctx.plan)
             if result.status != "failed" or cancelled_here or attempts > step.retries:

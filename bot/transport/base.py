@@ -16,6 +16,10 @@ from eaglebot.sdk import Host, OutputCallback, path_for_shell
 
 PGID_TAG = "\x1eEAGLE-PGID "
 KILL_GRACE_S = 2.0
+# Exec mode: once a command's process has exited, how long its output may still take to drain.
+# A background child that holds the output open past this is cut off (and stopped at the end
+# of the step), so it neither holds the step nor writes into another one.
+DRAIN_S = 0.5
 # Every process a step starts carries this variable (value: the step's tag) in its
 # environment, so descendants that left the process group (setsid, double forks) are
 # still found and stopped. Detached servers (spawn_detached) drop it: they are meant to live.
@@ -49,6 +53,9 @@ class StepProcs:
 
 
 CURRENT: contextvars.ContextVar[StepProcs | None] = contextvars.ContextVar("eagle_step_procs", default=None)
+# The run a command belongs to (set by the engine for the run's task and everything it starts):
+# a persistent shell is owned by one run and closed when it ends (transport.shell).
+RUN: contextvars.ContextVar[int | None] = contextvars.ContextVar("eagle_run", default=None)
 
 
 def current_tag() -> str | None:
@@ -68,27 +75,33 @@ def valid_tag(tag: str) -> str:
     return tag
 
 
-def kill_script(tag: str | None, pgids: Sequence[int] = ()) -> str:
-    """sh that stops process groups `pgids` and every process whose environment carries
-    `TAG_VAR=tag` (setsid descendants too): TERM, up to KILL_GRACE_S, then KILL. It prints
-    `EAGLE-KILL <found> <left>`: how many processes it found and how many are left."""
+def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] = ()) -> str:
+    """sh that stops process groups `pgids`, the sessions they lead, and every process whose
+    environment carries `TAG_VAR=tag` (setsid descendants too): TERM, up to KILL_GRACE_S, then
+    KILL; `now` (a wedged shell) gets KILL at once. It prints `EAGLE-KILL <found> <left>`: how
+    many processes it found and how many are left. The usual case, nothing to stop, costs one
+    `grep` and one `ps` (~5 ms): it runs at the end of every step."""
     groups = " ".join(str(int(g)) for g in pgids)
     find = ""
     if tag:
         find = (f'grep -lzx {shlex.quote(TAG_VAR + "=" + valid_tag(tag))} /proc/[0-9]*/environ 2>/dev/null '
                 '| while IFS=/ read -r _ _ p _; do [ "$p" = "$$" ] || echo "$p"; done; ')
+    if groups:
+        find += ('ps -e -o pid= -o pgid= -o sid= -o stat= 2>/dev/null | while read -r p g s st; do '
+                 f'case "$st" in Z*) continue;; esac; for x in {groups}; do '
+                 'if [ "$g" = "$x" ] || [ "$s" = "$x" ]; then echo "$p"; break; fi; done; done; ')
     ticks = int(KILL_GRACE_S * 10)
+    first = "".join(f"kill -KILL {int(p)} 2>/dev/null; " for p in now)
     return (
-        f'eagle_pids() {{ {find}for g in {groups}; do '
-        'ps -e -o pid= -o pgid= -o stat= 2>/dev/null | while read -r p q st; do '
-        'case "$st" in Z*) ;; *) [ "$q" = "$g" ] && echo "$p";; esac; done; done; true; }; '
-        'found=$(eagle_pids | sort -u | wc -l); '
-        'eagle_sig() { for p in $(eagle_pids); do kill -"$1" "$p" 2>/dev/null; done; '
-        f'for g in {groups}; do kill -"$1" -"$g" 2>/dev/null; done; true; }}; '
-        'eagle_sig TERM; i=0; '
+        f'{first}eagle_pids() {{ {{ {find}true; }} | sort -u; }}; '
+        'l=$(eagle_pids); if [ -z "$l" ]; then echo "EAGLE-KILL 0 0"; exit 0; fi; '
+        'found=$(echo "$l" | wc -l); '
+        'eagle_sig() { for p in $(eagle_pids); do kill -"$1" "$p" 2>/dev/null; done; true; }; '
+        # A stopped process only acts on TERM once continued (as systemd sends CONT after TERM).
+        'eagle_sig TERM; eagle_sig CONT; i=0; '
         f'while [ -n "$(eagle_pids)" ] && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; '
         'eagle_sig KILL; i=0; while [ -n "$(eagle_pids)" ] && [ $i -lt 10 ]; do sleep 0.1; i=$((i+1)); done; '
-        'echo "EAGLE-KILL $found $(eagle_pids | sort -u | wc -l)"'
+        'echo "EAGLE-KILL $found $(eagle_pids | wc -l)"'
     )
 
 
@@ -113,6 +126,19 @@ def kill_note(found_left: tuple[int, int] | None, what: str) -> tuple[bool, str]
     return True, f"{what}: {found} process{'es' if found != 1 else ''} stopped (SIGTERM, then SIGKILL)"
 
 
+def leftover_note(found_left: tuple[int, int] | None) -> tuple[int, str]:
+    """(found, one sentence) for the end-of-step clean-up; (0, "") when nothing was left."""
+    if found_left is None:
+        return 0, "could not check for processes it left running"
+    found, left = found_left
+    if not found:
+        return 0, ""
+    s = "es" if found != 1 else ""
+    if left:
+        return found, f"left {found} process{s} running; {left} survived SIGKILL"
+    return found, f"left {found} process{s} running in the background; stopped at the end of the step"
+
+
 class Transport(Host, Protocol):
     """A host as the engine holds it: the sdk's `Host` (all a skill may do) plus `close`."""
 
@@ -120,6 +146,15 @@ class Transport(Host, Protocol):
 
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False) -> str:
         """Stop process groups `pgids` and every process carrying `tag`; one sentence back."""
+        ...
+
+    async def leftovers(self, tag: str, pgids: list[int]) -> tuple[int, str]:
+        """At the end of a step: stop what it left running (its groups, the sessions they
+        lead, its tag). (how many were found, one sentence); (0, "") when none was left."""
+        ...
+
+    async def release(self, run_id: int) -> None:
+        """The run ended: close what this transport kept open for it (its persistent shells)."""
         ...
 
 

@@ -5,13 +5,14 @@ import asyncio
 import os
 import signal
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 
 from eaglebot.errors import TransportError
 from eaglebot.sdk import CommandResult, OutputCallback
-from eaglebot.transport.base import (CURRENT, TAG_VAR, LineSplitter, command_line, current_tag, detach_script,
-                                     kill_note, kill_script, note_pgid, parse_kill)
+from eaglebot.transport.base import (CURRENT, RUN, TAG_VAR, LineSplitter, command_line, current_tag,
+                                     detach_script, kill_note, kill_script, leftover_note, note_pgid,
+                                     parse_kill, DRAIN_S)
 from eaglebot.transport.shell import OPEN_SHELL, ShellPool
 
 
@@ -63,11 +64,11 @@ def command_env() -> dict[str, str]:
 class LocalTransport:
     """The host `local`: subprocesses of this process, each in its own session.
 
-    `shell="persistent"` (the default) keeps local `sh` processes open and frames commands
-    through them (eaglebot.transport.shell); `"exec"` starts `sh -c` per command.
+    `shell="exec"` (the default) starts `sh -c` per command; `"persistent"` keeps a local `sh`
+    open per run and frames commands through it (eaglebot.transport.shell).
     """
 
-    def __init__(self, name: str = "local", shell: str = "persistent", max_shells: int = 8):
+    def __init__(self, name: str = "local", shell: str = "exec", max_shells: int = 8):
         self.name = name
         self._shells = ShellPool(name, max_shells, self._open_shell) if shell == "persistent" else None
 
@@ -80,9 +81,12 @@ class LocalTransport:
     async def run(self, cmd: str | Sequence[str], *, timeout: float | None = None,
                   on_output: OutputCallback | None = None, env: dict[str, str] | None = None,
                   cwd: str | None = None, stdin: str | None = None) -> CommandResult:
-        if self._shells is not None and stdin is None:
-            return await self._shells.run(cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd,
-                                          kill=self._kill)
+        run_id = RUN.get()
+        if self._shells is not None and stdin is None and run_id is not None:
+            res = await self._shells.run(run_id, cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd,
+                                         kill=self._kill)
+            if res is not None:
+                return res
         line = command_line(cmd, env, cwd)
         t0 = time.monotonic()
         tag = current_tag()
@@ -117,8 +121,9 @@ class LocalTransport:
         pumps = asyncio.gather(pump(proc.stdout, so), pump(proc.stderr, se))
         timed_out = False
         try:
-            await asyncio.wait_for(asyncio.shield(pumps), timeout)
-            await proc.wait()
+            # The command ends when its process exits: a background child that keeps its
+            # stdout open does not hold the step (it is stopped at the step's end).
+            await asyncio.wait_for(_exited(proc, pumps), timeout)
         except asyncio.TimeoutError:
             timed_out = True
             await self._kill([proc.pid])
@@ -133,9 +138,15 @@ class LocalTransport:
                 except asyncio.TimeoutError:
                     pass
             try:
-                await asyncio.wait_for(pumps, 1.0)
+                await asyncio.wait_for(asyncio.shield(pumps), DRAIN_S)
             except (asyncio.TimeoutError, asyncio.CancelledError):
+                # A background child holds the pipes: stop reading them (the child is stopped
+                # at the end of the step; what it writes meanwhile goes nowhere).
                 pumps.cancel()
+                pumps.add_done_callback(_retrieved)
+                proc._transport.close()  # type: ignore[attr-defined]  # asyncio.subprocess has no public close
+                so.close()
+                se.close()
         rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
         sig = signal.Signals(-rc).name if rc < 0 else None
         return CommandResult(None if timed_out else (128 - rc if rc < 0 else rc), "".join(out), "".join(err),
@@ -156,27 +167,55 @@ class LocalTransport:
             raise TransportError(f"could not start {argv[0]}: {res.stderr.strip() or res.exit_status}")
         return int(res.stdout.split()[-1])
 
-    async def _kill(self, pgids: list[int]) -> str:
-        return await self.cleanup(current_tag(), pgids, record=True)
+    async def _kill(self, pgids: list[int], now: list[int] | None = None) -> str:
+        return await self.cleanup(current_tag(), pgids, record=True, now=now)
 
-    async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False) -> str:
+    async def _killed(self, tag: str | None, pgids: list[int], now: list[int] | None = None) -> tuple[int, int] | None:
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", kill_script(tag, pgids, now or []), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=command_env())
+        out, _ = await proc.communicate()
+        return parse_kill(out.decode(errors="replace"))
+
+    async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
+                      now: list[int] | None = None) -> str:
         """Kill process groups `pgids` and every process carrying `tag` (setsid descendants too)."""
         what = "the command's processes" if pgids else f"processes tagged {tag}"
-        if not tag and not pgids:
+        if not tag and not pgids and not now:
             return "its processes were not known"
-        proc = await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", kill_script(tag, pgids or []), stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
-        out, _ = await proc.communicate()
-        ok, note = kill_note(parse_kill(out.decode(errors="replace")), what)
+        ok, note = kill_note(await self._killed(tag, pgids or [], now), what)
         sp = CURRENT.get() if record else None
         if sp is not None:
             (sp.stopped if ok else sp.pending)(note)
         return note
 
+    async def leftovers(self, tag: str, pgids: list[int]) -> tuple[int, str]:
+        return leftover_note(await self._killed(tag, pgids))
+
+    async def release(self, run_id: int) -> None:
+        if self._shells is not None:
+            await self._shells.release(run_id)
+
     async def close(self) -> None:
         if self._shells is not None:
             await self._shells.aclose()
+
+
+def _retrieved(f: "asyncio.Future[Any]") -> None:
+    if not f.cancelled():
+        f.exception()
+
+
+async def _exited(proc: asyncio.subprocess.Process, pumps: "asyncio.Future[Any]") -> None:
+    """Until the process exited or its output ended (then until it exited).
+
+    `Process.wait()` also waits for the pipes to close (Python 3.11), which a background child
+    holding them delays; the return code is known as soon as the child watcher reaps the
+    process, so that is polled while the output is still open."""
+    while not pumps.done() and proc.returncode is None:
+        await asyncio.wait({pumps}, timeout=0.05)
+    if proc.returncode is None:
+        await proc.wait()
 
 
 def _read(p: str) -> bytes:

@@ -31,6 +31,14 @@ class TransportPool:
                 self._t[name] = SSHTransport(name, cfg, tunnel=tunnel, connecting=self.connecting)
         return self._t[name]
 
+    async def release_run(self, run_id: int) -> None:
+        """The run ended: every transport closes what it kept for it (its persistent shells)."""
+        for t in list(self._t.values()):
+            try:
+                await t.release(run_id)
+            except Exception:  # closing a shell is best effort: it dies with its channel
+                pass
+
     async def close(self) -> None:
         for t in self._t.values():
             await t.close()

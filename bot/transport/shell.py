@@ -1,25 +1,41 @@
-"""The persistent shell: one long-lived POSIX `sh` per host (per channel), many commands.
+"""The persistent shell (`shell: persistent`): one long-lived POSIX `sh` per run and host, many commands.
 
-Opening an SSH channel costs ~1.9 ms a command on loopback and a login shell that runs
-`conda init` costs far more; a shell kept open pays both once. Each command is sent as
-one line to the shell's stdin:
+A shell belongs to ONE run: it is opened by the run's first command on the host and closed
+when the run ends (`ShellPool.release`), so nothing a step does (environment, directory,
+background processes, writes to the shell's descriptors) reaches another run. Commands
+outside a run (doctor, logs) never use a persistent shell.
 
-    (set +m; export EAGLE_PROC_TAG=<tag>; exec /bin/sh -c '<command>') </dev/null 2>&3 &  # bash -m: own group
+The command stream is authenticated. The shell runs a read loop that executes only lines
+carrying a per-shell secret (sent once at start-up, kept in an unexported variable, never in
+any argv or environment):
+
+    SECRET C <one line of the script>      # appended to the script being received
+    SECRET X                               # run it
+    anything else                          # ignored
+
+so a step that writes to the shell's stdin (`/proc/$PPID/fd/0`) cannot steer it: without the
+secret its lines are dropped, and a partial line it leaves in the pipe is cut off at the next
+secret. Each command is then:
+
+    (set +m; export EAGLE_PROC_TAG=<tag>; exec /bin/sh -c '<command>') </dev/null 2>&3 3>&- &  # bash -m: own group
     # or, where the host has no bash:  EAGLE_PROC_TAG=<tag> setsid sh -c '<command>' ... &
     printf '\\036<nonce> P %s\\n' $!;  wait $!;  kill -KILL -$!    # leftovers of its group
     printf '\\036<nonce> E %s\\n' <status>;  printf '\\036<nonce> E\\n' >&3
 
-The command writes straight into the shell's stdout and stderr; the frames are found by
-a random nonce per command (no output can predict it) wherever it appears, not only at a
-line start, so output without a trailing newline, binary output or a line equal to any
-fixed sentinel comes back exactly, and a finished line streams at once. The command runs
-in its own process group: under bash (opened when the host has it) job control gives each
-background job its own group (a fork and one exec of sh, against two execs with setsid); under plain sh, `setsid` makes it
-a session (the shell's background children are not group leaders, so setsid does not
-fork and `$!` is the leader). A timeout or cancel kills the whole group and every process
-carrying the step's tag. `cd`, `export` and `umask` happen in the command's own subshell,
-so nothing leaks into the next step. When the shell dies, the command fails with one sentence and the
-next command opens a new shell.
+The command's stdin is /dev/null and it does not inherit fd 3. Its exit status comes back in
+a frame marked with a random nonce per command, which the command never sees (it is in the
+shell's memory only), so it cannot forge its own or another command's status. Frames are
+found wherever they appear, not only at a line start, so output without a trailing newline,
+binary output or a line equal to any fixed sentinel comes back exactly. A timeout or cancel
+kills the command's group and every process carrying the step's tag; a shell that then does
+not answer (stopped with SIGSTOP, wedged) is killed on the host by its pid, learned at
+start-up, and the next command opens a new shell.
+
+What this mode cannot give, and why `exec` is the default: the shell and its secret live in a
+process of the SSH user, so a process that escaped its step's clean-up (a new session AND the
+tag removed from its environment) can read a later command of its own run from the shell's
+stdin, secret included. In `exec` mode a command's exit status comes from sshd, which no
+process of the user can forge.
 """
 from __future__ import annotations
 
@@ -132,9 +148,27 @@ OPEN_SHELL = "command -v bash >/dev/null 2>&1 && exec bash --norc --noprofile; e
 INIT = b'exec 3>&2 2>/dev/null; [ -n "$BASH_VERSION" ] && set -m\n'
 
 
+def read_loop(secret: str, hello: str) -> bytes:
+    """The line that turns the shell into the authenticated read loop (module docstring).
+
+    The shell parses this whole line before it runs it, so every later line on its stdin is
+    read by `read`, never parsed as a command. The hello frames carry the shell's pid: a
+    wedged shell is killed by it."""
+    return (f"eagle_k={secret}; eagle_b=; printf '\\036%s H %s\\n' {hello} \"$$\"; "
+            f"printf '\\036%s H %s\\n' {hello} \"$$\" >&3; "
+            'while IFS= read -r eagle_l; do case $eagle_l in '
+            '*"$eagle_k C "*) eagle_b="$eagle_b${eagle_l#*"$eagle_k C "}\n";; '
+            '*"$eagle_k X"*) eval "$eagle_b"; eagle_b=;; esac; done; exit 0\n').encode()
+
+
+def signed(secret: str, script: str) -> bytes:
+    """`script` as the read loop takes it: each line carries the secret, then the run line."""
+    return "".join(f"{secret} C {line}\n" for line in script.split("\n")).encode() + f"{secret} X\n".encode()
+
+
 def command_script(nonce: str, cmd: str | Sequence[str], env: dict[str, str] | None, cwd: str | None,
-                   tag: str | None) -> bytes:
-    """The line the shell gets for one command (see the module docstring)."""
+                   tag: str | None) -> str:
+    """The script the shell runs for one command (see the module docstring)."""
     line = shlex.quote(command_line(cmd, env, cwd))
     t = shlex.quote(valid_tag(tag)) if tag else ""
     # `exec /bin/sh -c`: the command is read by sh, as in exec mode, and `$$` is its own pid.
@@ -144,23 +178,30 @@ def command_script(nonce: str, cmd: str | Sequence[str], env: dict[str, str] | N
             f'else {posix} </dev/null 2>&3 3>&- & fi; eagle_p=$!; '
             f"printf '\\036{nonce} P %s\\n' \"$eagle_p\"; wait \"$eagle_p\"; eagle_s=$?; "
             f"kill -KILL -\"$eagle_p\" 2>/dev/null; "
-            f"printf '\\036{nonce} E %s\\n' \"$eagle_s\"; printf '\\036{nonce} E\\n' >&3\n").encode()
+            f"printf '\\036{nonce} E %s\\n' \"$eagle_s\"; printf '\\036{nonce} E\\n' >&3")
+
+
+# After a timeout or cancel has killed the command, how long its frames may take before the
+# shell counts as wedged (stopped, or steered into a loop) and is killed by its pid.
+WEDGED_AFTER_S = 0.5
+Kill = Callable[[list[int], list[int]], Awaitable[str]]  # (groups to stop, pids to KILL at once)
 
 
 class PersistentShell:
-    """One `sh` kept open; runs one command at a time."""
+    """One `sh` kept open for one run; runs one command at a time."""
 
     def __init__(self, proc: ShellProcess, host: str):
         self.proc, self.host = proc, host
         self.cmd: _Command | None = None
         self.dead = False
-        self.busy = False
+        self.pid: int | None = None
+        self._secret = os.urandom(16).hex()
         # Whatever the login shell prints before our shell starts (a banner, an rc file's
         # output) is read and dropped up to a hello frame on each stream (`ready`).
-        self._hello = b"\x1e" + os.urandom(8).hex().encode() + b" H\n"
+        hello = os.urandom(8).hex()
+        self._hello = b"\x1e" + hello.encode() + b" H "
         self._greeted = [asyncio.Event(), asyncio.Event()]
-        proc.write(INIT + b"printf '\\036%s H\\n' " + self._hello[1:-3] + b"; printf '\\036%s H\\n' "
-                   + self._hello[1:-3] + b" >&3\n")
+        proc.write(INIT + read_loop(self._secret, hello))
         self._readers = [asyncio.create_task(self._pump(proc.read_stdout, True)),
                          asyncio.create_task(self._pump(proc.read_stderr, False))]
 
@@ -174,6 +215,17 @@ class PersistentShell:
         if self.dead:
             raise TransportError(f"host {self.host}: the shell exited at start-up (is /bin/sh there?)")
 
+    def _greet(self, early: bytes) -> bytes | None:
+        """The bytes after the hello frame (its pid noted), or None while it has not come."""
+        i = early.find(self._hello)
+        j = early.find(b"\n", i + len(self._hello)) if i >= 0 else -1
+        if j < 0:
+            return None
+        pid = early[i + len(self._hello):j].strip()
+        if pid.isdigit():
+            self.pid = int(pid)
+        return early[j + 1:]
+
     async def _pump(self, read: Callable[[], Awaitable[bytes]], is_out: bool) -> None:
         greeted = self._greeted[0 if is_out else 1]
         early = b""
@@ -184,11 +236,11 @@ class PersistentShell:
                     break
                 if not greeted.is_set():
                     early += chunk
-                    i = early.find(self._hello)
-                    if i < 0:
-                        early = early[-len(self._hello):]
+                    rest = self._greet(early)
+                    if rest is None:
+                        early = early[-4096:]
                         continue
-                    chunk = early[i + len(self._hello):]
+                    chunk, early = rest, b""
                     greeted.set()
                     if not chunk:
                         continue
@@ -208,25 +260,26 @@ class PersistentShell:
 
     async def run(self, cmd: str | Sequence[str], *, timeout: float | None,
                   on_output: OutputCallback | None, env: dict[str, str] | None, cwd: str | None,
-                  kill: Callable[[list[int]], Awaitable[str]]) -> CommandResult:
-        """Run one command; `kill(pgids)` stops its group and tagged processes (another channel)."""
+                  kill: Kill) -> CommandResult:
+        """Run one command; `kill(pgids, pids)` stops its group and tagged processes (another channel)."""
         nonce = os.urandom(8).hex()
         c = _Command(nonce.encode(), on_output)
         self.cmd = c
         t0 = time.monotonic()
         try:
-            self.proc.write(command_script(nonce, cmd, env, cwd, current_tag()))
+            self.proc.write(signed(self._secret, command_script(nonce, cmd, env, cwd, current_tag())))
         except Exception as e:
             self.dead = True
             raise TransportError(f"host {self.host}: the persistent shell is gone ({e}); "
                                  f"the next command opens a new one") from None
         both = asyncio.gather(c.out_done.wait(), c.err_done.wait())
         timed_out = False
+        wedged = ""
         try:
             await asyncio.wait_for(asyncio.shield(both), timeout)
         except asyncio.TimeoutError:
             timed_out = True
-            await self._stop(c, kill)
+            _, wedged = await self._stop(c, kill)
         except asyncio.CancelledError:
             await asyncio.shield(self._stop(c, kill))
             both.cancel()
@@ -234,27 +287,41 @@ class PersistentShell:
         finally:
             if not both.done():
                 both.cancel()
+                try:
+                    await both
+                except BaseException:  # cancelled: nothing to report, only to collect
+                    pass
             self.cmd = None
         if self.dead and c.status is None and not timed_out:
-            note = await self._stop(c, kill)
+            note, _ = await self._stop(c, kill)
             raise TransportError(f"host {self.host}: the persistent shell died during the command; {note}; "
                                  f"the next command opens a new shell")
         c.so.close()
         c.se.close()
+        if wedged:
+            raise TransportError(f"host {self.host}: timed out after {timeout:g}s and {wedged}")
         return CommandResult(None if timed_out else c.status, "".join(c.out), "".join(c.err),
                              timed_out=timed_out, duration_s=time.monotonic() - t0)
 
-    async def _stop(self, c: _Command, kill: Callable[[list[int]], Awaitable[str]]) -> str:
-        """Kill the command's group and tagged processes, then wait for its frames so the
-        shell is clean for the next command; a shell that does not answer is closed."""
-        note = await kill([c.pid] if c.pid is not None else [])
+    async def _stop(self, c: _Command, kill: Kill) -> tuple[str, str]:
+        """Kill the command's group and tagged processes, then wait briefly for its frames so
+        the shell is clean for the next command. A shell that does not answer is wedged
+        (stopped, or steered): it is killed on the host by its pid and closed. Returns (what
+        the kill did, a sentence when the shell had to be killed or "")."""
+        note = await kill([c.pid] if c.pid is not None else [], [])
         if self.dead:
-            return note
+            return note, ""
         try:
-            await asyncio.wait_for(asyncio.gather(c.out_done.wait(), c.err_done.wait()), 5)
+            await asyncio.wait_for(asyncio.gather(c.out_done.wait(), c.err_done.wait()), WEDGED_AFTER_S)
+            return note, ""
         except (asyncio.TimeoutError, asyncio.CancelledError):
-            self.close()
-        return note
+            pass
+        wedged = "the shell did not answer (stopped or wedged)"
+        if self.pid is not None:
+            await kill([], [self.pid])
+            wedged += f"; its shell (pid {self.pid}) was killed on the host"
+        self.close()
+        return note, wedged
 
     def close(self) -> None:
         self.dead = True
@@ -267,47 +334,64 @@ class PersistentShell:
 
 
 class ShellPool:
-    """Up to `size` persistent shells of one host; a command takes a free one or opens one."""
+    """The persistent shells of one host, each owned by one run (`key`: the run's id).
+
+    A run keeps up to `size` shells of its own; the pool as a whole holds at most `size`
+    (each is an SSH channel, and sshd allows ~10 per connection). When none can be opened the
+    command is refused here (`None`) and the transport runs it in exec mode, still isolated.
+    """
 
     def __init__(self, host: str, size: int, opener: Callable[[], Awaitable[ShellProcess]]):
         self.host, self.size, self.opener = host, size, opener
-        self.free: list[PersistentShell] = []
+        self.free: dict[int, list[PersistentShell]] = {}
         self.count = 0
-        self.sem = asyncio.Semaphore(size)
 
-    async def run(self, cmd: str | Sequence[str], *, timeout: float | None, on_output: OutputCallback | None,
-                  env: dict[str, str] | None, cwd: str | None,
-                  kill: Callable[[list[int]], Awaitable[str]]) -> CommandResult:
-        async with self.sem:
-            sh = None
-            while self.free:
-                cand = self.free.pop()
-                if not cand.dead:
-                    sh = cand
-                    break
-                self.count -= 1
-            if sh is None:
-                proc = await self.opener()
-                sh = PersistentShell(proc, self.host)
-                self.count += 1
-                try:
-                    await sh.ready(30)
-                except BaseException:
-                    sh.close()
-                    self.count -= 1
-                    raise
+    async def run(self, key: int, cmd: str | Sequence[str], *, timeout: float | None,
+                  on_output: OutputCallback | None, env: dict[str, str] | None, cwd: str | None,
+                  kill: Kill) -> CommandResult | None:
+        sh = None
+        mine = self.free.setdefault(key, [])
+        while mine:
+            cand = mine.pop()
+            if not cand.dead:
+                sh = cand
+                break
+            self.count -= 1
+        if sh is None:
+            if self.count >= self.size:
+                return None
+            self.count += 1
             try:
-                return await sh.run(cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd, kill=kill)
-            finally:
-                if sh.dead:
+                sh = PersistentShell(await self.opener(), self.host)
+                await sh.ready(30)
+            except BaseException:
+                if sh is not None:
                     sh.close()
-                    self.count -= 1
-                else:
-                    self.free.append(sh)
+                self.count -= 1
+                raise
+        try:
+            return await sh.run(cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd, kill=kill)
+        finally:
+            if sh.dead:
+                sh.close()
+                self.count -= 1
+            elif key in self.free:
+                self.free[key].append(sh)
+            else:  # the run was released while this command ran
+                sh.close()
+                self.count -= 1
+
+    async def release(self, key: int) -> None:
+        """Close every shell of run `key` (the run ended)."""
+        await self._close(self.free.pop(key, []))
 
     async def aclose(self) -> None:
-        shells, self.free = self.free, []
-        self.count = 0
+        shells = [sh for group in self.free.values() for sh in group]
+        self.free = {}
+        await self._close(shells)
+
+    async def _close(self, shells: list[PersistentShell]) -> None:
+        self.count -= len(shells)
         for sh in shells:
             sh.close()
         for sh in shells:

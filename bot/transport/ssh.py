@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from eaglebot.config import HostConfig
 from eaglebot.errors import TransportError
 from eaglebot.sdk import CommandResult, OutputCallback, path_for_shell
-from eaglebot.transport.base import (CURRENT, KILL_GRACE_S, LineSplitter, current_tag, detach_script, kill_note,
-                                     kill_script, note_pgid, parse_kill, session_wrapped)
+from eaglebot.transport.base import (CURRENT, DRAIN_S, KILL_GRACE_S, RUN, LineSplitter, current_tag, detach_script,
+                                     kill_note, kill_script, leftover_note, note_pgid, parse_kill, session_wrapped)
 from eaglebot.transport.shell import OPEN_SHELL, ShellPool
 
 if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for asyncssh
@@ -58,9 +58,9 @@ class _ShellChannel:
 class SSHTransport:
     """One asyncssh connection per host, reused by every step; bounded channels.
 
-    `shell: persistent` (the default) runs commands in persistent shells (eaglebot.transport.shell),
-    half of `max_channels` of them at most; `shell: exec` opens a channel per command. A command
-    with stdin always gets its own channel.
+    `shell: exec` (the default) opens a channel per command; `shell: persistent` runs a run's
+    commands in shells of its own (eaglebot.transport.shell), half of `max_channels` of them at
+    most across runs. A command with stdin, or outside a run, always gets its own channel.
     """
 
     def __init__(self, name: str, cfg: HostConfig, *, tunnel: "SSHTransport | None" = None,
@@ -129,11 +129,14 @@ class SSHTransport:
     async def run(self, cmd: str | Sequence[str], *, timeout: float | None = None,
                   on_output: OutputCallback | None = None, env: dict[str, str] | None = None,
                   cwd: str | None = None, stdin: str | None = None) -> CommandResult:
-        if self._shells is not None and stdin is None:
+        run_id = RUN.get()
+        if self._shells is not None and stdin is None and run_id is not None:
             conn = await self._connect()
             try:
-                return await self._shells.run(cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd,
-                                              kill=self._kill)
+                res = await self._shells.run(run_id, cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd,
+                                             kill=self._kill)
+                if res is not None:
+                    return res
             except TransportError as e:
                 if conn.is_closed():
                     if self._conn is conn:
@@ -182,10 +185,26 @@ class SSHTransport:
                 splitter.close()
 
             pumps = asyncio.gather(pump(proc.stdout, so), pump(proc.stderr, se))
+            # sshd sends the exit status when the command's shell exits, before its output
+            # ends if a background child still holds it: the command ends there (DRAIN_S for
+            # the rest of its output), and the child is stopped at the end of the step.
+            exited = asyncio.Event()
+            proc.exit_status_received = lambda _status: exited.set()  # type: ignore[method-assign]
+            proc.exit_signal_received = lambda *_a: exited.set()  # type: ignore[method-assign]
+            if proc.exit_status is not None or proc.exit_signal is not None:  # came with the open
+                exited.set()
             timed_out = False
             try:
-                await asyncio.wait_for(asyncio.shield(pumps), timeout)
-                await proc.wait_closed()
+                await asyncio.wait_for(_first(pumps, exited), timeout)
+                cut = False
+                try:
+                    await asyncio.wait_for(asyncio.shield(pumps), DRAIN_S)
+                except asyncio.TimeoutError:
+                    cut = True
+                if cut:
+                    proc.close()
+                else:
+                    await proc.wait_closed()
             except asyncio.TimeoutError:
                 timed_out = True
                 await self._kill(pgid)
@@ -212,24 +231,36 @@ class SSHTransport:
                              timed_out=timed_out, duration_s=time.monotonic() - t0,
                              signal=proc.exit_signal[0] if proc.exit_signal else None)
 
-    async def _kill(self, pgids: list[int]) -> str:
+    async def _kill(self, pgids: list[int], now: list[int] | None = None) -> str:
         """Stop the command's process groups and every process carrying the step's tag,
         over a fresh channel (a new connection when the old one is gone); one sentence says
         what happened and the step's `StepProcs` records it."""
-        return await self.cleanup(current_tag(), pgids, record=True)
+        return await self.cleanup(current_tag(), pgids, record=True, now=now)
+
+    async def leftovers(self, tag: str, pgids: list[int]) -> tuple[int, str]:
+        try:
+            conn = await self._connect()
+            res = await asyncio.wait_for(conn.run(kill_script(tag, pgids), check=False), KILL_GRACE_S + 15)
+        except Exception as e:  # the step's own result says what broke; this only adds to it
+            return 0, f"could not check for processes it left running ({type(e).__name__})"
+        return leftover_note(parse_kill(_text(res.stdout)))
+
+    async def release(self, run_id: int) -> None:
+        if self._shells is not None:
+            await self._shells.release(run_id)
 
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
-                      attempts: int = 3) -> str:
+                      attempts: int = 3, now: list[int] | None = None) -> str:
         """Kill what `tag` (and `pgids`) name on this host; reconnects, a few tries."""
         what = "the command's processes" if pgids else f"processes tagged {tag}"
-        if not tag and not pgids:
+        if not tag and not pgids and not now:
             return "its processes were not known"
         last = ""
         sp = CURRENT.get() if record else None
         for i in range(attempts):
             try:
                 conn = await self._connect()
-                res = await asyncio.wait_for(conn.run(kill_script(tag, pgids or []), check=False),
+                res = await asyncio.wait_for(conn.run(kill_script(tag, pgids or [], now or []), check=False),
                                              KILL_GRACE_S + 15)
                 ok, note = kill_note(parse_kill(_text(res.stdout)), what)
                 if sp is not None:
@@ -285,6 +316,15 @@ class SSHTransport:
             except asyncio.TimeoutError:
                 pass
             self._conn = None
+
+
+async def _first(pumps: "asyncio.Future[Any]", exited: asyncio.Event) -> None:
+    """Until the command's output ended or its exit status came."""
+    waiter = asyncio.ensure_future(exited.wait())
+    try:
+        await asyncio.wait({waiter, pumps}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
 
 
 def _text(data: bytes | str | None) -> str:

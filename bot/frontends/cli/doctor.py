@@ -187,7 +187,7 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
     mode = os.environ.get("EAGLE_SHELL_MODE", "").strip()
     if mode:  # easy to forget once a problem is over
         add(Check("shell mode", True, f"EAGLE_SHELL_MODE={mode}: hosts without `shell:` in eagle.yaml use "
-                                      f"`shell: {mode}`", warn=mode != "persistent"))
+                                      f"`shell: {mode}`", warn=mode != "exec"))
     for c in check_schedule_config(settings):
         add(c)
     add(await asyncio.to_thread(check_audit_chain, settings))

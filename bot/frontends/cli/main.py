@@ -579,7 +579,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _not_dumpable() -> None:
+    """Close this process's /proc entries to processes of the same user (PR_SET_DUMPABLE 0).
+
+    A step on the host `local` runs as the bot's user and would otherwise read the bot's
+    Slack tokens from /proc/$PPID/environ, or type into its stdin through /proc/$PPID/fd/0
+    (`eagle console` fed by a pipe). The commands the bot starts are dumpable again after
+    their exec, so nothing else changes. Linux only; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):  # no libc prctl: nothing to harden
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _not_dumpable()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

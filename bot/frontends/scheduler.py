@@ -183,7 +183,7 @@ def schedule_state(row: dict[str, Any]) -> str:
 
 
 def schedule_list_main(settings: Settings, as_json: bool = False) -> int:
-    store = Store(settings.db_path)
+    store = Store(settings.db_path, key_file=settings.audit_key_path)
     try:
         rows = schedule_rows(settings, store)
     except UsageError as e:

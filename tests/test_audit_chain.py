@@ -152,8 +152,7 @@ def test_the_anchored_head_catches_entries_cut_off_the_end(ran):
     assert res.returncode == 0 and doc["anchor_seq"] == doc["head_seq"]
     # Rewind history cleanly: the newest event and its chain entry go; the rest is consistent.
     conn = sqlite3.connect(db)
-    conn.execute("drop trigger audit_chain_events_d")
-    conn.execute("delete from events where message = 'later'")
+    conn.execute("delete from events where message = 'later'")  # its 'D' entry goes with the rest
     conn.execute("delete from audit_chain where seq > ?", [before])
     conn.commit()
     conn.close()
@@ -194,20 +193,26 @@ def test_an_existing_database_is_migrated_and_its_chain_says_where_it_starts(tmp
     store.close()
 
 
-def test_a_column_added_by_a_later_migration_is_covered(tmp_path):
+def test_a_column_added_by_a_later_migration_is_covered(tmp_path, monkeypatch):
+    """A migration that adds a column says so in the code's schema (CHAIN_SCHEMA) and in a
+    chained 'M' entry: old rows still verify over the columns they were written with, nothing
+    is snapshotted again, and the new column is covered from then on."""
     db = tmp_path / "a.db"
     store = Store(db)
     rid = store.create_run(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli")
-    store.db.conn.execute("alter table runs add column incident text")
-    store.close()
-    store = Store(db)  # the next open rebuilds the runs triggers for the new column
-    assert store.audit_verify()["ok"]
+    snapshots = store.db.execute("select count(*) from audit_chain where op = 'S'").fetchone()[0]
+    monkeypatch.setitem(chain.CHAIN_SCHEMA, 99, {"runs": ("incident",)})
+    with store._tx():
+        store.db.conn.execute("alter table runs add column incident text")
+        chain.record_migration(store.db.conn, 99)
+    assert store.audit_verify()["ok"], store.audit_verify()["problems"]
+    assert store.db.execute("select count(*) from audit_chain where op = 'S'").fetchone()[0] == snapshots
     store.close()
     conn = sqlite3.connect(db)
     conn.execute("update runs set incident = 'forged' where id = ?", [rid])
     conn.commit()
     conn.close()
-    store = Store(db)
+    store = Store(db, readonly=True)
     assert store.audit_verify()["first_broken"]["table"] == "runs"
     store.close()
 

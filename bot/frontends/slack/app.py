@@ -420,11 +420,10 @@ class SlackRunObserver(Observer):
         if files and files[0][0].endswith("-summary.txt"):
             blocks = budget.summary_blocks(head, summary, files[0][0])
         text = f"{who} run #{o.run_id} {o.playbook}: {o.status}".strip()
-        if self.anchor:
-            head = await self._audit_head()
-            if head:
-                blocks.append(bk.context(f"audit head: `{head}`"))
-                text += f" (audit head: {head})"
+        anchor = await self._audit_head() if self.anchor else None
+        if anchor:
+            blocks.append(bk.context(f"audit head: `{anchor}`"))
+            text += f" (audit head: {anchor})"
         if self.not_in_channel:
             # The requester got the invite hint; the result reaches them while response_url lives (30 min).
             await ctx.respond(self.response_url, text, blocks)
@@ -435,7 +434,8 @@ class SlackRunObserver(Observer):
 
     async def _audit_head(self) -> str | None:
         try:
-            return (await self.ctx.services.store.audit_head())["hash"]
+            head = (await self.ctx.services.store.audit_head())["hash"]
+            return str(head) if head else None
         except Exception:  # the summary still goes out without its anchor
             log.exception("could not read the audit chain's head")
             return None

@@ -272,23 +272,23 @@ def seal(conn: sqlite3.Connection, after_seq: int, sealer: Sealer | None = None)
                         f"where seq > ? and hash is null order by seq", [after_seq]).fetchall()
     if not rows:
         return
-    prev_row = conn.execute(f"select hash from {CHAIN_TABLE} where seq <= ? and hash is not null "
-                            f"order by seq desc limit 1", [after_seq]).fetchone()
+    prev_row = conn.execute(f"select hash{', epoch' if sealer is not None else ', null'} from {CHAIN_TABLE} "
+                            f"where seq <= ? and hash is not null order by seq desc limit 1", [after_seq]).fetchone()
     prev = prev_row[0] if prev_row else ""
-    key = None
-    if sealer is not None:
-        last = conn.execute(f"select max(epoch) from {CHAIN_TABLE}").fetchone()
-        key = sealer.key_for(int(last[0]) if last and last[0] is not None else 0)
+    # Epochs never go backwards along the chain: the last entry's epoch is the least we may use.
+    key = sealer.key_for(int(prev_row[1]) if prev_row and prev_row[1] is not None else 0) if sealer else None
     for seq, tbl, row_id, op, at, content in rows:
         csha = _sha(content or "")
         h = link_hash(prev, seq, tbl, row_id, op, at, csha)
         # Readable entries keep their content; a row's JSON is only kept as its hash (the row is live).
         keep = content if op in _READABLE else None
-        conn.execute(f"update {CHAIN_TABLE} set content = ?, content_sha256 = ?, prev_hash = ?, hash = ? "
-                     f"where seq = ?", [keep, csha, prev, h, seq])
         if key is not None:
-            conn.execute(f"update {CHAIN_TABLE} set epoch = ?, seal = ? where seq = ?",
-                         [key.epoch, seal_mac(key.key, key.epoch, h), seq])
+            conn.execute(f"update {CHAIN_TABLE} set content = ?, content_sha256 = ?, prev_hash = ?, hash = ?, "
+                         f"epoch = ?, seal = ? where seq = ?",
+                         [keep, csha, prev, h, key.epoch, seal_mac(key.key, key.epoch, h), seq])
+        else:
+            conn.execute(f"update {CHAIN_TABLE} set content = ?, content_sha256 = ?, prev_hash = ?, hash = ? "
+                         f"where seq = ?", [keep, csha, prev, h, seq])
         prev = h
 
 

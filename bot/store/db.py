@@ -96,6 +96,10 @@ class Store:
         self.readonly = readonly
         # Read before the DB is opened: a key file that cannot be used stops the command at once.
         self._sealer = Sealer(Path(key_file)) if key_file is not None and not readonly else None
+        if self._sealer is not None:
+            # Each open moves the key file on to today's key (the days before are then gone),
+            # even on a day nothing is written.
+            self._sealer.key_for()
         try:
             if readonly:
                 self._open_readonly()
@@ -131,6 +135,7 @@ class Store:
         conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
         self.db = sqlite_utils.Database(conn)
         self.db.execute("PRAGMA busy_timeout = 30000")
+        self.db.execute("select count(*) from sqlite_master").fetchone()  # a file that is no database fails here
 
     @contextmanager
     def _tx(self) -> Iterator[None]:

@@ -41,6 +41,7 @@ import hashlib
 import json
 import sqlite3
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from eaglebot.store.sealing import Sealer, Verifier, seal_mac
@@ -450,7 +451,7 @@ def verify(conn: sqlite3.Connection, head: str | None = None, verifier: Verifier
             problems.append(Problem(seq, tbl, row_id, "the chain entry was altered"))
         elif link_hash(prev_hash or "", seq, tbl, row_id, op, at, csha or "") != h:
             problems.append(Problem(seq, tbl, row_id, "the chain entry was altered"))
-        _check_seal(seals, problems, verifier, seq, tbl, row_id, h, epoch, sl)
+        _check_seal(seals, problems, verifier, seq, tbl, row_id, h, epoch, sl, at)
         prev, head_seq = h, seq
         if head is not None and h == head:
             anchor_seq = seq
@@ -492,8 +493,16 @@ def verify(conn: sqlite3.Connection, head: str | None = None, verifier: Verifier
                   schema_version, seals)
 
 
+def _epoch_of(at: str, epoch_s: int, slack_s: float = 0) -> int | None:
+    try:
+        t = datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    except (ValueError, AttributeError):
+        return None
+    return int((t + slack_s) // epoch_s)
+
+
 def _check_seal(seals: Seals, problems: list[Problem], verifier: Verifier | None, seq: int, tbl: str,
-                row_id: int | None, h: str, epoch: int | None, sl: str | None) -> None:
+                row_id: int | None, h: str, epoch: int | None, sl: str | None, at: str) -> None:
     if sl is None:
         if seals.sealed:
             problems.append(Problem(seq, tbl, row_id, "unsealed entry after sealed ones: written without the "
@@ -524,6 +533,16 @@ def _check_seal(seals: Seals, problems: list[Problem], verifier: Verifier | None
     if not verifier.check(epoch, h, sl):
         problems.append(Problem(seq, tbl, row_id, f"the seal does not match the key of epoch {epoch}: forged, "
                                                   f"or sealed under another key"))
+        return
+    # An entry is sealed in the transaction that wrote it: its epoch is the one of its time
+    # (or the next, for a transaction that ran across the boundary). Whoever stole a later
+    # key can only seal entries that say they were written then: rewriting an earlier day
+    # means moving its entries to today, which this catches.
+    e_s = verifier.base.epoch_s
+    lo, hi = _epoch_of(at, e_s), _epoch_of(at, e_s, max(1, e_s // 24))
+    if lo is None or hi is None or not lo <= epoch <= hi:
+        problems.append(Problem(seq, tbl, row_id, f"sealed for epoch {epoch} but written at {at} (epoch {lo}): "
+                                                  f"rewritten with a later key, or forged"))
 
 
 def _check_rows(conn: sqlite3.Connection, latest: dict[tuple[str, int], tuple[int, str, str | None]],

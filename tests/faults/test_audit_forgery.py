@@ -168,6 +168,18 @@ def test_an_entry_forged_with_a_later_epochs_key_for_an_earlier_epoch_is_caught(
     assert f"does not match the key of epoch {day_n}" in doc["first_broken"]["reason"]
 
 
+def test_an_entry_of_an_earlier_day_resealed_under_the_stolen_days_epoch_is_caught(keyed):
+    """Labelled honestly with the stolen key's epoch, an entry written (by its time) the day
+    before does not fit: rewriting yesterday means claiming it happened today."""
+    cfg, db, kf, vk = keyed
+    day_n = sealing.parse_key(kf.read_text(), "k").epoch
+    stolen = sealing.Sealer(kf).key_for(min_epoch=day_n + 1)
+    seq = _forge_event(db, "rewritten", seal_with=stolen, epoch=day_n + 1)  # its time is day n
+    res, doc = eagle_here_json("audit", "verify", "--key", str(vk), config=cfg)
+    assert res.returncode == 1 and doc["first_broken"]["seq"] == seq
+    assert f"sealed for epoch {day_n + 1} but written at" in doc["first_broken"]["reason"]
+
+
 def test_epochs_going_backwards_along_the_chain_are_a_break(keyed):
     cfg, db, kf, vk = keyed
     day_n = sealing.parse_key(kf.read_text(), "k").epoch
@@ -184,5 +196,6 @@ def test_epochs_going_backwards_along_the_chain_are_a_break(keyed):
     conn.commit()
     conn.close()
     res, doc = eagle_here_json("audit", "verify", "--key", str(vk), config=cfg)
-    assert res.returncode == 1 and doc["first_broken"]["seq"] == last
-    assert "the epoch goes backwards" in doc["first_broken"]["reason"]
+    assert res.returncode == 1
+    backwards = [p for p in doc["problems"] if "the epoch goes backwards" in p["reason"]]
+    assert [p["seq"] for p in backwards] == [last]

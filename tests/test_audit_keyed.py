@@ -212,3 +212,43 @@ def test_doctor_warns_that_an_unkeyed_chain_is_not_proof_against_a_forger(tmp_pa
     cfg, _, _ = keyed
     out = eagle("doctor", config=cfg)
     assert not [ln for ln in (out.stdout + out.stderr).splitlines() if "unkeyed" in ln]
+
+
+_WRITER = """
+import sys, time
+from eaglebot.store import Store
+store = Store(sys.argv[1], key_file=sys.argv[2])
+end = time.monotonic() + float(sys.argv[3])
+i = 0
+while time.monotonic() < end:
+    store.add_event(None, "note", f"{sys.argv[4]} {i}")
+    i += 1
+    time.sleep(0.01)
+store.close()
+"""
+
+
+def test_two_processes_sealing_across_epochs_share_the_evolving_key(tmp_path, monkeypatch):
+    """The bot and the CLI write the same DB with the same key file: the read-evolve-replace is
+    serialised (a lock file), epochs never go backwards, every seal checks with key_0."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv(sealing.EPOCH_ENV, "1")
+    kf = tmp_path / "audit.key"
+    line, vk = _init_key(kf)
+    (tmp_path / "verify.key").write_text(line)
+    db = tmp_path / "eagle.db"
+    Store(db, key_file=kf).close()
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(db), str(kf), "2.5", name])
+             for name in ("bot", "cli")]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db"})
+    res, doc = eagle_json("audit", "verify", "--key", str(tmp_path / "verify.key"), config=cfg)
+    assert res.returncode == 0, doc["problems"][:3]
+    assert doc["seals"]["checked"] == doc["entries"] and doc["seals"]["last_epoch"] >= vk.epoch + 2
+    store = Store(db, readonly=True)
+    epochs = [e for (e,) in store.db.execute("select epoch from audit_chain order by seq")]
+    store.close()
+    assert epochs == sorted(epochs) and len(set(epochs)) >= 3
+    assert sealing.parse_key(kf.read_text(), "k").epoch == epochs[-1]

@@ -32,8 +32,8 @@ else:
 from eaglebot.errors import HostBusy
 from eaglebot.skills.facts.procs import parse_stat
 from eaglebot.store import chain
-from eaglebot.store.sealing import AuditKey, Sealer, Verifier
 from eaglebot.store.failures import store_error
+from eaglebot.store.sealing import AuditKey, Sealer, Verifier
 
 SCHEMA_VERSION = 7  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps; 5: audit_chain; 6: remote_procs, locks.reason; 7: versioned chain columns, seals
 OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut

@@ -157,17 +157,21 @@ class Sealer:
         if want <= self._key.epoch:
             return self._key
         lock = self.path.with_name(self.path.name + ".lock")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            cur = read_key_file(self.path, private=True)
-            if cur.epoch < want:
-                cur = cur.at(want)
-                self._replace(cur)
-            # Only the newest key stays in memory, as in the file.
-            self._key = cur
-        finally:
-            os.close(fd)  # releases the lock
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                cur = read_key_file(self.path, private=True)
+                if cur.epoch < want:
+                    cur = cur.at(want)
+                    self._replace(cur)
+                # Only the newest key stays in memory, as in the file.
+                self._key = cur
+            finally:
+                os.close(fd)  # releases the lock
+        except OSError as e:
+            raise KeyFileError(f"cannot move audit key file {self.path} on to today's key "
+                               f"({e.strerror}): its folder must be writable by eaglebot") from None
         return self._key
 
     def _replace(self, key: AuditKey) -> None:

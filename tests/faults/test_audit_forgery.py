@@ -34,6 +34,7 @@ def test_dropped_triggers_an_edit_and_an_added_column_are_named_and_never_reseal
     """The reproduction of issue 17, through the real CLI: before, the next command re-snapshotted
     the edited row and verify said intact."""
     cfg, db = ran
+    head = eagle("audit", "head", config=cfg).stdout.strip()  # posted to Slack before the edit
     conn = sqlite3.connect(db)
     _drop_triggers(conn)
     conn.execute("update runs set actor = 'mallory' where id = 1")
@@ -43,6 +44,7 @@ def test_dropped_triggers_an_edit_and_an_added_column_are_named_and_never_reseal
     res = eagle("audit", "verify", config=cfg)
     assert res.returncode == 1
     assert res.stdout.startswith("audit chain broken at table `runs`: schema of `runs` changed outside a migration")
+    assert eagle("audit", "verify", "--head", head, config=cfg).returncode == 1
     assert eagle("history", config=cfg).returncode == 0  # a normal command puts the triggers back ...
     res = eagle("audit", "verify", "--json", config=cfg)
     doc = json.loads(res.stdout)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from eaglebot.configfile import config_path, read_config_text
+from eaglebot.configfile import KEY_FILE_ENV, config_path, read_config_text
 from eaglebot.errors import UsageError
 
 LOCAL = "local"
@@ -114,6 +114,8 @@ class Settings(_Model):
     max_hosts_total: int = Field(256, ge=1, description="hosts all runs of one process work on at once")
     max_connecting: int = Field(64, ge=1, description="SSH connections being opened at once, per process")
     state_dir: str = Field("~/.eaglebot", description="where the bot keeps pid and log files on each host")
+    audit_key_file: str | None = Field(None, description="the audit chain's sealing key (`eagle audit init-key`); "
+                                                          "$EAGLE_AUDIT_KEY_FILE overrides it")
     # Not from the file: where it was read from (relative paths resolve against it).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     source: Path | None = Field(None, exclude=True)
@@ -165,6 +167,14 @@ class Settings(_Model):
     @property
     def db_path(self) -> Path:
         return self.path(self.audit_db)
+
+    @property
+    def audit_key_path(self) -> Path | None:
+        """The sealing key file: $EAGLE_AUDIT_KEY_FILE (a deployment's override), else `audit_key_file`."""
+        env = os.environ.get(KEY_FILE_ENV)
+        if env:
+            return Path(os.path.expanduser(env))
+        return self.path(self.audit_key_file) if self.audit_key_file else None
 
     @property
     def playbooks_path(self) -> Path | None:

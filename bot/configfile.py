@@ -18,8 +18,9 @@ from eaglebot.errors import UsageError
 TOP_KEYS = frozenset({
     "audit_db", "playbooks_dir", "skill_paths", "hosts", "groups", "default_hosts", "slack", "access",
     "schedules", "regression", "redact", "max_parallel_hosts", "max_hosts_total", "max_connecting",
-    "state_dir",
+    "state_dir", "audit_key_file",
 })
+KEY_FILE_ENV = "EAGLE_AUDIT_KEY_FILE"
 
 
 def config_path(path: str | Path | None) -> tuple[Path, bool]:
@@ -70,3 +71,21 @@ def audit_db_path(path: str | Path | None) -> Path | None:
         return None
     q = Path(os.path.expanduser(db))
     return q if q.is_absolute() else p.resolve().parent / q
+
+
+def audit_key_path(path: str | Path | None) -> tuple[bool, Path | None]:
+    """(known, the sealing key file): as `Settings.audit_key_path`, without pydantic; known is
+    False when only the full validation can tell."""
+    env = os.environ.get(KEY_FILE_ENV)
+    if env:
+        return True, Path(os.path.expanduser(env))
+    p, _ = config_path(path)
+    if not p.exists():
+        return True, None
+    key = read_config(p).get("audit_key_file")
+    if key is None:
+        return True, None
+    if not isinstance(key, str) or not key:
+        return False, None
+    q = Path(os.path.expanduser(key))
+    return True, (q if q.is_absolute() else p.resolve().parent / q)

@@ -152,8 +152,7 @@ def test_the_anchored_head_catches_entries_cut_off_the_end(ran):
     assert res.returncode == 0 and doc["anchor_seq"] == doc["head_seq"]
     # Rewind history cleanly: the newest event and its chain entry go; the rest is consistent.
     conn = sqlite3.connect(db)
-    conn.execute("drop trigger audit_chain_events_d")
-    conn.execute("delete from events where message = 'later'")
+    conn.execute("delete from events where message = 'later'")  # its 'D' entry goes with the rest
     conn.execute("delete from audit_chain where seq > ?", [before])
     conn.commit()
     conn.close()
@@ -186,6 +185,7 @@ def test_an_existing_database_is_migrated_and_its_chain_says_where_it_starts(tmp
     assert report["ok"], report["problems"]
     assert "at the migration to schema v5" in report["genesis"]
     assert store.db.execute("select count(*) from audit_chain where op = 'S' and tbl = 'runs'").fetchone()[0] == 1
+    assert [json.loads(c)["version"] for (c,) in store.db.execute("select content from audit_chain where op = 'M'")] == [7]
     n = store.db.execute("select count(*) from audit_chain").fetchone()[0]
     store.close()
     store = Store(db)  # idempotent: a second open adds no genesis, no snapshot
@@ -194,20 +194,26 @@ def test_an_existing_database_is_migrated_and_its_chain_says_where_it_starts(tmp
     store.close()
 
 
-def test_a_column_added_by_a_later_migration_is_covered(tmp_path):
+def test_a_column_added_by_a_later_migration_is_covered(tmp_path, monkeypatch):
+    """A migration that adds a column says so in the code's schema (CHAIN_SCHEMA) and in a
+    chained 'M' entry: old rows still verify over the columns they were written with, nothing
+    is snapshotted again, and the new column is covered from then on."""
     db = tmp_path / "a.db"
     store = Store(db)
     rid = store.create_run(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli")
-    store.db.conn.execute("alter table runs add column incident text")
-    store.close()
-    store = Store(db)  # the next open rebuilds the runs triggers for the new column
-    assert store.audit_verify()["ok"]
+    snapshots = store.db.execute("select count(*) from audit_chain where op = 'S'").fetchone()[0]
+    monkeypatch.setitem(chain.CHAIN_SCHEMA, 99, {"runs": ("incident",)})
+    with store._tx():
+        store.db.conn.execute("alter table runs add column incident text")
+        chain.record_migration(store.db.conn, 99)
+    assert store.audit_verify()["ok"], store.audit_verify()["problems"]
+    assert store.db.execute("select count(*) from audit_chain where op = 'S'").fetchone()[0] == snapshots
     store.close()
     conn = sqlite3.connect(db)
     conn.execute("update runs set incident = 'forged' where id = ?", [rid])
     conn.commit()
     conn.close()
-    store = Store(db)
+    store = Store(db, readonly=True)
     assert store.audit_verify()["first_broken"]["table"] == "runs"
     store.close()
 
@@ -298,3 +304,39 @@ def test_show_names_a_row_of_the_run_edited_without_trace(ran):
     conn.close()
     res = eagle("show", str(run_id), config=cfg)
     assert any("metrics row" in ln and "edited without trace" in ln for ln in res.stderr.splitlines()), res.stderr
+
+
+V6_DB = Path(__file__).parent / "fixtures" / "audit" / "v6.db"  # written by eaglebot at dd1f8b7 (schema v6)
+
+
+def test_a_schema_v6_database_is_migrated_by_a_chained_migration_entry(tmp_path):
+    """A real v6 database (its chain took each table's columns from the live table): the
+    migration to v7 is one 'M' entry with the code's column lists; only the tables chained
+    for the first time (schedule_fires, run_hosts, meta) are snapshotted; the old rows still
+    verify, and a key configured afterwards seals what comes next."""
+    db = tmp_path / "eagle.db"
+    shutil.copyfile(V6_DB, db)
+    store = Store(db)
+    conn = store.db.conn
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 7
+    [(m_seq, content)] = conn.execute("select seq, content from audit_chain where op = 'M'").fetchall()
+    m = json.loads(content)
+    assert m["version"] == 7 and m["tables"]["runs"] == list(chain.CHAIN_SCHEMA[7]["runs"])
+    snapped = {t for (t,) in conn.execute("select distinct tbl from audit_chain where op = 'S' and seq > ?", [m_seq])}
+    assert snapped == {"schedule_fires", "run_hosts", "meta"}
+    assert not conn.execute("select 1 from audit_chain where op = 'S' and seq < ?", [m_seq]).fetchone()
+    report = store.audit_verify()
+    assert report["ok"], report["problems"]
+    assert report["schema_version"] == 7
+    n = conn.execute("select count(*) from audit_chain").fetchone()[0]
+    store.close()
+    store = Store(db)  # idempotent
+    assert store.db.execute("select count(*) from audit_chain").fetchone()[0] == n
+    store.close()
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "audit_key_file": "audit.key"})
+    vline = eagle("audit", "init-key", str(tmp_path / "audit.key")).stdout
+    (tmp_path / "verify.key").write_text(vline)
+    assert eagle("baseline", "set", "1", config=cfg).returncode == 0
+    res, doc = eagle_json("audit", "verify", "--key", str(tmp_path / "verify.key"), config=cfg)
+    assert res.returncode == 0, doc["problems"]
+    assert doc["seals"]["checked"] > 0 and doc["seals"]["unsealed_before_key"] == n

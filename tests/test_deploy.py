@@ -16,6 +16,7 @@ import yaml
 from sshd import chown_to
 
 from eaglebot.sim import gpu_state, install_sim_bin
+from eaglebot.store.sealing import init_key
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = ROOT / "deploy" / "eaglebot.service"
@@ -65,6 +66,8 @@ async def test_the_shipped_unit_starts_the_bot_on_a_host_without_gpus(tmp_path, 
     chown_to(remote_dir)
     cfg = yaml.safe_load(EXAMPLE.read_text())
     cfg["audit_db"] = mapped(cfg["audit_db"])
+    cfg["audit_key_file"] = mapped(cfg["audit_key_file"])
+    init_key(Path(cfg["audit_key_file"]))  # `eagle audit init-key`, as the deploy notes say
     for name, host in cfg["hosts"].items():
         if host.get("transport") == "local":
             continue

@@ -383,7 +383,12 @@ async def test_schedule_hooks_post_runs_messages_and_uploads_to_the_configured_c
     outcome = await h.services.engine.run(RunRequest("hello", actor="schedule:nightly", origin="schedule",
                                                      schedule="nightly"), observer)
     assert outcome.status == "succeeded"
-    await fake.wait_for(lambda: [c for c in posts(fake) if c.args["channel"] == "CNIGHT" and "finished" in c.all_text()])
+    [summary] = await fake.wait_for(lambda: [c for c in posts(fake) if c.args["channel"] == "CNIGHT"
+                                             and "finished" in c.all_text()])
+    # a scheduled run's summary ends with the audit chain's head, the anchor kept outside the DB
+    head = (await h.services.store.audit_head())["hash"]
+    assert summary.args["blocks"][-1]["elements"][0]["text"] == f"audit head: `{head}`"
+    assert (await h.services.store.audit_verify(head))["ok"]
     ts = await hooks.post("CNIGHT", "missed fire of nightly at 03:00")
     assert ts
     png = tmp_path / "plot.png"

@@ -183,7 +183,7 @@ def schedule_state(row: dict[str, Any]) -> str:
 
 
 def schedule_list_main(settings: Settings, as_json: bool = False) -> int:
-    store = Store(settings.db_path)
+    store = Store(settings.db_path, key_file=settings.audit_key_path)
     try:
         rows = schedule_rows(settings, store)
     except UsageError as e:
@@ -248,12 +248,14 @@ def _describe(cfg: ScheduleConfig) -> str:
     return f"{cfg.playbook} on {', '.join(cfg.hosts) if cfg.hosts else 'the default hosts'}"
 
 
-def outcome_summary(cfg: ScheduleConfig, v: RunView) -> str:
+def outcome_summary(cfg: ScheduleConfig, v: RunView, audit_head: str | None = None) -> str:
     lines = [f"scheduled run {cfg.name}: run #{v.run_id} {v.playbook} on {', '.join(v.hosts)}: {v.status}"]
     if v.error and v.status != "succeeded":
         lines.append(f"error: {v.error}")
     for m in v.metrics:
         lines.append(f"  {m['host']}: {m['name']} = {m['value']:g} {m['unit'] or ''}".rstrip())
+    if audit_head:  # the anchor outside the DB (`eagle audit verify --head HASH`)
+        lines.append(f"audit head: {audit_head}")
     return "\n".join(lines)
 
 
@@ -474,7 +476,7 @@ class Scheduler:
         channel = view.run.get("channel") or channel
         thread_ts = view.run.get("thread_ts")
         if getattr(self.hooks, "text_summaries", False):
-            await self._post(channel, outcome_summary(cfg, view))
+            await self._post(channel, outcome_summary(cfg, view, (await store.audit_head())["hash"]))
         await self._report_regressions(cfg, view, channel)
         await self._upload_trends(cfg, view, channel, thread_ts)
         return run_id

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, ParamSpec, TypeVar
 
 from eaglebot.store.db import Row, Store
+from eaglebot.store.sealing import AuditKey
 from eaglebot.store.failures import store_error
 
 P = ParamSpec("P")
@@ -29,9 +30,10 @@ class AsyncStore:
         self._pool = pool or ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle-store")
 
     @classmethod
-    async def open(cls, path: str | Path) -> AsyncStore:
+    async def open(cls, path: str | Path, key_file: str | Path | None = None) -> AsyncStore:
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle-store")
-        store = await asyncio.get_running_loop().run_in_executor(pool, Store, path)
+        store = await asyncio.get_running_loop().run_in_executor(
+            pool, functools.partial(Store, path, key_file=key_file))
         return cls(store, pool)
 
     async def _do(self, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
@@ -306,9 +308,9 @@ class AsyncStore:
         """The resolved variables of each host of a run (redacted by the caller)."""
         return await self._do(self.sync.save_vars, run_id, variables)
 
-    async def audit_verify(self, head: str | None = None) -> dict[str, Any]:
-        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems."""
-        return await self._do(self.sync.audit_verify, head)
+    async def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
+        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,"""
+        return await self._do(self.sync.audit_verify, head, key)
 
     async def run_audit_problems(self, run_id: int) -> list[str]:
         """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,"""

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import quote
 
 import sys
 
@@ -32,8 +33,9 @@ from eaglebot.errors import HostBusy
 from eaglebot.skills.facts.procs import parse_stat
 from eaglebot.store import chain
 from eaglebot.store.failures import store_error
+from eaglebot.store.sealing import AuditKey, Sealer, Verifier
 
-SCHEMA_VERSION = 6  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps; 5: audit_chain; 6: remote_procs, locks.reason
+SCHEMA_VERSION = 7  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps; 5: audit_chain; 6: remote_procs, locks.reason; 7: versioned chain columns, seals
 OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
 
 
@@ -86,17 +88,30 @@ def _j(v: Any) -> str:
 
 
 class Store:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, key_file: str | Path | None = None, readonly: bool = False):
+        """`key_file`: the audit sealing key (store/sealing.py); every chain entry this store
+        writes is sealed with it. `readonly`: open for reading only (`eagle audit verify`):
+        no migration, no trigger repair, no recovery, not a byte written."""
         self.path = Path(path)
+        self.readonly = readonly
+        # Read before the DB is opened: a key file that cannot be used stops the command at once.
+        self._sealer = Sealer(Path(key_file)) if key_file is not None and not readonly else None
+        if self._sealer is not None:
+            # Each open moves the key file on to today's key (the days before are then gone),
+            # even on a day nothing is written.
+            self._sealer.key_for()
         try:
-            self._open()
+            if readonly:
+                self._open_readonly()
+            else:
+                self._open()
         except (sqlite3.Error, OSError) as e:
             if hasattr(self, "db"):
                 self.db.conn.close()
             raise store_error(self.path, e) from None
 
     def _open(self) -> None:
-        self._chained = False
+        self._chained = self._seal_cols = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
         self.db = sqlite_utils.Database(conn)
@@ -107,10 +122,20 @@ class Store:
         self._migrate()
         self._db_id: str | None = None
         self._db_id = self.db_id  # read once here, on the opening thread
-        if not chain.triggers_current(self.db.conn):
+        # Only the schema this code knows: a newer eagle's triggers are not this one's to "repair".
+        if self._version() == SCHEMA_VERSION and not chain.triggers_current(self.db.conn, SCHEMA_VERSION):
             with self._tx():
-                chain.ensure_triggers(self.db.conn)
+                chain.reinstall_triggers(self.db.conn, SCHEMA_VERSION)
         self.recover()
+
+    def _open_readonly(self) -> None:
+        self._chained = self._seal_cols = False
+        self._db_id = None
+        uri = "file:" + quote(str(self.path.absolute())) + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
+        self.db = sqlite_utils.Database(conn)
+        self.db.execute("PRAGMA busy_timeout = 30000")
+        self.db.execute("select count(*) from sqlite_master").fetchone()  # a file that is no database fails here
 
     @contextmanager
     def _tx(self) -> Iterator[None]:
@@ -129,7 +154,9 @@ class Store:
             since = chain.last_seq(conn) if chained else 0
             yield
             if chained or chain.table_exists(conn, chain.CHAIN_TABLE):
-                chain.seal(conn, since)
+                # Before migration v7 the chain has no seal columns yet: hash only.
+                self._seal_cols = self._seal_cols or chain.has_seal_columns(conn)
+                chain.seal(conn, since, self._sealer if self._seal_cols else None)
                 self._chained = True
             conn.execute("COMMIT")
         except BaseException as e:
@@ -235,6 +262,7 @@ class Store:
             self._migrate_v4(version)
             self._migrate_v5(version)
             self._migrate_v6(version)
+            self._migrate_v7(version)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _migrate_v2(self, version: int) -> None:
@@ -318,6 +346,14 @@ class Store:
             db.execute("alter table locks add column reason text")
         db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
         db.execute("insert or ignore into meta (key, value) values ('db_id', ?)", [os.urandom(6).hex()])
+
+    def _migrate_v7(self, version: int) -> None:
+        """The chain's columns come from the code (chain.CHAIN_SCHEMA), recorded in a chained
+        migration entry; entries get an epoch and a keyed seal; remote_procs, schedule_fires,
+        run_hosts and meta join the chain (their rows snapshotted once, here)."""
+        chain.add_seal_columns(self.db.conn)
+        if version < 7:
+            chain.record_migration(self.db.conn, 7)
 
     @property
     def db_id(self) -> str:
@@ -946,9 +982,11 @@ class Store:
         with self._tx():
             self.db.execute("update runs set vars = ? where id = ?", [_j(variables), run_id])
 
-    def audit_verify(self, head: str | None = None) -> dict[str, Any]:
-        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems."""
-        return chain.verify(self.db.conn, head).to_json()
+    def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
+        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,
+        seals. With `key` (a verification or sealing key) every seal it can derive is checked."""
+        verifier = Verifier(key) if key is not None else None
+        return chain.verify(self.db.conn, head, verifier, key.kind if key else None).to_json()
 
     def run_audit_problems(self, run_id: int) -> list[str]:
         """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,

@@ -1,65 +1,152 @@
-"""`eagle audit verify [--head HASH] [--json]`: walk the audit hash chain (store/chain.py).
+"""`eagle audit verify [--head HASH] [--key FILE] [--json]`, `eagle audit head`,
+`eagle audit init-key PATH`: the audit hash chain (store/chain.py) and its keyed seals
+(store/sealing.py).
 
-Exit 0 when the chain and every audit row are intact (and contain the anchored head, when
-given), 1 when something is broken: the first broken row is named on one line.
+`verify` only reads (the DB is opened read-only: no migration, no repair, no seal). Exit 0 when
+the chain, every chained table's schema and every audit row are intact (and contain the
+anchored head, when given), 1 when something is broken: the first broken row or table is
+named on one line.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from eaglebot.errors import StoreError, UsageError
 
-_HEX = re.compile(r"^[0-9a-f]{64}$")
+if TYPE_CHECKING:
+    from eaglebot.config import Settings
+    from eaglebot.store.sealing import AuditKey
+
+_HEX = "0123456789abcdef"
+
+
+def _where(p: dict[str, Any]) -> str:
+    if not p["table"]:
+        return "the chain"
+    return f"{p['table']} row {p['row_id']}" if p["row_id"] is not None else f"table `{p['table']}`"
+
+
+def seals_line(report: dict[str, Any]) -> str | None:
+    """What the seals say, for a person: None when there is nothing to say (no key, none sealed)."""
+    s = report.get("seals") or {}
+    parts = []
+    if s.get("key"):
+        parts.append(f"{s['checked']} seal(s) checked with the {s['key']} key (epoch {s['key_epoch']} on)")
+    parts += s.get("notes") or []
+    return "; ".join(parts) or None
 
 
 def verify_line(report: dict[str, Any]) -> str:
     """One sentence for a person (the CLI and doctor)."""
     if report["ok"]:
         anchored = f"; contains the anchored head at entry #{report['anchor_seq']}" if report.get("anchor") else ""
-        return (f"audit chain intact: {report['entries']} entries, {report['rows_checked']} rows checked, "
+        sealed = (report.get("seals") or {}).get("checked")
+        keyed = f", {sealed} seals checked" if sealed else ""
+        return (f"audit chain intact: {report['entries']} entries, {report['rows_checked']} rows checked{keyed}, "
                 f"head {str(report['head'])[:16]} (entry #{report['head_seq']}){anchored}")
     p = report["first_broken"]
-    where = f"{p['table']} row {p['row_id']}" if p["table"] else "the chain"
     entry = f" (chain entry #{p['seq']})" if p["seq"] is not None else ""
     more = len(report["problems"]) - 1
-    return f"audit chain broken at {where}{entry}: {p['reason']}" + (f" (+{more} more)" if more > 0 else "")
+    return f"audit chain broken at {_where(p)}{entry}: {p['reason']}" + (f" (+{more} more)" if more > 0 else "")
 
 
-def cmd_audit(args: argparse.Namespace) -> int:
-    from eaglebot.config import load_settings
+def verify_key(settings: Settings, key_arg: str | None) -> AuditKey | None:
+    """The key to check seals with: `--key FILE` (verification or sealing), else the configured
+    sealing key (read, never evolved here), else none."""
+    from eaglebot.store.sealing import read_key_file
 
-    head = args.head.strip().lower() if args.head else None
-    if head is not None and not _HEX.match(head):
-        raise UsageError("--head expects the 64-hex-digit chain head posted by the bot")
-    settings = load_settings(getattr(args, "config", None))
+    if key_arg:
+        return read_key_file(Path(key_arg), private=False)
+    path = settings.audit_key_path
+    return read_key_file(path, private=True) if path is not None else None
+
+
+def verify_report(settings: Settings, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
     if not settings.db_path.is_file():  # verifying must not create an empty, "intact" DB
         raise StoreError(f"audit store {settings.db_path}: there is no database file to verify")
     from eaglebot.store import Store
 
-    store = Store(settings.db_path)
+    store = Store(settings.db_path, readonly=True)
     try:
-        report = store.audit_verify(head)
+        return store.audit_verify(head, key)
     finally:
         store.close()
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from eaglebot.config import load_settings
+
+    head = args.head.strip().lower() if args.head else None
+    if head is not None and (len(head) != 64 or set(head) - set(_HEX)):
+        raise UsageError("--head expects the 64-hex-digit chain head posted by the bot")
+    settings = load_settings(getattr(args, "config", None))
+    report = verify_report(settings, head, verify_key(settings, args.key))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(verify_line(report))
+        seals = seals_line(report)
+        if seals:
+            print(f"  seals: {seals}", file=sys.stderr)
         for p in report["problems"][1:10]:
-            where = f"{p['table']} row {p['row_id']}" if p["table"] else "the chain"
-            print(f"  also: {where}: {p['reason']}", file=sys.stderr)
+            print(f"  also: {_where(p)}: {p['reason']}", file=sys.stderr)
     return 0 if report["ok"] else 1
+
+
+def cmd_head(args: argparse.Namespace) -> int:
+    from eaglebot.config import load_settings
+    from eaglebot.store import Store
+
+    settings = load_settings(getattr(args, "config", None))
+    if not settings.db_path.is_file():
+        raise StoreError(f"audit store {settings.db_path}: there is no database file")
+    store = Store(settings.db_path, readonly=True)
+    try:
+        head = store.audit_head()
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(head))
+    elif head["hash"] is None:
+        raise StoreError(f"audit store {settings.db_path}: the audit chain has no entry yet")
+    else:
+        print(head["hash"])
+        print(f"entry #{head['seq']}; check the DB against it later: `eagle audit verify --head {head['hash']}`",
+              file=sys.stderr)
+    return 0
+
+
+def cmd_init_key(args: argparse.Namespace) -> int:
+    from eaglebot.store.sealing import init_key
+
+    path = Path(args.path)
+    verification = init_key(path)
+    print(verification.line())
+    print(f"eagle: sealing key written to {path} (mode 0600; set `audit_key_file: {path}` in eagle.yaml). "
+          f"The line above is the VERIFICATION key: keep it somewhere the bot's host cannot write, and check "
+          f"the chain with `eagle audit verify --key FILE`.", file=sys.stderr)
+    return 0
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("audit", parents=[common], help="the tamper-evident audit trail")
-    ss = s.add_subparsers(dest="audit_cmd", metavar="verify")
+    ss = s.add_subparsers(dest="audit_cmd", metavar="verify|head|init-key")
     ss.required = True
-    v = ss.add_parser("verify", parents=[common], help="walk the audit hash chain; exit 0 intact, 1 broken")
+    v = ss.add_parser("verify", parents=[common],
+                      help="walk the audit hash chain (reads only); exit 0 intact, 1 broken")
     v.add_argument("--head", metavar="HASH", help="a chain head posted earlier (Slack): it must be in the chain")
+    v.add_argument("--key", metavar="FILE",
+                   help="the verification key from `eagle audit init-key` (or a sealing key file): check every seal")
     v.add_argument("--json", action="store_true")
-    v.set_defaults(func=cmd_audit)
+    v.set_defaults(func=cmd_verify)
+    h = ss.add_parser("head", parents=[common], help="print the chain head (the anchor to keep outside the DB)")
+    h.add_argument("--json", action="store_true")
+    h.set_defaults(func=cmd_head)
+    k = ss.add_parser("init-key", parents=[common],
+                      help="create an audit sealing key file (0600); prints the verification key")
+    k.add_argument("path", metavar="PATH")
+    k.set_defaults(func=cmd_init_key)

@@ -146,7 +146,7 @@ def check_db(settings: Settings) -> Check:
 
     path = settings.db_path
     try:
-        store = Store(path)
+        store = Store(path, key_file=settings.audit_key_path)
         try:
             store.check_writable()
         finally:
@@ -156,20 +156,21 @@ def check_db(settings: Settings) -> Check:
         return Check("audit db", False, f"{path}: {e}")
 
 
-def check_audit_chain(settings: Settings) -> Check:
-    """`eagle audit verify`, as one doctor line."""
-    from eaglebot.frontends.cli.audit import verify_line
-    from eaglebot.store import Store
+def check_audit_chain(settings: Settings) -> list[Check]:
+    """`eagle audit verify` (with the configured key), as doctor lines; a warning when unkeyed."""
+    from eaglebot.frontends.cli.audit import verify_key, verify_line, verify_report
 
+    out = []
     try:
-        store = Store(settings.db_path)
-        try:
-            report = store.audit_verify()
-        finally:
-            store.close()
+        report = verify_report(settings, None, verify_key(settings, None))
+        out.append(Check("audit chain", bool(report["ok"]), verify_line(report)))
     except Exception as e:
-        return Check("audit chain", False, f"cannot verify: {e}")
-    return Check("audit chain", bool(report["ok"]), verify_line(report))
+        out.append(Check("audit chain", False, f"cannot verify: {e}"))
+    if settings.audit_key_path is None:
+        out.append(Check("audit key", True, "the audit chain is unkeyed: tamper-evident against edits, not against "
+                                            "a forger who can write the DB; create a key with `eagle audit init-key "
+                                            "PATH` and set `audit_key_file: PATH` in eagle.yaml", warn=True))
+    return out
 
 
 async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[Check]:
@@ -190,7 +191,8 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
                                       f"`shell: {mode}`", warn=mode != "exec"))
     for c in check_schedule_config(settings):
         add(c)
-    add(await asyncio.to_thread(check_audit_chain, settings))
+    for c in await asyncio.to_thread(check_audit_chain, settings):
+        add(c)
     pool = TransportPool(settings)
     try:
         results = await asyncio.gather(*(check_host(n, cfg, pool.get(n), settings.is_gpu_host(n))

@@ -51,16 +51,17 @@ def parse_extra_vars(pairs: Sequence[str]) -> dict[str, str]:
 def _open_store(settings: Settings) -> Store:
     from eaglebot.store import Store
 
-    return Store(settings.db_path)
+    return Store(settings.db_path, key_file=settings.audit_key_path)
 
 
 def _store_only(args: argparse.Namespace) -> Store:
     """The store, for a command that needs nothing else of the config (no pydantic)."""
-    from eaglebot.configfile import audit_db_path
+    from eaglebot.configfile import audit_db_path, audit_key_path
     from eaglebot.store import Store
 
     db = audit_db_path(getattr(args, "config", None))
-    return Store(db) if db is not None else _open_store(_settings(args))
+    known, key = audit_key_path(getattr(args, "config", None)) if db is not None else (False, None)
+    return Store(db, key_file=key) if db is not None and known else _open_store(_settings(args))
 
 
 def _known_run(store: Store, run_id: int) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eaglebot.errors import UsageError
 from eaglebot.frontends.cli.common import settings, whoami
@@ -14,7 +14,15 @@ from eaglebot.frontends.cli.common import settings, whoami
 # Only argparse wiring at import time: `eagle --help` and the other commands must not pay
 # for the engine, numpy or matplotlib (they load inside each command).
 
+if TYPE_CHECKING:
+    from eaglebot.store import Store
 
+
+def _store(args: argparse.Namespace) -> Store:
+    from eaglebot.store import Store
+
+    cfg = settings(args)
+    return Store(cfg.db_path, key_file=cfg.audit_key_path)
 
 
 def _audited(fn: Any) -> Any:
@@ -24,10 +32,8 @@ def _audited(fn: Any) -> Any:
         try:
             return int(fn(args))
         except UsageError as e:
-            from eaglebot.store import Store
-
             try:
-                store = Store(settings(args).db_path)
+                store = _store(args)
                 store.add_rejection("rejected", whoami(), f"eagle {args.cmd}", str(e))
                 store.close()
             except Exception:   # the refusal is still shown when the DB cannot be opened
@@ -46,9 +52,8 @@ def _out(obj: Any) -> None:
 def cmd_diff(args: argparse.Namespace) -> int:
     from eaglebot.frontends.tuning.render import diff_text
     from eaglebot.history.diff import diff_json, diff_runs
-    from eaglebot.store import Store
 
-    store = Store(settings(args).db_path)
+    store = _store(args)
     try:
         d = diff_runs(store, args.run_a, args.run_b)
     finally:
@@ -63,9 +68,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 @_audited
 def cmd_ack(args: argparse.Namespace) -> int:
     from eaglebot.history.incidents import ack
-    from eaglebot.store import Store
 
-    store = Store(settings(args).db_path)
+    store = _store(args)
     try:
         print(ack(store, args.run_id, args.metric, args.reason, whoami()))
     finally:

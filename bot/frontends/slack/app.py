@@ -293,8 +293,11 @@ class SlackRunObserver(Observer):
     """
 
     def __init__(self, ctx: SlackContext, channel: str | None, requester: str | None = None,
-                 response_url: str | None = None):
+                 response_url: str | None = None, anchor: bool = False):
         self.ctx = ctx
+        # Scheduled runs end with the audit chain's head: an anchor kept outside the DB, in
+        # Slack, that `eagle audit verify --head HASH` checks (store/chain.py).
+        self.anchor = anchor
         self.channel = channel
         self.requester = requester
         self.response_url = response_url
@@ -417,6 +420,10 @@ class SlackRunObserver(Observer):
         if files and files[0][0].endswith("-summary.txt"):
             blocks = budget.summary_blocks(head, summary, files[0][0])
         text = f"{who} run #{o.run_id} {o.playbook}: {o.status}".strip()
+        anchor = await self._audit_head() if self.anchor else None
+        if anchor:
+            blocks.append(bk.context(f"audit head: `{anchor}`"))
+            text += f" (audit head: {anchor})"
         if self.not_in_channel:
             # The requester got the invite hint; the result reaches them while response_url lives (30 min).
             await ctx.respond(self.response_url, text, blocks)
@@ -424,6 +431,14 @@ class SlackRunObserver(Observer):
         await ctx.post(self.channel, text, blocks, thread_ts=self.parent_ts,
                        broadcast=bool(regressions and self.parent_ts))
         await self._upload(files)
+
+    async def _audit_head(self) -> str | None:
+        try:
+            head = (await self.ctx.services.store.audit_head())["hash"]
+            return str(head) if head else None
+        except Exception:  # the summary still goes out without its anchor
+            log.exception("could not read the audit chain's head")
+            return None
 
     async def _attachments(self, o: RunOutcome, summary: dict[str, Any], *, too_long: bool) -> list[tuple[str, str]]:
         """(file name, text) to attach to the thread: the full summary when it does not fit in a
@@ -599,7 +614,7 @@ class SlackScheduleHooks:
 
     def observer(self, schedule_cfg: ScheduleConfig) -> Observer:
         channel = getattr(schedule_cfg, "channel", None) or self.ctx.settings.slack.channel
-        return SlackRunObserver(self.ctx, channel, None, None) if channel else Observer()
+        return SlackRunObserver(self.ctx, channel, None, None, anchor=True) if channel else Observer()
 
     async def post(self, channel: str | None, text: str) -> str | None:
         channel = channel or self.ctx.settings.slack.channel

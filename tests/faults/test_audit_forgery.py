@@ -1,0 +1,203 @@
+"""An attacker with write access to the audit DB file (and, later, a stolen sealing key)
+against the chain: drop the triggers, edit a row, add a column, append correctly hashed
+entries, seal them with a later epoch's key. Each is a break `eagle audit verify` names, and
+no eagle command re-seals the edit as genuine (issue 17)."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from helpers import eagle, write_yaml
+from inproc import eagle_here, eagle_here_json
+
+from eaglebot.store import Store
+from eaglebot.store import chain, sealing
+
+
+def _drop_triggers(conn: sqlite3.Connection) -> None:
+    for (name,) in conn.execute("select name from sqlite_master where type = 'trigger'").fetchall():
+        conn.execute(f'drop trigger "{name}"')
+
+
+@pytest.fixture
+def ran(tmp_path) -> tuple[Path, Path]:
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db"})
+    res = eagle("run", "hello", "-H", "local", config=cfg)  # a real `eagle run` process
+    assert res.returncode == 0, res.stderr
+    return cfg, tmp_path / "eagle.db"
+
+
+def test_dropped_triggers_an_edit_and_an_added_column_are_named_and_never_resealed(ran):
+    """The reproduction of issue 17, through the real CLI: before, the next command re-snapshotted
+    the edited row and verify said intact."""
+    cfg, db = ran
+    head = eagle("audit", "head", config=cfg).stdout.strip()  # posted to Slack before the edit
+    conn = sqlite3.connect(db)
+    _drop_triggers(conn)
+    conn.execute("update runs set actor = 'mallory' where id = 1")
+    conn.execute("alter table runs add column x text")
+    conn.commit()
+    conn.close()
+    res = eagle("audit", "verify", config=cfg)
+    assert res.returncode == 1
+    assert res.stdout.startswith("audit chain broken at table `runs`: schema of `runs` changed outside a migration")
+    assert eagle("audit", "verify", "--head", head, config=cfg).returncode == 1
+    assert eagle("history", config=cfg).returncode == 0  # a normal command puts the triggers back ...
+    res = eagle("audit", "verify", "--json", config=cfg)
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1 and doc["first_broken"]["table"] == "runs"  # ... and blesses nothing
+    reasons = [p["message"] for p in doc["problems"]]
+    assert any("runs row 1" in r and "edited without trace" in r for r in reasons)
+    assert any("chain triggers of `runs` were dropped" in r for r in reasons)
+    assert not sqlite3.connect(db).execute("select 1 from audit_chain where op in ('S', 'C') and seq > 3").fetchone()
+
+
+def test_a_dropped_trigger_alone_is_a_break(ran):
+    cfg, db = ran
+    conn = sqlite3.connect(db)
+    conn.execute("drop trigger audit_chain_steps_u")
+    conn.commit()
+    conn.close()
+    res, doc = eagle_here_json("audit", "verify", config=cfg)
+    assert res.returncode == 1
+    assert doc["first_broken"]["table"] == "steps"
+    assert "trigger audit_chain_steps_u missing" in doc["first_broken"]["reason"]
+    Store(db).close()  # an ordinary open reinstalls it for new rows, and says so in the chain
+    res, doc = eagle_here_json("audit", "verify", config=cfg)
+    assert res.returncode == 1 and "were dropped or altered" in doc["first_broken"]["reason"]
+
+
+def test_an_altered_trigger_is_a_break(ran):
+    cfg, db = ran
+    conn = sqlite3.connect(db)
+    conn.execute("drop trigger audit_chain_events_i")
+    conn.execute("create trigger audit_chain_events_i after insert on events begin select 1; end")
+    conn.commit()
+    conn.close()
+    res, doc = eagle_here_json("audit", "verify", config=cfg)
+    assert res.returncode == 1 and "trigger audit_chain_events_i altered" in doc["first_broken"]["reason"]
+
+
+def test_an_added_column_alone_is_a_break(ran):
+    cfg, db = ran
+    conn = sqlite3.connect(db)
+    conn.execute("alter table metrics add column note text")
+    conn.commit()
+    conn.close()
+    for _ in range(2):  # before and after an ordinary command opened the DB
+        res = eagle_here("audit", "verify", config=cfg)
+        assert res.returncode == 1
+        assert "schema of `metrics` changed outside a migration (column(s) added: note)" in res.stdout
+        assert eagle_here("history", config=cfg).returncode == 0
+
+
+# -- forgers ------------------------------------------------------------------------------------
+
+def _forge_event(db: Path, message: str, *, seal_with: sealing.AuditKey | None = None,
+                 epoch: int | None = None) -> int:
+    """Append an event row and a correctly hashed chain entry for it, as eaglebot would; seal it
+    with `seal_with` (claiming `epoch`) when given. Returns the entry's seq."""
+    conn = sqlite3.connect(db)
+    conn.execute("insert into events (run_id, at, kind, message) values (1, '2026-01-01T00:00:00Z', 'note', ?)",
+                 [message])  # the trigger appends the unsealed entry
+    seq, tbl, row_id, op, at, content = conn.execute(
+        "select seq, tbl, row_id, op, at, content from audit_chain order by seq desc limit 1").fetchone()
+    prev = conn.execute("select hash from audit_chain where seq < ? order by seq desc limit 1", [seq]).fetchone()[0]
+    csha = chain._sha(content)
+    h = chain.link_hash(prev, seq, tbl, row_id, op, at, csha)
+    seal = None
+    if seal_with is not None:
+        assert epoch is not None
+        seal = sealing.seal_mac(seal_with.key, epoch, h)
+    conn.execute("update audit_chain set content = null, content_sha256 = ?, prev_hash = ?, hash = ?, epoch = ?, "
+                 "seal = ? where seq = ?", [csha, prev, h, epoch, seal, seq])
+    conn.commit()
+    conn.close()
+    return seq
+
+
+@pytest.fixture
+def keyed(tmp_path) -> tuple[Path, Path, Path, Path]:
+    tmp_path = tmp_path / "keyed"
+    tmp_path.mkdir()
+    kf = tmp_path / "audit.key"
+    vline = eagle_here("audit", "init-key", str(kf)).stdout
+    vk = tmp_path / "verify.key"
+    vk.write_text(vline)
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "audit_key_file": "audit.key"})
+    res = eagle("run", "hello", "-H", "local", config=cfg)
+    assert res.returncode == 0, res.stderr
+    return cfg, tmp_path / "eagle.db", kf, vk
+
+
+def test_an_unkeyed_forger_is_intact_without_a_key_and_caught_with_one(ran, keyed):
+    # Unkeyed: a correctly hashed forged entry is indistinguishable (the doctor warns of this).
+    cfg, db = ran
+    _forge_event(db, "forged")
+    assert eagle_here("audit", "verify", config=cfg).returncode == 0
+    # Keyed: the same forgery has no seal (or a made-up one) and is named.
+    cfg, db, kf, vk = keyed
+    seq = _forge_event(db, "forged")
+    for argv in (("--key", str(vk)), ()):
+        res, doc = eagle_here_json("audit", "verify", *argv, config=cfg)
+        assert res.returncode == 1 and doc["first_broken"]["seq"] == seq
+        assert "unsealed entry after sealed ones" in doc["first_broken"]["reason"]
+
+
+def test_a_forged_entry_with_a_made_up_seal_is_caught(keyed):
+    cfg, db, kf, vk = keyed
+    mine = sealing.AuditKey("sealing", 0, 86400, b"\x01" * 32)
+    epoch = sealing.parse_key(kf.read_text(), "k").epoch
+    seq = _forge_event(db, "forged", seal_with=mine.at(epoch), epoch=epoch)
+    res, doc = eagle_here_json("audit", "verify", "--key", str(vk), config=cfg)
+    assert res.returncode == 1 and doc["first_broken"]["seq"] == seq
+    assert "the seal does not match" in doc["first_broken"]["reason"]
+
+
+def test_an_entry_forged_with_a_later_epochs_key_for_an_earlier_epoch_is_caught(keyed):
+    """Whoever steals the sealing key on day n+1 holds only key_{n+1}: an entry (or a rewrite)
+    claiming day n cannot be sealed."""
+    cfg, db, kf, vk = keyed
+    day_n = sealing.parse_key(kf.read_text(), "k").epoch
+    stolen = sealing.Sealer(kf).key_for(min_epoch=day_n + 1)  # the file evolves to day n+1
+    assert stolen.epoch == day_n + 1 and sealing.parse_key(kf.read_text(), "k").epoch == day_n + 1
+    seq = _forge_event(db, "forged yesterday", seal_with=stolen, epoch=day_n)
+    res, doc = eagle_here_json("audit", "verify", "--key", str(vk), config=cfg)
+    assert res.returncode == 1 and doc["first_broken"]["seq"] == seq
+    assert f"does not match the key of epoch {day_n}" in doc["first_broken"]["reason"]
+
+
+def test_an_entry_of_an_earlier_day_resealed_under_the_stolen_days_epoch_is_caught(keyed):
+    """Labelled honestly with the stolen key's epoch, an entry written (by its time) the day
+    before does not fit: rewriting yesterday means claiming it happened today."""
+    cfg, db, kf, vk = keyed
+    day_n = sealing.parse_key(kf.read_text(), "k").epoch
+    stolen = sealing.Sealer(kf).key_for(min_epoch=day_n + 1)
+    seq = _forge_event(db, "rewritten", seal_with=stolen, epoch=day_n + 1)  # its time is day n
+    res, doc = eagle_here_json("audit", "verify", "--key", str(vk), config=cfg)
+    assert res.returncode == 1 and doc["first_broken"]["seq"] == seq
+    assert f"sealed for epoch {day_n + 1} but written at" in doc["first_broken"]["reason"]
+
+
+def test_epochs_going_backwards_along_the_chain_are_a_break(keyed):
+    cfg, db, kf, vk = keyed
+    day_n = sealing.parse_key(kf.read_text(), "k").epoch
+    key = sealing.parse_key(vk.read_text(), "vk")
+    conn = sqlite3.connect(db)
+    last = conn.execute("select max(seq) from audit_chain").fetchone()[0]
+    conn.execute("update audit_chain set epoch = ?, seal = null where seq = ?", [day_n + 1, last - 1])
+    conn.commit()
+    conn.close()
+    h = sqlite3.connect(db).execute("select hash from audit_chain where seq = ?", [last - 1]).fetchone()[0]
+    conn = sqlite3.connect(db)
+    conn.execute("update audit_chain set seal = ? where seq = ?", [sealing.seal_mac(key.at(day_n + 1).key, day_n + 1, h),
+                                                                    last - 1])
+    conn.commit()
+    conn.close()
+    res, doc = eagle_here_json("audit", "verify", "--key", str(vk), config=cfg)
+    assert res.returncode == 1
+    backwards = [p for p in doc["problems"] if "the epoch goes backwards" in p["reason"]]
+    assert [p["seq"] for p in backwards] == [last]

@@ -667,6 +667,12 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
     )
     app.eagle_signing_secret = secret
 
+    def rejected(actor: str, what: str, why: str) -> None:
+        # After the answer, off the request's path: the ack never waits on the DB.
+        ctx.spawn(services.store.add_rejection("rejected", actor or "unknown", services.redactor.text(what),
+                                               why), name="eagle-rejected")
+    app.eagle_reject = rejected
+
     @app.command(re.compile(r"^/eagle"))
     async def on_eagle(ack: AsyncAck, body: dict[str, Any]) -> None:
         text = body.get("text") or ""

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from eaglebot.yamlsafe import AcyclicSafeLoader
+
 MAX_VALUE_BYTES = 8 * 1024
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_DEPTH = 32
@@ -25,9 +27,10 @@ class LimitError(ValueError):
     """One sentence saying which limit was hit."""
 
 
-class BoundedLoader(yaml.SafeLoader):
+class BoundedLoader(AcyclicSafeLoader):
     """SafeLoader with a nesting cap (the composer recurses: 3,000 levels would hit Python's
-    recursion limit); the user-text variant also refuses anchors and aliases."""
+    recursion limit) that refuses recursive aliases; the user-text variant also refuses
+    anchors and aliases."""
 
     max_depth = MAX_PLAYBOOK_DEPTH
     allow_aliases = True

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Sequence
 
 from eaglebot import __version__
+from eaglebot.engine.limits import printable
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.frontends.cli.common import settings as _settings
 from eaglebot.frontends.cli.common import whoami as _whoami
@@ -43,7 +44,10 @@ def parse_extra_vars(pairs: Sequence[str]) -> dict[str, str]:
     for p in pairs or []:
         m = _KV.match(p)
         if not m:
-            raise UsageError(f"-e expects key=value, got {p!r}")
+            if "=" in p:
+                raise UsageError(f"input '{printable(p.split('=', 1)[0])[:64]}': input names are plain "
+                                 f"identifiers (letters, digits, _)")
+            raise UsageError(f"-e expects key=value, got {printable(p)[:200]!r}")
         out[m.group(1)] = m.group(2)
     return out
 

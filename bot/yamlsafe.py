@@ -29,8 +29,9 @@ class AcyclicSafeLoader(yaml.SafeLoader):
         event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self._open_anchors:
+                mark: Any = event.start_mark   # (the stubs also allow libyaml's Mark, which this loader never makes)
                 raise ComposerError(None, None, f"the alias *{event.anchor} refers to the value that contains it "
-                                                f"(a recursive alias)", event.start_mark)
+                                                f"(a recursive alias)", mark)
             return super().compose_node(parent, index)
         anchor = getattr(event, "anchor", None)
         if anchor is None:

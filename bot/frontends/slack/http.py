@@ -170,7 +170,8 @@ class GuardedSocketModeHandler(AsyncSocketModeHandler):
 
     app: GuardedApp
 
-    async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]  # as Bolt's own aiohttp handler narrows it
+    # (type: ignore as in Bolt's own aiohttp handler, which narrows the client the same way)
+    async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
         if await self.app.screen("", req.payload) is not None:
             await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
             return

@@ -111,6 +111,14 @@ async def test_a_replayed_socket_mode_envelope_is_answered_once(h, fake):
         await handler.close_async()
 
 
+async def test_slacks_certificate_probe_is_never_a_replay(h):
+    body = "ssl_check=1&token=legacy"
+    for _ in range(3):
+        assert (await h.post(body, signed_headers(body)))[0] == 200
+    await asyncio.sleep(0.2)
+    assert await h.services.store.events("rejected") == []
+
+
 async def test_the_seen_set_forgets_after_its_window_and_stays_bounded():
     seen = MemorySeen(window_s=0.2, max_keys=3)
     assert await seen.claim(["a", "t1"])

@@ -57,6 +57,8 @@ class MemorySeen:
 def request_keys(raw_body: str, body: dict[str, Any]) -> list[str]:
     """The identities of one request: its body's hash, and its trigger_id when it is a slash
     command or a button. Socket Mode has no raw body: its payload is hashed canonically."""
+    if "ssl_check" in body and "command" not in body:
+        return []   # Slack's periodic certificate probe: identical each time, and it starts nothing
     raw = raw_body or json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     keys = ["body:" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()]
     trigger = body.get("trigger_id")

@@ -121,4 +121,7 @@ async def write(ctx: SkillContext, path: str, data: bytes, mode: int | None = No
     except TransportError:
         raise
     except OSError as e:
-        raise StepFailed(f"cannot write {path} on {ctx.host_name}: {e.strerror or e}") from None
+        why = e.strerror or str(e)
+        # (the SSH transport's message already says which file on which host)
+        raise StepFailed(why if why.startswith("cannot write ") else
+                         f"cannot write {path} on {ctx.host_name}: {why}") from None

@@ -175,3 +175,19 @@ async def test_ssh_patch_by_the_owner_keeps_owner_group_and_mode(services, sshd,
     now = f.stat()
     assert json.loads(f.read_text()) == {"a": 2}
     assert (now.st_uid, now.st_gid, now.st_mode & 0o7777) == (pw.pw_uid, pw.pw_gid, 0o600)
+
+
+async def test_ssh_revert_of_a_file_since_given_to_root_is_refused(services, sshd, remote_dir):
+    pw = pwd.getpwnam(sshd.user)
+    f, _ = _file(remote_dir, pw.pw_uid, pw.pw_gid)
+    svc, st = await _patch_over_ssh(services, sshd, f)
+    assert st.status == "changed", st.summary
+    os.chown(f, 0, 0)
+    patched, before = f.read_bytes(), f.stat()
+    book = playbook(json.dumps({"name": "rev", "steps": [{"skill": "config.revert", "with": {"path": str(f)}}]}))
+    out = await svc.engine.run(RunRequest(playbook=book, hosts=["gpu"]))
+    assert out.steps[0].status == "failed"
+    assert out.steps[0].summary == (f"cannot revert {f}: it belongs to root and would become {sshd.user}'s; "
+                                    f"revert it as its owner")
+    now = f.stat()
+    assert f.read_bytes() == patched and (now.st_ino, now.st_uid) == (before.st_ino, 0)

@@ -15,7 +15,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Sequence
 
 from eaglebot import __version__
-from eaglebot.engine.limits import printable
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.frontends.cli.common import settings as _settings
 from eaglebot.frontends.cli.common import whoami as _whoami
@@ -44,6 +43,8 @@ def parse_extra_vars(pairs: Sequence[str]) -> dict[str, str]:
     for p in pairs or []:
         m = _KV.match(p)
         if not m:
+            from eaglebot.engine.limits import printable  # (only here: `eagle --help` stays light)
+
             if "=" in p:
                 raise UsageError(f"input '{printable(p.split('=', 1)[0])[:64]}': input names are plain "
                                  f"identifiers (letters, digits, _)")

@@ -4,7 +4,7 @@ Bolt answers a malformed `X-Slack-Request-Timestamp` or an unparsable signed bod
 500 and a traceback; here a missing or bad signature header is 401, an oversized body 413,
 a correctly signed but malformed body 400 — each with one line in the log, never a trace.
 The signature is Slack's v0 HMAC-SHA256 over the raw body, with 5 minutes of clock skew.
-Then, in HTTP and Socket Mode alike (`GuardedApp.async_dispatch`), a body whose shape is not
+Then, in HTTP and Socket Mode alike (`GuardedApp.screen`), a body whose shape is not
 Slack's is 400 (payload.py) and a request already answered within those 5 minutes is answered
 200 with nothing done (replay.py); both leave a `rejected` event.
 """
@@ -21,8 +21,8 @@ from urllib.parse import parse_qs
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-from slack_bolt.async_app import AsyncApp
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.internals import parse_body
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
@@ -146,7 +146,7 @@ class GuardedApp(AsyncApp):
             text = body.decode("utf-8")   # (check_request made sure it is)
             try:
                 parsed = parse_body(text, request.headers.get("Content-Type"))
-            except ValueError:
+            except (ValueError, RecursionError):
                 parsed = None
             screened = await self.screen(text, parsed, request.headers.get("X-Slack-Retry-Num"))
             if screened is not None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
@@ -44,7 +46,7 @@ def _python_for(user: str) -> str:
 
 
 @pytest.fixture
-def work() -> Path:
+def work() -> Iterator[Path]:
     """A folder the test user owns (the config's folder): it may create and rename files in it."""
     ensure_user()
     d = Path("/tmp") / f"eagle-owner-{os.getpid()}-{os.urandom(4).hex()}"
@@ -57,7 +59,8 @@ def work() -> Path:
         "steps": [{"skill": "config.patch", "with": {"path": "{{ path }}", "set": {"a": 2}}}]}))
     (d / "eagle.yaml").write_text(yaml.safe_dump({"audit_db": "eagle.db", "playbooks_dir": "books"}))
     chown_to(d)
-    return d
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def _as_user(work: Path, *args: str) -> subprocess.CompletedProcess:

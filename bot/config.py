@@ -230,8 +230,10 @@ def yaml_line(text: str, loc: tuple[str | int, ...]) -> int | None:
     full line map; this layer is below it.)"""
     import yaml
 
+    from eaglebot import yamlsafe
+
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yamlsafe.compose(text)
     except yaml.YAMLError:
         return None
     line: int | None = None

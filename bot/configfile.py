@@ -38,10 +38,11 @@ def read_config_text(p: Path) -> tuple[dict[str, Any], str]:
     """The YAML mapping in p and its text (for line numbers in later errors)."""
     import yaml
 
-    loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    from eaglebot import yamlsafe
+
     try:
         text = p.read_text(encoding="utf-8")
-        data = yaml.load(text, Loader=loader) or {}
+        data = yamlsafe.safe_load(text) or {}
     except UnicodeDecodeError as e:
         raise UsageError(f"{p}: the config is not UTF-8 text (byte {e.start})") from None
     except RecursionError:

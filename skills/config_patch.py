@@ -175,6 +175,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if st.size > MAX_BYTES:
         return StepResult.failed(f"{path} on {ctx.host_name} is {st.size:,} bytes; config.patch reads at most "
                                  f"{MAX_BYTES // 2**20} MiB")
+    if why := await files.owner_problem(ctx, path, st, "patch"):
+        return StepResult.failed(why)
     if not st.mode & 0o200 and not params.force:
         return StepResult.failed(f"{path} on {ctx.host_name} is read-only (mode {st.mode:04o}); "
                                  f"set force: true to patch it anyway")

@@ -51,6 +51,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if ctx.dry_run:
         ctx.would(f"restore {path} from {bak}:\n{diff}")
         return StepResult.skipped(f"dry-run: would restore {path} from {bak}", data=data, output=diff)
+    st = await files.stat(ctx, path) if current is not None else None
+    if st is not None and (why := await files.owner_problem(ctx, path, st, "revert")):
+        return StepResult.failed(why)
     mode = await files.mode_of(ctx, path) if current is not None else None
     if current is not None:
         saved = files.backup_path(path, ctx.run_id, ctx.step_idx)

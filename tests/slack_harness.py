@@ -10,6 +10,7 @@ import asyncio
 import json
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,12 +95,17 @@ def signed_headers(body: str, *, secret: str = SECRET, timestamp: int | None = N
     return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sig, "Content-Type": content_type}
 
 
+def _trigger() -> str:
+    """Slack's trigger_id: unique per user action (the app answers each one once)."""
+    return f"{int(time.time())}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}"
+
+
 def command_body(text: str, *, user: str = "UALICE", channel: str = CHANNEL, response_url: str = "") -> str:
     return urlencode({
         "token": "legacy-verification-token", "team_id": "T0EAGLE", "team_domain": "eagle-test",
         "channel_id": channel, "channel_name": "gpu-ops", "user_id": user, "user_name": user.lower(),
         "command": "/eagle", "text": text, "api_app_id": "AEAGLE", "is_enterprise_install": "false",
-        "response_url": response_url, "trigger_id": "1.2.3"})
+        "response_url": response_url, "trigger_id": _trigger()})
 
 
 def action_body(action_id: str, value: str, *, user: str, channel: str = CHANNEL, response_url: str = "",
@@ -109,7 +115,7 @@ def action_body(action_id: str, value: str, *, user: str, channel: str = CHANNEL
         "api_app_id": "AEAGLE", "token": "legacy", "team": {"id": "T0EAGLE", "domain": "eagle-test"},
         "container": {"type": "message", "message_ts": message_ts, "channel_id": channel},
         "channel": {"id": channel, "name": "gpu-ops"}, "message": {"ts": message_ts, "text": "approval"},
-        "response_url": response_url, "trigger_id": "1.2.3",
+        "response_url": response_url, "trigger_id": _trigger(),
         "actions": [{"action_id": action_id, "block_id": f"eagle_approval_{value}", "value": value,
                      "type": "button", "action_ts": str(time.time())}],
     }

@@ -21,7 +21,11 @@ from eaglebot.config import AccessConfig, load_settings
     ("hello gpu-01 a=1 a=2", "given twice"),
     ("hello gpu-01 1bad=x", "not an input name"),
     ("ünïcode", "unknown command"),
-    ("hello x=\x00", "control characters"),
+    ("hello x=\x01", "control characters"),
+    ("hel\x00lo x=1", "unknown command 'hel?lo'"),
+    ("hello gp\x00u x=1", "'gp?u' is not a host name"),
+    ("hello x\x00=1", "'x?' is not an input name"),
+    ("show \x00", "usage: /eagle show ID"),
     ("x" * 10_000, "too long"),
     ("show abc", "usage: /eagle show ID"),
     ("baseline 12", "usage: /eagle baseline set ID"),
@@ -34,6 +38,11 @@ from eaglebot.config import AccessConfig, load_settings
 def test_hostile_or_malformed_text_is_an_error_never_a_command(text, fragment):
     cmd = parse(text)
     assert cmd.name == "error" and fragment in cmd.error
+
+
+def test_a_nul_in_an_input_value_is_left_to_the_engine_which_names_the_input():
+    cmd = parse("hello x=a\x00b")
+    assert cmd.name == "run" and cmd.inputs == (("x", "a\x00b"),)
 
 
 def test_slack_escapes_are_undone_before_splitting_like_a_shell():

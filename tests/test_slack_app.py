@@ -338,7 +338,7 @@ async def test_socket_mode_acks_over_the_websocket_and_runs(harness, fake):
         ack = await fake.ws_send({"envelope_id": "e1", "type": "slash_commands",
                                   "accepts_response_payload": True, "payload": payload})
         assert "not a host name" in ack["payload"]["text"]
-        payload.update(text="hello greeting=socket", response_url=fake.response_url("s2"))
+        payload.update(text="hello greeting=socket", response_url=fake.response_url("s2"), trigger_id="1.2.4")
         ack = await fake.ws_send({"envelope_id": "e2", "type": "slash_commands",
                                   "accepts_response_payload": True, "payload": payload})
         assert "payload" not in ack or not ack["payload"]

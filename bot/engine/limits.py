@@ -10,9 +10,12 @@ request, 32 levels of nesting, 100,000 nodes in an expanded playbook.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import yaml
+
+from eaglebot.yamlsafe import AcyclicSafeLoader
 
 MAX_VALUE_BYTES = 8 * 1024
 MAX_REQUEST_BYTES = 64 * 1024
@@ -25,9 +28,10 @@ class LimitError(ValueError):
     """One sentence saying which limit was hit."""
 
 
-class BoundedLoader(yaml.SafeLoader):
+class BoundedLoader(AcyclicSafeLoader):
     """SafeLoader with a nesting cap (the composer recurses: 3,000 levels would hit Python's
-    recursion limit); the user-text variant also refuses anchors and aliases."""
+    recursion limit) that refuses recursive aliases; the user-text variant also refuses
+    anchors and aliases."""
 
     max_depth = MAX_PLAYBOOK_DEPTH
     allow_aliases = True
@@ -166,13 +170,27 @@ def check_text(value: Any) -> None:
                 raise LimitError("the value contains a NUL byte")
             try:
                 v.encode("utf-8")
-            except UnicodeEncodeError:
-                raise LimitError("the value is not valid UTF-8 text") from None
+            except UnicodeEncodeError as e:
+                raise LimitError(f"the value is not valid UTF-8 text ({printable(v[e.start])} "
+                                 f"at character {e.start + 1})") from None
         elif isinstance(v, dict):
             stack.extend(v.keys())
             stack.extend(v.values())
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """`text` as it can be stored and shown: a byte that was not UTF-8 (argv and stdin carry it
+    as a surrogate escape, U+DC80..U+DCFF) as `\\xNN`, any other lone surrogate as `\\uNNNN`, a NUL
+    as `\\x00`. SQLite refuses the surrogates outright and cuts text at a NUL on the way out."""
+    def esc(m: re.Match[str]) -> str:
+        c = ord(m.group())
+        return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else (f"\\u{c:04x}" if c else "\\x00")
+    return _UNSTORABLE.sub(esc, text)
 
 
 def expanded_nodes(root: yaml.Node) -> int:

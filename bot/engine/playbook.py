@@ -356,6 +356,11 @@ def coerce_input(name: str, spec: InputSpec, raw: Any) -> Any:
         value = [_scalar(inner, name, x) for x in items]
     else:
         value = _scalar(kind, name, raw)
+    try:
+        # Again on the typed value: a JSON or YAML escape ("\u0000", "\0") makes a NUL only now.
+        limits.check_text(value)
+    except limits.LimitError as e:
+        raise UsageError(f"input {name}: {e}") from None
     _check_bounds(name, spec, value)
     return value
 
@@ -381,7 +386,9 @@ def resolve_inputs(pb: Playbook, given: dict[str, Any]) -> dict[str, Any]:
                          f"{limits.MAX_REQUEST_BYTES // 1024} KiB")
     for k, raw in given.items():
         if not isinstance(k, str) or not _IDENT.match(k) or len(k) > 64:
-            raise UsageError(f"playbook {pb.name!r}: input names are plain identifiers (letters, digits, _)")
+            shown = limits.printable(str(k))[:64]
+            raise UsageError(f"input '{shown}': input names of playbook {pb.name!r} are plain identifiers "
+                             f"(letters, digits, _)")
         if k not in pb.inputs:
             known = ", ".join(pb.inputs) or "none"
             raise UsageError(f"playbook {pb.name!r} has no input {k!r} (inputs: {known})")

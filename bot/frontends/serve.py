@@ -68,9 +68,9 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
     runner = handler = sched = None
     try:
         if http_port is None:
-            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+            from eaglebot.frontends.slack.http import GuardedSocketModeHandler
 
-            handler = AsyncSocketModeHandler(bot.app, app_token, web_client=client)
+            handler = GuardedSocketModeHandler(bot.app, app_token, web_client=client)
             await handler.connect_async()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
             log.info("connected to Slack in Socket Mode as %s", ident.get("user"))
         else:

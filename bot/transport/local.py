@@ -224,17 +224,59 @@ def _read(p: str) -> bytes:
 
 
 def atomic_write_local(path: str, data: bytes, mode: int | None) -> None:
-    """Write via a temp file + rename; keep the mode; a symlink is replaced, not followed."""
-    d = os.path.dirname(path) or "."
-    if mode is None:
+    """Write via a temp file + rename; keep the mode, owner and group of the file it replaces;
+    a symlink is replaced, not followed.
+
+    A rename needs only the folder's write permission, so without care it would hand another
+    user's file (root's 0644 config in a folder we may write) to us. Where we may not give the
+    new file its owner and group back (not root, and not its owner or not in its group), the
+    write is refused before anything is written."""
+    import errno
+    import grp
+    import pwd
+
+    def name(uid: int) -> str:
         try:
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
+            return pwd.getpwuid(uid).pw_name
+        except KeyError:
+            return str(uid)
+
+    def group(gid: int) -> str:
+        try:
+            return grp.getgrgid(gid).gr_name
+        except KeyError:
+            return str(gid)
+
+    d = os.path.dirname(path) or "."
+    try:
+        old: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        old = None
+    if mode is None:
+        mode = old.st_mode & 0o7777 if old is not None else 0o644
+    euid = os.geteuid()
+    if old is not None and euid != 0:
+        if old.st_uid != euid:
+            raise PermissionError(errno.EPERM, f"it belongs to {name(old.st_uid)} and would become "
+                                               f"{name(euid)}'s; write it as its owner")
+        if old.st_gid != os.getegid() and old.st_gid not in os.getgroups():
+            raise PermissionError(errno.EPERM, f"its group is {group(old.st_gid)} and would become "
+                                               f"{group(os.getegid())}'s; write it as a member of "
+                                               f"{group(old.st_gid)}")
     tmp = os.path.join(d, f".{os.path.basename(path)}.eagle-tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+            if old is not None and (old.st_uid, old.st_gid) != (os.fstat(f.fileno()).st_uid,
+                                                                 os.fstat(f.fileno()).st_gid):
+                os.fchown(f.fileno(), old.st_uid, old.st_gid)
+        os.chmod(tmp, mode)   # after the chown, which clears set-id bits
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

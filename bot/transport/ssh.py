@@ -291,8 +291,20 @@ class SSHTransport:
         p = path_for_shell(path)
         mode_cmd = (f'chmod {mode:o} "$t"' if mode is not None else
                     f'if [ -e {p} ]; then chmod "$(stat -L -c %a {p})" "$t"; fi')
-        script = (f't="$(dirname {p})/.$(basename {p}).eagle-tmp-$$"; '
-                  f'cat > "$t" && {mode_cmd} && mv -f -T "$t" {p} || {{ rm -f "$t"; exit 1; }}')
+        # The rename needs only the folder's write permission: the new file is ours unless it is
+        # given back the replaced file's owner and group, and where we may not (not root, and not
+        # its owner or not in its group) nothing is written. chmod comes after chown, which
+        # clears set-id bits.
+        keep = (f'o=""; if [ -e {p} ]; then o="$(stat -L -c %u:%g {p})" || exit 1; me="$(id -u)"; '
+                f'if [ "$me" != 0 ] && [ "${{o%%:*}}" != "$me" ]; then '
+                f'echo "it belongs to $(stat -L -c %U {p}) and would become $(id -un)\'s; write it as its owner" >&2; '
+                f'exit 1; fi; '
+                f'if [ "$me" != 0 ] && ! id -G | tr " " "\\n" | grep -qx "${{o#*:}}"; then '
+                f'echo "its group is $(stat -L -c %G {p}) and would become $(id -gn)\'s; '
+                f'write it as a member of $(stat -L -c %G {p})" >&2; exit 1; fi; fi; ')
+        script = (keep + f't="$(dirname {p})/.$(basename {p}).eagle-tmp-$$"; '
+                  f'cat > "$t" && {{ [ -z "$o" ] || chown "$o" "$t"; }} && {mode_cmd} && mv -f -T "$t" {p} '
+                  f'|| {{ rm -f "$t"; exit 1; }}')
         async with self._channels:
             res = await conn.run(script, input=data, encoding=None, check=False)
         if res.exit_status != 0:

@@ -62,21 +62,46 @@ class FileStat:
     mode: int
     uid: int
     gid: int
+    user: str = ""     # the owner's and group's names, for messages
+    group: str = ""
 
 
 async def stat(ctx: SkillContext, path: str) -> FileStat | None:
     """What `path` is (following a symlink), or None when it does not exist."""
-    res = await ctx.host.run(f"stat -L -c '%F|%s|%a|%u|%g' -- {path_for_shell(path)}", timeout=30)
+    res = await ctx.host.run(f"stat -L -c '%F|%s|%a|%u|%g|%U|%G' -- {path_for_shell(path)}", timeout=30)
     if res.exit_status != 0:
         if "No such file" in res.stderr:
             return None
         raise StepFailed(f"cannot stat {path} on {ctx.host_name}: {res.stderr.strip() or res.exit_status}")
     try:
-        kind, size, mode, uid, gid = res.stdout.strip().rsplit("|", 4)
+        kind, size, mode, uid, gid, user, group = res.stdout.strip().rsplit("|", 6)
         kind = "regular file" if kind == "regular empty file" else kind
-        return FileStat(kind, int(size), int(mode, 8), int(uid), int(gid))
+        return FileStat(kind, int(size), int(mode, 8), int(uid), int(gid), user, group)
     except ValueError:
         raise StepFailed(f"cannot stat {path} on {ctx.host_name}: unexpected output {res.stdout[:80]!r}") from None
+
+
+async def owner_problem(ctx: SkillContext, path: str, st: FileStat, verb: str) -> str | None:
+    """Why rewriting `path` would hand it to another user, or None.
+
+    A file is rewritten as a new file renamed over the old one, which needs only the folder's
+    write permission; the new file can be given back the old one's owner and group only by
+    root, or by its owner when they are in its group. Asked before anything is written."""
+    res = await ctx.host.run("id -u; id -G; id -un; id -gn", timeout=30)
+    try:
+        uid_s, groups_s, me, my_group = res.stdout.strip().splitlines()[:4]
+        uid, groups = int(uid_s), {int(g) for g in groups_s.split()}
+    except ValueError:
+        return f"cannot {verb} {path}: could not tell which user {ctx.host_name} runs it as"
+    if uid == 0:
+        return None
+    if st.uid != uid:
+        return (f"cannot {verb} {path}: it belongs to {st.user or st.uid} and would become {me}'s; "
+                f"{verb} it as its owner")
+    if st.gid not in groups:
+        return (f"cannot {verb} {path}: its group is {st.group or st.gid} and would become {my_group}'s; "
+                f"{verb} it as a member of {st.group or st.gid}")
+    return None
 
 
 async def keep_owner(ctx: SkillContext, path: str, uid: int, gid: int) -> str | None:
@@ -96,4 +121,7 @@ async def write(ctx: SkillContext, path: str, data: bytes, mode: int | None = No
     except TransportError:
         raise
     except OSError as e:
-        raise StepFailed(f"cannot write {path} on {ctx.host_name}: {e.strerror or e}") from None
+        why = e.strerror or str(e)
+        # (the SSH transport's message already says which file on which host)
+        raise StepFailed(why if why.startswith("cannot write ") else
+                         f"cannot write {path} on {ctx.host_name}: {why}") from None

@@ -21,6 +21,7 @@ from typing import Awaitable, Callable, Protocol
 
 from eaglebot.config import AccessConfig, Settings
 from eaglebot.errors import EagleError, UsageError
+from eaglebot.engine.limits import printable
 from eaglebot.engine.playbook import RESERVED, Playbook, load_playbook, playbook_files
 from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
@@ -114,8 +115,19 @@ def parse(text: str) -> Command:
     if len(text) > MAX_TEXT:
         return _err(text, f"the command is too long ({len(text)} characters; the limit is {MAX_TEXT})")
     text = unescape(text).strip()
-    if _CONTROL.search(text):
+    if _CONTROL.search(text.replace("\x00", "")):
         return _err(text, "the command contains control characters; type it as plain text")
+    cmd = _parse_words(text)
+    # A NUL inside an input's value goes on to the engine, which refuses it naming the input
+    # (an input error with its `rejected` row, like any other invalid value); anywhere else it is
+    # refused here.
+    names = (cmd.playbook or "") + "".join(cmd.hosts) + "".join(k for k, _ in cmd.inputs)
+    if "\x00" in text and cmd.name != "error" and (cmd.name != "run" or "\x00" in names):
+        return _err(text, "the command contains control characters; type it as plain text")
+    return cmd
+
+
+def _parse_words(text: str) -> Command:
     try:
         words = shlex.split(text)
     except ValueError as e:
@@ -306,9 +318,9 @@ async def audit_refusal(services: Services, user: str, cmd: Command, why: str, r
             run_id = cmd.run_id
         except (ValueError, IndexError):
             run_id = None
-    what = services.redactor.text(cmd.text or cmd.name)  # redact before truncating
-    await services.store.add_rejection("access_denied", user, f"/eagle {what[:300]}", services.redactor.text(why),
-                                       run_id)
+    what = services.redactor.text(printable(cmd.text or cmd.name))  # redact before truncating
+    await services.store.add_rejection("access_denied", printable(user), f"/eagle {what[:300]}",
+                                       services.redactor.text(printable(why)), run_id)
 
 
 async def handle(services: Services, cmd: Command | str, caller: Caller) -> Reply:

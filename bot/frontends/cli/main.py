@@ -43,7 +43,12 @@ def parse_extra_vars(pairs: Sequence[str]) -> dict[str, str]:
     for p in pairs or []:
         m = _KV.match(p)
         if not m:
-            raise UsageError(f"-e expects key=value, got {p!r}")
+            from eaglebot.engine.limits import printable  # (only here: `eagle --help` stays light)
+
+            if "=" in p:
+                raise UsageError(f"input '{printable(p.split('=', 1)[0])[:64]}': input names are plain "
+                                 f"identifiers (letters, digits, _)")
+            raise UsageError(f"-e expects key=value, got {printable(p)[:200]!r}")
         out[m.group(1)] = m.group(2)
     return out
 

@@ -34,6 +34,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from eaglebot.config import ScheduleConfig, Settings
+from eaglebot.engine.limits import printable
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.frontends.chat import router as commands
@@ -681,6 +682,14 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
         process_before_response=True,
     )
     app.eagle_signing_secret = secret
+
+    def rejected(actor: str, what: str, why: str) -> None:
+        # After the answer, off the request's path: the ack never waits on the DB.
+        # (printable: a Socket Mode payload's JSON may carry a lone surrogate, which SQLite refuses)
+        ctx.spawn(services.store.add_rejection("rejected", printable(actor) or "unknown",
+                                               services.redactor.text(printable(what)), printable(why)),
+                  name="eagle-rejected")
+    app.eagle_reject = rejected
 
     @app.command(re.compile(r"^/eagle"))
     async def on_eagle(ack: AsyncAck, body: dict[str, Any]) -> None:

@@ -1,9 +1,12 @@
-"""Slack HTTP mode's front door: every request is checked before Bolt sees it.
+"""Slack's front door: every request is checked before Bolt sees it.
 
 Bolt answers a malformed `X-Slack-Request-Timestamp` or an unparsable signed body with a
 500 and a traceback; here a missing or bad signature header is 401, an oversized body 413,
 a correctly signed but malformed body 400 — each with one line in the log, never a trace.
 The signature is Slack's v0 HMAC-SHA256 over the raw body, with 5 minutes of clock skew.
+Then, in HTTP and Socket Mode alike (`GuardedApp.screen`), a body whose shape is not
+Slack's is 400 (payload.py) and a request already answered within those 5 minutes is answered
+200 with nothing done (replay.py); both leave a `rejected` event.
 """
 from __future__ import annotations
 
@@ -13,12 +16,20 @@ import json
 import logging
 import re
 import time
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qs
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.internals import parse_body
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
+
+from eaglebot.frontends.slack.payload import shape_problem
+from eaglebot.frontends.slack.replay import MemorySeen, SeenRequests, request_keys
 
 log = logging.getLogger("eaglebot.slack")
 
@@ -65,10 +76,56 @@ def valid_signature(secret: str, body: bytes, ts: str, sig: str, now: float | No
     return hmac.compare_digest("v0=" + mac, sig)
 
 
+Reject = Callable[[str, str, str], None]   # (actor, what was asked, why): records a `rejected` event
+
+
+def describe(body: Any) -> tuple[str, str]:
+    """(actor, what) of a request for its `rejected` event, read defensively: the body may be
+    exactly the malformed thing being refused."""
+    if not isinstance(body, dict):
+        return "", "a Slack request"
+    user = body.get("user")
+    actor = body.get("user_id") if "command" in body else (user.get("id") if isinstance(user, dict) else None)
+    if "command" in body:
+        what = f"{body.get('command')} {body.get('text') or ''}"
+    else:
+        actions = body.get("actions")
+        ids = [a.get("action_id") for a in actions if isinstance(a, dict)] if isinstance(actions, list) else []
+        what = f"{body.get('type') or 'payload'} {' '.join(str(i) for i in ids[:5])}"
+    return (actor if isinstance(actor, str) else ""), what.strip()[:300]
+
+
 class GuardedApp(AsyncApp):
-    """Bolt's AsyncApp whose HTTP face (`web_app()`, used by `eagle serve --http`) checks first."""
+    """Bolt's AsyncApp that checks a request before any listener sees it: its HTTP face
+    (`web_app()`, used by `eagle serve --http`) checks the signature and the body; every
+    request, Socket Mode's too, has its shape checked and is answered once."""
 
     eagle_signing_secret: str = ""
+    eagle_reject: Reject | None = None
+
+    def __init__(self, *, seen: SeenRequests | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.eagle_seen: SeenRequests = seen or MemorySeen()
+
+    def _rejected(self, body: Any, why: str) -> None:
+        if self.eagle_reject is not None:
+            actor, what = describe(body)
+            self.eagle_reject(actor, what, why)
+
+    async def screen(self, raw_body: str, body: Any, retry: str | None = None) -> tuple[int, str] | None:
+        """None when a signed request may go to Bolt, else the (HTTP status, text) to answer.
+        Run before Bolt builds its request object, which itself reads `team`, `user`,
+        `authorizations`... and raises on the wrong types."""
+        problem = shape_problem(body)
+        if problem is not None:
+            log.warning("refused a Slack request: %s (HTTP 400)", problem)
+            self._rejected(body, problem)
+            return 400, "malformed request"
+        if not await self.eagle_seen.claim(request_keys(raw_body, body)):
+            log.warning("answered a replayed Slack request with nothing (Slack retry: %s)", retry or "no")
+            self._rejected(body, "replayed request")
+            return 200, ""
+        return None
 
     def web_app(self, path: str = "/slack/events", port: int = 3000) -> web.Application:
         secret = self.eagle_signing_secret
@@ -83,7 +140,17 @@ class GuardedApp(AsyncApp):
             bad = check_request(body, request.headers, secret)
             if bad is not None:
                 log.warning("refused a Slack request: %s (HTTP %s)", bad[1], bad[0])
+                if bad[0] == 400:   # signed, so someone who holds the secret sent it: worth an audit row
+                    self._rejected(None, bad[1])
                 return web.Response(status=bad[0], text=bad[1])
+            text = body.decode("utf-8")   # (check_request made sure it is)
+            try:
+                parsed = parse_body(text, request.headers.get("Content-Type"))
+            except (ValueError, RecursionError):
+                parsed = None
+            screened = await self.screen(text, parsed, request.headers.get("X-Slack-Retry-Num"))
+            if screened is not None:
+                return web.Response(status=screened[0], text=screened[1])
             try:
                 resp = await self.async_dispatch(await to_bolt_request(request))
             except Exception as e:  # Bolt choked on a body we let through: still one line
@@ -94,3 +161,18 @@ class GuardedApp(AsyncApp):
         app = web.Application(client_max_size=MAX_BODY)
         app.add_routes([web.post(path, handle)])
         return app
+
+
+class GuardedSocketModeHandler(AsyncSocketModeHandler):
+    """Socket Mode through the same screen as HTTP. Its envelopes need no signature (the
+    connection is authenticated); a refused or replayed one is still acked, so Slack does
+    not deliver it again."""
+
+    app: GuardedApp
+
+    # (type: ignore as in Bolt's own aiohttp handler, which narrows the client the same way)
+    async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
+        if await self.app.screen("", req.payload) is not None:
+            await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+            return
+        await super().handle(client, req)

@@ -1,0 +1,67 @@
+"""Slack requests are answered once: a replay within Slack's 5-minute window does nothing.
+
+A correctly signed request stays valid for the 5 minutes of clock skew Slack allows, so
+whoever captured one (a proxy log, a shared HAR file) could re-send it and start the same
+run again; Slack itself re-sends a request it thinks we missed (`X-Slack-Retry-Num`). Each
+request is known by the SHA-256 of its body and, for slash commands and buttons, by its
+`trigger_id` (unique per user action, so a retry with a new timestamp is caught too).
+
+`SeenRequests` is the seam: this process keeps an in-memory, bounded set; several replicas
+behind one load balancer need a shared one (a table with a unique key and an expiry in the
+shared store) with the same `claim`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import OrderedDict
+from typing import Any, Protocol, Sequence
+
+WINDOW_S = 5 * 60          # Slack refuses a signature timestamp older than this: nothing older can be replayed
+MAX_KEYS = 50_000          # ~ 170 requests a second for 5 minutes, a few MiB; the oldest go first
+
+
+class SeenRequests(Protocol):
+    async def claim(self, keys: Sequence[str]) -> bool:
+        """Record `keys`; True when none of them was seen within the window (answer the request),
+        False when one was (a replay: answer 200 and do nothing). Check-and-record is one step,
+        so two copies racing each other cannot both win."""
+        ...
+
+
+class MemorySeen:
+    """One process's seen-set: a TTL of `window_s`, at most `max_keys` keys (oldest evicted)."""
+
+    def __init__(self, window_s: float = WINDOW_S, max_keys: int = MAX_KEYS) -> None:
+        self.window_s = window_s
+        self.max_keys = max_keys
+        self._until: OrderedDict[str, float] = OrderedDict()   # insertion order == expiry order
+
+    async def claim(self, keys: Sequence[str]) -> bool:
+        now = time.monotonic()
+        while self._until and next(iter(self._until.values())) <= now:
+            self._until.popitem(last=False)
+        if any(k in self._until for k in keys):
+            return False
+        for k in keys:
+            self._until[k] = now + self.window_s
+        while len(self._until) > self.max_keys:
+            self._until.popitem(last=False)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+
+def request_keys(raw_body: str, body: dict[str, Any]) -> list[str]:
+    """The identities of one request: its body's hash, and its trigger_id when it is a slash
+    command or a button. Socket Mode has no raw body: its payload is hashed canonically."""
+    if "ssl_check" in body and "command" not in body:
+        return []   # Slack's periodic certificate probe: identical each time, and it starts nothing
+    raw = raw_body or json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    keys = ["body:" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()]
+    trigger = body.get("trigger_id")
+    if isinstance(trigger, str) and trigger and ("command" in body or body.get("type") == "block_actions"):
+        keys.append("trigger:" + trigger)
+    return keys

@@ -189,7 +189,7 @@ class SSHTransport:
             # ends if a background child still holds it: the command ends there (DRAIN_S for
             # the rest of its output), and the child is stopped at the end of the step.
             exited = asyncio.Event()
-            proc.exit_status_received = lambda _status: exited.set()  # type: ignore[method-assign]
+            proc.exit_status_received = lambda status: exited.set()  # type: ignore[method-assign]
             proc.exit_signal_received = lambda *_a: exited.set()  # type: ignore[method-assign]
             if proc.exit_status is not None or proc.exit_signal is not None:  # came with the open
                 exited.set()

@@ -113,6 +113,10 @@ class Settings(_Model):
     max_hosts_total: int = Field(256, ge=1, description="hosts all runs of one process work on at once")
     max_connecting: int = Field(64, ge=1, description="SSH connections being opened at once, per process")
     state_dir: str = Field("~/.eaglebot", description="where the bot keeps pid and log files on each host")
+    output_keep_bytes: int = Field(
+        1024 * 1024, ge=4096, le=64 * 1024 * 1024,
+        description="bytes of each step's output kept in the audit DB (half head, half tail); the whole "
+                    "output goes to a gzip file under state_dir/output on the bot's machine")
     # Not from the file: where it was read from (relative paths resolve against it).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     source: Path | None = Field(None, exclude=True)
@@ -164,6 +168,11 @@ class Settings(_Model):
     @property
     def db_path(self) -> Path:
         return self.path(self.audit_db)
+
+    @property
+    def output_root(self) -> Path:
+        """Where the bot writes steps' whole output (its own machine; state_dir expanded here)."""
+        return self.path(self.state_dir) / "output"
 
     @property
     def playbooks_path(self) -> Path | None:

@@ -33,8 +33,7 @@ from eaglebot.skills.facts.procs import parse_stat
 from eaglebot.store import chain
 from eaglebot.store.failures import store_error
 
-SCHEMA_VERSION = 6  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps; 5: audit_chain; 6: remote_procs, locks.reason
-OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
+SCHEMA_VERSION = 8  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps; 5: audit_chain; 6: remote_procs, locks.reason; 8: steps.output_bytes/_sha256/_file
 
 
 def now_iso() -> str:
@@ -235,6 +234,7 @@ class Store:
             self._migrate_v4(version)
             self._migrate_v5(version)
             self._migrate_v6(version)
+            self._migrate_v8(version)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _migrate_v2(self, version: int) -> None:
@@ -318,6 +318,15 @@ class Store:
             db.execute("alter table locks add column reason text")
         db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
         db.execute("insert or ignore into meta (key, value) values ('db_id', ?)", [os.urandom(6).hex()])
+
+    def _migrate_v8(self, version: int) -> None:
+        """A step's whole output lives in a gzip file under the bot's state folder (the row
+        keeps a head and a tail): its size, the SHA-256 of its uncompressed bytes, and its
+        absolute path (NULL when the step printed nothing). Idempotent."""
+        have = set(self.db.table("steps").columns_dict)
+        for col, typ in (("output_bytes", "integer"), ("output_sha256", "text"), ("output_file", "text")):
+            if col not in have:
+                self.db.execute(f"alter table steps add column {col} {typ}")
 
     @property
     def db_id(self) -> str:
@@ -473,11 +482,9 @@ class Store:
             return _rowid(cur)
 
     def step_output(self, step_id: int, text: str) -> None:
-        """Append streamed output; keep the last OUTPUT_CAP characters."""
+        """The streamed output so far, as kept in the store (head, marker, tail): replaces the last."""
         with self._tx():
-            self.db.execute(
-                "update steps set output = substr(coalesce(output, '') || ?, -?) where id = ?",
-                [text, OUTPUT_CAP, step_id])
+            self.db.execute("update steps set output = ? where id = ?", [text, step_id])
 
     def step_attempt(self, step_id: int, attempts: int) -> None:
         with self._tx():
@@ -487,13 +494,17 @@ class Store:
                       duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
                       metrics: list[Any] | None = None, changes: list[Any] | None = None,
                       warnings: list[str] | None = None, regressions: list[Any] | None = None,
-                      output: str | None = None) -> None:
+                      output: str | None = None, output_bytes: int | None = None,
+                      output_sha256: str | None = None, output_file: str | None = None) -> None:
+        """The step's final row: `output` (when given) replaces the stored output; the whole
+        output's size, SHA-256 and file go in the same update, so the chain covers them."""
         with self._tx():
             self.db.execute(
                 "update steps set status = ?, summary = ?, duration_ms = ?, attempts = ?, data = ?, "
-                "finished_at = ?, output = substr(coalesce(output, '') || ?, -?) where id = ?",
+                "finished_at = ?, output = coalesce(?, output), output_bytes = ?, output_sha256 = ?, "
+                "output_file = ? where id = ?",
                 [status, summary, duration_ms, attempts, _j(data or {}), now_iso(),
-                 output or "", OUTPUT_CAP, step_id])
+                 output, output_bytes, output_sha256, output_file, step_id])
             for m in metrics or []:
                 self.db.execute(
                     "insert into metrics (run_id, step_id, host, name, value, unit, better) values (?,?,?,?,?,?,?)",
@@ -1039,11 +1050,15 @@ class Store:
         doomed = ("select id from runs where started_at < ? and status != 'running' "
                   "and id not in (select run_id from baselines where run_id is not null)")
         children = self._run_children()
+        files: list[str] = []
         with self._tx():
             self.db.execute("create temp table if not exists _prune_ids (id integer primary key)")
             self.db.execute("delete from _prune_ids")
             self.db.execute(f"insert into _prune_ids (id) {doomed}", [cutoff])
             n = int(self.db.execute("select count(*) from _prune_ids").fetchone()[0])
+            files = [r[0] for r in self.db.execute(
+                "select output_file from steps where output_file is not null "
+                "and run_id in (select id from _prune_ids)")]
             for t in children:
                 self.db.execute(f"delete from [{t}] where run_id in (select id from _prune_ids)")
             self.db.execute("delete from runs where id in (select id from _prune_ids)")
@@ -1051,10 +1066,27 @@ class Store:
                 "delete from schedule_fires where fire_time < ? and id not in "
                 "(select max(id) from schedule_fires group by schedule)", [cutoff])
             self.db.execute("delete from _prune_ids")
+        remove_output_files(files)  # after the commit: a failed prune keeps every file its rows name
         return n
 
     def close(self) -> None:
         self.db.conn.close()
+
+
+def remove_output_files(paths: list[str]) -> None:
+    """Delete pruned steps' output files, then their run folders once empty."""
+    folders = set()
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+        folders.add(os.path.dirname(p))
+    for d in folders:
+        try:
+            os.rmdir(d)
+        except OSError:  # not empty (another step's file) or gone: left as it is
+            pass
 
 
 def _decode_run(row: dict[str, Any]) -> Row:

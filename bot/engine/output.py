@@ -103,8 +103,9 @@ class OutputFile:
         self._buf.clear()
 
     def _open(self) -> None:
-        d = self.path.parent
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # output/<db_id>/<run_id>/: each level 0700 (other users may read the state folder).
+        for d in (self.path.parents[2], self.path.parents[1], self.path.parent):
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         self._raw = os.fdopen(fd, "wb")
         self._gz = gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, compresslevel=GZIP_LEVEL, mtime=0)
@@ -153,13 +154,18 @@ class HeadTail:
         tail = b"".join(self.tail)
         if len(tail) > self.tail_cap:
             tail = tail[_char_start(tail, len(tail) - self.tail_cap, 1):]
-        cut = self.total - len(self.head) - len(tail)
-        if not cut:
-            return printable(bytes(self.head) + tail)
-        head = printable(bytes(self.head))
-        if head and not head.endswith("\n"):
-            head += "\n"
-        return head + marker(cut) + "\n" + printable(tail)
+        head = bytes(self.head)
+        if self.total == len(head) + len(tail):
+            return printable(head + tail)
+        # Whole lines on both sides of the marker where the lines are short enough.
+        i = head.rfind(b"\n")
+        head = head[:i + 1] if i >= 0 else head
+        j = tail.find(b"\n")
+        tail = tail[j + 1:] if 0 <= j < len(tail) - 1 else tail
+        text = printable(head)
+        if text and not text.endswith("\n"):
+            text += "\n"
+        return text + marker(self.total - len(head) - len(tail)) + "\n" + printable(tail)
 
 
 class OutputBuffer:

@@ -40,9 +40,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     data = {"rc": res.exit_status, "stdout": _last(res.stdout, ctx.run_id),
             "stderr": _last(res.stderr, ctx.run_id)}
     if res.exit_status not in params.ok_codes:
-        last = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
-        return StepResult.failed(f"exit status {res.exit_status}: {last[0][:300]}", data=data)
-    summary = (res.stdout.strip().splitlines() or [f"exit status {res.exit_status}"])[-1][:300]
+        last = _last_line(res.stderr) or _last_line(res.stdout)
+        return StepResult.failed(f"exit status {res.exit_status}: {last[:300]}", data=data)
+    summary = (_last_line(res.stdout) or f"exit status {res.exit_status}")[:300]
     return StepResult("changed" if params.changed else "ok", summary, data=data)
 
 
@@ -51,3 +51,8 @@ def _last(text: str, run_id: int) -> str:
     if len(text) <= KEEP:
         return text
     return f"[... earlier output cut; whole output: eagle show {run_id} --output]\n" + text[-KEEP:]
+
+
+def _last_line(text: str) -> str:
+    # splitlines on the last line only: the output may be megabytes of short lines.
+    return (text.strip().rpartition("\n")[2].splitlines() or [""])[-1]

@@ -173,11 +173,12 @@ def detach_script(argv: Sequence[str], log_path: str, pid_path: str,
 
 
 # A "line" handed on is at most LINE_MAX characters: output without newlines is never
-# buffered whole. What a command's `CommandResult.stdout`/`stderr` keeps: the first SINK_HEAD
-# and the last SINK_TAIL characters (up to twice that before a trim), the rest counted as cut.
+# buffered whole. What a command's `CommandResult.stdout`/`stderr` keeps: about the first
+# SINK_HEAD and the last SINK_TAIL characters (up to twice that before a trim), the rest
+# counted as cut; in pieces of one read each (a list of short lines costs ~60 bytes a line).
 LINE_MAX = 64 * 1024
-SINK_HEAD = 4 * 1024 * 1024
-SINK_TAIL = 4 * 1024 * 1024
+SINK_HEAD = 2 * 1024 * 1024
+SINK_TAIL = 2 * 1024 * 1024
 
 
 def _nbytes(s: str) -> int:
@@ -201,32 +202,36 @@ class LineSplitter:
     def feed(self, chunk: str) -> None:
         buf = self.buf + chunk if self.buf else chunk
         start = 0
+        kept: list[str] = []
         while True:
             j = buf.find("\n", start)
             if j < 0 or j - start >= LINE_MAX:
                 if len(buf) - start < LINE_MAX:
                     break
                 j = start + LINE_MAX - 1  # a piece without its newline
-                self._line(buf[start:j + 1])
-            else:
-                self._line(buf[start:j + 1])
+            self._line(buf[start:j + 1], kept)
             start = j + 1
         self.buf = buf[start:]
+        if kept:
+            self._keep("".join(kept))
 
     def close(self) -> None:
         if self.buf:
-            self._line(self.buf)
+            kept: list[str] = []
+            self._line(self.buf, kept)
             self.buf = ""
+            if kept:
+                self._keep(kept[0])
         self._trim(SINK_TAIL)
 
-    def _line(self, line: str) -> None:
+    def _line(self, line: str, kept: list[str]) -> None:
         if self.on_pgid and line.startswith(PGID_TAG):
             try:
                 self.on_pgid(int(line[len(PGID_TAG):].strip()))
             except ValueError:
                 pass
             return
-        self._keep(line)
+        kept.append(line)
         cb = self.cb
         if cb is None:
             return
@@ -235,15 +240,14 @@ class LineSplitter:
         else:
             cb(self.stream, line[:-1] if line.endswith("\n") else line)
 
-    def _keep(self, line: str) -> None:
-        if self.head_n == len(self.sink) and self.head_chars + len(line) <= SINK_HEAD:
-            self.sink.append(line)
+    def _keep(self, piece: str) -> None:
+        self.sink.append(piece)
+        if self.head_n == len(self.sink) - 1 and self.head_chars + len(piece) <= SINK_HEAD:
             self.head_n += 1
-            self.head_chars += len(line)
+            self.head_chars += len(piece)
             return
-        self.sink.append(line)
-        self.tail_chars += len(line)
-        if self.tail_chars > 2 * SINK_TAIL:  # trimmed in batches: one slice delete, not one per line
+        self.tail_chars += len(piece)
+        if self.tail_chars > 2 * SINK_TAIL:  # trimmed in batches: one slice delete, not one per piece
             self._trim(SINK_TAIL)
 
     def _trim(self, keep: int) -> None:

@@ -50,7 +50,9 @@ def _last(text: str, run_id: int) -> str:
     """The end of a stream, as registered: whole when short, else its last KEEP characters."""
     if len(text) <= KEEP:
         return text
-    return f"[... earlier output cut; whole output: eagle show {run_id} --output]\n" + text[-KEEP:]
+    tail = text[-KEEP:]
+    i = tail.find("\n")
+    return f"[... earlier output cut; whole output: eagle show {run_id} --output]\n" + tail[i + 1:]
 
 
 def _last_line(text: str) -> str:

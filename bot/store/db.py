@@ -36,6 +36,9 @@ from eaglebot.store.failures import store_error
 SCHEMA_VERSION = 8  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps; 5: audit_chain; 6: remote_procs, locks.reason; 8: steps.output_bytes/_sha256/_file
 
 
+FREE_PAGES_KEPT = 64  # free pages (of 4 KiB) a DB keeps for reuse before giving them back
+
+
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -100,6 +103,10 @@ class Store:
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
         self.db = sqlite_utils.Database(conn)
         self.db.execute("PRAGMA busy_timeout = 30000")
+        if self.db.execute("select count(*) from sqlite_master").fetchone()[0] == 0:
+            # A new DB gives free pages back (see `_release_free_pages`); an existing one keeps
+            # its mode (changing it needs a VACUUM of the whole file).
+            self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
         self._enable_wal()
         self.db.execute("PRAGMA synchronous = NORMAL")
         self.db.execute("PRAGMA foreign_keys = ON")
@@ -520,6 +527,21 @@ class Store:
                                 [run_id, step_id, host, w])
             for r in regressions or []:
                 self.add_regression(run_id, r, host=host, commit=False)
+        self._release_free_pages()
+
+    def _release_free_pages(self) -> None:
+        """Shrink the file by its free pages once there are many: a step's kept output (up to
+        `output_keep_bytes`) is rewritten at each flush and sealed into the chain as a whole row,
+        which leaves about as many free pages behind; without this the file keeps that peak."""
+        if self.db.conn.in_transaction or \
+                int(self.db.execute("PRAGMA freelist_count").fetchone()[0]) < FREE_PAGES_KEPT:
+            return
+        try:
+            # executescript steps the pragma to its end (execute() frees one page a step); it
+            # is a transaction of its own that changes no row, so nothing is sealed.
+            self.db.conn.executescript("PRAGMA incremental_vacuum;")
+        except sqlite3.Error as e:
+            raise store_error(self.path, e) from None
 
     def add_regression(self, run_id: int, r: Any, *, host: str = "", commit: bool = True) -> None:
         sql = ("insert into regressions (run_id, host, metric, value, reference, delta_pct, reason, kind) "

@@ -198,3 +198,18 @@ async def test_a_step_that_prints_nothing_writes_no_file(tmp_path):
     await asyncio.sleep(0)
     await buf.close()
     assert buf.file is None and buf.nbytes == 0 and not (tmp_path / "o").exists()
+
+
+def test_migration_v8_adds_the_output_columns_to_a_v6_database(tmp_path):
+    from eaglebot.store import Store
+    from eaglebot.store.db import SCHEMA_VERSION
+
+    s = Store(tmp_path / "a.db")
+    for col in ("output_bytes", "output_sha256", "output_file"):
+        s.db.execute(f"alter table steps drop column {col}")
+    s.db.execute("PRAGMA user_version = 6")
+    s.close()
+    s = Store(tmp_path / "a.db")
+    assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION >= 8
+    assert {"output_bytes", "output_sha256", "output_file"} <= set(s.db.table("steps").columns_dict)
+    s.close()

@@ -215,3 +215,38 @@ def test_migration_v8_adds_the_output_columns_to_a_v6_database(tmp_path):
     assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION >= 8
     assert {"output_bytes", "output_sha256", "output_file"} <= set(s.db.table("steps").columns_dict)
     s.close()
+
+
+def test_terminal_shows_nul_and_invalid_bytes_escaped(tmp_path):
+    cfg = setup(tmp_path, r"printf 'a\000b\377c\n'; printf 'bad\000\376' >&2; exit 3")
+    res = eagle_bytes("run", "out", "-v", config=cfg)
+    assert res.returncode == 1
+    assert b"\x00" not in res.stderr and b"\xff" not in res.stderr and b"\xfe" not in res.stderr
+    assert b"a\\x00b\\xffc" in res.stderr and b"exit status 3: bad\\x00\\xfe" in res.stderr
+    shown = eagle_bytes("show", "1", config=cfg)
+    assert b"\x00" not in shown.stdout and b"bad\\x00\\xfe" in shown.stdout
+
+
+async def test_live_views_and_slack_get_escaped_text_never_a_raw_nul(services, tmp_path):
+    from eaglebot.engine.runner import Observer, RunRequest
+    from gpu_helpers import playbook
+
+    seen: list[str] = []
+
+    class Capture(Observer):
+        def step_output(self, run_id, rec, line):
+            seen.append(line)
+
+        async def step_finished(self, run_id, rec, result):
+            seen.extend([rec.summary, rec.output_tail, result.output])
+
+    svc = await services(state_dir=str(tmp_path / "state"))
+    book = playbook('{"name": "nul", "steps": [{"skill": "shell", "with": '
+                    r'{"command": "printf \"x\\000y\\377\\n\"; exit 4"}}]}')
+    out = await svc.engine.run(RunRequest(playbook=book, hosts=["local"]), Capture())
+    assert out.status == "failed"
+    text = "\n".join(seen)
+    assert "x\\x00y\\xff" in text
+    assert "\x00" not in text and not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+    row = (await svc.store.steps(out.run_id))[0]
+    assert row["output"] == "x\\x00y\\xff\n"

@@ -250,3 +250,17 @@ async def test_live_views_and_slack_get_escaped_text_never_a_raw_nul(services, t
     assert "\x00" not in text and not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
     row = (await svc.store.steps(out.run_id))[0]
     assert row["output"] == "x\\x00y\\xff\n"
+
+
+def test_an_unwritable_state_folder_warns_and_the_db_still_keeps_the_output(tmp_path):
+    (tmp_path / "blocker").write_text("a file where the state folder should be")
+    cfg = setup(tmp_path, "echo kept")
+    cfg.write_text(cfg.read_text().replace(str(tmp_path / "state"), str(tmp_path / "blocker" / "state")))
+    res = eagle("run", "out", config=cfg)
+    assert res.returncode == 0, res.stderr
+    assert "its whole output could not be saved" in res.stderr
+    row = step_row(tmp_path)
+    assert row["output"] == "kept\n" and row["output_file"] is None and row["output_bytes"] == 5
+    shown = eagle_bytes("show", "1", "--output", config=cfg)
+    assert shown.returncode == 0 and shown.stdout == b"kept\n"
+    assert b"its output file could not be written" in shown.stderr

@@ -234,6 +234,11 @@ class OutputBuffer:
         f = self._file
         return f.path if f is not None and f.written and self._file_error is None else None
 
+    @property
+    def file_error(self) -> str | None:
+        """Why the whole-output file could not be written (the DB still has head and tail)."""
+        return self._file_error
+
     def stored_text(self) -> str:
         """What the store keeps: the head, a marker line where bytes were left out, the tail."""
         run = self._run_id if self._run_id is not None else "RUN"

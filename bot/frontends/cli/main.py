@@ -221,9 +221,12 @@ def _write_outputs(store: Store, run_id: int) -> None:
         what = f"step {s['idx'] + 1} of run #{run_id} ({s['host']}: {printable(s['name'] or '')})"
         path, nbytes = s.get("output_file"), s.get("output_bytes")
         if path is None:
-            if nbytes is None and s.get("output"):
-                # Still running, or a row from before whole outputs were kept: what the DB holds.
-                why = "still running" if s["status"] == "running" else "recorded before whole outputs were kept"
+            if s.get("output") and (nbytes is None or nbytes > 0):
+                # Still running, from before whole outputs were kept, or the file could not be
+                # written (the step's warning says why): what the DB holds.
+                why = ("still running" if s["status"] == "running" else
+                       "recorded before whole outputs were kept" if nbytes is None else
+                       "its output file could not be written")
                 print(f"== {what}: {why}; the text kept in the audit DB follows", file=sys.stderr, flush=True)
                 out.write(str(s["output"]).encode())
                 out.flush()

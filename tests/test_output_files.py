@@ -264,3 +264,20 @@ def test_an_unwritable_state_folder_warns_and_the_db_still_keeps_the_output(tmp_
     shown = eagle_bytes("show", "1", "--output", config=cfg)
     assert shown.returncode == 0 and shown.stdout == b"kept\n"
     assert b"its output file could not be written" in shown.stderr
+
+
+async def test_binary_output_stays_within_the_kept_bytes_once_escaped(tmp_path):
+    written: list[str] = []
+
+    async def write(text: str) -> None:
+        written.append(text)
+
+    buf = OutputBuffer(Redactor(), write, lambda line: None, keep_bytes=4096)
+    blob = bytes(range(256)) * 64  # NULs and invalid UTF-8: 4 characters each when escaped
+    for i in range(0, len(blob), 1000):
+        buf.text(blob[i:i + 1000].decode("utf-8", "surrogateescape"))
+    await buf.flush()
+    text = written[-1]
+    assert len(text.encode()) <= 4096 + 100 and "\x00" not in text
+    marker = text[text.index("[... "):].split("\n", 1)[0]
+    assert 0 < int(marker.split()[1]) < len(blob) and buf.nbytes == len(blob)

@@ -124,6 +124,16 @@ class OutputFile:
         return self.nbytes > 0
 
 
+def _fit(raw: bytes, cap: int, *, keep_end: bool) -> bytes:
+    """The longest start (or end) of `raw` whose `printable` text is at most `cap` bytes of UTF-8."""
+    shown = len(printable(raw).encode())
+    while shown > cap:
+        n = min(len(raw) - 1, len(raw) * cap // shown)
+        raw = raw[len(raw) - n:] if keep_end else raw[:n]
+        shown = len(printable(raw).encode())
+    return raw
+
+
 class HeadTail:
     """The first `head` and the last `tail` bytes of a stream, and how many were between."""
 
@@ -154,7 +164,9 @@ class HeadTail:
         tail = b"".join(self.tail)
         if len(tail) > self.tail_cap:
             tail = tail[_char_start(tail, len(tail) - self.tail_cap, 1):]
-        head = bytes(self.head)
+        # Escaped, an invalid byte takes 4: the caps hold for the text the DB gets.
+        head = _fit(bytes(self.head), self.head_cap, keep_end=False)
+        tail = _fit(tail, self.tail_cap, keep_end=True)
         if self.total == len(head) + len(tail):
             return printable(head + tail)
         # Whole lines on both sides of the marker where the lines are short enough.

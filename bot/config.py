@@ -116,7 +116,10 @@ class Settings(_Model):
     output_keep_bytes: int = Field(
         1024 * 1024, ge=4096, le=64 * 1024 * 1024,
         description="bytes of each step's output kept in the audit DB (half head, half tail); the whole "
-                    "output goes to a gzip file under state_dir/output on the bot's machine")
+                    "output goes to a gzip file in output_dir")
+    output_dir: str | None = Field(
+        None, description="where the bot writes each step's whole output, on its own machine "
+                          "(default: eagle-output next to the audit DB)")
     # Not from the file: where it was read from (relative paths resolve against it).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     source: Path | None = Field(None, exclude=True)
@@ -171,8 +174,9 @@ class Settings(_Model):
 
     @property
     def output_root(self) -> Path:
-        """Where the bot writes steps' whole output (its own machine; state_dir expanded here)."""
-        return self.path(self.state_dir) / "output"
+        """Where the bot writes steps' whole output. Not under `state_dir`: that folder is the
+        hosts' (a loopback or `local` host would share it with the bot, as another user)."""
+        return self.path(self.output_dir) if self.output_dir else self.db_path.parent / "eagle-output"
 
     @property
     def playbooks_path(self) -> Path | None:

@@ -1,4 +1,4 @@
-"""A step's whole output: byte for byte in a gzip file under the state folder (NUL, invalid
+"""A step's whole output: byte for byte in a gzip file next to the audit DB (NUL, invalid
 UTF-8, a last line without a newline), its SHA-256 in the step's row, a head and a tail in
 the DB with a marker line, `eagle show ID --output` giving it back, redaction before any
 byte is written, and `eagle prune` deleting the files; through the real CLI, over the real
@@ -46,7 +46,7 @@ def setup(tmp: Path, command: str, hosts: dict | None = None, **extra) -> Path:
         "name": "out", "description": "prints what it is told",
         "steps": [{"name": "print", "skill": "shell", "with": {"command": command}}]})
     return write_config(tmp, {"audit_db": str(tmp / "eagle.db"), "playbooks_dir": "playbooks",
-                              "state_dir": str(tmp / "state"), "hosts": hosts or {}, **extra})
+                              "hosts": hosts or {}, **extra})
 
 
 def step_row(tmp: Path, run_id: int = 1) -> dict:
@@ -81,7 +81,7 @@ def test_show_output_gives_back_nul_invalid_utf8_and_a_last_line_without_newline
     assert row["output"] == "a\\x00b\\xffc\ntoken=***\nlast"
     assert TOKEN not in row["data"] and "\\x00" in row["data"]
     path = Path(row["output_file"])
-    assert path.is_absolute() and path.is_relative_to(tmp_path / "state" / "output")
+    assert path.is_absolute() and path.is_relative_to(tmp_path / "eagle-output")  # next to the DB
     assert gzip.decompress(path.read_bytes()) == WANT
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     for d in (path.parent, path.parents[1], path.parents[2]):
@@ -227,7 +227,7 @@ def test_terminal_shows_nul_and_invalid_bytes_escaped(tmp_path):
     assert b"\x00" not in shown.stdout and b"bad\\x00\\xfe" in shown.stdout
 
 
-async def test_live_views_and_slack_get_escaped_text_never_a_raw_nul(services, tmp_path):
+async def test_live_views_and_slack_get_escaped_text_never_a_raw_nul(services):
     from eaglebot.engine.runner import Observer, RunRequest
     from gpu_helpers import playbook
 
@@ -240,7 +240,7 @@ async def test_live_views_and_slack_get_escaped_text_never_a_raw_nul(services, t
         async def step_finished(self, run_id, rec, result):
             seen.extend([rec.summary, rec.output_tail, result.output])
 
-    svc = await services(state_dir=str(tmp_path / "state"))
+    svc = await services()
     book = playbook('{"name": "nul", "steps": [{"skill": "shell", "with": '
                     r'{"command": "printf \"x\\000y\\377\\n\"; exit 4"}}]}')
     out = await svc.engine.run(RunRequest(playbook=book, hosts=["local"]), Capture())
@@ -252,10 +252,9 @@ async def test_live_views_and_slack_get_escaped_text_never_a_raw_nul(services, t
     assert row["output"] == "x\\x00y\\xff\n"
 
 
-def test_an_unwritable_state_folder_warns_and_the_db_still_keeps_the_output(tmp_path):
-    (tmp_path / "blocker").write_text("a file where the state folder should be")
-    cfg = setup(tmp_path, "echo kept")
-    cfg.write_text(cfg.read_text().replace(str(tmp_path / "state"), str(tmp_path / "blocker" / "state")))
+def test_an_unwritable_output_folder_warns_and_the_db_still_keeps_the_output(tmp_path):
+    (tmp_path / "blocker").write_text("a file where the output folder should be")
+    cfg = setup(tmp_path, "echo kept", output_dir=str(tmp_path / "blocker" / "out"))
     res = eagle("run", "out", config=cfg)
     assert res.returncode == 0, res.stderr
     assert "its whole output could not be saved" in res.stderr

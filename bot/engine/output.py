@@ -1,5 +1,5 @@
 """A step's streamed output: redacted line by line, written whole (gzip, SHA-256) to a file
-under the bot's state folder, kept in the audit store as a head and a tail, and written to
+in the bot's output folder (`Settings.output_root`), kept in the audit store as a head and a tail, and written to
 the store every `FLUSH_INTERVAL_S` by a background task.
 
 Memory stays bounded whatever a step prints: the file is written as the output comes, the
@@ -103,7 +103,8 @@ class OutputFile:
         self._buf.clear()
 
     def _open(self) -> None:
-        # output/<db_id>/<run_id>/: each level 0700 (other users may read the state folder).
+        # <output_root>/<db_id>/<run_id>/: each level 0700 (the output may hold what a step
+        # printed about the host; the DB's folder may be readable by others).
         for d in (self.path.parents[2], self.path.parents[1], self.path.parent):
             d.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)

@@ -325,7 +325,7 @@ class Store:
         db.execute("insert or ignore into meta (key, value) values ('db_id', ?)", [os.urandom(6).hex()])
 
     def _migrate_v8(self, version: int) -> None:
-        """A step's whole output lives in a gzip file under the bot's state folder (the row
+        """A step's whole output lives in a gzip file in the bot's output folder (the row
         keeps a head and a tail): its size, the SHA-256 of its uncompressed bytes, and its
         absolute path (NULL when the step printed nothing). Idempotent."""
         have = set(self.db.table("steps").columns_dict)

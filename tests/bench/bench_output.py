@@ -98,7 +98,7 @@ def measure_flood(server: SSHServer, work: Path, nbytes: int, mode: str = "persi
                    "with": {"command": f"yes '{line}' | head -c {{{{ nbytes }}}}"}}]}))
     cfg = work / "eagle.yaml"
     cfg.write_text(yaml.safe_dump({
-        "audit_db": str(work / "eagle.db"), "playbooks_dir": "playbooks", "state_dir": str(work / "state"),
+        "audit_db": str(work / "eagle.db"), "playbooks_dir": "playbooks",
         "hosts": {"box": server.host_config(shell=mode)}}))
     _, base_rss, _ = _eagle(cfg, "run", "flood", "-H", "box", "-e", "nbytes=1000")
     db0 = _db_size(work / "eagle.db")

@@ -616,6 +616,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        # A host's invalid UTF-8 (kept as surrogate escapes) prints as `\xff`, as on stderr,
+        # never as a UnicodeEncodeError; `show --output` writes raw bytes to sys.stdout.buffer.
+        reconfigure(errors="backslashreplace")
     try:
         return int(args.func(args))
     except EagleError as e:

@@ -1,6 +1,6 @@
 """A step's streamed output: redacted line by line, written whole (gzip, SHA-256) to a file
-in the bot's output folder (`Settings.output_root`), kept in the audit store as a head and a tail, and written to
-the store every `FLUSH_INTERVAL_S` by a background task.
+in the bot's output folder (`Settings.output_root`), kept in the audit store as a head and
+a tail, written to the store every `FLUSH_INTERVAL_S` by a background task.
 
 Memory stays bounded whatever a step prints: the file is written as the output comes, the
 store gets at most `keep_bytes` of it (plus one marker line), the live views a few lines.
@@ -29,13 +29,16 @@ FLUSH_INTERVAL_S = 0.5
 TAIL_LINES = 200
 VIEW_LINE_MAX = 2000   # characters of one line kept for the live views' tail
 FILE_BUFFER = 256 * 1024
-# Level 1: the bot compresses on its event loop; logs still shrink ~5-10x.
+# Level 1: the bot compresses on its event loop, and the fastest level still shrinks logs well.
 GZIP_LEVEL = 1
 
 
 def raw_bytes(s: str) -> bytes:
     """The bytes a transport decoded into `s` (undoing its surrogate escapes)."""
-    return s.encode("utf-8", "surrogateescape")
+    try:
+        return s.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate no transport made (a skill's JSON): as `\ud83d`
+        return s.encode("utf-8", "backslashreplace")
 
 
 def printable(data: bytes | str) -> str:

@@ -116,6 +116,13 @@ class Settings(_Model):
     state_dir: str = Field("~/.eaglebot", description="where the bot keeps pid and log files on each host")
     audit_key_file: str | None = Field(None, description="the audit chain's sealing key (`eagle audit init-key`); "
                                                           "$EAGLE_AUDIT_KEY_FILE overrides it")
+    output_keep_bytes: int = Field(
+        1024 * 1024, ge=4096, le=64 * 1024 * 1024,
+        description="bytes of each step's output kept in the audit DB (half head, half tail); the whole "
+                    "output goes to a gzip file in output_dir")
+    output_dir: str | None = Field(
+        None, description="where the bot writes each step's whole output, on its own machine "
+                          "(default: eagle-output next to the audit DB)")
     # Not from the file: where it was read from (relative paths resolve against it).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     source: Path | None = Field(None, exclude=True)
@@ -175,6 +182,12 @@ class Settings(_Model):
         if env:
             return Path(os.path.expanduser(env))
         return self.path(self.audit_key_file) if self.audit_key_file else None
+
+    @property
+    def output_root(self) -> Path:
+        """Where the bot writes steps' whole output. Not under `state_dir`: that folder is the
+        hosts' (a loopback or `local` host would share it with the bot, as another user)."""
+        return self.path(self.output_dir) if self.output_dir else self.db_path.parent / "eagle-output"
 
     @property
     def playbooks_path(self) -> Path | None:

@@ -27,7 +27,21 @@ class SkillParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-OutputCallback = Callable[[str, str], None]  # (stream "stdout"/"stderr", line)
+LineCallback = Callable[[str, str], None]  # (stream "stdout"/"stderr", line without its newline)
+
+
+class StreamCallback:
+    """An `on_output` that gets each piece of output as the host sent it: a line with its
+    newline, the last line without one when the output ended without it, and a line longer
+    than the transport's line limit in pieces without one. Concatenated, the pieces are the
+    output exactly (invalid UTF-8 kept as surrogate escapes); `ctx.stream()` is one."""
+
+    def __init__(self, fn: Callable[[str, str], None]):
+        self.fn = fn
+
+
+# A plain callable (the original form, kept for third-party skills) or a StreamCallback.
+OutputCallback = LineCallback | StreamCallback
 
 
 @dataclass
@@ -38,6 +52,9 @@ class CommandResult:
     timed_out: bool = False
     duration_s: float = 0.0
     signal: str | None = None
+    # Bytes of stdout + stderr not kept in `stdout`/`stderr` (the transport keeps a head and
+    # a tail of each, so a command that prints gigabytes cannot exhaust the bot's memory).
+    cut_bytes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -184,12 +201,21 @@ class SkillContext:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     audit: AuditView | None = None
     _log: Callable[[str], None] = lambda line: None
+    _log_text: Callable[[str], None] | None = None  # output as sent (see `stream`)
     _approve: Callable[[ApprovalRequest], Awaitable[tuple[bool, str]]] | None = None
     plan: list[str] = field(default_factory=list)
 
     def log(self, line: str) -> None:
         """Stream one line into the step's audit output (and the live view)."""
         self._log(line.rstrip("\n"))
+
+    def stream(self) -> StreamCallback:
+        """An `on_output` for `ctx.host.run` that streams the command's output into the step's
+        audit output byte for byte (NUL, invalid UTF-8 and a last line without a newline too)."""
+        text = self._log_text
+        if text is None:
+            return StreamCallback(lambda _stream, piece: self._log(piece.rstrip("\n")))
+        return StreamCallback(lambda _stream, piece: text(piece))
 
     def would(self, action: str) -> None:
         """Dry-run: record what the step would do."""

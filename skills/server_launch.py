@@ -288,7 +288,9 @@ async def _wait_ready(ctx: SkillContext, params: Params, pid: int,
         res = await ctx.host.run(_poll_script(params.python, pid, params.port, log_path, offset), timeout=60)
         head, _, new = res.stdout.partition(_LOG_MARK)
         fields = dict(line.split(" ", 1) for line in head.splitlines() if " " in line)
-        offset += len(new.encode())
+        # The exact bytes read (invalid UTF-8 comes as surrogate escapes), and any the transport
+        # left out of a very long read: the next poll starts where this one ended.
+        offset += len(new.encode("utf-8", "surrogateescape")) + res.cut_bytes
         log_text += new
         text = partial + new
         lines = text.split("\n")

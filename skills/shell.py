@@ -9,7 +9,8 @@ Values templated into `command` are quoted as one shell word each; write
   with: {command: "ls -l {{ model }}", cwd: /models, env: {HF_HUB_OFFLINE: "1"}}
   register: ls
 ```
-Registers `rc`, `stdout`, `stderr`.
+Registers `rc`, `stdout`, `stderr` (the last 64 KiB of each, after a line saying how much
+was cut: `eagle show RUN --output` has the whole output).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pydantic import Field
 from eaglebot.sdk import SkillContext, SkillParams, StepResult
 
 NAME = "shell"
+KEEP = 64 * 1024  # characters of stdout/stderr registered (and stored with the step's data)
 
 
 class Params(SkillParams):
@@ -34,10 +36,25 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         ctx.would(f"run: {params.command}")
         return StepResult.skipped(f"dry-run: would run `{params.command}`")
     res = await ctx.host.run(params.command, env=params.env or None, cwd=params.cwd,
-                             on_output=lambda _stream, line: ctx.log(line))
-    data = {"rc": res.exit_status, "stdout": res.stdout, "stderr": res.stderr}
+                             on_output=ctx.stream())
+    data = {"rc": res.exit_status, "stdout": _last(res.stdout, ctx.run_id),
+            "stderr": _last(res.stderr, ctx.run_id)}
     if res.exit_status not in params.ok_codes:
-        last = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
-        return StepResult.failed(f"exit status {res.exit_status}: {last[0][:300]}", data=data)
-    summary = (res.stdout.strip().splitlines() or [f"exit status {res.exit_status}"])[-1][:300]
+        last = _last_line(res.stderr) or _last_line(res.stdout)
+        return StepResult.failed(f"exit status {res.exit_status}: {last[:300]}", data=data)
+    summary = (_last_line(res.stdout) or f"exit status {res.exit_status}")[:300]
     return StepResult("changed" if params.changed else "ok", summary, data=data)
+
+
+def _last(text: str, run_id: int) -> str:
+    """The end of a stream, as registered: whole when short, else its last KEEP characters."""
+    if len(text) <= KEEP:
+        return text
+    tail = text[-KEEP:]
+    i = tail.find("\n")
+    return f"[... earlier output cut; whole output: eagle show {run_id} --output]\n" + tail[i + 1:]
+
+
+def _last_line(text: str) -> str:
+    # splitlines on the last line only: the output may be megabytes of short lines.
+    return (text.strip().rpartition("\n")[2].splitlines() or [""])[-1]

@@ -22,7 +22,7 @@ from eaglebot.engine import limits, procs, templating
 from eaglebot.config import Settings
 from eaglebot.errors import EagleError, HostBusy, StoreError, UsageError
 from eaglebot.engine.playbook import Playbook, Step, find_playbook, resolve_inputs
-from eaglebot.engine.output import OutputBuffer
+from eaglebot.engine.output import OutputBuffer, keep_last, printable, printable_obj
 from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.sdk import ApprovalRequest, Metric, Regression, SkillContext, SkillParams, StepResult
@@ -33,6 +33,7 @@ from eaglebot.transport.base import RUN
 log = logging.getLogger("eaglebot.engine")
 
 CANCEL_POLL_S = 1.0
+RESULT_OUTPUT_KEEP = 64 * 1024  # characters of a skill's own evidence (StepResult.output) kept
 HEARTBEAT_S = 10.0   # a sign of life (elapsed time, last output line) while a step runs longer
 
 
@@ -546,7 +547,10 @@ class Engine:
                 run.store_failed(e)
                 raise
 
-        out = OutputBuffer(self.redactor, write, lambda line: run.observer.step_output(run.run_id, rec, line))
+        path = (self.settings.output_root / self.store.sync.db_id / str(run.run_id) / f"{sid}.gz"
+                if sid is not None else None)
+        out = OutputBuffer(self.redactor, write, lambda line: run.observer.step_output(run.run_id, rec, line),
+                           keep_bytes=self.settings.output_keep_bytes, path=path, run_id=run.run_id)
         t0 = time.monotonic()
         out.start()
         beat = asyncio.create_task(self._heartbeat(run, rec, out, t0))
@@ -559,18 +563,26 @@ class Engine:
             except StoreError:
                 pass  # recorded by write(): the run fails, the step's result is still reported
         duration_ms = int((time.monotonic() - t0) * 1000)
-        result.summary = self.redactor.text(result.summary)
-        result.output = self.redactor.text(result.output)
-        result.warnings = [self.redactor.text(w) for w in result.warnings]
+        # Text from a host may carry NUL and invalid UTF-8 (surrogate escapes): shown escaped.
+        result.summary = printable(self.redactor.text(result.summary))
+        result.output = keep_last(printable(self.redactor.text(result.output)), RESULT_OUTPUT_KEEP,
+                                  "the step's evidence")
+        if out.file_error:
+            result.warnings.append(f"its whole output could not be saved: {out.file_error}")
+        result.warnings = [printable(self.redactor.text(w)) for w in result.warnings]
         for c in result.changes:  # a patched config may hold a token: never into changes.diff
-            c.diff, c.path = self.redactor.text(c.diff), self.redactor.text(c.path)
+            c.diff, c.path = printable(self.redactor.text(c.diff)), printable(self.redactor.text(c.path))
         for r in result.regressions:
             r.host = r.host or host
         recorded = sid is not None and await self._wrote(run, self.store.step_finished(
             sid, run_id=run.run_id, host=host, status=result.status, summary=result.summary,
-            duration_ms=duration_ms, attempts=attempts, data=self.redactor.obj(_jsonable(result.data)),
+            duration_ms=duration_ms, attempts=attempts,
+            data=printable_obj(self.redactor.obj(_jsonable(result.data))),
             metrics=result.metrics, changes=result.changes, warnings=result.warnings,
-            regressions=result.regressions, output=("\n" + result.output) if result.output else None))
+            regressions=result.regressions,
+            output=out.stored_text() + ("\n" + result.output if result.output else ""),
+            output_bytes=out.nbytes, output_sha256=out.sha256,
+            output_file=str(out.file) if out.file is not None else None))
         if not recorded:
             result.summary = f"{result.summary} (not recorded: the audit store failed)"
             log.error("%s: step %r ended %s but could not be recorded: %s", host, label, result.status,
@@ -606,7 +618,7 @@ class Engine:
             sctx = SkillContext(
                 host=self.pool.get(slot.host), host_name=slot.host, vars=ctx, run_id=run.run_id,
                 step_idx=slot.idx, step_name=step.label, dry_run=run.req.dry_run, confirm=step.confirm,
-                state_dir=self.settings.state_dir, audit=self.store, _log=out.line,
+                state_dir=self.settings.state_dir, audit=self.store, _log=out.line, _log_text=out.text,
                 _approve=approve)
             sp, token = procs.begin(self.store, run.run_id, sid)
             left = ""

@@ -113,7 +113,7 @@ def history_text(rows: list[HistoryRow], *, local: bool = False) -> str:
                  cells)
 
 
-def show_text(view: RunView, *, with_output: bool = False) -> str:
+def show_text(view: RunView) -> str:
     """`eagle show ID` and `/eagle show ID` as text."""
     run, steps = view.run, view.steps
     hosts = ",".join(view.hosts) or "-"
@@ -148,11 +148,6 @@ def show_text(view: RunView, *, with_output: bool = False) -> str:
             out.append(f"  {c['host']}: {c['path']} (backup {c['backup_path'] or '-'})")
             if c.get("diff"):
                 out += ["    " + line for line in c["diff"].rstrip("\n").splitlines()]
-    if with_output:
-        for s in steps:
-            if s.get("output"):
-                out += ["", f"--- output of step {s['idx'] + 1} ({s['host']}: {s['name']}) ---",
-                        s["output"].rstrip("\n")]
     return "\n".join(out)
 
 

@@ -101,7 +101,7 @@ class AsyncStore:
         return await self._do(self.sync.step_started, run_id, idx, host, name, skill, params, section)
 
     async def step_output(self, step_id: int, text: str) -> None:
-        """Append streamed output; keep the last OUTPUT_CAP characters."""
+        """The streamed output so far, as kept in the store (head, marker, tail): replaces the last."""
         return await self._do(self.sync.step_output, step_id, text)
 
     async def step_attempt(self, step_id: int, attempts: int) -> None:
@@ -111,10 +111,13 @@ class AsyncStore:
             duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
             metrics: list[Any] | None = None, changes: list[Any] | None = None,
             warnings: list[str] | None = None, regressions: list[Any] | None = None,
-            output: str | None = None) -> None:
+            output: str | None = None, output_bytes: int | None = None, output_sha256: str | None = None,
+            output_file: str | None = None) -> None:
+        """The step's final row: `output` (when given) replaces the stored output; the whole"""
         return await self._do(self.sync.step_finished, step_id, run_id=run_id, host=host, status=status,
             summary=summary, duration_ms=duration_ms, attempts=attempts, data=data, metrics=metrics,
-            changes=changes, warnings=warnings, regressions=regressions, output=output)
+            changes=changes, warnings=warnings, regressions=regressions, output=output,
+            output_bytes=output_bytes, output_sha256=output_sha256, output_file=output_file)
 
     async def add_regression(self, run_id: int, r: Any, *, host: str = "", commit: bool = True) -> None:
         return await self._do(self.sync.add_regression, run_id, r, host=host, commit=commit)

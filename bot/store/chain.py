@@ -81,6 +81,7 @@ CHAIN_SCHEMA: dict[int, dict[str, tuple[str, ...]]] = {
                          "cleaned_at"),
         "meta": ("key", "value"),
     },
+    8: {"steps": ("output_bytes", "output_sha256", "output_file")},
 }
 
 

@@ -35,8 +35,8 @@ from eaglebot.store import chain
 from eaglebot.store.failures import store_error
 from eaglebot.store.sealing import AuditKey, Sealer, Verifier
 
-SCHEMA_VERSION = 7  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps; 5: audit_chain; 6: remote_procs, locks.reason; 7: versioned chain columns, seals
-OUTPUT_CAP = 256 * 1024  # bytes of step output kept (the tail); the head is noted as cut
+SCHEMA_VERSION = 8  # 2: run_hosts, history/metric indexes; 3: rejections, approval messages, paused schedules; 4: incidents, sweeps; 5: audit_chain; 6: remote_procs, locks.reason; 7: versioned chain columns, seals; 8: steps.output_bytes/_sha256/_file
+FREE_PAGES_KEPT = 64  # free pages (of 4 KiB) a DB keeps for reuse before giving them back
 
 
 def now_iso() -> str:
@@ -116,6 +116,10 @@ class Store:
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
         self.db = sqlite_utils.Database(conn)
         self.db.execute("PRAGMA busy_timeout = 30000")
+        if self.db.execute("select count(*) from sqlite_master").fetchone()[0] == 0:
+            # A new DB gives free pages back (see `_release_free_pages`); an existing one keeps
+            # its mode (changing it needs a VACUUM of the whole file).
+            self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
         self._enable_wal()
         self.db.execute("PRAGMA synchronous = NORMAL")
         self.db.execute("PRAGMA foreign_keys = ON")
@@ -263,6 +267,7 @@ class Store:
             self._migrate_v5(version)
             self._migrate_v6(version)
             self._migrate_v7(version)
+            self._migrate_v8(version)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _migrate_v2(self, version: int) -> None:
@@ -354,6 +359,17 @@ class Store:
         chain.add_seal_columns(self.db.conn)
         if version < 7:
             chain.record_migration(self.db.conn, 7)
+
+    def _migrate_v8(self, version: int) -> None:
+        """A step's whole output lives in a gzip file in the bot's output folder (the row
+        keeps a head and a tail): its size, the SHA-256 of its uncompressed bytes, and its
+        absolute path (NULL when the step printed nothing). Idempotent."""
+        have = set(self.db.table("steps").columns_dict)
+        for col, typ in (("output_bytes", "integer"), ("output_sha256", "text"), ("output_file", "text")):
+            if col not in have:
+                self.db.execute(f"alter table steps add column {col} {typ}")
+        if version < 8:
+            chain.record_migration(self.db.conn, 8)
 
     @property
     def db_id(self) -> str:
@@ -509,11 +525,9 @@ class Store:
             return _rowid(cur)
 
     def step_output(self, step_id: int, text: str) -> None:
-        """Append streamed output; keep the last OUTPUT_CAP characters."""
+        """The streamed output so far, as kept in the store (head, marker, tail): replaces the last."""
         with self._tx():
-            self.db.execute(
-                "update steps set output = substr(coalesce(output, '') || ?, -?) where id = ?",
-                [text, OUTPUT_CAP, step_id])
+            self.db.execute("update steps set output = ? where id = ?", [text, step_id])
 
     def step_attempt(self, step_id: int, attempts: int) -> None:
         with self._tx():
@@ -523,13 +537,17 @@ class Store:
                       duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
                       metrics: list[Any] | None = None, changes: list[Any] | None = None,
                       warnings: list[str] | None = None, regressions: list[Any] | None = None,
-                      output: str | None = None) -> None:
+                      output: str | None = None, output_bytes: int | None = None,
+                      output_sha256: str | None = None, output_file: str | None = None) -> None:
+        """The step's final row: `output` (when given) replaces the stored output; the whole
+        output's size, SHA-256 and file go in the same update, so the chain covers them."""
         with self._tx():
             self.db.execute(
                 "update steps set status = ?, summary = ?, duration_ms = ?, attempts = ?, data = ?, "
-                "finished_at = ?, output = substr(coalesce(output, '') || ?, -?) where id = ?",
+                "finished_at = ?, output = coalesce(?, output), output_bytes = ?, output_sha256 = ?, "
+                "output_file = ? where id = ?",
                 [status, summary, duration_ms, attempts, _j(data or {}), now_iso(),
-                 output or "", OUTPUT_CAP, step_id])
+                 output, output_bytes, output_sha256, output_file, step_id])
             for m in metrics or []:
                 self.db.execute(
                     "insert into metrics (run_id, step_id, host, name, value, unit, better) values (?,?,?,?,?,?,?)",
@@ -545,6 +563,21 @@ class Store:
                                 [run_id, step_id, host, w])
             for r in regressions or []:
                 self.add_regression(run_id, r, host=host, commit=False)
+        self._release_free_pages()
+
+    def _release_free_pages(self) -> None:
+        """Shrink the file by its free pages once there are many: a step's kept output (up to
+        `output_keep_bytes`) is rewritten at each flush and sealed into the chain as a whole row,
+        which leaves about as many free pages behind; without this the file keeps that peak."""
+        if self.db.conn.in_transaction or \
+                int(self.db.execute("PRAGMA freelist_count").fetchone()[0]) < FREE_PAGES_KEPT:
+            return
+        try:
+            # executescript steps the pragma to its end (execute() frees one page a step); it
+            # is a transaction of its own that changes no row, so nothing is sealed.
+            self.db.conn.executescript("PRAGMA incremental_vacuum;")
+        except sqlite3.Error:
+            pass  # housekeeping: the step's row is committed; the next step's end tries again
 
     def add_regression(self, run_id: int, r: Any, *, host: str = "", commit: bool = True) -> None:
         sql = ("insert into regressions (run_id, host, metric, value, reference, delta_pct, reason, kind) "
@@ -1077,11 +1110,15 @@ class Store:
         doomed = ("select id from runs where started_at < ? and status != 'running' "
                   "and id not in (select run_id from baselines where run_id is not null)")
         children = self._run_children()
+        files: list[str] = []
         with self._tx():
             self.db.execute("create temp table if not exists _prune_ids (id integer primary key)")
             self.db.execute("delete from _prune_ids")
             self.db.execute(f"insert into _prune_ids (id) {doomed}", [cutoff])
             n = int(self.db.execute("select count(*) from _prune_ids").fetchone()[0])
+            files = [r[0] for r in self.db.execute(
+                "select output_file from steps where output_file is not null "
+                "and run_id in (select id from _prune_ids)")]
             for t in children:
                 self.db.execute(f"delete from [{t}] where run_id in (select id from _prune_ids)")
             self.db.execute("delete from runs where id in (select id from _prune_ids)")
@@ -1089,10 +1126,27 @@ class Store:
                 "delete from schedule_fires where fire_time < ? and id not in "
                 "(select max(id) from schedule_fires group by schedule)", [cutoff])
             self.db.execute("delete from _prune_ids")
+        remove_output_files(files)  # after the commit: a failed prune keeps every file its rows name
         return n
 
     def close(self) -> None:
         self.db.conn.close()
+
+
+def remove_output_files(paths: list[str]) -> None:
+    """Delete pruned steps' output files, then their run folders once empty."""
+    folders = set()
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+        folders.add(os.path.dirname(p))
+    for d in folders:
+        try:
+            os.rmdir(d)
+        except OSError:  # not empty (another step's file) or gone: left as it is
+            pass
 
 
 def _decode_run(row: dict[str, Any]) -> Row:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Protocol, Sequence
 
 from eaglebot.errors import TransportError
-from eaglebot.sdk import Host, OutputCallback, path_for_shell
+from eaglebot.sdk import Host, OutputCallback, StreamCallback, path_for_shell
 
 PGID_TAG = "\x1eEAGLE-PGID "
 KILL_GRACE_S = 2.0
@@ -207,31 +207,90 @@ def detach_script(argv: Sequence[str], log_path: str, pid_path: str,
     )
 
 
+# A "line" handed on is at most LINE_MAX characters: output without newlines is never
+# buffered whole. What a command's `CommandResult.stdout`/`stderr` keeps: about the first
+# SINK_HEAD and the last SINK_TAIL characters (up to twice that before a trim), the rest
+# counted as cut; in pieces of one read each (a list of short lines costs ~60 bytes a line).
+LINE_MAX = 64 * 1024
+SINK_HEAD = 2 * 1024 * 1024
+SINK_TAIL = 2 * 1024 * 1024
+
+
+def _nbytes(s: str) -> int:
+    return len(s.encode("utf-8", "surrogateescape"))
+
+
 class LineSplitter:
+    """Splits a decoded stream into lines for `cb` and keeps a bounded head and tail in `sink`.
+
+    `sink` holds the head pieces, then the tail pieces; `cut_bytes` counts what was dropped
+    between them."""
+
     def __init__(self, stream: str, cb: OutputCallback | None, sink: list[str],
                  on_pgid: Callable[[int], None] | None = None):
         self.stream, self.cb, self.sink, self.buf, self.on_pgid = stream, cb, sink, "", on_pgid
+        self.head_n = 0          # pieces of sink that are the head
+        self.head_chars = 0
+        self.tail_chars = 0
+        self.cut_bytes = 0
 
     def feed(self, chunk: str) -> None:
-        self.buf += chunk
-        while "\n" in self.buf:
-            line, self.buf = self.buf.split("\n", 1)
-            self._line(line + "\n")
+        buf = self.buf + chunk if self.buf else chunk
+        start = 0
+        kept: list[str] = []
+        while True:
+            j = buf.find("\n", start)
+            if j < 0 or j - start >= LINE_MAX:
+                if len(buf) - start < LINE_MAX:
+                    break
+                j = start + LINE_MAX - 1  # a piece without its newline
+            self._line(buf[start:j + 1], kept)
+            start = j + 1
+        self.buf = buf[start:]
+        if kept:
+            self._keep("".join(kept))
 
     def close(self) -> None:
         if self.buf:
-            self._line(self.buf)
+            kept: list[str] = []
+            self._line(self.buf, kept)
             self.buf = ""
+            if kept:
+                self._keep(kept[0])
+        self._trim(SINK_TAIL)
 
-    def _line(self, line: str) -> None:
+    def _line(self, line: str, kept: list[str]) -> None:
         if self.on_pgid and line.startswith(PGID_TAG):
             try:
                 self.on_pgid(int(line[len(PGID_TAG):].strip()))
             except ValueError:
                 pass
             return
-        self.sink.append(line)
-        if self.cb:
-            self.cb(self.stream, line.rstrip("\n"))
+        kept.append(line)
+        cb = self.cb
+        if cb is None:
+            return
+        if isinstance(cb, StreamCallback):
+            cb.fn(self.stream, line)
+        else:
+            cb(self.stream, line[:-1] if line.endswith("\n") else line)
 
+    def _keep(self, piece: str) -> None:
+        self.sink.append(piece)
+        if self.head_n == len(self.sink) - 1 and self.head_chars + len(piece) <= SINK_HEAD:
+            self.head_n += 1
+            self.head_chars += len(piece)
+            return
+        self.tail_chars += len(piece)
+        if self.tail_chars > 2 * SINK_TAIL:  # trimmed in batches: one slice delete, not one per piece
+            self._trim(SINK_TAIL)
 
+    def _trim(self, keep: int) -> None:
+        if self.tail_chars <= keep:
+            return
+        i = self.head_n
+        while i < len(self.sink) and self.tail_chars - len(self.sink[i]) >= keep:
+            self.tail_chars -= len(self.sink[i])
+            self.cut_bytes += _nbytes(self.sink[i])
+            i += 1
+        del self.sink[self.head_n:i]

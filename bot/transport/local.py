@@ -111,7 +111,7 @@ class LocalTransport:
         async def pump(reader: asyncio.StreamReader | None, splitter: LineSplitter) -> None:
             assert reader is not None  # both pipes were asked for
             while chunk := await reader.read(65536):
-                splitter.feed(chunk.decode(errors="replace"))
+                splitter.feed(chunk.decode(errors="surrogateescape"))
             splitter.close()
 
         so, se = LineSplitter("stdout", on_output, out), LineSplitter("stderr", on_output, err)
@@ -150,7 +150,8 @@ class LocalTransport:
         rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
         sig = signal.Signals(-rc).name if rc < 0 else None
         return CommandResult(None if timed_out else (128 - rc if rc < 0 else rc), "".join(out), "".join(err),
-                             timed_out=timed_out, duration_s=time.monotonic() - t0, signal=sig)
+                             timed_out=timed_out, duration_s=time.monotonic() - t0, signal=sig,
+                             cut_bytes=so.cut_bytes + se.cut_bytes)
 
     async def read_file(self, path: str) -> bytes:
         p = os.path.expanduser(path)

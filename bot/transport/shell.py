@@ -112,8 +112,8 @@ class _Command:
         self.err: list[str] = []
         self.so = LineSplitter("stdout", on_output, self.out)
         self.se = LineSplitter("stderr", on_output, self.err)
-        self.dec_o = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.dec_e = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.dec_o = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+        self.dec_e = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
         self.pid: int | None = None
         self.status: int | None = None
         self.started = asyncio.Event()
@@ -301,7 +301,8 @@ class PersistentShell:
         if wedged:
             raise TransportError(f"host {self.host}: timed out after {timeout:g}s and {wedged}")
         return CommandResult(None if timed_out else c.status, "".join(c.out), "".join(c.err),
-                             timed_out=timed_out, duration_s=time.monotonic() - t0)
+                             timed_out=timed_out, duration_s=time.monotonic() - t0,
+                             cut_bytes=c.so.cut_bytes + c.se.cut_bytes)
 
     async def _stop(self, c: _Command, kill: Kill) -> tuple[str, str]:
         """Kill the command's group and tagged processes, then wait briefly for its frames so

@@ -168,7 +168,7 @@ class SSHTransport:
         async with self._channels:
             try:
                 proc = await conn.create_process(session_wrapped(cmd, env, cwd), encoding="utf-8",
-                                                 errors="replace", stdin=asyncssh.DEVNULL if stdin is None else asyncssh.PIPE)
+                                                 errors="surrogateescape", stdin=asyncssh.DEVNULL if stdin is None else asyncssh.PIPE)
             except (asyncssh.Error, OSError) as e:
                 self._conn = None
                 raise TransportError(f"host {self.name}: could not start a command: {e}") from None
@@ -229,7 +229,8 @@ class SSHTransport:
             raise TransportError(f"host {self.name}: connection lost during the command; {note}")
         return CommandResult(None if timed_out else proc.exit_status, "".join(out), "".join(err),
                              timed_out=timed_out, duration_s=time.monotonic() - t0,
-                             signal=proc.exit_signal[0] if proc.exit_signal else None)
+                             signal=proc.exit_signal[0] if proc.exit_signal else None,
+                             cut_bytes=so.cut_bytes + se.cut_bytes)
 
     async def _kill(self, pgids: list[int], now: list[int] | None = None) -> str:
         """Stop the command's process groups and every process carrying the step's tag,

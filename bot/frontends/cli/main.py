@@ -204,13 +204,46 @@ def cmd_show(args: argparse.Namespace) -> int:
     view = RunView.load(store, run_id)
     if view is None:
         raise UsageError(f"no run #{run_id}")
-    if args.json:
+    if args.output and args.json:
+        raise UsageError("--output writes the raw output; it does not combine with --json")
+    if args.output:
+        _write_outputs(store, run_id)
+    elif args.json:
         _print_json(view.as_json())
     else:
-        print(show_text(view, with_output=args.output))
+        print(show_text(view))
     for problem in store.run_audit_problems(run_id):  # the rows shown were edited outside eaglebot
         _err(f"audit: run #{run_id}: {problem} (`eagle audit verify` checks the whole trail)")
     return 0
+
+
+def _write_outputs(store: Store, run_id: int) -> None:
+    """Every step's whole output, byte for byte, to stdout (in the order the steps ran), each
+    after a header line on stderr; the file is checked against the SHA-256 in its row first."""
+    from eaglebot.engine.output import check_output_file, printable, read_chunks
+
+    out = sys.stdout.buffer
+    for s in store.steps(run_id):
+        what = f"step {s['idx'] + 1} of run #{run_id} ({s['host']}: {printable(s['name'] or '')})"
+        path, nbytes = s.get("output_file"), s.get("output_bytes")
+        if path is None:
+            if s.get("output") and (nbytes is None or nbytes > 0):
+                # Still running, from before whole outputs were kept, or the file could not be
+                # written (the step's warning says why): what the DB holds.
+                why = ("still running" if s["status"] == "running" else
+                       "recorded before whole outputs were kept" if nbytes is None else
+                       "its output file could not be written")
+                print(f"== {what}: {why}; the text kept in the audit DB follows", file=sys.stderr, flush=True)
+                out.write(str(s["output"]).encode())
+                out.flush()
+            else:
+                print(f"== {what}: no output", file=sys.stderr, flush=True)
+            continue
+        check_output_file(path, s.get("output_sha256"), nbytes, what)
+        print(f"== {what}: {nbytes} bytes", file=sys.stderr, flush=True)
+        for chunk in read_chunks(path):
+            out.write(chunk)
+        out.flush()
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
@@ -494,7 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", parents=[common], help="one run: steps, metrics, warnings, changes")
     s.add_argument("run_id", type=_run_ref, metavar="RUN_ID", help="a run number, or `last`")
     s.add_argument("--json", action="store_true")
-    s.add_argument("--output", action="store_true", help="include each step's output")
+    s.add_argument("--output", action="store_true",
+                   help="write each step's whole output, byte for byte, to stdout (a header per step on stderr)")
     s.set_defaults(func=cmd_show)
 
     s = sub.add_parser("status", parents=[common], help="running runs and busy hosts (as `/eagle status`)")
@@ -606,6 +640,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _not_dumpable()
     parser = build_parser()
     args = parser.parse_args(argv)
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        # A host's invalid UTF-8 (kept as surrogate escapes) prints as `\xff`, as on stderr,
+        # never as a UnicodeEncodeError; `show --output` writes raw bytes to sys.stdout.buffer.
+        reconfigure(errors="backslashreplace")
     try:
         return int(args.func(args))
     except EagleError as e:

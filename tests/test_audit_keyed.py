@@ -252,3 +252,18 @@ def test_two_processes_sealing_across_epochs_share_the_evolving_key(tmp_path, mo
     store.close()
     assert epochs == sorted(epochs) and len(set(epochs)) >= 3
     assert sealing.parse_key(kf.read_text(), "k").epoch == epochs[-1]
+
+
+def test_audit_backup_copies_the_db_with_its_chain_and_never_overwrites(tmp_path):
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db"})
+    assert eagle("run", "hello", "-H", "local", config=cfg).returncode == 0
+    head = eagle("audit", "head", config=cfg).stdout.strip()
+    res = eagle("audit", "backup", str(tmp_path / "copy.db"), "--json", config=cfg)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["hash"] == head and doc["file"] == str(tmp_path / "copy.db")
+    copy_cfg = write_yaml(tmp_path / "copy.yaml", {"audit_db": "copy.db"})
+    res, report = eagle_json("audit", "verify", "--head", head, config=copy_cfg)
+    assert res.returncode == 0 and report["ok"]
+    again = eagle("audit", "backup", str(tmp_path / "copy.db"), config=cfg)
+    assert again.returncode == 2 and again.stderr.strip().endswith("exists; name a new file for the backup")

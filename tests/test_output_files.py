@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_config
+
 from helpers import eagle, write_yaml
 
 from eaglebot.engine.output import OutputBuffer
@@ -45,7 +45,7 @@ def setup(tmp: Path, command: str, hosts: dict | None = None, **extra) -> Path:
     write_yaml(tmp / "playbooks" / "out.yaml", {
         "name": "out", "description": "prints what it is told",
         "steps": [{"name": "print", "skill": "shell", "with": {"command": command}}]})
-    return write_config(tmp, {"audit_db": str(tmp / "eagle.db"), "playbooks_dir": "playbooks",
+    return write_yaml(tmp / "eagle.yaml", {"audit_db": str(tmp / "eagle.db"), "playbooks_dir": "playbooks",
                               "hosts": hosts or {}, **extra})
 
 

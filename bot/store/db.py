@@ -29,7 +29,7 @@ else:
     finally:
         del sys.modules["numpy"]
 
-from eaglebot.errors import HostBusy
+from eaglebot.errors import HostBusy, StoreError, UsageError
 from eaglebot.skills.facts.procs import parse_stat
 from eaglebot.store import chain
 from eaglebot.store.failures import store_error
@@ -1037,6 +1037,30 @@ class Store:
         row = self.db.execute(f"select seq, hash from {chain.CHAIN_TABLE} where hash is not null "
                               f"order by seq desc limit 1").fetchone()
         return {"seq": row[0], "hash": row[1]} if row else {"seq": None, "hash": None}
+
+    def backup(self, dest: Path) -> dict[str, Any]:
+        """A consistent copy of the whole DB (SQLite's online backup: the bot may keep
+        writing) at `dest`, a new file with this DB's mode; the chain head it holds."""
+        import sqlite3
+
+        try:
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise UsageError(f"{dest} exists; name a new file for the backup") from None
+        except OSError as e:
+            raise StoreError(f"cannot create {dest}: {e.strerror}") from None
+        os.close(fd)
+        try:
+            target = sqlite3.connect(dest)
+            try:
+                self.db.conn.backup(target)
+            finally:
+                target.close()
+            os.chmod(dest, os.stat(self.path).st_mode & 0o777)
+        except (sqlite3.Error, OSError) as e:
+            dest.unlink(missing_ok=True)
+            raise StoreError(f"backup to {dest} failed: {e}") from None
+        return self.audit_head()
 
     def check_writable(self) -> None:
         """Raise if the audit DB cannot take a write lock now (doctor)."""

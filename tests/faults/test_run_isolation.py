@@ -77,7 +77,7 @@ def test_a_step_cannot_forge_its_own_status_by_steering_its_shell(tmp_path, sshd
 
 LEAK = {"name": "leak", "steps": [
     {"name": "starts a job", "skill": "shell",
-     "with": {"command": "(setsid sh -c 'sleep 1; echo LEAKED' &); echo first"}},
+     "with": {"command": "(setsid sh -c 'sleep 1; echo LEAKED' &); sleep 0.3; echo first"}},
     {"name": "next", "skill": "shell", "with": {"command": "sleep 1.5; echo second"}},
     {"name": "holds output", "skill": "shell", "timeout_s": 20,
      "with": {"command": "sleep 311 & echo $! > {{ pidfile }}; echo bg"}},

@@ -1,6 +1,6 @@
 """`eagle audit verify [--head HASH] [--key FILE] [--json]`, `eagle audit head`,
-`eagle audit init-key PATH`: the audit hash chain (store/chain.py) and its keyed seals
-(store/sealing.py).
+`eagle audit init-key PATH`, `eagle audit backup FILE`: the audit hash chain (store/chain.py)
+and its keyed seals (store/sealing.py).
 
 `verify` only reads (the DB is opened read-only: no migration, no repair, no seal). Exit 0 when
 the chain, every chained table's schema and every audit row are intact (and contain the
@@ -120,6 +120,30 @@ def cmd_head(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    """A consistent copy of the audit DB while the bot runs, with the chain head it holds."""
+    from eaglebot.config import load_settings
+    from eaglebot.store import Store
+
+    settings = load_settings(getattr(args, "config", None))
+    if not settings.db_path.is_file():
+        raise StoreError(f"audit store {settings.db_path}: there is no database file to back up")
+    dest = Path(args.file)
+    store = Store(settings.db_path, readonly=True)
+    try:
+        head = store.backup(dest)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"file": str(dest), **head}))
+    else:
+        print(dest)
+        anchor = f"; its chain head is {head['hash']} (entry #{head['seq']})" if head["hash"] else ""
+        print(f"eagle: audit DB copied to {dest}{anchor}; step output files ({settings.output_root}) are not "
+              f"in it", file=sys.stderr)
+    return 0
+
+
 def cmd_init_key(args: argparse.Namespace) -> int:
     from eaglebot.store.sealing import init_key
 
@@ -134,7 +158,7 @@ def cmd_init_key(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("audit", parents=[common], help="the tamper-evident audit trail")
-    ss = s.add_subparsers(dest="audit_cmd", metavar="verify|head|init-key")
+    ss = s.add_subparsers(dest="audit_cmd", metavar="verify|head|init-key|backup")
     ss.required = True
     v = ss.add_parser("verify", parents=[common],
                       help="walk the audit hash chain (reads only); exit 0 intact, 1 broken")
@@ -150,3 +174,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                       help="create an audit sealing key file (0600); prints the verification key")
     k.add_argument("path", metavar="PATH")
     k.set_defaults(func=cmd_init_key)
+    b = ss.add_parser("backup", parents=[common], help="copy the audit DB consistently while the bot runs")
+    b.add_argument("file", metavar="FILE", help="a new file for the copy")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_backup)

@@ -36,6 +36,14 @@ async def test_output_is_exact_whatever_the_command_prints(host):
     assert res.stderr == "\udcff\x00x"  # every byte kept: surrogateescape gives back b"\xff\x00x"
 
 
+async def test_bytes_that_are_not_utf8_go_back_to_the_host_as_they_came(host):
+    """A value registered from one command's output (surrogate-escaped) in the next command."""
+    first = await host.run("printf 'a\\377b'")
+    assert first.stdout == "a\udcffb"
+    res = await host.run(["sh", "-c", 'printf %s "$1" | od -An -tx1', "sh", first.stdout])
+    assert res.ok and res.stdout.split() == ["61", "ff", "62"]
+
+
 async def test_streamed_lines_and_status_of_many_commands(host):
     seen: list[tuple[str, str]] = []
     res = await host.run("echo one; echo two >&2; printf three", on_output=lambda s, l: seen.append((s, l)))

@@ -163,7 +163,10 @@ def read_loop(secret: str, hello: str) -> bytes:
 
 def signed(secret: str, script: str) -> bytes:
     """`script` as the read loop takes it: each line carries the secret, then the run line."""
-    return "".join(f"{secret} C {line}\n" for line in script.split("\n")).encode() + f"{secret} X\n".encode()
+    # surrogateescape: a value that came from a command's output (a registered `stdout`) may
+    # hold bytes that are not UTF-8; they go back to the host as they came.
+    body = "".join(f"{secret} C {line}\n" for line in script.split("\n"))
+    return body.encode("utf-8", "surrogateescape") + f"{secret} X\n".encode()
 
 
 def command_script(nonce: str, cmd: str | Sequence[str], env: dict[str, str] | None, cwd: str | None,

@@ -323,6 +323,10 @@ class AsyncStore:
         """The newest sealed link of the audit chain: the anchor posted outside the DB."""
         return await self._do(self.sync.audit_head)
 
+    async def backup(self, dest: Path) -> dict[str, Any]:
+        """A consistent copy of the whole DB (SQLite's online backup: the bot may keep"""
+        return await self._do(self.sync.backup, dest)
+
     async def check_writable(self) -> None:
         """Raise if the audit DB cannot take a write lock now (doctor)."""
         return await self._do(self.sync.check_writable)

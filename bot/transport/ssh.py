@@ -170,7 +170,7 @@ class SSHTransport:
                 # Bytes, not str: asyncssh encodes a str command strictly, and a value from a
                 # command's output may hold bytes that are not UTF-8 (see shell.signed).
                 line = session_wrapped(cmd, env, cwd).encode("utf-8", "surrogateescape")
-                proc = await conn.create_process(line, encoding="utf-8",  # type: ignore[arg-type]
+                proc = await conn.create_process(line, encoding="utf-8",
                                                  errors="surrogateescape", stdin=asyncssh.DEVNULL if stdin is None else asyncssh.PIPE)
             except (asyncssh.Error, OSError) as e:
                 self._conn = None

@@ -124,8 +124,9 @@ class _Command:
 
     def _frame_out(self, words: list[str]) -> None:
         if len(words) == 2 and words[0] == "P" and words[1].isdigit():
+            # Noted by `run`, in the step's own context: this runs in the shell's reader task,
+            # whose context is the step that opened the shell.
             self.pid = int(words[1])
-            note_pgid(self.pid)
             self.started.set()
         elif words and words[0] == "E":
             self.status = int(words[1]) if len(words) > 1 and words[1].lstrip("-").isdigit() else None
@@ -295,6 +296,8 @@ class PersistentShell:
                 except BaseException:  # cancelled: nothing to report, only to collect
                     pass
             self.cmd = None
+            if c.pid is not None:
+                note_pgid(c.pid)
         if self.dead and c.status is None and not timed_out:
             note, _ = await self._stop(c, kill)
             raise TransportError(f"host {self.host}: the persistent shell died during the command; {note}; "

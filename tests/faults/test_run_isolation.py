@@ -76,6 +76,8 @@ def test_a_step_cannot_forge_its_own_status_by_steering_its_shell(tmp_path, sshd
 
 
 LEAK = {"name": "leak", "steps": [
+    # a first step opens the persistent shell: the job is started by a later step
+    {"name": "opens the shell", "skill": "shell", "with": {"command": "echo zero"}},
     {"name": "starts a job", "skill": "shell",
      "with": {"command": "(setsid sh -c 'sleep 1; echo LEAKED' &); sleep 0.3; echo first"}},
     {"name": "next", "skill": "shell", "with": {"command": "sleep 1.5; echo second"}},
@@ -94,7 +96,7 @@ def test_a_background_job_ends_with_its_step_and_never_writes_into_the_next(tmp_
     took = time.monotonic() - t0
     assert res.returncode == 0, res.stdout + res.stderr
     out = json.loads(res.stdout)
-    assert [s["status"] for s in out["steps"]] == ["changed", "changed", "changed"]
+    assert [s["status"] for s in out["steps"]] == ["changed"] * 4
     # the job started by step 1 was stopped at its end and said so; step 2 holds only its own output
     assert any("left" in w and "stopped at the end of the step" in w for w in out["warnings"]), out["warnings"]
     db_out = eagle("show", str(out["run_id"]), config=cfg).stdout

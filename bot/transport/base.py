@@ -80,7 +80,7 @@ def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] =
     environment carries `TAG_VAR=tag` (setsid descendants too): TERM, up to KILL_GRACE_S, then
     KILL; `now` (a wedged shell) gets KILL at once. It prints `EAGLE-KILL <found> <left>`: how
     many processes it found and how many are left. The usual case, nothing to stop, costs one
-    `grep` and one `ps` (~5 ms): it runs at the end of every step."""
+    `grep` (it runs at the end of every step)."""
     groups = " ".join(str(int(g)) for g in pgids)
     find = ""
     if tag:
@@ -90,10 +90,17 @@ def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] =
         find += ('ps -e -o pid= -o pgid= -o sid= -o stat= 2>/dev/null | while read -r p g s st; do '
                  f'case "$st" in Z*) continue;; esac; for x in {groups}; do '
                  'if [ "$g" = "$x" ] || [ "$s" = "$x" ]; then echo "$p"; break; fi; done; done; ')
+    # The usual case, nothing left, is answered without `ps`: a group has a member (`kill -0`,
+    # a builtin) or a process carries the tag (one grep). Only then is every process listed.
+    probe = "".join(f'kill -0 -{int(g)} 2>/dev/null || ' for g in pgids)
+    if tag:
+        probe += (f'grep -qlzx {shlex.quote(TAG_VAR + "=" + valid_tag(tag))} /proc/[0-9]*/environ 2>/dev/null '
+                  '|| ')
     ticks = int(KILL_GRACE_S * 10)
     first = "".join(f"kill -KILL {int(p)} 2>/dev/null; " for p in now)
     return (
-        f'{first}eagle_pids() {{ {{ {find}true; }} | sort -u; }}; '
+        f'{first}if ! {{ {probe}false; }}; then echo "EAGLE-KILL 0 0"; exit 0; fi; '
+        f'eagle_pids() {{ {{ {find}true; }} | sort -u; }}; '
         'l=$(eagle_pids); if [ -z "$l" ]; then echo "EAGLE-KILL 0 0"; exit 0; fi; '
         'found=$(echo "$l" | wc -l); '
         'eagle_sig() { for p in $(eagle_pids); do kill -"$1" "$p" 2>/dev/null; done; true; }; '

@@ -201,3 +201,31 @@ def test_epochs_going_backwards_along_the_chain_are_a_break(keyed):
     assert res.returncode == 1
     backwards = [p for p in doc["problems"] if "the epoch goes backwards" in p["reason"]]
     assert [p["seq"] for p in backwards] == [last]
+
+
+@pytest.mark.parametrize("table, edit", [
+    ("remote_procs", "update remote_procs set state = 'cleaned' where id = 1"),
+    ("schedule_fires", "update schedule_fires set status = 'started' where id = 1"),
+    ("run_hosts", "delete from run_hosts where run_id = 1"),
+    ("meta", "update meta set value = 'forged' where key = 'db_id'"),
+])
+def test_tables_that_were_not_chained_before_are_chained_now(ran, table, edit):
+    """`remote_procs`, `schedule_fires`, `run_hosts` and `meta` were outside the chain: an
+    edit there (by another program, triggers left in place or dropped) is a break now."""
+    cfg, db = ran
+    store = Store(db)
+    try:
+        step_id = store.db.execute("select id from steps where run_id = 1 order by id limit 1").fetchone()[0]
+        store.procs_record(1, step_id, "local", tag="t-1-1", state="pending", note="left", pgids=[4242])
+        store.record_fire("nightly", "2026-12-01T03:00:00Z", "missed")
+    finally:
+        store.close()
+    assert eagle_here("audit", "verify", config=cfg).returncode == 0
+    conn = sqlite3.connect(db)
+    _drop_triggers(conn)
+    conn.execute(edit)
+    conn.commit()
+    conn.close()
+    res, report = eagle_here_json("audit", "verify", config=cfg)
+    assert res.returncode == 1 and not report["ok"]
+    assert report["first_broken"]["table"] == table or any(p["table"] == table for p in report["problems"])

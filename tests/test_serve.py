@@ -34,6 +34,18 @@ async def start_serve(cfg, fake, *args, **env):
                                                 stderr=asyncio.subprocess.PIPE)
 
 
+async def wait_serving(port: int, proc, timeout: float = 30) -> None:
+    """Until `eagle serve --http PORT` accepts connections (it must not have exited)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            assert proc.returncode is None and time.monotonic() < deadline, "eagle serve did not start"
+            await asyncio.sleep(0.1)
+
+
 async def stop(proc) -> tuple[int, str]:
     proc.send_signal(signal.SIGTERM)
     _, err = await asyncio.wait_for(proc.communicate(), 60)
@@ -45,14 +57,7 @@ async def test_eagle_serve_http_binds_loopback_answers_signed_commands_and_stops
     port = free_port()
     proc = await start_serve(cfg, fake, "--http", str(port), SLACK_SIGNING_SECRET=SECRET)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.returncode is None and time.monotonic() < deadline, "eagle serve did not start"
-                await asyncio.sleep(0.1)
+        await wait_serving(port, proc)
         body = command_body("hello greeting=served", response_url=fake.response_url("x"))
         async with aiohttp.ClientSession() as s:
             async with s.post(f"http://127.0.0.1:{port}/slack/events", data=body.encode(),

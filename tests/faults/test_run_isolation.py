@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import yaml
 from helpers import eagle, pid_alive, wait_for
 from slack_harness import SECRET, command_body, signed_headers
 from sshd import free_port
-from test_serve import start_serve, stop
+from test_serve import start_serve, stop, wait_serving
 
 INJECT = {"name": "inject", "steps": [{"skill": "shell", "with": {"command": (
     "printf 'export INJECTED=yes; cd /; wait() { builtin wait \"$@\"; return 0; }\\n' > /proc/$PPID/fd/0; "
@@ -130,24 +129,13 @@ def test_a_stopped_shell_fails_the_step_within_its_timeout_and_is_killed(tmp_pat
     wait_for(lambda: not pid_alive(stopped), 10, what="the stopped shell to be killed")
 
 
-def _wait_port(port: int, proc) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            assert proc.returncode is None and time.monotonic() < deadline, "eagle serve did not start"
-            time.sleep(0.1)
-
-
 async def test_two_slack_users_one_cannot_forge_the_others_run(tmp_path, sshd, shell_mode, fake):
     cfg = _setup(tmp_path, sshd, shell_mode, {"inject": INJECT, "failer": FAILER},
                  access={"operators": ["UALICE", "UBOB"], "viewers": ["*"], "approvers": ["UALICE"]})
     port = free_port()
     proc = await start_serve(cfg, fake, "--http", str(port), SLACK_SIGNING_SECRET=SECRET)
     try:
-        await asyncio.to_thread(_wait_port, port, proc)
+        await wait_serving(port, proc)
         async with aiohttp.ClientSession() as s:
             for i, (user, text) in enumerate((("UALICE", "inject local"), ("UBOB", "failer local")), 1):
                 body = command_body(text, user=user, response_url=fake.response_url(f"r{i}"))

@@ -11,7 +11,6 @@ real OpenSSH sshd (as a non-root user), in both shell modes:
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path

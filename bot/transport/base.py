@@ -75,10 +75,11 @@ def valid_tag(tag: str) -> str:
     return tag
 
 
-def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] = ()) -> str:
+def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] = (),
+                cont: Sequence[int] = ()) -> str:
     """sh that stops process groups `pgids`, the sessions they lead, and every process whose
     environment carries `TAG_VAR=tag` (setsid descendants too): TERM, up to KILL_GRACE_S, then
-    KILL; `now` (a wedged shell) gets KILL at once. It prints `EAGLE-KILL <found> <left>`: how
+    KILL; `now` (a wedged shell) gets KILL at once; `cont` (a stopped sshd) gets CONT. It prints `EAGLE-KILL <found> <left>`: how
     many processes it found and how many are left. The usual case, nothing to stop, costs one
     `grep` (it runs at the end of every step)."""
     groups = " ".join(str(int(g)) for g in pgids)
@@ -98,6 +99,7 @@ def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] =
                   '|| ')
     ticks = int(KILL_GRACE_S * 10)
     first = "".join(f"kill -KILL {int(p)} 2>/dev/null; " for p in now)
+    first += "".join(f"kill -CONT {int(p)} 2>/dev/null; " for p in cont)
     return (
         f'{first}if ! {{ {probe}false; }}; then echo "EAGLE-KILL 0 0"; exit 0; fi; '
         f'eagle_pids() {{ {{ {find}true; }} | sort -u; }}; '
@@ -193,7 +195,7 @@ def session_wrapped(cmd: str | Sequence[str], env: dict[str, str] | None = None,
     """
     tag = current_tag()
     mark = f"export {TAG_VAR}={shlex.quote(valid_tag(tag))}; " if tag else ""
-    return mark + 'printf "\\036EAGLE-PGID %s\\n" "$$" >&2; ' + command_line(cmd, env, cwd)
+    return mark + 'printf "\\036EAGLE-PGID %s %s\\n" "$$" "$PPID" >&2; ' + command_line(cmd, env, cwd)
 
 
 def detach_script(argv: Sequence[str], log_path: str, pid_path: str,
@@ -236,6 +238,9 @@ class LineSplitter:
     def __init__(self, stream: str, cb: OutputCallback | None, sink: list[str],
                  on_pgid: Callable[[int], None] | None = None):
         self.stream, self.cb, self.sink, self.buf, self.on_pgid = stream, cb, sink, "", on_pgid
+        # exec mode over SSH: the sshd process that serves the connection (the command's
+        # parent), continued if a step stopped it (kill -STOP $PPID) and so wedged the connection
+        self.parent: int | None = None
         self.head_n = 0          # pieces of sink that are the head
         self.head_chars = 0
         self.tail_chars = 0
@@ -268,10 +273,11 @@ class LineSplitter:
 
     def _line(self, line: str, kept: list[str]) -> None:
         if self.on_pgid and line.startswith(PGID_TAG):
-            try:
-                self.on_pgid(int(line[len(PGID_TAG):].strip()))
-            except ValueError:
-                pass
+            words = line[len(PGID_TAG):].split()
+            if words and words[0].isdigit():
+                self.on_pgid(int(words[0]))
+            if len(words) > 1 and words[1].isdigit():
+                self.parent = int(words[1])
             return
         kept.append(line)
         cb = self.cb

@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for as
 
 
 _preloading: list[threading.Thread] = []
+# How long opening a channel for a kill may take before the connection counts as wedged.
+CHANNEL_OPEN_S = 1.0
 
 
 def preload() -> None:
@@ -68,6 +70,7 @@ class SSHTransport:
         self.name, self.cfg, self.tunnel = name, cfg, tunnel
         self._connecting = connecting or asyncio.Semaphore(1)
         self._conn: asyncssh.SSHClientConnection | None = None
+        self._sshd_pid: int | None = None
         self._lock = asyncio.Lock()
         self.persistent = cfg.shell == "persistent"
         shells = max(1, cfg.max_channels // 2) if self.persistent else 0
@@ -110,7 +113,22 @@ class SSHTransport:
             except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
                 reason = getattr(e, "strerror", None) or getattr(e, "reason", None) or str(e) or type(e).__name__
                 raise TransportError(f"host {self.name} is unreachable at {cfg.address}:{cfg.port}: {reason}") from None
+            self._sshd_pid = None
+            await self._learn_sshd_pid(self._conn)
             return self._conn
+
+    async def _learn_sshd_pid(self, conn: asyncssh.SSHClientConnection) -> None:
+        """The pid of the sshd process that serves this connection (every command's parent),
+        learned once per connection, before its first command (one round trip): a step that
+        stops it (`kill -STOP $PPID`) wedges the connection, and the kill that follows
+        continues it from a new one."""
+        try:
+            res = await asyncio.wait_for(conn.run('echo "$PPID"', check=False), 10)
+            out = _text(res.stdout)
+            if out.isdigit() and self._conn is conn:
+                self._sshd_pid = int(out)
+        except Exception:  # a nicety for the kill path: without it, a stopped sshd stays stopped
+            pass
 
     async def connect(self) -> None:
         await self._connect()
@@ -210,9 +228,9 @@ class SSHTransport:
                     await proc.wait_closed()
             except asyncio.TimeoutError:
                 timed_out = True
-                await self._kill(pgid)
+                await self._kill(pgid, cont=self._parents(se.parent))
             except asyncio.CancelledError:
-                await asyncio.shield(self._kill(pgid))
+                await asyncio.shield(self._kill(pgid, cont=self._parents(se.parent)))
                 proc.close()
                 raise
             except (asyncssh.Error, OSError, ConnectionError) as e:
@@ -235,26 +253,50 @@ class SSHTransport:
                              signal=proc.exit_signal[0] if proc.exit_signal else None,
                              cut_bytes=so.cut_bytes + se.cut_bytes)
 
-    async def _kill(self, pgids: list[int], now: list[int] | None = None) -> str:
+    async def _kill(self, pgids: list[int], now: list[int] | None = None, cont: list[int] | None = None) -> str:
         """Stop the command's process groups and every process carrying the step's tag,
         over a fresh channel (a new connection when the old one is gone); one sentence says
         what happened and the step's `StepProcs` records it."""
-        return await self.cleanup(current_tag(), pgids, record=True, now=now)
+        return await self.cleanup(current_tag(), pgids, record=True, now=now, cont=cont)
+
+    def _parents(self, parent: int | None) -> list[int]:
+        """The sshd processes a timed-out command may have stopped: its parent and the one that
+        serves the connection (the same process, as far as OpenSSH goes)."""
+        return sorted({p for p in (parent, self._sshd_pid) if p})
+
+    async def _control(self, script: str) -> str:
+        """Run a kill script on its own channel and return its stdout. A connection that does
+        not open a channel within CHANNEL_OPEN_S is wedged (a step stopped the sshd process
+        that serves it): it is dropped, and the next try opens a new one."""
+        conn = await self._connect()
+        try:
+            proc = await asyncio.wait_for(conn.create_process(script), CHANNEL_OPEN_S)
+        except asyncio.TimeoutError:
+            if self._conn is conn:
+                self._conn = None
+            conn.close()
+            raise TransportError(f"host {self.name}: the connection did not answer") from None
+        try:
+            res = await asyncio.wait_for(proc.wait(check=False), KILL_GRACE_S + 15)
+        finally:
+            proc.close()
+        return _text(res.stdout)
 
     async def leftovers(self, tag: str, pgids: list[int]) -> tuple[int, str]:
-        try:
-            conn = await self._connect()
-            res = await asyncio.wait_for(conn.run(kill_script(tag, pgids), check=False), KILL_GRACE_S + 15)
-        except Exception as e:  # the step's own result says what broke; this only adds to it
-            return 0, f"could not check for processes it left running ({type(e).__name__})"
-        return leftover_note(parse_kill(_text(res.stdout)))
+        last = ""
+        for _ in range(2):  # a wedged connection is replaced once
+            try:
+                return leftover_note(parse_kill(await self._control(kill_script(tag, pgids))))
+            except Exception as e:  # the step's own result says what broke; this only adds to it
+                last = type(e).__name__
+        return 0, f"could not check for processes it left running ({last})"
 
     async def release(self, run_id: int) -> None:
         if self._shells is not None:
             await self._shells.release(run_id)
 
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
-                      attempts: int = 3, now: list[int] | None = None) -> str:
+                      attempts: int = 3, now: list[int] | None = None, cont: list[int] | None = None) -> str:
         """Kill what `tag` (and `pgids`) name on this host; reconnects, a few tries."""
         what = "the command's processes" if pgids else f"processes tagged {tag}"
         if not tag and not pgids and not now:
@@ -263,15 +305,15 @@ class SSHTransport:
         sp = CURRENT.get() if record else None
         for i in range(attempts):
             try:
-                conn = await self._connect()
-                res = await asyncio.wait_for(conn.run(kill_script(tag, pgids or [], now or []), check=False),
-                                             KILL_GRACE_S + 15)
-                ok, note = kill_note(parse_kill(_text(res.stdout)), what)
+                out = await self._control(kill_script(tag, pgids or [], now or [], cont or []))
+                ok, note = kill_note(parse_kill(out), what)
                 if sp is not None:
                     (sp.stopped if ok else sp.pending)(note)
                 return note
             except TransportError as e:
                 last = f"the host is unreachable ({e})"
+                if "did not answer" in str(e):
+                    continue  # a new connection, at once
             except Exception as e:  # the connection broke again: retry on a new one
                 self._conn = None
                 last = f"the host did not answer ({type(e).__name__}: {e})"

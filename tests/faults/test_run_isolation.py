@@ -109,8 +109,10 @@ def test_a_background_job_ends_with_its_step_and_never_writes_into_the_next(tmp_
 def test_a_stopped_shell_fails_the_step_within_its_timeout_and_is_killed(tmp_path, sshd, shell_mode, host,
                                                                          remote_dir):
     pidfile = remote_dir / f"shell-{shell_mode}.pid"
-    # persistent: the shell that reads our commands; exec: the command's own shell
-    target = "$PPID" if shell_mode == "persistent" else "$$"
+    # persistent: the shell that reads our commands; exec over SSH: the sshd process that
+    # serves the connection (stopping it wedges every channel); exec on `local`: the command's
+    # own shell (its parent there is the bot itself, which a `local` step can always reach)
+    target = "$PPID" if shell_mode == "persistent" or host == "box" else "$$"
     pb = {"name": "stop", "steps": [{"name": "stops its shell", "skill": "shell", "timeout_s": 3,
                                      "with": {"command": f"echo {target} > {pidfile}; kill -STOP {target}; sleep 30"}},
                                     {"name": "after", "skill": "shell", "with": {"command": "echo after"}}]}

@@ -406,6 +406,10 @@ async def test_connection_cut_mid_step_fails_the_step_and_is_audited(services, t
             return k.export_public_key() == client_key.export_public_key()
 
     async def process(proc):
+        if proc.command == 'echo "$PPID"':  # the transport learns the sshd pid once per connection
+            proc.stdout.write("4242\n")
+            proc.exit(0)
+            return
         proc.stdout.write("working...\n")
         await asyncio.sleep(0.3)
         proc.channel.get_connection().abort()

@@ -2,9 +2,11 @@
 
 A correctly signed request stays valid for the 5 minutes of clock skew Slack allows, so
 whoever captured one (a proxy log, a shared HAR file) could re-send it and start the same
-run again; Slack itself re-sends a request it thinks we missed (`X-Slack-Retry-Num`). Each
-request is known by the SHA-256 of its body and, for slash commands and buttons, by its
-`trigger_id` (unique per user action, so a retry with a new timestamp is caught too).
+run again; Slack itself re-sends a request it thinks we missed (`X-Slack-Retry-Num`, the
+same body under a new timestamp). Each request is known by the SHA-256 of its body, which
+holds its `trigger_id` (unique per user action). The `trigger_id` is not a key of its own: a
+signed body cannot be altered, so no replay carries it in another body, and a client that
+reuses one for distinct commands (test harnesses do) would have its later commands dropped.
 
 `SeenRequests` is the seam: this process keeps an in-memory, bounded set; several replicas
 behind one load balancer need a shared one (a table with a unique key and an expiry in the
@@ -55,13 +57,10 @@ class MemorySeen:
 
 
 def request_keys(raw_body: str, body: dict[str, Any]) -> list[str]:
-    """The identities of one request: its body's hash, and its trigger_id when it is a slash
-    command or a button. Socket Mode has no raw body: its payload is hashed canonically."""
+    """The identity of one request: its body's hash (trigger_id included). Socket Mode has no
+    raw body: its payload is hashed canonically, so a re-delivery under a new envelope id is
+    the same request."""
     if "ssl_check" in body and "command" not in body:
         return []   # Slack's periodic certificate probe: identical each time, and it starts nothing
     raw = raw_body or json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
-    keys = ["body:" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()]
-    trigger = body.get("trigger_id")
-    if isinstance(trigger, str) and trigger and ("command" in body or body.get("type") == "block_actions"):
-        keys.append("trigger:" + trigger)
-    return keys
+    return ["body:" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()]

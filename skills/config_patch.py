@@ -218,7 +218,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     bak = files.backup_path(path, ctx.run_id, ctx.step_idx)
     await files.write(ctx, bak, before, mode)
     await files.write(ctx, path, after, mode)
-    warnings = [w for p in (bak, path) if (w := await files.keep_owner(ctx, p, st.uid, st.gid))]
+    # The patched file keeps its owner in write_file (or is refused); the backup is a new file.
+    owner_warning = await files.keep_owner(ctx, bak, st.uid, st.gid)
+    warnings = [owner_warning] if owner_warning else []
     # Read back: a racing writer or a full disk must not pass silently.
     check = await files.read(ctx, path)
     if check != after:

@@ -10,11 +10,11 @@ request, 32 levels of nesting, 100,000 nodes in an expanded playbook.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import yaml
 
+from eaglebot.engine.output import printable
 from eaglebot.yamlsafe import AcyclicSafeLoader
 
 MAX_VALUE_BYTES = 8 * 1024
@@ -178,19 +178,6 @@ def check_text(value: Any) -> None:
             stack.extend(v.values())
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
-
-
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def printable(text: str) -> str:
-    """`text` as it can be stored and shown: a byte that was not UTF-8 (argv and stdin carry it
-    as a surrogate escape, U+DC80..U+DCFF) as `\\xNN`, any other lone surrogate as `\\uNNNN`, a NUL
-    as `\\x00`. SQLite refuses the surrogates outright and cuts text at a NUL on the way out."""
-    def esc(m: re.Match[str]) -> str:
-        c = ord(m.group())
-        return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else (f"\\u{c:04x}" if c else "\\x00")
-    return _UNSTORABLE.sub(esc, text)
 
 
 def expanded_nodes(root: yaml.Node) -> int:

@@ -16,6 +16,7 @@ import gzip
 import hashlib
 import logging
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator
@@ -41,13 +42,24 @@ def raw_bytes(s: str) -> bytes:
         return s.encode("utf-8", "backslashreplace")
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else (f"\\u{c:04x}" if c else "\\x00")
+
+
 def printable(data: bytes | str) -> str:
-    """Text safe for the store, a terminal and Slack: invalid UTF-8 as `\\xff`, NUL as `\\x00`."""
-    if isinstance(data, str):
-        if data.isascii() and "\x00" not in data:
-            return data
-        data = raw_bytes(data)
-    return data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+    """Text safe for the store, a terminal and Slack: a byte that is not UTF-8 as `\\xff` (a
+    transport, argv and stdin carry it as a surrogate escape, U+DC80..U+DCFF), any other lone
+    surrogate (a Socket Mode payload's JSON) as `\\ud83d`, NUL as `\\x00`. SQLite refuses the
+    surrogates outright and many readers cut its text at a NUL."""
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+    if data.isascii() and "\x00" not in data:
+        return data
+    return _UNSTORABLE.sub(_escape, data)
 
 
 def printable_obj(v: Any) -> Any:
@@ -220,18 +232,24 @@ class OutputBuffer:
         self._sha.update(data)
         self._kept.add(data)
         self._dirty = True
-        if self._file is not None and self._file_error is None:
-            try:
-                self._file.write(data)
-            except OSError as e:  # the DB still gets head and tail; the row says the file is missing
-                self._file_error = f"{e.strerror or e} ({self._file.path})"
-                log.warning("writing the step's output file failed: %s", self._file_error)
+        self._to_file(lambda f: f.write(data))
         shown = printable(body)
         self._tail.append(shown[:VIEW_LINE_MAX])
         try:
             self._echo(shown)
         except Exception:  # a live view never fails the step
             log.exception("observer failed")
+
+    def _to_file(self, op: Callable[[OutputFile], None]) -> None:
+        """`op` on the whole-output file, until it fails once: from then on the DB's head and
+        tail are all there is, and the step's warning (`file_error`) says why."""
+        if self._file is None or self._file_error is not None:
+            return
+        try:
+            op(self._file)
+        except OSError as e:
+            self._file_error = f"{e.strerror or e} ({self._file.path})"
+            log.warning("writing the step's output file failed: %s", self._file_error)
 
     def tail(self, n: int = 30) -> str:
         return "\n".join(list(self._tail)[-n:])
@@ -263,12 +281,7 @@ class OutputBuffer:
 
     async def flush(self) -> None:
         # Never two at once: the flusher alone calls it until close() has waited for it to end.
-        if self._file is not None and self._file_error is None:
-            try:
-                self._file.flush()
-            except OSError as e:
-                self._file_error = f"{e.strerror or e} ({self._file.path})"
-                log.warning("writing the step's output file failed: %s", self._file_error)
+        self._to_file(OutputFile.flush)
         if not self._dirty:
             return
         self._dirty = False
@@ -306,12 +319,7 @@ class OutputBuffer:
         try:
             await self.flush()
         finally:
-            if self._file is not None and self._file_error is None:
-                try:
-                    self._file.close()
-                except OSError as e:
-                    self._file_error = f"{e.strerror or e} ({self._file.path})"
-                    log.warning("writing the step's output file failed: %s", self._file_error)
+            self._to_file(OutputFile.close)
 
 
 def read_chunks(path: str | Path, size: int = 1024 * 1024) -> Iterator[bytes]:

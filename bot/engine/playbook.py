@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import ErrorDetails
 
 from eaglebot.engine import limits, templating
+from eaglebot.engine.output import printable
 from eaglebot.errors import UsageError
 from eaglebot.engine.registry import SkillNotFound, SkillRegistry, shipped
 
@@ -386,7 +387,7 @@ def resolve_inputs(pb: Playbook, given: dict[str, Any]) -> dict[str, Any]:
                          f"{limits.MAX_REQUEST_BYTES // 1024} KiB")
     for k, raw in given.items():
         if not isinstance(k, str) or not _IDENT.match(k) or len(k) > 64:
-            shown = limits.printable(str(k))[:64]
+            shown = printable(str(k))[:64]
             raise UsageError(f"input '{shown}': input names of playbook {pb.name!r} are plain identifiers "
                              f"(letters, digits, _)")
         if k not in pb.inputs:

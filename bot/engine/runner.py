@@ -241,9 +241,9 @@ class Engine:
                                        for k, v in req.inputs.items()),
                                      *(["--dry-run"] if req.dry_run else [])]).replace("  ", " ")
         # What was typed may hold bytes that are not text (the reason it is refused): escaped, storable.
-        await self.store.add_rejection("rejected", limits.printable(req.actor),
-                                       self.redactor.text(limits.printable(text.strip()))[:500],
-                                       self.redactor.text(limits.printable(str(err))), req.rerun_of)
+        await self.store.add_rejection("rejected", printable(req.actor),
+                                       self.redactor.text(printable(text.strip()))[:500],
+                                       self.redactor.text(printable(str(err))), req.rerun_of)
 
     async def start(self, req: RunRequest, observer: Observer | None = None,
                     approver: Approver | None = None) -> tuple[int, asyncio.Task[RunOutcome]]:

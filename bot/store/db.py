@@ -31,7 +31,7 @@ else:
 
 from eaglebot.errors import HostBusy, StoreError, UsageError
 from eaglebot.skills.facts.procs import parse_stat
-from eaglebot.store import chain
+from eaglebot.store import chain, verify
 from eaglebot.store.failures import store_error
 from eaglebot.store.sealing import AuditKey, Sealer, Verifier
 
@@ -1019,7 +1019,7 @@ class Store:
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,
         seals. With `key` (a verification or sealing key) every seal it can derive is checked."""
         verifier = Verifier(key) if key is not None else None
-        return chain.verify(self.db.conn, head, verifier, key.kind if key else None).to_json()
+        return verify.verify(self.db.conn, head, verifier, key.kind if key else None).to_json()
 
     def run_audit_problems(self, run_id: int) -> list[str]:
         """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,
@@ -1030,7 +1030,7 @@ class Store:
             if t != "runs" and chain.table_exists(conn, t) and "run_id" in chain.columns(conn, t):
                 rows += [(t, r[0]) for r in conn.execute(f'select rowid from "{t}" where run_id = ? order by rowid',
                                                          [run_id])]
-        return [p.line() for p in chain.verify_rows(conn, rows)]
+        return [p.line() for p in verify.verify_rows(conn, rows)]
 
     def audit_head(self) -> dict[str, Any]:
         """The newest sealed link of the audit chain: the anchor posted outside the DB."""
@@ -1041,8 +1041,6 @@ class Store:
     def backup(self, dest: Path) -> dict[str, Any]:
         """A consistent copy of the whole DB (SQLite's online backup: the bot may keep
         writing) at `dest`, a new file with this DB's mode; the chain head it holds."""
-        import sqlite3
-
         try:
             fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:

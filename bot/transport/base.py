@@ -83,9 +83,10 @@ def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] =
     many processes it found and how many are left. The usual case, nothing to stop, costs one
     `grep` (it runs at the end of every step)."""
     groups = " ".join(str(int(g)) for g in pgids)
+    mark = shlex.quote(TAG_VAR + "=" + valid_tag(tag)) if tag else ""
     find = ""
     if tag:
-        find = (f'grep -lzx {shlex.quote(TAG_VAR + "=" + valid_tag(tag))} /proc/[0-9]*/environ 2>/dev/null '
+        find = (f'grep -lzx {mark} /proc/[0-9]*/environ 2>/dev/null '
                 '| while IFS=/ read -r _ _ p _; do [ "$p" = "$$" ] || echo "$p"; done; ')
     if groups:
         find += ('ps -e -o pid= -o pgid= -o sid= -o stat= 2>/dev/null | while read -r p g s st; do '
@@ -95,8 +96,7 @@ def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] =
     # a builtin) or a process carries the tag (one grep). Only then is every process listed.
     probe = "".join(f'kill -0 -{int(g)} 2>/dev/null || ' for g in pgids)
     if tag:
-        probe += (f'grep -qlzx {shlex.quote(TAG_VAR + "=" + valid_tag(tag))} /proc/[0-9]*/environ 2>/dev/null '
-                  '|| ')
+        probe += f'grep -qlzx {mark} /proc/[0-9]*/environ 2>/dev/null || '
     ticks = int(KILL_GRACE_S * 10)
     first = "".join(f"kill -KILL {int(p)} 2>/dev/null; " for p in now)
     first += "".join(f"kill -CONT {int(p)} 2>/dev/null; " for p in cont)
@@ -195,7 +195,7 @@ def session_wrapped(cmd: str | Sequence[str], env: dict[str, str] | None = None,
     """
     tag = current_tag()
     mark = f"export {TAG_VAR}={shlex.quote(valid_tag(tag))}; " if tag else ""
-    return mark + 'printf "\\036EAGLE-PGID %s %s\\n" "$$" "$PPID" >&2; ' + command_line(cmd, env, cwd)
+    return mark + 'printf "\\036EAGLE-PGID %s\\n" "$$" >&2; ' + command_line(cmd, env, cwd)
 
 
 def detach_script(argv: Sequence[str], log_path: str, pid_path: str,
@@ -238,9 +238,6 @@ class LineSplitter:
     def __init__(self, stream: str, cb: OutputCallback | None, sink: list[str],
                  on_pgid: Callable[[int], None] | None = None):
         self.stream, self.cb, self.sink, self.buf, self.on_pgid = stream, cb, sink, "", on_pgid
-        # exec mode over SSH: the sshd process that serves the connection (the command's
-        # parent), continued if a step stopped it (kill -STOP $PPID) and so wedged the connection
-        self.parent: int | None = None
         self.head_n = 0          # pieces of sink that are the head
         self.head_chars = 0
         self.tail_chars = 0
@@ -273,11 +270,9 @@ class LineSplitter:
 
     def _line(self, line: str, kept: list[str]) -> None:
         if self.on_pgid and line.startswith(PGID_TAG):
-            words = line[len(PGID_TAG):].split()
-            if words and words[0].isdigit():
-                self.on_pgid(int(words[0]))
-            if len(words) > 1 and words[1].isdigit():
-                self.parent = int(words[1])
+            pgid = line[len(PGID_TAG):].strip()
+            if pgid.isdigit():
+                self.on_pgid(int(pgid))
             return
         kept.append(line)
         cb = self.cb

@@ -295,8 +295,8 @@ def atomic_write_local(path: str, data: bytes, mode: int | None) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-            if old is not None and (old.st_uid, old.st_gid) != (os.fstat(f.fileno()).st_uid,
-                                                                 os.fstat(f.fileno()).st_gid):
+            new = os.fstat(f.fileno())
+            if old is not None and (old.st_uid, old.st_gid) != (new.st_uid, new.st_gid):
                 os.fchown(f.fileno(), old.st_uid, old.st_gid)
         os.chmod(tmp, mode)   # after the chown, which clears set-id bits
         os.replace(tmp, path)

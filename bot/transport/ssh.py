@@ -25,6 +25,10 @@ _preloading: list[threading.Thread] = []
 CHANNEL_OPEN_S = 1.0
 
 
+class _Wedged(TransportError):
+    """The connection opened no channel in time: it was dropped; the next try opens a new one."""
+
+
 def preload() -> None:
     """Import asyncssh (~60 ms) in a background thread while the caller loads the store and
     the playbook; the first connection then finds it loaded. Idempotent."""
@@ -228,9 +232,9 @@ class SSHTransport:
                     await proc.wait_closed()
             except asyncio.TimeoutError:
                 timed_out = True
-                await self._kill(pgid, cont=self._parents(se.parent))
+                await self._kill(pgid, cont=self._stoppable())
             except asyncio.CancelledError:
-                await asyncio.shield(self._kill(pgid, cont=self._parents(se.parent)))
+                await asyncio.shield(self._kill(pgid, cont=self._stoppable()))
                 proc.close()
                 raise
             except (asyncssh.Error, OSError, ConnectionError) as e:
@@ -259,10 +263,10 @@ class SSHTransport:
         what happened and the step's `StepProcs` records it."""
         return await self.cleanup(current_tag(), pgids, record=True, now=now, cont=cont)
 
-    def _parents(self, parent: int | None) -> list[int]:
-        """The sshd processes a timed-out command may have stopped: its parent and the one that
-        serves the connection (the same process, as far as OpenSSH goes)."""
-        return sorted({p for p in (parent, self._sshd_pid) if p})
+    def _stoppable(self) -> list[int] | None:
+        """The sshd process a timed-out command may have stopped (its parent, which serves the
+        whole connection): continued by the kill."""
+        return [self._sshd_pid] if self._sshd_pid else None
 
     async def _control(self, script: str) -> str:
         """Run a kill script on its own channel and return its stdout. A connection that does
@@ -275,7 +279,7 @@ class SSHTransport:
             if self._conn is conn:
                 self._conn = None
             conn.close()
-            raise TransportError(f"host {self.name}: the connection did not answer") from None
+            raise _Wedged(f"host {self.name}: the connection did not answer") from None
         try:
             res = await asyncio.wait_for(proc.wait(check=False), KILL_GRACE_S + 15)
         finally:
@@ -310,10 +314,11 @@ class SSHTransport:
                 if sp is not None:
                     (sp.stopped if ok else sp.pending)(note)
                 return note
+            except _Wedged as e:
+                last = str(e)
+                continue  # a new connection, at once
             except TransportError as e:
                 last = f"the host is unreachable ({e})"
-                if "did not answer" in str(e):
-                    continue  # a new connection, at once
             except Exception as e:  # the connection broke again: retry on a new one
                 self._conn = None
                 last = f"the host did not answer ({type(e).__name__}: {e})"

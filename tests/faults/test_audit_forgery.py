@@ -17,9 +17,16 @@ from eaglebot.store import Store
 from eaglebot.store import chain, sealing
 
 
-def _drop_triggers(conn: sqlite3.Connection) -> None:
-    for (name,) in conn.execute("select name from sqlite_master where type = 'trigger'").fetchall():
-        conn.execute(f'drop trigger "{name}"')
+def _edit(db: Path, *statements: str, drop_triggers: bool = False) -> None:
+    """Change the DB as another program would (the sqlite3 shell), triggers dropped first if asked."""
+    conn = sqlite3.connect(db)
+    if drop_triggers:
+        for (name,) in conn.execute("select name from sqlite_master where type = 'trigger'").fetchall():
+            conn.execute(f'drop trigger "{name}"')
+    for sql in statements:
+        conn.execute(sql)
+    conn.commit()
+    conn.close()
 
 
 @pytest.fixture
@@ -35,12 +42,8 @@ def test_dropped_triggers_an_edit_and_an_added_column_are_named_and_never_reseal
     the edited row and verify said intact."""
     cfg, db = ran
     head = eagle("audit", "head", config=cfg).stdout.strip()  # posted to Slack before the edit
-    conn = sqlite3.connect(db)
-    _drop_triggers(conn)
-    conn.execute("update runs set actor = 'mallory' where id = 1")
-    conn.execute("alter table runs add column x text")
-    conn.commit()
-    conn.close()
+    _edit(db, "update runs set actor = 'mallory' where id = 1", "alter table runs add column x text",
+          drop_triggers=True)
     res = eagle("audit", "verify", config=cfg)
     assert res.returncode == 1
     assert res.stdout.startswith("audit chain broken at table `runs`: schema of `runs` changed outside a migration")
@@ -57,10 +60,7 @@ def test_dropped_triggers_an_edit_and_an_added_column_are_named_and_never_reseal
 
 def test_a_dropped_trigger_alone_is_a_break(ran):
     cfg, db = ran
-    conn = sqlite3.connect(db)
-    conn.execute("drop trigger audit_chain_steps_u")
-    conn.commit()
-    conn.close()
+    _edit(db, "drop trigger audit_chain_steps_u")
     res, doc = eagle_here_json("audit", "verify", config=cfg)
     assert res.returncode == 1
     assert doc["first_broken"]["table"] == "steps"
@@ -72,21 +72,15 @@ def test_a_dropped_trigger_alone_is_a_break(ran):
 
 def test_an_altered_trigger_is_a_break(ran):
     cfg, db = ran
-    conn = sqlite3.connect(db)
-    conn.execute("drop trigger audit_chain_events_i")
-    conn.execute("create trigger audit_chain_events_i after insert on events begin select 1; end")
-    conn.commit()
-    conn.close()
+    _edit(db, "drop trigger audit_chain_events_i",
+          "create trigger audit_chain_events_i after insert on events begin select 1; end")
     res, doc = eagle_here_json("audit", "verify", config=cfg)
     assert res.returncode == 1 and "trigger audit_chain_events_i altered" in doc["first_broken"]["reason"]
 
 
 def test_an_added_column_alone_is_a_break(ran):
     cfg, db = ran
-    conn = sqlite3.connect(db)
-    conn.execute("alter table metrics add column note text")
-    conn.commit()
-    conn.close()
+    _edit(db, "alter table metrics add column note text")
     for _ in range(2):  # before and after an ordinary command opened the DB
         res = eagle_here("audit", "verify", config=cfg)
         assert res.returncode == 1
@@ -106,7 +100,7 @@ def _forge_event(db: Path, message: str, *, seal_with: sealing.AuditKey | None =
     seq, tbl, row_id, op, at, content = conn.execute(
         "select seq, tbl, row_id, op, at, content from audit_chain order by seq desc limit 1").fetchone()
     prev = conn.execute("select hash from audit_chain where seq < ? order by seq desc limit 1", [seq]).fetchone()[0]
-    csha = chain._sha(content)
+    csha = chain.sha_text(content)
     h = chain.link_hash(prev, seq, tbl, row_id, op, at, csha)
     seal = None
     if seal_with is not None:
@@ -221,11 +215,7 @@ def test_tables_that_were_not_chained_before_are_chained_now(ran, table, edit):
     finally:
         store.close()
     assert eagle_here("audit", "verify", config=cfg).returncode == 0
-    conn = sqlite3.connect(db)
-    _drop_triggers(conn)
-    conn.execute(edit)
-    conn.commit()
-    conn.close()
+    _edit(db, edit, drop_triggers=True)
     res, report = eagle_here_json("audit", "verify", config=cfg)
     assert res.returncode == 1 and not report["ok"]
     assert report["first_broken"]["table"] == table or any(p["table"] == table for p in report["problems"])

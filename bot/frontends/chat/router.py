@@ -21,7 +21,7 @@ from typing import Awaitable, Callable, Protocol
 
 from eaglebot.config import AccessConfig, Settings
 from eaglebot.errors import EagleError, UsageError
-from eaglebot.engine.limits import printable
+from eaglebot.engine.output import printable
 from eaglebot.engine.playbook import RESERVED, Playbook, load_playbook, playbook_files
 from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry

@@ -43,7 +43,7 @@ def parse_extra_vars(pairs: Sequence[str]) -> dict[str, str]:
     for p in pairs or []:
         m = _KV.match(p)
         if not m:
-            from eaglebot.engine.limits import printable  # (only here: `eagle --help` stays light)
+            from eaglebot.engine.output import printable  # (only here: `eagle --help` stays light)
 
             if "=" in p:
                 raise UsageError(f"input '{printable(p.split('=', 1)[0])[:64]}': input names are plain "

@@ -34,7 +34,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from eaglebot.config import ScheduleConfig, Settings
-from eaglebot.engine.limits import printable
+from eaglebot.engine.output import printable
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.frontends.chat import router as commands

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from eaglebot.sdk import Regression, SkillContext, SkillParams, StepResult
 
-from eaglebot.skills.facts import sglang
+from eaglebot.facts import sglang
 
 NAME = "bench.compare"
 

@@ -28,7 +28,7 @@ from pydantic import Field
 
 from eaglebot.sdk import Metric, SkillContext, SkillParams, StepResult, path_for_shell
 
-from eaglebot.skills.facts import bench_sanity, nvsmi, ports, procs, sglang
+from eaglebot.facts import bench_sanity, nvsmi, ports, procs, sglang
 from eaglebot.skills.lib import processes, server
 
 NAME = "bench.serving"

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from eaglebot.sdk import SkillContext, StepResult
-from eaglebot.skills.facts import nvsmi
+from eaglebot.facts import nvsmi
 from eaglebot.skills.lib import gpu, processes
 
 NAME = "gpu.cleanup"

@@ -28,8 +28,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from eaglebot.sdk import SkillContext, StepResult
-from eaglebot.skills.facts import health as hf
-from eaglebot.skills.facts import nvsmi
+from eaglebot.facts import health as hf
+from eaglebot.facts import nvsmi
 from eaglebot.skills.lib import gpu
 
 NAME = "gpu.health"

@@ -29,7 +29,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Metric, SkillContext, StepResult
 from eaglebot.skills.lib import gpu
-from eaglebot.skills.facts import nvsmi, nvsmi_watch
+from eaglebot.facts import nvsmi, nvsmi_watch
 
 NAME = "gpu.verify"
 

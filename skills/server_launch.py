@@ -53,7 +53,7 @@ from pydantic import Field
 
 from eaglebot.sdk import SkillContext, SkillParams, StepResult, path_for_shell
 
-from eaglebot.skills.facts import ports, procs, sglang, sglang_args, sglang_phase
+from eaglebot.facts import ports, procs, sglang, sglang_args, sglang_phase
 from eaglebot.skills.lib import processes, server, stall
 
 NAME = "server.launch"

@@ -23,7 +23,7 @@ from pydantic import Field
 
 from eaglebot.sdk import SkillContext, SkillParams, StepResult
 
-from eaglebot.skills.facts import ports, procs
+from eaglebot.facts import ports, procs
 from eaglebot.skills.lib import processes, server
 
 NAME = "server.stop"

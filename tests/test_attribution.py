@@ -8,7 +8,7 @@ from history_seed import seed_run
 
 from eaglebot.history.attribution import attribution_sentence, state_changes
 from eaglebot.history.regress import apply_steps, empty_state
-from eaglebot.skills.facts.sglang_args import build_launch_args, launch_flags
+from eaglebot.facts.sglang_args import build_launch_args, launch_flags
 
 BASE_ARGS = ["--model-path", "/m", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
              "--cuda-graph-bs", "1", "2", "4", "--disable-radix-cache", "--tp=2"]

@@ -12,7 +12,7 @@ from eaglebot.engine.runner import RunRequest
 from eaglebot.history.health import diff_health
 from eaglebot.history.regress import apply_steps, attribution, empty_state
 from eaglebot.sim import gpu_state
-from eaglebot.skills.facts import health as hf
+from eaglebot.facts import health as hf
 from gpu_helpers import playbook, sim_host
 
 CAPTURES = Path(__file__).parent / "fixtures" / "nvidia-smi" / "health"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eaglebot.engine.runner import RunRequest
-from eaglebot.skills.facts import sglang_phase
+from eaglebot.facts import sglang_phase
 from test_server_skills import FAST, Host, alive, one_step, open_svc
 
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from eaglebot.skills.facts import sglang as sg
-from eaglebot.skills.facts import sglang_args
+from eaglebot.facts import sglang as sg
+from eaglebot.facts import sglang_args
 from eaglebot.skills.bench_compare import judge
 from eaglebot.skills.server_launch import Params as LaunchParams
 from eaglebot.skills.server_launch import build_args

@@ -24,7 +24,7 @@ def run_watch(cmd: str, gpus: list[int], max_mib: int, *, kill_when_free: bool =
     import signal
     import subprocess
 
-    from eaglebot.skills.facts import nvsmi_watch
+    from eaglebot.facts import nvsmi_watch
 
     w = nvsmi_watch.Watch(gpus, max_mib)
     p = subprocess.Popen(["sh", "-c", cmd], stdout=subprocess.PIPE, text=True, start_new_session=True)
@@ -43,7 +43,7 @@ def run_watch(cmd: str, gpus: list[int], max_mib: int, *, kill_when_free: bool =
 
 def test_the_watch_stops_at_the_first_free_round_of_the_simulated_nvidia_smi(tmp_path):
     from eaglebot.sim import gpu_state, install_sim_bin
-    from eaglebot.skills.facts import nvsmi_watch
+    from eaglebot.facts import nvsmi_watch
 
     state = tmp_path / "state"
     smi = install_sim_bin(tmp_path / "bin", state)["nvidia_smi"]
@@ -57,7 +57,7 @@ def test_the_watch_stops_at_the_first_free_round_of_the_simulated_nvidia_smi(tmp
 
 
 def test_parse_watch_keeps_the_last_complete_round():
-    from eaglebot.skills.facts.nvsmi_watch import parse_watch
+    from eaglebot.facts.nvsmi_watch import parse_watch
 
     w = parse_watch("EAGLE-WATCH-PID 42\n0, 900\n1, 800\n0, 100\n1, 20\n0, 5\n", [0, 1], 64)
     assert (w.pid, w.freed, w.last, w.rounds) == (42, False, {0: 100, 1: 20}, 2)

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from eaglebot.skills.facts.sglang_args import launch_flags
+from eaglebot.facts.sglang_args import launch_flags
 
 # Ranking: how often a change of this kind explains a throughput/acceptance move on an
 # EAGLE-3 server. A failing GPU and the speculative settings come first; environment last.

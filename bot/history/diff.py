@@ -9,7 +9,7 @@ import jsonpatch
 from eaglebot.errors import UsageError
 from eaglebot.history.attribution import config_value, health_changes, state_changes
 from eaglebot.history.regress import host_state
-from eaglebot.skills.facts.sglang_args import launch_flags
+from eaglebot.facts.sglang_args import launch_flags
 
 
 def _pairs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

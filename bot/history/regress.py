@@ -179,7 +179,7 @@ def apply_steps(state: dict[str, Any], steps: list[dict[str, Any]],
 def parse_launch_args(args: list[str] | None) -> dict[str, Any]:
     """["--tp", "2", "--enable-x"] -> {"--tp-size": "2", "--enable-x": True}, read as SGLang reads
     them (a multi-value flag keeps every value: `--cuda-graph-bs 1 2 4` -> ["1", "2", "4"])."""
-    from eaglebot.skills.facts.sglang_args import launch_flags
+    from eaglebot.facts.sglang_args import launch_flags
 
     return dict(launch_flags(list(args or [])))
 

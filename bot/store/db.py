@@ -30,7 +30,7 @@ else:
         del sys.modules["numpy"]
 
 from eaglebot.errors import HostBusy, StoreError, UsageError
-from eaglebot.skills.facts.procs import parse_stat
+from eaglebot.facts.procs import parse_stat
 from eaglebot.store import chain, verify
 from eaglebot.store.failures import store_error
 from eaglebot.store.sealing import AuditKey, Sealer, Verifier

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from eaglebot.sdk import SkillContext, path_for_shell
 
-from eaglebot.skills.facts import procs
+from eaglebot.facts import procs
 
 
 def state_dir(ctx: SkillContext) -> str:

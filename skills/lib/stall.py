@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 
 from eaglebot.sdk import SkillContext
-from eaglebot.skills.facts import nvsmi
+from eaglebot.facts import nvsmi
 
 GPU_QUERY = ["--query-gpu=index,memory.used,memory.total,utilization.gpu", "--format=csv,noheader,nounits"]
 PYSPY_MAX = 4

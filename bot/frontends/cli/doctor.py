@@ -26,7 +26,7 @@ from typing import Callable
 from eaglebot.config import HostConfig, Settings
 from eaglebot.errors import TransportError
 from eaglebot.sdk import Host, path_for_shell
-from eaglebot.skills.facts import nvsmi
+from eaglebot.facts import nvsmi
 from eaglebot.transport.ssh import host_key_fingerprint
 
 HOST_TIMEOUT_S = 20.0

@@ -29,7 +29,7 @@ from eaglebot.frontends.tuning.points import PointResult, run_point
 from eaglebot.history.attribution import (config_changes, env_changes, health_changes, launch_changes, show,
                                           version_changes)
 from eaglebot.history.regress import host_state
-from eaglebot.skills.facts.sglang_args import build_launch_args, launch_flags
+from eaglebot.facts.sglang_args import build_launch_args, launch_flags
 
 PLAYBOOK = "bisect-point"
 METRIC = "output_throughput"

@@ -18,7 +18,7 @@ from eaglebot.engine.runner import Approver, Observer, RunRequest
 from eaglebot.errors import UsageError
 from eaglebot.frontends.services import Services
 from eaglebot.frontends.tuning.points import run_point
-from eaglebot.skills.facts.sglang import resolve_speculative
+from eaglebot.facts.sglang import resolve_speculative
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MAX_POINTS = 64

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from eaglebot.skills.facts.nvsmi import ParseError, split_csv, strip_unit
+from eaglebot.facts.nvsmi import ParseError, split_csv, strip_unit
 
 # The fields the health query asks for, in order (driver 580 knows them all). An older driver
 # that lacks one answers `Field "x" is not a valid field to query.` (exit 2): the skill drops

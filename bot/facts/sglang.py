@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglebot.skills.facts import sglang_args
+from eaglebot.facts import sglang_args
 
 SGLANG_VERSION = "0.5.23"
 

@@ -1,0 +1,220 @@
+"""The rows the store gives back, typed: one TypedDict per audit table (`select *` order).
+
+Every backend returns these shapes (the store contract tests check it). Columns are
+nullable where the schema lets them be; JSON columns of `runs` come back decoded.
+"""
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class RunRow(TypedDict):
+    id: int
+    playbook: str
+    status: str
+    actor: str | None
+    origin: str | None
+    pid: int | None
+    hostname: str | None
+    proc_start: str | None
+    hosts: list[str]                 # decoded from JSON
+    inputs: dict[str, Any]           # decoded from JSON
+    vars: dict[str, Any] | None      # decoded from JSON (rendered variables, saved at the end)
+    started_at: str | None
+    finished_at: str | None
+    dry_run: int
+    rerun_of: int | None
+    schedule: str | None
+    channel: str | None
+    thread_ts: str | None
+    cancel_requested: int
+    error: str | None
+    fingerprint: dict[str, Any] | None  # decoded from JSON
+    exit_code: int | None
+    source: str | None
+
+
+class StepRow(TypedDict):
+    id: int
+    run_id: int
+    idx: int
+    section: str | None
+    host: str
+    name: str
+    skill: str
+    status: str
+    summary: str | None
+    output: str | None
+    params: str | None               # JSON text, as written
+    data: str | None                 # JSON text, as written
+    attempts: int | None
+    duration_ms: int | None
+    started_at: str | None
+    finished_at: str | None
+    output_bytes: int | None
+    output_sha256: str | None
+    output_file: str | None
+
+
+class MetricRow(TypedDict):
+    id: int
+    run_id: int
+    step_id: int | None
+    host: str
+    name: str
+    value: float
+    unit: str | None
+    better: str | None
+
+
+class ChangeRow(TypedDict):
+    id: int
+    run_id: int
+    step_id: int | None
+    host: str
+    path: str
+    before_sha256: str | None
+    after_sha256: str | None
+    diff: str | None
+    backup_path: str | None
+    created_at: str | None
+
+
+class WarningRow(TypedDict):
+    id: int
+    run_id: int
+    step_id: int | None
+    host: str | None
+    message: str
+
+
+class RegressionRow(TypedDict):
+    id: int
+    run_id: int
+    host: str | None
+    metric: str
+    value: float | None
+    reference: float | None
+    delta_pct: float | None
+    reason: str | None
+    kind: str | None
+
+
+class EventRow(TypedDict):
+    id: int
+    run_id: int | None
+    at: str
+    kind: str
+    message: str
+    actor: str | None
+    text: str | None
+    reason: str | None
+
+
+class ApprovalRow(TypedDict):
+    id: int
+    run_id: int
+    step_idx: int
+    host: str
+    step: str
+    action: str
+    details: str | None
+    status: str
+    decided_by: str | None
+    requested_at: str | None
+    decided_at: str | None
+    requester: str | None
+    channel: str | None
+    message_ts: str | None
+
+
+class LockRow(TypedDict):
+    host: str
+    run_id: int
+    pid: int | None
+    hostname: str | None
+    proc_start: str | None
+    acquired_at: str | None
+    reason: str | None
+
+
+class BaselineRow(TypedDict):
+    playbook: str
+    host: str
+    run_id: int
+    set_by: str | None
+    set_at: str | None
+
+
+class ScheduleFireRow(TypedDict):
+    id: int
+    schedule: str
+    fire_time: str
+    run_id: int | None
+    status: str
+    recorded_at: str | None
+
+
+class ScheduleStateRow(TypedDict):
+    name: str
+    paused: int
+    changed_by: str | None
+    changed_at: str | None
+
+
+class IncidentRow(TypedDict):
+    id: int
+    playbook: str
+    host: str
+    metric: str
+    status: str
+    opened_run: int
+    ref_before_run: int | None
+    reference: float | None
+    unit: str | None
+    better: str | None
+    opened_at: str | None
+    last_run: int | None
+    closed_run: int | None
+    closed_at: str | None
+    closed_kind: str | None
+    closed_by: str | None
+    reason: str | None
+
+
+class SweepRow(TypedDict):
+    id: int
+    kind: str
+    playbook: str
+    host: str
+    spec: dict[str, Any]             # decoded from JSON
+    status: str
+    actor: str | None
+    origin: str | None
+    created_at: str | None
+    finished_at: str | None
+    result: dict[str, Any] | None    # decoded from JSON
+
+
+class SweepPointRow(TypedDict):
+    id: int
+    sweep_id: int
+    idx: int
+    inputs: dict[str, Any]           # decoded from JSON
+    status: str
+    reason: str | None
+    run_id: int | None
+    result: dict[str, Any] | None    # decoded from JSON
+
+
+class RemoteProcRow(TypedDict):
+    id: int
+    run_id: int
+    step_id: int
+    host: str
+    tag: str
+    pgids: str
+    state: str
+    note: str | None
+    created_at: str | None
+    cleaned_at: str | None

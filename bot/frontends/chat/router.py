@@ -577,7 +577,7 @@ async def _schedule_pause(services: Services, cmd: Command, caller: Caller) -> R
 
 
 async def _baseline(services: Services, cmd: Command, caller: Caller) -> Reply:
-    from eaglebot.history.regress import set_baseline
+    from eaglebot.history.recorder import set_baseline
 
     rid = cmd.run_id
     text = await services.store.call(lambda s: set_baseline(s, rid, caller.user))

@@ -357,7 +357,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from eaglebot.history.regress import set_baseline
+    from eaglebot.history.recorder import set_baseline
 
     settings = _settings(args)
     store = _open_store(settings)

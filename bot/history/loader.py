@@ -12,8 +12,8 @@ from eaglebot.config import RegressionConfig
 from eaglebot.history.diff import DiffRows, pick_hosts
 from eaglebot.history.attribution import attribution_text, since_good_run, state_changes
 from eaglebot.history.fingerprint import apply_steps, empty_state
-from eaglebot.history.regress import (CP_WINDOW, Drift, Subject, Window, drift, window_limit, window_what,
-                                      worse_shift_point)
+from eaglebot.history.regress import (CP_WINDOW, Drift, Subject, Window, drift, window_limit, window_since,
+                                      window_what, worse_shift_point)
 from eaglebot.store import Store
 from eaglebot.store.rows import ChangeRow, IncidentRow, MetricRow, RunRow
 
@@ -43,7 +43,13 @@ def host_state(store: Store, host: str, run_id: int) -> dict[str, Any]:
         return recorded
     after = base["run_id"] if base else 0
     state = base["state"] if base else empty_state()
-    return apply_steps(state, store.host_steps(host, after, run_id), change_rows(store.host_changes(host, after, run_id)))
+    changes = change_rows(store.host_changes(host, after, run_id))
+    return apply_steps(state, store.host_steps(host, after, run_id), changes)
+
+
+def since(store: Store, s: Subject) -> int | None:
+    """The first run the metric's reference may use (its baseline or last ack), if any."""
+    return window_since(store.reference_start(s.playbook, s.host, s.metric.name), s.run_id)
 
 
 def reference(store: Store, s: Subject, cfg: RegressionConfig, since: int | None) -> Window:

@@ -14,7 +14,7 @@ from eaglebot.history import loader
 from eaglebot.history.fingerprint import empty_state
 from eaglebot.history.incidents import baseline_closes, baseline_text, check_baseline, decide_ack
 from eaglebot.history.regress import (Closing, IncidentDecision, Subject, decide, judge_window, needs_attribution,
-                                      wants_attribution, window_since)
+                                      wants_attribution)
 from eaglebot.sdk import Metric, Regression
 from eaglebot.store import Store
 from eaglebot.store.rows import IncidentRow
@@ -28,10 +28,12 @@ def record_fingerprint(store: Store, run_id: int, hosts: list[str]) -> dict[str,
 
 
 def close(store: Store, c: Closing) -> None:
+    """Close an incident (only an open one: the store ignores a second close)."""
     store.close_incident(c.incident_id, c.kind, c.by, c.reason, c.run_id)
 
 
 def apply_incident(store: Store, d: IncidentDecision, run_id: int) -> None:
+    """Write one metric's incident decision for run_id (at most one of open, flag, close)."""
     if d.open is not None:
         o = d.open
         store.open_incident(playbook=o.playbook, host=o.host, metric=o.metric, run_id=o.run_id,
@@ -54,12 +56,12 @@ def check_run(store: Store, run_id: int, playbook: str, hosts: list[str],
     for h, m in metrics:
         latest[(h, m.name)] = m
     attributions: dict[str, str] = {}
-    for (h, name), m in latest.items():
+    for (h, _), m in latest.items():
         s = Subject(playbook, h, run_id, m)
-        since = window_since(store.reference_start(playbook, h, name), run_id)
-        win = loader.reference(store, s, cfg, since)
+        first = loader.since(store, s)
+        win = loader.reference(store, s, cfg, first)
         j = judge_window(s, win, cfg)
-        shift = loader.worse_drift(store, s, since, cfg)
+        shift = loader.worse_drift(store, s, first, cfg)
         if needs_attribution(j, win) and h not in attributions:
             attributions[h] = loader.attribution(store, playbook, h, run_id, fp.get(h) or empty_state())
         v = decide(s, j, win, shift, attributions.get(h, ""), cfg)

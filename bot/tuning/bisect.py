@@ -268,7 +268,8 @@ async def locate(bench: Bench) -> tuple[list[int], str, str]:
     _, control = await bench.measure(set())
     if control == "bad":
         return [], "none", (f"GOOD's configuration no longer reproduces run #{req.good}'s {METRIC} on {req.host}: "
-                            f"the host itself changed (see the not bisectable changes and GPU health), nothing to blame")
+                            f"the host itself changed (see the not bisectable changes and GPU health), "
+                            f"nothing to blame")
     if n == 1:
         _, v = await bench.measure({0})
         culprits, kind = ([0], "single") if v == "bad" else ([], "none")

@@ -6,10 +6,10 @@ import pytest
 
 from eaglebot.config import RegressionConfig
 from eaglebot.errors import UsageError
-from eaglebot.history.incidents import baseline_closes, baseline_text, check_baseline, decide_ack
-from eaglebot.history.regress import (Closing, Drift, IncidentDecision, NewIncident, Subject, Window, decide,
-                                      judge_window, needs_attribution, wants_attribution, window_since, window_what,
-                                      worse_shift_point)
+from eaglebot.history.incidents import (Closing, IncidentDecision, NewIncident, baseline_closes, baseline_text,
+                                        check_baseline, decide_ack)
+from eaglebot.history.regress import (Drift, Subject, Window, decide, judge_window, needs_attribution,
+                                      wants_attribution, window_since, window_what, worse_shift_point)
 from eaglebot.sdk import Metric, Regression
 
 CFG = RegressionConfig()                      # window 10, min_history 5, min_pct 5, k_sigma 3

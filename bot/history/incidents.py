@@ -1,19 +1,54 @@
 """Regression incidents: a flagged drop stays open until the metric recovers, a baseline is
 set or an operator acknowledges it (`eagle ack RUN METRIC --reason ...`, `/eagle ack`).
 
-The judging lives in `regress.decide`; this module decides what people do with incidents
-(acknowledge them, set a baseline that closes them) from the rows `recorder` loads, and
-describes them. Every close is audited with who and why.
+What can happen to an incident (`IncidentDecision`: open, flag a run under it, close it)
+is declared here; `regress.decide` chooses it for a judged run, and this module decides
+what people do (acknowledge, set a baseline that closes them) from the rows `recorder`
+loads, and describes incidents. Every close is audited with who and why. Light on
+purpose: `eagle show` loads it (no pydantic or numpy).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from eaglebot.errors import UsageError
-from eaglebot.history.loader import incident_rows
-from eaglebot.history.regress import Closing
+from eaglebot.history.rows import incident_rows
 from eaglebot.store import Store
 from eaglebot.store.rows import IncidentRow, RunRow
+
+
+@dataclass(frozen=True)
+class NewIncident:
+    """An incident to open: later runs are compared with the reference from before `ref_before_run`."""
+
+    playbook: str
+    host: str
+    metric: str
+    run_id: int
+    ref_before_run: int
+    reference: float | None
+    unit: str
+    better: str
+
+
+@dataclass(frozen=True)
+class Closing:
+    """An open incident to close, audited with its kind (recovered | ack | baseline), who and why."""
+
+    incident_id: int
+    kind: str
+    by: str
+    reason: str
+    run_id: int | None
+
+
+@dataclass(frozen=True)
+class IncidentDecision:
+    """At most one of: open a new incident, flag this run under the open one, close it."""
+
+    open: NewIncident | None = None
+    flag: int | None = None          # the open incident's id
+    close: Closing | None = None
 
 
 def describe(inc: IncidentRow) -> str:

@@ -1,37 +1,20 @@
 """The rows history judges by, read from the store (sync: it runs on the store thread).
 
-Every read the judgement needs is here, and only reads: `recorder` writes. The store's
-methods are typed by what they return; the casts below say which audit table's row
-(`eaglebot.store.rows`) a query gives back, so the pure code after them is typed too.
+Every read the judgement needs is here, and only reads: `recorder` writes. Rows come back
+typed as their audit table's TypedDict (`history.rows`), so the pure code after is typed.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, cast
+from typing import Any
 
 from eaglebot.config import RegressionConfig
-from eaglebot.history.diff import DiffRows, pick_hosts
 from eaglebot.history.attribution import attribution_text, since_good_run, state_changes
+from eaglebot.history.diff import DiffRows, pick_hosts
 from eaglebot.history.fingerprint import apply_steps, empty_state
 from eaglebot.history.regress import (CP_WINDOW, Drift, Subject, Window, drift, window_limit, window_since,
                                       window_what, worse_shift_point)
+from eaglebot.history.rows import change_rows, incident_rows, metric_rows, run_row
 from eaglebot.store import Store
-from eaglebot.store.rows import ChangeRow, IncidentRow, MetricRow, RunRow
-
-
-def run_row(row: Mapping[str, object] | None) -> RunRow | None:
-    return cast("RunRow | None", row)
-
-
-def incident_rows(rows: Iterable[Mapping[str, object]]) -> list[IncidentRow]:
-    return [cast(IncidentRow, r) for r in rows]
-
-
-def metric_rows(rows: Iterable[Mapping[str, object]]) -> list[MetricRow]:
-    return [cast(MetricRow, r) for r in rows]
-
-
-def change_rows(rows: Iterable[Mapping[str, object]]) -> list[ChangeRow]:
-    return [cast(ChangeRow, r) for r in rows]
 
 
 def host_state(store: Store, host: str, run_id: int) -> dict[str, Any]:

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING, Iterable, Literal
 
-from eaglebot.config import RegressionConfig
 from eaglebot.history.attribution import Change, attribution_sentence
+from eaglebot.history.incidents import Closing, IncidentDecision, NewIncident
 from eaglebot.sdk import Metric, Regression
 from eaglebot.store.rows import IncidentRow
 
 if TYPE_CHECKING:
+    from eaglebot.config import RegressionConfig
     from eaglebot.history.changepoint import Shift
 
 MAD_SCALE = 1.4826        # MAD -> sigma for normally distributed noise
@@ -217,40 +218,6 @@ def drift(metric: str, p: ShiftPoint, changes: list[Change]) -> Drift:
             f"{p.how}, beginning at run #{p.cp_run} (confidence {100 * sh.confidence:.2f}%, E-divisive + t-test); "
             f"at run #{p.cp_run} vs #{p.prev_run}: {attribution_sentence(changes)}")
     return Drift(p, text)
-
-
-@dataclass(frozen=True)
-class NewIncident:
-    """An incident to open: later runs are compared with the reference from before `ref_before_run`."""
-
-    playbook: str
-    host: str
-    metric: str
-    run_id: int
-    ref_before_run: int
-    reference: float | None
-    unit: str
-    better: str
-
-
-@dataclass(frozen=True)
-class Closing:
-    """An open incident to close, audited with its kind (recovered | ack | baseline), who and why."""
-
-    incident_id: int
-    kind: str
-    by: str
-    reason: str
-    run_id: int | None
-
-
-@dataclass(frozen=True)
-class IncidentDecision:
-    """At most one of: open a new incident, flag this run under the open one, close it."""
-
-    open: NewIncident | None = None
-    flag: int | None = None          # the open incident's id
-    close: Closing | None = None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, TypedDict
 
 from eaglebot.history.incidents import describe
-from eaglebot.history.loader import incident_rows
+from eaglebot.history.rows import incident_rows
 from eaglebot.store import Store, parse_iso
 from eaglebot.store.rows import IncidentRow
 

@@ -19,8 +19,8 @@ from slack_harness import (CHANNEL, PLAYBOOKS, SECRET, TOKEN, action_body, comma
 from sshd import free_port
 
 from eaglebot.config import AccessConfig
-from eaglebot.frontends.chat.router import (Command, authorize, authorize_approval, command_class,
-                                           parse)
+from eaglebot.frontends.chat.access import authorize, authorize_approval, command_class
+from eaglebot.frontends.chat.grammar import Command, parse
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.sim import install_sim_bin
 

@@ -78,6 +78,24 @@ async def test_slack_without_access_section_refuses_a_run_names_the_key_and_audi
         await h.close()
 
 
+async def test_a_slash_command_is_authorized_once_before_its_ack(tmp_path, fake, monkeypatch):
+    """The Slack listener admits the command (its refusal is the ack's text); the router then
+    executes what was admitted without checking again."""
+    from eaglebot.frontends.chat import router
+
+    checked = []
+    real = router.authorize
+    monkeypatch.setattr(router, "authorize", lambda *a, **kw: checked.append(a[1].name) or real(*a, **kw))
+    h = await open_harness(tmp_path, fake)
+    try:
+        status, ack = await h.command("status", user="UALICE")
+        assert status == 200 and ack == {}
+        await fake.wait_for(lambda: h.responses())
+        assert checked == ["status"]
+    finally:
+        await h.close()
+
+
 def test_doctor_warns_when_access_is_not_configured(tmp_path):
     (tmp_path / "eagle.yaml").write_text(yaml.safe_dump({"audit_db": "eagle.db"}))
     res = eagle("doctor", config=tmp_path / "eagle.yaml")

@@ -29,7 +29,7 @@ class _NoFrontend:
 
 @dataclass
 class Caller:
-    """`check_access` is False only for the CLI, whose user already holds the config and the DB."""
+    """`check_access` is False for `eagle chat` and `eagle console`: CLI runs are not subject to `access`."""
     user: str
     channel: str | None = None
     origin: str = "slack"

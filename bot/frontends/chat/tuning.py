@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Protocol
 
-from eaglebot.engine.runner import RunRequest
+from eaglebot.engine.runner import Approver, Observer, RunRequest
+from eaglebot.frontends.chat.caller import Caller
 from eaglebot.frontends.chat.reply import Note, Reply, SweepDone, listing
 from eaglebot.frontends.services import Services
 
@@ -21,24 +22,8 @@ class Command(Protocol):
     def args(self) -> tuple[str, ...]: ...
 
 
-class Caller(Protocol):
-    """What the router's Caller gives these handlers (this module cannot import the router)."""
-
-    @property
-    def user(self) -> str: ...
-
-    @property
-    def origin(self) -> str: ...
-
-    @property
-    def channel(self) -> str | None: ...
-
-    @property
-    def frontend(self) -> Any: ...
-
 WORDS = ("diff", "bisect", "sweep", "ack")
 VIEW = {"diff"}
-OPERATE = {"bisect", "sweep", "ack"}
 _ID = re.compile(r"^#?\d{1,12}$")
 _HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -145,7 +130,7 @@ async def _sweep(services: Services, cmd: Command, caller: Caller) -> Reply:
     return Reply(text, SweepDone(text, sid, best), public=True, file=png)
 
 
-def _progress(caller: Caller, playbook: str, host: str) -> tuple[Any, Any]:
+def _progress(caller: Caller, playbook: str, host: str) -> tuple[Observer | None, Approver | None]:
     """The front end's progress view and approver, asked once for the whole bisect/sweep."""
     req = RunRequest(playbook, [host], {}, actor=caller.user, origin=caller.origin, channel=caller.channel)
     observer = caller.frontend.observer(req)

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from helpers import eagle
+from sched_helpers import fire_now
 from slack_harness import open_harness
 
 from eaglebot.frontends.scheduler import build_scheduler
@@ -98,7 +99,7 @@ async def test_pause_and_resume_from_slack_are_for_operators_persisted_shown_aud
         sched = build_scheduler(h.services)
         sched.start()
         try:
-            sched.fire_now("nightly-bench")
+            fire_now(sched, "nightly-bench")
             name, run_id = await asyncio.wait_for(sched.finished.get(), 30)
         finally:
             sched.shutdown()

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 from history_seed import seed_run
+from sched_helpers import fire_now, scheduled
 
 from eaglebot.frontends.cli.main import main
 from eaglebot.config import ScheduleConfig
 from eaglebot.errors import UsageError
 from eaglebot.engine.runner import Observer
-from eaglebot.frontends.scheduler import build_scheduler, fires_between, schedule_rows, trigger_for
+from eaglebot.frontends.cron import fires_between, trigger_for
+from eaglebot.frontends.scheduler import build_scheduler, schedule_rows
 from eaglebot.frontends.plot import plot_trend
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -74,7 +76,7 @@ async def test_scheduler_fires_a_shell_playbook_through_the_engine(services, pbd
     sched.start()
     try:
         await asyncio.sleep(0)
-        sched.fire_now("nightly-bench")
+        fire_now(sched, "nightly-bench")
         name, run_id = await asyncio.wait_for(sched.finished.get(), 30)
     finally:
         sched.shutdown()
@@ -138,7 +140,7 @@ async def test_unknown_playbook_is_posted_at_start_and_never_scheduled(services,
             if hooks.posts:
                 break
             await asyncio.sleep(0.02)
-        assert sched.jobs() == []
+        assert scheduled(sched) == []
     finally:
         sched.shutdown()
     assert any("unknown playbook 'nope'" in t and "eagle.yaml:" in t and "not scheduled" in t for _, t in hooks.posts)
@@ -226,7 +228,7 @@ def test_trend_plot_writes_a_png_and_refuses_without_data(tmp_path, capsys):
 
 
 def test_crontab_day_of_week_numbers_mean_what_cron_means():
-    from eaglebot.frontends.scheduler import crontab_dow
+    from eaglebot.frontends.cron import crontab_dow
 
     assert crontab_dow("*") == "*"
     assert crontab_dow("mon-fri") == "mon-fri"

@@ -97,9 +97,19 @@ def test_the_readme_is_a_manual_not_a_reference():
     assert first and first.group(1).split("\n")[:2] == ["scripts/demo.sh", "scripts/test.sh"]
 
 
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub makes of a page's headings: lower case, punctuation dropped, spaces
+    as hyphens."""
+    heads = re.findall(r"^#{1,6} (.+)$", re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+
 @pytest.mark.parametrize("page", [ROOT / "README.md", *sorted(DOCS.glob("*.md"))], ids=lambda p: p.name)
 def test_every_local_link_leads_somewhere(page):
-    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)]*))?\)", page.read_text()):
         if "://" in target or target.startswith("mailto:"):
             continue
-        assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
+        dest = page.parent / target if target else page
+        assert dest.exists(), f"{page.name} links to {target}, which does not exist"
+        if anchor and dest.suffix == ".md":
+            assert anchor in _anchors(dest), f"{page.name} links to {target}#{anchor}: no such heading"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from history_seed import seed_run
-from sched_helpers import fire_now, scheduled
+from sched_helpers import finished_jobs, fire_now, scheduled
 
 from eaglebot.frontends.cli.main import main
 from eaglebot.config import ScheduleConfig
@@ -73,11 +73,12 @@ async def test_scheduler_fires_a_shell_playbook_through_the_engine(services, pbd
     hooks = RecordingHooks()
     hooks.store = svc.store
     sched = build_scheduler(svc, hooks)
+    finished = finished_jobs(sched)
     sched.start()
     try:
         await asyncio.sleep(0)
         fire_now(sched, "nightly-bench")
-        name, run_id = await asyncio.wait_for(sched.finished.get(), 30)
+        name, run_id = await asyncio.wait_for(finished.get(), 30)
     finally:
         sched.shutdown()
     assert name == "nightly-bench" and run_id is not None
@@ -248,9 +249,10 @@ async def test_latest_missed_fire_within_grace_is_run_at_start(services, pbdir):
     hooks = RecordingHooks()
     hooks.store = svc.store
     sched = build_scheduler(svc, hooks)
+    finished = finished_jobs(sched)
     sched.start()  # checks misfires in a task, then APScheduler runs the job
     try:
-        name, run_id = await asyncio.wait_for(sched.finished.get(), 30)
+        name, run_id = await asyncio.wait_for(finished.get(), 30)
     finally:
         sched.shutdown()
     assert run_id is not None and run_id > before

@@ -176,8 +176,6 @@ class Scheduler:
         self._triggers = {name: trigger_for(cfg) for name, cfg in self._cfgs.items()}
         self._sched: AsyncIOScheduler | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        # (schedule name, run id or None) after every job: tests and `eagle serve` logs.
-        self.finished: asyncio.Queue[tuple[str, int | None]] | None = None
 
     @property
     def store(self) -> AsyncStore:
@@ -188,7 +186,6 @@ class Scheduler:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self.finished = asyncio.Queue()
         self._sched = AsyncIOScheduler(event_loop=loop, timezone=timezone.utc)
         invalid = set()
         for problem in check_schedules(self.settings, self.services.registry):
@@ -311,23 +308,22 @@ class Scheduler:
         return text
 
     # -- the job ----------------------------------------------------------------------------
-    async def _job(self, name: str) -> None:
+    async def _job(self, name: str) -> int | None:
+        """One fire of a schedule: the run's id, or None when it did not run (a paused
+        schedule, a busy host, a crash, which it reports and survives)."""
         cfg = self._cfgs[name]
-        run_id: int | None = None
         try:
             if (await self.store.schedule_states()).get(name, {}).get("paused"):
                 await self.store.record_fire(name, now_iso(), "paused")
                 log.info("schedule %s is paused: not run", name)
-                return
-            run_id = await self.run_schedule(cfg)
+                return None
+            return await self.run_schedule(cfg)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # never let one job take the scheduler down
             log.exception("schedule %s crashed", name)
             await self._post(self._channel(cfg), f":x: scheduled run {name} ({_describe(cfg)}) crashed: {e}")
-        finally:
-            if self.finished is not None:
-                self.finished.put_nowait((name, run_id))
+            return None
 
     async def run_schedule(self, cfg: ScheduleConfig) -> int | None:
         """One scheduled run, start to report. Returns its run id (None if it never started)."""

@@ -14,9 +14,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, ParamSpec, TypeVar
 
-from eaglebot.store.db import Row, Store
+from eaglebot.store.db import Store
 from eaglebot.store.sealing import AuditKey
-from eaglebot.store.failures import store_error
+from eaglebot.store.base import store_error
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -218,3 +218,50 @@ class RemoteProcRow(TypedDict):
     note: str | None
     created_at: str | None
     cleaned_at: str | None
+
+
+# -- query results that are not one table's row ---------------------------------------------
+
+class StaleApprovalRow(ApprovalRow):
+    """An approval joined with its run (`stale_approvals`): where to resolve its message."""
+    run_status: str
+    run_channel: str | None
+    run_thread_ts: str | None
+    playbook: str
+
+
+class MetricPoint(TypedDict):
+    """One value of a metric in a run (`metric_history`), with the run's start time."""
+    run_id: int
+    value: float
+    unit: str | None
+    better: str | None
+    started_at: str | None
+
+
+class HostStepRow(TypedDict):
+    """A finished step that says something about a host's state (`host_steps`)."""
+    run_id: int
+    skill: str
+    status: str
+    params: str | None               # JSON text, as written
+    data: str | None                 # JSON text, as written
+
+
+class FingerprintState(TypedDict):
+    """A host's part of the newest run fingerprint that describes it (`last_fingerprinted_run`)."""
+    run_id: int
+    state: dict[str, Any]
+
+
+class BaselineSet(TypedDict):
+    """What `set_baseline` recorded: the run, its playbook and the hosts it is baseline of."""
+    playbook: str
+    hosts: list[str]
+    run_id: int
+
+
+class AuditHead(TypedDict):
+    """The newest sealed link of the audit chain (None, None for an empty chain)."""
+    seq: int | None
+    hash: str | None

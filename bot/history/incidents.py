@@ -6,12 +6,12 @@ list them, describe them, and close them by hand (always audited with who and wh
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from eaglebot.errors import UsageError
 
 
-def describe(inc: dict[str, Any]) -> str:
+def describe(inc: Mapping[str, Any]) -> str:
     """One line: `incident #3 output_throughput on gpu-01 (bench): open since run #41, last flagged #45`."""
     ref = inc.get("reference")
     ref_txt = f", reference {ref:.4g}{(' ' + inc['unit']) if inc.get('unit') else ''}" if ref is not None else ""

@@ -2,7 +2,7 @@
 events (notes on a run, refused requests): what people asked and decided."""
 from __future__ import annotations
 
-from eaglebot.store.base import StoreBase, first, now_iso, rows, to_json
+from eaglebot.store.base import StoreBase, first, insert, now_iso, rows, to_json
 from eaglebot.store.rows import ApprovalRow, EventRow, StaleApprovalRow
 
 
@@ -13,9 +13,9 @@ class ApprovalsMixin(StoreBase):
                            details: list[str]) -> int:
         """A pending approval for one step on one host; its id."""
         with self._tx():
-            return int(self.db.table("approvals").insert({
+            return insert(self.db, "approvals", {
                 "run_id": run_id, "step_idx": step_idx, "host": host, "step": step, "action": action,
-                "details": to_json(details), "status": "pending", "requested_at": now_iso()}).last_pk)
+                "details": to_json(details), "status": "pending", "requested_at": now_iso()})
 
     def approval_decided(self, approval_id: int, status: str, decided_by: str) -> bool:
         """Record a decision once; a second decision on the same request is refused."""
@@ -51,14 +51,14 @@ class ApprovalsMixin(StoreBase):
     def add_event(self, run_id: int | None, kind: str, message: str) -> None:
         """A note on a run (or on the bot, run_id None)."""
         with self._tx():
-            self.db.table("events").insert({"run_id": run_id, "at": now_iso(), "kind": kind, "message": message})
+            insert(self.db, "events", {"run_id": run_id, "at": now_iso(), "kind": kind, "message": message})
 
     def add_rejection(self, kind: str, actor: str, text: str, reason: str, run_id: int | None = None) -> None:
         """A refused request (kind `rejected` or `access_denied`): an event, never a run row."""
         with self._tx():
-            self.db.table("events").insert({"run_id": run_id, "at": now_iso(), "kind": kind,
-                                            "message": f"{actor}: {text}: {reason}", "actor": actor,
-                                            "text": text, "reason": reason})
+            insert(self.db, "events", {"run_id": run_id, "at": now_iso(), "kind": kind,
+                                       "message": f"{actor}: {text}: {reason}", "actor": actor,
+                                       "text": text, "reason": reason})
 
     def events(self, kind: str | None = None, limit: int = 100) -> list[EventRow]:
         """Events newest first (of one kind, if given)."""

@@ -38,6 +38,7 @@ from eaglebot.store import chain
 from eaglebot.store.sealing import Sealer
 
 R = TypeVar("R")
+Database = sqlite_utils.Database
 
 _REASONS = [
     ("disk is full", "the disk is full; free space and run `eagle doctor`"),
@@ -110,12 +111,19 @@ def to_json(v: Any) -> str:
     return json.dumps(v, default=str, sort_keys=True)
 
 
-def rows(db: sqlite_utils.Database, row_type: type[R], sql: str, args: Any = ()) -> list[R]:
+def insert(db: Database, table: str, record: dict[str, Any]) -> int:
+    """One row written with sqlite-utils (a savepoint inside the caller's transaction); its id."""
+    pk = db.table(table).insert(record).last_rowid
+    assert pk is not None  # an INSERT into a rowid table always sets it
+    return int(pk)
+
+
+def rows(db: Database, row_type: type[R], sql: str, args: Any = ()) -> list[R]:
     """A query's rows as the TypedDict `row_type` (the columns are the schema's, see rows.py)."""
     return cast("list[R]", list(db.query(sql, args)))
 
 
-def first(db: sqlite_utils.Database, row_type: type[R], sql: str, args: Any = ()) -> R | None:
+def first(db: Database, row_type: type[R], sql: str, args: Any = ()) -> R | None:
     """A query's first row as `row_type`, or None."""
     found = rows(db, row_type, sql, args)
     return found[0] if found else None

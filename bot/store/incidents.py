@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eaglebot.store.base import StoreBase, first, now_iso, rows
+from eaglebot.store.base import StoreBase, first, insert, now_iso, rows
 from eaglebot.store.rows import BaselineRow, BaselineSet, IncidentRow
 from eaglebot.store.runs import get_run
 
@@ -17,12 +17,12 @@ class IncidentsMixin(StoreBase):
                       reference: float | None, unit: str, better: str) -> int:
         """A new open incident, flagged by `run_id`; its id."""
         with self._tx():
-            iid = self.db.table("incidents").insert({
+            iid = insert(self.db, "incidents", {
                 "playbook": playbook, "host": host, "metric": metric, "status": "open", "opened_run": run_id,
                 "ref_before_run": ref_before_run, "reference": reference, "unit": unit, "better": better,
-                "opened_at": now_iso(), "last_run": run_id}).last_pk
+                "opened_at": now_iso(), "last_run": run_id})
             self.db.execute("insert or ignore into incident_runs (incident_id, run_id) values (?, ?)", [iid, run_id])
-            return int(iid)
+            return iid
 
     def incident_flagged(self, incident_id: int, run_id: int) -> None:
         """Another run flagged the same open incident."""

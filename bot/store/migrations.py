@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from eaglebot.store import chain
-from eaglebot.store.base import StoreBase, sqlite_utils
-
-Database = sqlite_utils.Database
+from eaglebot.store.base import Database, StoreBase
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import os
 import socket
 from typing import Any, cast
 
-from eaglebot.store.base import MY_START, StoreBase, now_iso, rowid, rows, sqlite_utils, to_json
+from eaglebot.store.base import MY_START, Database, StoreBase, now_iso, rowid, rows, to_json
 from eaglebot.store.rows import RunRow
 
 _JSON_COLUMNS = ("hosts", "inputs", "vars", "fingerprint")
@@ -27,7 +27,7 @@ def decode_run(row: dict[str, Any]) -> RunRow:
     return cast(RunRow, out)
 
 
-def insert_run(db: sqlite_utils.Database, *, playbook: str, hosts: list[str], inputs: dict[str, Any],
+def insert_run(db: Database, *, playbook: str, hosts: list[str], inputs: dict[str, Any],
                variables: dict[str, Any], actor: str, origin: str, dry_run: bool = False,
                rerun_of: int | None = None, schedule: str | None = None, channel: str | None = None,
                thread_ts: str | None = None, source: str | None = None, status: str = "running") -> int:
@@ -45,7 +45,7 @@ def insert_run(db: sqlite_utils.Database, *, playbook: str, hosts: list[str], in
     return run_id
 
 
-def get_run(db: sqlite_utils.Database, run_id: int) -> RunRow | None:
+def get_run(db: Database, run_id: int) -> RunRow | None:
     """One run by id, decoded, or None."""
     found = list(db.table("runs").rows_where("id = ?", [run_id]))
     return decode_run(found[0]) if found else None

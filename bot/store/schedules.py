@@ -2,7 +2,7 @@
 restart are found, and the paused state set from Slack."""
 from __future__ import annotations
 
-from eaglebot.store.base import StoreBase, first, now_iso, rows
+from eaglebot.store.base import StoreBase, first, insert, now_iso, rows
 from eaglebot.store.rows import ScheduleFireRow, ScheduleStateRow
 
 
@@ -12,9 +12,8 @@ class SchedulesMixin(StoreBase):
     def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:
         """A schedule fired (or was skipped) for `fire_time`; the fire's id."""
         with self._tx():
-            return int(self.db.table("schedule_fires").insert({
-                "schedule": schedule, "fire_time": fire_time, "run_id": run_id, "status": status,
-                "recorded_at": now_iso()}).last_pk)
+            return insert(self.db, "schedule_fires", {"schedule": schedule, "fire_time": fire_time, "run_id": run_id,
+                                                      "status": status, "recorded_at": now_iso()})
 
     def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
         """A fire's outcome (and the run it started, when known)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from eaglebot.store.base import StoreBase, first, now_iso, rowid, rows, to_json
+from eaglebot.store.base import StoreBase, first, insert, now_iso, rowid, rows, to_json
 from eaglebot.store.rows import ChangeRow, MetricRow, RegressionRow, StepRow, WarningRow
 
 FREE_PAGES_KEPT = 64  # free pages (of 4 KiB) a DB keeps for reuse before giving them back
@@ -107,7 +107,7 @@ class StepsMixin(StoreBase):
     def add_warning(self, run_id: int, host: str, message: str) -> None:
         """A warning of the run on a host, not tied to one step."""
         with self._tx():
-            self.db.table("warnings").insert({"run_id": run_id, "step_id": None, "host": host, "message": message})
+            insert(self.db, "warnings", {"run_id": run_id, "step_id": None, "host": host, "message": message})
 
     def steps(self, run_id: int) -> list[StepRow]:
         """A run's steps in the order they started."""

@@ -25,6 +25,7 @@ from eaglebot.frontends.cli.common import whoami as _whoami
 if TYPE_CHECKING:
     from eaglebot.config import Settings
     from eaglebot.store import Store
+    from eaglebot.store.rows import RunRow
 
 
 def _err(msg: str) -> None:
@@ -69,7 +70,7 @@ def _store_only(args: argparse.Namespace) -> Store:
     return Store(db, key_file=key) if db is not None and known else _open_store(_settings(args))
 
 
-def _known_run(store: Store, run_id: int) -> dict[str, Any]:
+def _known_run(store: Store, run_id: int) -> RunRow:
     run = store.get_run(run_id)
     if run is None:
         raise UsageError(f"no run #{run_id}")

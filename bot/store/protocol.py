@@ -27,7 +27,7 @@ from eaglebot.store.sealing import AuditKey
 class StoreProtocol(Protocol):
     """The audit store, synchronous: each call is one transaction (writes) or one read."""
 
-    # -- identity ----------------------------------------------------------------------------------
+    # -- identity --------------------------------------------------------------------------------
     @property
     def db_id(self) -> str:
         """A random id of this audit DB: in the tag of every process a step starts
@@ -43,7 +43,7 @@ class StoreProtocol(Protocol):
         ...
 
 
-    # -- runs --------------------------------------------------------------------------------------
+    # -- runs ------------------------------------------------------------------------------------
     def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any], variables: dict[str, Any],
                    actor: str, origin: str, dry_run: bool = False, rerun_of: int | None = None,
                    schedule: str | None = None, channel: str | None = None,
@@ -99,7 +99,7 @@ class StoreProtocol(Protocol):
         ...
 
 
-    # -- steps and what they leave: metrics, changes, warnings, regressions ------------------------
+    # -- steps and what they leave: metrics, changes, warnings, regressions ----------------------
     def step_started(self, run_id: int, idx: int, host: str, name: str, skill: str,
                      params: dict[str, Any], section: str = "steps") -> int:
         """A step begins on a host (status running, attempt 1); its id."""
@@ -161,7 +161,7 @@ class StoreProtocol(Protocol):
         ...
 
 
-    # -- metrics and history across runs -----------------------------------------------------------
+    # -- metrics and history across runs ---------------------------------------------------------
     def metric_history(self, playbook: str, host: str, metric: str, *, before_run: int | None = None,
                        since_run: int | None = None, limit: int = 10,
                        exclude_incident_runs: bool = False) -> list[MetricPoint]:
@@ -217,7 +217,7 @@ class StoreProtocol(Protocol):
         ...
 
 
-    # -- incidents and baselines -------------------------------------------------------------------
+    # -- incidents and baselines -----------------------------------------------------------------
     def open_incident(self, *, playbook: str, host: str, metric: str, run_id: int, ref_before_run: int,
                       reference: float | None, unit: str, better: str) -> int:
         """A new open incident, flagged by `run_id`; its id."""
@@ -254,7 +254,7 @@ class StoreProtocol(Protocol):
         ...
 
 
-    # -- approvals and events ----------------------------------------------------------------------
+    # -- approvals and events --------------------------------------------------------------------
     def approval_requested(self, run_id: int, step_idx: int, host: str, step: str, action: str,
                            details: list[str]) -> int:
         """A pending approval for one step on one host; its id."""
@@ -294,7 +294,7 @@ class StoreProtocol(Protocol):
         ...
 
 
-    # -- host locks, remote processes, recovery ----------------------------------------------------
+    # -- host locks, remote processes, recovery --------------------------------------------------
     def recover(self) -> list[int]:
         """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
         ...
@@ -337,7 +337,7 @@ class StoreProtocol(Protocol):
         ...
 
 
-    # -- sweeps and bisections ---------------------------------------------------------------------
+    # -- sweeps and bisections -------------------------------------------------------------------
     def create_sweep(self, *, kind: str, playbook: str, host: str, spec: dict[str, Any], actor: str,
                      origin: str, points: list[tuple[dict[str, Any], str, str]]) -> int:
         """A sweep and its points: (inputs, status 'pending' or 'skipped', reason)."""
@@ -365,7 +365,7 @@ class StoreProtocol(Protocol):
         ...
 
 
-    # -- schedules ---------------------------------------------------------------------------------
+    # -- schedules -------------------------------------------------------------------------------
     def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:
         """A schedule fired (or was skipped) for `fire_time`; the fire's id."""
         ...
@@ -387,7 +387,7 @@ class StoreProtocol(Protocol):
         ...
 
 
-    # -- audit checks, backup, retention -----------------------------------------------------------
+    # -- audit checks, backup, retention ---------------------------------------------------------
     def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,
         seals. With `key` (a verification or sealing key) every seal it can derive is checked."""

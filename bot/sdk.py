@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Literal, Mapping, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -181,7 +181,7 @@ class Approver(Protocol):
 class AuditView(Protocol):
     """The slice of the audit store a skill may read."""
 
-    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> dict[str, Any] | None: ...
+    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> Mapping[str, Any] | None: ...
 
     async def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
         """Registered data of the newest step of `skill` on host that recorded `key`."""

@@ -24,6 +24,10 @@ _.hostname, _.proc_start, _.started_at, _.finished_at, _.created_at, _.requested
 _.acquired_at, _.set_at, _.recorded_at, _.changed_at, _.opened_run, _.opened_at, _.closed_run
 _.closed_at, _.closed_kind, _.closed_by, _.cleaned_at
 _.multi_host, _.checked, _.rows_checked
+_.run_status, _.run_channel, _.run_thread_ts, _.hash
+
+# A function only mypy reads: it proves Store and AsyncStore satisfy their protocols (store/aio.py).
+_._faces
 
 # Part of an lru_cache key (chat/router.py `_load_cached`): a changed file misses the cache.
 _.mtime_ns
@@ -66,6 +70,3 @@ _.total_requests         # sim/sglang_pkg/sglang/launch_server.py (assigned, nev
 _.selected               # skills/lib/gpu.py (Snapshot.selected, never read)
 _.is_store_failure       # store/failures.py
 _.first_broken           # store/verify.py (the property; --json builds the key itself)
-_.RunRow, _.StepRow, _.MetricRow, _.ChangeRow, _.WarningRow, _.RegressionRow, _.EventRow  # store/rows.py
-_.ApprovalRow, _.LockRow, _.BaselineRow, _.ScheduleFireRow, _.ScheduleStateRow, _.IncidentRow  # store/rows.py
-_.SweepRow, _.SweepPointRow, _.RemoteProcRow  # store/rows.py

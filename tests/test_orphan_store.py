@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from eaglebot.store import Store
 from eaglebot.store.db import SCHEMA_VERSION
+from eaglebot.store.migrations import MIGRATIONS
 
 
 def test_migration_v6_from_a_v2_database_is_idempotent(tmp_path):
@@ -19,7 +20,9 @@ def test_migration_v6_from_a_v2_database_is_idempotent(tmp_path):
     assert "reason" in s.db.table("locks").columns_dict and s.db["remote_procs"].exists()
     assert s.db_id != db_id and len(s.db_id) == 12
     again = s.db_id
-    s._migrate_v6(6)  # once more: nothing changes
+    (v6,) = [m for m in MIGRATIONS if m.name == "0006_remote_procs"]
+    with s._tx():
+        v6.fn(s.db, 6)  # once more: nothing changes
     s.close()
     s = Store(tmp_path / "a.db")
     assert s.db_id == again

@@ -15,7 +15,14 @@ import gen_store_aio  # noqa: E402
 
 def test_async_face_is_the_generated_copy_of_the_sync_face():
     text = Path(inspect.getfile(AsyncStore)).read_text()
-    assert gen_store_aio.generated() in text, "run scripts/gen_store_aio.py after changing Store"
+    assert gen_store_aio.generated() in text, "run scripts/gen_store_aio.py after changing StoreProtocol"
+    protocol = Path(inspect.getfile(AsyncStore)).with_name("protocol_async.py").read_text()
+    assert protocol == gen_store_aio.protocol_source(), "run scripts/gen_store_aio.py after changing StoreProtocol"
+
+
+def test_the_contract_lists_every_public_method_of_the_sync_store():
+    public = {n for n in dir(Store) if not n.startswith("_") and callable(getattr(Store, n))}
+    assert public == set(gen_store_aio.public_methods()) | gen_store_aio.SKIP
 
 
 def test_every_store_method_has_an_async_twin_with_the_same_signature():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeVar
 
 from eaglebot.history.incidents import describe
 if TYPE_CHECKING:
@@ -63,7 +63,10 @@ def metric_text(name: str, value: float | None, unit: str = "") -> str:
 METRIC_ALIASES = {"avg_spec_accept_length": "accept_length"}
 
 
-def display_metrics(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+M = TypeVar("M", bound=Mapping[str, Any])
+
+
+def display_metrics(metrics: Sequence[M]) -> list[M]:
     """Each metric once per host (aliases and repeats dropped), in the order recorded."""
     have = {(m["host"], m["name"]) for m in metrics}
     seen: set[tuple[str, str]] = set()
@@ -86,7 +89,7 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def key_metric_text(metric: dict[str, Any] | None) -> str:
+def key_metric_text(metric: Mapping[str, Any] | None) -> str:
     """`name=value unit` of a run's key metric (`eaglebot.history.view.key_metric`), or ''."""
     if metric is None:
         return ""
@@ -140,13 +143,13 @@ def show_text(view: RunView) -> str:
         out += ["", "open regression incidents:"] + [f"  {describe(i)}" for i in view.incidents]
     if view.regressions:
         out += ["", "regressions and improvements:"] + [
-            f"  {r['kind'].upper()} {r['host']}: {r['metric']} {fmt_value(r['value'])} vs "
+            f"  {(r['kind'] or 'regression').upper()} {r['host']}: {r['metric']} {fmt_value(r['value'])} vs "
             f"{fmt_value(r['reference'])} ({r['delta_pct']:+.1f}%): {r['reason']}" for r in view.regressions]
     if view.changes:
         out += ["", "file changes:"]
         for c in view.changes:
             out.append(f"  {c['host']}: {c['path']} (backup {c['backup_path'] or '-'})")
-            if c.get("diff"):
+            if c["diff"]:
                 out += ["    " + line for line in c["diff"].rstrip("\n").splitlines()]
     return "\n".join(out)
 

@@ -21,7 +21,8 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Coroutine, Protocol
+from typing import Any, Coroutine, Mapping, Protocol, overload
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -66,7 +67,7 @@ def schedule_rows(settings: Settings, store_sync: Store, now: datetime | None = 
     for cfg in settings.schedules:
         trig = trigger_for(cfg)
         last = store_sync.last_schedule_run(cfg.name)
-        state = states.get(cfg.name) or {}
+        state: Mapping[str, Any] = states.get(cfg.name) or {}
         rows.append({
             "name": cfg.name, "playbook": cfg.playbook, "hosts": list(cfg.hosts), "cron": cfg.cron,
             "timezone": cfg.timezone, "next_fire": iso_utc(next_fire(trig, now)),
@@ -313,7 +314,7 @@ class Scheduler:
         schedule, a busy host, a crash, which it reports and survives)."""
         cfg = self._cfgs[name]
         try:
-            if (await self.store.schedule_states()).get(name, {}).get("paused"):
+            if (state := (await self.store.schedule_states()).get(name)) and state["paused"]:
                 await self.store.record_fire(name, now_iso(), "paused")
                 log.info("schedule %s is paused: not run", name)
                 return None

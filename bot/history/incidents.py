@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eaglebot.errors import UsageError
-from eaglebot.history.rows import incident_rows
 from eaglebot.store import Store
 from eaglebot.store.rows import IncidentRow, RunRow
 
@@ -63,7 +62,7 @@ def describe(inc: IncidentRow) -> str:
 
 
 def open_lines(store: Store, *, playbook: str | None = None, host: str | None = None) -> list[str]:
-    return [describe(i) for i in incident_rows(store.incidents(playbook=playbook, host=host, status="open"))]
+    return [describe(i) for i in store.incidents(playbook=playbook, host=host, status="open")]
 
 
 def open_text(store: Store, *, playbook: str | None = None, host: str | None = None) -> str:

@@ -1,7 +1,7 @@
 """The rows history judges by, read from the store (sync: it runs on the store thread).
 
 Every read the judgement needs is here, and only reads: `recorder` writes. Rows come back
-typed as their audit table's TypedDict (`history.rows`), so the pure code after is typed.
+typed as their audit table's TypedDict (`store.rows`), so the pure code after is typed.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from eaglebot.history.diff import DiffRows, pick_hosts
 from eaglebot.history.fingerprint import apply_steps, empty_state
 from eaglebot.history.regress import (CP_WINDOW, Drift, Subject, Window, drift, window_limit, window_since,
                                       window_what, worse_shift_point)
-from eaglebot.history.rows import change_rows, incident_rows, metric_rows, run_row
 from eaglebot.store import Store
 
 
@@ -26,7 +25,7 @@ def host_state(store: Store, host: str, run_id: int) -> dict[str, Any]:
         return recorded
     after = base["run_id"] if base else 0
     state = base["state"] if base else empty_state()
-    changes = change_rows(store.host_changes(host, after, run_id))
+    changes = store.host_changes(host, after, run_id)
     return apply_steps(state, store.host_steps(host, after, run_id), changes)
 
 
@@ -43,7 +42,7 @@ def reference(store: Store, s: Subject, cfg: RegressionConfig, since: int | None
     if inc is not None:
         rows = store.metric_history(s.playbook, s.host, name, before_run=inc["ref_before_run"], since_run=since,
                                     limit=cfg.window, exclude_incident_runs=True)
-        incident = incident_rows([inc])[0]
+        incident = inc
         return Window([r["value"] for r in rows], window_what(len(rows), since, None, incident), incident)
     rows = store.metric_history(s.playbook, s.host, name, before_run=s.run_id, since_run=since,
                                 limit=window_limit(since, cfg), exclude_incident_runs=True)
@@ -71,11 +70,11 @@ def attribution(store: Store, playbook: str, host: str, run_id: int, now: dict[s
         return attribution_text(None, [], host)
     gid = int(good["id"])
     return since_good_run(host, run_id, gid, host_state(store, host, gid), now,
-                          change_rows(store.host_changes(host, gid, run_id)), store.host_steps(host, gid, run_id))
+                          store.host_changes(host, gid, run_id), store.host_steps(host, gid, run_id))
 
 
 def diff_rows(store: Store, a_id: int, b_id: int) -> DiffRows:
     """What `eagle diff A B` compares (`diff.compare`); UsageError when a run is missing."""
-    ra, ha, rb, hb = pick_hosts(a_id, run_row(store.get_run(a_id)), b_id, run_row(store.get_run(b_id)))
+    ra, ha, rb, hb = pick_hosts(a_id, store.get_run(a_id), b_id, store.get_run(b_id))
     return DiffRows(ra, rb, ha, hb, host_state(store, ha, a_id), host_state(store, hb, b_id),
-                    metric_rows(store.metrics(a_id)), metric_rows(store.metrics(b_id)))
+                    store.metrics(a_id), store.metrics(b_id))

@@ -15,7 +15,6 @@ from eaglebot.history.fingerprint import empty_state
 from eaglebot.history.incidents import (Closing, IncidentDecision, baseline_closes, baseline_text, check_baseline,
                                         decide_ack)
 from eaglebot.history.regress import Subject, decide, judge_window, needs_attribution, wants_attribution
-from eaglebot.history.rows import incident_rows, run_row
 from eaglebot.sdk import Metric, Regression
 from eaglebot.store import Store
 from eaglebot.store.rows import IncidentRow
@@ -92,10 +91,10 @@ def set_baseline(store: Store, run_id: int, actor: str) -> str:
     """Mark a run as the baseline of its playbook on each of its hosts (CLI and Slack); it
     closes their open incidents. Returns the sentence to show; UsageError when the run
     cannot be a baseline."""
-    check_baseline(run_id, run_row(store.get_run(run_id)))
+    check_baseline(run_id, store.get_run(run_id))
     res = store.set_baseline(run_id, actor)
     for h in res["hosts"]:
-        opened = incident_rows(store.incidents(playbook=res["playbook"], host=h, status="open"))
+        opened = store.incidents(playbook=res["playbook"], host=h, status="open")
         for c in baseline_closes(run_id, actor, opened):
             close(store, c)
     return baseline_text(run_id, res["playbook"], res["hosts"], len(store.metrics(run_id)))
@@ -104,14 +103,14 @@ def set_baseline(store: Store, run_id: int, actor: str) -> str:
 def ack(store: Store, run_id: int, metric: str, reason: str, actor: str) -> str:
     """Acknowledge the open incident of `metric` run #run_id belongs to (`incidents.decide_ack`):
     close it and audit who and why. Returns the sentence to show."""
-    run = run_row(store.get_run(run_id))
+    run = store.get_run(run_id)
     on_hosts: list[IncidentRow] = []
     if run is not None:
         for h in run["hosts"] or []:
-            on_hosts += incident_rows(store.incidents(playbook=run["playbook"], host=h, status="open"))
+            on_hosts += store.incidents(playbook=run["playbook"], host=h, status="open")
     d = decide_ack(run_id, run, metric, reason, actor,
-                   flagged=incident_rows(store.incidents(status="open", run_id=run_id)), on_hosts=on_hosts,
-                   open_now=incident_rows(store.incidents(status="open", limit=10)))
+                   flagged=store.incidents(status="open", run_id=run_id), on_hosts=on_hosts,
+                   open_now=store.incidents(status="open", limit=10))
     for c, event in zip(d.closes, d.events):
         close(store, c)
         store.add_event(run_id, "ack", event)

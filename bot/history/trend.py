@@ -13,17 +13,18 @@ from eaglebot.errors import UsageError
 from eaglebot.history.changepoint import change_points
 from eaglebot.history.regress import robust_sigma
 from eaglebot.store import Store
+from eaglebot.store.rows import IncidentRow, MetricPoint
 
 Band = tuple[float, float, float, str]
 
 
-def trend_points(store: Store, playbook: str, host: str, metric: str, limit: int = 30) -> list[dict[str, Any]]:
+def trend_points(store: Store, playbook: str, host: str, metric: str, limit: int = 30) -> list[MetricPoint]:
     """The metric's values over the last `limit` successful runs, oldest first."""
     rows = store.metric_history(playbook, host, metric, limit=limit)
     return list(reversed(rows))
 
 
-def band(points: list[dict[str, Any]], baseline: dict[str, Any] | None, cfg: RegressionConfig) -> Band | None:
+def band(points: list[MetricPoint], baseline: dict[str, Any] | None, cfg: RegressionConfig) -> Band | None:
     """(center, low, high, label): the baseline run's value ± min_pct when a baseline is set
     and measured, else median ± k·robust sigma of the plotted runs (needs min_history)."""
     if baseline is not None:
@@ -47,12 +48,12 @@ class Trend:
     playbook: str
     host: str
     metric: str
-    points: list[dict[str, Any]]
+    points: list[MetricPoint]
     baseline: dict[str, Any] | None          # {"run_id", "value"}
     flagged: set[int]
     band: Band | None
     change_points: list[dict[str, Any]] = field(default_factory=list)   # {"run_id", "delta_pct", "pvalue"}
-    incidents: list[dict[str, Any]] = field(default_factory=list)       # open incidents of this metric
+    incidents: list[IncidentRow] = field(default_factory=list)       # open incidents of this metric
 
     @property
     def unit(self) -> str:

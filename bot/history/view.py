@@ -11,14 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, TypedDict
 
 from eaglebot.history.incidents import describe
-from eaglebot.history.rows import incident_rows
 from eaglebot.store import Store, parse_iso
-from eaglebot.store.rows import IncidentRow
+from eaglebot.store.rows import ChangeRow, IncidentRow, MetricRow, RegressionRow, RunRow, StepRow, WarningRow
 
 KEY_METRIC = "output_throughput"
 
 
-def key_metric(metrics: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+def key_metric(metrics: Iterable[MetricRow]) -> MetricRow | None:
     """The one number a run is known by in history tables, trend plots and schedule reports.
 
     The policy, defined here and nowhere else: the run's `output_throughput` when it recorded
@@ -35,7 +34,7 @@ def key_metric(metrics: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     return first
 
 
-def duration_s(run: dict[str, Any]) -> float | None:
+def duration_s(run: RunRow) -> float | None:
     """Seconds between the run's start and finish; None while it runs (or if never started)."""
     a, b = parse_iso(run.get("started_at")), parse_iso(run.get("finished_at"))
     if a and b:
@@ -77,12 +76,12 @@ OUTPUT_TAIL = 4000  # characters of a failed step's output a summary carries
 class RunView:
     """A run and everything recorded under it, as the store has it."""
 
-    run: dict[str, Any]
-    steps: list[dict[str, Any]]
-    metrics: list[dict[str, Any]]
-    warnings: list[dict[str, Any]]
-    regressions: list[dict[str, Any]]
-    changes: list[dict[str, Any]]
+    run: RunRow
+    steps: list[StepRow]
+    metrics: list[MetricRow]
+    warnings: list[WarningRow]
+    regressions: list[RegressionRow]
+    changes: list[ChangeRow]
     incidents: list[IncidentRow] = field(default_factory=list)   # open ones of its playbook + hosts
 
     @classmethod
@@ -91,7 +90,7 @@ class RunView:
         if run is None:
             return None
         incidents = [i for h in run.get("hosts") or []
-                     for i in incident_rows(store.incidents(playbook=run["playbook"], host=h))]
+                     for i in store.incidents(playbook=run["playbook"], host=h)]
         return cls(run, store.steps(run_id), store.metrics(run_id), store.warnings(run_id),
                    store.regressions(run_id), store.changes(run_id), incidents)
 
@@ -127,14 +126,14 @@ class RunView:
         return duration_s(self.run)
 
     @property
-    def key_metric(self) -> dict[str, Any] | None:
+    def key_metric(self) -> MetricRow | None:
         return key_metric(self.metrics)
 
     @property
     def warning_lines(self) -> list[str]:
         return [(f"{w['host']}: " if w.get("host") else "") + w["message"] for w in self.warnings]
 
-    def regressions_of(self, kind: str) -> list[dict[str, Any]]:
+    def regressions_of(self, kind: str) -> list[RegressionRow]:
         """`regression` or `improvement` rows."""
         return [r for r in self.regressions if (r.get("kind") or "regression") == kind]
 
@@ -181,8 +180,8 @@ class RunView:
 class HistoryRow:
     """One line of `eagle history` / `/eagle history`: the run row and its key metric."""
 
-    run: dict[str, Any]
-    key_metric: dict[str, Any] | None
+    run: RunRow
+    key_metric: MetricRow | None
     regressions: int = 0           # regressions flagged on the run
 
     @property
@@ -212,7 +211,7 @@ class HistoryRow:
                 "started_at": r.get("started_at"), "finished_at": r.get("finished_at")}
 
 
-def history_rows(runs: list[dict[str, Any]], metrics_by_run: dict[int, list[dict[str, Any]]],
+def history_rows(runs: list[RunRow], metrics_by_run: dict[int, list[MetricRow]],
                  regressions: dict[int, int] | None = None) -> list[HistoryRow]:
     return [HistoryRow(r, key_metric(metrics_by_run.get(r["id"], [])), (regressions or {}).get(r["id"], 0))
             for r in runs]

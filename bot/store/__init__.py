@@ -1,7 +1,8 @@
 """The audit store: the only code in eaglebot that speaks SQL or imports sqlite."""
 from typing import TYPE_CHECKING, Any
 
-from eaglebot.store.db import Store, now_iso, parse_iso
+from eaglebot.store.base import now_iso, parse_iso
+from eaglebot.store.db import Store
 
 if TYPE_CHECKING:
     from eaglebot.store.aio import AsyncStore

@@ -1,8 +1,8 @@
-"""The audit store's async face: every `Store` method, run on one writer thread.
+"""The audit store's async face: every `StoreProtocol` method, run on one writer thread.
 
 Each method is written out (no `__getattr__` forwarding) so a reader and mypy can follow a
-call from a front end to the SQL; `tests/test_store_async.py` checks that the two faces
-keep the same methods and signatures (`scripts/gen_store_aio.py` writes them).
+call from a front end to the SQL; `scripts/gen_store_aio.py` writes them from the contract
+(store/protocol.py) and `tests/test_store_async.py` checks that they are current.
 """
 from __future__ import annotations
 
@@ -12,11 +12,20 @@ import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
 
-from eaglebot.store.db import Row, Store
+from eaglebot.store.base import store_error
+from eaglebot.store.db import Store
+from eaglebot.store.rows import (
+    ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HostStepRow,
+    IncidentRow, LockRow, MetricPoint, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
+    ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
+)
 from eaglebot.store.sealing import AuditKey
-from eaglebot.store.failures import store_error
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol import StoreProtocol
+    from eaglebot.store.protocol_async import AsyncStoreProtocol
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -31,6 +40,7 @@ class AsyncStore:
 
     @classmethod
     async def open(cls, path: str | Path, key_file: str | Path | None = None) -> AsyncStore:
+        """Open (and migrate) the store on its writer thread, which then serves every call."""
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle-store")
         store = await asyncio.get_running_loop().run_in_executor(
             pool, functools.partial(Store, path, key_file=key_file))
@@ -47,57 +57,71 @@ class AsyncStore:
         history checks) without a thread hop for each."""
         return await self._do(fn, self.sync)
 
-    # -- generated from Store: scripts/gen_store_aio.py --
+    # -- generated from StoreProtocol: scripts/gen_store_aio.py --
     async def proc_tag(self, run_id: int, step_id: int) -> str:
+        """The tag the processes of one step carry on their host (`<db_id>-<run>-<step>`)."""
         return await self._do(self.sync.proc_tag, run_id, step_id)
-
-    async def recover(self) -> list[int]:
-        """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
-        return await self._do(self.sync.recover)
 
     async def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any],
             variables: dict[str, Any], actor: str, origin: str, dry_run: bool = False,
             rerun_of: int | None = None, schedule: str | None = None, channel: str | None = None,
             thread_ts: str | None = None, source: str | None = None, status: str = "running") -> int:
+        """A new run owned by this process (its pid and start time tell a crash apart); its id."""
         return await self._do(self.sync.create_run, playbook=playbook, hosts=hosts, inputs=inputs,
             variables=variables, actor=actor, origin=origin, dry_run=dry_run, rerun_of=rerun_of,
             schedule=schedule, channel=channel, thread_ts=thread_ts, source=source, status=status)
 
     async def finish_run(self, run_id: int, status: str, *, exit_code: int, error: str | None = None,
             fingerprint: dict[str, Any] | None = None) -> None:
+        """How a run ended; a fingerprint given replaces the one recorded."""
         return await self._do(self.sync.finish_run, run_id, status, exit_code=exit_code, error=error,
             fingerprint=fingerprint)
 
-    async def close_open_steps(self, run_id: int, summary: str) -> int:
-        """Steps of a finished run still marked `running` (their end was not recorded) become failed."""
-        return await self._do(self.sync.close_open_steps, run_id, summary)
-
     async def set_run_thread(self, run_id: int, channel: str | None, thread_ts: str | None) -> None:
+        """The Slack thread that reports the run (set once its first message is posted)."""
         return await self._do(self.sync.set_run_thread, run_id, channel, thread_ts)
 
     async def request_cancel(self, run_id: int) -> bool:
+        """Ask a running run to stop (its runner polls); False when it is not running."""
         return await self._do(self.sync.request_cancel, run_id)
 
     async def cancel_requested(self, run_id: int) -> bool:
+        """Has someone asked this run to stop?"""
         return await self._do(self.sync.cancel_requested, run_id)
 
-    async def get_run(self, run_id: int) -> Row | None:
+    async def get_run(self, run_id: int) -> RunRow | None:
+        """One run by id, its JSON columns decoded, or None."""
         return await self._do(self.sync.get_run, run_id)
 
     async def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-            status: str | None = None, origin: str | None = None, since: str | None = None) -> list[Row]:
+            status: str | None = None, origin: str | None = None, since: str | None = None) -> list[RunRow]:
+        """Runs newest first, filtered by each criterion given (`since`: started at or after)."""
         return await self._do(self.sync.history, playbook=playbook, host=host, limit=limit, status=status,
             origin=origin, since=since)
 
-    async def regression_counts(self, run_ids: list[int]) -> dict[int, int]:
-        """Run id -> regressions flagged (kind `regression`), for the runs that have any."""
-        return await self._do(self.sync.regression_counts, run_ids)
-
-    async def running_runs(self) -> list[Row]:
+    async def running_runs(self) -> list[RunRow]:
+        """Runs still marked running, oldest first."""
         return await self._do(self.sync.running_runs)
+
+    async def save_vars(self, run_id: int, variables: dict[str, Any]) -> None:
+        """The resolved variables of each host of a run (redacted by the caller)."""
+        return await self._do(self.sync.save_vars, run_id, variables)
+
+    async def set_fingerprint(self, run_id: int, fingerprint: dict[str, Any]) -> None:
+        """The run's fingerprint (each host's software and hardware state) before it ends."""
+        return await self._do(self.sync.set_fingerprint, run_id, fingerprint)
+
+    async def last_run_id(self) -> int | None:
+        """The newest run's id (None in an empty store)."""
+        return await self._do(self.sync.last_run_id)
+
+    async def last_schedule_run(self, schedule: str) -> RunRow | None:
+        """The newest run a schedule started, or None."""
+        return await self._do(self.sync.last_schedule_run, schedule)
 
     async def step_started(self, run_id: int, idx: int, host: str, name: str, skill: str,
             params: dict[str, Any], section: str = "steps") -> int:
+        """A step begins on a host (status running, attempt 1); its id."""
         return await self._do(self.sync.step_started, run_id, idx, host, name, skill, params, section)
 
     async def step_output(self, step_id: int, text: str) -> None:
@@ -105,6 +129,7 @@ class AsyncStore:
         return await self._do(self.sync.step_output, step_id, text)
 
     async def step_attempt(self, step_id: int, attempts: int) -> None:
+        """A retried step's attempt count."""
         return await self._do(self.sync.step_attempt, step_id, attempts)
 
     async def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
@@ -119,61 +144,171 @@ class AsyncStore:
             changes=changes, warnings=warnings, regressions=regressions, output=output,
             output_bytes=output_bytes, output_sha256=output_sha256, output_file=output_file)
 
+    async def close_open_steps(self, run_id: int, summary: str) -> int:
+        """Steps of a finished run still marked `running` (their end was not recorded) become failed."""
+        return await self._do(self.sync.close_open_steps, run_id, summary)
+
     async def add_regression(self, run_id: int, r: Any, *, host: str = "", commit: bool = True) -> None:
+        """A regression (or a note of kind other than `regression`) found by the history check;"""
         return await self._do(self.sync.add_regression, run_id, r, host=host, commit=commit)
 
     async def add_warning(self, run_id: int, host: str, message: str) -> None:
+        """A warning of the run on a host, not tied to one step."""
         return await self._do(self.sync.add_warning, run_id, host, message)
 
-    async def add_event(self, run_id: int | None, kind: str, message: str) -> None:
-        return await self._do(self.sync.add_event, run_id, kind, message)
-
-    async def add_rejection(self, kind: str, actor: str, text: str, reason: str, run_id: int | None = None) -> None:
-        """A refused request (kind `rejected` or `access_denied`): an event, never a run row."""
-        return await self._do(self.sync.add_rejection, kind, actor, text, reason, run_id)
-
-    async def events(self, kind: str | None = None, limit: int = 100) -> list[Row]:
-        return await self._do(self.sync.events, kind, limit)
-
-    async def steps(self, run_id: int) -> list[Row]:
+    async def steps(self, run_id: int) -> list[StepRow]:
+        """A run's steps in the order they started."""
         return await self._do(self.sync.steps, run_id)
 
-    async def metrics(self, run_id: int) -> list[Row]:
+    async def metrics(self, run_id: int) -> list[MetricRow]:
+        """A run's metrics in the order recorded."""
         return await self._do(self.sync.metrics, run_id)
 
-    async def changes(self, run_id: int) -> list[Row]:
+    async def changes(self, run_id: int) -> list[ChangeRow]:
+        """A run's file changes in the order made."""
         return await self._do(self.sync.changes, run_id)
 
-    async def warnings(self, run_id: int) -> list[Row]:
+    async def warnings(self, run_id: int) -> list[WarningRow]:
+        """A run's warnings in the order raised."""
         return await self._do(self.sync.warnings, run_id)
 
-    async def regressions(self, run_id: int) -> list[Row]:
+    async def regressions(self, run_id: int) -> list[RegressionRow]:
+        """A run's regressions (and notes of other kinds) in the order found."""
         return await self._do(self.sync.regressions, run_id)
 
-    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> Row | None:
+    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> ChangeRow | None:
+        """The newest change of a file on a host that kept a backup (of one run, if given)."""
         return await self._do(self.sync.last_backup, host, path, run_id)
+
+    async def metric_history(self, playbook: str, host: str, metric: str, *,
+            before_run: int | None = None, since_run: int | None = None, limit: int = 10,
+            exclude_incident_runs: bool = False) -> list[MetricPoint]:
+        """Values of one metric from successful runs of playbook+host, newest first."""
+        return await self._do(self.sync.metric_history, playbook, host, metric, before_run=before_run,
+            since_run=since_run, limit=limit, exclude_incident_runs=exclude_incident_runs)
+
+    async def previous_good_run(self, playbook: str, host: str, before_run: int) -> RunRow | None:
+        """The newest earlier run of playbook on host that succeeded without a flagged regression."""
+        return await self._do(self.sync.previous_good_run, playbook, host, before_run)
+
+    async def host_run_ids(self, host: str, *, after: int = 0, upto: int | None = None) -> list[int]:
+        """Ids of the runs on a host in (after, upto], oldest first."""
+        return await self._do(self.sync.host_run_ids, host, after=after, upto=upto)
+
+    async def last_fingerprinted_run(self, host: str, upto: int) -> FingerprintState | None:
+        """The newest run <= upto on host whose fingerprint describes that host (one row read,"""
+        return await self._do(self.sync.last_fingerprinted_run, host, upto)
+
+    async def host_steps(self, host: str, after: int, upto: int) -> list[HostStepRow]:
+        """Finished steps of runs (after, upto] on host, oldest first (for fingerprints)."""
+        return await self._do(self.sync.host_steps, host, after, upto)
+
+    async def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
+        """Registered data of the newest step of `skill` on host that recorded `key`."""
+        return await self._do(self.sync.last_step_data, host, skill, key)
+
+    async def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:
+        """File changes on a host by runs (after, upto], oldest first."""
+        return await self._do(self.sync.host_changes, host, after, upto)
+
+    async def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[MetricRow]]:
+        """Every metric of each run, in the order recorded (one query; runs without metrics absent)."""
+        return await self._do(self.sync.metrics_for_runs, run_ids)
+
+    async def metric_value(self, run_id: int, name: str) -> float | None:
+        """A run's first value of a metric, or None."""
+        return await self._do(self.sync.metric_value, run_id, name)
+
+    async def regression_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> regressions flagged (kind `regression`), for the runs that have any."""
+        return await self._do(self.sync.regression_counts, run_ids)
+
+    async def flagged_runs(self, host: str, metric: str, run_ids: list[int]) -> set[int]:
+        """Which of run_ids flagged a regression of metric on host."""
+        return await self._do(self.sync.flagged_runs, host, metric, run_ids)
+
+    async def update_regression_reason(self, run_id: int, host: str, metric: str, old: str, new: str) -> None:
+        """Reword a regression's reason (e.g. once a later check attributes it)."""
+        return await self._do(self.sync.update_regression_reason, run_id, host, metric, old, new)
+
+    async def open_incident(self, *, playbook: str, host: str, metric: str, run_id: int,
+            ref_before_run: int, reference: float | None, unit: str, better: str) -> int:
+        """A new open incident, flagged by `run_id`; its id."""
+        return await self._do(self.sync.open_incident, playbook=playbook, host=host, metric=metric,
+            run_id=run_id, ref_before_run=ref_before_run, reference=reference, unit=unit, better=better)
+
+    async def incident_flagged(self, incident_id: int, run_id: int) -> None:
+        """Another run flagged the same open incident."""
+        return await self._do(self.sync.incident_flagged, incident_id, run_id)
+
+    async def open_incident_for(self, playbook: str, host: str, metric: str) -> IncidentRow | None:
+        """The open incident of a metric of playbook on host, or None."""
+        return await self._do(self.sync.open_incident_for, playbook, host, metric)
+
+    async def incidents(self, *, playbook: str | None = None, host: str | None = None,
+            status: str | None = "open", run_id: int | None = None, limit: int = 100) -> list[IncidentRow]:
+        """Incidents newest first, by each criterion given (`run_id`: the ones it flagged)."""
+        return await self._do(self.sync.incidents, playbook=playbook, host=host, status=status,
+            run_id=run_id, limit=limit)
+
+    async def close_incident(self, incident_id: int, kind: str, by: str, reason: str,
+            run_id: int | None = None) -> bool:
+        """Close an open incident (kind: recovered, baseline or ack); False when it was not open."""
+        return await self._do(self.sync.close_incident, incident_id, kind, by, reason, run_id)
+
+    async def reference_start(self, playbook: str, host: str, metric: str) -> int | None:
+        """The first run a metric's reference may use: the baseline, or the start of the"""
+        return await self._do(self.sync.reference_start, playbook, host, metric)
+
+    async def set_baseline(self, run_id: int, set_by: str) -> BaselineSet:
+        """Make a run the baseline of its playbook on each of its hosts; KeyError for no such run."""
+        return await self._do(self.sync.set_baseline, run_id, set_by)
+
+    async def baseline(self, playbook: str, host: str) -> BaselineRow | None:
+        """The baseline of a playbook on a host, or None."""
+        return await self._do(self.sync.baseline, playbook, host)
 
     async def approval_requested(self, run_id: int, step_idx: int, host: str, step: str, action: str,
             details: list[str]) -> int:
+        """A pending approval for one step on one host; its id."""
         return await self._do(self.sync.approval_requested, run_id, step_idx, host, step, action, details)
 
     async def approval_decided(self, approval_id: int, status: str, decided_by: str) -> bool:
         """Record a decision once; a second decision on the same request is refused."""
         return await self._do(self.sync.approval_decided, approval_id, status, decided_by)
 
-    async def get_approval(self, approval_id: int) -> Row | None:
+    async def get_approval(self, approval_id: int) -> ApprovalRow | None:
+        """An approval by id, or None."""
         return await self._do(self.sync.get_approval, approval_id)
 
     async def set_approval_message(self, approval_id: int, channel: str | None, ts: str | None,
             requester: str | None = None) -> None:
+        """The Slack message that asks (and who asked); values not given are kept."""
         return await self._do(self.sync.set_approval_message, approval_id, channel, ts, requester)
 
-    async def pending_approval(self, run_id: int, step_idx: int, host: str) -> Row | None:
+    async def pending_approval(self, run_id: int, step_idx: int, host: str) -> ApprovalRow | None:
+        """The newest pending approval of a step on a host, or None."""
         return await self._do(self.sync.pending_approval, run_id, step_idx, host)
 
-    async def stale_approvals(self) -> list[Row]:
+    async def stale_approvals(self) -> list[StaleApprovalRow]:
         """Pending approvals whose run is no longer running (its process died): nobody waits on them."""
         return await self._do(self.sync.stale_approvals)
+
+    async def add_event(self, run_id: int | None, kind: str, message: str) -> None:
+        """A note on a run (or on the bot, run_id None)."""
+        return await self._do(self.sync.add_event, run_id, kind, message)
+
+    async def add_rejection(self, kind: str, actor: str, text: str, reason: str, run_id: int | None = None) -> None:
+        """A refused request (kind `rejected` or `access_denied`): an event, never a run row."""
+        return await self._do(self.sync.add_rejection, kind, actor, text, reason, run_id)
+
+    async def events(self, kind: str | None = None, limit: int = 100) -> list[EventRow]:
+        """Events newest first (of one kind, if given)."""
+        return await self._do(self.sync.events, kind, limit)
+
+    async def recover(self) -> list[int]:
+        """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
+        return await self._do(self.sync.recover)
 
     async def start_run(self, lock: list[str], run: dict[str, Any]) -> int:
         """Create the run row and lock `lock` in one transaction: a busy host raises HostBusy"""
@@ -184,7 +319,12 @@ class AsyncStore:
         return await self._do(self.sync.acquire_hosts, run_id, hosts)
 
     async def release_hosts(self, run_id: int) -> None:
+        """Free the run's host locks (kept, ownerless, where its processes were not stopped)."""
         return await self._do(self.sync.release_hosts, run_id)
+
+    async def locks(self) -> list[LockRow]:
+        """Every host lock, by host."""
+        return await self._do(self.sync.locks)
 
     async def procs_record(self, run_id: int, step_id: int, host: str, *, tag: str, state: str, note: str,
             pgids: list[int] | None = None) -> int:
@@ -192,7 +332,7 @@ class AsyncStore:
         return await self._do(self.sync.procs_record, run_id, step_id, host, tag=tag, state=state,
             note=note, pgids=pgids)
 
-    async def pending_procs(self, host: str) -> list[Row]:
+    async def pending_procs(self, host: str) -> list[RemoteProcRow]:
         """Process groups on host that a finished (or crashed) run did not stop."""
         return await self._do(self.sync.pending_procs, host)
 
@@ -200,90 +340,9 @@ class AsyncStore:
         """The pending processes were stopped (or found gone) by run `by_run`; the step that"""
         return await self._do(self.sync.procs_cleaned, proc_id, by_run=by_run, note=note)
 
-    async def step_procs(self, step_id: int) -> list[Row]:
+    async def step_procs(self, step_id: int) -> list[RemoteProcRow]:
+        """The process records of one step."""
         return await self._do(self.sync.step_procs, step_id)
-
-    async def locks(self) -> list[Row]:
-        return await self._do(self.sync.locks)
-
-    async def set_baseline(self, run_id: int, set_by: str) -> Row:
-        return await self._do(self.sync.set_baseline, run_id, set_by)
-
-    async def baseline(self, playbook: str, host: str) -> Row | None:
-        return await self._do(self.sync.baseline, playbook, host)
-
-    async def metric_history(self, playbook: str, host: str, metric: str, *,
-            before_run: int | None = None, since_run: int | None = None, limit: int = 10,
-            exclude_incident_runs: bool = False) -> list[Row]:
-        """Values of one metric from successful runs of playbook+host, newest first."""
-        return await self._do(self.sync.metric_history, playbook, host, metric, before_run=before_run,
-            since_run=since_run, limit=limit, exclude_incident_runs=exclude_incident_runs)
-
-    async def set_fingerprint(self, run_id: int, fingerprint: dict[str, Any]) -> None:
-        return await self._do(self.sync.set_fingerprint, run_id, fingerprint)
-
-    async def previous_good_run(self, playbook: str, host: str, before_run: int) -> Row | None:
-        """The newest earlier run of playbook on host that succeeded without a flagged regression."""
-        return await self._do(self.sync.previous_good_run, playbook, host, before_run)
-
-    async def host_run_ids(self, host: str, *, after: int = 0, upto: int | None = None) -> list[int]:
-        return await self._do(self.sync.host_run_ids, host, after=after, upto=upto)
-
-    async def last_fingerprinted_run(self, host: str, upto: int) -> Row | None:
-        """The newest run <= upto on host whose fingerprint describes that host (one row read,"""
-        return await self._do(self.sync.last_fingerprinted_run, host, upto)
-
-    async def host_steps(self, host: str, after: int, upto: int) -> list[Row]:
-        """Finished steps of runs (after, upto] on host, oldest first (for fingerprints)."""
-        return await self._do(self.sync.host_steps, host, after, upto)
-
-    async def last_step_data(self, host: str, skill: str, key: str) -> Row | None:
-        """Registered data of the newest step of `skill` on host that recorded `key`."""
-        return await self._do(self.sync.last_step_data, host, skill, key)
-
-    async def host_changes(self, host: str, after: int, upto: int) -> list[Row]:
-        return await self._do(self.sync.host_changes, host, after, upto)
-
-    async def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[Row]]:
-        """Every metric of each run, in the order recorded (one query; runs without metrics absent)."""
-        return await self._do(self.sync.metrics_for_runs, run_ids)
-
-    async def metric_value(self, run_id: int, name: str) -> float | None:
-        return await self._do(self.sync.metric_value, run_id, name)
-
-    async def last_run_id(self) -> int | None:
-        return await self._do(self.sync.last_run_id)
-
-    async def flagged_runs(self, host: str, metric: str, run_ids: list[int]) -> set[int]:
-        """Which of run_ids flagged a regression of metric on host."""
-        return await self._do(self.sync.flagged_runs, host, metric, run_ids)
-
-    async def update_regression_reason(self, run_id: int, host: str, metric: str, old: str, new: str) -> None:
-        return await self._do(self.sync.update_regression_reason, run_id, host, metric, old, new)
-
-    async def open_incident(self, *, playbook: str, host: str, metric: str, run_id: int,
-            ref_before_run: int, reference: float | None, unit: str, better: str) -> int:
-        return await self._do(self.sync.open_incident, playbook=playbook, host=host, metric=metric,
-            run_id=run_id, ref_before_run=ref_before_run, reference=reference, unit=unit, better=better)
-
-    async def incident_flagged(self, incident_id: int, run_id: int) -> None:
-        return await self._do(self.sync.incident_flagged, incident_id, run_id)
-
-    async def open_incident_for(self, playbook: str, host: str, metric: str) -> Row | None:
-        return await self._do(self.sync.open_incident_for, playbook, host, metric)
-
-    async def incidents(self, *, playbook: str | None = None, host: str | None = None,
-            status: str | None = "open", run_id: int | None = None, limit: int = 100) -> list[Row]:
-        return await self._do(self.sync.incidents, playbook=playbook, host=host, status=status,
-            run_id=run_id, limit=limit)
-
-    async def close_incident(self, incident_id: int, kind: str, by: str, reason: str,
-            run_id: int | None = None) -> bool:
-        return await self._do(self.sync.close_incident, incident_id, kind, by, reason, run_id)
-
-    async def reference_start(self, playbook: str, host: str, metric: str) -> int | None:
-        """The first run a metric's reference may use: the baseline, or the start of the"""
-        return await self._do(self.sync.reference_start, playbook, host, metric)
 
     async def create_sweep(self, *, kind: str, playbook: str, host: str, spec: dict[str, Any], actor: str,
             origin: str, points: list[tuple[dict[str, Any], str, str]]) -> int:
@@ -291,25 +350,46 @@ class AsyncStore:
         return await self._do(self.sync.create_sweep, kind=kind, playbook=playbook, host=host, spec=spec,
             actor=actor, origin=origin, points=points)
 
-    async def get_sweep(self, sweep_id: int) -> Row | None:
+    async def get_sweep(self, sweep_id: int) -> SweepRow | None:
+        """A sweep by id, spec and result decoded, or None."""
         return await self._do(self.sync.get_sweep, sweep_id)
 
-    async def sweep_points(self, sweep_id: int) -> list[Row]:
+    async def sweep_points(self, sweep_id: int) -> list[SweepPointRow]:
+        """A sweep's points in grid order, inputs ({} if none) and result decoded."""
         return await self._do(self.sync.sweep_points, sweep_id)
 
     async def sweep_point_done(self, sweep_id: int, idx: int, status: str, run_id: int | None,
             result: dict[str, Any] | None, reason: str = "") -> None:
+        """How one point ended: its run and what it measured."""
         return await self._do(self.sync.sweep_point_done, sweep_id, idx, status, run_id, result, reason)
 
     async def add_sweep_point(self, sweep_id: int, inputs: dict[str, Any]) -> int:
+        """Append a pending point (a bisection's next probe); its index."""
         return await self._do(self.sync.add_sweep_point, sweep_id, inputs)
 
     async def finish_sweep(self, sweep_id: int, status: str, result: dict[str, Any] | None) -> None:
+        """How the sweep ended, and its result."""
         return await self._do(self.sync.finish_sweep, sweep_id, status, result)
 
-    async def save_vars(self, run_id: int, variables: dict[str, Any]) -> None:
-        """The resolved variables of each host of a run (redacted by the caller)."""
-        return await self._do(self.sync.save_vars, run_id, variables)
+    async def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:
+        """A schedule fired (or was skipped) for `fire_time`; the fire's id."""
+        return await self._do(self.sync.record_fire, schedule, fire_time, status, run_id)
+
+    async def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
+        """A fire's outcome (and the run it started, when known)."""
+        return await self._do(self.sync.update_fire, fire_id, status, run_id)
+
+    async def last_fire(self, schedule: str) -> ScheduleFireRow | None:
+        """A schedule's latest fire (by fire time), or None."""
+        return await self._do(self.sync.last_fire, schedule)
+
+    async def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
+        """Pause or resume a schedule; False when it already was in that state."""
+        return await self._do(self.sync.set_schedule_paused, name, paused, changed_by)
+
+    async def schedule_states(self) -> dict[str, ScheduleStateRow]:
+        """Schedule name -> its paused state, for the schedules ever paused or resumed."""
+        return await self._do(self.sync.schedule_states)
 
     async def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,"""
@@ -319,36 +399,17 @@ class AsyncStore:
         """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,"""
         return await self._do(self.sync.run_audit_problems, run_id)
 
-    async def audit_head(self) -> dict[str, Any]:
+    async def audit_head(self) -> AuditHead:
         """The newest sealed link of the audit chain: the anchor posted outside the DB."""
         return await self._do(self.sync.audit_head)
 
-    async def backup(self, dest: Path) -> dict[str, Any]:
+    async def backup(self, dest: Path) -> AuditHead:
         """A consistent copy of the whole DB (SQLite's online backup: the bot may keep"""
         return await self._do(self.sync.backup, dest)
 
     async def check_writable(self) -> None:
         """Raise if the audit DB cannot take a write lock now (doctor)."""
         return await self._do(self.sync.check_writable)
-
-    async def last_schedule_run(self, schedule: str) -> Row | None:
-        return await self._do(self.sync.last_schedule_run, schedule)
-
-    async def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:
-        return await self._do(self.sync.record_fire, schedule, fire_time, status, run_id)
-
-    async def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
-        return await self._do(self.sync.update_fire, fire_id, status, run_id)
-
-    async def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
-        """Pause or resume a schedule; False when it already was in that state."""
-        return await self._do(self.sync.set_schedule_paused, name, paused, changed_by)
-
-    async def schedule_states(self) -> dict[str, Row]:
-        return await self._do(self.sync.schedule_states)
-
-    async def last_fire(self, schedule: str) -> Row | None:
-        return await self._do(self.sync.last_fire, schedule)
 
     async def prune_count(self, older_than: timedelta) -> int:
         """How many runs `prune(older_than)` would delete."""
@@ -360,5 +421,12 @@ class AsyncStore:
     # -- end of generated methods --
 
     async def aclose(self) -> None:
+        """Close the store, then its writer thread."""
         await self._do(self.sync.close)
         self._pool.shutdown(wait=False)
+
+
+if TYPE_CHECKING:
+    def _faces(store: Store, aio: AsyncStore) -> tuple[StoreProtocol, AsyncStoreProtocol]:
+        """Never called: mypy proves here that each face implements its contract."""
+        return store, aio

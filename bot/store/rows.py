@@ -1,7 +1,9 @@
-"""The rows the store gives back, typed: one TypedDict per audit table (`select *` order).
+"""The rows the store gives back, typed: one TypedDict per audit table (`select *` order),
+then the results of queries that join or derive (their own keys).
 
-Every backend returns these shapes (the store contract tests check it). Columns are
-nullable where the schema lets them be; JSON columns of `runs` come back decoded.
+Every backend returns these shapes with exactly these keys (tests/store_contract.py checks
+it). Columns are nullable where the schema lets them be; the JSON columns of `runs`,
+`sweeps` and `sweep_points` come back decoded, the others as the JSON text written.
 """
 from __future__ import annotations
 
@@ -218,3 +220,50 @@ class RemoteProcRow(TypedDict):
     note: str | None
     created_at: str | None
     cleaned_at: str | None
+
+
+# -- query results that are not one table's row ---------------------------------------------
+
+class StaleApprovalRow(ApprovalRow):
+    """An approval joined with its run (`stale_approvals`): where to resolve its message."""
+    run_status: str
+    run_channel: str | None
+    run_thread_ts: str | None
+    playbook: str
+
+
+class MetricPoint(TypedDict):
+    """One value of a metric in a run (`metric_history`), with the run's start time."""
+    run_id: int
+    value: float
+    unit: str | None
+    better: str | None
+    started_at: str | None
+
+
+class HostStepRow(TypedDict):
+    """A finished step that says something about a host's state (`host_steps`)."""
+    run_id: int
+    skill: str
+    status: str
+    params: str | None               # JSON text, as written
+    data: str | None                 # JSON text, as written
+
+
+class FingerprintState(TypedDict):
+    """A host's part of the newest run fingerprint that describes it (`last_fingerprinted_run`)."""
+    run_id: int
+    state: dict[str, Any]
+
+
+class BaselineSet(TypedDict):
+    """What `set_baseline` recorded: the run, its playbook and the hosts it is baseline of."""
+    playbook: str
+    hosts: list[str]
+    run_id: int
+
+
+class AuditHead(TypedDict):
+    """The newest sealed link of the audit chain (None, None for an empty chain)."""
+    seq: int | None
+    hash: str | None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.runner import Approver, Engine, Observer, RunRequest
@@ -29,7 +29,7 @@ class PointResult:
                 "throughput_spread": self.spread, "repeats": self.repeats, "error": self.error}
 
 
-def numbers(metrics: list[dict[str, Any]], steps: list[dict[str, Any]]) -> dict[str, Any]:
+def numbers(metrics: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     by = {m["name"]: float(m["value"]) for m in metrics}
     accept = next((by[k] for k in ACCEPT if k in by), None)
     runs: list[dict[str, Any]] = []

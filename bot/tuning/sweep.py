@@ -171,7 +171,7 @@ async def summary(engine: Engine, sweep_id: int) -> dict[str, Any]:
     sweep = await engine.store.get_sweep(sweep_id)
     if sweep is None:
         raise UsageError(f"no sweep #{sweep_id}")
-    pts = await engine.store.sweep_points(sweep_id)
+    pts: list[dict[str, Any]] = [dict(p) for p in await engine.store.sweep_points(sweep_id)]
     axes = list(sweep["spec"].get("order") or sweep["spec"]["axes"])
     done = [p for p in pts if p["status"] == "done"]
     ranked = sorted(done, key=lambda p: -(p["result"]["output_throughput"] or 0.0))

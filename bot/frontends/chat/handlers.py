@@ -150,7 +150,7 @@ async def _status(services: Services, cmd: Command, caller: Caller) -> Reply:
              if rows else "no runs are running"]
     if locks:
         parts.append("busy hosts: " + ", ".join(f"{lk['host']} (run #{lk['run_id']}"
-                                                f"{': ' + lk['reason'] if lk.get('reason') else ''})" for lk in locks))
+                                                f"{': ' + lk['reason'] if lk['reason'] else ''})" for lk in locks))
     else:
         parts.append("busy hosts: none")
     text = "\n\n".join(parts)

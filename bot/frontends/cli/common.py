@@ -14,6 +14,7 @@ from eaglebot.errors import UsageError
 if TYPE_CHECKING:
     from eaglebot.config import Settings
     from eaglebot.store import Store
+    from eaglebot.store.rows import RunRow
 
 
 def settings(args: argparse.Namespace) -> Settings:
@@ -58,7 +59,7 @@ def store_only(args: argparse.Namespace) -> Store:
     return Store(db, key_file=key) if db is not None and known else open_store(settings(args))
 
 
-def known_run(store: Store, run_id: int) -> dict[str, Any]:
+def known_run(store: Store, run_id: int) -> RunRow:
     run = store.get_run(run_id)
     if run is None:
         raise UsageError(f"no run #{run_id}")

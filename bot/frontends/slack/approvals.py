@@ -102,7 +102,7 @@ async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) 
         return
     ar = pending.request
     run = await ctx.services.store.get_run(ar.run_id)
-    why = authorize_approval(ctx.settings.access, user, (run or {}).get("actor"),
+    why = authorize_approval(ctx.settings.access, user, run["actor"] if run else None,
                              configured=ctx.settings.access_configured)
     if why:
         await ctx.services.store.add_rejection("access_denied", user,

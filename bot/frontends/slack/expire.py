@@ -9,7 +9,7 @@ so, and tells the run's thread that the run was interrupted.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Mapping
 
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack.context import SlackContext
@@ -19,7 +19,7 @@ log = logging.getLogger("eaglebot.slack")
 EXPIRED = "expired: the bot restarted; nothing was killed"
 
 
-def expired_blocks(row: dict[str, Any]) -> list[dict[str, Any]]:
+def expired_blocks(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [bk.section(f":hourglass: *Expired: the bot restarted; nothing was killed.* Run #{row['run_id']} on "
                        f"`{bk.escape(row.get('host') or '')}`, step *{bk.escape(row.get('step') or '')}*:\n"
                        f"{bk.escape(bk.clip(row.get('action') or '', 1000))}"),
@@ -37,9 +37,9 @@ async def expire_stale_approvals(ctx: SlackContext) -> list[int]:
         await store.add_event(row["run_id"], "approval_expired",
                               f"approval #{row['id']} ({row.get('action')!r} on {row.get('host')}): {EXPIRED}")
         channel = row.get("channel") or row.get("run_channel")
-        if channel and row.get("message_ts"):
-            ctx.update(channel, row["message_ts"], EXPIRED, expired_blocks(row))
-            await ctx.coalescer.flush(channel, row["message_ts"])
+        if channel and (ts := row["message_ts"]):
+            ctx.update(channel, ts, EXPIRED, expired_blocks(row))
+            await ctx.coalescer.flush(channel, ts)
         thread = row.get("run_thread_ts")
         if channel and thread:
             text = (f"run #{row['run_id']} ({row.get('playbook')}) was {row.get('run_status') or 'interrupted'}: "

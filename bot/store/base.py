@@ -1,0 +1,231 @@
+"""The SQLite audit store's foundation: the connection (WAL, read-only opening), the write
+transaction that seals the audit chain, SQLite failures as sentences, and small helpers.
+
+Each aggregate of the store (runs, steps, trends, incidents, ...) is a mixin over `StoreBase`
+(store/db.py composes them into `Store`): one connection and one `_tx` are shared by all,
+so a write spanning two aggregates (a run row and its host locks) is still one transaction,
+and the public API stays one object with the names callers have always used.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import sys
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator, TypeVar, cast
+from urllib.parse import quote
+
+if "numpy" in sys.modules:
+    import sqlite_utils
+else:
+    # sqlite-utils imports numpy whenever it is installed (about 20 ms measured with
+    # `python -X importtime -c "import sqlite_utils"`) only to convert numpy values, which
+    # the store never writes: hide it while sqlite-utils loads. The only place it is loaded.
+    sys.modules["numpy"] = None  # type: ignore[assignment]
+    try:
+        import sqlite_utils
+    finally:
+        del sys.modules["numpy"]
+
+from eaglebot.errors import StoreError
+from eaglebot.facts.procs import parse_stat
+from eaglebot.store import chain
+from eaglebot.store.sealing import Sealer
+
+R = TypeVar("R")
+Database = sqlite_utils.Database
+
+_REASONS = [
+    ("disk is full", "the disk is full; free space and run `eagle doctor`"),
+    ("disk i/o error", "a disk I/O error (full disk, file size limit or failing disk)"),
+    ("readonly database", "it is read-only (check the permissions of the file and its folder)"),
+    ("not a database", "it is not an SQLite database (corrupt?); move it aside and run again"),
+    ("malformed", "the database file is corrupt; move it aside (keep it for forensics) and run again"),
+    ("unable to open", "cannot open it (is the path a folder, or its folder missing or read-only?)"),
+    ("locked", "it stayed locked by another process past the busy timeout"),
+]
+
+
+def store_error(path: Path, e: BaseException) -> StoreError:
+    """SQLite's failure as one sentence a person can act on, never a traceback."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    low = msg.lower()
+    if path.is_dir():
+        reason = "the path is a folder, not a database file"
+    else:
+        reason = next((r for k, r in _REASONS if k in low), msg)
+    return StoreError(f"audit store {path}: {reason}")
+
+
+def now_iso() -> str:
+    """UTC now as the store writes times (ISO 8601, milliseconds, `Z`): text sorts by time."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_iso(s: str | None) -> datetime | None:
+    """A time the store wrote, back as an aware datetime (None for none)."""
+    if not s:
+        return None
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+def proc_start_time(pid: int) -> str | None:
+    """Start time of a live local process (/proc/PID/stat field 22): tells a reused PID apart.
+
+    None when there is no such process or it is a zombie (it holds no run and no lock).
+    """
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            st = parse_stat(f.read())
+    except (OSError, ValueError):
+        return None
+    return None if st.zombie else st.starttime
+
+
+def owner_alive(pid: int | None, host: str | None, start: str | None) -> bool:
+    """Is the process that wrote a row still running? Unknown on another machine: assume yes."""
+    if pid is None:
+        return False
+    if host and host != socket.gethostname():
+        return True
+    st = proc_start_time(pid)
+    return st is not None and (start is None or st == start)
+
+
+MY_START = proc_start_time(os.getpid())
+
+
+def rowid(cur: sqlite3.Cursor) -> int:
+    """The id an INSERT into a rowid table gave its row (always set)."""
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def to_json(v: Any) -> str:
+    """A value as the store keeps JSON: sorted keys, anything unknown as its str()."""
+    return json.dumps(v, default=str, sort_keys=True)
+
+
+def insert(db: Database, table: str, record: dict[str, Any]) -> int:
+    """One row written with sqlite-utils (a savepoint inside the caller's transaction); its id.
+
+    It reads the catalog twice per call (about 50 us more than the plain INSERT, measured):
+    used for rows written a few times a run (events, approvals, incidents, fires), never on
+    the step path."""
+    pk = db.table(table).insert(record).last_rowid
+    assert pk is not None  # an INSERT into a rowid table always sets it
+    return int(pk)
+
+
+def rows(db: Database, row_type: type[R], sql: str, args: Any = ()) -> list[R]:
+    """A query's rows as the TypedDict `row_type` (the columns are the schema's, see rows.py)."""
+    return cast("list[R]", list(db.query(sql, args)))
+
+
+def first(db: Database, row_type: type[R], sql: str, args: Any = ()) -> R | None:
+    """A query's first row as `row_type`, or None."""
+    found = rows(db, row_type, sql, args)
+    return found[0] if found else None
+
+
+class StoreBase:
+    """The connection and the sealed write transaction every aggregate mixin writes through."""
+
+    path: Path
+    readonly: bool
+    db: sqlite_utils.Database
+    _chained: bool
+    _seal_cols: bool
+    _sealer: Sealer | None
+    _db_id: str | None
+
+    def _connect_rw(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+        self.db = sqlite_utils.Database(conn)
+        self.db.execute("PRAGMA busy_timeout = 30000")
+        if self.db.execute("select count(*) from sqlite_master").fetchone()[0] == 0:
+            # A new DB gives free pages back (see `_release_free_pages`); an existing one keeps
+            # its mode (changing it needs a VACUUM of the whole file).
+            self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        self._enable_wal()
+        self.db.execute("PRAGMA synchronous = NORMAL")
+        self.db.execute("PRAGMA foreign_keys = ON")
+
+    def _connect_readonly(self) -> None:
+        uri = "file:" + quote(str(self.path.absolute())) + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
+        self.db = sqlite_utils.Database(conn)
+        self.db.execute("PRAGMA busy_timeout = 30000")
+        self.db.execute("select count(*) from sqlite_master").fetchone()  # a file that is no database fails here
+
+    def _enable_wal(self) -> None:
+        # Switching a new file to WAL needs it to itself: another process creating the same
+        # DB at that moment answers "locked" at once, without waiting for busy_timeout.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if self.db.journal_mode != "wal":
+                    self.db.enable_wal()
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    @contextmanager
+    def _tx(self) -> Iterator[None]:
+        """One write transaction (BEGIN IMMEDIATE); the chain entries its writes appended are
+        sealed before COMMIT, so a row never exists without its link. Nested: joins the outer."""
+        conn = self.db.conn
+        if conn.in_transaction:
+            yield
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            raise store_error(self.path, e) from None
+        try:
+            # Once the chain's table exists (migration v5) it is not looked up again.
+            chained = self._chained or chain.table_exists(conn, chain.CHAIN_TABLE)
+            since = chain.last_seq(conn) if chained else 0
+            yield
+            if chained or chain.table_exists(conn, chain.CHAIN_TABLE):
+                # Before migration v7 the chain has no seal columns yet: hash only.
+                self._seal_cols = self._seal_cols or chain.has_seal_columns(conn)
+                chain.seal(conn, since, self._sealer if self._seal_cols else None)
+                self._chained = True
+            conn.execute("COMMIT")
+        except BaseException as e:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
+            if isinstance(e, sqlite3.Error):
+                raise store_error(self.path, e) from None
+            raise
+
+    @property
+    def db_id(self) -> str:
+        """A random id of this audit DB: in the tag of every process a step starts
+        (`<db_id>-<run>-<step>`), so two bots' runs on one host never share a tag."""
+        if self._db_id is None:
+            self._db_id = str(self.db.execute("select value from meta where key = 'db_id'").fetchone()[0])
+        return self._db_id
+
+    def proc_tag(self, run_id: int, step_id: int) -> str:
+        """The tag the processes of one step carry on their host (`<db_id>-<run>-<step>`)."""
+        return f"{self.db_id}-{run_id}-{step_id}"
+
+    def close(self) -> None:
+        """Close the connection (the store is not usable afterwards)."""
+        self.db.conn.close()

@@ -1,0 +1,386 @@
+"""The audit store's async face as a contract: `StoreProtocol`'s methods, awaited.
+
+Written by scripts/gen_store_aio.py from store/protocol.py (do not edit): `AsyncStore` runs
+the sync store on a worker thread; a backend with an async driver may implement it directly.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable, Protocol, TypeVar
+
+from eaglebot.store.protocol import StoreProtocol
+from eaglebot.store.rows import (
+    ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HostStepRow,
+    IncidentRow, LockRow, MetricPoint, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
+    ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
+)
+from eaglebot.store.sealing import AuditKey
+
+T = TypeVar("T")
+
+
+class AsyncStoreProtocol(Protocol):
+    """The audit store for the event loop: every `StoreProtocol` method as a coroutine."""
+
+    @property
+    def sync(self) -> StoreProtocol:
+        """The synchronous store underneath (e.g. its `db_id`, read without a thread hop)."""
+        ...
+
+    async def call(self, fn: Callable[[StoreProtocol], T]) -> T:
+        """Run `fn(store)` on the store's side: several reads that belong together at once."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the store and release what runs it."""
+        ...
+
+    async def proc_tag(self, run_id: int, step_id: int) -> str:
+        """The tag the processes of one step carry on their host (`<db_id>-<run>-<step>`)."""
+        ...
+
+    async def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any],
+            variables: dict[str, Any], actor: str, origin: str, dry_run: bool = False,
+            rerun_of: int | None = None, schedule: str | None = None, channel: str | None = None,
+            thread_ts: str | None = None, source: str | None = None, status: str = "running") -> int:
+        """A new run owned by this process (its pid and start time tell a crash apart); its id."""
+        ...
+
+    async def finish_run(self, run_id: int, status: str, *, exit_code: int, error: str | None = None,
+            fingerprint: dict[str, Any] | None = None) -> None:
+        """How a run ended; a fingerprint given replaces the one recorded."""
+        ...
+
+    async def set_run_thread(self, run_id: int, channel: str | None, thread_ts: str | None) -> None:
+        """The Slack thread that reports the run (set once its first message is posted)."""
+        ...
+
+    async def request_cancel(self, run_id: int) -> bool:
+        """Ask a running run to stop (its runner polls); False when it is not running."""
+        ...
+
+    async def cancel_requested(self, run_id: int) -> bool:
+        """Has someone asked this run to stop?"""
+        ...
+
+    async def get_run(self, run_id: int) -> RunRow | None:
+        """One run by id, its JSON columns decoded, or None."""
+        ...
+
+    async def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
+            status: str | None = None, origin: str | None = None, since: str | None = None) -> list[RunRow]:
+        """Runs newest first, filtered by each criterion given (`since`: started at or after)."""
+        ...
+
+    async def running_runs(self) -> list[RunRow]:
+        """Runs still marked running, oldest first."""
+        ...
+
+    async def save_vars(self, run_id: int, variables: dict[str, Any]) -> None:
+        """The resolved variables of each host of a run (redacted by the caller)."""
+        ...
+
+    async def set_fingerprint(self, run_id: int, fingerprint: dict[str, Any]) -> None:
+        """The run's fingerprint (each host's software and hardware state) before it ends."""
+        ...
+
+    async def last_run_id(self) -> int | None:
+        """The newest run's id (None in an empty store)."""
+        ...
+
+    async def last_schedule_run(self, schedule: str) -> RunRow | None:
+        """The newest run a schedule started, or None."""
+        ...
+
+    async def step_started(self, run_id: int, idx: int, host: str, name: str, skill: str,
+            params: dict[str, Any], section: str = "steps") -> int:
+        """A step begins on a host (status running, attempt 1); its id."""
+        ...
+
+    async def step_output(self, step_id: int, text: str) -> None:
+        """The streamed output so far, as kept in the store (head, marker, tail): replaces the last."""
+        ...
+
+    async def step_attempt(self, step_id: int, attempts: int) -> None:
+        """A retried step's attempt count."""
+        ...
+
+    async def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
+            duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
+            metrics: list[Any] | None = None, changes: list[Any] | None = None,
+            warnings: list[str] | None = None, regressions: list[Any] | None = None,
+            output: str | None = None, output_bytes: int | None = None, output_sha256: str | None = None,
+            output_file: str | None = None) -> None:
+        """The step's final row: `output` (when given) replaces the stored output; the whole"""
+        ...
+
+    async def close_open_steps(self, run_id: int, summary: str) -> int:
+        """Steps of a finished run still marked `running` (their end was not recorded) become failed."""
+        ...
+
+    async def add_regression(self, run_id: int, r: Any, *, host: str = "", commit: bool = True) -> None:
+        """A regression (or a note of kind other than `regression`) found by the history check;"""
+        ...
+
+    async def add_warning(self, run_id: int, host: str, message: str) -> None:
+        """A warning of the run on a host, not tied to one step."""
+        ...
+
+    async def steps(self, run_id: int) -> list[StepRow]:
+        """A run's steps in the order they started."""
+        ...
+
+    async def metrics(self, run_id: int) -> list[MetricRow]:
+        """A run's metrics in the order recorded."""
+        ...
+
+    async def changes(self, run_id: int) -> list[ChangeRow]:
+        """A run's file changes in the order made."""
+        ...
+
+    async def warnings(self, run_id: int) -> list[WarningRow]:
+        """A run's warnings in the order raised."""
+        ...
+
+    async def regressions(self, run_id: int) -> list[RegressionRow]:
+        """A run's regressions (and notes of other kinds) in the order found."""
+        ...
+
+    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> ChangeRow | None:
+        """The newest change of a file on a host that kept a backup (of one run, if given)."""
+        ...
+
+    async def metric_history(self, playbook: str, host: str, metric: str, *,
+            before_run: int | None = None, since_run: int | None = None, limit: int = 10,
+            exclude_incident_runs: bool = False) -> list[MetricPoint]:
+        """Values of one metric from successful runs of playbook+host, newest first."""
+        ...
+
+    async def previous_good_run(self, playbook: str, host: str, before_run: int) -> RunRow | None:
+        """The newest earlier run of playbook on host that succeeded without a flagged regression."""
+        ...
+
+    async def host_run_ids(self, host: str, *, after: int = 0, upto: int | None = None) -> list[int]:
+        """Ids of the runs on a host in (after, upto], oldest first."""
+        ...
+
+    async def last_fingerprinted_run(self, host: str, upto: int) -> FingerprintState | None:
+        """The newest run <= upto on host whose fingerprint describes that host (one row read,"""
+        ...
+
+    async def host_steps(self, host: str, after: int, upto: int) -> list[HostStepRow]:
+        """Finished steps of runs (after, upto] on host, oldest first (for fingerprints)."""
+        ...
+
+    async def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
+        """Registered data of the newest step of `skill` on host that recorded `key`."""
+        ...
+
+    async def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:
+        """File changes on a host by runs (after, upto], oldest first."""
+        ...
+
+    async def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[MetricRow]]:
+        """Every metric of each run, in the order recorded (one query; runs without metrics absent)."""
+        ...
+
+    async def metric_value(self, run_id: int, name: str) -> float | None:
+        """A run's first value of a metric, or None."""
+        ...
+
+    async def regression_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> regressions flagged (kind `regression`), for the runs that have any."""
+        ...
+
+    async def flagged_runs(self, host: str, metric: str, run_ids: list[int]) -> set[int]:
+        """Which of run_ids flagged a regression of metric on host."""
+        ...
+
+    async def update_regression_reason(self, run_id: int, host: str, metric: str, old: str, new: str) -> None:
+        """Reword a regression's reason (e.g. once a later check attributes it)."""
+        ...
+
+    async def open_incident(self, *, playbook: str, host: str, metric: str, run_id: int,
+            ref_before_run: int, reference: float | None, unit: str, better: str) -> int:
+        """A new open incident, flagged by `run_id`; its id."""
+        ...
+
+    async def incident_flagged(self, incident_id: int, run_id: int) -> None:
+        """Another run flagged the same open incident."""
+        ...
+
+    async def open_incident_for(self, playbook: str, host: str, metric: str) -> IncidentRow | None:
+        """The open incident of a metric of playbook on host, or None."""
+        ...
+
+    async def incidents(self, *, playbook: str | None = None, host: str | None = None,
+            status: str | None = "open", run_id: int | None = None, limit: int = 100) -> list[IncidentRow]:
+        """Incidents newest first, by each criterion given (`run_id`: the ones it flagged)."""
+        ...
+
+    async def close_incident(self, incident_id: int, kind: str, by: str, reason: str,
+            run_id: int | None = None) -> bool:
+        """Close an open incident (kind: recovered, baseline or ack); False when it was not open."""
+        ...
+
+    async def reference_start(self, playbook: str, host: str, metric: str) -> int | None:
+        """The first run a metric's reference may use: the baseline, or the start of the"""
+        ...
+
+    async def set_baseline(self, run_id: int, set_by: str) -> BaselineSet:
+        """Make a run the baseline of its playbook on each of its hosts; KeyError for no such run."""
+        ...
+
+    async def baseline(self, playbook: str, host: str) -> BaselineRow | None:
+        """The baseline of a playbook on a host, or None."""
+        ...
+
+    async def approval_requested(self, run_id: int, step_idx: int, host: str, step: str, action: str,
+            details: list[str]) -> int:
+        """A pending approval for one step on one host; its id."""
+        ...
+
+    async def approval_decided(self, approval_id: int, status: str, decided_by: str) -> bool:
+        """Record a decision once; a second decision on the same request is refused."""
+        ...
+
+    async def get_approval(self, approval_id: int) -> ApprovalRow | None:
+        """An approval by id, or None."""
+        ...
+
+    async def set_approval_message(self, approval_id: int, channel: str | None, ts: str | None,
+            requester: str | None = None) -> None:
+        """The Slack message that asks (and who asked); values not given are kept."""
+        ...
+
+    async def pending_approval(self, run_id: int, step_idx: int, host: str) -> ApprovalRow | None:
+        """The newest pending approval of a step on a host, or None."""
+        ...
+
+    async def stale_approvals(self) -> list[StaleApprovalRow]:
+        """Pending approvals whose run is no longer running (its process died): nobody waits on them."""
+        ...
+
+    async def add_event(self, run_id: int | None, kind: str, message: str) -> None:
+        """A note on a run (or on the bot, run_id None)."""
+        ...
+
+    async def add_rejection(self, kind: str, actor: str, text: str, reason: str, run_id: int | None = None) -> None:
+        """A refused request (kind `rejected` or `access_denied`): an event, never a run row."""
+        ...
+
+    async def events(self, kind: str | None = None, limit: int = 100) -> list[EventRow]:
+        """Events newest first (of one kind, if given)."""
+        ...
+
+    async def recover(self) -> list[int]:
+        """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
+        ...
+
+    async def start_run(self, lock: list[str], run: dict[str, Any]) -> int:
+        """Create the run row and lock `lock` in one transaction: a busy host raises HostBusy"""
+        ...
+
+    async def acquire_hosts(self, run_id: int, hosts: list[str]) -> None:
+        """Lock every host for this run, all or none; a busy host raises HostBusy."""
+        ...
+
+    async def release_hosts(self, run_id: int) -> None:
+        """Free the run's host locks (kept, ownerless, where its processes were not stopped)."""
+        ...
+
+    async def locks(self) -> list[LockRow]:
+        """Every host lock, by host."""
+        ...
+
+    async def procs_record(self, run_id: int, step_id: int, host: str, *, tag: str, state: str, note: str,
+            pgids: list[int] | None = None) -> int:
+        """A step's processes had to be killed: `stopped` (verified gone) or `pending` (the"""
+        ...
+
+    async def pending_procs(self, host: str) -> list[RemoteProcRow]:
+        """Process groups on host that a finished (or crashed) run did not stop."""
+        ...
+
+    async def procs_cleaned(self, proc_id: int, *, by_run: int, note: str) -> None:
+        """The pending processes were stopped (or found gone) by run `by_run`; the step that"""
+        ...
+
+    async def step_procs(self, step_id: int) -> list[RemoteProcRow]:
+        """The process records of one step."""
+        ...
+
+    async def create_sweep(self, *, kind: str, playbook: str, host: str, spec: dict[str, Any], actor: str,
+            origin: str, points: list[tuple[dict[str, Any], str, str]]) -> int:
+        """A sweep and its points: (inputs, status 'pending' or 'skipped', reason)."""
+        ...
+
+    async def get_sweep(self, sweep_id: int) -> SweepRow | None:
+        """A sweep by id, spec and result decoded, or None."""
+        ...
+
+    async def sweep_points(self, sweep_id: int) -> list[SweepPointRow]:
+        """A sweep's points in grid order, inputs ({} if none) and result decoded."""
+        ...
+
+    async def sweep_point_done(self, sweep_id: int, idx: int, status: str, run_id: int | None,
+            result: dict[str, Any] | None, reason: str = "") -> None:
+        """How one point ended: its run and what it measured."""
+        ...
+
+    async def add_sweep_point(self, sweep_id: int, inputs: dict[str, Any]) -> int:
+        """Append a pending point (a bisection's next probe); its index."""
+        ...
+
+    async def finish_sweep(self, sweep_id: int, status: str, result: dict[str, Any] | None) -> None:
+        """How the sweep ended, and its result."""
+        ...
+
+    async def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:
+        """A schedule fired (or was skipped) for `fire_time`; the fire's id."""
+        ...
+
+    async def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
+        """A fire's outcome (and the run it started, when known)."""
+        ...
+
+    async def last_fire(self, schedule: str) -> ScheduleFireRow | None:
+        """A schedule's latest fire (by fire time), or None."""
+        ...
+
+    async def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
+        """Pause or resume a schedule; False when it already was in that state."""
+        ...
+
+    async def schedule_states(self) -> dict[str, ScheduleStateRow]:
+        """Schedule name -> its paused state, for the schedules ever paused or resumed."""
+        ...
+
+    async def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
+        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,"""
+        ...
+
+    async def run_audit_problems(self, run_id: int) -> list[str]:
+        """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,"""
+        ...
+
+    async def audit_head(self) -> AuditHead:
+        """The newest sealed link of the audit chain: the anchor posted outside the DB."""
+        ...
+
+    async def backup(self, dest: Path) -> AuditHead:
+        """A consistent copy of the whole DB (SQLite's online backup: the bot may keep"""
+        ...
+
+    async def check_writable(self) -> None:
+        """Raise if the audit DB cannot take a write lock now (doctor)."""
+        ...
+
+    async def prune_count(self, older_than: timedelta) -> int:
+        """How many runs `prune(older_than)` would delete."""
+        ...
+
+    async def prune(self, older_than: timedelta) -> int:
+        """Delete finished runs started before now - older_than, with their child rows."""
+        ...

@@ -1,0 +1,143 @@
+"""Runs: one row per playbook run (who, where, with what, how it ended) and its hosts
+(`run_hosts`, so a host's runs are an index lookup)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any, cast
+
+from eaglebot.store.base import MY_START, Database, StoreBase, now_iso, rowid, rows, to_json
+from eaglebot.store.rows import RunRow
+
+_JSON_COLUMNS = ("hosts", "inputs", "vars", "fingerprint")
+
+
+def decode_run(row: dict[str, Any]) -> RunRow:
+    """A `runs` row with its JSON columns decoded (`hosts` is a list, never None)."""
+    out = dict(row)
+    for k in _JSON_COLUMNS:
+        if isinstance(out.get(k), str):
+            try:
+                out[k] = json.loads(out[k])
+            except json.JSONDecodeError:
+                pass
+    if out.get("hosts") is None:
+        out["hosts"] = []
+    return cast(RunRow, out)
+
+
+def insert_run(db: Database, *, playbook: str, hosts: list[str], inputs: dict[str, Any],
+               variables: dict[str, Any], actor: str, origin: str, dry_run: bool = False,
+               rerun_of: int | None = None, schedule: str | None = None, channel: str | None = None,
+               thread_ts: str | None = None, source: str | None = None, status: str = "running") -> int:
+    """The run row and its run_hosts rows, inside the caller's transaction (owned by this process)."""
+    cur = db.execute(
+        "insert into runs (playbook, status, actor, origin, pid, hostname, proc_start, hosts, "
+        "inputs, vars, started_at, dry_run, rerun_of, schedule, channel, thread_ts, source, "
+        "cancel_requested) values (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
+        [playbook, status, actor, origin, os.getpid(), socket.gethostname(), MY_START,
+         to_json(hosts), to_json(inputs), to_json(variables), now_iso(), int(dry_run), rerun_of,
+         schedule, channel, thread_ts, source])
+    run_id = rowid(cur)
+    for h in dict.fromkeys(hosts):
+        db.execute("insert or ignore into run_hosts (run_id, host) values (?, ?)", [run_id, h])
+    return run_id
+
+
+def get_run(db: Database, run_id: int) -> RunRow | None:
+    """One run by id, decoded, or None."""
+    found = list(db.table("runs").rows_where("id = ?", [run_id]))
+    return decode_run(found[0]) if found else None
+
+
+class RunsMixin(StoreBase):
+    """The `runs` aggregate."""
+
+    def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any], variables: dict[str, Any],
+                   actor: str, origin: str, dry_run: bool = False, rerun_of: int | None = None,
+                   schedule: str | None = None, channel: str | None = None,
+                   thread_ts: str | None = None, source: str | None = None,
+                   status: str = "running") -> int:
+        """A new run owned by this process (its pid and start time tell a crash apart); its id."""
+        with self._tx():
+            return insert_run(self.db, playbook=playbook, hosts=hosts, inputs=inputs, variables=variables,
+                              actor=actor, origin=origin, dry_run=dry_run, rerun_of=rerun_of,
+                              schedule=schedule, channel=channel, thread_ts=thread_ts, source=source,
+                              status=status)
+
+    def finish_run(self, run_id: int, status: str, *, exit_code: int, error: str | None = None,
+                   fingerprint: dict[str, Any] | None = None) -> None:
+        """How a run ended; a fingerprint given replaces the one recorded."""
+        with self._tx():
+            self.db.execute(
+                "update runs set status = ?, finished_at = ?, exit_code = ?, error = ?, "
+                "fingerprint = coalesce(?, fingerprint) where id = ?",
+                [status, now_iso(), exit_code, error, to_json(fingerprint) if fingerprint else None, run_id])
+
+    def set_run_thread(self, run_id: int, channel: str | None, thread_ts: str | None) -> None:
+        """The Slack thread that reports the run (set once its first message is posted)."""
+        with self._tx():
+            self.db.execute("update runs set channel = ?, thread_ts = ? where id = ?", [channel, thread_ts, run_id])
+
+    def request_cancel(self, run_id: int) -> bool:
+        """Ask a running run to stop (its runner polls); False when it is not running."""
+        with self._tx():
+            cur = self.db.execute(
+                "update runs set cancel_requested = 1 where id = ? and status = 'running'", [run_id])
+            return cur.rowcount > 0
+
+    def cancel_requested(self, run_id: int) -> bool:
+        """Has someone asked this run to stop?"""
+        row = self.db.execute("select cancel_requested from runs where id = ?", [run_id]).fetchone()
+        return bool(row and row[0])
+
+    def get_run(self, run_id: int) -> RunRow | None:
+        """One run by id, its JSON columns decoded, or None."""
+        return get_run(self.db, run_id)
+
+    def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
+                status: str | None = None, origin: str | None = None, since: str | None = None) -> list[RunRow]:
+        """Runs newest first, filtered by each criterion given (`since`: started at or after)."""
+        where: list[str] = []
+        args: list[Any] = []
+        sql = "select * from runs"
+        if host:
+            # Walk run_hosts' primary key (host, run_id) newest first: no scan of other hosts' runs.
+            sql = "select runs.* from run_hosts rh join runs on runs.id = rh.run_id"
+            where.append("rh.host = ?")
+            args.append(host)
+        for cond, value in (("playbook = ?", playbook), ("status = ?", status), ("origin = ?", origin),
+                            ("started_at >= ?", since)):
+            if value:
+                where.append(cond)
+                args.append(value)
+        sql += (" where " + " and ".join(where) if where else "")
+        sql += " order by rh.run_id desc limit ?" if host else " order by id desc limit ?"
+        args.append(limit)
+        return [decode_run(r) for r in self.db.query(sql, args)]
+
+    def running_runs(self) -> list[RunRow]:
+        """Runs still marked running, oldest first."""
+        return [decode_run(r) for r in self.db.table("runs").rows_where("status = 'running'", order_by="id")]
+
+    def save_vars(self, run_id: int, variables: dict[str, Any]) -> None:
+        """The resolved variables of each host of a run (redacted by the caller)."""
+        with self._tx():
+            self.db.execute("update runs set vars = ? where id = ?", [to_json(variables), run_id])
+
+    def set_fingerprint(self, run_id: int, fingerprint: dict[str, Any]) -> None:
+        """The run's fingerprint (each host's software and hardware state) before it ends."""
+        with self._tx():
+            self.db.execute("update runs set fingerprint = ? where id = ?", [to_json(fingerprint), run_id])
+
+    def last_run_id(self) -> int | None:
+        """The newest run's id (None in an empty store)."""
+        row = self.db.execute("select max(id) from runs").fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
+    def last_schedule_run(self, schedule: str) -> RunRow | None:
+        """The newest run a schedule started, or None."""
+        found = rows(self.db, dict, "select * from runs where schedule = ? and origin = 'schedule' "
+                                    "order by id desc limit 1", [schedule])
+        return decode_run(found[0]) if found else None

@@ -1,0 +1,141 @@
+"""Metrics and history across runs: the queries the regression check, fingerprints and
+`eagle history`/`trend` read (metric windows, a host's runs, steps and changes)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from eaglebot.store.base import StoreBase, rows
+from eaglebot.store.rows import ChangeRow, FingerprintState, HostStepRow, MetricPoint, MetricRow, RunRow
+from eaglebot.store.runs import decode_run
+
+
+class TrendsMixin(StoreBase):
+    """Read-mostly queries over runs, steps, metrics, changes and regressions."""
+
+    def metric_history(self, playbook: str, host: str, metric: str, *, before_run: int | None = None,
+                       since_run: int | None = None, limit: int = 10,
+                       exclude_incident_runs: bool = False) -> list[MetricPoint]:
+        """Values of one metric from successful runs of playbook+host, newest first.
+
+        exclude_incident_runs: leave out runs an incident flagged, unless that incident was
+        accepted (closed by an ack or a baseline): a reference window never learns a drop."""
+        sql = ("select m.run_id, m.value, m.unit, m.better, r.started_at from metrics m "
+               "join runs r on r.id = m.run_id where r.playbook = ? and m.host = ? and m.name = ? "
+               "and r.status = 'succeeded' and r.dry_run = 0")
+        args: list[Any] = [playbook, host, metric]
+        if exclude_incident_runs:
+            sql += (" and m.run_id not in (select ir.run_id from incident_runs ir join incidents i "
+                    "on i.id = ir.incident_id where i.playbook = ? and i.host = ? and i.metric = ? "
+                    "and (i.status = 'open' or i.closed_kind = 'recovered'))")
+            args += [playbook, host, metric]
+        if before_run is not None:
+            sql += " and m.run_id < ?"
+            args.append(before_run)
+        if since_run is not None:
+            sql += " and m.run_id >= ?"
+            args.append(since_run)
+        sql += " order by m.run_id desc limit ?"
+        args.append(limit)
+        return rows(self.db, MetricPoint, sql, args)
+
+    def previous_good_run(self, playbook: str, host: str, before_run: int) -> RunRow | None:
+        """The newest earlier run of playbook on host that succeeded without a flagged regression."""
+        found = rows(self.db, dict,
+                     "select r.* from run_hosts rh join runs r on r.id = rh.run_id "
+                     "where rh.host = ? and rh.run_id < ? and r.playbook = ? and r.status = 'succeeded' "
+                     "and r.dry_run = 0 and not exists (select 1 from regressions g where g.run_id = r.id "
+                     "and g.kind = 'regression' and (g.host = ? or g.host = '')) "
+                     "order by rh.run_id desc limit 1", [host, before_run, playbook, host])
+        return decode_run(found[0]) if found else None
+
+    def host_run_ids(self, host: str, *, after: int = 0, upto: int | None = None) -> list[int]:
+        """Ids of the runs on a host in (after, upto], oldest first."""
+        sql = "select run_id from run_hosts where host = ? and run_id > ?"
+        args: list[Any] = [host, after]
+        if upto is not None:
+            sql += " and run_id <= ?"
+            args.append(upto)
+        return [r[0] for r in self.db.execute(sql + " order by run_id", args)]
+
+    def last_fingerprinted_run(self, host: str, upto: int) -> FingerprintState | None:
+        """The newest run <= upto on host whose fingerprint describes that host (one row read,
+        only that host's part of the fingerprint parsed)."""
+        path = '$."' + host.replace('"', '') + '"'
+        found = list(self.db.query(
+            "select r.id, json_extract(r.fingerprint, :path) as state from run_hosts rh "
+            "join runs r on r.id = rh.run_id where rh.host = :host and rh.run_id <= :upto "
+            "and json_valid(r.fingerprint) and json_type(r.fingerprint, :path) = 'object' "
+            "order by rh.run_id desc limit 1", {"path": path, "host": host, "upto": upto}))
+        if not found:
+            return None
+        return {"run_id": found[0]["id"], "state": json.loads(found[0]["state"])}
+
+    def host_steps(self, host: str, after: int, upto: int) -> list[HostStepRow]:
+        """Finished steps of runs (after, upto] on host, oldest first (for fingerprints)."""
+        return rows(self.db, HostStepRow,
+                    "select s.run_id, s.skill, s.status, s.params, s.data from steps s "
+                    "join run_hosts rh on rh.run_id = s.run_id and rh.host = s.host "
+                    "where rh.host = ? and rh.run_id > ? and rh.run_id <= ? "
+                    "and (s.status in ('ok', 'changed') or (s.skill = 'gpu.health' and s.status = 'failed')) "
+                    "and (s.skill in ('server.launch', 'config.patch', 'gpu.health') "
+                    "or s.data like '%package_versions%') order by s.run_id, s.id", [host, after, upto])
+
+    def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
+        """Registered data of the newest step of `skill` on host that recorded `key`."""
+        for row in self.db.execute(
+                "select data from steps where host = ? and skill = ? and data like ? order by id desc limit 5",
+                [host, skill, f'%"{key}"%']):
+            try:
+                data = json.loads(row[0])
+            except (TypeError, json.JSONDecodeError):
+                continue
+            if isinstance(data, dict) and data.get(key):
+                return data
+        return None
+
+    def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:
+        """File changes on a host by runs (after, upto], oldest first."""
+        return rows(self.db, ChangeRow, "select * from changes where host = ? and run_id > ? and run_id <= ? "
+                                        "order by run_id, id", [host, after, upto])
+
+    def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[MetricRow]]:
+        """Every metric of each run, in the order recorded (one query; runs without metrics absent)."""
+        if not run_ids:
+            return {}
+        marks = ",".join("?" * len(run_ids))
+        out: dict[int, list[MetricRow]] = {}
+        for m in rows(self.db, MetricRow, f"select * from metrics where run_id in ({marks}) order by run_id, id",
+                      list(run_ids)):
+            out.setdefault(m["run_id"], []).append(m)
+        return out
+
+    def metric_value(self, run_id: int, name: str) -> float | None:
+        """A run's first value of a metric, or None."""
+        row = self.db.execute("select value from metrics where run_id = ? and name = ? order by id limit 1",
+                              [run_id, name]).fetchone()
+        return float(row[0]) if row else None
+
+    def regression_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> regressions flagged (kind `regression`), for the runs that have any."""
+        if not run_ids:
+            return {}
+        marks = ",".join("?" * len(run_ids))
+        return {r["run_id"]: r["n"] for r in self.db.query(
+            f"select run_id, count(*) as n from regressions where run_id in ({marks}) "
+            "and coalesce(kind, 'regression') = 'regression' group by run_id", run_ids)}
+
+    def flagged_runs(self, host: str, metric: str, run_ids: list[int]) -> set[int]:
+        """Which of run_ids flagged a regression of metric on host."""
+        if not run_ids:
+            return set()
+        marks = ",".join("?" * len(run_ids))
+        return {r[0] for r in self.db.execute(
+            f"select run_id from regressions where kind = 'regression' and metric = ? and host = ? "
+            f"and run_id in ({marks})", [metric, host, *run_ids])}
+
+    def update_regression_reason(self, run_id: int, host: str, metric: str, old: str, new: str) -> None:
+        """Reword a regression's reason (e.g. once a later check attributes it)."""
+        with self._tx():
+            self.db.execute("update regressions set reason = ? where run_id = ? and host = ? and metric = ? "
+                            "and reason = ?", [new, run_id, host, metric, old])

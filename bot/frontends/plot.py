@@ -11,7 +11,8 @@ from pathlib import Path
 
 from eaglebot.config import RegressionConfig
 from eaglebot.history.trend import Trend, load_trend
-from eaglebot.store import Store, parse_iso
+from eaglebot.store import parse_iso
+from eaglebot.store.protocol import StoreProtocol
 
 
 def render_trend(trend: Trend, out_path: str | Path) -> Path:
@@ -66,7 +67,7 @@ def render_trend(trend: Trend, out_path: str | Path) -> Path:
     return out
 
 
-def plot_trend(store: Store, playbook: str, host: str, metric: str, out_path: str | Path,
+def plot_trend(store: StoreProtocol, playbook: str, host: str, metric: str, out_path: str | Path,
                limit: int = 30, cfg: RegressionConfig | None = None) -> Path:
     """Write a PNG of `metric` over the last `limit` runs; UsageError when there is no data."""
     return render_trend(load_trend(store, playbook, host, metric, limit, cfg), out_path)

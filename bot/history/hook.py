@@ -12,7 +12,7 @@ from typing import Protocol, Sequence
 from eaglebot.config import Settings
 from eaglebot.history.recorder import attribute_fixed, check_run, record_fingerprint
 from eaglebot.sdk import Metric, Regression
-from eaglebot.store import AsyncStore
+from eaglebot.store.protocol_async import AsyncStoreProtocol
 
 
 class FinishedStep(Protocol):
@@ -52,7 +52,7 @@ class HookHost(Protocol):
     """What the hook reads of the engine that calls it."""
 
     @property
-    def store(self) -> AsyncStore: ...
+    def store(self) -> AsyncStoreProtocol: ...
 
     @property
     def settings(self) -> Settings: ...

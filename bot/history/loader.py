@@ -13,10 +13,10 @@ from eaglebot.history.diff import DiffRows, pick_hosts
 from eaglebot.history.fingerprint import apply_steps, empty_state
 from eaglebot.history.regress import (CP_WINDOW, Drift, Subject, Window, drift, window_limit, window_since,
                                       window_what, worse_shift_point)
-from eaglebot.store import Store
+from eaglebot.store.protocol import StoreProtocol
 
 
-def host_state(store: Store, host: str, run_id: int) -> dict[str, Any]:
+def host_state(store: StoreProtocol, host: str, run_id: int) -> dict[str, Any]:
     """The host's state as of run_id: the newest fingerprint at or before it, advanced by
     the steps and file changes recorded since."""
     base = store.last_fingerprinted_run(host, run_id)
@@ -29,12 +29,12 @@ def host_state(store: Store, host: str, run_id: int) -> dict[str, Any]:
     return apply_steps(state, store.host_steps(host, after, run_id), changes)
 
 
-def since(store: Store, s: Subject) -> int | None:
+def since(store: StoreProtocol, s: Subject) -> int | None:
     """The first run the metric's reference may use (its baseline or last ack), if any."""
     return window_since(store.reference_start(s.playbook, s.host, s.metric.name), s.run_id)
 
 
-def reference(store: Store, s: Subject, cfg: RegressionConfig, since: int | None) -> Window:
+def reference(store: StoreProtocol, s: Subject, cfg: RegressionConfig, since: int | None) -> Window:
     """The metric's reference window: the runs before its open incident's drop, else the
     recent successful runs (since the baseline or the last ack, when there is one)."""
     name = s.metric.name
@@ -50,7 +50,7 @@ def reference(store: Store, s: Subject, cfg: RegressionConfig, since: int | None
     return Window([r["value"] for r in rows], window_what(len(rows), since, base["run_id"] if base else None, None))
 
 
-def worse_drift(store: Store, s: Subject, since: int | None, cfg: RegressionConfig) -> Drift | None:
+def worse_drift(store: StoreProtocol, s: Subject, since: int | None, cfg: RegressionConfig) -> Drift | None:
     """The change point the newest value sits after, when it made the metric worse by more
     than min_pct, with what changed at the run where it began."""
     rows = store.metric_history(s.playbook, s.host, s.metric.name, before_run=s.run_id, since_run=since,
@@ -63,7 +63,7 @@ def worse_drift(store: Store, s: Subject, since: int | None, cfg: RegressionConf
     return drift(s.metric.name, p, changes)
 
 
-def attribution(store: Store, playbook: str, host: str, run_id: int, now: dict[str, Any]) -> str:
+def attribution(store: StoreProtocol, playbook: str, host: str, run_id: int, now: dict[str, Any]) -> str:
     """What changed on host since the last good run of playbook (the "changed since" clause)."""
     good = store.previous_good_run(playbook, host, run_id)
     if good is None:
@@ -73,7 +73,7 @@ def attribution(store: Store, playbook: str, host: str, run_id: int, now: dict[s
                           store.host_changes(host, gid, run_id), store.host_steps(host, gid, run_id))
 
 
-def diff_rows(store: Store, a_id: int, b_id: int) -> DiffRows:
+def diff_rows(store: StoreProtocol, a_id: int, b_id: int) -> DiffRows:
     """What `eagle diff A B` compares (`diff.compare`); UsageError when a run is missing."""
     ra, ha, rb, hb = pick_hosts(a_id, store.get_run(a_id), b_id, store.get_run(b_id))
     return DiffRows(ra, rb, ha, hb, host_state(store, ha, a_id), host_state(store, hb, b_id),

@@ -16,23 +16,23 @@ from eaglebot.history.incidents import (Closing, IncidentDecision, baseline_clos
                                         decide_ack)
 from eaglebot.history.regress import Subject, decide, judge_window, needs_attribution, wants_attribution
 from eaglebot.sdk import Metric, Regression
-from eaglebot.store import Store
+from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import IncidentRow
 
 
-def record_fingerprint(store: Store, run_id: int, hosts: list[str]) -> dict[str, Any]:
+def record_fingerprint(store: StoreProtocol, run_id: int, hosts: list[str]) -> dict[str, Any]:
     """Record each host's state as of run_id on the run (later runs start from it)."""
     fp = {h: loader.host_state(store, h, run_id) for h in hosts}
     store.set_fingerprint(run_id, fp)
     return fp
 
 
-def close(store: Store, c: Closing) -> None:
+def close(store: StoreProtocol, c: Closing) -> None:
     """Close an incident (only an open one: the store ignores a second close)."""
     store.close_incident(c.incident_id, c.kind, c.by, c.reason, c.run_id)
 
 
-def apply_incident(store: Store, d: IncidentDecision, run_id: int) -> None:
+def apply_incident(store: StoreProtocol, d: IncidentDecision, run_id: int) -> None:
     """Write one metric's incident decision for run_id (at most one of open, flag, close)."""
     if d.open is not None:
         o = d.open
@@ -44,7 +44,7 @@ def apply_incident(store: Store, d: IncidentDecision, run_id: int) -> None:
         close(store, d.close)
 
 
-def check_run(store: Store, run_id: int, playbook: str, hosts: list[str],
+def check_run(store: StoreProtocol, run_id: int, playbook: str, hosts: list[str],
               metrics: list[tuple[str, Metric]], cfg: RegressionConfig) -> tuple[list[Regression], list[str]]:
     """Judge every metric of a finished run against its history (`regress.decide`) and record
     what that decided. Returns the regressions and improvements, and notes (e.g.
@@ -73,7 +73,7 @@ def check_run(store: Store, run_id: int, playbook: str, hosts: list[str],
     return found, notes
 
 
-def attribute_fixed(store: Store, run_id: int, playbook: str, regressions: list[Regression]) -> None:
+def attribute_fixed(store: StoreProtocol, run_id: int, playbook: str, regressions: list[Regression]) -> None:
     """Regressions against fixed baselines (bench.compare) get the same "what changed"
     clause; the reported objects and their stored rows both get the new reason."""
     cache: dict[str, str] = {}
@@ -87,7 +87,7 @@ def attribute_fixed(store: Store, run_id: int, playbook: str, regressions: list[
         store.update_regression_reason(run_id, r.host, r.metric, old, r.reason)
 
 
-def set_baseline(store: Store, run_id: int, actor: str) -> str:
+def set_baseline(store: StoreProtocol, run_id: int, actor: str) -> str:
     """Mark a run as the baseline of its playbook on each of its hosts (CLI and Slack); it
     closes their open incidents. Returns the sentence to show; UsageError when the run
     cannot be a baseline."""
@@ -100,7 +100,7 @@ def set_baseline(store: Store, run_id: int, actor: str) -> str:
     return baseline_text(run_id, res["playbook"], res["hosts"], len(store.metrics(run_id)))
 
 
-def ack(store: Store, run_id: int, metric: str, reason: str, actor: str) -> str:
+def ack(store: StoreProtocol, run_id: int, metric: str, reason: str, actor: str) -> str:
     """Acknowledge the open incident of `metric` run #run_id belongs to (`incidents.decide_ack`):
     close it and audit who and why. Returns the sentence to show."""
     run = store.get_run(run_id)

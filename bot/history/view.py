@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, TypedDict
 
 from eaglebot.history.incidents import describe
-from eaglebot.store import Store, parse_iso
+from eaglebot.store import parse_iso
+from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import ChangeRow, IncidentRow, MetricRow, RegressionRow, RunRow, StepRow, WarningRow
 
 KEY_METRIC = "output_throughput"
@@ -85,7 +86,7 @@ class RunView:
     incidents: list[IncidentRow] = field(default_factory=list)   # open ones of its playbook + hosts
 
     @classmethod
-    def load(cls, store: Store, run_id: int) -> RunView | None:
+    def load(cls, store: StoreProtocol, run_id: int) -> RunView | None:
         run = store.get_run(run_id)
         if run is None:
             return None
@@ -217,7 +218,7 @@ def history_rows(runs: list[RunRow], metrics_by_run: dict[int, list[MetricRow]],
             for r in runs]
 
 
-def load_history(store: Store, *, playbook: str | None = None, host: str | None = None,
+def load_history(store: StoreProtocol, *, playbook: str | None = None, host: str | None = None,
                  limit: int = 20, status: str | None = None, since: str | None = None) -> list[HistoryRow]:
     """Past runs, newest first, each with its key metric and regression count (three queries
     however many runs)."""

@@ -25,7 +25,7 @@ from eaglebot.frontends.chat.reply import CancelRequested, LogTail, Note, Reply,
 from eaglebot.frontends.format import describe_inputs, fmt_time, history_text, show_text, since, table
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import HistoryRow, RunView, load_history
-from eaglebot.store import Store
+from eaglebot.store.protocol import StoreProtocol
 
 LOG_LINES = 60
 LOGS_PLAYBOOK = "server-logs"   # shipped: one read-only server.logs step
@@ -118,7 +118,7 @@ async def _history(services: Services, cmd: Command, caller: Caller) -> Reply:
             playbook = first
             host = names[1] if len(names) > 1 else None
 
-    def query(s: Store) -> tuple[list[HistoryRow], str]:
+    def query(s: StoreProtocol) -> tuple[list[HistoryRow], str]:
         from eaglebot.history.incidents import open_text
 
         return load_history(s, playbook=playbook, host=host, limit=int(n)), open_text(s, playbook=playbook, host=host)

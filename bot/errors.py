@@ -1,6 +1,8 @@
 """Errors a person reads: one sentence each, and the exit code they map to."""
 from __future__ import annotations
 
+from typing import Mapping, Sequence
+
 
 class EagleError(Exception):
     """Base class: `str(err)` is the one sentence shown to the user."""
@@ -23,7 +25,16 @@ class TransportError(EagleError):
 
 
 class StepFailed(EagleError):
-    """Raised inside a skill to fail its step with one sentence."""
+    """Fails the step it is raised in, from the skill or any helper it calls: the sentence is
+    the step's summary; `data`, `output` (evidence) and `warnings` are kept with the failed
+    step as a returned `StepResult.failed(...)`'s would be (eaglebot.sdk says why one style)."""
+
+    def __init__(self, summary: str, *, data: Mapping[str, object] | None = None, output: str = "",
+                 warnings: Sequence[str] = ()):
+        super().__init__(summary)
+        self.data = dict(data or {})
+        self.output = output
+        self.warnings = list(warnings)
 
 
 class StoreError(EagleError):

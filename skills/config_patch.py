@@ -58,7 +58,7 @@ class PatchError(ValueError):
     pass
 
 
-def _kind(v: Any) -> str:
+def _kind(v: object) -> str:
     if isinstance(v, bool):
         return "a boolean"
     return {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
@@ -66,7 +66,7 @@ def _kind(v: Any) -> str:
 
 
 def _walk(doc: dict[str, Any], parts: list[str], create: bool) -> dict[str, Any]:
-    node: Any = doc
+    node: object = doc
     for i, part in enumerate(parts):
         if not isinstance(node, dict):
             raise PatchError(f"{'.'.join(parts[:i])} is {_kind(node)}, not an object")
@@ -105,7 +105,7 @@ def apply(doc: dict[str, Any], set_: dict[str, Any], delete: list[str]) -> list[
     return changed
 
 
-def lookup(doc: Any, key: str) -> Any:
+def lookup(doc: object, key: str) -> object:
     """The value at a dotted path, None when absent."""
     node = doc
     for part in key.split("."):
@@ -115,7 +115,7 @@ def lookup(doc: Any, key: str) -> Any:
     return node
 
 
-def _canon(v: Any) -> str:
+def _canon(v: object) -> str:
     return json.dumps(v, sort_keys=True)
 
 
@@ -147,7 +147,7 @@ def detect_style(text: str) -> Style:
     return indent, ascii_only, text.endswith("\n"), (item, key)
 
 
-def dump(doc: Any, style: Style) -> bytes:
+def dump(doc: object, style: Style) -> bytes:
     indent, ascii_only, newline, separators = style
     text = json.dumps(doc, indent=indent, ensure_ascii=ascii_only, separators=separators)
     return (text + ("\n" if newline else "")).encode("utf-8")

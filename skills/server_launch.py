@@ -112,7 +112,7 @@ def build_args(p: Params) -> tuple[list[str], str | None]:
 _SECRETISH = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|_KEY$", re.I)
 
 
-def _gpus_env(gpus: Any) -> str | None:
+def _gpus_env(gpus: object) -> str | None:
     if gpus is None or gpus == "" or gpus == []:
         return None
     if isinstance(gpus, list):

@@ -74,9 +74,8 @@ async def _server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[st
 async def _foreign_gpu_tenants(ctx: SkillContext) -> list[str] | None:
     """Compute processes on the GPUs outside the bot's sessions; None when nvidia-smi does not answer."""
     try:
-        text = await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_APPS)
-        apps = nvsmi.parse_compute_apps(text)
-    except (nvsmi.NvsmiError, nvsmi.ParseError) as e:
+        apps = await nvsmi.COMPUTE_APPS.gather(ctx.host, ctx.vars)
+    except nvsmi.NvsmiError as e:
         ctx.log(f"GPU tenants not checked: {e}")
         return None
     if not apps:

@@ -98,8 +98,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     polls = slow_polls = 0
     watched = False
     while True:
-        out = await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_MEMORY)
-        used_all = nvsmi.parsed("--query-gpu", ctx.host_name, nvsmi.parse_memory_used, out)
+        used_all = await nvsmi.GPU_MEMORY.gather(ctx.host, ctx.vars)
         polls += 1
         if sel is None:
             sel = gpu.select(ctx, params, list(used_all))

@@ -62,9 +62,10 @@ async def query_health(ctx: SkillContext) -> tuple[dict[int, dict[str, Any]], li
     """The health rows and the fields this driver did not know (dropped, never a crash)."""
     path = nvsmi.nvsmi_path(ctx.vars)
     fields = list(hf.HEALTH_FIELDS)
+    fact = hf.HEALTH
     dropped: list[str] = []
     while True:
-        res = await ctx.host.run(nvsmi.nvsmi_command(path, hf.health_query(fields)), timeout=nvsmi.NVSMI_TIMEOUT_S)
+        res = await ctx.host.run(fact.command(ctx.vars), timeout=nvsmi.NVSMI_TIMEOUT_S)
         if res.timed_out:
             raise nvsmi.NvsmiError(f"nvidia-smi did not answer within {nvsmi.NVSMI_TIMEOUT_S:g}s on "
                                    f"{ctx.host_name}; the driver may be hung")
@@ -72,29 +73,29 @@ async def query_health(ctx: SkillContext) -> tuple[dict[int, dict[str, Any]], li
         if bad and bad in fields and bad not in hf.REQUIRED_FIELDS:
             fields.remove(bad)
             dropped.append(bad)
+            fact = hf.health_fact(fields)
             ctx.log(f"nvidia-smi on {ctx.host_name} does not know the field {bad}; asking without it")
             continue
         if res.exit_status != 0:
             raise nvsmi.NvsmiError(nvsmi.explain_exit(ctx.host_name, path, res.exit_status, res.stdout, res.stderr))
-        return nvsmi.parsed("--query-gpu (health)", ctx.host_name,
-                            lambda t: hf.parse_health(t, fields), res.stdout), dropped
+        return nvsmi.parsed(fact.what, ctx.host_name, fact.parse, res.stdout), dropped
 
 
 async def _nvlink(ctx: SkillContext, notes: list[str]) -> tuple[dict[int, dict[int, float | None]],
                                                                  dict[int, dict[str, int]]]:
-    path = nvsmi.nvsmi_path(ctx.vars)
     status: dict[int, dict[int, float | None]] = {}
     errors: dict[int, dict[str, int]] = {}
-    for args, kind in ((hf.QUERY_NVLINK_STATUS, "status"), (hf.QUERY_NVLINK_ERRORS, "errors")):
-        res = await ctx.host.run(nvsmi.nvsmi_command(path, args), timeout=nvsmi.NVSMI_TIMEOUT_S)
+    for kind in ("status", "errors"):
+        fact = hf.NVLINK_STATUS if kind == "status" else hf.NVLINK_ERRORS
+        res = await ctx.host.run(fact.command(ctx.vars), timeout=nvsmi.NVSMI_TIMEOUT_S)
         if res.exit_status != 0 or res.timed_out:
             last = (res.stdout.strip() or res.stderr.strip()).splitlines()[-1:] or ["no output"]
             notes.append(f"NVLink {kind} not reported: {last[0][:160]}")
             continue
         if kind == "status":
-            status = hf.parse_nvlink_status(res.stdout)
+            status = hf.NVLINK_STATUS.parse(res.stdout)
         else:
-            errors = hf.parse_nvlink_errors(res.stdout)
+            errors = hf.NVLINK_ERRORS.parse(res.stdout)
     return status, errors
 
 

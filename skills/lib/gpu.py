@@ -137,9 +137,24 @@ async def snapshot(ctx: SkillContext, params: GpuParams, *, tolerance_mib: int =
         raise apps
     sel = select(ctx, params, [r.index for r in rows])
     by_uuid = {r.uuid: r.index for r in rows}
+    on_selected = [a.pid for a in apps if a.gpu_uuid is not None and by_uuid.get(a.gpu_uuid) in sel]
+    infos = await proc_info(ctx.host, on_selected)
+    snap = assemble(host, sel, rows, apps, infos, tolerance_mib)
+    if snap.unexplained and use_fuser:
+        await _fuser_fallback(ctx, snap, tolerance_mib)
+    for gpu, mib in snap.unexplained.items():
+        snap.notes.append(f"GPU {gpu}: {mib} MiB used but neither nvidia-smi nor fuser names a process "
+                          f"that holds it")
+    return snap
+
+
+def assemble(host: str, sel: list[int], rows: list[nvsmi.GpuRow], apps: list[nvsmi.ComputeApp],
+             infos: dict[int, ProcInfo], tolerance_mib: int = DEFAULT_TOLERANCE_MIB) -> Snapshot:
+    """The snapshot nvidia-smi's answers and /proc make, before any fuser fallback (pure:
+    the cleanup cases in tests/fixtures/cleanup_cases are built with it from real captures)."""
+    by_uuid = {r.uuid: r.index for r in rows}
     snap = Snapshot(host, sel, {r.index: r.used_mib for r in rows if r.index in sel})
     apps = [a for a in apps if a.gpu_uuid is not None and by_uuid.get(a.gpu_uuid) in sel]
-    infos = await proc_info(ctx.host, [a.pid for a in apps])
     holders: dict[int, Holder] = {}
     for a in apps:
         p = infos.get(a.pid)
@@ -155,11 +170,6 @@ async def snapshot(ctx: SkillContext, params: GpuParams, *, tolerance_mib: int =
         snap.notes.append(f"nvidia-smi lists pid {', '.join(map(str, snap.hidden_pids))}, not visible on "
                           f"{host} (another PID namespace, e.g. a container)")
     snap.unexplained = _unexplained(snap, tolerance_mib)
-    if snap.unexplained and use_fuser:
-        await _fuser_fallback(ctx, snap, tolerance_mib)
-    for gpu, mib in snap.unexplained.items():
-        snap.notes.append(f"GPU {gpu}: {mib} MiB used but neither nvidia-smi nor fuser names a process "
-                          f"that holds it")
     return snap
 
 

@@ -31,6 +31,7 @@ from eaglebot.sdk import SkillContext, StepResult
 from eaglebot.facts import health as hf
 from eaglebot.facts import nvsmi
 from eaglebot.skills.lib import gpu
+from eaglebot.skills.lib.health_report import Readings, health_report
 
 NAME = "gpu.health"
 
@@ -156,47 +157,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     dcgm = await _dcgm(ctx, params)
     if dcgm["status"] == "skipped":
         notes.append(f"DCGM diagnostics skipped: {dcgm['why']}")
-    bus = {i: str(r.get("pci.bus_id") or "") for i, r in rows.items()}
-    t = thresholds(params)
-    verdicts: dict[int, hf.Verdict] = {}
-    for i in sel:
-        mine = [x for x in xids if hf.xid_gpu(x, bus) in (i, None)]
-        v = hf.evaluate(rows[i], t, nvlink=links.get(i), nvlink_errors=link_errors.get(i), xids=mine)
-        if dcgm["status"] in ("fail", "warn"):
-            v.add(dcgm["status"], dcgm["why"])
-        verdicts[i] = v
-    health = {str(i): v.as_dict() for i, v in verdicts.items()}
-    data: dict[str, Any] = {
-        "health": health,
-        "gpus": {str(i): rows[i] for i in sel},
-        "nvlink": {str(i): {str(k): s for k, s in links.get(i, {}).items()} for i in sel if i in links},
-        "nvlink_errors": {str(i): link_errors[i] for i in sel if i in link_errors},
-        "xids": [{"bus_id": x.bus_id, "code": x.code, "meaning": x.meaning, "text": x.text} for x in xids],
-        "dcgm": dcgm, "dropped_fields": dropped, "notes": notes,
-    }
-    out = [hf.summary_line(rows[i]) for i in sel]
-    for i in sel:
-        if i in links:
-            up = sum(1 for s in links[i].values() if s is not None)
-            out.append(f"GPU {i}: NVLink {up}/{len(links[i])} links up, errors {link_errors.get(i, {})}")
-    out += [f"{x.bus_id}: {x.line()}: {x.text}" for x in xids]
-    out += [f"GPU {i}: {v.verdict}" + (f": {'; '.join(v.reasons)}" if v.reasons else "")
-            + (f" ({'; '.join(v.notes)})" if v.notes else "") for i, v in verdicts.items()]
-    out += notes
-    output = "\n".join(out) + "\n"
-    for line in out:
+    result = health_report(ctx.host_name, Readings(rows, sel, links, link_errors, xids, dcgm, dropped, notes),
+                           thresholds(params), fail_on_warn=params.fail_on_warn)
+    for line in result.output.splitlines():
         ctx.log(line)
-    bad = {i: v for i, v in verdicts.items() if v.verdict == "fail"}
-    warn = {i: v for i, v in verdicts.items() if v.verdict == "warn"}
-    warnings = [f"GPU {i}: {r}" for i, v in warn.items() for r in v.reasons]
-    n = len(sel)
-    if bad or (params.fail_on_warn and warn):
-        worst = bad or warn
-        why = "; ".join(f"GPU {i}: {', '.join(v.reasons)}" for i, v in worst.items())
-        return StepResult.failed(f"GPU health {'fail' if bad else 'warn'} on {ctx.host_name}: {why}",
-                                 data=data, warnings=warnings if bad else [], output=output)
-    verdict = "warn" if warn else "ok"
-    return StepResult.ok(f"{n} GPU{'s' if n != 1 else ''} {verdict} on {ctx.host_name}"
-                         + (f" ({len(warnings)} warning{'s' if len(warnings) != 1 else ''})" if warnings else ""),
-                         data=data, warnings=warnings, output=output)
-
+    return result

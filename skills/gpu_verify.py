@@ -28,7 +28,7 @@ from pydantic import Field
 
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Metric, SkillContext, StepResult
-from eaglebot.skills.lib import gpu
+from eaglebot.skills.lib import free_memory, gpu
 from eaglebot.facts import nvsmi, nvsmi_watch
 
 NAME = "gpu.verify"
@@ -102,18 +102,17 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         polls += 1
         if sel is None:
             sel = gpu.select(ctx, params, list(used_all))
-        used = {g: used_all[g] for g in sel if g in used_all}
-        if len(used) < len(sel):
-            gone = [g for g in sel if g not in used]
-            raise StepFailed(f"GPU {', '.join(map(str, gone))} disappeared from nvidia-smi on {ctx.host_name} "
+        check = free_memory.check_memory(used_all, sel, params.max_used_mib)
+        if check.gone:
+            raise StepFailed(f"GPU {', '.join(map(str, check.gone))} disappeared from nvidia-smi on {ctx.host_name} "
                              f"while waiting; a GPU may have fallen off the bus")
-        over = {g: m for g, m in used.items() if m > params.max_used_mib}
+        used, over = check.used, check.over
         elapsed = time.monotonic() - t0
         if over and not watched and elapsed < min(1.0, params.timeout_s):
             watched = True   # once: one nvidia-smi looping every 20 ms for the rest of the first second
             used, rounds = await _watch(ctx, params, sel, used, min(1.0, params.timeout_s) - elapsed)
             polls += rounds
-            over = {g: m for g, m in used.items() if m > params.max_used_mib}
+            over = free_memory.over_limit(used, params.max_used_mib)
             elapsed = time.monotonic() - t0
         if not over or elapsed >= params.timeout_s:
             break

@@ -1,8 +1,6 @@
 """Errors a person reads: one sentence each, and the exit code they map to."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
-
 
 class EagleError(Exception):
     """Base class: `str(err)` is the one sentence shown to the user."""
@@ -26,15 +24,13 @@ class TransportError(EagleError):
 
 class StepFailed(EagleError):
     """Fails the step it is raised in, from the skill or any helper it calls: the sentence is
-    the step's summary; `data`, `output` (evidence) and `warnings` are kept with the failed
-    step as a returned `StepResult.failed(...)`'s would be (eaglebot.sdk says why one style)."""
+    the step's summary, and the keywords are `StepResult.failed`'s (data, output, warnings,
+    metrics...): the engine records `StepResult.failed(summary, **result)`, so nothing a
+    returned failure would keep is lost (eaglebot.sdk: the one failure style)."""
 
-    def __init__(self, summary: str, *, data: Mapping[str, object] | None = None, output: str = "",
-                 warnings: Sequence[str] = ()):
+    def __init__(self, summary: str, **result: object):
         super().__init__(summary)
-        self.data = dict(data or {})
-        self.output = output
-        self.warnings = list(warnings)
+        self.result = result
 
 
 class StoreError(EagleError):

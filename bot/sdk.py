@@ -10,10 +10,12 @@ asyncssh or slack; this module is all they import from eaglebot besides `eaglebo
 A skill that changes nothing on the host may say `READ_ONLY = True`: a run whose steps are
 all read-only takes no host lock (server.logs works while a relaunch holds the host).
 
-A step fails one way: `raise StepFailed(summary, data=..., output=..., warnings=...)`, from
-the skill or from any helper it calls. The engine records it as a failed `StepResult` with
-that summary, data, evidence and warnings, exactly as if the skill had returned it; a
-helper deep in `skills/lib` can fail the step without every caller passing a result up.
+A step fails one way: `raise StepFailed(summary, data=..., output=..., warnings=...)` (the
+keywords are `StepResult.failed`'s), from the skill or from any helper it calls; a shipped
+skill never returns `StepResult.failed` (tests/test_skill_style.py). The engine records the
+failure as `StepResult.failed(summary, **keywords)`, so nothing is lost that a returned
+result would keep, and a helper deep in `skills/lib` fails the step without every caller
+passing a result up. `StepResult.failed` stays for the engine and for plugins.
 """
 from __future__ import annotations
 

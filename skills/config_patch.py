@@ -171,36 +171,36 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if st is None:
         raise StepFailed(f"cannot read {path} on {ctx.host_name}: No such file or directory")
     if st.kind != "regular file":
-        return StepResult.failed(f"{path} on {ctx.host_name} is a {st.kind}, not a regular file")
+        raise StepFailed(f"{path} on {ctx.host_name} is a {st.kind}, not a regular file")
     if st.size > MAX_BYTES:
-        return StepResult.failed(f"{path} on {ctx.host_name} is {st.size:,} bytes; config.patch reads at most "
-                                 f"{MAX_BYTES // 2**20} MiB")
+        raise StepFailed(f"{path} on {ctx.host_name} is {st.size:,} bytes; config.patch reads at most "
+                         f"{MAX_BYTES // 2**20} MiB")
     if why := await files.owner_problem(ctx, path, st, "patch"):
-        return StepResult.failed(why)
+        raise StepFailed(why)
     if not st.mode & 0o200 and not params.force:
-        return StepResult.failed(f"{path} on {ctx.host_name} is read-only (mode {st.mode:04o}); "
-                                 f"set force: true to patch it anyway")
+        raise StepFailed(f"{path} on {ctx.host_name} is read-only (mode {st.mode:04o}); "
+                         f"set force: true to patch it anyway")
     try:
         before = await asyncio.wait_for(files.read(ctx, path), READ_TIMEOUT_S)
     except asyncio.TimeoutError:
-        return StepResult.failed(f"reading {path} on {ctx.host_name} took over {READ_TIMEOUT_S:g}s; gave up")
+        raise StepFailed(f"reading {path} on {ctx.host_name} took over {READ_TIMEOUT_S:g}s; gave up")
     if len(before) > MAX_BYTES:
-        return StepResult.failed(f"{path} on {ctx.host_name} grew past {MAX_BYTES // 2**20} MiB while reading")
+        raise StepFailed(f"{path} on {ctx.host_name} grew past {MAX_BYTES // 2**20} MiB while reading")
     try:
         text = before.decode("utf-8")
         doc = json.loads(text)
     except UnicodeDecodeError:
-        return StepResult.failed(f"{path} on {ctx.host_name} is not UTF-8 text, so not a JSON file")
+        raise StepFailed(f"{path} on {ctx.host_name} is not UTF-8 text, so not a JSON file")
     except json.JSONDecodeError as e:
-        return StepResult.failed(f"{path} on {ctx.host_name} is not valid JSON "
-                                 f"(line {e.lineno} column {e.colno}: {e.msg})")
+        raise StepFailed(f"{path} on {ctx.host_name} is not valid JSON "
+                         f"(line {e.lineno} column {e.colno}: {e.msg})")
     if not isinstance(doc, dict):
-        return StepResult.failed(f"{path} on {ctx.host_name} holds {_kind(doc)}, not a JSON object")
+        raise StepFailed(f"{path} on {ctx.host_name} holds {_kind(doc)}, not a JSON object")
     original = copy.deepcopy(doc)
     try:
         keys = apply(doc, params.set, params.delete)
     except PatchError as e:
-        return StepResult.failed(f"{e} in {path}")
+        raise StepFailed(f"{e} in {path}")
     data: dict[str, Any] = {"path": path, "keys": keys, "backup_path": None, "diff": "",
                             "json_patch": jsonpatch.make_patch(original, doc).patch,
                             "values": {k: {"before": lookup(original, k), "after": lookup(doc, k)} for k in keys}}

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, StepResult
 from eaglebot.facts import nvsmi
 from eaglebot.skills.lib import cleanup, gpu, processes
@@ -85,7 +86,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                   f"(SIGTERM, then SIGKILL after {params.grace_s:g}s)")
         approved, who = await ctx.approve(action, [h.line() for h in foreign])
         if not approved:
-            return StepResult.failed(
+            raise StepFailed(
                 f"not approved ({who}): nothing was killed; {n} process{'es' if n != 1 else ''} "
                 f"the bot did not start hold the GPUs: {', '.join(f'{h.pid} ({h.user})' for h in foreign)}",
                 data=data, output="\n".join(planned) + "\n", warnings=warnings)
@@ -108,7 +109,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     out = "\n".join(lines) + "\n" + "".join(n + "\n" for n in snap.notes)
     if data["survivors"]:
         bad = [by_pid[p] for p in data["survivors"]]
-        return StepResult.failed(
+        raise StepFailed(
             f"{len(bad)} GPU process{'es' if len(bad) != 1 else ''} still running after "
             f"{'+'.join(bad[0].signals) or 'no signal'}: "
             + "; ".join(f"pid {r.pid} ({r.user}) {r.cmdline[:80]}{' - ' + r.note if r.note else ''}" for r in bad),

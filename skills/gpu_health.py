@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, StepResult
 from eaglebot.facts import health as hf
 from eaglebot.facts import nvsmi
@@ -157,8 +158,10 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     dcgm = await _dcgm(ctx, params)
     if dcgm["status"] == "skipped":
         notes.append(f"DCGM diagnostics skipped: {dcgm['why']}")
-    result = health_report(ctx.host_name, Readings(rows, sel, links, link_errors, xids, dcgm, dropped, notes),
+    report = health_report(ctx.host_name, Readings(rows, sel, links, link_errors, xids, dcgm, dropped, notes),
                            thresholds(params), fail_on_warn=params.fail_on_warn)
-    for line in result.output.splitlines():
+    for line in report.output.splitlines():
         ctx.log(line)
-    return result
+    if report.failed:
+        raise StepFailed(report.summary, data=report.data, warnings=report.warnings, output=report.output)
+    return StepResult.ok(report.summary, data=report.data, warnings=report.warnings, output=report.output)

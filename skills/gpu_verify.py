@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import Field
 
@@ -121,7 +121,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     data = {"memory": dict(used), "seconds": round(elapsed, 3), "polls": polls}
     mem = gpu.memory_line(used)
     if over:
-        return await _still_held(ctx, params, over, used, elapsed, data)
+        await _still_held(ctx, params, over, used, elapsed, data)
     ctx.log(f"free after {elapsed:.2f}s ({polls} polls): {mem}")
     metrics = [Metric("gpu_free_s", round(elapsed, 3), "s", "lower")]
     summary = f"{len(used)} GPU{'s' if len(used) != 1 else ''} free (<= {params.max_used_mib} MiB) after {elapsed:.1f}s: {mem}"
@@ -131,8 +131,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     data["smoke"] = lines
     out = mem + "\n" + "\n".join(lines) + "\n"
     if not ok:
-        return StepResult.failed(f"CUDA smoke test failed on {ctx.host_name}: {why}", metrics=metrics, data=data,
-                                 output=out)
+        raise StepFailed(f"CUDA smoke test failed on {ctx.host_name}: {why}", metrics=metrics, data=data,
+                         output=out)
     return StepResult.ok(f"{summary}; CUDA smoke test passed on GPU {', '.join(map(str, sel))}",
                          metrics=metrics, data=data, output=out)
 
@@ -175,23 +175,24 @@ def _interval(params: Params, elapsed: float, slow_polls: int) -> float:
 
 
 async def _still_held(ctx: SkillContext, params: Params, over: dict[int, int], used: dict[int, int],
-                      elapsed: float, data: dict[str, Any]) -> StepResult:
+                      elapsed: float, data: dict[str, Any]) -> NoReturn:
+    """Fail the step naming what still holds the memory."""
     gpus = ", ".join(f"GPU {g} uses {m} MiB" for g, m in over.items())
     head = f"{gpus} (limit {params.max_used_mib} MiB) after {elapsed:.1f}s"
     try:
         snap = await gpu.snapshot(ctx, params.model_copy(update={"gpus": list(over)}),
                                    tolerance_mib=params.max_used_mib)
     except StepFailed as e:
-        return StepResult.failed(f"{head}; could not list the holders: {e}", data=data)
+        raise StepFailed(f"{head}; could not list the holders: {e}", data=data) from None
     data["holders"] = [h.as_dict() for h in snap.holders]
     out = gpu.memory_line(used) + "\n" + (gpu.table(snap.holders) + "\n" if snap.holders else "")
     out += "".join(n + "\n" for n in snap.notes)
     if snap.holders:
         who = "; ".join(h.line() for h in snap.holders[:4])
         more = f"; and {len(snap.holders) - 4} more" if len(snap.holders) > 4 else ""
-        return StepResult.failed(f"{head}; still held by {who}{more}", data=data, output=out)
-    return StepResult.failed(f"{head}; no process found holding it (nvidia-smi and fuser name none)",
-                             data=data, output=out)
+        raise StepFailed(f"{head}; still held by {who}{more}", data=data, output=out)
+    raise StepFailed(f"{head}; no process found holding it (nvidia-smi and fuser name none)",
+                     data=data, output=out)
 
 
 async def _smoke(ctx: SkillContext, params: Params, gpus: list[int]) -> tuple[bool, list[str], str]:

@@ -43,7 +43,7 @@ def bind(skill: Skill[P], rendered: Mapping[str, object]) -> Bound[P]:
 
 def failed_result(e: StepFailed) -> StepResult:
     """A raised StepFailed recorded as the failed StepResult it stands for."""
-    return StepResult.failed(str(e), data=dict(e.data), output=e.output, warnings=list(e.warnings))
+    return StepResult.failed(str(e), **e.result)
 
 
 async def attempt(bound: Runnable, sctx: SkillContext, step: Step,

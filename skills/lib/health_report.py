@@ -2,7 +2,7 @@
 
 The skill gathers (the health query, NVLink, the kernel log's Xids, DCGM) and hands what it
 got to `health_report`, which judges each selected GPU (`facts.health.evaluate`), adds
-DCGM's verdict and decides the step: any `fail` fails it, `warn` is a warning (or a failure
+DCGM's verdict and decides the step (`HealthReport`): any `fail` fails it, `warn` is a warning (or a failure
 with `fail_on_warn`). tests/test_health_report.py runs it on JSON cases built from the
 real 2x H200 captures (tests/fixtures/health_cases/).
 """
@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglebot.facts import health as hf
-from eaglebot.sdk import StepResult
 
 
 @dataclass(frozen=True)
@@ -29,7 +28,16 @@ class Readings:
     notes: list[str]                                 # probes that could not tell, said
 
 
-def health_report(host: str, r: Readings, t: hf.Thresholds, *, fail_on_warn: bool) -> StepResult:
+@dataclass(frozen=True)
+class HealthReport:
+    failed: bool
+    summary: str
+    data: dict[str, Any]
+    warnings: list[str]
+    output: str
+
+
+def health_report(host: str, r: Readings, t: hf.Thresholds, *, fail_on_warn: bool) -> HealthReport:
     bus = {i: str(row.get("pci.bus_id") or "") for i, row in r.rows.items()}
     verdicts: dict[int, hf.Verdict] = {}
     for i in r.selected:
@@ -64,9 +72,9 @@ def health_report(host: str, r: Readings, t: hf.Thresholds, *, fail_on_warn: boo
     if bad or (fail_on_warn and warn):
         worst = bad or warn
         why = "; ".join(f"GPU {i}: {', '.join(v.reasons)}" for i, v in worst.items())
-        return StepResult.failed(f"GPU health {'fail' if bad else 'warn'} on {host}: {why}",
-                                 data=data, warnings=warnings if bad else [], output=output)
+        return HealthReport(True, f"GPU health {'fail' if bad else 'warn'} on {host}: {why}",
+                            data, warnings if bad else [], output)
     verdict = "warn" if warn else "ok"
-    return StepResult.ok(f"{n} GPU{'s' if n != 1 else ''} {verdict} on {host}"
-                         + (f" ({len(warnings)} warning{'s' if len(warnings) != 1 else ''})" if warnings else ""),
-                         data=data, warnings=warnings, output=output)
+    return HealthReport(False, f"{n} GPU{'s' if n != 1 else ''} {verdict} on {host}"
+                        + (f" ({len(warnings)} warning{'s' if len(warnings) != 1 else ''})" if warnings else ""),
+                        data, warnings, output)

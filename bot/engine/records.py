@@ -162,7 +162,7 @@ def plain_name(name: str) -> str:
     return name if _PLAIN.match(name) else "(invalid name)"
 
 
-def jsonable(v: Any) -> Any:
+def jsonable(v: object) -> object:
     """A value as the audit store keeps it: JSON types only, unresolved variables left out."""
     if templating.is_unresolved(v):
         return None

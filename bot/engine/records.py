@@ -19,6 +19,7 @@ from eaglebot.sdk import ApprovalRequest, Metric, Regression, StepResult
 
 log = logging.getLogger("eaglebot.engine")
 
+
 @dataclass
 class RunRequest:
     playbook: str | Playbook

@@ -57,6 +57,7 @@ class StepRunner:
         except StoreError as e:
             run.store_failed(e)
             return False
+
     async def _record_skipped(self, run: RunState, slot: StepSlot, summary: str) -> StepRecord:
         step = slot.step
         sid = await self._record(run, self.store.step_started(run.run_id, slot.idx, slot.host, step.label,
@@ -68,14 +69,14 @@ class StepRunner:
                           step_id=sid)
 
     def _render(self, step: Step, ctx: dict[str, Any]) -> tuple[AnySkill, dict[str, Any]]:
-        mod = self.registry.get_skill(step.skill)
-        fields = mod.Params.model_fields
+        skill = self.registry.get_skill(step.skill)
+        fields = skill.Params.model_fields
         rendered = {}
         for k, v in step.with_.items():
             extra = fields[k].json_schema_extra if k in fields else None
             shell = bool(isinstance(extra, dict) and extra.get("shell"))
             rendered[k] = templating.render_value(v, ctx, shell=shell)
-        return mod, rendered
+        return skill, rendered
 
     async def _prepare_step(self, run: RunState, slot: StepSlot, ctx: dict[str, Any]
                             ) -> Runnable | tuple[StepRecord, StepResult]:
@@ -94,8 +95,8 @@ class StepRunner:
                 return rec, res
         rendered: dict[str, Any] = {}
         try:
-            mod, rendered = self._render(step, ctx)
-            return bind(mod, rendered)
+            skill, rendered = self._render(step, ctx)
+            return bind(skill, rendered)
         except templating.TemplateFailure as e:
             return await self._failed_before_start(run, slot, str(e))
         except ValidationError as e:

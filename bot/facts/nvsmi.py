@@ -319,11 +319,6 @@ def parsed(what: str, host: str, fn: Callable[[str], _T], text: str) -> _T:
         raise NvsmiError(f"unexpected {what} output from nvidia-smi on {host}: {e}") from None
 
 
-def fuser_command(fuser: str = "fuser") -> str:
-    # The glob is ours (never user input); fuser prints PIDs on stdout, the rest on stderr.
-    return f"LC_ALL=C {shlex.quote(fuser)} -v /dev/nvidia* 2>&1"
-
-
 @dataclass(frozen=True)
 class NvsmiFact(Generic[_T]):
     """One nvidia-smi fact: its exact arguments and the parser of what they print."""
@@ -347,7 +342,9 @@ class FuserFact:
     parse: Callable[[str], list[FuserEntry]] = parse_fuser
 
     def command(self, host_vars: Mapping[str, Any]) -> str:
-        return fuser_command(str(host_vars.get("fuser") or "fuser"))
+        # The host var `fuser` may name another binary. The glob is ours (never user input);
+        # fuser -v writes its table to stderr, hence 2>&1.
+        return f"LC_ALL=C {shlex.quote(str(host_vars.get('fuser') or 'fuser'))} -v /dev/nvidia* 2>&1"
 
     async def gather(self, host: Host, host_vars: Mapping[str, Any]) -> tuple[list[FuserEntry], str]:
         """([entries], "") or ([], why it cannot tell)."""

@@ -122,6 +122,7 @@ def target_architecture(config_json: str) -> str | None:
 
 # -- server log ---------------------------------------------------------------------
 
+READY_LINE = "The server is fired up and ready to roll!"   # the last start-up line (sglang_phase)
 FATAL_PATTERNS = [
     re.compile(r"Scheduler hit an exception:"),
     re.compile(r"Received sigquit from a child process"),

@@ -24,7 +24,8 @@ from slack_sdk.signature import SignatureVerifier
 from eaglebot.config import load_settings
 from eaglebot.frontends.services import Services
 from eaglebot.sim import gpu_state, install_sim_bin
-from eaglebot.frontends.slack.app import SlackBot, build_app, make_client
+from eaglebot.frontends.slack.app import SlackBot, build_app
+from eaglebot.frontends.slack.client import make_client
 
 from fakes.slack_api import FakeSlackAPI
 

@@ -19,8 +19,8 @@ from slack_harness import (CHANNEL, PLAYBOOKS, SECRET, TOKEN, action_body, comma
 from sshd import free_port
 
 from eaglebot.config import AccessConfig
-from eaglebot.frontends.chat.router import (Command, authorize, authorize_approval, command_class,
-                                           parse)
+from eaglebot.frontends.chat.access import authorize, authorize_approval, command_class
+from eaglebot.frontends.chat.grammar import Command, parse
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.sim import install_sim_bin
 
@@ -74,6 +74,24 @@ async def test_slack_without_access_section_refuses_a_run_names_the_key_and_audi
         assert rows[0]["actor"] == "UALICE" and rows[0]["text"] == "/eagle hello"
         assert "access.operators" in rows[0]["reason"]
         assert await h.services.store.history(limit=5) == []
+    finally:
+        await h.close()
+
+
+async def test_a_slash_command_is_authorized_once_before_its_ack(tmp_path, fake, monkeypatch):
+    """The Slack listener admits the command (its refusal is the ack's text); the router then
+    executes what was admitted without checking again."""
+    from eaglebot.frontends.chat import router
+
+    checked = []
+    real = router.authorize
+    monkeypatch.setattr(router, "authorize", lambda *a, **kw: checked.append(a[1].name) or real(*a, **kw))
+    h = await open_harness(tmp_path, fake)
+    try:
+        status, ack = await h.command("status", user="UALICE")
+        assert status == 200 and ack == {}
+        await fake.wait_for(lambda: h.responses())
+        assert checked == ["status"]
     finally:
         await h.close()
 

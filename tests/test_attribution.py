@@ -7,7 +7,7 @@ import random
 from history_seed import seed_run
 
 from eaglebot.history.attribution import attribution_sentence, state_changes
-from eaglebot.history.regress import apply_steps, empty_state
+from eaglebot.history.fingerprint import apply_steps, empty_state
 from eaglebot.facts.sglang_args import build_launch_args, launch_flags
 
 BASE_ARGS = ["--model-path", "/m", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
@@ -82,7 +82,7 @@ async def test_the_change_point_attribution_names_the_planted_change_not_everyth
     """Three changes land on different nights; only the capture-layer patch moves the series.
     The change point is found at that run and only its change is named first."""
     from eaglebot.engine.runner import RunOutcome, StepRecord
-    from eaglebot.history.regress import history_hook
+    from eaglebot.history.hook import history_hook
     from eaglebot.sdk import Metric
 
     svc = await services()

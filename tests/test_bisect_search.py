@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from eaglebot.frontends.tuning.bisect import bound, search
+from eaglebot.tuning.bisect import bound, search
 
 
 def measurer(bad_when):

@@ -6,7 +6,10 @@ import yaml
 
 from slack_harness import PLAYBOOKS
 
-from eaglebot.frontends.chat.router import Caller, authorize, handle, parse, unescape
+from eaglebot.frontends.chat.access import authorize
+from eaglebot.frontends.chat.caller import Caller
+from eaglebot.frontends.chat.grammar import parse, unescape
+from eaglebot.frontends.chat.router import handle
 from eaglebot.frontends.cli.chat import chat_main
 from eaglebot.config import AccessConfig, load_settings
 

@@ -10,7 +10,8 @@ import pytest
 
 from eaglebot.engine.runner import RunRequest
 from eaglebot.history.health import diff_health
-from eaglebot.history.regress import apply_steps, attribution, empty_state
+from eaglebot.history.attribution import attribution
+from eaglebot.history.fingerprint import apply_steps, empty_state
 from eaglebot.sim import gpu_state
 from eaglebot.facts import health as hf
 from gpu_helpers import playbook, sim_host

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from history_seed import seed_run
 
-from eaglebot.history.regress import history_hook
+from eaglebot.history.hook import history_hook
 from eaglebot.engine.runner import RunOutcome, StepRecord
 from eaglebot.sdk import FileChange, Metric
 

@@ -122,7 +122,7 @@ async def test_a_slow_drift_is_flagged_by_the_end_and_a_noisy_series_stays_quiet
     from history_seed import seed_run
 
     from eaglebot.engine.runner import RunOutcome, StepRecord
-    from eaglebot.history.regress import history_hook
+    from eaglebot.history.hook import history_hook
     from eaglebot.sdk import Metric
 
     svc = await services()

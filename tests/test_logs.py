@@ -73,7 +73,8 @@ def test_only_all_read_only_playbooks_skip_the_host_lock():
 
 
 async def test_slash_logs_goes_through_the_engine_audited_and_lock_free(services, tmp_path):
-    from eaglebot.frontends.chat.router import Caller, handle
+    from eaglebot.frontends.chat.caller import Caller
+    from eaglebot.frontends.chat.router import handle
 
     log = tmp_path / "s.log"
     log.write_text("loading\nThe server is fired up and ready to roll!\n")
@@ -92,7 +93,8 @@ async def test_slash_logs_goes_through_the_engine_audited_and_lock_free(services
 
 
 async def test_slash_logs_of_an_unknown_host_is_one_sentence(services):
-    from eaglebot.frontends.chat.router import Caller, handle
+    from eaglebot.frontends.chat.caller import Caller
+    from eaglebot.frontends.chat.router import handle
 
     svc = await services({"box": {"transport": "local"}})
     reply = await handle(svc, "logs nosuch", Caller("U1", check_access=False))

@@ -20,10 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def readme_example() -> str:
-    """The skill in README's "Writing a skill": the tests run that very text, so it cannot rot."""
-    readme = (ROOT / "README.md").read_text()
-    m = re.search(r"^## Writing a skill\n.*?^````python\n(.*?)^````$", readme, re.S | re.M)
-    assert m, "README.md has no ````python example under '## Writing a skill'"
+    """The skill in docs/skills.md's "Writing a skill": the tests run that very text, so it cannot rot."""
+    page = (ROOT / "docs" / "skills.md").read_text()
+    m = re.search(r"^## Writing a skill\n.*?^````python\n(.*?)^````$", page, re.S | re.M)
+    assert m, "docs/skills.md has no ````python example under '## Writing a skill'"
     return m.group(1)
 
 

@@ -74,7 +74,8 @@ def test_error_lines_and_rejected_names_are_redacted(cfg):
 
 
 async def test_a_refusal_event_is_redacted_before_it_is_cut(services):
-    from eaglebot.frontends.chat.router import Command, audit_refusal
+    from eaglebot.frontends.chat.access import audit_refusal
+    from eaglebot.frontends.chat.grammar import Command
     svc = await services()
     text = "x" * 280 + " " + TOKEN
     await audit_refusal(svc, "U1", Command("run", text=text), "not an operator")

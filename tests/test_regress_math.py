@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import random
 
-from eaglebot.history.regress import (attribution, attribution_text, judge, key_changes_from_diff,
-                              parse_launch_args, robust_sigma)
+from eaglebot.history.attribution import attribution, attribution_text, parse_launch_args
+from eaglebot.history.keydiff import key_changes_from_diff
+from eaglebot.history.regress import judge, robust_sigma
 
 
 def around(center: float, pct: float, n: int, seed: int = 7) -> list[float]:

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from helpers import eagle
+from sched_helpers import finished_jobs, fire_now
 from slack_harness import open_harness
 
 from eaglebot.frontends.scheduler import build_scheduler
@@ -96,10 +97,11 @@ async def test_pause_and_resume_from_slack_are_for_operators_persisted_shown_aud
         shown = await fake.wait_for(lambda: h.responses())
         assert "paused by UALICE" in shown[0].all_text()
         sched = build_scheduler(h.services)
+        finished = finished_jobs(sched)
         sched.start()
         try:
-            sched.fire_now("nightly-bench")
-            name, run_id = await asyncio.wait_for(sched.finished.get(), 30)
+            fire_now(sched, "nightly-bench")
+            name, run_id = await asyncio.wait_for(finished.get(), 30)
         finally:
             sched.shutdown()
         assert run_id is None and await h.services.store.history(limit=5) == []

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 from history_seed import seed_run
+from sched_helpers import finished_jobs, fire_now, scheduled
 
 from eaglebot.frontends.cli.main import main
 from eaglebot.config import ScheduleConfig
 from eaglebot.errors import UsageError
 from eaglebot.engine.runner import Observer
-from eaglebot.frontends.scheduler import build_scheduler, fires_between, schedule_rows, trigger_for
+from eaglebot.frontends.cron import fires_between, trigger_for
+from eaglebot.frontends.scheduler import build_scheduler, schedule_rows
 from eaglebot.frontends.plot import plot_trend
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -71,11 +73,12 @@ async def test_scheduler_fires_a_shell_playbook_through_the_engine(services, pbd
     hooks = RecordingHooks()
     hooks.store = svc.store
     sched = build_scheduler(svc, hooks)
+    finished = finished_jobs(sched)
     sched.start()
     try:
         await asyncio.sleep(0)
-        sched.fire_now("nightly-bench")
-        name, run_id = await asyncio.wait_for(sched.finished.get(), 30)
+        fire_now(sched, "nightly-bench")
+        name, run_id = await asyncio.wait_for(finished.get(), 30)
     finally:
         sched.shutdown()
     assert name == "nightly-bench" and run_id is not None
@@ -138,7 +141,7 @@ async def test_unknown_playbook_is_posted_at_start_and_never_scheduled(services,
             if hooks.posts:
                 break
             await asyncio.sleep(0.02)
-        assert sched.jobs() == []
+        assert scheduled(sched) == []
     finally:
         sched.shutdown()
     assert any("unknown playbook 'nope'" in t and "eagle.yaml:" in t and "not scheduled" in t for _, t in hooks.posts)
@@ -226,7 +229,7 @@ def test_trend_plot_writes_a_png_and_refuses_without_data(tmp_path, capsys):
 
 
 def test_crontab_day_of_week_numbers_mean_what_cron_means():
-    from eaglebot.frontends.scheduler import crontab_dow
+    from eaglebot.frontends.cron import crontab_dow
 
     assert crontab_dow("*") == "*"
     assert crontab_dow("mon-fri") == "mon-fri"
@@ -246,9 +249,10 @@ async def test_latest_missed_fire_within_grace_is_run_at_start(services, pbdir):
     hooks = RecordingHooks()
     hooks.store = svc.store
     sched = build_scheduler(svc, hooks)
+    finished = finished_jobs(sched)
     sched.start()  # checks misfires in a task, then APScheduler runs the job
     try:
-        name, run_id = await asyncio.wait_for(sched.finished.get(), 30)
+        name, run_id = await asyncio.wait_for(finished.get(), 30)
     finally:
         sched.shutdown()
     assert run_id is not None and run_id > before

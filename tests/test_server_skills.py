@@ -135,7 +135,8 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     assert metrics["avg_spec_accept_length"]["value"] > 1
 
     # `/eagle logs gpu` tails the log this launch recorded, over SSH
-    from eaglebot.frontends.chat.router import Caller, handle
+    from eaglebot.frontends.chat.caller import Caller
+    from eaglebot.frontends.chat.router import handle
 
     logs = await handle(svc, "logs gpu", Caller("U1", check_access=False))
     assert f"== {launch['log_path']}" in logs.text and "The server is fired up and ready to roll!" in logs.text

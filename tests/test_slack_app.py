@@ -11,7 +11,8 @@ from history_seed import seed_run
 from slack_harness import CHANNEL, approval_message, command_body, open_harness, signed_headers
 
 from eaglebot.frontends.slack import blocks as bk
-from eaglebot.frontends.slack.app import UpdateCoalescer, make_client
+from eaglebot.frontends.slack.client import make_client
+from eaglebot.frontends.slack.coalescer import UpdateCoalescer
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from tuning_sandbox import HOST, sim_host
 from eaglebot.config import load_settings
 from eaglebot.frontends.cli.main import main
 from eaglebot.frontends.services import Services
-from eaglebot.frontends.tuning import sweep as sw
-from eaglebot.frontends.tuning.bisect import bound
+from eaglebot.tuning import sweep as sw
+from eaglebot.tuning.bisect import bound
 from eaglebot.store import Store
 
 FAST = ["bench_prompts=8", "bench_output_len=64"]
@@ -28,9 +28,9 @@ def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resume
             try:
                 axes, fixed, repeats = sw.parse_assignments(["spec_steps=3,5,7", "spec_topk=1,4",
                                                              "spec_draft_tokens=4,8", "repeats=2", *FAST])
-                sid = await sw.create(svc, sw.SweepRequest("relaunch", HOST, axes, fixed, repeats),
+                sid = await sw.create(svc.engine, sw.SweepRequest("relaunch", HOST, axes, fixed, repeats),
                                       actor="t", origin="cli")
-                await sw.run_points(svc, sid, actor="t", origin="cli", assume_yes=True, stop_after=3)
+                await sw.run_points(svc.engine, sid, actor="t", origin="cli", assume_yes=True, stop_after=3)
                 return sid
             finally:
                 await svc.close()

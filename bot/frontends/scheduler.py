@@ -19,10 +19,9 @@ import json
 import logging
 import sys
 import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Coroutine, Protocol, overload
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import Any, Coroutine, Protocol
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -30,6 +29,7 @@ from apscheduler.triggers.cron import CronTrigger
 
 from eaglebot.config import ScheduleConfig, Settings
 from eaglebot.errors import EagleError, HostBusy, UsageError
+from eaglebot.frontends.cron import fires_between, fmt_utc, iso_utc, next_fire, trigger_for
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.schedules import check_schedules
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
@@ -50,105 +50,6 @@ class Hooks(Protocol):
     async def post(self, channel: str | None, text: str) -> str | None: ...
 
     async def upload(self, channel: str | None, thread_ts: str | None, path: Path, title: str) -> None: ...
-
-
-# -- cron math (pure) -------------------------------------------------------------------
-
-def trigger_for(cfg: ScheduleConfig) -> CronTrigger:
-    try:
-        tz = ZoneInfo(cfg.timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise UsageError(f"schedule {cfg.name!r}: unknown timezone {cfg.timezone!r} "
-                         f"(use an IANA name such as UTC or Europe/Berlin)") from None
-    try:
-        fields = cfg.cron.split()
-        if len(fields) != 5:
-            raise ValueError(f"wrong number of fields; got {len(fields)}")
-        minute, hour, day, month, dow = fields
-        if day != "*" and dow != "*":
-            raise ValueError("restrict day-of-month or day-of-week, not both (cron ORs them, "
-                             "APScheduler 3 would AND them)")
-        return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=crontab_dow(dow),
-                           timezone=tz)
-    except ValueError as e:
-        raise UsageError(f"schedule {cfg.name!r}: invalid cron {cfg.cron!r} ({e}); "
-                         f"expected 5 fields: minute hour day month day-of-week") from None
-
-
-_DOW_NAMES = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
-
-
-def crontab_dow(field: str) -> str:
-    """A crontab day-of-week field (0 or 7 = Sunday) in APScheduler 3's terms.
-
-    APScheduler 3 counts 0 = Monday, even in `CronTrigger.from_crontab`, so "0 3 * * 1"
-    would fire on Tuesdays. Numbers, ranges and steps become explicit day names.
-    """
-    if not any(ch.isdigit() for ch in field.replace("*/", "")) and "/" not in field:
-        return field
-    days: set[int] = set()
-    for part in field.split(","):
-        rng, _, step_s = part.partition("/")
-        step = int(step_s) if step_s else 1
-        if step < 1:
-            raise ValueError(f"bad step in day-of-week {field!r}")
-        if rng == "*":
-            lo, hi = 0, 6
-        else:
-            a, _, b = rng.partition("-")
-            lo = _dow_num(a)
-            hi = _dow_num(b) if b else (lo if not step_s else 6)
-            if b and b.strip() == "7":
-                hi = 7
-        if lo > hi:
-            raise ValueError(f"bad range in day-of-week {field!r}")
-        days.update(d % 7 for d in range(lo, hi + 1, step))
-    return ",".join(_DOW_NAMES[d] for d in sorted(days))
-
-
-def _dow_num(s: str) -> int:
-    s = s.strip().lower()
-    if s.isdigit() and 0 <= int(s) <= 7:
-        return int(s)
-    if s[:3] in _DOW_NAMES:
-        return _DOW_NAMES.index(s[:3])
-    raise ValueError(f"bad day of week {s!r}")
-
-
-def next_fire(trigger: CronTrigger, after: datetime) -> datetime | None:
-    """The first fire time strictly after `after`."""
-    nxt: datetime | None = trigger.get_next_fire_time(None, after + timedelta(microseconds=1))
-    return nxt
-
-
-def fires_between(trigger: CronTrigger, start: datetime, end: datetime, cap: int = 1000) -> list[datetime]:
-    """Fire times t with start < t <= end (at most cap of them, the newest kept)."""
-    out: list[datetime] = []
-    t = next_fire(trigger, start)
-    while t is not None and t <= end:
-        out.append(t)
-        if len(out) > cap:
-            out.pop(0)
-        t = next_fire(trigger, t)
-    return out
-
-
-@overload
-def iso_utc(d: datetime) -> str: ...
-@overload
-def iso_utc(d: None) -> None: ...
-@overload
-def iso_utc(d: datetime | None) -> str | None: ...
-
-
-def iso_utc(d: datetime | None) -> str | None:
-    if d is None:
-        return None
-    return d.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def fmt_utc(d: datetime) -> str:
-    return d.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 # -- listing -----------------------------------------------------------------------------
@@ -275,8 +176,6 @@ class Scheduler:
         self._triggers = {name: trigger_for(cfg) for name, cfg in self._cfgs.items()}
         self._sched: AsyncIOScheduler | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        # (schedule name, run id or None) after every job: tests and `eagle serve` logs.
-        self.finished: asyncio.Queue[tuple[str, int | None]] | None = None
 
     @property
     def store(self) -> AsyncStore:
@@ -287,7 +186,6 @@ class Scheduler:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self.finished = asyncio.Queue()
         self._sched = AsyncIOScheduler(event_loop=loop, timezone=timezone.utc)
         invalid = set()
         for problem in check_schedules(self.settings, self.services.registry):
@@ -317,13 +215,6 @@ class Scheduler:
         for t in list(self._tasks):
             t.cancel()
 
-    def jobs(self) -> list[dict[str, Any]]:
-        """Each job's next fire time as APScheduler has it (the running bot's view)."""
-        if self._sched is None:
-            return []
-        return [{"name": j.id, "next_fire": iso_utc(j.next_run_time)} for j in self._sched.get_jobs()
-                if j.id != ANCHOR_JOB]
-
     async def post_audit_anchor(self) -> str | None:
         """Post the audit chain's head to the bot's channel; returns the text posted."""
         channel = self.settings.slack.channel
@@ -336,14 +227,6 @@ class Scheduler:
                 f"check the audit DB against it: `eagle audit verify --head {head['hash']}`")
         await self._post(channel, text)
         return text
-
-    def fire_now(self, name: str) -> None:
-        """Make APScheduler run a job at once (as if its cron time had come)."""
-        if self._sched is None:
-            raise RuntimeError("the scheduler is not started")
-        if name not in self._cfgs:
-            raise UsageError(f"unknown schedule {name!r} (known: {', '.join(self._cfgs) or 'none'})")
-        self._sched.modify_job(name, next_run_time=datetime.now(timezone.utc))
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         t = asyncio.get_running_loop().create_task(coro)
@@ -425,23 +308,22 @@ class Scheduler:
         return text
 
     # -- the job ----------------------------------------------------------------------------
-    async def _job(self, name: str) -> None:
+    async def _job(self, name: str) -> int | None:
+        """One fire of a schedule: the run's id, or None when it did not run (a paused
+        schedule, a busy host, a crash, which it reports and survives)."""
         cfg = self._cfgs[name]
-        run_id: int | None = None
         try:
             if (await self.store.schedule_states()).get(name, {}).get("paused"):
                 await self.store.record_fire(name, now_iso(), "paused")
                 log.info("schedule %s is paused: not run", name)
-                return
-            run_id = await self.run_schedule(cfg)
+                return None
+            return await self.run_schedule(cfg)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # never let one job take the scheduler down
             log.exception("schedule %s crashed", name)
             await self._post(self._channel(cfg), f":x: scheduled run {name} ({_describe(cfg)}) crashed: {e}")
-        finally:
-            if self.finished is not None:
-                self.finished.put_nowait((name, run_id))
+            return None
 
     async def run_schedule(self, cfg: ScheduleConfig) -> int | None:
         """One scheduled run, start to report. Returns its run id (None if it never started)."""

@@ -18,7 +18,8 @@ from eaglebot.config import Settings
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.frontends.scheduler import Hooks, Scheduler, build_scheduler
 from eaglebot.frontends.services import Services
-from eaglebot.frontends.slack.app import build_app, make_client, slack_error
+from eaglebot.frontends.slack.app import build_app
+from eaglebot.frontends.slack.client import make_client, slack_error
 from eaglebot.frontends.slack.expire import expire_stale_approvals
 
 log = logging.getLogger("eaglebot.serve")

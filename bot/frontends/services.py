@@ -39,6 +39,6 @@ class Services:
 
 def _install_hooks(engine: Engine) -> None:
     """Post-run checks every front end gets (history-based regression detection)."""
-    from eaglebot.history import regress
+    from eaglebot.history.hook import history_hook
 
-    engine.post_run_hooks.append(regress.history_hook)
+    engine.post_run_hooks.append(history_hook)

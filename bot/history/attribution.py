@@ -1,19 +1,26 @@
 """What changed on a host between two fingerprints, ranked by how likely it moved a metric.
 
-Pure over fingerprint states (see `regress.apply_steps`): config keys (from the values
+Pure over fingerprint states (see `fingerprint.apply_steps`): config keys (from the values
 config.patch records with its RFC 6902 patch), launch arguments (read with SGLang's own
 grammar: multi-value flags, `--flag=value`, booleans), SGLang and package versions, the
 server's environment (NCCL_* ...) and GPU health where a gpu.health step recorded it.
 Attribution at a change point diffs the runs just before and at the point, so it names
 the change where the series moved, not everything since some older good run.
+
+A regression found by the per-run check says instead what changed since the last good
+run (`attribution`, `attribution_text`): config keys from the recorded diffs and patches,
+launch arguments, effective settings, versions and GPU health.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from eaglebot.facts.sglang_args import launch_flags
+from eaglebot.history.fingerprint import empty_state, json_value
+from eaglebot.history.health import diff_health
+from eaglebot.history.keydiff import flatten, key_changes_from_diff
 
 # Ranking: how often a change of this kind explains a throughput/acceptance move on an
 # EAGLE-3 server. A failing GPU and the speculative settings come first; environment last.
@@ -27,8 +34,8 @@ _SPEC_PREFIXES = ("--speculative-", "--cuda-graph", "--disable-cuda-graph", "--t
 class Change:
     kind: str          # config | launch | sglang | package | env | health
     key: str
-    before: Any
-    after: Any
+    before: object
+    after: object
     score: float
     path: str = ""     # the config file, for config changes
 
@@ -43,7 +50,7 @@ class Change:
                 "score": self.score, **({"path": self.path} if self.path else {})}
 
 
-def show(v: Any) -> str:
+def show(v: object) -> str:
     if v is None:
         return "(unset)"
     if v is True:
@@ -154,3 +161,119 @@ def attribution_sentence(changes: list[Change], limit: int = 6) -> str:
     more = len(changes) - limit
     tail = ("; also " + "; ".join(rest)) if rest else ""
     return head + tail + (f"; and {more} more" if more > 0 else "")
+
+
+# -- what changed since the last good run (a regression's reason) ----------------------
+
+def parse_launch_args(args: list[str] | None) -> dict[str, Any]:
+    """["--tp", "2", "--enable-x"] -> {"--tp-size": "2", "--enable-x": True}, read as SGLang reads
+    them (a multi-value flag keeps every value: `--cuda-graph-bs 1 2 4` -> ["1", "2", "4"])."""
+    return dict(launch_flags(list(args or [])))
+
+
+def fmt_json(v: object) -> str:
+    """A config value as a reason shows it (compact JSON; None is "(unset)")."""
+    if v is None:
+        return "(unset)"
+    return json.dumps(v, separators=(", ", ": "), default=str)
+
+
+def attribution(good: dict[str, Any] | None, now: dict[str, Any], changes: Sequence[Mapping[str, Any]],
+                patch_sets: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """What changed on a host between the state at the last good run and now.
+
+    `changes`: changes rows after the good run (oldest first); `patch_sets`: (path, set dict)
+    of config.patch steps in the same span.
+    """
+    good = good or empty_state()
+    items: list[str] = []
+    # config keys: diffs first (they know the before value), then config.patch `set` dicts.
+    keys: dict[str, list[Any]] = {}
+    undecoded: list[str] = []
+    for c in changes:
+        kc = key_changes_from_diff(c.get("diff"))
+        if kc is None:
+            if c["path"] not in undecoded:
+                undecoded.append(c["path"])
+            continue
+        for k, (b, a) in kc.items():
+            if k in keys:
+                keys[k][1] = a
+            else:
+                keys[k] = [b, a]
+    good_cfg = good.get("config") or {}
+    for path, sets in patch_sets:
+        for k, a in flatten_set(sets).items():
+            if k in keys:
+                keys[k][1] = a
+            else:
+                keys[k] = [good_cfg.get(path, {}).get(k), a]
+    for k, (b, a) in keys.items():
+        if b != a:
+            items.append(f"{k} {fmt_json(b)} → {fmt_json(a)}")
+    decoded_paths = {p for p, _ in patch_sets}
+    for p in undecoded:
+        if p not in decoded_paths:
+            items.append(f"{p} changed")
+    # launch arguments
+    ga, na = parse_launch_args(good.get("launch_args")), parse_launch_args(now.get("launch_args"))
+    launch_keys = set()
+    if now.get("launch_args") is not None and good.get("launch_args") is not None:
+        for k in list(ga) + [k for k in na if k not in ga]:
+            if ga.get(k) != na.get(k):
+                launch_keys.add(k.lstrip("-").replace("-", "_"))
+                items.append(f"launch {k} {show(ga.get(k))} → {show(na.get(k))}")
+    elif now.get("launch_args") is not None and now.get("launch_args") != good.get("launch_args"):
+        items.append("launch arguments " + " ".join(now["launch_args"]))
+    ge, ne = good.get("effective") or {}, now.get("effective") or {}
+    if ge and ne:
+        for k in sorted(set(ge) | set(ne)):
+            if ge.get(k) != ne.get(k) and k not in launch_keys:
+                items.append(f"effective {k} {fmt_json(ge.get(k))} → {fmt_json(ne.get(k))}")
+    if now.get("sglang_version") and good.get("sglang_version") and now["sglang_version"] != good["sglang_version"]:
+        items.append(f"sglang {good['sglang_version']} → {now['sglang_version']}")
+    gp, np_ = good.get("packages") or {}, now.get("packages") or {}
+    for k in sorted(np_):
+        if k in gp and gp[k] != np_[k]:
+            items.append(f"{k} {gp[k]} → {np_[k]}")
+        elif k not in gp and gp:
+            items.append(f"{k} (new) {np_[k]}")
+    items += [f"health {line}" for line in diff_health(good.get("health"), now.get("health"))]
+    return items
+
+
+def flatten_set(sets: dict[str, Any]) -> dict[str, Any]:
+    """config.patch `set` dicts use dotted keys already; nested dicts are flattened too."""
+    out: dict[str, Any] = {}
+    for k, v in sets.items():
+        if isinstance(v, dict) and v:
+            out.update({f"{k}.{kk}": vv for kk, vv in flatten(v).items()})
+        else:
+            out[k] = v
+    return out
+
+
+def attribution_text(good_run: int | None, items: list[str], host: str) -> str:
+    """The "changed since last good run #N: ..." clause of a regression's reason."""
+    if good_run is None:
+        return f"no earlier good run on {host} to compare with"
+    if not items:
+        return f"nothing recorded changed on {host} since last good run #{good_run}"
+    return f"changed since last good run #{good_run}: " + "; ".join(items)
+
+
+def since_good_run(host: str, run_id: int, good_run: int, good_state: dict[str, Any], now: dict[str, Any],
+                   changes: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]]) -> str:
+    """The "changed since last good run #N: ...; most likely ..." clause of a regression's reason.
+
+    `changes` and `steps`: the file changes and finished steps on host after the good run
+    up to run_id (oldest first); `now`: the host's state at run_id."""
+    patch_sets = []
+    for s in steps:
+        if s["skill"] == "config.patch":
+            params = json_value(s.get("params"), {})
+            if isinstance(params, dict) and isinstance(params.get("set"), dict):
+                patch_sets.append((str(params.get("path") or "?"), params["set"]))
+    text = attribution_text(good_run, attribution(good_state, now, changes, patch_sets), host)
+    ranked = state_changes(good_state, now, run_id)
+    return text + (f"; {attribution_sentence(ranked)}" if ranked else "")

@@ -1,15 +1,17 @@
-"""`eagle diff A B`: two runs side by side, from the audit store (inputs, launch arguments,
-config as an RFC 6902 JSON Patch, versions, env, GPU health, metrics with delta %)."""
+"""`eagle diff A B`: two runs side by side (inputs, launch arguments, config as an RFC 6902
+JSON Patch, versions, env, GPU health, metrics with delta %), compared from the rows
+`loader.diff_rows` reads (pure)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import jsonpatch
 
 from eaglebot.errors import UsageError
-from eaglebot.history.attribution import config_value, health_changes, state_changes
-from eaglebot.history.regress import host_state
 from eaglebot.facts.sglang_args import launch_flags
+from eaglebot.history.attribution import config_value, health_changes, state_changes
+from eaglebot.store.rows import MetricRow, RunRow
 
 
 def _pairs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -51,8 +53,23 @@ def config_docs(sa: dict[str, Any], sb: dict[str, Any]) -> tuple[dict[str, Any],
     return da, db
 
 
-def diff_runs(store: Any, a_id: int, b_id: int) -> dict[str, Any]:
-    ra, rb = store.get_run(a_id), store.get_run(b_id)
+@dataclass(frozen=True)
+class DiffRows:
+    """Two runs as the store has them: each run, the host compared, its state and metrics."""
+
+    run_a: RunRow
+    run_b: RunRow
+    host_a: str
+    host_b: str
+    state_a: dict[str, Any]
+    state_b: dict[str, Any]
+    metrics_a: list[MetricRow]
+    metrics_b: list[MetricRow]
+
+
+def pick_hosts(a_id: int, ra: RunRow | None, b_id: int, rb: RunRow | None) -> tuple[RunRow, str, RunRow, str]:
+    """Both runs (UsageError when one is missing) and the host to compare on each: the first
+    host they share, else each run's first host."""
     for rid, r in ((a_id, ra), (b_id, rb)):
         if r is None:
             raise UsageError(f"no run #{rid} (see `eagle history`)")
@@ -60,7 +77,13 @@ def diff_runs(store: Any, a_id: int, b_id: int) -> dict[str, Any]:
     common = [h for h in ra.get("hosts") or [] if h in (rb.get("hosts") or [])]
     ha = common[0] if common else ((ra.get("hosts") or ["?"])[0])
     hb = common[0] if common else ((rb.get("hosts") or ["?"])[0])
-    sa, sb = host_state(store, ha, a_id), host_state(store, hb, b_id)
+    return ra, ha, rb, hb
+
+
+def compare(d: DiffRows) -> dict[str, Any]:
+    """The diff document (`diff_json` makes its --json form)."""
+    ra, rb, ha, hb, sa, sb = d.run_a, d.run_b, d.host_a, d.host_b, d.state_a, d.state_b
+    a_id, b_id = ra["id"], rb["id"]
     launch = {}
     if sa.get("launch_args") is not None or sb.get("launch_args") is not None:
         launch = _pairs(dict(launch_flags(list(sa.get("launch_args") or []))),
@@ -70,8 +93,8 @@ def diff_runs(store: Any, a_id: int, b_id: int) -> dict[str, Any]:
     if sa.get("sglang_version") != sb.get("sglang_version"):
         versions["sglang"] = (sa.get("sglang_version"), sb.get("sglang_version"))
     versions.update(_pairs(sa.get("packages") or {}, sb.get("packages") or {}))
-    ma = {(m["host"], m["name"]): m for m in store.metrics(a_id)}
-    mb = {(m["host"], m["name"]): m for m in store.metrics(b_id)}
+    ma = {(m["host"], m["name"]): m for m in d.metrics_a}
+    mb = {(m["host"], m["name"]): m for m in d.metrics_b}
     metrics = []
     for key in dict.fromkeys([*ma, *mb]):
         va = ma[key]["value"] if key in ma else None
@@ -79,7 +102,7 @@ def diff_runs(store: Any, a_id: int, b_id: int) -> dict[str, Any]:
         delta = (100.0 * (vb - va) / abs(va)) if va not in (None, 0) and vb is not None else None
         metrics.append({"host": key[0], "name": key[1], "a": va, "b": vb,
                         "delta_pct": None if delta is None else round(delta, 2),
-                        "unit": (ma.get(key) or mb.get(key) or {}).get("unit") or ""})
+                        "unit": (ma[key] if key in ma else mb[key])["unit"] or ""})
     ranked = state_changes(sa, sb, b_id)
     return {
         "a": {"id": a_id, "playbook": ra["playbook"], "host": ha, "status": ra["status"],

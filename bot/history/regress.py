@@ -1,32 +1,28 @@
-"""Regression detection over run history, config fingerprints and attribution.
+"""Regression judgement (pure): what one metric of a finished run means, from rows.
 
-The judgement is a pure function (`judge`): a new value is compared with the median of
-the same playbook + host + metric's recent successful runs, and flagged only when the
-change exceeds BOTH a minimum percentage and k robust sigmas (1.4826·MAD). With too
-little history it says so and flags nothing (fixed baselines, e.g. bench.compare, still
-apply). The fingerprint of a run is the host's known state (launch arguments, sglang
-version, patched config keys and file hashes, reported package versions); attribution
-is the difference between the state at the last good run and now, so a regression says
-what changed.
+`judge` compares a new value with the median of the same playbook + host + metric's
+recent successful runs, and flags only when the change exceeds BOTH a minimum percentage
+and k robust sigmas (1.4826·MAD). With too little history it says so and flags nothing
+(fixed baselines, e.g. bench.compare, still apply). `decide` turns a judgement, the open
+incident (if any) and the newest worse change point into a `MetricVerdict`: the finding to
+report, the note for the audit trail, and the incident to open, flag or close. Nothing
+here reads or writes the store: `recorder` loads the rows, calls these, and writes what
+they decided, so the rules can be tested from plain rows.
 """
 from __future__ import annotations
 
-import json
-import logging
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import TYPE_CHECKING, Iterable, Literal
 
-from eaglebot.config import RegressionConfig
-from eaglebot.history.attribution import attribution_sentence, show, state_changes
-from eaglebot.history.health import diff_health
+from eaglebot.history.attribution import Change, attribution_sentence
+from eaglebot.history.incidents import Closing, IncidentDecision, NewIncident
 from eaglebot.sdk import Metric, Regression
+from eaglebot.store.rows import IncidentRow
 
 if TYPE_CHECKING:
+    from eaglebot.config import RegressionConfig
     from eaglebot.history.changepoint import Shift
-
-log = logging.getLogger("eaglebot.history")
 
 MAD_SCALE = 1.4826        # MAD -> sigma for normally distributed noise
 MEAN_AD_SCALE = 1.2533    # mean absolute deviation -> sigma (fallback when MAD is 0)
@@ -54,6 +50,8 @@ def robust_sigma(values: list[float]) -> float:
 
 @dataclass
 class Judgement:
+    """One value against its reference window (`judge`); `reason` is the sentence audited."""
+
     metric: str
     value: float
     better: str
@@ -65,6 +63,7 @@ class Judgement:
     reason: str = ""
 
     def as_regression(self, host: str, extra: str = "") -> Regression | None:
+        """The finding to report (regression or improvement); None when nothing was flagged."""
         if self.verdict not in ("regression", "improvement"):
             return None
         reason = self.reason + (f"; {extra}" if extra else "")
@@ -122,495 +121,176 @@ def judge(metric: str, value: float, history: Iterable[float], *, better: str = 
     return j
 
 
-# -- fingerprints and attribution (pure) ---------------------------------------------------
+# -- a finished run's metric: the verdict and what happens to its incident ----------------
 
-def _loads(v: Any, default: Any) -> Any:
-    if isinstance(v, (dict, list)):
-        return v
-    if not v:
-        return default
-    try:
-        return json.loads(v)
-    except (TypeError, json.JSONDecodeError):
-        return default
+@dataclass(frozen=True)
+class Subject:
+    """One metric of one finished run on one host."""
 
-
-def empty_state() -> dict[str, Any]:
-    return {"launch_args": None, "sglang_version": None, "effective": {}, "files": {}, "config": {},
-            "packages": {}, "health": {}}
+    playbook: str
+    host: str
+    run_id: int
+    metric: Metric
 
 
-def apply_steps(state: dict[str, Any], steps: list[dict[str, Any]],
-                changes: list[dict[str, Any]]) -> dict[str, Any]:
-    """Advance a host's state by finished steps and file changes (both oldest first)."""
-    st: dict[str, Any] = json.loads(json.dumps(state or empty_state()))
-    for k, v in empty_state().items():
-        st.setdefault(k, v)
-    for s in steps:
-        data = _loads(s.get("data"), {})
-        params = _loads(s.get("params"), {})
-        if s.get("skill") == "server.launch" and isinstance(data, dict):
-            if data.get("launch_args") is not None:
-                st["launch_args"] = [str(a) for a in data["launch_args"]]
-            if data.get("sglang_version"):
-                st["sglang_version"] = str(data["sglang_version"])
-            if isinstance(data.get("effective"), dict):
-                st["effective"] = data["effective"]
-            if isinstance(data.get("env"), dict):
-                st["env"] = {str(k): str(v) for k, v in data["env"].items()}
-        if s.get("skill") == "config.patch" and isinstance(data, dict) and isinstance(data.get("values"), dict):
-            path = str(data.get("path") or params.get("path") or "?")
-            for k, ba in data["values"].items():
-                if isinstance(ba, dict):
-                    st.setdefault("config_before", {}).setdefault(path, {}).setdefault(k, ba.get("before"))
-                    st["config"].setdefault(path, {})[k] = ba.get("after")
-        if s.get("skill") == "config.patch" and isinstance(params, dict) and isinstance(params.get("set"), dict):
-            path = str(params.get("path") or "?")
-            st["config"].setdefault(path, {}).update(params["set"])
-        if s.get("skill") == "gpu.health" and isinstance(data, dict) and isinstance(data.get("health"), dict):
-            st["health"] = data["health"]
-        if isinstance(data, dict) and isinstance(data.get("package_versions"), dict):
-            st["packages"].update({str(k): str(v) for k, v in data["package_versions"].items()})
-    for c in changes:
-        st["files"][c["path"]] = c.get("after_sha256")
-    return st
+@dataclass(frozen=True)
+class Window:
+    """The reference a metric is judged against: the prior values the store gave (runs an
+    open incident flagged are left out), how a reason names them, and the metric's open
+    incident when there is one (then the window is the runs before the drop)."""
+
+    values: list[float]
+    what: str
+    incident: IncidentRow | None = None
 
 
-def parse_launch_args(args: list[str] | None) -> dict[str, Any]:
-    """["--tp", "2", "--enable-x"] -> {"--tp-size": "2", "--enable-x": True}, read as SGLang reads
-    them (a multi-value flag keeps every value: `--cuda-graph-bs 1 2 4` -> ["1", "2", "4"])."""
-    from eaglebot.facts.sglang_args import launch_flags
-
-    return dict(launch_flags(list(args or [])))
+def window_since(reference_start: int | None, run_id: int) -> int | None:
+    """The first run the reference may use (a baseline or an acked incident), when it is earlier."""
+    return reference_start if reference_start is not None and reference_start < run_id else None
 
 
-def fmt_json(v: Any) -> str:
-    if v is None:
-        return "(unset)"
-    return json.dumps(v, separators=(", ", ": "), default=str)
+def window_limit(since: int | None, cfg: RegressionConfig) -> int:
+    """How many prior runs the reference reads: every run since a baseline/ack (bounded), else the window."""
+    return BASELINE_SPAN_LIMIT if since else cfg.window
 
 
-def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, dict) and obj:
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: obj} if prefix else {}
+def window_what(n: int, since: int | None, baseline_run: int | None, incident: IncidentRow | None) -> str:
+    """How a reason names the reference runs."""
+    if incident is not None:
+        return f"the {n} runs before the drop (run #{incident['opened_run']})"
+    if since and baseline_run == since:
+        return f"the {n} runs since baseline #{since}"
+    if since:
+        return f"the {n} runs since acknowledged run #{since}"
+    return f"the last {n} successful runs"
 
 
-def _brackets(text: str) -> int:
-    """Open minus closed brackets outside JSON strings."""
-    depth, in_str, esc = 0, False, False
-    for ch in text:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-    return depth
+def judge_window(s: Subject, win: Window, cfg: RegressionConfig) -> Judgement:
+    m = s.metric
+    return judge(m.name, float(m.value), win.values, better=m.better, min_pct=cfg.min_pct, k_sigma=cfg.k_sigma,
+                 min_history=cfg.min_history, unit=m.unit, what=win.what)
 
 
-_KEY_LINE = re.compile(r'^"((?:[^"\\]|\\.)*)"\s*:\s*(.*)$')
+@dataclass(frozen=True)
+class ShiftPoint:
+    """The change point the newest value sits after, in run ids: where the shift began
+    (`cp_run`), the run just before it, and how it moved."""
+
+    shift: Shift
+    cp_run: int
+    prev_run: int
+    how: str           # "in one step" | "over 12+ runs (3 steps)"
 
 
-def fragment_values(lines: list[str]) -> dict[str, Any]:
-    """Values of `"key": value` lines in a fragment of pretty-printed JSON, by dotted path
-    (relative to the outermost object opened inside the fragment)."""
-    out: dict[str, Any] = {}
-    stack: list[str] = []
-    i = 0
-    while i < len(lines):
-        s = lines[i].strip()
-        m = _KEY_LINE.match(s)
-        if m:
-            key, rest = m.group(1), m.group(2).strip()
-            if rest.startswith("{") and _brackets(rest) > 0:
-                stack.append(key)
-                i += 1
-                continue
-            text = rest
-            depth = _brackets(rest)
-            j = i
-            while depth > 0 and j + 1 < len(lines):
-                j += 1
-                text += lines[j].strip()
-                depth += _brackets(lines[j])
-            if depth <= 0:
-                try:
-                    out[".".join(stack + [key])] = json.loads(text.rstrip(","))
-                except json.JSONDecodeError:
-                    pass
-            i = j + 1
-            continue
-        if s.startswith("}") and stack:
-            stack.pop()
-        i += 1
-    return out
-
-
-def diff_sides(diff: str) -> list[tuple[list[str], list[str]]]:
-    """Per hunk of a unified diff: (old lines, new lines)."""
-    hunks: list[tuple[list[str], list[str]]] = []
-    old: list[str] | None = None
-    new: list[str] = []
-    for line in diff.splitlines():
-        if line.startswith("@@"):
-            if old is not None:
-                hunks.append((old, new))
-            old, new = [], []
-            continue
-        if old is None or line.startswith("\\"):
-            continue
-        tag, body = line[:1], line[1:]
-        if tag == "-":
-            old.append(body)
-        elif tag == "+":
-            new.append(body)
-        else:
-            old.append(body)
-            new.append(body)
-    if old is not None:
-        hunks.append((old, new))
-    return hunks
-
-
-def key_changes_from_diff(diff: str | None) -> dict[str, tuple[Any, Any]] | None:
-    """Key-level changes {dotted key: (before, after)} from a changes.diff; None if unknown.
-
-    Accepts a JSON object with before/after documents, or a unified diff of a JSON file
-    (whole documents when the diff carries them, else `"key": value` fragments).
-    """
-    if not diff:
+def worse_shift_point(series: list[tuple[int, float]], run_id: int, value: float, better: str,
+                      cfg: RegressionConfig) -> ShiftPoint | None:
+    """The newest shift in `series` (prior (run id, value), oldest first) + this value, when
+    it made the metric worse by more than min_pct; None otherwise or with too few runs."""
+    if len(series) + 1 < CP_MIN_RUNS:
         return None
-    doc = _loads(diff, None)
-    if isinstance(doc, dict) and "before" in doc and "after" in doc:
-        b, a = _loads(doc["before"], doc["before"]), _loads(doc["after"], doc["after"])
-        return _dict_changes(flatten(b) if isinstance(b, dict) else {}, flatten(a) if isinstance(a, dict) else {})
-    hunks = diff_sides(diff)
-    if not hunks:
-        return None
-    if len(hunks) == 1:
-        try:
-            b, a = json.loads("\n".join(hunks[0][0])), json.loads("\n".join(hunks[0][1]))
-            if isinstance(b, dict) and isinstance(a, dict):
-                return _dict_changes(flatten(b), flatten(a))
-        except json.JSONDecodeError:
-            pass
-    out: dict[str, tuple[Any, Any]] = {}
-    for old, new in hunks:
-        out.update(_dict_changes(fragment_values(old), fragment_values(new)))
-    return out or None
-
-
-def _dict_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    out = {}
-    for k in list(before) + [k for k in after if k not in before]:
-        b, a = before.get(k), after.get(k)
-        if b != a:
-            out[k] = (b, a)
-    return out
-
-
-def attribution(good: dict[str, Any] | None, now: dict[str, Any], changes: list[dict[str, Any]],
-                patch_sets: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """What changed on a host between the state at the last good run and now.
-
-    `changes`: changes rows after the good run (oldest first); `patch_sets`: (path, set dict)
-    of config.patch steps in the same span.
-    """
-    good = good or empty_state()
-    items: list[str] = []
-    # config keys: diffs first (they know the before value), then config.patch `set` dicts.
-    keys: dict[str, list[Any]] = {}
-    undecoded: list[str] = []
-    for c in changes:
-        kc = key_changes_from_diff(c.get("diff"))
-        if kc is None:
-            if c["path"] not in undecoded:
-                undecoded.append(c["path"])
-            continue
-        for k, (b, a) in kc.items():
-            if k in keys:
-                keys[k][1] = a
-            else:
-                keys[k] = [b, a]
-    good_cfg = good.get("config") or {}
-    for path, sets in patch_sets:
-        for k, a in flatten_set(sets).items():
-            if k in keys:
-                keys[k][1] = a
-            else:
-                keys[k] = [good_cfg.get(path, {}).get(k), a]
-    for k, (b, a) in keys.items():
-        if b != a:
-            items.append(f"{k} {fmt_json(b)} → {fmt_json(a)}")
-    decoded_paths = {p for p, _ in patch_sets}
-    for p in undecoded:
-        if p not in decoded_paths:
-            items.append(f"{p} changed")
-    # launch arguments
-    ga, na = parse_launch_args(good.get("launch_args")), parse_launch_args(now.get("launch_args"))
-    launch_keys = set()
-    if now.get("launch_args") is not None and good.get("launch_args") is not None:
-        for k in list(ga) + [k for k in na if k not in ga]:
-            if ga.get(k) != na.get(k):
-                launch_keys.add(k.lstrip("-").replace("-", "_"))
-                items.append(f"launch {k} {show(ga.get(k))} → {show(na.get(k))}")
-    elif now.get("launch_args") is not None and now.get("launch_args") != good.get("launch_args"):
-        items.append("launch arguments " + " ".join(now["launch_args"]))
-    ge, ne = good.get("effective") or {}, now.get("effective") or {}
-    if ge and ne:
-        for k in sorted(set(ge) | set(ne)):
-            if ge.get(k) != ne.get(k) and k not in launch_keys:
-                items.append(f"effective {k} {fmt_json(ge.get(k))} → {fmt_json(ne.get(k))}")
-    if now.get("sglang_version") and good.get("sglang_version") and now["sglang_version"] != good["sglang_version"]:
-        items.append(f"sglang {good['sglang_version']} → {now['sglang_version']}")
-    gp, np_ = good.get("packages") or {}, now.get("packages") or {}
-    for k in sorted(np_):
-        if k in gp and gp[k] != np_[k]:
-            items.append(f"{k} {gp[k]} → {np_[k]}")
-        elif k not in gp and gp:
-            items.append(f"{k} (new) {np_[k]}")
-    items += [f"health {line}" for line in diff_health(good.get("health"), now.get("health"))]
-    return items
-
-
-def flatten_set(sets: dict[str, Any]) -> dict[str, Any]:
-    """config.patch `set` dicts use dotted keys already; nested dicts are flattened too."""
-    out: dict[str, Any] = {}
-    for k, v in sets.items():
-        if isinstance(v, dict) and v:
-            out.update({f"{k}.{kk}": vv for kk, vv in flatten(v).items()})
-        else:
-            out[k] = v
-    return out
-
-
-def attribution_text(good_run: int | None, items: list[str], host: str) -> str:
-    if good_run is None:
-        return f"no earlier good run on {host} to compare with"
-    if not items:
-        return f"nothing recorded changed on {host} since last good run #{good_run}"
-    return f"changed since last good run #{good_run}: " + "; ".join(items)
-
-
-# -- store-side (sync, runs on the store thread) -------------------------------------------
-
-def set_baseline(store: Any, run_id: int, actor: str) -> str:
-    """Mark a run as the baseline of its playbook on each of its hosts (CLI and Slack).
-
-    Returns the sentence to show; UsageError when the run cannot be a baseline."""
-    from eaglebot.errors import UsageError
-
-    run = store.get_run(run_id)
-    if run is None:
-        raise UsageError(f"no run #{run_id}")
-    if run["status"] != "succeeded":
-        raise UsageError(f"run #{run_id} {run['status']}: only a succeeded run can be a baseline")
-    if run.get("dry_run"):
-        raise UsageError(f"run #{run_id} was a dry run (it measured nothing): pick a real run as the baseline")
-    if not run.get("hosts"):
-        raise UsageError(f"run #{run_id} has no hosts to be the baseline of")
-    res = store.set_baseline(run_id, actor)
-    for h in res["hosts"]:
-        for inc in store.incidents(playbook=res["playbook"], host=h, status="open"):
-            store.close_incident(inc["id"], "baseline", actor, f"baseline set to run #{run_id} by {actor}", run_id)
-    n = len(store.metrics(run_id))
-    what = f"{n} metric{'s' if n != 1 else ''}" if n else "no metrics (history checks start from it anyway)"
-    return (f"run #{run_id} is now the baseline of {res['playbook']} on {', '.join(res['hosts'])} "
-            f"({what}); regression checks compare with it and the runs after it")
-
-
-def host_state(store: Any, host: str, run_id: int) -> dict[str, Any]:
-    """The host's state as of run_id: the newest fingerprint at or before it, advanced by
-    the steps and file changes recorded since."""
-    base = store.last_fingerprinted_run(host, run_id)
-    if base and base["run_id"] == run_id:
-        recorded: dict[str, Any] = base["state"]
-        return recorded
-    after = base["run_id"] if base else 0
-    state = base["state"] if base else empty_state()
-    return apply_steps(state, store.host_steps(host, after, run_id), store.host_changes(host, after, run_id))
-
-
-def record_fingerprint(store: Any, run_id: int, hosts: list[str]) -> dict[str, Any]:
-    fp = {h: host_state(store, h, run_id) for h in hosts}
-    store.set_fingerprint(run_id, fp)
-    return fp
-
-
-def check_run(store: Any, run_id: int, playbook: str, hosts: list[str],
-              metrics: list[tuple[str, Metric]], cfg: RegressionConfig) -> tuple[list[Regression], list[str]]:
-    """Judge every metric of a finished run against its history. Returns the regressions
-    and improvements, and notes (e.g. insufficient history) for the audit trail.
-
-    Two checks combine. The quick per-run check (median + MAD) compares the value with the
-    reference window; a regression opens an incident, and while it is open later runs are
-    compared with the reference from BEFORE it (flagged runs never enter a window), so a
-    persistent drop stays flagged ("still 11% below since run #41") until the metric
-    recovers, a baseline is set or someone acks it. The change-point check (E-divisive
-    means + t-test over the last CP_WINDOW runs) catches what no single run shows, e.g. a
-    slow drift; it flags when the newest level is worse by more than min_pct, and names the
-    change at the run where the shift began.
-    """
-    fp = record_fingerprint(store, run_id, hosts)
-    found: list[Regression] = []
-    notes: list[str] = []
-    latest: dict[tuple[str, str], Metric] = {}
-    for h, m in metrics:
-        latest[(h, m.name)] = m
-    attr_cache: dict[str, str] = {}
-    for (h, name), m in latest.items():
-        value = float(m.value)
-        start = store.reference_start(playbook, h, name)
-        since = start if start is not None and start < run_id else None
-        inc = store.open_incident_for(playbook, h, name)
-        if inc is not None:
-            rows = store.metric_history(playbook, h, name, before_run=inc["ref_before_run"], since_run=since,
-                                        limit=cfg.window, exclude_incident_runs=True)
-            what = f"the {len(rows)} runs before the drop (run #{inc['opened_run']})"
-        else:
-            limit = BASELINE_SPAN_LIMIT if since else cfg.window
-            rows = store.metric_history(playbook, h, name, before_run=run_id, since_run=since, limit=limit,
-                                        exclude_incident_runs=True)
-            base = store.baseline(playbook, h)
-            what = (f"the {len(rows)} runs since baseline #{since}" if since and base and base["run_id"] == since
-                    else f"the {len(rows)} runs since acknowledged run #{since}" if since
-                    else f"the last {len(rows)} successful runs")
-        j = judge(name, value, [r["value"] for r in rows], better=m.better, min_pct=cfg.min_pct,
-                  k_sigma=cfg.k_sigma, min_history=cfg.min_history, unit=m.unit, what=what)
-        shift = _worse_shift(store, playbook, h, name, run_id, value, since, m.better, cfg)
-        if inc is not None:
-            worse = j.delta_pct < 0 if m.better == "higher" else j.delta_pct > 0
-            recovered = j.verdict != "insufficient" and (not worse or abs(j.delta_pct) <= cfg.min_pct / 2)
-            if j.verdict == "insufficient":
-                notes.append(f"{h}: {j.reason} ({name}); incident #{inc['id']} stays open")
-            elif recovered:
-                # Hysteresis: back within half of min_pct of the reference (or better), so a drop
-                # that hovers at the threshold does not open and close an incident every night.
-                store.close_incident(inc["id"], "recovered", "eaglebot",
-                                     f"{name} {_num(value)} is back within {cfg.min_pct / 2:g}% of the reference "
-                                     f"{_num(float(j.reference or 0))} at run #{run_id}", run_id)
-                notes.append(f"{h}: {name} recovered at run #{run_id}: incident #{inc['id']} "
-                             f"(open since run #{inc['opened_run']}) closed")
-                if j.verdict == "improvement":
-                    r = j.as_regression(h)
-                    if r is not None:
-                        found.append(r)
-            else:
-                store.incident_flagged(inc["id"], run_id)
-                direction = "below" if j.delta_pct < 0 else "above"
-                reason = (f"still {abs(j.delta_pct):.1f}% {direction} the reference since run #{inc['opened_run']} "
-                          f"(open incident #{inc['id']}; it closes within {cfg.min_pct / 2:g}% of the reference): "
-                          f"{j.reason}" + (f"; {shift[1]}" if shift else ""))
-                found.append(Regression(name, value, float(j.reference or 0.0), round(j.delta_pct, 2), reason,
-                                        kind="regression", host=h))
-            continue
-        if j.verdict == "insufficient" and shift is None:
-            notes.append(f"{h}: {j.reason} ({name})")
-            continue
-        if j.verdict == "regression":
-            if h not in attr_cache:
-                attr_cache[h] = _attribute(store, playbook, h, run_id, fp.get(h) or empty_state())
-            extra = attr_cache[h] + (f"; {shift[1]}" if shift else "")
-            r = j.as_regression(h, extra)
-            assert r is not None
-            store.open_incident(playbook=playbook, host=h, metric=name, run_id=run_id, ref_before_run=run_id,
-                                reference=j.reference, unit=m.unit, better=m.better)
-            found.append(r)
-        elif shift is not None:
-            sh, text, cp_run = shift
-            delta = round(100.0 * (value - sh.before_mean) / abs(sh.before_mean), 2) if sh.before_mean else 0.0
-            store.open_incident(playbook=playbook, host=h, metric=name, run_id=run_id, ref_before_run=cp_run,
-                                reference=sh.before_mean, unit=m.unit, better=m.better)
-            found.append(Regression(name, value, round(sh.before_mean, 4), delta, text, kind="regression", host=h))
-        elif j.verdict == "improvement":
-            r = j.as_regression(h)
-            if r is not None:
-                found.append(r)
-    return found, notes
-
-
-def _worse_shift(store: Any, playbook: str, host: str, metric: str, run_id: int, value: float,
-                 since: int | None, better: str, cfg: RegressionConfig) -> tuple[Shift, str, int] | None:
-    """The change point the newest value sits after, when it made the metric worse by more
-    than min_pct: (shift, the sentence with its attribution, the run where it began)."""
     from eaglebot.history.changepoint import latest_shift  # numpy: loaded when a run is judged
 
-    rows = list(reversed(store.metric_history(playbook, host, metric, before_run=run_id, since_run=since,
-                                              limit=CP_WINDOW - 1)))
-    if len(rows) + 1 < CP_MIN_RUNS:
-        return None
-    ids = [int(r["run_id"]) for r in rows] + [run_id]
-    sh = latest_shift([float(r["value"]) for r in rows] + [value])
+    ids = [rid for rid, _ in series] + [run_id]
+    sh = latest_shift([v for _, v in series] + [value])
     if sh is None or abs(sh.delta_pct) <= cfg.min_pct:
         return None
     worse = sh.delta_pct < 0 if better == "higher" else sh.delta_pct > 0
     if not worse:
         return None
-    cp_run, prev_run = ids[sh.start], ids[sh.start - 1]
+    cp_run = ids[sh.start]
     n_steps = len(sh.points)
     how = "in one step" if n_steps == 1 else f"over {ids[sh.points[-1].index] - cp_run + 1}+ runs ({n_steps} steps)"
-    changes = state_changes(host_state(store, host, prev_run), host_state(store, host, cp_run), cp_run)
+    return ShiftPoint(sh, cp_run, ids[sh.start - 1], how)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A worse change point and its sentence (what changed at the run where it began)."""
+
+    point: ShiftPoint
+    text: str
+
+
+def drift(metric: str, p: ShiftPoint, changes: list[Change]) -> Drift:
+    """`changes`: from the state at the run before the shift to the state where it began."""
+    sh = p.shift
     text = (f"change point: {metric} moved {sh.delta_pct:+.1f}% ({_num(sh.before_mean)} → {_num(sh.after_mean)}) "
-            f"{how}, beginning at run #{cp_run} (confidence {100 * sh.confidence:.2f}%, E-divisive + t-test); "
-            f"at run #{cp_run} vs #{prev_run}: {attribution_sentence(changes)}")
-    return sh, text, cp_run
+            f"{p.how}, beginning at run #{p.cp_run} (confidence {100 * sh.confidence:.2f}%, E-divisive + t-test); "
+            f"at run #{p.cp_run} vs #{p.prev_run}: {attribution_sentence(changes)}")
+    return Drift(p, text)
 
 
-def _attribute(store: Any, playbook: str, host: str, run_id: int, now: dict[str, Any]) -> str:
-    good = store.previous_good_run(playbook, host, run_id)
-    if good is None:
-        return attribution_text(None, [], host)
-    gid = good["id"]
-    good_state = host_state(store, host, gid)
-    changes = store.host_changes(host, gid, run_id)
-    patch_sets = []
-    for s in store.host_steps(host, gid, run_id):
-        if s["skill"] == "config.patch":
-            params = _loads(s.get("params"), {})
-            if isinstance(params, dict) and isinstance(params.get("set"), dict):
-                patch_sets.append((str(params.get("path") or "?"), params["set"]))
-    text = attribution_text(gid, attribution(good_state, now, changes, patch_sets), host)
-    ranked = state_changes(good_state, now, run_id)
-    return text + (f"; {attribution_sentence(ranked)}" if ranked else "")
+@dataclass(frozen=True)
+class MetricVerdict:
+    """What one metric of a run decided: the finding to report, a note for the audit
+    trail's events, and what happens to its incident."""
+
+    finding: Regression | None = None
+    note: str | None = None
+    incident: IncidentDecision = field(default_factory=IncidentDecision)
 
 
-def attribute_fixed(store: Any, run_id: int, playbook: str, regressions: list[Regression]) -> None:
-    """Regressions against fixed baselines (bench.compare) get the same "what changed" sentence."""
-    cache: dict[str, str] = {}
-    for r in regressions:
-        if r.kind != "regression" or "good run" in r.reason:
-            continue
-        if r.host not in cache:
-            cache[r.host] = _attribute(store, playbook, r.host, run_id, host_state(store, r.host, run_id))
-        old, r.reason = r.reason, f"{r.reason}; {cache[r.host]}"
-        store.update_regression_reason(run_id, r.host, r.metric, old, r.reason)
+def needs_attribution(j: Judgement, win: Window) -> bool:
+    """A new regression's reason says what changed since the last good run (read only then)."""
+    return win.incident is None and j.verdict == "regression"
 
 
-async def history_hook(engine: Any, outcome: Any, playbook: Any) -> list[Regression]:
-    """Post-run hook: fingerprint every real run; judge the metrics of runs that did not fail."""
-    if outcome.dry_run:
-        return []
-    store = engine.store
-    failed = any(s.status == "failed" and not s.tolerated for s in outcome.steps)
-    if failed or await store.cancel_requested(outcome.run_id):
-        await store.call(lambda s: record_fingerprint(s, outcome.run_id, list(outcome.hosts)))
-        return []
-    found: list[Regression]
-    notes: list[str]
-    found, notes = await store.call(lambda s: check_run(s, outcome.run_id, outcome.playbook, list(outcome.hosts),
-                                                        list(outcome.metrics), engine.settings.regression))
-    await store.call(lambda s: attribute_fixed(s, outcome.run_id, outcome.playbook, outcome.regressions))
-    for n in notes:
-        await store.add_event(outcome.run_id, "regression-check", n)
-    return found
+def decide(s: Subject, j: Judgement, win: Window, shift: Drift | None, attribution: str,
+           cfg: RegressionConfig) -> MetricVerdict:
+    """The per-run check (median + MAD) combined with the change-point check.
+
+    A regression opens an incident; while it is open later runs are compared with the
+    reference from BEFORE it (flagged runs never enter a window), so a persistent drop
+    stays flagged ("still 11% below since run #41") until the metric recovers, a baseline
+    is set or someone acks it. The change-point check (E-divisive means + t-test) catches
+    what no single run shows, e.g. a slow drift, and names the change at the run where the
+    shift began. `attribution`: what changed since the last good run (see needs_attribution).
+    """
+    if win.incident is not None:
+        return _with_incident(s, j, win.incident, shift, cfg)
+    m, host = s.metric, s.host
+    if j.verdict == "insufficient" and shift is None:
+        return MetricVerdict(note=f"{host}: {j.reason} ({m.name})")
+    if j.verdict == "regression":
+        r = j.as_regression(host, attribution + (f"; {shift.text}" if shift else ""))
+        return MetricVerdict(r, incident=IncidentDecision(open=NewIncident(
+            s.playbook, host, m.name, s.run_id, s.run_id, j.reference, m.unit, m.better)))
+    if shift is not None:
+        sh = shift.point.shift
+        value = float(m.value)
+        delta = round(100.0 * (value - sh.before_mean) / abs(sh.before_mean), 2) if sh.before_mean else 0.0
+        r = Regression(m.name, value, round(sh.before_mean, 4), delta, shift.text, kind="regression", host=host)
+        return MetricVerdict(r, incident=IncidentDecision(open=NewIncident(
+            s.playbook, host, m.name, s.run_id, shift.point.cp_run, sh.before_mean, m.unit, m.better)))
+    return MetricVerdict(j.as_regression(host) if j.verdict == "improvement" else None)
+
+
+def _with_incident(s: Subject, j: Judgement, inc: IncidentRow, shift: Drift | None,
+                   cfg: RegressionConfig) -> MetricVerdict:
+    """A metric with an open incident: it stays open, closes (recovered) or is flagged again."""
+    m, host, value = s.metric, s.host, float(s.metric.value)
+    if j.verdict == "insufficient":
+        return MetricVerdict(note=f"{host}: {j.reason} ({m.name}); incident #{inc['id']} stays open")
+    worse = j.delta_pct < 0 if m.better == "higher" else j.delta_pct > 0
+    # Hysteresis: back within half of min_pct of the reference (or better), so a drop that
+    # hovers at the threshold does not open and close an incident every night.
+    if not worse or abs(j.delta_pct) <= cfg.min_pct / 2:
+        close = Closing(inc["id"], "recovered", "eaglebot",
+                        f"{m.name} {_num(value)} is back within {cfg.min_pct / 2:g}% of the reference "
+                        f"{_num(float(j.reference or 0))} at run #{s.run_id}", s.run_id)
+        note = (f"{host}: {m.name} recovered at run #{s.run_id}: incident #{inc['id']} "
+                f"(open since run #{inc['opened_run']}) closed")
+        return MetricVerdict(j.as_regression(host) if j.verdict == "improvement" else None, note,
+                             IncidentDecision(close=close))
+    direction = "below" if j.delta_pct < 0 else "above"
+    reason = (f"still {abs(j.delta_pct):.1f}% {direction} the reference since run #{inc['opened_run']} "
+              f"(open incident #{inc['id']}; it closes within {cfg.min_pct / 2:g}% of the reference): "
+              f"{j.reason}" + (f"; {shift.text}" if shift else ""))
+    r = Regression(m.name, value, float(j.reference or 0.0), round(j.delta_pct, 2), reason, kind="regression",
+                   host=host)
+    return MetricVerdict(r, incident=IncidentDecision(flag=inc["id"]))
+
+
+def wants_attribution(r: Regression) -> bool:
+    """A regression against a fixed baseline (bench.compare) that does not say yet what changed."""
+    return r.kind == "regression" and "good run" not in r.reason

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, TypedDict
 
 from eaglebot.history.incidents import describe
+from eaglebot.history.rows import incident_rows
 from eaglebot.store import Store, parse_iso
+from eaglebot.store.rows import IncidentRow
 
 KEY_METRIC = "output_throughput"
 
@@ -81,14 +83,15 @@ class RunView:
     warnings: list[dict[str, Any]]
     regressions: list[dict[str, Any]]
     changes: list[dict[str, Any]]
-    incidents: list[dict[str, Any]] = field(default_factory=list)   # open ones of its playbook + hosts
+    incidents: list[IncidentRow] = field(default_factory=list)   # open ones of its playbook + hosts
 
     @classmethod
     def load(cls, store: Store, run_id: int) -> RunView | None:
         run = store.get_run(run_id)
         if run is None:
             return None
-        incidents = [i for h in run.get("hosts") or [] for i in store.incidents(playbook=run["playbook"], host=h)]
+        incidents = [i for h in run.get("hosts") or []
+                     for i in incident_rows(store.incidents(playbook=run["playbook"], host=h))]
         return cls(run, store.steps(run_id), store.metrics(run_id), store.warnings(run_id),
                    store.regressions(run_id), store.changes(run_id), incidents)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from eaglebot.frontends.cli.main import main
-from eaglebot.history.regress import host_state
+from eaglebot.history.loader import host_state
 from eaglebot.history.view import load_history
 from eaglebot.store import Store
 

@@ -1,7 +1,7 @@
 """What the router answers: plain text plus what it says, typed, for a richer front end.
 
 Every front end can print `Reply.text`. `Reply.body` carries the same answer as data, so
-Slack (`eaglebot.frontends.slack.replies`) renders Block Kit from it without the router
+Slack (`eaglebot.frontends.slack.reply_blocks`) renders Block Kit from it without the router
 knowing Block Kit exists.
 """
 from __future__ import annotations

@@ -2,16 +2,17 @@
 `/eagle sweep PLAYBOOK HOST key=v1,v2 ... [repeats=N]`, `/eagle ack ID METRIC reason`.
 
 `parse_tuning` is pure (the router calls it from `parse`); the handlers do the work through
-the same code as the CLI (history/diff.py, history/incidents.py, frontends/tuning/).
+the same code as the CLI (history/diff.py, history/recorder.py, tuning/, frontends/tuning/).
 """
 from __future__ import annotations
 
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Protocol
 
-from eaglebot.engine.runner import RunRequest
+from eaglebot.engine.runner import Approver, Observer, RunRequest
+from eaglebot.frontends.chat.caller import Caller
 from eaglebot.frontends.chat.reply import Note, Reply, SweepDone, listing
 from eaglebot.frontends.services import Services
 
@@ -21,24 +22,8 @@ class Command(Protocol):
     def args(self) -> tuple[str, ...]: ...
 
 
-class Caller(Protocol):
-    """What the router's Caller gives these handlers (this module cannot import the router)."""
-
-    @property
-    def user(self) -> str: ...
-
-    @property
-    def origin(self) -> str: ...
-
-    @property
-    def channel(self) -> str | None: ...
-
-    @property
-    def frontend(self) -> Any: ...
-
 WORDS = ("diff", "bisect", "sweep", "ack")
 VIEW = {"diff"}
-OPERATE = {"bisect", "sweep", "ack"}
 _ID = re.compile(r"^#?\d{1,12}$")
 _HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -88,15 +73,16 @@ def parse_tuning(word: str, args: list[str]) -> tuple[tuple[str, ...], str | Non
 
 async def _diff(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.frontends.tuning.render import diff_text
-    from eaglebot.history.diff import diff_runs
+    from eaglebot.history.diff import compare
+    from eaglebot.history.loader import diff_rows
 
     a, b = int(cmd.args[0]), int(cmd.args[1])
-    d = await services.store.call(lambda s: diff_runs(s, a, b))
+    d = compare(await services.store.call(lambda s: diff_rows(s, a, b)))
     return listing(diff_text(d), f"Diff #{a} → #{b}", public=True)
 
 
 async def _ack(services: Services, cmd: Command, caller: Caller) -> Reply:
-    from eaglebot.history.incidents import ack
+    from eaglebot.history.recorder import ack
 
     rid, metric, reason = int(cmd.args[0]), cmd.args[1], cmd.args[2]
     text = await services.store.call(lambda s: ack(s, rid, metric, reason, caller.user))
@@ -104,33 +90,33 @@ async def _ack(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 
 async def _bisect(services: Services, cmd: Command, caller: Caller) -> Reply:
-    from eaglebot.frontends.tuning.bisect import bisect
     from eaglebot.frontends.tuning.render import bisect_text
+    from eaglebot.tuning.bisect import BisectRequest, bisect
 
     good, bad, host = int(cmd.args[0]), int(cmd.args[1]), cmd.args[2]
     opts = dict(o.split("=", 1) for o in cmd.args[3:])
     observer, approver = _progress(caller, "bisect-point", host)
-    r = await bisect(services, good, bad, host, actor=caller.user, origin=caller.origin,
-                     leave=opts.get("leave", "good"), repeats=int(opts.get("repeats", "3")),
-                     observer=observer, approver=approver, channel=caller.channel)
+    req = BisectRequest(good, bad, host, actor=caller.user, origin=caller.origin, leave=opts.get("leave", "good"),
+                        repeats=int(opts.get("repeats", "3")), channel=caller.channel)
+    r = await bisect(services.engine, req, observer=observer, approver=approver)
     text = bisect_text(r)
     return listing(text, f"Bisect #{r['bisect_id']}", public=True)
 
 
 async def _sweep(services: Services, cmd: Command, caller: Caller) -> Reply:
-    from eaglebot.frontends.tuning import sweep as sw
     from eaglebot.frontends.tuning.plot import render_sweep
     from eaglebot.frontends.tuning.render import sweep_text
+    from eaglebot.tuning import sweep as sw
 
     if cmd.args[0] == "resume":
         sid = int(cmd.args[1])
     else:
         axes, fixed, repeats = sw.parse_assignments(list(cmd.args[2:]))
         req = sw.SweepRequest(cmd.args[0], cmd.args[1], axes, fixed, repeats)
-        sid = await sw.create(services, req, actor=caller.user, origin=caller.origin)
+        sid = await sw.create(services.engine, req, actor=caller.user, origin=caller.origin)
     sweep = await services.store.get_sweep(sid)
     observer, approver = _progress(caller, sweep["playbook"] if sweep else "relaunch", sweep["host"] if sweep else "")
-    r = await sw.run_points(services, sid, actor=caller.user, origin=caller.origin, observer=observer,
+    r = await sw.run_points(services.engine, sid, actor=caller.user, origin=caller.origin, observer=observer,
                          approver=approver, channel=caller.channel)
     text = sweep_text(r)
     best = sw.apply_best_command(r)
@@ -144,7 +130,7 @@ async def _sweep(services: Services, cmd: Command, caller: Caller) -> Reply:
     return Reply(text, SweepDone(text, sid, best), public=True, file=png)
 
 
-def _progress(caller: Caller, playbook: str, host: str) -> tuple[Any, Any]:
+def _progress(caller: Caller, playbook: str, host: str) -> tuple[Observer | None, Approver | None]:
     """The front end's progress view and approver, asked once for the whole bisect/sweep."""
     req = RunRequest(playbook, [host], {}, actor=caller.user, origin=caller.origin, channel=caller.channel)
     observer = caller.frontend.observer(req)

@@ -11,7 +11,8 @@ import sys
 
 from eaglebot.config import Settings
 from eaglebot.engine.runner import Approver, Observer, RunOutcome, RunRequest
-from eaglebot.frontends.chat.router import Caller, handle
+from eaglebot.frontends.chat.caller import Caller
+from eaglebot.frontends.chat.router import handle
 from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import RunView

@@ -93,7 +93,7 @@ async def check_host(name: str, cfg: HostConfig, transport: Host, gpu: bool = Tr
 async def check_slack(settings: Settings) -> list[Check]:
     from slack_sdk.errors import SlackApiError
 
-    from eaglebot.frontends.slack.app import make_client
+    from eaglebot.frontends.slack.client import make_client
 
     out: list[Check] = []
     bot = os.environ.get("SLACK_BOT_TOKEN")

@@ -1,5 +1,6 @@
 """`eagle diff`, `eagle bisect`, `eagle sweep` (and `sweep resume`), `eagle ack`: thin calls
-into history/ and frontends/tuning/, registered on the main parser by `register`."""
+into history/ and tuning/ (rendered by frontends/tuning/), registered on the main parser by
+`register`."""
 from __future__ import annotations
 
 import argparse
@@ -51,11 +52,12 @@ def _out(obj: Any) -> None:
 @_audited
 def cmd_diff(args: argparse.Namespace) -> int:
     from eaglebot.frontends.tuning.render import diff_text
-    from eaglebot.history.diff import diff_json, diff_runs
+    from eaglebot.history.diff import compare, diff_json
+    from eaglebot.history.loader import diff_rows
 
     store = _store(args)
     try:
-        d = diff_runs(store, args.run_a, args.run_b)
+        d = compare(diff_rows(store, args.run_a, args.run_b))
     finally:
         store.close()
     if args.json:
@@ -67,7 +69,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 @_audited
 def cmd_ack(args: argparse.Namespace) -> int:
-    from eaglebot.history.incidents import ack
+    from eaglebot.history.recorder import ack
 
     store = _store(args)
     try:
@@ -87,15 +89,15 @@ def _approver(args: argparse.Namespace) -> Any:
 def cmd_bisect(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.terminal import TerminalObserver
     from eaglebot.frontends.services import Services
-    from eaglebot.frontends.tuning.bisect import bisect
     from eaglebot.frontends.tuning.render import bisect_text
+    from eaglebot.tuning.bisect import BisectRequest, bisect
 
     async def go() -> dict[str, Any]:
         svc = await Services.open(settings(args))
         try:
-            return await bisect(svc, args.good, args.bad, args.host, actor=whoami(), origin="cli", leave=args.leave,
-                                repeats=args.repeats, num_prompts=args.prompts, observer=TerminalObserver(),
-                                approver=_approver(args), assume_yes=args.yes)
+            req = BisectRequest(args.good, args.bad, args.host, actor=whoami(), origin="cli", leave=args.leave,
+                                repeats=args.repeats, num_prompts=args.prompts, assume_yes=args.yes)
+            return await bisect(svc.engine, req, observer=TerminalObserver(), approver=_approver(args))
         finally:
             await svc.close()
 
@@ -113,9 +115,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.terminal import TerminalObserver
     from eaglebot.frontends.services import Services
-    from eaglebot.frontends.tuning import sweep as sw
     from eaglebot.frontends.tuning.plot import render_sweep
     from eaglebot.frontends.tuning.render import sweep_text
+    from eaglebot.tuning import sweep as sw
 
     _merge_trailing_options(args)
     words: list[str] = list(args.words)
@@ -140,9 +142,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     raise UsageError("usage: eagle sweep PLAYBOOK -H HOST key=v1,v2 ... [--repeats N]")
                 axes, fixed, repeats = sw.parse_assignments(words[1:])
                 req = sw.SweepRequest(words[0], args.host, axes, fixed, args.repeats or repeats, heat)
-                sid = await sw.create(svc, req, actor=whoami(), origin="cli")
+                sid = await sw.create(svc.engine, req, actor=whoami(), origin="cli")
                 print(f"sweep #{sid}: {len(sw.grid(axes))} points", file=sys.stderr)
-            return await sw.run_points(svc, sid, actor=whoami(), origin="cli", observer=TerminalObserver(),
+            return await sw.run_points(svc.engine, sid, actor=whoami(), origin="cli", observer=TerminalObserver(),
                                     approver=_approver(args), assume_yes=args.yes)
         finally:
             await svc.close()

@@ -13,7 +13,6 @@ from slack_sdk.models.blocks import (
     ActionsBlock,
     ButtonElement,
     ContextBlock,
-    DividerBlock,
     HeaderBlock,
     MarkdownTextObject,
     PlainTextObject,
@@ -21,6 +20,7 @@ from slack_sdk.models.blocks import (
 )
 
 from eaglebot.frontends.format import fmt_duration, fmt_value
+from eaglebot.sdk import ApprovalRequest
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
@@ -40,7 +40,7 @@ STATUS_EMOJI = {
 }
 
 
-def escape(s: Any) -> str:
+def escape(s: object) -> str:
     """Slack's three control characters, so text is shown as typed, never as a mention."""
     return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -107,10 +107,6 @@ def header(text: str) -> dict[str, Any]:
 
 def context(*mds: str) -> dict[str, Any]:
     return ContextBlock(elements=[MarkdownTextObject(text=clip(m, MAX_SECTION)) for m in mds[:MAX_CONTEXT]]).to_dict()
-
-
-def divider() -> dict[str, Any]:
-    return DividerBlock().to_dict()
 
 
 def code_sections(text: str, *, max_blocks: int = 10, keep: str = "head") -> list[dict[str, Any]]:
@@ -247,7 +243,7 @@ def run_summary_blocks(view: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 # -- approvals --------------------------------------------------------------------------------
 
-def approval_blocks(req: Any, key: str, approvers: list[str], timeout_s: float) -> list[dict[str, Any]]:
+def approval_blocks(req: ApprovalRequest, key: str, approvers: list[str], timeout_s: float) -> list[dict[str, Any]]:
     """Approve / Deny buttons saying exactly what will happen."""
     who = (" ".join(mention(a) for a in approvers if a != "*") or "any approver") if approvers else \
         "nobody yet (set access.approvers in eagle.yaml)"
@@ -266,7 +262,7 @@ def approval_blocks(req: Any, key: str, approvers: list[str], timeout_s: float) 
     return limit(blocks)
 
 
-def approval_decided_blocks(req: Any, decision: str, who: str | None) -> list[dict[str, Any]]:
+def approval_decided_blocks(req: ApprovalRequest, decision: str, who: str | None) -> list[dict[str, Any]]:
     verb = {"approved": ":white_check_mark: Approved", "denied": ":no_entry: Denied",
             "timeout": ":hourglass: No decision in time: denied"}.get(decision, decision)
     by = f" by {mention(who)}" if who else ""

@@ -19,7 +19,7 @@ MESSAGE_BUDGET = 11_000   # characters of text in all the blocks of one message 
 _NOTE_RESERVE = 300       # room for the note that says what was left out
 
 
-def text_len(blocks: Any) -> int:
+def text_len(blocks: object) -> int:
     """Characters of text in blocks, counted the way Slack's limit counts them: every `text`."""
     if isinstance(blocks, dict):
         return sum(len(v) if k == "text" and isinstance(v, str) else text_len(v) for k, v in blocks.items())

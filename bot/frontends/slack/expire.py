@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from eaglebot.frontends.slack import blocks as bk
-from eaglebot.frontends.slack.app import SlackContext
+from eaglebot.frontends.slack.context import SlackContext
 
 log = logging.getLogger("eaglebot.slack")
 

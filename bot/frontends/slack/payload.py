@@ -5,10 +5,13 @@ body whose `actions` is a string made Bolt answer 500 with a traceback, a string
 the approval listener crash after the ack. A correct signature proves who sent a request,
 not that it has the shape Slack documents, so a body that does not is refused (400).
 Unknown keys are allowed: Slack adds fields over time.
+
+The TypedDicts at the end are what the listeners read of a body that passed this check (each
+key optional, as Bolt hands over the raw dict).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError
 
@@ -80,7 +83,7 @@ class SlashCommand(_Open):
     trigger_id: StrictStr | None = None
 
 
-def shape_problem(body: Any) -> str | None:
+def shape_problem(body: object) -> str | None:
     """None when `body` has the shape our listeners and Bolt rely on, else one line saying
     where it does not (field names only: never a value, which may carry a token)."""
     if not isinstance(body, dict):
@@ -105,3 +108,33 @@ def shape_problem(body: Any) -> str | None:
     except RecursionError:
         return "the payload is nested too deeply"
     return None
+
+
+# -- what the listeners read, once `shape_problem` let the body through ------------------------
+
+class SlashCommandBody(TypedDict, total=False):
+    text: str | None
+    user_id: str
+    channel_id: str | None
+    response_url: str | None
+
+
+class _IdRef(TypedDict, total=False):
+    id: str
+
+
+class _ContainerRef(TypedDict, total=False):
+    channel_id: str | None
+
+
+class BlockActionsBody(TypedDict, total=False):
+    user: _IdRef
+    channel: _IdRef | None
+    container: _ContainerRef | None
+    response_url: str | None
+
+
+class ActionBody(TypedDict, total=False):
+    """One element of `actions`: the button that was clicked."""
+    action_id: str
+    value: str | None

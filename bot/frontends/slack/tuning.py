@@ -1,19 +1,16 @@
 """Slack face of sweeps: the ranked table and an "Apply best" button.
 
 The button carries the `/eagle` text that applies the winner (the sweep's playbook with
-the winning inputs). Pressing it is exactly typing that text: parsed by the same router,
-checked against `access` (operators; a refusal is an `events` row), run through the engine
-with the thread's approvals.
+the winning inputs). Pressing it is exactly typing that text (`listeners/actions.py`): parsed
+by the same router, checked against `access` (operators; a refusal is an `events` row), run
+through the engine with the thread's approvals.
 """
 from __future__ import annotations
 
-import re
-from typing import Any, Awaitable, Callable
+from typing import Any
 
-from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.models.blocks import ActionsBlock, ButtonElement
 
-from eaglebot.frontends.chat import router as commands
 from eaglebot.frontends.chat.reply import SweepDone
 from eaglebot.frontends.slack import blocks as bk
 
@@ -30,23 +27,3 @@ def sweep_blocks(body: SweepDone) -> list[dict[str, Any]]:
         blocks.append(bk.context(f"Apply best runs `/eagle {bk.escape(body.apply)}` (operators; its confirm "
                                  f"steps ask for approval as usual)."))
     return bk.limit(blocks)
-
-
-Execute = Callable[[Any, "commands.Command", str, "str | None", "str | None"], Awaitable[None]]
-
-
-def register(app: AsyncApp, ctx: Any, execute: Execute) -> None:
-    @app.action(re.compile(f"^{APPLY_BEST_ACTION}$"))
-    async def on_apply_best(ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
-        await ack()
-        user = (body.get("user") or {}).get("id") or ""
-        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id")
-        cmd = commands.parse(str(action.get("value") or ""))
-        if cmd.name != "run":
-            return
-        why = commands.authorize(ctx.services.settings.access, cmd, user)
-        if why:
-            ctx.spawn(commands.audit_refusal(ctx.services, user, cmd, why), name="eagle-refusal")
-            ctx.spawn(ctx.respond(body.get("response_url"), f":no_entry: {bk.escape(why)}"), name="eagle-refusal-reply")
-            return
-        ctx.spawn(execute(ctx, cmd, user, channel, body.get("response_url")), name="eagle-apply-best")

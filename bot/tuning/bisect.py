@@ -18,18 +18,17 @@ chose (GOOD by default, or BAD) without a benchmark.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from eaglebot.engine.playbook import find_playbook
-from eaglebot.engine.runner import Approver, Observer
+from eaglebot.engine.playbook import Playbook, find_playbook
+from eaglebot.engine.runner import Approver, Engine, Observer
 from eaglebot.errors import UsageError
-from eaglebot.frontends.services import Services
-from eaglebot.frontends.tuning.points import PointResult, run_point
 from eaglebot.history.attribution import (config_changes, env_changes, health_changes, launch_changes, show,
                                           version_changes)
-from eaglebot.history.regress import host_state
+from eaglebot.history.loader import host_state
 from eaglebot.facts.sglang_args import build_launch_args, launch_flags
+from eaglebot.tuning.points import run_point
 
 PLAYBOOK = "bisect-point"
 METRIC = "output_throughput"
@@ -145,13 +144,41 @@ async def _smallest_bad_prefix(items: list[int], base: set[int], measure: Measur
     return items[lo]
 
 
-async def bisect(services: Services, good: int, bad: int, host: str, *, actor: str, origin: str,
-                 leave: str = "good", repeats: int = 3, num_prompts: int = 32, port: int | None = None,
-                 observer: Observer | None = None, approver: Approver | None = None, assume_yes: bool = False,
-                 channel: str | None = None) -> dict[str, Any]:
-    store = services.store
-    if leave not in ("good", "bad"):
+@dataclass(frozen=True)
+class BisectRequest:
+    """What `eagle bisect` / `/eagle bisect` asks: the two runs, the host, and how to measure."""
+
+    good: int
+    bad: int
+    host: str
+    actor: str
+    origin: str
+    leave: str = "good"          # the configuration the host is relaunched in at the end
+    repeats: int = 3
+    num_prompts: int = 32
+    port: int | None = None      # default: GOOD's launch port
+    assume_yes: bool = False
+    channel: str | None = None
+
+
+@dataclass(frozen=True)
+class Ends:
+    """GOOD's and BAD's side of the bisection, read from the audit store."""
+
+    good_state: dict[str, Any]
+    good_value: float
+    bad_value: float
+    cands: list[Candidate]
+    fixed: list[str]             # changes a relaunch cannot apply (versions, GPU health)
+    port: int
+
+
+async def load_ends(engine: Engine, req: BisectRequest) -> Ends:
+    """The two runs' states, values and changes; UsageError when they cannot be bisected."""
+    store = engine.store
+    if req.leave not in ("good", "bad"):
         raise UsageError("--leave is good or bad")
+    good, bad, host = req.good, req.bad, req.host
     for rid in (good, bad):
         run = await store.get_run(rid)
         if run is None:
@@ -172,80 +199,119 @@ async def bisect(services: Services, good: int, bad: int, host: str, *, actor: s
     paths = {c.path for c in cands if c.kind == "config"}
     if len(paths) > 1:
         raise UsageError(f"the config changes span {len(paths)} files ({', '.join(sorted(paths))}); bisect patches one")
-    pb = find_playbook(PLAYBOOK, services.settings.playbooks_path, services.registry)
-    port = port or int((dict(launch_flags(list(sg["launch_args"]))).get("--port") or 30000))  # type: ignore[arg-type]
-    spec = {"good": good, "bad": bad, "leave": leave, "repeats": repeats,
-            "changes": [c.label for c in cands], "metric": METRIC}
-    bid = await store.create_sweep(kind="bisect", playbook=PLAYBOOK, host=host, spec=spec, actor=actor,
-                                   origin=origin, points=[])
-    await store.add_event(None, "bisect", f"bisect #{bid} by {actor}: runs #{good} → #{bad} on {host}, "
-                                          f"{len(cands)} changes")
-    points: list[dict[str, Any]] = []
-    cache: dict[frozenset[int], tuple[float | None, str]] = {}
-    first = {"approver": approver}
+    port = req.port or int((dict(launch_flags(list(sg["launch_args"]))).get("--port") or 30000))  # type: ignore[arg-type]
+    return Ends(sg, gv, bv, cands, fixed, port)
 
-    def judge(v: float | None) -> str:
+
+@dataclass
+class Bench:
+    """Runs the bisection's points: one audited run each, recorded as a sweep point, cached
+    by the subset applied. A point that fails stops the bisection (UsageError)."""
+
+    engine: Engine
+    req: BisectRequest
+    ends: Ends
+    playbook: Playbook
+    bisect_id: int
+    observer: Observer | None
+    approver: Approver | None    # only the first point may ask (see measure)
+    points: list[dict[str, Any]] = field(default_factory=list)
+    cache: dict[frozenset[int], tuple[float | None, str]] = field(default_factory=dict)
+
+    def judge(self, v: float | None) -> str:
+        """Closer to BAD's value than to GOOD's: bad."""
         if v is None:
             return "failed"
-        return "bad" if abs(v - bv) < abs(v - gv) else "good"
+        return "bad" if abs(v - self.ends.bad_value) < abs(v - self.ends.good_value) else "good"
 
-    async def measure(subset: set[int]) -> tuple[float | None, str]:
+    def inputs(self, applied: set[int], *, repeats: int, num_prompts: int) -> dict[str, Any]:
+        return point_inputs(self.ends.cands, applied, self.ends.good_state, port=self.ends.port, repeats=repeats,
+                            num_prompts=num_prompts)
+
+    async def measure(self, subset: set[int]) -> tuple[float | None, str]:
         key = frozenset(subset)
-        if key in cache:
-            return cache[key]
-        inputs = point_inputs(cands, set(subset), sg, port=port, repeats=repeats, num_prompts=num_prompts)
+        if key in self.cache:
+            return self.cache[key]
+        req, store = self.req, self.engine.store
+        inputs = self.inputs(set(subset), repeats=req.repeats, num_prompts=req.num_prompts)
         # One approval at the start: only the first point may ask (it is the one that can
         # meet processes the bot did not start); every later server is the bot's own.
-        res: PointResult = await run_point(services, pb, host, inputs, actor=actor, origin=origin,
-                                           observer=observer, approver=first["approver"],
-                                           assume_yes=assume_yes or bool(points), channel=channel)
-        first["approver"] = None
-        verdict = judge(res.throughput) if res.status == "succeeded" else "failed"
-        idx = await store.add_sweep_point(bid, inputs)
-        await store.sweep_point_done(bid, idx, "done" if verdict != "failed" else "failed", res.run_id,
+        res = await run_point(self.engine, self.playbook, req.host, inputs, actor=req.actor, origin=req.origin,
+                              observer=self.observer, approver=self.approver,
+                              assume_yes=req.assume_yes or bool(self.points), channel=req.channel)
+        self.approver = None
+        verdict = self.judge(res.throughput) if res.status == "succeeded" else "failed"
+        idx = await store.add_sweep_point(self.bisect_id, inputs)
+        await store.sweep_point_done(self.bisect_id, idx, "done" if verdict != "failed" else "failed", res.run_id,
                                      {**res.as_json(), "applied": sorted(subset), "verdict": verdict})
-        points.append({"applied": [cands[i].label for i in sorted(subset)], "value": res.throughput,
-                       "verdict": verdict, "run_id": res.run_id})
+        self.points.append({"applied": [self.ends.cands[i].label for i in sorted(subset)], "value": res.throughput,
+                            "verdict": verdict, "run_id": res.run_id})
         if verdict == "failed":
             raise UsageError(f"bisect point run #{res.run_id} {res.status}: {res.error or 'no throughput measured'}"
-                             f" (bisect #{bid} stopped)")
-        cache[key] = (res.throughput, verdict)
-        return cache[key]
+                             f" (bisect #{self.bisect_id} stopped)")
+        self.cache[key] = (res.throughput, verdict)
+        return self.cache[key]
 
-    culprits: list[int] = []
-    kind = "none"
+    async def leave_host(self) -> tuple[int, str]:
+        """Relaunch in the configuration asked for (no benchmark): (run id, its status)."""
+        req = self.req
+        final = set() if req.leave == "good" else set(range(len(self.ends.cands)))
+        res = await run_point(self.engine, self.playbook, req.host, self.inputs(final, repeats=1, num_prompts=0),
+                              actor=req.actor, origin=req.origin, observer=self.observer, assume_yes=True,
+                              channel=req.channel)
+        return res.run_id, res.status
+
+
+async def locate(bench: Bench) -> tuple[list[int], str, str]:
+    """(culprit indexes, kind, conclusion): the control point first, then the search."""
+    req, n = bench.req, len(bench.ends.cands)
+    _, control = await bench.measure(set())
+    if control == "bad":
+        return [], "none", (f"GOOD's configuration no longer reproduces run #{req.good}'s {METRIC} on {req.host}: "
+                            f"the host itself changed (see the not bisectable changes and GPU health), "
+                            f"nothing to blame")
+    if n == 1:
+        _, v = await bench.measure({0})
+        culprits, kind = ([0], "single") if v == "bad" else ([], "none")
+    else:
+        culprits, kind = await search(n, bench.measure)
+    return culprits, kind, conclusion(bench.ends.cands, culprits, kind, req.host)
+
+
+def conclusion(cands: list[Candidate], culprits: list[int], kind: str, host: str) -> str:
+    if kind == "single":
+        return f"culprit: {cands[culprits[0]].label} (alone it reproduces the drop)"
+    if kind == "interaction":
+        return ("interaction: " + " together with ".join(cands[i].label for i in culprits) +
+                " — each alone is fine; the drop needs them together")
+    return f"no change reproduces the drop on {host} now (BAD's value may have been noise)"
+
+
+async def bisect(engine: Engine, req: BisectRequest, *, observer: Observer | None = None,
+                 approver: Approver | None = None) -> dict[str, Any]:
+    """Bisect, audited as a sweep of kind "bisect"; the host is left in req.leave's state
+    whatever happens. Returns the `--json` document."""
+    store = engine.store
+    ends = await load_ends(engine, req)
+    cands = ends.cands
+    pb = find_playbook(PLAYBOOK, engine.settings.playbooks_path, engine.registry)
+    spec = {"good": req.good, "bad": req.bad, "leave": req.leave, "repeats": req.repeats,
+            "changes": [c.label for c in cands], "metric": METRIC}
+    bid = await store.create_sweep(kind="bisect", playbook=PLAYBOOK, host=req.host, spec=spec, actor=req.actor,
+                                   origin=req.origin, points=[])
+    await store.add_event(None, "bisect", f"bisect #{bid} by {req.actor}: runs #{req.good} → #{req.bad} on "
+                                          f"{req.host}, {len(cands)} changes")
+    bench = Bench(engine, req, ends, pb, bid, observer, approver)
     try:
-        _, control = await measure(set())
-        if control == "bad":
-            conclusion = (f"GOOD's configuration no longer reproduces run #{good}'s {METRIC} on {host}: the host "
-                          f"itself changed (see the not bisectable changes and GPU health), nothing to blame")
-        elif len(cands) == 1:
-            _, v = await measure({0})
-            culprits, kind = ([0], "single") if v == "bad" else ([], "none")
-            conclusion = ""
-        else:
-            culprits, kind = await search(len(cands), measure)
-            conclusion = ""
+        culprits, kind, said = await locate(bench)
     finally:
-        final = set() if leave == "good" else set(range(len(cands)))
-        inputs = point_inputs(cands, final, sg, port=port, repeats=1, num_prompts=0)
-        res = await run_point(services, pb, host, inputs, actor=actor, origin=origin, observer=observer,
-                              assume_yes=True, channel=channel)
-        final_state = (f"host {host} left in {leave.upper()}'s configuration (run #{res.run_id}: {res.status})")
-    if not conclusion:
-        if kind == "single":
-            c = cands[culprits[0]]
-            conclusion = f"culprit: {c.label} (alone it reproduces the drop)"
-        elif kind == "interaction":
-            conclusion = ("interaction: " + " together with ".join(cands[i].label for i in culprits) +
-                          " — each alone is fine; the drop needs them together")
-        else:
-            conclusion = f"no change reproduces the drop on {host} now (BAD's value may have been noise)"
-    result = {"bisect_id": bid, "good": good, "bad": bad, "host": host, "metric": METRIC, "good_value": gv,
-              "bad_value": bv, "changes": [c.label for c in cands], "not_bisectable": fixed,
-              "points": points, "benchmark_points": len(points), "bound": bound(len(cands)),
-              "culprits": [cands[i].label for i in culprits], "kind": kind, "conclusion": conclusion,
-              "final_state": final_state, "final_run": res.run_id}
+        final_run, final_status = await bench.leave_host()
+    final_state = f"host {req.host} left in {req.leave.upper()}'s configuration (run #{final_run}: {final_status})"
+    result = {"bisect_id": bid, "good": req.good, "bad": req.bad, "host": req.host, "metric": METRIC,
+              "good_value": ends.good_value, "bad_value": ends.bad_value, "changes": [c.label for c in cands],
+              "not_bisectable": ends.fixed, "points": bench.points, "benchmark_points": len(bench.points),
+              "bound": bound(len(cands)), "culprits": [cands[i].label for i in culprits], "kind": kind,
+              "conclusion": said, "final_state": final_state, "final_run": final_run}
     await store.finish_sweep(bid, "finished", {k: result[k] for k in ("culprits", "kind", "conclusion")})
-    await store.add_event(None, "bisect", f"bisect #{bid}: {conclusion}")
+    await store.add_event(None, "bisect", f"bisect #{bid}: {said}")
     return result

@@ -1,4 +1,5 @@
-"""A router `Reply` as Block Kit: the Slack face of what `eagle chat` prints as text."""
+"""A router `Reply` as Block Kit: the Slack face of what `eagle chat` prints as text
+(`chat/reply.py` holds the `Reply` and its typed bodies)."""
 from __future__ import annotations
 
 from typing import Any

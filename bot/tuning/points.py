@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from eaglebot.engine.playbook import Playbook
-from eaglebot.engine.runner import Approver, Observer, RunRequest
-from eaglebot.frontends.services import Services
+from eaglebot.engine.runner import Approver, Engine, Observer, RunRequest
 
 THROUGHPUT, TTFT = "output_throughput", "median_ttft_ms"
 ACCEPT = ("accept_length", "avg_spec_accept_length")
@@ -48,18 +46,15 @@ def numbers(metrics: list[dict[str, Any]], steps: list[dict[str, Any]]) -> dict[
             "samples": tput}
 
 
-async def run_point(services: Services, pb: Playbook, host: str, inputs: dict[str, Any], *, actor: str,
+async def run_point(engine: Engine, pb: Playbook, host: str, inputs: dict[str, Any], *, actor: str,
                     origin: str, observer: Observer | None = None, approver: Approver | None = None,
                     assume_yes: bool = False, channel: str | None = None) -> PointResult:
     req = RunRequest(pb, [host], dict(inputs), actor=actor, origin=origin, assume_yes=assume_yes, channel=channel)
-    outcome = await services.engine.run(req, observer, approver)
+    outcome = await engine.run(req, observer, approver)
     rid = outcome.run_id
-    metrics = await services.store.metrics(rid)
-    steps = await services.store.steps(rid)
+    metrics = await engine.store.metrics(rid)
+    steps = await engine.store.steps(rid)
     n = numbers(metrics, steps)
     return PointResult(rid, outcome.status, n["throughput"], n["ttft_ms"], n["accept"], n["spread"],
                        n["repeats"], outcome.error)
 
-
-def median_or_none(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None

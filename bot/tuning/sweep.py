@@ -14,17 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from eaglebot.engine.playbook import Playbook, find_playbook
-from eaglebot.engine.runner import Approver, Observer, RunRequest
+from eaglebot.engine.runner import Approver, Engine, Observer, RunRequest
 from eaglebot.errors import UsageError
-from eaglebot.frontends.services import Services
-from eaglebot.frontends.tuning.points import run_point
+from eaglebot.tuning.points import run_point
 from eaglebot.facts.sglang import resolve_speculative
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MAX_POINTS = 64
 REPEAT_INPUTS = ("bench_repeats", "repeats")   # the input a playbook takes benchmark repeats as
-SPEC_INPUTS = {"spec_algorithm": "algorithm", "spec_steps": "steps", "spec_topk": "topk",
-               "spec_draft_tokens": "draft"}
 
 
 @dataclass
@@ -93,10 +90,10 @@ def repeats_input(pb: Playbook) -> str | None:
     return next((k for k in REPEAT_INPUTS if k in pb.inputs), None)
 
 
-async def create(services: Services, req: SweepRequest, *, actor: str, origin: str) -> int:
+async def create(engine: Engine, req: SweepRequest, *, actor: str, origin: str) -> int:
     """Validate every point (typed inputs, SGLang's rules), then record the sweep. Bad input
     raises UsageError after an audit record of the refusal."""
-    pb = find_playbook(req.playbook, services.settings.playbooks_path, services.registry)
+    pb = find_playbook(req.playbook, engine.settings.playbooks_path, engine.registry)
     points = grid(req.axes)
     base_req = RunRequest(pb, [req.host], {**req.fixed}, actor=actor, origin=origin)
     try:
@@ -113,44 +110,44 @@ async def create(services: Services, req: SweepRequest, *, actor: str, origin: s
             inputs: dict[str, Any] = {**req.fixed, **p}
             if req.repeats is not None and rep_key:
                 inputs[rep_key] = str(req.repeats)
-            prep = services.engine.prepare(RunRequest(pb, [req.host], inputs, actor=actor, origin=origin))
+            prep = engine.prepare(RunRequest(pb, [req.host], inputs, actor=actor, origin=origin))
             status, why = sglang_verdict(prep.inputs)
             rows.append((inputs, status, why))
         if req.heatmap and any(a not in req.axes for a in req.heatmap):
             raise UsageError(f"--heatmap axes must be swept inputs ({', '.join(req.axes)})")
     except UsageError as e:
-        await services.engine.record_rejected(base_req, e)
+        await engine.record_rejected(base_req, e)
         raise
     spec = {"axes": req.axes, "order": list(req.axes), "fixed": req.fixed, "repeats": req.repeats,
             "heatmap": list(req.heatmap) if req.heatmap else None}
-    return await services.store.create_sweep(kind="sweep", playbook=pb.name, host=req.host, spec=spec,
+    return await engine.store.create_sweep(kind="sweep", playbook=pb.name, host=req.host, spec=spec,
                                              actor=actor, origin=origin, points=rows)
 
 
-async def run_points(services: Services, sweep_id: int, *, actor: str, origin: str, observer: Observer | None = None,
+async def run_points(engine: Engine, sweep_id: int, *, actor: str, origin: str, observer: Observer | None = None,
                   approver: Approver | None = None, assume_yes: bool = False, channel: str | None = None,
                   stop_after: int | None = None) -> dict[str, Any]:
     """Run every point that has not finished (a resume is the same call). `stop_after` ends
     early after that many points (what an interruption leaves behind)."""
-    sweep = await services.store.get_sweep(sweep_id)
+    sweep = await engine.store.get_sweep(sweep_id)
     if sweep is None or sweep.get("kind") != "sweep":
         raise UsageError(f"no sweep #{sweep_id}")
-    pb = find_playbook(sweep["playbook"], services.settings.playbooks_path, services.registry)
+    pb = find_playbook(sweep["playbook"], engine.settings.playbooks_path, engine.registry)
     done = 0
-    for p in await services.store.sweep_points(sweep_id):
+    for p in await engine.store.sweep_points(sweep_id):
         if p["status"] not in ("pending", "failed"):
             continue
         if stop_after is not None and done >= stop_after:
-            return await summary(services, sweep_id)
-        res = await run_point(services, pb, sweep["host"], p["inputs"], actor=actor, origin=origin,
+            return await summary(engine, sweep_id)
+        res = await run_point(engine, pb, sweep["host"], p["inputs"], actor=actor, origin=origin,
                               observer=observer, approver=approver, assume_yes=assume_yes, channel=channel)
         ok = res.status == "succeeded" and res.throughput is not None
-        await services.store.sweep_point_done(sweep_id, p["idx"], "done" if ok else "failed", res.run_id,
+        await engine.store.sweep_point_done(sweep_id, p["idx"], "done" if ok else "failed", res.run_id,
                                               res.as_json(), "" if ok else (res.error or f"run {res.status}"))
         done += 1
-    result = await summary(services, sweep_id)
-    await services.store.finish_sweep(sweep_id, "finished", {"best": result["best"]})
-    return await summary(services, sweep_id)
+    result = await summary(engine, sweep_id)
+    await engine.store.finish_sweep(sweep_id, "finished", {"best": result["best"]})
+    return await summary(engine, sweep_id)
 
 
 def pareto(points: list[dict[str, Any]]) -> list[int]:
@@ -170,17 +167,17 @@ def pareto(points: list[dict[str, Any]]) -> list[int]:
     return front
 
 
-async def summary(services: Services, sweep_id: int) -> dict[str, Any]:
-    sweep = await services.store.get_sweep(sweep_id)
+async def summary(engine: Engine, sweep_id: int) -> dict[str, Any]:
+    sweep = await engine.store.get_sweep(sweep_id)
     if sweep is None:
         raise UsageError(f"no sweep #{sweep_id}")
-    pts = await services.store.sweep_points(sweep_id)
+    pts = await engine.store.sweep_points(sweep_id)
     axes = list(sweep["spec"].get("order") or sweep["spec"]["axes"])
     done = [p for p in pts if p["status"] == "done"]
     ranked = sorted(done, key=lambda p: -(p["result"]["output_throughput"] or 0.0))
     simulated = False
     for p in done[:1]:
-        for s in await services.store.steps(p["run_id"]):
+        for s in await engine.store.steps(p["run_id"]):
             if s["skill"] == "server.launch" and "SIMULATED" in (s.get("summary") or ""):
                 simulated = True
     best = ranked[0] if ranked else None

@@ -1,0 +1,288 @@
+"""What each `/eagle` word does, once the router admitted it: one coroutine per word.
+
+Runs go through `Engine.start`, the same entry point as the CLI. Each handler returns a
+`Reply` (`chat/reply.py`); an `EagleError` it raises becomes an error reply in the router.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import tempfile
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from eaglebot.config import Settings
+from eaglebot.engine.playbook import Playbook, load_playbook, playbook_files
+from eaglebot.engine.registry import SkillRegistry
+from eaglebot.engine.runner import RunRequest
+from eaglebot.errors import EagleError, UsageError
+from eaglebot.frontends.chat import tuning
+from eaglebot.frontends.chat.access import audit_refusal, authorize_playbook
+from eaglebot.frontends.chat.caller import Caller
+from eaglebot.frontends.chat.grammar import USAGE, Command
+from eaglebot.frontends.chat.reply import CancelRequested, LogTail, Note, Reply, RunShown, error_reply, listing
+from eaglebot.frontends.format import describe_inputs, fmt_time, history_text, show_text, since, table
+from eaglebot.frontends.services import Services
+from eaglebot.history.view import HistoryRow, RunView, load_history
+from eaglebot.store import Store
+
+LOG_LINES = 60
+LOGS_PLAYBOOK = "server-logs"   # shipped: one read-only server.logs step
+
+
+def _playbooks(settings: Settings) -> dict[str, Path]:
+    return playbook_files(settings.playbooks_path)
+
+
+def _load(services: Services, name: str) -> Playbook:
+    files = _playbooks(services.settings)
+    if name not in files:
+        raise UsageError(f"unknown playbook {name!r} (known: {', '.join(files) or 'none'})")
+    path = files[name]
+    st = path.stat()
+    return _load_cached(str(path), st.st_mtime_ns, st.st_size, services.registry).model_copy(deep=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_cached(path: str, mtime_ns: int, size: int, registry: SkillRegistry) -> Playbook:
+    """Parsing and validating YAML on every slash command is the bot's busiest work: reuse it
+    until the file changes (the key holds its mtime and size, and the registry it was checked
+    against)."""
+    return load_playbook(path, registry)
+
+
+async def _help(services: Services, cmd: Command, caller: Caller) -> Reply:
+    if not cmd.args:
+        return listing(f"{USAGE}\nskills: {', '.join(services.registry)}   (/eagle help SKILL)")
+    name = cmd.args[0]
+    files = await asyncio.to_thread(_playbooks, services.settings)
+    if name in files:
+        pb = await asyncio.to_thread(load_playbook, files[name], services.registry)
+        return listing(_playbook_help(pb))
+    if name in services.registry:
+        return listing(services.registry.describe(name))
+    raise UsageError(f"no playbook or skill named {name!r} (see /eagle playbooks)")
+
+
+def _playbook_help(pb: Playbook) -> str:
+    lines = [f"{pb.name}: {pb.description}".rstrip(": ")]
+    inputs = describe_inputs(pb)
+    lines += ["inputs:"] + [f"  {line}" for line in inputs] if inputs else ["inputs: none"]
+    lines.append("steps: " + ", ".join(s.label for s in pb.steps))
+    if pb.examples:
+        lines.append("examples:")
+        lines += [f"  {e}" for e in pb.examples]
+    lines.append(f"usage: /eagle {pb.name} [host[,host]] [key=value ...] [--dry-run]")
+    return "\n".join(lines)
+
+
+async def _list_playbooks(services: Services, cmd: Command, caller: Caller) -> Reply:
+    def collect() -> list[list[str]]:
+        rows = []
+        for name, path in _playbooks(services.settings).items():
+            try:
+                pb = load_playbook(path, services.registry)
+                rows.append([name, pb.description[:80], ", ".join(pb.inputs) or "-"])
+            except EagleError as e:
+                rows.append([name, f"INVALID: {str(e)[:80]}", "-"])
+        return rows
+
+    rows = await asyncio.to_thread(collect)
+    text = table(["playbook", "description", "inputs"], rows) if rows else "no playbooks"
+    return listing(text, "Playbooks")
+
+
+async def _hosts(services: Services, cmd: Command, caller: Caller) -> Reply:
+    s = services.settings
+    locks = {lk["host"]: lk["run_id"] for lk in await services.store.locks()}
+    rows = []
+    for name, h in s.hosts.items():
+        where = "local" if h.transport == "local" else f"{h.user + '@' if h.user else ''}{h.address}:{h.port}"
+        groups = ",".join(g for g, m in s.groups.items() if name in m) or "-"
+        rows.append([name, where, groups, f"busy (run #{locks[name]})" if name in locks else "idle"])
+    text = table(["host", "address", "groups", "state"], rows)
+    return listing(text, "Hosts")
+
+
+async def _history(services: Services, cmd: Command, caller: Caller) -> Reply:
+    *names, n = cmd.args
+    settings = services.settings
+    playbook = host = None
+    if names:
+        files = await asyncio.to_thread(_playbooks, settings)
+        first = names[0]
+        if len(names) == 1 and first not in files and (first in settings.hosts or first in settings.groups):
+            host = first
+        else:
+            playbook = first
+            host = names[1] if len(names) > 1 else None
+
+    def query(s: Store) -> tuple[list[HistoryRow], str]:
+        from eaglebot.history.incidents import open_text
+
+        return load_history(s, playbook=playbook, host=host, limit=int(n)), open_text(s, playbook=playbook, host=host)
+
+    rows, open_incidents = await services.store.call(query)
+    title = "History" + (f" of {playbook}" if playbook else "") + (f" on {host}" if host else "")
+    return listing(history_text(rows) + (f"\n\n{open_incidents}" if open_incidents else ""), title, public=True)
+
+
+async def _show(services: Services, cmd: Command, caller: Caller) -> Reply:
+    if cmd.args == ("last",):
+        last = await services.store.last_run_id()
+        if last is None:
+            raise UsageError("no runs yet (see /eagle playbooks)")
+        cmd = Command("show", (str(last),), text=cmd.text)
+    rid = cmd.run_id
+    view = await services.store.call(lambda s: RunView.load(s, rid))
+    if view is None:
+        raise UsageError(f"no run #{rid} (see /eagle history)")
+    return Reply(show_text(view), RunShown(view), public=True, run_id=rid)
+
+
+async def _status(services: Services, cmd: Command, caller: Caller) -> Reply:
+    runs = await services.store.running_runs()
+    locks = await services.store.locks()
+    rows = [[f"#{r['id']}", r["playbook"], ",".join(r.get("hosts") or []) or "-", r.get("actor") or "-",
+             r.get("origin") or "-", fmt_time(r.get("started_at")), since(r.get("started_at"))] for r in runs]
+    parts = [table(["id", "playbook", "hosts", "who", "via", "started (UTC)", "since"], rows)
+             if rows else "no runs are running"]
+    if locks:
+        parts.append("busy hosts: " + ", ".join(f"{lk['host']} (run #{lk['run_id']}"
+                                                f"{': ' + lk['reason'] if lk.get('reason') else ''})" for lk in locks))
+    else:
+        parts.append("busy hosts: none")
+    text = "\n\n".join(parts)
+    return listing(text, "Status", public=True)
+
+
+async def _cancel(services: Services, cmd: Command, caller: Caller) -> Reply:
+    rid = cmd.run_id
+    run = await services.store.get_run(rid)
+    if run is None:
+        raise UsageError(f"no run #{rid} (see /eagle status)")
+    if not await services.store.request_cancel(rid):
+        raise UsageError(f"run #{rid} is not running (it {run['status']})")
+    services.engine.cancel(rid)  # at once when it runs here; other processes see the DB flag
+    await services.store.add_event(rid, "cancel_requested", f"by {caller.user}")
+    text = f"cancel requested for run #{rid} ({run['playbook']}) by {caller.user}; its always-steps still run"
+    return Reply(text, CancelRequested(rid, run["playbook"], caller.user), public=True, run_id=rid)
+
+
+async def _start(services: Services, req: RunRequest, caller: Caller) -> Reply:
+    observer = caller.frontend.observer(req)
+    approver = caller.frontend.approver(req, observer)
+    run_id, task = await services.engine.start(req, observer, approver)
+    name = req.playbook.name if isinstance(req.playbook, Playbook) else req.playbook
+    text = f"run #{run_id}: {name} started" + (" (dry-run)" if req.dry_run else "")
+    return Reply(text, Note(text), public=True, run_id=run_id, task=task, request=req)
+
+
+async def _run(services: Services, cmd: Command, caller: Caller) -> Reply:
+    try:
+        pb = await asyncio.to_thread(_load, services, cmd.playbook or "")
+    except UsageError as e:
+        req = RunRequest(cmd.playbook or "?", list(cmd.hosts), dict(cmd.inputs), actor=caller.user,
+                         origin=caller.origin, dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text)
+        await services.engine.record_rejected(req, e)
+        raise
+    req = RunRequest(pb, list(cmd.hosts) or None, dict(cmd.inputs), actor=caller.user, origin=caller.origin,
+                     dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text)
+    return await _start(services, req, caller)
+
+
+async def _rerun(services: Services, cmd: Command, caller: Caller) -> Reply:
+    rid = cmd.run_id
+    run = await services.store.get_run(rid)
+    if run is None:
+        raise UsageError(f"no run #{rid} (see /eagle history)")
+    if caller.check_access and (why := authorize_playbook(services.settings.access, run["playbook"], caller.user)):
+        await audit_refusal(services, caller.user, cmd, why, rid)
+        return error_reply(why)
+    pb = await asyncio.to_thread(_load, services, run["playbook"])
+    req = RunRequest(pb, list(run.get("hosts") or []) or None, dict(run.get("inputs") or {}),
+                     actor=caller.user, origin=caller.origin, dry_run=bool(run.get("dry_run")),
+                     rerun_of=rid, channel=caller.channel)
+    return await _start(services, req, caller)
+
+
+async def _logs(services: Services, cmd: Command, caller: Caller) -> Reply:
+    """`/eagle logs HOST`: the shipped `server-logs` playbook, run through the engine like any
+    other (a run row, the step's output in the audit store, redaction), silently: the reply is
+    the log. Its only skill is read-only, so it takes no host lock and works mid-relaunch."""
+    host = cmd.args[0]
+    req = RunRequest(LOGS_PLAYBOOK, [host], {"lines": LOG_LINES}, actor=caller.user, origin=caller.origin,
+                     channel=caller.channel)
+    outcome = await services.engine.run(req)
+    steps = await services.store.steps(outcome.run_id)
+    step = next((s for s in steps if s["skill"] == "server.logs"), None)
+    if outcome.status != "succeeded" or step is None:
+        why = outcome.error or f"{host}: could not read the server log"
+        return error_reply(f"{why} (run #{outcome.run_id})", code=outcome.exit_code or 1)
+    data = json.loads(step["data"] or "{}")
+    text = f"== {data.get('log_path', '?')}\n" + (step["output"] or "").strip("\n")
+    return Reply(text, LogTail(host, text, LOG_LINES), public=True, run_id=outcome.run_id)
+
+
+async def _schedule(services: Services, cmd: Command, caller: Caller) -> Reply:
+    from eaglebot.frontends.scheduler import schedule_rows, schedule_state
+
+    if cmd.args:
+        return await _schedule_pause(services, cmd, caller)
+    rows = await services.store.call(lambda s: schedule_rows(services.settings, s))
+    if not rows:
+        text = "no schedules configured (add `schedules:` to eagle.yaml)"
+    else:
+        text = table(["name", "playbook", "hosts", "cron", "tz", "next fire", "last run", "state"],
+                     [[r["name"], r["playbook"], ",".join(r.get("hosts") or []) or "-", r["cron"],
+                       r.get("timezone") or "UTC", r.get("next_fire") or "-",
+                       f"#{r['last_run_id']} {r.get('last_status') or ''}".strip() if r.get("last_run_id") else "-",
+                       schedule_state(r)]
+                      for r in rows])
+        errors = [e for r in rows for e in r.get("errors") or []]
+        if errors:
+            text += "\n\n" + "\n".join(errors)
+    return listing(text, "Schedules", public=True)
+
+
+async def _schedule_pause(services: Services, cmd: Command, caller: Caller) -> Reply:
+    """`/eagle schedule pause|resume NAME`: persisted in the store, audited, shown by `schedule`."""
+    verb, name = cmd.args
+    names = [s.name for s in services.settings.schedules]
+    if name not in names:
+        raise UsageError(f"unknown schedule {name!r} (known: {', '.join(names) or 'none'})")
+    paused = verb == "pause"
+    changed = await services.store.set_schedule_paused(name, paused, caller.user)
+    if not changed:
+        raise UsageError(f"schedule {name!r} is already {'paused' if paused else 'active'}")
+    await services.store.add_event(None, f"schedule_{'paused' if paused else 'resumed'}", f"{name} by {caller.user}")
+    text = (f"schedule {name} paused by {caller.user}: it will not run until `/eagle schedule resume {name}`"
+            if paused else f"schedule {name} resumed by {caller.user}")
+    return Reply(text, Note(text), public=True)
+
+
+async def _baseline(services: Services, cmd: Command, caller: Caller) -> Reply:
+    from eaglebot.history.recorder import set_baseline
+
+    rid = cmd.run_id
+    text = await services.store.call(lambda s: set_baseline(s, rid, caller.user))
+    await services.store.add_event(rid, "baseline_set", f"by {caller.user}")
+    return Reply(text, Note(text, mark="baseline"), public=True, run_id=rid)
+
+
+async def _trend(services: Services, cmd: Command, caller: Caller) -> Reply:
+    from eaglebot.frontends.plot import plot_trend
+
+    playbook, host, metric = cmd.args
+    out = Path(tempfile.mkdtemp(prefix="eagle-trend-")) / f"{playbook}-{host}-{metric}.png".replace("/", "_")
+    path = await services.store.call(lambda s: plot_trend(s, playbook, host, metric, out, limit=30))
+    text = f"{metric} of {playbook} on {host} over recent runs: {path}"
+    return Reply(text, Note(text), public=True, file=Path(path))
+
+
+HANDLERS: dict[str, Callable[[Services, Command, Caller], Awaitable[Reply]]] = {
+    "help": _help, "playbooks": _list_playbooks, "hosts": _hosts, "history": _history, "show": _show,
+    "status": _status, "cancel": _cancel, "rerun": _rerun, "logs": _logs, "schedule": _schedule,
+    "baseline": _baseline, "trend": _trend, "run": _run, **tuning.HANDLERS,
+}

@@ -1,0 +1,111 @@
+"""The commands that list and check what the config names: playbooks (and `eagle lint`),
+skills and hosts."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from eaglebot.errors import UsageError
+from eaglebot.frontends.cli.common import print_json
+from eaglebot.frontends.cli.common import settings as _settings
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    from eaglebot.engine.playbook import load_playbook, playbook_files
+    from eaglebot.engine.registry import SkillRegistry
+
+    settings = _settings(args)
+    registry = SkillRegistry.from_settings(settings)
+    files = args.files or [str(p) for p in playbook_files(settings.playbooks_path).values()]
+    bad = 0
+    for f in files:
+        try:
+            pb = load_playbook(f, registry)
+        except UsageError as e:
+            print(str(e), file=sys.stderr)
+            bad += 1
+            continue
+        print(f"ok {f} ({pb.name}: {len(pb.steps)} step{'' if len(pb.steps) == 1 else 's'})")
+    if not files:
+        print("no playbooks found")
+    if not args.files:
+        from eaglebot.engine.schedules import check_schedules
+
+        for problem in check_schedules(settings, registry):
+            print(str(problem), file=sys.stderr)
+            bad += 1
+    return 2 if bad else 0
+
+
+def cmd_playbooks(args: argparse.Namespace) -> int:
+    from eaglebot.engine.playbook import load_playbook, playbook_files
+    from eaglebot.engine.registry import SkillRegistry
+    from eaglebot.frontends.format import describe_inputs
+
+    settings = _settings(args)
+    registry = SkillRegistry.from_settings(settings)
+    listing: list[dict[str, Any]] = []
+    for name, path in playbook_files(settings.playbooks_path).items():
+        try:
+            pb = load_playbook(path, registry)
+        except UsageError as e:
+            listing.append({"name": name, "path": str(path), "error": str(e)})
+            continue
+        listing.append({"name": name, "path": str(path), "description": pb.description,
+                        "inputs": {k: v.model_dump(exclude_none=True) for k, v in pb.inputs.items()},
+                        "input_help": describe_inputs(pb), "examples": pb.examples})
+    if getattr(args, "json", False):
+        print_json(listing)
+        return 0
+    for p in listing:
+        if "error" in p:
+            print(f"{p['name']}: INVALID: {p['error']}")
+            continue
+        print(f"{p['name']}: {p['description']}")
+        for line in p["input_help"]:
+            print(f"    {line}")
+        for ex in p["examples"]:
+            print(f"    e.g. {ex}")
+    return 0
+
+
+def cmd_skills(args: argparse.Namespace) -> int:
+    from eaglebot.engine.registry import SkillRegistry
+
+    registry = SkillRegistry.from_settings(_settings(args))
+    from dataclasses import asdict
+
+    from eaglebot.engine.params_doc import params_doc
+
+    docs = {name: params_doc(registry.get_skill(name).Params) for name in registry}
+    listing = [{"name": name, "summary": registry.summary(name), "source": registry.source(name),
+                "params": [asdict(p) for p in docs[name]]} for name in registry]
+    if getattr(args, "json", False):
+        print_json(listing)
+        return 0
+    for name in registry:
+        print(f"{name}: {registry.summary(name)}  [{registry.source(name)}]")
+        for p in docs[name]:
+            allowed = f"; {p.allowed}" if p.allowed else ""
+            print(f"    {p.name}: {p.type} ({p.default}{allowed})")
+    return 0
+
+
+def cmd_hosts(args: argparse.Namespace) -> int:
+    from eaglebot.frontends.format import table
+
+    settings = _settings(args)
+    rows: list[dict[str, Any]] = []
+    for name, h in settings.hosts.items():
+        groups = [g for g, members in settings.groups.items() if name in members]
+        where = "this machine" if h.transport == "local" else f"{h.user + '@' if h.user else ''}{h.address}:{h.port}"
+        rows.append({"name": name, "transport": h.transport, "address": where, "groups": groups,
+                     "jump": h.jump, "vars": h.vars})
+    if getattr(args, "json", False):
+        print_json(rows)
+        return 0
+    print(table(["host", "transport", "address", "groups", "jump"],
+                [[r["name"], r["transport"], r["address"], ",".join(r["groups"]) or "-", r["jump"] or "-"]
+                 for r in rows]))
+    return 0

@@ -1,0 +1,34 @@
+"""The commands around the running bot: serve, doctor and schedules. Each hands over to its
+own module, imported only when the command runs."""
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from eaglebot.frontends.cli.common import settings as _settings
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from eaglebot.frontends.serve import serve_main  # Slack and the scheduler load only here
+
+    return serve_main(_settings(args), http_port=args.http, host=args.host)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from eaglebot.frontends.cli.doctor import doctor_main
+
+    return doctor_main(_settings(args))
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from eaglebot.frontends.scheduler import schedule_list_main
+
+    return schedule_list_main(_settings(args), as_json=args.json)
+
+
+def cmd_schedule_pause(args: argparse.Namespace) -> int:
+    """`eagle schedule pause|resume NAME`: `/eagle schedule pause|resume NAME` on the terminal
+    (the same row, event and checks); a running `eagle serve` reads it when the schedule fires."""
+    from eaglebot.frontends.cli.chat import chat_main
+
+    return chat_main(_settings(args), f"schedule {args.schedule_cmd} {shlex.quote(args.name)}")

@@ -1,0 +1,114 @@
+"""Cron as a crontab writes it, in APScheduler 3's terms, and the fire-time arithmetic the
+scheduler and `eagle schedule list` share. Pure: no store, no event loop.
+
+APScheduler 3 differs from crontab in two ways that would fire jobs on the wrong days: it
+counts day-of-week 0 as Monday, and it ANDs a restricted day-of-month with a restricted
+day-of-week where cron ORs them. `trigger_for` translates the first and refuses the second.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import overload
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.triggers.cron import CronTrigger
+
+from eaglebot.config import ScheduleConfig
+from eaglebot.errors import UsageError
+
+
+def trigger_for(cfg: ScheduleConfig) -> CronTrigger:
+    try:
+        tz = ZoneInfo(cfg.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise UsageError(f"schedule {cfg.name!r}: unknown timezone {cfg.timezone!r} "
+                         f"(use an IANA name such as UTC or Europe/Berlin)") from None
+    try:
+        fields = cfg.cron.split()
+        if len(fields) != 5:
+            raise ValueError(f"wrong number of fields; got {len(fields)}")
+        minute, hour, day, month, dow = fields
+        if day != "*" and dow != "*":
+            raise ValueError("restrict day-of-month or day-of-week, not both (cron ORs them, "
+                             "APScheduler 3 would AND them)")
+        return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=crontab_dow(dow),
+                           timezone=tz)
+    except ValueError as e:
+        raise UsageError(f"schedule {cfg.name!r}: invalid cron {cfg.cron!r} ({e}); "
+                         f"expected 5 fields: minute hour day month day-of-week") from None
+
+
+_DOW_NAMES = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+
+
+def crontab_dow(field: str) -> str:
+    """A crontab day-of-week field (0 or 7 = Sunday) in APScheduler 3's terms.
+
+    APScheduler 3 counts 0 = Monday, even in `CronTrigger.from_crontab`, so "0 3 * * 1"
+    would fire on Tuesdays. Numbers, ranges and steps become explicit day names.
+    """
+    if not any(ch.isdigit() for ch in field.replace("*/", "")) and "/" not in field:
+        return field
+    days: set[int] = set()
+    for part in field.split(","):
+        rng, _, step_s = part.partition("/")
+        step = int(step_s) if step_s else 1
+        if step < 1:
+            raise ValueError(f"bad step in day-of-week {field!r}")
+        if rng == "*":
+            lo, hi = 0, 6
+        else:
+            a, _, b = rng.partition("-")
+            lo = _dow_num(a)
+            hi = _dow_num(b) if b else (lo if not step_s else 6)
+            if b and b.strip() == "7":
+                hi = 7
+        if lo > hi:
+            raise ValueError(f"bad range in day-of-week {field!r}")
+        days.update(d % 7 for d in range(lo, hi + 1, step))
+    return ",".join(_DOW_NAMES[d] for d in sorted(days))
+
+
+def _dow_num(s: str) -> int:
+    s = s.strip().lower()
+    if s.isdigit() and 0 <= int(s) <= 7:
+        return int(s)
+    if s[:3] in _DOW_NAMES:
+        return _DOW_NAMES.index(s[:3])
+    raise ValueError(f"bad day of week {s!r}")
+
+
+def next_fire(trigger: CronTrigger, after: datetime) -> datetime | None:
+    """The first fire time strictly after `after`."""
+    nxt: datetime | None = trigger.get_next_fire_time(None, after + timedelta(microseconds=1))
+    return nxt
+
+
+def fires_between(trigger: CronTrigger, start: datetime, end: datetime, cap: int = 1000) -> list[datetime]:
+    """Fire times t with start < t <= end (at most cap of them, the newest kept)."""
+    out: list[datetime] = []
+    t = next_fire(trigger, start)
+    while t is not None and t <= end:
+        out.append(t)
+        if len(out) > cap:
+            out.pop(0)
+        t = next_fire(trigger, t)
+    return out
+
+
+@overload
+def iso_utc(d: datetime) -> str: ...
+@overload
+def iso_utc(d: None) -> None: ...
+@overload
+def iso_utc(d: datetime | None) -> str | None: ...
+
+
+def iso_utc(d: datetime | None) -> str | None:
+    if d is None:
+        return None
+    return d.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def fmt_utc(d: datetime) -> str:
+    return d.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

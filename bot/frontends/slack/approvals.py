@@ -1,0 +1,117 @@
+"""Approve / Deny in Slack: the buttons a `confirm` step posts in its run's thread, and the
+click that decides it (approvers only; every refusal is an audit row)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+
+from eaglebot.frontends.chat.access import authorize_approval
+from eaglebot.frontends.slack import blocks as bk
+from eaglebot.frontends.slack.context import PendingApproval, SlackContext
+from eaglebot.frontends.slack.payload import ActionBody, BlockActionsBody
+from eaglebot.frontends.slack.run_thread import SlackRunObserver
+from eaglebot.sdk import ApprovalRequest
+
+log = logging.getLogger("eaglebot.slack")
+
+THREAD_WAIT_S = 15.0
+
+
+class SlackApprover:
+    """Approve / Deny buttons in the run's thread; only approvers decide.
+
+    The engine bounds the wait with `access.approval_timeout_s` (no answer = deny) and
+    records the request, the decision and who made it in the audit store.
+    """
+
+    def __init__(self, ctx: SlackContext, observer: SlackRunObserver | None, channel: str | None):
+        self.ctx = ctx
+        self.observer = observer
+        self.channel = channel
+
+    async def __call__(self, ar: ApprovalRequest) -> tuple[bool, str]:
+        ctx = self.ctx
+        key = secrets.token_urlsafe(12)
+        pending = PendingApproval(ar, asyncio.get_running_loop().create_future(), self.channel)
+        ctx.pending[key] = pending
+        obs = self.observer
+        if obs:
+            obs.set_note("waiting for approval")
+        post_task: asyncio.Task[None] | None = None
+        try:
+            thread = None
+            if obs:
+                try:
+                    await asyncio.wait_for(asyncio.shield(obs.thread_ready.wait()), THREAD_WAIT_S)
+                except asyncio.TimeoutError:
+                    pass
+                thread = obs.parent_ts
+                pending.channel = obs.channel or self.channel
+            if pending.channel:
+                # Its own task: a timeout that cancels us must not lose the message's ts.
+                post_task = ctx.spawn(self._post(pending, pending.channel, key, thread), name="eagle-approval-post")
+            return await pending.future
+        finally:
+            ctx.pending.pop(key, None)
+            if obs:
+                obs.set_note(None)
+            # Awaiting the future directly means a timeout cancels it too.
+            if not pending.future.done() or pending.future.cancelled():
+                pending.future.cancel()
+                if post_task is not None:
+                    post_task.add_done_callback(lambda _t: self._timed_out(pending))
+
+    async def _post(self, pending: PendingApproval, channel: str, key: str, thread: str | None) -> None:
+        ctx, ar = self.ctx, pending.request
+        approvers = ctx.settings.access.approvers
+        mentions = " ".join(bk.mention(a) for a in approvers if a != "*")
+        text = f"{mentions} approval needed for run #{ar.run_id} on {ar.host}: {ar.action}".strip()
+        posted = await ctx.post(channel, text, bk.approval_blocks(
+            ar, key, approvers, ctx.settings.access.approval_timeout_s), thread_ts=thread)
+        pending.ts = posted.ts
+        await record_approval_message(ctx, ar, posted.channel or channel, posted.ts,
+                                      self.observer.requester if self.observer else None)
+
+    def _timed_out(self, pending: PendingApproval) -> None:
+        if pending.ts and pending.channel:
+            self.ctx.update(pending.channel, pending.ts, "no decision in time: denied",
+                            bk.approval_decided_blocks(pending.request, "timeout", None))
+
+
+async def record_approval_message(ctx: SlackContext, ar: ApprovalRequest, channel: str | None, ts: str | None,
+                                  requester: str | None) -> None:
+    """The approval row remembers its Slack message, so a restart can resolve it visibly."""
+    try:
+        row = await ctx.services.store.pending_approval(ar.run_id, ar.step_idx, ar.host)
+        if row is not None:
+            await ctx.services.store.set_approval_message(row["id"], channel, ts, requester)
+    except Exception:
+        log.exception("could not record the approval message of run %s", ar.run_id)
+
+
+async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) -> None:
+    """A click on Approve or Deny (after the ack)."""
+    user = (body.get("user") or {}).get("id", "")
+    response_url = body.get("response_url")
+    key = str(action.get("value") or "")
+    approve = action.get("action_id") == bk.APPROVE_ACTION
+    pending = ctx.pending.get(key)
+    if pending is None or pending.future.done():
+        await ctx.respond(response_url, "This approval is no longer waiting (it was decided or timed out).")
+        return
+    ar = pending.request
+    run = await ctx.services.store.get_run(ar.run_id)
+    why = authorize_approval(ctx.settings.access, user, (run or {}).get("actor"),
+                             configured=ctx.settings.access_configured)
+    if why:
+        await ctx.services.store.add_rejection("access_denied", user,
+                                               f"{'approve' if approve else 'deny'} {ar.action!r} on {ar.host}",
+                                               why, ar.run_id)
+        await ctx.respond(response_url, f":no_entry: {bk.escape(why)}; your click was recorded.")
+        return
+    pending.future.set_result((approve, user))
+    decision = "approved" if approve else "denied"
+    if pending.ts and pending.channel:
+        ctx.update(pending.channel, pending.ts, f"{decision} by {user}",
+                   bk.approval_decided_blocks(ar, decision, user))

@@ -1,0 +1,78 @@
+"""The post-run hook: fingerprint every real run, judge the metrics of runs that did not fail.
+
+History sits beside the engine in the layers and may not import it, so the hook declares
+what it reads from the engine and from a finished run as Protocols; the engine's `Engine`,
+`RunOutcome` and `StepRecord` satisfy them structurally, and `frontends.services` installs
+the hook in `Engine.post_run_hooks`.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from eaglebot.config import Settings
+from eaglebot.history.recorder import attribute_fixed, check_run, record_fingerprint
+from eaglebot.sdk import Metric, Regression
+from eaglebot.store import AsyncStore
+
+
+class FinishedStep(Protocol):
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def tolerated(self) -> bool: ...      # failed under continue_on_error: not a failed run
+
+
+class FinishedRun(Protocol):
+    """What the hook reads of a run the engine finished (`RunOutcome`)."""
+
+    @property
+    def run_id(self) -> int: ...
+
+    @property
+    def playbook(self) -> str: ...
+
+    @property
+    def hosts(self) -> Sequence[str]: ...
+
+    @property
+    def dry_run(self) -> bool: ...
+
+    @property
+    def steps(self) -> Sequence[FinishedStep]: ...
+
+    @property
+    def metrics(self) -> Sequence[tuple[str, Metric]]: ...
+
+    @property
+    def regressions(self) -> Sequence[Regression]: ...   # fixed-baseline findings (bench.compare)
+
+
+class HookHost(Protocol):
+    """What the hook reads of the engine that calls it."""
+
+    @property
+    def store(self) -> AsyncStore: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+
+async def history_hook(engine: HookHost, outcome: FinishedRun, playbook: object) -> list[Regression]:
+    """Post-run hook: fingerprint every real run; judge the metrics of runs that did not fail.
+    `playbook` is part of the engine's hook signature; history does not need it."""
+    if outcome.dry_run:
+        return []
+    store = engine.store
+    run_id, hosts = outcome.run_id, list(outcome.hosts)
+    failed = any(s.status == "failed" and not s.tolerated for s in outcome.steps)
+    if failed or await store.cancel_requested(run_id):
+        await store.call(lambda s: record_fingerprint(s, run_id, hosts))
+        return []
+    playbook_name, metrics, cfg = outcome.playbook, list(outcome.metrics), engine.settings.regression
+    found, notes = await store.call(lambda s: check_run(s, run_id, playbook_name, hosts, metrics, cfg))
+    fixed = list(outcome.regressions)
+    await store.call(lambda s: attribute_fixed(s, run_id, playbook_name, fixed))
+    for n in notes:
+        await store.add_event(run_id, "regression-check", n)
+    return found

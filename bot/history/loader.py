@@ -1,0 +1,81 @@
+"""The rows history judges by, read from the store (sync: it runs on the store thread).
+
+Every read the judgement needs is here, and only reads: `recorder` writes. Rows come back
+typed as their audit table's TypedDict (`history.rows`), so the pure code after is typed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from eaglebot.config import RegressionConfig
+from eaglebot.history.attribution import attribution_text, since_good_run, state_changes
+from eaglebot.history.diff import DiffRows, pick_hosts
+from eaglebot.history.fingerprint import apply_steps, empty_state
+from eaglebot.history.regress import (CP_WINDOW, Drift, Subject, Window, drift, window_limit, window_since,
+                                      window_what, worse_shift_point)
+from eaglebot.history.rows import change_rows, incident_rows, metric_rows, run_row
+from eaglebot.store import Store
+
+
+def host_state(store: Store, host: str, run_id: int) -> dict[str, Any]:
+    """The host's state as of run_id: the newest fingerprint at or before it, advanced by
+    the steps and file changes recorded since."""
+    base = store.last_fingerprinted_run(host, run_id)
+    if base and base["run_id"] == run_id:
+        recorded: dict[str, Any] = base["state"]
+        return recorded
+    after = base["run_id"] if base else 0
+    state = base["state"] if base else empty_state()
+    changes = change_rows(store.host_changes(host, after, run_id))
+    return apply_steps(state, store.host_steps(host, after, run_id), changes)
+
+
+def since(store: Store, s: Subject) -> int | None:
+    """The first run the metric's reference may use (its baseline or last ack), if any."""
+    return window_since(store.reference_start(s.playbook, s.host, s.metric.name), s.run_id)
+
+
+def reference(store: Store, s: Subject, cfg: RegressionConfig, since: int | None) -> Window:
+    """The metric's reference window: the runs before its open incident's drop, else the
+    recent successful runs (since the baseline or the last ack, when there is one)."""
+    name = s.metric.name
+    inc = store.open_incident_for(s.playbook, s.host, name)
+    if inc is not None:
+        rows = store.metric_history(s.playbook, s.host, name, before_run=inc["ref_before_run"], since_run=since,
+                                    limit=cfg.window, exclude_incident_runs=True)
+        incident = incident_rows([inc])[0]
+        return Window([r["value"] for r in rows], window_what(len(rows), since, None, incident), incident)
+    rows = store.metric_history(s.playbook, s.host, name, before_run=s.run_id, since_run=since,
+                                limit=window_limit(since, cfg), exclude_incident_runs=True)
+    base = store.baseline(s.playbook, s.host)
+    return Window([r["value"] for r in rows], window_what(len(rows), since, base["run_id"] if base else None, None))
+
+
+def worse_drift(store: Store, s: Subject, since: int | None, cfg: RegressionConfig) -> Drift | None:
+    """The change point the newest value sits after, when it made the metric worse by more
+    than min_pct, with what changed at the run where it began."""
+    rows = store.metric_history(s.playbook, s.host, s.metric.name, before_run=s.run_id, since_run=since,
+                                limit=CP_WINDOW - 1)
+    series = [(int(r["run_id"]), float(r["value"])) for r in reversed(rows)]
+    p = worse_shift_point(series, s.run_id, float(s.metric.value), s.metric.better, cfg)
+    if p is None:
+        return None
+    changes = state_changes(host_state(store, s.host, p.prev_run), host_state(store, s.host, p.cp_run), p.cp_run)
+    return drift(s.metric.name, p, changes)
+
+
+def attribution(store: Store, playbook: str, host: str, run_id: int, now: dict[str, Any]) -> str:
+    """What changed on host since the last good run of playbook (the "changed since" clause)."""
+    good = store.previous_good_run(playbook, host, run_id)
+    if good is None:
+        return attribution_text(None, [], host)
+    gid = int(good["id"])
+    return since_good_run(host, run_id, gid, host_state(store, host, gid), now,
+                          change_rows(store.host_changes(host, gid, run_id)), store.host_steps(host, gid, run_id))
+
+
+def diff_rows(store: Store, a_id: int, b_id: int) -> DiffRows:
+    """What `eagle diff A B` compares (`diff.compare`); UsageError when a run is missing."""
+    ra, ha, rb, hb = pick_hosts(a_id, run_row(store.get_run(a_id)), b_id, run_row(store.get_run(b_id)))
+    return DiffRows(ra, rb, ha, hb, host_state(store, ha, a_id), host_state(store, hb, b_id),
+                    metric_rows(store.metrics(a_id)), metric_rows(store.metrics(b_id)))

@@ -1,0 +1,118 @@
+"""Writes what history decided, through the store (sync: it runs on the store thread).
+
+Each entry point loads the rows a decision needs (`loader`), calls the pure decision
+(`regress`, `incidents`), and records it: fingerprints, incidents opened, flagged and
+closed, baselines, events and the reasons of fixed-baseline regressions. The regressions
+a run found are returned; the engine writes those rows (post-run hooks).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from eaglebot.config import RegressionConfig
+from eaglebot.history import loader
+from eaglebot.history.fingerprint import empty_state
+from eaglebot.history.incidents import (Closing, IncidentDecision, baseline_closes, baseline_text, check_baseline,
+                                        decide_ack)
+from eaglebot.history.regress import Subject, decide, judge_window, needs_attribution, wants_attribution
+from eaglebot.history.rows import incident_rows, run_row
+from eaglebot.sdk import Metric, Regression
+from eaglebot.store import Store
+from eaglebot.store.rows import IncidentRow
+
+
+def record_fingerprint(store: Store, run_id: int, hosts: list[str]) -> dict[str, Any]:
+    """Record each host's state as of run_id on the run (later runs start from it)."""
+    fp = {h: loader.host_state(store, h, run_id) for h in hosts}
+    store.set_fingerprint(run_id, fp)
+    return fp
+
+
+def close(store: Store, c: Closing) -> None:
+    """Close an incident (only an open one: the store ignores a second close)."""
+    store.close_incident(c.incident_id, c.kind, c.by, c.reason, c.run_id)
+
+
+def apply_incident(store: Store, d: IncidentDecision, run_id: int) -> None:
+    """Write one metric's incident decision for run_id (at most one of open, flag, close)."""
+    if d.open is not None:
+        o = d.open
+        store.open_incident(playbook=o.playbook, host=o.host, metric=o.metric, run_id=o.run_id,
+                            ref_before_run=o.ref_before_run, reference=o.reference, unit=o.unit, better=o.better)
+    if d.flag is not None:
+        store.incident_flagged(d.flag, run_id)
+    if d.close is not None:
+        close(store, d.close)
+
+
+def check_run(store: Store, run_id: int, playbook: str, hosts: list[str],
+              metrics: list[tuple[str, Metric]], cfg: RegressionConfig) -> tuple[list[Regression], list[str]]:
+    """Judge every metric of a finished run against its history (`regress.decide`) and record
+    what that decided. Returns the regressions and improvements, and notes (e.g.
+    insufficient history) for the audit trail's events."""
+    fp = record_fingerprint(store, run_id, hosts)
+    found: list[Regression] = []
+    notes: list[str] = []
+    latest: dict[tuple[str, str], Metric] = {}
+    for h, m in metrics:
+        latest[(h, m.name)] = m
+    attributions: dict[str, str] = {}
+    for (h, _), m in latest.items():
+        s = Subject(playbook, h, run_id, m)
+        first = loader.since(store, s)
+        win = loader.reference(store, s, cfg, first)
+        j = judge_window(s, win, cfg)
+        shift = loader.worse_drift(store, s, first, cfg)
+        if needs_attribution(j, win) and h not in attributions:
+            attributions[h] = loader.attribution(store, playbook, h, run_id, fp.get(h) or empty_state())
+        v = decide(s, j, win, shift, attributions.get(h, ""), cfg)
+        apply_incident(store, v.incident, run_id)
+        if v.note:
+            notes.append(v.note)
+        if v.finding is not None:
+            found.append(v.finding)
+    return found, notes
+
+
+def attribute_fixed(store: Store, run_id: int, playbook: str, regressions: list[Regression]) -> None:
+    """Regressions against fixed baselines (bench.compare) get the same "what changed"
+    clause; the reported objects and their stored rows both get the new reason."""
+    cache: dict[str, str] = {}
+    for r in regressions:
+        if not wants_attribution(r):
+            continue
+        if r.host not in cache:
+            cache[r.host] = loader.attribution(store, playbook, r.host, run_id,
+                                               loader.host_state(store, r.host, run_id))
+        old, r.reason = r.reason, f"{r.reason}; {cache[r.host]}"
+        store.update_regression_reason(run_id, r.host, r.metric, old, r.reason)
+
+
+def set_baseline(store: Store, run_id: int, actor: str) -> str:
+    """Mark a run as the baseline of its playbook on each of its hosts (CLI and Slack); it
+    closes their open incidents. Returns the sentence to show; UsageError when the run
+    cannot be a baseline."""
+    check_baseline(run_id, run_row(store.get_run(run_id)))
+    res = store.set_baseline(run_id, actor)
+    for h in res["hosts"]:
+        opened = incident_rows(store.incidents(playbook=res["playbook"], host=h, status="open"))
+        for c in baseline_closes(run_id, actor, opened):
+            close(store, c)
+    return baseline_text(run_id, res["playbook"], res["hosts"], len(store.metrics(run_id)))
+
+
+def ack(store: Store, run_id: int, metric: str, reason: str, actor: str) -> str:
+    """Acknowledge the open incident of `metric` run #run_id belongs to (`incidents.decide_ack`):
+    close it and audit who and why. Returns the sentence to show."""
+    run = run_row(store.get_run(run_id))
+    on_hosts: list[IncidentRow] = []
+    if run is not None:
+        for h in run["hosts"] or []:
+            on_hosts += incident_rows(store.incidents(playbook=run["playbook"], host=h, status="open"))
+    d = decide_ack(run_id, run, metric, reason, actor,
+                   flagged=incident_rows(store.incidents(status="open", run_id=run_id)), on_hosts=on_hosts,
+                   open_now=incident_rows(store.incidents(status="open", limit=10)))
+    for c, event in zip(d.closes, d.events):
+        close(store, c)
+        store.add_event(run_id, "ack", event)
+    return d.text

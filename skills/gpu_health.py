@@ -23,7 +23,7 @@ reading per GPU), `nvlink`, `nvlink_errors`, `xids`, `dcgm`, `dropped_fields`, `
 from __future__ import annotations
 
 import shlex
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 
@@ -31,10 +31,13 @@ from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, StepResult
 from eaglebot.facts import health as hf
 from eaglebot.facts import nvsmi
+from eaglebot.facts.fact import Fact
 from eaglebot.skills.lib import gpu
 from eaglebot.skills.lib.health_report import Readings, health_report
 
 NAME = "gpu.health"
+
+T = TypeVar("T")
 
 Level = Literal["warn", "fail"]
 
@@ -85,20 +88,19 @@ async def query_health(ctx: SkillContext) -> tuple[dict[int, dict[str, Any]], li
 
 async def _nvlink(ctx: SkillContext, notes: list[str]) -> tuple[dict[int, dict[int, float | None]],
                                                                  dict[int, dict[str, int]]]:
-    status: dict[int, dict[int, float | None]] = {}
-    errors: dict[int, dict[str, int]] = {}
-    for kind in ("status", "errors"):
-        fact = hf.NVLINK_STATUS if kind == "status" else hf.NVLINK_ERRORS
-        res = await ctx.host.run(fact.command(ctx.vars), timeout=nvsmi.NVSMI_TIMEOUT_S)
-        if res.exit_status != 0 or res.timed_out:
-            last = (res.stdout.strip() or res.stderr.strip()).splitlines()[-1:] or ["no output"]
-            notes.append(f"NVLink {kind} not reported: {last[0][:160]}")
-            continue
-        if kind == "status":
-            status = hf.NVLINK_STATUS.parse(res.stdout)
-        else:
-            errors = hf.NVLINK_ERRORS.parse(res.stdout)
-    return status, errors
+    status = await _unless_absent(ctx, hf.NVLINK_STATUS, "NVLink status", notes)
+    errors = await _unless_absent(ctx, hf.NVLINK_ERRORS, "NVLink errors", notes)
+    return status or {}, errors or {}
+
+
+async def _unless_absent(ctx: SkillContext, fact: Fact[T], what: str, notes: list[str]) -> T | None:
+    """A fact the host may not have (no NVLink, an older driver): its absence is a note, not a failure."""
+    res = await ctx.host.run(fact.command(ctx.vars), timeout=nvsmi.NVSMI_TIMEOUT_S)
+    if res.exit_status != 0 or res.timed_out:
+        last = (res.stdout.strip() or res.stderr.strip()).splitlines()[-1:] or ["no output"]
+        notes.append(f"{what} not reported: {last[0][:160]}")
+        return None
+    return fact.parse(res.stdout)
 
 
 def _dmesg_command(dmesg: str) -> str:

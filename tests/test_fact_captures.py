@@ -49,7 +49,7 @@ def facts_used_by_skills() -> dict[str, Fact[object]]:
                 target = getattr(aliases[node.value.id], node.attr, None)
             elif isinstance(node, ast.Name) and node.id in aliases:
                 target = aliases[node.id]
-            if isinstance(target, Fact):
+            if isinstance(target, Fact) and not isinstance(target, type):  # a fact, not the protocol
                 found[target.command({})] = target
     return found
 

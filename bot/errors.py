@@ -23,7 +23,14 @@ class TransportError(EagleError):
 
 
 class StepFailed(EagleError):
-    """Raised inside a skill to fail its step with one sentence."""
+    """Fails the step it is raised in, from the skill or any helper it calls: the sentence is
+    the step's summary, and the keywords are `StepResult.failed`'s (data, output, warnings,
+    metrics...): the engine records `StepResult.failed(summary, **result)`, so nothing a
+    returned failure would keep is lost (eaglebot.sdk: the one failure style)."""
+
+    def __init__(self, summary: str, **result: object):
+        super().__init__(summary)
+        self.result = result
 
 
 class StoreError(EagleError):

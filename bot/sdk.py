@@ -2,18 +2,27 @@
 
 A skill is a module in `skills/` with `NAME` (its YAML name), a pydantic `Params`
 model (`extra="forbid"`, every field described), a docstring with a YAML example and
-`async def run(ctx, params) -> StepResult`. Skills talk to the host only through
-`ctx.host` (a `Host`) and never import a transport, asyncssh or slack; this module is all
-they import from eaglebot besides `eaglebot.errors` (the import-linter contract says so).
+`async def run(ctx, params) -> StepResult`: the `Skill` protocol, which mypy checks for
+every shipped skill (`eaglebot.engine.shipped`) and the registry checks for plugins at load.
+Skills talk to the host only through `ctx.host` (a `Host`) and never import a transport,
+asyncssh or slack; this module is all they import from eaglebot besides `eaglebot.errors`
+(the import-linter contract says so).
 A skill that changes nothing on the host may say `READ_ONLY = True`: a run whose steps are
 all read-only takes no host lock (server.logs works while a relaunch holds the host).
+
+A step fails one way: `raise StepFailed(summary, data=..., output=..., warnings=...)` (the
+keywords are `StepResult.failed`'s), from the skill or from any helper it calls; a shipped
+skill never returns `StepResult.failed` (tests/test_skill_style.py). The engine records the
+failure as `StepResult.failed(summary, **keywords)`, so nothing is lost that a returned
+result would keep, and a helper deep in `skills/lib` fails the step without every caller
+passing a result up. `StepResult.failed` stays for the engine and for plugins.
 """
 from __future__ import annotations
 
 import asyncio
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, Mapping, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Literal, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -230,3 +239,30 @@ class SkillContext:
             return False, "nobody to ask"
         req = ApprovalRequest(self.run_id, self.host_name, self.step_name, action, details, self.step_idx)
         return await self._approve(req)
+
+
+P = TypeVar("P", bound=SkillParams)
+
+
+@runtime_checkable
+class Skill(Protocol[P]):
+    """What the engine runs: a skill module (or any object) with these three members.
+
+    `Skill[P]` ties `run`'s params to `Params`: the engine validates a step's `with:` with
+    `Params` and hands the result to `run`, so a module whose `run` takes another type does
+    not type-check. `READ_ONLY` is not a member (a protocol cannot make one optional): the
+    registry reads it once, at load (`SkillRegistry.read_only`).
+    """
+
+    @property
+    def NAME(self) -> str: ...
+
+    @property
+    def Params(self) -> type[P]: ...
+
+    async def run(self, ctx: SkillContext, params: P, /) -> StepResult: ...
+
+
+# The registry holds skills of many Params types; the engine only ever calls one with
+# params its own `Params` validated (`eaglebot.engine.attempts.bind`).
+AnySkill = Skill[Any]

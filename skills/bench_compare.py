@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from eaglebot.errors import StepFailed
 from eaglebot.sdk import Regression, SkillContext, SkillParams, StepResult
 
 from eaglebot.facts import sglang
@@ -62,8 +63,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         reg = ctx.vars.get(params.source)
         numbers = reg.get("metrics") if isinstance(reg, dict) else None
         if numbers is None:
-            return StepResult.failed(f"no metrics to compare: pass `metrics` or register a benchmark step "
-                                     f"as {params.source!r}")
+            raise StepFailed(f"no metrics to compare: pass `metrics` or register a benchmark step "
+                             f"as {params.source!r}")
     regressions: list[Regression] = []
     verdicts: dict[str, str] = {}
     lines: list[str] = []
@@ -87,8 +88,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                                           delta_pct=round(delta, 2), reason=line, kind=verdict))
     judged = [v for v in verdicts.values() if v != "missing"]
     if not judged:
-        return StepResult.failed("none of the baseline metrics were measured: "
-                                 + ", ".join(params.baseline), warnings=warnings)
+        raise StepFailed("none of the baseline metrics were measured: "
+                         + ", ".join(params.baseline), warnings=warnings)
     bad = [r for r in regressions if r.kind == "regression"]
     good = [r for r in regressions if r.kind == "improvement"]
     if bad:

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import Field
 
+from eaglebot.errors import StepFailed
 from eaglebot.sdk import Metric, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import bench_sanity, nvsmi, ports, procs, sglang
@@ -74,9 +75,8 @@ async def _server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[st
 async def _foreign_gpu_tenants(ctx: SkillContext) -> list[str] | None:
     """Compute processes on the GPUs outside the bot's sessions; None when nvidia-smi does not answer."""
     try:
-        text = await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_APPS)
-        apps = nvsmi.parse_compute_apps(text)
-    except (nvsmi.NvsmiError, nvsmi.ParseError) as e:
+        apps = await nvsmi.COMPUTE_APPS.gather(ctx.host, ctx.vars)
+    except nvsmi.NvsmiError as e:
         ctx.log(f"GPU tenants not checked: {e}")
         return None
     if not apps:
@@ -108,7 +108,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     # -- probe
     pid, env = await _server_env(ctx, port)
     if env is not None and "SGLANG_SIMULATE_ACC_LEN" in env:
-        return StepResult.failed(
+        raise StepFailed(
             f"the server on port {port} (pid {pid}) runs with SGLANG_SIMULATE_ACC_LEN="
             f"{env['SGLANG_SIMULATE_ACC_LEN']}: its acceptance is faked, so a benchmark would mean nothing; "
             f"relaunch it without that variable")
@@ -117,8 +117,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                         f"SGLANG_SIMULATE_ACC_LEN was not checked")
     code, _ = await server.http_get(ctx, params.python, port, "/health")
     if code != 200:
-        return StepResult.failed(f"no ready server on port {port} (GET /health -> {code or 'no answer'}); "
-                                 f"launch it first (server.launch)")
+        raise StepFailed(f"no ready server on port {port} (GET /health -> {code or 'no answer'}); "
+                         f"launch it first (server.launch)")
     if params.check_tenants:
         tenants = await _foreign_gpu_tenants(ctx)
         if tenants:
@@ -139,15 +139,15 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         if result is None:
             result = sglang.parse_bench_table(res.stdout) or None
         if res.timed_out:
-            return StepResult.failed(f"benchmark run {i + 1} did not finish within {params.timeout_s:g}s",
-                                     warnings=warnings, output=sglang.tail(printed, 60))
+            raise StepFailed(f"benchmark run {i + 1} did not finish within {params.timeout_s:g}s",
+                             warnings=warnings, output=sglang.tail(printed, 60))
         if result is None:
-            return StepResult.failed(
+            raise StepFailed(
                 f"benchmark run {i + 1} produced no result (exit status {res.exit_status}): "
                 f"{_last(printed) or 'no output'}", warnings=warnings, output=sglang.tail(printed, 60))
         numbers = sglang.bench_numbers(result)
         if not numbers.get("completed"):
-            return StepResult.failed(
+            raise StepFailed(
                 f"0 of {params.num_prompts} benchmark requests completed on port {port}: the server answered "
                 f"none of them (see its log)", warnings=warnings, output=sglang.tail(printed, 60))
         runs.append(numbers)
@@ -181,9 +181,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     warnings += sanity.warnings
     if sanity.failure:
         # No metrics: the numbers would enter the history as if they meant something.
-        return StepResult.failed(sanity.failure, warnings=warnings,
-                                 data={"runs": runs, "output_files": files, "rejected": summary_numbers},
-                                 output=sglang.tail(outputs[-1], 60))
+        raise StepFailed(sanity.failure, warnings=warnings,
+                         data={"runs": runs, "output_files": files, "rejected": summary_numbers},
+                         output=sglang.tail(outputs[-1], 60))
     runs_txt = f"median of {len(runs)} runs" if len(runs) > 1 else "1 run"
     summary = (f"{', '.join(parts)} ({int(n.get('completed', 0))}/{params.num_prompts} requests, {runs_txt}, "
                f"concurrency {params.max_concurrency})")

@@ -58,7 +58,7 @@ class PatchError(ValueError):
     pass
 
 
-def _kind(v: Any) -> str:
+def _kind(v: object) -> str:
     if isinstance(v, bool):
         return "a boolean"
     return {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
@@ -66,7 +66,7 @@ def _kind(v: Any) -> str:
 
 
 def _walk(doc: dict[str, Any], parts: list[str], create: bool) -> dict[str, Any]:
-    node: Any = doc
+    node: object = doc
     for i, part in enumerate(parts):
         if not isinstance(node, dict):
             raise PatchError(f"{'.'.join(parts[:i])} is {_kind(node)}, not an object")
@@ -105,7 +105,7 @@ def apply(doc: dict[str, Any], set_: dict[str, Any], delete: list[str]) -> list[
     return changed
 
 
-def lookup(doc: Any, key: str) -> Any:
+def lookup(doc: object, key: str) -> object:
     """The value at a dotted path, None when absent."""
     node = doc
     for part in key.split("."):
@@ -115,7 +115,7 @@ def lookup(doc: Any, key: str) -> Any:
     return node
 
 
-def _canon(v: Any) -> str:
+def _canon(v: object) -> str:
     return json.dumps(v, sort_keys=True)
 
 
@@ -147,7 +147,7 @@ def detect_style(text: str) -> Style:
     return indent, ascii_only, text.endswith("\n"), (item, key)
 
 
-def dump(doc: Any, style: Style) -> bytes:
+def dump(doc: object, style: Style) -> bytes:
     indent, ascii_only, newline, separators = style
     text = json.dumps(doc, indent=indent, ensure_ascii=ascii_only, separators=separators)
     return (text + ("\n" if newline else "")).encode("utf-8")
@@ -171,36 +171,36 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if st is None:
         raise StepFailed(f"cannot read {path} on {ctx.host_name}: No such file or directory")
     if st.kind != "regular file":
-        return StepResult.failed(f"{path} on {ctx.host_name} is a {st.kind}, not a regular file")
+        raise StepFailed(f"{path} on {ctx.host_name} is a {st.kind}, not a regular file")
     if st.size > MAX_BYTES:
-        return StepResult.failed(f"{path} on {ctx.host_name} is {st.size:,} bytes; config.patch reads at most "
-                                 f"{MAX_BYTES // 2**20} MiB")
+        raise StepFailed(f"{path} on {ctx.host_name} is {st.size:,} bytes; config.patch reads at most "
+                         f"{MAX_BYTES // 2**20} MiB")
     if why := await files.owner_problem(ctx, path, st, "patch"):
-        return StepResult.failed(why)
+        raise StepFailed(why)
     if not st.mode & 0o200 and not params.force:
-        return StepResult.failed(f"{path} on {ctx.host_name} is read-only (mode {st.mode:04o}); "
-                                 f"set force: true to patch it anyway")
+        raise StepFailed(f"{path} on {ctx.host_name} is read-only (mode {st.mode:04o}); "
+                         f"set force: true to patch it anyway")
     try:
         before = await asyncio.wait_for(files.read(ctx, path), READ_TIMEOUT_S)
     except asyncio.TimeoutError:
-        return StepResult.failed(f"reading {path} on {ctx.host_name} took over {READ_TIMEOUT_S:g}s; gave up")
+        raise StepFailed(f"reading {path} on {ctx.host_name} took over {READ_TIMEOUT_S:g}s; gave up")
     if len(before) > MAX_BYTES:
-        return StepResult.failed(f"{path} on {ctx.host_name} grew past {MAX_BYTES // 2**20} MiB while reading")
+        raise StepFailed(f"{path} on {ctx.host_name} grew past {MAX_BYTES // 2**20} MiB while reading")
     try:
         text = before.decode("utf-8")
         doc = json.loads(text)
     except UnicodeDecodeError:
-        return StepResult.failed(f"{path} on {ctx.host_name} is not UTF-8 text, so not a JSON file")
+        raise StepFailed(f"{path} on {ctx.host_name} is not UTF-8 text, so not a JSON file")
     except json.JSONDecodeError as e:
-        return StepResult.failed(f"{path} on {ctx.host_name} is not valid JSON "
-                                 f"(line {e.lineno} column {e.colno}: {e.msg})")
+        raise StepFailed(f"{path} on {ctx.host_name} is not valid JSON "
+                         f"(line {e.lineno} column {e.colno}: {e.msg})")
     if not isinstance(doc, dict):
-        return StepResult.failed(f"{path} on {ctx.host_name} holds {_kind(doc)}, not a JSON object")
+        raise StepFailed(f"{path} on {ctx.host_name} holds {_kind(doc)}, not a JSON object")
     original = copy.deepcopy(doc)
     try:
         keys = apply(doc, params.set, params.delete)
     except PatchError as e:
-        return StepResult.failed(f"{e} in {path}")
+        raise StepFailed(f"{e} in {path}")
     data: dict[str, Any] = {"path": path, "keys": keys, "backup_path": None, "diff": "",
                             "json_patch": jsonpatch.make_patch(original, doc).patch,
                             "values": {k: {"before": lookup(original, k), "after": lookup(doc, k)} for k in keys}}

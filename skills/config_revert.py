@@ -34,12 +34,12 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     row = await ctx.audit.last_backup(ctx.host_name, path, run_id=params.run)
     if row is None:
         which = f" from run {params.run}" if params.run else ""
-        return StepResult.failed(f"no backup of {path} on {ctx.host_name}{which} in the audit log; nothing to revert")
+        raise StepFailed(f"no backup of {path} on {ctx.host_name}{which} in the audit log; nothing to revert")
     bak = row["backup_path"]
     original = await files.read(ctx, bak, what=f"the backup {bak}")
     if files.sha256(original) != row.get("before_sha256"):
-        return StepResult.failed(f"the backup {bak} does not match the hash recorded by run {row['run_id']}; "
-                                 f"not restoring it")
+        raise StepFailed(f"the backup {bak} does not match the hash recorded by run {row['run_id']}; "
+                         f"not restoring it")
     try:
         current: bytes | None = await ctx.host.read_file(path)
     except (FileNotFoundError, OSError):
@@ -53,7 +53,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         return StepResult.skipped(f"dry-run: would restore {path} from {bak}", data=data, output=diff)
     st = await files.stat(ctx, path) if current is not None else None
     if st is not None and (why := await files.owner_problem(ctx, path, st, "revert")):
-        return StepResult.failed(why)
+        raise StepFailed(why)
     mode = await files.mode_of(ctx, path) if current is not None else None
     if current is not None:
         saved = files.backup_path(path, ctx.run_id, ctx.step_idx)

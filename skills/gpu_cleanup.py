@@ -23,9 +23,10 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, StepResult
 from eaglebot.facts import nvsmi
-from eaglebot.skills.lib import gpu, processes
+from eaglebot.skills.lib import cleanup, gpu, processes
 
 NAME = "gpu.cleanup"
 
@@ -57,39 +58,27 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         return StepResult.skipped(f"dry-run: cannot list GPU processes now: {e}", warnings=[str(e)])
     for note in snap.notes:
         ctx.log(note)
-    targets = snap.killable()
-    if params.match:
-        rx = re.compile(params.match)
-        targets = [h for h in targets if rx.search(h.cmdline) or rx.search(h.name)]
-    if params.user:
-        targets = [h for h in targets if h.user == params.user]
-    skipped = [h for h in snap.holders if h.protected]
+    sessions = await processes.our_sessions(ctx) if cleanup.cleanup_targets(snap, params) else set()
+    plan = cleanup.plan_cleanup(snap, params, sessions)
+    targets, ours, foreign = plan.targets, plan.ours, plan.foreign
     data: dict[str, Any] = {"killed": [], "survivors": [], "processes": [], "memory": dict(snap.used),
                   "unexplained": dict(snap.unexplained)}
     warnings = [n for n in snap.notes if "neither" in n or "not visible" in n]
-    warnings += [f"left GPU daemon pid {h.pid} ({h.proc.comm}) alone" for h in skipped]
+    warnings += [f"left GPU daemon pid {h.pid} ({h.proc.comm}) alone" for h in plan.protected]
     if not targets:
-        what = "no GPU processes"
-        if snap.holders:
-            what += " matching the filters" if (params.match or params.user) else " that may be stopped"
-        if snap.unexplained:
-            what += f"; {gpu.memory_line(snap.unexplained)} used with no process to explain it"
-        return StepResult.ok(what, data=data, warnings=warnings, output="".join(n + "\n" for n in snap.notes))
+        return StepResult.ok(plan.nothing_to_do, data=data, warnings=warnings, output="".join(n + "\n" for n in snap.notes))
 
-    sessions = await processes.our_sessions(ctx)
-    ours = {h.pid for h in targets if processes.is_ours(h.proc, sessions)}
-    foreign = [h for h in targets if h.pid not in ours]
     ctx.log(gpu.table(targets))
-    plan = [f"{'ours' if h.pid in ours else 'FOREIGN'} {h.line()}" for h in targets]
+    planned = [f"{plan.why(h)} {h.line()}" for h in targets]
     data["processes"] = [dict(h.as_dict(), ours=h.pid in ours, signals=[]) for h in targets]
 
     if ctx.dry_run:
-        for line in plan:
+        for line in planned:
             ctx.would(f"stop {line}")
         return StepResult.skipped(
             f"dry-run: would stop {len(targets)} GPU process{'es' if len(targets) != 1 else ''} "
             f"({len(foreign)} not started by the bot): {', '.join(str(h.pid) for h in targets)}",
-            data=data, output="\n".join(plan) + "\n", warnings=warnings)
+            data=data, output="\n".join(planned) + "\n", warnings=warnings)
 
     if foreign:
         n = len(foreign)
@@ -97,10 +86,10 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                   f"(SIGTERM, then SIGKILL after {params.grace_s:g}s)")
         approved, who = await ctx.approve(action, [h.line() for h in foreign])
         if not approved:
-            return StepResult.failed(
+            raise StepFailed(
                 f"not approved ({who}): nothing was killed; {n} process{'es' if n != 1 else ''} "
                 f"the bot did not start hold the GPUs: {', '.join(f'{h.pid} ({h.user})' for h in foreign)}",
-                data=data, output="\n".join(plan) + "\n", warnings=warnings)
+                data=data, output="\n".join(planned) + "\n", warnings=warnings)
         ctx.log(f"approved by {who}")
 
     reports = await processes.terminate(ctx, [h.proc for h in targets], params.grace_s)
@@ -120,7 +109,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     out = "\n".join(lines) + "\n" + "".join(n + "\n" for n in snap.notes)
     if data["survivors"]:
         bad = [by_pid[p] for p in data["survivors"]]
-        return StepResult.failed(
+        raise StepFailed(
             f"{len(bad)} GPU process{'es' if len(bad) != 1 else ''} still running after "
             f"{'+'.join(bad[0].signals) or 'no signal'}: "
             + "; ".join(f"pid {r.pid} ({r.user}) {r.cmdline[:80]}{' - ' + r.note if r.note else ''}" for r in bad),

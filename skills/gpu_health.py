@@ -23,16 +23,21 @@ reading per GPU), `nvlink`, `nvlink_errors`, `xids`, `dcgm`, `dropped_fields`, `
 from __future__ import annotations
 
 import shlex
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 
+from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, StepResult
 from eaglebot.facts import health as hf
 from eaglebot.facts import nvsmi
+from eaglebot.facts.fact import Fact
 from eaglebot.skills.lib import gpu
+from eaglebot.skills.lib.health_report import Readings, health_report
 
 NAME = "gpu.health"
+
+T = TypeVar("T")
 
 Level = Literal["warn", "fail"]
 
@@ -62,9 +67,10 @@ async def query_health(ctx: SkillContext) -> tuple[dict[int, dict[str, Any]], li
     """The health rows and the fields this driver did not know (dropped, never a crash)."""
     path = nvsmi.nvsmi_path(ctx.vars)
     fields = list(hf.HEALTH_FIELDS)
+    fact = hf.HEALTH
     dropped: list[str] = []
     while True:
-        res = await ctx.host.run(nvsmi.nvsmi_command(path, hf.health_query(fields)), timeout=nvsmi.NVSMI_TIMEOUT_S)
+        res = await ctx.host.run(fact.command(ctx.vars), timeout=nvsmi.NVSMI_TIMEOUT_S)
         if res.timed_out:
             raise nvsmi.NvsmiError(f"nvidia-smi did not answer within {nvsmi.NVSMI_TIMEOUT_S:g}s on "
                                    f"{ctx.host_name}; the driver may be hung")
@@ -72,30 +78,29 @@ async def query_health(ctx: SkillContext) -> tuple[dict[int, dict[str, Any]], li
         if bad and bad in fields and bad not in hf.REQUIRED_FIELDS:
             fields.remove(bad)
             dropped.append(bad)
+            fact = hf.health_fact(fields)
             ctx.log(f"nvidia-smi on {ctx.host_name} does not know the field {bad}; asking without it")
             continue
         if res.exit_status != 0:
             raise nvsmi.NvsmiError(nvsmi.explain_exit(ctx.host_name, path, res.exit_status, res.stdout, res.stderr))
-        return nvsmi.parsed("--query-gpu (health)", ctx.host_name,
-                            lambda t: hf.parse_health(t, fields), res.stdout), dropped
+        return nvsmi.parsed(fact.what, ctx.host_name, fact.parse, res.stdout), dropped
 
 
 async def _nvlink(ctx: SkillContext, notes: list[str]) -> tuple[dict[int, dict[int, float | None]],
                                                                  dict[int, dict[str, int]]]:
-    path = nvsmi.nvsmi_path(ctx.vars)
-    status: dict[int, dict[int, float | None]] = {}
-    errors: dict[int, dict[str, int]] = {}
-    for args, kind in ((hf.QUERY_NVLINK_STATUS, "status"), (hf.QUERY_NVLINK_ERRORS, "errors")):
-        res = await ctx.host.run(nvsmi.nvsmi_command(path, args), timeout=nvsmi.NVSMI_TIMEOUT_S)
-        if res.exit_status != 0 or res.timed_out:
-            last = (res.stdout.strip() or res.stderr.strip()).splitlines()[-1:] or ["no output"]
-            notes.append(f"NVLink {kind} not reported: {last[0][:160]}")
-            continue
-        if kind == "status":
-            status = hf.parse_nvlink_status(res.stdout)
-        else:
-            errors = hf.parse_nvlink_errors(res.stdout)
-    return status, errors
+    status = await _unless_absent(ctx, hf.NVLINK_STATUS, "NVLink status", notes)
+    errors = await _unless_absent(ctx, hf.NVLINK_ERRORS, "NVLink errors", notes)
+    return status or {}, errors or {}
+
+
+async def _unless_absent(ctx: SkillContext, fact: Fact[T], what: str, notes: list[str]) -> T | None:
+    """A fact the host may not have (no NVLink, an older driver): its absence is a note, not a failure."""
+    res = await ctx.host.run(fact.command(ctx.vars), timeout=nvsmi.NVSMI_TIMEOUT_S)
+    if res.exit_status != 0 or res.timed_out:
+        last = (res.stdout.strip() or res.stderr.strip()).splitlines()[-1:] or ["no output"]
+        notes.append(f"{what} not reported: {last[0][:160]}")
+        return None
+    return fact.parse(res.stdout)
 
 
 def _dmesg_command(dmesg: str) -> str:
@@ -155,47 +160,10 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     dcgm = await _dcgm(ctx, params)
     if dcgm["status"] == "skipped":
         notes.append(f"DCGM diagnostics skipped: {dcgm['why']}")
-    bus = {i: str(r.get("pci.bus_id") or "") for i, r in rows.items()}
-    t = thresholds(params)
-    verdicts: dict[int, hf.Verdict] = {}
-    for i in sel:
-        mine = [x for x in xids if hf.xid_gpu(x, bus) in (i, None)]
-        v = hf.evaluate(rows[i], t, nvlink=links.get(i), nvlink_errors=link_errors.get(i), xids=mine)
-        if dcgm["status"] in ("fail", "warn"):
-            v.add(dcgm["status"], dcgm["why"])
-        verdicts[i] = v
-    health = {str(i): v.as_dict() for i, v in verdicts.items()}
-    data: dict[str, Any] = {
-        "health": health,
-        "gpus": {str(i): rows[i] for i in sel},
-        "nvlink": {str(i): {str(k): s for k, s in links.get(i, {}).items()} for i in sel if i in links},
-        "nvlink_errors": {str(i): link_errors[i] for i in sel if i in link_errors},
-        "xids": [{"bus_id": x.bus_id, "code": x.code, "meaning": x.meaning, "text": x.text} for x in xids],
-        "dcgm": dcgm, "dropped_fields": dropped, "notes": notes,
-    }
-    out = [hf.summary_line(rows[i]) for i in sel]
-    for i in sel:
-        if i in links:
-            up = sum(1 for s in links[i].values() if s is not None)
-            out.append(f"GPU {i}: NVLink {up}/{len(links[i])} links up, errors {link_errors.get(i, {})}")
-    out += [f"{x.bus_id}: {x.line()}: {x.text}" for x in xids]
-    out += [f"GPU {i}: {v.verdict}" + (f": {'; '.join(v.reasons)}" if v.reasons else "")
-            + (f" ({'; '.join(v.notes)})" if v.notes else "") for i, v in verdicts.items()]
-    out += notes
-    output = "\n".join(out) + "\n"
-    for line in out:
+    report = health_report(ctx.host_name, Readings(rows, sel, links, link_errors, xids, dcgm, dropped, notes),
+                           thresholds(params), fail_on_warn=params.fail_on_warn)
+    for line in report.output.splitlines():
         ctx.log(line)
-    bad = {i: v for i, v in verdicts.items() if v.verdict == "fail"}
-    warn = {i: v for i, v in verdicts.items() if v.verdict == "warn"}
-    warnings = [f"GPU {i}: {r}" for i, v in warn.items() for r in v.reasons]
-    n = len(sel)
-    if bad or (params.fail_on_warn and warn):
-        worst = bad or warn
-        why = "; ".join(f"GPU {i}: {', '.join(v.reasons)}" for i, v in worst.items())
-        return StepResult.failed(f"GPU health {'fail' if bad else 'warn'} on {ctx.host_name}: {why}",
-                                 data=data, warnings=warnings if bad else [], output=output)
-    verdict = "warn" if warn else "ok"
-    return StepResult.ok(f"{n} GPU{'s' if n != 1 else ''} {verdict} on {ctx.host_name}"
-                         + (f" ({len(warnings)} warning{'s' if len(warnings) != 1 else ''})" if warnings else ""),
-                         data=data, warnings=warnings, output=output)
-
+    if report.failed:
+        raise StepFailed(report.summary, data=report.data, warnings=report.warnings, output=report.output)
+    return StepResult.ok(report.summary, data=report.data, warnings=report.warnings, output=report.output)

@@ -22,13 +22,13 @@ from __future__ import annotations
 import asyncio
 import shlex
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Metric, SkillContext, StepResult
-from eaglebot.skills.lib import gpu
+from eaglebot.skills.lib import free_memory, gpu
 from eaglebot.facts import nvsmi, nvsmi_watch
 
 NAME = "gpu.verify"
@@ -98,23 +98,21 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     polls = slow_polls = 0
     watched = False
     while True:
-        out = await nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_MEMORY)
-        used_all = nvsmi.parsed("--query-gpu", ctx.host_name, nvsmi.parse_memory_used, out)
+        used_all = await nvsmi.GPU_MEMORY.gather(ctx.host, ctx.vars)
         polls += 1
         if sel is None:
             sel = gpu.select(ctx, params, list(used_all))
-        used = {g: used_all[g] for g in sel if g in used_all}
-        if len(used) < len(sel):
-            gone = [g for g in sel if g not in used]
-            raise StepFailed(f"GPU {', '.join(map(str, gone))} disappeared from nvidia-smi on {ctx.host_name} "
+        check = free_memory.check_memory(used_all, sel, params.max_used_mib)
+        if check.gone:
+            raise StepFailed(f"GPU {', '.join(map(str, check.gone))} disappeared from nvidia-smi on {ctx.host_name} "
                              f"while waiting; a GPU may have fallen off the bus")
-        over = {g: m for g, m in used.items() if m > params.max_used_mib}
+        used, over = check.used, check.over
         elapsed = time.monotonic() - t0
         if over and not watched and elapsed < min(1.0, params.timeout_s):
             watched = True   # once: one nvidia-smi looping every 20 ms for the rest of the first second
             used, rounds = await _watch(ctx, params, sel, used, min(1.0, params.timeout_s) - elapsed)
             polls += rounds
-            over = {g: m for g, m in used.items() if m > params.max_used_mib}
+            over = free_memory.over_limit(used, params.max_used_mib)
             elapsed = time.monotonic() - t0
         if not over or elapsed >= params.timeout_s:
             break
@@ -123,7 +121,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     data = {"memory": dict(used), "seconds": round(elapsed, 3), "polls": polls}
     mem = gpu.memory_line(used)
     if over:
-        return await _still_held(ctx, params, over, used, elapsed, data)
+        await _still_held(ctx, params, over, used, elapsed, data)
     ctx.log(f"free after {elapsed:.2f}s ({polls} polls): {mem}")
     metrics = [Metric("gpu_free_s", round(elapsed, 3), "s", "lower")]
     summary = f"{len(used)} GPU{'s' if len(used) != 1 else ''} free (<= {params.max_used_mib} MiB) after {elapsed:.1f}s: {mem}"
@@ -133,8 +131,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     data["smoke"] = lines
     out = mem + "\n" + "\n".join(lines) + "\n"
     if not ok:
-        return StepResult.failed(f"CUDA smoke test failed on {ctx.host_name}: {why}", metrics=metrics, data=data,
-                                 output=out)
+        raise StepFailed(f"CUDA smoke test failed on {ctx.host_name}: {why}", metrics=metrics, data=data,
+                         output=out)
     return StepResult.ok(f"{summary}; CUDA smoke test passed on GPU {', '.join(map(str, sel))}",
                          metrics=metrics, data=data, output=out)
 
@@ -177,23 +175,24 @@ def _interval(params: Params, elapsed: float, slow_polls: int) -> float:
 
 
 async def _still_held(ctx: SkillContext, params: Params, over: dict[int, int], used: dict[int, int],
-                      elapsed: float, data: dict[str, Any]) -> StepResult:
+                      elapsed: float, data: dict[str, Any]) -> NoReturn:
+    """Fail the step naming what still holds the memory."""
     gpus = ", ".join(f"GPU {g} uses {m} MiB" for g, m in over.items())
     head = f"{gpus} (limit {params.max_used_mib} MiB) after {elapsed:.1f}s"
     try:
         snap = await gpu.snapshot(ctx, params.model_copy(update={"gpus": list(over)}),
                                    tolerance_mib=params.max_used_mib)
     except StepFailed as e:
-        return StepResult.failed(f"{head}; could not list the holders: {e}", data=data)
+        raise StepFailed(f"{head}; could not list the holders: {e}", data=data) from None
     data["holders"] = [h.as_dict() for h in snap.holders]
     out = gpu.memory_line(used) + "\n" + (gpu.table(snap.holders) + "\n" if snap.holders else "")
     out += "".join(n + "\n" for n in snap.notes)
     if snap.holders:
         who = "; ".join(h.line() for h in snap.holders[:4])
         more = f"; and {len(snap.holders) - 4} more" if len(snap.holders) > 4 else ""
-        return StepResult.failed(f"{head}; still held by {who}{more}", data=data, output=out)
-    return StepResult.failed(f"{head}; no process found holding it (nvidia-smi and fuser name none)",
-                             data=data, output=out)
+        raise StepFailed(f"{head}; still held by {who}{more}", data=data, output=out)
+    raise StepFailed(f"{head}; no process found holding it (nvidia-smi and fuser name none)",
+                     data=data, output=out)
 
 
 async def _smoke(ctx: SkillContext, params: Params, gpus: list[int]) -> tuple[bool, list[str], str]:

@@ -114,7 +114,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         "for p in " + quoted + '; do [ -d "$p" ] || printf "%s\\n" "$p"; done', timeout=30)
     missing = check.stdout.split("\n")[:-1] if check.stdout else []
     if missing:
-        return StepResult.failed(f"{', '.join(missing)} is not a folder on {ctx.host_name}")
+        raise StepFailed(f"{', '.join(missing)} is not a folder on {ctx.host_name}")
     scan = await ctx.host.run(_scan_cmd(quoted), timeout=300)
     dirs, files, size = parse_scan(scan.stdout)
     data = {"dirs": dirs, "files": files, "bytes": size, "roots": roots}
@@ -132,6 +132,6 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     left = parse_scan((await ctx.host.run(_scan_cmd(quoted), timeout=300)).stdout)
     if left[0] or left[1]:
         err = (res.stderr.strip().splitlines() or [""])[-1]
-        return StepResult.failed(f"could not remove all bytecode under {where}: {left[0]} folders and "
-                                 f"{left[1]} files remain{': ' + err if err else ''}", data=data)
+        raise StepFailed(f"could not remove all bytecode under {where}: {left[0]} folders and "
+                         f"{left[1]} files remain{': ' + err if err else ''}", data=data)
     return StepResult.changed(f"removed {what} under {where}", data=data, warnings=warnings)

@@ -51,6 +51,7 @@ from typing import Any
 
 from pydantic import Field
 
+from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import ports, procs, sglang, sglang_args, sglang_phase
@@ -112,7 +113,7 @@ def build_args(p: Params) -> tuple[list[str], str | None]:
 _SECRETISH = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|_KEY$", re.I)
 
 
-def _gpus_env(gpus: Any) -> str | None:
+def _gpus_env(gpus: object) -> str | None:
     if gpus is None or gpus == "" or gpus == []:
         return None
     if isinstance(gpus, list):
@@ -136,7 +137,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     port = params.port
     launch_args, err = build_args(params)
     if err:
-        return StepResult.failed(err)
+        raise StepFailed(err)
     flags = sglang_args.flag_values(launch_args)
     warnings: list[str] = []
     # -- pre-flight: model folders
@@ -145,20 +146,20 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if _is_path(model):
         exists, cfg = await _read_config(ctx, model)
         if not exists:
-            return StepResult.failed(f"target model folder {model} does not exist on {ctx.host_name}")
+            raise StepFailed(f"target model folder {model} does not exist on {ctx.host_name}")
         arch = sglang.target_architecture(cfg or "")
     draft = flags.get("--speculative-draft-model-path")
     if str(flags.get("--speculative-algorithm") or "").upper() == "EAGLE3" and not draft:
-        return StepResult.failed("EAGLE3 needs a draft model: set `draft` (host var draft) or pass "
-                                 "--speculative-draft-model-path (refused before launching)")
+        raise StepFailed("EAGLE3 needs a draft model: set `draft` (host var draft) or pass "
+                         "--speculative-draft-model-path (refused before launching)")
     if draft and _is_path(draft):
         exists, _ = await _read_config(ctx, draft)
         if not exists:
-            return StepResult.failed(f"draft model folder {draft} does not exist on {ctx.host_name}")
+            raise StepFailed(f"draft model folder {draft} does not exist on {ctx.host_name}")
     # -- pre-flight: speculative flags
     spec = sglang.resolve_from_args(launch_args, arch)
     if spec.error:
-        return StepResult.failed(f"{spec.error_reason} (refused before launching)")
+        raise StepFailed(f"{spec.error_reason} (refused before launching)")
     for key, (asked, eff) in spec.adjusted.items():
         warnings.append(f"{key}={asked} will be silently changed to {eff} by SGLang: "
                         f"{sglang.DRAFT_TOKENS_WARNING} (speculative_num_steps="
@@ -175,12 +176,12 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         if ctx.dry_run:  # an earlier server.stop would have freed it by now
             ctx.would(f"find port {port} free (now in use by {who})")
         else:
-            return StepResult.failed(f"port {port} is already in use by {who}; stop it first (server.stop) - "
-                                     f"SGLang would only notice after loading the model", warnings=warnings)
+            raise StepFailed(f"port {port} is already in use by {who}; stop it first (server.stop) - "
+                             f"SGLang would only notice after loading the model", warnings=warnings)
     old = await server.read_pid(ctx, port)
     if not ctx.dry_run and old is not None and await server.leader_alive(ctx, old):
-        return StepResult.failed(f"a server the bot launched on port {port} is still running (pid {old}) "
-                                 f"but not listening yet; stop it first (server.stop)", warnings=warnings)
+        raise StepFailed(f"a server the bot launched on port {port} is still running (pid {old}) "
+                         f"but not listening yet; stop it first (server.stop)", warnings=warnings)
     env = dict(params.env)
     cvd = _gpus_env(params.gpus)
     if cvd is not None:
@@ -217,8 +218,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         await server.remove_pid_file(ctx, port)
         for line in extra:
             ctx.log(line)
-        return StepResult.failed(failure + (f"; hint: {hints[0]}" if hints else ""), data=data, warnings=warnings,
-                                 output=sglang.tail(log_text, 60) + "\n" + "\n".join(extra) + "\n")
+        raise StepFailed(failure + (f"; hint: {hints[0]}" if hints else ""), data=data, warnings=warnings,
+                         output=sglang.tail(log_text, 60) + "\n" + "\n".join(extra) + "\n")
     ready_s = time.monotonic() - t0
     data["ready_s"] = round(ready_s, 2)
     # -- report what the server really runs with

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, SkillParams, StepResult, path_for_shell
 
 NAME = "server.logs"
@@ -49,11 +50,11 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     files, where = await _where(ctx, params)
     res = await ctx.host.run(tail_script(files, params.lines), timeout=30)
     if res.exit_status == NOT_FOUND_EXIT:
-        return StepResult.failed(f"no server log on {ctx.host_name} (looked at {where}; "
-                                 f"set the host var server_log or pass path=...)")
+        raise StepFailed(f"no server log on {ctx.host_name} (looked at {where}; "
+                         f"set the host var server_log or pass path=...)")
     if not res.ok:
         why = (res.stderr or res.stdout).strip().splitlines()
-        return StepResult.failed(f"could not read the log on {ctx.host_name}: {why[-1] if why else res.exit_status}")
+        raise StepFailed(f"could not read the log on {ctx.host_name}: {why[-1] if why else res.exit_status}")
     path, _, text = res.stdout.partition("\n")
     n = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     return StepResult.ok(f"last {n} lines of {path}", output=text, data={"log_path": path, "lines": n})

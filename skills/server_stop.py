@@ -21,6 +21,7 @@ import time
 
 from pydantic import Field
 
+from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, SkillParams, StepResult
 
 from eaglebot.facts import ports, procs
@@ -52,7 +53,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     ours = [infos[p] for p in members if p in infos]
     ours += [p for p in listening if processes.is_ours(p, sessions) and p.pid not in members]
     if lis.unseen:
-        return StepResult.failed(
+        raise StepFailed(
             f"port {port} is held by a process this user cannot see (another user's); "
             f"ask its owner or an administrator to stop it")
     if not ours and not foreign:
@@ -64,7 +65,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if foreign:
         details = [server.describe(p) for p in foreign]
         if not ctx.confirm:
-            return StepResult.failed(
+            raise StepFailed(
                 f"port {port} is held by {len(foreign)} process(es) the bot did not start "
                 f"({', '.join(str(p.pid) for p in foreign)}); refusing to stop them without approval "
                 f"(add `confirm: true` to the step, or stop them yourself)", output=evidence)
@@ -72,8 +73,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             ok, who = await ctx.approve(f"stop {len(foreign)} process(es) listening on port {port} "
                                         f"that the bot did not start", details)
             if not ok:
-                return StepResult.failed(f"stopping the listener(s) on port {port} was not approved ({who})",
-                                         output=evidence)
+                raise StepFailed(f"stopping the listener(s) on port {port} was not approved ({who})",
+                                 output=evidence)
             ctx.log(f"approved by {who}")
     if ctx.dry_run:
         for p in ours + foreign:
@@ -87,13 +88,13 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     for r in reports:
         ctx.log(r.line())
     if left:
-        return StepResult.failed(f"{len(left)} process(es) survived SIGKILL on port {port}: "
-                                 f"{', '.join(str(r.pid) for r in left)}", output=output)
+        raise StepFailed(f"{len(left)} process(es) survived SIGKILL on port {port}: "
+                         f"{', '.join(str(r.pid) for r in left)}", output=output)
     await server.remove_pid_file(ctx, port)
     deadline = time.monotonic() + 10
     while (await ports.listeners(ctx.host, port)).busy:
         if time.monotonic() > deadline:
-            return StepResult.failed(f"port {port} is still in use after stopping the server", output=output)
+            raise StepFailed(f"port {port} is still in use after stopping the server", output=output)
         await asyncio.sleep(0.2)
     killed = [r.pid for r in reports]
     hard = [r.pid for r in reports if "SIGKILL" in r.signals]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, SkillParams, StepResult
 
 NAME = "shell"
@@ -41,7 +42,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             "stderr": _last(res.stderr, ctx.run_id)}
     if res.exit_status not in params.ok_codes:
         last = _last_line(res.stderr) or _last_line(res.stdout)
-        return StepResult.failed(f"exit status {res.exit_status}: {last[:300]}", data=data)
+        raise StepFailed(f"exit status {res.exit_status}: {last[:300]}", data=data)
     summary = (_last_line(res.stdout) or f"exit status {res.exit_status}")[:300]
     return StepResult("changed" if params.changed else "ok", summary, data=data)
 

@@ -49,16 +49,18 @@ def test_header_must_match_the_fields_asked_for():
         nvsmi.parse_query(fx("h200-query-gpu-full.csv"), ["index", "memory.used"])
 
 
-def test_uuid_map():
-    assert nvsmi.parse_uuid_map(fx("2xh200-query-gpu-uuid.csv")) == {
-        "GPU-1555c601-f08f-e040-564f-5f7609b54dba": 0, "GPU-8a99149b-17b3-1667-529a-3e3d7b74610d": 1}
+def test_gpu_table_the_skills_read():
+    [row] = nvsmi.parse_gpus(fx("h200-query-gpu-full.csv"))
+    assert row == nvsmi.GpuRow(0, "GPU-c637b75d-bccc-0cab-3f64-9c4fb3bf5eaf", "NVIDIA H200", 0, 143771, "0")
+    [app] = nvsmi.parse_compute_apps(fx("h200-query-compute-apps-busy.csv"))
+    assert app.gpu_uuid == row.uuid   # the join gpu.snapshot makes
 
 
 def test_compute_apps_four_columns_process_on_two_gpus_listed_twice():
     apps = nvsmi.parse_compute_apps(fx("2xh200-query-compute-apps-busy-nounits.csv"))
     assert [(a.pid, a.process_name, a.used_mib) for a in apps] == [
         (566, "python3", 3380), (564, "python3", 8148), (566, "python3", 3380), (565, "python3", 11964)]
-    uuids = nvsmi.parse_uuid_map(fx("2xh200-query-gpu-uuid.csv"))
+    uuids = {r["uuid"]: int(r["index"]) for r in nvsmi.parse_query(fx("2xh200-query-gpu-uuid.csv"), ["index", "uuid"])}
     assert [uuids[a.gpu_uuid] for a in apps] == [0, 0, 1, 1]
 
 

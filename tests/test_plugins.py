@@ -249,6 +249,12 @@ def test_broken_plugin_file_is_one_sentence_not_a_traceback(tmp_path):
      r"oops.py \(team.x\) needs `async def run\(ctx, params\) -> StepResult`$"),
     ("from eaglebot.sdk import SkillParams\nNAME = 'team.x'\nclass Params(SkillParams): ...\ndef run(c, p): ...\n",
      r"oops.py \(team.x\) needs `async def run\(ctx, params\) -> StepResult`$"),
+    ("from eaglebot.sdk import SkillParams\nNAME = 'team.x'\nclass Params(SkillParams): ...\n"
+     "async def run(ctx): ...\n",
+     r"oops.py \(team.x\) needs `async def run\(ctx, params\) -> StepResult`$"),
+    ("from eaglebot.sdk import SkillParams\nNAME = 'team.x'\nREAD_ONLY = 'yes'\nclass Params(SkillParams): ...\n"
+     "async def run(ctx, params): ...\n",
+     r"oops.py \(team.x\): READ_ONLY must be True or False, not 'yes'$"),
     ("NAME = 7\n", r"oops.py: NAME must be a non-empty string, not 7$"),
 ])
 def test_invalid_plugin_file_is_one_error_naming_the_file(tmp_path, source, why):
@@ -265,3 +271,18 @@ def test_missing_skill_paths_folder_is_a_usage_error(tmp_path):
     settings = load_settings(write_yaml(tmp_path / "eagle.yaml", {"skill_paths": ["nope"]}))
     with pytest.raises(UsageError, match=rf"^skill_paths: folder {re.escape(str(tmp_path / 'nope'))} does not exist$"):
         SkillRegistry.from_settings(settings)
+
+
+def test_every_skill_module_is_in_the_list_mypy_checks():
+    """engine/shipped.py holds each shipped skill to the Skill protocol; a module left out
+    would run unchecked (and be unknown to the registry)."""
+    import importlib
+    import pkgutil
+
+    from eaglebot import skills
+    from eaglebot.engine.shipped import SHIPPED
+
+    modules = {importlib.import_module(f"eaglebot.skills.{m.name}") for m in pkgutil.iter_modules(skills.__path__)
+               if not m.ispkg and not m.name.startswith("_")}
+    assert {m for m in modules if hasattr(m, "NAME")} == set(SHIPPED)
+    assert sorted(shipped()) == sorted(s.NAME for s in SHIPPED)

@@ -202,18 +202,3 @@ def expanded_nodes(root: yaml.Node) -> int:
         stack.extend((k, False) for k in kids if id(k) not in sizes)
     return sizes[id(root)]
 
-
-def node_depth(root: yaml.Node) -> int:
-    best, stack = 0, [(root, 1)]
-    seen: set[int] = set()
-    while stack:
-        node, d = stack.pop()
-        best = max(best, d)
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            stack.extend((n, d + 1) for kv in node.value for n in kv)
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend((n, d + 1) for n in node.value)
-    return best

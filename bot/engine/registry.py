@@ -3,6 +3,8 @@
 A `SkillRegistry` is built once from the settings (`SkillRegistry.from_settings`) by the
 composition root and passed down; nothing here holds mutable module state. Only the
 shipped skills, which cannot change while the process runs, are cached (`shipped()`).
+Every entry is an `eaglebot.sdk.Skill`: mypy checks the shipped ones (`engine.shipped`),
+`_checked` checks a plugin's NAME, Params, run and READ_ONLY when it is loaded.
 """
 from __future__ import annotations
 
@@ -11,21 +13,18 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
-import pkgutil
 import sys
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from eaglebot.config import Settings
 from eaglebot.errors import UsageError
-from eaglebot.sdk import SkillParams
+from eaglebot.sdk import AnySkill, Skill, SkillParams
 
 ENTRY_POINT_GROUP = "eaglebot.skills"
-# Sub-packages of eaglebot.skills that hold shared code, not skills.
-_NOT_SKILLS = frozenset({"facts", "lib"})
 
 
 class SkillNotFound(KeyError):
@@ -34,12 +33,13 @@ class SkillNotFound(KeyError):
 
 @dataclass(frozen=True)
 class _Entry:
-    module: ModuleType
+    skill: AnySkill
     source: str  # where it came from, for error messages and `eagle skills`
+    read_only: bool = False  # READ_ONLY = True: changes nothing on the host, takes no host lock
 
 
-class SkillRegistry(Mapping[str, ModuleType]):
-    """Skill modules by YAML name (a read-only mapping), each remembering where it came from."""
+class SkillRegistry(Mapping[str, AnySkill]):
+    """Skills by YAML name (a read-only mapping), each remembering where it came from."""
 
     def __init__(self, entries: Mapping[str, _Entry]):
         self._entries = dict(sorted(entries.items()))
@@ -72,8 +72,8 @@ class SkillRegistry(Mapping[str, ModuleType]):
     def __eq__(self, other: object) -> bool:
         return self is other
 
-    def __getitem__(self, name: str) -> ModuleType:
-        return self._entries[name].module
+    def __getitem__(self, name: str) -> AnySkill:
+        return self._entries[name].skill
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
@@ -81,13 +81,19 @@ class SkillRegistry(Mapping[str, ModuleType]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get_skill(self, name: str) -> ModuleType:
+    def get_skill(self, name: str) -> AnySkill:
         if name not in self._entries:
             raise SkillNotFound(name)
-        return self._entries[name].module
+        return self._entries[name].skill
 
     def source(self, name: str) -> str:
         return self._entries[name].source
+
+    def read_only(self, name: str) -> bool:
+        """Does the skill say `READ_ONLY = True` (it changes nothing on the host)?"""
+        if name not in self._entries:
+            raise SkillNotFound(name)
+        return self._entries[name].read_only
 
     def summary(self, name: str) -> str:
         """The first line of a skill's docstring."""
@@ -107,17 +113,10 @@ class SkillRegistry(Mapping[str, ModuleType]):
 @functools.cache
 def shipped() -> SkillRegistry:
     """The skills shipped in `eaglebot.skills` (no plugins), loaded once per process."""
-    from eaglebot import skills as pkg
+    from eaglebot.engine.shipped import SHIPPED
 
-    entries: dict[str, _Entry] = {}
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if info.name.startswith("_") or info.name in _NOT_SKILLS:
-            continue
-        mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
-        name = getattr(mod, "NAME", None)
-        if name and hasattr(mod, "Params") and hasattr(mod, "run"):
-            entries[name] = _Entry(mod, mod.__name__)
-    return SkillRegistry(entries)
+    return SkillRegistry({s.NAME: _Entry(s, str(getattr(s, "__name__", s.NAME)), _read_only(s, s.NAME))
+                          for s in SHIPPED})
 
 
 # -- loading plugins ------------------------------------------------------------------------
@@ -179,6 +178,7 @@ def _line_in(err: BaseException, path: Path) -> str:
 
 
 def _checked(mod: ModuleType, source: str, *, require_name: bool) -> tuple[str, _Entry]:
+    """A plugin module held to the `Skill` protocol at load: one sentence for what is wrong."""
     name = getattr(mod, "NAME", None)
     if require_name and name is None:
         raise UsageError(f"skill plugin {source} defines no NAME (the skill's name in playbooks)")
@@ -189,6 +189,24 @@ def _checked(mod: ModuleType, source: str, *, require_name: bool) -> tuple[str, 
         raise UsageError(f"skill plugin {source} ({name}) needs a class Params that subclasses "
                          f"eaglebot.sdk.SkillParams")
     run = getattr(mod, "run", None)
-    if not inspect.iscoroutinefunction(run):
+    if not inspect.iscoroutinefunction(run) or not _takes_two(run):
         raise UsageError(f"skill plugin {source} ({name}) needs `async def run(ctx, params) -> StepResult`")
-    return name, _Entry(mod, source)
+    if not isinstance(mod, Skill):  # (true after the checks above: it tells mypy so)
+        raise UsageError(f"skill plugin {source} ({name}) is not a skill")
+    return name, _Entry(mod, source, _read_only(mod, f"skill plugin {source} ({name})"))
+
+
+def _takes_two(fn: Callable[..., object]) -> bool:
+    """Can `fn` be called as `fn(ctx, params)`?"""
+    try:
+        inspect.signature(fn).bind(None, None)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _read_only(skill: object, what: str) -> bool:
+    flag = getattr(skill, "READ_ONLY", False)
+    if not isinstance(flag, bool):
+        raise UsageError(f"{what}: READ_ONLY must be True or False, not {flag!r}")
+    return flag

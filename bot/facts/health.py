@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from eaglebot.facts.nvsmi import ParseError, split_csv, strip_unit
+from eaglebot.facts.nvsmi import NvsmiFact, ParseError, split_csv, strip_unit
 
 # The fields the health query asks for, in order (driver 580 knows them all). An older driver
 # that lacks one answers `Field "x" is not a valid field to query.` (exit 2): the skill drops
@@ -27,12 +27,11 @@ HEALTH_FIELDS = [
 REQUIRED_FIELDS = ("index",)
 
 
-def health_query(fields: list[str]) -> list[str]:
-    return [f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
-
-
-QUERY_NVLINK_STATUS = ["nvlink", "-s"]
-QUERY_NVLINK_ERRORS = ["nvlink", "-e"]
+def health_fact(fields: Sequence[str]) -> NvsmiFact[dict[int, dict[str, Any]]]:
+    """The health query over `fields` (HEALTH asks all; a driver that lacks one is asked again without)."""
+    asked = list(fields)
+    return NvsmiFact((f"--query-gpu={','.join(asked)}", "--format=csv,noheader,nounits"),
+                     lambda text: parse_health(text, asked), "--query-gpu (health)")
 
 _BAD_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 
@@ -192,6 +191,11 @@ def parse_nvlink_errors(text: str) -> dict[int, dict[str, int]]:
         if m and gpu is not None:
             out[gpu][m.group(2).lower()] += int(m.group(3))
     return out
+
+
+HEALTH = health_fact(HEALTH_FIELDS)
+NVLINK_STATUS = NvsmiFact(("nvlink", "-s"), parse_nvlink_status, "nvlink -s")
+NVLINK_ERRORS = NvsmiFact(("nvlink", "-e"), parse_nvlink_errors, "nvlink -e")
 
 
 # -- the kernel log's Xid lines ---------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""nvidia-smi and `fuser -v /dev/nvidia*`: the queries to run, pure parsers, one runner.
+"""nvidia-smi and `fuser -v /dev/nvidia*`: the facts (query + parser, `NvsmiFact`), pure parsers, one runner.
 
 Each parser takes the text a tool printed and returns plain data; they are tested
-byte for byte on real captured output (`tests/fixtures/nvidia-smi/`). `run_nvsmi` and
-`run_fuser` are the only functions here that touch a host (any `eaglebot.sdk.Host`: the
+byte for byte on real captured output (`tests/fixtures/nvidia-smi/`, indexed by command in
+tests/fixtures/captures.json). A skill gathers a fact (`GPU_TABLE`, `GPU_MEMORY`,
+`COMPUTE_APPS`, `FUSER`) through its object, never by pasting its arguments. `run_nvsmi` and
+`FUSER.gather` are the only functions here that touch a host (any `eaglebot.sdk.Host`: the
 GPU skills pass `ctx.host`, `eagle doctor` the host's transport). `run_nvsmi` runs the
 binary the host var `nvidia_smi` names (default: `nvidia-smi` on PATH) and turns its
 own exit codes (9 driver not loaded, 14 InfoROM corrupted, 15 GPU fallen off the bus,
@@ -13,17 +15,13 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Generic, Mapping, TypeVar
 
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Host
 
-# The queries the GPU skills run (the simulator prints exactly these formats).
-QUERY_MEMORY = ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
-QUERY_GPUS = ["--query-gpu=index,uuid,memory.used", "--format=csv,noheader,nounits"]
-QUERY_UUIDS = ["--query-gpu=index,uuid", "--format=csv,noheader"]
+# eagle doctor's query (the GPU skills gather the facts at the end of this module).
 QUERY_NAMES = ["--query-gpu=index,name", "--format=csv,noheader"]
-QUERY_APPS = ["--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits"]
 NVSMI_TIMEOUT_S = 30.0
 
 
@@ -118,22 +116,27 @@ def parse_memory_used(text: str) -> dict[int, int]:
     return out
 
 
-def parse_uuid_map(text: str) -> dict[str, int]:
-    """`--query-gpu=index,uuid` -> {uuid: index}."""
-    return {row["uuid"]: _index(row["index"]) for row in parse_query(text, ["index", "uuid"])}
+# The GPU table the GPU skills read (a real capture exists of exactly this query, with its
+# header and units: h200-query-gpu-full.csv); the header is checked against the fields.
+GPU_TABLE_FIELDS = ["index", "uuid", "name", "memory.total", "memory.used", "memory.free", "utilization.gpu",
+                    "temperature.gpu", "power.draw"]
 
 
 @dataclass(frozen=True)
 class GpuRow:
     index: int
     uuid: str
+    name: str
     used_mib: int
+    total_mib: int
+    utilization: str      # percent as printed ("[N/A]" where the driver has none)
 
 
 def parse_gpus(text: str) -> list[GpuRow]:
-    """`--query-gpu=index,uuid,memory.used` -> one GpuRow per GPU, in nvidia-smi's order."""
-    return [GpuRow(_index(r["index"]), r["uuid"], _mib(r["memory.used"]))
-            for r in parse_query(text, ["index", "uuid", "memory.used"])]
+    """`--query-gpu=<GPU_TABLE_FIELDS> --format=csv` -> one GpuRow per GPU, in nvidia-smi's order."""
+    return [GpuRow(_index(r["index"]), r["uuid"], r["name"], _mib(r["memory.used"]), _mib(r["memory.total"]),
+                   r["utilization.gpu"])
+            for r in parse_query(text, GPU_TABLE_FIELDS)]
 
 
 def parse_gpu_names(text: str) -> dict[int, str]:
@@ -316,15 +319,45 @@ def parsed(what: str, host: str, fn: Callable[[str], _T], text: str) -> _T:
         raise NvsmiError(f"unexpected {what} output from nvidia-smi on {host}: {e}") from None
 
 
-def fuser_command(fuser: str = "fuser") -> str:
-    # The glob is ours (never user input); fuser prints PIDs on stdout, the rest on stderr.
-    return f"LC_ALL=C {shlex.quote(fuser)} -v /dev/nvidia* 2>&1"
+@dataclass(frozen=True)
+class NvsmiFact(Generic[_T]):
+    """One nvidia-smi fact: its exact arguments and the parser of what they print."""
+
+    args: tuple[str, ...]
+    parse: Callable[[str], _T]
+    what: str        # named in the sentence about unexpected output: "--query-gpu"
+
+    def command(self, host_vars: Mapping[str, Any]) -> str:
+        return nvsmi_command(nvsmi_path(host_vars), list(self.args))
+
+    async def gather(self, host: Host, host_vars: Mapping[str, Any], *, timeout: float = NVSMI_TIMEOUT_S) -> _T:
+        """Run the query and parse it; NvsmiError (one sentence) when nvidia-smi cannot tell."""
+        return parsed(self.what, host.name, self.parse, await run_nvsmi(host, host_vars, list(self.args), timeout))
 
 
-async def run_fuser(host: Host, host_vars: Mapping[str, Any]) -> tuple[list[FuserEntry], str]:
-    """`fuser -v /dev/nvidia*` (host var `fuser` overrides the binary) merged into one stream;
-    ([], reason) when it cannot tell."""
-    res = await host.run(fuser_command(str(host_vars.get("fuser") or "fuser")), timeout=NVSMI_TIMEOUT_S)
-    if res.exit_status in (126, 127):
-        return [], f"fuser is not installed on {host.name}"
-    return parse_fuser(res.stdout), ""
+@dataclass(frozen=True)
+class FuserFact:
+    """Who holds /dev/nvidia* (`fuser -v`, both streams): where nvidia-smi names nobody."""
+
+    parse: Callable[[str], list[FuserEntry]] = parse_fuser
+
+    def command(self, host_vars: Mapping[str, Any]) -> str:
+        # The host var `fuser` may name another binary. The glob is ours (never user input);
+        # fuser -v writes its table to stderr, hence 2>&1.
+        return f"LC_ALL=C {shlex.quote(str(host_vars.get('fuser') or 'fuser'))} -v /dev/nvidia* 2>&1"
+
+    async def gather(self, host: Host, host_vars: Mapping[str, Any]) -> tuple[list[FuserEntry], str]:
+        """([entries], "") or ([], why it cannot tell)."""
+        res = await host.run(self.command(host_vars), timeout=NVSMI_TIMEOUT_S)
+        if res.exit_status in (126, 127):
+            return [], f"fuser is not installed on {host.name}"
+        return self.parse(res.stdout), ""
+
+
+# The facts the GPU skills gather (the simulator prints exactly these formats).
+GPU_TABLE = NvsmiFact((f"--query-gpu={','.join(GPU_TABLE_FIELDS)}", "--format=csv"), parse_gpus, "--query-gpu")
+GPU_MEMORY = NvsmiFact(("--query-gpu=index,memory.used", "--format=csv,noheader,nounits"), parse_memory_used,
+                       "--query-gpu")
+COMPUTE_APPS = NvsmiFact(("--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits"),
+                         parse_compute_apps, "--query-compute-apps")
+FUSER = FuserFact()

@@ -122,7 +122,7 @@ def target_architecture(config_json: str) -> str | None:
 
 # -- server log ---------------------------------------------------------------------
 
-READY_LINE = "The server is fired up and ready to roll!"
+READY_LINE = "The server is fired up and ready to roll!"   # the last start-up line (sglang_phase)
 FATAL_PATTERNS = [
     re.compile(r"Scheduler hit an exception:"),
     re.compile(r"Received sigquit from a child process"),
@@ -132,17 +132,6 @@ FATAL_PATTERNS = [
     re.compile(r"torch\.OutOfMemoryError: CUDA out of memory"),
     re.compile(r"\[Errno 98\] error while attempting to bind on address"),
 ]
-_DECODE_FIELDS = {
-    "running_req": re.compile(r"#running-req: (\d+)"),
-    "accept_len": re.compile(r"accept len: ([\d.]+)"),
-    "accept_rate": re.compile(r"accept rate: ([\d.]+)"),
-    "gen_throughput": re.compile(r"gen throughput \(token/s\): ([\d.]+)"),
-    "queue_req": re.compile(r"#queue-req: (\d+)"),
-}
-
-
-def is_ready_line(line: str) -> bool:
-    return READY_LINE in line
 
 
 def find_fatal(text: str) -> str | None:
@@ -152,27 +141,6 @@ def find_fatal(text: str) -> str | None:
             if pat.search(line):
                 return line.strip()
     return None
-
-
-def parse_decode_line(line: str) -> dict[str, float] | None:
-    """`Decode batch, #running-req: N, ... accept len: X, ... gen throughput (token/s): Z, ...`."""
-    if "Decode batch" not in line:
-        return None
-    out: dict[str, float] = {}
-    for key, pat in _DECODE_FIELDS.items():
-        m = pat.search(line)
-        if m:
-            out[key] = float(m[1])
-    return out if "gen_throughput" in out else None
-
-
-def last_decode_stats(text: str) -> dict[str, float] | None:
-    stats = None
-    for line in text.splitlines():
-        d = parse_decode_line(line)
-        if d:
-            stats = d
-    return stats
 
 
 def tail(text: str, n: int = 40) -> str:

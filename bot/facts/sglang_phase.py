@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from eaglebot.facts.sglang import READY_LINE
+
 # (line fragment, phase the server is in AFTER that line), in start-up order.
 PHASES: list[tuple[str, str]] = [
     ("server_args=ServerArgs(", "starting the scheduler processes"),
@@ -20,7 +22,7 @@ PHASES: list[tuple[str, str]] = [
     ("Capture cuda graph begin", "capturing CUDA graphs"),
     ("Capture cuda graph end", "starting the HTTP server"),
     ("Uvicorn running on", "warming up (HTTP up, /health not yet 200)"),
-    ("The server is fired up and ready to roll!", "ready"),
+    (READY_LINE, "ready"),
 ]
 NCCL_LINE = re.compile(r"\bNCCL (INFO|WARN)\b|ncclUniqueId|init_process_group", re.IGNORECASE)
 

@@ -129,20 +129,32 @@ async def snapshot(ctx: SkillContext, params: GpuParams, *, tolerance_mib: int =
     host = ctx.host_name
     # Both queries at once: each nvidia-smi call initialises NVML (~30 ms on an H200 host), and
     # the sooner cleanup has its snapshot, the sooner its kill frees the memory.
-    gpus_text, apps_text = await asyncio.gather(nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_GPUS),
-                                                nvsmi.run_nvsmi(ctx.host, ctx.vars, nvsmi.QUERY_APPS),
-                                                return_exceptions=True)
-    for failed in (gpus_text, apps_text):    # the GPU query's error first, as when they ran in turn
-        if isinstance(failed, BaseException):
-            raise failed
-    assert isinstance(gpus_text, str) and isinstance(apps_text, str)
-    rows = nvsmi.parsed("--query-gpu", host, nvsmi.parse_gpus, gpus_text)
+    rows, apps = await asyncio.gather(nvsmi.GPU_TABLE.gather(ctx.host, ctx.vars),
+                                      nvsmi.COMPUTE_APPS.gather(ctx.host, ctx.vars), return_exceptions=True)
+    if isinstance(rows, BaseException):      # the GPU query's error first, as when they ran in turn
+        raise rows
+    if isinstance(apps, BaseException):
+        raise apps
     sel = select(ctx, params, [r.index for r in rows])
     by_uuid = {r.uuid: r.index for r in rows}
+    on_selected = [a.pid for a in apps if a.gpu_uuid is not None and by_uuid.get(a.gpu_uuid) in sel]
+    infos = await proc_info(ctx.host, on_selected)
+    snap = assemble(host, sel, rows, apps, infos, tolerance_mib)
+    if snap.unexplained and use_fuser:
+        await _fuser_fallback(ctx, snap, tolerance_mib)
+    for gpu, mib in snap.unexplained.items():
+        snap.notes.append(f"GPU {gpu}: {mib} MiB used but neither nvidia-smi nor fuser names a process "
+                          f"that holds it")
+    return snap
+
+
+def assemble(host: str, sel: list[int], rows: list[nvsmi.GpuRow], apps: list[nvsmi.ComputeApp],
+             infos: dict[int, ProcInfo], tolerance_mib: int = DEFAULT_TOLERANCE_MIB) -> Snapshot:
+    """The snapshot nvidia-smi's answers and /proc make, before any fuser fallback (pure:
+    the cleanup cases in tests/fixtures/cleanup_cases are built with it from real captures)."""
+    by_uuid = {r.uuid: r.index for r in rows}
     snap = Snapshot(host, sel, {r.index: r.used_mib for r in rows if r.index in sel})
-    apps = nvsmi.parsed("--query-compute-apps", host, nvsmi.parse_compute_apps, apps_text)
     apps = [a for a in apps if a.gpu_uuid is not None and by_uuid.get(a.gpu_uuid) in sel]
-    infos = await proc_info(ctx.host, [a.pid for a in apps])
     holders: dict[int, Holder] = {}
     for a in apps:
         p = infos.get(a.pid)
@@ -158,11 +170,6 @@ async def snapshot(ctx: SkillContext, params: GpuParams, *, tolerance_mib: int =
         snap.notes.append(f"nvidia-smi lists pid {', '.join(map(str, snap.hidden_pids))}, not visible on "
                           f"{host} (another PID namespace, e.g. a container)")
     snap.unexplained = _unexplained(snap, tolerance_mib)
-    if snap.unexplained and use_fuser:
-        await _fuser_fallback(ctx, snap, tolerance_mib)
-    for gpu, mib in snap.unexplained.items():
-        snap.notes.append(f"GPU {gpu}: {mib} MiB used but neither nvidia-smi nor fuser names a process "
-                          f"that holds it")
     return snap
 
 
@@ -173,7 +180,7 @@ def _unexplained(snap: Snapshot, tolerance_mib: int) -> dict[int, int]:
 
 async def _fuser_fallback(ctx: SkillContext, snap: Snapshot, tolerance_mib: int) -> None:
     gpus = ", ".join(map(str, snap.unexplained))
-    entries, why = await nvsmi.run_fuser(ctx.host, ctx.vars)
+    entries, why = await nvsmi.FUSER.gather(ctx.host, ctx.vars)
     snap.via_fuser = True
     if why:
         snap.notes.append(f"GPU {gpus}: memory held with no visible process and {why}")

@@ -11,19 +11,15 @@ import shlex
 from eaglebot.sdk import SkillContext
 from eaglebot.facts import nvsmi
 
-GPU_QUERY = ["--query-gpu=index,memory.used,memory.total,utilization.gpu", "--format=csv,noheader,nounits"]
 PYSPY_MAX = 4
 
 
 async def gpu_lines(ctx: SkillContext) -> list[str]:
-    path = nvsmi.nvsmi_path(ctx.vars)
-    res = await ctx.host.run(nvsmi.nvsmi_command(path, GPU_QUERY), timeout=20)
-    if res.exit_status != 0 or res.timed_out:
-        return [f"GPU memory: not available ({nvsmi.explain_exit(ctx.host_name, path, res.exit_status, res.stdout, res.stderr)})"]
-    out = []
-    for row in nvsmi.split_csv(res.stdout):
-        if len(row) == 4:
-            out.append(f"GPU {row[0]}: {row[1]} / {row[2]} MiB used, utilization {row[3]} %")
+    try:
+        rows = await nvsmi.GPU_TABLE.gather(ctx.host, ctx.vars, timeout=20)
+    except nvsmi.NvsmiError as e:
+        return [f"GPU memory: not available ({e})"]
+    out = [f"GPU {r.index}: {r.used_mib} / {r.total_mib} MiB used, utilization {r.utilization} %" for r in rows]
     return out or ["GPU memory: nvidia-smi printed nothing"]
 
 

@@ -1,0 +1,176 @@
+"""What one run is made of, as the engine sees it: the request, each step's record, the
+outcome, who watches (`Observer`) and the state every step of a run shares (`RunState`).
+
+Plain data and small pure helpers; the run lifecycle is `runner`, one step is `steps`.
+"""
+from __future__ import annotations
+
+import asyncio
+import getpass
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from eaglebot.engine import templating
+from eaglebot.engine.playbook import Playbook, Step
+from eaglebot.errors import StoreError
+from eaglebot.sdk import ApprovalRequest, Metric, Regression, StepResult
+
+log = logging.getLogger("eaglebot.engine")
+
+
+@dataclass
+class RunRequest:
+    playbook: str | Playbook
+    hosts: list[str] | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+    actor: str = field(default_factory=getpass.getuser)
+    origin: str = "cli"              # cli | slack | schedule
+    dry_run: bool = False
+    assume_yes: bool = False
+    rerun_of: int | None = None
+    schedule: str | None = None
+    channel: str | None = None
+    thread_ts: str | None = None
+    text: str | None = None          # what the person typed (audited when the request is refused)
+
+
+@dataclass
+class StepRecord:
+    host: str
+    idx: int
+    section: str
+    name: str
+    skill: str
+    status: str
+    summary: str = ""
+    duration_ms: int = 0
+    attempts: int = 0
+    output_tail: str = ""
+    step_id: int | None = None
+    tolerated: bool = False  # failed under continue_on_error: a warning, not a failure
+
+
+@dataclass
+class RunOutcome:
+    """What a run did, as the engine saw it live; the front ends show a run from the audit
+    store (`eaglebot.history.view.RunView`), the one view every front end shares."""
+
+    run_id: int
+    playbook: str
+    hosts: list[str]
+    status: str
+    exit_code: int
+    steps: list[StepRecord] = field(default_factory=list)
+    metrics: list[tuple[str, Metric]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    regressions: list[Regression] = field(default_factory=list)
+    error: str | None = None
+    dry_run: bool = False
+    plan: list[str] = field(default_factory=list)
+
+
+class Observer:
+    """Receives progress. Every method is optional and must not raise into the engine."""
+
+    async def run_started(self, run_id: int, playbook: Playbook, hosts: list[str], req: RunRequest) -> None: ...
+
+    async def step_started(self, run_id: int, rec: StepRecord) -> None: ...
+
+    def step_output(self, run_id: int, rec: StepRecord, line: str) -> None: ...
+
+    async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None: ...
+
+    async def step_heartbeat(self, run_id: int, rec: StepRecord, elapsed_s: float, last_line: str) -> None: ...
+
+    async def run_finished(self, outcome: RunOutcome) -> None: ...
+
+
+Approver = Callable[[ApprovalRequest], Awaitable[tuple[bool, str]]]
+
+
+async def safe(coro_or_none: Awaitable[None] | None) -> None:
+    if coro_or_none is None:
+        return
+    try:
+        await coro_or_none
+    except Exception:  # an observer (Slack, terminal) never fails a run
+        log.exception("observer failed")
+
+
+@dataclass
+class Prepared:
+    playbook: Playbook
+    hosts: list[str]
+    inputs: dict[str, Any]
+
+
+@dataclass
+class RunState:
+    """What every step of one run shares: the request, who watches, who approves, the
+    run's cancellation and the outcome being built."""
+
+    run_id: int
+    req: RunRequest
+    playbook: Playbook
+    observer: Observer
+    approver: Approver | None
+    cancel: asyncio.Event
+    outcome: RunOutcome
+    store_error: str | None = None  # the audit store failed mid-run: the run fails, `always` still runs
+
+    def store_failed(self, e: StoreError) -> None:
+        if self.store_error is None:
+            self.store_error = str(e)
+            log.error("run #%s: %s; the run stops here, its always-steps still run (they may not be recorded)",
+                      self.run_id, e)
+
+    def conclude(self) -> None:
+        """The run's status and exit code from its steps (DESIGN.md: 1 wins over 3)."""
+        o = self.outcome
+        failed = [s for s in o.steps if s.status == "failed" and not s.tolerated]
+        if self.store_error is not None:
+            o.status, o.exit_code = "failed", 1
+            o.error = o.error or f"the audit store failed: {self.store_error}"
+        elif self.cancel.is_set():
+            o.status, o.exit_code = "cancelled", 1
+        elif failed:
+            o.status, o.exit_code = "failed", 1
+            o.error = o.error or f"{failed[0].host}: {failed[0].name}: {failed[0].summary}"
+        else:
+            o.status = "succeeded"
+            o.exit_code = 3 if any(r.kind == "regression" for r in o.regressions) else 0
+
+
+
+@dataclass(frozen=True)
+class StepSlot:
+    """Where a step runs: its host, its index in the run (`steps.idx`) and its section."""
+
+    host: str
+    idx: int
+    section: str
+    step: Step
+
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.,/-]{0,127}$")
+
+
+def plain_name(name: str) -> str:
+    """A run, host or input name as stored or echoed: as given when it is a plain name, else
+    a placeholder (a name is never a vehicle for control characters, markup or a bomb)."""
+    return name if _PLAIN.match(name) else "(invalid name)"
+
+
+def jsonable(v: object) -> object:
+    """A value as the audit store keeps it: JSON types only, unresolved variables left out."""
+    if templating.is_unresolved(v):
+        return None
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items() if not templating.is_unresolved(x)}
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x) for x in v]
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    return str(v)  # a Path, a datetime, …

@@ -1,0 +1,63 @@
+"""The skills shipped in `eaglebot.skills`, each held to the `Skill` protocol by mypy.
+
+One typed line per skill: `Skill[m.Params]` ties the module's `run` to its own `Params`,
+so a shipped skill with a wrong `run` or `Params` fails scripts/check-arch.sh, not a run.
+A new skill module goes here too (tests/test_plugins.py checks that none is missing).
+"""
+from __future__ import annotations
+
+from eaglebot.sdk import AnySkill, Skill
+from eaglebot.skills import (
+    audit_note,
+    bench_compare,
+    bench_serving,
+    config_patch,
+    config_revert,
+    gpu_cleanup,
+    gpu_health,
+    gpu_processes,
+    gpu_verify,
+    metric_record,
+    pycache_clear,
+    server_launch,
+    server_logs,
+    server_stop,
+    shell,
+    wait,
+)
+
+_audit_note: Skill[audit_note.Params] = audit_note
+_bench_compare: Skill[bench_compare.Params] = bench_compare
+_bench_serving: Skill[bench_serving.Params] = bench_serving
+_config_patch: Skill[config_patch.Params] = config_patch
+_config_revert: Skill[config_revert.Params] = config_revert
+_gpu_cleanup: Skill[gpu_cleanup.Params] = gpu_cleanup
+_gpu_health: Skill[gpu_health.Params] = gpu_health
+_gpu_processes: Skill[gpu_processes.Params] = gpu_processes
+_gpu_verify: Skill[gpu_verify.Params] = gpu_verify
+_metric_record: Skill[metric_record.Params] = metric_record
+_pycache_clear: Skill[pycache_clear.Params] = pycache_clear
+_server_launch: Skill[server_launch.Params] = server_launch
+_server_logs: Skill[server_logs.Params] = server_logs
+_server_stop: Skill[server_stop.Params] = server_stop
+_shell: Skill[shell.Params] = shell
+_wait: Skill[wait.Params] = wait
+
+SHIPPED: tuple[AnySkill, ...] = (
+    _audit_note,
+    _bench_compare,
+    _bench_serving,
+    _config_patch,
+    _config_revert,
+    _gpu_cleanup,
+    _gpu_health,
+    _gpu_processes,
+    _gpu_verify,
+    _metric_record,
+    _pycache_clear,
+    _server_launch,
+    _server_logs,
+    _server_stop,
+    _shell,
+    _wait,
+)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import (
@@ -34,6 +34,9 @@ from eaglebot.store.rows import (
     ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
+
+if TYPE_CHECKING:
+    from eaglebot.sdk import FileChange, Metric, Regression
 
 T = TypeVar("T")
 

@@ -53,20 +53,3 @@ _.SIMULATED
 # The simulator's knobs (sim/gpu_state.py): the tests set them to stage a sick or busy GPU;
 # docs/skills.md lists them.
 _.set_residual, _.set_exit_code, _.set_health, _.set_unknown_fields, _.set_kernel_log, _.memory_used
-
-# ---------------------------------------------------------------------------------------------
-# TO BE REMOVED BY THE INTEGRATOR: findings outside the CLI/docs part of issue 18, left for the
-# parts that own them (either they delete the code or it is used once their work lands). Each
-# line names where vulture finds it; delete the line together with the code.
-_.node_depth             # engine/limits.py
-_.QUERY_UUIDS            # facts/nvsmi.py
-_.parse_uuid_map         # facts/nvsmi.py (used by tests only)
-_.parse_watch            # facts/nvsmi_watch.py (used by tests only)
-_.is_ready_line          # facts/sglang.py (used by tests only)
-_.last_decode_stats      # facts/sglang.py (used by tests only)
-_.edits                  # frontends/slack/app.py (UpdateCoalescer counts edits nobody reads)
-_.output_tok_s           # sim/sglang_pkg/sglang/_perf_model.py
-_.total_requests         # sim/sglang_pkg/sglang/launch_server.py (assigned, never read)
-_.selected               # skills/lib/gpu.py (Snapshot.selected, never read)
-_.is_store_failure       # store/failures.py
-_.first_broken           # store/verify.py (the property; --json builds the key itself)

@@ -57,7 +57,13 @@ def test_the_watch_stops_at_the_first_free_round_of_the_simulated_nvidia_smi(tmp
 
 
 def test_parse_watch_keeps_the_last_complete_round():
-    from eaglebot.facts.nvsmi_watch import parse_watch
+    from eaglebot.facts.nvsmi_watch import Watch
+
+    def parse_watch(text: str, gpus: list[int], max_used_mib: int) -> Watch:
+        w = Watch(gpus, max_used_mib)
+        for line in text.splitlines():
+            w.feed(line)
+        return w
 
     w = parse_watch("EAGLE-WATCH-PID 42\n0, 900\n1, 800\n0, 100\n1, 20\n0, 5\n", [0, 1], 64)
     assert (w.pid, w.freed, w.last, w.rounds) == (42, False, {0: 100, 1: 20}, 2)

@@ -11,11 +11,13 @@ reason) until then.
 """
 from __future__ import annotations
 
+import contextvars
+
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
 from eaglebot.errors import EagleError
-from eaglebot.store import AsyncStore
+from eaglebot.store.protocol_async import AsyncStoreProtocol
 from eaglebot.transport.base import CURRENT, StepProcs
 
 log = logging.getLogger("eaglebot.engine")
@@ -29,7 +31,8 @@ class _Ends(Protocol):
     async def leftovers(self, tag: str, pgids: list[int]) -> tuple[int, str]: ...
 
 
-def begin(store: AsyncStore, run_id: int, step_id: int | None) -> tuple[StepProcs, Any]:
+def begin(store: AsyncStoreProtocol, run_id: int,
+          step_id: int | None) -> tuple[StepProcs, contextvars.Token[StepProcs | None]]:
     """Make the step's tag (`<db_id>-<run>-<step>`: derivable from the step row, so nothing
     is written per step) the current one; the skill's task inherits it. A step whose row a
     failing store did not take gets a random tag: its processes are still stopped on
@@ -43,7 +46,8 @@ def begin(store: AsyncStore, run_id: int, step_id: int | None) -> tuple[StepProc
     return sp, CURRENT.set(sp)
 
 
-async def end(store: AsyncStore, sp: StepProcs, token: Any, run_id: int, step_id: int | None,
+async def end(store: AsyncStoreProtocol, sp: StepProcs, token: contextvars.Token[StepProcs | None], run_id: int,
+              step_id: int | None,
               host: str, transport: _Ends | None = None) -> str:
     """Stop what the step left running (its process groups, the sessions they lead and every
     process with its tag: a background job never outlives its step, nor writes into the next
@@ -77,7 +81,7 @@ def summary_note(sp: StepProcs | None, default: str, prefix: str) -> str:
     return default
 
 
-async def clear_pending(store: AsyncStore, transport: _Cleans, run_id: int, host: str) -> list[str]:
+async def clear_pending(store: AsyncStoreProtocol, transport: _Cleans, run_id: int, host: str) -> list[str]:
     """Stop what earlier runs left on `host` (crash, unreachable host); one message each."""
     msgs: list[str] = []
     for row in await store.pending_procs(host):

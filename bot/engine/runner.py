@@ -24,7 +24,7 @@ from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.steps import StepRunner
 from eaglebot.sdk import Regression
-from eaglebot.store import AsyncStore
+from eaglebot.store.protocol_async import AsyncStoreProtocol
 from eaglebot.transport import TransportPool
 from eaglebot.transport.base import RUN
 
@@ -48,7 +48,7 @@ def takes_locks(pb: Playbook, registry: SkillRegistry) -> bool:
 
 
 class Engine(StepRunner):
-    def __init__(self, settings: Settings, store: AsyncStore, pool: TransportPool | None = None,
+    def __init__(self, settings: Settings, store: AsyncStoreProtocol, pool: TransportPool | None = None,
                  *, redactor: Redactor | None = None, registry: SkillRegistry | None = None):
         self.settings = settings
         self.registry = registry if registry is not None else SkillRegistry.from_settings(settings)

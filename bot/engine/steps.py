@@ -23,7 +23,7 @@ from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.errors import StoreError
 from eaglebot.sdk import AnySkill, ApprovalRequest, SkillContext, StepResult
-from eaglebot.store import AsyncStore
+from eaglebot.store.protocol_async import AsyncStoreProtocol
 from eaglebot.transport import TransportPool
 
 log = logging.getLogger("eaglebot.engine")
@@ -35,7 +35,7 @@ T = TypeVar("T")
 class StepRunner:
     settings: Settings
     registry: SkillRegistry
-    store: AsyncStore
+    store: AsyncStoreProtocol
     pool: TransportPool
     redactor: Redactor
     heartbeat_s: float

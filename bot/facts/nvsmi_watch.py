@@ -54,11 +54,3 @@ class Watch:
                 if all(self.last[g] <= self.max_used_mib for g in self.gpus):
                     self.freed = True
         return self.freed
-
-
-def parse_watch(text: str, gpus: list[int], max_used_mib: int) -> Watch:
-    """The watch state after all of `text` (tests, and a transport that does not stream)."""
-    w = Watch(gpus, max_used_mib)
-    for line in text.splitlines():
-        w.feed(line)
-    return w

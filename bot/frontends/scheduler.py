@@ -21,8 +21,7 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Coroutine, Mapping, Protocol, overload
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import Any, Coroutine, Mapping, Protocol
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -38,7 +37,9 @@ from eaglebot.frontends.format import fmt_time, table
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import RunView
 from eaglebot.sdk import StepResult
-from eaglebot.store import AsyncStore, Store, now_iso, parse_iso
+from eaglebot.store import Store, now_iso, parse_iso
+from eaglebot.store.protocol import StoreProtocol
+from eaglebot.store.protocol_async import AsyncStoreProtocol
 
 log = logging.getLogger("eaglebot.scheduler")
 
@@ -55,7 +56,7 @@ class Hooks(Protocol):
 
 # -- listing -----------------------------------------------------------------------------
 
-def schedule_rows(settings: Settings, store_sync: Store, now: datetime | None = None) -> list[dict[str, Any]]:
+def schedule_rows(settings: Settings, store_sync: StoreProtocol, now: datetime | None = None) -> list[dict[str, Any]]:
     """One dict per configured schedule: name, playbook, hosts, cron, timezone, next_fire
     (ISO 8601 UTC or None), last_run_id, last_status."""
     now = now or datetime.now(timezone.utc)
@@ -179,7 +180,7 @@ class Scheduler:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
-    def store(self) -> AsyncStore:
+    def store(self) -> AsyncStoreProtocol:
         return self.services.store
 
     def _channel(self, cfg: ScheduleConfig) -> str | None:

@@ -8,13 +8,14 @@ from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import Engine
 from eaglebot.store import AsyncStore
+from eaglebot.store.protocol_async import AsyncStoreProtocol
 from eaglebot.transport import TransportPool
 
 
 @dataclass
 class Services:
     settings: Settings
-    store: AsyncStore
+    store: AsyncStoreProtocol
     pool: TransportPool
     engine: Engine
     redactor: Redactor

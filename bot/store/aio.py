@@ -24,6 +24,7 @@ from eaglebot.store.rows import (
 from eaglebot.store.sealing import AuditKey
 
 if TYPE_CHECKING:
+    from eaglebot.sdk import FileChange, Metric, Regression
     from eaglebot.store.protocol import StoreProtocol
     from eaglebot.store.protocol_async import AsyncStoreProtocol
 
@@ -134,8 +135,8 @@ class AsyncStore:
 
     async def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
             duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
-            metrics: list[Any] | None = None, changes: list[Any] | None = None,
-            warnings: list[str] | None = None, regressions: list[Any] | None = None,
+            metrics: list[Metric] | None = None, changes: list[FileChange] | None = None,
+            warnings: list[str] | None = None, regressions: list[Regression] | None = None,
             output: str | None = None, output_bytes: int | None = None, output_sha256: str | None = None,
             output_file: str | None = None) -> None:
         """The step's final row: `output` (when given) replaces the stored output; the whole"""
@@ -148,7 +149,7 @@ class AsyncStore:
         """Steps of a finished run still marked `running` (their end was not recorded) become failed."""
         return await self._do(self.sync.close_open_steps, run_id, summary)
 
-    async def add_regression(self, run_id: int, r: Any, *, host: str = "", commit: bool = True) -> None:
+    async def add_regression(self, run_id: int, r: Regression, *, host: str = "", commit: bool = True) -> None:
         """A regression (or a note of kind other than `regression`) found by the history check;"""
         return await self._do(self.sync.add_regression, run_id, r, host=host, commit=commit)
 

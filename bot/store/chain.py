@@ -41,7 +41,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from typing import Any
 
 from eaglebot.store.sealing import Sealer, seal_mac
 

@@ -6,15 +6,14 @@ methods awaited (the bot; `AsyncStore`). Rows come back as the TypedDicts of sto
 with the same keys whatever the backend. mypy checks that `Store` and `AsyncStore` satisfy
 them (store/aio.py); tests/store_contract.py checks the behaviour any backend must have.
 
-Writes take the records the engine builds (`metrics`, `changes`, `regressions`: objects
-with the attributes of eaglebot.sdk's Metric, Change and Regression), typed `Any` here
-because the store sits below the layer that defines them.
+Writes take the records the engine builds: eaglebot.sdk's Metric, FileChange and Regression
+(the sdk is below the store; imported for the types only, so reading the store loads no pydantic).
 """
 from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HostStepRow,
@@ -22,6 +21,9 @@ from eaglebot.store.rows import (
     ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
+
+if TYPE_CHECKING:  # the engine's records (the sdk loads pydantic: `eagle history` does not)
+    from eaglebot.sdk import FileChange, Metric, Regression
 
 
 class StoreProtocol(Protocol):
@@ -115,8 +117,8 @@ class StoreProtocol(Protocol):
 
     def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
                       duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
-                      metrics: list[Any] | None = None, changes: list[Any] | None = None,
-                      warnings: list[str] | None = None, regressions: list[Any] | None = None,
+                      metrics: list[Metric] | None = None, changes: list[FileChange] | None = None,
+                      warnings: list[str] | None = None, regressions: list[Regression] | None = None,
                       output: str | None = None, output_bytes: int | None = None,
                       output_sha256: str | None = None, output_file: str | None = None) -> None:
         """The step's final row: `output` (when given) replaces the stored output; the whole
@@ -127,7 +129,7 @@ class StoreProtocol(Protocol):
         """Steps of a finished run still marked `running` (their end was not recorded) become failed."""
         ...
 
-    def add_regression(self, run_id: int, r: Any, *, host: str = "", commit: bool = True) -> None:
+    def add_regression(self, run_id: int, r: Regression, *, host: str = "", commit: bool = True) -> None:
         """A regression (or a note of kind other than `regression`) found by the history check;
         `commit=False` writes inside the caller's open transaction."""
         ...

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import (
@@ -16,6 +16,9 @@ from eaglebot.store.rows import (
     ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
+
+if TYPE_CHECKING:
+    from eaglebot.sdk import FileChange, Metric, Regression
 
 T = TypeVar("T")
 
@@ -108,8 +111,8 @@ class AsyncStoreProtocol(Protocol):
 
     async def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
             duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
-            metrics: list[Any] | None = None, changes: list[Any] | None = None,
-            warnings: list[str] | None = None, regressions: list[Any] | None = None,
+            metrics: list[Metric] | None = None, changes: list[FileChange] | None = None,
+            warnings: list[str] | None = None, regressions: list[Regression] | None = None,
             output: str | None = None, output_bytes: int | None = None, output_sha256: str | None = None,
             output_file: str | None = None) -> None:
         """The step's final row: `output` (when given) replaces the stored output; the whole"""
@@ -119,7 +122,7 @@ class AsyncStoreProtocol(Protocol):
         """Steps of a finished run still marked `running` (their end was not recorded) become failed."""
         ...
 
-    async def add_regression(self, run_id: int, r: Any, *, host: str = "", commit: bool = True) -> None:
+    async def add_regression(self, run_id: int, r: Regression, *, host: str = "", commit: bool = True) -> None:
         """A regression (or a note of kind other than `regression`) found by the history check;"""
         ...
 

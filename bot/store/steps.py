@@ -7,10 +7,13 @@ they stay plain SQL, one statement each, with no table introspection.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eaglebot.store.base import StoreBase, first, insert, now_iso, rowid, rows, to_json
 from eaglebot.store.rows import ChangeRow, MetricRow, RegressionRow, StepRow, WarningRow
+
+if TYPE_CHECKING:
+    from eaglebot.sdk import FileChange, Metric, Regression
 
 FREE_PAGES_KEPT = 64  # free pages (of 4 KiB) a DB keeps for reuse before giving them back
 _REGRESSION_SQL = ("insert into regressions (run_id, host, metric, value, reference, delta_pct, reason, kind) "
@@ -42,8 +45,8 @@ class StepsMixin(StoreBase):
 
     def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
                       duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
-                      metrics: list[Any] | None = None, changes: list[Any] | None = None,
-                      warnings: list[str] | None = None, regressions: list[Any] | None = None,
+                      metrics: list[Metric] | None = None, changes: list[FileChange] | None = None,
+                      warnings: list[str] | None = None, regressions: list[Regression] | None = None,
                       output: str | None = None, output_bytes: int | None = None,
                       output_sha256: str | None = None, output_file: str | None = None) -> None:
         """The step's final row: `output` (when given) replaces the stored output; the whole
@@ -95,7 +98,7 @@ class StepsMixin(StoreBase):
                 "where run_id = ? and status = 'running'", [now_iso(), summary, summary, run_id])
             return cur.rowcount
 
-    def add_regression(self, run_id: int, r: Any, *, host: str = "", commit: bool = True) -> None:
+    def add_regression(self, run_id: int, r: Regression, *, host: str = "", commit: bool = True) -> None:
         """A regression (or a note of kind other than `regression`) found by the history check;
         `commit=False` writes inside the caller's open transaction."""
         if commit:
@@ -139,5 +142,5 @@ class StepsMixin(StoreBase):
         return first(self.db, ChangeRow, sql + " order by id desc limit 1", args)
 
 
-def _regression_args(run_id: int, r: Any, host: str) -> list[Any]:
+def _regression_args(run_id: int, r: Regression, host: str) -> list[Any]:
     return [run_id, r.host or host, r.metric, r.value, r.reference, r.delta_pct, r.reason, r.kind]

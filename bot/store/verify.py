@@ -69,10 +69,6 @@ class Report:
     schema_version: int | None = None
     seals: Seals = field(default_factory=Seals)
 
-    @property
-    def first_broken(self) -> Problem | None:
-        return self.problems[0] if self.problems else None
-
     def to_json(self) -> dict[str, Any]:
         def one(p: Problem) -> dict[str, Any]:
             return {**asdict(p), "id": p.row_id, "message": p.line()}  # id: the row's rowid (= its id)

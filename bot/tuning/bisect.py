@@ -39,8 +39,8 @@ _NOT_APPLIED_FLAGS = ("--port", "--host")
 class Candidate:
     kind: str      # config | launch | env
     key: str
-    good: Any
-    bad: Any
+    good: object   # the value in GOOD's run (a JSON value: a config key, a flag, a variable)
+    bad: object
     path: str = ""
 
     @property
@@ -70,7 +70,7 @@ def point_inputs(cands: list[Candidate], applied: set[int], sg: dict[str, Any], 
         if c.kind == "launch":
             if value is None:
                 flags.pop(c.key, None)
-            else:
+            elif isinstance(value, (str, bool, list)):   # what launch_flags gives: a value, values, a switch
                 flags[c.key] = value
         elif c.kind == "env":
             if value is None:

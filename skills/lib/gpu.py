@@ -36,7 +36,7 @@ class GpuParams(SkillParams):
 
     @field_validator("gpus", mode="before")
     @classmethod
-    def _gpus(cls, v: Any) -> list[int] | None:
+    def _gpus(cls, v: int | str | list[int] | None) -> list[int] | None:
         return nvsmi.parse_gpu_selection(v)
 
 

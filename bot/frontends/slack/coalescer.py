@@ -33,7 +33,6 @@ class UpdateCoalescer:
         self._waiters: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.edits = 0
 
     def posted(self, channel: str, ts: str) -> None:
         """A message was just posted: its first edit waits a full interval."""
@@ -79,7 +78,6 @@ class UpdateCoalescer:
             self._sent.append(now)
             try:
                 await self.client.chat_update(channel=key[0], ts=key[1], text=text, blocks=blocks)
-                self.edits += 1
             except Exception as e:  # Slack down: the audit store has it all
                 log.warning("chat.update %s failed: %s", key, slack_error(e))
             if key not in self._pending:

@@ -89,11 +89,6 @@ def settings_from_env(steps: int | None, topk: int | None, draft_tokens: int | N
                     noise_pct=float(os.environ.get("EAGLE_SIM_NOISE_PCT", "1.0") or 0))
 
 
-def output_tok_s(s: Settings) -> float:
-    """Decode tokens per second of one request (SIMULATED)."""
-    return accept_length(s) / step_s(s) * noise_factor(s)
-
-
 def ttft_s(s: Settings, input_len: int) -> float:
     """Prefill of the target, plus the draft's own prefill and first speculative step."""
     t = 0.012 + 0.00002 * input_len

@@ -128,7 +128,6 @@ class Server:
         self.lock = threading.Lock()
         self.decode_steps = 0
         self.accepted_tokens = 0
-        self.total_requests = 0
         self.generate_calls = 0
         self.last_decode_log = 0.0
         self.children: list[subprocess.Popen[bytes]] = []
@@ -180,7 +179,6 @@ class Server:
         e2e = ttft + max(0, out_len - 1) * itl
         time.sleep(min(0.05, e2e * self.time_scale))
         with self.lock:
-            self.total_requests += 1
             self.decode_steps += verify_ct
             self.accepted_tokens += max(0, out_len - 1)
             steps, acc = self.decode_steps, self.accepted_tokens

@@ -21,7 +21,6 @@ from eaglebot.errors import StepFailed
 from eaglebot.sdk import Host
 
 # eagle doctor's query (the GPU skills gather the facts at the end of this module).
-QUERY_NAMES = ["--query-gpu=index,name", "--format=csv,noheader"]
 NVSMI_TIMEOUT_S = 30.0
 
 
@@ -360,4 +359,5 @@ GPU_MEMORY = NvsmiFact(("--query-gpu=index,memory.used", "--format=csv,noheader,
                        "--query-gpu")
 COMPUTE_APPS = NvsmiFact(("--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits"),
                          parse_compute_apps, "--query-compute-apps")
+GPU_NAMES = NvsmiFact(("--query-gpu=index,name", "--format=csv,noheader"), parse_gpu_names, "--query-gpu")
 FUSER = FuserFact()

@@ -44,11 +44,10 @@ class Check:
 
 
 async def check_nvidia_smi(name: str, cfg: HostConfig, host: Host) -> Check:
-    """Run the GPU skills' nvidia-smi query on the host and parse it as they do."""
+    """Ask nvidia-smi on the host which GPUs it sees (the GPU_NAMES fact), as a skill would."""
     check = f"host {name} nvidia-smi"
     try:
-        text = await nvsmi.run_nvsmi(host, cfg.vars, nvsmi.QUERY_NAMES, timeout=HOST_TIMEOUT_S)
-        gpus = nvsmi.parsed("--query-gpu", name, nvsmi.parse_gpu_names, text)
+        gpus = await nvsmi.GPU_NAMES.gather(host, cfg.vars, timeout=HOST_TIMEOUT_S)
     except nvsmi.NvsmiError as e:
         return Check(check, False, str(e))
     models = ", ".join(f"{n} x {model}" for model, n in Counter(gpus.values()).items())

@@ -25,6 +25,7 @@ from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.steps import StepRunner
 from eaglebot.sdk import Regression
 from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.rows import NewRun
 from eaglebot.transport import TransportPool
 from eaglebot.transport.base import RUN
 
@@ -125,7 +126,7 @@ class Engine(StepRunner):
 
     async def _create(self, req: RunRequest, prep: Prepared, lock: list[str]) -> int:
         pb = prep.playbook
-        return await self.store.start_run(lock, dict(
+        return await self.store.start_run(lock, NewRun(
             playbook=pb.name, hosts=prep.hosts, inputs=self.redactor.obj(prep.inputs),
             variables={}, actor=req.actor, origin=req.origin, dry_run=req.dry_run,
             rerun_of=req.rerun_of, schedule=req.schedule, channel=req.channel,

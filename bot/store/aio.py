@@ -18,7 +18,7 @@ from eaglebot.store.base import store_error
 from eaglebot.store.db import Store
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HostStepRow,
-    IncidentRow, LockRow, MetricPoint, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
+    IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
     ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
@@ -311,7 +311,7 @@ class AsyncStore:
         """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
         return await self._do(self.sync.recover)
 
-    async def start_run(self, lock: list[str], run: dict[str, Any]) -> int:
+    async def start_run(self, lock: list[str], run: NewRun) -> int:
         """Create the run row and lock `lock` in one transaction: a busy host raises HostBusy"""
         return await self._do(self.sync.start_run, lock, run)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from eaglebot.errors import HostBusy
 from eaglebot.store.base import MY_START, StoreBase, now_iso, owner_alive, rowid, rows, store_error, to_json
-from eaglebot.store.rows import LockRow, RemoteProcRow
+from eaglebot.store.rows import LockRow, NewRun, RemoteProcRow
 from eaglebot.store.runs import insert_run
 
 
@@ -71,7 +71,7 @@ class LocksMixin(StoreBase):
             self.db.conn.execute("insert or replace into locks (host, run_id, pid, hostname, proc_start, acquired_at) "
                          "values (?,?,?,?,?,?)", [h, run_id, os.getpid(), socket.gethostname(), MY_START, now_iso()])
 
-    def start_run(self, lock: list[str], run: dict[str, Any]) -> int:
+    def start_run(self, lock: list[str], run: NewRun) -> int:
         """Create the run row and lock `lock` in one transaction: a busy host raises HostBusy
         and leaves no run row behind (a refused request is an event, not a run)."""
         with self._tx():

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HostStepRow,
-    IncidentRow, LockRow, MetricPoint, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
+    IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
     ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
@@ -301,7 +301,7 @@ class StoreProtocol(Protocol):
         """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
         ...
 
-    def start_run(self, lock: list[str], run: dict[str, Any]) -> int:
+    def start_run(self, lock: list[str], run: NewRun) -> int:
         """Create the run row and lock `lock` in one transaction: a busy host raises HostBusy
         and leaves no run row behind (a refused request is an event, not a run)."""
         ...

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HostStepRow,
-    IncidentRow, LockRow, MetricPoint, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
+    IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
     ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
@@ -281,7 +281,7 @@ class AsyncStoreProtocol(Protocol):
         """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
         ...
 
-    async def start_run(self, lock: list[str], run: dict[str, Any]) -> int:
+    async def start_run(self, lock: list[str], run: NewRun) -> int:
         """Create the run row and lock `lock` in one transaction: a busy host raises HostBusy"""
         ...
 

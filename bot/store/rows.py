@@ -7,7 +7,24 @@ it). Columns are nullable where the schema lets them be; the JSON columns of `ru
 """
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, Required, TypedDict
+
+
+class NewRun(TypedDict, total=False):
+    """A run to create (`start_run`): who asked, for what, from where; the rest is the store's."""
+    playbook: Required[str]
+    hosts: Required[list[str]]
+    inputs: Required[dict[str, Any]]
+    variables: Required[dict[str, Any]]
+    actor: Required[str]
+    origin: Required[str]
+    dry_run: bool
+    rerun_of: int | None
+    schedule: str | None
+    channel: str | None
+    thread_ts: str | None
+    source: str | None
+    status: str
 
 
 class RunRow(TypedDict):

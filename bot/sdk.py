@@ -138,6 +138,9 @@ class StepResult:
     warnings: list[str] = field(default_factory=list)
     regressions: list[Regression] = field(default_factory=list)
     output: str = ""  # evidence kept with the step (log tail, process table)
+    # The step refused what it was asked before changing anything (SGLang's parser refuses a launch
+    # argument): a failed run whose failures are all refusals exits 2, as invalid input does.
+    usage: bool = False
 
     @classmethod
     def ok(cls, summary: str = "", **kw: Any) -> "StepResult":

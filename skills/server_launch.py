@@ -55,7 +55,7 @@ from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import ports, procs, sglang, sglang_args, sglang_phase
-from eaglebot.skills.lib import processes, server, stall
+from eaglebot.skills.lib import launch_check, processes, server, stall
 
 NAME = "server.launch"
 _LOG_MARK = "--EAGLE-LOG-7f3a--\n"
@@ -80,6 +80,9 @@ class Params(SkillParams):
     poll_interval_s: float = Field(1.0, gt=0, le=60, description="seconds between readiness polls")
     stall_s: float = Field(180.0, gt=0, description="fail when neither a new log line nor a healthy /health "
                                                     "appeared for this long (the start-up hangs)")
+    check_only: bool = Field(False, description="only check the launch (SGLang's own parser, the speculative "
+                                                "rules, the model folders), start nothing: run it before "
+                                                "server.stop so a refused launch leaves the old server serving")
 
 
 def build_args(p: Params) -> tuple[list[str], str | None]:
@@ -88,10 +91,6 @@ def build_args(p: Params) -> tuple[list[str], str | None]:
     for flag in ("--port", "--host"):
         if flag in given:
             return [], f"pass the {flag[2:]} as the `{flag[2:]}` parameter, not in args"
-    for flag, use in sglang_args.REMOVED_FLAGS.items():
-        if any(a == flag or a.startswith(flag + "=") for a in p.args):
-            return [], (f"{flag} no longer exists in SGLang {sglang.SGLANG_VERSION} "
-                        f"(argparse calls it ambiguous); use {use}")
     out: list[str] = []
     structured = [("--model-path", p.model), ("--speculative-algorithm", p.spec_algorithm),
                   ("--speculative-draft-model-path", p.draft), ("--speculative-num-steps", p.spec_steps),
@@ -159,7 +158,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     # -- pre-flight: speculative flags
     spec = sglang.resolve_from_args(launch_args, arch)
     if spec.error:
-        raise StepFailed(f"{spec.error_reason} (refused before launching)")
+        raise StepFailed(f"{spec.error_reason} (refused before launching)", usage=True)
     for key, (asked, eff) in spec.adjusted.items():
         warnings.append(f"{key}={asked} will be silently changed to {eff} by SGLang: "
                         f"{sglang.DRAFT_TOKENS_WARNING} (speculative_num_steps="
@@ -167,6 +166,19 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if spec.auto_chosen:
         ctx.log(f"speculative steps/topk/draft tokens not set: SGLang picks ({spec.num_steps}, {spec.topk}, "
                 f"{spec.num_draft_tokens}) for target architecture {arch or 'unknown'}")
+    # -- pre-flight: SGLang's own parser (the host's, else the captured table of its version)
+    verdict = await launch_check.check(ctx, params.python, launch_args)
+    if verdict.kind == "refused":
+        raise StepFailed(f"SGLang ({verdict.source}) refuses the launch arguments: {verdict.message} "
+                         f"(refused before anything was stopped or started)", warnings=warnings, usage=True,
+                         data={"launch_args": launch_args, "checked_by": verdict.source})
+    if verdict.kind == "unavailable":
+        warnings.append(f"launch arguments not checked by SGLang's parser: {verdict.message}")
+    if params.check_only:
+        by = f"SGLang {verdict.version or '?'} ({verdict.source})" if verdict.kind == "ok" else "eaglebot's rules only"
+        return StepResult.ok(f"launch arguments accepted by {by}; nothing started", warnings=warnings,
+                             data={"launch_args": launch_args, "effective": spec.effective(),
+                                   "checked_by": verdict.source if verdict.kind == "ok" else None})
     # -- pre-flight: port and a previous launch
     lis = await ports.listeners(ctx.host, port)
     if lis.busy:

@@ -50,6 +50,7 @@ class StepRecord:
     output_tail: str = ""
     step_id: int | None = None
     tolerated: bool = False  # failed under continue_on_error: a warning, not a failure
+    usage: bool = False      # failed refusing its input before changing anything (StepResult.usage)
 
 
 @dataclass
@@ -136,7 +137,7 @@ class RunState:
         elif self.cancel.is_set():
             o.status, o.exit_code = "cancelled", 1
         elif failed:
-            o.status, o.exit_code = "failed", 1
+            o.status, o.exit_code = "failed", (2 if all(s.usage for s in failed) else 1)
             o.error = o.error or f"{failed[0].host}: {failed[0].name}: {failed[0].summary}"
         else:
             o.status = "succeeded"

@@ -174,6 +174,7 @@ class StepRunner:
             log.error("%s: step %r ended %s but could not be recorded: %s", host, label, result.status,
                       run.store_error)
         rec.status, rec.summary, rec.duration_ms, rec.attempts = result.status, result.summary, duration_ms, attempts
+        rec.usage = result.usage and result.status == "failed"
         rec.output_tail = out.tail(30) if not result.output else result.output[-4000:]
         run.outcome.metrics.extend((host, m) for m in result.metrics)
         run.outcome.warnings.extend(f"{host}: {w}" for w in result.warnings)

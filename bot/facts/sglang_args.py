@@ -11,7 +11,6 @@ from typing import Any
 
 # argparse accepts unambiguous prefixes; these are the spellings we recognise.
 FLAG_ALIASES = {"--model": "--model-path", "--tp": "--tp-size", "--dp": "--dp-size"}
-REMOVED_FLAGS = {"--cuda-graph-max-bs": "--cuda-graph-max-bs-decode / --cuda-graph-max-bs-prefill"}
 
 
 def flag_values(args: list[str]) -> dict[str, str | None]:

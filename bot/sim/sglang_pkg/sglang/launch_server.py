@@ -32,67 +32,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
     from ._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids, log, read_json,
                              resolve_speculative, visible_gpus)
+    from .srt.server_args import ServerArgs
 else:
     from sglang._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids,
                                    log, read_json, resolve_speculative, visible_gpus)
+    from sglang.srt.server_args import ServerArgs
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """SGLang 0.5.23's own launch parser, built from the captured table (sglang/srt/server_args.py)."""
     p = argparse.ArgumentParser(prog="launch_server.py")
-    a = p.add_argument
-    a("--model-path", "--model", dest="model_path", type=str, required=True)
-    a("--tokenizer-path", type=str)
-    a("--tokenizer-mode", type=str, default="auto")
-    a("--revision", type=str)
-    a("--load-format", type=str, default="auto")
-    a("--trust-remote-code", action="store_true")
-    a("--dtype", type=str, default="auto")
-    a("--kv-cache-dtype", type=str, default="auto")
-    a("--quantization", type=str)
-    a("--context-length", type=int)
-    a("--device", type=str)
-    a("--served-model-name", type=str)
-    a("--host", type=str, default="127.0.0.1")
-    a("--port", type=int, default=30000)
-    a("--skip-server-warmup", action="store_true")
-    a("--api-key", type=str)
-    a("--mem-fraction-static", type=float)
-    a("--max-running-requests", type=int)
-    a("--max-total-tokens", type=int)
-    a("--chunked-prefill-size", type=int)
-    a("--max-prefill-tokens", type=int, default=16384)
-    a("--schedule-policy", type=str, default="fcfs")
-    a("--page-size", type=int, default=1)
-    a("--tp-size", "--tp", dest="tp_size", type=int, default=1)
-    a("--dp-size", "--dp", dest="dp_size", type=int, default=1)
-    a("--ep-size", "--ep", dest="ep_size", type=int, default=1)
-    a("--pp-size", type=int, default=1)
-    a("--nnodes", type=int, default=1)
-    a("--node-rank", type=int, default=0)
-    a("--dist-init-addr", type=str)
-    a("--enable-dp-attention", action="store_true")
-    a("--random-seed", type=int)
-    a("--watchdog-timeout", type=float, default=300)
-    a("--log-level", type=str, default="info")
-    a("--log-requests", action="store_true")
-    a("--enable-metrics", action="store_true")
-    a("--attention-backend", type=str)
-    a("--sampling-backend", type=str)
-    a("--disable-radix-cache", action="store_true")
-    a("--disable-cuda-graph", action="store_true")
-    a("--cuda-graph-max-bs-decode", type=int)
-    a("--cuda-graph-max-bs-prefill", type=int)
-    a("--cuda-graph-bs", type=int, nargs="+")
-    a("--enable-torch-compile", action="store_true")
-    a("--speculative-algorithm", type=str)
-    a("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path", type=str)
-    a("--speculative-draft-model-revision", type=str)
-    a("--speculative-num-steps", type=int)
-    a("--speculative-eagle-topk", type=int)
-    a("--speculative-num-draft-tokens", type=int)
-    a("--speculative-accept-threshold-single", type=float, default=1.0)
-    a("--speculative-accept-threshold-acc", type=float, default=1.0)
-    a("--speculative-token-map", type=str)
+    ServerArgs.add_cli_args(p)
     return p
 
 

@@ -1,0 +1,139 @@
+"""Would SGLang's own parser accept a launch command? Asked of the host's SGLang first (a read-only
+probe builds the parser exactly as `launch_server` does and parses the planned arguments without
+launching), else of the captured table of that version (`data/sglang-<version>-server_args.json`,
+made from the real wheel by scripts/capture/sglang.sh; tests/fixtures/sglang/<version>/ holds the same).
+
+argparse's own rules decide either way: a unique prefix is accepted, a prefix of two options is
+refused (`ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode,
+--cuda-graph-bs-prefill`), as are unknown options and ill-typed values; all exit 2 in SGLang.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from dataclasses import dataclass
+from importlib import resources
+from typing import Callable
+
+PROG = "launch_server.py"   # argparse's prog under `python -m sglang.launch_server`
+PROBE_OK = "EAGLE-LAUNCH-CHECK-OK"
+PROBE_UNAVAILABLE = "EAGLE-LAUNCH-CHECK-UNAVAILABLE"
+# Run with the host's Python: only parsing, nothing loads a model or touches a GPU.
+PROBE = f"""import argparse, sys
+try:
+    from sglang.srt.server_args import ServerArgs
+except Exception as e:
+    print("{PROBE_UNAVAILABLE} %s: %s" % (type(e).__name__, e)); sys.exit(3)
+p = argparse.ArgumentParser(prog="{PROG}"); ServerArgs.add_cli_args(p)
+p.parse_args(sys.argv[1:])
+import sglang
+print("{PROBE_OK} %s" % getattr(sglang, "__version__", "?"))
+"""
+
+
+def probe_command(python: str, args: list[str]) -> str:
+    return shlex.join([python, "-c", PROBE, *args])
+
+
+@dataclass
+class Verdict:
+    """`ok`: the parser accepts the arguments; `refused`: SGLang's error line; `unavailable`: the
+    host's SGLang could not be asked (why)."""
+
+    kind: str
+    message: str = ""
+    version: str | None = None
+    source: str = "host"     # "host" (its own parser) or "table <version>" (the captured one)
+
+
+def parse_probe(exit_status: int, stdout: str, stderr: str) -> Verdict:
+    for line in stdout.splitlines():
+        if line.startswith(PROBE_OK):
+            return Verdict("ok", version=line[len(PROBE_OK):].strip() or None)
+        if line.startswith(PROBE_UNAVAILABLE):
+            return Verdict("unavailable", line[len(PROBE_UNAVAILABLE):].strip())
+    errors = [ln for ln in stderr.splitlines() if ln.startswith(f"{PROG}: error:")]
+    if exit_status == 2 and errors:
+        return Verdict("refused", errors[-1])
+    last = (stderr.strip() or stdout.strip()).splitlines()[-1:] or [f"exit status {exit_status}"]
+    return Verdict("unavailable", last[0][:300])
+
+
+# -- the captured table ----------------------------------------------------------------------
+
+class Refused(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise Refused(f"{self.prog}: error: {message}")
+
+
+def _human_readable_int(value: str) -> int:
+    v = value.strip()
+    for suffix, mult in (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40)):
+        if v.endswith(suffix):
+            return int(v[:-2]) * mult
+    for suffix, mult in (("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12)):
+        if v.endswith(suffix):
+            return int(float(v[:-1]) * mult)
+    return int(v)
+
+
+def _json(value: str) -> object:
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Invalid JSON: {value}") from None
+
+
+# SGLang's own converters by name (sglang/srt/utils/common.py); the two cuda-graph spec parsers take a string.
+TYPES: dict[str, Callable[[str], object]] = {
+    "str": str, "int": int, "float": float, "loads": _json, "json_list_type": _json,
+    "human_readable_int": _human_readable_int, "nullable_str": str,
+    "parse_cuda_graph_backend_arg": str, "parse_cuda_graph_config_arg": str}
+
+
+def table_file(version: str) -> str:
+    return f"sglang-{version}-server_args.json"
+
+
+def has_table(version: str) -> bool:
+    return resources.files("eaglebot.facts").joinpath("data", table_file(version)).is_file()
+
+
+def launch_parser(version: str) -> argparse.ArgumentParser:
+    """SGLang `version`'s launch parser rebuilt from its captured table (every option, alias, nargs,
+    type and choice; actions mapped to argparse's own)."""
+    rows = json.loads(resources.files("eaglebot.facts").joinpath("data", table_file(version)).read_text())["options"]
+    p = _Parser(prog=PROG)
+    for row in rows:
+        action = row["action"]
+        if action == "_HelpAction":
+            continue
+        kw: dict[str, object] = {"dest": row["dest"], "default": row["default"]}
+        if action in ("_StoreTrueAction", "DeprecatedStoreTrueAction"):
+            kw["action"] = "store_true"
+        elif action == "DeprecatedStoreConstAction":
+            kw.update(action="store_const", const=True)
+        elif action == "BooleanOptionalAction":
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            if row["nargs"] is not None:
+                kw["nargs"] = row["nargs"]
+            if row["type"] in TYPES:
+                kw["type"] = TYPES[row["type"]]
+            if row["choices"] is not None:
+                kw["choices"] = row["choices"]
+        p.add_argument(*row["options"], **kw)  # type: ignore[arg-type]
+    return p
+
+
+def check_with_table(args: list[str], version: str) -> Verdict:
+    try:
+        launch_parser(version).parse_args(args)
+    except Refused as e:
+        return Verdict("refused", str(e), version, f"table {version}")
+    return Verdict("ok", version=version, source=f"table {version}")

@@ -1,0 +1,1 @@
+"""SIMULATED sglang.srt (only what a launch check reads)."""

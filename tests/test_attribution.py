@@ -11,7 +11,7 @@ from eaglebot.history.fingerprint import apply_steps, empty_state
 from eaglebot.facts.sglang_args import build_launch_args, launch_flags
 
 BASE_ARGS = ["--model-path", "/m", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
-             "--cuda-graph-bs", "1", "2", "4", "--disable-radix-cache", "--tp=2"]
+             "--cuda-graph-bs-decode", "1", "2", "4", "--disable-radix-cache", "--tp=2"]
 
 
 def launch(args, env=None, version="0.5.23"):
@@ -40,7 +40,7 @@ def state(*steps):
 
 def test_sglang_launch_grammar_keeps_every_value_of_a_multi_value_flag():
     flags = launch_flags(BASE_ARGS)
-    assert flags["--cuda-graph-bs"] == ["1", "2", "4"]
+    assert flags["--cuda-graph-bs-decode"] == ["1", "2", "4"]
     assert flags["--disable-radix-cache"] is True and flags["--tp-size"] == "2"
     assert launch_flags(build_launch_args(flags)) == flags
 
@@ -48,7 +48,7 @@ def test_sglang_launch_grammar_keeps_every_value_of_a_multi_value_flag():
 def test_a_multi_value_flag_change_is_attributed_with_before_and_after():
     bad = [a if a not in ("2", "4") else {"2": "8", "4": "16"}[a] for a in BASE_ARGS]
     changes = state_changes(state(launch(BASE_ARGS)), state(launch(bad)))
-    assert [c.text() for c in changes] == ["launch --cuda-graph-bs 1 2 4 → 1 8 16"]
+    assert [c.text() for c in changes] == ["launch --cuda-graph-bs-decode 1 2 4 → 1 8 16"]
 
 
 def test_ranking_names_the_capture_layers_before_env_and_versions():

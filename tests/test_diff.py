@@ -10,7 +10,7 @@ from history_seed import seed_run
 from eaglebot.frontends.cli.main import main
 from eaglebot.store import Store
 
-ARGS = ["--model-path", "/m", "--speculative-num-steps", "5", "--cuda-graph-bs", "1", "2", "4", "--port", "30000"]
+ARGS = ["--model-path", "/m", "--speculative-num-steps", "5", "--cuda-graph-bs-decode", "1", "2", "4", "--port", "30000"]
 
 
 def _seed(tmp_path):
@@ -42,7 +42,7 @@ def test_diff_json_shows_every_kind_of_change_and_metric_deltas(tmp_path, capsys
     cfg, a, b = _seed(tmp_path)
     assert main(["diff", str(a), str(b), "--json", "--config", str(cfg)]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["launch"] == {"--cuda-graph-bs": {"a": ["1", "2", "4"], "b": ["1", "8", "16"]}}
+    assert d["launch"] == {"--cuda-graph-bs-decode": {"a": ["1", "2", "4"], "b": ["1", "8", "16"]}}
     key = "eagle_config.eagle_aux_hidden_state_layer_ids"
     assert d["config"]["a"] == {"/d/config.json": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}}
     assert d["config"]["b"] == {"/d/config.json": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 2, 30]}}}
@@ -54,7 +54,7 @@ def test_diff_json_shows_every_kind_of_change_and_metric_deltas(tmp_path, capsys
     assert d["versions"] == {"torch": {"a": "2.14.0", "b": "2.14.1"}}
     tput = next(m for m in d["metrics"] if m["name"] == "output_throughput")
     assert (tput["a"], tput["b"], tput["delta_pct"]) == (120.0, 90.0, -25.0)
-    assert {c["key"] for c in d["ranked"][:2]} == {key, "--cuda-graph-bs"}     # before env and versions
+    assert {c["key"] for c in d["ranked"][:2]} == {key, "--cuda-graph-bs-decode"}     # before env and versions
     assert [c["kind"] for c in d["ranked"][2:]] == ["package", "env"]
 
 
@@ -62,7 +62,7 @@ def test_slash_diff_is_the_same_text_and_unknown_runs_are_one_sentence(tmp_path,
     cfg, a, b = _seed(tmp_path)
     assert main(["chat", f"diff {a} {b}", "--config", str(cfg)]) == 0
     out = capsys.readouterr().out
-    assert "launch arguments:" in out and "--cuda-graph-bs" in out and "1 8 16" in out
+    assert "launch arguments:" in out and "--cuda-graph-bs-decode" in out and "1 8 16" in out
     assert "config (JSON Patch, RFC 6902):" in out and "/~1d~1config.json/eagle_config/eagle_aux_hidden_state_layer_ids" in out
     assert "-25.0%" in out
     assert main(["chat", f"diff {a} 999", "--config", str(cfg)]) == 2

@@ -40,7 +40,7 @@ async def test_a_server_stalled_in_cuda_graph_capture_fails_at_stall_s_with_diag
     assert data["phase"] == "capturing CUDA graphs" and not alive(data["pid"])
     output = row["output"]
     print(output)
-    assert "Capture cuda graph begin" in output                      # the log tail
+    assert "CUDA graph begin" in output                      # the log tail
     assert "== GPUs\nGPU 0: " in output and "MiB used, utilization" in output
     assert f"== server processes (session {data['pid']})" in output and "sglang::scheduler_TP0" in output
     assert "py-spy is not installed" in output or "py-spy dump --pid" in output
@@ -113,7 +113,7 @@ def test_the_relaunch_playbook_takes_stall_s_and_fails_a_stalled_launch_early(tm
                    "-e", "bench_prompts=0", "-e", f"env={env}"])
         assert rc == 1, capsys.readouterr().err
         store = Store(sb["db"])
-        [launch] = [s for s in store.steps(store.last_run_id() or 0) if s["skill"] == "server.launch"]
+        [launch] = [s for s in store.steps(store.last_run_id() or 0) if s["name"] == "launch SGLang"]
         assert launch["status"] == "failed"
         assert launch["summary"].startswith("the server stalled: no new log line and no healthy /health for 2s")
         assert "capturing CUDA graphs" in launch["summary"] + (launch["output"] or "")

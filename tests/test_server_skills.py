@@ -60,6 +60,17 @@ def alive(pid: int) -> bool:
     return text[text.rindex(")") + 2] not in "ZX"
 
 
+def get_health(port: int) -> int:
+    import urllib.error
+    import urllib.request
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://127.0.0.1:{port}/health", timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 def failed_step(out):
     return next(s for s in out.steps if s.status == "failed")
 
@@ -117,12 +128,13 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs=inputs))
     assert out.exit_code == 0, [(s.name, s.status, s.summary) for s in out.steps]
     assert [s.skill for s in out.steps if s.status != "skipped"] == [
-        "server.stop", "gpu.cleanup", "gpu.verify", "config.patch", "pycache.clear", "server.launch",
+        "server.launch", "server.stop", "gpu.cleanup", "gpu.verify", "config.patch", "pycache.clear", "server.launch",
         "bench.serving", "audit.note"]
     assert json.loads(draft_cfg.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
     assert any("speculative_num_draft_tokens=16 will be silently changed to 2" in w for w in out.warnings)
-    rows = {r["skill"]: r for r in svc.store.sync.steps(out.run_id)}
-    launch = json.loads(rows["server.launch"]["data"])
+    assert out.steps[0].summary == "launch arguments accepted by SGLang 0.5.23 (host); nothing started"
+    rows = {r["name"]: r for r in svc.store.sync.steps(out.run_id)}
+    launch = json.loads(rows["launch SGLang"]["data"])
     assert launch["port"] == h.port and launch["sglang_version"] == "0.5.23"
     assert launch["log_path"] == f"{h.botstate}/logs/server-{h.port}-{out.run_id}.log"
     assert launch["effective"]["speculative_num_draft_tokens"] == 2
@@ -133,6 +145,18 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     assert metrics["output_throughput"]["unit"] == "tok/s" and metrics["output_throughput"]["better"] == "higher"
     assert metrics["median_ttft_ms"]["better"] == "lower" and metrics["completed"]["value"] == 16
     assert metrics["avg_spec_accept_length"]["value"] > 1
+
+    # a launch argument SGLang's own parser refuses fails the run before anything is stopped: exit 2,
+    # SGLang's words, and the server launched above keeps serving
+    bad = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs=dict(
+        inputs, extra_args='["--cuda-graph-bs","1","2","4"]')))
+    assert bad.exit_code == 2, [(s.name, s.status, s.summary) for s in bad.steps]
+    assert bad.steps[0].name == "check the launch" and bad.steps[0].status == "failed"
+    assert ("ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill"
+            in bad.steps[0].summary)
+    assert [s.status for s in bad.steps if s.section == "steps"][1:] == ["skipped"] * 7
+    assert alive(launch["pid"]) and get_health(h.port) == 200
+    assert json.loads(draft_cfg.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
 
     # `/eagle logs gpu` tails the log this launch recorded, over SSH
     from eaglebot.frontends.chat.caller import Caller

@@ -96,10 +96,7 @@ def test_patching_capture_layers_to_minus_1_2_30_lowers_simulated_acceptance():
     assert sim.aux_layer_ids({"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}) is None  # top level is ignored
 
 
-def test_launch_args_refuse_removed_flags_and_a_port_in_args():
-    p = LaunchParams(model="/m", args=["--cuda-graph-max-bs", "64"])
-    _, err = build_args(p)
-    assert "--cuda-graph-max-bs no longer exists" in err and "--cuda-graph-max-bs-decode" in err
+def test_launch_args_refuse_a_port_in_args_and_a_flag_given_twice():
     _, err = build_args(LaunchParams(model="/m", args=["--port=31000"]))
     assert "`port` parameter" in err
     _, err = build_args(LaunchParams(model="/m", spec_steps=3, args=["--speculative-num-steps", "4"]))

@@ -63,7 +63,7 @@ def same_value(asked: Any, effective: Any) -> bool:
 
 def launch_flags(args: list[str]) -> dict[str, str | list[str] | bool]:
     """Every flag of a launch command with ALL its values, read with SGLang's argparse grammar:
-    `--flag=value`, a multi-value flag (`--cuda-graph-bs 1 2 4` keeps 1, 2 and 4: argparse's
+    `--flag=value`, a multi-value flag (`--cuda-graph-bs-decode 1 2 4` keeps 1, 2 and 4: argparse's
     nargs="+" takes words until the next option), and a boolean flag (True). One value stays a
     string; several become a list. Aliases map to their canonical spelling."""
     out: dict[str, str | list[str] | bool] = {}

@@ -19,8 +19,10 @@ PHASES: list[tuple[str, str]] = [
     ("Load weight begin", "loading weights"),
     ("Load weight end", "allocating the KV cache"),
     ("KV Cache is allocated", "preparing CUDA graphs"),
-    ("Capture cuda graph begin", "capturing CUDA graphs"),
-    ("Capture cuda graph end", "starting the HTTP server"),
+    # 0.5.23: "Capture target verify CUDA graph begin. ..." (cuda_graph_setup.py:759, and :685 for
+    # prefill, eagle_worker_v2.py:515 for the draft; tests/fixtures/sglang/0.5.23/log_lines.json)
+    (" CUDA graph begin", "capturing CUDA graphs"),
+    (" CUDA graph end", "starting the HTTP server"),
     ("Uvicorn running on", "warming up (HTTP up, /health not yet 200)"),
     (READY_LINE, "ready"),
 ]

@@ -167,7 +167,7 @@ def attribution_sentence(changes: list[Change], limit: int = 6) -> str:
 
 def parse_launch_args(args: list[str] | None) -> dict[str, Any]:
     """["--tp", "2", "--enable-x"] -> {"--tp-size": "2", "--enable-x": True}, read as SGLang reads
-    them (a multi-value flag keeps every value: `--cuda-graph-bs 1 2 4` -> ["1", "2", "4"])."""
+    them (a multi-value flag keeps every value: `--cuda-graph-bs-decode 1 2 4` -> ["1", "2", "4"])."""
     return dict(launch_flags(list(args or [])))
 
 

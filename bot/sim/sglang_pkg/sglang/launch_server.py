@@ -340,9 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     if aux_ids is not None:
         log(f"EAGLE-3 draft capture layers (eagle_aux_hidden_state_layer_ids): {aux_ids}", "TP0")
     log("KV Cache is allocated. #tokens: 1024000, K size: 49.22 GB, V size: 49.22 GB", "TP0")
-    log("Capture cuda graph begin. This can take up to several minutes. avail mem=25.52 GB", "TP0")
+    # sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py:759 and :788 (0.5.23)
+    graph = "target verify" if args.speculative_algorithm else "target decode"
+    per_req = (args.speculative_num_draft_tokens or 1) if args.speculative_algorithm else 1
+    log(f"Capture {graph} CUDA graph begin. backend=full, num_tokens_per_req={per_req}, avail mem=25.52 GB", "TP0")
     _stall_if(stall_at == "cuda_graph")
-    log("Capture cuda graph end. Time elapsed: 0.00 s. mem usage=0.61 GB. avail mem=24.91 GB.", "TP0")
+    log(f"Capture {graph} CUDA graph end. bs=[1, 2, 4, 8], elapsed=0.00 s, mem usage=0.61 GB, avail mem=24.91 GB.",
+        "TP0")
     log(f"max_total_num_tokens=1024000, chunked_prefill_size={args.chunked_prefill_size}, "
         f"max_prefill_tokens={args.max_prefill_tokens}, max_running_requests={args.max_running_requests or 2048}, "
         f"context_len={args.context_length or 131072}, available_gpu_mem=24.91 GB", "TP0")

@@ -1,0 +1,167 @@
+"""The product and the simulator held to the REAL SGLang 0.5.23 (tests/fixtures/sglang/0.5.23/, made by
+scripts/capture/sglang.sh from the real wheel): its launch parser, its speculative hook over a grid,
+its log lines, its argparse errors."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from eaglebot.facts import sglang, sglang_phase, sglang_table
+from test_sglang_sim import Sim
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "sglang" / "0.5.23"
+
+
+def test_the_simulator_and_the_fallback_check_carry_the_captured_table_byte_for_byte():
+    captured = (FIX / "server_args.json").read_bytes()
+    assert (ROOT / "bot" / "sim" / "sglang_pkg" / "sglang" / "srt" / "server_args.json").read_bytes() == captured
+    assert (ROOT / "bot" / "facts" / "data" / "sglang-0.5.23-server_args.json").read_bytes() == captured
+    table = json.loads(captured)
+    assert table["sglang"] == "0.5.23" and table["allow_abbrev"] is True and len(table["options"]) == 532
+
+
+def _errors() -> list[tuple[list[str], str, int]]:
+    out = []
+    for f in sorted(FIX.glob("argparse-error-*.txt")):
+        argv_line, err, rc = f.read_text().splitlines()
+        out.append((argv_line.removeprefix("argv: ").split(), err, int(rc.removeprefix("exit "))))
+    return out
+
+
+def test_the_real_parser_refuses_cuda_graph_bs_as_ambiguous():
+    errs = {tuple(a): e for a, e, _ in _errors()}
+    assert errs[("--cuda-graph-bs", "1", "2", "4")] == ("launch_server.py: error: ambiguous option: --cuda-graph-bs "
+                                                          "could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill")
+
+
+@pytest.mark.parametrize("argv,error,rc", _errors(), ids=lambda v: str(v)[:30])
+def test_the_fallback_table_check_refuses_with_sglangs_own_words(argv, error, rc):
+    v = sglang_table.check_with_table(["--model-path", "/m", *argv], "0.5.23")
+    assert rc == 2 and v.kind == "refused" and v.message == error
+
+
+def test_the_simulated_launch_server_refuses_exactly_as_the_real_one(tmp_path):
+    sim = Sim(tmp_path)
+    for argv, error, rc in _errors():
+        p = subprocess.run([sim.vars["python"], "-m", "sglang.launch_server", "--model-path", str(sim.target), *argv],
+                           capture_output=True, text=True, timeout=60)
+        assert (p.returncode, p.stderr.strip().splitlines()[-1]) == (rc, error)
+
+
+def test_the_host_probe_reads_the_simulated_hosts_own_parser(tmp_path):
+    sim = Sim(tmp_path)
+    cmd = sglang_table.probe_command(sim.vars["python"], ["--model-path", "/m", "--cuda-graph-bs", "1", "2"])
+    p = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=60)
+    v = sglang_table.parse_probe(p.returncode, p.stdout, p.stderr)
+    assert v.kind == "refused" and "could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill" in v.message
+    cmd = sglang_table.probe_command(sim.vars["python"], ["--model-path", "/m", "--cuda-graph-bs-decode", "1", "2",
+                                                          "--tp", "2", "--disable-cuda-graph"])
+    p = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=60)
+    assert sglang_table.parse_probe(p.returncode, p.stdout, p.stderr).version == "0.5.23"
+    p = subprocess.run(["sh", "-c", sglang_table.probe_command("/usr/bin/env", ["--model-path", "/m"])],
+                       capture_output=True, text=True, timeout=60)
+    assert sglang_table.parse_probe(p.returncode, p.stdout, p.stderr).kind == "unavailable"
+
+
+# Launch flags as they appear in the product's docs, playbooks and skills: each must exist in the real
+# 0.5.23 parser and be unambiguous there (argparse accepts a unique prefix; `--tp` is one).
+SGLANG_FLAG = re.compile(r"(?<![\w-])(--(?:speculative|cuda-graph|mem-fraction|tp|dp|model|disable-cuda|"
+                         r"enable-torch|max-running|context-length|chunked-prefill|attention-backend|"
+                         r"kv-cache|quantization|trust-remote)[a-z0-9-]*)(?![\w\"'-])")   # not a "prefix" in code
+DOC_FILES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+             *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "playbooks").glob("*.yaml")),
+             "skills/server_launch.py", "bot/facts/sglang_phase.py", "bot/facts/sglang.py",
+             "bot/facts/sglang_args.py", "bot/history/attribution.py"]
+
+
+def _documented_flags() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for rel in DOC_FILES:
+        for m in SGLANG_FLAG.finditer((ROOT / rel).read_text()):
+            found.setdefault(m.group(1), rel)
+    return found
+
+
+def test_every_documented_launch_flag_is_known_and_unambiguous_in_the_real_parser():
+    flags = _documented_flags()
+    assert "--speculative-num-draft-tokens" in flags and "--mem-fraction-static" in flags
+    parser = sglang_table.launch_parser("0.5.23")
+    bad = {}
+    for flag, where in flags.items():
+        try:
+            parser._parse_optional(flag)   # argparse's own lookup: exact, alias or unique prefix
+        except sglang_table.Refused as e:
+            bad[flag] = f"{where}: {e}"
+            continue
+        hit = parser._parse_optional(flag)
+        if hit is None or hit[0] is None:
+            bad[flag] = f"{where}: unknown option"
+    assert bad == {}
+
+
+# -- the speculative grid ----------------------------------------------------------------------
+
+def _grid():
+    g = json.loads((FIX / "spec_grid.json").read_text())
+    return g, [dict(zip(("algorithm", "steps", "topk", "draft_tokens", "draft_path", "effective", "error",
+                         "warnings"), row)) for row in g["rows"]]
+
+
+def test_the_grid_covers_what_the_issue_asks():
+    g, rows = _grid()
+    assert g["hook"].endswith("speculative_hook.py:_handle_eagle_family") and len(rows) == 2 * 8 * 4 * 64 * 2
+    assert {r["algorithm"] for r in rows} == {"EAGLE", "EAGLE3"} and {r["draft_path"] for r in rows} == {True, False}
+
+
+def test_the_products_speculative_rule_agrees_with_the_real_hook_on_the_whole_grid():
+    g, rows = _grid()
+    texts = g["warnings"]
+    disagree = []
+    for r in rows:
+        res = sglang.resolve_speculative(r["algorithm"], r["steps"], r["topk"], r["draft_tokens"], "LlamaForCausalLM")
+        real_warnings = [texts[i] for i in r["warnings"]]
+        ours = (res.error is not None, res.effective()["speculative_num_draft_tokens"] if not res.error else None,
+                res.log_warnings)
+        real = (r["error"] is not None, r["effective"][2] if r["effective"] else None, real_warnings)
+        if ours != real:
+            disagree.append((r, ours, real))
+    assert disagree == []
+
+
+def test_the_real_rewrite_is_topk_1_only_with_the_exact_warning():
+    g, rows = _grid()
+    rewritten = [r for r in rows if r["effective"] and r["effective"][2] != r["draft_tokens"]]
+    assert rewritten and all(r["topk"] == 1 and r["effective"][2] == r["steps"] + 1 for r in rewritten)
+    assert sglang.DRAFT_TOKENS_WARNING in g["warnings"] and sglang.MAX_RUNNING_WARNING in g["warnings"]
+
+
+# -- log lines -----------------------------------------------------------------------------------
+
+def _log_lines() -> dict[str, list[dict]]:
+    return json.loads((FIX / "log_lines.json").read_text())["lines"]
+
+
+def test_every_line_the_product_reads_comes_from_the_real_package():
+    lines = _log_lines()
+    def source(key: str) -> str:
+        return " ".join(x["text"] for x in lines[key])
+    assert sglang.READY_LINE in source("ready")
+    assert "Decode batch" in source("decode_stats") and "#running-req" in source("decode_stats")
+    for key, pat in (("fatal_scheduler_exception", 0), ("fatal_sigquit", 1), ("fatal_rank_died", 2),
+                     ("fatal_not_enough_memory", 3), ("fatal_cuda_graph", 4)):
+        fragment = sglang.FATAL_PATTERNS[pat].pattern.replace("\\", "").replace("d+", "{rank}")
+        assert fragment.split("{")[0] in source(key), key
+    for fragment, _ in sglang_phase.PHASES:
+        if "graph" in fragment:
+            assert any(fragment.strip() in x["text"] or "graph_backend[model_runner.device]} " +
+                       fragment.strip().split()[-1] in x["text"] for x in lines[fragment.split()[-1] == "begin"
+                                                                                and "capture_cuda_graph_begin"
+                                                                                or "capture_cuda_graph_end"])
+    for key, entries in lines.items():
+        assert entries, f"no source line found for {key}"
+        assert all(e["file"].startswith("sglang/srt/") and e["line"] > 0 for e in entries)

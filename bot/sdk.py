@@ -20,6 +20,7 @@ passing a result up. `StepResult.failed` stays for the engine and for plugins.
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
@@ -88,13 +89,25 @@ class Host(Protocol):
 
 
 
-def path_for_shell(path: str) -> str:
-    """Quote a path for sh, keeping a leading `~/` expandable."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def path_for_shell(path: str, expand_vars: bool = False) -> str:
+    """Quote a path for sh so that the HOST expands a leading `~/` (and, with `expand_vars`, for paths
+    the operator's config gives such as `state_dir`, `$NAME` / `${NAME}`), and nothing else: every
+    other character stays literal, so a value from a chat message is never a shell fragment."""
+    head = ""
+    if path == "~" or path.startswith("~/"):
+        head, path = '"$HOME"', path[1:]
+    parts, pos = [head] if head else [], 0
+    for m in (_VAR.finditer(path) if expand_vars else ()):
+        if m.start() > pos:
+            parts.append(shlex.quote(path[pos:m.start()]))
+        parts.append('"${%s}"' % (m.group(1) or m.group(2)))
+        pos = m.end()
+    if pos < len(path) or not parts:
+        parts.append(shlex.quote(path[pos:]))
+    return "".join(parts)
 
 
 

@@ -17,7 +17,12 @@ fewer completed requests than asked is a warning with both numbers, under
   with: {python: "{{ python }}", port: "{{ port }}", num_prompts: 64, input_len: 1024,
          output_len: 256, max_concurrency: 8, repeats: 1}
 ```
-Registers `metrics` (name -> value), `runs` (per-run numbers), `output_files`.
+The numbers come from the benchmark's JSONL record (`--output-file`, under `{state_dir}/bench`,
+a path the host expands: `~` and `$VARS` in state_dir work); a run whose file is missing or does
+not parse fails the step with the benchmark's own last words, unless `allow_table: true`, which
+reads the printed table and says so (`source: table`).
+Registers `metrics` (name -> value), `runs` (per-run numbers), `records` (each run's whole JSONL
+record, every key), `source` ("jsonl" or "table"), `output_files` (absolute paths on the host).
 """
 from __future__ import annotations
 
@@ -50,6 +55,9 @@ class Params(SkillParams):
         "with speculative decoding on, fail at or below this accept length (the draft accepts nothing)"))
     min_completed_fraction: float = Field(bench_sanity.MIN_COMPLETED_FRACTION, ge=0, le=1, description=(
         "fail when fewer requests than this share completed (any shortfall is a warning)"))
+    allow_table: bool = Field(False, description=(
+        "when the JSONL file is missing, read the numbers off the printed table instead of failing "
+        "(said in the summary and as `source: table` in the data)"))
 
 
 def bench_argv(p: Params, output_file: str) -> list[str]:
@@ -124,27 +132,43 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         if tenants:
             warnings.append(f"{len(tenants)} other process(es) are using the GPUs, the numbers may be low: "
                             + "; ".join(tenants[:5]))
-    # -- act
+    # -- act: the folder is made and named by the host itself, so `~` and $VARS are the host's
+    made = await ctx.host.run(f"mkdir -p {path_for_shell(bench_dir, expand_vars=True)} && "
+                              f"cd {path_for_shell(bench_dir, expand_vars=True)} && pwd -P", timeout=30)
+    if made.exit_status != 0 or not made.stdout.strip().startswith("/"):
+        raise StepFailed(f"cannot create the benchmark folder {bench_dir} on {ctx.host_name}: "
+                         f"{_last(made.stderr + made.stdout) or f'exit status {made.exit_status}'}", warnings=warnings)
+    host_dir = made.stdout.strip().splitlines()[-1]
+    files = [f"{host_dir}/{f.rsplit('/', 1)[1]}" for f in files]
     runs: list[dict[str, float]] = []
+    records: list[dict[str, Any]] = []
     outputs: list[str] = []
+    source = "jsonl"
     for i, out_file in enumerate(files):
         argv = bench_argv(params, out_file)
-        cmd = f"mkdir -p {path_for_shell(bench_dir)} && rm -f {path_for_shell(out_file)} && {shlex.join(argv)}"
+        cmd = f"rm -f {shlex.quote(out_file)} && {shlex.join(argv)}"
         ctx.log(f"benchmark run {i + 1}/{params.repeats}: {shlex.join(argv)}")
         res = await ctx.host.run(cmd, timeout=params.timeout_s, on_output=lambda _s, line: ctx.log(line))
         printed = res.stdout + res.stderr
         outputs.append(printed)
-        fres = await ctx.host.run(f"cat {path_for_shell(out_file)} 2>/dev/null; true", timeout=30)
-        result: dict[str, Any] | None = sglang.parse_bench_jsonl(fres.stdout)
-        if result is None:
-            result = sglang.parse_bench_table(res.stdout) or None
         if res.timed_out:
             raise StepFailed(f"benchmark run {i + 1} did not finish within {params.timeout_s:g}s",
                              warnings=warnings, output=sglang.tail(printed, 60))
-        if result is None:
-            raise StepFailed(
-                f"benchmark run {i + 1} produced no result (exit status {res.exit_status}): "
-                f"{_last(printed) or 'no output'}", warnings=warnings, output=sglang.tail(printed, 60))
+        fres = await ctx.host.run(f"cat {shlex.quote(out_file)}", timeout=30)
+        record = sglang.parse_bench_jsonl(fres.stdout) if fres.exit_status == 0 else None
+        result: dict[str, Any] | None = record
+        if record is None:
+            why = (f"its JSONL file {out_file} " + ("does not exist" if fres.exit_status != 0 else "holds no record")
+                   + f" (exit status {res.exit_status}): {_last(printed) or 'no output'}")
+            table = sglang.parse_bench_table(res.stdout) or None
+            if not params.allow_table or table is None:
+                raise StepFailed(f"benchmark run {i + 1} gave no numbers: {why}", warnings=warnings,
+                                 output=sglang.tail(printed, 60), data={"output_files": files})
+            warnings.append(f"benchmark run {i + 1}: {why}; numbers read from the printed table (allow_table)")
+            source, result = "table", table
+        else:
+            records.append(record)
+        assert result is not None
         numbers = sglang.bench_numbers(result)
         if not numbers.get("completed"):
             raise StepFailed(
@@ -182,13 +206,15 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if sanity.failure:
         # No metrics: the numbers would enter the history as if they meant something.
         raise StepFailed(sanity.failure, warnings=warnings,
-                         data={"runs": runs, "output_files": files, "rejected": summary_numbers},
+                         data={"runs": runs, "records": records, "source": source, "output_files": files,
+                               "rejected": summary_numbers},
                          output=sglang.tail(outputs[-1], 60))
     runs_txt = f"median of {len(runs)} runs" if len(runs) > 1 else "1 run"
     summary = (f"{', '.join(parts)} ({int(n.get('completed', 0))}/{params.num_prompts} requests, {runs_txt}, "
-               f"concurrency {params.max_concurrency})")
+               f"concurrency {params.max_concurrency}"
+               + (", numbers read from the printed table: the JSONL file is missing)" if source == "table" else ")"))
     return StepResult.ok(summary, metrics=metrics, warnings=warnings,
-                         data={"runs": runs, "output_files": files},
+                         data={"runs": runs, "records": records, "source": source, "output_files": files},
                          output=sglang.tail(outputs[-1], 60))
 
 

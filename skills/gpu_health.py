@@ -6,7 +6,8 @@ power brake fail; SW thermal slowdown warns; idle and a SW power cap under load 
 normal), volatile ECC errors, pending/failed row remaps, temperature, power, SM clock vs
 max, PCIe generation and width vs max; NVLink link state and Replay/Recovery/CRC
 counters (`nvidia-smi nvlink -s` / `-e`); Xid lines of the kernel log when `dmesg` is
-readable; `dcgmi diag -r dcgm_level` when dcgmi exists. A field an older driver does
+readable; `dcgmi diag -r dcgm_level -j` when dcgmi exists, read as JSON (bot/facts/dcgm.py: zero
+results, an unknown shape or a non-zero exit without a failed test is `warn`, never `ok`). A field an older driver does
 not know (`Field "x" is not a valid field to query.`, exit 2) is dropped and the query
 asked again with the rest.
 
@@ -30,7 +31,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, StepResult
 from eaglebot.facts import health as hf
-from eaglebot.facts import nvsmi
+from eaglebot.facts import dcgm, nvsmi
 from eaglebot.facts.fact import Fact
 from eaglebot.skills.lib import gpu
 from eaglebot.skills.lib.health_report import Readings, health_report
@@ -126,23 +127,13 @@ async def _dcgm(ctx: SkillContext, params: Params) -> dict[str, Any]:
     found = await ctx.host.run(f"command -v {shlex.quote(dcgmi)}", timeout=30)
     if found.exit_status != 0:
         return {"status": "skipped", "why": f"dcgmi is not installed on {ctx.host_name}"}
-    ctx.log(f"dcgmi diag -r {params.dcgm_level} on {ctx.host_name}")
-    res = await ctx.host.run(shlex.join([dcgmi, "diag", "-r", str(params.dcgm_level)]),
+    ctx.log(f"dcgmi diag -r {params.dcgm_level} -j on {ctx.host_name}")
+    res = await ctx.host.run(shlex.join([dcgmi, "diag", "-r", str(params.dcgm_level), "-j"]),
                              timeout=params.dcgm_timeout_s, on_output=lambda _s, line: ctx.log(line))
     if res.timed_out:
         return {"status": "warn", "why": f"dcgmi diag -r {params.dcgm_level} did not finish in "
                                          f"{params.dcgm_timeout_s:g}s", "tests": {}}
-    tests = hf.parse_dcgm_diag(res.stdout)
-    failed = [k for k, v in tests.items() if v == "fail"]
-    warned = [k for k, v in tests.items() if v == "warn"]
-    if failed:
-        return {"status": "fail", "why": f"dcgmi diag failed: {', '.join(failed)}", "tests": tests}
-    if res.exit_status != 0 and not tests:
-        last = (res.stdout.strip() or res.stderr.strip()).splitlines()[-1:] or [f"exit {res.exit_status}"]
-        return {"status": "warn", "why": f"dcgmi diag could not run: {last[0][:160]}", "tests": {}}
-    if warned:
-        return {"status": "warn", "why": f"dcgmi diag warned: {', '.join(warned)}", "tests": tests}
-    return {"status": "ok", "why": f"dcgmi diag -r {params.dcgm_level} passed ({len(tests)} tests)", "tests": tests}
+    return dcgm.parse_diag_json(res.stdout, res.exit_status, params.dcgm_level).as_dict()
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:

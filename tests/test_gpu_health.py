@@ -13,6 +13,7 @@ from eaglebot.history.health import diff_health
 from eaglebot.history.attribution import attribution
 from eaglebot.history.fingerprint import apply_steps, empty_state
 from eaglebot.sim import gpu_state
+from eaglebot.facts import dcgm
 from eaglebot.facts import health as hf
 from gpu_helpers import playbook, sim_host
 
@@ -203,12 +204,45 @@ def test_event_reason_bits_decode_and_idle_alone_is_not_a_fault():
     assert hf.decode_event_reasons(0x1000) == ["unknown reason bits 0x1000"]
 
 
-def test_dcgm_diag_rows_parse():
-    table = ("| Deployment                | Result                                         |\n"
-             "| Denylist                  | Pass                                           |\n"
-             "| PCIe                      | Fail - GPU 1 link errors                       |\n"
-             "| Environmental Variables   | Skip                                           |\n")
-    assert hf.parse_dcgm_diag(table) == {"Denylist": "pass", "PCIe": "fail", "Environmental Variables": "skip"}
+DCGM = Path(__file__).parent / "fixtures" / "dcgm"
+
+
+@pytest.mark.parametrize("name,status,why", [
+    ("diag-r1-pass.json", "ok", "dcgmi diag -r 1 passed (3 tests)"),
+    ("diag-r1-fail-pcie.json", "fail", "dcgmi diag failed: pcie GPU 1: Fail: GPU 1 PCIe replay count of 1203"),
+    ("diag-r1-warn.json", "warn", "dcgmi diag warned: memory GPU 1: Warn: Clocks are being throttled"),
+    ("diag-runtime-error.json", "warn", "could not read dcgmi's result: Error connecting to the host engine"),
+    ("diag-no-results.json", "warn", "could not read dcgmi's result: zero test results"),
+])
+def test_dcgm_json_verdicts_on_the_documented_format(name, status, why):
+    text = (DCGM / name).read_text()
+    r = dcgm.parse_diag_json(text, 0, 1)
+    assert r.status == status and r.why.startswith(why), r.why
+
+
+def test_dcgm_fixtures_hold_the_schemas_required_keys():
+    """NVIDIA/DCGM testing/python3/dcgm_diag_schema.json: the keys it marks required."""
+    for f in DCGM.glob("*.json"):
+        doc = json.loads(f.read_text())
+        diag = doc["DCGM Diagnostic"]
+        for cat in diag.get("test_categories", []):
+            assert {"category", "tests"} <= set(cat)
+            for t in cat["tests"]:
+                assert {"name", "results", "test_summary"} <= set(t) and "status" in t["test_summary"]
+                for r in t["results"]:
+                    assert {"entity_group", "entity_group_id", "entity_id", "status"} <= set(r)
+                    for w in r.get("warnings", []):
+                        assert {"error_category", "error_id", "error_severity", "warning"} <= set(w)
+        assert "version" in doc["metadata"]
+
+
+@pytest.mark.parametrize("text,exit_status", [("", 0), ("garbage", 0), ("[1, 2]", 0), ('{"x": 1}', 0),
+                                              ('{"DCGM Diagnostic": {"test_categories": [{"category": "D", '
+                                               '"tests": [{"name": "pcie", "results": [{"status": "Maybe"}]}]}]}}', 0),
+                                              ((DCGM / "diag-r1-pass.json").read_text(), 226)])
+def test_dcgm_garbage_an_unknown_status_or_a_failing_exit_warns_never_ok(text, exit_status):
+    r = dcgm.parse_diag_json(text, exit_status, 1)
+    assert r.status == "warn" and r.why.startswith("could not read dcgmi's result: ")
 
 
 # -- history ----------------------------------------------------------------------------------------
@@ -310,17 +344,34 @@ async def test_an_unreadable_kernel_log_is_said_not_fatal(services, tmp_path):
             in row["output"])
 
 
-async def test_dcgmi_diag_runs_where_installed_and_its_failure_fails(services, tmp_path):
+def _fake_dcgmi(tmp_path, fixture: str | None, exit_status: int = 0) -> str:
+    """A dcgmi on the host's PATH printing a documented-format JSON fixture for `diag -r 1 -j`."""
     fake = tmp_path / "dcgmi"
-    fake.write_text("#!/bin/sh\n[ \"$1 $2 $3\" = 'diag -r 1' ] || exit 9\n"
-                    "echo '| Denylist                  | Pass                                           |'\n"
-                    "echo '| PCIe                      | Fail                                           |'\n")
+    body = f"cat {DCGM / fixture}" if fixture else "echo 'Error: unable to establish a connection'"
+    fake.write_text(f"#!/bin/sh\n[ \"$1 $2 $3 $4\" = 'diag -r 1 -j' ] || exit 9\n{body}\nexit {exit_status}\n")
     os.chmod(fake, 0o755)
-    out, rows, _ = await run_health(services, tmp_path, gpus=1, dcgmi=str(fake))
+    return str(fake)
+
+
+async def test_dcgmi_diag_json_runs_where_installed_and_its_failure_fails(services, tmp_path):
+    out, rows, _ = await run_health(services, tmp_path, gpus=1,
+                                    dcgmi=_fake_dcgmi(tmp_path, "diag-r1-fail-pcie.json", 226))
     data = json.loads(rows[0]["data"])
-    assert data["dcgm"] == {"status": "fail", "why": "dcgmi diag failed: PCIe",
-                            "tests": {"Denylist": "pass", "PCIe": "fail"}}
-    assert rows[0]["status"] == "failed" and "dcgmi diag failed: PCIe" in rows[0]["summary"]
+    assert data["dcgm"]["status"] == "fail" and data["dcgm"]["tests"] == {
+        "software": "pass", "pcie": "fail", "memory": "pass"}
+    assert rows[0]["status"] == "failed" and "dcgmi diag failed: pcie GPU 1" in rows[0]["summary"]
+
+
+@pytest.mark.parametrize("fixture,exit_status", [("diag-r1-pass.json", 0), ("diag-no-results.json", 0), (None, 1)])
+async def test_dcgmi_passing_is_ok_and_nothing_readable_is_a_warning(services, tmp_path, fixture, exit_status):
+    out, rows, _ = await run_health(services, tmp_path, gpus=1, dcgmi=_fake_dcgmi(tmp_path, fixture, exit_status))
+    data = json.loads(rows[0]["data"])
+    assert rows[0]["status"] == "ok"
+    if fixture == "diag-r1-pass.json":
+        assert data["dcgm"]["status"] == "ok" and data["health"]["0"]["verdict"] == "ok"
+    else:
+        assert data["dcgm"]["status"] == "warn" and "could not read dcgmi's result" in data["dcgm"]["why"]
+        assert data["health"]["0"]["verdict"] == "warn"
 
 
 async def test_a_fail_verdict_before_the_nightly_bench_fails_the_run_before_any_number(services, tmp_path):

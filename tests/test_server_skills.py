@@ -304,3 +304,45 @@ async def test_stop_also_stops_children_that_outlived_the_server_leader(services
                                           hosts=["gpu"]))
     assert out.steps[0].status == "changed" and str(orphan) in out.steps[0].summary
     assert not alive(orphan) and not (h.botstate / "run" / f"server-{h.port}.pid").exists()
+
+
+async def test_a_tilde_state_dir_gets_a_jsonl_the_host_expanded_and_a_missing_one_fails(services, ssh_host, sshd):
+    """state_dir `~/...` as the example config has it: the benchmark's file lands in the SSH user's
+    home and its whole record is read; a benchmark that printed its table but wrote no JSONL fails
+    with its own last words unless the step allows the table (and then says so)."""
+    import shutil
+    h = ssh_host
+    name = f".eaglebot-i19-{h.port}"
+    h.botstate = sshd.home / name
+    svc = await services({"gpu": h.config}, state_dir=f"~/{name}")
+    try:
+        out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={
+            "bench_prompts": "8", "bench_input_len": "64", "bench_output_len": "16", "env": json.dumps(FAST)}))
+        assert out.exit_code == 0, [(s.name, s.status, s.summary) for s in out.steps]
+        row = next(r for r in svc.store.sync.steps(out.run_id) if r["skill"] == "bench.serving")
+        data = json.loads(row["data"])
+        [path] = data["output_files"]
+        assert data["source"] == "jsonl" and path.startswith(f"{sshd.home}/{name}/bench/")
+        [record] = data["records"]
+        on_disk = json.loads(Path(path).read_text().splitlines()[-1])
+        # every key of the record is kept (server_info compared by keys: it holds NaN, which never equals itself)
+        assert {k: v for k, v in record.items() if k != "server_info"} == \
+            {k: v for k, v in on_disk.items() if k != "server_info"}
+        assert set(record["server_info"]) == set(on_disk["server_info"])
+        assert record["completed"] == 8 and {"p99_itl_ms", "std_ttft_ms", "server_info", "accept_length"} <= set(record)
+
+        lost = {"python": h.vars["python"], "port": h.port, "num_prompts": 4, "input_len": 32, "output_len": 8,
+                "extra_args": ["--output-file", "/nonexistent-i19/x.jsonl"]}   # argparse keeps the last one
+        bad = await svc.engine.run(RunRequest(playbook=one_step("bench.serving", lost), hosts=["gpu"]))
+        assert bad.exit_code == 1 and bad.steps[0].status == "failed"
+        assert "gave no numbers: its JSONL file" in bad.steps[0].summary and "does not exist" in bad.steps[0].summary
+        assert "FileNotFoundError" in bad.steps[0].summary
+        assert not svc.store.sync.metrics(bad.run_id)
+        table = await svc.engine.run(RunRequest(playbook=one_step("bench.serving", dict(lost, allow_table=True)),
+                                                hosts=["gpu"]))
+        assert table.exit_code == 0 and "numbers read from the printed table" in table.steps[0].summary
+        row = next(r for r in svc.store.sync.steps(table.run_id) if r["skill"] == "bench.serving")
+        assert json.loads(row["data"])["source"] == "table"
+    finally:
+        h.stop()
+        shutil.rmtree(h.botstate, ignore_errors=True)

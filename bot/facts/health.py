@@ -258,21 +258,6 @@ def xid_gpu(xid: Xid, bus_ids: dict[int, str]) -> int | None:
     return None
 
 
-# -- dcgmi diag --------------------------------------------------------------------------------
-
-_DIAG_ROW = re.compile(r"^\|\s*([^|]+?)\s*\|\s*(Pass|Fail|Warn|Skip)\b[^|]*\|", re.IGNORECASE)
-
-
-def parse_dcgm_diag(text: str) -> dict[str, str]:
-    """`dcgmi diag -r N` result table -> {test: "pass" | "fail" | "warn" | "skip"}."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        m = _DIAG_ROW.match(line.strip())
-        if m:
-            out[m.group(1)] = m.group(2).lower()
-    return out
-
-
 # -- the verdict -------------------------------------------------------------------------------
 
 @dataclass

@@ -53,4 +53,32 @@ p.parse_args(sys.argv[2:])' "$HERE" --model-path "$MODELS/target" $argv) > /dev/
   # The usage block before it is ~1,800 lines; the error line is what a user reads.
   { echo "argv: $argv"; tail -n 1 "$MODELS/err"; echo "exit $rc"; } > "$OUT/argparse-error-$name.txt"
 done
+# A real `python -m sglang.bench_serving` against eaglebot's SIMULATED server (no GPU here): its JSONL
+# record and its stdout, byte for byte. The tokenizer is built locally (tokenizers API, no hub).
+"$VENV/bin/python" - "$MODELS/tok" <<'PY'
+import sys
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+vocab = {f"w{i}": i for i in range(1000)} | {"<unk>": 1000, "<s>": 1001, "</s>": 1002}
+tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>").save_pretrained(sys.argv[1])
+PY
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+EAGLE_SIM_STATE="$MODELS/gpu-state" EAGLE_SIM_LOAD_S=0.05 EAGLE_SIM_WARMUP_S=0.05 \
+  PYTHONPATH="$ROOT/bot/sim/sglang_pkg" setsid python3 -m sglang.launch_server --model-path "$MODELS/target" \
+  --speculative-algorithm EAGLE3 --speculative-draft-model-path "$MODELS/draft" --speculative-num-steps 3 \
+  --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --port "$PORT" > "$MODELS/server.log" 2>&1 &
+SERVER=$!
+trap 'kill -- -$SERVER 2>/dev/null; rm -rf "$MODELS"' EXIT
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break; sleep 0.1; done
+rm -f "$OUT/bench_serving.jsonl"
+BENCH=(--backend sglang --base-url "http://127.0.0.1:$PORT" --dataset-name random-ids --random-input-len 128
+       --random-output-len 32 --random-range-ratio 1.0 --num-prompts 8 --max-concurrency 4 --flush-cache
+       --tokenizer "$MODELS/tok" --disable-stream --output-file "$OUT/bench_serving.jsonl")
+(cd "$MODELS" && HF_HUB_OFFLINE=1 "$VENV/bin/python" -c 'import sys, runpy
+sys.path.insert(0, sys.argv.pop(1)); import _torchvision_stand_in
+sys.argv[0] = "bench_serving"; runpy.run_module("sglang.bench_serving", run_name="__main__")' "$HERE" "${BENCH[@]}") \
+  > "$OUT/bench_serving_stdout.txt" 2> "$MODELS/bench.err" || { cat "$MODELS/bench.err" >&2; exit 1; }
+echo "python -m sglang.bench_serving ${BENCH[*]}" | sed "s#$MODELS#MODELS#g; s#$OUT/##g" > "$OUT/bench_serving_command.txt"
 echo "wrote $OUT"

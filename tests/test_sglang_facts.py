@@ -137,6 +137,8 @@ LOG = """\
 [2026-11-30 04:47:05 TP0] Decode batch, #running-req: 6, #token: 3100, token usage: 0.01, accept len: 3.05, accept rate: 0.61, cuda graph: True, gen throughput (token/s): 580.10, #queue-req: 2, 
 """
 
+# Each is a real 0.5.23 message (file and line in tests/fixtures/sglang/0.5.23/log_lines.json; the
+# fidelity test holds the product's patterns to them), shown as the server's log prints it.
 FATALS = [
     "[2026-11-30 04:45:40 TP0] Scheduler hit an exception: Traceback (most recent call last):",
     "[2026-11-30 04:45:41] Received sigquit from a child process. It usually means the child failed.",
@@ -235,10 +237,11 @@ def test_bench_table_parser_reads_every_section():
 
 
 def test_bench_jsonl_takes_the_last_object_of_an_appended_file():
-    first = {"completed": 10, "output_throughput": 100.0, "accept_length": None}
-    second = {"completed": 200, "output_throughput": 389.29, "accept_length": 3.12, "median_ttft_ms": 118.06}
-    text = json.dumps(first) + "\n" + json.dumps(second) + "\n\n"
-    assert sg.parse_bench_jsonl(text) == second
+    # the real 0.5.23 record (tests/fixtures/sglang/0.5.23/bench_serving.jsonl, 49 keys), appended after an older run
+    real = (Path(__file__).parent / "fixtures" / "sglang" / "0.5.23" / "bench_serving.jsonl").read_text()
+    first = dict(json.loads(real), completed=10, output_throughput=100.0, accept_length=None)
+    text = json.dumps(first) + "\n" + real + "\n"
+    assert sg.parse_bench_jsonl(text) == json.loads(real)
     assert sg.bench_numbers(first) == {"completed": 10.0, "output_throughput": 100.0}
     assert sg.parse_bench_jsonl("") is None
     assert sg.median_numbers([{"a": 1.0}, {"a": 5.0}, {"a": 2.0}]) == {"a": 2.0}

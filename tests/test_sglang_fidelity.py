@@ -165,3 +165,56 @@ def test_every_line_the_product_reads_comes_from_the_real_package():
     for key, entries in lines.items():
         assert entries, f"no source line found for {key}"
         assert all(e["file"].startswith("sglang/srt/") and e["line"] > 0 for e in entries)
+
+
+# -- bench_serving -------------------------------------------------------------------------------
+
+def _real_record() -> dict:
+    return json.loads((FIX / "bench_serving.jsonl").read_text().splitlines()[-1])
+
+
+def test_the_jsonl_parser_keeps_every_key_of_the_real_record():
+    real = _real_record()
+    assert len(real) >= 45
+    parsed = sglang.parse_bench_jsonl((FIX / "bench_serving.jsonl").read_text())
+    assert parsed == real
+    nums = sglang.bench_numbers(parsed)
+    assert nums["completed"] == 8 and nums["output_throughput"] == real["output_throughput"]
+    assert set(nums) == {k for k in sglang.BENCH_METRICS if isinstance(real.get(k), (int, float))}
+
+
+def test_the_table_parser_reads_the_real_printed_table_as_the_record_says():
+    text = (FIX / "bench_serving_stdout.txt").read_text()
+    table = sglang.parse_bench_table(text)
+    real = _real_record()
+    rows = [ln for ln in text[text.rfind("Serving Benchmark Result"):].splitlines() if ":" in ln]
+    assert len(table) == len(rows) == 38          # every printed row is read
+    for key, value in table.items():
+        if isinstance(real.get(key), (int, float)) and isinstance(value, (int, float)):
+            assert value == real[key] or abs(value - real[key]) <= 0.006, key   # printed with 2 decimals
+
+
+def test_the_simulated_benchmark_writes_the_real_records_keys_and_table_labels(tmp_path):
+    from test_sglang_sim import free_port, wait_status
+    sim = Sim(tmp_path)
+    port = free_port()
+    p = sim.spec_server(port, "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                        "--speculative-num-draft-tokens", "4")
+    try:
+        wait_status(port, "/health", 200, p)
+        out = tmp_path / "b.jsonl"
+        b = subprocess.run([sim.vars["python"], "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url",
+                            f"http://127.0.0.1:{port}", "--dataset-name", "random-ids", "--random-input-len", "128",
+                            "--random-output-len", "32", "--random-range-ratio", "1.0", "--num-prompts", "8",
+                            "--max-concurrency", "4", "--flush-cache", "--output-file", str(out)],
+                           capture_output=True, text=True, timeout=120)
+        assert b.returncode == 0, b.stderr
+    finally:
+        sim.stop_all()
+    ours = json.loads(out.read_text().splitlines()[-1])
+    assert set(ours) == set(_real_record())
+
+    def labels(text: str) -> list[str]:
+        body = text[text.rfind("Serving Benchmark Result"):]
+        return [ln.split(":")[0].strip() for ln in body.splitlines() if ":" in ln]
+    assert labels(b.stdout) == labels((FIX / "bench_serving_stdout.txt").read_text())

@@ -133,7 +133,8 @@ async def _dcgm(ctx: SkillContext, params: Params) -> dict[str, Any]:
     if res.timed_out:
         return {"status": "warn", "why": f"dcgmi diag -r {params.dcgm_level} did not finish in "
                                          f"{params.dcgm_timeout_s:g}s", "tests": {}}
-    return dcgm.parse_diag_json(res.stdout, res.exit_status, params.dcgm_level).as_dict()
+    return dcgm.parse_diag_json(res.stdout, -1 if res.exit_status is None else res.exit_status,
+                                params.dcgm_level).as_dict()
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:

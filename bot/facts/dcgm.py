@@ -35,7 +35,7 @@ def parse_diag_json(text: str, exit_status: int, level: int) -> DiagResult:
     start = text.find("{")
     try:
         doc = json.loads(text[start:]) if start >= 0 else None
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         return _unreadable(f"not JSON ({e.msg} at char {e.pos}); exit status {exit_status}")
     diag = doc.get("DCGM Diagnostic") if isinstance(doc, dict) else None
     if not isinstance(diag, dict):

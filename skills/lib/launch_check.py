@@ -14,7 +14,7 @@ PROBE_TIMEOUT_S = 120.0   # importing sglang.srt.server_args imports torch: seco
 
 async def check(ctx: SkillContext, python: str, args: list[str]) -> sglang_table.Verdict:
     res = await ctx.host.run(sglang_table.probe_command(python, args), timeout=PROBE_TIMEOUT_S)
-    verdict = sglang_table.parse_probe(res.exit_status, res.stdout, res.stderr)
+    verdict = sglang_table.parse_probe(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
     if verdict.kind != "unavailable":
         return verdict
     version = str(ctx.vars.get("sglang_version") or sglang.SGLANG_VERSION)

@@ -155,17 +155,6 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         exists, _ = await _read_config(ctx, draft)
         if not exists:
             raise StepFailed(f"draft model folder {draft} does not exist on {ctx.host_name}")
-    # -- pre-flight: speculative flags
-    spec = sglang.resolve_from_args(launch_args, arch)
-    if spec.error:
-        raise StepFailed(f"{spec.error_reason} (refused before launching)", usage=True)
-    for key, (asked, eff) in spec.adjusted.items():
-        warnings.append(f"{key}={asked} will be silently changed to {eff} by SGLang: "
-                        f"{sglang.DRAFT_TOKENS_WARNING} (speculative_num_steps="
-                        f"{spec.num_steps}); set it to {eff} or use topk > 1")
-    if spec.auto_chosen:
-        ctx.log(f"speculative steps/topk/draft tokens not set: SGLang picks ({spec.num_steps}, {spec.topk}, "
-                f"{spec.num_draft_tokens}) for target architecture {arch or 'unknown'}")
     # -- pre-flight: SGLang's own parser (the host's, else the captured table of its version)
     verdict = await launch_check.check(ctx, params.python, launch_args)
     if verdict.kind == "refused":
@@ -174,6 +163,18 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                          data={"launch_args": launch_args, "checked_by": verdict.source})
     if verdict.kind == "unavailable":
         warnings.append(f"launch arguments not checked by SGLang's parser: {verdict.message}")
+    # -- pre-flight: speculative flags (SGLang's hooks run after its parser, so do these)
+    spec = sglang.resolve_from_args(launch_args, arch)
+    if spec.error:
+        raise StepFailed(f"{spec.error_reason} (refused before launching)", usage=True)
+    for key, (asked, eff) in spec.adjusted.items():
+        warnings.append(f"{key}={asked} will be silently changed to {eff} by SGLang: "
+                        f"{sglang.DRAFT_TOKENS_WARNING} (speculative_num_steps="
+                        f"{spec.num_steps}); set it to {eff} or use topk > 1")
+    warnings += spec.advice
+    if spec.auto_chosen:
+        ctx.log(f"speculative steps/topk/draft tokens not set: SGLang picks ({spec.num_steps}, {spec.topk}, "
+                f"{spec.num_draft_tokens}) for target architecture {arch or 'unknown'}")
     if params.check_only:
         by = f"SGLang {verdict.version or '?'} ({verdict.source})" if verdict.kind == "ok" else "eaglebot's rules only"
         return StepResult.ok(f"launch arguments accepted by {by}; nothing started", warnings=warnings,

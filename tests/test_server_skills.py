@@ -201,7 +201,7 @@ async def test_server_dying_at_startup_fails_the_step_with_its_log_tail(services
     bad = failed_step(out)
     assert bad.skill == "server.launch"
     assert "Capture cuda graph failed: CUDA error: out of memory" in bad.summary
-    row = next(r for r in svc.store.sync.steps(out.run_id) if r["skill"] == "server.launch")
+    row = next(r for r in svc.store.sync.steps(out.run_id) if r["name"] == "launch SGLang")
     assert "Load weight begin" in row["output"] and "SIMULATED" in row["output"]
     assert out.steps[-1].skill == "audit.note" and out.steps[-1].status == "ok"
     assert not Path(f"{h.botstate}/run/server-{h.port}.pid").exists()
@@ -346,3 +346,21 @@ async def test_a_tilde_state_dir_gets_a_jsonl_the_host_expanded_and_a_missing_on
     finally:
         h.stop()
         shutil.rmtree(h.botstate, ignore_errors=True)
+
+
+async def test_where_the_hosts_sglang_cannot_be_asked_the_captured_table_refuses_the_launch(services, local_host):
+    h = local_host
+    svc = await open_svc(services, h)
+    check = one_step("server.launch", {"check_only": True, "python": PY, "model": str(h.target), "port": h.port,
+                                       "args": ["--cuda-graph-max-bs", "64"]})      # PY: a Python without sglang
+    out = await svc.engine.run(RunRequest(playbook=check, hosts=["gpu"]))
+    assert out.exit_code == 2 and out.steps[0].status == "failed"
+    assert out.steps[0].summary.startswith("SGLang (table 0.5.23) refuses the launch arguments: launch_server.py: "
+                                           "error: ambiguous option: --cuda-graph-max-bs could match "
+                                           "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill")
+    fine = one_step("server.launch", {"check_only": True, "python": PY, "model": str(h.target), "port": h.port,
+                                      "args": ["--cuda-graph-max-bs-decode", "64", "--tp", "1"]})
+    ok = await svc.engine.run(RunRequest(playbook=fine, hosts=["gpu"]))
+    assert ok.exit_code == 0 and ok.steps[0].summary == ("launch arguments accepted by SGLang 0.5.23 (table 0.5.23); "
+                                                         "nothing started")
+    assert not (h.botstate / "run" / f"server-{h.port}.pid").exists()

@@ -114,8 +114,11 @@ def _grid():
 
 def test_the_grid_covers_what_the_issue_asks():
     g, rows = _grid()
-    assert g["hook"].endswith("speculative_hook.py:_handle_eagle_family") and len(rows) == 2 * 8 * 4 * 64 * 2
+    assert g["hook"].endswith("speculative_hook.py:_handle_eagle_family") and len(rows) == 2 * 9 * 5 * 65 * 2
     assert {r["algorithm"] for r in rows} == {"EAGLE", "EAGLE3"} and {r["draft_path"] for r in rows} == {True, False}
+    assert {r["steps"] for r in rows} == {None, *range(1, 9)} and {r["topk"] for r in rows} == {None, 1, 2, 4, 8}
+    assert {r["draft_tokens"] for r in rows} == {None, *range(1, 65)}
+    assert any(r["error"] for r in rows) and any(r["effective"] for r in rows)   # refusals and runs both
 
 
 def test_the_products_speculative_rule_agrees_with_the_real_hook_on_the_whole_grid():
@@ -125,9 +128,10 @@ def test_the_products_speculative_rule_agrees_with_the_real_hook_on_the_whole_gr
     for r in rows:
         res = sglang.resolve_speculative(r["algorithm"], r["steps"], r["topk"], r["draft_tokens"], "LlamaForCausalLM")
         real_warnings = [texts[i] for i in r["warnings"]]
-        ours = (res.error is not None, res.effective()["speculative_num_draft_tokens"] if not res.error else None,
-                res.log_warnings)
-        real = (r["error"] is not None, r["effective"][2] if r["effective"] else None, real_warnings)
+        eff = res.effective()
+        ours = (res.error, None if res.error else [eff["speculative_num_steps"], eff["speculative_eagle_topk"],
+                                                   eff["speculative_num_draft_tokens"]], res.log_warnings)
+        real = (r["error"].split(":")[0] if r["error"] else None, r["effective"], real_warnings)
         if ours != real:
             disagree.append((r, ours, real))
     assert disagree == []
@@ -135,7 +139,8 @@ def test_the_products_speculative_rule_agrees_with_the_real_hook_on_the_whole_gr
 
 def test_the_real_rewrite_is_topk_1_only_with_the_exact_warning():
     g, rows = _grid()
-    rewritten = [r for r in rows if r["effective"] and r["effective"][2] != r["draft_tokens"]]
+    rewritten = [r for r in rows if r["effective"] and r["draft_tokens"] is not None
+                 and r["effective"][2] != r["draft_tokens"]]
     assert rewritten and all(r["topk"] == 1 and r["effective"][2] == r["steps"] + 1 for r in rewritten)
     assert sglang.DRAFT_TOKENS_WARNING in g["warnings"] and sglang.MAX_RUNNING_WARNING in g["warnings"]
 
@@ -218,3 +223,11 @@ def test_the_simulated_benchmark_writes_the_real_records_keys_and_table_labels(t
         body = text[text.rfind("Serving Benchmark Result"):]
         return [ln.split(":")[0].strip() for ln in body.splitlines() if ":" in ln]
     assert labels(b.stdout) == labels((FIX / "bench_serving_stdout.txt").read_text())
+
+
+def test_topk_above_1_without_draft_tokens_runs_in_the_real_hook_so_it_is_a_warning_not_a_refusal():
+    _, rows = _grid()
+    loose = [r for r in rows if r["steps"] and r["topk"] and r["topk"] > 1 and r["draft_tokens"] is None]
+    assert loose and all(r["error"] is None and r["effective"][2] is None for r in loose)
+    res = sglang.resolve_speculative("EAGLE3", 3, 4, None, "LlamaForCausalLM")
+    assert res.error is None and "--speculative-num-draft-tokens is not set" in res.advice[0]

@@ -59,6 +59,7 @@ class SpecResolution:
     error: str | None = None                                 # "AssertionError" / "TypeError"
     error_reason: str = ""                                   # a sentence for the user
     adjusted: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # key -> (asked, effective)
+    advice: list[str] = field(default_factory=list)          # eaglebot's own warnings (SGLang says nothing)
 
     def effective(self) -> dict[str, Any]:
         return {"speculative_algorithm": self.algorithm, "speculative_num_steps": self.num_steps,
@@ -85,12 +86,15 @@ def resolve_speculative(algorithm: str | None, num_steps: int | None, topk: int 
         res.num_steps, res.topk, res.num_draft_tokens = auto_spec_params(target_architecture)
         res.auto_chosen = True
         return res
-    if topk is None or (topk != 1 and num_draft_tokens is None):
+    if topk is None:
         res.error = "TypeError"
-        res.error_reason = ("--speculative-num-steps was given without "
-                            + ("--speculative-eagle-topk" if topk is None else "--speculative-num-draft-tokens")
-                            + ": SGLang fails later with a TypeError (None comparison); set all three or none")
+        res.error_reason = ("--speculative-num-steps was given without --speculative-eagle-topk: SGLang fails "
+                            "with a TypeError (None comparison); set all three or none")
         return res
+    if topk != 1 and num_draft_tokens is None:
+        # The real hook accepts this and leaves draft tokens unset (tests/fixtures/sglang/0.5.23/spec_grid.json).
+        res.advice.append("--speculative-num-draft-tokens is not set while --speculative-eagle-topk is "
+                          f"{topk}: SGLang 0.5.23 leaves it unset (None) rather than choosing one; set all three")
     if topk == 1 and num_draft_tokens != num_steps + 1:
         res.num_draft_tokens = num_steps + 1
         res.log_warnings.append(DRAFT_TOKENS_WARNING)

@@ -110,12 +110,15 @@ def spec_grid(target: str, draft: str, arch: str) -> dict[str, object]:
     logging.getLogger("sglang").setLevel(logging.WARNING)
     rows: list[list[object]] = []
     warnings: dict[str, int] = {}
+    # None: the flag is not given (SGLang then chooses, or refuses a partial set)
     for algo, steps, topk, tokens, with_draft in itertools.product(
-            ("EAGLE", "EAGLE3"), range(1, 9), (1, 2, 4, 8), range(1, 65), (True, False)):
-        argv = ["--model-path", target, "--speculative-algorithm", algo, "--speculative-num-steps", str(steps),
-                "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(tokens),
-                # page_size is resolved by an earlier pipeline stage; the hook compares it with 1
-                "--page-size", "1"]
+            ("EAGLE", "EAGLE3"), (None, *range(1, 9)), (None, 1, 2, 4, 8), (None, *range(1, 65)), (True, False)):
+        # page_size is resolved by an earlier pipeline stage; the hook compares it with 1
+        argv = ["--model-path", target, "--speculative-algorithm", algo, "--page-size", "1"]
+        for flag, value in (("--speculative-num-steps", steps), ("--speculative-eagle-topk", topk),
+                            ("--speculative-num-draft-tokens", tokens)):
+            if value is not None:
+                argv += [flag, str(value)]
         if with_draft:
             argv += ["--speculative-draft-model-path", draft]
         sa = ServerArgs.from_cli_args(parser.parse_args(argv))
@@ -125,7 +128,7 @@ def spec_grid(target: str, draft: str, arch: str) -> dict[str, object]:
         try:
             hook._handle_eagle_family(sa)
         except Exception as e:  # what the real hook refuses, in its own words
-            error = f"{type(e).__name__}: {e}"
+            error = f"{type(e).__name__}: {e}".rstrip(": ")
         else:
             d = sa.resolved_dict()
             effective = [d["speculative_num_steps"], d["speculative_eagle_topk"], d["speculative_num_draft_tokens"]]

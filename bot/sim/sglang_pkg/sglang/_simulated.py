@@ -89,8 +89,7 @@ def resolve_speculative(args: argparse.Namespace, architecture: str | None) -> l
         (args.speculative_num_steps, args.speculative_eagle_topk,
          args.speculative_num_draft_tokens) = auto_spec_params(architecture)
         return warnings
-    if args.speculative_eagle_topk is None or (args.speculative_eagle_topk != 1
-                                               and args.speculative_num_draft_tokens is None):
+    if args.speculative_eagle_topk is None:   # speculative_hook.py: `speculative_eagle_topk > 1`
         raise SpecError("TypeError", "'>' not supported between instances of 'NoneType' and 'int'")
     if (args.speculative_eagle_topk == 1
             and args.speculative_num_draft_tokens != args.speculative_num_steps + 1):

@@ -231,3 +231,33 @@ def test_topk_above_1_without_draft_tokens_runs_in_the_real_hook_so_it_is_a_warn
     assert loose and all(r["error"] is None and r["effective"][2] is None for r in loose)
     res = sglang.resolve_speculative("EAGLE3", 3, 4, None, "LlamaForCausalLM")
     assert res.error is None and "--speculative-num-draft-tokens is not set" in res.advice[0]
+
+
+def _real_bench_options() -> dict[str, dict]:
+    rows = json.loads((FIX / "bench_serving_args.json").read_text())["options"]
+    return {opt: row for row in rows for opt in row["options"]}
+
+
+def test_every_bench_flag_the_product_passes_exists_in_the_real_bench_serving():
+    from eaglebot.skills.bench_serving import Params, bench_argv
+    real = _real_bench_options()
+    argv = bench_argv(Params(), "/x.jsonl")
+    flags = [a for a in argv if a.startswith("--")]
+    assert flags and [f for f in flags if f not in real] == []
+    assert real["--dataset-name"]["choices"] is None or "random-ids" in real["--dataset-name"]["choices"]
+
+
+def test_the_simulated_bench_serving_knows_only_real_options_with_the_real_shapes():
+    import argparse
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "sim_bench", ROOT / "bot" / "sim" / "sglang_pkg" / "sglang" / "benchmark" / "serving.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    real = _real_bench_options()
+    for action in mod.build_parser()._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        for opt in action.option_strings:
+            assert opt in real, opt
+            assert action.dest == real[opt]["dest"] and action.nargs == real[opt]["nargs"], opt

@@ -181,7 +181,9 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
         checks.append(c)
         emit(c)
 
-    add(Check("config", True, str(settings.source) if settings.source else "built-in defaults (no eagle.yaml)"))
+    from eaglebot.configfile import where_looked
+
+    add(Check("config", True, str(settings.source) if settings.source else f"built-in defaults: {where_looked()}"))
     add(await asyncio.to_thread(check_db, settings))
     add(check_access(settings))
     mode = os.environ.get("EAGLE_SHELL_MODE", "").strip()

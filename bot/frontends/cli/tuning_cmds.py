@@ -3,6 +3,8 @@ into history/ and tuning/ (rendered by frontends/tuning/), registered on the mai
 `register`."""
 from __future__ import annotations
 
+import os
+
 import argparse
 import json
 import sys
@@ -58,7 +60,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     store = read_store(args, f"no run #{args.run_a}")
     try:
-        d = compare(diff_rows(store, args.run_a, args.run_b))
+        d = compare(diff_rows(store, args.run_a, args.run_b, os.path.expanduser("~")))
     finally:
         store.close()
     if args.json:

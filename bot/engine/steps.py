@@ -258,6 +258,9 @@ class StepRunner:
             except asyncio.TimeoutError:
                 await self.store.approval_decided(aid, "timeout", "")
                 return False, f"no decision within {self.settings.access.approval_timeout_s:g}s"
+            except asyncio.CancelledError:   # the run was cancelled while it waited: say so in the row
+                await asyncio.shield(self.store.approval_decided(aid, "cancelled", ""))
+                raise
         await self.store.approval_decided(aid, "approved" if ok else "denied", who)
         return ok, who
 

@@ -68,7 +68,7 @@ def file_label(path: str, variables: dict[str, Any], home: str = "") -> str:
     return path
 
 
-def _leaves(value: Any, other: Any, key: str, out: dict[str, Any]) -> None:
+def _leaves(value: object, other: object, key: str, out: dict[str, Any]) -> None:
     """Flatten `value` into {dotted key: leaf}; a list is walked by index ([0]) only when
     `other` is a list of the same length (else the whole list is one value)."""
     if isinstance(value, dict) and isinstance(other, dict | None):

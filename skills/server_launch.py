@@ -39,7 +39,8 @@ where installed. A known fatal message or stalled phase gets a hint (which way t
 --mem-fraction-static, --disable-cuda-graph, NCCL_P2P_DISABLE=1 / NCCL_DEBUG=INFO).
 An EAGLE3 launch without a draft model path is refused before launching.
 Registers `log_path`, `pid`, `port`, `launch_args` (list), `sglang_version`,
-`effective` (effective speculative settings), `ready_s`, `url`.
+`effective` (effective speculative settings), `ready_s`, `url`; with `check_only: true`, only
+`checked_args`, `predicted` and `checked_by` ("host" or "table <version>").
 """
 from __future__ import annotations
 
@@ -160,7 +161,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if verdict.kind == "refused":
         raise StepFailed(f"SGLang ({verdict.source}) refuses the launch arguments: {verdict.message} "
                          f"(refused before anything was stopped or started)", warnings=warnings, usage=True,
-                         data={"launch_args": launch_args, "checked_by": verdict.source})
+                         data={"checked_args": launch_args, "checked_by": verdict.source})
     if verdict.kind == "unavailable":
         warnings.append(f"launch arguments not checked by SGLang's parser: {verdict.message}")
     # -- pre-flight: speculative flags (SGLang's hooks run after its parser, so do these)
@@ -177,8 +178,10 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                 f"{spec.num_draft_tokens}) for target architecture {arch or 'unknown'}")
     if params.check_only:
         by = f"SGLang {verdict.version or '?'} ({verdict.source})" if verdict.kind == "ok" else "eaglebot's rules only"
+        # Not `launch_args`/`effective`: nothing was launched, and the history's fingerprint of the host
+        # reads those keys from server.launch steps.
         return StepResult.ok(f"launch arguments accepted by {by}; nothing started", warnings=warnings,
-                             data={"launch_args": launch_args, "effective": spec.effective(),
+                             data={"checked_args": launch_args, "predicted": spec.effective(),
                                    "checked_by": verdict.source if verdict.kind == "ok" else None})
     # -- pre-flight: port and a previous launch
     lis = await ports.listeners(ctx.host, port)

@@ -135,6 +135,10 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     assert out.steps[0].summary == "launch arguments accepted by SGLang 0.5.23 (host); nothing started"
     rows = {r["name"]: r for r in svc.store.sync.steps(out.run_id)}
     launch = json.loads(rows["launch SGLang"]["data"])
+    checked = json.loads(rows["check the launch"]["data"])
+    # nothing was launched by the check: it records no launch_args (the host's fingerprint reads those)
+    assert checked["checked_by"] == "host" and "launch_args" not in checked and "effective" not in checked
+    assert checked["checked_args"] == launch["launch_args"]
     assert launch["port"] == h.port and launch["sglang_version"] == "0.5.23"
     assert launch["log_path"] == f"{h.botstate}/logs/server-{h.port}-{out.run_id}.log"
     assert launch["effective"]["speculative_num_draft_tokens"] == 2
@@ -364,3 +368,4 @@ async def test_where_the_hosts_sglang_cannot_be_asked_the_captured_table_refuses
     assert ok.exit_code == 0 and ok.steps[0].summary == ("launch arguments accepted by SGLang 0.5.23 (table 0.5.23); "
                                                          "nothing started")
     assert not (h.botstate / "run" / f"server-{h.port}.pid").exists()
+

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, TypedDict
 
 from eaglebot.history.incidents import describe
+from eaglebot.history.recap import HostRecap, host_recap
 from eaglebot.store import parse_iso
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import ChangeRow, IncidentRow, MetricRow, RegressionRow, RunRow, StepRow, WarningRow
@@ -134,6 +135,10 @@ class RunView:
     def warning_lines(self) -> list[str]:
         return [(f"{w['host']}: " if w.get("host") else "") + w["message"] for w in self.warnings]
 
+    def recap(self) -> list[HostRecap]:
+        """The per-host recap (eaglebot.history.recap)."""
+        return host_recap(self.hosts, self.steps, self.warnings, running=self.status == "running")
+
     def regressions_of(self, kind: str) -> list[RegressionRow]:
         """`regression` or `improvement` rows."""
         return [r for r in self.regressions if (r.get("kind") or "regression") == kind]
@@ -152,6 +157,9 @@ class RunView:
             "regressions": [{"metric": r["metric"], "host": r["host"], "value": r["value"],
                              "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"]}
                             for r in self.regressions_of("regression")],
+            "hosts": [{"name": h["name"], "status": h["status"], "ok": h["ok"], "changed": h["changed"],
+                       "failed": h["failed"], "unreachable": h["unreachable"], "skipped": h["skipped"],
+                       "duration_s": h["duration_s"], "failure": h["failure"]} for h in self.recap()],
         }
 
     def summary(self) -> RunSummary:

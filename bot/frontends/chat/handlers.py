@@ -201,7 +201,14 @@ async def _rerun(services: Services, cmd: Command, caller: Caller) -> Reply:
         await audit_refusal(services, caller.user, cmd, why, rid)
         return error_reply(why)
     pb = await asyncio.to_thread(_load, services, run["playbook"])
-    req = RunRequest(pb, list(run.get("hosts") or []) or None, dict(run.get("inputs") or {}),
+    hosts = list(run.get("hosts") or [])
+    if cmd.args[0] == "failed":
+        from eaglebot.history.recap import failed_hosts, host_recap
+
+        hosts = failed_hosts(host_recap(hosts, await services.store.steps(rid), await services.store.warnings(rid)))
+        if not hosts:
+            return error_reply(f"run #{rid} has no failed or unreachable host to run again")
+    req = RunRequest(pb, hosts or None, dict(run.get("inputs") or {}),
                      actor=caller.user, origin=caller.origin, dry_run=bool(run.get("dry_run")),
                      rerun_of=rid, channel=caller.channel)
     return await _start(services, req, caller)

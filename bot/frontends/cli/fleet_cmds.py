@@ -1,0 +1,105 @@
+"""`eagle rerun RUN [--failed]` and `eagle watch RUN`: a past run again (all its hosts, or the
+ones that failed or were unreachable), and a running run followed from the store, wherever it
+was started (Slack, a schedule, another terminal)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from eaglebot.errors import UsageError
+from eaglebot.frontends.cli.common import err, known_run, print_json, store_only
+
+WATCH_POLL_S = 0.5
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+    s = sub.add_parser("rerun", parents=[common], help="run a past run's playbook again with the same inputs")
+    s.add_argument("run_id", type=int)
+    s.add_argument("--failed", action="store_true", help="only the hosts that failed or were unreachable")
+    s.add_argument("-H", "--host", dest="hosts", action="append", default=None, help=argparse.SUPPRESS)
+    s.add_argument("--batch", metavar="N|P%", help="rolling run: hosts per batch")
+    s.add_argument("--max-fail", metavar="N|P%", help="hosts that may fail before no new batch starts")
+    s.add_argument("--dry-run", action="store_true", help="render every step and show the plan; change nothing")
+    s.add_argument("--yes", action="store_true", help="approve confirm steps")
+    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    s.add_argument("-v", "--verbose", action="store_true", help="stream step output to stderr")
+    s.set_defaults(func=cmd_rerun)
+
+    s = sub.add_parser("watch", parents=[common], help="follow a running run (started anywhere); exits with its code")
+    s.add_argument("run_id", type=int)
+    s.add_argument("--json", action="store_true", help="at the end, print the run as `eagle show --json` does")
+    s.set_defaults(func=cmd_watch)
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    from eaglebot.frontends.cli.run_cmds import cmd_run
+    from eaglebot.history.recap import failed_hosts, host_recap
+
+    store = store_only(args)
+    run = known_run(store, args.run_id)
+    hosts = list(run.get("hosts") or [])
+    if args.failed:
+        hosts = failed_hosts(host_recap(hosts, store.steps(args.run_id), store.warnings(args.run_id)))
+        if not hosts:
+            raise UsageError(f"run #{args.run_id} has no failed or unreachable host to run again")
+    store.close()
+    source = run.get("source")
+    args.playbook = source if source and not _shipped(source) else run["playbook"]
+    args.hosts, args.inputs, args.extra = hosts, dict(run.get("inputs") or {}), []
+    args.rerun_of = args.run_id
+    print(f"run #{args.run_id} again: {run['playbook']} on {', '.join(hosts[:8])}"
+          f"{f' … ({len(hosts)} hosts)' if len(hosts) > 8 else ''}", file=sys.stderr)
+    return cmd_run(args)
+
+
+def _shipped(source: str) -> bool:
+    """A playbook shipped with eaglebot is found again by its name (its path may move)."""
+    return "/eaglebot/playbooks/" in source or source.startswith("package:")
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Each step's line as it ends, as `eagle run` prints them, until the run ends; then its
+    result block, and its exit code."""
+    from eaglebot.frontends.cli.terminal import paint, result_text, use_colour
+    from eaglebot.history.view import RunView
+
+    store = store_only(args)
+    try:
+        known_run(store, args.run_id)
+        colour = use_colour(sys.stderr)
+        seen: set[int] = set()
+        announced = False
+        while True:
+            run = known_run(store, args.run_id)
+            steps = store.steps(args.run_id)
+            total = len({s["idx"] for s in steps}) or "?"
+            if not announced:
+                hosts = run.get("hosts") or []
+                print(f"run #{args.run_id}: {run['playbook']} on {len(hosts)} host(s) "
+                      f"({', '.join(hosts[:3])}{', …' if len(hosts) > 3 else ''}), started by {run.get('actor')} "
+                      f"({run.get('origin')}); status {run['status']}", file=sys.stderr)
+                announced = True
+            for s in steps:
+                if s["id"] in seen or s["status"] == "running":
+                    continue
+                seen.add(s["id"])
+                summary = f"  {s['summary']}" if s.get("summary") else ""
+                print(f"[{s['host']}] {s['idx'] + 1}/{total} {s['name']}: {paint(s['status'], colour)} "
+                      f"({(s.get('duration_ms') or 0) / 1000:.2f}s){summary}", file=sys.stderr, flush=True)
+            if run["status"] != "running":
+                break
+            time.sleep(WATCH_POLL_S)
+            store.recover()  # a run whose process died while watched ends `interrupted`
+        view = RunView.load(store, args.run_id)
+        run = known_run(store, args.run_id)
+    finally:
+        store.close()
+    if view is not None and args.json:
+        print_json(view.as_json())
+    elif view is not None:
+        print(result_text(view, colour=use_colour(sys.stdout)))
+    if run.get("error") and run["status"] != "succeeded":
+        err(str(run["error"]))
+    code = run.get("exit_code")
+    return int(code) if code is not None else (0 if run["status"] == "succeeded" else 1)

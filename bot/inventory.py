@@ -118,9 +118,6 @@ def expand_groups(groups: Any, hosts: set[str]) -> dict[str, list[str]]:
     raw: dict[str, list[str]] = {}
     for g, members in groups.items():
         g = str(g)
-        if g == ALL:
-            raise InventoryError("the group `all` is built in (every configured host); pick another name",
-                                 ("groups", g))
         if g in hosts:
             raise InventoryError(f"group {g!r} has the name of a host", ("groups", g))
         if isinstance(members, str):
@@ -156,10 +153,10 @@ def expand_groups(groups: Any, hosts: set[str]) -> dict[str, list[str]]:
 
 
 def _one(word: str, hosts: list[str], groups: dict[str, list[str]], everyone: list[str]) -> list[str]:
+    if word in groups:  # a group `all` of the config's own wins over the built-in one
+        return list(groups[word])
     if word == ALL:
         return list(everyone)
-    if word in groups:
-        return list(groups[word])
     if word in hosts:
         return [word]
     if is_range(word):
@@ -177,7 +174,7 @@ def _one(word: str, hosts: list[str], groups: dict[str, list[str]], everyone: li
         if not found:
             raise UsageError(f"no host or group matches {word!r}")
         return found
-    known = sorted(set(hosts) | set(groups) | {ALL})
+    known = sorted(set(hosts) | set(groups))
     shown = ", ".join(known[:20]) + (f", … ({len(known)} in all; see `eagle hosts`)" if len(known) > 20 else "")
     raise UsageError(f"unknown host {word!r} (known: {shown})")
 

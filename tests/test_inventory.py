@@ -70,12 +70,15 @@ def test_groups_of_groups_all_and_patterns():
     with pytest.raises(UsageError, match="no host left"):
         s.resolve_hosts(["h200:!h200"])
     assert Settings().resolve_hosts(["all"]) == ["local"]
+    # a config's own group `all` (written before it was built in) keeps its meaning
+    own = Settings.model_validate({**FLEET, "groups": {"all": ["gpu-001"]}})
+    assert own.resolve_hosts(["all"]) == ["gpu-001"]
 
 
 @pytest.mark.parametrize("groups,line,message", [
     ({"g": ["gpu-001"], "h": ["g", "nope"]}, 8, "group 'h': unknown host 'nope'"),
     ({"a": ["b"], "b": ["a"]}, 6, "groups form a loop (a -> b -> a)"),
-    ({"all": ["gpu-001"]}, 6, "the group `all` is built in"),
+    ({"g": ["gpu-[002:003]"]}, 6, "group 'g': unknown host 'gpu-003'"),
 ])
 def test_unknown_names_in_a_group_are_an_error_at_their_line(tmp_path, groups, line, message):
     cfg = write_yaml(tmp_path / "eagle.yaml", {"hosts": {"gpu-[001:002]": {"address": "x"}}, "host_defaults": {},

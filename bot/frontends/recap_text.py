@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from eaglebot.frontends.format import fmt_duration, table
 from eaglebot.history.recap import HostRecap, recap_counts
+from eaglebot.history.view import RunView
 
+RECAP_LINES = 40  # hosts a chat message lists (those in trouble first); the rest: `eagle show`
 ORDER = ("failed", "unreachable", "untouched", "running", "changed", "ok", "skipped")
 
 
@@ -26,3 +28,11 @@ def recap_table(recap: list[HostRecap], *, limit: int | None = None) -> str:
                   for r in rows])
     more = len(recap) - len(rows)
     return body + (f"\n… and {more} more host(s)" if more > 0 else "")
+
+
+def recap_block(view: RunView, *, limit: int | None = None) -> str:
+    """The recap under a run's text (`eagle show`, `/eagle show`): '' for a one-host run."""
+    if len(view.hosts) < 2:
+        return ""
+    recap = view.recap()
+    return f"\n\nrecap, {recap_total(recap)}:\n" + recap_table(recap, limit=limit)

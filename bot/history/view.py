@@ -69,6 +69,7 @@ class RunSummary(TypedDict, total=False):
     warnings: list[str]
     regressions: list[dict[str, Any]]
     plan: list[str]
+    recap: list[HostRecap]      # a run over several hosts: one entry per host
 
 
 OUTPUT_TAIL = 4000  # characters of a failed step's output a summary carries
@@ -182,6 +183,7 @@ class RunView:
             "regressions": [{"host": r["host"], "metric": r["metric"], "value": r["value"],
                              "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"],
                              "kind": r.get("kind") or "regression"} for r in self.regressions],
+            "recap": self.recap() if multi else [],
         }
 
 

@@ -250,3 +250,27 @@ def test_slash_rerun_takes_failed(text, expected):
 
     cmd = parse(text)
     assert (cmd.name, cmd.args) == expected and cmd.run_id == 12
+
+
+async def test_the_shipped_relaunch_goes_a_quarter_at_a_time_above_four_hosts(services):
+    svc = await services({f"g{i}": {"transport": "local"} for i in range(1, 9)})
+    big = svc.engine.prepare(RunRequest(playbook="relaunch", hosts=["g[1:8]"]))
+    assert (big.batch, big.max_fail) == ("25%", "0")
+    small = svc.engine.prepare(RunRequest(playbook="relaunch", hosts=["g[1:4]"]))
+    assert (small.batch, small.max_fail) == (None, "0")
+    own = svc.engine.prepare(RunRequest(playbook="relaunch", hosts=["g[1:8]"], batch="4", max_fail="50%"))
+    assert (own.batch, own.max_fail) == ("4", "50%")
+
+
+def test_slash_rerun_failed_runs_only_the_unreachable_host(sshd, remote_dir, tmp_path):
+    (tmp_path / "books").mkdir()
+    cfg = _config(tmp_path, {"up": sshd.host_config(), "down": sshd.host_config(port=free_port(), connect_retries=0)},
+                  playbooks_dir="books")
+    book = _touch_book(tmp_path / "books", remote_dir / "log", bad="nobody")
+    first = eagle("run", str(book), "-H", "up,down", "--json", config=cfg)
+    rid = json.loads(first.stdout)["run_id"]
+    assert first.returncode == 4
+    again = eagle("chat", f"rerun {rid} failed", config=cfg)
+    assert _db(tmp_path, "select rerun_of, hosts, status from runs where id > ?", rid) == [
+        (rid, '["down"]', "unreachable")]
+    assert "down" in again.stdout

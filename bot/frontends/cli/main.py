@@ -30,7 +30,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.completion import completion_main, names
 
     if args.list:
-        print("\n".join(names(_settings(args), args.list)))
+        print("\n".join(names(_settings(args), args.list, getattr(args, "playbook", None))))
         return 0
     if not args.shell:
         raise UsageError("completion needs a shell: eagle completion bash|zsh")
@@ -160,8 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("completion", parents=[common], help="print a shell completion script (bash or zsh)")
     s.add_argument("shell", nargs="?", choices=["bash", "zsh"])
-    s.add_argument("--list", choices=["playbooks", "hosts", "schedules"],
+    s.add_argument("--list", choices=["playbooks", "hosts", "targets", "schedules", "inputs"],
                    help="print the names the script completes (it calls this), one a line")
+    s.add_argument("--playbook", help="with --list inputs: whose input names")
     s.set_defaults(func=cmd_completion)
 
     from eaglebot.frontends.cli.tuning_cmds import register as register_tuning

@@ -122,8 +122,9 @@ class Settings(_Model):
     max_hosts_total: int = Field(1024, ge=1, description="hosts all runs of one process work on at once")
     max_connecting: int = Field(64, ge=1, description="SSH connections being opened at once, per process")
     max_connecting_per_jump: int = Field(8, ge=1, description="SSH connections being opened at once through one "
-                                                             "jump host (a bastion's sshd drops the excess: "
-                                                             "MaxStartups, default 10)")
+                                                             "jump host, or to one address:port for hosts "
+                                                             "without one (sshd drops the excess: MaxStartups, "
+                                                             "default 10)")
     state_dir: str = Field("~/.eaglebot", description="where the bot keeps pid and log files on each host")
     audit_key_file: str | None = Field(None, description="the audit chain's sealing key (`eagle audit init-key`); "
                                                           "$EAGLE_AUDIT_KEY_FILE overrides it")

@@ -148,7 +148,7 @@ async def test_connect_retries_get_past_a_bastion_dropping_the_excess(services, 
     server = start_sshd(_sshd_root(tmp_path), max_startups="2:100:2", max_sessions=10)
     try:
         hosts = {f"n{i:02d}": server.host_config(connect_retries=8) for i in range(16)}
-        svc = await services(hosts, max_connecting=16)
+        svc = await services(hosts, max_connecting=16, max_connecting_per_jump=16)
         book = load_playbook(write_playbook(tmp_path, "t", """
             name: t
             steps:
@@ -161,7 +161,7 @@ async def test_connect_retries_get_past_a_bastion_dropping_the_excess(services, 
         assert max(tries) > 1  # some were dropped and came back
         # Without retries, the same crowd leaves hosts unreachable (and says so).
         svc2 = await services({f"m{i:02d}": server.host_config(connect_retries=0) for i in range(16)},
-                              max_connecting=16, audit_db=str(tmp_path / "other.db"))
+                              max_connecting=16, max_connecting_per_jump=16, audit_db=str(tmp_path / "other.db"))
         out2 = await svc2.engine.run(RunRequest(playbook=book, hosts=[f"m{i:02d}" for i in range(16)]))
         assert out2.status == "unreachable" and out2.exit_code == 4
     finally:

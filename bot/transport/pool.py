@@ -18,7 +18,7 @@ class TransportPool:
         self._t: dict[str, Transport] = {}
         # SSH connections being opened at once, across every run of the process.
         self.connecting = asyncio.Semaphore(settings.max_connecting)
-        # ... and through each jump host (a bastion's sshd drops what is over its MaxStartups).
+        # ... and through each jump host or to each address (an sshd drops what is over its MaxStartups).
         self._via_jump: dict[str, asyncio.Semaphore] = {}
 
     def get(self, name: str) -> Transport:
@@ -30,8 +30,10 @@ class TransportPool:
                 tunnel = self.get(cfg.jump) if cfg.jump else None
                 if tunnel is not None and not isinstance(tunnel, SSHTransport):
                     raise TransportError(f"host {name}: jump host {cfg.jump} must be an ssh host")
-                via = (self._via_jump.setdefault(cfg.jump, asyncio.Semaphore(self.settings.max_connecting_per_jump))
-                       if cfg.jump else None)
+                # The first hop: the jump host, or for a direct host its address (host names that
+                # share one sshd, as in a test bed, share its MaxStartups too).
+                hop = cfg.jump or f"{cfg.address}:{cfg.port}"
+                via = self._via_jump.setdefault(hop, asyncio.Semaphore(self.settings.max_connecting_per_jump))
                 self._t[name] = SSHTransport(name, cfg, tunnel=tunnel, connecting=self.connecting, via_jump=via)
         return self._t[name]
 

@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--playbook")
     s.add_argument("--host")
     s.add_argument("--limit", type=int, default=20)
-    s.add_argument("--status", choices=["running", "succeeded", "failed", "cancelled", "interrupted"])
+    s.add_argument("--status", choices=["running", "succeeded", "failed", "unreachable", "cancelled", "interrupted"])
     s.add_argument("--since", metavar="AGE", help="only runs started within AGE, e.g. 7d, 12h, 30min")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_history)

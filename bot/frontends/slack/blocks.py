@@ -39,6 +39,7 @@ STATUS_EMOJI = {
     "ok": ":white_check_mark:", "changed": ":large_green_circle:", "skipped": ":white_circle:",
     "failed": ":x:", "running": ":hourglass_flowing_sand:", "pending": ":white_circle:",
     "succeeded": ":white_check_mark:", "cancelled": ":no_entry_sign:", "interrupted": ":warning:",
+    "unreachable": ":electric_plug:",
 }
 
 

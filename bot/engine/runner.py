@@ -195,8 +195,9 @@ class Engine(StepRunner):
             bad = run.outcome.bad_hosts()
             if i and (len(bad) > allowed or run.cancel.is_set() or run.store_error):
                 run.outcome.untouched = [h for g in groups[i:] for h in g]
-                why = ("the run was cancelled" if run.cancel.is_set() and len(bad) <= allowed
-                       else f"{len(bad)} host(s) failed, more than --max-fail {prep.max_fail} allows")
+                why = (f"{len(bad)} host(s) failed, more than --max-fail {prep.max_fail} allows"
+                       if len(bad) > allowed else
+                       "the run was cancelled" if run.cancel.is_set() else "the audit store failed")
                 msg = (f"{why}: no new batch started; {len(run.outcome.untouched)} host(s) untouched: "
                        f"{', '.join(run.outcome.untouched)}")
                 run.outcome.warnings.append(msg)

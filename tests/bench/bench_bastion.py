@@ -81,6 +81,12 @@ def main() -> None:
             print(f"  {n:5d} hosts: {r['wall']:6.2f} s ({r['wall'] / base:.2f}x one host), peak RSS "
                   f"{r['rss']:.0f} MiB, bot CPU {r['cpu']:.1f} s, exit {r['exit']}, {r['unreachable']} unreachable, {r['failed']} failed"
                   + (f"  [{r['error']}]" if r["error"] else ""), flush=True)
+        bots = resource.getrusage(resource.RUSAGE_CHILDREN)
+        server.stop()
+        done = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # sshd's CPU (its sessions' too, reaped by it) is what a single loopback sshd adds
+        print(f"  sshd CPU over all sizes: {(done.ru_utime + done.ru_stime) - (bots.ru_utime + bots.ru_stime):.1f} s "
+              f"(bots: {bots.ru_utime + bots.ru_stime:.1f} s); {os.cpu_count()} CPU(s), load {os.getloadavg()[0]:.1f}")
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from eaglebot.errors import UsageError
 from eaglebot.frontends.cli.common import err, known_run, print_json, store_only
@@ -17,7 +18,6 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", common:
     s = sub.add_parser("rerun", parents=[common], help="run a past run's playbook again with the same inputs")
     s.add_argument("run_id", type=int)
     s.add_argument("--failed", action="store_true", help="only the hosts that failed or were unreachable")
-    s.add_argument("-H", "--host", dest="hosts", action="append", default=None, help=argparse.SUPPRESS)
     s.add_argument("--batch", metavar="N|P%", help="rolling run: hosts per batch")
     s.add_argument("--max-fail", metavar="N|P%", help="hosts that may fail before no new batch starts")
     s.add_argument("--dry-run", action="store_true", help="render every step and show the plan; change nothing")
@@ -44,18 +44,14 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         if not hosts:
             raise UsageError(f"run #{args.run_id} has no failed or unreachable host to run again")
     store.close()
+    # the file it ran from while it is there (a playbook given by path has no name to find it by)
     source = run.get("source")
-    args.playbook = source if source and not _shipped(source) else run["playbook"]
+    args.playbook = source if source and Path(source).is_file() else run["playbook"]
     args.hosts, args.inputs, args.extra = hosts, dict(run.get("inputs") or {}), []
     args.rerun_of = args.run_id
     print(f"run #{args.run_id} again: {run['playbook']} on {', '.join(hosts[:8])}"
           f"{f' … ({len(hosts)} hosts)' if len(hosts) > 8 else ''}", file=sys.stderr)
     return cmd_run(args)
-
-
-def _shipped(source: str) -> bool:
-    """A playbook shipped with eaglebot is found again by its name (its path may move)."""
-    return "/eaglebot/playbooks/" in source or source.startswith("package:")
 
 
 def cmd_watch(args: argparse.Namespace) -> int:

@@ -235,7 +235,7 @@ async def test_watch_follows_a_run_started_by_eagle_serve_and_exits_with_its_cod
         await stop(proc)
     assert watch.returncode == 1, errs
     assert _db(tmp_path, "select origin, exit_code from runs") == [("slack", 1)]
-    assert f"run #{run_id}: slow on 2 host(s) (h1, h2), started by UALICE (slack)" in errs
+    assert f"run #{run_id}: slow on h1, h2, started by UALICE via slack" in errs  # the lines `eagle run` prints
     assert "[h1] 1/2 wait: changed" in errs and "[h2] 2/2 fail: failed" in errs
     assert re.search(r"eagle: h[12]: fail: exit status 1: nope", errs)  # the error, as `eagle run` ends
     assert f"run #{run_id} slow on h1, h2: failed" in out and "recap, 2 hosts: 2 failed:" in out

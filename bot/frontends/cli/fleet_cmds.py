@@ -7,9 +7,13 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eaglebot.errors import UsageError
 from eaglebot.frontends.cli.common import err, known_run, print_json, store_only
+
+if TYPE_CHECKING:  # (the engine loads only when a command runs: `eagle --help` stays light)
+    from eaglebot.store.rows import RunRow
 
 WATCH_POLL_S = 0.5
 
@@ -55,40 +59,43 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    """Each step's line as it ends, as `eagle run` prints them, until the run ends; then its
-    result block, and its exit code."""
-    from eaglebot.frontends.cli.terminal import paint, result_text, use_colour
+    """The lines `eagle run` prints (its TerminalObserver, fed from the store's rows as each
+    step ends), until the run ends; then its result block, and its exit code."""
+    import asyncio
+
+    from eaglebot.engine.records import RunOutcome, StepRecord
+    from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, use_colour
+    from eaglebot.sdk import StepResult
     from eaglebot.history.view import RunView
 
     store = store_only(args)
     try:
-        known_run(store, args.run_id)
-        colour = use_colour(sys.stderr)
+        run = known_run(store, args.run_id)
+        hosts = list(run.get("hosts") or [])
+        obs = TerminalObserver()
+        obs.start(args.run_id, run["playbook"], hosts, _step_count(args, run), bool(run.get("dry_run")),
+                  f", started by {run.get('actor')} via {run.get('origin')}")
         seen: set[int] = set()
-        announced = False
         while True:
             run = known_run(store, args.run_id)
-            steps = store.steps(args.run_id)
-            total = len({s["idx"] for s in steps}) or "?"
-            if not announced:
-                hosts = run.get("hosts") or []
-                print(f"run #{args.run_id}: {run['playbook']} on {len(hosts)} host(s) "
-                      f"({', '.join(hosts[:3])}{', …' if len(hosts) > 3 else ''}), started by {run.get('actor')} "
-                      f"({run.get('origin')}); status {run['status']}", file=sys.stderr)
-                announced = True
-            for s in steps:
+            for s in store.steps(args.run_id):
                 if s["id"] in seen or s["status"] == "running":
                     continue
                 seen.add(s["id"])
-                summary = f"  {s['summary']}" if s.get("summary") else ""
-                print(f"[{s['host']}] {s['idx'] + 1}/{total} {s['name']}: {paint(s['status'], colour)} "
-                      f"({(s.get('duration_ms') or 0) / 1000:.2f}s){summary}", file=sys.stderr, flush=True)
+                rec = StepRecord(s["host"], s["idx"], s.get("section") or "steps", s["name"], s["skill"], s["status"],
+                                 s.get("summary") or "", s.get("duration_ms") or 0, s.get("attempts") or 0)
+                # the observer reads only the result's warnings: the store's are in the recap
+                asyncio.run(obs.step_finished(args.run_id, rec, StepResult.skipped()))
             if run["status"] != "running":
                 break
             time.sleep(WATCH_POLL_S)
             store.recover()  # a run whose process died while watched ends `interrupted`
         view = RunView.load(store, args.run_id)
         run = known_run(store, args.run_id)
+        if view is not None:
+            untouched = [h["name"] for h in view.recap() if h["status"] == "untouched"]
+            asyncio.run(obs.run_finished(RunOutcome(args.run_id, run["playbook"], hosts, run["status"],
+                                                    int(run.get("exit_code") or 0), untouched=untouched)))
     finally:
         store.close()
     if view is not None and args.json:
@@ -99,3 +106,18 @@ def cmd_watch(args: argparse.Namespace) -> int:
         err(str(run["error"]))
     code = run.get("exit_code")
     return int(code) if code is not None else (0 if run["status"] == "succeeded" else 1)
+
+
+def _step_count(args: argparse.Namespace, run: "RunRow") -> int | None:
+    """Steps per host, from the playbook the run ran (its file, else its name); None when it
+    cannot be read (the lines then say `?`)."""
+    from eaglebot.engine.playbook import find_playbook
+    from eaglebot.frontends.cli.common import settings
+
+    try:
+        source = run.get("source")
+        pb = find_playbook(source if source and Path(source).is_file() else run["playbook"],
+                           settings(args).playbooks_path)
+    except Exception:  # a playbook since removed or broken: the count is only a nicety
+        return None
+    return len(pb.steps) + len(pb.always)

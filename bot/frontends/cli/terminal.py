@@ -60,13 +60,18 @@ class TerminalObserver(Observer):
         print(s, file=self.stream, flush=True)
 
     async def run_started(self, run_id: int, playbook: Playbook, hosts: list[str], req: RunRequest) -> None:
-        self.total = {"steps": len(playbook.steps) + len(playbook.always)}
-        mode = " (dry-run)" if req.dry_run else ""
+        self.start(run_id, playbook.name, hosts, len(playbook.steps) + len(playbook.always), req.dry_run)
+
+    def start(self, run_id: int, name: str, hosts: list[str], steps: int | None, dry_run: bool = False,
+              by: str = "") -> None:
+        """The first line (`eagle run`, and `eagle watch` from the store, which adds who started it)."""
+        self.total = {"steps": steps} if steps else {}
+        mode = (" (dry-run)" if dry_run else "") + by
         if len(hosts) > FLEET:
             self.fleet = len(hosts)
-            self._p(f"run #{run_id}: {playbook.name} on {len(hosts)} hosts ({', '.join(hosts[:3])}, …){mode}")
+            self._p(f"run #{run_id}: {name} on {len(hosts)} hosts ({', '.join(hosts[:3])}, …){mode}")
         else:
-            self._p(f"run #{run_id}: {playbook.name} on {', '.join(hosts)}{mode}")
+            self._p(f"run #{run_id}: {name} on {', '.join(hosts)}{mode}")
 
     async def step_started(self, run_id: int, rec: StepRecord) -> None:
         if self.verbose:

@@ -274,3 +274,15 @@ def test_slash_rerun_failed_runs_only_the_unreachable_host(sshd, remote_dir, tmp
     assert _db(tmp_path, "select rerun_of, hosts, status from runs where id > ?", rid) == [
         (rid, '["down"]', "unreachable")]
     assert "down" in again.stdout
+
+
+def test_slash_batch_and_max_fail_make_a_rolling_run(sshd, remote_dir, tmp_path):
+    (tmp_path / "books").mkdir()
+    log = remote_dir / "log"
+    _touch_book(tmp_path / "books", log, bad="h2")
+    cfg = _config(tmp_path, {"h[1:4]": sshd.host_config()}, groups={"fleet": ["h[1:4]"]}, playbooks_dir="books")
+    res = eagle("chat", "roll fleet batch=2 max_fail=0", config=cfg)
+    assert res.returncode == 1, res.stderr
+    assert sorted(log.read_text().split()) == ["h1", "h2"]
+    assert _db(tmp_path, "select inputs from runs") == [("{}",)]  # options, not inputs
+    assert "no new batch started; 2 host(s) untouched: h3, h4" in res.stdout + res.stderr

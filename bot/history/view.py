@@ -7,6 +7,8 @@ Rendering (text, Block Kit) stays in the front ends.
 """
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from typing import Any, Iterable, TypedDict
 
@@ -140,6 +142,28 @@ class RunView:
         """The per-host recap (eaglebot.history.recap)."""
         return host_recap(self.hosts, self.steps, self.warnings, running=self.status == "running")
 
+    @property
+    def gpu_health(self) -> list[dict[str, Any]]:
+        """Each GPU a gpu.health step judged: host, gpu, verdict, reasons, readings (what
+        nvidia-smi gave), in step order. `eagle show` and `--json` carry it."""
+        out: list[dict[str, Any]] = []
+        for s in self.steps:
+            if s["skill"] != "gpu.health" or not s.get("data"):
+                continue
+            try:
+                data = json.loads(s["data"] or "")
+            except ValueError:
+                continue
+            verdicts = data.get("health") if isinstance(data, dict) else None
+            readings = data.get("gpus") if isinstance(data, dict) else None
+            if not isinstance(verdicts, dict):
+                continue
+            for gpu, v in verdicts.items():
+                out.append({"host": s["host"], "gpu": int(gpu) if str(gpu).isdigit() else gpu,
+                            "verdict": (v or {}).get("verdict"), "reasons": list((v or {}).get("reasons") or []),
+                            "readings": (readings or {}).get(gpu) or {}})
+        return out
+
     def regressions_of(self, kind: str) -> list[RegressionRow]:
         """`regression` or `improvement` rows."""
         return [r for r in self.regressions if (r.get("kind") or "regression") == kind]
@@ -161,6 +185,8 @@ class RunView:
             "hosts": [{"name": h["name"], "status": h["status"], "ok": h["ok"], "changed": h["changed"],
                        "failed": h["failed"], "unreachable": h["unreachable"], "skipped": h["skipped"],
                        "duration_s": h["duration_s"], "failure": h["failure"]} for h in self.recap()],
+            # only in runs with a gpu.health step: every other run's document stays as it was
+            **({"gpu_health": health} if (health := self.gpu_health) else {}),
         }
 
     def summary(self) -> RunSummary:

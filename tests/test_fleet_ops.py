@@ -253,7 +253,8 @@ def test_slash_rerun_takes_failed(text, expected):
 
 
 async def test_the_shipped_relaunch_goes_a_quarter_at_a_time_above_four_hosts(services):
-    svc = await services({f"g{i}": {"transport": "local"} for i in range(1, 9)})
+    svc = await services({"g[1:8]": {"transport": "local"}},
+                         host_defaults={"vars": {"model": "/m", "draft": "/d", "python": "python3"}})
     big = svc.engine.prepare(RunRequest(playbook="relaunch", hosts=["g[1:8]"]))
     assert (big.batch, big.max_fail) == ("25%", "0")
     small = svc.engine.prepare(RunRequest(playbook="relaunch", hosts=["g[1:4]"]))

@@ -53,7 +53,7 @@ def test_run_json_has_the_contract_shape(cfg):
     assert res.returncode == 0, res.stderr
     assert set(doc) == {"run_id", "status", "steps", "metrics", "warnings", "regressions", "hosts"}
     assert doc["status"] == "succeeded"
-    assert doc["hosts"] == [{"name": "local", "status": "changed", "ok": 0, "changed": 1, "failed": 0,
+    assert doc["hosts"] == [{"name": "local", "status": "changed", "ok": 1, "changed": 1, "failed": 0,
                              "unreachable": 0, "skipped": 0, "duration_s": doc["hosts"][0]["duration_s"],
                              "failure": None}]  # the per-host recap
     assert doc["steps"][0] == {"name": "shell", "skill": "shell", "host": "local", "status": "changed",

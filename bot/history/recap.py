@@ -33,7 +33,7 @@ def _tolerated(warnings: Iterable[WarningRow]) -> set[tuple[str, str]]:
     out = set()
     for w in warnings:
         msg = w.get("message") or ""
-        if msg.endswith(")") and " failed (continue_on_error): " in msg:
+        if " failed (continue_on_error): " in msg:
             out.add((w.get("host") or "", msg.split(" failed (continue_on_error): ", 1)[0]))
     return out
 

@@ -78,7 +78,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
         seen: set[int] = set()
         while True:
             run = known_run(store, args.run_id)
-            for s in store.steps(args.run_id):
+            steps = store.steps(args.run_id)
+            for s in steps:
                 if s["id"] in seen or s["status"] == "running":
                     continue
                 seen.add(s["id"])
@@ -88,7 +89,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 asyncio.run(obs.step_finished(args.run_id, rec, StepResult.skipped()))
             if run["status"] != "running":
                 break
-            time.sleep(WATCH_POLL_S)
+            # each poll reads every step row: a fleet's run is polled less often
+            time.sleep(WATCH_POLL_S * (1 + len(steps) // 500))
             store.recover()  # a run whose process died while watched ends `interrupted`
         view = RunView.load(store, args.run_id)
         run = known_run(store, args.run_id)

@@ -170,7 +170,9 @@ async def test_connect_retries_get_past_a_bastion_dropping_the_excess(services, 
 
 
 async def test_connections_through_a_jump_host_are_opened_a_few_at_a_time(services, tmp_path):
-    server = start_sshd(_sshd_root(tmp_path), max_startups="3:100:3", max_sessions=10)
+    # (sshd counts a connection as starting until its child reports the login, a little after
+    # the client sees it: 4 leaves room for that lag over the cap of 2)
+    server = start_sshd(_sshd_root(tmp_path), max_startups="4:100:4", max_sessions=10)
     try:
         hosts = {"bastion": server.host_config(connect_retries=0)}
         hosts.update({f"n{i:02d}": server.host_config(jump="bastion", connect_retries=0) for i in range(12)})
@@ -185,6 +187,11 @@ async def test_connections_through_a_jump_host_are_opened_a_few_at_a_time(servic
         out = await svc.engine.run(RunRequest(playbook=book, hosts=["all"]))
         assert out.status == "succeeded", out.error
         assert sorted(out.hosts) == [f"n{i:02d}" for i in range(12)]  # `all` leaves the bastion out
+        # Without the cap, the same crowd through the same bastion loses hosts.
+        svc2 = await services(hosts, max_connecting=64, max_connecting_per_jump=64,
+                              audit_db=str(tmp_path / "other.db"))
+        out2 = await svc2.engine.run(RunRequest(playbook=book, hosts=["all"]))
+        assert out2.status == "unreachable" and out2.exit_code == 4
     finally:
         server.stop()
         shutil.rmtree(server.root, ignore_errors=True)

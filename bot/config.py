@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from eaglebot import inventory
 from eaglebot.configfile import KEY_FILE_ENV, config_path, read_config_text
 from eaglebot.errors import UsageError
 
@@ -46,6 +47,9 @@ class HostConfig(_Model):
     known_hosts: str | None = Field(None, description="known_hosts file used to verify the host key (default ~/.ssh/known_hosts)")
     jump: str | None = Field(None, description="name of another configured host to tunnel through")
     connect_timeout_s: float = Field(10.0, gt=0)
+    connect_retries: int = Field(3, ge=0, le=20, description="extra tries of a connection that failed on the way "
+                                                               "(refused, reset, lost before login, timed out), "
+                                                               "with jittered backoff")
     max_channels: int = Field(8, ge=1, le=64, description="concurrent SSH channels (sshd's MaxSessions is 10)")
     shell: ShellMode = Field(
         default_factory=_default_shell,
@@ -110,9 +114,17 @@ class Settings(_Model):
     schedules: list[ScheduleConfig] = Field(default_factory=list)
     regression: RegressionConfig = Field(default_factory=RegressionConfig)
     redact: list[str] = Field(default_factory=list, description="regular expressions removed from stored and posted text")
-    max_parallel_hosts: int = Field(64, ge=1, description="hosts one run works on at once")
-    max_hosts_total: int = Field(256, ge=1, description="hosts all runs of one process work on at once")
+    host_defaults: dict[str, Any] = Field(default_factory=dict,
+                                          description="settings every ssh host inherits (user, port, key, "
+                                                      "known_hosts, jump, vars, shell...); a host's own win")
+    max_parallel_hosts: int | None = Field(None, ge=1, description="hosts one run works on at once (default: "
+                                                                   "no cap of its own, max_hosts_total holds)")
+    max_hosts_total: int = Field(1024, ge=1, description="hosts all runs of one process work on at once")
     max_connecting: int = Field(64, ge=1, description="SSH connections being opened at once, per process")
+    max_connecting_per_jump: int = Field(8, ge=1, description="SSH connections being opened at once through one "
+                                                             "jump host, or to one address:port for hosts "
+                                                             "without one (sshd drops the excess: MaxStartups, "
+                                                             "default 10)")
     state_dir: str = Field("~/.eaglebot", description="where the bot keeps pid and log files on each host")
     audit_key_file: str | None = Field(None, description="the audit chain's sealing key (`eagle audit init-key`); "
                                                           "$EAGLE_AUDIT_KEY_FILE overrides it")
@@ -141,6 +153,26 @@ class Settings(_Model):
     @classmethod
     def _hosts_not_none(cls, v: Any) -> Any:
         return {} if v is None else v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_inventory(cls, data: Any) -> Any:
+        """Host ranges, host_defaults and groups of groups, before each host is validated
+        (eaglebot.inventory; its errors name their place in the file)."""
+        if not isinstance(data, dict):
+            return data
+        defaults = data.get("host_defaults")
+        if isinstance(defaults, dict):
+            for k in defaults:
+                if k not in HostConfig.model_fields or k in ("address", "transport"):
+                    raise inventory.InventoryError(f"host_defaults: {k}: not a setting hosts share",
+                                                   ("host_defaults", str(k)))
+        data = dict(data)
+        data["hosts"] = inventory.expand_hosts(data.get("hosts"), defaults)
+        if isinstance(data["hosts"], dict):
+            names = set(data["hosts"]) | {LOCAL}
+            data["groups"] = inventory.expand_groups(data.get("groups"), names)
+        return data
 
     @model_validator(mode="after")
     def _local_always_exists(self) -> "Settings":
@@ -193,24 +225,24 @@ class Settings(_Model):
     def playbooks_path(self) -> Path | None:
         return self.path(self.playbooks_dir) if self.playbooks_dir else None
 
+    @property
+    def all_hosts(self) -> list[str]:
+        """The group `all`: every configured host but a local-transport `local` and the hosts
+        that are other hosts' `jump` (a bastion runs no playbook unless named); `local` alone
+        when there is nothing else."""
+        jumps = {h.jump for h in self.hosts.values() if h.jump}
+        out = [h for h in self.hosts if h not in jumps and not (h == LOCAL and self.hosts[h].transport == "local")]
+        return out or [LOCAL]
+
     def resolve_hosts(self, names: list[str] | None) -> list[str]:
-        """Expand comma lists and groups; unknown names are a usage error."""
+        """Hosts, comma lists, groups, `all`, ranges and patterns (eaglebot.inventory.select);
+        unknown names are a usage error."""
         if not names:
             names = self.default_hosts or [LOCAL]
-        out: list[str] = []
-        for raw in names:
-            for name in (n.strip() for n in str(raw).split(",")):
-                if not name:
-                    continue
-                members = self.groups.get(name, [name])
-                for m in members:
-                    if m not in self.hosts:
-                        known = ", ".join(sorted(set(self.hosts) | set(self.groups)))
-                        raise UsageError(f"unknown host {m!r} (known: {known})")
-                    if m not in out:
-                        out.append(m)
+        out = inventory.select(list(names), list(self.hosts), self.groups, self.all_hosts)
         if not out:
-            raise UsageError("no host given")
+            raise UsageError("no host given" if not any(str(n).strip(" ,:") for n in names)
+                             else f"no host left: {' '.join(names)} names none")
         return out
 
     def is_gpu_host(self, name: str) -> bool:
@@ -288,6 +320,9 @@ def load_settings(path: str | Path | None = None) -> Settings:
         settings = Settings(**data, base_dir=p.resolve().parent, source=p.resolve())
     except ValidationError as e:
         raise UsageError(_format_validation(e, str(p), text)) from None
+    except inventory.InventoryError as e:
+        line = yaml_line(text, e.loc) if e.loc else None
+        raise UsageError(f"{p}{f':{line}' if line else ''}: {e}") from None
     folder = settings.playbooks_path
     if folder is not None and not folder.is_dir():
         at = yaml_line(text, ("playbooks_dir",))

@@ -22,6 +22,11 @@ class TransportError(EagleError):
     """A host could not be reached or a command could not be started on it."""
 
 
+class HostUnreachable(TransportError):
+    """No connection to the host after the connect retries: the host is `unreachable`, not
+    `failed` (exit 4 when no step failed)."""
+
+
 class StepFailed(EagleError):
     """Fails the step it is raised in, from the skill or any helper it calls: the sentence is
     the step's summary, and the keywords are `StepResult.failed`'s (data, output, warnings,

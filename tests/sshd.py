@@ -76,7 +76,10 @@ def _keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
 
 
-def start_sshd(root: Path, user: str = TEST_USER) -> SSHServer:
+def start_sshd(root: Path, user: str = TEST_USER, *, max_startups: str = "64:30:128",
+               max_sessions: int = 32) -> SSHServer:
+    """An sshd; `max_startups`/`max_sessions` as sshd_config says them (a bastion's defaults
+    are 10:30:100 and 10: beyond 10 connections not yet logged in, sshd drops new ones)."""
     pw = ensure_user(user)
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o755)
@@ -107,8 +110,8 @@ PubkeyAuthentication yes
 StrictModes no
 UsePAM no
 AllowUsers {user}
-MaxSessions 32
-MaxStartups 64:30:128
+MaxSessions {max_sessions}
+MaxStartups {max_startups}
 PermitUserEnvironment no
 SetEnv PATH={bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
 Subsystem sftp internal-sftp

@@ -51,8 +51,11 @@ def cfg(tmp_path) -> Path:
 def test_run_json_has_the_contract_shape(cfg):
     res, doc = eagle_json("run", "ok", "-e", "word=yo", config=cfg)
     assert res.returncode == 0, res.stderr
-    assert set(doc) == {"run_id", "status", "steps", "metrics", "warnings", "regressions"}
+    assert set(doc) == {"run_id", "status", "steps", "metrics", "warnings", "regressions", "hosts"}
     assert doc["status"] == "succeeded"
+    assert doc["hosts"] == [{"name": "local", "status": "changed", "ok": 1, "changed": 1, "failed": 0,
+                             "unreachable": 0, "skipped": 0, "duration_s": doc["hosts"][0]["duration_s"],
+                             "failure": None}]  # the per-host recap
     assert doc["steps"][0] == {"name": "shell", "skill": "shell", "host": "local", "status": "changed",
                                "summary": "yo 1", "duration_ms": doc["steps"][0]["duration_ms"], "attempts": 1}
     assert "run #" in res.stderr  # progress goes to stderr

@@ -353,7 +353,7 @@ async def test_unknown_host_key_is_refused(services, sshd, tmp_path):
     assert out.status == "failed" and "unknown or changed" in out.steps[0].summary
 
 
-async def test_unreachable_host_fails_the_run_with_one_sentence(services, sshd, tmp_path):
+async def test_unreachable_host_ends_the_run_unreachable_with_one_sentence(services, sshd, tmp_path):
     from sshd import free_port
 
     svc = await services({"dead": sshd.host_config(port=free_port(), connect_timeout_s=3)})
@@ -366,8 +366,11 @@ async def test_unreachable_host_fails_the_run_with_one_sentence(services, sshd, 
           - skill: audit.note
     """)
     out = await svc.engine.run(RunRequest(playbook=book, hosts=["dead"]))
-    assert out.status == "failed" and out.exit_code == 1
+    # unreachable (after the connect retries) is not failed: exit 4 (DESIGN.md, exit codes)
+    assert out.status == "unreachable" and out.exit_code == 4
+    assert out.steps[0].status == "unreachable" and out.steps[1].status == "skipped"
     assert out.steps[0].summary.startswith("host dead is unreachable at 127.0.0.1:")
+    assert "after 4 tries: " in out.steps[0].summary
     assert "\n" not in out.steps[0].summary
 
 

@@ -18,7 +18,7 @@ from eaglebot.frontends.cli.terminal import TerminalObserver
 def test_fleet_defaults(monkeypatch):
     monkeypatch.delenv("EAGLE_SHELL_MODE", raising=False)
     s = Settings()
-    assert (s.max_parallel_hosts, s.max_hosts_total, s.max_connecting) == (64, 256, 64)
+    assert (s.max_parallel_hosts, s.max_hosts_total, s.max_connecting, s.max_connecting_per_jump) == (None, 1024, 64, 8)
     assert s.hosts["local"].shell == "exec"
     monkeypatch.setenv("EAGLE_SHELL_MODE", "persistent")  # every host that does not say
     s = Settings.model_validate({"hosts": {"a": {"transport": "local"}, "b": {"transport": "local", "shell": "exec"}}})

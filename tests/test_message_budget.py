@@ -90,7 +90,7 @@ async def test_a_64_host_run_stays_within_slacks_message_budget_and_attaches_the
         assert run["status"] == "failed"
         final = await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.postMessage")
                                              if f"run #{rid}" in c.all_text() and "finished" in c.all_text()], 60)
-        uploads = await fake.wait_for(lambda: len(fake.ok_calls_to("files.completeUploadExternal")) >= 5 and
+        uploads = await fake.wait_for(lambda: len(fake.ok_calls_to("files.completeUploadExternal")) >= 6 and
                                       fake.ok_calls_to("files.completeUploadExternal"), 60)
     finally:
         await h.close()
@@ -112,6 +112,7 @@ async def test_a_64_host_run_stays_within_slacks_message_budget_and_attaches_the
     titles = [f["title"] for c in uploads for f in __import__("json").loads(c.args["files"])]
     assert titles[0] == f"run-{rid}-summary.txt"
     assert f"run-{rid}-h03-long-logs.log" in titles and f"run-{rid}-more-failed-logs.log" in titles
+    assert f"run-{rid}-recap.txt" in titles  # 64 hosts: the message lists 20, the file all of them
     assert all(c.args.get("thread_ts") == run["thread_ts"] for c in uploads)
     biggest = max(c.args["size"] for c in fake.calls_to("upload"))
     assert biggest > 5 * 9000                      # whole 9,000-character lines, not a tail

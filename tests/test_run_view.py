@@ -36,7 +36,7 @@ def test_show_json_lists_only_regressions_and_prefixes_warnings_with_their_host(
     store.add_warning(rid, "gpu-01", "draft tokens adjusted")
     view = RunView.load(store, rid)
     doc = view.as_json()
-    assert set(doc) == {"run_id", "status", "steps", "metrics", "warnings", "regressions"}
+    assert set(doc) == {"run_id", "status", "steps", "metrics", "warnings", "regressions", "hosts"}
     assert [r["metric"] for r in doc["regressions"]] == [KEY_METRIC]
     assert doc["warnings"] == ["gpu-01: draft tokens adjusted"]
     assert doc["metrics"][0] == {"host": "gpu-01", "name": "median_ttft_ms", "value": 30.0, "unit": "",

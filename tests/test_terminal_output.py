@@ -123,8 +123,9 @@ def test_bash_completion_knows_the_commands_their_options_and_choices(tmp_path):
     assert "complete -F _eagle eagle" in script
     assert _complete(script, "eagle", "hist") == ["history"]
     assert _complete(script, "eagle", "history", "--s") == ["--since", "--status"]
-    assert _complete(script, "eagle", "completion", "") == ["--config", "--help", "--list", "-h", "bash", "hosts",
-                                                            "playbooks", "schedules", "zsh"]
+    assert _complete(script, "eagle", "completion", "") == ["--config", "--help", "--list", "--playbook", "-h",
+                                                            "bash", "hosts", "inputs", "playbooks", "schedules",
+                                                            "targets", "zsh"]
     assert "list" in _complete(script, "eagle", "schedule", "")
     zsh = eagle("completion", "zsh").stdout
     assert "bashcompinit" in zsh and "complete -F _eagle eagle" in zsh
@@ -137,6 +138,7 @@ def test_bash_completion_offers_the_configs_playbooks_hosts_and_schedules(tmp_pa
     write_playbook(books, "nightly-bench", "name: nightly-bench\nsteps:\n  - skill: shell\n    with: {command: 'true'}\n")
     cfg = tmp_path / "eagle.yaml"
     cfg.write_text("playbooks_dir: books\nhosts:\n  gpu-01: {transport: local}\n  gpu-02: {transport: local}\n"
+                   "groups: {pair: [gpu-01, gpu-02]}\n"
                    "schedules:\n  - {name: nightly, playbook: nightly-bench, cron: '0 3 * * *'}\n")
     script = eagle("completion", "bash").stdout
     path = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # the venv's `eagle`
@@ -146,6 +148,10 @@ def test_bash_completion_offers_the_configs_playbooks_hosts_and_schedules(tmp_pa
     assert _complete(script, "eagle", "run", "ni", env={**path, "EAGLE_CONFIG": str(cfg)}) == ["nightly-bench"]
     assert _complete(script, "eagle", *c, "trend", "nightly-bench", "g", env=path) == ["gpu-01", "gpu-02"]
     assert _complete(script, "eagle", "run", "nightly-bench", *c, "-H", "gpu", env=path) == ["gpu-01", "gpu-02"]
+    # -H offers groups and `all` too; after -e, the playbook's input names
+    assert _complete(script, "eagle", "run", "hello", *c, "-H", "", env=path) == ["all", "gpu-01", "gpu-02",
+                                                                                  "local", "pair"]
+    assert _complete(script, "eagle", *c, "run", "hello", "-e", "gr", env=path) == ["greeting="]
     assert _complete(script, "eagle", "logs", "", env={**path, "EAGLE_CONFIG": str(cfg)}) == ["gpu-01", "gpu-02", "local"]
     assert _complete(script, "eagle", "schedule", "pause", "n", env={**path, "EAGLE_CONFIG": str(cfg)}) == ["nightly"]
     assert _complete(script, "eagle", "run", "nightly-bench", "--dr", env=path) == ["--dry-run"]

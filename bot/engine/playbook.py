@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 
-from eaglebot.engine import limits, templating
+from eaglebot.engine import limits, rolling, templating
 from eaglebot.engine.output import printable
 from eaglebot.errors import UsageError
 from eaglebot.engine.registry import SkillNotFound, SkillRegistry, shipped
@@ -79,7 +79,20 @@ class Playbook(_Model):
     vars: dict[str, Any] = Field(default_factory=dict)
     steps: list[Step] = Field(min_length=1)
     always: list[Step] = Field(default_factory=list)
+    batch: str | int | None = Field(None, description="default --batch: hosts per batch, N or P%")
+    batch_above: int = Field(0, ge=0, description="`batch` applies only to runs of more hosts than this")
+    max_fail: str | int | None = Field(None, description="default --max-fail: hosts that may fail, N or P%")
     source: str | None = Field(None, exclude=True)
+
+    @field_validator("batch", "max_fail")
+    @classmethod
+    def _amount(cls, v: str | int | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return None
+        try:
+            return rolling.check_amount(v, str(info.field_name), zero_ok=info.field_name == "max_fail")
+        except UsageError as e:
+            raise ValueError(str(e)) from None
 
     @field_validator("name")
     @classmethod

@@ -34,6 +34,8 @@ class RunRequest:
     channel: str | None = None
     thread_ts: str | None = None
     text: str | None = None          # what the person typed (audited when the request is refused)
+    batch: str | None = None         # hosts per batch, N or P% (default: the playbook's `batch`)
+    max_fail: str | None = None      # hosts that may fail before no new batch starts, N or P%
 
 
 @dataclass
@@ -70,6 +72,15 @@ class RunOutcome:
     error: str | None = None
     dry_run: bool = False
     plan: list[str] = field(default_factory=list)
+    untouched: list[str] = field(default_factory=list)  # never started: the failure budget was spent
+
+    def bad_hosts(self) -> list[str]:
+        """Hosts with a failed step (not under continue_on_error) or that were unreachable."""
+        out: list[str] = []
+        for s in self.steps:
+            if (s.status == "unreachable" or (s.status == "failed" and not s.tolerated)) and s.host not in out:
+                out.append(s.host)
+        return out
 
 
 class Observer:
@@ -105,6 +116,8 @@ class Prepared:
     playbook: Playbook
     hosts: list[str]
     inputs: dict[str, Any]
+    batch: str | None = None
+    max_fail: str | None = None
 
 
 @dataclass
@@ -131,6 +144,8 @@ class RunState:
         """The run's status and exit code from its steps (DESIGN.md: 1 wins over 3)."""
         o = self.outcome
         failed = [s for s in o.steps if s.status == "failed" and not s.tolerated]
+        unreachable = list(dict.fromkeys(s.host for s in o.steps if s.status == "unreachable"))
+        spent = (f"; the failure budget was spent: {len(o.untouched)} host(s) untouched" if o.untouched else "")
         if self.store_error is not None:
             o.status, o.exit_code = "failed", 1
             o.error = o.error or f"the audit store failed: {self.store_error}"
@@ -138,11 +153,15 @@ class RunState:
             o.status, o.exit_code = "cancelled", 1
         elif failed:
             o.status, o.exit_code = "failed", (2 if all(s.usage for s in failed) else 1)
-            o.error = o.error or f"{failed[0].host}: {failed[0].name}: {failed[0].summary}"
+            o.error = o.error or f"{failed[0].host}: {failed[0].name}: {failed[0].summary}{spent}"
+        elif unreachable:
+            # exit 4: nothing failed, but not every host was reached (DESIGN.md: exit codes)
+            o.status, o.exit_code = "unreachable", 4
+            o.error = o.error or (f"{len(unreachable)} host(s) unreachable: {', '.join(unreachable[:10])}"
+                                  f"{' …' if len(unreachable) > 10 else ''}{spent}")
         else:
             o.status = "succeeded"
             o.exit_code = 3 if any(r.kind == "regression" for r in o.regressions) else 0
-
 
 
 @dataclass(frozen=True)

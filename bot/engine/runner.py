@@ -9,12 +9,13 @@ the end); one step is `steps`, one attempt `attempts`, the run's records `record
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any, Awaitable, Callable
 
-from eaglebot.engine import limits, procs
+from eaglebot.engine import limits, procs, rolling
 from eaglebot.config import Settings
-from eaglebot.errors import EagleError, HostBusy, StoreError, UsageError
+from eaglebot.errors import EagleError, HostBusy, HostUnreachable, StoreError, UsageError
 from eaglebot.engine.context import host_context, missing_var_error
 from eaglebot.engine.playbook import Playbook, find_playbook, resolve_inputs
 from eaglebot.engine.output import printable
@@ -23,7 +24,7 @@ from eaglebot.engine.records import (Approver, Observer, Prepared, RunOutcome, R
 from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.steps import StepRunner, shell_param
-from eaglebot.sdk import Regression
+from eaglebot.sdk import Regression, StepResult
 from eaglebot.store.protocol_async import AsyncStoreProtocol
 from eaglebot.store.rows import NewRun
 from eaglebot.transport import TransportPool
@@ -79,7 +80,15 @@ class Engine(StepRunner):
             missing = missing_var_error(pb, ctx, h, lambda skill, key: shell_param(self.registry, skill, key))
             if missing:
                 raise UsageError(missing)
-        return Prepared(pb, hosts, inputs)
+        batch = req.batch if req.batch is not None else (
+            str(pb.batch) if pb.batch is not None and len(hosts) > pb.batch_above else None)
+        max_fail = req.max_fail if req.max_fail is not None else (
+            str(pb.max_fail) if pb.max_fail is not None else None)
+        if batch is not None:
+            batch = rolling.check_amount(batch, "--batch", zero_ok=False)
+        if max_fail is not None:
+            max_fail = rolling.check_amount(max_fail, "--max-fail", zero_ok=True)
+        return Prepared(pb, hosts, inputs, batch, max_fail)
 
     async def record_rejected(self, req: RunRequest, err: EagleError) -> None:
         """A request refused before running (unknown playbook or host, invalid input, busy host)
@@ -155,15 +164,18 @@ class Engine(StepRunner):
                         for h in prep.hosts}
             await self._record(run, self.store.save_vars(
                 run_id, {h: self.redactor.obj(jsonable(c)) for h, c in contexts.items()}))
-            sem = asyncio.Semaphore(self.settings.max_parallel_hosts)
+            cap = self.settings.max_parallel_hosts
+            sem = asyncio.Semaphore(cap) if cap else None
 
             async def one(host: str) -> None:
-                async with sem, self._all_hosts:
+                async with (sem or contextlib.nullcontext()), self._all_hosts:
+                    if not await self._reach(run, host):
+                        return
                     if not req.dry_run:
                         await self._clear_pending(run, host)
                     await self._run_host(run, host, contexts[host])
 
-            await asyncio.gather(*(one(h) for h in prep.hosts))
+            await self._rolling(run, prep, one)
             await self._post_run(run)
             run.conclude()
         except BaseException as e:
@@ -180,6 +192,48 @@ class Engine(StepRunner):
             await asyncio.shield(self._finish(run_id, outcome))
             await safe(observer.run_finished(outcome))
         return outcome
+
+    async def _rolling(self, run: RunState, prep: Prepared, one: Callable[[str], Awaitable[None]]) -> None:
+        """All hosts at once, or batch after batch (`--batch`) while the failure budget
+        (`--max-fail`) holds; the hosts of the batches not started are `untouched`."""
+        groups = rolling.batches(prep.hosts, prep.batch)
+        allowed = rolling.budget(prep.max_fail, len(prep.hosts))
+        for i, group in enumerate(groups):
+            bad = run.outcome.bad_hosts()
+            if i and (len(bad) > allowed or run.cancel.is_set() or run.store_error):
+                run.outcome.untouched = [h for g in groups[i:] for h in g]
+                why = (f"{len(bad)} host(s) failed, more than --max-fail {prep.max_fail} allows"
+                       if len(bad) > allowed else
+                       "the run was cancelled" if run.cancel.is_set() else "the audit store failed")
+                msg = (f"{why}: no new batch started; {len(run.outcome.untouched)} host(s) untouched: "
+                       f"{', '.join(run.outcome.untouched)}")
+                run.outcome.warnings.append(msg)
+                await self._record(run, self.store.add_warning(run.run_id, "", self.redactor.text(msg)))
+                return
+            await asyncio.gather(*(one(h) for h in group))
+
+    async def _reach(self, run: RunState, host: str) -> bool:
+        """Open the host's connection before its first step (the connect retries are the
+        transport's); a host still out of reach is `unreachable`: its first step's row says
+        why, the others are skipped. False then."""
+        try:
+            await self.pool.reach(host)
+            return True
+        except HostUnreachable as e:
+            why = self.redactor.text(str(e))
+        except Exception:  # a host key, a login, a missing known_hosts: the first step says so
+            return True
+        pb = run.playbook
+        n = len(pb.steps)
+        slots = [StepSlot(host, i, "steps", s) for i, s in enumerate(pb.steps)] + [
+            StepSlot(host, n + i, "always", s) for i, s in enumerate(pb.always)]
+        for k, slot in enumerate(slots):
+            rec = await self._record_skipped(run, slot, why if k == 0 else "not run: the host is unreachable",
+                                             status="unreachable" if k == 0 else "skipped")
+            run.outcome.steps.append(rec)
+            if k == 0:
+                await safe(run.observer.step_finished(run.run_id, rec, StepResult.failed(why)))
+        return False
 
     async def _clear_pending(self, run: RunState, host: str) -> None:
         """Stop what an earlier run left behind on host (it crashed, or lost the host)."""

@@ -59,14 +59,17 @@ class StepRunner:
             run.store_failed(e)
             return False
 
-    async def _record_skipped(self, run: RunState, slot: StepSlot, summary: str) -> StepRecord:
+    async def _record_skipped(self, run: RunState, slot: StepSlot, summary: str,
+                              status: str = "skipped") -> StepRecord:
+        """A step that does not run (`skipped`), or the first step of a host that could not be
+        reached (`unreachable`): its row, opened and closed."""
         step = slot.step
         sid = await self._record(run, self.store.step_started(run.run_id, slot.idx, slot.host, step.label,
                                                               step.skill, {}, slot.section))
         if sid is not None:
-            await self._record(run, self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="skipped",
+            await self._record(run, self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status=status,
                                                              summary=summary, duration_ms=0, attempts=0))
-        return StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, "skipped", summary, 0, 0,
+        return StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, status, summary, 0, 0,
                           step_id=sid)
 
     def _render(self, step: Step, ctx: dict[str, Any]) -> tuple[AnySkill, dict[str, Any]]:

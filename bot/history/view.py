@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, TypedDict
 
 from eaglebot.history.incidents import describe
+from eaglebot.history.recap import HostRecap, host_recap
 from eaglebot.store import parse_iso
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import ChangeRow, IncidentRow, MetricRow, RegressionRow, RunRow, StepRow, WarningRow
@@ -70,6 +71,7 @@ class RunSummary(TypedDict, total=False):
     warnings: list[str]
     regressions: list[dict[str, Any]]
     plan: list[str]
+    recap: list[HostRecap]      # a run over several hosts: one entry per host
 
 
 OUTPUT_TAIL = 4000  # characters of a failed step's output a summary carries
@@ -136,6 +138,10 @@ class RunView:
     def warning_lines(self) -> list[str]:
         return [(f"{w['host']}: " if w.get("host") else "") + w["message"] for w in self.warnings]
 
+    def recap(self) -> list[HostRecap]:
+        """The per-host recap (eaglebot.history.recap)."""
+        return host_recap(self.hosts, self.steps, self.warnings, running=self.status == "running")
+
     @property
     def gpu_health(self) -> list[dict[str, Any]]:
         """Each GPU a gpu.health step judged: host, gpu, verdict, reasons, readings (what
@@ -176,6 +182,9 @@ class RunView:
             "regressions": [{"metric": r["metric"], "host": r["host"], "value": r["value"],
                              "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"]}
                             for r in self.regressions_of("regression")],
+            "hosts": [{"name": h["name"], "status": h["status"], "ok": h["ok"], "changed": h["changed"],
+                       "failed": h["failed"], "unreachable": h["unreachable"], "skipped": h["skipped"],
+                       "duration_s": h["duration_s"], "failure": h["failure"]} for h in self.recap()],
             # only in runs with a gpu.health step: every other run's document stays as it was
             **({"gpu_health": health} if (health := self.gpu_health) else {}),
         }
@@ -200,6 +209,7 @@ class RunView:
             "regressions": [{"host": r["host"], "metric": r["metric"], "value": r["value"],
                              "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"],
                              "kind": r.get("kind") or "regression"} for r in self.regressions],
+            "recap": self.recap() if multi else [],
         }
 
 

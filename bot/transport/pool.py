@@ -18,6 +18,8 @@ class TransportPool:
         self._t: dict[str, Transport] = {}
         # SSH connections being opened at once, across every run of the process.
         self.connecting = asyncio.Semaphore(settings.max_connecting)
+        # ... and through each jump host or to each address (an sshd drops what is over its MaxStartups).
+        self._via_jump: dict[str, asyncio.Semaphore] = {}
 
     def get(self, name: str) -> Transport:
         if name not in self._t:
@@ -28,8 +30,21 @@ class TransportPool:
                 tunnel = self.get(cfg.jump) if cfg.jump else None
                 if tunnel is not None and not isinstance(tunnel, SSHTransport):
                     raise TransportError(f"host {name}: jump host {cfg.jump} must be an ssh host")
-                self._t[name] = SSHTransport(name, cfg, tunnel=tunnel, connecting=self.connecting)
+                # The first hop: the jump host, or for a direct host its address (host names that
+                # share one sshd, as in a test bed, share its MaxStartups too).
+                hop = cfg.jump or f"{cfg.address}:{cfg.port}"
+                via = self._via_jump.setdefault(hop, asyncio.Semaphore(self.settings.max_connecting_per_jump))
+                self._t[name] = SSHTransport(name, cfg, tunnel=tunnel, connecting=self.connecting, via_jump=via)
         return self._t[name]
+
+    async def reach(self, name: str) -> int:
+        """Open the host's connection (its connect retries included) before a run's first step
+        on it; raises HostUnreachable when it cannot. The tries it took (0: nothing to open)."""
+        t = self.get(name)
+        if not isinstance(t, SSHTransport):
+            return 0
+        await t.connect()
+        return t.connect_tries
 
     async def release_run(self, run_id: int) -> None:
         """The run ended: every transport closes what it kept for it (its persistent shells)."""

@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
+import random
+import socket
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from eaglebot.config import HostConfig
-from eaglebot.errors import TransportError
+from eaglebot.errors import HostUnreachable, TransportError
 from eaglebot.sdk import CommandResult, OutputCallback, path_for_shell
 from eaglebot.transport.base import (CURRENT, DRAIN_S, KILL_GRACE_S, RUN, LineSplitter, current_tag, detach_script,
                                      kill_note, kill_script, leftover_note, note_pgid, parse_kill, session_wrapped)
@@ -23,6 +26,18 @@ if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for as
 _preloading: list[threading.Thread] = []
 # How long opening a channel for a kill may take before the connection counts as wedged.
 CHANNEL_OPEN_S = 1.0
+# Backoff between connect tries: BACKOFF_S * 2**try, jittered (x0.5-1.5) so hosts dropped
+# together by a bastion's MaxStartups do not come back together; at most BACKOFF_MAX_S.
+BACKOFF_S = 0.25
+BACKOFF_MAX_S = 4.0
+
+
+_CIPHERS = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
+            "aes256-ctr", "aes192-ctr", "aes128-ctr"]
+
+
+def backoff_s(attempt: int) -> float:
+    return float(min(BACKOFF_MAX_S, BACKOFF_S * 2 ** attempt) * random.uniform(0.5, 1.5))
 
 
 class _Wedged(TransportError):
@@ -70,9 +85,11 @@ class SSHTransport:
     """
 
     def __init__(self, name: str, cfg: HostConfig, *, tunnel: "SSHTransport | None" = None,
-                 connecting: asyncio.Semaphore | None = None):
+                 connecting: asyncio.Semaphore | None = None, via_jump: asyncio.Semaphore | None = None):
         self.name, self.cfg, self.tunnel = name, cfg, tunnel
         self._connecting = connecting or asyncio.Semaphore(1)
+        self._via_jump = via_jump  # connections being opened through the same jump host
+        self.connect_tries = 0  # tries the last connection took (1: the first worked)
         self._conn: asyncssh.SSHClientConnection | None = None
         self._sshd_pid: int | None = None
         self._lock = asyncio.Lock()
@@ -93,20 +110,44 @@ class SSHTransport:
                 host=cfg.address, port=cfg.port, known_hosts=known,
                 connect_timeout=cfg.connect_timeout_s, login_timeout=cfg.connect_timeout_s,
                 keepalive_interval=15, keepalive_count_max=3,
+                # AES-GCM first (then asyncssh's defaults): AES-NI does it in hardware, where
+                # chacha20-poly1305 costs a cipher context per packet in Python, ~4 ms a host
+                # for a short playbook (tests/bench/bench_bastion.py)
+                encryption_algs=_CIPHERS,
             )
             if cfg.user:
                 kwargs["username"] = cfg.user
             if cfg.key:
                 kwargs["client_keys"] = [os.path.expanduser(cfg.key)]
-            if self.tunnel is not None:
-                kwargs["tunnel"] = await self.tunnel._connect()
             if not os.path.exists(known):
                 raise TransportError(
                     f"host {self.name}: known_hosts file {known} does not exist; "
                     f"pin the host key first (eagle doctor prints its fingerprint)")
+            self._conn = await self._connect_retrying(kwargs, known)
+            self._sshd_pid = None
+            await self._learn_sshd_pid(self._conn)
+            return self._conn
+
+    async def _connect_retrying(self, kwargs: dict[str, Any], known: str) -> asyncssh.SSHClientConnection:
+        """asyncssh.connect, tried again (`connect_retries`, jittered backoff) when the failure
+        is on the way (refused, reset, lost before login, timed out: a bastion's MaxStartups
+        drops the excess that way); a refused key or host key, or a name that does not
+        resolve, fails at once. Still failing: HostUnreachable."""
+        import asyncssh
+
+        cfg = self.cfg
+        tries = cfg.connect_retries + 1
+        reason = ""
+        for i in range(tries):
+            self.connect_tries = i + 1
+            if self.tunnel is not None:  # (re)opened when it closed since the last try
+                try:
+                    kwargs["tunnel"] = await self.tunnel._connect()
+                except HostUnreachable as e:
+                    raise HostUnreachable(f"host {self.name}: its jump host is unreachable ({e})") from None
             try:
-                async with self._connecting:
-                    self._conn = await asyncssh.connect(**kwargs)
+                async with (self._via_jump or contextlib.nullcontext()), self._connecting:
+                    return await asyncssh.connect(**kwargs)
             except asyncssh.HostKeyNotVerifiable as e:
                 raise TransportError(
                     f"host {self.name}: host key of {cfg.address}:{cfg.port} is unknown or changed "
@@ -114,12 +155,15 @@ class SSHTransport:
             except asyncssh.PermissionDenied:
                 raise TransportError(f"host {self.name}: SSH login as {cfg.user or 'the current user'} "
                                      f"to {cfg.address}:{cfg.port} was refused (check the key)") from None
+            except socket.gaierror as e:
+                raise HostUnreachable(f"host {self.name} is unreachable: {cfg.address}: {e.strerror}") from None
             except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
-                reason = getattr(e, "strerror", None) or getattr(e, "reason", None) or str(e) or type(e).__name__
-                raise TransportError(f"host {self.name} is unreachable at {cfg.address}:{cfg.port}: {reason}") from None
-            self._sshd_pid = None
-            await self._learn_sshd_pid(self._conn)
-            return self._conn
+                reason = (getattr(e, "strerror", None) or getattr(e, "reason", None) or str(e)
+                          or type(e).__name__)
+            if i + 1 < tries:
+                await asyncio.sleep(backoff_s(i))
+        tried = f" after {tries} tries" if tries > 1 else ""
+        raise HostUnreachable(f"host {self.name} is unreachable at {cfg.address}:{cfg.port}{tried}: {reason}")
 
     async def _learn_sshd_pid(self, conn: asyncssh.SSHClientConnection) -> None:
         """The pid of the sshd process that serves this connection (every command's parent),

@@ -31,7 +31,8 @@ USAGE = """\
 /eagle history [playbook] [host] [n]
 /eagle show ID                      one run: steps, metrics, warnings, regressions
 /eagle status                       running runs and busy hosts
-/eagle cancel ID | rerun ID         stop a run (its always-steps still run) / run it again
+/eagle cancel ID | rerun ID [failed]  stop a run (its always-steps still run) / run it again (failed: only
+                                   the hosts that failed or were unreachable)
 /eagle logs HOST                    tail of the inference server's log on a host
 /eagle schedule [pause|resume NAME] scheduled runs and their next fire time; pause or resume one
 /eagle baseline set ID              make a run the reference for its playbook + host
@@ -126,6 +127,9 @@ def _builtin(word: str, args: list[str], text: str) -> Command:
         return Command(word, tuple(args), text=text)
     if word == "show" and args == ["last"]:
         return Command(word, ("last",), text=text)
+    if word == "rerun" and len(args) == 2 and args[1] == "failed":
+        cmd = _int_arg(word, args[:1], text)  # (failed, ID): run_id stays the last word
+        return cmd if cmd.error else Command(word, ("failed", *cmd.args), text=text)
     if word in ("show", "cancel", "rerun"):
         return _int_arg(word, args, text)
     if word == "history":

@@ -22,6 +22,7 @@ from eaglebot.frontends.chat.access import audit_refusal, authorize_playbook
 from eaglebot.frontends.chat.caller import Caller
 from eaglebot.frontends.chat.grammar import USAGE, Command
 from eaglebot.frontends.chat.reply import CancelRequested, LogTail, Note, Reply, RunShown, error_reply, listing
+from eaglebot.frontends.recap_text import RECAP_LINES, recap_block
 from eaglebot.frontends.format import describe_inputs, fmt_time, history_text, show_text, since, table
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import HistoryRow, RunView, load_history
@@ -138,7 +139,7 @@ async def _show(services: Services, cmd: Command, caller: Caller) -> Reply:
     view = await services.store.call(lambda s: RunView.load(s, rid))
     if view is None:
         raise UsageError(f"no run #{rid} (see /eagle history)")
-    return Reply(show_text(view), RunShown(view), public=True, run_id=rid)
+    return Reply(show_text(view) + recap_block(view, limit=RECAP_LINES), RunShown(view), public=True, run_id=rid)
 
 
 async def _status(services: Services, cmd: Command, caller: Caller) -> Reply:
@@ -187,8 +188,13 @@ async def _run(services: Services, cmd: Command, caller: Caller) -> Reply:
                          origin=caller.origin, dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text)
         await services.engine.record_rejected(req, e)
         raise
-    req = RunRequest(pb, list(cmd.hosts) or None, dict(cmd.inputs), actor=caller.user, origin=caller.origin,
-                     dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text)
+    inputs = dict(cmd.inputs)
+    # `batch=` and `max_fail=` are the rolling run's (--batch, --max-fail), unless the playbook
+    # has an input of that name
+    batch = inputs.pop("batch", None) if "batch" not in pb.inputs else None
+    max_fail = inputs.pop("max_fail", None) if "max_fail" not in pb.inputs else None
+    req = RunRequest(pb, list(cmd.hosts) or None, inputs, actor=caller.user, origin=caller.origin,
+                     dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text, batch=batch, max_fail=max_fail)
     return await _start(services, req, caller)
 
 
@@ -201,7 +207,14 @@ async def _rerun(services: Services, cmd: Command, caller: Caller) -> Reply:
         await audit_refusal(services, caller.user, cmd, why, rid)
         return error_reply(why)
     pb = await asyncio.to_thread(_load, services, run["playbook"])
-    req = RunRequest(pb, list(run.get("hosts") or []) or None, dict(run.get("inputs") or {}),
+    hosts = list(run.get("hosts") or [])
+    if cmd.args[0] == "failed":
+        from eaglebot.history.recap import failed_hosts, host_recap
+
+        hosts = failed_hosts(host_recap(hosts, await services.store.steps(rid), await services.store.warnings(rid)))
+        if not hosts:
+            return error_reply(f"run #{rid} has no failed or unreachable host to run again")
+    req = RunRequest(pb, hosts or None, dict(run.get("inputs") or {}),
                      actor=caller.user, origin=caller.origin, dry_run=bool(run.get("dry_run")),
                      rerun_of=rid, channel=caller.channel)
     return await _start(services, req, caller)

@@ -53,9 +53,11 @@ _eagle() {{
         COMPREPLY=( $(compgen -W {shlex.quote(top)} -- "$cur") )
         return 0
     fi
+    local pb=""
     case "$prev" in
-        -H|--host) names=hosts ;;
+        -H|--host) names=targets ;;
         --playbook) names=playbooks ;;
+        -e|--extra) [ "$cmd" = run ] && {{ names=inputs; pb="${{COMP_WORDS[c+1]}}"; }} ;;
     esac
     [ -z "$names" ] && case "$((COMP_CWORD - c)) $cmd" in
         "1 run"|"1 sweep"|"1 trend") names=playbooks ;;
@@ -63,7 +65,7 @@ _eagle() {{
         "2 schedule") [ "${{COMP_WORDS[c+1]}}" != list ] && names=schedules ;;
     esac
     if [ -n "$names" ] && [ "${{cur#-}}" = "$cur" ]; then
-        COMPREPLY=( $(compgen -W "$(eagle completion --list "$names" "${{cfg[@]}}" 2>/dev/null)" -- "$cur") )
+        COMPREPLY=( $(compgen -W "$(eagle completion --list "$names" ${{pb:+--playbook "$pb"}} "${{cfg[@]}}" 2>/dev/null)" -- "$cur") )
         return 0
     fi
     case "$cmd" in
@@ -85,10 +87,24 @@ def zsh_script(parser: argparse.ArgumentParser) -> str:
             "autoload -U +X bashcompinit && bashcompinit\n" + bash_script(parser).split("\n", 1)[1])
 
 
-def names(settings: Settings, what: str) -> list[str]:
-    """`eagle completion --list playbooks|hosts|schedules`: one name a line, for the script above."""
+def names(settings: Settings, what: str, playbook: str | None = None) -> list[str]:
+    """`eagle completion --list playbooks|hosts|targets|schedules|inputs`: one name a line, for
+    the script above. `targets` are what `-H` takes (hosts, groups, `all`); `inputs` the input
+    names of `--playbook` as `name=`."""
     if what == "hosts":
         return sorted(settings.hosts)
+    if what == "targets":
+        return sorted(set(settings.hosts) | set(settings.groups) | {"all"})
+    if what == "inputs":
+        from eaglebot.engine.playbook import find_playbook
+
+        if not playbook:
+            return []
+        try:
+            pb = find_playbook(playbook, settings.playbooks_path)
+        except Exception:  # an unknown or broken playbook completes nothing
+            return []
+        return [f"{k}=" for k in pb.inputs]
     if what == "schedules":
         return [s.name for s in settings.schedules]
     from eaglebot.engine.playbook import playbook_files

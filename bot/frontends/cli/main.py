@@ -5,7 +5,8 @@ load here, so `eagle --help` stays fast. `completion` and `demo` are here becaus
 the grammar and `main` themselves.
 
 Exit codes: 0 success, 1 the run failed, 2 bad usage / invalid playbook / invalid input /
-unknown host / busy host, 3 completed with a regression flagged.
+unknown host / busy host, 3 completed with a regression flagged, 4 a host was unreachable
+and no step failed.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.completion import completion_main, names
 
     if args.list:
-        print("\n".join(names(_settings(args), args.list)))
+        print("\n".join(names(_settings(args), args.list, getattr(args, "playbook", None))))
         return 0
     if not args.shell:
         raise UsageError("completion needs a shell: eagle completion bash|zsh")
@@ -55,8 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("run", parents=[common], help="run a playbook on hosts")
     s.add_argument("playbook", help="a playbook name or a path to a .yaml file")
     s.add_argument("-H", "--host", dest="hosts", action="append", default=[],
-                   help="host, group or comma list (repeatable; default: default_hosts or local)")
+                   help="host, group, range (gpu-[01:08]), all, or pattern ('gpu-0*', h200:!gpu-03); "
+                        "repeatable (default: default_hosts or local)")
     s.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE", help="a playbook input")
+    s.add_argument("--batch", metavar="N|P%", help="rolling run: hosts per batch (default: the playbook's batch)")
+    s.add_argument("--max-fail", metavar="N|P%", help="hosts that may fail before no new batch starts")
     s.add_argument("--dry-run", action="store_true", help="render every step and show the plan; change nothing")
     s.add_argument("--yes", action="store_true", help="approve confirm steps (e.g. killing foreign GPU processes)")
     s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -74,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--playbook")
     s.add_argument("--host")
     s.add_argument("--limit", type=int, default=20)
-    s.add_argument("--status", choices=["running", "succeeded", "failed", "cancelled", "interrupted"])
+    s.add_argument("--status", choices=["running", "succeeded", "failed", "unreachable", "cancelled", "interrupted"])
     s.add_argument("--since", metavar="AGE", help="only runs started within AGE, e.g. 7d, 12h, 30min")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_history)
@@ -156,8 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("completion", parents=[common], help="print a shell completion script (bash or zsh)")
     s.add_argument("shell", nargs="?", choices=["bash", "zsh"])
-    s.add_argument("--list", choices=["playbooks", "hosts", "schedules"],
+    s.add_argument("--list", choices=["playbooks", "hosts", "targets", "schedules", "inputs"],
                    help="print the names the script completes (it calls this), one a line")
+    s.add_argument("--playbook", help="with --list inputs: whose input names")
     s.set_defaults(func=cmd_completion)
 
     from eaglebot.frontends.cli.tuning_cmds import register as register_tuning
@@ -166,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from eaglebot.frontends.cli import audit
     audit.add_parser(sub, common)
+
+    from eaglebot.frontends.cli.fleet_cmds import register as register_fleet
+    register_fleet(sub, common)   # rerun, watch
 
     s = sub.add_parser("demo", parents=[common], help="the whole relaunch flow on a simulated GPU host")
     s.add_argument("--dir", default=None, help="sandbox folder (default: a new temporary folder)")

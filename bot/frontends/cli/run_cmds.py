@@ -55,12 +55,15 @@ async def _run_async(args: argparse.Namespace, settings: Settings) -> int:
     try:
         req = RunRequest(playbook=args.playbook, hosts=args.hosts, inputs={},
                          origin="cli", dry_run=args.dry_run, assume_yes=args.yes,
+                         batch=getattr(args, "batch", None), max_fail=getattr(args, "max_fail", None),
+                         rerun_of=getattr(args, "rerun_of", None),
                          actor=os.environ.get("USER") or os.environ.get("LOGNAME") or _whoami())
         approver = terminal_approver if (sys.stdin.isatty() and not args.yes) else None
         observer = TerminalObserver(verbose=args.verbose)
         try:
             try:
-                req.inputs = parse_extra_vars(args.extra)
+                given = getattr(args, "inputs", None)  # `eagle rerun`: the run's own, as stored
+                req.inputs = dict(given) if given is not None else parse_extra_vars(args.extra)
             except UsageError as e:
                 await svc.engine.record_rejected(req, e)
                 raise
@@ -100,7 +103,7 @@ async def _run_async(args: argparse.Namespace, settings: Settings) -> int:
             # The error goes to stderr below, once; the result block does not repeat it.
             print(result_text(view, outcome.plan, with_error=not outcome.error,
                               colour=use_colour(sys.stdout)))
-        if outcome.status == "failed" and outcome.error:
+        if outcome.status in ("failed", "unreachable") and outcome.error:
             err(outcome.error)
         return outcome.exit_code
     finally:

@@ -13,12 +13,13 @@ from typing import TextIO
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.engine.playbook import Playbook
 from eaglebot.frontends.format import display_metrics, fmt_duration, fmt_value, metric_text
+from eaglebot.frontends.recap_text import recap_table, recap_total
 from eaglebot.history.view import RunView
 from eaglebot.sdk import ApprovalRequest, StepResult
 
 
 _COLOURS = {"ok": "32", "changed": "32", "succeeded": "32", "skipped": "2", "failed": "31", "cancelled": "33",
-            "interrupted": "33", "warning": "33", "REGRESSION": "1;31"}
+            "interrupted": "33", "warning": "33", "REGRESSION": "1;31", "unreachable": "35"}
 FLEET = 8  # more hosts than this: one status line per host, not one per step
 
 
@@ -59,13 +60,18 @@ class TerminalObserver(Observer):
         print(s, file=self.stream, flush=True)
 
     async def run_started(self, run_id: int, playbook: Playbook, hosts: list[str], req: RunRequest) -> None:
-        self.total = {"steps": len(playbook.steps) + len(playbook.always)}
-        mode = " (dry-run)" if req.dry_run else ""
+        self.start(run_id, playbook.name, hosts, len(playbook.steps) + len(playbook.always), req.dry_run)
+
+    def start(self, run_id: int, name: str, hosts: list[str], steps: int | None, dry_run: bool = False,
+              by: str = "") -> None:
+        """The first line (`eagle run`, and `eagle watch` from the store, which adds who started it)."""
+        self.total = {"steps": steps} if steps else {}
+        mode = (" (dry-run)" if dry_run else "") + by
         if len(hosts) > FLEET:
             self.fleet = len(hosts)
-            self._p(f"run #{run_id}: {playbook.name} on {len(hosts)} hosts ({', '.join(hosts[:3])}, …){mode}")
+            self._p(f"run #{run_id}: {name} on {len(hosts)} hosts ({', '.join(hosts[:3])}, …){mode}")
         else:
-            self._p(f"run #{run_id}: {playbook.name} on {', '.join(hosts)}{mode}")
+            self._p(f"run #{run_id}: {name} on {', '.join(hosts)}{mode}")
 
     async def step_started(self, run_id: int, rec: StepRecord) -> None:
         if self.verbose:
@@ -83,7 +89,7 @@ class TerminalObserver(Observer):
     async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None:
         if self.fleet and not self.verbose:
             self._fleet_step(run_id, rec)
-            if rec.status != "failed":
+            if rec.status not in ("failed", "unreachable"):
                 return
         summary = f"  {rec.summary}" if rec.summary else ""
         self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {rec.name}: "
@@ -97,7 +103,7 @@ class TerminalObserver(Observer):
         if sum(counts.values()) < self.total.get("steps", 0):
             return
         self.hosts_done += 1
-        self.hosts_failed += 1 if counts.get("failed") else 0
+        self.hosts_failed += 1 if counts.get("failed") or counts.get("unreachable") else 0
         self._p(f"[{rec.host}] done: " + ", ".join(f"{n} {st}" for st, n in sorted(counts.items())))
         now = time.monotonic()
         if now - self.last_count >= self.COUNT_EVERY_S and self.hosts_done < self.fleet:
@@ -112,6 +118,8 @@ class TerminalObserver(Observer):
             total = self.total.get("steps", 0)
             for host in outcome.hosts:
                 counts = self.per_host.get(host, {})
+                if host in outcome.untouched:
+                    continue  # the recap lists them
                 if sum(counts.values()) < total:
                     self.hosts_done += 1
                     self.hosts_failed += 1 if counts.get("failed") or outcome.status != "succeeded" else 0
@@ -169,6 +177,10 @@ def result_text(view: RunView, plan: list[str] | None = None, *, with_error: boo
         lines.append(f"  {m['host'] + ': ' if multi else ''}{metric_text(m['name'], m['value'], m['unit'] or '')}")
     for w in view.warning_lines:
         lines.append(f"{paint('warning', colour)}: {w}")
+    if len(view.hosts) > 1:
+        recap = view.recap()
+        lines.append(f"recap, {recap_total(recap)}:")
+        lines += [f"  {ln}" for ln in recap_table(recap).splitlines()]
     for r in view.regressions:
         regression = (r.get("kind") or "regression") == "regression"
         word = paint("REGRESSION", colour) if regression else "improvement"

@@ -20,12 +20,14 @@ from slack_sdk.models.blocks import (
 )
 
 from eaglebot.frontends.format import fmt_duration, fmt_value
+from eaglebot.frontends.recap_text import recap_table, recap_total
 from eaglebot.sdk import ApprovalRequest
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
 MAX_HEADER = 150
 MAX_FIELDS = 10
+SLACK_RECAP_LINES = 20  # hosts the run summary's recap lists; more: attached as run-ID-recap.txt
 MAX_FIELD = 2000
 MAX_CONTEXT = 10
 CODE_CHUNK = MAX_SECTION - 8  # room for the ``` fences
@@ -37,6 +39,7 @@ STATUS_EMOJI = {
     "ok": ":white_check_mark:", "changed": ":large_green_circle:", "skipped": ":white_circle:",
     "failed": ":x:", "running": ":hourglass_flowing_sand:", "pending": ":white_circle:",
     "succeeded": ":white_check_mark:", "cancelled": ":no_entry_sign:", "interrupted": ":warning:",
+    "unreachable": ":electric_plug:",
 }
 
 
@@ -234,6 +237,10 @@ def run_summary_blocks(view: Mapping[str, Any]) -> list[dict[str, Any]]:
     if warnings:
         blocks += [section(t) for t in _join_lines([":warning: *warnings*"] + [f"• {escape(clip(w, 500))}"
                                                                              for w in warnings])][:5]
+    recap = view.get("recap") or []
+    if recap:  # the hosts in trouble first; all of them in the attached run-ID-recap.txt
+        blocks.append(section(f"*recap* {escape(recap_total(recap))}"))
+        blocks += code_sections(recap_table(recap, limit=SLACK_RECAP_LINES), max_blocks=1)
     plan = view.get("plan") or []
     if plan:
         blocks.append(section("*plan* (dry-run: nothing was run on the hosts)"))

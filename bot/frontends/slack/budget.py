@@ -53,7 +53,7 @@ def fit(blocks: list[dict[str, Any]], budget: int = MESSAGE_BUDGET,
 
 def status_counts(steps: list[Mapping[str, Any]]) -> str:
     c = Counter(s["status"] for s in steps)
-    order = ["running", "failed", "ok", "changed", "skipped", "pending"]
+    order = ["running", "failed", "unreachable", "ok", "changed", "skipped", "pending"]
     parts = [f"{c[k]} {k}" for k in order if c.get(k)] + [f"{n} {k}" for k, n in c.items() if k not in order]
     return ", ".join(parts)
 
@@ -99,6 +99,11 @@ def summary_blocks(head: str, view: Mapping[str, Any], attached: str) -> list[di
     failed = [s for s in steps if s["status"] == "failed"]
     if failed:
         lines.append(":x: " + _hosts_line("failed on", sorted({s["host"] for s in failed})))
+    recap = view.get("recap") or []
+    for word, mark in (("unreachable", ":electric_plug:"), ("untouched", ":double_vertical_bar:")):
+        named = [h["name"] for h in recap if h["status"] == word]
+        if named:
+            lines.append(f"{mark} " + _hosts_line(word, named))
     if view.get("error") and status != "succeeded":
         lines.append(f":x: *{bk.escape(bk.clip(view['error'], 500))}*")
     out.append(bk.section("\n".join(lines)))

@@ -16,6 +16,7 @@ from typing import Any
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.frontends.format import fmt_duration, show_text
+from eaglebot.frontends.recap_text import recap_table, recap_total
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack import budget
 from eaglebot.frontends.slack.client import NOT_IN_CHANNEL
@@ -187,6 +188,9 @@ class SlackRunObserver(Observer):
         files: list[tuple[str, str]] = []
         if too_long:
             files.append((f"run-{o.run_id}-summary.txt", self._full_text or budget_text(summary)))
+        recap = summary.get("recap") or []
+        if len(recap) > bk.SLACK_RECAP_LINES:  # the message lists the hosts in trouble first
+            files.append((f"run-{o.run_id}-recap.txt", f"{recap_total(recap)}\n{recap_table(recap)}\n"))
         try:
             rows = await self.ctx.services.store.steps(o.run_id)
         except Exception:

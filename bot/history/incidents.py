@@ -28,6 +28,7 @@ class NewIncident:
     reference: float | None
     unit: str
     better: str
+    more_runs: tuple[int, ...] = ()   # later runs it flags too (the confirming runs, this one last)
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,15 @@ def reference(store: StoreProtocol, s: Subject, cfg: RegressionConfig, since: in
                                     limit=cfg.window, exclude_incident_runs=True)
         incident = inc
         return Window([r["value"] for r in rows], window_what(len(rows), since, None, incident), incident)
+    need = cfg.confirm_runs - 1
     rows = store.metric_history(s.playbook, s.host, name, before_run=s.run_id, since_run=since,
-                                limit=window_limit(since, cfg), exclude_incident_runs=True)
+                                limit=window_limit(since, cfg) + need, exclude_incident_runs=True)
     base = store.baseline(s.playbook, s.host)
-    return Window([r["value"] for r in rows], window_what(len(rows), since, base["run_id"] if base else None, None))
+    recent = tuple((int(r["run_id"]), float(r["value"])) for r in rows[:need])
+    older = tuple(float(r["value"]) for r in reversed(rows[need:]))
+    rows = rows[:window_limit(since, cfg)]
+    return Window([r["value"] for r in rows], window_what(len(rows), since, base["run_id"] if base else None, None),
+                  recent=recent, before_recent=older)
 
 
 def worse_drift(store: StoreProtocol, s: Subject, since: int | None, cfg: RegressionConfig) -> Drift | None:

@@ -36,8 +36,11 @@ def apply_incident(store: StoreProtocol, d: IncidentDecision, run_id: int) -> No
     """Write one metric's incident decision for run_id (at most one of open, flag, close)."""
     if d.open is not None:
         o = d.open
-        store.open_incident(playbook=o.playbook, host=o.host, metric=o.metric, run_id=o.run_id,
-                            ref_before_run=o.ref_before_run, reference=o.reference, unit=o.unit, better=o.better)
+        iid = store.open_incident(playbook=o.playbook, host=o.host, metric=o.metric, run_id=o.run_id,
+                                  ref_before_run=o.ref_before_run, reference=o.reference, unit=o.unit,
+                                  better=o.better)
+        for r in o.more_runs:
+            store.incident_flagged(iid, r)
     if d.flag is not None:
         store.incident_flagged(d.flag, run_id)
     if d.close is not None:

@@ -142,6 +142,11 @@ class Window:
     values: list[float]
     what: str
     incident: IncidentRow | None = None
+    # With `confirm_runs` > 1: the runs just before this one (run id, value; newest first)
+    # and the reference values before them, so a drop is flagged only when they were beyond
+    # the thresholds too (one bad night alone is a suspect, not a regression).
+    recent: tuple[tuple[int, float], ...] = ()
+    before_recent: tuple[float, ...] = ()
 
 
 def window_since(reference_start: int | None, run_id: int) -> int | None:
@@ -169,6 +174,25 @@ def judge_window(s: Subject, win: Window, cfg: RegressionConfig) -> Judgement:
     m = s.metric
     return judge(m.name, float(m.value), win.values, better=m.better, min_pct=cfg.min_pct, k_sigma=cfg.k_sigma,
                  min_history=cfg.min_history, unit=m.unit, what=win.what)
+
+
+def confirmed_by(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -> tuple[int, ...] | None:
+    """The earlier runs that confirm this regression, oldest first (() when confirm_runs is 1),
+    or None when fewer than confirm_runs - 1 runs just before it were beyond both thresholds
+    as well (each judged against the values before it)."""
+    need = cfg.confirm_runs - 1
+    if need <= 0:
+        return ()
+    if len(win.recent) < need:
+        return None
+    ref = list(win.before_recent)
+    for rid, v in reversed(win.recent[:need]):
+        prior = judge(s.metric.name, v, ref[-cfg.window:], better=s.metric.better, min_pct=cfg.min_pct,
+                      k_sigma=cfg.k_sigma, min_history=cfg.min_history)
+        if prior.verdict != "regression" or (prior.delta_pct < 0) != (j.delta_pct < 0):
+            return None
+        ref.append(v)
+    return tuple(rid for rid, _ in reversed(win.recent[:need]))
 
 
 @dataclass(frozen=True)
@@ -252,9 +276,17 @@ def decide(s: Subject, j: Judgement, win: Window, shift: Drift | None, attributi
     if j.verdict == "insufficient" and shift is None:
         return MetricVerdict(note=f"{host}: {j.reason} ({m.name})")
     if j.verdict == "regression":
-        r = j.as_regression(host, attribution + (f"; {shift.text}" if shift else ""))
-        return MetricVerdict(r, incident=IncidentDecision(open=NewIncident(
-            s.playbook, host, m.name, s.run_id, s.run_id, j.reference, m.unit, m.better)))
+        earlier = confirmed_by(s, j, win, cfg)
+        if earlier is None and shift is None:
+            return MetricVerdict(note=f"{host}: suspect: {j.reason}; flagged as a regression when the next "
+                                      f"{cfg.confirm_runs - 1} run(s) confirm it ({m.name})")
+        if earlier is not None:
+            first = earlier[0] if earlier else s.run_id
+            confirm = f" (confirmed: beyond the thresholds since run #{first})" if earlier else ""
+            r = j.as_regression(host, attribution + confirm + (f"; {shift.text}" if shift else ""))
+            return MetricVerdict(r, incident=IncidentDecision(open=NewIncident(
+                s.playbook, host, m.name, first, first, j.reference, m.unit, m.better,
+                more_runs=(*earlier[1:], s.run_id) if earlier else ())))
     if shift is not None:
         sh = shift.point.shift
         value = float(m.value)

@@ -11,7 +11,7 @@ from eaglebot.config import RegressionConfig
 from eaglebot.history.attribution import attribution_text, since_good_run, state_changes
 from eaglebot.history.diff import DiffRows, pick_hosts
 from eaglebot.history.fingerprint import apply_steps, empty_state
-from eaglebot.history.regress import (CP_WINDOW, Drift, Subject, Window, drift, window_limit, window_since,
+from eaglebot.history.regress import (CP_WINDOW, RANGE_RUNS, Drift, Subject, Window, drift, window_limit, window_since,
                                       window_what, worse_shift_point)
 from eaglebot.store.protocol import StoreProtocol
 
@@ -46,13 +46,14 @@ def reference(store: StoreProtocol, s: Subject, cfg: RegressionConfig, since: in
         return Window([r["value"] for r in rows], window_what(len(rows), since, None, incident), incident)
     need = cfg.confirm_runs - 1
     rows = store.metric_history(s.playbook, s.host, name, before_run=s.run_id, since_run=since,
-                                limit=window_limit(since, cfg) + need, exclude_incident_runs=True)
+                                limit=max(window_limit(since, cfg), RANGE_RUNS) + need, exclude_incident_runs=True)
     base = store.baseline(s.playbook, s.host)
     recent = tuple((int(r["run_id"]), float(r["value"])) for r in rows[:need])
     older = tuple(float(r["value"]) for r in reversed(rows[need:]))
+    longer = tuple(float(r["value"]) for r in rows[:RANGE_RUNS])
     rows = rows[:window_limit(since, cfg)]
     return Window([r["value"] for r in rows], window_what(len(rows), since, base["run_id"] if base else None, None),
-                  recent=recent, before_recent=older)
+                  recent=recent, before_recent=older, longer=longer)
 
 
 def worse_drift(store: StoreProtocol, s: Subject, since: int | None, cfg: RegressionConfig) -> Drift | None:

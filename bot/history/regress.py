@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from statistics import median
-from typing import TYPE_CHECKING, Iterable, Literal
+from typing import TYPE_CHECKING, Iterable, Literal, Sequence
 
 from eaglebot.history.attribution import Change, attribution_sentence
 from eaglebot.history.incidents import Closing, IncidentDecision, NewIncident
@@ -29,6 +29,8 @@ MEAN_AD_SCALE = 1.2533    # mean absolute deviation -> sigma (fallback when MAD 
 BASELINE_SPAN_LIMIT = 500  # runs since a baseline that still count as its history
 CP_WINDOW = 100            # runs of a metric's series searched for change points
 CP_MIN_RUNS = 8            # fewer: no change-point search
+RANGE_RUNS = 30            # runs whose range a new drop must leave (a second mode of the noise is no drop)
+RANGE_ALLOWED = 1          # earlier runs of those that may have been as bad (one outlier does not hide a drop)
 
 Verdict = Literal["insufficient", "ok", "regression", "improvement"]
 
@@ -77,11 +79,14 @@ def _num(v: float) -> str:
 
 def judge(metric: str, value: float, history: Iterable[float], *, better: str = "higher",
           min_pct: float = 5.0, k_sigma: float = 3.0, min_history: int = 5,
-          unit: str = "", what: str = "") -> Judgement:
+          unit: str = "", what: str = "", longer: Sequence[float] = ()) -> Judgement:
     """Compare `value` with `history` (prior values, any order).
 
     Flag only when |change| > min_pct % of the median AND > k_sigma robust sigmas;
-    when every prior value is identical (sigma 0) the percentage alone decides.
+    when every prior value is identical (sigma 0) the percentage alone decides. `longer`: a
+    longer history (the last RANGE_RUNS runs); a value no worse than more than RANGE_ALLOWED
+    of them is inside the range the metric has shown (bimodal noise: a second mode whose
+    nights the median and MAD of the window read as outliers) and is not flagged.
     """
     hist = [float(v) for v in history]
     n = len(hist)
@@ -100,6 +105,12 @@ def judge(metric: str, value: float, history: Iterable[float], *, better: str = 
         delta_pct = 0.0 if diff == 0 else (100.0 if diff > 0 else -100.0)
     pct_ok = abs(delta_pct) > min_pct
     sigma_ok = abs(diff) > k_sigma * sigma if sigma > 0 else diff != 0
+    as_far = sum(1 for v in longer if (v <= value if diff < 0 else v >= value))
+    if pct_ok and sigma_ok and as_far > RANGE_ALLOWED:
+        j = Judgement(metric, value, better, "ok", n, ref, sigma, delta_pct)
+        j.reason = (f"{metric} {_num(value)}{u} is {abs(delta_pct):.1f}% off the median {_num(ref)}{u} of {what} "
+                    f"but inside the range of the last {len(longer)} runs ({as_far} were as far)")
+        return j
     j = Judgement(metric, value, better, "ok", n, ref, sigma, delta_pct)
     spread = f"robust sigma {_num(sigma)}" if sigma > 0 else "no spread"
     if not (pct_ok and sigma_ok):
@@ -147,6 +158,7 @@ class Window:
     # the thresholds too (one bad night alone is a suspect, not a regression).
     recent: tuple[tuple[int, float], ...] = ()
     before_recent: tuple[float, ...] = ()
+    longer: tuple[float, ...] = ()     # the last RANGE_RUNS values (see `judge`)
 
 
 def window_since(reference_start: int | None, run_id: int) -> int | None:
@@ -173,7 +185,7 @@ def window_what(n: int, since: int | None, baseline_run: int | None, incident: I
 def judge_window(s: Subject, win: Window, cfg: RegressionConfig) -> Judgement:
     m = s.metric
     return judge(m.name, float(m.value), win.values, better=m.better, min_pct=cfg.min_pct, k_sigma=cfg.k_sigma,
-                 min_history=cfg.min_history, unit=m.unit, what=win.what)
+                 min_history=cfg.min_history, unit=m.unit, what=win.what, longer=win.longer)
 
 
 def confirmed_by(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -> tuple[int, ...] | None:
@@ -188,7 +200,7 @@ def confirmed_by(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -
     ref = list(win.before_recent)
     for rid, v in reversed(win.recent[:need]):
         prior = judge(s.metric.name, v, ref[-cfg.window:], better=s.metric.better, min_pct=cfg.min_pct,
-                      k_sigma=cfg.k_sigma, min_history=cfg.min_history)
+                      k_sigma=cfg.k_sigma, min_history=cfg.min_history, longer=ref[-RANGE_RUNS:])
         if prior.verdict != "regression" or (prior.delta_pct < 0) != (j.delta_pct < 0):
             return None
         ref.append(v)

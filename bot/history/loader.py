@@ -69,9 +69,11 @@ def worse_drift(store: StoreProtocol, s: Subject, since: int | None, cfg: Regres
     return drift(s.metric.name, p, changes)
 
 
-def attribution(store: StoreProtocol, playbook: str, host: str, run_id: int, now: dict[str, Any]) -> str:
-    """What changed on host since the last good run of playbook (the "changed since" clause)."""
-    good = store.previous_good_run(playbook, host, run_id)
+def attribution(store: StoreProtocol, playbook: str, host: str, run_id: int, now: dict[str, Any],
+                drop_start: int | None = None) -> str:
+    """What changed on host since the last good run of playbook (the "changed since" clause);
+    `drop_start`: the first run of a confirmed drop (the good run is the one before it)."""
+    good = store.previous_good_run(playbook, host, drop_start or run_id)
     if good is None:
         return attribution_text(None, [], host)
     gid = int(good["id"])

@@ -14,7 +14,7 @@ from eaglebot.history import loader
 from eaglebot.history.fingerprint import empty_state
 from eaglebot.history.incidents import (Closing, IncidentDecision, baseline_closes, baseline_text, check_baseline,
                                         decide_ack)
-from eaglebot.history.regress import Subject, decide, judge_window, needs_attribution, wants_attribution
+from eaglebot.history.regress import Subject, decide, drop_start, judge_window, needs_attribution, wants_attribution
 from eaglebot.sdk import Metric, Regression
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import IncidentRow
@@ -66,7 +66,8 @@ def check_run(store: StoreProtocol, run_id: int, playbook: str, hosts: list[str]
         j = judge_window(s, win, cfg)
         shift = loader.worse_drift(store, s, first, cfg)
         if needs_attribution(j, win) and h not in attributions:
-            attributions[h] = loader.attribution(store, playbook, h, run_id, fp.get(h) or empty_state())
+            attributions[h] = loader.attribution(store, playbook, h, run_id, fp.get(h) or empty_state(),
+                                                 drop_start(s, j, win, cfg))
         v = decide(s, j, win, shift, attributions.get(h, ""), cfg)
         apply_incident(store, v.incident, run_id)
         if v.note:

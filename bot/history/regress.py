@@ -207,6 +207,12 @@ def confirmed_by(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -
     return tuple(rid for rid, _ in reversed(win.recent[:need]))
 
 
+def drop_start(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -> int:
+    """The first run of a drop: the earliest run confirming it, else this run."""
+    earlier = confirmed_by(s, j, win, cfg)
+    return earlier[0] if earlier else s.run_id
+
+
 @dataclass(frozen=True)
 class ShiftPoint:
     """The change point the newest value sits after, in run ids: where the shift began
@@ -290,8 +296,8 @@ def decide(s: Subject, j: Judgement, win: Window, shift: Drift | None, attributi
     if j.verdict == "regression":
         earlier = confirmed_by(s, j, win, cfg)
         if earlier is None and shift is None:
-            return MetricVerdict(note=f"{host}: suspect: {j.reason}; flagged as a regression when the next "
-                                      f"{cfg.confirm_runs - 1} run(s) confirm it ({m.name})")
+            nxt = "the next run confirms" if cfg.confirm_runs == 2 else f"the next {cfg.confirm_runs - 1} runs confirm"
+            return MetricVerdict(note=f"{host}: suspect: {j.reason}; flagged as a regression if {nxt} it ({m.name})")
         if earlier is not None:
             first = earlier[0] if earlier else s.run_id
             confirm = f" (confirmed: beyond the thresholds since run #{first})" if earlier else ""

@@ -42,8 +42,12 @@ def reference(store: StoreProtocol, s: Subject, cfg: RegressionConfig, since: in
     if inc is not None:
         rows = store.metric_history(s.playbook, s.host, name, before_run=inc["ref_before_run"], since_run=since,
                                     limit=cfg.window, exclude_incident_runs=True)
-        incident = inc
-        return Window([r["value"] for r in rows], window_what(len(rows), since, None, incident), incident)
+        values = [r["value"] for r in rows]
+        if len(values) < cfg.min_history and inc["reference"] is not None:
+            # the runs before the drop were pruned: the incident kept the reference it needs
+            return Window([float(inc["reference"])] * cfg.min_history,
+                          f"the reference incident #{inc['id']} recorded (its earlier runs were pruned)", inc)
+        return Window(values, window_what(len(rows), since, None, inc), inc)
     need = cfg.confirm_runs - 1
     rows = store.metric_history(s.playbook, s.host, name, before_run=s.run_id, since_run=since,
                                 limit=max(window_limit(since, cfg), RANGE_RUNS) + need, exclude_incident_runs=True)

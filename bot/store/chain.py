@@ -80,6 +80,7 @@ CHAIN_SCHEMA: dict[int, dict[str, tuple[str, ...]]] = {
         "meta": ("key", "value"),
     },
     8: {"steps": ("output_bytes", "output_sha256", "output_file")},
+    9: {"incidents": ("cause_id",)},
 }
 
 

@@ -85,7 +85,7 @@ def test_a_second_bad_night_confirms_the_drop_and_the_incident_starts_at_the_fir
     win = Window([*STABLE, 61.0], "the last 7 successful runs", recent=((49, 61.0),), before_recent=tuple(STABLE))
     j, v = verdict(60.0, win)
     assert v.finding is not None and v.finding.kind == "regression"
-    assert "(confirmed: beyond the thresholds since run #49)" in v.finding.reason
+    assert f"{j.reason}; confirmed: beyond the thresholds since run #49" in v.finding.reason
     assert v.incident.open == NewIncident("nightly", "gpu-01", "output_throughput", 49, 49, j.reference, "tok/s",
                                           "higher", more_runs=(50,))
 

@@ -84,7 +84,7 @@ def test_an_ack_closes_the_incident_with_a_reason_and_the_new_level_becomes_norm
     assert rc == 3
     # the slash grammar, as `/eagle ack` in Slack: no reason is bad input
     rc, out, err = cli(cfg, capsys, "chat", f"ack {second['run_id']} output_throughput")
-    assert rc == 2 and "usage: /eagle ack ID METRIC reason" in err
+    assert rc == 2 and "/eagle ack RUN METRIC reason" in err
     rc, out, err = cli(cfg, capsys, "chat", f"ack {second['run_id']} ttft_ms expected")
     assert rc == 2 and "no open incident of ttft_ms" in err
     rc, out, _ = cli(cfg, capsys, "chat", f"ack {second['run_id']} output_throughput new draft model, slower by design")

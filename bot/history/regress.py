@@ -300,8 +300,8 @@ def decide(s: Subject, j: Judgement, win: Window, shift: Drift | None, attributi
             return MetricVerdict(note=f"{host}: suspect: {j.reason}; flagged as a regression if {nxt} it ({m.name})")
         if earlier is not None:
             first = earlier[0] if earlier else s.run_id
-            confirm = f" (confirmed: beyond the thresholds since run #{first})" if earlier else ""
-            r = j.as_regression(host, attribution + confirm + (f"; {shift.text}" if shift else ""))
+            confirm = f"confirmed: beyond the thresholds since run #{first}" if earlier else ""
+            r = j.as_regression(host, "; ".join(x for x in (confirm, attribution, shift.text if shift else "") if x))
             return MetricVerdict(r, incident=IncidentDecision(open=NewIncident(
                 s.playbook, host, m.name, first, first, j.reference, m.unit, m.better,
                 more_runs=(*earlier[1:], s.run_id) if earlier else ())))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, TypedDict
 
-from eaglebot.history.incidents import describe
+from eaglebot.history.incidents import by_cause, describe_cause
 from eaglebot.store import parse_iso
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import ChangeRow, IncidentRow, MetricRow, RegressionRow, RunRow, StepRow, WarningRow
@@ -170,7 +170,7 @@ class RunView:
                         for m in self.metrics],
             # Open incidents ride with the warnings, so every front end's summary (the Slack
             # thread, nightly posts) shows them without a renderer of its own.
-            "warnings": self.warning_lines + [f"open {describe(i)}" for i in self.incidents],
+            "warnings": self.warning_lines + [f"open {describe_cause(g)}" for g in by_cause(self.incidents)],
             "regressions": [{"host": r["host"], "metric": r["metric"], "value": r["value"],
                              "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"],
                              "kind": r.get("kind") or "regression"} for r in self.regressions],

@@ -183,9 +183,22 @@ def window_what(n: int, since: int | None, baseline_run: int | None, incident: I
 
 
 def judge_window(s: Subject, win: Window, cfg: RegressionConfig) -> Judgement:
+    """`s` against its window; when the runs just before it were beyond the thresholds too (a
+    drop confirmed, `confirm_runs`), against the runs before the drop began (the reference its
+    incident will keep), so the first bad night does not widen the band it is judged by."""
     m = s.metric
-    return judge(m.name, float(m.value), win.values, better=m.better, min_pct=cfg.min_pct, k_sigma=cfg.k_sigma,
-                 min_history=cfg.min_history, unit=m.unit, what=win.what, longer=win.longer)
+    j = judge(m.name, float(m.value), win.values, better=m.better, min_pct=cfg.min_pct, k_sigma=cfg.k_sigma,
+              min_history=cfg.min_history, unit=m.unit, what=win.what, longer=win.longer)
+    need = cfg.confirm_runs - 1
+    if need <= 0 or win.incident is not None or len(win.recent) < need:
+        return j
+    ref = list(win.before_recent)
+    first = win.recent[need - 1][0]
+    before = judge(m.name, float(m.value), ref[-cfg.window:], better=m.better, min_pct=cfg.min_pct,
+                   k_sigma=cfg.k_sigma, min_history=cfg.min_history, unit=m.unit,
+                   what=f"the {len(ref[-cfg.window:])} runs before the drop (run #{first})",
+                   longer=ref[-RANGE_RUNS:])
+    return before if before.verdict == "regression" and confirmed_by(s, before, win, cfg) is not None else j
 
 
 def confirmed_by(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -> tuple[int, ...] | None:

@@ -42,7 +42,17 @@ def load(split: str | None = None) -> list[dict[str, Any]]:
 
 # -- detectors: each returns the indexes of the nights that raised a new alert ---------
 
-def product_alerts(s: dict[str, Any], cfg: RegressionConfig, workdir: Path | None = None) -> list[int]:
+@dataclass
+class Replay:
+    """What the product's check did over a series: the nights that opened an incident, the
+    regression reasons it reported each night, and its notes (e.g. suspects)."""
+
+    alerts: list[int] = field(default_factory=list)
+    reasons: dict[int, list[str]] = field(default_factory=dict)
+    notes: dict[int, list[str]] = field(default_factory=dict)
+
+
+def replay(s: dict[str, Any], cfg: RegressionConfig, workdir: Path | None = None) -> Replay:
     """The product's detector, end to end on a real store (see the module docstring)."""
     with tempfile.TemporaryDirectory(dir=workdir) as d:
         store = Store(Path(d) / "corpus.db")
@@ -52,10 +62,22 @@ def product_alerts(s: dict[str, Any], cfg: RegressionConfig, workdir: Path | Non
             store.close()
 
 
-def _replay(store: Store, s: dict[str, Any], cfg: RegressionConfig) -> list[int]:
+def product_alerts(s: dict[str, Any], cfg: RegressionConfig, workdir: Path | None = None) -> list[int]:
+    return replay(s, cfg, workdir).alerts
+
+
+def gpu_attributed(s: dict[str, Any], r: Replay) -> bool:
+    """A GPU-health drop's first alert names the GPU whose health changed."""
+    if not s["health"] or not r.alerts:
+        return False
+    gpu = next(iter(s["health"][str(s["changes"][0]["start"])]))
+    return any(f"GPU {gpu} " in reason for reason in r.reasons.get(r.alerts[0], []))
+
+
+def _replay(store: Store, s: dict[str, Any], cfg: RegressionConfig) -> Replay:
     host, name = "gpu-01", "output_throughput" if s["better"] == "higher" else "median_ttft_ms"
     unit = "tok/s" if s["better"] == "higher" else "ms"
-    alerts, opened = [], 0
+    out, opened = Replay(), 0
     for i, v in enumerate(s["values"]):
         rid = store.create_run(playbook="bench", hosts=[host], inputs={}, variables={}, actor="corpus",
                                origin="schedule", schedule="nightly-bench")
@@ -77,12 +99,14 @@ def _replay(store: Store, s: dict[str, Any], cfg: RegressionConfig) -> list[int]
         store.step_finished(sid, run_id=rid, host=host, status="ok", summary="", duration_ms=1, attempts=1,
                             metrics=[m])
         store.finish_run(rid, "succeeded", exit_code=0)
-        check_run(store, rid, "bench", [host], [(host, m)], cfg)
+        found, notes = check_run(store, rid, "bench", [host], [(host, m)], cfg)
+        out.reasons[i] = [r.reason for r in found if r.kind == "regression"]
+        out.notes[i] = notes
         n = len(store.incidents(status=None))
         if n > opened:
-            alerts.append(i)
+            out.alerts.append(i)
             opened = n
-    return alerts
+    return out
 
 
 def hud_alerts(s: dict[str, Any], baseline: int = 10, target: int = 2, pct: float = FLOOR_PCT) -> list[int]:

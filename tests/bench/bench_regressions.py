@@ -84,6 +84,9 @@ def main() -> int:
         results[name] = run(series, det)
     for name, (sc, _) in results.items():
         print(row(name, sc))
+    gpu = [s for s in series if s["family"] == "gpu"]
+    named = sum(rc.gpu_attributed(s, rc.replay(s, cfg)) for s in gpu)
+    print(f"\neaglebot named the GPU whose health changed in the first alert of {named}/{len(gpu)} GPU-health drops")
     print(f"\n(eaglebot replayed {nights} nightly runs through its post-run check in {took:.0f} s)")
     if args.by_family:
         for name, (_, fam) in results.items():

@@ -35,6 +35,10 @@ def reference_key(model: str, texts: list[str], max_tokens: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _token(t: int | None) -> str:
+    return "(end)" if t is None else str(t)
+
+
 @dataclass(frozen=True)
 class Match:
     matched: int
@@ -49,8 +53,7 @@ class Match:
         if self.first_diff is None:
             return "none"
         p, k, want, got = self.first_diff
-        show = (lambda t: "(end)" if t is None else str(t))
-        return f"prompt {p} token {k}: {show(want)} (reference) vs {show(got)}"
+        return f"prompt {p} token {k}: {_token(want)} (reference) vs {_token(got)}"
 
 
 def compare(reference: list[list[int]], outputs: list[list[int] | None]) -> Match:

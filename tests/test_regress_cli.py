@@ -45,6 +45,9 @@ def test_recorded_drop_exits_3_with_the_regression_in_json(cfg, capsys):
     [note] = [e["message"] for e in store.db.query("select message from events where kind = 'regression-check'")
               if "suspect" in e["message"]]
     assert "output_throughput 54.8 tok/s is 39.1% below" in note and "if the next run confirms it" in note
+    capsys.readouterr()
+    assert main(["show", str(doc["run_id"]), "--config", str(cfg)]) == 0
+    assert "  local: suspect: output_throughput 54.8 tok/s is 39.1% below" in capsys.readouterr().out
     rc, doc = run_json(cfg, capsys, "-e", "tps=55.1")
     assert rc == 3
     assert doc["status"] == "succeeded"

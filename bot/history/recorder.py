@@ -74,6 +74,8 @@ def check_run(store: StoreProtocol, run_id: int, playbook: str, hosts: list[str]
                                                  drop_start(s, j, win, cfg))
         v = decide(s, j, win, shift, attributions.get(h, ""), cfg)
         apply_incident(store, v.incident, run_id)
+        if v.warning:
+            store.add_warning(run_id, h, v.warning)
         if v.note:
             notes.append(v.note)
         if v.finding is not None:

@@ -283,6 +283,7 @@ class MetricVerdict:
     finding: Regression | None = None
     note: str | None = None
     incident: IncidentDecision = field(default_factory=IncidentDecision)
+    warning: str | None = None     # for the run's views: a suspect night (one bad run, not yet a regression)
 
 
 def needs_attribution(j: Judgement, win: Window) -> bool:
@@ -310,7 +311,8 @@ def decide(s: Subject, j: Judgement, win: Window, shift: Drift | None, attributi
         earlier = confirmed_by(s, j, win, cfg)
         if earlier is None and shift is None:
             nxt = "the next run confirms" if cfg.confirm_runs == 2 else f"the next {cfg.confirm_runs - 1} runs confirm"
-            return MetricVerdict(note=f"{host}: suspect: {j.reason}; flagged as a regression if {nxt} it ({m.name})")
+            why = f"suspect: {j.reason}; flagged as a regression if {nxt} it"
+            return MetricVerdict(note=f"{host}: {why} ({m.name})", warning=why)
         if earlier is not None:
             first = earlier[0] if earlier else s.run_id
             confirm = f"confirmed: beyond the thresholds since run #{first}" if earlier else ""

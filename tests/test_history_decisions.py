@@ -153,6 +153,14 @@ def test_a_slow_drift_opens_an_incident_from_where_the_shift_began():
     assert v.finding is not None and v.finding.reason == shift.text and v.finding.delta_pct < -5
 
 
+def test_no_worse_shift_once_the_newest_run_is_back_on_the_old_level():
+    level = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.6, 99.4, 100.1]
+    drop = [85.0, 84.5, 85.5, 84.8, 85.2, 85.1, 84.9]
+    series = list(enumerate(level + drop + [100.2], start=1))   # one night back: too few to split off
+    assert worse_shift_point(series, 19, 99.9, "higher", CFG) is None
+    assert worse_shift_point(series[:-1], 18, 85.0, "higher", CFG) is not None
+
+
 def test_no_worse_shift_for_a_rise_or_too_few_runs():
     up = list(enumerate([90.0] * 8 + [100.0] * 8, start=1))
     assert worse_shift_point(up, 17, 100.0, "higher", CFG) is None

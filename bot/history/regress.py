@@ -249,6 +249,8 @@ def worse_shift_point(series: list[tuple[int, float]], run_id: int, value: float
     sh = latest_shift([v for _, v in series] + [value])
     if sh is None or abs(sh.delta_pct) <= cfg.min_pct:
         return None
+    if abs(value - sh.after_mean) > abs(value - sh.before_mean):
+        return None     # the newest run is back on the level before the shift (too few runs to split off yet)
     worse = sh.delta_pct < 0 if better == "higher" else sh.delta_pct > 0
     if not worse:
         return None

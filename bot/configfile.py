@@ -23,10 +23,38 @@ TOP_KEYS = frozenset({
 KEY_FILE_ENV = "EAGLE_AUDIT_KEY_FILE"
 
 
+SYSTEM_CONFIG = Path("/etc/eaglebot/eagle.yaml")
+
+
+def user_config() -> Path:
+    """~/.config/eaglebot/eagle.yaml ($XDG_CONFIG_HOME honoured)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "eaglebot" / "eagle.yaml"
+
+
+def search_path(cwd: Path | None = None) -> list[Path]:
+    """Where an unnamed config is looked for, first match wins (as git finds its repository):
+    ./eagle.yaml, the nearest eagle.yaml in a parent folder, the user's, the system's."""
+    here = (cwd or Path.cwd()).absolute()
+    return [d / "eagle.yaml" for d in (here, *here.parents)] + [user_config(), SYSTEM_CONFIG]
+
+
 def config_path(path: str | Path | None) -> tuple[Path, bool]:
-    """The file to read (`path`, else $EAGLE_CONFIG, else ./eagle.yaml) and whether it was named."""
+    """The file to read and whether it was named: `path`, else $EAGLE_CONFIG, else the first
+    of `search_path()` that exists; with none, ./eagle.yaml (which does not exist: defaults)."""
     explicit = path or os.environ.get("EAGLE_CONFIG")
-    return (Path(explicit) if explicit else Path("eagle.yaml")), bool(explicit)
+    if explicit:
+        return Path(explicit), True
+    for candidate in search_path():
+        if candidate.is_file():
+            return (Path("eagle.yaml") if candidate.parent == Path.cwd().absolute() else candidate), False
+    return Path("eagle.yaml"), False
+
+
+def where_looked() -> str:
+    """One phrase for messages when no config was found."""
+    return (f"no eagle.yaml in this folder, its parents, {user_config()} or {SYSTEM_CONFIG}; "
+            "--config or $EAGLE_CONFIG names one")
 
 
 def read_config(p: Path) -> dict[str, Any]:

@@ -18,6 +18,19 @@ from eaglebot.config import Settings, load_settings  # noqa: E402
 from eaglebot.frontends.services import Services  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_user_config(tmp_path_factory):
+    """A developer's ~/.config/eaglebot/eagle.yaml must not leak into tests that run `eagle`
+    without --config (config discovery, issue 24): the user config folder is an empty one."""
+    old = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_CONFIG_HOME", None)
+    else:
+        os.environ["XDG_CONFIG_HOME"] = old
+
+
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory) -> SSHServer:
     root = Path("/tmp") / f"eagle-sshd-{os.getpid()}"

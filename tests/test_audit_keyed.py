@@ -198,7 +198,7 @@ def test_the_environment_names_the_key_file(tmp_path, monkeypatch):
     _init_key(kf)
     monkeypatch.setenv("EAGLE_AUDIT_KEY_FILE", str(kf))
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db"})
-    assert eagle("history", config=cfg).returncode == 0
+    assert eagle("run", "hello", config=cfg).returncode == 0
     store = Store(tmp_path / "eagle.db", readonly=True)
     assert store.db.execute("select count(*) from audit_chain where seal is null").fetchone()[0] == 0
     store.close()

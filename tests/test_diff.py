@@ -35,6 +35,7 @@ def _seed(tmp_path):
     store.finish_run(rid, "succeeded", exit_code=0)
     b = seed_run(store, "bench", "local", metrics={"output_throughput": 90.0, "accept_length": 2.0},
                  package_versions={"torch": "2.14.1"})
+    store.save_vars(b, {"local": {"draft": "/d", "model": "/m"}})
     return cfg, a, b
 
 
@@ -63,8 +64,25 @@ def test_slash_diff_is_the_same_text_and_unknown_runs_are_one_sentence(tmp_path,
     assert main(["chat", f"diff {a} {b}", "--config", str(cfg)]) == 0
     out = capsys.readouterr().out
     assert "launch arguments:" in out and "--cuda-graph-bs" in out and "1 8 16" in out
-    assert "config (JSON Patch, RFC 6902):" in out and "/~1d~1config.json/eagle_config/eagle_aux_hidden_state_layer_ids" in out
+    # the file as its user knows it (under the host's draft folder), then the key in dotted form;
+    # list items by index when the length stayed; no JSON Pointer escapes (those stay in --json)
+    assert "config (the RFC 6902 patch is in --json):\n  {draft}/config.json\n" in out
+    assert "    eagle_config.eagle_aux_hidden_state_layer_ids[0]: 2 → -1\n" in out
+    assert "eagle_config.eagle_aux_hidden_state_layer_ids[2]: 58 → 30" in out
+    assert "~1" not in out
     assert "-25.0%" in out
     assert main(["chat", f"diff {a} 999", "--config", str(cfg)]) == 2
     assert "no run #999" in capsys.readouterr().err
     assert main(["chat", "diff 1", "--config", str(cfg)]) == 2
+
+
+def test_config_files_are_named_by_model_folder_or_home_and_lists_of_new_length_whole():
+    from eaglebot.history.diff import config_changes, file_label
+
+    assert file_label("/models/eagle3/sub/config.json", {"draft": "/models/eagle3/"}) == "{draft}/sub/config.json"
+    assert file_label("/home/ops/m/config.json", {"draft": "/x"}, home="/home/ops") == "~/m/config.json"
+    assert file_label("/srv/config.json", {}, home="/home/ops") == "/srv/config.json"
+    ch = config_changes({"/h/c.json": {"a.ids": [2, 30], "a.on": True}}, {"/h/c.json": {"a.ids": [-1, 2, 30]}},
+                        {}, {}, home="/h")
+    assert ch == [{"file": "/h/c.json", "label": "~/c.json", "key": "a.ids", "a": [2, 30], "b": [-1, 2, 30]},
+                  {"file": "/h/c.json", "label": "~/c.json", "key": "a.on", "a": True, "b": None}]

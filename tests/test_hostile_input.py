@@ -121,7 +121,7 @@ def test_a_users_value_is_data_never_a_template(tmp_path):
 def test_a_default_that_needs_a_missing_host_var_says_so(tmp_path):
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db"})
     res = eagle("run", "patch-config", "-e", "aux_layers=1,2", config=cfg)
-    assert res.returncode == 1
+    assert res.returncode == 2   # refused before any step ran (issue 24)
     assert "host var `draft` is not set on local" in res.stderr
     assert "{{ draft }}/config.json" not in res.stderr
 

@@ -261,7 +261,7 @@ async def test_no_answer_within_the_timeout_means_deny(harness, fake, stranger):
     a = await h.query("select status from approvals")
     assert a == [{"status": "timeout"}]
     assert stranger.poll() is None
-    await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.update") if "No decision in time" in c.all_text()])
+    await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.update") if "Expired at" in c.all_text()])
 
 
 # -- Slack faults -----------------------------------------------------------------------------

@@ -37,11 +37,20 @@ def test_help_loads_nothing_heavy(tmp_path):
 
 
 def test_history_loads_the_store_but_not_pydantic_jinja_ssh_or_numpy(tmp_path):
+    from eaglebot.store import Store
+
     write_yaml(tmp_path / "eagle.yaml", {"audit_db": "a.db", "hosts": {"gpu": {"address": "10.0.0.1"}}})
+    Store(tmp_path / "a.db").close()
     out = loaded_after(["history"], tmp_path)
     assert out["rc"] == 0
     assert set(out["mods"]) == {"sqlite_utils", "eaglebot.store", "yaml"}
-    assert (tmp_path / "a.db").exists()
+
+
+def test_history_without_a_db_creates_none_and_loads_no_pydantic(tmp_path):
+    write_yaml(tmp_path / "eagle.yaml", {"audit_db": "a.db"})
+    out = loaded_after(["history"], tmp_path)
+    assert out["rc"] == 0 and "pydantic" not in out["mods"]
+    assert not (tmp_path / "a.db").exists()
 
 
 def test_run_on_local_never_loads_asyncssh(tmp_path):

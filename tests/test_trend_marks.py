@@ -28,3 +28,17 @@ def test_trend_marks_the_change_point_the_open_incident_and_the_baseline(tmp_pat
     assert trend.baseline is not None and trend.baseline["run_id"] == ids[2]
     out = render_trend(trend, tmp_path / "trend.png")
     assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 10_000
+
+
+def test_the_trend_is_drawn_by_run_with_long_pauses_marked_and_a_burst_labelled_once():
+    from eaglebot.frontends.plot import _tick_labels, gaps
+
+    day0 = datetime(2026, 10, 1, 3, 0, tzinfo=timezone.utc)
+    when = [day0 + timedelta(days=i) for i in range(4)]
+    when += [day0 + timedelta(days=3, hours=8, minutes=5 * k) for k in range(5)]   # a burst on Oct 04
+    when += [day0 + timedelta(days=14 + i) for i in range(3)]                       # after 10 days without runs
+    assert [(i, round(s / 86400)) for i, s in gaps(when)] == [(8, 11)]
+    labels = _tick_labels(when, most=4)
+    assert labels.count("Oct 04") == 1 and labels[3] == "Oct 04"   # the burst's day is labelled first
+    assert sum(1 for t in labels if t) <= 5 and all(t in ("", *{w.strftime("%b %d") for w in when}) for t in labels)
+    assert gaps(when[:4]) == []   # nightly runs: no pause to mark

@@ -1,7 +1,8 @@
 """The variables a run's steps see on one host, rendered once before the first step."""
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Callable
 
 from eaglebot.engine import templating
 from eaglebot.engine.playbook import Playbook
@@ -46,9 +47,57 @@ def host_context(hostvars: dict[str, Any], pb: Playbook, host: str, inputs: dict
         if templating.is_unresolved(v):
             missing = [n for n in templating.names_used(layers_value(layers, k)) if n not in flat]
             if missing:
-                flat[k] = templating.unresolved(
-                    k, f"host var `{missing[0]}` is not set on {host} (needed by `{k}`)")
+                flat[k] = templating.unresolved(k, missing_host_var(missing[0], host, pb, k))
     return flat
+
+
+def missing_host_var(name: str, host: str, pb: Playbook, needed_by: str | None = None) -> str:
+    """The one message for a variable a step needs that neither the host nor the user gave."""
+    given_as = name if name in pb.inputs else needed_by if needed_by in pb.inputs else None
+    how = f" or pass -e {given_as}=..." if given_as else ""
+    return f"host var `{name}` is not set on {host}; set it in eagle.yaml under hosts.{host}.vars{how}"
+
+
+_UNDEFINED = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)' is undefined")
+
+
+def missing_var_error(pb: Playbook, ctx: dict[str, Any], host: str,
+                      shell_param: Callable[[str, str], bool] = lambda skill, key: False) -> str | None:
+    """Before any step runs: the first variable a step that would run needs and nobody set
+    (`missing_host_var`'s message), else None. A step whose `when` is false is not asked; a
+    name a step registers is left for the run (its value comes later)."""
+    registered = {s.register_ for s in (*pb.steps, *pb.always) if s.register_}
+    for step in (*pb.steps, *pb.always):
+        checks: list[tuple[str, Any]] = []
+        if step.when is not None:
+            try:
+                if not templating.evaluate(step.when, ctx):
+                    continue
+            except templating.TemplateFailure as e:
+                checks.append(("when", str(e)))
+        for key, value in step.with_.items():
+            try:
+                templating.render_value(value, ctx, shell=shell_param(step.skill, key))
+            except templating.TemplateFailure as e:
+                checks.append((key, str(e)))
+        for _, msg in checks:
+            if (missing := explain_undefined(msg, pb, ctx, host, registered)):
+                return missing
+    return None
+
+
+def explain_undefined(msg: str, pb: Playbook, ctx: dict[str, Any], host: str,
+                      registered: set[str] | None = None) -> str | None:
+    """`missing_host_var`'s message when a template failure `msg` is a variable nobody set
+    (not one a step registers), else None."""
+    if msg.startswith("host var `"):
+        return msg
+    if registered is None:
+        registered = {s.register_ for s in (*pb.steps, *pb.always) if s.register_}
+    m = _UNDEFINED.search(msg)
+    if m and m.group(1) not in registered and m.group(1) not in ctx:
+        return missing_host_var(m.group(1), host, pb)
+    return None
 
 
 def layers_value(layers: list[dict[str, Any]], key: str) -> Any:

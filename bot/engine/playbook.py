@@ -424,5 +424,8 @@ def find_playbook(ref: str, user_dir: Path | None, registry: SkillRegistry | Non
         return load_playbook(p, registry)
     files = playbook_files(user_dir)
     if ref not in files:
-        raise UsageError(f"unknown playbook {ref!r} (known: {', '.join(files) or 'none'})")
+        where = f"playbooks_dir ({user_dir}) and the shipped ones" if user_dir else \
+            "the shipped ones (no playbooks_dir in eagle.yaml)"
+        raise UsageError(f"unknown playbook {ref!r} (known: {', '.join(files) or 'none'}; names come from "
+                         f"{where}; a file runs by its path)")
     return load_playbook(files[ref], registry)

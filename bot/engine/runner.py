@@ -15,14 +15,14 @@ from typing import Any, Awaitable, Callable
 from eaglebot.engine import limits, procs
 from eaglebot.config import Settings
 from eaglebot.errors import EagleError, HostBusy, StoreError, UsageError
-from eaglebot.engine.context import host_context
+from eaglebot.engine.context import host_context, missing_var_error
 from eaglebot.engine.playbook import Playbook, find_playbook, resolve_inputs
 from eaglebot.engine.output import printable
 from eaglebot.engine.records import (Approver, Observer, Prepared, RunOutcome, RunRequest, RunState, StepRecord,
                                      StepSlot, jsonable, plain_name, safe)
 from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
-from eaglebot.engine.steps import StepRunner
+from eaglebot.engine.steps import StepRunner, shell_param
 from eaglebot.sdk import Regression
 from eaglebot.store.protocol_async import AsyncStoreProtocol
 from eaglebot.store.rows import NewRun
@@ -72,6 +72,13 @@ class Engine(StepRunner):
             req.playbook, self.settings.playbooks_path, self.registry)
         hosts = self.settings.resolve_hosts(req.hosts)
         inputs = resolve_inputs(pb, req.inputs)
+        # A variable nobody set fails the request before any step on any host; a dry run goes
+        # on (it shows every step's plan) and the step that needs it fails with the same words.
+        for h in hosts if not req.dry_run else []:
+            ctx = host_context(self.settings.hosts[h].vars, pb, h, inputs, 0, req.dry_run)
+            missing = missing_var_error(pb, ctx, h, lambda skill, key: shell_param(self.registry, skill, key))
+            if missing:
+                raise UsageError(missing)
         return Prepared(pb, hosts, inputs)
 
     async def record_rejected(self, req: RunRequest, err: EagleError) -> None:

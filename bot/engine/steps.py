@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from eaglebot.config import Settings
 from eaglebot.engine import procs, templating
+from eaglebot.engine.context import explain_undefined
 from eaglebot.engine.attempts import Runnable, attempt, bind
 from eaglebot.engine.output import OutputBuffer, keep_last, printable, printable_obj
 from eaglebot.engine.playbook import Step
@@ -73,9 +74,7 @@ class StepRunner:
         fields = skill.Params.model_fields
         rendered = {}
         for k, v in step.with_.items():
-            extra = fields[k].json_schema_extra if k in fields else None
-            shell = bool(isinstance(extra, dict) and extra.get("shell"))
-            rendered[k] = templating.render_value(v, ctx, shell=shell)
+            rendered[k] = templating.render_value(v, ctx, shell=shell_param(self.registry, step.skill, k))
         return skill, rendered
 
     async def _prepare_step(self, run: RunState, slot: StepSlot, ctx: dict[str, Any]
@@ -98,7 +97,8 @@ class StepRunner:
             skill, rendered = self._render(step, ctx)
             return bind(skill, rendered)
         except templating.TemplateFailure as e:
-            return await self._failed_before_start(run, slot, str(e))
+            why = explain_undefined(str(e), run.playbook, ctx, slot.host) or str(e)
+            return await self._failed_before_start(run, slot, why)
         except ValidationError as e:
             err = e.errors()[0]
             loc = ".".join(str(p) for p in err["loc"])
@@ -258,5 +258,18 @@ class StepRunner:
             except asyncio.TimeoutError:
                 await self.store.approval_decided(aid, "timeout", "")
                 return False, f"no decision within {self.settings.access.approval_timeout_s:g}s"
+            except asyncio.CancelledError:   # the run was cancelled while it waited: say so in the row
+                await asyncio.shield(self.store.approval_decided(aid, "cancelled", ""))
+                raise
         await self.store.approval_decided(aid, "approved" if ok else "denied", who)
         return ok, who
+
+
+def shell_param(registry: SkillRegistry, skill: str, key: str) -> bool:
+    """Whether the skill's parameter `key` is a shell command (its values are quoted as words)."""
+    try:
+        fields = registry.get_skill(skill).Params.model_fields
+    except Exception:   # an unknown skill is lint's error, not this one's
+        return False
+    extra = fields[key].json_schema_extra if key in fields else None
+    return bool(isinstance(extra, dict) and extra.get("shell"))

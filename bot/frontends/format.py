@@ -134,6 +134,12 @@ def show_text(view: RunView) -> str:
         rows = [[s["idx"] + 1, s["host"], s["name"], s["skill"], STATUS_ICON.get(s["status"], s["status"]),
                  f"{(s['duration_ms'] or 0) / 1000:.2f}s", (s["summary"] or "")[:120]] for s in steps]
         out += ["", table(["#", "host", "step", "skill", "status", "took", "summary"], rows)]
+    if (health := view.gpu_health):
+        out += ["", "GPU health:", table(
+            ["host", "GPU", "verdict", "temp C", "power W", "util %", "reasons"],
+            [[h["host"], str(h["gpu"]), h["verdict"] or "?", _reading(h, "temperature.gpu"),
+              _reading(h, "power.draw", "{:.0f}"), _reading(h, "utilization.gpu"), "; ".join(h["reasons"]) or "-"]
+             for h in health])]
     if view.metrics:
         out += ["", "metrics:"] + [f"  {m['host']}: {m['name']} = {fmt_value(m['value'], m['unit'] or '')}"
                                   f" ({m['better']} is better)" for m in view.metrics]
@@ -152,6 +158,11 @@ def show_text(view: RunView) -> str:
             if c["diff"]:
                 out += ["    " + line for line in c["diff"].rstrip("\n").splitlines()]
     return "\n".join(out)
+
+
+def _reading(h: dict[str, Any], key: str, fmt: str = "{}") -> str:
+    v = h["readings"].get(key)
+    return "-" if v is None else fmt.format(v)
 
 
 def describe_inputs(pb: Playbook) -> list[str]:

@@ -15,51 +15,101 @@ from eaglebot.store import parse_iso
 from eaglebot.store.protocol import StoreProtocol
 
 
+GAP_FACTOR = 3.0          # a pause this many times the usual spacing between runs is marked
+GAP_MIN_S = 36 * 3600     # ... and only when it is longer than a day and a half
+
+
+def gaps(when: list[datetime]) -> list[tuple[int, float]]:
+    """(slot after which a long pause falls, its length in seconds): where runs stopped for a
+    while, so a plot by run still shows that time passed."""
+    spans = [(b - a).total_seconds() for a, b in zip(when, when[1:])]
+    if not spans:
+        return []
+    usual = sorted(spans)[len(spans) // 2]
+    return [(i, d) for i, d in enumerate(spans) if d >= GAP_MIN_S and d >= GAP_FACTOR * max(usual, 1.0)]
+
+
+def _span(seconds: float) -> str:
+    days = seconds / 86400
+    return f"{days:.0f} days" if days >= 2 else f"{seconds / 3600:.0f} h"
+
+
+def _tick_labels(when: list[datetime], most: int = 10) -> list[str]:
+    """A date under the first run of a day; at most about `most` of them, never two within
+    len/most slots of each other; a day with many runs (a burst) is labelled first."""
+    gap = max(1, -(-len(when) // most))
+    first: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for i, w in enumerate(when):
+        day = w.strftime("%b %d")
+        first.setdefault(day, i)
+        count[day] = count.get(day, 0) + 1
+    chosen: list[int] = []
+    for day in sorted(first, key=lambda d: (-count[d], first[d])):
+        if all(abs(first[day] - c) >= gap for c in chosen):
+            chosen.append(first[day])
+    return [when[i].strftime("%b %d") if i in chosen else "" for i in range(len(when))]
+
+
 def render_trend(trend: Trend, out_path: str | Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
     from matplotlib.figure import Figure
 
     points, metric = trend.points, trend.metric
-    # Dates on the x axis: nightly runs sit a day apart, a burst of manual runs close together.
+    # One slot per run (a burst of manual runs does not collapse into a smear, a long pause
+    # does not squeeze the rest); dates are the tick labels, pauses are marked.
     when = [parse_iso(p.get("started_at")) or datetime.now(timezone.utc) for p in points]
-    xs = [float(date2num(w)) for w in when]  # type: ignore[no-untyped-call]
+    xs = list(range(len(points)))
     ys = [p["value"] for p in points]
-    fig = Figure(figsize=(8, 3.6), dpi=100)
+    fig = Figure(figsize=(10, 4.4), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     if trend.band is not None:
         c, lo, hi, label = trend.band
-        ax.axhspan(lo, hi, color="tab:green", alpha=0.15, label=label)
+        ax.axhspan(lo, hi, color="tab:green", alpha=0.12, label=label)
         ax.axhline(c, color="tab:green", linewidth=1, linestyle="--")
-    ax.plot(xs, ys, marker="o", color="tab:blue", linewidth=1.5, label=metric)
+    by_run = {p["run_id"]: (x, y) for x, y, p in zip(xs, ys, points)}
+    for i, inc in enumerate(trend.incidents):
+        if inc["opened_run"] in by_run:
+            ax.axvspan(by_run[inc["opened_run"]][0] - 0.5, xs[-1] + 0.5, color="tab:red", alpha=0.08,
+                       label="open incident" if i == 0 else None)
+    ax.plot(xs, ys, marker="o", markersize=4, color="tab:blue", linewidth=1.5, label=metric)
     bad = [(x, y) for x, y, p in zip(xs, ys, points) if p["run_id"] in trend.flagged]
     if bad:
         ax.scatter([x for x, _ in bad], [y for _, y in bad], color="tab:red", zorder=3, s=60, label="regression")
     base = trend.baseline
-    if base is not None and base["run_id"] in {p["run_id"] for p in points}:
-        i = next(i for i, p in enumerate(points) if p["run_id"] == base["run_id"])
-        ax.scatter([xs[i]], [ys[i]], marker="*", color="tab:green", zorder=4, s=140, label="baseline")
-    by_run = {p["run_id"]: (x, y) for x, y, p in zip(xs, ys, points)}
+    if base is not None and base["run_id"] in by_run:
+        bx, by = by_run[base["run_id"]]
+        ax.scatter([bx], [by], marker="*", color="tab:green", zorder=4, s=160, label=f"baseline #{base['run_id']}")
+    lo_y, hi_y = min(ys), max(ys)
+    pad = (hi_y - lo_y) * 0.12 or abs(hi_y) * 0.05 or 1.0
     for i, cp in enumerate(trend.change_points):
         if cp["run_id"] in by_run:
-            ax.axvline(by_run[cp["run_id"]][0], color="tab:orange", linestyle=":", linewidth=1.5,
+            x, _ = by_run[cp["run_id"]]
+            ax.axvline(x - 0.5, color="tab:orange", linestyle=":", linewidth=1.8,
                        label="change point" if i == 0 else None)
-            ax.annotate(f"{cp['delta_pct']:+.1f}% at #{cp['run_id']}", by_run[cp["run_id"]], fontsize=7,
-                        xytext=(4, 8), textcoords="offset points", color="tab:orange")
-    for i, inc in enumerate(trend.incidents):
-        if inc["opened_run"] in by_run:
-            ax.axvspan(by_run[inc["opened_run"]][0], xs[-1], color="tab:red", alpha=0.08,
-                       label="open incident" if i == 0 else None)
-    locator = AutoDateLocator()  # type: ignore[no-untyped-call]
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
-    ax.set_xlabel("run start (UTC)")
+            ax.annotate(f"{cp['delta_pct']:+.1f}% from run #{cp['run_id']}", (x - 0.5, hi_y + pad * 0.6),
+                        fontsize=9, color="tab:orange", ha="left", va="center", xytext=(4, 0),
+                        textcoords="offset points",
+                        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "tab:orange", "lw": 0.8})
+    for i, (slot, seconds) in enumerate(gaps(when)):
+        ax.axvline(slot + 0.5, color="0.45", linestyle=(0, (2, 2)), linewidth=1,
+                   label="pause between runs" if i == 0 else None)
+        ax.annotate(f"{_span(seconds)}\nno runs", (slot + 0.5, lo_y - pad * 0.55), fontsize=8, color="0.35",
+                    ha="center", va="center",
+                    bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.9})
+    labels = _tick_labels(when)
+    ax.set_xticks([x for x, t in zip(xs, labels) if t])
+    ax.set_xticklabels([t for t in labels if t], fontsize=9)
+    ax.set_xticks(xs, minor=True)   # a small tick for every run
+    ax.set_xlim(-0.7, len(xs) - 0.3)
+    ax.set_ylim(lo_y - pad, hi_y + pad)
+    ax.set_xlabel("runs, oldest first: one slot per run (UTC start)")
     ax.set_ylabel(f"{metric} ({trend.unit})" if trend.unit else metric)
-    ax.set_title(f"{trend.playbook} on {trend.host}: {metric} ({trend.better} is better), "
-                 f"last {len(points)} runs", fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.set_title(f"{trend.playbook} on {trend.host}: {metric}, {trend.better} is better — last {len(points)} runs "
+                 f"(#{points[0]['run_id']}–#{points[-1]['run_id']})", fontsize=11)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
     fig.tight_layout()
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,51 @@ def config_docs(sa: dict[str, Any], sb: dict[str, Any]) -> tuple[dict[str, Any],
     return da, db
 
 
+_FOLDER_VARS = ("draft", "model")   # the host vars that name model folders, most specific first
+
+
+def file_label(path: str, variables: dict[str, Any], home: str = "") -> str:
+    """A config file as its user knows it: under a model folder of the host's vars
+    (`{draft}/config.json`), else under the home folder (`~/...`), else as recorded."""
+    for var in _FOLDER_VARS:
+        folder = variables.get(var)
+        if isinstance(folder, str) and folder.strip("/") and path.startswith(folder.rstrip("/") + "/"):
+            return "{" + var + "}/" + path[len(folder.rstrip("/")) + 1:]
+    if home and home != "/" and path.startswith(home.rstrip("/") + "/"):
+        return "~/" + path[len(home.rstrip("/")) + 1:]
+    return path
+
+
+def _leaves(value: object, other: object, key: str, out: dict[str, Any]) -> None:
+    """Flatten `value` into {dotted key: leaf}; a list is walked by index ([0]) only when
+    `other` is a list of the same length (else the whole list is one value)."""
+    if isinstance(value, dict) and isinstance(other, dict | None):
+        for k, v in value.items():
+            _leaves(v, (other or {}).get(k), f"{key}.{k}" if key else str(k), out)
+    elif isinstance(value, list) and isinstance(other, list) and len(other) == len(value) and key:
+        for i, v in enumerate(value):
+            _leaves(v, other[i], f"{key}[{i}]", out)
+    else:
+        out[key] = value
+
+
+def config_changes(ca: dict[str, Any], cb: dict[str, Any], vars_a: dict[str, Any], vars_b: dict[str, Any],
+                   home: str = "") -> list[dict[str, Any]]:
+    """Each changed config value: {file, label, key (dotted, `[i]` for list items), a, b}."""
+    out: list[dict[str, Any]] = []
+    na, nb = _nested(ca), _nested(cb)
+    for path in dict.fromkeys([*na, *nb]):
+        fa: dict[str, Any] = {}
+        fb: dict[str, Any] = {}
+        _leaves(na.get(path, {}), nb.get(path), "", fa)
+        _leaves(nb.get(path, {}), na.get(path), "", fb)
+        label = file_label(path, vars_b or vars_a, home)
+        for key in dict.fromkeys([*fa, *fb]):
+            if fa.get(key) != fb.get(key):
+                out.append({"file": path, "label": label, "key": key, "a": fa.get(key), "b": fb.get(key)})
+    return out
+
+
 @dataclass(frozen=True)
 class DiffRows:
     """Two runs as the store has them: each run, the host compared, its state and metrics."""
@@ -65,6 +110,13 @@ class DiffRows:
     state_b: dict[str, Any]
     metrics_a: list[MetricRow]
     metrics_b: list[MetricRow]
+    home: str = ""   # the reader's home folder: files under it are shown as ~/...
+
+
+def _host_vars(run: RunRow, host: str) -> dict[str, Any]:
+    per_host = run.get("vars") or {}
+    v = per_host.get(host) if isinstance(per_host, dict) else None
+    return v if isinstance(v, dict) else {}
 
 
 def pick_hosts(a_id: int, ra: RunRow | None, b_id: int, rb: RunRow | None) -> tuple[RunRow, str, RunRow, str]:
@@ -113,6 +165,7 @@ def compare(d: DiffRows) -> dict[str, Any]:
         "launch": launch,
         "config": {"a": _nested(ca), "b": _nested(cb)},
         "config_patch": jsonpatch.make_patch(_nested(ca), _nested(cb)).patch,
+        "config_changes": config_changes(ca, cb, _host_vars(ra, ha), _host_vars(rb, hb), d.home),
         "versions": versions,
         "env": _pairs(sa.get("env") or {}, sb.get("env") or {}),
         "health": [c.text() for c in health_changes(sa, sb, b_id)],

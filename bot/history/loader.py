@@ -85,8 +85,9 @@ def attribution(store: StoreProtocol, playbook: str, host: str, run_id: int, now
                           store.host_changes(host, gid, run_id), store.host_steps(host, gid, run_id))
 
 
-def diff_rows(store: StoreProtocol, a_id: int, b_id: int) -> DiffRows:
-    """What `eagle diff A B` compares (`diff.compare`); UsageError when a run is missing."""
+def diff_rows(store: StoreProtocol, a_id: int, b_id: int, home: str = "") -> DiffRows:
+    """What `eagle diff A B` compares (`diff.compare`); UsageError when a run is missing.
+    `home`: files under this folder are named `~/...`."""
     ra, ha, rb, hb = pick_hosts(a_id, store.get_run(a_id), b_id, store.get_run(b_id))
     return DiffRows(ra, rb, ha, hb, host_state(store, ha, a_id), host_state(store, hb, b_id),
-                    store.metrics(a_id), store.metrics(b_id))
+                    store.metrics(a_id), store.metrics(b_id), home)

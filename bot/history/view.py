@@ -7,6 +7,8 @@ Rendering (text, Block Kit) stays in the front ends.
 """
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from typing import Any, Iterable, TypedDict
 
@@ -134,6 +136,28 @@ class RunView:
     def warning_lines(self) -> list[str]:
         return [(f"{w['host']}: " if w.get("host") else "") + w["message"] for w in self.warnings]
 
+    @property
+    def gpu_health(self) -> list[dict[str, Any]]:
+        """Each GPU a gpu.health step judged: host, gpu, verdict, reasons, readings (what
+        nvidia-smi gave), in step order. `eagle show` and `--json` carry it."""
+        out: list[dict[str, Any]] = []
+        for s in self.steps:
+            if s["skill"] != "gpu.health" or not s.get("data"):
+                continue
+            try:
+                data = json.loads(s["data"] or "")
+            except ValueError:
+                continue
+            verdicts = data.get("health") if isinstance(data, dict) else None
+            readings = data.get("gpus") if isinstance(data, dict) else None
+            if not isinstance(verdicts, dict):
+                continue
+            for gpu, v in verdicts.items():
+                out.append({"host": s["host"], "gpu": int(gpu) if str(gpu).isdigit() else gpu,
+                            "verdict": (v or {}).get("verdict"), "reasons": list((v or {}).get("reasons") or []),
+                            "readings": (readings or {}).get(gpu) or {}})
+        return out
+
     def regressions_of(self, kind: str) -> list[RegressionRow]:
         """`regression` or `improvement` rows."""
         return [r for r in self.regressions if (r.get("kind") or "regression") == kind]
@@ -152,6 +176,8 @@ class RunView:
             "regressions": [{"metric": r["metric"], "host": r["host"], "value": r["value"],
                              "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"]}
                             for r in self.regressions_of("regression")],
+            # only in runs with a gpu.health step: every other run's document stays as it was
+            **({"gpu_health": health} if (health := self.gpu_health) else {}),
         }
 
     def summary(self) -> RunSummary:

@@ -112,6 +112,10 @@ class AsyncStore:
         """The run's fingerprint (each host's software and hardware state) before it ends."""
         return await self._do(self.sync.set_fingerprint, run_id, fingerprint)
 
+    async def run_count(self) -> int:
+        """How many runs the store holds (what an empty, filtered history says it left out)."""
+        return await self._do(self.sync.run_count)
+
     async def last_run_id(self) -> int | None:
         """The newest run's id (None in an empty store)."""
         return await self._do(self.sync.last_run_id)

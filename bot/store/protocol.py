@@ -92,6 +92,10 @@ class StoreProtocol(Protocol):
         """The run's fingerprint (each host's software and hardware state) before it ends."""
         ...
 
+    def run_count(self) -> int:
+        """How many runs the store holds (what an empty, filtered history says it left out)."""
+        ...
+
     def last_run_id(self) -> int | None:
         """The newest run's id (None in an empty store)."""
         ...

@@ -88,6 +88,10 @@ class AsyncStoreProtocol(Protocol):
         """The run's fingerprint (each host's software and hardware state) before it ends."""
         ...
 
+    async def run_count(self) -> int:
+        """How many runs the store holds (what an empty, filtered history says it left out)."""
+        ...
+
     async def last_run_id(self) -> int | None:
         """The newest run's id (None in an empty store)."""
         ...

@@ -131,6 +131,11 @@ class RunsMixin(StoreBase):
         with self._tx():
             self.db.execute("update runs set fingerprint = ? where id = ?", [to_json(fingerprint), run_id])
 
+    def run_count(self) -> int:
+        """How many runs the store holds (what an empty, filtered history says it left out)."""
+        row = self.db.execute("select count(*) from runs").fetchone()
+        return int(row[0]) if row else 0
+
     def last_run_id(self) -> int | None:
         """The newest run's id (None in an empty store)."""
         row = self.db.execute("select max(id) from runs").fetchone()

@@ -133,6 +133,9 @@ def test_a_read_only_db_folder_without_root_powers(tmp_path):
         # root ignores permission bits: drop to nobody for the run itself
         if shutil.which("setpriv") is None:
             pytest.skip("needs setpriv to drop root")
+        unreadable = _unreadable_by_nobody()
+        if unreadable:
+            pytest.skip(unreadable)
     folder = tmp_path / "ro"
     folder.mkdir()
     db = folder / "eagle.db"
@@ -158,6 +161,25 @@ def test_a_read_only_db_folder_without_root_powers(tmp_path):
     _one_clear_line(res, "audit store")
     runs, _, locks = _state(db)
     assert runs == [{"id": 1, "status": "succeeded"}] and locks == []
+
+
+def _unreadable_by_nobody() -> str | None:
+    """Why user nobody (65534) cannot run this clone's eaglebot, or None. The test drops root
+    to nobody; a clone inside a private folder (0700, e.g. a home folder) cannot be imported
+    by another user, and the run would fail with `No module named eaglebot`."""
+    import sys
+
+    import eaglebot
+
+    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                            "-c", "import eaglebot"], capture_output=True, text=True, timeout=60)
+    if probe.returncode == 0:
+        return None
+    where = Path(eaglebot.__file__).resolve().parent
+    private = next((str(p) for p in (where, *where.parents) if not os.stat(p).st_mode & 0o005), str(where))
+    return (f"user nobody cannot import eaglebot from {where} ({private} is not readable by other users): "
+            "this root-only test runs eagle as nobody; clone into a world-readable folder or "
+            f"`chmod o+rx` the folders down to it ({probe.stderr.strip().splitlines()[-1] if probe.stderr else ''})")
 
 
 @pytest.mark.parametrize("damage", ["random bytes", "garbled pages", "truncated"])

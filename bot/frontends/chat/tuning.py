@@ -6,6 +6,7 @@ the same code as the CLI (history/diff.py, history/recorder.py, tuning/, fronten
 """
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -83,7 +84,7 @@ async def _diff(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.history.loader import diff_rows
 
     a, b = int(cmd.args[0]), int(cmd.args[1])
-    d = compare(await services.store.call(lambda s: diff_rows(s, a, b)))
+    d = compare(await services.store.call(lambda s: diff_rows(s, a, b, os.path.expanduser("~"))))
     return listing(diff_text(d), f"Diff #{a} → #{b}", public=True)
 
 

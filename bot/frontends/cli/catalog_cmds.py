@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from eaglebot.errors import UsageError
@@ -27,6 +28,8 @@ def cmd_lint(args: argparse.Namespace) -> int:
             bad += 1
             continue
         print(f"ok {f} ({pb.name}: {len(pb.steps)} step{'' if len(pb.steps) == 1 else 's'})")
+        if args.files and playbook_files(settings.playbooks_path).get(Path(f).stem, Path()).resolve() != Path(f).resolve():
+            print(f"   valid, but not runnable by name: {not_by_name(Path(f), settings.playbooks_path)}")
     if not files:
         print("no playbooks found")
     if not args.files:
@@ -36,6 +39,15 @@ def cmd_lint(args: argparse.Namespace) -> int:
             print(str(problem), file=sys.stderr)
             bad += 1
     return 2 if bad else 0
+
+
+def not_by_name(f: Path, folder: Path | None) -> str:
+    """How to run a valid playbook file that `eagle run NAME` does not find."""
+    if folder is None:
+        how = "set playbooks_dir in eagle.yaml to its folder"
+    else:
+        how = f"move it into playbooks_dir ({folder})"
+    return f"`eagle run {f.stem}` looks in playbooks_dir and the shipped playbooks; {how}, or run `eagle run {f}`"
 
 
 def cmd_playbooks(args: argparse.Namespace) -> int:
@@ -105,6 +117,9 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         print_json(rows)
         return 0
+    from eaglebot.configfile import where_looked
+
+    print(f"config: {settings.source}" if settings.source else f"config: built-in defaults: {where_looked()}")
     print(table(["host", "transport", "address", "groups", "jump"],
                 [[r["name"], r["transport"], r["address"], ",".join(r["groups"]) or "-", r["jump"] or "-"]
                  for r in rows]))

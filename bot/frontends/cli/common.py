@@ -59,6 +59,30 @@ def store_only(args: argparse.Namespace) -> Store:
     return Store(db, key_file=key) if db is not None and known else open_store(settings(args))
 
 
+def no_store_text(args: argparse.Namespace) -> str | None:
+    """None when the audit DB the config names exists; else one sentence saying where the
+    config and the DB were looked for (a read never creates a DB in whatever folder it ran)."""
+    from eaglebot.configfile import audit_db_path, config_path, where_looked
+
+    db = audit_db_path(getattr(args, "config", None))
+    if db is None:
+        db = settings(args).db_path
+    if db.exists():
+        return None
+    p, _ = config_path(getattr(args, "config", None))
+    config = f"the config is {p.absolute()}" if p.exists() else where_looked()
+    return f"no audit DB at {db} ({config}); `eagle run` records runs there"
+
+
+def read_store(args: argparse.Namespace, what: str = "") -> Store:
+    """The store for a command that only reads it: UsageError (one line, after `what` it
+    looked for) when there is none."""
+    missing = no_store_text(args)
+    if missing:
+        raise UsageError(f"{what}: {missing}" if what else missing)
+    return store_only(args)
+
+
 def known_run(store: Store, run_id: int) -> RunRow:
     run = store.get_run(run_id)
     if run is None:

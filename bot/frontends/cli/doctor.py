@@ -144,6 +144,12 @@ def check_db(settings: Settings) -> Check:
     from eaglebot.store import Store
 
     path = settings.db_path
+    if not str(path).startswith("postgresql:") and not path.exists():
+        # A check creates nothing: say whether `eagle run` could create it.
+        folder = next((p for p in path.parents if p.exists()), path.parent)
+        if os.access(folder, os.W_OK | os.X_OK):
+            return Check("audit db", True, f"{path} does not exist yet; `eagle run` will create it ({folder} is writable)")
+        return Check("audit db", False, f"{path} does not exist and {folder} is not writable")
     try:
         store = Store(path, key_file=settings.audit_key_path)
         try:
@@ -160,11 +166,15 @@ def check_audit_chain(settings: Settings) -> list[Check]:
     from eaglebot.frontends.cli.audit import verify_key, verify_line, verify_report
 
     out = []
-    try:
-        report = verify_report(settings, None, verify_key(settings, None))
-        out.append(Check("audit chain", bool(report["ok"]), verify_line(report)))
-    except Exception as e:
-        out.append(Check("audit chain", False, f"cannot verify: {e}"))
+    path = settings.db_path
+    if not str(path).startswith("postgresql:") and not path.exists():
+        out.append(Check("audit chain", True, "no audit DB yet: nothing to verify"))
+    else:
+        try:
+            report = verify_report(settings, None, verify_key(settings, None))
+            out.append(Check("audit chain", bool(report["ok"]), verify_line(report)))
+        except Exception as e:
+            out.append(Check("audit chain", False, f"cannot verify: {e}"))
     if settings.audit_key_path is None:
         out.append(Check("audit key", True, "the audit chain is unkeyed: tamper-evident against edits, not against "
                                             "a forger who can write the DB; create a key with `eagle audit init-key "
@@ -181,7 +191,9 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
         checks.append(c)
         emit(c)
 
-    add(Check("config", True, str(settings.source) if settings.source else "built-in defaults (no eagle.yaml)"))
+    from eaglebot.configfile import where_looked
+
+    add(Check("config", True, str(settings.source) if settings.source else f"built-in defaults: {where_looked()}"))
     add(await asyncio.to_thread(check_db, settings))
     add(check_access(settings))
     mode = os.environ.get("EAGLE_SHELL_MODE", "").strip()

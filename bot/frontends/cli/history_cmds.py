@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from eaglebot.errors import UsageError
-from eaglebot.frontends.cli.common import err, open_store, print_json, store_only
+from eaglebot.frontends.cli.common import err, no_store_text, open_store, print_json, read_store, store_only
 from eaglebot.frontends.cli.common import settings as _settings
 from eaglebot.frontends.cli.common import whoami as _whoami
 
@@ -21,6 +21,13 @@ def cmd_history(args: argparse.Namespace) -> int:
     from eaglebot.frontends.format import history_text
     from eaglebot.history.view import load_history
 
+    missing = no_store_text(args)
+    if missing:
+        if args.json:
+            print_json([])
+        else:
+            print(f"no runs yet: {missing}")
+        return 0
     store = store_only(args)
     since = None
     if args.since:
@@ -33,12 +40,28 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.json:
         print_json([r.as_json() for r in rows])
         return 0
-    print(history_text(rows, local=True))
+    print(history_text(rows, local=True) if rows else _nothing_matched(store, args))
     from eaglebot.history.incidents import open_text
 
     if (open_ := open_text(store, playbook=args.playbook, host=args.host)):
         print("\n" + open_)
     return 0
+
+
+def _nothing_matched(store: Store, args: argparse.Namespace) -> str:
+    """What an empty history filtered out: `no failed runs of bench on gpu-01 in the last 7d
+    (3 runs in all)`."""
+    total = store.run_count()
+    if not total:
+        return "no runs yet (see `eagle playbooks`)"
+    what = " ".join(w for w in (args.status, "runs") if w)
+    if args.playbook:
+        what += f" of {args.playbook}"
+    if args.host:
+        what += f" on {args.host}"
+    if args.since:
+        what += f" in the last {args.since}"
+    return f"no {what} ({total} run{'s' if total != 1 else ''} in all)"
 
 
 def run_ref(word: str) -> int | str:
@@ -54,7 +77,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from eaglebot.frontends.format import show_text
     from eaglebot.history.view import RunView
 
-    store = store_only(args)
+    store = read_store(args, "no runs yet" if args.run_id == "last" else f"no run #{args.run_id}")
     run_id = store.last_run_id() if args.run_id == "last" else args.run_id
     if run_id is None:
         raise UsageError("no runs yet (see `eagle playbooks`)")
@@ -154,7 +177,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
     from eaglebot.frontends.plot import default_out, plot_trend
 
     settings = _settings(args)
-    store = open_store(settings)
+    store = read_store(args)
     try:
         path = plot_trend(store, args.playbook, args.host, args.metric,
                           args.out or default_out(args.playbook, args.host, args.metric),

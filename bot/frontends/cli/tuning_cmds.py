@@ -3,6 +3,8 @@ into history/ and tuning/ (rendered by frontends/tuning/), registered on the mai
 `register`."""
 from __future__ import annotations
 
+import os
+
 import argparse
 import json
 import sys
@@ -10,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglebot.errors import UsageError
-from eaglebot.frontends.cli.common import settings, whoami
+from eaglebot.frontends.cli.common import no_store_text, read_store, settings, whoami
 
 # Only argparse wiring at import time: `eagle --help` and the other commands must not pay
 # for the engine, numpy or matplotlib (they load inside each command).
@@ -34,9 +36,10 @@ def _audited(fn: Any) -> Any:
             return int(fn(args))
         except UsageError as e:
             try:
-                store = _store(args)
-                store.add_rejection("rejected", whoami(), f"eagle {args.cmd}", str(e))
-                store.close()
+                if args.cmd != "diff" or not no_store_text(args):   # a refused read leaves no DB behind
+                    store = _store(args)
+                    store.add_rejection("rejected", whoami(), f"eagle {args.cmd}", str(e))
+                    store.close()
             except Exception:   # the refusal is still shown when the DB cannot be opened
                 pass
             raise
@@ -55,9 +58,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from eaglebot.history.diff import compare, diff_json
     from eaglebot.history.loader import diff_rows
 
-    store = _store(args)
+    store = read_store(args, f"no run #{args.run_a}")
     try:
-        d = compare(diff_rows(store, args.run_a, args.run_b))
+        d = compare(diff_rows(store, args.run_a, args.run_b, os.path.expanduser("~")))
     finally:
         store.close()
     if args.json:

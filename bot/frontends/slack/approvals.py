@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from datetime import datetime, timezone
 
 from eaglebot.frontends.chat.access import authorize_approval
 from eaglebot.frontends.slack import blocks as bk
@@ -64,19 +65,42 @@ class SlackApprover:
 
     async def _post(self, pending: PendingApproval, channel: str, key: str, thread: str | None) -> None:
         ctx, ar = self.ctx, pending.request
-        approvers = ctx.settings.access.approvers
-        mentions = " ".join(bk.mention(a) for a in approvers if a != "*")
+        access = ctx.settings.access
+        requester = self.observer.requester if self.observer else None
+        excluded = requester if not access.self_approval else None
+        mentions = " ".join(bk.mention(a) for a in access.approvers if a not in ("*", excluded))
         text = f"{mentions} approval needed for run #{ar.run_id} on {ar.host}: {ar.action}".strip()
         posted = await ctx.post(channel, text, bk.approval_blocks(
-            ar, key, approvers, ctx.settings.access.approval_timeout_s), thread_ts=thread)
+            ar, key, access.approvers, access.approval_timeout_s, requester, access.self_approval),
+            thread_ts=thread)
         pending.ts = posted.ts
         await record_approval_message(ctx, ar, posted.channel or channel, posted.ts,
                                       self.observer.requester if self.observer else None)
 
     def _timed_out(self, pending: PendingApproval) -> None:
         if pending.ts and pending.channel:
-            self.ctx.update(pending.channel, pending.ts, "no decision in time: denied",
-                            bk.approval_decided_blocks(pending.request, "timeout", None))
+            self.ctx.spawn(self._closed(pending), name="eagle-approval-closed")
+
+    async def _closed(self, pending: PendingApproval) -> None:
+        """The card of an approval nobody decided: cancelled (by whom) when its run was
+        cancelled while it waited, else expired (when)."""
+        ar, store = pending.request, self.ctx.services.store
+        run = await store.get_run(ar.run_id)
+        if run is not None and run.get("cancel_requested"):
+            decision, who, at = "cancelled", await _canceller(self.ctx, ar.run_id), None
+        else:
+            decision, who, at = "expired", None, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        assert pending.channel and pending.ts
+        self.ctx.update(pending.channel, pending.ts, bk.decision_text(decision, who, at),
+                        bk.approval_decided_blocks(ar, decision, who, at))
+
+
+async def _canceller(ctx: SlackContext, run_id: int) -> str | None:
+    """Who asked to cancel the run (the `cancel_requested` event: `by U123`), when recorded."""
+    for e in await ctx.services.store.events("cancel_requested", limit=200):
+        if e["run_id"] == run_id and e["message"].startswith("by "):
+            return e["message"][3:].strip() or None
+    return None
 
 
 async def record_approval_message(ctx: SlackContext, ar: ApprovalRequest, channel: str | None, ts: str | None,
@@ -113,5 +137,5 @@ async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) 
     pending.future.set_result((approve, user))
     decision = "approved" if approve else "denied"
     if pending.ts and pending.channel:
-        ctx.update(pending.channel, pending.ts, f"{decision} by {user}",
+        ctx.update(pending.channel, pending.ts, bk.decision_text(decision, user),
                    bk.approval_decided_blocks(ar, decision, user))

@@ -244,10 +244,25 @@ def run_summary_blocks(view: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 # -- approvals --------------------------------------------------------------------------------
 
-def approval_blocks(req: ApprovalRequest, key: str, approvers: list[str], timeout_s: float) -> list[dict[str, Any]]:
-    """Approve / Deny buttons saying exactly what will happen."""
-    who = (" ".join(mention(a) for a in approvers if a != "*") or "any approver") if approvers else \
-        "nobody yet (set access.approvers in eagle.yaml)"
+def approvers_text(approvers: list[str], requester: str | None = None, self_approval: bool = True) -> str:
+    """Who may decide, in words: never the requester when self-approval is off."""
+    if not approvers:
+        return "nobody yet (set access.approvers in eagle.yaml)"
+    excluded = requester if requester and not self_approval else None
+    named = [a for a in approvers if a != "*" and a != excluded]
+    if "*" in approvers:
+        who = " ".join(mention(a) for a in named) or "any approver"
+        return f"{who} but not {mention(excluded)}, who asked (self-approval is off)" if excluded else who
+    if not named:
+        return (f"nobody: the only approver, {mention(excluded)}, asked for this run and self-approval is off "
+                "(add approvers or set access.self_approval: true)")
+    return " ".join(mention(a) for a in named)
+
+
+def approval_blocks(req: ApprovalRequest, key: str, approvers: list[str], timeout_s: float,
+                    requester: str | None = None, self_approval: bool = True) -> list[dict[str, Any]]:
+    """Approve / Deny buttons saying exactly what will happen and who may decide."""
+    who = approvers_text(approvers, requester, self_approval)
     blocks = [
         section(f":raised_hand: *Approval needed* for run #{req.run_id} on `{escape(req.host)}`, "
                 f"step *{escape(req.step)}*:\n{escape(req.action)}"),
@@ -263,11 +278,21 @@ def approval_blocks(req: ApprovalRequest, key: str, approvers: list[str], timeou
     return limit(blocks)
 
 
-def approval_decided_blocks(req: ApprovalRequest, decision: str, who: str | None) -> list[dict[str, Any]]:
-    verb = {"approved": ":white_check_mark: Approved", "denied": ":no_entry: Denied",
-            "timeout": ":hourglass: No decision in time: denied"}.get(decision, decision)
-    by = f" by {mention(who)}" if who else ""
-    blocks = [section(f"{verb}{by}: run #{req.run_id} on `{escape(req.host)}`, step *{escape(req.step)}*:\n"
+def decision_text(decision: str, who: str | None = None, at: str | None = None) -> str:
+    """The outcome as it was: approved by X, denied by X, cancelled by X, expired at T."""
+    if decision == "expired":
+        return f"Expired at {at or '?'} UTC with no decision: denied, nothing was done"
+    verb = {"approved": "Approved", "denied": "Denied", "cancelled": "Cancelled"}.get(decision, decision)
+    if decision == "cancelled":
+        return f"{verb}{f' by {mention(who)}' if who else ''}: the run was cancelled while it waited"
+    return f"{verb}{f' by {mention(who)}' if who else ''}"
+
+
+def approval_decided_blocks(req: ApprovalRequest, decision: str, who: str | None,
+                            at: str | None = None) -> list[dict[str, Any]]:
+    icon = {"approved": ":white_check_mark:", "denied": ":no_entry:", "cancelled": ":black_square_for_stop:",
+            "expired": ":hourglass:"}.get(decision, "")
+    blocks = [section(f"{icon} {decision_text(decision, who, at)}: run #{req.run_id} on `{escape(req.host)}`, step *{escape(req.step)}*:\n"
                       f"{escape(req.action)}")]
     if req.details:
         blocks += code_sections("\n".join(req.details), max_blocks=3)

@@ -52,10 +52,12 @@ def diff_text(d: dict[str, Any]) -> str:
     section("inputs:", [[k, show(v[0]), show(v[1])] for k, v in d["inputs"].items()], ["input", f"#{a['id']}", f"#{b['id']}"])
     section("launch arguments:", [[k, show(v[0]), show(v[1])] for k, v in d["launch"].items()],
             ["flag", f"#{a['id']}", f"#{b['id']}"])
-    if d["config_patch"]:
-        out.extend(["", "config (JSON Patch, RFC 6902):"] +
-                   [f"  {op['op']} {op['path']}" + (f" {show(op.get('value'))}" if "value" in op else "")
-                    for op in d["config_patch"]])
+    if d["config_changes"]:
+        out.extend(["", "config (the RFC 6902 patch is in --json):"])
+        for label in dict.fromkeys(c["label"] for c in d["config_changes"]):
+            out.append(f"  {label}")
+            out.extend(f"    {c['key']}: {show(c['a'])} → {show(c['b'])}"
+                       for c in d["config_changes"] if c["label"] == label)
     else:
         out.extend(["", "config: same"])
     section("versions:", [[k, show(v[0]), show(v[1])] for k, v in d["versions"].items()],

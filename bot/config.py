@@ -99,6 +99,8 @@ class RegressionConfig(_Model):
     min_history: int = Field(5, ge=1)
     min_pct: float = Field(5.0, ge=0)
     k_sigma: float = Field(3.0, ge=0)
+    confirm_runs: int = Field(2, ge=1, le=5, description="consecutive runs beyond both thresholds before a drop "
+                                                        "is flagged (2: one bad night alone is only a suspect)")
 
 
 class Settings(_Model):

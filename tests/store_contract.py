@@ -248,6 +248,21 @@ def test_baselines_and_incidents_decide_the_reference_start(store):
         [again, bad, base]
 
 
+def test_metrics_of_one_cause_are_one_incident_found_by_id(store):
+    bad = finished_run(store, metrics={"tput": 50, "ttft": 90})
+    head = store.open_incident(playbook="bench", host="gpu-01", metric="tput", run_id=bad, ref_before_run=bad,
+                               reference=100.0, unit="tok/s", better="higher")
+    other = store.open_incident(playbook="bench", host="gpu-01", metric="ttft", run_id=bad, ref_before_run=bad,
+                                reference=40.0, unit="ms", better="lower", cause_id=head)
+    assert store.incident(head)["cause_id"] is None and store.incident(other)["cause_id"] == head
+    assert store.incident(other + 100) is None
+    assert [i["id"] for i in store.incident_cause(head)] == [head, other]
+    assert set(store.incident_cause(head)[1]) == keys(IncidentRow)
+    assert store.incident_cause(other) == [store.incident(other)]   # a joined row is no cause of its own
+    store.close_incident(other, "ack", "bob", "fine")
+    assert [i["status"] for i in store.incident_cause(head)] == ["open", "closed"]
+
+
 # -- approvals and events ---------------------------------------------------------------------
 
 def test_an_approval_is_decided_once_and_carries_its_message(store):

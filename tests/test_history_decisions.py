@@ -12,7 +12,8 @@ from eaglebot.history.regress import (Drift, Subject, Window, decide, judge_wind
                                       wants_attribution, window_since, window_what, worse_shift_point)
 from eaglebot.sdk import Metric, Regression
 
-CFG = RegressionConfig()                      # window 10, min_history 5, min_pct 5, k_sigma 3
+CFG = RegressionConfig()                      # window 10, min_history 5, min_pct 5, k_sigma 3, confirm_runs 2
+ONE = RegressionConfig(confirm_runs=1)        # a single run beyond the thresholds is flagged
 STABLE = [100.0, 101.0, 99.2, 100.4, 99.6, 100.8]
 ATTR = "changed since last good run #6: launch --speculative-num-steps 3 → 5"
 
@@ -33,15 +34,16 @@ def run_row(**over: object) -> dict:
     return row
 
 
-def verdict(value: float, win: Window, *, better: str = "higher", shift: Drift | None = None, run_id: int = 50):
+def verdict(value: float, win: Window, *, better: str = "higher", shift: Drift | None = None, run_id: int = 50,
+            cfg: RegressionConfig = CFG):
     s = Subject("nightly", "gpu-01", run_id, Metric("output_throughput", value, "tok/s", better))
-    j = judge_window(s, win, CFG)
-    return j, decide(s, j, win, shift, ATTR if needs_attribution(j, win) else "", CFG)
+    j = judge_window(s, win, cfg)
+    return j, decide(s, j, win, shift, ATTR if needs_attribution(j, win) else "", cfg)
 
 
 def test_a_drop_without_an_open_incident_opens_one_and_says_what_changed():
     win = Window(STABLE, window_what(len(STABLE), None, None, None))
-    j, v = verdict(60.0, win)
+    j, v = verdict(60.0, win, cfg=ONE)
     assert j.verdict == "regression" and needs_attribution(j, win)
     assert v.incident == IncidentDecision(open=NewIncident("nightly", "gpu-01", "output_throughput", 50, 50,
                                                            j.reference, "tok/s", "higher"))
@@ -66,8 +68,41 @@ def test_an_improvement_is_reported_and_opens_nothing():
 
 
 def test_lower_is_better_flags_a_rise():
-    j, v = verdict(90.0, Window([40.0, 41.0, 39.0, 40.5, 39.5, 40.2], ""), better="lower")
+    j, v = verdict(90.0, Window([40.0, 41.0, 39.0, 40.5, 39.5, 40.2], ""), better="lower", cfg=ONE)
     assert j.verdict == "regression" and v.incident.open is not None
+
+
+def test_one_bad_night_alone_is_a_suspect_note_and_opens_nothing():
+    j, v = verdict(60.0, Window(STABLE, "the last 6 successful runs", recent=((49, 100.3),),
+                                before_recent=tuple(STABLE)))
+    assert j.verdict == "regression"
+    assert v.finding is None and v.incident == IncidentDecision()
+    assert v.note is not None and v.note.startswith("gpu-01: suspect: output_throughput 60 tok/s is 40.1% below")
+    assert "flagged as a regression if the next run confirms it (output_throughput)" in v.note
+
+
+def test_a_second_bad_night_confirms_the_drop_and_the_incident_starts_at_the_first():
+    win = Window([*STABLE, 61.0], "the last 7 successful runs", recent=((49, 61.0),), before_recent=tuple(STABLE))
+    j, v = verdict(60.0, win)
+    assert v.finding is not None and v.finding.kind == "regression"
+    assert f"{j.reason}; confirmed: beyond the thresholds since run #49" in v.finding.reason
+    assert v.incident.open == NewIncident("nightly", "gpu-01", "output_throughput", 49, 49, j.reference, "tok/s",
+                                          "higher", more_runs=(50,))
+
+
+def test_an_outlier_then_a_normal_night_confirms_nothing():
+    # run #49 was the outlier; #50 is normal, #51 bad again: not two in a row
+    win = Window([*STABLE, 61.0, 100.1], "", recent=((50, 100.1),), before_recent=(*STABLE, 61.0))
+    _, v = verdict(60.5, win, run_id=51)
+    assert v.finding is None and v.incident == IncidentDecision() and v.note is not None
+
+
+def test_a_value_inside_the_range_the_metric_has_shown_is_no_drop():
+    bimodal = [100.0, 93.0, 100.5, 99.8, 92.8, 100.2, 99.6, 100.4, 93.4, 100.1, 99.9]
+    j, _ = verdict(93.1, Window(bimodal[-10:], "", longer=tuple(bimodal)), cfg=ONE)
+    assert j.verdict == "ok" and "inside the range of the last 11 runs (2 were as far)" in j.reason
+    j, _ = verdict(85.0, Window(bimodal[-10:], "", longer=tuple(bimodal)), cfg=ONE)
+    assert j.verdict == "regression"
 
 
 def test_a_run_still_below_the_reference_is_flagged_under_the_open_incident():
@@ -116,6 +151,14 @@ def test_a_slow_drift_opens_an_incident_from_where_the_shift_began():
     assert v.incident.open is not None and v.incident.open.ref_before_run == 11
     assert v.incident.open.reference == p.shift.before_mean
     assert v.finding is not None and v.finding.reason == shift.text and v.finding.delta_pct < -5
+
+
+def test_no_worse_shift_once_the_newest_run_is_back_on_the_old_level():
+    level = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.6, 99.4, 100.1]
+    drop = [85.0, 84.5, 85.5, 84.8, 85.2, 85.1, 84.9]
+    series = list(enumerate(level + drop + [100.2], start=1))   # one night back: too few to split off
+    assert worse_shift_point(series, 19, 99.9, "higher", CFG) is None
+    assert worse_shift_point(series[:-1], 18, 85.0, "higher", CFG) is not None
 
 
 def test_no_worse_shift_for_a_rise_or_too_few_runs():

@@ -46,11 +46,18 @@ async def test_regression_names_the_config_change_since_the_last_good_run(servic
              patch={"path": "/d/config.json", "set": {"eagle_config.eagle_aux_hidden_state_layer_ids": [-1, 2, 30]}},
              change=FileChange("/d/config.json", "aa", "bb", UNIFIED, "/d/config.json.eagle-7-0.bak"),
              package_versions={"torch": "2.14.1"})
-    out = await new_run(svc, "relaunch", "gpu-01", [Metric("output_throughput", 54.8, "tok/s")])
+    suspect = await new_run(svc, "relaunch", "gpu-01", [Metric("output_throughput", 54.8, "tok/s")])
+    assert await history_hook(svc.engine, suspect, None) == []     # one bad night: a suspect
+    sid = s.step_started(suspect.run_id, 0, "gpu-01", "bench", "bench.serving", {})
+    s.step_finished(sid, run_id=suspect.run_id, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1,
+                    metrics=[Metric("output_throughput", 54.8, "tok/s")])
+    s.finish_run(suspect.run_id, "succeeded", exit_code=0)
+    out = await new_run(svc, "relaunch", "gpu-01", [Metric("output_throughput", 55.0, "tok/s")])
     regs = await history_hook(svc.engine, out, None)
     assert [r.kind for r in regs] == ["regression"]
     r = regs[0]
-    assert r.metric == "output_throughput" and r.host == "gpu-01" and r.value == 54.8
+    # the good run is the one before the drop's first night, not the suspect night
+    assert r.metric == "output_throughput" and r.host == "gpu-01" and r.value == 55.0
     assert 89 < r.reference < 91 and r.delta_pct < -35
     assert (f"changed since last good run #{good}: "
             "eagle_config.eagle_aux_hidden_state_layer_ids [2, 30, 58] → [-1, 2, 30]") in r.reason
@@ -62,7 +69,7 @@ async def test_regression_names_the_config_change_since_the_last_good_run(servic
 
 
 async def test_launch_argument_change_is_attributed(services):
-    svc = await services()
+    svc = await services(regression={"confirm_runs": 1})
     s = svc.store.sync
     for v in (90, 91, 89, 90, 90.5):
         seed_run(s, "bench", "local", metrics={"output_throughput": v}, launch=LAUNCH_OLD)
@@ -98,7 +105,7 @@ async def test_failed_and_dry_runs_are_not_judged(services):
 
 
 async def test_ttft_rise_is_a_regression_and_acceptance_jump_an_improvement(services):
-    svc = await services()
+    svc = await services(regression={"confirm_runs": 1})
     for ttft, acc in ((40, 1.8), (41, 1.82), (39, 1.79), (40.5, 1.81), (39.5, 1.8), (40.2, 1.78)):
         seed_run(svc.store.sync, "bench", "local", metrics={"median_ttft_ms": ttft, "accept_length": acc},
                  better={"median_ttft_ms": "lower"})
@@ -110,7 +117,7 @@ async def test_ttft_rise_is_a_regression_and_acceptance_jump_an_improvement(serv
 
 
 async def test_baseline_starts_the_history_window(services):
-    svc = await services()
+    svc = await services(regression={"confirm_runs": 1})
     s = svc.store.sync
     for v in (50, 51, 49, 50, 50.5, 49.5):  # an old, slow era
         seed_run(s, "bench", "local", metrics={"output_throughput": v})

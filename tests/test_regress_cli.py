@@ -40,10 +40,20 @@ def test_recorded_drop_exits_3_with_the_regression_in_json(cfg, capsys):
         rc, doc = run_json(cfg, capsys, "-e", f"tps={v}")
         assert rc == 0 and doc["regressions"] == []
     rc, doc = run_json(cfg, capsys, "-e", "tps=54.8")
+    assert rc == 0 and doc["regressions"] == []       # one bad night alone is a suspect (confirm_runs: 2)
+    store = Store(cfg.parent / "eagle.db")
+    [note] = [e["message"] for e in store.db.query("select message from events where kind = 'regression-check'")
+              if "suspect" in e["message"]]
+    assert "output_throughput 54.8 tok/s is 39.1% below" in note and "if the next run confirms it" in note
+    capsys.readouterr()
+    assert main(["show", str(doc["run_id"]), "--config", str(cfg)]) == 0
+    assert "  local: suspect: output_throughput 54.8 tok/s is 39.1% below" in capsys.readouterr().out
+    rc, doc = run_json(cfg, capsys, "-e", "tps=55.1")
     assert rc == 3
     assert doc["status"] == "succeeded"
     [r] = doc["regressions"]
-    assert r["metric"] == "output_throughput" and r["host"] == "local" and r["value"] == 54.8
+    assert r["metric"] == "output_throughput" and r["host"] == "local" and r["value"] == 55.1
+    assert f"since run #{doc['run_id'] - 1}" in r["reason"]
     assert r["delta_pct"] < -35 and "below the median" in r["reason"]
     assert doc["metrics"][0]["better"] == "higher"
 

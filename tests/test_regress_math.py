@@ -144,3 +144,18 @@ def test_attribution_with_nothing_changed_or_no_good_run():
 def test_parse_launch_args_pairs_flags_with_values():
     assert parse_launch_args(["--tp", "2", "--x=1", "--flag", "--port", "30000"]) == {
         "--tp-size": "2", "--x": "1", "--flag": True, "--port": "30000"}
+
+
+def test_greedy_outputs_are_compared_token_by_token_and_the_first_difference_is_named():
+    from eaglebot.facts import correctness
+
+    ref = [[1, 2, 3], [4, 5, 6], [7, 8], [9]]
+    m = correctness.compare(ref, [[1, 2, 3], [4, 5, 9], [7, 8], None])
+    assert (m.matched, m.total, m.rate) == (2, 4, 0.5)
+    assert m.first_diff == (1, 2, 6, 9) and m.first_diff_text() == "prompt 1 token 2: 6 (reference) vs 9"
+    short = correctness.compare([[1, 2, 3]], [[1, 2]])
+    assert short.first_diff_text() == "prompt 0 token 2: 3 (reference) vs (end)"
+    assert correctness.compare(ref, ref).first_diff is None
+    texts = correctness.prompts(0, 32)
+    assert texts == correctness.prompts(0, 32) and len(set(texts)) == 32 and texts != correctness.prompts(1, 32)
+    assert correctness.reference_key("/m", texts, 32) != correctness.reference_key("/m", texts, 64)

@@ -10,6 +10,7 @@ from eaglebot.sdk import AnySkill, Skill
 from eaglebot.skills import (
     audit_note,
     bench_compare,
+    bench_correctness,
     bench_serving,
     config_patch,
     config_revert,
@@ -28,6 +29,7 @@ from eaglebot.skills import (
 
 _audit_note: Skill[audit_note.Params] = audit_note
 _bench_compare: Skill[bench_compare.Params] = bench_compare
+_bench_correctness: Skill[bench_correctness.Params] = bench_correctness
 _bench_serving: Skill[bench_serving.Params] = bench_serving
 _config_patch: Skill[config_patch.Params] = config_patch
 _config_revert: Skill[config_revert.Params] = config_revert
@@ -46,6 +48,7 @@ _wait: Skill[wait.Params] = wait
 SHIPPED: tuple[AnySkill, ...] = (
     _audit_note,
     _bench_compare,
+    _bench_correctness,
     _bench_serving,
     _config_patch,
     _config_revert,

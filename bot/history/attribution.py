@@ -277,3 +277,4 @@ def since_good_run(host: str, run_id: int, good_run: int, good_state: dict[str, 
     text = attribution_text(good_run, attribution(good_state, now, changes, patch_sets), host)
     ranked = state_changes(good_state, now, run_id)
     return text + (f"; {attribution_sentence(ranked)}" if ranked else "")
+

@@ -11,7 +11,7 @@ from eaglebot.config import RegressionConfig
 from eaglebot.history.attribution import attribution_text, since_good_run, state_changes
 from eaglebot.history.diff import DiffRows, pick_hosts
 from eaglebot.history.fingerprint import apply_steps, empty_state
-from eaglebot.history.regress import (CP_WINDOW, Drift, Subject, Window, drift, window_limit, window_since,
+from eaglebot.history.regress import (CP_WINDOW, RANGE_RUNS, Drift, Subject, Window, drift, window_limit, window_since,
                                       window_what, worse_shift_point)
 from eaglebot.store.protocol import StoreProtocol
 
@@ -42,12 +42,22 @@ def reference(store: StoreProtocol, s: Subject, cfg: RegressionConfig, since: in
     if inc is not None:
         rows = store.metric_history(s.playbook, s.host, name, before_run=inc["ref_before_run"], since_run=since,
                                     limit=cfg.window, exclude_incident_runs=True)
-        incident = inc
-        return Window([r["value"] for r in rows], window_what(len(rows), since, None, incident), incident)
+        values = [r["value"] for r in rows]
+        if len(values) < cfg.min_history and inc["reference"] is not None:
+            # the runs before the drop were pruned: the incident kept the reference it needs
+            return Window([float(inc["reference"])] * cfg.min_history,
+                          f"the reference incident #{inc['id']} recorded (its earlier runs were pruned)", inc)
+        return Window(values, window_what(len(rows), since, None, inc), inc)
+    need = cfg.confirm_runs - 1
     rows = store.metric_history(s.playbook, s.host, name, before_run=s.run_id, since_run=since,
-                                limit=window_limit(since, cfg), exclude_incident_runs=True)
+                                limit=max(window_limit(since, cfg), RANGE_RUNS) + need, exclude_incident_runs=True)
     base = store.baseline(s.playbook, s.host)
-    return Window([r["value"] for r in rows], window_what(len(rows), since, base["run_id"] if base else None, None))
+    recent = tuple((int(r["run_id"]), float(r["value"])) for r in rows[:need])
+    older = tuple(float(r["value"]) for r in reversed(rows[need:]))
+    longer = tuple(float(r["value"]) for r in rows[:RANGE_RUNS])
+    rows = rows[:window_limit(since, cfg)]
+    return Window([r["value"] for r in rows], window_what(len(rows), since, base["run_id"] if base else None, None),
+                  recent=recent, before_recent=older, longer=longer)
 
 
 def worse_drift(store: StoreProtocol, s: Subject, since: int | None, cfg: RegressionConfig) -> Drift | None:
@@ -63,9 +73,11 @@ def worse_drift(store: StoreProtocol, s: Subject, since: int | None, cfg: Regres
     return drift(s.metric.name, p, changes)
 
 
-def attribution(store: StoreProtocol, playbook: str, host: str, run_id: int, now: dict[str, Any]) -> str:
-    """What changed on host since the last good run of playbook (the "changed since" clause)."""
-    good = store.previous_good_run(playbook, host, run_id)
+def attribution(store: StoreProtocol, playbook: str, host: str, run_id: int, now: dict[str, Any],
+                drop_start: int | None = None) -> str:
+    """What changed on host since the last good run of playbook (the "changed since" clause);
+    `drop_start`: the first run of a confirmed drop (the good run is the one before it)."""
+    good = store.previous_good_run(playbook, host, drop_start or run_id)
     if good is None:
         return attribution_text(None, [], host)
     gid = int(good["id"])

@@ -12,9 +12,10 @@ from typing import Any
 from eaglebot.config import RegressionConfig
 from eaglebot.history import loader
 from eaglebot.history.fingerprint import empty_state
-from eaglebot.history.incidents import (Closing, IncidentDecision, baseline_closes, baseline_text, check_baseline,
-                                        decide_ack)
-from eaglebot.history.regress import Subject, decide, judge_window, needs_attribution, wants_attribution
+from eaglebot.history.incidents import (Ack, Closing, IncidentDecision, baseline_closes, baseline_text,
+                                        cause_of, check_baseline, decide_ack, decide_ack_all, decide_ack_incident,
+                                        same_cause)
+from eaglebot.history.regress import Subject, decide, drop_start, judge_window, needs_attribution, wants_attribution
 from eaglebot.sdk import Metric, Regression
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import IncidentRow
@@ -33,11 +34,17 @@ def close(store: StoreProtocol, c: Closing) -> None:
 
 
 def apply_incident(store: StoreProtocol, d: IncidentDecision, run_id: int) -> None:
-    """Write one metric's incident decision for run_id (at most one of open, flag, close)."""
+    """Write one metric's incident decision for run_id (at most one of open, flag, close). A
+    new incident whose drop began at the change point of an open one on the same playbook +
+    host joins it (`incidents.same_cause`): one cause, one incident with several metrics."""
     if d.open is not None:
         o = d.open
-        store.open_incident(playbook=o.playbook, host=o.host, metric=o.metric, run_id=o.run_id,
-                            ref_before_run=o.ref_before_run, reference=o.reference, unit=o.unit, better=o.better)
+        cause = same_cause(o, store.incidents(playbook=o.playbook, host=o.host, status="open"))
+        iid = store.open_incident(playbook=o.playbook, host=o.host, metric=o.metric, run_id=o.run_id,
+                                  ref_before_run=o.ref_before_run, reference=o.reference, unit=o.unit,
+                                  better=o.better, cause_id=cause)
+        for r in o.more_runs:
+            store.incident_flagged(iid, r)
     if d.flag is not None:
         store.incident_flagged(d.flag, run_id)
     if d.close is not None:
@@ -63,9 +70,12 @@ def check_run(store: StoreProtocol, run_id: int, playbook: str, hosts: list[str]
         j = judge_window(s, win, cfg)
         shift = loader.worse_drift(store, s, first, cfg)
         if needs_attribution(j, win) and h not in attributions:
-            attributions[h] = loader.attribution(store, playbook, h, run_id, fp.get(h) or empty_state())
+            attributions[h] = loader.attribution(store, playbook, h, run_id, fp.get(h) or empty_state(),
+                                                 drop_start(s, j, win, cfg))
         v = decide(s, j, win, shift, attributions.get(h, ""), cfg)
         apply_incident(store, v.incident, run_id)
+        if v.warning:
+            store.add_warning(run_id, h, v.warning)
         if v.note:
             notes.append(v.note)
         if v.finding is not None:
@@ -111,7 +121,34 @@ def ack(store: StoreProtocol, run_id: int, metric: str, reason: str, actor: str)
     d = decide_ack(run_id, run, metric, reason, actor,
                    flagged=store.incidents(status="open", run_id=run_id), on_hosts=on_hosts,
                    open_now=store.incidents(status="open", limit=10))
-    for c, event in zip(d.closes, d.events):
+    return _apply_ack(store, d, run_id)
+
+
+def _apply_ack(store: StoreProtocol, d: Ack, run_id: int | None) -> str:
+    for c in d.closes:
         close(store, c)
+    for event in d.events:
         store.add_event(run_id, "ack", event)
     return d.text
+
+
+def ack_incident(store: StoreProtocol, incident_id: int, reason: str, actor: str) -> str:
+    """`eagle ack INCIDENT_ID`: close every open metric of the incident (its cause), by id, so
+    it can be closed after its runs were pruned. Returns the sentence to show."""
+    known = store.incident(incident_id)
+    head = cause_of(known) if known is not None else incident_id
+    cause = [i for i in store.incident_cause(head) if i["status"] == "open"]
+    d = decide_ack_incident(head, cause, reason, actor, known=known, open_now=store.incidents(status="open", limit=10))
+    return _apply_ack(store, d, max(int(i.get("last_run") or i["opened_run"]) for i in cause))
+
+
+def ack_run(store: StoreProtocol, run_id: int, reason: str, actor: str) -> str:
+    """`eagle ack RUN_ID --all`: close every open incident run #run_id belongs to."""
+    run = store.get_run(run_id)
+    on_hosts: list[IncidentRow] = []
+    if run is not None:
+        for h in run["hosts"] or []:
+            on_hosts += store.incidents(playbook=run["playbook"], host=h, status="open")
+    d = decide_ack_all(run_id, run, reason, actor, flagged=store.incidents(status="open", run_id=run_id),
+                       on_hosts=on_hosts)
+    return _apply_ack(store, d, run_id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from statistics import median
-from typing import TYPE_CHECKING, Iterable, Literal
+from typing import TYPE_CHECKING, Iterable, Literal, Sequence
 
 from eaglebot.history.attribution import Change, attribution_sentence
 from eaglebot.history.incidents import Closing, IncidentDecision, NewIncident
@@ -29,6 +29,8 @@ MEAN_AD_SCALE = 1.2533    # mean absolute deviation -> sigma (fallback when MAD 
 BASELINE_SPAN_LIMIT = 500  # runs since a baseline that still count as its history
 CP_WINDOW = 100            # runs of a metric's series searched for change points
 CP_MIN_RUNS = 8            # fewer: no change-point search
+RANGE_RUNS = 30            # runs whose range a new drop must leave (a second mode of the noise is no drop)
+RANGE_ALLOWED = 1          # earlier runs of those that may have been as bad (one outlier does not hide a drop)
 
 Verdict = Literal["insufficient", "ok", "regression", "improvement"]
 
@@ -77,11 +79,14 @@ def _num(v: float) -> str:
 
 def judge(metric: str, value: float, history: Iterable[float], *, better: str = "higher",
           min_pct: float = 5.0, k_sigma: float = 3.0, min_history: int = 5,
-          unit: str = "", what: str = "") -> Judgement:
+          unit: str = "", what: str = "", longer: Sequence[float] = ()) -> Judgement:
     """Compare `value` with `history` (prior values, any order).
 
     Flag only when |change| > min_pct % of the median AND > k_sigma robust sigmas;
-    when every prior value is identical (sigma 0) the percentage alone decides.
+    when every prior value is identical (sigma 0) the percentage alone decides. `longer`: a
+    longer history (the last RANGE_RUNS runs); a value no worse than more than RANGE_ALLOWED
+    of them is inside the range the metric has shown (bimodal noise: a second mode whose
+    nights the median and MAD of the window read as outliers) and is not flagged.
     """
     hist = [float(v) for v in history]
     n = len(hist)
@@ -100,6 +105,12 @@ def judge(metric: str, value: float, history: Iterable[float], *, better: str = 
         delta_pct = 0.0 if diff == 0 else (100.0 if diff > 0 else -100.0)
     pct_ok = abs(delta_pct) > min_pct
     sigma_ok = abs(diff) > k_sigma * sigma if sigma > 0 else diff != 0
+    as_far = sum(1 for v in longer if (v <= value if diff < 0 else v >= value))
+    if pct_ok and sigma_ok and as_far > RANGE_ALLOWED:
+        j = Judgement(metric, value, better, "ok", n, ref, sigma, delta_pct)
+        j.reason = (f"{metric} {_num(value)}{u} is {abs(delta_pct):.1f}% off the median {_num(ref)}{u} of {what} "
+                    f"but inside the range of the last {len(longer)} runs ({as_far} were as far)")
+        return j
     j = Judgement(metric, value, better, "ok", n, ref, sigma, delta_pct)
     spread = f"robust sigma {_num(sigma)}" if sigma > 0 else "no spread"
     if not (pct_ok and sigma_ok):
@@ -142,6 +153,12 @@ class Window:
     values: list[float]
     what: str
     incident: IncidentRow | None = None
+    # With `confirm_runs` > 1: the runs just before this one (run id, value; newest first)
+    # and the reference values before them, so a drop is flagged only when they were beyond
+    # the thresholds too (one bad night alone is a suspect, not a regression).
+    recent: tuple[tuple[int, float], ...] = ()
+    before_recent: tuple[float, ...] = ()
+    longer: tuple[float, ...] = ()     # the last RANGE_RUNS values (see `judge`)
 
 
 def window_since(reference_start: int | None, run_id: int) -> int | None:
@@ -166,9 +183,47 @@ def window_what(n: int, since: int | None, baseline_run: int | None, incident: I
 
 
 def judge_window(s: Subject, win: Window, cfg: RegressionConfig) -> Judgement:
+    """`s` against its window; when the runs just before it were beyond the thresholds too (a
+    drop confirmed, `confirm_runs`), against the runs before the drop began (the reference its
+    incident will keep), so the first bad night does not widen the band it is judged by."""
     m = s.metric
-    return judge(m.name, float(m.value), win.values, better=m.better, min_pct=cfg.min_pct, k_sigma=cfg.k_sigma,
-                 min_history=cfg.min_history, unit=m.unit, what=win.what)
+    j = judge(m.name, float(m.value), win.values, better=m.better, min_pct=cfg.min_pct, k_sigma=cfg.k_sigma,
+              min_history=cfg.min_history, unit=m.unit, what=win.what, longer=win.longer)
+    need = cfg.confirm_runs - 1
+    if need <= 0 or win.incident is not None or len(win.recent) < need:
+        return j
+    ref = list(win.before_recent)
+    first = win.recent[need - 1][0]
+    before = judge(m.name, float(m.value), ref[-cfg.window:], better=m.better, min_pct=cfg.min_pct,
+                   k_sigma=cfg.k_sigma, min_history=cfg.min_history, unit=m.unit,
+                   what=f"the {len(ref[-cfg.window:])} runs before the drop (run #{first})",
+                   longer=ref[-RANGE_RUNS:])
+    return before if before.verdict == "regression" and confirmed_by(s, before, win, cfg) is not None else j
+
+
+def confirmed_by(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -> tuple[int, ...] | None:
+    """The earlier runs that confirm this regression, oldest first (() when confirm_runs is 1),
+    or None when fewer than confirm_runs - 1 runs just before it were beyond both thresholds
+    as well (each judged against the values before it)."""
+    need = cfg.confirm_runs - 1
+    if need <= 0:
+        return ()
+    if len(win.recent) < need:
+        return None
+    ref = list(win.before_recent)
+    for rid, v in reversed(win.recent[:need]):
+        prior = judge(s.metric.name, v, ref[-cfg.window:], better=s.metric.better, min_pct=cfg.min_pct,
+                      k_sigma=cfg.k_sigma, min_history=cfg.min_history, longer=ref[-RANGE_RUNS:])
+        if prior.verdict != "regression" or (prior.delta_pct < 0) != (j.delta_pct < 0):
+            return None
+        ref.append(v)
+    return tuple(rid for rid, _ in reversed(win.recent[:need]))
+
+
+def drop_start(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -> int:
+    """The first run of a drop: the earliest run confirming it, else this run."""
+    earlier = confirmed_by(s, j, win, cfg)
+    return earlier[0] if earlier else s.run_id
 
 
 @dataclass(frozen=True)
@@ -194,6 +249,8 @@ def worse_shift_point(series: list[tuple[int, float]], run_id: int, value: float
     sh = latest_shift([v for _, v in series] + [value])
     if sh is None or abs(sh.delta_pct) <= cfg.min_pct:
         return None
+    if abs(value - sh.after_mean) > abs(value - sh.before_mean):
+        return None     # the newest run is back on the level before the shift (too few runs to split off yet)
     worse = sh.delta_pct < 0 if better == "higher" else sh.delta_pct > 0
     if not worse:
         return None
@@ -228,6 +285,7 @@ class MetricVerdict:
     finding: Regression | None = None
     note: str | None = None
     incident: IncidentDecision = field(default_factory=IncidentDecision)
+    warning: str | None = None     # for the run's views: a suspect night (one bad run, not yet a regression)
 
 
 def needs_attribution(j: Judgement, win: Window) -> bool:
@@ -252,9 +310,18 @@ def decide(s: Subject, j: Judgement, win: Window, shift: Drift | None, attributi
     if j.verdict == "insufficient" and shift is None:
         return MetricVerdict(note=f"{host}: {j.reason} ({m.name})")
     if j.verdict == "regression":
-        r = j.as_regression(host, attribution + (f"; {shift.text}" if shift else ""))
-        return MetricVerdict(r, incident=IncidentDecision(open=NewIncident(
-            s.playbook, host, m.name, s.run_id, s.run_id, j.reference, m.unit, m.better)))
+        earlier = confirmed_by(s, j, win, cfg)
+        if earlier is None and shift is None:
+            nxt = "the next run confirms" if cfg.confirm_runs == 2 else f"the next {cfg.confirm_runs - 1} runs confirm"
+            why = f"suspect: {j.reason}; flagged as a regression if {nxt} it"
+            return MetricVerdict(note=f"{host}: {why} ({m.name})", warning=why)
+        if earlier is not None:
+            first = earlier[0] if earlier else s.run_id
+            confirm = f"confirmed: beyond the thresholds since run #{first}" if earlier else ""
+            r = j.as_regression(host, "; ".join(x for x in (confirm, attribution, shift.text if shift else "") if x))
+            return MetricVerdict(r, incident=IncidentDecision(open=NewIncident(
+                s.playbook, host, m.name, first, first, j.reference, m.unit, m.better,
+                more_runs=(*earlier[1:], s.run_id) if earlier else ())))
     if shift is not None:
         sh = shift.point.shift
         value = float(m.value)

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, TypedDict
 
-from eaglebot.history.incidents import describe
+from eaglebot.history.incidents import by_cause, describe_cause
 from eaglebot.history.recap import HostRecap, host_recap
 from eaglebot.store import parse_iso
 from eaglebot.store.protocol import StoreProtocol
@@ -205,7 +205,7 @@ class RunView:
                         for m in self.metrics],
             # Open incidents ride with the warnings, so every front end's summary (the Slack
             # thread, nightly posts) shows them without a renderer of its own.
-            "warnings": self.warning_lines + [f"open {describe(i)}" for i in self.incidents],
+            "warnings": self.warning_lines + [f"open {describe_cause(g)}" for g in by_cause(self.incidents)],
             "regressions": [{"host": r["host"], "metric": r["metric"], "value": r["value"],
                              "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"],
                              "kind": r.get("kind") or "regression"} for r in self.regressions],

@@ -237,10 +237,12 @@ class AsyncStore:
         return await self._do(self.sync.update_regression_reason, run_id, host, metric, old, new)
 
     async def open_incident(self, *, playbook: str, host: str, metric: str, run_id: int,
-            ref_before_run: int, reference: float | None, unit: str, better: str) -> int:
-        """A new open incident, flagged by `run_id`; its id."""
+            ref_before_run: int, reference: float | None, unit: str, better: str,
+            cause_id: int | None = None) -> int:
+        """A new open incident, flagged by `run_id`; its id. `cause_id`: the open incident of"""
         return await self._do(self.sync.open_incident, playbook=playbook, host=host, metric=metric,
-            run_id=run_id, ref_before_run=ref_before_run, reference=reference, unit=unit, better=better)
+            run_id=run_id, ref_before_run=ref_before_run, reference=reference, unit=unit, better=better,
+            cause_id=cause_id)
 
     async def incident_flagged(self, incident_id: int, run_id: int) -> None:
         """Another run flagged the same open incident."""
@@ -255,6 +257,14 @@ class AsyncStore:
         """Incidents newest first, by each criterion given (`run_id`: the ones it flagged)."""
         return await self._do(self.sync.incidents, playbook=playbook, host=host, status=status,
             run_id=run_id, limit=limit)
+
+    async def incident(self, incident_id: int) -> IncidentRow | None:
+        """One incident row by id, whatever its state, or None."""
+        return await self._do(self.sync.incident, incident_id)
+
+    async def incident_cause(self, incident_id: int) -> list[IncidentRow]:
+        """Every metric's row of one incident (cause): the row of that id and the rows that joined it."""
+        return await self._do(self.sync.incident_cause, incident_id)
 
     async def close_incident(self, incident_id: int, kind: str, by: str, reason: str,
             run_id: int | None = None) -> bool:

@@ -80,6 +80,7 @@ CHAIN_SCHEMA: dict[int, dict[str, tuple[str, ...]]] = {
         "meta": ("key", "value"),
     },
     8: {"steps": ("output_bytes", "output_sha256", "output_file")},
+    9: {"incidents": ("cause_id",)},
 }
 
 
@@ -202,8 +203,11 @@ def record_migration(conn: sqlite3.Connection, version: int) -> None:
     the chain did not cover before (its genesis; never again)."""
     schema = chain_schema(version)
     covered = _covered_tables(conn)
+    have = dict(conn.execute("select name, sql from sqlite_master where type = 'trigger'").fetchall())
     for t, cols in schema.items():
         for name, sql in trigger_sql(t, cols).items():
+            if have.get(name) == sql:     # unchanged: rewriting every trigger each migration fills the WAL
+                continue
             conn.execute(f"drop trigger if exists {quote(name)}")
             conn.execute(sql)
     conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values ('', null, ?, ?)",

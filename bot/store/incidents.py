@@ -14,13 +14,14 @@ class IncidentsMixin(StoreBase):
     """The `incidents`, `incident_runs` and `baselines` tables."""
 
     def open_incident(self, *, playbook: str, host: str, metric: str, run_id: int, ref_before_run: int,
-                      reference: float | None, unit: str, better: str) -> int:
-        """A new open incident, flagged by `run_id`; its id."""
+                      reference: float | None, unit: str, better: str, cause_id: int | None = None) -> int:
+        """A new open incident, flagged by `run_id`; its id. `cause_id`: the open incident of
+        the same cause it joins (another metric that moved at the same change point)."""
         with self._tx():
             iid = insert(self.db, "incidents", {
                 "playbook": playbook, "host": host, "metric": metric, "status": "open", "opened_run": run_id,
                 "ref_before_run": ref_before_run, "reference": reference, "unit": unit, "better": better,
-                "opened_at": now_iso(), "last_run": run_id})
+                "opened_at": now_iso(), "last_run": run_id, "cause_id": cause_id})
             self.db.execute("insert or ignore into incident_runs (incident_id, run_id) values (?, ?)", [iid, run_id])
             return iid
 
@@ -49,6 +50,15 @@ class IncidentsMixin(StoreBase):
             sql += " and id in (select incident_id from incident_runs where run_id = ?)"
             args.append(run_id)
         return rows(self.db, IncidentRow, sql + " order by id desc limit ?", [*args, limit])
+
+    def incident(self, incident_id: int) -> IncidentRow | None:
+        """One incident row by id, whatever its state, or None."""
+        return first(self.db, IncidentRow, "select * from incidents where id = ?", [incident_id])
+
+    def incident_cause(self, incident_id: int) -> list[IncidentRow]:
+        """Every metric's row of one incident (cause): the row of that id and the rows that joined it."""
+        return rows(self.db, IncidentRow, "select * from incidents where id = ? or cause_id = ? order by id",
+                    [incident_id, incident_id])
 
     def close_incident(self, incident_id: int, kind: str, by: str, reason: str, run_id: int | None = None) -> bool:
         """Close an open incident (kind: recovered, baseline or ack); False when it was not open."""

@@ -14,9 +14,14 @@ from eaglebot.store.base import StoreBase
 from eaglebot.store.rows import AuditHead
 from eaglebot.store.sealing import AuditKey, Verifier
 
-# Runs a prune may delete: finished, started before the cutoff, baseline of nothing.
+# Runs a prune may delete: finished, started before the cutoff, baseline of nothing, and
+# nothing an open incident points at (the runs it flagged and where its drop began), so an
+# open incident can still be judged, shown and closed after a prune.
 _DOOMED = ("select id from runs where started_at < ? and status != 'running' "
-           "and id not in (select run_id from baselines where run_id is not null)")
+           "and id not in (select run_id from baselines where run_id is not null) "
+           "and id not in (select ir.run_id from incident_runs ir join incidents i on i.id = ir.incident_id "
+           "where i.status = 'open') "
+           "and id not in (select ref_before_run from incidents where status = 'open' and ref_before_run is not null)")
 
 
 def _cutoff(older_than: timedelta) -> str:

@@ -200,6 +200,16 @@ def _step_output_file(db: Database, from_version: int) -> None:
     chain.record_migration(db.conn, 8)
 
 
+def _incident_causes(db: Database, from_version: int) -> None:
+    """incidents.cause_id: the incident a metric's row belongs to when several metrics moved
+    at one change point on one playbook + host (one cause, one incident to ack); NULL for
+    the incident's own first row."""
+    if "cause_id" not in db.table("incidents").columns_dict:
+        db.execute("alter table incidents add column cause_id integer")
+    db.table("incidents").create_index(["cause_id"], if_not_exists=True)
+    chain.record_migration(db.conn, 9)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "0001_initial", _initial),
     Migration(2, "0002_run_hosts", _run_hosts),
@@ -209,6 +219,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "0006_remote_procs", _remote_procs),
     Migration(7, "0007_chain_seals", _chain_seals),
     Migration(8, "0008_step_output_file", _step_output_file),
+    Migration(9, "0009_incident_causes", _incident_causes),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

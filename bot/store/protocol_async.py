@@ -209,8 +209,9 @@ class AsyncStoreProtocol(Protocol):
         ...
 
     async def open_incident(self, *, playbook: str, host: str, metric: str, run_id: int,
-            ref_before_run: int, reference: float | None, unit: str, better: str) -> int:
-        """A new open incident, flagged by `run_id`; its id."""
+            ref_before_run: int, reference: float | None, unit: str, better: str,
+            cause_id: int | None = None) -> int:
+        """A new open incident, flagged by `run_id`; its id. `cause_id`: the open incident of"""
         ...
 
     async def incident_flagged(self, incident_id: int, run_id: int) -> None:
@@ -224,6 +225,14 @@ class AsyncStoreProtocol(Protocol):
     async def incidents(self, *, playbook: str | None = None, host: str | None = None,
             status: str | None = "open", run_id: int | None = None, limit: int = 100) -> list[IncidentRow]:
         """Incidents newest first, by each criterion given (`run_id`: the ones it flagged)."""
+        ...
+
+    async def incident(self, incident_id: int) -> IncidentRow | None:
+        """One incident row by id, whatever its state, or None."""
+        ...
+
+    async def incident_cause(self, incident_id: int) -> list[IncidentRow]:
+        """Every metric's row of one incident (cause): the row of that id and the rows that joined it."""
         ...
 
     async def close_incident(self, incident_id: int, kind: str, by: str, reason: str,

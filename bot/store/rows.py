@@ -199,6 +199,7 @@ class IncidentRow(TypedDict):
     closed_kind: str | None
     closed_by: str | None
     reason: str | None
+    cause_id: int | None             # the incident this metric's row belongs to (one cause), else NULL
 
 
 class SweepRow(TypedDict):

@@ -29,18 +29,21 @@ _ID = re.compile(r"^#?\d{1,12}$")
 _HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _METRIC = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,99}$")
+_SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")   # output_throughput, not a reason's first word
 USAGE = {
     "diff": "usage: /eagle diff A B (two run numbers, e.g. `/eagle diff 41 45`)",
     "bisect": "usage: /eagle bisect GOOD BAD HOST [leave=good|bad] [repeats=N] (e.g. `/eagle bisect 41 45 gpu-01`)",
     "sweep": "usage: /eagle sweep PLAYBOOK HOST key=v1,v2 ... [repeats=N] "
              "(e.g. `/eagle sweep relaunch gpu-01 spec_steps=3,5,7 spec_topk=1,4`) or /eagle sweep resume ID",
-    "ack": "usage: /eagle ack ID METRIC reason (e.g. `/eagle ack 45 output_throughput new draft, slower by design`)",
+    "ack": "usage: /eagle ack INCIDENT reason, /eagle ack RUN all reason or /eagle ack RUN METRIC reason "
+           "(e.g. `/eagle ack 3 new capture layers, slower by design`)",
 }
 HELP = """\
 /eagle diff A B                     two runs side by side: inputs, launch args, config patch, versions, env, metrics
 /eagle bisect GOOD BAD HOST         relaunch subsets of the changes between two runs; names the culprit
 /eagle sweep PLAYBOOK HOST k=v1,v2  a grid of inputs, relaunch + bench each; ranked table + heatmap
-/eagle ack ID METRIC reason         close an open regression incident (audited)"""
+/eagle ack INCIDENT reason          close an open regression incident, every metric of it (audited);
+                                    also /eagle ack RUN all reason, /eagle ack RUN METRIC reason"""
 
 
 def parse_tuning(word: str, args: list[str]) -> tuple[tuple[str, ...], str | None]:
@@ -66,9 +69,12 @@ def parse_tuning(word: str, args: list[str]) -> tuple[tuple[str, ...], str | Non
             return bad
         return tuple(args), None
     if word == "ack":
-        if len(args) < 3 or not _ID.match(args[0]) or not _METRIC.match(args[1]):
+        # INCIDENT reason... | RUN all reason... | RUN METRIC reason... (a metric name has an underscore)
+        if len(args) < 2 or not _ID.match(args[0]) or (len(args) == 2 and (args[1] == "all" or _SNAKE.match(args[1]))):
             return bad
-        return (args[0].lstrip("#"), args[1], " ".join(args[2:])), None
+        if args[1] == "all" or (_SNAKE.match(args[1]) and _METRIC.match(args[1])):
+            return (args[0].lstrip("#"), args[1], " ".join(args[2:])), None
+        return (args[0].lstrip("#"), "", " ".join(args[1:])), None
     return bad
 
 
@@ -83,11 +89,16 @@ async def _diff(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 
 async def _ack(services: Services, cmd: Command, caller: Caller) -> Reply:
-    from eaglebot.history.recorder import ack
+    from eaglebot.history.recorder import ack, ack_incident, ack_run
 
-    rid, metric, reason = int(cmd.args[0]), cmd.args[1], cmd.args[2]
-    text = await services.store.call(lambda s: ack(s, rid, metric, reason, caller.user))
-    return Reply(text, Note(text, mark="ack"), public=True, run_id=rid)
+    num, what, reason = int(cmd.args[0]), cmd.args[1], cmd.args[2]
+    if what == "all":
+        text = await services.store.call(lambda s: ack_run(s, num, reason, caller.user))
+    elif what:
+        text = await services.store.call(lambda s: ack(s, num, what, reason, caller.user))
+    else:
+        text = await services.store.call(lambda s: ack_incident(s, num, reason, caller.user))
+    return Reply(text, Note(text, mark="ack"), public=True, run_id=num if what else None)
 
 
 async def _bisect(services: Services, cmd: Command, caller: Caller) -> Reply:

@@ -14,6 +14,7 @@ from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.engine.playbook import Playbook
 from eaglebot.frontends.format import display_metrics, fmt_duration, fmt_value, metric_text
 from eaglebot.frontends.recap_text import recap_table, recap_total
+from eaglebot.history.reasons import clip_items, reason_items
 from eaglebot.history.view import RunView
 from eaglebot.sdk import ApprovalRequest, StepResult
 
@@ -152,7 +153,7 @@ REASON_CHARS = 160   # the full attribution is in `eagle show`
 def _new_in_reason(metric: str, reason: str) -> str:
     """What a regression's reason adds to the line's own before → after: its parts that do
     not restate the metric and its numbers (e.g. the attribution `changed since run #41: …`)."""
-    parts = [p.strip() for p in reason.split(";")]
+    parts = [p.strip() for p in reason_items(reason)]
     keep = [p for p in parts if p and not p.startswith(metric) and p not in ("regression", "improvement")]
     return "; ".join(keep)
 
@@ -185,7 +186,7 @@ def result_text(view: RunView, plan: list[str] | None = None, *, with_error: boo
         regression = (r.get("kind") or "regression") == "regression"
         word = paint("REGRESSION", colour) if regression else "improvement"
         reason = _new_in_reason(r["metric"], r.get("reason") or "")
-        reason = reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 1] + "…"
+        reason = clip_items(reason, REASON_CHARS)   # whole items, then "and N more": never inside a value
         lines.append(f"{'▼' if regression else '▲'} {word} {r['host']}: {r['metric']} {fmt_value(r['reference'])} → "
                      f"{fmt_value(r['value'])} ({r['delta_pct']:+.1f}%)" + (f"  {reason}" if reason else ""))
     lines.append(f"details: eagle show {view.run_id}")

@@ -72,11 +72,18 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 @_audited
 def cmd_ack(args: argparse.Namespace) -> int:
-    from eaglebot.history.recorder import ack
+    from eaglebot.history.recorder import ack, ack_incident, ack_run
 
+    if args.all and args.metric:
+        raise UsageError("eagle ack RUN_ID --all closes every incident of the run; leave out the metric")
     store = _store(args)
     try:
-        print(ack(store, args.run_id, args.metric, args.reason, whoami()))
+        if args.metric:
+            print(ack(store, args.id, args.metric, args.reason, whoami()))
+        elif args.all:
+            print(ack_run(store, args.id, args.reason, whoami()))
+        else:
+            print(ack_incident(store, args.id, args.reason, whoami()))
     finally:
         store.close()
     return 0
@@ -220,8 +227,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("words", nargs=argparse.REMAINDER, metavar="PLAYBOOK key=v1,v2 ... | resume ID")
     s.set_defaults(func=cmd_sweep)
 
-    s = sub.add_parser("ack", parents=[common], help="close an open regression incident, with a reason")
-    s.add_argument("run_id", type=int)
-    s.add_argument("metric")
+    s = sub.add_parser("ack", parents=[common], help="close an open regression incident, with a reason: "
+                                                     "INCIDENT_ID, RUN_ID --all, or RUN_ID METRIC")
+    s.add_argument("id", type=int, metavar="INCIDENT_ID|RUN_ID")
+    s.add_argument("metric", nargs="?", help="with a RUN_ID: the metric whose incident to close")
+    s.add_argument("--all", action="store_true", help="the id is a run: close every open incident it belongs to")
     s.add_argument("--reason", required=True)
     s.set_defaults(func=cmd_ack)

@@ -21,6 +21,7 @@ from slack_sdk.models.blocks import (
 
 from eaglebot.frontends.format import fmt_duration, fmt_value
 from eaglebot.frontends.recap_text import recap_table, recap_total
+from eaglebot.history.reasons import clip_items
 from eaglebot.sdk import ApprovalRequest
 
 MAX_BLOCKS = 50
@@ -212,7 +213,7 @@ def run_summary_blocks(view: Mapping[str, Any]) -> list[dict[str, Any]]:
     if regs:
         lines = [f":rotating_light: *REGRESSION* `{escape(r.get('host') or '')}` {escape(r['metric'])}: "
                  f"{fmt_value(r['value'])} vs {fmt_value(r['reference'])} ({r['delta_pct']:+.1f}%)"
-                 f" — {escape(clip(r.get('reason') or '', 300))}" for r in regs]
+                 f" — {escape(clip_items(r.get('reason') or '', 300))}" for r in regs]
         blocks += [section(t) for t in _join_lines(lines)]
     if view.get("error") and status != "succeeded":
         blocks.append(section(f":x: *{escape(clip(view['error'], 2800))}*"))

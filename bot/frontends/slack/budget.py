@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from eaglebot.frontends.format import fmt_value
 from eaglebot.frontends.slack import blocks as bk
+from eaglebot.history.reasons import clip_items
 
 MESSAGE_BUDGET = 11_000   # characters of text in all the blocks of one message together
 _NOTE_RESERVE = 300       # room for the note that says what was left out
@@ -129,6 +130,6 @@ def summary_blocks(head: str, view: Mapping[str, Any], attached: str) -> list[di
         out.append(bk.section(f"*key metrics* ({len(metrics)} in all)", fields))
     warnings = list(view.get("warnings") or [])
     if warnings:
-        out.append(bk.section(f":warning: *{len(warnings)} warning(s)*, e.g. {bk.escape(bk.clip(warnings[0], 300))}"))
+        out.append(bk.section(f":warning: *{len(warnings)} warning(s)*, e.g. {bk.escape(clip_items(warnings[0], 300))}"))
     out.append(bk.context(f"too long for one Slack message: the full summary is attached as `{attached}`"))
     return fit(out, note=f"see `{attached}`")

@@ -12,12 +12,18 @@ Test knobs (environment):
                                 (the others get HTTP 500), as a server that drops requests
   EAGLE_SIM_STALL_AT=<phase>    hang silently (until killed) in that start-up phase: nccl, load,
                                 cuda_graph or warmup (a hang SGLang users report)
+  EAGLE_SIM_LOSSY_DRAFT=<f>     a broken draft: with speculative decoding, that share of greedy
+                                (temperature 0) outputs differ from the target's own from some token
+                                on (also the draft config key `eagle_sim_lossy_fraction`, as a wrong
+                                draft config would); a faithful draft (the default) changes none
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import random
 import shlex
 import signal
 import subprocess
@@ -149,7 +155,32 @@ class Server:
         if self.args.speculative_algorithm:
             meta["spec_verify_ct"] = verify_ct
             meta["spec_accept_length"] = round(max(0, out_len - 1) / max(1, verify_ct), 4)
+        if float(sp.get("temperature", 1.0)) == 0.0:
+            ids = self.greedy_ids(json.dumps(body.get("input_ids") or body.get("text")), out_len)
+            return {"text": " ".join(f"t{i}" for i in ids), "output_ids": ids, "meta_info": meta}
         return {"text": " simulated" * min(out_len, 64), "output_ids": list(range(out_len)), "meta_info": meta}
+
+    def lossy_fraction(self) -> float:
+        """EAGLE_SIM_LOSSY_DRAFT, else the draft config's `eagle_sim_lossy_fraction` (0: faithful)."""
+        if not self.args.speculative_algorithm:
+            return 0.0
+        env = os.environ.get("EAGLE_SIM_LOSSY_DRAFT")
+        if env:
+            return float(env)
+        draft = self.args.speculative_draft_model_path
+        return float(read_json(Path(draft) / "config.json").get("eagle_sim_lossy_fraction") or 0.0) if draft else 0.0
+
+    def greedy_ids(self, prompt: str, n: int) -> list[int]:
+        """The target's greedy tokens for a prompt (a function of the prompt alone, as temperature 0
+        is); a lossy draft changes a fixed share of prompts' outputs from a token on."""
+        seed = hashlib.sha256(prompt.encode()).digest()
+        rng = random.Random(seed)
+        ids = [rng.randrange(32000) for _ in range(n)]
+        lossy = random.Random(seed + b"draft")
+        if n and lossy.random() < self.lossy_fraction():
+            k = lossy.randrange(n)
+            ids[k:] = [(t + 1 + lossy.randrange(1000)) % 32000 for t in ids[k:]]
+        return ids
 
     # -- lifecycle ---------------------------------------------------------------------
     def stop_children(self) -> None:

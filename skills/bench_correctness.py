@@ -1,0 +1,116 @@
+"""Check that speculative decoding is lossless: greedy outputs against a reference.
+
+Sends `num_prompts` fixed prompts (`seed`) to the running server with temperature 0 and
+`max_tokens`, and compares the output token ids with a reference recorded by this same skill
+on the same model WITHOUT speculative decoding (on a plain server the skill records it, once,
+in `{state_dir}/correctness/` on the host; later plain runs reuse it). On a speculative server
+the share of exact matches is the metric `greedy_match_rate` (higher is better: it joins the
+regression history); under `min_match` the step fails with the rate and the first differing
+token. With no reference yet the step is skipped and says how to record one.
+
+```yaml
+- skill: bench.correctness
+  with: {python: "{{ python }}", port: "{{ port }}", num_prompts: 32, max_tokens: 32, min_match: 0.95}
+```
+Registers `reference` (its path on the host), `matched`, `total`, `first_diff`.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import Field
+
+from eaglebot.errors import StepFailed
+from eaglebot.sdk import Metric, SkillContext, SkillParams, StepResult, path_for_shell
+
+from eaglebot.facts import correctness
+from eaglebot.skills.lib import processes, server
+
+NAME = "bench.correctness"
+
+
+class Params(SkillParams):
+    python: str = Field("python3", description="the host's Python (host var `python`); it sends the prompts")
+    port: int = Field(30000, ge=1, le=65535, description="port of the running server")
+    num_prompts: int = Field(32, ge=1, le=1024, description="greedy prompts sent (the same ones every run)")
+    max_tokens: int = Field(32, ge=1, le=4096, description="max_new_tokens of each prompt (fixed: part of the reference)")
+    seed: int = Field(0, description="seed of the fixed prompts")
+    min_match: float = Field(0.95, ge=0, le=1, description="fail under this share of exact matches with the reference")
+    timeout_s: float = Field(600.0, gt=0, description="time limit for all the prompts")
+
+
+async def _read_json(ctx: SkillContext, path: str) -> Any:
+    res = await ctx.host.run(f"cat {path_for_shell(path)} 2>/dev/null; true", timeout=30)
+    try:
+        return json.loads(res.stdout) if res.stdout.strip() else None
+    except json.JSONDecodeError:
+        return None
+
+
+async def _generate(ctx: SkillContext, p: Params, texts: list[str], folder: str) -> list[list[int] | None]:
+    prompts_file = f"{folder}/prompts-{ctx.run_id}-{ctx.step_idx}.json"
+    await ctx.host.write_file(prompts_file, json.dumps(texts).encode())
+    argv = [p.python, "-c", correctness.GENERATE_PY, prompts_file, str(p.port), str(p.max_tokens),
+            str(max(10.0, p.timeout_s / 4))]
+    res = await ctx.host.run(shlex.join(argv), timeout=p.timeout_s)
+    await ctx.host.run(f"rm -f {path_for_shell(prompts_file)}", timeout=30)
+    if res.timed_out:
+        raise StepFailed(f"{len(texts)} greedy prompts did not finish within {p.timeout_s:g}s on port {p.port}")
+    try:
+        outputs = json.loads(res.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        raise StepFailed(f"the greedy prompts gave no result (exit status {res.exit_status}): "
+                         f"{(res.stderr.strip().splitlines() or ['no output'])[-1][:300]}") from None
+    if not isinstance(outputs, list) or all(o is None for o in outputs):
+        raise StepFailed(f"none of {len(texts)} greedy prompts was answered on port {p.port}: "
+                         f"{(res.stderr.strip().splitlines() or ['no error printed'])[-1][:300]}")
+    return outputs
+
+
+async def run(ctx: SkillContext, params: Params) -> StepResult:
+    texts = correctness.prompts(params.seed, params.num_prompts)
+    folder = f"{processes.state_dir(ctx)}/correctness"
+    if ctx.dry_run:
+        ctx.would(f"send {params.num_prompts} greedy prompts to port {params.port} and compare with the reference")
+        return StepResult.skipped(f"dry-run: would check {params.num_prompts} greedy outputs on port {params.port}")
+    code, body = await server.http_get(ctx, params.python, params.port, "/server_info")
+    if code != 200:
+        raise StepFailed(f"no ready server on port {params.port} (GET /server_info -> {code or 'no answer'}); "
+                         f"launch it first (server.launch)")
+    try:
+        info: dict[str, Any] = json.loads(body)
+    except json.JSONDecodeError:
+        raise StepFailed(f"/server_info on port {params.port} is not JSON") from None
+    spec, model = info.get("speculative_algorithm"), str(info.get("model_path") or "?")
+    ref_path = f"{folder}/reference-{correctness.reference_key(model, texts, params.max_tokens)}.json"
+    ref = await _read_json(ctx, ref_path)
+    what = f"{params.num_prompts} prompts x {params.max_tokens} tokens of {model}"
+    if not spec and ref is not None:
+        return StepResult.ok(f"no speculative decoding: the greedy reference ({what}, recorded by run "
+                             f"#{ref.get('run_id')}) is kept", data={"reference": ref_path})
+    await ctx.host.run(f"mkdir -p {path_for_shell(folder)}", timeout=30)
+    outputs = await _generate(ctx, params, texts, folder)
+    if not spec:
+        doc = {"model": model, "max_tokens": params.max_tokens, "seed": params.seed, "prompts": texts,
+               "outputs": outputs, "run_id": ctx.run_id,
+               "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        await ctx.host.write_file(ref_path, json.dumps(doc).encode())
+        return StepResult.changed(f"recorded the greedy reference without speculative decoding: {what}",
+                                  data={"reference": ref_path})
+    if ref is None:
+        return StepResult.skipped(
+            f"no greedy reference for {model} on this host yet: run this step once on a server without "
+            f"speculative decoding (it records one); {spec} outputs not checked",
+            warnings=[f"speculative decoding ({spec}) not checked for lossless outputs: no reference"])
+    m = correctness.compare(ref["outputs"], outputs)
+    metric = Metric("greedy_match_rate", round(m.rate, 4), "", "higher")
+    data = {"reference": ref_path, "matched": m.matched, "total": m.total, "first_diff": m.first_diff_text()}
+    line = f"{m.matched}/{m.total} greedy outputs match the reference ({m.rate:.1%}, min_match {params.min_match:.0%})"
+    if m.rate < params.min_match:
+        raise StepFailed(f"{spec} changed the greedy outputs: {line}; first difference at {m.first_diff_text()}",
+                         metrics=[metric], data=data)
+    extra = f"; first difference at {m.first_diff_text()}" if m.first_diff else ""
+    return StepResult.ok(f"lossless: {line}{extra}", metrics=[metric], data=data)

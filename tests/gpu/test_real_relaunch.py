@@ -39,7 +39,9 @@ async def test_relaunch_holds_real_gpu_memory_and_cleanup_frees_it(services, tmp
         inputs={"gpus": "0", "mem_fraction": "0.05", "bench_prompts": "8", "bench_output_len": "32",
                 "ready_timeout_s": "300"}))
     assert out.status == "succeeded", [(s.name, s.status, s.summary) for s in out.steps]
-    launched = json.loads(svc.store.sync.steps(out.run_id)[5]["data"])
+    # By name: the playbook checks the launch first (a server.launch step with check_only).
+    (launch_row,) = [r for r in svc.store.sync.steps(out.run_id) if r["name"] == "launch SGLang"]
+    launched = json.loads(launch_row["data"] or "{}")
     held = memory_used()[0]
     assert held - before >= 1000, f"the simulated server should hold real memory: {before} -> {held} MiB"
 

@@ -32,6 +32,16 @@ def whoami() -> str:
         return str(os.getuid())
 
 
+def add_run_options(s: argparse.ArgumentParser) -> None:
+    """The options every command that starts a run takes (`eagle run`, `eagle rerun`)."""
+    s.add_argument("--batch", metavar="N|P%", help="rolling run: hosts per batch (default: the playbook's batch)")
+    s.add_argument("--max-fail", metavar="N|P%", help="hosts that may fail before no new batch starts")
+    s.add_argument("--dry-run", action="store_true", help="render every step and show the plan; change nothing")
+    s.add_argument("--yes", action="store_true", help="approve confirm steps (e.g. killing foreign GPU processes)")
+    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    s.add_argument("-v", "--verbose", action="store_true", help="stream step output to stderr")
+
+
 def err(msg: str) -> None:
     """One line on stderr, with the built-in patterns and the environment's secrets redacted."""
     from eaglebot.engine.redact import Redactor

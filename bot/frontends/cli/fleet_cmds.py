@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eaglebot.errors import UsageError
-from eaglebot.frontends.cli.common import err, known_run, print_json, store_only
+from eaglebot.frontends.cli.common import add_run_options, err, known_run, print_json, store_only
 
 if TYPE_CHECKING:  # (the engine loads only when a command runs: `eagle --help` stays light)
     from eaglebot.store.rows import RunRow
@@ -22,12 +22,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", common:
     s = sub.add_parser("rerun", parents=[common], help="run a past run's playbook again with the same inputs")
     s.add_argument("run_id", type=int)
     s.add_argument("--failed", action="store_true", help="only the hosts that failed or were unreachable")
-    s.add_argument("--batch", metavar="N|P%", help="rolling run: hosts per batch")
-    s.add_argument("--max-fail", metavar="N|P%", help="hosts that may fail before no new batch starts")
-    s.add_argument("--dry-run", action="store_true", help="render every step and show the plan; change nothing")
-    s.add_argument("--yes", action="store_true", help="approve confirm steps")
-    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    s.add_argument("-v", "--verbose", action="store_true", help="stream step output to stderr")
+    add_run_options(s)
     s.set_defaults(func=cmd_rerun)
 
     s = sub.add_parser("watch", parents=[common], help="follow a running run (started anywhere); exits with its code")

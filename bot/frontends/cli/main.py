@@ -18,7 +18,7 @@ from typing import Sequence
 from eaglebot import __version__
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.frontends.cli.catalog_cmds import cmd_hosts, cmd_lint, cmd_playbooks, cmd_skills
-from eaglebot.frontends.cli.common import err
+from eaglebot.frontends.cli.common import add_run_options, err
 from eaglebot.frontends.cli.common import settings as _settings
 from eaglebot.frontends.cli.history_cmds import (cmd_baseline, cmd_history, cmd_prune, cmd_show, cmd_trend,
                                                  run_ref)
@@ -59,12 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host, group, range (gpu-[01:08]), all, or pattern ('gpu-0*', h200:!gpu-03); "
                         "repeatable (default: default_hosts or local)")
     s.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE", help="a playbook input")
-    s.add_argument("--batch", metavar="N|P%", help="rolling run: hosts per batch (default: the playbook's batch)")
-    s.add_argument("--max-fail", metavar="N|P%", help="hosts that may fail before no new batch starts")
-    s.add_argument("--dry-run", action="store_true", help="render every step and show the plan; change nothing")
-    s.add_argument("--yes", action="store_true", help="approve confirm steps (e.g. killing foreign GPU processes)")
-    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    s.add_argument("-v", "--verbose", action="store_true", help="stream step output to stderr")
+    add_run_options(s)
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("chat", parents=[common], help="do what `/eagle TEXT` does in Slack, as text")

@@ -200,10 +200,14 @@ def session_wrapped(cmd: str | Sequence[str], env: dict[str, str] | None = None,
 
 def detach_script(argv: Sequence[str], log_path: str, pid_path: str,
                   env: dict[str, str] | None, cwd: str | None) -> str:
-    """Shell that starts argv in a new session, logs to log_path and writes its pid."""
-    body = f"unset {TAG_VAR}; " + command_line(["exec", *argv], env, cwd)
+    """Shell that starts argv in a new session, logs to log_path and writes its pid.
+
+    The step's tag is unset before the fork, so the detached process never carries it, not
+    even between its start and its exec (it outlives its step on purpose: a server)."""
+    body = command_line(["exec", *argv], env, cwd)
     q = path_for_shell
     return (
+        f"unset {TAG_VAR}; "
         f"mkdir -p \"$(dirname {q(log_path)})\" \"$(dirname {q(pid_path)})\" || exit 1; "
         # Not a process-group leader in a non-interactive shell, so setsid does not fork:
         # $! is the new session's leader, the pid we record.

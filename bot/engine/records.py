@@ -36,6 +36,7 @@ class RunRequest:
     text: str | None = None          # what the person typed (audited when the request is refused)
     batch: str | None = None         # hosts per batch, N or P% (default: the playbook's `batch`)
     max_fail: str | None = None      # hosts that may fail before no new batch starts, N or P%
+    force: bool = False              # run on a quarantined host (an approver's call; audited)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable
 
 from eaglebot.engine import limits, procs, rolling
 from eaglebot.config import Settings
+from eaglebot.engine.quarantine import health_guard
 from eaglebot.errors import EagleError, HostBusy, HostUnreachable, StoreError, UsageError
 from eaglebot.engine.context import host_context, missing_var_error
 from eaglebot.engine.playbook import Playbook, find_playbook, resolve_inputs
@@ -113,6 +114,7 @@ class Engine(StepRunner):
         """
         try:
             prep = self.prepare(req)
+            prep = await health_guard(self.store, req, prep)
         except UsageError as e:
             await self.record_rejected(req, e)
             raise

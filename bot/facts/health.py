@@ -8,6 +8,7 @@ reasons, against thresholds the skill takes in `with:`.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -221,6 +222,7 @@ XID_MEANINGS: dict[int, tuple[str, str]] = {
 }
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+),?\s*(.*)$")
+_KTIME = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
 
 
 @dataclass
@@ -230,6 +232,7 @@ class Xid:
     text: str
     meaning: str
     severity: str
+    ts: float | None = None   # the kernel's seconds since boot (`[  123.456]`), when printed
 
     def line(self) -> str:
         return f"Xid {self.code} ({self.meaning})"
@@ -244,8 +247,29 @@ def parse_xids(text: str) -> list[Xid]:
             continue
         code = int(m.group(2))
         meaning, severity = XID_MEANINGS.get(code, ("see NVIDIA's Xid catalogue", "warn"))
-        out.append(Xid(m.group(1).lower(), code, m.group(3).strip(), meaning, severity))
+        t = _KTIME.match(line)
+        out.append(Xid(m.group(1).lower(), code, m.group(3).strip(), meaning, severity,
+                       float(t.group(1)) if t else None))
     return out
+
+
+def kernel_log_command(dmesg: str) -> str:
+    """The kernel log's Xid lines (the last 200); exit 3 with the error's last line when the
+    log cannot be read (non-root, dmesg_restrict)."""
+    d = shlex.quote(dmesg)
+    return (f"if out=$(LC_ALL=C {d} 2>&1); then printf '%s\\n' \"$out\" | grep -F 'Xid' | tail -n 200; exit 0; "
+            f"else printf '%s\\n' \"$out\" | tail -n 1; exit 3; fi")
+
+
+def xids_since(xids: list[Xid], cursor: float | None) -> tuple[list[Xid], float | None]:
+    """The Xids after `cursor` (kernel seconds read up to) and the new cursor, so a watch reports
+    each Xid once. None: never read (every Xid is new). A log whose newest Xid is older than the
+    cursor was cleared or the host rebooted (the clock started over): all of it is new."""
+    stamps = [x.ts for x in xids if x.ts is not None]
+    newest = max(stamps) if stamps else None
+    if cursor is None or newest is None or newest < cursor:
+        return [x for x in xids if x.ts is not None or cursor is None], newest if newest is not None else 0.0
+    return [x for x in xids if x.ts is not None and x.ts > cursor], newest
 
 
 def xid_gpu(xid: Xid, bus_ids: dict[int, str]) -> int | None:

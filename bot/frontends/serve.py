@@ -13,6 +13,7 @@ import os
 import signal
 
 from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
 
 from eaglebot.config import Settings
 from eaglebot.errors import EagleError, UsageError
@@ -67,6 +68,7 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
         except (NotImplementedError, RuntimeError):
             pass
     runner = handler = sched = None
+    watch: asyncio.Task[None] | None = None
     try:
         if http_port is None:
             from eaglebot.frontends.slack.http import GuardedSocketModeHandler
@@ -82,6 +84,7 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
             await web.TCPSite(runner, host, http_port).start()
             log.info("serving Slack requests on http://%s:%s/slack/events as %s", host, http_port, ident.get("user"))
         sched = start_scheduler(services, bot.hooks)
+        watch = start_health_watch(services, client, stop)
         await stop.wait()
         log.info("stopping")
     finally:
@@ -90,6 +93,8 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
                 sched.shutdown()
             except Exception:
                 log.exception("scheduler shutdown failed")
+        if watch is not None:
+            await asyncio.gather(watch, return_exceptions=True)
         if handler is not None:
             await handler.close_async()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
         if runner is not None:
@@ -97,6 +102,23 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
         await bot.aclose(grace_s=60)  # systemd's TimeoutStopSec is 90
         await services.close()
     return 0
+
+
+def start_health_watch(services: Services, client: AsyncWebClient, stop: asyncio.Event) -> asyncio.Task[None] | None:
+    """The fleet health watch (`health_watch:` in eagle.yaml), alerting in Slack, until `stop`."""
+    cfg = services.settings.health_watch
+    if cfg is None:
+        return None
+    from eaglebot.engine.health_watch import HealthWatch, HostReport
+    from eaglebot.frontends.slack.health_alerts import post_health_alert
+
+    channel = cfg.channel or services.settings.slack.channel
+
+    async def notify(report: HostReport) -> None:
+        await post_health_alert(client, services.store, channel, report)
+    watch = HealthWatch(services.settings, services.store, services.pool, cfg, notify=notify)
+    log.info("health watch: %d hosts every %gs", len(watch.hosts), cfg.interval_s)
+    return asyncio.create_task(watch.run(stop))
 
 
 def start_scheduler(services: Services, hooks: Hooks) -> Scheduler:

@@ -40,6 +40,7 @@ Stable API (the fake SGLang server and the tests rely on these signatures):
     set_health(state_dir, gpu, **knobs) -> None      faults for the health fields (see below)
     set_unknown_fields(state_dir, fields) -> None    fields nvidia-smi rejects, as an older driver
     set_kernel_log(state_dir, lines) -> None         what `nvidia-smi --sim-dmesg` (the sim dmesg) prints
+    set_hang(state_dir, seconds) -> None             every query sleeps that long first (a hung driver)
     load_state(state_dir) -> dict
     live_holders(state) -> list[dict]
     memory_used(state) -> dict[int, int]
@@ -229,6 +230,12 @@ def set_unknown_fields(state_dir: str | Path, fields: list[str]) -> None:
 def set_kernel_log(state_dir: str | Path, lines: list[str]) -> None:
     with _locked(state_dir) as state:
         state["kernel_log"] = list(lines)
+
+
+def set_hang(state_dir: str | Path, seconds: float | None) -> None:
+    """Make every nvidia-smi query sleep `seconds` before answering (a wedged driver), or None."""
+    with _locked(state_dir) as state:
+        state["hang_s"] = seconds
 
 
 def holder_alive(h: dict[str, Any]) -> bool:

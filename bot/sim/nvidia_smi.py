@@ -272,6 +272,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--sim-dmesg"]:
         sys.stdout.write("".join(line + "\n" for line in state.get("kernel_log", gpu_state.KERNEL_LOG)))
         return 0
+    if state.get("hang_s"):
+        time.sleep(float(state["hang_s"]))
     if state.get("exit_code"):
         return _fail(EXIT_MESSAGES.get(state["exit_code"], "Unknown Error\n"), int(state["exit_code"]))
     kind = fields = None

@@ -14,7 +14,7 @@ from eaglebot.frontends.services import Services
 
 # Access classes of the command words: a new word is classified by adding it to this set.
 # A word not in it needs an operator (closed by default).
-VIEW_COMMANDS = {"playbooks", "hosts", "history", "show", "status", "logs", "schedule", "trend", *tuning.VIEW}
+VIEW_COMMANDS = {"playbooks", "hosts", "history", "show", "status", "logs", "schedule", "trend", "fleet", *tuning.VIEW}
 
 
 def allowed(users: list[str], user: str) -> bool:

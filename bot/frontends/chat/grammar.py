@@ -31,6 +31,7 @@ USAGE = """\
 /eagle history [playbook] [host] [n]
 /eagle show ID                      one run: steps, metrics, warnings, regressions
 /eagle status                       running runs and busy hosts
+/eagle fleet                        health state per host and GPU (the health watch)
 /eagle cancel ID | rerun ID [failed]  stop a run (its always-steps still run) / run it again (failed: only
                                    the hosts that failed or were unreachable)
 /eagle logs HOST                    tail of the inference server's log on a host
@@ -117,7 +118,7 @@ def _builtin(word: str, args: list[str], text: str) -> Command:
         if len(args) != 2 or not _NAME.match(args[1]):
             return _err(text, f"usage: /eagle schedule {args[0]} NAME (see `/eagle schedule`)")
         return Command(word, (args[0], args[1]), text=text)
-    if word in ("playbooks", "hosts", "status", "schedule"):
+    if word in ("playbooks", "hosts", "status", "schedule", "fleet"):
         if args:
             return _err(text, f"/eagle {word} takes no arguments (got {_shown(args[0])})")
         return Command(word, text=text)

@@ -240,3 +240,16 @@ async def test_one_slack_message_per_incident_is_updated_in_place_until_resolved
     assert len(fake.ok_calls_to("chat.postMessage")) == 1 and len(updates) == 2
     assert "resolved: gpu-02 GPU 1 is healthy again" in updates[-1].args["text"]
     assert (await svc.store.health_states("gpu-02"))[0]["message_ts"] is None
+
+
+def test_slash_force_is_parsed_and_only_approvers_may_pass_it():
+    from eaglebot.config import AccessConfig
+    from eaglebot.frontends.chat.access import authorize
+    from eaglebot.frontends.chat.grammar import parse
+
+    cmd = parse("relaunch gpu-03 --force")
+    assert (cmd.name, cmd.hosts, cmd.force) == ("run", ("gpu-03",), True)
+    assert not parse("relaunch gpu-03").force and parse("fleet").name == "fleet"
+    access = AccessConfig(operators=["UOPS", "UBOSS"], approvers=["UBOSS"])
+    assert "only approvers can run on a quarantined host" in (authorize(access, cmd, "UOPS") or "")
+    assert authorize(access, cmd, "UBOSS") is None and authorize(access, parse("relaunch gpu-03"), "UOPS") is None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from eaglebot.engine.records import Prepared, RunRequest
-from eaglebot.errors import UsageError
+from eaglebot.errors import HostQuarantined
 from eaglebot.store.protocol_async import AsyncStoreProtocol
 from eaglebot.store.rows import HealthStateRow
 
@@ -23,7 +23,7 @@ def _why(host: str, row: HealthStateRow) -> str:
 
 
 async def health_guard(store: AsyncStoreProtocol, req: RunRequest, prep: Prepared) -> Prepared:
-    """The request's hosts less the held ones (schedules), or a UsageError naming why."""
+    """The request's hosts less the held ones (schedules), or HostQuarantined naming why."""
     if req.dry_run or (prep.playbook.name not in GUARDED and req.origin != "schedule"):
         return prep
     held = {h: row for h in prep.hosts if (row := await store.health_held(h)) is not None}
@@ -40,4 +40,4 @@ async def health_guard(store: AsyncStoreProtocol, req: RunRequest, prep: Prepare
         if left:
             return replace(prep, hosts=left)
     first = next(iter(held))
-    raise UsageError(f"{_why(first, held[first])}; {prep.playbook.name} refused (an approver may pass --force)")
+    raise HostQuarantined(f"{_why(first, held[first])}; {prep.playbook.name} refused (an approver may pass --force)")

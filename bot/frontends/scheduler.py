@@ -28,7 +28,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from eaglebot.config import ScheduleConfig, Settings
-from eaglebot.errors import EagleError, HostBusy, UsageError
+from eaglebot.errors import EagleError, HostBusy, HostQuarantined, UsageError
 from eaglebot.frontends.cron import fires_between, fmt_utc, iso_utc, next_fire, trigger_for
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.schedules import check_schedules
@@ -342,6 +342,10 @@ class Scheduler:
             observer = _LogObserver(cfg.name)
         try:
             run_id, task = await engine.start(req, observer=observer)
+        except HostQuarantined as e:   # the missing-run alarm reads why the run did not start
+            await store.update_fire(fire_id, "quarantined")
+            await self._post(channel, f":no_entry: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")
+            return None
         except HostBusy as e:
             await store.update_fire(fire_id, "busy")
             await self._post(channel, f":warning: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")

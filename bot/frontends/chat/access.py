@@ -41,6 +41,9 @@ def authorize(access: AccessConfig, cmd: Command, user: str, *, configured: bool
                 return (f"running is closed by default: eagle.yaml has no `access` section, so Slack users may only "
                         f"view; to {_verb(cmd)}, add your Slack user id ({user}) to access.operators in eagle.yaml")
             return f"only operators can {_verb(cmd)}; add your Slack user id ({user}) to access.operators in eagle.yaml"
+        if cmd.name == "run" and cmd.force and not allowed(access.approvers, user):
+            return (f"only approvers can run on a quarantined host (--force); add your Slack user id ({user}) "
+                    f"to access.approvers in eagle.yaml")
         if cmd.name == "run":
             return authorize_playbook(access, cmd.playbook or "", user)
         return None

@@ -25,7 +25,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 SCHEDULE_OPERATIONS = {"pause", "resume"}   # `/eagle schedule pause NAME` operates; `/eagle schedule` views
 
 USAGE = """\
-/eagle <playbook> [host[,host]] [key=value ...] [--dry-run]   run a playbook (e.g. relaunch gpu-01 spec_steps=5)
+/eagle <playbook> [host[,host]] [key=value ...] [--dry-run] [--force]   run a playbook (e.g. relaunch gpu-01
+                                    spec_steps=5); --force: on a quarantined host (approvers only, audited)
 /eagle help [playbook|skill]        this help, or a playbook's inputs / a skill's parameters
 /eagle playbooks | hosts            what can run, and where
 /eagle history [playbook] [host] [n]
@@ -51,6 +52,7 @@ class Command:
     dry_run: bool = False
     error: str | None = None
     text: str = ""
+    force: bool = False                         # run on a quarantined host (approvers only)
 
     @property
     def run_id(self) -> int:
@@ -168,12 +170,14 @@ def _builtin(word: str, args: list[str], text: str) -> Command:
 def _parse_run(playbook: str, args: list[str], text: str) -> Command:
     hosts: tuple[str, ...] = ()
     inputs: dict[str, str] = {}
-    dry = False
+    dry = force = False
     for i, tok in enumerate(args):
         if tok in ("--dry-run", "--dryrun", "--check"):
             dry = True
+        elif tok == "--force":
+            force = True
         elif tok.startswith("-"):
-            return _err(text, f"unknown option {_shown(tok)}: the only option is --dry-run")
+            return _err(text, f"unknown option {_shown(tok)}: the options are --dry-run and --force")
         elif "=" in tok:
             key, value = tok.split("=", 1)
             if not _KEY.match(key):
@@ -189,4 +193,5 @@ def _parse_run(playbook: str, args: list[str], text: str) -> Command:
         else:
             return _err(text, f"unexpected argument {_shown(tok)}: after the hosts, inputs are key=value "
                               f"(see `/eagle help {playbook}`)")
-    return Command("run", playbook=playbook, hosts=hosts, inputs=tuple(inputs.items()), dry_run=dry, text=text)
+    return Command("run", playbook=playbook, hosts=hosts, inputs=tuple(inputs.items()), dry_run=dry, text=text,
+                   force=force)

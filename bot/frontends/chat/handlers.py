@@ -194,7 +194,8 @@ async def _run(services: Services, cmd: Command, caller: Caller) -> Reply:
     batch = inputs.pop("batch", None) if "batch" not in pb.inputs else None
     max_fail = inputs.pop("max_fail", None) if "max_fail" not in pb.inputs else None
     req = RunRequest(pb, list(cmd.hosts) or None, inputs, actor=caller.user, origin=caller.origin,
-                     dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text, batch=batch, max_fail=max_fail)
+                     dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text, batch=batch, max_fail=max_fail,
+                     force=cmd.force)
     return await _start(services, req, caller)
 
 

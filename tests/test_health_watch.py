@@ -253,3 +253,57 @@ def test_slash_force_is_parsed_and_only_approvers_may_pass_it():
     access = AccessConfig(operators=["UOPS", "UBOSS"], approvers=["UBOSS"])
     assert "only approvers can run on a quarantined host" in (authorize(access, cmd, "UOPS") or "")
     assert authorize(access, cmd, "UBOSS") is None and authorize(access, parse("relaunch gpu-03"), "UOPS") is None
+
+
+async def test_eagle_serve_runs_the_watch_posts_an_xid_79_within_two_intervals_and_resolves_it(
+        tmp_path, sshd, remote_dir, fake):
+    """The real `eagle serve` process: the watch it runs alerts in the fake Slack, then resolves in place."""
+    import time
+
+    from test_serve import start_serve, stop, wait_serving
+    from sshd import free_port
+    from slack_harness import SECRET
+
+    hosts, st = fleet(remote_dir, 3, sshd, gpus=1)
+    interval = 1.5
+    cfg = write_yaml(tmp_path / "eagle.yaml", {
+        "audit_db": str(tmp_path / "eagle.db"), "hosts": hosts, "slack": {"channel": "C0123"},
+        "health_watch": watch_cfg(interval_s=interval, probe_timeout_s=5, clear_after=2, channel="CHEALTH")})
+    port = free_port()
+    proc = await start_serve(cfg, fake, "--http", str(port), SLACK_SIGNING_SECRET=SECRET)
+    try:
+        await wait_serving(port, proc)
+        await asyncio.sleep(interval)                       # a clean round first
+        assert not fake.ok_calls_to("chat.postMessage")
+        gpu_state.set_kernel_log(st["gpu-02"], gpu_state.KERNEL_LOG + [XID79])
+        gpu_state.set_exit_code(st["gpu-02"], 15)
+        t0 = time.monotonic()
+        [post] = await fake.wait_for(lambda: fake.ok_calls_to("chat.postMessage"), timeout=4 * interval)
+        assert time.monotonic() - t0 <= 2 * interval + 1.0
+        assert post.args["channel"] == "CHEALTH" and "gpu-02 (the host) is quarantined" in post.args["text"]
+        gpu_state.set_exit_code(st["gpu-02"], None)
+        [upd] = await fake.wait_for(lambda: fake.ok_calls_to("chat.update"), timeout=6 * interval)
+        assert "resolved: gpu-02" in upd.args["text"] and len(fake.ok_calls_to("chat.postMessage")) == 1
+    finally:
+        rc, err = await stop(proc)
+    assert rc == 0, err
+
+
+async def test_more_than_10_incidents_at_once_are_one_summary_message(services, sshd, remote_dir, fake):
+    from eaglebot.frontends.slack.client import make_client
+    from eaglebot.frontends.slack.health_alerts import HealthAlerts
+
+    hosts, st = fleet(remote_dir, 14, sshd, gpus=1)
+    svc = await services(hosts, health_watch=watch_cfg(max_quarantined_pct=100), slack={"api_url": fake.base_url})
+    alerts = HealthAlerts(make_client(svc.settings, "xoxb-test", backoff_s=0.01), svc.store, "CHEALTH", 60,
+                          window_s=0.2)
+    w = HealthWatch(svc.settings, svc.store, svc.pool, svc.settings.health_watch, notify=alerts.notify)
+    for h in st:
+        gpu_state.set_exit_code(st[h], 15)
+    await w.round()
+    await asyncio.sleep(0.5)
+    posts = fake.ok_calls_to("chat.postMessage")
+    assert len(posts) == 11                                   # 10 incidents alone, then one summary of 4
+    summary = [p for p in posts if "more incidents opened at once" in p.args["text"]]
+    assert len(summary) == 1 and summary[0].args["text"].count("• gpu-") == 4
+    await alerts.aclose()

@@ -45,3 +45,18 @@ def alert_text(host: str, gpu: int, state: str, reason: str) -> str:
         return f":white_check_mark: resolved: {what} is healthy again ({reason}) · `eagle fleet`"
     icon = ":rotating_light:" if state == "quarantined" else ":warning:"
     return f"{icon} {what} is {state}: {reason} · `eagle fleet`"
+
+
+SUMMARY_LINES = 40
+
+
+def summary_text(items: list[tuple[str, int, str, str]]) -> str:
+    """Many incidents that opened at once, as one message: (host, gpu, state, reason) each."""
+    lines = [f":rotating_light: {len(items)} more incident{'s' if len(items) != 1 else ''} opened at once "
+             f"(one message for all, within Slack's rate limits) · `eagle fleet`"]
+    for host, gpu, state, reason in items[:SUMMARY_LINES]:
+        what = f"{host} (the host)" if gpu < 0 else f"{host} GPU {gpu}"
+        lines.append(f"• {what} is {state}: {reason[:160]}")
+    if len(items) > SUMMARY_LINES:
+        lines.append(f"… and {len(items) - SUMMARY_LINES} more")
+    return "\n".join(lines)

@@ -109,16 +109,19 @@ def start_health_watch(services: Services, client: AsyncWebClient, stop: asyncio
     cfg = services.settings.health_watch
     if cfg is None:
         return None
-    from eaglebot.engine.health_watch import HealthWatch, HostReport
-    from eaglebot.frontends.slack.health_alerts import post_health_alert
+    from eaglebot.engine.health_watch import HealthWatch
+    from eaglebot.frontends.slack.health_alerts import HealthAlerts
 
-    channel = cfg.channel or services.settings.slack.channel
-
-    async def notify(report: HostReport) -> None:
-        await post_health_alert(client, services.store, channel, report)
-    watch = HealthWatch(services.settings, services.store, services.pool, cfg, notify=notify)
+    alerts = HealthAlerts(client, services.store, cfg.channel or services.settings.slack.channel, cfg.interval_s)
+    watch = HealthWatch(services.settings, services.store, services.pool, cfg, notify=alerts.notify)
     log.info("health watch: %d hosts every %gs", len(watch.hosts), cfg.interval_s)
-    return asyncio.create_task(watch.run(stop))
+
+    async def run() -> None:
+        try:
+            await watch.run(stop)
+        finally:
+            await alerts.aclose()
+    return asyncio.create_task(run())
 
 
 def start_scheduler(services: Services, hooks: Hooks) -> Scheduler:

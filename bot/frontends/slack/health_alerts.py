@@ -2,15 +2,23 @@
 opens and edited in place as it evolves (suspect -> quarantined -> resolved), never one per
 probe. The message's channel and ts live in the incident's `health_state` row, so a restart
 of the bot keeps editing the same message. A Slack outage never stops the watch: the failure
-is logged and the store still holds the state."""
+is logged and the store still holds the state.
+
+Within Slack's rate limits (about one message per second per channel) when many hosts go bad
+at once: once more than `burst` incidents opened within one interval, the next ones are
+gathered and posted as one summary message per `window_s` (`HealthAlerts`)."""
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections import deque
+from dataclasses import replace
 
 from slack_sdk.web.async_client import AsyncWebClient
 
 from eaglebot.engine.health_watch import HostReport
-from eaglebot.frontends.fleet_text import alert_text
+from eaglebot.frontends.fleet_text import alert_text, summary_text
 from eaglebot.frontends.slack.client import slack_error
 from eaglebot.store.protocol_async import AsyncStoreProtocol
 
@@ -37,3 +45,52 @@ async def post_health_alert(client: AsyncWebClient, store: AsyncStoreProtocol, c
                                              str(resp.get("ts") or ""))
         except Exception as e:  # Slack is a view: the state is in the store whatever it answers
             log.warning("health alert for %s not posted: %s", report.host, slack_error(e))
+
+
+class HealthAlerts:
+    """The watch's `notify`: single messages up to `burst` new incidents per interval, then summaries."""
+
+    def __init__(self, client: AsyncWebClient, store: AsyncStoreProtocol, channel: str | None, interval_s: float,
+                 *, burst: int = 10, window_s: float = 10.0):
+        self.client, self.store, self.channel = client, store, channel
+        self.interval_s, self.burst, self.window_s = interval_s, burst, window_s
+        self._opened: deque[float] = deque()
+        self._gathered: list[tuple[str, int, str, str]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def notify(self, report: HostReport) -> None:
+        now = time.monotonic()
+        while self._opened and now - self._opened[0] > self.interval_s:
+            self._opened.popleft()
+        single = []
+        for t in report.transitions:
+            gpu, before, after, reason = t
+            if before == "healthy" and after != "healthy":
+                self._opened.append(now)
+                if len(self._opened) > self.burst:
+                    self._gathered.append((report.host, gpu, after, reason))
+                    if self._flusher is None or self._flusher.done():
+                        self._flusher = asyncio.create_task(self._flush_later())
+                    continue
+            single.append(t)
+        if single:
+            await post_health_alert(self.client, self.store, self.channel, replace(report, transitions=single))
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(self.window_s)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Post what was gathered as one message (also at shutdown)."""
+        items, self._gathered = self._gathered, []
+        if not items or not self.channel:
+            return
+        try:
+            await self.client.chat_postMessage(channel=self.channel, text=summary_text(items))
+        except Exception as e:
+            log.warning("health summary of %d incidents not posted: %s", len(items), slack_error(e))
+
+    async def aclose(self) -> None:
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+        await self.flush()

@@ -388,6 +388,9 @@ def test_schedule_fires_and_pause_state(store):
     assert set(fire) == keys(ScheduleFireRow) and (fire["id"], fire["status"], fire["run_id"]) == (f2, "misfired", None)
     store.update_fire(f2, "skipped")
     assert store.last_fire("nightly")["status"] == "skipped"
+    assert [f["id"] for f in store.schedule_fires("nightly")] == [f1, f2]
+    assert [f["id"] for f in store.schedule_fires("nightly", "2026-01-02T00:00:00.000Z")] == [f2]
+    assert store.schedule_fires("nightly", limit=1)[0]["id"] == f1 and store.schedule_fires("other") == []
     assert store.last_schedule_run("nightly")["id"] == rid
     assert store.schedule_states() == {}
     assert store.set_schedule_paused("nightly", True, "alice")

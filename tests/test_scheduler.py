@@ -195,6 +195,8 @@ def test_schedule_rows_and_list_json(make_settings, capsys, tmp_path, pbdir):
     store = Store(settings.db_path)
     rid = seed_run(store, "nightly", "local", origin="schedule", schedule="nightly-bench")
     rows = schedule_rows(settings, store, now=datetime(2030, 1, 10, 12, 0, tzinfo=timezone.utc))
+    # the run was seeded today and "now" is 2030: the missing-run alarm says so
+    assert rows[0].pop("overdue")["why"] == "the bot was not running at its fire time"
     assert rows[0] == {"name": "nightly-bench", "playbook": "nightly", "hosts": ["local"], "cron": "0 3 * * *",
                        "timezone": "UTC", "next_fire": "2030-01-11T03:00:00Z", "last_run_id": rid,
                        "last_status": "succeeded", "paused": False, "paused_by": None, "errors": []}

@@ -438,6 +438,10 @@ class AsyncStore:
         """A schedule's latest fire (by fire time), or None."""
         return await self._do(self.sync.last_fire, schedule)
 
+    async def schedule_fires(self, schedule: str, since: str = "", limit: int = 100) -> list[ScheduleFireRow]:
+        """A schedule's fires at or after `since` (ISO time; "" from the first), oldest first."""
+        return await self._do(self.sync.schedule_fires, schedule, since, limit)
+
     async def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
         """Pause or resume a schedule; False when it already was in that state."""
         return await self._do(self.sync.set_schedule_paused, name, paused, changed_by)

@@ -436,6 +436,10 @@ class StoreProtocol(Protocol):
         """A schedule's latest fire (by fire time), or None."""
         ...
 
+    def schedule_fires(self, schedule: str, since: str = "", limit: int = 100) -> list[ScheduleFireRow]:
+        """A schedule's fires at or after `since` (ISO time; "" from the first), oldest first."""
+        ...
+
     def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
         """Pause or resume a schedule; False when it already was in that state."""
         ...

@@ -98,6 +98,10 @@ def test_the_breaker_holds_back_a_quarantine_and_a_hung_probe_clears_nothing():
                      may_quarantine=True).clean == {}
     d = fh.decide(rows, [], told=True, clear_after=3, may_quarantine=True)
     assert [(t.gpu, t.state) for t in d.transitions] == [(0, "healthy")]
+    resuming = [fh.Row(0, "resuming", 0)]              # back from a drain: on probation
+    assert fh.decide(resuming, fail, told=True, clear_after=3, may_quarantine=False).transitions[0].state == "quarantined"
+    assert fh.decide(resuming, [], told=True, clear_after=1, may_quarantine=True).transitions[0].state == "healthy"
+    assert fh.decide([fh.Row(0, "drained", 5)], [], told=True, clear_after=1, may_quarantine=True).transitions == []
 
 
 # -- the watch over sshd -----------------------------------------------------------------------

@@ -116,3 +116,32 @@ async def test_the_shipped_drain_playbook_asks_for_approval_and_none_is_skipped(
     svc2 = await services(hosts)
     out = await svc2.engine.run(RunRequest(_book("node.drain"), hosts=["gpu-01"]))
     assert (await svc2.store.steps(out.run_id))[0]["status"] == "skipped"
+
+
+async def test_a_drain_moves_a_quarantined_host_to_draining_and_a_resume_to_resuming(services, sshd, remote_dir):
+    hosts, state = _host(sshd, remote_dir, "slurm")
+    svc = await services(hosts, health_watch={"hosts": ["all"]})
+    await svc.store.health_transition("gpu-01", 3, "quarantined", "Xid 79 (GPU has fallen off the bus)", "health-watch")
+    out = await svc.engine.run(RunRequest("drain", hosts=["gpu-01"], inputs={"reason": "Xid 79"}, assume_yes=True,
+                                          actor="UBOSS"))
+    assert out.status == "succeeded"
+    [row] = await svc.store.health_states("gpu-01")
+    assert (row["gpu"], row["state"], row["actor"]) == (3, "draining", "UBOSS")      # jobs still run: draining
+    assert f"node.drain in run #{out.run_id}" in row["reason"]
+    assert await svc.store.health_held("gpu-01") is not None
+    out = await svc.engine.run(RunRequest("resume", hosts=["gpu-01"], actor="UBOSS"))
+    [row] = await svc.store.health_states("gpu-01")
+    assert row["state"] == "resuming" and await svc.store.health_held("gpu-01") is None
+    events = await svc.store.health_events("gpu-01")
+    assert [e["to_state"] for e in events if e["kind"] == "transition"] == ["resuming", "draining", "quarantined"]
+
+
+async def test_without_a_watch_a_resume_makes_the_host_healthy_and_a_hand_drain_holds_it(services, sshd, remote_dir):
+    hosts, state = _host(sshd, remote_dir, "kubernetes")
+    svc = await services(hosts)
+    out = await svc.engine.run(RunRequest("drain", hosts=["gpu-01"], assume_yes=True))
+    assert out.status == "succeeded"
+    held = await svc.store.health_held("gpu-01")
+    assert held is not None and (held["gpu"], held["state"]) == (-1, "drained")
+    await svc.engine.run(RunRequest("resume", hosts=["gpu-01"]))
+    assert [r["state"] for r in await svc.store.health_states("gpu-01")] == ["healthy"]

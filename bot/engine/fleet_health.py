@@ -1,5 +1,7 @@
 """The health watch's decisions, pure: one host's probe findings and its state rows -> the
 transitions to make (healthy -> suspect -> quarantined -> healthy), with the circuit breaker.
+Draining, drained and resuming come from the drain skills (fleet_hook.py); a resuming GPU is
+cleared by clean probes like a quarantined one, and quarantined again by a `fail`.
 
 The watch (health_watch.py) probes and writes; this module only decides, so every rule
 is tested without a host: a `fail` finding quarantines unless the breaker is open (then the GPU
@@ -15,6 +17,8 @@ from eaglebot.store.health import HELD_STATES
 HOST = -1                       # the row of the host itself (its probe, nvidia-smi as a whole)
 ACTOR = "health-watch"
 HELD = HELD_STATES             # states that keep a host out of relaunch, bench and schedules
+# States clean probes clear (draining and drained wait for node.resume: their scheduler holds them).
+CLEARABLE = ("suspect", "quarantined", "resuming")
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ def decide(rows: list[Row], findings: list[Finding], *, told: bool, clear_after:
             if now[gpu].clean:
                 d.clean[gpu] = 0
             continue
-        if f.level == "fail" and may_quarantine:
+        if f.level == "fail" and (may_quarantine or state == "resuming"):
             d.transitions.append(Transition(gpu, "quarantined", reasons))
         elif f.level == "fail":
             d.breaker = True
@@ -84,7 +88,7 @@ def decide(rows: list[Row], findings: list[Finding], *, told: bool, clear_after:
     if not told:
         return d
     for gpu, r in sorted(now.items()):
-        if gpu in worst or r.state not in ("suspect", "quarantined"):
+        if gpu in worst or r.state not in CLEARABLE:
             continue
         n = r.clean + 1
         if n >= clear_after:

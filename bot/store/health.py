@@ -6,8 +6,9 @@ from __future__ import annotations
 from eaglebot.store.base import StoreBase, first, insert, now_iso, rows
 from eaglebot.store.rows import HealthEventRow, HealthStateRow
 
-# States in which a host refuses relaunch, bench and scheduled runs.
-HELD_STATES = ("quarantined", "draining", "drained", "resuming")
+# States in which a host refuses relaunch, bench and scheduled runs (`resuming` is back in its
+# scheduler, on probation: the watch's clean probes make it healthy, a finding quarantines it).
+HELD_STATES = ("quarantined", "draining", "drained")
 
 
 class HealthMixin(StoreBase):

@@ -22,7 +22,7 @@ _.enterprise_id, _.team_id, _.logger
 # the audit tables' rows (store/rows.py), a step line of RunView, `eagle audit verify`'s report.
 _.hostname, _.proc_start, _.started_at, _.finished_at, _.created_at, _.requested_at, _.decided_at
 _.acquired_at, _.set_at, _.recorded_at, _.changed_at, _.opened_run, _.opened_at, _.closed_run
-_.closed_at, _.closed_kind, _.closed_by, _.cleaned_at, _.from_state, _.to_state
+_.closed_at, _.closed_kind, _.closed_by, _.cleaned_at, _.from_state, _.to_state, _.silenced_until, _.silenced_by
 _.multi_host, _.checked, _.rows_checked
 _.run_status, _.run_channel, _.run_thread_ts, _.hash
 

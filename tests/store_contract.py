@@ -412,12 +412,17 @@ def test_health_transitions_are_events_with_reason_and_actor_and_hold_the_host(s
     store.health_set_alert("gpu-01", 0, "C0123", "1700000000.000100")
     row = store.health_states("gpu-01")[0]
     assert (row["clean"], row["channel"], row["message_ts"]) == (2, "C0123", "1700000000.000100")
+    assert store.health_silence("gpu-01", 0, "2030-01-01T00:00:00.000Z", "UBOSS")
+    assert not store.health_silence("gpu-09", 0, "2030-01-01T00:00:00.000Z", "UBOSS")
+    row = store.health_states("gpu-01")[0]
+    assert (row["silenced_until"], row["silenced_by"]) == ("2030-01-01T00:00:00.000Z", "UBOSS")
     assert store.health_transition("gpu-01", 0, "healthy", "3 clean probes", "health-watch")
     assert store.health_held("gpu-01") is None and store.health_states("gpu-01")[0]["clean"] == 0
     events = store.health_events("gpu-01")
     assert set(events[0]) == keys(HealthEventRow)
-    assert [(e["from_state"], e["to_state"], e["actor"]) for e in events] == [
-        ("quarantined", "healthy", "health-watch"), ("healthy", "quarantined", "health-watch")]
+    assert [(e["kind"], e["to_state"], e["actor"]) for e in events] == [
+        ("transition", "healthy", "health-watch"), ("silence", None, "UBOSS"),
+        ("transition", "quarantined", "health-watch")]
     assert store.audit_verify()["ok"]
 
 

@@ -402,6 +402,10 @@ class AsyncStore:
         """The Slack message of the incident of one host's GPU (updated in place as it evolves)."""
         return await self._do(self.sync.health_set_alert, host, gpu, channel, message_ts)
 
+    async def health_silence(self, host: str, gpu: int, until: str, by: str) -> bool:
+        """Silence the alerts of one host's GPU incident until `until` (ISO time), as an event;"""
+        return await self._do(self.sync.health_silence, host, gpu, until, by)
+
     async def health_record_xid(self, host: str, gpu: int, code: int, reason: str) -> None:
         """An Xid the watch read from a host's kernel log (each one once)."""
         return await self._do(self.sync.health_record_xid, host, gpu, code, reason)

@@ -30,9 +30,11 @@ class HealthMixin(StoreBase):
             if before == state:
                 return False
             at = now_iso()
-            if row:
-                self.db.execute("update health_state set state = ?, since = ?, reason = ?, clean = 0, actor = ? "
-                                "where host = ? and gpu = ?", [state, at, reason, actor, host, gpu])
+            if row:   # healthy again: the incident is over, and so is its silence
+                self.db.execute("update health_state set state = ?, since = ?, reason = ?, clean = 0, actor = ?, "
+                                "silenced_until = case when ? = 'healthy' then null else silenced_until end, "
+                                "silenced_by = case when ? = 'healthy' then null else silenced_by end "
+                                "where host = ? and gpu = ?", [state, at, reason, actor, state, state, host, gpu])
             else:
                 self.db.execute("insert into health_state (host, gpu, state, since, reason, clean, actor) "
                                 "values (?, ?, ?, ?, ?, 0, ?)", [host, gpu, state, at, reason, actor])
@@ -52,6 +54,20 @@ class HealthMixin(StoreBase):
         with self._tx():
             self.db.execute("update health_state set channel = ?, message_ts = ? where host = ? and gpu = ?",
                             [channel, message_ts, host, gpu])
+
+    def health_silence(self, host: str, gpu: int, until: str, by: str) -> bool:
+        """Silence the alerts of one host's GPU incident until `until` (ISO time), as an event;
+        False when it has no state row."""
+        with self._tx():
+            cur = self.db.execute("update health_state set silenced_until = ?, silenced_by = ? "
+                                  "where host = ? and gpu = ?", [until, by, host, gpu])
+            if not cur.rowcount:
+                return False
+            insert(self.db, "health_events", {"host": host, "gpu": gpu, "kind": "silence", "code": None,
+                                              "from_state": None, "to_state": None,
+                                              "reason": f"alerts silenced until {until}", "actor": by,
+                                              "at": now_iso()})
+            return True
 
     def health_record_xid(self, host: str, gpu: int, code: int, reason: str) -> None:
         """An Xid the watch read from a host's kernel log (each one once)."""

@@ -213,12 +213,12 @@ def _incident_causes(db: Database, from_version: int) -> None:
 def _health_watch(db: Database, from_version: int) -> None:
     """The fleet health watch: `health_state` (one row per host and GPU, -1 for the host
     itself: its state, since when, why, the clean probes counted towards clearing, and the
-    Slack message of its incident), `health_events` (every transition with reason and actor,
+    Slack message of its incident, and until when someone silenced its alerts), `health_events` (every transition with reason and actor,
     and every Xid seen, for the policy's fail_after window), both chained; `health_cursors`
     (per host, how far its kernel log was read) is transient like locks, not chained."""
     db.table("health_state").create({
         "host": str, "gpu": int, "state": str, "since": str, "reason": str, "clean": int, "actor": str,
-        "channel": str, "message_ts": str,
+        "channel": str, "message_ts": str, "silenced_until": str, "silenced_by": str,
     }, pk=("host", "gpu"), if_not_exists=True, defaults={"clean": 0})
     db.table("health_events").create({
         "id": int, "host": str, "gpu": int, "kind": str, "code": int, "from_state": str, "to_state": str,

@@ -398,6 +398,11 @@ class StoreProtocol(Protocol):
         """The Slack message of the incident of one host's GPU (updated in place as it evolves)."""
         ...
 
+    def health_silence(self, host: str, gpu: int, until: str, by: str) -> bool:
+        """Silence the alerts of one host's GPU incident until `until` (ISO time), as an event;
+        False when it has no state row."""
+        ...
+
     def health_record_xid(self, host: str, gpu: int, code: int, reason: str) -> None:
         """An Xid the watch read from a host's kernel log (each one once)."""
         ...

@@ -212,6 +212,8 @@ class HealthStateRow(TypedDict):
     actor: str | None
     channel: str | None              # the Slack message of this incident, updated in place
     message_ts: str | None
+    silenced_until: str | None       # no alert updates for this incident until then (ISO time)
+    silenced_by: str | None
 
 
 class HealthEventRow(TypedDict):

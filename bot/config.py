@@ -128,6 +128,8 @@ class HealthWatchConfig(_Model):
     max_quarantined_pct: float = Field(25.0, ge=0, le=100, description="circuit breaker: beyond this share of "
                                        "the watched hosts, alert but quarantine no more")
     channel: str | None = Field(None, description="Slack channel of the alerts (default: slack.channel)")
+    auto_drain: bool = Field(False, description="drain a host when it is quarantined, without asking an approver "
+                                                "(the circuit breaker still applies)")
     xid: dict[str, XidRule] = Field(default_factory=dict, description="per Xid code, overrides of the defaults")
 
     @field_validator("xid")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from gpu_helpers import PY, playbook
 from sshd import chown_to
 
 from eaglebot.engine.runner import RunRequest
+from eaglebot.errors import UsageError
 from eaglebot.facts import cluster as fc
 from eaglebot.sim import cluster as sim_cluster
 from eaglebot.sim import install_sim_bin
@@ -43,7 +45,8 @@ def _host(sshd, remote_dir: Path, scheduler: str) -> tuple[dict, Path]:
                      state)
     chown_to(remote_dir)                                   # the SSH test user runs the fakes and writes their state
     return {"gpu-01": sshd.host_config(vars={"scheduler": scheduler, "scontrol": sim["scontrol"],
-                                             "sinfo": sim["sinfo"], "kubectl": sim["kubectl"]})}, state
+                                             "sinfo": sim["sinfo"], "kubectl": sim["kubectl"],
+                                             "nvidia_smi": sim["nvidia_smi"], "dmesg": sim["dmesg"]})}, state
 
 
 def _commands(state: Path) -> list[list[str]]:
@@ -145,3 +148,40 @@ async def test_without_a_watch_a_resume_makes_the_host_healthy_and_a_hand_drain_
     assert held is not None and (held["gpu"], held["state"]) == (-1, "drained")
     await svc.engine.run(RunRequest("resume", hosts=["gpu-01"]))
     assert [r["state"] for r in await svc.store.health_states("gpu-01")] == ["healthy"]
+
+
+async def test_auto_drain_drains_a_host_the_watch_quarantines(services, sshd, remote_dir):
+    from eaglebot.engine.fleet_hook import auto_drain
+    from eaglebot.engine.health_watch import HealthWatch
+    from eaglebot.sim import gpu_state
+
+    hosts, state = _host(sshd, remote_dir, "slurm")
+    svc = await services(hosts, health_watch={"hosts": ["all"], "auto_drain": True})
+    runs: list[int | None] = []
+
+    async def notify(report):
+        runs.append(await auto_drain(svc.engine, report))
+    w = HealthWatch(svc.settings, svc.store, svc.pool, svc.settings.health_watch, notify=notify)
+    gpu_state.set_kernel_log(state, gpu_state.KERNEL_LOG + [
+        "[ 8123.456789] NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python, GPU has fallen off the bus."])
+    gpu_state.set_exit_code(state, 15)
+    await w.round()
+    assert len(runs) == 1 and runs[0] is not None, await svc.store.events("rejected")
+    run = await svc.store.get_run(runs[0])
+    assert (run["playbook"], run["actor"], run["origin"], run["status"]) == ("drain", "health-watch", "watch",
+                                                                             "succeeded")
+    drain = [c for c in _commands(state) if c[0] == "scontrol"]
+    assert drain and drain[0][:4] == ["scontrol", "update", "NodeName=gpu-01", "State=DRAIN"]
+    assert "Xid 79" in drain[0][4]
+    assert [r["state"] for r in await svc.store.health_states("gpu-01")] == ["draining"]
+
+
+async def test_the_circuit_breaker_refuses_an_approved_drain_too(services, sshd, remote_dir):
+    hosts, state = _host(sshd, remote_dir, "slurm")
+    hosts = {f"gpu-0{i}": dict(hosts["gpu-01"]) for i in range(1, 6)}     # 5 watched hosts: 25% is 1
+    svc = await services(hosts, health_watch={"hosts": ["all"], "max_quarantined_pct": 25})
+    await svc.store.health_transition("gpu-05", -1, "drained", "node.drain in run #0", "UBOSS")
+    with pytest.raises(UsageError, match="circuit breaker: 1 host is draining or drained already and at most 1"):
+        await svc.engine.run(RunRequest("drain", hosts=["gpu-01"], assume_yes=True))
+    assert not (state / sim_cluster.LOG_FILE).exists()                  # refused before any command
+    assert "circuit breaker" in (await svc.store.events("rejected"))[0]["reason"]

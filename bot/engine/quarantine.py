@@ -15,6 +15,7 @@ from eaglebot.store.rows import HealthStateRow
 
 # The shipped playbooks that must not run on a sick GPU (their numbers would mislead).
 GUARDED = ("relaunch", "bench")
+DRAIN = "drain"
 
 
 def _why(host: str, row: HealthStateRow) -> str:
@@ -22,8 +23,23 @@ def _why(host: str, row: HealthStateRow) -> str:
     return f"{host} is {row['state']} since {row['since']} ({what}: {row['reason'] or 'no reason recorded'})"
 
 
-async def health_guard(store: AsyncStoreProtocol, req: RunRequest, prep: Prepared) -> Prepared:
-    """The request's hosts less the held ones (schedules), or HostQuarantined naming why."""
+async def drain_breaker(store: AsyncStoreProtocol, prep: Prepared, limit: int) -> None:
+    """The circuit breaker on drains, automatic or approved: no more than `limit` watched hosts
+    draining or drained at once."""
+    drained = {r["host"] for r in await store.health_states() if r["state"] in ("draining", "drained")}
+    new = [h for h in prep.hosts if h not in drained]
+    if new and len(drained) + len(new) > limit:
+        raise HostQuarantined(f"circuit breaker: {len(drained)} host{'s are' if len(drained) != 1 else ' is'} "
+                              f"draining or drained already and at most {limit} may be "
+                              f"(health_watch.max_quarantined_pct); drain of {', '.join(new)} refused")
+
+
+async def health_guard(store: AsyncStoreProtocol, req: RunRequest, prep: Prepared,
+                       drain_limit: int | None = None) -> Prepared:
+    """The request's hosts less the held ones (schedules), or HostQuarantined naming why.
+    `drain_limit`: with a health watch, how many hosts may be draining or drained at once."""
+    if prep.playbook.name == DRAIN and drain_limit is not None and not req.dry_run:
+        await drain_breaker(store, prep, drain_limit)
     if req.dry_run or (prep.playbook.name not in GUARDED and req.origin != "schedule"):
         return prep
     held = {h: row for h in prep.hosts if (row := await store.health_held(h)) is not None}

@@ -26,7 +26,7 @@ class RunRequest:
     hosts: list[str] | None = None
     inputs: dict[str, Any] = field(default_factory=dict)
     actor: str = field(default_factory=getpass.getuser)
-    origin: str = "cli"              # cli | slack | schedule
+    origin: str = "cli"              # cli | slack | schedule | watch (health_watch.auto_drain)
     dry_run: bool = False
     assume_yes: bool = False
     rerun_of: int | None = None

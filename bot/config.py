@@ -243,6 +243,11 @@ class Settings(_Model):
             for m in members:
                 if m not in self.hosts:
                     raise ValueError(f"group {group!r}: unknown host {m!r}")
+        if self.health_watch is not None:   # a typo here would stop `eagle serve` at start, not now
+            try:
+                inventory.select(list(self.health_watch.hosts), list(self.hosts), self.groups, self.all_hosts)
+            except UsageError as e:
+                raise ValueError(f"health_watch.hosts: {e}") from None
         return self
 
     # -- derived -------------------------------------------------------------

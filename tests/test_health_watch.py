@@ -311,3 +311,11 @@ async def test_more_than_10_incidents_at_once_are_one_summary_message(services, 
     summary = [p for p in posts if "more incidents opened at once" in p.args["text"]]
     assert len(summary) == 1 and summary[0].args["text"].count("• gpu-") == 4
     await alerts.aclose()
+
+
+def test_an_unknown_host_in_health_watch_is_a_config_error_with_its_line(tmp_path):
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": str(tmp_path / "eagle.db"),
+                                               "hosts": {"gpu-01": {"address": "10.0.0.1"}},
+                                               "health_watch": {"hosts": ["gpu-09"]}})
+    res = eagle("fleet", config=cfg)
+    assert res.returncode == 2 and "health_watch.hosts: unknown host 'gpu-09'" in res.stderr, res.stderr

@@ -319,3 +319,35 @@ def test_an_unknown_host_in_health_watch_is_a_config_error_with_its_line(tmp_pat
                                                "health_watch": {"hosts": ["gpu-09"]}})
     res = eagle("fleet", config=cfg)
     assert res.returncode == 2 and "health_watch.hosts: unknown host 'gpu-09'" in res.stderr, res.stderr
+
+
+def test_the_recovery_action_of_the_real_capture_parses_and_only_none_is_healthy():
+    fixtures = Path(__file__).parent / "fixtures" / "nvidia-smi" / "health"
+    rows = hf.parse_health((fixtures / "h200-query-recovery-action.csv.txt").read_text())
+    assert rows[0]["gpu_recovery_action"] == "None"
+    rows = hf.parse_health((fixtures / "h200-query-recovery-action-nounits.csv.txt").read_text(),
+                           ["index", "gpu_recovery_action"])
+    assert hf.evaluate(rows[0], hf.Thresholds()).verdict == "ok"
+    v = hf.evaluate({"index": 0, "gpu_recovery_action": "Reset"}, hf.Thresholds())
+    assert (v.verdict, v.reasons) == ("fail", ["driver recovery action: Reset"])
+    assert hf.parse_health("0, [N/A]\n", ["index", "gpu_recovery_action"])[0]["gpu_recovery_action"] is None
+
+
+async def test_a_gpu_held_for_the_drivers_recovery_action_is_cleared_when_it_reads_none(services, sshd, remote_dir):
+    hosts, st = fleet(remote_dir, 1, sshd)
+    svc, w, _ = await open_watch(services, hosts, clear_after=5)
+    gpu_state.set_health(st["gpu-01"], 1, recovery_action="Reset")
+    await w.round()
+    [row] = await svc.store.health_states("gpu-01")
+    assert (row["gpu"], row["state"], row["reason"]) == (1, "quarantined", "driver recovery action: Reset")
+    gpu_state.set_health(st["gpu-01"], 1)                    # reset done: the driver reads None again
+    [r] = await w.round()
+    assert r.transitions == [(1, "quarantined", "healthy", "the driver's recovery action reads None")]
+
+
+async def test_an_older_driver_without_the_recovery_field_is_probed_without_it(services, sshd, remote_dir):
+    hosts, st = fleet(remote_dir, 1, sshd)
+    svc, w, _ = await open_watch(services, hosts)
+    gpu_state.set_unknown_fields(st["gpu-01"], ["gpu_recovery_action"])
+    [r] = await w.round()
+    assert r.probe.status == "ok" and r.probe.findings == [] and r.probe.recovered == frozenset()

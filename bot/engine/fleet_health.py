@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from eaglebot.facts.health import RECOVERY_PREFIX
 from eaglebot.store.health import HELD_STATES
 
 HOST = -1                       # the row of the host itself (its probe, nvidia-smi as a whole)
@@ -48,6 +49,7 @@ class Row:
     gpu: int
     state: str
     clean: int
+    reason: str = ""
 
 
 def breaker_limit(watched: int, max_pct: float) -> int:
@@ -58,10 +60,12 @@ def breaker_limit(watched: int, max_pct: float) -> int:
 
 
 def decide(rows: list[Row], findings: list[Finding], *, told: bool, clear_after: int,
-           may_quarantine: bool) -> Decision:
+           may_quarantine: bool, recovered: frozenset[int] = frozenset()) -> Decision:
     """The transitions of one host after one probe. `told`: the probe read the host (a hung or
     failed probe tells nothing about the GPUs it could not read, so nothing clears);
-    `may_quarantine`: the breaker lets this host be quarantined (or it already is)."""
+    `may_quarantine`: the breaker lets this host be quarantined (or it already is);
+    `recovered`: GPUs whose driver recovery action reads None now (a GPU held for the action
+    the driver asked for is cleared at once when it reads None)."""
     d = Decision()
     now = {r.gpu: r for r in rows}
     worst: dict[int, Finding] = {}
@@ -91,7 +95,9 @@ def decide(rows: list[Row], findings: list[Finding], *, told: bool, clear_after:
         if gpu in worst or r.state not in CLEARABLE:
             continue
         n = r.clean + 1
-        if n >= clear_after:
+        if r.reason.startswith(RECOVERY_PREFIX) and gpu in recovered:
+            d.transitions.append(Transition(gpu, "healthy", "the driver's recovery action reads None"))
+        elif n >= clear_after:
             d.transitions.append(Transition(gpu, "healthy", f"{n} clean probe{'s' if n != 1 else ''}"))
         else:
             d.clean[gpu] = n

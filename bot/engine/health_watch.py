@@ -1,8 +1,8 @@
 """The fleet health watch: a cheap probe of each watched host every `interval_s`, findings
 judged by the Xid policy and `engine.fleet_health`, states and events written to the store.
 
-A probe is the `gpu.health` facts and nothing heavier: one health query (a field an older
-driver does not know is dropped, as the skill does), `nvidia-smi nvlink -s`, and the kernel
+A probe is the `gpu.health` facts and nothing heavier: one health query with the driver's
+recovery action too (a field an older driver does not know is dropped, as the skill does), `nvidia-smi nvlink -s`, and the kernel
 log's Xid lines after the host's cursor (so each Xid is reported once); never DCGM. Each
 probe has its own deadline (`probe_timeout_s`): past it the probe is the finding "probe hung",
 and each host has its own loop, so one wedged host never delays another.
@@ -37,6 +37,7 @@ class Probe:
     xids: list[tuple[int, hf.Xid]] = field(default_factory=list)   # new Xids, by GPU (HOST: unknown)
     cursor: float | None = None
     duration_s: float = 0.0
+    recovered: frozenset[int] = frozenset()        # GPUs whose driver recovery action reads None
 
 
 @dataclass
@@ -63,7 +64,7 @@ async def _run(host: Host, cmd: str, deadline: float) -> Any:
 
 
 async def _read(host: Host, host_vars: Mapping[str, Any], cursor: float | None, deadline: float) -> Probe:
-    fields = list(hf.HEALTH_FIELDS)
+    fields = list(hf.WATCH_FIELDS)
     while True:
         fact = hf.health_fact(fields)
         res = await _run(host, fact.command(host_vars), deadline)
@@ -85,6 +86,7 @@ async def _read(host: Host, host_vars: Mapping[str, Any], cursor: float | None, 
             p.findings.append(fh.Finding(fh.HOST, "warn", f"nvidia-smi printed what the probe cannot read: {e}"))
             p.status = "failed"
     if gpus:
+        p.recovered = frozenset(i for i, r in gpus.items() if r.get("gpu_recovery_action") == hf.RECOVERY_NONE)
         links = await _run(host, hf.NVLINK_STATUS.command(host_vars), deadline)
         nvlink = hf.NVLINK_STATUS.parse(links.stdout) if links.exit_status == 0 else {}
         for i, row in sorted(gpus.items()):
@@ -192,10 +194,11 @@ class HealthWatch:
     async def _apply(self, p: Probe) -> HostReport:
         findings = p.findings + await self._xid_findings(p)
         states = await self.store.health_states()
-        mine = [fh.Row(r["gpu"], r["state"], r["clean"]) for r in states if r["host"] == p.host]
+        mine = [fh.Row(r["gpu"], r["state"], r["clean"], r["reason"] or "") for r in states if r["host"] == p.host]
         held = {r["host"] for r in states if r["state"] in fh.HELD}
         may = p.host in held or len(held) < self.limit
-        d = fh.decide(mine, findings, told=p.status == "ok", clear_after=self.cfg.clear_after, may_quarantine=may)
+        d = fh.decide(mine, findings, told=p.status == "ok", clear_after=self.cfg.clear_after, may_quarantine=may,
+                      recovered=p.recovered)
         report = HostReport(p.host, p, breaker=d.breaker)
         before = {r.gpu: r.state for r in mine}
         for t in d.transitions:

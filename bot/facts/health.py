@@ -24,6 +24,11 @@ HEALTH_FIELDS = [
     "clocks.sm", "clocks.max.sm", "pcie.link.gen.current", "pcie.link.gen.max",
     "pcie.link.width.current", "pcie.link.width.max", "utilization.gpu",
 ]
+# The health watch asks one field more: the recovery the driver recommends (driver 550+; an
+# older one rejects it and the watch asks without it, as gpu.health does with any field).
+WATCH_FIELDS = [*HEALTH_FIELDS, "gpu_recovery_action"]
+RECOVERY_NONE = "None"
+RECOVERY_PREFIX = "driver recovery action: "
 # Never dropped: without them there is nothing to report on.
 REQUIRED_FIELDS = ("index",)
 
@@ -110,7 +115,7 @@ _CONVERT: dict[str, Callable[[str], Any]] = {
     "temperature.gpu": _int, "temperature.memory": _int, "power.draw": _float, "power.limit": _float,
     "clocks.sm": _int, "clocks.current.sm": _int, "clocks.max.sm": _int, "pcie.link.gen.current": _int,
     "pcie.link.gen.max": _int, "pcie.link.width.current": _int, "pcie.link.width.max": _int,
-    "utilization.gpu": _int,
+    "utilization.gpu": _int, "gpu_recovery_action": lambda v: None if _na(v) else v.strip(),
 }
 # Header names nvidia-smi prints for a field asked under another name.
 _ALIASES = {"clocks_throttle_reasons.active": "clocks_event_reasons.active", "clocks.current.sm": "clocks.sm"}
@@ -363,6 +368,9 @@ def evaluate(gpu: dict[str, Any], t: Thresholds, *, nvlink: dict[int, float | No
             v.add("fail", f"NVLink errors: {parts}")
         elif total >= t.nvlink_errors_warn:
             v.add("warn", f"NVLink errors: {parts}")
+    rec = gpu.get("gpu_recovery_action")
+    if isinstance(rec, str) and rec != RECOVERY_NONE:
+        v.add("fail", f"{RECOVERY_PREFIX}{rec}")
     for x in xids or []:
         v.add(x.severity, x.line())
     return v

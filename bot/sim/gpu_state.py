@@ -56,10 +56,11 @@ from typing import Any, Iterator
 STATE_FILE = "gpus.json"
 # Health knobs of set_health: event_reasons (the clocks-event-reasons mask, e.g. 0x40), sm_clock,
 # ecc_uncorrected, ecc_corrected, remap_pending, remap_failure, pcie_gen, pcie_width, pstate,
-# persistence_off, nvlink_inactive (list of links), nvlink_errors ({"replay"|"recovery"|"crc": n}).
+# persistence_off, nvlink_inactive (list of links), nvlink_errors ({"replay"|"recovery"|"crc": n}),
+# recovery_action (what `gpu_recovery_action` reads: "None", "Reset", "Reboot", "Drain P2P", "Drain and Reset").
 HEALTH_KNOBS = frozenset({"event_reasons", "sm_clock", "ecc_uncorrected", "ecc_corrected", "remap_pending",
                           "remap_failure", "pcie_gen", "pcie_width", "pstate", "persistence_off",
-                          "nvlink_inactive", "nvlink_errors"})
+                          "nvlink_inactive", "nvlink_errors", "recovery_action"})
 # The kernel log of the fixtures' host (tests/fixtures/nvidia-smi/health/2xh200-dmesg-xid.txt): no Xid.
 KERNEL_LOG = [
     "[    0.536365] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  ",

@@ -73,6 +73,7 @@ GPU_FIELDS = {
     "pcie.link.gen.max": ("pcie.link.gen.max", None),
     "pcie.link.width.current": ("pcie.link.width.current", None),
     "pcie.link.width.max": ("pcie.link.width.max", None),
+    "gpu_recovery_action": ("gpu_recovery_action", None),     # fixtures: h200-query-recovery-action.csv.txt
     **{f"clocks_event_reasons.{k}": (f"clocks_event_reasons.{k}", None)
        for k in ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                  "hw_power_brake_slowdown")},
@@ -130,6 +131,7 @@ def _health_value(field: str, g: dict[str, Any]) -> object:
         "pcie.link.gen.current": int(h.get("pcie_gen", 5)), "pcie.link.gen.max": 5,
         "pcie.link.width.current": int(h.get("pcie_width", 16)), "pcie.link.width.max": 16,
         "persistence_mode": "Disabled" if h.get("persistence_off") else "Enabled",
+        "gpu_recovery_action": h.get("recovery_action", "None"),
     }[field]
 
 

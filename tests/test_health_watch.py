@@ -351,3 +351,23 @@ async def test_an_older_driver_without_the_recovery_field_is_probed_without_it(s
     gpu_state.set_unknown_fields(st["gpu-01"], ["gpu_recovery_action"])
     [r] = await w.round()
     assert r.probe.status == "ok" and r.probe.findings == [] and r.probe.recovered == frozenset()
+
+
+async def test_a_probe_that_raises_does_not_stop_the_watch_of_the_other_hosts(services, sshd, remote_dir):
+    hosts, st = fleet(remote_dir, 2, sshd, gpus=1)
+    svc, w, _ = await open_watch(services, hosts, interval_s=0.5)
+    probes: dict[str, int] = {}
+    real = w.probe_once
+
+    async def flaky(host: str) -> HostReport:
+        probes[host] = probes.get(host, 0) + 1
+        if host == "gpu-01":
+            raise RuntimeError("surprise")
+        return await real(host)
+    w.probe_once = flaky  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(w.run(stop))
+    await asyncio.sleep(2.0)
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    assert probes["gpu-01"] >= 3 and probes["gpu-02"] >= 3, probes

@@ -10,6 +10,7 @@ and each host has its own loop, so one wedged host never delays another.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -23,6 +24,8 @@ from eaglebot.engine import fleet_health as fh
 from eaglebot.sdk import Host
 from eaglebot.store.protocol_async import AsyncStoreProtocol
 from eaglebot.transport import TransportPool
+
+log = logging.getLogger("eaglebot.health")
 
 # nvidia-smi's exits that mean the GPU or driver is gone (driver not loaded, InfoROM, off the bus).
 _FATAL_EXITS = (9, 14, 15)
@@ -171,8 +174,10 @@ class HealthWatch:
             t0 = time.monotonic()
             try:
                 await self.probe_once(host)
-            except EagleError:
-                pass   # a store that failed once: the next interval tries again
+            except asyncio.CancelledError:
+                raise
+            except Exception:   # one host's surprise (a store hiccup, odd output) never stops the watch
+                log.exception("health probe of %s failed; next try in %gs", host, self.cfg.interval_s)
             delay = max(0.0, self.cfg.interval_s - (time.monotonic() - t0))
 
     async def _xid_findings(self, p: Probe) -> list[fh.Finding]:

@@ -103,6 +103,50 @@ class RegressionConfig(_Model):
                                                         "is flagged (2: one bad night alone is only a suspect)")
 
 
+XID_DEFAULTS: dict[str, dict[str, Any]] = {
+    # The fatal Xids of REFERENCE.md's table; 13 is usually the application, unless it repeats.
+    "48": {"severity": "fail"}, "61": {"severity": "fail"}, "62": {"severity": "fail"},
+    "64": {"severity": "fail"}, "74": {"severity": "fail"}, "79": {"severity": "fail"},
+    "95": {"severity": "fail"}, "119": {"severity": "fail"}, "120": {"severity": "fail"},
+    "13": {"severity": "warn", "fail_after": 5, "window_s": 3600},
+    "31": {"severity": "warn", "fail_after": 5, "window_s": 3600},
+}
+
+
+class XidRule(_Model):
+    severity: Literal["warn", "fail"] = Field(description="what one occurrence of this Xid says about the GPU")
+    fail_after: int | None = Field(None, ge=1, description="this many occurrences within window_s make it fail")
+    window_s: float = Field(3600.0, gt=0, description="the window fail_after counts over (seconds)")
+
+
+class HealthWatchConfig(_Model):
+    hosts: list[str] = Field(default_factory=lambda: ["all"], description="hosts, groups or patterns probed")
+    interval_s: float = Field(60.0, gt=0, description="one cheap probe per host per interval")
+    probe_timeout_s: float = Field(15.0, gt=0, description="a probe that takes longer is itself a finding "
+                                                           "(\"probe hung\")")
+    clear_after: int = Field(3, ge=1, description="clean probes before a suspect or quarantined GPU is healthy")
+    max_quarantined_pct: float = Field(25.0, ge=0, le=100, description="circuit breaker: beyond this share of "
+                                       "the watched hosts, alert but quarantine no more")
+    channel: str | None = Field(None, description="Slack channel of the alerts (default: slack.channel)")
+    auto_drain: bool = Field(False, description="drain a host when it is quarantined, without asking an approver "
+                                                "(the circuit breaker still applies)")
+    xid: dict[str, XidRule] = Field(default_factory=dict, description="per Xid code, overrides of the defaults")
+
+    @field_validator("xid")
+    @classmethod
+    def _xid_codes(cls, v: dict[str, XidRule]) -> dict[str, XidRule]:
+        for code in v:
+            if not str(code).isdigit():
+                raise ValueError(f"Xid {code!r} is not a number")
+        return v
+
+    def xid_policy(self) -> dict[int, XidRule]:
+        """The defaults with this file's rules over them, by code."""
+        merged = {int(k): XidRule(**r) for k, r in XID_DEFAULTS.items()}
+        merged.update({int(k): r for k, r in self.xid.items()})
+        return merged
+
+
 class Settings(_Model):
     audit_db: str = "eagle.db"
     playbooks_dir: str | None = None
@@ -115,6 +159,7 @@ class Settings(_Model):
     access: AccessConfig = Field(default_factory=AccessConfig)
     schedules: list[ScheduleConfig] = Field(default_factory=list)
     regression: RegressionConfig = Field(default_factory=RegressionConfig)
+    health_watch: HealthWatchConfig | None = Field(None, description="the fleet health watch `eagle serve` runs")
     redact: list[str] = Field(default_factory=list, description="regular expressions removed from stored and posted text")
     host_defaults: dict[str, Any] = Field(default_factory=dict,
                                           description="settings every ssh host inherits (user, port, key, "
@@ -198,6 +243,11 @@ class Settings(_Model):
             for m in members:
                 if m not in self.hosts:
                     raise ValueError(f"group {group!r}: unknown host {m!r}")
+        if self.health_watch is not None:   # a typo here would stop `eagle serve` at start, not now
+            try:
+                inventory.select(list(self.health_watch.hosts), list(self.hosts), self.groups, self.all_hosts)
+            except UsageError as e:
+                raise ValueError(f"health_watch.hosts: {e}") from None
         return self
 
     # -- derived -------------------------------------------------------------

@@ -18,6 +18,10 @@ class HostBusy(UsageError):
     """Another run holds the host's lock: exit 2."""
 
 
+class HostQuarantined(UsageError):
+    """The health watch holds the host out of relaunch, bench and schedules: exit 2."""
+
+
 class TransportError(EagleError):
     """A host could not be reached or a command could not be started on it."""
 

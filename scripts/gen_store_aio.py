@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import (
-    ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HostStepRow,
-    IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
+    ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
+    HealthStateRow, HostStepRow, IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
     ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey

@@ -104,15 +104,8 @@ async def _unless_absent(ctx: SkillContext, fact: Fact[T], what: str, notes: lis
     return fact.parse(res.stdout)
 
 
-def _dmesg_command(dmesg: str) -> str:
-    # Exit 3 with the error's last line when the kernel log cannot be read (non-root, dmesg_restrict).
-    d = shlex.quote(dmesg)
-    return (f"if out=$(LC_ALL=C {d} 2>&1); then printf '%s\\n' \"$out\" | grep -F 'Xid' | tail -n 200; exit 0; "
-            f"else printf '%s\\n' \"$out\" | tail -n 1; exit 3; fi")
-
-
 async def _xids(ctx: SkillContext, notes: list[str]) -> list[hf.Xid]:
-    res = await ctx.host.run(_dmesg_command(str(ctx.vars.get("dmesg") or "dmesg")), timeout=30)
+    res = await ctx.host.run(hf.kernel_log_command(str(ctx.vars.get("dmesg") or "dmesg")), timeout=30)
     if res.exit_status != 0 or res.timed_out:
         why = res.stdout.strip().splitlines()[-1:] or [f"exit status {res.exit_status}"]
         notes.append(f"kernel log not readable, Xids not checked: {why[0][:160]}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
-from eaglebot.frontends.scheduler import ANCHOR_JOB, Scheduler
+from eaglebot.frontends.scheduler import ALARM_JOB, ANCHOR_JOB, Scheduler
 
 
 def fire_now(sched: Scheduler, name: str) -> None:
@@ -16,9 +16,9 @@ def fire_now(sched: Scheduler, name: str) -> None:
 
 
 def scheduled(sched: Scheduler) -> list[str]:
-    """The schedules APScheduler holds a job for (the daily audit anchor left out)."""
+    """The schedules APScheduler holds a job for (the daily audit anchor and the alarm check left out)."""
     assert sched._sched is not None, "start() the scheduler first"
-    return [j.id for j in sched._sched.get_jobs() if j.id != ANCHOR_JOB]
+    return [j.id for j in sched._sched.get_jobs() if j.id not in (ANCHOR_JOB, ALARM_JOB)]
 
 
 def finished_jobs(sched: Scheduler) -> asyncio.Queue[tuple[str, int | None]]:

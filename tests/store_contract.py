@@ -21,7 +21,7 @@ from eaglebot.errors import HostBusy
 from eaglebot.sdk import FileChange, Metric, Regression
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import (
-    ApprovalRow, BaselineRow, ChangeRow, EventRow, IncidentRow, LockRow, MetricPoint, MetricRow, RegressionRow,
+    ApprovalRow, BaselineRow, ChangeRow, EventRow, HealthEventRow, HealthStateRow, IncidentRow, LockRow, MetricPoint, MetricRow, RegressionRow,
     RemoteProcRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow,
     WarningRow,
 )
@@ -388,6 +388,9 @@ def test_schedule_fires_and_pause_state(store):
     assert set(fire) == keys(ScheduleFireRow) and (fire["id"], fire["status"], fire["run_id"]) == (f2, "misfired", None)
     store.update_fire(f2, "skipped")
     assert store.last_fire("nightly")["status"] == "skipped"
+    assert [f["id"] for f in store.schedule_fires("nightly")] == [f1, f2]
+    assert [f["id"] for f in store.schedule_fires("nightly", "2026-01-02T00:00:00.000Z")] == [f2]
+    assert store.schedule_fires("nightly", limit=1)[0]["id"] == f1 and store.schedule_fires("other") == []
     assert store.last_schedule_run("nightly")["id"] == rid
     assert store.schedule_states() == {}
     assert store.set_schedule_paused("nightly", True, "alice")
@@ -395,6 +398,45 @@ def test_schedule_fires_and_pause_state(store):
     state = store.schedule_states()["nightly"]
     assert set(state) == keys(ScheduleStateRow) and (state["paused"], state["changed_by"]) == (1, "alice")
     assert store.set_schedule_paused("nightly", False, "bob") and store.schedule_states()["nightly"]["paused"] == 0
+
+
+# -- health watch ------------------------------------------------------------------------------
+
+def test_health_transitions_are_events_with_reason_and_actor_and_hold_the_host(store):
+    assert store.health_states() == [] and store.health_held("gpu-01") is None
+    assert store.health_transition("gpu-01", 0, "quarantined", "Xid 79 (GPU has fallen off the bus)", "health-watch")
+    assert not store.health_transition("gpu-01", 0, "quarantined", "again", "health-watch")
+    held = store.health_held("gpu-01")
+    assert set(held) == keys(HealthStateRow) and (held["gpu"], held["state"], held["clean"]) == (0, "quarantined", 0)
+    store.health_set_clean("gpu-01", 0, 2)
+    store.health_set_alert("gpu-01", 0, "C0123", "1700000000.000100")
+    row = store.health_states("gpu-01")[0]
+    assert (row["clean"], row["channel"], row["message_ts"]) == (2, "C0123", "1700000000.000100")
+    assert store.health_silence("gpu-01", 0, "2030-01-01T00:00:00.000Z", "UBOSS")
+    assert not store.health_silence("gpu-09", 0, "2030-01-01T00:00:00.000Z", "UBOSS")
+    row = store.health_states("gpu-01")[0]
+    assert (row["silenced_until"], row["silenced_by"]) == ("2030-01-01T00:00:00.000Z", "UBOSS")
+    assert store.health_transition("gpu-01", 0, "healthy", "3 clean probes", "health-watch")
+    assert store.health_held("gpu-01") is None and store.health_states("gpu-01")[0]["clean"] == 0
+    events = store.health_events("gpu-01")
+    assert set(events[0]) == keys(HealthEventRow)
+    assert [(e["kind"], e["to_state"], e["actor"]) for e in events] == [
+        ("transition", "healthy", "health-watch"), ("silence", None, "UBOSS"),
+        ("transition", "quarantined", "health-watch")]
+    assert store.audit_verify()["ok"]
+
+
+def test_xids_are_counted_in_their_window_and_the_cursor_is_kept_per_host(store):
+    for _ in range(3):
+        store.health_record_xid("gpu-01", 1, 13, "Xid 13 (graphics engine exception)")
+    store.health_record_xid("gpu-01", 0, 13, "Xid 13")
+    assert store.health_xid_count("gpu-01", 1, 13, "2000-01-01T00:00:00.000Z") == 3
+    assert store.health_xid_count("gpu-01", 1, 13, "2999-01-01T00:00:00.000Z") == 0
+    assert store.health_xid_count("gpu-01", 1, 31, "2000-01-01T00:00:00.000Z") == 0
+    assert store.health_cursor("gpu-01") is None
+    store.health_set_cursor("gpu-01", 1234.5, "ok")
+    store.health_set_cursor("gpu-01", None, "hung")       # a hung probe read nothing: the cursor stays
+    assert store.health_cursor("gpu-01") == 1234.5 and store.health_cursor("gpu-02") is None
 
 
 # -- retention and the audit chain ------------------------------------------------------------

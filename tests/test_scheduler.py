@@ -195,6 +195,8 @@ def test_schedule_rows_and_list_json(make_settings, capsys, tmp_path, pbdir):
     store = Store(settings.db_path)
     rid = seed_run(store, "nightly", "local", origin="schedule", schedule="nightly-bench")
     rows = schedule_rows(settings, store, now=datetime(2030, 1, 10, 12, 0, tzinfo=timezone.utc))
+    # the run was seeded today and "now" is 2030: the missing-run alarm says so
+    assert rows[0].pop("overdue")["why"] == "the bot was not running at its fire time"
     assert rows[0] == {"name": "nightly-bench", "playbook": "nightly", "hosts": ["local"], "cron": "0 3 * * *",
                        "timezone": "UTC", "next_fire": "2030-01-11T03:00:00Z", "last_run_id": rid,
                        "last_status": "succeeded", "paused": False, "paused_by": None, "errors": []}
@@ -258,3 +260,20 @@ async def test_latest_missed_fire_within_grace_is_run_at_start(services, pbdir):
     assert run_id is not None and run_id > before
     misfire = [t for _, t in hooks.posts if "missed" in t]
     assert len(misfire) == 1 and "running it now" in misfire[0]
+
+
+async def test_a_scheduled_run_skips_a_quarantined_host_and_says_so(services, pbdir):
+    svc = await services(playbooks_dir=str(pbdir), schedules=[sched_cfg(hosts=["h1", "h2"])],
+                         hosts={"h1": {"transport": "local"}, "h2": {"transport": "local"}})
+    hooks = RecordingHooks()
+    hooks.store = svc.store
+    await svc.store.health_transition("h2", 0, "quarantined", "Xid 79 (GPU has fallen off the bus)", "health-watch")
+    sched = build_scheduler(svc, hooks)
+    run_id = await sched.run_schedule(svc.settings.schedules[0])
+    assert run_id is not None and (await svc.store.get_run(run_id))["hosts"] == ["h1"]
+    [skip] = await svc.store.events("quarantine_skip")
+    assert "schedule nightly-bench skipped h2 is quarantined" in skip["message"] and "Xid 79" in skip["message"]
+    await svc.store.health_transition("h1", -1, "quarantined", "probe said nvidia-smi exit 15", "health-watch")
+    assert await sched.run_schedule(svc.settings.schedules[0]) is None
+    assert (await svc.store.last_fire("nightly-bench"))["status"] == "quarantined"
+    assert "did not start" in hooks.posts[-1][1] and "quarantined" in hooks.posts[-1][1]

@@ -26,7 +26,7 @@ class RunRequest:
     hosts: list[str] | None = None
     inputs: dict[str, Any] = field(default_factory=dict)
     actor: str = field(default_factory=getpass.getuser)
-    origin: str = "cli"              # cli | slack | schedule
+    origin: str = "cli"              # cli | slack | schedule | watch (health_watch.auto_drain)
     dry_run: bool = False
     assume_yes: bool = False
     rerun_of: int | None = None
@@ -36,6 +36,7 @@ class RunRequest:
     text: str | None = None          # what the person typed (audited when the request is refused)
     batch: str | None = None         # hosts per batch, N or P% (default: the playbook's `batch`)
     max_fail: str | None = None      # hosts that may fail before no new batch starts, N or P%
+    force: bool = False              # run on a quarantined host (an approver's call; audited)
 
 
 @dataclass

@@ -15,6 +15,8 @@ from typing import Any, Awaitable, Callable
 
 from eaglebot.engine import limits, procs, rolling
 from eaglebot.config import Settings
+from eaglebot.engine.fleet_health import breaker_limit
+from eaglebot.engine.quarantine import health_guard
 from eaglebot.errors import EagleError, HostBusy, HostUnreachable, StoreError, UsageError
 from eaglebot.engine.context import host_context, missing_var_error
 from eaglebot.engine.playbook import Playbook, find_playbook, resolve_inputs
@@ -90,6 +92,12 @@ class Engine(StepRunner):
             max_fail = rolling.check_amount(max_fail, "--max-fail", zero_ok=True)
         return Prepared(pb, hosts, inputs, batch, max_fail)
 
+    def _drain_limit(self) -> int | None:
+        cfg = self.settings.health_watch
+        if cfg is None:
+            return None
+        return breaker_limit(len(self.settings.resolve_hosts(cfg.hosts)), cfg.max_quarantined_pct)
+
     async def record_rejected(self, req: RunRequest, err: EagleError) -> None:
         """A request refused before running (unknown playbook or host, invalid input, busy host)
         is an `events` row of kind `rejected`: who, what they typed, why. Not a run row, so
@@ -113,6 +121,7 @@ class Engine(StepRunner):
         """
         try:
             prep = self.prepare(req)
+            prep = await health_guard(self.store, req, prep, self._drain_limit())
         except UsageError as e:
             await self.record_rejected(req, e)
             raise

@@ -19,6 +19,8 @@ from eaglebot.skills import (
     gpu_processes,
     gpu_verify,
     metric_record,
+    node_drain,
+    node_resume,
     pycache_clear,
     server_launch,
     server_logs,
@@ -38,6 +40,8 @@ _gpu_health: Skill[gpu_health.Params] = gpu_health
 _gpu_processes: Skill[gpu_processes.Params] = gpu_processes
 _gpu_verify: Skill[gpu_verify.Params] = gpu_verify
 _metric_record: Skill[metric_record.Params] = metric_record
+_node_drain: Skill[node_drain.Params] = node_drain
+_node_resume: Skill[node_resume.Params] = node_resume
 _pycache_clear: Skill[pycache_clear.Params] = pycache_clear
 _server_launch: Skill[server_launch.Params] = server_launch
 _server_logs: Skill[server_logs.Params] = server_logs
@@ -57,6 +61,8 @@ SHIPPED: tuple[AnySkill, ...] = (
     _gpu_processes,
     _gpu_verify,
     _metric_record,
+    _node_drain,
+    _node_resume,
     _pycache_clear,
     _server_launch,
     _server_logs,

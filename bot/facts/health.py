@@ -8,6 +8,7 @@ reasons, against thresholds the skill takes in `with:`.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -23,6 +24,11 @@ HEALTH_FIELDS = [
     "clocks.sm", "clocks.max.sm", "pcie.link.gen.current", "pcie.link.gen.max",
     "pcie.link.width.current", "pcie.link.width.max", "utilization.gpu",
 ]
+# The health watch asks one field more: the recovery the driver recommends (driver 550+; an
+# older one rejects it and the watch asks without it, as gpu.health does with any field).
+WATCH_FIELDS = [*HEALTH_FIELDS, "gpu_recovery_action"]
+RECOVERY_NONE = "None"
+RECOVERY_PREFIX = "driver recovery action: "
 # Never dropped: without them there is nothing to report on.
 REQUIRED_FIELDS = ("index",)
 
@@ -109,7 +115,7 @@ _CONVERT: dict[str, Callable[[str], Any]] = {
     "temperature.gpu": _int, "temperature.memory": _int, "power.draw": _float, "power.limit": _float,
     "clocks.sm": _int, "clocks.current.sm": _int, "clocks.max.sm": _int, "pcie.link.gen.current": _int,
     "pcie.link.gen.max": _int, "pcie.link.width.current": _int, "pcie.link.width.max": _int,
-    "utilization.gpu": _int,
+    "utilization.gpu": _int, "gpu_recovery_action": lambda v: None if _na(v) else v.strip(),
 }
 # Header names nvidia-smi prints for a field asked under another name.
 _ALIASES = {"clocks_throttle_reasons.active": "clocks_event_reasons.active", "clocks.current.sm": "clocks.sm"}
@@ -221,6 +227,7 @@ XID_MEANINGS: dict[int, tuple[str, str]] = {
 }
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+),?\s*(.*)$")
+_KTIME = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
 
 
 @dataclass
@@ -230,6 +237,7 @@ class Xid:
     text: str
     meaning: str
     severity: str
+    ts: float | None = None   # the kernel's seconds since boot (`[  123.456]`), when printed
 
     def line(self) -> str:
         return f"Xid {self.code} ({self.meaning})"
@@ -244,8 +252,29 @@ def parse_xids(text: str) -> list[Xid]:
             continue
         code = int(m.group(2))
         meaning, severity = XID_MEANINGS.get(code, ("see NVIDIA's Xid catalogue", "warn"))
-        out.append(Xid(m.group(1).lower(), code, m.group(3).strip(), meaning, severity))
+        t = _KTIME.match(line)
+        out.append(Xid(m.group(1).lower(), code, m.group(3).strip(), meaning, severity,
+                       float(t.group(1)) if t else None))
     return out
+
+
+def kernel_log_command(dmesg: str) -> str:
+    """The kernel log's Xid lines (the last 200); exit 3 with the error's last line when the
+    log cannot be read (non-root, dmesg_restrict)."""
+    d = shlex.quote(dmesg)
+    return (f"if out=$(LC_ALL=C {d} 2>&1); then printf '%s\\n' \"$out\" | grep -F 'Xid' | tail -n 200; exit 0; "
+            f"else printf '%s\\n' \"$out\" | tail -n 1; exit 3; fi")
+
+
+def xids_since(xids: list[Xid], cursor: float | None) -> tuple[list[Xid], float | None]:
+    """The Xids after `cursor` (kernel seconds read up to) and the new cursor, so a watch reports
+    each Xid once. None: never read (every Xid is new). A log whose newest Xid is older than the
+    cursor was cleared or the host rebooted (the clock started over): all of it is new."""
+    stamps = [x.ts for x in xids if x.ts is not None]
+    newest = max(stamps) if stamps else None
+    if cursor is None or newest is None or newest < cursor:
+        return [x for x in xids if x.ts is not None or cursor is None], newest if newest is not None else 0.0
+    return [x for x in xids if x.ts is not None and x.ts > cursor], newest
 
 
 def xid_gpu(xid: Xid, bus_ids: dict[int, str]) -> int | None:
@@ -339,6 +368,9 @@ def evaluate(gpu: dict[str, Any], t: Thresholds, *, nvlink: dict[int, float | No
             v.add("fail", f"NVLink errors: {parts}")
         elif total >= t.nvlink_errors_warn:
             v.add("warn", f"NVLink errors: {parts}")
+    rec = gpu.get("gpu_recovery_action")
+    if isinstance(rec, str) and rec != RECOVERY_NONE:
+        v.add("fail", f"{RECOVERY_PREFIX}{rec}")
     for x in xids or []:
         v.add(x.severity, x.line())
     return v

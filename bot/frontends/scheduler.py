@@ -26,14 +26,16 @@ from typing import Any, Coroutine, Mapping, Protocol
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
 
 from eaglebot.config import ScheduleConfig, Settings
-from eaglebot.errors import EagleError, HostBusy, UsageError
+from eaglebot.errors import EagleError, HostBusy, HostQuarantined, UsageError
 from eaglebot.frontends.cron import fires_between, fmt_utc, iso_utc, next_fire, trigger_for
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.schedules import check_schedules
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.frontends.format import fmt_time, table
+from eaglebot.frontends.schedule_alarm import ALARM, ALARM_CHECK_S, alarm_text, overdue, reference, since
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import RunView
 from eaglebot.sdk import StepResult
@@ -44,6 +46,7 @@ from eaglebot.store.protocol_async import AsyncStoreProtocol
 log = logging.getLogger("eaglebot.scheduler")
 
 MAX_MISSED_LISTED = 50
+ALARM_JOB = "eaglebot-missing-run-alarm"
 
 
 class Hooks(Protocol):
@@ -58,7 +61,8 @@ class Hooks(Protocol):
 
 def schedule_rows(settings: Settings, store_sync: StoreProtocol, now: datetime | None = None) -> list[dict[str, Any]]:
     """One dict per configured schedule: name, playbook, hosts, cron, timezone, next_fire
-    (ISO 8601 UTC or None), last_run_id, last_status."""
+    (ISO 8601 UTC or None), last_run_id, last_status, paused, errors, overdue (the missing-run
+    alarm: {due, why}, or None)."""
     now = now or datetime.now(timezone.utc)
     rows = []
     states = store_sync.schedule_states()
@@ -69,12 +73,19 @@ def schedule_rows(settings: Settings, store_sync: StoreProtocol, now: datetime |
         trig = trigger_for(cfg)
         last = store_sync.last_schedule_run(cfg.name)
         state: Mapping[str, Any] = states.get(cfg.name) or {}
+        first = store_sync.schedule_fires(cfg.name, "", 1) if last is None else []
+        ref = reference(last, first[0] if first else None)
+        due = next_fire(trig, ref) if ref else None
+        late = overdue(trig, cfg.misfire_grace_s, ref, last,
+                       store_sync.schedule_fires(cfg.name, since(due), 1000) if due else [], now,
+                       state.get("changed_by") if state.get("paused") else None)
         rows.append({
             "name": cfg.name, "playbook": cfg.playbook, "hosts": list(cfg.hosts), "cron": cfg.cron,
             "timezone": cfg.timezone, "next_fire": iso_utc(next_fire(trig, now)),
             "last_run_id": last["id"] if last else None, "last_status": last["status"] if last else None,
             "paused": bool(state.get("paused")), "paused_by": state.get("changed_by") if state.get("paused") else None,
             "errors": problems.get(cfg.name, []),
+            "overdue": {"due": iso_utc(late.due), "why": late.why} if late else None,
         })
     return rows
 
@@ -82,6 +93,8 @@ def schedule_rows(settings: Settings, store_sync: StoreProtocol, now: datetime |
 def schedule_state(row: dict[str, Any]) -> str:
     if row.get("errors"):
         return "INVALID"
+    if row.get("overdue"):
+        return f"OVERDUE since {fmt_time(row['overdue']['due'])}: {row['overdue']['why']}"
     return f"paused by {row.get('paused_by') or '?'}" if row.get("paused") else "active"
 
 
@@ -207,6 +220,8 @@ class Scheduler:
         self._sched.add_job(self.post_audit_anchor, CronTrigger(hour=0, minute=5, timezone=timezone.utc),
                             id=ANCHOR_JOB, name=ANCHOR_JOB, max_instances=1, coalesce=True,
                             replace_existing=True)
+        self._sched.add_job(self.check_alarms, IntervalTrigger(seconds=ALARM_CHECK_S), id=ALARM_JOB,
+                            name=ALARM_JOB, max_instances=1, coalesce=True, replace_existing=True)
         self._sched.add_listener(self._on_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
         self._sched.start()
         self._spawn(self.check_misfires())
@@ -309,6 +324,31 @@ class Scheduler:
             text += f" Next run at {fmt_utc(nxt)}." if nxt else ""
         return text
 
+    async def check_alarms(self, now: datetime | None = None) -> list[str]:
+        """Name each schedule whose due run did not start within its grace, once. Returns the texts."""
+        now = now or datetime.now(timezone.utc)
+        posted = []
+        states = await self.store.schedule_states()
+        for name, cfg in self._cfgs.items():
+            try:
+                last_run = await self.store.last_schedule_run(name)
+                first = await self.store.schedule_fires(name, "", 1) if last_run is None else []
+                ref = reference(last_run, first[0] if first else None)
+                due = next_fire(self._triggers[name], ref) if ref else None
+                fires = await self.store.schedule_fires(name, since(due), 1000) if due else []
+                state = states.get(name)
+                o = overdue(self._triggers[name], cfg.misfire_grace_s, ref, last_run, fires, now,
+                            state["changed_by"] if state and state["paused"] else None)
+                if o is None or o.posted:
+                    continue
+                text = alarm_text(name, _describe(cfg), o)
+                await self._post(self._channel(cfg), text)
+                await self.store.record_fire(name, iso_utc(o.due), ALARM)
+                posted.append(text)
+            except Exception:
+                log.exception("missing-run check of schedule %s failed", name)
+        return posted
+
     # -- the job ----------------------------------------------------------------------------
     async def _job(self, name: str) -> int | None:
         """One fire of a schedule: the run's id, or None when it did not run (a paused
@@ -342,6 +382,10 @@ class Scheduler:
             observer = _LogObserver(cfg.name)
         try:
             run_id, task = await engine.start(req, observer=observer)
+        except HostQuarantined as e:   # the missing-run alarm reads why the run did not start
+            await store.update_fire(fire_id, "quarantined")
+            await self._post(channel, f":no_entry: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")
+            return None
         except HostBusy as e:
             await store.update_fire(fire_id, "busy")
             await self._post(channel, f":warning: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")

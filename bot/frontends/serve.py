@@ -13,6 +13,7 @@ import os
 import signal
 
 from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
 
 from eaglebot.config import Settings
 from eaglebot.errors import EagleError, UsageError
@@ -67,6 +68,7 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
         except (NotImplementedError, RuntimeError):
             pass
     runner = handler = sched = None
+    watch: asyncio.Task[None] | None = None
     try:
         if http_port is None:
             from eaglebot.frontends.slack.http import GuardedSocketModeHandler
@@ -82,6 +84,7 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
             await web.TCPSite(runner, host, http_port).start()
             log.info("serving Slack requests on http://%s:%s/slack/events as %s", host, http_port, ident.get("user"))
         sched = start_scheduler(services, bot.hooks)
+        watch = start_health_watch(services, client, stop)
         await stop.wait()
         log.info("stopping")
     finally:
@@ -90,6 +93,8 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
                 sched.shutdown()
             except Exception:
                 log.exception("scheduler shutdown failed")
+        if watch is not None:
+            await asyncio.gather(watch, return_exceptions=True)
         if handler is not None:
             await handler.close_async()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
         if runner is not None:
@@ -97,6 +102,36 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
         await bot.aclose(grace_s=60)  # systemd's TimeoutStopSec is 90
         await services.close()
     return 0
+
+
+def start_health_watch(services: Services, client: AsyncWebClient, stop: asyncio.Event) -> asyncio.Task[None] | None:
+    """The fleet health watch (`health_watch:` in eagle.yaml), alerting in Slack, until `stop`."""
+    cfg = services.settings.health_watch
+    if cfg is None:
+        return None
+    from eaglebot.engine.fleet_hook import auto_drain
+    from eaglebot.engine.health_watch import HealthWatch, HostReport
+    from eaglebot.frontends.slack.health_alerts import HealthAlerts
+
+    alerts = HealthAlerts(client, services.store, cfg.channel or services.settings.slack.channel, cfg.interval_s)
+
+    drains: set[asyncio.Task[int | None]] = set()
+
+    async def notify(report: HostReport) -> None:
+        await alerts.notify(report)
+        if cfg is not None and cfg.auto_drain:   # a drain takes minutes: the watch goes on meanwhile
+            t = asyncio.get_running_loop().create_task(auto_drain(services.engine, report))
+            drains.add(t)
+            t.add_done_callback(drains.discard)
+    watch = HealthWatch(services.settings, services.store, services.pool, cfg, notify=notify)
+    log.info("health watch: %d hosts every %gs", len(watch.hosts), cfg.interval_s)
+
+    async def run() -> None:
+        try:
+            await watch.run(stop)
+        finally:
+            await alerts.aclose()
+    return asyncio.create_task(run())
 
 
 def start_scheduler(services: Services, hooks: Hooks) -> Scheduler:

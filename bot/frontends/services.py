@@ -39,7 +39,10 @@ class Services:
 
 
 def _install_hooks(engine: Engine) -> None:
-    """Post-run checks every front end gets (history-based regression detection)."""
+    """Post-run checks every front end gets (history-based regression detection; the drain
+    skills' effect on the health watch's state)."""
+    from eaglebot.engine.fleet_hook import fleet_hook
     from eaglebot.history.hook import history_hook
 
     engine.post_run_hooks.append(history_hook)
+    engine.post_run_hooks.append(fleet_hook)

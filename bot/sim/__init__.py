@@ -5,6 +5,7 @@ into `bin_dir` (so any user, e.g. an SSH test user, can run them) and writes:
 - `nvidia-smi`: prints exactly the formats of real nvidia-smi (see tests/fixtures/nvidia-smi/),
   listing REAL processes recorded in the state folder as GPU holders;
 - `dmesg`: the simulated kernel log (NVRM lines; tests add Xid lines with gpu_state.set_kernel_log);
+- `scontrol`, `sinfo`, `kubectl`: simulated workload schedulers for the drain skills (cluster.py);
 - `python`: a Python with the simulated `sglang` package on its path
   (`python -m sglang.launch_server ...`, `python -m sglang.bench_serving ...`).
 Every simulated program says SIMULATED in its banner/log so nobody mistakes it for the real tool.
@@ -61,5 +62,8 @@ def install_sim_bin(bin_dir: Path, state_dir: Path, python: str | None = None) -
                 f"export PYTHONPATH={q(str(lib / 'sglang_pkg'))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
                 f"exec {q(py)} \"$@\"\n")
     _write_exec(bin_dir / "dmesg", f"#!/bin/sh\n{state} exec {q(py)} {q(str(lib / 'nvidia_smi.py'))} --sim-dmesg\n")
+    for tool in ("scontrol", "sinfo", "kubectl"):   # the simulated workload schedulers (sim/cluster.py)
+        _write_exec(bin_dir / tool, f"#!/bin/sh\n{state} exec {q(py)} {q(str(lib / 'cluster.py'))} {tool} \"$@\"\n")
     return {"python": str(bin_dir / "python"), "nvidia_smi": str(bin_dir / "nvidia-smi"),
-            "dmesg": str(bin_dir / "dmesg")}
+            "dmesg": str(bin_dir / "dmesg"), "scontrol": str(bin_dir / "scontrol"), "sinfo": str(bin_dir / "sinfo"),
+            "kubectl": str(bin_dir / "kubectl")}

@@ -40,6 +40,7 @@ Stable API (the fake SGLang server and the tests rely on these signatures):
     set_health(state_dir, gpu, **knobs) -> None      faults for the health fields (see below)
     set_unknown_fields(state_dir, fields) -> None    fields nvidia-smi rejects, as an older driver
     set_kernel_log(state_dir, lines) -> None         what `nvidia-smi --sim-dmesg` (the sim dmesg) prints
+    set_hang(state_dir, seconds) -> None             every query sleeps that long first (a hung driver)
     load_state(state_dir) -> dict
     live_holders(state) -> list[dict]
     memory_used(state) -> dict[int, int]
@@ -55,10 +56,11 @@ from typing import Any, Iterator
 STATE_FILE = "gpus.json"
 # Health knobs of set_health: event_reasons (the clocks-event-reasons mask, e.g. 0x40), sm_clock,
 # ecc_uncorrected, ecc_corrected, remap_pending, remap_failure, pcie_gen, pcie_width, pstate,
-# persistence_off, nvlink_inactive (list of links), nvlink_errors ({"replay"|"recovery"|"crc": n}).
+# persistence_off, nvlink_inactive (list of links), nvlink_errors ({"replay"|"recovery"|"crc": n}),
+# recovery_action (what `gpu_recovery_action` reads: "None", "Reset", "Reboot", "Drain P2P", "Drain and Reset").
 HEALTH_KNOBS = frozenset({"event_reasons", "sm_clock", "ecc_uncorrected", "ecc_corrected", "remap_pending",
                           "remap_failure", "pcie_gen", "pcie_width", "pstate", "persistence_off",
-                          "nvlink_inactive", "nvlink_errors"})
+                          "nvlink_inactive", "nvlink_errors", "recovery_action"})
 # The kernel log of the fixtures' host (tests/fixtures/nvidia-smi/health/2xh200-dmesg-xid.txt): no Xid.
 KERNEL_LOG = [
     "[    0.536365] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  ",
@@ -229,6 +231,12 @@ def set_unknown_fields(state_dir: str | Path, fields: list[str]) -> None:
 def set_kernel_log(state_dir: str | Path, lines: list[str]) -> None:
     with _locked(state_dir) as state:
         state["kernel_log"] = list(lines)
+
+
+def set_hang(state_dir: str | Path, seconds: float | None) -> None:
+    """Make every nvidia-smi query sleep `seconds` before answering (a wedged driver), or None."""
+    with _locked(state_dir) as state:
+        state["hang_s"] = seconds
 
 
 def holder_alive(h: dict[str, Any]) -> bool:

@@ -73,6 +73,7 @@ GPU_FIELDS = {
     "pcie.link.gen.max": ("pcie.link.gen.max", None),
     "pcie.link.width.current": ("pcie.link.width.current", None),
     "pcie.link.width.max": ("pcie.link.width.max", None),
+    "gpu_recovery_action": ("gpu_recovery_action", None),     # fixtures: h200-query-recovery-action.csv.txt
     **{f"clocks_event_reasons.{k}": (f"clocks_event_reasons.{k}", None)
        for k in ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                  "hw_power_brake_slowdown")},
@@ -130,6 +131,7 @@ def _health_value(field: str, g: dict[str, Any]) -> object:
         "pcie.link.gen.current": int(h.get("pcie_gen", 5)), "pcie.link.gen.max": 5,
         "pcie.link.width.current": int(h.get("pcie_width", 16)), "pcie.link.width.max": 16,
         "persistence_mode": "Disabled" if h.get("persistence_off") else "Enabled",
+        "gpu_recovery_action": h.get("recovery_action", "None"),
     }[field]
 
 
@@ -272,6 +274,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--sim-dmesg"]:
         sys.stdout.write("".join(line + "\n" for line in state.get("kernel_log", gpu_state.KERNEL_LOG)))
         return 0
+    if state.get("hang_s"):
+        time.sleep(float(state["hang_s"]))
     if state.get("exit_code"):
         return _fail(EXIT_MESSAGES.get(state["exit_code"], "Unknown Error\n"), int(state["exit_code"]))
     kind = fields = None

@@ -81,6 +81,9 @@ CHAIN_SCHEMA: dict[int, dict[str, tuple[str, ...]]] = {
     },
     8: {"steps": ("output_bytes", "output_sha256", "output_file")},
     9: {"incidents": ("cause_id",)},
+    10: {"health_state": ("host", "gpu", "state", "since", "reason", "clean", "actor", "channel", "message_ts",
+                          "silenced_until", "silenced_by"),
+         "health_events": ("id", "host", "gpu", "kind", "code", "from_state", "to_state", "reason", "actor", "at")},
 }
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from eaglebot.store import chain
 from eaglebot.store.approvals import ApprovalsMixin
 from eaglebot.store.base import owner_alive, proc_start_time, store_error
+from eaglebot.store.health import HealthMixin
 from eaglebot.store.incidents import IncidentsMixin
 from eaglebot.store.locks import LocksMixin
 from eaglebot.store.maintenance import MaintenanceMixin
@@ -32,7 +33,7 @@ __all__ = ["SCHEMA_VERSION", "Store", "owner_alive", "proc_start_time"]
 
 
 class Store(RunsMixin, StepsMixin, TrendsMixin, IncidentsMixin, ApprovalsMixin, LocksMixin, SweepsMixin,
-            SchedulesMixin, MaintenanceMixin):
+            SchedulesMixin, HealthMixin, MaintenanceMixin):
     """The audit store on one SQLite file: every aggregate's methods on one connection."""
 
     def __init__(self, path: str | Path, *, key_file: str | Path | None = None, readonly: bool = False):

@@ -210,6 +210,26 @@ def _incident_causes(db: Database, from_version: int) -> None:
     chain.record_migration(db.conn, 9)
 
 
+def _health_watch(db: Database, from_version: int) -> None:
+    """The fleet health watch: `health_state` (one row per host and GPU, -1 for the host
+    itself: its state, since when, why, the clean probes counted towards clearing, and the
+    Slack message of its incident, and until when someone silenced its alerts), `health_events` (every transition with reason and actor,
+    and every Xid seen, for the policy's fail_after window), both chained; `health_cursors`
+    (per host, how far its kernel log was read) is transient like locks, not chained."""
+    db.table("health_state").create({
+        "host": str, "gpu": int, "state": str, "since": str, "reason": str, "clean": int, "actor": str,
+        "channel": str, "message_ts": str, "silenced_until": str, "silenced_by": str,
+    }, pk=("host", "gpu"), if_not_exists=True, defaults={"clean": 0})
+    db.table("health_events").create({
+        "id": int, "host": str, "gpu": int, "kind": str, "code": int, "from_state": str, "to_state": str,
+        "reason": str, "actor": str, "at": str,
+    }, pk="id", if_not_exists=True)
+    db.table("health_events").create_index(["host", "gpu", "kind", "code", "at"], if_not_exists=True)
+    db.table("health_cursors").create({"host": str, "cursor": float, "probed_at": str, "status": str},
+                                      pk="host", if_not_exists=True)
+    chain.record_migration(db.conn, 10)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "0001_initial", _initial),
     Migration(2, "0002_run_hosts", _run_hosts),
@@ -220,6 +240,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "0007_chain_seals", _chain_seals),
     Migration(8, "0008_step_output_file", _step_output_file),
     Migration(9, "0009_incident_causes", _incident_causes),
+    Migration(10, "0010_health_watch", _health_watch),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -202,6 +202,33 @@ class IncidentRow(TypedDict):
     cause_id: int | None             # the incident this metric's row belongs to (one cause), else NULL
 
 
+class HealthStateRow(TypedDict):
+    host: str
+    gpu: int                         # -1: the host itself (its probe, nvidia-smi as a whole)
+    state: str                       # healthy, suspect, quarantined, draining, drained, resuming
+    since: str
+    reason: str | None
+    clean: int                       # clean probes in a row, towards clear_after
+    actor: str | None
+    channel: str | None              # the Slack message of this incident, updated in place
+    message_ts: str | None
+    silenced_until: str | None       # no alert updates for this incident until then (ISO time)
+    silenced_by: str | None
+
+
+class HealthEventRow(TypedDict):
+    id: int
+    host: str
+    gpu: int
+    kind: str                        # transition or xid
+    code: int | None                 # the Xid (kind xid)
+    from_state: str | None
+    to_state: str | None
+    reason: str | None
+    actor: str | None
+    at: str
+
+
 class SweepRow(TypedDict):
     id: int
     kind: str

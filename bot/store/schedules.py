@@ -26,6 +26,11 @@ class SchedulesMixin(StoreBase):
         return first(self.db, ScheduleFireRow, "select * from schedule_fires where schedule = ? "
                                                "order by fire_time desc, id desc limit 1", [schedule])
 
+    def schedule_fires(self, schedule: str, since: str = "", limit: int = 100) -> list[ScheduleFireRow]:
+        """A schedule's fires at or after `since` (ISO time; "" from the first), oldest first."""
+        return rows(self.db, ScheduleFireRow, "select * from schedule_fires where schedule = ? and fire_time >= ? "
+                                              "order by fire_time, id limit ?", [schedule, since, limit])
+
     def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
         """Pause or resume a schedule; False when it already was in that state."""
         with self._tx():

@@ -14,7 +14,7 @@ from eaglebot.frontends.services import Services
 
 # Access classes of the command words: a new word is classified by adding it to this set.
 # A word not in it needs an operator (closed by default).
-VIEW_COMMANDS = {"playbooks", "hosts", "history", "show", "status", "logs", "schedule", "trend", *tuning.VIEW}
+VIEW_COMMANDS = {"playbooks", "hosts", "history", "show", "status", "logs", "schedule", "trend", "fleet", *tuning.VIEW}
 
 
 def allowed(users: list[str], user: str) -> bool:
@@ -41,6 +41,9 @@ def authorize(access: AccessConfig, cmd: Command, user: str, *, configured: bool
                 return (f"running is closed by default: eagle.yaml has no `access` section, so Slack users may only "
                         f"view; to {_verb(cmd)}, add your Slack user id ({user}) to access.operators in eagle.yaml")
             return f"only operators can {_verb(cmd)}; add your Slack user id ({user}) to access.operators in eagle.yaml"
+        if cmd.name == "run" and cmd.force and not allowed(access.approvers, user):
+            return (f"only approvers can run on a quarantined host (--force); add your Slack user id ({user}) "
+                    f"to access.approvers in eagle.yaml")
         if cmd.name == "run":
             return authorize_playbook(access, cmd.playbook or "", user)
         return None

@@ -25,12 +25,14 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 SCHEDULE_OPERATIONS = {"pause", "resume"}   # `/eagle schedule pause NAME` operates; `/eagle schedule` views
 
 USAGE = """\
-/eagle <playbook> [host[,host]] [key=value ...] [--dry-run]   run a playbook (e.g. relaunch gpu-01 spec_steps=5)
+/eagle <playbook> [host[,host]] [key=value ...] [--dry-run] [--force]   run a playbook (e.g. relaunch gpu-01
+                                    spec_steps=5); --force: on a quarantined host (approvers only, audited)
 /eagle help [playbook|skill]        this help, or a playbook's inputs / a skill's parameters
 /eagle playbooks | hosts            what can run, and where
 /eagle history [playbook] [host] [n]
 /eagle show ID                      one run: steps, metrics, warnings, regressions
 /eagle status                       running runs and busy hosts
+/eagle fleet                        health state per host and GPU (the health watch)
 /eagle cancel ID | rerun ID [failed]  stop a run (its always-steps still run) / run it again (failed: only
                                    the hosts that failed or were unreachable)
 /eagle logs HOST                    tail of the inference server's log on a host
@@ -50,6 +52,7 @@ class Command:
     dry_run: bool = False
     error: str | None = None
     text: str = ""
+    force: bool = False                         # run on a quarantined host (approvers only)
 
     @property
     def run_id(self) -> int:
@@ -117,7 +120,7 @@ def _builtin(word: str, args: list[str], text: str) -> Command:
         if len(args) != 2 or not _NAME.match(args[1]):
             return _err(text, f"usage: /eagle schedule {args[0]} NAME (see `/eagle schedule`)")
         return Command(word, (args[0], args[1]), text=text)
-    if word in ("playbooks", "hosts", "status", "schedule"):
+    if word in ("playbooks", "hosts", "status", "schedule", "fleet"):
         if args:
             return _err(text, f"/eagle {word} takes no arguments (got {_shown(args[0])})")
         return Command(word, text=text)
@@ -167,12 +170,14 @@ def _builtin(word: str, args: list[str], text: str) -> Command:
 def _parse_run(playbook: str, args: list[str], text: str) -> Command:
     hosts: tuple[str, ...] = ()
     inputs: dict[str, str] = {}
-    dry = False
+    dry = force = False
     for i, tok in enumerate(args):
         if tok in ("--dry-run", "--dryrun", "--check"):
             dry = True
+        elif tok == "--force":
+            force = True
         elif tok.startswith("-"):
-            return _err(text, f"unknown option {_shown(tok)}: the only option is --dry-run")
+            return _err(text, f"unknown option {_shown(tok)}: the options are --dry-run and --force")
         elif "=" in tok:
             key, value = tok.split("=", 1)
             if not _KEY.match(key):
@@ -188,4 +193,5 @@ def _parse_run(playbook: str, args: list[str], text: str) -> Command:
         else:
             return _err(text, f"unexpected argument {_shown(tok)}: after the hosts, inputs are key=value "
                               f"(see `/eagle help {playbook}`)")
-    return Command("run", playbook=playbook, hosts=hosts, inputs=tuple(inputs.items()), dry_run=dry, text=text)
+    return Command("run", playbook=playbook, hosts=hosts, inputs=tuple(inputs.items()), dry_run=dry, text=text,
+                   force=force)

@@ -194,7 +194,8 @@ async def _run(services: Services, cmd: Command, caller: Caller) -> Reply:
     batch = inputs.pop("batch", None) if "batch" not in pb.inputs else None
     max_fail = inputs.pop("max_fail", None) if "max_fail" not in pb.inputs else None
     req = RunRequest(pb, list(cmd.hosts) or None, inputs, actor=caller.user, origin=caller.origin,
-                     dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text, batch=batch, max_fail=max_fail)
+                     dry_run=cmd.dry_run, channel=caller.channel, text=cmd.text, batch=batch, max_fail=max_fail,
+                     force=cmd.force)
     return await _start(services, req, caller)
 
 
@@ -284,6 +285,14 @@ async def _baseline(services: Services, cmd: Command, caller: Caller) -> Reply:
     return Reply(text, Note(text, mark="baseline"), public=True, run_id=rid)
 
 
+async def _fleet(services: Services, cmd: Command, caller: Caller) -> Reply:
+    from eaglebot.frontends.fleet_text import fleet_rows, fleet_text
+
+    cfg = services.settings
+    watched = cfg.resolve_hosts(cfg.health_watch.hosts) if cfg.health_watch else []
+    return listing(fleet_text(fleet_rows(await services.store.health_states(), watched)), "Fleet health", public=True)
+
+
 async def _trend(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.frontends.plot import plot_trend
 
@@ -297,5 +306,5 @@ async def _trend(services: Services, cmd: Command, caller: Caller) -> Reply:
 HANDLERS: dict[str, Callable[[Services, Command, Caller], Awaitable[Reply]]] = {
     "help": _help, "playbooks": _list_playbooks, "hosts": _hosts, "history": _history, "show": _show,
     "status": _status, "cancel": _cancel, "rerun": _rerun, "logs": _logs, "schedule": _schedule,
-    "baseline": _baseline, "trend": _trend, "run": _run, **tuning.HANDLERS,
+    "baseline": _baseline, "trend": _trend, "fleet": _fleet, "run": _run, **tuning.HANDLERS,
 }

@@ -38,6 +38,7 @@ def add_run_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--max-fail", metavar="N|P%", help="hosts that may fail before no new batch starts")
     s.add_argument("--dry-run", action="store_true", help="render every step and show the plan; change nothing")
     s.add_argument("--yes", action="store_true", help="approve confirm steps (e.g. killing foreign GPU processes)")
+    s.add_argument("--force", action="store_true", help="run relaunch or bench on a quarantined host (audited)")
     s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     s.add_argument("-v", "--verbose", action="store_true", help="stream step output to stderr")
 

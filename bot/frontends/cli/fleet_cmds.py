@@ -1,4 +1,4 @@
-"""`eagle rerun RUN [--failed]` and `eagle watch RUN`: a past run again (all its hosts, or the
+"""`eagle fleet`, `eagle rerun RUN [--failed]` and `eagle watch RUN`: the health watch's table, a past run again (all its hosts, or the
 ones that failed or were unreachable), and a running run followed from the store, wherever it
 was started (Slack, a schedule, another terminal)."""
 from __future__ import annotations
@@ -25,10 +25,33 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", common:
     add_run_options(s)
     s.set_defaults(func=cmd_rerun)
 
+    s = sub.add_parser("fleet", parents=[common], help="health state per host and GPU (the health watch)")
+    s.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    s.set_defaults(func=cmd_fleet)
+
     s = sub.add_parser("watch", parents=[common], help="follow a running run (started anywhere); exits with its code")
     s.add_argument("run_id", type=int)
     s.add_argument("--json", action="store_true", help="at the end, print the run as `eagle show --json` does")
     s.set_defaults(func=cmd_watch)
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    """The health watch's table: every watched host, and every host and GPU with a recorded state."""
+    from eaglebot.frontends.cli.common import open_store, settings
+    from eaglebot.frontends.fleet_text import fleet_rows, fleet_text
+
+    cfg = settings(args)
+    watched = cfg.resolve_hosts(cfg.health_watch.hosts) if cfg.health_watch else []
+    store = open_store(cfg)
+    try:
+        rows = fleet_rows(store.health_states(), watched)
+    finally:
+        store.close()
+    if args.json:
+        print_json({"hosts": rows})
+    else:
+        print(fleet_text(rows))
+    return 0
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:

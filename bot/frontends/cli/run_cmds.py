@@ -56,7 +56,7 @@ async def _run_async(args: argparse.Namespace, settings: Settings) -> int:
         req = RunRequest(playbook=args.playbook, hosts=args.hosts, inputs={},
                          origin="cli", dry_run=args.dry_run, assume_yes=args.yes,
                          batch=getattr(args, "batch", None), max_fail=getattr(args, "max_fail", None),
-                         rerun_of=getattr(args, "rerun_of", None),
+                         rerun_of=getattr(args, "rerun_of", None), force=getattr(args, "force", False),
                          actor=os.environ.get("USER") or os.environ.get("LOGNAME") or _whoami())
         approver = terminal_approver if (sys.stdin.isatty() and not args.yes) else None
         observer = TerminalObserver(verbose=args.verbose)

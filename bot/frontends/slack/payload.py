@@ -125,12 +125,18 @@ class _IdRef(TypedDict, total=False):
 
 class _ContainerRef(TypedDict, total=False):
     channel_id: str | None
+    message_ts: str | None
+
+
+class _MessageRef(TypedDict, total=False):
+    ts: str
 
 
 class BlockActionsBody(TypedDict, total=False):
     user: _IdRef
     channel: _IdRef | None
     container: _ContainerRef | None
+    message: _MessageRef | None      # the message whose button was clicked (a health alert's, to edit it)
     response_url: str | None
 
 

@@ -1,0 +1,64 @@
+"""The drain skills move the health watch's state: after a run, a host that `node.drain` took
+out of its scheduler is `draining` (Slurm: jobs still running) or `drained`, and one that
+`node.resume` put back is `resuming` until the watch's clean probes make it healthy (at once
+when no watch is configured). Each is a transition with the run as its reason and the run's
+actor, like every other (store: health_events). `auto_drain` drains a host the watch just
+quarantined when `health_watch.auto_drain` says so."""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from eaglebot.engine.fleet_health import ACTOR, HOST
+from eaglebot.sdk import Regression
+
+if TYPE_CHECKING:
+    from eaglebot.engine.health_watch import HostReport
+    from eaglebot.engine.records import RunOutcome
+    from eaglebot.engine.runner import Engine
+
+_FROM = {"node.drain": ("suspect", "quarantined", "draining"), "node.resume": ("quarantined", "draining", "drained")}
+
+
+async def fleet_hook(engine: "Engine", outcome: "RunOutcome", playbook: object) -> list[Regression]:
+    """Post-run hook (the engine's signature; it flags no regression)."""
+    done = [s for s in outcome.steps if s.skill in _FROM and s.status in ("ok", "changed") and s.step_id]
+    if outcome.dry_run or not done:
+        return []
+    store = engine.store
+    run = await store.get_run(outcome.run_id)
+    actor = (run["actor"] if run else None) or "?"
+    rows = {r["id"]: r for r in await store.steps(outcome.run_id)}
+    for s in done:
+        row = rows.get(s.step_id or -1)
+        data = json.loads(row["data"] or "{}") if row else {}
+        if s.skill == "node.drain":
+            to = "draining" if data.get("state") == "draining" else "drained"
+        else:
+            to = "resuming" if engine.settings.health_watch is not None else "healthy"
+        mine = [r["gpu"] for r in await store.health_states(s.host) if r["state"] in _FROM[s.skill]]
+        if not mine and s.skill == "node.drain":
+            mine = [HOST]     # drained by hand while healthy: held all the same until resumed
+        for gpu in mine:
+            await store.health_transition(s.host, gpu, to, f"{s.skill} in run #{outcome.run_id}: {s.summary}", actor)
+    return []
+
+
+async def auto_drain(engine: "Engine", report: "HostReport") -> int | None:
+    """`health_watch.auto_drain`: a host the watch just quarantined is drained at once, the
+    setting being the approval (the drain's circuit breaker still applies). The run's id, or
+    None (nothing quarantined, or refused: the refusal is an audited event)."""
+    from eaglebot.engine.records import RunRequest
+    from eaglebot.errors import UsageError
+
+    cfg = engine.settings.health_watch
+    new = [t for t in report.transitions if t[2] == "quarantined"]
+    if cfg is None or not cfg.auto_drain or not new:
+        return None
+    reason = "; ".join(t[3] for t in new)[:150]
+    req = RunRequest("drain", [report.host], {"reason": reason}, actor=ACTOR, origin="watch", assume_yes=True)
+    try:
+        out = await engine.run(req)
+    except UsageError:
+        return None
+    return out.run_id

@@ -1,0 +1,62 @@
+"""The health watch's table (host, GPU, state, since, reason) as text and as JSON, for
+`eagle fleet` and `/eagle fleet` alike; and the alert line of one incident."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from eaglebot.frontends.format import fmt_time, table
+from eaglebot.store.rows import HealthStateRow
+
+ORDER = {"quarantined": 0, "draining": 1, "drained": 2, "resuming": 3, "suspect": 4, "healthy": 5}
+
+
+def gpu_label(gpu: int) -> str:
+    return "host" if gpu < 0 else str(gpu)
+
+
+def fleet_rows(rows: Sequence[HealthStateRow], watched: Sequence[str]) -> list[dict[str, Any]]:
+    """Every watched host (healthy when it never had a finding) and every row, in trouble first."""
+    out: list[dict[str, Any]] = [{"host": r["host"], "gpu": r["gpu"], "state": r["state"], "since": r["since"],
+                                  "reason": r["reason"], "clean_probes": r["clean"]} for r in rows]
+    seen = {r["host"] for r in rows}
+    out += [{"host": h, "gpu": None, "state": "healthy", "since": None, "reason": None, "clean_probes": 0}
+            for h in watched if h not in seen]
+    return sorted(out, key=lambda r: (ORDER.get(r["state"], 9), r["host"], -2 if r["gpu"] is None else r["gpu"]))
+
+
+def fleet_text(rows: list[dict[str, Any]]) -> str:
+    """The table; a line of counts above it."""
+    if not rows:
+        return "no host is watched (health_watch is not configured) and none has a recorded state"
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    head = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: ORDER.get(kv[0], 9)))
+    body = table(["host", "gpu", "state", "since (UTC)", "reason"],
+                 [[r["host"], "-" if r["gpu"] is None else gpu_label(r["gpu"]), r["state"],
+                   fmt_time(r["since"]) if r["since"] else "-", (r["reason"] or "-")[:120]] for r in rows])
+    return f"{head}\n{body}"
+
+
+def alert_text(host: str, gpu: int, state: str, reason: str) -> str:
+    """The Slack message of one incident, as it stands now (updated in place)."""
+    what = f"{host} (the host)" if gpu < 0 else f"{host} GPU {gpu}"
+    if state == "healthy":
+        return f":white_check_mark: resolved: {what} is healthy again ({reason}) · `eagle fleet`"
+    icon = ":rotating_light:" if state == "quarantined" else ":warning:"
+    return f"{icon} {what} is {state}: {reason} · `eagle fleet`"
+
+
+SUMMARY_LINES = 40
+
+
+def summary_text(items: list[tuple[str, int, str, str]]) -> str:
+    """Many incidents that opened at once, as one message: (host, gpu, state, reason) each."""
+    lines = [f":rotating_light: {len(items)} more incident{'s' if len(items) != 1 else ''} opened at once "
+             f"(one message for all, within Slack's rate limits) · `eagle fleet`"]
+    for host, gpu, state, reason in items[:SUMMARY_LINES]:
+        what = f"{host} (the host)" if gpu < 0 else f"{host} GPU {gpu}"
+        lines.append(f"• {what} is {state}: {reason[:160]}")
+    if len(items) > SUMMARY_LINES:
+        lines.append(f"… and {len(items) - SUMMARY_LINES} more")
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""The fleet health watch's state: one row per host and GPU (`health_state`), every transition
+and every Xid seen as an event (`health_events`, chained with the state), and how far each
+host's kernel log has been read (`health_cursors`, transient like locks)."""
+from __future__ import annotations
+
+from eaglebot.store.base import StoreBase, first, insert, now_iso, rows
+from eaglebot.store.rows import HealthEventRow, HealthStateRow
+
+# States in which a host refuses relaunch, bench and scheduled runs (`resuming` is back in its
+# scheduler, on probation: the watch's clean probes make it healthy, a finding quarantines it).
+HELD_STATES = ("quarantined", "draining", "drained")
+
+
+class HealthMixin(StoreBase):
+    """The `health_state`, `health_events` and `health_cursors` tables."""
+
+    def health_states(self, host: str | None = None) -> list[HealthStateRow]:
+        """Every host's and GPU's state row (healthy ones included once they had a finding), by host, GPU."""
+        if host is None:
+            return rows(self.db, HealthStateRow, "select * from health_state order by host, gpu")
+        return rows(self.db, HealthStateRow, "select * from health_state where host = ? order by gpu", [host])
+
+    def health_transition(self, host: str, gpu: int, state: str, reason: str, actor: str) -> bool:
+        """Move one host's GPU (-1: the host) to `state` with its reason and actor, as one event;
+        the clean count starts over. False (nothing written) when it already is in that state."""
+        with self._tx():
+            row = self.db.execute("select state from health_state where host = ? and gpu = ?",
+                                  [host, gpu]).fetchone()
+            before = row[0] if row else "healthy"
+            if before == state:
+                return False
+            at = now_iso()
+            if row:   # healthy again: the incident is over, and so is its silence
+                self.db.execute("update health_state set state = ?, since = ?, reason = ?, clean = 0, actor = ?, "
+                                "silenced_until = case when ? = 'healthy' then null else silenced_until end, "
+                                "silenced_by = case when ? = 'healthy' then null else silenced_by end "
+                                "where host = ? and gpu = ?", [state, at, reason, actor, state, state, host, gpu])
+            else:
+                self.db.execute("insert into health_state (host, gpu, state, since, reason, clean, actor) "
+                                "values (?, ?, ?, ?, ?, 0, ?)", [host, gpu, state, at, reason, actor])
+            insert(self.db, "health_events", {"host": host, "gpu": gpu, "kind": "transition", "code": None,
+                                              "from_state": before, "to_state": state, "reason": reason,
+                                              "actor": actor, "at": at})
+            return True
+
+    def health_set_clean(self, host: str, gpu: int, clean: int) -> None:
+        """The clean probes counted in a row towards clearing one host's GPU (0: a finding again)."""
+        with self._tx():
+            self.db.execute("update health_state set clean = ? where host = ? and gpu = ? and clean <> ?",
+                            [clean, host, gpu, clean])
+
+    def health_set_alert(self, host: str, gpu: int, channel: str | None, message_ts: str | None) -> None:
+        """The Slack message of the incident of one host's GPU (updated in place as it evolves)."""
+        with self._tx():
+            self.db.execute("update health_state set channel = ?, message_ts = ? where host = ? and gpu = ?",
+                            [channel, message_ts, host, gpu])
+
+    def health_silence(self, host: str, gpu: int, until: str, by: str) -> bool:
+        """Silence the alerts of one host's GPU incident until `until` (ISO time), as an event;
+        False when it has no state row."""
+        with self._tx():
+            cur = self.db.execute("update health_state set silenced_until = ?, silenced_by = ? "
+                                  "where host = ? and gpu = ?", [until, by, host, gpu])
+            if not cur.rowcount:
+                return False
+            insert(self.db, "health_events", {"host": host, "gpu": gpu, "kind": "silence", "code": None,
+                                              "from_state": None, "to_state": None,
+                                              "reason": f"alerts silenced until {until}", "actor": by,
+                                              "at": now_iso()})
+            return True
+
+    def health_record_xid(self, host: str, gpu: int, code: int, reason: str) -> None:
+        """An Xid the watch read from a host's kernel log (each one once)."""
+        with self._tx():
+            insert(self.db, "health_events", {"host": host, "gpu": gpu, "kind": "xid", "code": code,
+                                              "from_state": None, "to_state": None, "reason": reason,
+                                              "actor": "health-watch", "at": now_iso()})
+
+    def health_xid_count(self, host: str, gpu: int, code: int, since: str) -> int:
+        """How many times Xid `code` was read on one host's GPU at or after `since` (ISO time)."""
+        row = self.db.execute("select count(*) from health_events where host = ? and gpu = ? and kind = 'xid' "
+                              "and code = ? and at >= ?", [host, gpu, code, since]).fetchone()
+        return int(row[0]) if row else 0
+
+    def health_events(self, host: str | None = None, limit: int = 100) -> list[HealthEventRow]:
+        """The watch's events, newest first (of one host when given)."""
+        if host is None:
+            return rows(self.db, HealthEventRow, "select * from health_events order by id desc limit ?", [limit])
+        return rows(self.db, HealthEventRow, "select * from health_events where host = ? order by id desc limit ?",
+                    [host, limit])
+
+    def health_held(self, host: str) -> HealthStateRow | None:
+        """The row that keeps a host out of relaunch, bench and schedules (quarantined or being
+        drained), or None when it may run."""
+        marks = ", ".join("?" for _ in HELD_STATES)
+        return first(self.db, HealthStateRow, f"select * from health_state where host = ? and state in ({marks}) "
+                                              f"order by since limit 1", [host, *HELD_STATES])
+
+    def health_cursor(self, host: str) -> float | None:
+        """How far (kernel log seconds) the watch has read a host's kernel log, or None (never)."""
+        row = self.db.execute("select cursor from health_cursors where host = ?", [host]).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def health_set_cursor(self, host: str, cursor: float | None, status: str) -> None:
+        """A host's probe ended: its kernel log cursor and the probe's status (ok, hung, failed)."""
+        with self._tx():
+            self.db.execute("insert into health_cursors (host, cursor, probed_at, status) values (?, ?, ?, ?) "
+                            "on conflict(host) do update set cursor = coalesce(excluded.cursor, cursor), "
+                            "probed_at = excluded.probed_at, status = excluded.status",
+                            [host, cursor, now_iso(), status])

@@ -81,3 +81,13 @@ def test_every_capture_indexed_exists():
     for rels in INDEX.values():
         for rel in rels:
             assert (FIXTURES / rel).is_file(), rel
+
+
+def test_the_health_watch_query_has_a_real_capture_its_parser_reads():
+    """The watch asks gpu.health's query plus `gpu_recovery_action` (engine/health_watch.py)."""
+    fact = hf.health_fact(list(hf.WATCH_FIELDS))
+    command = fact.command({})
+    assert INDEX.get(command), f"no capture of `{command}` in tests/fixtures/captures.json"
+    for rel in INDEX[command]:
+        readings = fact.parse(read_capture(rel, command))
+        assert readings, rel

@@ -62,11 +62,7 @@ class Store(RunsMixin, StepsMixin, TrendsMixin, IncidentsMixin, ApprovalsMixin, 
 
     def _open(self) -> None:
         self._connect_rw()
-        if migrate(self):
-            # Each migration commits its pages to the WAL, the catalog's several times over
-            # (a new DB's WAL: 580 KiB, against 340 KiB in one transaction): give that space
-            # back now, not at the last close (best effort: a reader may hold the WAL).
-            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        migrate(self)  # checkpoints the WAL after each migration it applies
         self._db_id = self.db_id  # read once here, on the opening thread
         # Only the schema this code knows: a newer eagle's triggers are not this one's to "repair".
         if self._version() == SCHEMA_VERSION and not chain.triggers_current(self.db.conn, SCHEMA_VERSION):

@@ -263,4 +263,8 @@ def migrate(store: StoreBase) -> list[str]:
             m.fn(store.db, start)
             store.db.execute(f"PRAGMA user_version = {m.version}")
             done.append(m.name)
+        # Each migration commits its pages (the catalog's, several times over) to the WAL: give
+        # that space back after each one, so a new DB on a small disk needs room for one
+        # migration's pages, not all ten (best effort: a reader may hold the WAL).
+        store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return done

@@ -29,7 +29,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import SkillContext, StepResult
+from eaglebot.sdk import CommandResult, SkillContext, StepResult
 from eaglebot.facts import health as hf
 from eaglebot.facts import dcgm, nvsmi
 from eaglebot.facts.fact import Fact
@@ -67,24 +67,20 @@ def thresholds(p: Params) -> hf.Thresholds:
 async def query_health(ctx: SkillContext) -> tuple[dict[int, dict[str, Any]], list[str]]:
     """The health rows and the fields this driver did not know (dropped, never a crash)."""
     path = nvsmi.nvsmi_path(ctx.vars)
-    fields = list(hf.HEALTH_FIELDS)
-    fact = hf.HEALTH
-    dropped: list[str] = []
-    while True:
-        res = await ctx.host.run(fact.command(ctx.vars), timeout=nvsmi.NVSMI_TIMEOUT_S)
+
+    async def run(cmd: str) -> CommandResult:
+        res = await ctx.host.run(cmd, timeout=nvsmi.NVSMI_TIMEOUT_S)
         if res.timed_out:
             raise nvsmi.NvsmiError(f"nvidia-smi did not answer within {nvsmi.NVSMI_TIMEOUT_S:g}s on "
                                    f"{ctx.host_name}; the driver may be hung")
-        bad = hf.bad_field(res.stdout + res.stderr) if res.exit_status == 2 else None
-        if bad and bad in fields and bad not in hf.REQUIRED_FIELDS:
-            fields.remove(bad)
-            dropped.append(bad)
-            fact = hf.health_fact(fields)
-            ctx.log(f"nvidia-smi on {ctx.host_name} does not know the field {bad}; asking without it")
-            continue
-        if res.exit_status != 0:
-            raise nvsmi.NvsmiError(nvsmi.explain_exit(ctx.host_name, path, res.exit_status, res.stdout, res.stderr))
-        return nvsmi.parsed(fact.what, ctx.host_name, fact.parse, res.stdout), dropped
+        return res
+
+    res, fact, dropped = await hf.ask_health(run, ctx.vars, hf.HEALTH)
+    for bad in dropped:
+        ctx.log(f"nvidia-smi on {ctx.host_name} does not know the field {bad}; asking without it")
+    if res.exit_status != 0:
+        raise nvsmi.NvsmiError(nvsmi.explain_exit(ctx.host_name, path, res.exit_status, res.stdout, res.stderr))
+    return nvsmi.parsed(fact.what, ctx.host_name, fact.parse, res.stdout), dropped
 
 
 async def _nvlink(ctx: SkillContext, notes: list[str]) -> tuple[dict[int, dict[int, float | None]],

@@ -11,7 +11,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fakes.slack_api import FakeSlackAPI  # noqa: E402
-from slack_harness import start_foreign_gpu_holder  # noqa: E402
+from slack_harness import open_harness, start_foreign_gpu_holder  # noqa: E402
 from sshd import SSHServer, chown_to, start_sshd  # noqa: E402
 
 from eaglebot.config import Settings, load_settings  # noqa: E402
@@ -107,6 +107,21 @@ async def fake():
     f = await FakeSlackAPI().start()
     yield f
     await f.stop()
+
+
+@pytest.fixture
+async def harness(tmp_path, fake):
+    """Open Bolt app harnesses (tests/slack_harness.py) on the fake Web API; all closed after."""
+    opened = []
+
+    async def open_(**kw):
+        h = await open_harness(tmp_path, fake, **kw)
+        opened.append(h)
+        return h
+
+    yield open_
+    for h in opened:
+        await h.close()
 
 
 @pytest.fixture

@@ -3,26 +3,10 @@ self-approval is off) and how it ended (approved, denied, cancelled by X, expire
 The Bolt app over real HTTP with signed requests; the Web API is the local fake."""
 from __future__ import annotations
 
-import pytest
-
-from slack_harness import approval_message, open_harness
+from slack_harness import approval_message
 
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.sdk import ApprovalRequest
-
-
-@pytest.fixture
-async def harness(tmp_path, fake):
-    opened = []
-
-    async def open_(**kw):
-        h = await open_harness(tmp_path, fake, **kw)
-        opened.append(h)
-        return h
-
-    yield open_
-    for h in opened:
-        await h.close()
 
 
 def test_the_card_never_offers_the_requester_when_self_approval_is_off():

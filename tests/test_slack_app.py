@@ -4,29 +4,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
 from history_seed import seed_run
-from slack_harness import CHANNEL, approval_message, command_body, open_harness, signed_headers
+from slack_harness import CHANNEL, approval_message, command_body, signed_headers
 
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack.client import make_client
 from eaglebot.frontends.slack.coalescer import UpdateCoalescer
-
-
-@pytest.fixture
-async def harness(tmp_path, fake):
-    opened = []
-
-    async def open_(**kw):
-        h = await open_harness(tmp_path, fake, **kw)
-        opened.append(h)
-        return h
-
-    yield open_
-    for h in opened:
-        await h.close()
 
 
 def posts(fake, *, thread_ts=None, top=False):

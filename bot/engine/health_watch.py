@@ -67,15 +67,7 @@ async def _run(host: Host, cmd: str, deadline: float) -> Any:
 
 
 async def _read(host: Host, host_vars: Mapping[str, Any], cursor: float | None, deadline: float) -> Probe:
-    fields = list(hf.WATCH_FIELDS)
-    while True:
-        fact = hf.health_fact(fields)
-        res = await _run(host, fact.command(host_vars), deadline)
-        bad = hf.bad_field(res.stdout + res.stderr) if res.exit_status == 2 else None
-        if bad and bad in fields and bad not in hf.REQUIRED_FIELDS:
-            fields.remove(bad)
-            continue
-        break
+    res, fact, _ = await hf.ask_health(lambda cmd: _run(host, cmd, deadline), host_vars, hf.health_fact(hf.WATCH_FIELDS))
     p = Probe(host.name, "ok")
     gpus: dict[int, dict[str, Any]] = {}
     if res.exit_status != 0:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from eaglebot.facts.nvsmi import NvsmiFact, ParseError, split_csv, strip_unit
+from eaglebot.sdk import CommandResult
 
 # The fields the health query asks for, in order (driver 580 knows them all). An older driver
 # that lacks one answers `Field "x" is not a valid field to query.` (exit 2): the skill drops
@@ -46,6 +47,27 @@ def bad_field(text: str) -> str | None:
     """The field an older driver rejects (`Field "x" is not a valid field to query.`), or None."""
     m = _BAD_FIELD.search(text)
     return m.group(1) if m else None
+
+
+HealthFact = NvsmiFact[dict[int, dict[str, Any]]]
+
+
+async def ask_health(run: Callable[[str], Awaitable[CommandResult]], host_vars: Mapping[str, Any],
+                     first: HealthFact) -> tuple[CommandResult, HealthFact, list[str]]:
+    """Run the health query `first` (HEALTH, or the watch's) through `run` (the caller's timeout
+    policy), asking again without each field this nvidia-smi rejects (an older driver; never a
+    required one). Returns the last result, the fact that produced it and the fields dropped."""
+    asked, dropped = first.args[0].removeprefix("--query-gpu=").split(","), []
+    fact = first
+    while True:
+        res = await run(fact.command(host_vars))
+        bad = bad_field(res.stdout + res.stderr) if res.exit_status == 2 else None
+        if bad and bad in asked and bad not in REQUIRED_FIELDS:
+            asked.remove(bad)
+            dropped.append(bad)
+            fact = health_fact(asked)
+            continue
+        return res, fact, dropped
 
 
 # -- clocks event reasons (NVML nvmlClocksEventReasons) ---------------------------------------

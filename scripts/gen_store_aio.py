@@ -1,7 +1,7 @@
 """Write the async face of the audit store from its contract, `StoreProtocol`, so the faces
-cannot drift: the methods of `AsyncStore` (bot/store/aio.py, between the markers) and the
-whole of `AsyncStoreProtocol` (bot/store/protocol_async.py). tests/test_store_async.py checks
-that both are current.
+cannot drift: the methods of `AsyncStore` (the whole of bot/store/aio_methods.py, the base
+class of `AsyncStore` in bot/store/aio.py) and the whole of `AsyncStoreProtocol`
+(bot/store/protocol_async.py). tests/test_store_async.py checks that both are current.
 
     .venv/bin/python scripts/gen_store_aio.py
 """
@@ -13,7 +13,6 @@ from pathlib import Path
 
 from eaglebot.store.protocol import StoreProtocol
 
-BEGIN, END = "    # -- generated from StoreProtocol: scripts/gen_store_aio.py --\n", "    # -- end of generated methods --\n"
 SKIP = {"close"}  # the async face has aclose(): it also stops the writer thread
 STORE = Path(__file__).resolve().parents[1] / "bot" / "store"
 PROTOCOL_HEAD = '''"""The audit store's async face as a contract: `StoreProtocol`'s methods, awaited.
@@ -30,8 +29,9 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
-    ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
+    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
+    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
+    SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
 
@@ -60,6 +60,45 @@ class AsyncStoreProtocol(Protocol):
 '''
 
 
+METHODS_HEAD = '''"""The methods of `AsyncStore` (store/aio.py): every `StoreProtocol` method run on the
+store's writer thread, written out (no `__getattr__` forwarding) so a reader and mypy can
+follow a call from a front end to the SQL.
+
+Written by scripts/gen_store_aio.py from store/protocol.py (do not edit).
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
+
+from eaglebot.store.rows import (
+    ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
+    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
+    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
+    SweepRow, WarningRow,
+)
+from eaglebot.store.sealing import AuditKey
+
+if TYPE_CHECKING:
+    from eaglebot.sdk import FileChange, Metric, Regression
+    from eaglebot.store.db import Store
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class AsyncMethods:
+    """Each store call awaited; `AsyncStore` gives the store (`sync`) and the thread (`_do`)."""
+
+    sync: Store
+
+    async def _do(self, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
+        raise NotImplementedError
+
+'''
+
+
 def _pack(prefix: str, items: list[str], suffix: str) -> str:
     lines, cur = [], prefix
     for i, it in enumerate(items):
@@ -73,9 +112,11 @@ def _pack(prefix: str, items: list[str], suffix: str) -> str:
 
 
 def public_methods() -> list[str]:
-    """The contract's methods, in its order (properties and `close` have no async twin)."""
-    return [n for n, f in StoreProtocol.__dict__.items()
-            if not n.startswith("_") and inspect.isfunction(f) and n not in SKIP]
+    """The contract's methods, in its order, then its parts' (store/protocol_*.py) in MRO order
+    (properties and `close` have no async twin)."""
+    parts = [c for c in StoreProtocol.__mro__ if c.__module__.startswith("eaglebot.store.protocol")]
+    return list(dict.fromkeys(n for c in parts for n, f in c.__dict__.items()
+                              if not n.startswith("_") and inspect.isfunction(f) and n not in SKIP))
 
 
 def _signature(name: str) -> tuple[str, list[str]]:
@@ -105,8 +146,8 @@ def method_source(name: str) -> str:
 
 
 def generated() -> str:
-    """The generated part of store/aio.py."""
-    return BEGIN + "\n".join(method_source(n) for n in public_methods()) + END
+    """The whole of store/aio_methods.py."""
+    return METHODS_HEAD + "\n".join(method_source(n) for n in public_methods())
 
 
 def protocol_source() -> str:
@@ -115,10 +156,7 @@ def protocol_source() -> str:
 
 
 def main() -> int:
-    path = STORE / "aio.py"
-    text = path.read_text()
-    a, b = text.index(BEGIN), text.index(END) + len(END)
-    path.write_text(text[:a] + generated() + text[b:])
+    (STORE / "aio_methods.py").write_text(generated())
     (STORE / "protocol_async.py").write_text(protocol_source())
     return 0
 

@@ -9,18 +9,25 @@ import sqlite3
 from typing import Any
 
 from eaglebot.errors import HostBusy
-from eaglebot.store.base import MY_START, StoreBase, now_iso, owner_alive, rowid, rows, store_error, to_json
+from eaglebot.store.base import MY_START, now_iso, owner_alive, rowid, rows, store_error, to_json
+from eaglebot.store.replicas import ReplicasMixin
 from eaglebot.store.rows import LockRow, NewRun, RemoteProcRow
 from eaglebot.store.runs import insert_run
 
 
-class LocksMixin(StoreBase):
+class LocksMixin(ReplicasMixin):
     """The `locks` and `remote_procs` tables, and `recover`."""
+
+    def _owner_alive(self, pid: int | None, host: str | None, start: str | None) -> bool:
+        """`owner_alive`, and on another machine: not a replica that stopped beating."""
+        if not owner_alive(pid, host, start):
+            return False
+        return not (pid is not None and host and host != socket.gethostname() and self._replica_dead(host, pid, start))
 
     def recover(self) -> list[int]:
         """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
         gone = [r["id"] for r in self.db.query("select id, pid, hostname, proc_start from runs where status = 'running'")
-                if not owner_alive(r["pid"], r["hostname"], r["proc_start"])]
+                if not self._owner_alive(r["pid"], r["hostname"], r["proc_start"])]
         ts = now_iso()
         with self._tx():
             for rid in gone:
@@ -39,7 +46,7 @@ class LocksMixin(StoreBase):
                     "summary = coalesce(nullif(summary, ''), 'interrupted: the process running it is gone') "
                     "where run_id = ? and status = 'running'", [ts, rid])
             for lock in self.locks():
-                if not owner_alive(lock["pid"], lock["hostname"], lock["proc_start"]):
+                if not self._owner_alive(lock["pid"], lock["hostname"], lock["proc_start"]):
                     self._release_lock(lock["host"], lock["run_id"])
         return gone
 
@@ -61,7 +68,7 @@ class LocksMixin(StoreBase):
         for h in hosts:
             row = self.db.conn.execute("select run_id, pid, hostname, proc_start, acquired_at from locks "
                                        "where host = ?", [h]).fetchone()
-            if row and owner_alive(row[1], row[2], row[3]):
+            if row and self._owner_alive(row[1], row[2], row[3]):
                 raise HostBusy(f"host {h} is busy with run #{row[0]} since {row[4]} "
                                f"(wait for it or `eagle cancel`/`/eagle cancel {row[0]}`)")
 

@@ -230,6 +230,21 @@ def _health_watch(db: Database, from_version: int) -> None:
     chain.record_migration(db.conn, 10)
 
 
+def _replicas(db: Database, from_version: int) -> None:
+    """Several `eagle serve` replicas on one store: `leases` (a named lease with an expiry: the
+    replica holding `leader` fires schedules and runs the health watch), `replicas` (each
+    replica's heartbeat, so another machine's rows can be judged dead) and `schedule_claims`
+    (one row per schedule and fire time: a fire is started once, whatever replica fires it).
+    Transient coordination like `locks`, not chained; leadership changes are `leader` events.
+    Plain DDL that PostgreSQL runs unchanged."""
+    db.execute("create table if not exists leases (name text primary key, holder text not null, "
+               "acquired_at text, renewed_at text, expires_at text)")
+    db.execute("create table if not exists replicas (id text primary key, hostname text, pid integer, "
+               "proc_start text, started_at text, seen_at text, version text)")
+    db.execute("create table if not exists schedule_claims (schedule text not null, fire_time text not null, "
+               "holder text, fire_id integer, claimed_at text, primary key (schedule, fire_time))")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "0001_initial", _initial),
     Migration(2, "0002_run_hosts", _run_hosts),
@@ -241,6 +256,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "0008_step_output_file", _step_output_file),
     Migration(9, "0009_incident_causes", _incident_causes),
     Migration(10, "0010_health_watch", _health_watch),
+    Migration(11, "0011_replicas", _replicas),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

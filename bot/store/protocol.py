@@ -20,13 +20,14 @@ from eaglebot.store.rows import (
     HealthStateRow, HostStepRow, IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
     ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
+from eaglebot.store.protocol_replicas import ReplicasProtocol
 from eaglebot.store.sealing import AuditKey
 
 if TYPE_CHECKING:  # the engine's records (the sdk loads pydantic: `eagle history` does not)
     from eaglebot.sdk import FileChange, Metric, Regression
 
 
-class StoreProtocol(Protocol):
+class StoreProtocol(ReplicasProtocol, Protocol):
     """The audit store, synchronous: each call is one transaction (writes) or one read."""
 
     # -- identity --------------------------------------------------------------------------------

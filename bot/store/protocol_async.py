@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
-    ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
+    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
+    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
+    SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
 
@@ -447,4 +448,29 @@ class AsyncStoreProtocol(Protocol):
 
     async def prune(self, older_than: timedelta) -> int:
         """Delete finished runs started before now - older_than, with their child rows."""
+        ...
+
+    async def lease_acquire(self, name: str, holder: str, ttl_s: float) -> bool:
+        """Take the lease if free or expired, renew it if `holder` has it; True while it holds."""
+        ...
+
+    async def lease_release(self, name: str, holder: str) -> None:
+        """Give the lease up at once (a replica stopping cleanly), if `holder` has it."""
+        ...
+
+    async def lease_holder(self, name: str) -> LeaseRow | None:
+        """The lease's row (holder, acquired, renewed, expires), expired or not; None if free."""
+        ...
+
+    async def replica_beat(self, replica_id: str, *, hostname: str, pid: int, proc_start: str | None,
+            version: str) -> None:
+        """A replica is alive now (its first beat records when it started)."""
+        ...
+
+    async def replicas(self) -> list[ReplicaRow]:
+        """Every replica that beat within the last day, most recently seen first."""
+        ...
+
+    async def claim_fire(self, schedule: str, fire_time: str, holder: str) -> int | None:
+        """Claim one fire (schedule, slot time) and record it `started`: its id, or None if claimed."""
         ...

@@ -312,3 +312,23 @@ class AuditHead(TypedDict):
     """The newest sealed link of the audit chain (None, None for an empty chain)."""
     seq: int | None
     hash: str | None
+
+
+class LeaseRow(TypedDict):
+    """A named lease (`leader`): who holds it, since when, and until when unless renewed."""
+    name: str
+    holder: str
+    acquired_at: str | None
+    renewed_at: str | None
+    expires_at: str | None
+
+
+class ReplicaRow(TypedDict):
+    """An `eagle serve` process sharing the store, as its last heartbeat described it."""
+    id: str
+    hostname: str | None
+    pid: int | None
+    proc_start: str | None
+    started_at: str | None
+    seen_at: str | None
+    version: str | None

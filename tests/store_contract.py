@@ -21,8 +21,8 @@ from eaglebot.errors import HostBusy
 from eaglebot.sdk import FileChange, Metric, Regression
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import (
-    ApprovalRow, BaselineRow, ChangeRow, EventRow, HealthEventRow, HealthStateRow, IncidentRow, LockRow, MetricPoint, MetricRow, RegressionRow,
-    RemoteProcRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow,
+    ApprovalRow, BaselineRow, ChangeRow, EventRow, HealthEventRow, HealthStateRow, IncidentRow, LeaseRow, LockRow, MetricPoint,
+    MetricRow, RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow,
     WarningRow,
 )
 
@@ -473,3 +473,61 @@ def test_the_audit_chain_verifies_after_a_sequence_of_writes(store):
 
 
 __all__ = [n for n in dir() if n.startswith("test_")]
+
+
+# -- replicas: the leader lease, heartbeats, claimed fires ---------------------------------------
+
+def test_a_lease_has_one_holder_until_it_expires_or_is_released(store):
+    assert store.lease_holder("leader") is None
+    assert store.lease_acquire("leader", "r1", 30)
+    first = store.lease_holder("leader")
+    assert set(first) == keys(LeaseRow) and first["holder"] == "r1"
+    assert first["expires_at"] > first["renewed_at"]
+    assert not store.lease_acquire("leader", "r2", 30)           # held and not expired
+    assert store.lease_acquire("leader", "r1", 30)               # the holder renews
+    renewed = store.lease_holder("leader")
+    assert renewed["holder"] == "r1" and renewed["acquired_at"] == first["acquired_at"]
+    assert renewed["renewed_at"] >= first["renewed_at"]
+    store.lease_release("leader", "r2")                          # not r2's to release
+    assert store.lease_holder("leader")["holder"] == "r1"
+    store.lease_release("leader", "r1")
+    assert store.lease_holder("leader") is None
+    assert store.lease_acquire("leader", "r2", 30)
+    assert store.lease_acquire("other", "r3", 30)                # another lease is independent
+    assert [e["actor"] for e in reversed(store.events("leader"))] == ["r1", "r1", "r2", "r3"]
+    assert "released" in store.events("leader")[2]["message"]
+
+
+def test_an_expired_lease_is_taken_over_and_the_change_is_an_event(store):
+    assert store.lease_acquire("leader", "r1", -1)               # already expired (ttl in the past)
+    assert store.lease_acquire("leader", "r2", 30)
+    row = store.lease_holder("leader")
+    assert row["holder"] == "r2"
+    assert not store.lease_acquire("leader", "r1", 30)
+    (took, first) = store.events("leader")[:2]
+    assert took["kind"] == "leader" and took["message"].startswith("r2 took the leader lease; r1 held it until")
+    assert first["actor"] == "r1"
+    assert store.audit_verify()["ok"]
+
+
+def test_replicas_beat_and_are_listed_most_recent_first(store):
+    store.replica_beat("h1:10:aa", hostname="h1", pid=10, proc_start="123", version="1.0")
+    store.replica_beat("h2:20:bb", hostname="h2", pid=20, proc_start=None, version="1.0")
+    store.replica_beat("h1:10:aa", hostname="h1", pid=10, proc_start="123", version="1.0")
+    reps = store.replicas()
+    assert [r["id"] for r in reps] == ["h1:10:aa", "h2:20:bb"]
+    assert set(reps[0]) == keys(ReplicaRow)
+    assert reps[0]["seen_at"] >= reps[0]["started_at"] and reps[0]["pid"] == 10 and reps[0]["hostname"] == "h1"
+
+
+def test_a_schedule_fire_is_claimed_once_per_slot(store):
+    t = "2026-01-01T03:00:00.000Z"
+    fid = store.claim_fire("nightly", t, "r1")
+    assert fid is not None
+    assert store.claim_fire("nightly", t, "r2") is None
+    assert store.claim_fire("nightly", "2026-01-01T03:05:00.000Z", "r2") is not None
+    assert store.claim_fire("other", t, "r2") is not None
+    fires = store.schedule_fires("nightly")
+    assert [(f["fire_time"], f["status"]) for f in fires] == [(t, "started"), ("2026-01-01T03:05:00.000Z", "started")]
+    store.update_fire(fid, "running", None)
+    assert store.last_fire("nightly")["fire_time"] == "2026-01-01T03:05:00.000Z"

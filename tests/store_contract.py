@@ -472,9 +472,6 @@ def test_the_audit_chain_verifies_after_a_sequence_of_writes(store):
     store.check_writable()
 
 
-__all__ = [n for n in dir() if n.startswith("test_")]
-
-
 # -- replicas: the leader lease, heartbeats, claimed fires ---------------------------------------
 
 def test_a_lease_has_one_holder_until_it_expires_or_is_released(store):
@@ -531,3 +528,6 @@ def test_a_schedule_fire_is_claimed_once_per_slot(store):
     assert [(f["fire_time"], f["status"]) for f in fires] == [(t, "started"), ("2026-01-01T03:05:00.000Z", "started")]
     store.update_fire(fid, "running", None)
     assert store.last_fire("nightly")["fire_time"] == "2026-01-01T03:05:00.000Z"
+
+
+__all__ = [n for n in dir() if n.startswith("test_")]

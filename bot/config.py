@@ -86,12 +86,30 @@ class ScheduleConfig(_Model):
     name: str
     playbook: str
     hosts: list[str] = Field(default_factory=list)
-    cron: str
+    cron: str | None = Field(None, description="crontab's 5 fields (minute hour day month day-of-week)")
+    every: str | None = Field(None, description="a fixed interval instead of cron: 5s, 10m, 1h (aligned to the "
+                                                "epoch, so every replica computes the same fire times)")
     timezone: str = "UTC"
     channel: str | None = None
     inputs: dict[str, Any] = Field(default_factory=dict)
     approve: bool = Field(False, description="approve `confirm` steps (nobody is there to ask)")
     misfire_grace_s: int = Field(3600, ge=1)
+
+    @model_validator(mode="after")
+    def _cron_or_every(self) -> "ScheduleConfig":
+        if (self.cron is None) == (self.every is None):
+            raise ValueError("give exactly one of cron: or every:")
+        if self.every is not None:
+            self.every_s  # noqa: B018  (validates the interval now, with the file's line)
+        return self
+
+    @property
+    def every_s(self) -> int:
+        """`every:` in seconds (5s, 10m, 1h)."""
+        m = re.fullmatch(r"\s*(\d+)\s*([smh])\s*", self.every or "")
+        if m is None or int(m[1]) == 0:
+            raise ValueError(f"every: {self.every!r} is not an interval such as 5s, 10m or 1h")
+        return int(m[1]) * {"s": 1, "m": 60, "h": 3600}[m[2]]
 
 
 class RegressionConfig(_Model):

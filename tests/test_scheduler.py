@@ -198,7 +198,7 @@ def test_schedule_rows_and_list_json(make_settings, capsys, tmp_path, pbdir):
     # the run was seeded today and "now" is 2030: the missing-run alarm says so
     assert rows[0].pop("overdue")["why"] == "the bot was not running at its fire time"
     assert rows[0] == {"name": "nightly-bench", "playbook": "nightly", "hosts": ["local"], "cron": "0 3 * * *",
-                       "timezone": "UTC", "next_fire": "2030-01-11T03:00:00Z", "last_run_id": rid,
+                       "every": None, "timezone": "UTC", "next_fire": "2030-01-11T03:00:00Z", "last_run_id": rid,
                        "last_status": "succeeded", "paused": False, "paused_by": None, "errors": []}
     assert rows[1]["next_fire"] == "2030-01-14T00:30:00Z"  # Monday 01:30 in Berlin (CET)
     assert rows[1]["last_run_id"] is None

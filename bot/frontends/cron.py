@@ -1,5 +1,6 @@
-"""Cron as a crontab writes it, in APScheduler 3's terms, and the fire-time arithmetic the
-scheduler and `eagle schedule list` share. Pure: no store, no event loop.
+"""Cron as a crontab writes it (or a fixed interval, `every: 5m`), in APScheduler 3's terms,
+and the fire-time arithmetic the scheduler and `eagle schedule list` share. Pure: no store,
+no event loop.
 
 APScheduler 3 differs from crontab in two ways that would fire jobs on the wrong days: it
 counts day-of-week 0 as Monday, and it ANDs a restricted day-of-month with a restricted
@@ -11,20 +12,29 @@ from datetime import datetime, timedelta, timezone
 from typing import overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
 
 from eaglebot.config import ScheduleConfig
 from eaglebot.errors import UsageError
 
 
-def trigger_for(cfg: ScheduleConfig) -> CronTrigger:
+# Interval fires are counted from the epoch, not from each process's start: every replica (and
+# the leader that takes over) computes the same fire times, so a fire is claimed once.
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def trigger_for(cfg: ScheduleConfig) -> BaseTrigger:
     try:
         tz = ZoneInfo(cfg.timezone)
     except (ZoneInfoNotFoundError, ValueError):
         raise UsageError(f"schedule {cfg.name!r}: unknown timezone {cfg.timezone!r} "
                          f"(use an IANA name such as UTC or Europe/Berlin)") from None
+    if cfg.every is not None:
+        return IntervalTrigger(seconds=cfg.every_s, start_date=EPOCH, timezone=timezone.utc)
     try:
-        fields = cfg.cron.split()
+        fields = (cfg.cron or "").split()
         if len(fields) != 5:
             raise ValueError(f"wrong number of fields; got {len(fields)}")
         minute, hour, day, month, dow = fields
@@ -78,13 +88,18 @@ def _dow_num(s: str) -> int:
     raise ValueError(f"bad day of week {s!r}")
 
 
-def next_fire(trigger: CronTrigger, after: datetime) -> datetime | None:
+def describe(cfg: ScheduleConfig) -> str:
+    """How a schedule says when it fires: `every 5m`, or its cron and timezone."""
+    return f"every {cfg.every}" if cfg.every is not None else f"{cfg.cron} ({cfg.timezone})"
+
+
+def next_fire(trigger: BaseTrigger, after: datetime) -> datetime | None:
     """The first fire time strictly after `after`."""
     nxt: datetime | None = trigger.get_next_fire_time(None, after + timedelta(microseconds=1))
     return nxt
 
 
-def fires_between(trigger: CronTrigger, start: datetime, end: datetime, cap: int = 1000) -> list[datetime]:
+def fires_between(trigger: BaseTrigger, start: datetime, end: datetime, cap: int = 1000) -> list[datetime]:
     """Fire times t with start < t <= end (at most cap of them, the newest kept)."""
     out: list[datetime] = []
     t = next_fire(trigger, start)
@@ -96,10 +111,31 @@ def fires_between(trigger: CronTrigger, start: datetime, end: datetime, cap: int
     return out
 
 
+def slot_at(trigger: BaseTrigger, now: datetime, lookback_s: float) -> datetime:
+    """The fire a job running at `now` is for: the latest fire time at or before `now` (within
+    `lookback_s`, the schedule's grace: APScheduler runs nothing later), else `now`."""
+    fires = fires_between(trigger, now - timedelta(seconds=lookback_s + 1), now, cap=1)
+    return fires[-1] if fires else now
+
+
 @overload
 def iso_utc(d: datetime) -> str: ...
+def slot_at(trigger: BaseTrigger, now: datetime, lookback_s: float) -> datetime:
+    """The fire a job running at `now` is for: the latest fire time at or before `now` (within
+    `lookback_s`, the schedule's grace: APScheduler runs nothing later), else `now`."""
+    fires = fires_between(trigger, now - timedelta(seconds=lookback_s + 1), now, cap=1)
+    return fires[-1] if fires else now
+
+
 @overload
 def iso_utc(d: None) -> None: ...
+def slot_at(trigger: BaseTrigger, now: datetime, lookback_s: float) -> datetime:
+    """The fire a job running at `now` is for: the latest fire time at or before `now` (within
+    `lookback_s`, the schedule's grace: APScheduler runs nothing later), else `now`."""
+    fires = fires_between(trigger, now - timedelta(seconds=lookback_s + 1), now, cap=1)
+    return fires[-1] if fires else now
+
+
 @overload
 def iso_utc(d: datetime | None) -> str | None: ...
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Sequence
 
-from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.base import BaseTrigger
 
 from eaglebot.frontends.cron import fmt_utc, iso_utc, next_fire
 from eaglebot.store import parse_iso
@@ -54,7 +54,7 @@ def reference(last_run: RunRow | None, first_fire: ScheduleFireRow | None) -> da
     return parse_iso(first_fire["fire_time"]) if first_fire else None
 
 
-def overdue(trigger: CronTrigger, grace_s: int, ref: datetime | None, last_run: RunRow | None,
+def overdue(trigger: BaseTrigger, grace_s: int, ref: datetime | None, last_run: RunRow | None,
             fires: Sequence[ScheduleFireRow], now: datetime, paused_by: str | None = None) -> Overdue | None:
     """The schedule's overdue fire, or None while it is on time. `fires`: its records since `due`."""
     due = next_fire(trigger, ref) if ref is not None else None

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import socket
 import sys
 import tempfile
 from datetime import datetime, timezone
@@ -30,7 +32,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from eaglebot.config import ScheduleConfig, Settings
 from eaglebot.errors import EagleError, HostBusy, HostQuarantined, UsageError
-from eaglebot.frontends.cron import fires_between, fmt_utc, iso_utc, next_fire, trigger_for
+from eaglebot.frontends.cron import fires_between, fmt_utc, iso_utc, next_fire, slot_at, trigger_for
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.schedules import check_schedules
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
@@ -81,7 +83,7 @@ def schedule_rows(settings: Settings, store_sync: StoreProtocol, now: datetime |
                        state.get("changed_by") if state.get("paused") else None)
         rows.append({
             "name": cfg.name, "playbook": cfg.playbook, "hosts": list(cfg.hosts), "cron": cfg.cron,
-            "timezone": cfg.timezone, "next_fire": iso_utc(next_fire(trig, now)),
+            "every": cfg.every, "timezone": cfg.timezone, "next_fire": iso_utc(next_fire(trig, now)),
             "last_run_id": last["id"] if last else None, "last_status": last["status"] if last else None,
             "paused": bool(state.get("paused")), "paused_by": state.get("changed_by") if state.get("paused") else None,
             "errors": problems.get(cfg.name, []),
@@ -119,7 +121,7 @@ def schedule_list_main(settings: Settings, as_json: bool = False) -> int:
         return 0
     print(table(["name", "playbook", "hosts", "cron", "next fire (UTC)", "last run", "state"],
                 [[r["name"], r["playbook"], ",".join(r["hosts"]) or "(default)",
-                  f"{r['cron']} ({r['timezone']})", fmt_time(r["next_fire"]),
+                  f"every {r['every']}" if r["every"] else f"{r['cron']} ({r['timezone']})", fmt_time(r["next_fire"]),
                   f"#{r['last_run_id']} {r['last_status']}" if r["last_run_id"] else "-", schedule_state(r)]
                  for r in rows]))
     return code
@@ -181,8 +183,10 @@ ANCHOR_JOB = "_audit_anchor"
 class Scheduler:
     """The bot's schedules. `start()` inside the running loop; `shutdown()` to stop."""
 
-    def __init__(self, services: Services, hooks: Hooks | None = None):
+    def __init__(self, services: Services, hooks: Hooks | None = None, holder: str | None = None):
+        """`holder`: who claims the fires (the replica's id; default this process)."""
         self.services = services
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}"
         self.settings: Settings = services.settings
         self.hooks = hooks or LogHooks()
         self._cfgs = {c.name: c for c in self.settings.schedules}
@@ -359,7 +363,8 @@ class Scheduler:
                 await self.store.record_fire(name, now_iso(), "paused")
                 log.info("schedule %s is paused: not run", name)
                 return None
-            return await self.run_schedule(cfg)
+            slot = slot_at(self._triggers[name], datetime.now(timezone.utc), cfg.misfire_grace_s)
+            return await self.run_schedule(cfg, slot)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # never let one job take the scheduler down
@@ -367,11 +372,15 @@ class Scheduler:
             await self._post(self._channel(cfg), f":x: scheduled run {name} ({_describe(cfg)}) crashed: {e}")
             return None
 
-    async def run_schedule(self, cfg: ScheduleConfig) -> int | None:
-        """One scheduled run, start to report. Returns its run id (None if it never started)."""
+    async def run_schedule(self, cfg: ScheduleConfig, slot: datetime | None = None) -> int | None:
+        """One scheduled run for the fire at `slot` (default now), start to report. Returns its
+        run id (None if it never started, or another replica claimed that fire)."""
         store, engine = self.store, self.services.engine
         channel = self._channel(cfg)
-        fire_id = await store.record_fire(cfg.name, now_iso(), "started")
+        fire_id = await store.claim_fire(cfg.name, iso_utc(slot) if slot else now_iso(), self.holder)
+        if fire_id is None:   # a fire is run once, by whichever replica claimed it first
+            log.info("schedule %s: the fire at %s was claimed already", cfg.name, slot)
+            return None
         req = RunRequest(playbook=cfg.playbook, hosts=list(cfg.hosts) or None, inputs=dict(cfg.inputs),
                          actor=f"schedule:{cfg.name}", origin="schedule", schedule=cfg.name,
                          assume_yes=cfg.approve, channel=channel)
@@ -447,6 +456,6 @@ class Scheduler:
                     log.exception("schedule %s: trend plot for %s failed", cfg.name, h)
 
 
-def build_scheduler(services: Services, hooks: Hooks | None = None) -> Scheduler:
+def build_scheduler(services: Services, hooks: Hooks | None = None, holder: str | None = None) -> Scheduler:
     """Jobs for every configured schedule; `.start()` inside the running loop."""
-    return Scheduler(services, hooks)
+    return Scheduler(services, hooks, holder)

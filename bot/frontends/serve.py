@@ -1,9 +1,11 @@
 """`eagle serve`: the bot's composition root.
 
 Builds the services once, checks the bot token, connects the Slack app (Socket Mode, or
-HTTP with --http), starts the configured schedules next to it with Slack as their voice,
-and on SIGINT/SIGTERM stops everything in order: the scheduler, the connection, the runs
-the bot started (their always-steps run), the store.
+HTTP with --http), and joins the election of a leader among the replicas on the same store
+(frontends/leader.py): the leader starts the configured schedules with Slack as their voice
+and the health watch; every replica answers commands and clicks. On SIGINT/SIGTERM it stops
+everything in order: the leader's duties (and its lease), the connection, the runs the bot
+started (their always-steps run), the store.
 """
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from eaglebot.config import Settings
 from eaglebot.errors import EagleError, UsageError
+from eaglebot.frontends.leader import Leadership
 from eaglebot.frontends.scheduler import Hooks, Scheduler, build_scheduler
 from eaglebot.frontends.services import Services
-from eaglebot.frontends.slack.app import build_app
+from eaglebot.frontends.slack.app import SlackBot, build_app
 from eaglebot.frontends.slack.client import make_client, slack_error
 from eaglebot.frontends.slack.expire import expire_stale_approvals
 
@@ -67,8 +70,11 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):
             pass
-    runner = handler = sched = None
-    watch: asyncio.Task[None] | None = None
+    runner = handler = None
+    duties = LeaderDuties(services, bot, client)
+    lead = Leadership(services.store, duties)
+    duties.holder = lead.id
+    election: asyncio.Task[None] | None = None
     try:
         if http_port is None:
             from eaglebot.frontends.slack.http import GuardedSocketModeHandler
@@ -83,18 +89,13 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
             await runner.setup()
             await web.TCPSite(runner, host, http_port).start()
             log.info("serving Slack requests on http://%s:%s/slack/events as %s", host, http_port, ident.get("user"))
-        sched = start_scheduler(services, bot.hooks)
-        watch = start_health_watch(services, client, stop)
+        election = asyncio.create_task(lead.run(stop))
         await stop.wait()
         log.info("stopping")
     finally:
-        if sched is not None:
-            try:
-                sched.shutdown()
-            except Exception:
-                log.exception("scheduler shutdown failed")
-        if watch is not None:
-            await asyncio.gather(watch, return_exceptions=True)
+        stop.set()
+        if election is not None:   # steps down (scheduler, health watch) and releases the lease
+            await asyncio.gather(election, return_exceptions=True)
         if handler is not None:
             await handler.close_async()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
         if runner is not None:
@@ -102,6 +103,38 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
         await bot.aclose(grace_s=60)  # systemd's TimeoutStopSec is 90
         await services.close()
     return 0
+
+
+class LeaderDuties:
+    """What only the leader replica runs: the schedules and the health watch (each term anew),
+    and the sweep for runs whose replica died (interrupted; their approvals expired)."""
+
+    def __init__(self, services: Services, bot: SlackBot, client: AsyncWebClient):
+        self.services, self.bot, self.client = services, bot, client
+        self.holder: str | None = None   # the replica's id: who claims the schedules' fires
+        self.sched: Scheduler | None = None
+        self.watch: asyncio.Task[None] | None = None
+        self._term = asyncio.Event()
+
+    async def start(self) -> None:
+        self._term = asyncio.Event()
+        self.sched = start_scheduler(self.services, self.bot.hooks, self.holder)
+        self.watch = start_health_watch(self.services, self.client, term)
+
+    async def stop(self) -> None:
+        self._term.set()
+        sched, watch, self.sched, self.watch = self.sched, self.watch, None, None
+        if sched is not None:
+            try:
+                sched.shutdown()
+            except Exception:
+                log.exception("scheduler shutdown failed")
+        if watch is not None:
+            await asyncio.gather(watch, return_exceptions=True)
+
+    async def sweep(self) -> None:
+        if await self.services.store.recover():
+            await expire_stale_approvals(self.bot.ctx)
 
 
 def start_health_watch(services: Services, client: AsyncWebClient, stop: asyncio.Event) -> asyncio.Task[None] | None:
@@ -134,8 +167,8 @@ def start_health_watch(services: Services, client: AsyncWebClient, stop: asyncio
     return asyncio.create_task(run())
 
 
-def start_scheduler(services: Services, hooks: Hooks) -> Scheduler:
-    """Start the configured schedules' jobs on this loop."""
-    sched = build_scheduler(services, hooks)
+def start_scheduler(services: Services, hooks: Hooks, holder: str | None = None) -> Scheduler:
+    """Start the configured schedules' jobs on this loop (`holder`: the replica claiming fires)."""
+    sched = build_scheduler(services, hooks, holder)
     sched.start()
     return sched

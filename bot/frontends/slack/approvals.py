@@ -1,5 +1,10 @@
 """Approve / Deny in Slack: the buttons a `confirm` step posts in its run's thread, and the
-click that decides it (approvers only; every refusal is an audit row)."""
+click that decides it (approvers only; every refusal is an audit row).
+
+Several replicas may serve one app (Slack delivers a click to any of them): the button's
+value names the approval row (`<random>.<approval id>`). A click that reaches the replica
+waiting on it resolves the wait at once; one that reaches another replica writes the
+decision to the store, and the waiting replica, which polls its approval row, sees it."""
 from __future__ import annotations
 
 import asyncio
@@ -17,6 +22,7 @@ from eaglebot.sdk import ApprovalRequest
 log = logging.getLogger("eaglebot.slack")
 
 THREAD_WAIT_S = 15.0
+POLL_S = 0.5   # how often a waiting approval looks for a decision another replica wrote
 
 
 class SlackApprover:
@@ -33,13 +39,15 @@ class SlackApprover:
 
     async def __call__(self, ar: ApprovalRequest) -> tuple[bool, str]:
         ctx = self.ctx
-        key = secrets.token_urlsafe(12)
+        row = await ctx.services.store.pending_approval(ar.run_id, ar.step_idx, ar.host)
+        key = secrets.token_urlsafe(12) + (f".{row['id']}" if row else "")
         pending = PendingApproval(ar, asyncio.get_running_loop().create_future(), self.channel)
         ctx.pending[key] = pending
         obs = self.observer
         if obs:
             obs.set_note("waiting for approval")
         post_task: asyncio.Task[None] | None = None
+        poll: asyncio.Task[None] | None = None
         try:
             thread = None
             if obs:
@@ -52,8 +60,11 @@ class SlackApprover:
             if pending.channel:
                 # Its own task: a timeout that cancels us must not lose the message's ts.
                 post_task = ctx.spawn(self._post(pending, pending.channel, key, thread), name="eagle-approval-post")
+            poll = ctx.spawn(_poll_decision(ctx, row["id"], pending), name="eagle-approval-poll") if row else None
             return await pending.future
         finally:
+            if poll is not None:
+                poll.cancel()
             ctx.pending.pop(key, None)
             if obs:
                 obs.set_note(None)
@@ -114,6 +125,19 @@ async def record_approval_message(ctx: SlackContext, ar: ApprovalRequest, channe
         log.exception("could not record the approval message of run %s", ar.run_id)
 
 
+async def _poll_decision(ctx: SlackContext, approval_id: int, pending: PendingApproval) -> None:
+    """Resolve the wait when the approval's row was decided elsewhere (another replica's click)."""
+    while not pending.future.done():
+        await asyncio.sleep(POLL_S)
+        try:
+            row = await ctx.services.store.get_approval(approval_id)
+        except Exception:
+            log.exception("reading approval #%s failed", approval_id)
+            continue
+        if row is not None and row["status"] != "pending" and not pending.future.done():
+            pending.future.set_result((row["status"] == "approved", row["decided_by"] or ""))
+
+
 async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) -> None:
     """A click on Approve or Deny (after the ack)."""
     user = (body.get("user") or {}).get("id", "")
@@ -121,6 +145,9 @@ async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) 
     key = str(action.get("value") or "")
     approve = action.get("action_id") == bk.APPROVE_ACTION
     pending = ctx.pending.get(key)
+    if pending is None and key.rpartition(".")[2].isdigit():
+        await decide_elsewhere(ctx, int(key.rpartition(".")[2]), approve, user, response_url)
+        return
     if pending is None or pending.future.done():
         await ctx.respond(response_url, "This approval is no longer waiting (it was decided or timed out).")
         return
@@ -138,4 +165,31 @@ async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) 
     decision = "approved" if approve else "denied"
     if pending.ts and pending.channel:
         ctx.update(pending.channel, pending.ts, bk.decision_text(decision, user),
+                   bk.approval_decided_blocks(ar, decision, user))
+
+
+async def decide_elsewhere(ctx: SlackContext, approval_id: int, approve: bool, user: str,
+                           response_url: str | None) -> None:
+    """A click on an approval another replica waits on: the decision goes to the store, where
+    that replica's poll finds it (a stale button of a run that is gone decides nothing)."""
+    store = ctx.services.store
+    row = await store.get_approval(approval_id)
+    run = await store.get_run(row["run_id"]) if row else None
+    if row is None or row["status"] != "pending" or run is None or run["status"] != "running":
+        await ctx.respond(response_url, "This approval is no longer waiting (it was decided or timed out).")
+        return
+    ar = ApprovalRequest(run_id=row["run_id"], host=row["host"], step=row["step"], action=row["action"],
+                         details=[], step_idx=row["step_idx"])
+    why = authorize_approval(ctx.settings.access, user, run["actor"], configured=ctx.settings.access_configured)
+    if why:
+        await store.add_rejection("access_denied", user, f"{'approve' if approve else 'deny'} {ar.action!r} on {ar.host}",
+                                  why, ar.run_id)
+        await ctx.respond(response_url, f":no_entry: {bk.escape(why)}; your click was recorded.")
+        return
+    decision = "approved" if approve else "denied"
+    if not await store.approval_decided(approval_id, decision, user):
+        await ctx.respond(response_url, "This approval is no longer waiting (it was decided or timed out).")
+        return
+    if row["channel"] and row["message_ts"]:
+        ctx.update(row["channel"], row["message_ts"], bk.decision_text(decision, user),
                    bk.approval_decided_blocks(ar, decision, user))

@@ -22,7 +22,9 @@ from eaglebot.frontends.chat.access import audit_refusal, authorize_playbook
 from eaglebot.frontends.chat.caller import Caller
 from eaglebot.frontends.chat.grammar import USAGE, Command
 from eaglebot.frontends.chat.reply import CancelRequested, LogTail, Note, Reply, RunShown, error_reply, listing
+from eaglebot.frontends.leader import LEADER
 from eaglebot.frontends.recap_text import RECAP_LINES, recap_block
+from eaglebot.frontends.replicas_text import leader_of, replica_rows, replicas_text
 from eaglebot.frontends.format import describe_inputs, fmt_time, history_text, show_text, since, table
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import HistoryRow, RunView, load_history
@@ -154,6 +156,8 @@ async def _status(services: Services, cmd: Command, caller: Caller) -> Reply:
                                                 f"{': ' + lk['reason'] if lk['reason'] else ''})" for lk in locks))
     else:
         parts.append("busy hosts: none")
+    lease, reps = await services.store.lease_holder(LEADER), await services.store.replicas()
+    parts.append(replicas_text(replica_rows(reps, lease), leader_of(lease)))
     text = "\n\n".join(parts)
     return listing(text, "Status", public=True)
 

@@ -85,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write each step's whole output, byte for byte, to stdout (a header per step on stderr)")
     s.set_defaults(func=cmd_show)
 
-    s = sub.add_parser("status", parents=[common], help="running runs and busy hosts (as `/eagle status`)")
+    s = sub.add_parser("status", parents=[common],
+                       help="running runs, busy hosts, the `eagle serve` replicas and their leader (as `/eagle status`)")
+    s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_status)
 
     s = sub.add_parser("logs", parents=[common], help="the tail of a host's server log (the server-logs playbook)")

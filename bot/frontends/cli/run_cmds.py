@@ -128,6 +128,19 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if getattr(args, "json", False):
+        from eaglebot.frontends.leader import LEADER
+        from eaglebot.frontends.replicas_text import leader_of, replica_rows
+
+        store = store_only(args)
+        lease = store.lease_holder(LEADER)
+        print_json({"running": [{"run_id": r["id"], "playbook": r["playbook"], "hosts": r["hosts"],
+                                       "actor": r["actor"], "origin": r["origin"], "started_at": r["started_at"]}
+                                      for r in store.running_runs()],
+                          "locks": [{"host": lk["host"], "run_id": lk["run_id"], "reason": lk["reason"]}
+                                    for lk in store.locks()],
+                          "replicas": replica_rows(store.replicas(), lease), "leader": leader_of(lease)})
+        return 0
     from eaglebot.frontends.cli.chat import chat_main
 
     return chat_main(_settings(args), "status")

@@ -119,7 +119,7 @@ class LeaderDuties:
     async def start(self) -> None:
         self._term = asyncio.Event()
         self.sched = start_scheduler(self.services, self.bot.hooks, self.holder)
-        self.watch = start_health_watch(self.services, self.client, term)
+        self.watch = start_health_watch(self.services, self.client, self._term)
 
     async def stop(self) -> None:
         self._term.set()

@@ -25,6 +25,7 @@ _.acquired_at, _.set_at, _.recorded_at, _.changed_at, _.opened_run, _.opened_at,
 _.closed_at, _.closed_kind, _.closed_by, _.cleaned_at, _.from_state, _.to_state, _.silenced_until, _.silenced_by
 _.multi_host, _.checked, _.rows_checked
 _.run_status, _.run_channel, _.run_thread_ts, _.hash
+_.renewed_at, _.expires_at, _.seen_at
 
 # A function only mypy reads: it proves Store and AsyncStore satisfy their protocols (store/aio.py).
 _._faces

@@ -120,22 +120,8 @@ def slot_at(trigger: BaseTrigger, now: datetime, lookback_s: float) -> datetime:
 
 @overload
 def iso_utc(d: datetime) -> str: ...
-def slot_at(trigger: BaseTrigger, now: datetime, lookback_s: float) -> datetime:
-    """The fire a job running at `now` is for: the latest fire time at or before `now` (within
-    `lookback_s`, the schedule's grace: APScheduler runs nothing later), else `now`."""
-    fires = fires_between(trigger, now - timedelta(seconds=lookback_s + 1), now, cap=1)
-    return fires[-1] if fires else now
-
-
 @overload
 def iso_utc(d: None) -> None: ...
-def slot_at(trigger: BaseTrigger, now: datetime, lookback_s: float) -> datetime:
-    """The fire a job running at `now` is for: the latest fire time at or before `now` (within
-    `lookback_s`, the schedule's grace: APScheduler runs nothing later), else `now`."""
-    fires = fires_between(trigger, now - timedelta(seconds=lookback_s + 1), now, cap=1)
-    return fires[-1] if fires else now
-
-
 @overload
 def iso_utc(d: datetime | None) -> str | None: ...
 

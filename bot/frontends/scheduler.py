@@ -23,7 +23,7 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Coroutine, Mapping, Protocol
+from typing import Any, Callable, Coroutine, Mapping, Protocol
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -187,6 +187,9 @@ class Scheduler:
         """`holder`: who claims the fires (the replica's id; default this process)."""
         self.services = services
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}"
+        # Whether this replica may fire now (serve: the leader's term has not run out): a
+        # replica frozen past its term does not start fires before its loop steps it down.
+        self.leading: Callable[[], bool] = lambda: True
         self.settings: Settings = services.settings
         self.hooks = hooks or LogHooks()
         self._cfgs = {c.name: c for c in self.settings.schedules}
@@ -358,6 +361,9 @@ class Scheduler:
         """One fire of a schedule: the run's id, or None when it did not run (a paused
         schedule, a busy host, a crash, which it reports and survives)."""
         cfg = self._cfgs[name]
+        if not self.leading():
+            log.warning("schedule %s: not the leader any more; its fire is left to the next one", name)
+            return None
         try:
             if (state := (await self.store.schedule_states()).get(name)) and state["paused"]:
                 await self.store.record_fire(name, now_iso(), "paused")

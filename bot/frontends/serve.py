@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import signal
+from typing import Callable
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -73,7 +74,7 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
     runner = handler = None
     duties = LeaderDuties(services, bot, client)
     lead = Leadership(services.store, duties)
-    duties.holder = lead.id
+    duties.holder, duties.leading = lead.id, lead.is_leader
     election: asyncio.Task[None] | None = None
     try:
         if http_port is None:
@@ -112,6 +113,7 @@ class LeaderDuties:
     def __init__(self, services: Services, bot: SlackBot, client: AsyncWebClient):
         self.services, self.bot, self.client = services, bot, client
         self.holder: str | None = None   # the replica's id: who claims the schedules' fires
+        self.leading: Callable[[], bool] = lambda: True   # the replica's term has not run out
         self.sched: Scheduler | None = None
         self.watch: asyncio.Task[None] | None = None
         self._term = asyncio.Event()
@@ -119,6 +121,7 @@ class LeaderDuties:
     async def start(self) -> None:
         self._term = asyncio.Event()
         self.sched = start_scheduler(self.services, self.bot.hooks, self.holder)
+        self.sched.leading = self.leading
         self.watch = start_health_watch(self.services, self.client, self._term)
 
     async def stop(self) -> None:

@@ -136,8 +136,8 @@ class LeaderDuties:
             await asyncio.gather(watch, return_exceptions=True)
 
     async def sweep(self) -> None:
-        if await self.services.store.recover():
-            await expire_stale_approvals(self.bot.ctx)
+        await self.services.store.recover()   # also done by any `eagle` command that opens the store
+        await expire_stale_approvals(self.bot.ctx)
 
 
 def start_health_watch(services: Services, client: AsyncWebClient, stop: asyncio.Event) -> asyncio.Task[None] | None:

@@ -17,7 +17,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.doctor import doctor_main
 
-    return doctor_main(_settings(args))
+    return doctor_main(_settings(args), service=args.service)
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:

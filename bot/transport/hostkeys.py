@@ -34,9 +34,15 @@ def known_hosts_path(cfg: HostConfig) -> Path:
     return Path(os.path.expanduser(cfg.known_hosts or "~/.ssh/known_hosts"))
 
 
+def _address(cfg: HostConfig) -> str:
+    if not cfg.address:
+        raise TransportError("the host has no address")
+    return cfg.address
+
+
 def host_pattern(cfg: HostConfig) -> str:
     """The host as OpenSSH (and asyncssh) look it up in known_hosts: `[addr]:port` off port 22."""
-    return cfg.address if cfg.port == 22 else f"[{cfg.address}]:{cfg.port}"
+    return _address(cfg) if cfg.port == 22 else f"[{cfg.address}]:{cfg.port}"
 
 
 def _pinned_keys(cfg: HostConfig) -> list[Any]:
@@ -49,7 +55,7 @@ def _pinned_keys(cfg: HostConfig) -> list[Any]:
         known = asyncssh.read_known_hosts(str(path))
     except (OSError, ValueError, asyncssh.KeyImportError) as e:
         raise TransportError(f"cannot read {path}: {e}") from None
-    return list(known.match(cfg.address, "", cfg.port)[0])
+    return list(known.match(_address(cfg), "", cfg.port)[0])
 
 
 async def scan(cfg: HostConfig, tunnel: SSHTransport | None = None) -> HostKey:
@@ -71,7 +77,7 @@ async def scan(cfg: HostConfig, tunnel: SSHTransport | None = None) -> HostKey:
             raise TransportError(f"its jump host {tunnel.name} cannot be reached: {e}") from None
     where = f"{cfg.address}:{cfg.port}"
     try:
-        key = await asyncio.wait_for(asyncssh.get_server_host_key(cfg.address, cfg.port, **kwargs),
+        key = await asyncio.wait_for(asyncssh.get_server_host_key(_address(cfg), cfg.port, **kwargs),
                                      cfg.connect_timeout_s)
     except asyncio.TimeoutError:
         raise HostUnreachable(f"{where} did not answer an SSH handshake in {cfg.connect_timeout_s:g} s") from None

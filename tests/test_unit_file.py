@@ -73,12 +73,43 @@ def test_the_units_documentation_link_names_a_shipped_file():
 
 
 def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
-    analyze = shutil.which("systemd-analyze")
-    assert analyze, "systemd-analyze is missing: install Debian's `systemd` package"
+    analyze = systemd_tool("systemd-analyze")
     unit = tmp_path / "eaglebot.service"      # the venv where this test's eagle is
     unit.write_text(UNIT.read_text().replace("/opt/eaglebot/.venv/bin/eagle", EAGLE))
     res = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stderr == "" and res.stdout == "", res.stderr
+
+
+def systemd_tool(name: str) -> str:
+    path = shutil.which(name)
+    assert path, f"{name} is missing: install Debian's `systemd` package"
+    return path
+
+
+def install_root(root: Path) -> Path:
+    """Install step 2 as written, into `root`: systemd-sysusers, then systemd-tmpfiles --create."""
+    (root / "etc").mkdir(parents=True)
+    for tool, conf in (("systemd-sysusers", SYSUSERS), ("systemd-tmpfiles", TMPFILES)):
+        args = [systemd_tool(tool), f"--root={root}"] + (["--create"] if tool == "systemd-tmpfiles" else [])
+        res = subprocess.run([*args, str(conf)], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+    return root
+
+
+def test_sysusers_and_tmpfiles_create_the_user_and_folders_the_unit_names(tmp_path):
+    root = install_root(tmp_path / "root")
+    passwd = {line.split(":")[0]: line.split(":") for line in (root / "etc/passwd").read_text().splitlines()}
+    user = passwd[SERVICE["User"][0]]
+    uid, gid, home, shell = int(user[2]), int(user[3]), user[5], user[6]
+    groups = {line.split(":")[0]: int(line.split(":")[2]) for line in (root / "etc/group").read_text().splitlines()}
+    assert groups[SERVICE["Group"][0]] == gid and home == SERVICE["WorkingDirectory"][0]
+    assert shell == "/usr/sbin/nologin"
+    for path, (mode, owner, group) in tmpfiles_dirs().items():
+        st = (root / path.lstrip("/")).stat()
+        assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == int(mode, 8), path
+        assert st.st_uid == (uid if owner == user[0] else 0) and st.st_gid == (gid if group == user[0] else 0), path
+    for path in (home, *SERVICE["ReadWritePaths"]):   # what the bot writes is its own
+        assert (root / path.lstrip("/")).stat().st_uid == uid
 
 
 def test_sysusers_tmpfiles_and_the_example_config_agree_with_the_unit():
@@ -145,10 +176,8 @@ async def test_the_shipped_unit_starts_the_bot_with_one_host_down_on_a_host_with
             value = value.replace(old, new)
         return value
 
-    # Step 2: the folders, as systemd-tmpfiles creates them (modes as written).
-    for path, (mode, _, _) in tmpfiles_dirs().items():
-        Path(mapped(path)).mkdir(parents=True, exist_ok=True)
-        os.chmod(mapped(path), int(mode, 8))
+    # Step 2: the user and folders, by systemd-sysusers and systemd-tmpfiles.
+    install_root(root)
     # Step 3: the example config, its GPU host at the test sshd (simulated GPUs there), gpu-02 down.
     sim = install_sim_bin(remote_dir / "sim-bin", remote_dir / "gpu-state", python=PY)
     gpu_state.init_state(remote_dir / "gpu-state", 8)

@@ -88,7 +88,7 @@ async def scan(cfg: HostConfig, tunnel: SSHTransport | None = None) -> HostKey:
     if key is None:
         raise TransportError(f"{where} presented no host key")
     return HostKey(key.get_algorithm(), key.get_fingerprint("sha256"),
-                   key.export_public_key("openssh").decode().split("\n")[0].strip())
+                   " ".join(key.export_public_key("openssh").decode().split()[:2]))
 
 
 def pinned_state(cfg: HostConfig, key: HostKey) -> Pinned:

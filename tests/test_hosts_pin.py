@@ -76,6 +76,20 @@ def test_pin_refuses_a_host_whose_pinned_key_differs_and_changes_nothing(tmp_pat
     assert known.read_text() == before
 
 
+def test_pin_refuses_a_host_that_offers_no_key_of_the_pinned_type(tmp_path, sshd, capsys):
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(other)], check=True)
+    known = tmp_path / "known_hosts"
+    before = f"[127.0.0.1]:{sshd.port} {' '.join((tmp_path / 'other.pub').read_text().split()[:2])}\n"
+    known.write_text(before)
+    cfg = config(tmp_path, sshd, known)
+    assert main(["--config", cfg, "hosts", "pin", "gpu", "--yes"]) == 1
+    err = capsys.readouterr().err
+    assert "REFUSED" in err and "DIFFERENT key" in err
+    assert keygen_fingerprint(sshd.root / "host_ed25519.pub") in err
+    assert known.read_text() == before
+
+
 def test_pin_through_a_jump_host_and_appends_after_other_hosts_lines(tmp_path, sshd, capsys):
     known = tmp_path / "known_hosts"
     known.write_text("example.org ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDcxT6yQx6rSPb2FpQ6Bq1oZy3s6V1hQnW3t0kq3Xv5c")

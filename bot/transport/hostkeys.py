@@ -58,23 +58,9 @@ def _pinned_keys(cfg: HostConfig) -> list[Any]:
     return list(known.match(_address(cfg), "", cfg.port)[0])
 
 
-async def scan(cfg: HostConfig, tunnel: SSHTransport | None = None) -> HostKey:
-    """The key the host presents, through `tunnel` (its jump host's transport) when it has one.
-
-    When known_hosts already holds keys for the host, the key is asked for in their algorithms,
-    as a connection would be (asyncssh offers only the pinned algorithms): a host that then
-    presents another key is one whose key changed."""
+async def _server_key(cfg: HostConfig, kwargs: dict[str, Any]) -> Any:
     import asyncssh
 
-    pinned = _pinned_keys(cfg)
-    kwargs: dict[str, Any] = {}
-    if pinned:
-        kwargs["server_host_key_algs"] = sorted({k.get_algorithm() for k in pinned})
-    if tunnel is not None:
-        try:
-            kwargs["tunnel"] = await tunnel._connect()
-        except (HostUnreachable, TransportError) as e:
-            raise TransportError(f"its jump host {tunnel.name} cannot be reached: {e}") from None
     where = f"{cfg.address}:{cfg.port}"
     try:
         key = await asyncio.wait_for(asyncssh.get_server_host_key(_address(cfg), cfg.port, **kwargs),
@@ -87,6 +73,30 @@ async def scan(cfg: HostConfig, tunnel: SSHTransport | None = None) -> HostKey:
         raise TransportError(f"{where}: the SSH handshake failed: {e.reason}") from None
     if key is None:
         raise TransportError(f"{where} presented no host key")
+    return key
+
+
+async def scan(cfg: HostConfig, tunnel: SSHTransport | None = None) -> HostKey:
+    """The key the host presents, through `tunnel` (its jump host's transport) when it has one.
+
+    When known_hosts already holds keys for the host, the key is asked for in their algorithms
+    first, as a connection would be (asyncssh offers only the pinned algorithms); a host that
+    offers none of them is asked again for any key, which then differs from the pinned one."""
+    pinned = _pinned_keys(cfg)
+    kwargs: dict[str, Any] = {}
+    if tunnel is not None:
+        try:
+            kwargs["tunnel"] = await tunnel._connect()
+        except (HostUnreachable, TransportError) as e:
+            raise TransportError(f"its jump host {tunnel.name} cannot be reached: {e}") from None
+    key = None
+    if pinned:
+        try:
+            key = await _server_key(cfg, {**kwargs, "server_host_key_algs": sorted({k.get_algorithm() for k in pinned})})
+        except TransportError:   # sshd drops a handshake with no common host key type
+            key = None
+    if key is None:
+        key = await _server_key(cfg, kwargs)
     return HostKey(key.get_algorithm(), key.get_fingerprint("sha256"),
                    " ".join(key.export_public_key("openssh").decode().split()[:2]))
 

@@ -121,7 +121,8 @@ def cmd_head(args: argparse.Namespace) -> int:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    """A consistent copy of the audit DB while the bot runs, with the chain head it holds."""
+    """A consistent copy of the audit DB while the bot runs, then the copy's chain verified
+    (read-only, with the configured key's seals): a backup that does not verify exits 1."""
     from eaglebot.config import load_settings
     from eaglebot.store import Store
 
@@ -134,13 +135,24 @@ def cmd_backup(args: argparse.Namespace) -> int:
         head = store.backup(dest)
     finally:
         store.close()
+    copy = Store(dest, readonly=True)
+    try:
+        report = copy.audit_verify(None, verify_key(settings, None))
+    finally:
+        copy.close()
     if args.json:
-        print(json.dumps({"file": str(dest), **head}))
+        print(json.dumps({"file": str(dest), **head, "verified": bool(report["ok"]), "entries": report["entries"],
+                          "first_broken": report["first_broken"]}))
     else:
         print(dest)
+    if not report["ok"]:
+        print(f"eagle: the copy at {dest} does NOT verify (kept for inspection; do not rely on it): "
+              f"{verify_line(report)}", file=sys.stderr)
+        return 1
+    if not args.json:
         anchor = f"; its chain head is {head['hash']} (entry #{head['seq']})" if head["hash"] else ""
-        print(f"eagle: audit DB copied to {dest}{anchor}; step output files ({settings.output_root}) are not "
-              f"in it", file=sys.stderr)
+        print(f"eagle: audit DB copied to {dest} and verified ({report['entries']} chain entries){anchor}; "
+              f"step output files ({settings.output_root}) are not in it", file=sys.stderr)
     return 0
 
 
@@ -174,7 +186,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                       help="create an audit sealing key file (0600); prints the verification key")
     k.add_argument("path", metavar="PATH")
     k.set_defaults(func=cmd_init_key)
-    b = ss.add_parser("backup", parents=[common], help="copy the audit DB consistently while the bot runs")
+    b = ss.add_parser("backup", parents=[common], help="copy the audit DB consistently while the bot runs, then verify the copy's chain")
     b.add_argument("file", metavar="FILE", help="a new file for the copy")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_backup)

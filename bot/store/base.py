@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sqlite3
 import sys
@@ -60,6 +61,14 @@ def store_error(path: Path, e: BaseException) -> StoreError:
     else:
         reason = next((r for k, r in _REASONS if k in low), msg)
     return StoreError(f"audit store {path}: {reason}")
+
+
+_URL_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)[^@/?#\s]*@|((?:\?|&)password=)[^&\s]*")
+
+
+def redact_url(text: str) -> str:
+    """A database URL (or a message quoting one) with any password masked: what every message shows."""
+    return _URL_PASSWORD.sub(lambda m: f"{m.group(1)}***@" if m.group(1) else f"{m.group(2)}***", text)
 
 
 def now_iso() -> str:

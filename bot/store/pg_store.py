@@ -13,7 +13,6 @@ password in the URL is masked in every message.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import psycopg
 
 from eaglebot.errors import StoreError, UsageError
 from eaglebot.store import chain
+from eaglebot.store.base import redact_url
 from eaglebot.store.db import Store
 from eaglebot.store.migrations import SCHEMA_VERSION, migrate
 from eaglebot.store.pg_conn import PgDatabase
@@ -28,7 +28,6 @@ from eaglebot.store.pg_lease import LeaseMixin
 from eaglebot.store.rows import AuditHead
 from eaglebot.store.sealing import Sealer
 
-_PASSWORD = re.compile(r"(://[^:/@?#]*:)[^@/?#]*@")
 _REASONS = [
     ("password authentication failed", "the password was refused (PGPASSWORD or ~/.pgpass)"),
     ("no password supplied", "it asks for a password: set PGPASSWORD or add it to ~/.pgpass"),
@@ -36,11 +35,6 @@ _REASONS = [
     ("connection refused", "nothing listens there (is PostgreSQL running, and the host and port right?)"),
     ("read-only transaction", "it is open read-only"),
 ]
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password masked: what every message shows."""
-    return _PASSWORD.sub(r"\1***@", url)
 
 
 def _reason(e: BaseException, url: str, password: str | None) -> str:
@@ -60,7 +54,7 @@ class PgStore(LeaseMixin, Store):
 
     def __init__(self, url: str, *, key_file: str | Path | None = None, readonly: bool = False):
         self.url = url
-        self.path = Path(redact_url(url))  # what messages name (never with the password)
+        self.path = Path(redact_url(url))  # only for messages of code written for files; _fail names the URL
         self.readonly = readonly
         self._chained = self._seal_cols = False
         self._db_id = None

@@ -2,7 +2,8 @@
 from typing import TYPE_CHECKING, Any
 
 from eaglebot.store.base import now_iso, parse_iso, redact_url
-from eaglebot.store.db import Store, is_db_url, open_store
+from eaglebot.store.db import Store
+from eaglebot.store.factory import is_db_url, open_store
 
 if TYPE_CHECKING:
     from eaglebot.store.aio import AsyncStore

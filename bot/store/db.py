@@ -29,7 +29,7 @@ from eaglebot.store.steps import StepsMixin
 from eaglebot.store.sweeps import SweepsMixin
 from eaglebot.store.trends import TrendsMixin
 
-__all__ = ["SCHEMA_VERSION", "Store", "is_db_url", "open_store", "owner_alive", "proc_start_time"]
+__all__ = ["SCHEMA_VERSION", "Store", "owner_alive", "proc_start_time"]
 
 
 class Store(RunsMixin, StepsMixin, TrendsMixin, IncidentsMixin, ApprovalsMixin, LocksMixin, SweepsMixin,
@@ -70,17 +70,3 @@ class Store(RunsMixin, StepsMixin, TrendsMixin, IncidentsMixin, ApprovalsMixin, 
                 chain.reinstall_triggers(self.db.conn, SCHEMA_VERSION)
         self.recover()
 
-
-def is_db_url(target: str | Path) -> bool:
-    """Does `audit_db` name a database server (PostgreSQL) rather than an SQLite file?"""
-    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
-
-
-def open_store(target: str | Path, *, key_file: str | Path | None = None, readonly: bool = False) -> Store:
-    """The audit store `audit_db` names: a `postgresql://` URL opens the PostgreSQL store
-    (psycopg loads only then), anything else is an SQLite file."""
-    if is_db_url(target):
-        from eaglebot.store.pg_store import PgStore
-
-        return PgStore(str(target), key_file=key_file, readonly=readonly)
-    return Store(target, key_file=key_file, readonly=readonly)

@@ -151,8 +151,7 @@ class PgConn:
         if sql.strip().lower().startswith("pragma"):
             raise psycopg.NotSupportedError(f"an SQLite PRAGMA on PostgreSQL: {sql.strip()[:60]}")
         pg, returning = self.translate(sql, isinstance(parameters, Mapping), bool(parameters))
-        # psycopg types a query as a LiteralString; the store's SQL is built from its own constants.
-        cur = self.raw.execute(pg, parameters or None)  # type: ignore[arg-type]
+        cur = self.raw.execute(pg, parameters or None)
         if returning:
             row = cur.fetchone()
             return PgCursor(cur, int(row[0]) if row else None)
@@ -162,13 +161,13 @@ class PgConn:
         pg, _ = self.translate(sql, False)
         pg = pg.replace(" returning id", "")
         with self.raw.cursor() as cur:
-            cur.executemany(pg, seq)  # type: ignore[arg-type]
+            cur.executemany(pg, seq)
 
     def query(self, sql: str, parameters: Any = None) -> Iterator[dict[str, Any]]:
         """Rows as dicts; the hidden `rowid` only when the statement names it."""
         pg, _ = self.translate(sql, isinstance(parameters, Mapping), bool(parameters))
         with self.raw.cursor(row_factory=dict_row) as cur:
-            cur.execute(pg, parameters or None)  # type: ignore[arg-type]
+            cur.execute(pg, parameters or None)
             found = cur.fetchall() if cur.description is not None else []
         keep_rowid = re.search(r"\browid\b", sql) is not None
         for r in found:

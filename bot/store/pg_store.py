@@ -14,7 +14,7 @@ password in the URL is masked in every message.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import psycopg
 
@@ -27,6 +27,9 @@ from eaglebot.store.pg_conn import PgDatabase
 from eaglebot.store.pg_lease import LeaseMixin
 from eaglebot.store.rows import AuditHead
 from eaglebot.store.sealing import Sealer
+
+if TYPE_CHECKING:
+    from eaglebot.store.base import Database
 
 _REASONS = [
     ("password authentication failed", "the password was refused (PGPASSWORD or ~/.pgpass)"),
@@ -66,7 +69,8 @@ class PgStore(LeaseMixin, Store):
             raw = psycopg.connect(url, autocommit=True, application_name="eaglebot", connect_timeout=10)
         except psycopg.Error as e:
             raise self._fail(e) from None
-        self.db = PgDatabase(raw)
+        # The mixins are typed against sqlite-utils' Database; PgDatabase offers the part they call.
+        self.db = cast("Database", PgDatabase(raw))
         try:
             if readonly:
                 self.db.execute("set default_transaction_read_only = on")

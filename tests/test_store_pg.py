@@ -160,3 +160,18 @@ def test_an_unreachable_server_is_one_sentence():
         open_store("postgresql://eagle@127.0.0.1:1/x")
     assert str(e.value).startswith("audit store postgresql://eagle@127.0.0.1:1/x: nothing listens there")
     assert "\n" not in str(e.value)
+
+
+async def test_the_async_store_runs_the_postgresql_store_on_its_thread(pg_url):
+    from eaglebot.store import AsyncStore
+    from eaglebot.store.pg_store import PgStore
+
+    store = await AsyncStore.open(pg_url)
+    try:
+        assert isinstance(store.sync, PgStore)
+        rid = await store.create_run(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli")
+        await store.finish_run(rid, "succeeded", exit_code=0)
+        assert [r["id"] for r in await store.history()] == [rid]
+        assert (await store.audit_verify())["ok"]
+    finally:
+        await store.aclose()

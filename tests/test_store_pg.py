@@ -175,3 +175,20 @@ async def test_the_async_store_runs_the_postgresql_store_on_its_thread(pg_url):
         assert (await store.audit_verify())["ok"]
     finally:
         await store.aclose()
+
+
+def test_a_url_in_audit_db_is_never_turned_into_a_path(tmp_path):
+    from eaglebot.config import load_settings
+    from eaglebot.errors import UsageError
+
+    url = "postgresql://eagle@db.internal:5432/eagle"
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(f"audit_db: {url}\n")
+    s = load_settings(cfg)
+    assert s.audit_db_url == url and s.audit_store == url
+    assert s.output_root == tmp_path / "eagle-output"
+    with pytest.raises(UsageError, match="PostgreSQL URL, not a file"):
+        s.db_path
+    cfg.write_text("audit_db: state/eagle.db\n")
+    s = load_settings(cfg)
+    assert s.audit_db_url is None and s.audit_store == s.db_path == tmp_path / "state" / "eagle.db"

@@ -192,3 +192,17 @@ def test_a_url_in_audit_db_is_never_turned_into_a_path(tmp_path):
     cfg.write_text("audit_db: state/eagle.db\n")
     s = load_settings(cfg)
     assert s.audit_db_url is None and s.audit_store == s.db_path == tmp_path / "state" / "eagle.db"
+
+
+def test_a_table_created_in_sqlite_words_numbers_its_rows_and_has_a_rowid(pg_url):
+    s = open_store(pg_url)
+    try:
+        with s._tx():   # as a migration written in portable SQL would
+            s.db.execute("create table if not exists replicas (id integer primary key, name text not null)")
+            cur = s.db.execute("insert into replicas (name) values (?)", ["r1"])
+        assert cur.lastrowid == 1
+        assert tuple(s.db.execute("select rowid, id from replicas").fetchone()) == (1, 1)
+        assert chain.columns(s.db.conn, "replicas") == ["id", "name"]
+        assert list(s.db.query("select * from replicas")) == [{"id": 1, "name": "r1"}]
+    finally:
+        s.close()

@@ -33,6 +33,8 @@ class LeaseMixin(StoreBase):
 
     def _lease_table(self) -> None:
         # Migration 0011 (leases and replicas) creates it portably; until then the PG store does.
+        if table_exists(self.db.conn, "leases"):
+            return
         self.db.table("leases").create({"name": str, "holder": str, "acquired_at": str, "renewed_at": str,
                                         "expires_at": str}, pk="name", if_not_exists=True,
                                        not_null={"holder"})

@@ -5,6 +5,8 @@ CLI end to end against `audit_db: postgresql://...`."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -233,3 +235,21 @@ def test_the_store_is_postgresql_for_a_url_and_sqlite_for_a_path(pg_url, tmp_pat
     assert not (tmp_path / "postgresql:").exists()
     pg.close()
     lite.close()
+
+
+def test_the_pg_dump_the_backup_advice_names_restores_a_copy_that_verifies(filled, pg_server, tmp_path):
+    from pg import pg_bin
+
+    _, url = filled
+    dump = tmp_path / "eagle.dump"
+    subprocess.run([pg_bin("pg_dump"), "--format=custom", f"--file={dump}", url], check=True, timeout=60)
+    name = f"restored_{os.getpid()}"
+    with pg_server.admin() as c:
+        c.execute(f'create database "{name}" template template0')
+    subprocess.run([pg_bin("pg_restore"), "--dbname", pg_server.url(name), str(dump)], check=True, timeout=60)
+    copy = pg_server.url(name)
+    assert _verify(copy)["ok"] and _verify(copy)["head"] == _verify(url)["head"]
+    store = open_store(copy)   # the copy takes new rows where the original stopped
+    rid = _fill(store)
+    store.close()
+    assert rid == 2 and _verify(copy)["ok"]

@@ -97,8 +97,8 @@ def audit_db_path(path: str | Path | None) -> Path | None:
         return Path.cwd() / "eagle.db"
     data = read_config(p)
     db = data.get("audit_db", "eagle.db")
-    if set(data) - TOP_KEYS or not isinstance(db, str) or not db:
-        return None
+    if set(data) - TOP_KEYS or not isinstance(db, str) or not db or db.startswith(("postgresql://", "postgres://")):
+        return None   # a PostgreSQL URL is not a path (config.Settings.audit_store)
     q = Path(os.path.expanduser(db))
     return q if q.is_absolute() else p.resolve().parent / q
 

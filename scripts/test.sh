@@ -12,6 +12,15 @@ if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
     exit 2
   fi
 fi
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "the PostgreSQL store's tests need PostgreSQL's binaries: sudo apt-get install -y postgresql" >&2
+    exit 2
+  fi
+fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 # Byte-compile the editable sources once: the tests start many `eagle` processes, and where

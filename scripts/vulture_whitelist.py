@@ -35,6 +35,9 @@ _.mtime_ns
 # Jinja2's sandbox reads `intercepted_binops` (engine/templating.py: the rendering budget).
 _.intercepted_binops
 
+# The leader lease on PostgreSQL (store/pg_lease.py): called by the replicas' leader election.
+_.lease_acquire, _.lease_release, _.lease_holder, _.renewed_at, _.expires_at
+
 # PEP 562 module __getattr__ (store/__init__.py: lazy imports).
 _.__getattr__
 

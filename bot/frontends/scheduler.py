@@ -39,7 +39,7 @@ from eaglebot.frontends.schedule_alarm import ALARM, ALARM_CHECK_S, alarm_text, 
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import RunView
 from eaglebot.sdk import StepResult
-from eaglebot.store import Store, now_iso, parse_iso
+from eaglebot.store import now_iso, open_store, parse_iso
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.protocol_async import AsyncStoreProtocol
 
@@ -99,7 +99,7 @@ def schedule_state(row: dict[str, Any]) -> str:
 
 
 def schedule_list_main(settings: Settings, as_json: bool = False) -> int:
-    store = Store(settings.db_path, key_file=settings.audit_key_path)
+    store = open_store(settings.audit_store, key_file=settings.audit_key_path)
     try:
         rows = schedule_rows(settings, store)
     except UsageError as e:

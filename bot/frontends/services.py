@@ -26,7 +26,7 @@ class Services:
         # Skills first: a plugin that clashes or fails to import stops start-up before the
         # store is opened, with one sentence (exit 2 from the CLI).
         registry = SkillRegistry.from_settings(settings)
-        store = await AsyncStore.open(settings.db_path, settings.audit_key_path)
+        store = await AsyncStore.open(settings.audit_store, settings.audit_key_path)
         pool = TransportPool(settings)
         redactor = Redactor(settings.redact)
         engine = Engine(settings, store, pool, redactor=redactor, registry=registry)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
 
-from eaglebot.store.base import store_error
 from eaglebot.store.db import Store
+from eaglebot.store.factory import open_store
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
     HealthStateRow, HostStepRow, IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
@@ -44,14 +43,14 @@ class AsyncStore:
         """Open (and migrate) the store on its writer thread, which then serves every call."""
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle-store")
         store = await asyncio.get_running_loop().run_in_executor(
-            pool, functools.partial(Store, path, key_file=key_file))
+            pool, functools.partial(open_store, path, key_file=key_file))
         return cls(store, pool)
 
     async def _do(self, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
         try:
             return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kw))
-        except sqlite3.Error as e:  # a read outside a write transaction; writes raise StoreError already
-            raise store_error(self.sync.path, e) from None
+        except self.sync._db_errors as e:  # a read outside a write transaction; writes raise StoreError already
+            raise self.sync._fail(e) from None
 
     async def call(self, fn: Callable[[Store], T]) -> T:
         """Run `fn(store)` on the writer thread: several reads that belong together (the

@@ -312,3 +312,12 @@ class AuditHead(TypedDict):
     """The newest sealed link of the audit chain (None, None for an empty chain)."""
     seq: int | None
     hash: str | None
+
+
+class LeaseRow(TypedDict):
+    """Who holds a named lease (the leader's), since when, last renewed, and until when."""
+    name: str
+    holder: str
+    acquired_at: str | None
+    renewed_at: str | None
+    expires_at: str | None

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from pathlib import Path
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
@@ -155,24 +156,24 @@ def check_schedule_config(settings: Settings) -> list[Check]:
 
 
 def check_db(settings: Settings) -> Check:
-    from eaglebot.store import Store
+    from eaglebot.store import open_store, redact_url
 
-    path = settings.db_path
-    if not str(path).startswith("postgresql:") and not path.exists():
+    path = settings.audit_store
+    if isinstance(path, Path) and not path.exists():
         # A check creates nothing: say whether `eagle run` could create it.
         folder = next((p for p in path.parents if p.exists()), path.parent)
         if os.access(folder, os.W_OK | os.X_OK):
             return Check("audit db", True, f"{path} does not exist yet; `eagle run` will create it ({folder} is writable)")
         return Check("audit db", False, f"{path} does not exist and {folder} is not writable")
     try:
-        store = Store(path, key_file=settings.audit_key_path)
+        store = open_store(path, key_file=settings.audit_key_path)
         try:
             store.check_writable()
         finally:
             store.close()
-        return Check("audit db", True, f"{path} is writable")
+        return Check("audit db", True, f"{redact_url(str(path))} is writable")
     except Exception as e:
-        return Check("audit db", False, f"{path}: {e}")
+        return Check("audit db", False, redact_url(f"{path}: {e}"))
 
 
 def check_audit_chain(settings: Settings) -> list[Check]:
@@ -180,8 +181,8 @@ def check_audit_chain(settings: Settings) -> list[Check]:
     from eaglebot.frontends.cli.audit import verify_key, verify_line, verify_report
 
     out = []
-    path = settings.db_path
-    if not str(path).startswith("postgresql:") and not path.exists():
+    path = settings.audit_store
+    if isinstance(path, Path) and not path.exists():
         out.append(Check("audit chain", True, "no audit DB yet: nothing to verify"))
     else:
         try:

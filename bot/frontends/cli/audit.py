@@ -138,7 +138,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         head = store.backup(dest)
     finally:
         store.close()
-    copy = Store(dest, readonly=True)
+    copy = open_store(dest, readonly=True)
     try:
         report = copy.audit_verify(None, verify_key(settings, None))
     finally:

@@ -83,9 +83,6 @@ class Metrics:
         self.leader.set(1 if _leader else 0)
         _ALL.add(self)
 
-    def set_leader(self, is_leader: bool) -> None:
-        self.leader.set(1 if is_leader else 0)
-
     def observer(self) -> Observer:
         return _RunMetrics(self)
 

@@ -107,7 +107,7 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
     reloader.checks.append(SlackReload(bot).check)
     reloader.on_reload.append(follow)
     services.reloader = reloader.reload
-    reloads: set[asyncio.Task[str]] = set()
+    reloads: set[asyncio.Task[tuple[bool, str]]] = set()
 
     def on_hup() -> None:
         t = loop.create_task(reloader.reload("signal"))

@@ -1,0 +1,116 @@
+"""Reload's parts: the environment file (systemd's syntax), a new bot token through it, who may
+reload, `eagle chat reload` on a terminal, and /metrics on `metrics_port` in Socket Mode."""
+from __future__ import annotations
+
+import os
+import signal
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from helpers import eagle
+from slack_harness import SECRET
+from sshd import free_port
+from test_ops_serve import db_rows, finished, slash, until, write_config
+from test_serve import start_serve, stop, wait_serving
+
+from eaglebot.errors import UsageError
+from eaglebot.frontends.reload import EnvFile, read_env_file
+
+
+def test_env_file_reads_systemd_syntax(tmp_path):
+    f = tmp_path / "env"
+    f.write_text("# a comment\n; another\n\nSLACK_BOT_TOKEN=xoxb-1\n  SPACED = two words  \n"
+                 "SINGLE='a \"b\" c'\nDOUBLE=\"x \\\"y\\\" \\\\z\"\nLONG=one\\\ntwo\nEMPTY=\n")
+    assert read_env_file(f) == {"SLACK_BOT_TOKEN": "xoxb-1", "SPACED": "two words", "SINGLE": 'a "b" c',
+                                "DOUBLE": 'x "y" \\z', "LONG": "onetwo", "EMPTY": ""}
+
+
+@pytest.mark.parametrize("text, line, needle", [
+    ("A=1\nnot a pair\n", 2, "expected KEY=VALUE"),
+    ("A=1\n\n1BAD=x\n", 3, "expected KEY=VALUE"),
+    ("Q='open\n", 1, "unbalanced ' quote"),
+])
+def test_env_file_errors_name_the_line(tmp_path, text, line, needle):
+    f = tmp_path / "env"
+    f.write_text(text)
+    with pytest.raises(UsageError, match=f"{f}:{line}: {needle}"):
+        read_env_file(f)
+
+
+def test_env_file_overrides_the_environment_and_gives_back_what_it_drops(tmp_path, monkeypatch):
+    monkeypatch.setenv("EAGLE_T_KEEP", "process")
+    monkeypatch.delenv("EAGLE_T_NEW", raising=False)
+    env = EnvFile(tmp_path / "env")
+    assert env.apply({"EAGLE_T_KEEP": "file", "EAGLE_T_NEW": "x"}) == {"EAGLE_T_KEEP", "EAGLE_T_NEW"}
+    assert os.environ["EAGLE_T_KEEP"] == "file" and os.environ["EAGLE_T_NEW"] == "x"
+    assert env.apply({"EAGLE_T_NEW": "x"}) == {"EAGLE_T_KEEP"}          # dropped from the file
+    assert os.environ["EAGLE_T_KEEP"] == "process"
+    assert env.apply({}) == {"EAGLE_T_NEW"} and "EAGLE_T_NEW" not in os.environ
+
+
+async def test_a_new_bot_token_in_the_env_file_is_used_after_sighup_and_a_refused_one_is_not(tmp_path, fake):
+    cfg, _ = write_config(tmp_path, {"local": {"transport": "local"}})
+    envf = tmp_path / "eagle.env"
+    envf.write_text("SLACK_BOT_TOKEN=xoxb-1111111111-first\n")
+    port = free_port()
+    proc = await start_serve(cfg, fake, "--http", str(port), "--env-file", str(envf), SLACK_SIGNING_SECRET=SECRET)
+    try:
+        await wait_serving(port, proc)
+        assert fake.calls_to("auth.test")[-1].headers["Authorization"] == "Bearer xoxb-1111111111-first"
+        envf.write_text('# rotated\nSLACK_BOT_TOKEN="xoxb-2222222222-second"\n')
+        proc.send_signal(signal.SIGHUP)
+        events = await until(lambda: db_rows(tmp_path, "select message from events where kind = 'reload'"))
+        assert "environment SLACK_BOT_TOKEN" in events[0][0] and "second" not in events[0][0]
+        await slash(port, "hello", fake, "c1")
+        await fake.wait_for(lambda: finished(fake, 1))
+        assert finished(fake, 1)[0].headers["Authorization"] == "Bearer xoxb-2222222222-second"
+
+        fake.fail("auth.test", "invalid_auth")
+        envf.write_text("SLACK_BOT_TOKEN=xoxb-3333333333-third\n")
+        proc.send_signal(signal.SIGHUP)
+        events = await until(lambda: db_rows(tmp_path, "select message from events where kind = 'reload' "
+                                                       "order by id")[1:])
+        assert "refused" in events[0][0] and "Slack refused the new SLACK_BOT_TOKEN: invalid_auth" in events[0][0]
+        await slash(port, "hello", fake, "c2")
+        await fake.wait_for(lambda: finished(fake, 2))
+        assert finished(fake, 2)[0].headers["Authorization"] == "Bearer xoxb-2222222222-second"
+    finally:
+        rc, err = await stop(proc)
+    assert rc == 0, err
+    assert "second" not in err and "third" not in err
+
+
+async def test_only_approvers_may_reload(harness):
+    h = await harness()   # operators: UALICE, approvers: UBOSS
+    status, ack = await h.command("reload", user="UALICE")
+    assert status == 200 and "only approvers can reload" in ack["text"]
+    rows = await h.query("select kind, actor, text from events where kind = 'access_denied'")
+    assert rows and rows[-1]["actor"] == "UALICE" and "reload" in rows[-1]["text"]
+
+
+def test_eagle_chat_reload_checks_the_config_and_names_a_bad_playbook_line(tmp_path):
+    cfg, _ = write_config(tmp_path, {"local": {"transport": "local"}})
+    r = eagle("chat", "reload", config=cfg)
+    assert r.returncode == 0 and "check out" in r.stdout and "SIGHUP" in r.stdout, r.stderr
+    (tmp_path / "playbooks" / "broken.yaml").write_text("name: broken\nsteps:\n  - skill: no.such.skill\n")
+    r = eagle("chat", "reload", config=cfg)
+    assert r.returncode == 2 and "broken.yaml:3" in (r.stdout + r.stderr), (r.stdout, r.stderr)
+
+
+async def test_socket_mode_serves_metrics_on_metrics_port(tmp_path, fake):
+    mport = free_port()
+    cfg, _ = write_config(tmp_path, {"local": {"transport": "local"}}, metrics_port=mport)
+    proc = await start_serve(cfg, fake, SLACK_APP_TOKEN="xapp-1-metrics-test")
+    try:
+        await wait_serving(mport, proc)
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{mport}/metrics") as r:
+                assert r.status == 200
+                names = {f.name for f in text_string_to_metric_families(await r.text())}
+    finally:
+        rc, err = await stop(proc)
+    assert rc == 0, err
+    assert {"eagle_runs", "eagle_leader", "eagle_open_incidents", "eagle_quarantined_gpus",
+            "eagle_build_info"} <= names, names

@@ -7,6 +7,7 @@ import signal
 
 import aiohttp
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import eagle
@@ -114,3 +115,63 @@ async def test_socket_mode_serves_metrics_on_metrics_port(tmp_path, fake):
     assert rc == 0, err
     assert {"eagle_runs", "eagle_leader", "eagle_open_incidents", "eagle_quarantined_gpus",
             "eagle_build_info"} <= names, names
+
+
+async def test_a_reloaded_scheduler_lets_its_running_scheduled_run_finish_and_logs_its_start(
+        services, tmp_path, caplog):
+    import asyncio
+    import logging
+
+    from sched_helpers import finished_jobs, fire_now
+    from slack_harness import PLAYBOOKS
+
+    from eaglebot.frontends.oplog import RunLog
+    from eaglebot.frontends.scheduler import build_scheduler
+
+    pdir = tmp_path / "playbooks"
+    pdir.mkdir()
+    (pdir / "slow.yaml").write_text(yaml.safe_dump(PLAYBOOKS["slow"]))
+    svc = await services(playbooks_dir=str(pdir), schedules=[
+        {"name": "nap", "playbook": "slow", "hosts": ["local"], "cron": "0 3 * * *", "inputs": {"seconds": 2}}])
+    svc.engine.watchers.append(RunLog(svc.redactor.text))
+    sched = build_scheduler(svc)
+    done = finished_jobs(sched)
+    caplog.set_level(logging.INFO, logger="eaglebot.audit")
+    sched.start()
+    try:
+        await asyncio.sleep(0)
+        fire_now(sched, "nap")
+        await until(lambda: svc.engine.busy)
+        await asyncio.wait_for(sched.retire(), 30)     # returns once the job is over, not before
+        assert done.qsize() == 1
+        name, run_id = done.get_nowait()
+    finally:
+        sched.shutdown()
+    assert (await svc.store.get_run(run_id))["status"] == "succeeded"
+    audit = [r.getMessage() for r in caplog.records if r.name == "eaglebot.audit"]
+    assert audit[0].startswith(f"run #{run_id} started playbook=slow hosts=local by=schedule:nap origin=schedule")
+    assert audit[1].startswith(f"run #{run_id} finished succeeded") and len(audit) == 2
+
+
+async def test_a_run_of_a_swapped_out_config_is_still_cancellable_and_its_transports_close_after_it(
+        services, tmp_path):
+    from slack_harness import PLAYBOOKS
+
+    from eaglebot.config import load_settings
+    from eaglebot.engine.runner import RunRequest
+    from eaglebot.frontends.services import Snapshot
+
+    pdir = tmp_path / "playbooks"
+    pdir.mkdir()
+    (pdir / "slow.yaml").write_text(yaml.safe_dump(PLAYBOOKS["slow"]))
+    svc = await services(playbooks_dir=str(pdir))
+    old = svc.current
+    run_id, task = await svc.engine.start(RunRequest("slow", ["local"], {"seconds": 30}))
+    await until(lambda: db_rows(tmp_path, "select 1 from steps where run_id = ? and status = 'running'", (run_id,)))
+    svc.swap(Snapshot.build(load_settings(tmp_path / "eagle.yaml"), svc.store))
+    assert svc.engine is not old.engine and await svc.close_idle() == 1   # the old one still runs
+    assert svc.cancel(run_id)
+    outcome = await task
+    assert outcome.status == "cancelled"
+    assert [s.name for s in outcome.steps if s.status != "skipped"] == ["nap", "cleanup note"]
+    assert await svc.close_idle() == 0

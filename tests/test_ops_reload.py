@@ -175,3 +175,34 @@ async def test_a_run_of_a_swapped_out_config_is_still_cancellable_and_its_transp
     assert outcome.status == "cancelled"
     assert [s.name for s in outcome.steps if s.status != "skipped"] == ["nap", "cleanup note"]
     assert await svc.close_idle() == 0
+
+
+async def test_the_slack_client_counts_its_retries_and_its_failed_calls(fake, make_settings):
+    from slack_sdk.errors import SlackApiError
+
+    from eaglebot.frontends.slack.client import make_client
+
+    class Counts:
+        def __init__(self):
+            self.retries, self.errors = [], []
+
+        def slack_retry(self, reason):
+            self.retries.append(reason)
+
+        def slack_error(self, error):
+            self.errors.append(error)
+
+    counts = Counts()
+    client = make_client(make_settings(slack={"api_url": fake.base_url}), "xoxb-0000000000-count",
+                         backoff_s=0.01, counters=counts)
+    fake.fail("chat.postMessage", "429", times=1)
+    await client.chat_postMessage(channel="C1", text="retried once, then posted")
+    assert counts.retries == ["ratelimited"] and counts.errors == []
+    fake.fail("chat.postMessage", "channel_not_found")
+    with pytest.raises(SlackApiError):
+        await client.chat_postMessage(channel="C2", text="refused")
+    fake.fail("chat.postMessage", "503", times=3)
+    with pytest.raises(SlackApiError):
+        await client.chat_postMessage(channel="C3", text="down")
+    assert counts.retries == ["ratelimited", "server_error", "server_error"]
+    assert counts.errors == ["channel_not_found", "http_503"]

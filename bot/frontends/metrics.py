@@ -132,10 +132,9 @@ class _RunMetrics(Observer):
 
     async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None:
         t0 = self._t0.pop((run_id, rec.idx, rec.host), None)
-        if rec.status == "skipped" and t0 is None:
-            return   # never ran
-        took = rec.duration_ms / 1000 if rec.duration_ms else (time.monotonic() - t0 if t0 is not None else 0.0)
-        self.m.steps.labels(rec.skill).observe(took)
+        if t0 is None:
+            return   # it never started (skipped, or its host was unreachable)
+        self.m.steps.labels(rec.skill).observe(rec.duration_ms / 1000 if rec.duration_ms else time.monotonic() - t0)
 
     async def run_finished(self, outcome: RunOutcome) -> None:
         self.m.runs.labels(outcome.playbook, outcome.status).inc()

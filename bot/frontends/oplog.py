@@ -29,7 +29,7 @@ from eaglebot.engine.records import Observer, RunOutcome, RunRequest
 
 log = logging.getLogger("eaglebot.audit")
 
-LIBRARIES = ("asyncssh", "slack_bolt", "slack_sdk", "apscheduler", "aiohttp.access", "aiohttp.server", "urllib3")
+LIBRARIES = ("asyncssh", "slack_bolt", "slack_sdk", "apscheduler", "aiohttp.access", "aiohttp.server")
 Field = str | int | float | bool | list[str] | None
 _FIELDS = "eagle_fields"   # the LogRecord attribute that carries a line's structured fields
 

@@ -206,3 +206,34 @@ async def test_the_slack_client_counts_its_retries_and_its_failed_calls(fake, ma
         await client.chat_postMessage(channel="C3", text="down")
     assert counts.retries == ["ratelimited", "server_error", "server_error"]
     assert counts.errors == ["channel_not_found", "http_503"]
+
+
+async def test_reload_takes_new_skill_code_and_playbooks_and_says_what_changed(services, tmp_path):
+    from test_plugins import skill_source
+
+    from eaglebot.engine.runner import RunRequest
+    from eaglebot.frontends.reload import Reloader
+
+    team, pdir = tmp_path / "team_skills", tmp_path / "playbooks"
+    team.mkdir()
+    pdir.mkdir()
+    (team / "say.py").write_text(skill_source("team.say", "return StepResult.ok('first version')"))
+    (pdir / "say.yaml").write_text("name: say\nsteps:\n  - skill: team.say\n")
+    svc = await services(playbooks_dir=str(pdir), skill_paths=["team_skills"])
+    reloader = Reloader(svc, config=tmp_path / "eagle.yaml")
+    first = await svc.engine.run(RunRequest("say", ["local"]))
+    assert first.steps[0].summary == "first version"
+
+    (team / "say.py").write_text(skill_source("team.say", "return StepResult.ok('the second version')"))
+    (team / "more.py").write_text(skill_source("team.more"))
+    (pdir / "more.yaml").write_text("name: more\nsteps:\n  - skill: team.more\n")
+    done, msg = await reloader.reload("U1")
+    assert done and "playbooks +more" in msg and "skills +team.more" in msg, msg
+    second = await svc.engine.run(RunRequest("say", ["local"]))
+    assert second.steps[0].summary == "the second version"
+    assert (await svc.engine.run(RunRequest("more", ["local"]))).status == "succeeded"
+
+    (pdir / "bad.yaml").write_text("name: bad\nsteps:\n  - skill: team.say\n    with: {nope: 1}\n")
+    done, msg = await reloader.reload("U1")
+    assert not done and "bad.yaml:4" in msg, msg
+    assert "team.more" in svc.registry and svc.settings.playbooks_path == pdir   # the last good config stays

@@ -237,3 +237,29 @@ async def test_reload_takes_new_skill_code_and_playbooks_and_says_what_changed(s
     done, msg = await reloader.reload("U1")
     assert not done and "bad.yaml:4" in msg, msg
     assert "team.more" in svc.registry and svc.settings.playbooks_path == pdir   # the last good config stays
+
+
+async def test_an_approval_asked_refused_and_decided_is_one_log_line_each(harness, fake, stranger, caplog):
+    import logging
+
+    from slack_harness import approval_message
+
+    from eaglebot.frontends.slack import blocks as bk
+
+    caplog.set_level(logging.INFO, logger="eaglebot.audit")
+    h = await harness()   # operators: UALICE, approvers: UBOSS
+    await h.command("guarded", user="UALICE")
+    _, key = await fake.wait_for(lambda: approval_message(fake))
+    rid = await h.last_run_id()
+    await h.click(bk.APPROVE_ACTION, key, user="UALICE")
+    await fake.wait_for(lambda: h.responses())
+    await h.click(bk.APPROVE_ACTION, key, user="UBOSS")
+    assert (await h.wait_run(rid))["status"] == "succeeded"
+    audit = [r for r in caplog.records if r.name == "eaglebot.audit"]
+    assert [r.getMessage().split(" host=")[0] for r in audit] == [
+        f'command user=UALICE text=guarded run=#{rid} playbook=guarded hosts=local',
+        f"approval requested for run #{rid}",
+        f'rejected user=UALICE text="approve run #{rid} on local" why="only approvers can approve or deny; '
+        'add your Slack user id (UALICE) to access.approvers in eagle.yaml"',
+        f"approval for run #{rid} approved by=UBOSS"]
+    assert all(r.levelno == logging.INFO for r in audit)

@@ -164,9 +164,11 @@ async def test_json_log_lines_parse_and_metrics_count_the_run_and_the_slack_retr
     records = [json.loads(ln) for ln in err.splitlines() if ln.strip()]
     assert all({"ts", "level", "logger", "msg"} <= set(r) for r in records)
     audit = [r for r in records if r["logger"] == "eaglebot.audit"]
-    assert [r["event"] for r in audit] == ["command", "rejected", "run_finished"] or \
-        sorted(r["event"] for r in audit) == ["command", "rejected", "run_finished"], audit
+    assert sorted(r["event"] for r in audit) == ["command", "rejected", "run_finished"], audit
     cmd = next(r for r in audit if r["event"] == "command")
-    assert cmd["user"] == "UALICE" and cmd["run"] == "#1" and cmd["hosts"] == ["local"]
+    assert cmd["user"] == "UALICE" and cmd["run"] == 1 and cmd["hosts"] == ["local"] and cmd["text"] == "hello"
+    assert cmd["msg"] == 'command user=UALICE text=hello run=#1 playbook=hello hosts=local', cmd
+    end = next(r for r in audit if r["event"] == "run_finished")
+    assert end["run"] == 1 and end["msg"].startswith("run #1 finished succeeded playbook=hello hosts=local by=UALICE")
     rej = next(r for r in audit if r["event"] == "rejected")
     assert rej["text"] == "hello nohost" and "unknown host" in rej["why"]

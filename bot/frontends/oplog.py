@@ -42,10 +42,14 @@ def _value(v: Field) -> str:
     return str(v)
 
 
-def line(event: str, head: str = "", **fields: Field) -> None:
+def line(event: str, head: str = "", *, run_id: int | None = None, **fields: Field) -> None:
     """One INFO line: `head` (e.g. "run #12 finished succeeded"), else `event`, then key=value.
-    The fields also go, typed, into the JSON form."""
-    parts = [head or event, *(f"{k}={_value(v)}" for k, v in fields.items() if v is not None)]
+    The fields also go, typed, into the JSON form; `run_id` (named in `head`) only there, as `run`."""
+    if run_id is not None:
+        fields = {"run": run_id, **fields}
+    # (a run id reads `run=#12` in text, as Slack shows it; it stays a number in JSON)
+    parts = [head or event, *(f"{k}={'#' if k == 'run' else ''}{_value(v)}" for k, v in fields.items()
+                              if v is not None and not (k == "run" and run_id is not None))]
     log.info(" ".join(parts), extra={_FIELDS: {"event": event, **{k: v for k, v in fields.items() if v is not None}}})
 
 
@@ -98,7 +102,7 @@ class CommandLine:
         self.emitted = True
         if run is not None:
             self.runs.add(run)
-        line("command", user=self.user, text=self.text, run=f"#{run}" if run is not None else None,
+        line("command", user=self.user, text=self.text, run=run,
              playbook=playbook, hosts=hosts, outcome=outcome, error=error)
 
     def reject(self, why: str) -> None:
@@ -142,13 +146,14 @@ class RunLog(Observer):
             return
         if cl is not None and run_id in cl.runs:
             return
-        line("run_started", f"run #{run_id} started", playbook=playbook.name, hosts=hosts, by=req.actor,
+        line("run_started", f"run #{run_id} started", run_id=run_id, playbook=playbook.name, hosts=hosts, by=req.actor,
              origin=req.origin, schedule=req.schedule, dry_run=req.dry_run or None)
 
     async def run_finished(self, outcome: RunOutcome) -> None:
         t0, who = self._started.pop(outcome.run_id, (None, None))
         took = round(time.monotonic() - t0, 1) if t0 is not None else None
-        line("run_finished", f"run #{outcome.run_id} finished {outcome.status}", playbook=outcome.playbook,
+        line("run_finished", f"run #{outcome.run_id} finished {outcome.status}", run_id=outcome.run_id,
+             playbook=outcome.playbook,
              hosts=outcome.hosts, by=who, exit_code=outcome.exit_code,
              error=self.redact(outcome.error)[:300] if outcome.error and outcome.status != "succeeded" else None,
              duration_s=took)

@@ -37,7 +37,7 @@ class SlackApprover:
         key = secrets.token_urlsafe(12)
         pending = PendingApproval(ar, asyncio.get_running_loop().create_future(), self.channel)
         ctx.pending[key] = pending
-        oplog.line("approval_requested", f"approval requested for run #{ar.run_id}", host=ar.host,
+        oplog.line("approval_requested", f"approval requested for run #{ar.run_id}", run_id=ar.run_id, host=ar.host,
                    step=ar.step, action=ctx.redact(ar.action)[:300])
         obs = self.observer
         if obs:
@@ -62,7 +62,8 @@ class SlackApprover:
                 obs.set_note(None)
             # Awaiting the future directly means a timeout cancels it too.
             if not pending.future.done() or pending.future.cancelled():
-                oplog.line("approval_decided", f"approval for run #{ar.run_id} expired", host=ar.host, step=ar.step)
+                oplog.line("approval_decided", f"approval for run #{ar.run_id} expired", run_id=ar.run_id,
+                           host=ar.host, step=ar.step)
                 pending.future.cancel()
                 if post_task is not None:
                     post_task.add_done_callback(lambda _t: self._timed_out(pending))
@@ -141,7 +142,8 @@ async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) 
         return
     pending.future.set_result((approve, user))
     decision = "approved" if approve else "denied"
-    oplog.line("approval_decided", f"approval for run #{ar.run_id} {decision}", by=user, host=ar.host, step=ar.step)
+    oplog.line("approval_decided", f"approval for run #{ar.run_id} {decision}", run_id=ar.run_id, by=user,
+               host=ar.host, step=ar.step)
     if pending.ts and pending.channel:
         ctx.update(pending.channel, pending.ts, bk.decision_text(decision, user),
                    bk.approval_decided_blocks(ar, decision, user))

@@ -184,6 +184,10 @@ class Settings(_Model):
     output_dir: str | None = Field(
         None, description="where the bot writes each step's whole output, on its own machine "
                           "(default: eagle-output next to the audit DB)")
+    log_format: Literal["text", "json"] = Field("text", description="`eagle serve`'s log lines: text, or one JSON "
+                                                                    "object per line (journald, Loki)")
+    metrics_port: int | None = Field(None, ge=1, le=65535, description="Prometheus /metrics port in Socket Mode "
+                                                                       "(with --http, /metrics is on that port)")
     # Not from the file: where it was read from (relative paths resolve against it).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     source: Path | None = Field(None, exclude=True)

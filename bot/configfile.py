@@ -19,7 +19,7 @@ TOP_KEYS = frozenset({
     "audit_db", "playbooks_dir", "skill_paths", "hosts", "groups", "default_hosts", "slack", "access",
     "schedules", "regression", "redact", "max_parallel_hosts", "max_hosts_total", "max_connecting",
     "state_dir", "audit_key_file", "output_keep_bytes", "output_dir",
-    "host_defaults", "max_connecting_per_jump", "health_watch",
+    "host_defaults", "max_connecting_per_jump", "health_watch", "log_format", "metrics_port",
 })
 KEY_FILE_ENV = "EAGLE_AUDIT_KEY_FILE"
 

@@ -57,3 +57,8 @@ _.SIMULATED
 # docs/skills.md lists them.
 _.set_residual, _.set_exit_code, _.set_health, _.set_unknown_fields, _.set_kernel_log, _.set_hang, _.memory_used
 _.host_defaults  # Settings field: read as raw data by the before-validator that applies it to each host (eaglebot.inventory)
+
+# slack_sdk's AsyncRetryHandler calls _can_retry_async (frontends/slack/client.py _ErrorCount).
+_._can_retry_async
+# frontends/metrics.set_leader: the leader election (issue 23, replicas) sets the eagle_leader gauge.
+_.set_leader

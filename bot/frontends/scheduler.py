@@ -191,6 +191,7 @@ class Scheduler:
         self._triggers = {name: trigger_for(cfg) for name, cfg in self._cfgs.items()}
         self._sched: AsyncIOScheduler | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._firing = 0   # jobs under way (a retired scheduler waits for them)
 
     @property
     def store(self) -> AsyncStoreProtocol:
@@ -225,6 +226,17 @@ class Scheduler:
         self._sched.add_listener(self._on_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
         self._sched.start()
         self._spawn(self.check_misfires())
+
+    async def retire(self) -> None:
+        """Fire nothing more, and shut down once the jobs under way are over: a reload's old
+        scheduler, whose scheduled runs finish with their config (shutdown would cancel them)."""
+        try:
+            if self._sched is not None and self._sched.running:
+                self._sched.pause()
+            while self._firing:
+                await asyncio.sleep(1)
+        finally:
+            self.shutdown()
 
     def shutdown(self) -> None:
         if self._sched is not None and self._sched.running:
@@ -354,6 +366,7 @@ class Scheduler:
         """One fire of a schedule: the run's id, or None when it did not run (a paused
         schedule, a busy host, a crash, which it reports and survives)."""
         cfg = self._cfgs[name]
+        self._firing += 1
         try:
             if (state := (await self.store.schedule_states()).get(name)) and state["paused"]:
                 await self.store.record_fire(name, now_iso(), "paused")
@@ -366,6 +379,8 @@ class Scheduler:
             log.exception("schedule %s crashed", name)
             await self._post(self._channel(cfg), f":x: scheduled run {name} ({_describe(cfg)}) crashed: {e}")
             return None
+        finally:
+            self._firing -= 1
 
     async def run_schedule(self, cfg: ScheduleConfig) -> int | None:
         """One scheduled run, start to report. Returns its run id (None if it never started)."""

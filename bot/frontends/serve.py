@@ -1,9 +1,10 @@
 """`eagle serve`: the bot's composition root.
 
 Builds the services once, checks the bot token, connects the Slack app (Socket Mode, or
-HTTP with --http), starts the configured schedules next to it with Slack as their voice,
-and on SIGINT/SIGTERM stops everything in order: the scheduler, the connection, the runs
-the bot started (their always-steps run), the store.
+HTTP with --http; /metrics beside it), starts the configured schedules next to it with Slack
+as their voice; on SIGHUP reloads the configuration (frontends/reload.py) and follows it with
+new schedules and health watch; on SIGINT/SIGTERM stops everything in order: the scheduler,
+the connection, the runs the bot started (their always-steps run), the store.
 """
 from __future__ import annotations
 
@@ -11,17 +12,23 @@ import asyncio
 import logging
 import os
 import signal
+from pathlib import Path
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from eaglebot.config import Settings
+from eaglebot.config import Settings, load_settings
+from eaglebot.engine.records import Observer
 from eaglebot.errors import EagleError, UsageError
+from eaglebot.frontends.metrics import Metrics
+from eaglebot.frontends.oplog import RunLog, setup_logging
+from eaglebot.frontends.reload import EnvFile, Reloader
 from eaglebot.frontends.scheduler import Hooks, Scheduler, build_scheduler
-from eaglebot.frontends.services import Services
+from eaglebot.frontends.services import Services, Snapshot
 from eaglebot.frontends.slack.app import build_app
 from eaglebot.frontends.slack.client import make_client, slack_error
 from eaglebot.frontends.slack.expire import expire_stale_approvals
+from eaglebot.frontends.slack.reload_hooks import SlackReload
 
 log = logging.getLogger("eaglebot.serve")
 
@@ -33,22 +40,32 @@ def _env(name: str, why: str) -> str:
     return value
 
 
-def serve_main(settings: Settings, *, http_port: int | None = None, host: str = "127.0.0.1") -> int:
+def serve_main(settings: Settings, *, http_port: int | None = None, host: str = "127.0.0.1",
+               env_file: str | None = None, verbose: bool = False) -> int:
     """`eagle serve`: Socket Mode (SLACK_APP_TOKEN) by default, HTTP with --http PORT."""
+    env = EnvFile(Path(env_file)) if env_file else None
+    if env is not None:
+        env.apply(env.load())   # before the tokens are read; its values override the process's
+        if settings.source is not None:
+            settings = load_settings(settings.source)
     token = _env("SLACK_BOT_TOKEN", "the bot token (xoxb-...) from OAuth & Permissions")
     if http_port is None:
         secret, app_token = None, _env("SLACK_APP_TOKEN", "an app-level token (xapp-...) with connections:write")
     else:
         secret, app_token = _env("SLACK_SIGNING_SECRET", "the signing secret from Basic Information"), None
-    logging.basicConfig(level=os.environ.get("EAGLE_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(serve(settings, token, secret, app_token, http_port, host))
+    setup_logging(settings.log_format, verbose=verbose, level=os.environ.get("EAGLE_LOG_LEVEL", "INFO"))
+    return asyncio.run(serve(settings, token, secret, app_token, http_port, host, env=env, verbose=verbose))
 
 
 async def serve(settings: Settings, token: str, secret: str | None, app_token: str | None,
-                http_port: int | None, host: str) -> int:
+                http_port: int | None, host: str, *, env: EnvFile | None = None, verbose: bool = False) -> int:
     services = await Services.open(settings)
-    client = make_client(settings, token)
+    metrics = Metrics(services.store)
+
+    def watchers() -> list[Observer]:   # every run's log lines and metrics, whatever config it runs under
+        return [RunLog(services.redactor.text), metrics.observer()]
+    services.engine.watchers.extend(watchers())
+    client = make_client(settings, token, counters=metrics)
     try:
         answer = (await client.auth_test()).data
         ident = answer if isinstance(answer, dict) else {}
@@ -67,8 +84,39 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):
             pass
-    runner = handler = sched = None
+    runner = handler = sched = metrics_runner = None
     watch: asyncio.Task[None] | None = None
+    watch_stop = asyncio.Event()
+    retiring: set[asyncio.Task[None]] = set()
+
+    async def follow(old: Snapshot, new: Snapshot, env_changed: set[str]) -> None:
+        """After a reload: the schedules and the health watch of the new config; the old
+        scheduler's running jobs finish first (a new watch starts once the old one stopped)."""
+        nonlocal sched, watch, watch_stop
+        setup_logging(new.settings.log_format, verbose=verbose, level=os.environ.get("EAGLE_LOG_LEVEL", "INFO"))
+        if sched is not None:
+            retiring.add(asyncio.create_task(sched.retire()))
+        sched = start_scheduler(services, bot.hooks)
+        if watch is not None:
+            watch_stop.set()
+            await asyncio.gather(watch, return_exceptions=True)
+        watch_stop = asyncio.Event()
+        watch = start_health_watch(services, client, watch_stop)
+
+    reloader = Reloader(services, config=settings.source, env_file=env, watchers=watchers)
+    reloader.checks.append(SlackReload(bot).check)
+    reloader.on_reload.append(follow)
+    services.reloader = reloader.reload
+    reloads: set[asyncio.Task[tuple[bool, str]]] = set()
+
+    def on_hup() -> None:
+        t = loop.create_task(reloader.reload("signal"))
+        reloads.add(t)
+        t.add_done_callback(reloads.discard)
+    try:
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
+    except (NotImplementedError, RuntimeError, AttributeError):
+        pass
     try:
         if http_port is None:
             from eaglebot.frontends.slack.http import GuardedSocketModeHandler
@@ -76,29 +124,41 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
             handler = GuardedSocketModeHandler(bot.app, app_token, web_client=client)
             await handler.connect_async()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
             log.info("connected to Slack in Socket Mode as %s", ident.get("user"))
+            if settings.metrics_port:
+                metrics_runner = await metrics.serve(host, settings.metrics_port)
+                log.info("serving metrics on http://%s:%s/metrics", host, settings.metrics_port)
         else:
             from aiohttp import web
 
-            runner = web.AppRunner(bot.app.web_app())
+            web_app = bot.app.web_app()
+            metrics.add_route(web_app)
+            runner = web.AppRunner(web_app)
             await runner.setup()
             await web.TCPSite(runner, host, http_port).start()
-            log.info("serving Slack requests on http://%s:%s/slack/events as %s", host, http_port, ident.get("user"))
+            log.info("serving Slack requests on http://%s:%s/slack/events (metrics on /metrics) as %s",
+                     host, http_port, ident.get("user"))
         sched = start_scheduler(services, bot.hooks)
-        watch = start_health_watch(services, client, stop)
+        watch = start_health_watch(services, client, watch_stop)
         await stop.wait()
         log.info("stopping")
     finally:
+        watch_stop.set()
+        for t in (*reloads, *retiring):
+            t.cancel()
         if sched is not None:
             try:
                 sched.shutdown()
             except Exception:
                 log.exception("scheduler shutdown failed")
+        await asyncio.gather(*reloads, *retiring, return_exceptions=True)
         if watch is not None:
             await asyncio.gather(watch, return_exceptions=True)
         if handler is not None:
             await handler.close_async()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
         if runner is not None:
             await runner.cleanup()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
         await bot.aclose(grace_s=60)  # systemd's TimeoutStopSec is 90
         await services.close()
     return 0

@@ -117,8 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", parents=[common], help="run the Slack bot (Socket Mode; --http for HTTP mode)")
     s.add_argument("--http", type=int, metavar="PORT", help="serve Slack's HTTP requests on PORT")
     s.add_argument("--host", default="127.0.0.1", help="address to bind in HTTP mode (default 127.0.0.1)")
-    s.add_argument("--env-file", metavar="PATH", help="KEY=VALUE lines (systemd EnvironmentFile syntax) read at start; "
-                                                      "they override the environment (the Slack tokens)")
+    s.add_argument("--env-file", metavar="PATH", help="KEY=VALUE lines (systemd EnvironmentFile syntax) that override "
+                                                     "the environment, read at start and on each reload")
+    s.add_argument("-v", "--verbose", action="store_true", help="the libraries' INFO lines too (asyncssh, Bolt...)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("doctor", parents=[common], help="check hosts, host keys, GPU tools, Slack tokens, the DB")

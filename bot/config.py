@@ -16,6 +16,8 @@ from eaglebot import inventory
 from eaglebot.configfile import KEY_FILE_ENV, config_path, read_config_text
 from eaglebot.errors import UsageError
 
+DB_URL_SCHEMES = ("postgresql://", "postgres://")  # audit_db on a PostgreSQL server
+
 LOCAL = "local"
 
 
@@ -200,6 +202,10 @@ class Settings(_Model):
     output_dir: str | None = Field(
         None, description="where the bot writes each step's whole output, on its own machine "
                           "(default: eagle-output next to the audit DB)")
+    log_format: Literal["text", "json"] = Field("text", description="`eagle serve`'s log lines: text, or one JSON "
+                                                                    "object per line (journald, Loki)")
+    metrics_port: int | None = Field(None, ge=1, le=65535, description="Prometheus /metrics port in Socket Mode "
+                                                                       "(with --http, /metrics is on that port)")
     # Not from the file: where it was read from (relative paths resolve against it).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     source: Path | None = Field(None, exclude=True)
@@ -274,7 +280,20 @@ class Settings(_Model):
         return q if q.is_absolute() else (self.base_dir / q)
 
     @property
+    def audit_db_url(self) -> str | None:
+        """`audit_db` when it names a PostgreSQL database (`postgresql://user@host[:port]/db`)."""
+        return self.audit_db if self.audit_db.startswith(DB_URL_SCHEMES) else None
+
+    @property
+    def audit_store(self) -> str | Path:
+        """What `open_store` opens: the PostgreSQL URL as written, or the SQLite file's path."""
+        return self.audit_db_url or self.db_path
+
+    @property
     def db_path(self) -> Path:
+        """The SQLite file; a PostgreSQL URL is never turned into a path (see `audit_store`)."""
+        if self.audit_db_url is not None:
+            raise UsageError("audit_db is a PostgreSQL URL, not a file: this needs an SQLite audit DB")
         return self.path(self.audit_db)
 
     @property
@@ -289,7 +308,9 @@ class Settings(_Model):
     def output_root(self) -> Path:
         """Where the bot writes steps' whole output. Not under `state_dir`: that folder is the
         hosts' (a loopback or `local` host would share it with the bot, as another user)."""
-        return self.path(self.output_dir) if self.output_dir else self.db_path.parent / "eagle-output"
+        if self.output_dir:
+            return self.path(self.output_dir)
+        return (self.base_dir if self.audit_db_url else self.db_path.parent) / "eagle-output"
 
     @property
     def playbooks_path(self) -> Path | None:

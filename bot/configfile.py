@@ -19,7 +19,7 @@ TOP_KEYS = frozenset({
     "audit_db", "playbooks_dir", "skill_paths", "hosts", "groups", "default_hosts", "slack", "access",
     "schedules", "regression", "redact", "max_parallel_hosts", "max_hosts_total", "max_connecting",
     "state_dir", "audit_key_file", "output_keep_bytes", "output_dir",
-    "host_defaults", "max_connecting_per_jump", "health_watch",
+    "host_defaults", "max_connecting_per_jump", "health_watch", "log_format", "metrics_port",
 })
 KEY_FILE_ENV = "EAGLE_AUDIT_KEY_FILE"
 
@@ -97,8 +97,8 @@ def audit_db_path(path: str | Path | None) -> Path | None:
         return Path.cwd() / "eagle.db"
     data = read_config(p)
     db = data.get("audit_db", "eagle.db")
-    if set(data) - TOP_KEYS or not isinstance(db, str) or not db:
-        return None
+    if set(data) - TOP_KEYS or not isinstance(db, str) or not db or db.startswith(("postgresql://", "postgres://")):
+        return None   # a PostgreSQL URL is not a path (config.Settings.audit_store)
     q = Path(os.path.expanduser(db))
     return q if q.is_absolute() else p.resolve().parent / q
 

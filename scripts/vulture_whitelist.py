@@ -36,6 +36,9 @@ _.mtime_ns
 # Jinja2's sandbox reads `intercepted_binops` (engine/templating.py: the rendering budget).
 _.intercepted_binops
 
+# The leader lease on PostgreSQL (store/pg_lease.py): called by the replicas' leader election.
+_.lease_acquire, _.lease_release, _.lease_holder, _.renewed_at, _.expires_at
+
 # PEP 562 module __getattr__ (store/__init__.py: lazy imports).
 _.__getattr__
 
@@ -55,3 +58,8 @@ _.SIMULATED
 # docs/skills.md lists them.
 _.set_residual, _.set_exit_code, _.set_health, _.set_unknown_fields, _.set_kernel_log, _.set_hang, _.memory_used
 _.host_defaults  # Settings field: read as raw data by the before-validator that applies it to each host (eaglebot.inventory)
+
+# slack_sdk's AsyncRetryHandler calls _can_retry_async (frontends/slack/client.py _ErrorCount).
+_._can_retry_async
+# frontends/metrics.set_leader: the leader election (issue 23, replicas) sets the eagle_leader gauge.
+_.set_leader

@@ -39,6 +39,25 @@ def sshd(tmp_path_factory) -> SSHServer:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL of this session (tests/pg.py), with the migrated template database."""
+    from pg import make_template, start_pg
+
+    server = start_pg()
+    try:
+        make_template(server)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """`postgresql://eagle@127.0.0.1:PORT/DB`: a fresh database, migrated, for this test only."""
+    return pg_server.fresh_db()
+
+
 @pytest.fixture
 def remote_dir(sshd, tmp_path_factory) -> Path:
     """A folder the SSH test user owns (pytest's own tmp folders are root-only)."""

@@ -157,3 +157,90 @@ def test_doctor_says_when_eagle_shell_mode_overrides_the_hosts_default(tmp_path,
     monkeypatch.delenv("EAGLE_SHELL_MODE")
     doctor_main(settings_for(tmp_path, {"local": {"transport": "local", "gpu": False}}))
     assert not any("shell mode" in line for line in capsys.readouterr().out.splitlines())
+
+
+async def test_doctor_prints_the_key_to_pin_when_known_hosts_is_missing_also_behind_a_jump_host(tmp_path, sshd):
+    missing = tmp_path / "nowhere" / "known_hosts"
+    hosts = {"bastion": sshd.host_config(),
+             "gpu-direct": sshd.host_config(known_hosts=str(missing)),
+             "gpu-behind": sshd.host_config(known_hosts=str(missing), jump="bastion")}
+    checks = await run_checks(settings_for(tmp_path, hosts), lambda c: None)
+    by = {c.name: c for c in checks}
+    fp = asyncssh.import_public_key(sshd.host_pub).get_fingerprint("sha256")
+    for name in ("gpu-direct", "gpu-behind"):
+        assert not by[f"host {name}"].ok
+        assert "does not exist" in by[f"host {name}"].detail
+        assert f"presents ssh-ed25519 key {fp}" in by[f"host {name}"].detail
+        assert f"`eagle hosts pin {name}`" in by[f"host {name}"].detail
+    assert not missing.exists()      # doctor pins nothing
+
+
+def _service_env(monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("SLACK_API_URL", raising=False)
+    monkeypatch.delenv("SLACK_APP_TOKEN", raising=False)
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    monkeypatch.delenv("SLACK_SIGNING_SECRET", raising=False)
+
+
+async def test_doctor_service_reports_a_down_host_and_an_unpinned_one_as_warnings(tmp_path, sshd, monkeypatch, capsys):
+    from sshd import free_port
+
+    fake = await FakeSlackAPI().start()
+    try:
+        _service_env(monkeypatch)
+        monkeypatch.setenv("SLACK_API_URL", fake.base_url)
+        monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-service-secret-value")
+        monkeypatch.setenv("SLACK_SIGNING_SECRET", "signing-secret-value")
+        empty = tmp_path / "empty_known_hosts"
+        empty.write_text("")
+        hosts = {"down": {"address": "127.0.0.1", "port": free_port(), "known_hosts": str(sshd.known_hosts),
+                          "connect_timeout_s": 2, "connect_retries": 0},
+                 "unpinned": sshd.host_config(known_hosts=str(empty)),
+                 "local": {"transport": "local"}}
+        settings = settings_for(tmp_path, hosts)
+        lines: list[str] = []
+        checks = await run_checks(settings, lambda c: lines.append(c.line()), service=True)
+    finally:
+        await fake.stop()
+    text = "\n".join(lines)
+    assert all(c.ok for c in checks), text
+    assert any(line.startswith("WARN  host down: ") and "unreachable" in line for line in lines)
+    assert any(line.startswith("WARN  host unpinned: ") and "eagle hosts pin unpinned" in line for line in lines)
+    assert "ok    tokens: SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET set" in lines
+    assert any(line.startswith("ok    playbooks: ") for line in lines)
+    assert "audit chain" not in text                      # each start does not walk every row
+    assert "secret-value" not in text
+    # plain doctor: the same hosts are errors
+    assert not all(c.ok for c in await run_checks(settings, lambda c: None))
+
+
+def test_doctor_service_exit_1_without_tokens_and_with_an_invalid_playbook(tmp_path, monkeypatch, capsys):
+    _service_env(monkeypatch)
+    book = tmp_path / "playbooks"
+    book.mkdir()
+    (book / "broken.yaml").write_text("name: broken\nsteps:\n  - skill: no.such.skill\n")
+    p = tmp_path / "eagle.yaml"
+    p.write_text(yaml.safe_dump({"audit_db": "eagle.db", "playbooks_dir": "playbooks",
+                                 "hosts": {"local": {"transport": "local"}}}))
+    code = doctor_main(load_settings(p), service=True)
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert ("FAIL  tokens: SLACK_BOT_TOKEN and SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP mode) "
+            "not set in the environment (put them in the unit's EnvironmentFile, mode 0600)") in out
+    assert any(line.startswith("FAIL  playbook broken: ") and "no.such.skill" in line for line in out)
+    (book / "broken.yaml").unlink()
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-x")
+    monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-x")
+    monkeypatch.setenv("SLACK_API_URL", "http://127.0.0.1:9/api/")    # Slack unreachable: a warning
+    assert doctor_main(load_settings(p), service=True) == 0
+    assert any(line.startswith("WARN  SLACK_BOT_TOKEN: could not reach Slack")
+               for line in capsys.readouterr().out.splitlines())
+
+
+def test_doctor_service_exit_2_when_the_config_is_invalid(tmp_path):
+    from eaglebot.frontends.cli.main import main
+
+    p = tmp_path / "eagle.yaml"
+    p.write_text("audit_db: eagle.db\nplaybooks_dir: missing\n")
+    assert main(["--config", str(p), "doctor", "--service"]) == 2

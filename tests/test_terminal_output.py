@@ -154,6 +154,8 @@ def test_bash_completion_offers_the_configs_playbooks_hosts_and_schedules(tmp_pa
     assert _complete(script, "eagle", *c, "run", "hello", "-e", "gr", env=path) == ["greeting="]
     assert _complete(script, "eagle", "logs", "", env={**path, "EAGLE_CONFIG": str(cfg)}) == ["gpu-01", "gpu-02", "local"]
     assert _complete(script, "eagle", "schedule", "pause", "n", env={**path, "EAGLE_CONFIG": str(cfg)}) == ["nightly"]
+    assert _complete(script, "eagle", *c, "hosts", "pin", "gpu", env=path) == ["gpu-01", "gpu-02"]
+    assert _complete(script, "eagle", "hosts", "", env=path) == ["pin", "--config", "--help", "--json", "-h"]
     assert _complete(script, "eagle", "run", "nightly-bench", "--dr", env=path) == ["--dry-run"]
     assert eagle("completion", "--list", "playbooks", config=cfg).stdout.split()[-1] == "verify"
     assert eagle("completion").returncode == 2

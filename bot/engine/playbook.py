@@ -22,7 +22,7 @@ from eaglebot.errors import UsageError
 from eaglebot.engine.registry import SkillNotFound, SkillRegistry, shipped
 
 RESERVED = frozenset(
-    "help playbooks hosts history show status cancel rerun logs schedule baseline trend diff bisect sweep ack fleet".split()
+    "help playbooks hosts history show status cancel rerun logs schedule baseline trend diff bisect sweep ack fleet reload".split()
 )
 InputType = Literal["int", "float", "bool", "str", "list[int]", "list[float]", "list[str]", "dict"]
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -100,6 +100,40 @@ class Observer:
     async def run_finished(self, outcome: RunOutcome) -> None: ...
 
 
+class Tee(Observer):
+    """The run's own observer, then each watcher; one that raises does not stop the others."""
+
+    def __init__(self, first: Observer, watchers: list[Observer]):
+        self.all = [first, *watchers]
+
+    async def run_started(self, run_id: int, playbook: Playbook, hosts: list[str], req: RunRequest) -> None:
+        for o in self.all:
+            await safe(o.run_started(run_id, playbook, hosts, req))
+
+    async def step_started(self, run_id: int, rec: StepRecord) -> None:
+        for o in self.all:
+            await safe(o.step_started(run_id, rec))
+
+    def step_output(self, run_id: int, rec: StepRecord, line: str) -> None:
+        for o in self.all:
+            try:
+                o.step_output(run_id, rec, line)
+            except Exception:
+                log.exception("observer failed")
+
+    async def step_finished(self, run_id: int, rec: StepRecord, result: StepResult) -> None:
+        for o in self.all:
+            await safe(o.step_finished(run_id, rec, result))
+
+    async def step_heartbeat(self, run_id: int, rec: StepRecord, elapsed_s: float, last_line: str) -> None:
+        for o in self.all:
+            await safe(o.step_heartbeat(run_id, rec, elapsed_s, last_line))
+
+    async def run_finished(self, outcome: RunOutcome) -> None:
+        for o in self.all:
+            await safe(o.run_finished(outcome))
+
+
 Approver = Callable[[ApprovalRequest], Awaitable[tuple[bool, str]]]
 
 

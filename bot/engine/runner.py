@@ -22,7 +22,7 @@ from eaglebot.engine.context import host_context, missing_var_error
 from eaglebot.engine.playbook import Playbook, find_playbook, resolve_inputs
 from eaglebot.engine.output import printable
 from eaglebot.engine.records import (Approver, Observer, Prepared, RunOutcome, RunRequest, RunState, StepRecord,
-                                     StepSlot, jsonable, plain_name, safe)
+                                     StepSlot, Tee, jsonable, plain_name, safe)
 from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.steps import StepRunner, shell_param
@@ -60,6 +60,8 @@ class Engine(StepRunner):
         self.pool = pool or TransportPool(settings)
         self.redactor = redactor or Redactor(settings.redact)
         self.post_run_hooks: list[PostRunHook] = []
+        # Observers of every run of this engine besides its own (`eagle serve`'s log lines, metrics).
+        self.watchers: list[Observer] = []
         self._cancel_events: dict[int, asyncio.Event] = {}
         self.heartbeat_s = HEARTBEAT_S
         self._unreleased: set[int] = set()  # runs whose host locks a failing store kept
@@ -142,6 +144,11 @@ class Engine(StepRunner):
         _, task = await self.start(req, observer, approver)
         return await task
 
+    @property
+    def busy(self) -> bool:
+        """A run started here has not ended yet."""
+        return bool(self._cancel_events)
+
     def cancel(self, run_id: int) -> bool:
         ev = self._cancel_events.get(run_id)
         if ev is None:
@@ -161,6 +168,8 @@ class Engine(StepRunner):
     async def _execute(self, run_id: int, req: RunRequest, prep: Prepared, observer: Observer,
                        approver: Approver | None) -> RunOutcome:
         pb = prep.playbook
+        if self.watchers:
+            observer = Tee(observer, self.watchers)
         run = RunState(run_id, req, pb, observer, approver,
                        self._cancel_events.setdefault(run_id, asyncio.Event()),
                        RunOutcome(run_id, pb.name, prep.hosts, "running", 0, dry_run=req.dry_run))

@@ -41,7 +41,7 @@ from eaglebot.frontends.schedule_alarm import ALARM, ALARM_CHECK_S, alarm_text, 
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import RunView
 from eaglebot.sdk import StepResult
-from eaglebot.store import Store, now_iso, parse_iso
+from eaglebot.store import now_iso, open_store, parse_iso
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.protocol_async import AsyncStoreProtocol
 
@@ -101,7 +101,7 @@ def schedule_state(row: dict[str, Any]) -> str:
 
 
 def schedule_list_main(settings: Settings, as_json: bool = False) -> int:
-    store = Store(settings.db_path, key_file=settings.audit_key_path)
+    store = open_store(settings.audit_store, key_file=settings.audit_key_path)
     try:
         rows = schedule_rows(settings, store)
     except UsageError as e:
@@ -198,6 +198,7 @@ class Scheduler:
         self._triggers = {name: trigger_for(cfg) for name, cfg in self._cfgs.items()}
         self._sched: AsyncIOScheduler | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._firing = 0   # jobs under way (a retired scheduler waits for them)
 
     @property
     def store(self) -> AsyncStoreProtocol:
@@ -232,6 +233,17 @@ class Scheduler:
         self._sched.add_listener(self._on_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
         self._sched.start()
         self._spawn(self.check_misfires())
+
+    async def retire(self) -> None:
+        """Fire nothing more, and shut down once the jobs under way are over: a reload's old
+        scheduler, whose scheduled runs finish with their config (shutdown would cancel them)."""
+        try:
+            if self._sched is not None and self._sched.running:
+                self._sched.pause()
+            while self._firing:
+                await asyncio.sleep(1)
+        finally:
+            self.shutdown()
 
     def shutdown(self) -> None:
         if self._sched is not None and self._sched.running:
@@ -364,6 +376,7 @@ class Scheduler:
         if not self.leading():
             log.warning("schedule %s: not the leader any more; its fire is left to the next one", name)
             return None
+        self._firing += 1
         try:
             if (state := (await self.store.schedule_states()).get(name)) and state["paused"]:
                 await self.store.record_fire(name, now_iso(), "paused")
@@ -377,6 +390,8 @@ class Scheduler:
             log.exception("schedule %s crashed", name)
             await self._post(self._channel(cfg), f":x: scheduled run {name} ({_describe(cfg)}) crashed: {e}")
             return None
+        finally:
+            self._firing -= 1
 
     async def run_schedule(self, cfg: ScheduleConfig, slot: datetime | None = None) -> int | None:
         """One scheduled run for the fire at `slot` (default now), start to report. Returns its

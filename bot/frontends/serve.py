@@ -1,11 +1,13 @@
 """`eagle serve`: the bot's composition root.
 
 Builds the services once, checks the bot token, connects the Slack app (Socket Mode, or
-HTTP with --http), and joins the election of a leader among the replicas on the same store
-(frontends/leader.py): the leader starts the configured schedules with Slack as their voice
-and the health watch; every replica answers commands and clicks. On SIGINT/SIGTERM it stops
-everything in order: the leader's duties (and its lease), the connection, the runs the bot
-started (their always-steps run), the store.
+HTTP with --http; /metrics beside it), and joins the election of a leader among the replicas
+on the same store (frontends/leader.py): the leader runs the configured schedules, with Slack
+as their voice, and the health watch; every replica answers commands and clicks. On SIGHUP it
+reloads the configuration (frontends/reload.py) and, on the leader, follows it with new
+schedules and health watch; on SIGINT/SIGTERM it stops everything in order: the leader's
+duties (and its lease), the connection, the runs the bot started (their always-steps run),
+the store.
 """
 from __future__ import annotations
 
@@ -13,19 +15,25 @@ import asyncio
 import logging
 import os
 import signal
+from pathlib import Path
 from typing import Callable
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from eaglebot.config import Settings
+from eaglebot.config import Settings, load_settings
+from eaglebot.engine.records import Observer
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.frontends.leader import Leadership
+from eaglebot.frontends.metrics import Metrics, set_leader
+from eaglebot.frontends.oplog import RunLog, setup_logging
+from eaglebot.frontends.reload import EnvFile, Reloader
 from eaglebot.frontends.scheduler import Hooks, Scheduler, build_scheduler
-from eaglebot.frontends.services import Services
+from eaglebot.frontends.services import Services, Snapshot
 from eaglebot.frontends.slack.app import SlackBot, build_app
 from eaglebot.frontends.slack.client import make_client, slack_error
 from eaglebot.frontends.slack.expire import expire_stale_approvals
+from eaglebot.frontends.slack.reload_hooks import SlackReload
 
 log = logging.getLogger("eaglebot.serve")
 
@@ -37,22 +45,32 @@ def _env(name: str, why: str) -> str:
     return value
 
 
-def serve_main(settings: Settings, *, http_port: int | None = None, host: str = "127.0.0.1") -> int:
+def serve_main(settings: Settings, *, http_port: int | None = None, host: str = "127.0.0.1",
+               env_file: str | None = None, verbose: bool = False) -> int:
     """`eagle serve`: Socket Mode (SLACK_APP_TOKEN) by default, HTTP with --http PORT."""
+    env = EnvFile(Path(env_file)) if env_file else None
+    if env is not None:
+        env.apply(env.load())   # before the tokens are read; its values override the process's
+        if settings.source is not None:
+            settings = load_settings(settings.source)
     token = _env("SLACK_BOT_TOKEN", "the bot token (xoxb-...) from OAuth & Permissions")
     if http_port is None:
         secret, app_token = None, _env("SLACK_APP_TOKEN", "an app-level token (xapp-...) with connections:write")
     else:
         secret, app_token = _env("SLACK_SIGNING_SECRET", "the signing secret from Basic Information"), None
-    logging.basicConfig(level=os.environ.get("EAGLE_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(serve(settings, token, secret, app_token, http_port, host))
+    setup_logging(settings.log_format, verbose=verbose, level=os.environ.get("EAGLE_LOG_LEVEL", "INFO"))
+    return asyncio.run(serve(settings, token, secret, app_token, http_port, host, env=env, verbose=verbose))
 
 
 async def serve(settings: Settings, token: str, secret: str | None, app_token: str | None,
-                http_port: int | None, host: str) -> int:
+                http_port: int | None, host: str, *, env: EnvFile | None = None, verbose: bool = False) -> int:
     services = await Services.open(settings)
-    client = make_client(settings, token)
+    metrics = Metrics(services.store)
+
+    def watchers() -> list[Observer]:   # every run's log lines and metrics, whatever config it runs under
+        return [RunLog(services.redactor.text), metrics.observer()]
+    services.engine.watchers.extend(watchers())
+    client = make_client(settings, token, counters=metrics)
     try:
         answer = (await client.auth_test()).data
         ident = answer if isinstance(answer, dict) else {}
@@ -71,11 +89,31 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):
             pass
-    runner = handler = None
+    runner = handler = metrics_runner = None
     duties = LeaderDuties(services, bot, client)
     lead = Leadership(services.store, duties)
     duties.holder, duties.leading = lead.id, lead.is_leader
     election: asyncio.Task[None] | None = None
+
+    async def follow(old: Snapshot, new: Snapshot, env_changed: set[str]) -> None:
+        """After a reload: the log format; on the leader, the new config's schedules and health watch."""
+        setup_logging(new.settings.log_format, verbose=verbose, level=os.environ.get("EAGLE_LOG_LEVEL", "INFO"))
+        await duties.follow()
+
+    reloader = Reloader(services, config=settings.source, env_file=env, watchers=watchers)
+    reloader.checks.append(SlackReload(bot).check)
+    reloader.on_reload.append(follow)
+    services.reloader = reloader.reload
+    reloads: set[asyncio.Task[tuple[bool, str]]] = set()
+
+    def on_hup() -> None:
+        t = loop.create_task(reloader.reload("signal"))
+        reloads.add(t)
+        t.add_done_callback(reloads.discard)
+    try:
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
+    except (NotImplementedError, RuntimeError, AttributeError):
+        pass
     try:
         if http_port is None:
             from eaglebot.frontends.slack.http import GuardedSocketModeHandler
@@ -83,24 +121,36 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
             handler = GuardedSocketModeHandler(bot.app, app_token, web_client=client)
             await handler.connect_async()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
             log.info("connected to Slack in Socket Mode as %s", ident.get("user"))
+            if settings.metrics_port:
+                metrics_runner = await metrics.serve(host, settings.metrics_port)
+                log.info("serving metrics on http://%s:%s/metrics", host, settings.metrics_port)
         else:
             from aiohttp import web
 
-            runner = web.AppRunner(bot.app.web_app())
+            web_app = bot.app.web_app()
+            metrics.add_route(web_app)
+            runner = web.AppRunner(web_app)
             await runner.setup()
             await web.TCPSite(runner, host, http_port).start()
-            log.info("serving Slack requests on http://%s:%s/slack/events as %s", host, http_port, ident.get("user"))
+            log.info("serving Slack requests on http://%s:%s/slack/events (metrics on /metrics) as %s",
+                     host, http_port, ident.get("user"))
         election = asyncio.create_task(lead.run(stop))
         await stop.wait()
         log.info("stopping")
     finally:
         stop.set()
-        if election is not None:   # steps down (scheduler, health watch) and releases the lease
+        for t in reloads:
+            t.cancel()
+        await asyncio.gather(*reloads, return_exceptions=True)
+        if election is not None:   # steps down (schedules, health watch) and releases the lease
             await asyncio.gather(election, return_exceptions=True)
+        await duties.close()
         if handler is not None:
             await handler.close_async()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
         if runner is not None:
             await runner.cleanup()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
         await bot.aclose(grace_s=60)  # systemd's TimeoutStopSec is 90
         await services.close()
     return 0
@@ -117,27 +167,56 @@ class LeaderDuties:
         self.sched: Scheduler | None = None
         self.watch: asyncio.Task[None] | None = None
         self._term = asyncio.Event()
+        self._retiring: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
+        set_leader(True)
+        self._start_scheduler()
         self._term = asyncio.Event()
+        self.watch = start_health_watch(self.services, self.client, self._term)
+
+    def _start_scheduler(self) -> None:
         self.sched = start_scheduler(self.services, self.bot.hooks, self.holder)
         self.sched.leading = self.leading
+
+    def _retire(self) -> None:
+        """The scheduler fires nothing more; its scheduled runs under way finish."""
+        if self.sched is not None:
+            t = asyncio.get_running_loop().create_task(self.sched.retire())
+            self._retiring.add(t)
+            t.add_done_callback(self._retiring.discard)
+            self.sched = None
+
+    async def follow(self) -> None:
+        """A reload while leading: the new config's schedules (the old scheduler's running jobs
+        finish first) and health watch (once the old one stopped)."""
+        if self.sched is None:
+            return
+        self._retire()
+        self._start_scheduler()
+        self._term.set()
+        if self.watch is not None:
+            await asyncio.gather(self.watch, return_exceptions=True)
+        self._term = asyncio.Event()
         self.watch = start_health_watch(self.services, self.client, self._term)
 
     async def stop(self) -> None:
+        set_leader(False)
+        self._retire()
         self._term.set()
-        sched, watch, self.sched, self.watch = self.sched, self.watch, None, None
-        if sched is not None:
-            try:
-                sched.shutdown()
-            except Exception:
-                log.exception("scheduler shutdown failed")
+        watch, self.watch = self.watch, None
         if watch is not None:
             await asyncio.gather(watch, return_exceptions=True)
 
     async def sweep(self) -> None:
         await self.services.store.recover()   # also done by any `eagle` command that opens the store
         await expire_stale_approvals(self.bot.ctx)
+
+    async def close(self) -> None:
+        """At exit: retired schedulers stop now (their runs are cancelled with the bot's)."""
+        for t in list(self._retiring):
+            t.cancel()
+        await asyncio.gather(*self._retiring, return_exceptions=True)
 
 
 def start_health_watch(services: Services, client: AsyncWebClient, stop: asyncio.Event) -> asyncio.Task[None] | None:

@@ -1,13 +1,14 @@
-"""The audit store: the only code in eaglebot that speaks SQL or imports sqlite."""
+"""The audit store: the only code in eaglebot that speaks SQL or imports sqlite or psycopg."""
 from typing import TYPE_CHECKING, Any
 
-from eaglebot.store.base import now_iso, parse_iso
+from eaglebot.store.base import now_iso, parse_iso, redact_url
 from eaglebot.store.db import Store
+from eaglebot.store.factory import is_db_url, open_store
 
 if TYPE_CHECKING:
     from eaglebot.store.aio import AsyncStore
 
-__all__ = ["AsyncStore", "Store", "now_iso", "parse_iso"]
+__all__ = ["AsyncStore", "Store", "is_db_url", "now_iso", "open_store", "parse_iso", "redact_url"]
 
 
 def __getattr__(name: str) -> Any:

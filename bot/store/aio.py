@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ParamSpec, TypeVar
 
 from eaglebot.store.aio_methods import AsyncMethods
-from eaglebot.store.base import store_error
 from eaglebot.store.db import Store
+from eaglebot.store.factory import open_store
 
 if TYPE_CHECKING:
     from eaglebot.store.protocol import StoreProtocol
@@ -38,20 +37,19 @@ class AsyncStore(AsyncMethods):
         """Open (and migrate) the store on its writer thread, which then serves every call."""
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle-store")
         store = await asyncio.get_running_loop().run_in_executor(
-            pool, functools.partial(Store, path, key_file=key_file))
+            pool, functools.partial(open_store, path, key_file=key_file))
         return cls(store, pool)
 
     async def _do(self, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
         try:
             return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kw))
-        except sqlite3.Error as e:  # a read outside a write transaction; writes raise StoreError already
-            raise store_error(self.sync.path, e) from None
+        except self.sync._db_errors as e:  # a read outside a write transaction; writes raise StoreError already
+            raise self.sync._fail(e) from None
 
     async def call(self, fn: Callable[[Store], T]) -> T:
         """Run `fn(store)` on the writer thread: several reads that belong together (the
         history checks) without a thread hop for each."""
         return await self._do(fn, self.sync)
-
 
     async def aclose(self) -> None:
         """Close the store, then its writer thread."""

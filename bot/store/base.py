@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sqlite3
 import sys
@@ -60,6 +61,14 @@ def store_error(path: Path, e: BaseException) -> StoreError:
     else:
         reason = next((r for k, r in _REASONS if k in low), msg)
     return StoreError(f"audit store {path}: {reason}")
+
+
+_URL_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)[^@/?#\s]*@|((?:\?|&)password=)[^&\s]*")
+
+
+def redact_url(text: str) -> str:
+    """A database URL (or a message quoting one) with any password masked: what every message shows."""
+    return _URL_PASSWORD.sub(lambda m: f"{m.group(1)}***@" if m.group(1) else f"{m.group(2)}***", text)
 
 
 def now_iso() -> str:
@@ -143,6 +152,11 @@ class StoreBase:
     _seal_cols: bool
     _sealer: Sealer | None
     _db_id: str | None
+    # The driver's failures, which `_fail` turns into a sentence (PostgreSQL: store/pg_store.py).
+    _db_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+
+    def _fail(self, e: BaseException) -> StoreError:
+        return store_error(self.path, e)
 
     def _connect_rw(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -181,6 +195,17 @@ class StoreBase:
     def _version(self) -> int:
         return int(self.db.execute("PRAGMA user_version").fetchone()[0])
 
+    def _set_version(self, version: int) -> None:
+        """Inside the migration's transaction: the schema version it brought the DB to."""
+        self.db.execute(f"PRAGMA user_version = {int(version)}")
+
+    def _migrated(self) -> None:
+        """After each migration's commit: each migration commits its pages (the catalog's,
+        several times over) to the WAL; give that space back after each one, so a new DB on a
+        small disk needs room for one migration's pages, not all ten (best effort: a reader may
+        hold the WAL)."""
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     @contextmanager
     def _tx(self) -> Iterator[None]:
         """One write transaction (BEGIN IMMEDIATE); the chain entries its writes appended are
@@ -191,8 +216,8 @@ class StoreBase:
             return
         try:
             conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as e:
-            raise store_error(self.path, e) from None
+        except self._db_errors as e:
+            raise self._fail(e) from None
         try:
             # Once the chain's table exists (migration v5) it is not looked up again.
             chained = self._chained or chain.table_exists(conn, chain.CHAIN_TABLE)
@@ -208,10 +233,10 @@ class StoreBase:
             if conn.in_transaction:
                 try:
                     conn.execute("ROLLBACK")
-                except sqlite3.Error:
+                except self._db_errors:
                     pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
-            if isinstance(e, sqlite3.Error):
-                raise store_error(self.path, e) from None
+            if isinstance(e, self._db_errors):
+                raise self._fail(e) from None
             raise
 
     @property

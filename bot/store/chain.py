@@ -40,9 +40,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
+from typing import Any, Protocol
 
 from eaglebot.store.sealing import Sealer, seal_mac
+
+
+class SqlConn(Protocol):
+    """What the chain needs of a connection: sqlite3's, or the PostgreSQL adapter's
+    (store/pg_conn.py), which also names its `dialect`."""
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
 
 # The columns each chained table is hashed over, per schema version: a version lists only
 # what it adds (new tables, or new columns appended to a table), so a later migration adds one
@@ -124,47 +131,89 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def columns(conn: sqlite3.Connection, table: str) -> list[str]:
-    return [r[1] for r in conn.execute(f"pragma table_info({quote(table)})")]
+class Dialect:
+    """How the chain's SQL is written on SQLite (the triggers, the row's canonical JSON, the
+    catalog); PostgreSQL's is store/pg_dialect.py. Every entry, link hash and seal is the same
+    on both: only how a trigger appends it and how a row becomes JSON text differ, and on one
+    backend the trigger and `verify` always build the JSON the same way."""
+
+    create_chain = _CREATE
+
+    def table_exists(self, conn: SqlConn, table: str) -> bool:
+        return conn.execute("select 1 from sqlite_master where type = 'table' and name = ?",
+                            [table]).fetchone() is not None
+
+    def columns(self, conn: SqlConn, table: str) -> list[str]:
+        return [r[1] for r in conn.execute(f"pragma table_info({quote(table)})")]
+
+    def row_json_sql(self, cols: list[str] | tuple[str, ...], ref: str, present: set[str] | None = None) -> str:
+        """The row as canonical JSON text, in SQL, so the trigger and `verify` build the same text.
+        A column not `present` in the live table (dropped outside a migration) reads as null."""
+        parts = []
+        for c in cols:
+            v = f"{ref}{quote(c)}"
+            if present is not None and c not in present:
+                v = "null"
+            parts.append(f"'{c}', case when typeof({v}) = 'blob' then hex({v}) else {v} end")
+        return "json_object(" + ", ".join(parts) + ")"
+
+    def trigger_sql(self, table: str, cols: list[str] | tuple[str, ...]) -> dict[str, str]:
+        t, lit = quote(table), "'" + table.replace("'", "''") + "'"
+        ins = f"insert into {CHAIN_TABLE} (tbl, row_id, op, content)"
+        new, old = self.row_json_sql(cols, "NEW."), self.row_json_sql(cols, "OLD.")
+        return {
+            f"audit_chain_{table}_i": (
+                f"CREATE TRIGGER {quote('audit_chain_' + table + '_i')} AFTER INSERT ON {t} BEGIN "
+                f"{ins} values ({lit}, NEW.rowid, 'I', {new}); END"),
+            f"audit_chain_{table}_u": (
+                f"CREATE TRIGGER {quote('audit_chain_' + table + '_u')} AFTER UPDATE ON {t} BEGIN "
+                f"{ins} select {lit}, OLD.rowid, 'D', {old} where OLD.rowid <> NEW.rowid; "
+                f"{ins} values ({lit}, NEW.rowid, 'U', {new}); END"),
+            f"audit_chain_{table}_d": (
+                f"CREATE TRIGGER {quote('audit_chain_' + table + '_d')} AFTER DELETE ON {t} BEGIN "
+                f"{ins} values ({lit}, OLD.rowid, 'D', {old}); END"),
+        }
+
+    def triggers(self, conn: SqlConn) -> dict[str, str]:
+        """Each installed trigger's name and what `trigger_sql` compares it with."""
+        return dict(conn.execute("select name, sql from sqlite_master where type = 'trigger'").fetchall())
+
+    def install_trigger(self, conn: SqlConn, table: str, name: str, sql: str) -> None:
+        conn.execute(f"drop trigger if exists {quote(name)}")
+        conn.execute(sql)
 
 
-def table_exists(conn: sqlite3.Connection, table: str) -> bool:
-    return conn.execute("select 1 from sqlite_master where type = 'table' and name = ?", [table]).fetchone() is not None
+SQLITE = Dialect()
 
 
-def row_json_sql(cols: list[str] | tuple[str, ...], ref: str, present: set[str] | None = None) -> str:
-    """The row as canonical JSON text, in SQL, so the trigger and `verify` build the same text.
-    A column not `present` in the live table (dropped outside a migration) reads as null."""
-    parts = []
-    for c in cols:
-        v = f"{ref}{quote(c)}"
-        if present is not None and c not in present:
-            v = "null"
-        parts.append(f"'{c}', case when typeof({v}) = 'blob' then hex({v}) else {v} end")
-    return "json_object(" + ", ".join(parts) + ")"
+def dialect(conn: SqlConn) -> Dialect:
+    """The connection's dialect: the PostgreSQL adapter names its own; a sqlite3 connection is SQLite."""
+    d = getattr(conn, "dialect", SQLITE)
+    assert isinstance(d, Dialect)
+    return d
 
 
-def trigger_sql(table: str, cols: list[str] | tuple[str, ...]) -> dict[str, str]:
-    t, lit = quote(table), "'" + table.replace("'", "''") + "'"
-    ins = f"insert into {CHAIN_TABLE} (tbl, row_id, op, content)"
-    new, old = row_json_sql(cols, "NEW."), row_json_sql(cols, "OLD.")
-    return {
-        f"audit_chain_{table}_i": (
-            f"CREATE TRIGGER {quote('audit_chain_' + table + '_i')} AFTER INSERT ON {t} BEGIN "
-            f"{ins} values ({lit}, NEW.rowid, 'I', {new}); END"),
-        f"audit_chain_{table}_u": (
-            f"CREATE TRIGGER {quote('audit_chain_' + table + '_u')} AFTER UPDATE ON {t} BEGIN "
-            f"{ins} select {lit}, OLD.rowid, 'D', {old} where OLD.rowid <> NEW.rowid; "
-            f"{ins} values ({lit}, NEW.rowid, 'U', {new}); END"),
-        f"audit_chain_{table}_d": (
-            f"CREATE TRIGGER {quote('audit_chain_' + table + '_d')} AFTER DELETE ON {t} BEGIN "
-            f"{ins} values ({lit}, OLD.rowid, 'D', {old}); END"),
-    }
+def columns(conn: SqlConn, table: str) -> list[str]:
+    return dialect(conn).columns(conn, table)
 
 
-def create_chain_table(conn: sqlite3.Connection, from_version: int) -> None:
+def table_exists(conn: SqlConn, table: str) -> bool:
+    return dialect(conn).table_exists(conn, table)
+
+
+def row_json_sql(cols: list[str] | tuple[str, ...], ref: str, present: set[str] | None = None,
+                 d: Dialect = SQLITE) -> str:
+    """The row as canonical JSON text in `d`'s SQL (see `Dialect.row_json_sql`)."""
+    return d.row_json_sql(cols, ref, present)
+
+
+def trigger_sql(table: str, cols: list[str] | tuple[str, ...], d: Dialect = SQLITE) -> dict[str, str]:
+    return d.trigger_sql(table, cols)
+
+
+def create_chain_table(conn: SqlConn, from_version: int) -> None:
     """Migration v5: the chain table and its genesis entry (inside the caller's transaction)."""
-    conn.execute(_CREATE)
+    conn.execute(dialect(conn).create_chain)
     conn.execute(f"create index if not exists {CHAIN_TABLE}_row on {CHAIN_TABLE} (tbl, row_id, seq)")
     if conn.execute(f"select 1 from {CHAIN_TABLE} where op = ?", [GENESIS]).fetchone() is None:
         had_rows = any(table_exists(conn, t) and conn.execute(f"select 1 from {quote(t)} limit 1").fetchone()
@@ -176,7 +225,7 @@ def create_chain_table(conn: sqlite3.Connection, from_version: int) -> None:
                      [GENESIS, json.dumps({"note": note, "from_schema": from_version}, sort_keys=True)])
 
 
-def add_seal_columns(conn: sqlite3.Connection) -> None:
+def add_seal_columns(conn: SqlConn) -> None:
     """Migration v7: each entry's epoch and keyed seal (store/sealing.py)."""
     have = set(columns(conn, CHAIN_TABLE))
     for col, typ in (("epoch", "integer"), ("seal", "text")):
@@ -184,7 +233,7 @@ def add_seal_columns(conn: sqlite3.Connection) -> None:
             conn.execute(f"alter table {CHAIN_TABLE} add column {col} {typ}")
 
 
-def _covered_tables(conn: sqlite3.Connection) -> set[str]:
+def _covered_tables(conn: SqlConn) -> set[str]:
     out = {r[0] for r in conn.execute(f"select distinct tbl from {CHAIN_TABLE} where op = ?", [COLUMNS])}
     for (content,) in conn.execute(f"select content from {CHAIN_TABLE} where op = ?", [MIGRATION]):
         out |= set(migration_tables(content))
@@ -199,43 +248,44 @@ def migration_tables(content: str | None) -> dict[str, list[str]]:
         return {}
 
 
-def record_migration(conn: sqlite3.Connection, version: int) -> None:
+def record_migration(conn: SqlConn, version: int) -> None:
     """A migration to `version` as a chain entry of its own (inside the migration's transaction;
     the caller seals): install each chained table's triggers for its columns in `CHAIN_SCHEMA`,
     append an 'M' entry with the version and the column lists, and snapshot the rows of a table
     the chain did not cover before (its genesis; never again)."""
     schema = chain_schema(version)
     covered = _covered_tables(conn)
-    have = dict(conn.execute("select name, sql from sqlite_master where type = 'trigger'").fetchall())
+    d = dialect(conn)
+    have = d.triggers(conn)
     for t, cols in schema.items():
-        for name, sql in trigger_sql(t, cols).items():
+        for name, sql in d.trigger_sql(t, cols).items():
             if have.get(name) == sql:     # unchanged: rewriting every trigger each migration fills the WAL
                 continue
-            conn.execute(f"drop trigger if exists {quote(name)}")
-            conn.execute(sql)
+            d.install_trigger(conn, t, name, sql)
     conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values ('', null, ?, ?)",
                  [MIGRATION, json.dumps({"version": version, "tables": {t: list(c) for t, c in schema.items()}},
                                         sort_keys=True)])
     for t, cols in schema.items():
         if t not in covered:
             conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) "
-                         f"select ?, rowid, 'S', {row_json_sql(cols, '')} from {quote(t)} order by rowid", [t])
+                         f"select ?, rowid, 'S', {d.row_json_sql(cols, '')} from {quote(t)} order by rowid", [t])
 
 
-def _stale_triggers(conn: sqlite3.Connection, schema: dict[str, tuple[str, ...]]) -> list[str]:
-    have = dict(conn.execute("select name, sql from sqlite_master where type = 'trigger'").fetchall())
+def _stale_triggers(conn: SqlConn, schema: dict[str, tuple[str, ...]]) -> list[str]:
+    d = dialect(conn)
+    have = d.triggers(conn)
     return [t for t, cols in schema.items()
-            if any(have.get(n) != s for n, s in trigger_sql(t, cols).items())]
+            if any(have.get(n) != s for n, s in d.trigger_sql(t, cols).items())]
 
 
-def triggers_current(conn: sqlite3.Connection, version: int) -> bool:
+def triggers_current(conn: SqlConn, version: int) -> bool:
     """Cheap check at every open: does each chained table have its triggers, as the code writes them?"""
     if not table_exists(conn, CHAIN_TABLE):
         return True  # before the migration created it
     return not _stale_triggers(conn, chain_schema(version))
 
 
-def reinstall_triggers(conn: sqlite3.Connection, version: int) -> list[str]:
+def reinstall_triggers(conn: SqlConn, version: int) -> list[str]:
     """Put back chain triggers found missing or altered (inside the caller's write transaction;
     the caller seals), so NEW rows are chained again, and say so in a 'T' entry per table that
     `verify` reports as a break. No row is snapshotted: rows edited meanwhile still show as
@@ -245,9 +295,9 @@ def reinstall_triggers(conn: sqlite3.Connection, version: int) -> list[str]:
     for t in _stale_triggers(conn, schema):
         if not table_exists(conn, t) or not set(schema[t]) <= set(columns(conn, t)):
             continue
-        for name, sql in trigger_sql(t, schema[t]).items():
-            conn.execute(f"drop trigger if exists {quote(name)}")
-            conn.execute(sql)
+        d = dialect(conn)
+        for name, sql in d.trigger_sql(t, schema[t]).items():
+            d.install_trigger(conn, t, name, sql)
         conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values (?, null, ?, ?)",
                      [t, TRIGGERS, json.dumps({"note": f"chain triggers of {t} were missing or altered; "
                                                        f"reinstalled for new rows"})])
@@ -255,7 +305,7 @@ def reinstall_triggers(conn: sqlite3.Connection, version: int) -> list[str]:
     return fixed
 
 
-def last_seq(conn: sqlite3.Connection) -> int:
+def last_seq(conn: SqlConn) -> int:
     row = conn.execute(f"select max(seq) from {CHAIN_TABLE}").fetchone()
     return int(row[0]) if row and row[0] is not None else 0
 
@@ -268,11 +318,11 @@ def link_hash(prev: str, seq: int, tbl: str, row_id: int | None, op: str, at: st
     return sha_text("\x1f".join([prev, str(seq), tbl, "" if row_id is None else str(row_id), op, at, content_sha]))
 
 
-def has_seal_columns(conn: sqlite3.Connection) -> bool:
+def has_seal_columns(conn: SqlConn) -> bool:
     return "seal" in columns(conn, CHAIN_TABLE)
 
 
-def seal(conn: sqlite3.Connection, after_seq: int, sealer: Sealer | None = None) -> None:
+def seal(conn: SqlConn, after_seq: int, sealer: Sealer | None = None) -> None:
     """Hash the entries this transaction appended (seq > after_seq), inside it; with a sealer,
     also record the epoch and the HMAC seal of each."""
     rows = conn.execute(f"select seq, tbl, row_id, op, at, content from {CHAIN_TABLE} "

@@ -6,8 +6,10 @@ same methods on one writer thread, so the event loop never blocks on SQLite.
 Why mixins and not repository objects behind a facade: every aggregate writes through the
 one connection and the one sealed transaction (`StoreBase._tx`), callers have always called
 `store.create_run(...)`, and a facade would repeat each of the ~80 signatures once more.
-Each mixin is one aggregate's module; `Store` only opens the DB. Another backend implements
-`store.protocol.StoreProtocol` (what `tests/store_contract.py` checks), not these classes.
+Each mixin is one aggregate's module; `Store` only opens the DB. PostgreSQL (store/pg_store.py)
+runs the same mixins over a connection that speaks their SQL; `store.factory.open_store` picks
+the backend `audit_db` names. Both are held to `store.protocol.StoreProtocol` by
+`tests/store_contract.py`.
 """
 from __future__ import annotations
 
@@ -69,3 +71,4 @@ class Store(RunsMixin, StepsMixin, TrendsMixin, IncidentsMixin, ApprovalsMixin, 
             with self._tx():
                 chain.reinstall_triggers(self.db.conn, SCHEMA_VERSION)
         self.recover()
+

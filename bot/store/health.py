@@ -105,6 +105,6 @@ class HealthMixin(StoreBase):
         """A host's probe ended: its kernel log cursor and the probe's status (ok, hung, failed)."""
         with self._tx():
             self.db.execute("insert into health_cursors (host, cursor, probed_at, status) values (?, ?, ?, ?) "
-                            "on conflict(host) do update set cursor = coalesce(excluded.cursor, cursor), "
+                            "on conflict(host) do update set cursor = coalesce(excluded.cursor, health_cursors.cursor), "
                             "probed_at = excluded.probed_at, status = excluded.status",
                             [host, cursor, now_iso(), status])

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import socket
-import sqlite3
 from typing import Any
 
 from eaglebot.errors import HostBusy
-from eaglebot.store.base import MY_START, now_iso, owner_alive, rowid, rows, store_error, to_json
+from eaglebot.store.base import MY_START, now_iso, owner_alive, rowid, rows, to_json
 from eaglebot.store.replicas import ReplicasMixin
 from eaglebot.store.rows import LockRow, NewRun, RemoteProcRow
 from eaglebot.store.runs import insert_run
@@ -93,8 +92,8 @@ class LocksMixin(ReplicasMixin):
         conn = self.db.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as e:
-            raise store_error(self.path, e) from None
+        except self._db_errors as e:
+            raise self._fail(e) from None
         try:
             self._check_free(hosts)
             self._lock(run_id, hosts)
@@ -102,8 +101,8 @@ class LocksMixin(ReplicasMixin):
         except BaseException as e:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            if isinstance(e, sqlite3.Error):
-                raise store_error(self.path, e) from None
+            if isinstance(e, self._db_errors):
+                raise self._fail(e) from None
             raise
 
     def release_hosts(self, run_id: int) -> None:

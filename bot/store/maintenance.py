@@ -72,7 +72,8 @@ class MaintenanceMixin(StoreBase):
 
     def backup(self, dest: Path) -> AuditHead:
         """A consistent copy of the whole DB (SQLite's online backup: the bot may keep
-        writing) at `dest`, a new file with this DB's mode; the chain head it holds."""
+        writing) at `dest`, a new file with this DB's mode; the chain head the COPY holds (the
+        live DB may have moved on while it was taken)."""
         try:
             fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
@@ -83,14 +84,19 @@ class MaintenanceMixin(StoreBase):
         try:
             target = sqlite3.connect(dest)
             try:
+                # One step (pages=-1): the copy is one read snapshot; the bot's writes go on
+                # (WAL) and never restart it.
                 self.db.conn.backup(target)
+                row = target.execute(f"select seq, hash from {chain.CHAIN_TABLE} where hash is not null "
+                                     f"order by seq desc limit 1").fetchone() \
+                    if chain.table_exists(target, chain.CHAIN_TABLE) else None
             finally:
                 target.close()
             os.chmod(dest, os.stat(self.path).st_mode & 0o777)
         except (sqlite3.Error, OSError) as e:
             dest.unlink(missing_ok=True)
             raise StoreError(f"backup to {dest} failed: {e}") from None
-        return self.audit_head()
+        return {"seq": row[0], "hash": row[1]} if row else {"seq": None, "hash": None}
 
     def check_writable(self) -> None:
         """Raise if the audit DB cannot take a write lock now (doctor)."""

@@ -277,10 +277,7 @@ def migrate(store: StoreBase) -> list[str]:
             if store._version() >= m.version:
                 continue
             m.fn(store.db, start)
-            store.db.execute(f"PRAGMA user_version = {m.version}")
+            store._set_version(m.version)
             done.append(m.name)
-        # Each migration commits its pages (the catalog's, several times over) to the WAL: give
-        # that space back after each one, so a new DB on a small disk needs room for one
-        # migration's pages, not all ten (best effort: a reader may hold the WAL).
-        store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store._migrated()
     return done

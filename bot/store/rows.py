@@ -315,7 +315,7 @@ class AuditHead(TypedDict):
 
 
 class LeaseRow(TypedDict):
-    """A named lease (`leader`): who holds it, since when, and until when unless renewed."""
+    """Who holds a named lease (the leader's), since when, last renewed, and until when."""
     name: str
     holder: str
     acquired_at: str | None

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import bisect
 import json
-import sqlite3
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
 from eaglebot.store.chain import (CHAIN_SCHEMA, CHAIN_TABLE, CHAINED_TABLES, COLUMNS, GENESIS, MIGRATION, READABLE,
-                                  TRIGGERS, chain_schema, columns, has_seal_columns, link_hash,
-                                  migration_tables, quote, row_json_sql, sha_text, table_exists,
-                                  trigger_sql)
+                                  TRIGGERS, SqlConn, chain_schema, columns, dialect, has_seal_columns,
+                                  link_hash, migration_tables, quote, sha_text, table_exists)
 from eaglebot.store.sealing import Verifier
 
 
@@ -83,7 +81,7 @@ class Report:
 Eras = dict[str, list[tuple[int, list[str]]]]  # table -> [(seq of the C/M entry, columns in force from it)]
 
 
-def _eras(conn: sqlite3.Connection) -> Eras:
+def _eras(conn: SqlConn) -> Eras:
     out: Eras = {}
     for seq, tbl, op, content in conn.execute(
             f"select seq, tbl, op, content from {CHAIN_TABLE} where op in (?, ?) order by seq", [COLUMNS, MIGRATION]):
@@ -102,12 +100,13 @@ def _era_index(eras: list[tuple[int, list[str]]], seq: int) -> int:
     return max(0, bisect.bisect_right([s for s, _ in eras], seq) - 1)
 
 
-def _schema_problems(conn: sqlite3.Connection, last_m: tuple[int, dict[str, list[str]]] | None) -> list[Problem]:
+def _schema_problems(conn: SqlConn, last_m: tuple[int, dict[str, list[str]]] | None) -> list[Problem]:
     """Each chained table's live columns and chain triggers against the last migration entry."""
     if last_m is None:
         return []
     _, tables = last_m
-    triggers = dict(conn.execute("select name, sql from sqlite_master where type = 'trigger'").fetchall())
+    d = dialect(conn)
+    triggers = d.triggers(conn)
     out: list[tuple[bool, int, Problem]] = []
     rank = {t: i for i, t in enumerate(CHAINED_TABLES)}
     for t, cols in tables.items():
@@ -125,7 +124,7 @@ def _schema_problems(conn: sqlite3.Connection, last_m: tuple[int, dict[str, list
             what.append("column(s) dropped: " + ", ".join(dropped))
         if not added and not dropped and live != cols:
             what.append("columns reordered")
-        for name, sql in trigger_sql(t, cols).items():
+        for name, sql in d.trigger_sql(t, cols).items():
             if name not in triggers:
                 what.append(f"trigger {name} missing")
             elif triggers[name] != sql:
@@ -137,7 +136,7 @@ def _schema_problems(conn: sqlite3.Connection, last_m: tuple[int, dict[str, list
     return [p for *_, p in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
-def verify(conn: sqlite3.Connection, head: str | None = None, verifier: Verifier | None = None,
+def verify(conn: SqlConn, head: str | None = None, verifier: Verifier | None = None,
            key_kind: str | None = None) -> Report:
     """Walk the chain: every link and seal, each chained table's schema, then every live row
     against its latest entry. Only reads."""
@@ -268,7 +267,7 @@ def _check_seal(seals: Seals, problems: list[Problem], verifier: Verifier | None
                                                   f"rewritten with a later key, or forged"))
 
 
-def _check_rows(conn: sqlite3.Connection, latest: dict[tuple[str, int], tuple[int, str, str | None]],
+def _check_rows(conn: SqlConn, latest: dict[tuple[str, int], tuple[int, str, str | None]],
                 eras: Eras, problems: list[Problem]) -> int:
     """Each live row of each chained table against its latest entry, hashed over the columns in
     force when that entry was written (columns added since must still be null)."""
@@ -284,7 +283,8 @@ def _check_rows(conn: sqlite3.Connection, latest: dict[tuple[str, int], tuple[in
             added = [c for c in newest if c not in cols and c in present]
             unset = " and ".join(f"{quote(c)} is null" for c in added) or "1"
             for rid, content, untouched in conn.execute(
-                    f"select rowid, {row_json_sql(cols, '', present)}, {unset} from {quote(t)} order by rowid"):
+                    f"select rowid, {dialect(conn).row_json_sql(cols, '', present)}, {unset} from {quote(t)} "
+                    f"order by rowid"):
                 if ei == 0:
                     rows += 1
                     live.add(rid)
@@ -306,7 +306,7 @@ def _check_rows(conn: sqlite3.Connection, latest: dict[tuple[str, int], tuple[in
     return rows
 
 
-def verify_rows(conn: sqlite3.Connection, rows: list[tuple[str, int]]) -> list[Problem]:
+def verify_rows(conn: SqlConn, rows: list[tuple[str, int]]) -> list[Problem]:
     """The given live rows against their latest chain entries (`eagle show`: one run's rows,
     without walking the whole chain; `verify` also checks the links, seals and deletions)."""
     problems: list[Problem] = []
@@ -322,7 +322,8 @@ def verify_rows(conn: sqlite3.Connection, rows: list[tuple[str, int]]) -> list[P
         entry = conn.execute(f"select seq, op, content_sha256, hash from {CHAIN_TABLE} where tbl = ? and row_id = ? "
                              f"and op not in ('C', 'T') order by seq desc limit 1", [t, rid]).fetchone()
         cols = eras[t][_era_index(eras[t], entry[0] if entry else 1 << 62)][1]
-        live = conn.execute(f"select {row_json_sql(cols, '', present[t])} from {quote(t)} where rowid = ?",
+        live = conn.execute(f"select {dialect(conn).row_json_sql(cols, '', present[t])} from {quote(t)} "
+                            f"where rowid = ?",
                             [rid]).fetchone()
         if live is None:
             continue

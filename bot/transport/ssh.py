@@ -122,7 +122,7 @@ class SSHTransport:
             if not os.path.exists(known):
                 raise TransportError(
                     f"host {self.name}: known_hosts file {known} does not exist; "
-                    f"pin the host key first (eagle doctor prints its fingerprint)")
+                    f"pin the host key first: `eagle hosts pin {self.name}` shows its fingerprint and writes it")
             self._conn = await self._connect_retrying(kwargs, known)
             self._sshd_pid = None
             await self._learn_sshd_pid(self._conn)
@@ -151,7 +151,7 @@ class SSHTransport:
             except asyncssh.HostKeyNotVerifiable as e:
                 raise TransportError(
                     f"host {self.name}: host key of {cfg.address}:{cfg.port} is unknown or changed "
-                    f"({e.reason}); refusing to connect (check {known})") from None
+                    f"({e.reason}); refusing to connect (check {known}; `eagle doctor` prints the key it presents)") from None
             except asyncssh.PermissionDenied:
                 raise TransportError(f"host {self.name}: SSH login as {cfg.user or 'the current user'} "
                                      f"to {cfg.address}:{cfg.port} was refused (check the key)") from None
@@ -439,18 +439,3 @@ def _text(data: bytes | str | None) -> str:
     if isinstance(data, bytes):
         return data.decode(errors="replace").strip()
     return (data or "").strip()
-
-
-async def host_key_fingerprint(cfg: HostConfig) -> str | None:
-    """SHA256 fingerprint of the key the host presents (for `eagle doctor` to print and pin).
-
-    Read without verifying it (that is the point: the key is unknown or changed) and
-    without logging in; None when the host does not answer an SSH handshake.
-    """
-    import asyncssh
-
-    try:
-        key = await asyncio.wait_for(asyncssh.get_server_host_key(cfg.address, cfg.port), cfg.connect_timeout_s)
-    except (OSError, asyncssh.Error, asyncio.TimeoutError):
-        return None
-    return key.get_fingerprint("sha256") if key else None

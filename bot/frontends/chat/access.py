@@ -35,6 +35,11 @@ def authorize(access: AccessConfig, cmd: Command, user: str, *, configured: bool
     kind = command_class(cmd)
     if kind == "free":
         return None
+    if cmd.name == "reload":
+        if not allowed(access.approvers, user):
+            return (f"only approvers can reload the configuration; add your Slack user id ({user}) to "
+                    "access.approvers in eagle.yaml")
+        return None
     if kind == "operate":
         if not allowed(access.operators, user):
             if not configured:

@@ -39,6 +39,7 @@ USAGE = """\
 /eagle schedule [pause|resume NAME] scheduled runs and their next fire time; pause or resume one
 /eagle baseline set ID              make a run the reference for its playbook + host
 /eagle trend PLAYBOOK HOST METRIC   plot a metric over recent runs
+/eagle reload                       re-read eagle.yaml, playbooks, skills and tokens (approvers)
 """ + tuning.HELP
 
 
@@ -120,7 +121,7 @@ def _builtin(word: str, args: list[str], text: str) -> Command:
         if len(args) != 2 or not _NAME.match(args[1]):
             return _err(text, f"usage: /eagle schedule {args[0]} NAME (see `/eagle schedule`)")
         return Command(word, (args[0], args[1]), text=text)
-    if word in ("playbooks", "hosts", "status", "schedule", "fleet"):
+    if word in ("playbooks", "hosts", "status", "schedule", "fleet", "reload"):
         if args:
             return _err(text, f"/eagle {word} takes no arguments (got {_shown(args[0])})")
         return Command(word, text=text)

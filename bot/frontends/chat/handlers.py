@@ -169,7 +169,7 @@ async def _cancel(services: Services, cmd: Command, caller: Caller) -> Reply:
         raise UsageError(f"no run #{rid} (see /eagle status)")
     if not await services.store.request_cancel(rid):
         raise UsageError(f"run #{rid} is not running (it {run['status']})")
-    services.engine.cancel(rid)  # at once when it runs here; other processes see the DB flag
+    services.cancel(rid)  # at once when it runs here; other processes see the DB flag
     await services.store.add_event(rid, "cancel_requested", f"by {caller.user}")
     text = f"cancel requested for run #{rid} ({run['playbook']}) by {caller.user}; its always-steps still run"
     return Reply(text, CancelRequested(rid, run["playbook"], caller.user), public=True, run_id=rid)
@@ -307,8 +307,20 @@ async def _trend(services: Services, cmd: Command, caller: Caller) -> Reply:
     return Reply(text, Note(text), public=True, file=Path(path))
 
 
+async def _reload(services: Services, cmd: Command, caller: Caller) -> Reply:
+    """`/eagle reload`: in `eagle serve`, the reload itself (frontends/reload.py); elsewhere
+    (`eagle chat`, which reads the config afresh each time) a check of the config."""
+    if services.reloader is not None:
+        done, text = await services.reloader(caller.user)
+        return Reply(text, Note(text), public=done, exit_code=0 if done else 2)
+    from eaglebot.frontends.reload import check_config
+
+    text = await asyncio.to_thread(check_config, services.settings)
+    return Reply(text, Note(text))
+
+
 HANDLERS: dict[str, Callable[[Services, Command, Caller], Awaitable[Reply]]] = {
     "help": _help, "playbooks": _list_playbooks, "hosts": _hosts, "history": _history, "show": _show,
     "status": _status, "cancel": _cancel, "rerun": _rerun, "logs": _logs, "schedule": _schedule,
-    "baseline": _baseline, "trend": _trend, "fleet": _fleet, "run": _run, **tuning.HANDLERS,
+    "baseline": _baseline, "trend": _trend, "fleet": _fleet, "run": _run, "reload": _reload, **tuning.HANDLERS,
 }

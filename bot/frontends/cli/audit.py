@@ -65,12 +65,19 @@ def verify_key(settings: Settings, key_arg: str | None) -> AuditKey | None:
     return read_key_file(path, private=True) if path is not None else None
 
 
-def verify_report(settings: Settings, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
-    if not settings.db_path.is_file():  # verifying must not create an empty, "intact" DB
-        raise StoreError(f"audit store {settings.db_path}: there is no database file to verify")
-    from eaglebot.store import Store
+def _existing(settings: Settings, what: str = "") -> str | Path:
+    """The audit store to read; an SQLite file must exist (reading must not create an empty,
+    "intact" DB). A PostgreSQL database is the server's to find (its error says what is missing)."""
+    target = settings.audit_store
+    if isinstance(target, Path) and not target.is_file():
+        raise StoreError(f"audit store {target}: there is no database file{' ' + what if what else ''}")
+    return target
 
-    store = Store(settings.db_path, readonly=True)
+
+def verify_report(settings: Settings, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
+    from eaglebot.store import open_store
+
+    store = open_store(_existing(settings, "to verify"), readonly=True)
     try:
         return store.audit_verify(head, key)
     finally:
@@ -99,12 +106,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_head(args: argparse.Namespace) -> int:
     from eaglebot.config import load_settings
-    from eaglebot.store import Store
+    from eaglebot.store import open_store, redact_url
 
     settings = load_settings(getattr(args, "config", None))
-    if not settings.db_path.is_file():
-        raise StoreError(f"audit store {settings.db_path}: there is no database file")
-    store = Store(settings.db_path, readonly=True)
+    store = open_store(_existing(settings), readonly=True)
     try:
         head = store.audit_head()
     finally:
@@ -112,7 +117,7 @@ def cmd_head(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(head))
     elif head["hash"] is None:
-        raise StoreError(f"audit store {settings.db_path}: the audit chain has no entry yet")
+        raise StoreError(f"audit store {redact_url(str(settings.audit_store))}: the audit chain has no entry yet")
     else:
         print(head["hash"])
         print(f"entry #{head['seq']}; check the DB against it later: `eagle audit verify --head {head['hash']}`",
@@ -121,26 +126,36 @@ def cmd_head(args: argparse.Namespace) -> int:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    """A consistent copy of the audit DB while the bot runs, with the chain head it holds."""
+    """A consistent copy of the audit DB while the bot runs, then the copy's chain verified
+    (read-only, with the configured key's seals): a backup that does not verify exits 1."""
     from eaglebot.config import load_settings
-    from eaglebot.store import Store
+    from eaglebot.store import open_store
 
     settings = load_settings(getattr(args, "config", None))
-    if not settings.db_path.is_file():
-        raise StoreError(f"audit store {settings.db_path}: there is no database file to back up")
     dest = Path(args.file)
-    store = Store(settings.db_path, readonly=True)
+    store = open_store(_existing(settings, "to back up"), readonly=True)
     try:
         head = store.backup(dest)
     finally:
         store.close()
+    copy = open_store(dest, readonly=True)
+    try:
+        report = copy.audit_verify(None, verify_key(settings, None))
+    finally:
+        copy.close()
     if args.json:
-        print(json.dumps({"file": str(dest), **head}))
+        print(json.dumps({"file": str(dest), **head, "verified": bool(report["ok"]), "entries": report["entries"],
+                          "first_broken": report["first_broken"]}))
     else:
         print(dest)
+    if not report["ok"]:
+        print(f"eagle: the copy at {dest} does NOT verify (kept for inspection; do not rely on it): "
+              f"{verify_line(report)}", file=sys.stderr)
+        return 1
+    if not args.json:
         anchor = f"; its chain head is {head['hash']} (entry #{head['seq']})" if head["hash"] else ""
-        print(f"eagle: audit DB copied to {dest}{anchor}; step output files ({settings.output_root}) are not "
-              f"in it", file=sys.stderr)
+        print(f"eagle: audit DB copied to {dest} and verified ({report['entries']} chain entries){anchor}; "
+              f"step output files ({settings.output_root}) are not in it", file=sys.stderr)
     return 0
 
 
@@ -174,7 +189,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                       help="create an audit sealing key file (0600); prints the verification key")
     k.add_argument("path", metavar="PATH")
     k.set_defaults(func=cmd_init_key)
-    b = ss.add_parser("backup", parents=[common], help="copy the audit DB consistently while the bot runs")
+    b = ss.add_parser("backup", parents=[common], help="copy the audit DB consistently while the bot runs, then verify the copy's chain")
     b.add_argument("file", metavar="FILE", help="a new file for the copy")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_backup)

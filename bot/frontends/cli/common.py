@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglebot.errors import UsageError
@@ -55,9 +56,9 @@ def print_json(obj: Any) -> None:
 
 
 def open_store(cfg: Settings) -> Store:
-    from eaglebot.store import Store
+    from eaglebot.store import open_store
 
-    return Store(cfg.db_path, key_file=cfg.audit_key_path)
+    return open_store(cfg.audit_store, key_file=cfg.audit_key_path)
 
 
 def store_only(args: argparse.Namespace) -> Store:
@@ -77,7 +78,10 @@ def no_store_text(args: argparse.Namespace) -> str | None:
 
     db = audit_db_path(getattr(args, "config", None))
     if db is None:
-        db = settings(args).db_path
+        target = settings(args).audit_store
+        if not isinstance(target, Path):
+            return None   # a PostgreSQL database: the server has it (or says why not)
+        db = target
     if db.exists():
         return None
     p, _ = config_path(getattr(args, "config", None))

@@ -62,6 +62,7 @@ _eagle() {{
     [ -z "$names" ] && case "$((COMP_CWORD - c)) $cmd" in
         "1 run"|"1 sweep"|"1 trend") names=playbooks ;;
         "1 logs"|"2 trend") names=hosts ;;
+        "2 hosts") [ "${{COMP_WORDS[c+1]}}" = pin ] && names=hosts ;;
         "2 schedule") [ "${{COMP_WORDS[c+1]}}" != list ] && names=schedules ;;
     esac
     if [ -n "$names" ] && [ "${{cur#-}}" = "$cur" ]; then

@@ -1,13 +1,19 @@
-"""`eagle doctor`: check a config end to end, one line per check.
+"""`eagle doctor [--service]`: check a config end to end, one line per check.
 
-Every host reachable with a verified host key (when the key is unknown, the SHA256
-fingerprint to pin is printed), nvidia-smi and the host's Python found, the Slack
-tokens valid (only those that are set) and the audit DB writable. Exit 0 when every
-check passes, 1 otherwise.
+Every host reachable with a verified host key (when the key is unknown, the key it presents is
+printed with `eagle hosts pin HOST`, which pins it), nvidia-smi and the host's Python found, the
+Slack tokens valid (only those that are set) and the audit DB writable. Exit 0 when every check
+passes, 1 otherwise.
+
+`--service` (systemd's `ExecStartPre`) checks only what the bot itself needs: the config, the
+audit DB, the tokens in the environment and the playbooks; hosts are still checked but a host
+that is down, or whose key is not pinned, is a warning (exit 0): one bad GPU node must not keep
+the whole bot down. Exit 1 for the bot's own problems; 2 (as every command) when the config
+itself is invalid.
 
 nvidia-smi is checked only on GPU hosts (`Settings.is_gpu_host`: `gpu: true|false` on a host
 wins; unmarked, hosts with the `nvidia_smi` var and ssh hosts that are not only a jump host),
-so the bot's own GPU-less host passes and systemd's `ExecStartPre=eagle doctor` lets it start.
+so the bot's own GPU-less host passes.
 
 Hosts are checked through their transports and the skills' own facts: nvidia-smi is
 the one the GPU skills run (host var `nvidia_smi`), read by the same parser and
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from pathlib import Path
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
@@ -27,7 +34,8 @@ from eaglebot.config import HostConfig, Settings
 from eaglebot.errors import TransportError
 from eaglebot.sdk import Host, path_for_shell
 from eaglebot.facts import nvsmi
-from eaglebot.transport.ssh import host_key_fingerprint
+from eaglebot.transport import hostkeys
+from eaglebot.transport.ssh import SSHTransport
 
 HOST_TIMEOUT_S = 20.0
 
@@ -55,7 +63,18 @@ async def check_nvidia_smi(name: str, cfg: HostConfig, host: Host) -> Check:
                               + (f" ({models})" if models else ""))
 
 
-async def check_host(name: str, cfg: HostConfig, transport: Host, gpu: bool = True) -> list[Check]:
+async def key_hint(name: str, cfg: HostConfig, tunnel: Host | None) -> str:
+    """The key the host presents and how to pin it, for a host-key failure; "" when unreadable."""
+    try:
+        key = await hostkeys.scan(cfg, tunnel if isinstance(tunnel, SSHTransport) else None)
+    except (TransportError, OSError) as e:
+        return f"; its host key could not be read ({e})"
+    return (f"; the host presents {key.describe()}: compare it with `ssh-keygen -lf` on the host's "
+            f"/etc/ssh/ssh_host_*_key.pub, then pin it with `eagle hosts pin {name}`")
+
+
+async def check_host(name: str, cfg: HostConfig, transport: Host, gpu: bool = True,
+                     tunnel: Host | None = None) -> list[Check]:
     out: list[Check] = []
     where = "local transport" if cfg.transport == "local" else f"{cfg.user + '@' if cfg.user else ''}{cfg.address}:{cfg.port}"
     try:
@@ -66,11 +85,7 @@ async def check_host(name: str, cfg: HostConfig, transport: Host, gpu: bool = Tr
     except (TransportError, asyncio.TimeoutError, OSError) as e:
         detail = str(e) or type(e).__name__
         if cfg.transport == "ssh" and ("host key" in detail.lower() or "known_hosts" in detail.lower()):
-            fp = await host_key_fingerprint(cfg)
-            if fp:
-                detail += (f"; the host presents {fp}: if that is right, pin it with "
-                           f"`ssh-keyscan -p {cfg.port} {cfg.address} >> {cfg.known_hosts or '~/.ssh/known_hosts'}` "
-                           "and compare the fingerprint")
+            detail += await key_hint(name, cfg, tunnel)
         out.append(Check(f"host {name}", False, detail))
         return out
     if gpu:
@@ -141,24 +156,24 @@ def check_schedule_config(settings: Settings) -> list[Check]:
 
 
 def check_db(settings: Settings) -> Check:
-    from eaglebot.store import Store
+    from eaglebot.store import open_store, redact_url
 
-    path = settings.db_path
-    if not str(path).startswith("postgresql:") and not path.exists():
+    path = settings.audit_store
+    if isinstance(path, Path) and not path.exists():
         # A check creates nothing: say whether `eagle run` could create it.
         folder = next((p for p in path.parents if p.exists()), path.parent)
         if os.access(folder, os.W_OK | os.X_OK):
             return Check("audit db", True, f"{path} does not exist yet; `eagle run` will create it ({folder} is writable)")
         return Check("audit db", False, f"{path} does not exist and {folder} is not writable")
     try:
-        store = Store(path, key_file=settings.audit_key_path)
+        store = open_store(path, key_file=settings.audit_key_path)
         try:
             store.check_writable()
         finally:
             store.close()
-        return Check("audit db", True, f"{path} is writable")
+        return Check("audit db", True, f"{redact_url(str(path))} is writable")
     except Exception as e:
-        return Check("audit db", False, f"{path}: {e}")
+        return Check("audit db", False, redact_url(f"{path}: {e}"))
 
 
 def check_audit_chain(settings: Settings) -> list[Check]:
@@ -166,8 +181,8 @@ def check_audit_chain(settings: Settings) -> list[Check]:
     from eaglebot.frontends.cli.audit import verify_key, verify_line, verify_report
 
     out = []
-    path = settings.db_path
-    if not str(path).startswith("postgresql:") and not path.exists():
+    path = settings.audit_store
+    if isinstance(path, Path) and not path.exists():
         out.append(Check("audit chain", True, "no audit DB yet: nothing to verify"))
     else:
         try:
@@ -182,9 +197,67 @@ def check_audit_chain(settings: Settings) -> list[Check]:
     return out
 
 
-async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[Check]:
+def check_tokens() -> Check:
+    """The tokens `eagle serve` needs, by name only (their values are never printed)."""
+    missing = [v for v in ("SLACK_BOT_TOKEN",) if not os.environ.get(v)]
+    if not (os.environ.get("SLACK_APP_TOKEN") or os.environ.get("SLACK_SIGNING_SECRET")):
+        missing.append("SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP mode)")
+    if missing:
+        return Check("tokens", False, f"{' and '.join(missing)} not set in the environment (put them in the "
+                                      "unit's EnvironmentFile, mode 0600)")
+    have = [v for v in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET") if os.environ.get(v)]
+    return Check("tokens", True, f"{', '.join(have)} set")
+
+
+def check_playbooks(settings: Settings) -> list[Check]:
+    """What `eagle lint` checks: every playbook the bot can run by name is valid."""
+    from eaglebot.engine.playbook import load_playbook, playbook_files
+    from eaglebot.engine.registry import SkillRegistry
+    from eaglebot.errors import EagleError
+
+    try:
+        registry = SkillRegistry.from_settings(settings)
+    except EagleError as e:
+        return [Check("skills", False, str(e))]
+    files = playbook_files(settings.playbooks_path)
+    bad = []
+    for f in files.values():
+        try:
+            load_playbook(f, registry)
+        except EagleError as e:
+            bad.append(Check(f"playbook {f.stem}", False, str(e)))
+    where = f"playbooks_dir {settings.playbooks_path} and the shipped ones" if settings.playbooks_path \
+        else "the shipped ones (no playbooks_dir)"
+    return bad or [Check("playbooks", True, f"{len(files)} valid, from {where}")]
+
+
+def as_warning(c: Check) -> Check:
+    """A host's failure, for the service: the bot runs without that host (its runs say why)."""
+    return c if c.ok else Check(c.name, True, c.detail, warn=True)
+
+
+async def check_hosts(settings: Settings) -> list[Check]:
     from eaglebot.transport import TransportPool
 
+    out: list[Check] = []
+    pool = TransportPool(settings)
+    try:
+        async def one(n: str, cfg: HostConfig) -> list[Check]:
+            tunnel = pool.get(cfg.jump) if cfg.jump else None
+            return await check_host(n, cfg, pool.get(n), settings.is_gpu_host(n), tunnel)
+
+        results = await asyncio.gather(*(one(n, cfg) for n, cfg in settings.hosts.items()), return_exceptions=True)
+        for name, res in zip(settings.hosts, results):
+            if isinstance(res, BaseException):
+                out.append(Check(f"host {name}", False, f"{type(res).__name__}: {res}"))
+            else:
+                out += res
+    finally:
+        await pool.close()
+    return out
+
+
+async def run_checks(settings: Settings, emit: Callable[[Check], None], service: bool = False) -> list[Check]:
     checks: list[Check] = []
 
     def add(c: Check) -> None:
@@ -195,6 +268,10 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
 
     add(Check("config", True, str(settings.source) if settings.source else f"built-in defaults: {where_looked()}"))
     add(await asyncio.to_thread(check_db, settings))
+    if service:
+        add(check_tokens())
+        for c in await asyncio.to_thread(check_playbooks, settings):
+            add(c)
     add(check_access(settings))
     mode = os.environ.get("EAGLE_SHELL_MODE", "").strip()
     if mode:  # easy to forget once a problem is over
@@ -202,31 +279,24 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None]) -> list[
                                       f"`shell: {mode}`", warn=mode != "exec"))
     for c in check_schedule_config(settings):
         add(c)
-    for c in await asyncio.to_thread(check_audit_chain, settings):
-        add(c)
-    pool = TransportPool(settings)
-    try:
-        results = await asyncio.gather(*(check_host(n, cfg, pool.get(n), settings.is_gpu_host(n))
-                                         for n, cfg in settings.hosts.items()),
-                                       return_exceptions=True)
-        for name, res in zip(settings.hosts, results):
-            if isinstance(res, BaseException):
-                add(Check(f"host {name}", False, f"{type(res).__name__}: {res}"))
-            else:
-                for c in res:
-                    add(c)
-    finally:
-        await pool.close()
+    if not service:  # a walk of every row: `eagle audit verify`'s job, not each start's
+        for c in await asyncio.to_thread(check_audit_chain, settings):
+            add(c)
+    for c in await check_hosts(settings):
+        add(as_warning(c) if service else c)
     for c in await check_slack(settings):
-        add(c)
+        # Slack unreachable at boot is the network's problem (serve retries); a refused token is the bot's.
+        add(as_warning(c) if service and "could not reach" in c.detail else c)
     return checks
 
 
-def doctor_main(settings: Settings) -> int:
+def doctor_main(settings: Settings, service: bool = False) -> int:
     def emit(c: Check) -> None:
         print(c.line(), flush=True)
 
-    checks = asyncio.run(run_checks(settings, emit))
+    checks = asyncio.run(run_checks(settings, emit, service))
     failed = [c for c in checks if not c.ok]
-    print(f"{len(checks) - len(failed)}/{len(checks)} checks passed", file=sys.stderr)
+    warned = sum(1 for c in checks if c.warn)
+    print(f"{len(checks) - len(failed)}/{len(checks)} checks passed"
+          + (f", {warned} with a warning" if warned else ""), file=sys.stderr)
     return 1 if failed else 0

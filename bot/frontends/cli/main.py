@@ -113,13 +113,20 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("hosts", parents=[common], help="list configured hosts")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_hosts)
+    from eaglebot.frontends.cli.hosts_pin import register as register_pin
+    register_pin(s, common)   # hosts pin HOST
 
     s = sub.add_parser("serve", parents=[common], help="run the Slack bot (Socket Mode; --http for HTTP mode)")
     s.add_argument("--http", type=int, metavar="PORT", help="serve Slack's HTTP requests on PORT")
     s.add_argument("--host", default="127.0.0.1", help="address to bind in HTTP mode (default 127.0.0.1)")
+    s.add_argument("--env-file", metavar="PATH", help="KEY=VALUE lines (systemd EnvironmentFile syntax) that override "
+                                                     "the environment, read at start and on each reload")
+    s.add_argument("-v", "--verbose", action="store_true", help="the libraries' INFO lines too (asyncssh, Bolt...)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("doctor", parents=[common], help="check hosts, host keys, GPU tools, Slack tokens, the DB")
+    s.add_argument("--service", action="store_true",
+                   help="only what the bot itself needs (config, DB, tokens, playbooks); hosts are warnings")
     s.set_defaults(func=cmd_doctor)
 
     s = sub.add_parser("schedule", parents=[common], help="scheduled runs")

@@ -11,13 +11,14 @@ from eaglebot.frontends.cli.common import settings as _settings
 def cmd_serve(args: argparse.Namespace) -> int:
     from eaglebot.frontends.serve import serve_main  # Slack and the scheduler load only here
 
-    return serve_main(_settings(args), http_port=args.http, host=args.host)
+    return serve_main(_settings(args), http_port=args.http, host=args.host, env_file=args.env_file,
+                      verbose=args.verbose)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.doctor import doctor_main
 
-    return doctor_main(_settings(args))
+    return doctor_main(_settings(args), service=args.service)
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:

@@ -22,10 +22,10 @@ if TYPE_CHECKING:
 
 
 def _store(args: argparse.Namespace) -> Store:
-    from eaglebot.store import Store
+    from eaglebot.store import open_store
 
     cfg = settings(args)
-    return Store(cfg.db_path, key_file=cfg.audit_key_path)
+    return open_store(cfg.audit_store, key_file=cfg.audit_key_path)
 
 
 def _audited(fn: Any) -> Any:

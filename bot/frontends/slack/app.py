@@ -32,6 +32,7 @@ from eaglebot.frontends.slack.schedule_hooks import SlackScheduleHooks
 class SlackBot:
     app: GuardedApp
     ctx: SlackContext
+    identity: dict[str, Any] = field(default_factory=dict)   # {"identity": auth.test's answer}
     hooks: SlackScheduleHooks = field(init=False)
 
     def __post_init__(self) -> None:
@@ -41,7 +42,7 @@ class SlackBot:
         """Cancel the runs this bot started (their always-steps run), then stop posting."""
         runs = {rid: t for rid, t in self.ctx.runs.items() if not t.done()}
         for rid in runs:
-            self.ctx.services.engine.cancel(rid)
+            self.ctx.services.cancel(rid)
         if runs:
             await asyncio.wait(runs.values(), timeout=grace_s)
         if self.ctx.tasks:
@@ -75,7 +76,7 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
     )
     app.use(InjectContext(ctx))
     register_listeners(app)
-    return SlackBot(app, ctx)
+    return SlackBot(app, ctx, cache)
 
 
 def _record_rejection(ctx: SlackContext, actor: str, what: str, why: str) -> None:

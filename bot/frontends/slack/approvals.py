@@ -12,6 +12,7 @@ import logging
 import secrets
 from datetime import datetime, timezone
 
+from eaglebot.frontends import oplog
 from eaglebot.frontends.chat.access import authorize_approval
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack.context import PendingApproval, SlackContext
@@ -43,6 +44,8 @@ class SlackApprover:
         key = secrets.token_urlsafe(12) + (f".{row['id']}" if row else "")
         pending = PendingApproval(ar, asyncio.get_running_loop().create_future(), self.channel)
         ctx.pending[key] = pending
+        oplog.line("approval_requested", f"approval requested for run #{ar.run_id}", run_id=ar.run_id, host=ar.host,
+                   step=ar.step, action=ctx.redact(ar.action)[:300])
         obs = self.observer
         if obs:
             obs.set_note("waiting for approval")
@@ -70,6 +73,8 @@ class SlackApprover:
                 obs.set_note(None)
             # Awaiting the future directly means a timeout cancels it too.
             if not pending.future.done() or pending.future.cancelled():
+                oplog.line("approval_decided", f"approval for run #{ar.run_id} expired", run_id=ar.run_id,
+                           host=ar.host, step=ar.step)
                 pending.future.cancel()
                 if post_task is not None:
                     post_task.add_done_callback(lambda _t: self._timed_out(pending))
@@ -156,6 +161,7 @@ async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) 
     why = authorize_approval(ctx.settings.access, user, run["actor"] if run else None,
                              configured=ctx.settings.access_configured)
     if why:
+        oplog.rejected(user, f"{'approve' if approve else 'deny'} run #{ar.run_id} on {ar.host}", why)
         await ctx.services.store.add_rejection("access_denied", user,
                                                f"{'approve' if approve else 'deny'} {ar.action!r} on {ar.host}",
                                                why, ar.run_id)
@@ -163,6 +169,8 @@ async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) 
         return
     pending.future.set_result((approve, user))
     decision = "approved" if approve else "denied"
+    oplog.line("approval_decided", f"approval for run #{ar.run_id} {decision}", run_id=ar.run_id, by=user,
+               host=ar.host, step=ar.step)
     if pending.ts and pending.channel:
         ctx.update(pending.channel, pending.ts, bk.decision_text(decision, user),
                    bk.approval_decided_blocks(ar, decision, user))

@@ -57,13 +57,19 @@ class SlackContext:
 
     def __init__(self, services: Services, client: AsyncWebClient):
         self.services = services
-        self.settings: Settings = services.settings
         self.client = client
         self.coalescer = UpdateCoalescer(client, per_message_s=max(1.0, self.settings.slack.progress_interval_s))
         self.pending: dict[str, PendingApproval] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.runs: dict[int, asyncio.Task[RunOutcome]] = {}
-        self.redact = services.redactor.text
+
+    @property
+    def settings(self) -> Settings:
+        """The current configuration's (a reload replaces it)."""
+        return self.services.settings
+
+    def redact(self, text: str) -> str:
+        return self.services.redactor.text(text)
 
     def spawn(self, coro: Coroutine[Any, Any, _T], name: str = "eagle-slack") -> asyncio.Task[_T]:
         task = asyncio.create_task(coro, name=name)

@@ -10,8 +10,11 @@ import functools
 import logging
 
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest
+from eaglebot.errors import EagleError
+from eaglebot.frontends import oplog
 from eaglebot.frontends.chat import router
 from eaglebot.frontends.chat.caller import Caller
+from eaglebot.frontends.chat.reply import CancelRequested, Reply
 from eaglebot.frontends.slack.approvals import SlackApprover
 from eaglebot.frontends.slack.client import NOT_IN_CHANNEL
 from eaglebot.frontends.slack.context import SlackContext
@@ -42,7 +45,10 @@ def slack_caller(ctx: SlackContext, user: str, channel: str | None, response_url
 async def run_admitted(ctx: SlackContext, admitted: router.Admitted, response_url: str | None) -> None:
     """Everything after the ack: the router, then the reply where it belongs."""
     channel = admitted.caller.channel
-    reply = await router.execute(ctx.services, admitted)
+    cmd = admitted.cmd
+    with oplog.command(admitted.caller.user, ctx.redact(cmd.text or cmd.name)) as line:
+        reply = await router.execute(ctx.services, admitted)
+    _log_command(ctx, line, cmd.name, reply)
     if reply.task is not None:
         if reply.run_id is not None:
             ctx.runs[reply.run_id] = reply.task
@@ -60,6 +66,31 @@ async def run_admitted(ctx: SlackContext, admitted: router.Admitted, response_ur
             await ctx.respond(response_url, ctx.invite_hint(channel))
         return
     await ctx.respond(response_url, reply.text, reply_blocks(reply), public=reply.public and not reply.is_error)
+
+
+def _log_command(ctx: SlackContext, line: oplog.CommandLine, word: str, reply: Reply) -> None:
+    """The command's one log line, unless a run it started already wrote it (a reload writes
+    its own line)."""
+    if word == "reload":
+        return
+    if reply.is_error and reply.exit_code == 2:
+        line.reject(reply.text.splitlines()[0][:300] if reply.text else "refused")
+        return
+    if reply.run_id is not None and reply.request is not None:
+        req = reply.request
+        try:
+            hosts: list[str] | None = ctx.settings.resolve_hosts(req.hosts)
+        except EagleError:
+            hosts = list(req.hosts or [])
+        name = req.playbook if isinstance(req.playbook, str) else req.playbook.name
+        line.emit(run=reply.run_id, playbook=name, hosts=hosts)
+        return
+    if reply.is_error:
+        line.emit(outcome="error", error=reply.text.splitlines()[0][:300] if reply.text else None)
+        return
+    body = reply.body
+    outcome = f"cancel requested for run #{body.run_id}" if isinstance(body, CancelRequested) else "ok"
+    line.emit(run=reply.run_id, outcome=outcome)
 
 
 def _run_done(ctx: SlackContext, run_id: int, task: asyncio.Task[RunOutcome]) -> None:

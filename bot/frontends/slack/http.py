@@ -97,6 +97,19 @@ def describe(body: object) -> tuple[str, str]:
     return (actor if isinstance(actor, str) else ""), what.strip()[:300]
 
 
+class _NotThatWarning(logging.Filter):
+    """Bolt reads SLACK_BOT_TOKEN from the environment even when it is given a client, and then
+    warns that the token will be unused. Here that is by design: Bolt's client carries no token
+    and `authorize` hands each request the bot token. No argument avoids it (authorize warns
+    alike), so exactly that line is dropped; every other Bolt warning stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`token` will be unused" not in record.getMessage()
+
+
+_QUIET = _NotThatWarning()
+
+
 class GuardedApp(AsyncApp):
     """Bolt's AsyncApp that checks a request before any listener sees it: its HTTP face
     (`web_app()`, used by `eagle serve --http`) checks the signature and the body; every
@@ -105,6 +118,9 @@ class GuardedApp(AsyncApp):
     def __init__(self, *, client: AsyncWebClient, signing_secret: str,
                  authorize: Callable[..., Awaitable[AuthorizeResult]], reject: Reject,
                  seen: SeenRequests | None = None) -> None:
+        bolt_log = logging.getLogger("slack_bolt.AsyncApp")   # (slack_bolt.logger.get_bolt_logger's name)
+        if _QUIET not in bolt_log.filters:
+            bolt_log.addFilter(_QUIET)
         super().__init__(
             client=client, signing_secret=signing_secret, authorize=authorize,
             raise_error_for_unhandled_request=False,
@@ -142,8 +158,6 @@ class GuardedApp(AsyncApp):
         return None
 
     def web_app(self, path: str = "/slack/events", port: int = 3000) -> web.Application:
-        secret = self.eagle_signing_secret
-
         async def handle(request: web.Request) -> web.StreamResponse:
             if request.content_length is not None and request.content_length > MAX_BODY:
                 return web.Response(status=413, text="request body too large")
@@ -151,7 +165,8 @@ class GuardedApp(AsyncApp):
                 body = await request.read()
             except web.HTTPRequestEntityTooLarge:
                 return web.Response(status=413, text="request body too large")
-            bad = check_request(body, request.headers, secret)
+            # read per request: a reload may bring a new SLACK_SIGNING_SECRET
+            bad = check_request(body, request.headers, self.eagle_signing_secret)
             if bad is not None:
                 log.warning("refused a Slack request: %s (HTTP %s)", bad[1], bad[0])
                 if bad[0] == 400:   # signed, so someone who holds the secret sent it: worth an audit row

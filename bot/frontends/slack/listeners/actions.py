@@ -11,6 +11,7 @@ import re
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 
+from eaglebot.frontends import oplog
 from eaglebot.frontends.chat.access import allowed, audit_refusal
 from eaglebot.frontends.chat.grammar import parse
 from eaglebot.frontends.chat.router import admit
@@ -43,6 +44,7 @@ async def apply_best_clicked(ack: AsyncAck, body: BlockActionsBody, action: Acti
     response_url = body.get("response_url")
     admitted = admit(ctx.settings, cmd, slack_caller(ctx, user, channel, response_url))
     if isinstance(admitted, str):
+        oplog.rejected(user, ctx.redact(cmd.text or cmd.name), admitted)
         ctx.spawn(audit_refusal(ctx.services, user, cmd, admitted), name="eagle-refusal")
         ctx.spawn(ctx.respond(response_url, f":no_entry: {bk.escape(admitted)}"), name="eagle-refusal-reply")
         return

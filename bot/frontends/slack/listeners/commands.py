@@ -8,6 +8,7 @@ import re
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 
+from eaglebot.frontends import oplog
 from eaglebot.frontends.chat.access import audit_refusal
 from eaglebot.frontends.chat.grammar import parse
 from eaglebot.frontends.chat.router import admit
@@ -20,14 +21,16 @@ from eaglebot.frontends.slack.payload import SlashCommandBody
 async def eagle_command(ack: AsyncAck, body: SlashCommandBody, context: AsyncBoltContext) -> None:
     ctx = slack_context(context)
     cmd = parse(body.get("text") or "")
+    user = body.get("user_id") or ""
     if cmd.error:
         await ack(text=f":warning: {bk.escape(ctx.redact(cmd.error))}")
+        oplog.rejected(user, ctx.redact(cmd.text), ctx.redact(cmd.error))
         return
-    user = body.get("user_id") or ""
     response_url = body.get("response_url")
     admitted = admit(ctx.settings, cmd, slack_caller(ctx, user, body.get("channel_id"), response_url))
     if isinstance(admitted, str):
         await ack(text=f":no_entry: {bk.escape(admitted)}")
+        oplog.rejected(user, ctx.redact(cmd.text or cmd.name), admitted)
         ctx.spawn(audit_refusal(ctx.services, user, cmd, admitted), name="eagle-refusal")
         return
     await ack()

@@ -1,0 +1,125 @@
+"""The leader lease on PostgreSQL: a session-level advisory lock held on a connection of its own,
+so a leader that dies (SIGKILL, a lost host) gives the lease up when its connection drops, with
+no expiry to wait for; a `leases` row names the holder for `eagle status`.
+
+A leader that stops renewing but keeps its process (stopped, hung) is cut off by the server:
+the lease's session has `idle_session_timeout` = the lease's ttl, and TCP keepalives end a
+session whose client host is gone.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+
+from eaglebot.store.base import StoreBase, first, now_iso
+from eaglebot.store.chain import table_exists
+from eaglebot.store.rows import LeaseRow
+
+LEASE_KEY = 0x6561676C  # advisory lock namespace of leases (key 1; key 2 is hashtext(name))
+
+
+def _iso_in(seconds: float) -> str:
+    t = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class LeaseMixin(StoreBase):
+    """`lease_acquire`, `lease_release`, `lease_holder` on PostgreSQL (store/pg_store.py)."""
+
+    url: str
+    _leases: dict[str, tuple[psycopg.Connection[Any], str]]
+
+    def _lease_table(self) -> None:
+        # Migration 0011 (leases and replicas) creates it portably; until then the PG store does.
+        if table_exists(self.db.conn, "leases"):
+            return
+        self.db.table("leases").create({"name": str, "holder": str, "acquired_at": str, "renewed_at": str,
+                                        "expires_at": str}, pk="name", if_not_exists=True,
+                                       not_null={"holder"})
+
+    def _lease_conn(self, name: str, ttl_s: float) -> psycopg.Connection[Any] | None:
+        """A new session that holds the lease's advisory lock, or None when another holds it."""
+        conn = psycopg.connect(self.url, autocommit=True, application_name=f"eaglebot lease {name}",
+                               connect_timeout=10, keepalives=1, keepalives_idle=5, keepalives_interval=2,
+                               keepalives_count=3)
+        try:
+            ms = max(1000, int(ttl_s * 1000))
+            conn.execute(f"set idle_session_timeout = {ms}")
+            conn.execute("set tcp_keepalives_idle = 5")
+            conn.execute("set tcp_keepalives_interval = 2")
+            conn.execute("set tcp_keepalives_count = 3")
+            row = conn.execute("select pg_try_advisory_lock(%s, hashtext(%s))", [LEASE_KEY, name]).fetchone()
+        except psycopg.Error:
+            conn.close()
+            raise
+        if not (row and row[0]):
+            conn.close()
+            return None
+        return conn
+
+    def lease_acquire(self, name: str, holder: str, ttl_s: float) -> bool:
+        """Take or renew the lease `name` for `holder`; True while `holder` holds it."""
+        try:
+            held = self._leases.get(name)
+            if held is not None:
+                conn, who = held
+                if who != holder:
+                    return False
+                try:
+                    conn.execute("select 1")   # the session is alive (and not idle): still ours
+                except psycopg.Error:
+                    conn.close()
+                    del self._leases[name]
+                    held = None
+            if held is None:
+                got = self._lease_conn(name, ttl_s)
+                if got is None:
+                    return False
+                self._leases[name] = (got, holder)
+            now = now_iso()
+            with self._tx():
+                self._lease_table()
+                self.db.execute(
+                    "insert into leases (name, holder, acquired_at, renewed_at, expires_at) values (?, ?, ?, ?, ?) "
+                    "on conflict (name) do update set acquired_at = case when leases.holder = excluded.holder "
+                    "then leases.acquired_at else excluded.acquired_at end, holder = excluded.holder, "
+                    "renewed_at = excluded.renewed_at, expires_at = excluded.expires_at",
+                    [name, holder, now, now, _iso_in(ttl_s)])
+            return True
+        except psycopg.Error as e:
+            raise self._fail(e) from None
+
+    def lease_release(self, name: str, holder: str) -> None:
+        """Give the lease up (a clean shutdown); nothing when `holder` does not hold it here."""
+        held = self._leases.get(name)
+        if held is None or held[1] != holder:
+            return
+        conn, _ = self._leases.pop(name)
+        try:
+            with self._tx():
+                self._lease_table()
+                self.db.execute("delete from leases where name = ? and holder = ?", [name, holder])
+        finally:
+            conn.close()   # ends the session: the advisory lock goes with it
+
+    def lease_holder(self, name: str) -> LeaseRow | None:
+        """Who holds the lease now; None when nobody does (a row left by a dead holder whose
+        session is gone names nobody)."""
+        try:
+            if not table_exists(self.db.conn, "leases"):
+                return None
+            row = first(self.db, LeaseRow, "select name, holder, acquired_at, renewed_at, expires_at from leases "
+                                           "where name = ?", [name])
+            if row is None:
+                return None
+            locked = self.db.execute(
+                "select exists (select 1 from pg_locks where locktype = 'advisory' and granted "
+                "and database = (select oid from pg_database where datname = current_database()) "
+                "and classid = ?::bigint::oid and objid = (hashtext(?)::bigint & 4294967295)::oid "
+                "and objsubid = 2)", [LEASE_KEY, name]).fetchone()
+            return row if locked and locked[0] else None
+        except psycopg.Error as e:
+            raise self._fail(e) from None
+

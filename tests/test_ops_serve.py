@@ -1,0 +1,174 @@
+"""`eagle serve` as a service, as real processes against the fake Slack: reload (SIGHUP and
+`/eagle reload`) while a run is under way, one log line per action, and Prometheus /metrics."""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import sqlite3
+
+import aiohttp
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from slack_harness import PLAYBOOKS, SECRET, command_body, signed_headers
+from sshd import free_port
+from test_serve import start_serve, stop, wait_serving
+
+
+def write_config(tmp_path, hosts: dict, **extra) -> "tuple":
+    pdir = tmp_path / "playbooks"
+    pdir.mkdir(exist_ok=True)
+    for name in ("hello", "slow"):
+        (pdir / f"{name}.yaml").write_text(yaml.safe_dump(PLAYBOOKS[name]))
+    data = {"audit_db": "eagle.db", "playbooks_dir": "playbooks", "hosts": hosts,
+            "access": {"operators": ["UALICE"], "viewers": ["*"], "approvers": ["UALICE"]}, **extra}
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    return cfg, data
+
+
+async def slash(port: int, text: str, fake, name: str, user: str = "UALICE") -> None:
+    body = command_body(text, user=user, response_url=fake.response_url(name))
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"http://127.0.0.1:{port}/slack/events", data=body.encode(),
+                          headers=signed_headers(body)) as r:
+            assert r.status == 200, await r.text()
+
+
+def finished(fake, run_id: int) -> list:
+    return [c for c in fake.ok_calls_to("chat.postMessage") if f"#{run_id}" in c.all_text()
+            and "finished" in c.all_text()]
+
+
+def db_rows(tmp_path, sql: str, args=()) -> list[tuple]:
+    con = sqlite3.connect(f"file:{tmp_path / 'eagle.db'}?mode=ro", uri=True)
+    try:
+        return con.execute(sql, args).fetchall()
+    finally:
+        con.close()
+
+
+async def until(pred, timeout: float = 30.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not (got := pred()):
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+    return got
+
+
+async def test_sighup_adds_a_host_while_a_run_goes_on_and_a_bad_config_is_refused_with_its_line(tmp_path, fake):
+    cfg, data = write_config(tmp_path, {"local": {"transport": "local"}})
+    port = free_port()
+    proc = await start_serve(cfg, fake, "--http", str(port), SLACK_SIGNING_SECRET=SECRET)
+    try:
+        await wait_serving(port, proc)
+        await slash(port, "slow seconds=4", fake, "slow")
+        await until(lambda: db_rows(tmp_path, "select 1 from steps where run_id = 1 and name = 'nap' "
+                                              "and status = 'running'"))
+        await slash(port, "hello newhost", fake, "before")
+        await fake.wait_for(lambda: [c for c in fake.calls if c.args.get("_name") == "before"])
+        assert "unknown host" in [c for c in fake.calls if c.args.get("_name") == "before"][0].all_text()
+
+        data["hosts"]["newhost"] = {"transport": "local"}
+        cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+        proc.send_signal(signal.SIGHUP)
+        events = await until(lambda: db_rows(tmp_path, "select message from events where kind = 'reload'"))
+        assert "by signal: reloaded: hosts +newhost" in events[0][0]
+        assert db_rows(tmp_path, "select status from runs where id = 1") == [("running",)]   # still going
+
+        await slash(port, "hello newhost", fake, "after")
+        await fake.wait_for(lambda: finished(fake, 2))
+        assert "succeeded" in finished(fake, 2)[0].all_text()
+        assert db_rows(tmp_path, "select hosts from runs where id = 2")[0][0] == '["newhost"]'
+        await fake.wait_for(lambda: finished(fake, 1), timeout=30)
+        assert db_rows(tmp_path, "select status from runs where id = 1") == [("succeeded",)]
+        assert db_rows(tmp_path, "select status from steps where run_id = 1 and name = 'after'") == [("changed",)]
+
+        lines = cfg.read_text().splitlines()
+        cfg.write_text("\n".join([*lines[:2], "bogus_key: 1", *lines[2:]]) + "\n")   # line 3
+        proc.send_signal(signal.SIGHUP)
+        events = await until(lambda: db_rows(tmp_path, "select message from events where kind = 'reload' "
+                                                       "order by id")[1:])
+        assert "reload refused" in events[0][0] and "eagle.yaml:3" in events[0][0] and "bogus_key" in events[0][0]
+        await slash(port, "hello newhost", fake, "old-config")
+        await fake.wait_for(lambda: finished(fake, 3))
+        assert "succeeded" in finished(fake, 3)[0].all_text()
+
+        cfg.write_text("\n".join(lines) + "\n")   # fixed again; now through Slack, by an approver
+        await slash(port, "reload", fake, "by-slack")
+        answer = await fake.wait_for(lambda: [c for c in fake.calls if c.args.get("_name") == "by-slack"])
+        assert "reloaded" in answer[0].all_text()
+        assert db_rows(tmp_path, "select message from events where kind = 'reload' order by id desc limit 1"
+                       )[0][0].startswith("by UALICE: reloaded")
+    finally:
+        rc, err = await stop(proc)
+    assert rc == 0, err
+    audit = [ln for ln in err.splitlines() if " eaglebot.audit: reload " in ln]
+    assert len(audit) == 3 and "outcome=refused" in audit[1] and "user=signal" in audit[0], audit
+
+
+async def test_one_slash_command_writes_one_command_line_and_one_run_line_and_nothing_from_libraries(
+        tmp_path, fake, sshd):
+    cfg, _ = write_config(tmp_path, {"sim": sshd.host_config()})
+    port = free_port()
+    proc = await start_serve(cfg, fake, "--http", str(port), SLACK_SIGNING_SECRET=SECRET)
+    try:
+        await wait_serving(port, proc)
+        await slash(port, "hello sim", fake, "c1")
+        await fake.wait_for(lambda: finished(fake, 1))
+    finally:
+        rc, err = await stop(proc)
+    assert rc == 0, err
+    lines = err.splitlines()
+    start = next(i for i, ln in enumerate(lines) if "serving Slack requests" in ln)
+    end = next(i for i, ln in enumerate(lines) if ln.endswith("eaglebot.serve: stopping"))
+    between = lines[start + 1:end]
+    assert len(between) == 2, between
+    assert re.search(r" INFO eaglebot\.audit: command user=UALICE text=\"hello sim\" run=#1 playbook=hello "
+                     r"hosts=sim$", between[0]), between
+    assert re.search(r" INFO eaglebot\.audit: run #1 finished succeeded playbook=hello hosts=sim by=UALICE "
+                     r"exit_code=0 duration_s=[\d.]+$", between[1]), between
+    assert not [ln for ln in lines if "asyncssh" in ln or "will be unused" in ln or "WARNING" in ln], lines
+
+
+async def test_json_log_lines_parse_and_metrics_count_the_run_and_the_slack_retry(tmp_path, fake):
+    cfg, _ = write_config(tmp_path, {"local": {"transport": "local"}}, log_format="json")
+    port = free_port()
+    proc = await start_serve(cfg, fake, "--http", str(port), SLACK_SIGNING_SECRET=SECRET)
+    try:
+        await wait_serving(port, proc)
+        fake.fail("chat.postMessage", "500", times=1)   # retried by slack_sdk's server-error handler
+        await slash(port, "hello", fake, "c1")
+        await slash(port, "hello nohost", fake, "c2")
+        await fake.wait_for(lambda: finished(fake, 1))
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
+                assert r.status == 200
+                text = await r.text()
+    finally:
+        rc, err = await stop(proc)
+    assert rc == 0, err
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert samples[("eagle_runs_total", (("playbook", "hello"), ("status", "succeeded")))] == 1
+    assert samples[("eagle_step_duration_seconds_count", (("skill", "shell"),))] == 1
+    assert samples[("eagle_slack_api_retries_total", (("reason", "server_error"),))] == 1
+    assert samples[("eagle_leader", ())] == 0
+    assert samples[("eagle_open_incidents", ())] == 0 and samples[("eagle_quarantined_gpus", ())] == 0
+    assert ("eagle_build_info", ()) not in samples   # it carries labels: version, python
+    assert any(name == "eagle_build_info" for name, _ in samples)
+
+    records = [json.loads(ln) for ln in err.splitlines() if ln.strip()]
+    assert all({"ts", "level", "logger", "msg"} <= set(r) for r in records)
+    audit = [r for r in records if r["logger"] == "eaglebot.audit"]
+    assert sorted(r["event"] for r in audit) == ["command", "rejected", "run_finished"], audit
+    cmd = next(r for r in audit if r["event"] == "command")
+    assert cmd["user"] == "UALICE" and cmd["run"] == 1 and cmd["hosts"] == ["local"] and cmd["text"] == "hello"
+    assert cmd["msg"] == 'command user=UALICE text=hello run=#1 playbook=hello hosts=local', cmd
+    end = next(r for r in audit if r["event"] == "run_finished")
+    assert end["run"] == 1 and end["msg"].startswith("run #1 finished succeeded playbook=hello hosts=local by=UALICE")
+    rej = next(r for r in audit if r["event"] == "rejected")
+    assert rej["text"] == "hello nohost" and "unknown host" in rej["why"]

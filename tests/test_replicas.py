@@ -84,6 +84,19 @@ async def test_one_replica_leads_and_another_takes_over_when_it_stops(tmp_path):
     assert events[2] == f"r{second} took the leader lease"
 
 
+def test_an_expired_lease_is_taken_over_and_the_change_is_an_event(tmp_path):
+    """SQLite's lease is a row with an expiry (PostgreSQL's a session lock: tests/test_store_pg.py)."""
+    store = Store(tmp_path / "eagle.db")
+    assert store.lease_acquire(LEADER, "r1", -1)               # already expired (ttl in the past)
+    assert store.lease_acquire(LEADER, "r2", 30)
+    assert store.lease_holder(LEADER)["holder"] == "r2"
+    assert not store.lease_acquire(LEADER, "r1", 30)
+    took = store.events("leader")[0]
+    assert took["actor"] == "r2" and took["message"].startswith("r2 took the leader lease; r1 held it until")
+    assert store.audit_verify()["ok"]
+    store.close()
+
+
 class HangingRenewals:
     """The store as a leader sees it when the DB stalls: the first lease call answers, the
     renewals never do."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from eaglebot.store.base import StoreBase, first, now_iso
+from eaglebot.store.base import StoreBase, first, insert, now_iso
 from eaglebot.store.chain import table_exists
 from eaglebot.store.rows import LeaseRow
 
@@ -73,6 +73,7 @@ class LeaseMixin(StoreBase):
                     conn.close()
                     del self._leases[name]
                     held = None
+            taken = held is None
             if held is None:
                 got = self._lease_conn(name, ttl_s)
                 if got is None:
@@ -81,6 +82,9 @@ class LeaseMixin(StoreBase):
             now = now_iso()
             with self._tx():
                 self._lease_table()
+                if taken:   # a new holder: a chained `leader` event, as on SQLite (store/replicas.py)
+                    insert(self.db, "events", {"run_id": None, "at": now, "kind": "leader", "actor": holder,
+                                               "message": f"{holder} took the {name} lease"})
                 self.db.execute(
                     "insert into leases (name, holder, acquired_at, renewed_at, expires_at) values (?, ?, ?, ?, ?) "
                     "on conflict (name) do update set acquired_at = case when leases.holder = excluded.holder "
@@ -101,6 +105,8 @@ class LeaseMixin(StoreBase):
             with self._tx():
                 self._lease_table()
                 self.db.execute("delete from leases where name = ? and holder = ?", [name, holder])
+                insert(self.db, "events", {"run_id": None, "at": now_iso(), "kind": "leader", "actor": holder,
+                                           "message": f"{holder} released the {name} lease"})
         finally:
             conn.close()   # ends the session: the advisory lock goes with it
 

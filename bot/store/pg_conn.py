@@ -174,7 +174,8 @@ class PgConn:
         cur = self.raw.execute(pg, parameters or None)
         if returning:
             row = cur.fetchone()
-            return PgCursor(cur, int(row[0]) if row else None)
+            # `id` is an integer key, except where a table names rows by text (`replicas`)
+            return PgCursor(cur, int(row[0]) if row and isinstance(row[0], int) else None)
         return PgCursor(cur)
 
     def executemany(self, sql: str, seq: Sequence[Sequence[Any]], /) -> None:

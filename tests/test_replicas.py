@@ -298,10 +298,13 @@ def test_eagle_status_names_the_replicas_and_the_leader(tmp_path, capsys):
 # -- the soak ---------------------------------------------------------------------------------
 
 @pytest.mark.ha
-async def test_ha_soak_two_replicas_every_5s_survive_two_leader_kills(tmp_path):
-    """Two real `eagle serve --http` replicas on one SQLite file, a schedule every 5 s for
-    about a minute, the leader SIGKILLed during a scheduled run and while an approval waits."""
-    report = await soak(tmp_path, duration_s=50, kills=2, every="5s", run_s=2.0, seed=23)
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_ha_soak_two_replicas_every_5s_survive_two_leader_kills(tmp_path, request, backend):
+    """Two real `eagle serve --http` replicas on one store (an SQLite file; a real PostgreSQL),
+    a schedule every 5 s for about a minute, the leader SIGKILLed during a scheduled run and
+    while an approval waits."""
+    url = request.getfixturevalue("pg_server").fresh_db() if backend == "postgresql" else None
+    report = await soak(tmp_path, duration_s=50, kills=2, every="5s", run_s=2.0, seed=23, store_url=url)
     assert report.problems() == [], report.summary()
     assert [k.during for k in report.kills] == ["scheduled run", "approval"]
     assert len(report.slots) >= 5 and sum(1 for a in report.approvals if a.clicked_on) == 3

@@ -16,7 +16,7 @@ from helpers import wait_for
 
 from eaglebot.errors import StoreError
 from eaglebot.store import Store, chain, open_store
-from eaglebot.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from eaglebot.store.migrations import SCHEMA_VERSION
 
 
 def _tables(store: Store) -> dict[str, list[str]]:

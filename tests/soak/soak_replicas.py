@@ -20,7 +20,7 @@ an approval on one replica and clicks Approve on the other. Then it checks:
     and prints their distribution.
 
     .venv/bin/python tests/soak/soak_replicas.py [--duration 600] [--cron "* * * * *" | --every 5s]
-        [--kills 5] [--store PATH_OR_URL] [--seed N] [--keep DIR]
+        [--kills 5] [--store PATH_OR_URL | --pg] [--seed N] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -459,16 +459,30 @@ def main() -> int:
     p.add_argument("--kills", type=int, default=5)
     p.add_argument("--run-s", type=float, default=None, help="how long each scheduled run takes")
     p.add_argument("--store", default=None, help="audit_db: an SQLite path (default: a new file) or postgresql://...")
+    p.add_argument("--pg", action="store_true", help="start a throwaway PostgreSQL (tests/pg.py) and use it")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--keep", default=None, help="work folder to keep (logs of each replica), default a temp one")
     a = p.parse_args()
     cron = a.cron or (None if a.every else "* * * * *")
     run_s = a.run_s if a.run_s is not None else (2.0 if a.every else 15.0)
-    with tempfile.TemporaryDirectory(prefix="eagle-soak-") as tmp:
-        work = Path(a.keep or tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        report = asyncio.run(soak(work, duration_s=a.duration, kills=a.kills, every=a.every, cron=cron,
-                                  store_url=a.store, run_s=run_s, seed=a.seed))
+    server = None
+    if a.pg:
+        from pg import start_pg
+
+        server = start_pg()
+        with server.admin() as c:
+            c.execute('create database "soak"')
+        a.store = server.url("soak")
+    try:
+        with tempfile.TemporaryDirectory(prefix="eagle-soak-") as tmp:
+            work = Path(a.keep or tmp)
+            work.mkdir(parents=True, exist_ok=True)
+            print(f"store: {a.store or work / 'eagle.db'}", flush=True)
+            report = asyncio.run(soak(work, duration_s=a.duration, kills=a.kills, every=a.every, cron=cron,
+                                      store_url=a.store, run_s=run_s, seed=a.seed))
+    finally:
+        if server is not None:
+            server.stop()
     print(report.summary())
     print(json.dumps({"failover_s": report.failovers, "problems": report.problems()}, indent=2))
     return 1 if report.problems() else 0

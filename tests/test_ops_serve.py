@@ -125,7 +125,8 @@ async def test_one_slash_command_writes_one_command_line_and_one_run_line_and_no
     lines = err.splitlines()
     start = next(i for i, ln in enumerate(lines) if "serving Slack requests" in ln)
     end = next(i for i, ln in enumerate(lines) if ln.endswith("eaglebot.serve: stopping"))
-    between = lines[start + 1:end]
+    # the election's line (this replica leads: tests/test_replicas.py) is not the command's
+    between = [ln for ln in lines[start + 1:end] if " eaglebot.leader: " not in ln]
     assert len(between) == 2, between
     assert re.search(r" INFO eaglebot\.audit: command user=UALICE text=\"hello sim\" run=#1 playbook=hello "
                      r"hosts=sim$", between[0]), between
@@ -156,7 +157,7 @@ async def test_json_log_lines_parse_and_metrics_count_the_run_and_the_slack_retr
     assert samples[("eagle_runs_total", (("playbook", "hello"), ("status", "succeeded")))] == 1
     assert samples[("eagle_step_duration_seconds_count", (("skill", "shell"),))] == 1
     assert samples[("eagle_slack_api_retries_total", (("reason", "server_error"),))] == 1
-    assert samples[("eagle_leader", ())] == 0
+    assert samples[("eagle_leader", ())] == 1   # the only replica leads
     assert samples[("eagle_open_incidents", ())] == 0 and samples[("eagle_quarantined_gpus", ())] == 0
     assert ("eagle_build_info", ()) not in samples   # it carries labels: version, python
     assert any(name == "eagle_build_info" for name, _ in samples)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import write_config
+from helpers import write_yaml
 from sshd import free_port
 
 from eaglebot.frontends.cli.main import main
@@ -31,7 +31,7 @@ def keygen_fingerprint(pub: Path) -> str:
 def config(tmp_path: Path, sshd, known: Path, **hosts: dict) -> str:
     data = {"audit_db": str(tmp_path / "eagle.db"),
             "hosts": {"gpu": sshd.host_config(known_hosts=str(known)), **hosts}}
-    return str(write_config(tmp_path, data))
+    return str(write_yaml(tmp_path / 'eagle.yaml', data))
 
 
 def test_pin_shows_the_keygen_fingerprint_and_writes_known_hosts_that_a_run_then_trusts(tmp_path, sshd, capsys):

@@ -247,7 +247,10 @@ async def test_an_approval_asked_refused_and_decided_is_one_log_line_each(harnes
     from eaglebot.frontends.slack import blocks as bk
 
     caplog.set_level(logging.INFO, logger="eaglebot.audit")
+    from eaglebot.frontends.oplog import RunLog
+
     h = await harness()   # operators: UALICE, approvers: UBOSS
+    h.services.engine.watchers.append(RunLog(h.services.redactor.text))   # as `eagle serve` does
     await h.command("guarded", user="UALICE")
     _, key = await fake.wait_for(lambda: approval_message(fake))
     rid = await h.last_run_id()
@@ -256,10 +259,10 @@ async def test_an_approval_asked_refused_and_decided_is_one_log_line_each(harnes
     await h.click(bk.APPROVE_ACTION, key, user="UBOSS")
     assert (await h.wait_run(rid))["status"] == "succeeded"
     audit = [r for r in caplog.records if r.name == "eaglebot.audit"]
-    assert [r.getMessage().split(" host=")[0] for r in audit] == [
-        f'command user=UALICE text=guarded run=#{rid} playbook=guarded hosts=local',
+    assert [r.getMessage().split(" host=")[0].split(" outcome=")[0] for r in audit] == [
         f"approval requested for run #{rid}",
         f'rejected user=UALICE text="approve run #{rid} on local" why="only approvers can approve or deny; '
         'add your Slack user id (UALICE) to access.approvers in eagle.yaml"',
-        f"approval for run #{rid} approved by=UBOSS"]
+        f"approval for run #{rid} approved by=UBOSS",
+        f'command user=UALICE text=guarded run=#{rid} playbook=guarded hosts=local']   # at the run's end
     assert all(r.levelno == logging.INFO for r in audit)

@@ -3,12 +3,14 @@
 A command, a run's start and end, an approval asked and decided, a reload and a rejection
 each write exactly one line that says who, what, where (hosts), the outcome and the run id:
 
-    eaglebot.audit: command user=U123 text="hello sim" run=#12 playbook=hello hosts=sim
-    eaglebot.audit: run #12 finished succeeded playbook=hello hosts=sim by=U123 in 3.2s
+    eaglebot.audit: command user=U123 text="hello sim" run=#12 playbook=hello hosts=sim outcome=succeeded exit_code=0 duration_s=3.2
+    eaglebot.audit: run #12 started playbook=bench hosts=gpu-01 by=schedule:nightly origin=schedule
+    eaglebot.audit: run #12 finished succeeded playbook=bench hosts=gpu-01 by=schedule:nightly exit_code=0 duration_s=412.0
 
-A run started by a command is announced by the command's line (it names the run); a run
-started otherwise (a schedule, the health watch, a sweep's later points) gets its own start
-line. Libraries (asyncssh, Bolt, slack_sdk, APScheduler, aiohttp's access log) log at WARNING
+A command that starts a run is ONE line, written when the run ends: who typed what, the run
+id, its hosts and outcome (so one `/eagle hello` is one line). A command that starts no run
+is its line when its answer comes. A run started otherwise (a schedule, the health watch, a
+sweep's later points) gets a start line and an end line. Libraries (asyncssh, Bolt, slack_sdk, APScheduler, aiohttp's access log) log at WARNING
 unless `eagle serve --verbose`. `log_format: json` writes one JSON object per line with
 `ts`, `level`, `logger`, `msg` and the line's fields, for journald or Loki.
 """
@@ -105,12 +107,20 @@ class CommandLine:
         line("command", user=self.user, text=self.text, run=run,
              playbook=playbook, hosts=hosts, outcome=outcome, error=error)
 
+    def defer(self, run_id: int) -> None:
+        """This command started run `run_id`: its one line is written when the run ends."""
+        if not self.emitted:
+            self.emitted = True
+            self.runs.add(run_id)
+            _AT_RUN_END[run_id] = self
+
     def reject(self, why: str) -> None:
         if not self.emitted:
             self.emitted = True
             rejected(self.user, self.text, why)
 
 
+_AT_RUN_END: dict[int, CommandLine] = {}   # run id -> the command whose line its end writes
 _CURRENT: contextvars.ContextVar[CommandLine | None] = contextvars.ContextVar("eagle_command", default=None)
 
 
@@ -142,7 +152,7 @@ class RunLog(Observer):
         self._started[run_id] = (time.monotonic(), req.actor)
         cl = _CURRENT.get()
         if cl is not None and not cl.emitted:
-            cl.emit(run=run_id, playbook=playbook.name, hosts=hosts)
+            cl.defer(run_id)                  # its one line is written when the run ends
             return
         if cl is not None and run_id in cl.runs:
             return
@@ -152,8 +162,13 @@ class RunLog(Observer):
     async def run_finished(self, outcome: RunOutcome) -> None:
         t0, who = self._started.pop(outcome.run_id, (None, None))
         took = round(time.monotonic() - t0, 1) if t0 is not None else None
+        error = self.redact(outcome.error)[:300] if outcome.error and outcome.status != "succeeded" else None
+        cl = _AT_RUN_END.pop(outcome.run_id, None)
+        if cl is not None:
+            line("command", user=cl.user, text=cl.text, run=outcome.run_id, playbook=outcome.playbook,
+                 hosts=outcome.hosts, outcome=outcome.status, exit_code=outcome.exit_code, error=error, duration_s=took)
+            return
         line("run_finished", f"run #{outcome.run_id} finished {outcome.status}", run_id=outcome.run_id,
              playbook=outcome.playbook,
              hosts=outcome.hosts, by=who, exit_code=outcome.exit_code,
-             error=self.redact(outcome.error)[:300] if outcome.error and outcome.status != "succeeded" else None,
-             duration_s=took)
+             error=error, duration_s=took)

@@ -8,7 +8,6 @@ Exit 0 pinned (or already pinned), 1 refused or not reachable, 2 bad usage.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from typing import Any
 
@@ -58,6 +57,8 @@ def cmd_pin(args: argparse.Namespace) -> int:
         raise UsageError(f"no terminal to confirm on: check the fingerprint, then pass --yes to pin {name}'s key")
     path = known_hosts_path(cfg)
     try:
+        import asyncio  # loads only when pinning (`eagle --help` stays light: tests/test_startup.py)
+
         key = asyncio.run(_scan(args, name))
     except TransportError as e:
         err(f"host {name}: {e}")

@@ -10,7 +10,6 @@ import functools
 import logging
 
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest
-from eaglebot.errors import EagleError
 from eaglebot.frontends import oplog
 from eaglebot.frontends.chat import router
 from eaglebot.frontends.chat.caller import Caller
@@ -76,14 +75,8 @@ def _log_command(ctx: SlackContext, line: oplog.CommandLine, word: str, reply: R
     if reply.is_error and reply.exit_code == 2:
         line.reject(reply.text.splitlines()[0][:300] if reply.text else "refused")
         return
-    if reply.run_id is not None and reply.request is not None:
-        req = reply.request
-        try:
-            hosts: list[str] | None = ctx.settings.resolve_hosts(req.hosts)
-        except EagleError:
-            hosts = list(req.hosts or [])
-        name = req.playbook if isinstance(req.playbook, str) else req.playbook.name
-        line.emit(run=reply.run_id, playbook=name, hosts=hosts)
+    if reply.run_id is not None and reply.request is not None and reply.task is not None:
+        line.defer(reply.run_id)   # one line, with the outcome, when the run ends
         return
     if reply.is_error:
         line.emit(outcome="error", error=reply.text.splitlines()[0][:300] if reply.text else None)

@@ -101,26 +101,31 @@ class HangingRenewals:
     """The store as a leader sees it when the DB stalls: the first lease call answers, the
     renewals never do."""
 
-    def __init__(self, store: AsyncStore):
-        self.store, self.calls = store, 0
+    def __init__(self, store: AsyncStore, hang: str):
+        self.store, self.hang, self.calls = store, hang, {"replica_beat": 0, "lease_acquire": 0}
+
+    async def _maybe_hang(self, name: str) -> None:
+        self.calls[name] += 1
+        if name == self.hang and self.calls[name] > 1:
+            await asyncio.Event().wait()
 
     async def replica_beat(self, *a, **kw):
+        await self._maybe_hang("replica_beat")
         return await self.store.replica_beat(*a, **kw)
 
     async def lease_acquire(self, name, holder, ttl_s):
-        self.calls += 1
-        if self.calls > 1:
-            await asyncio.Event().wait()
+        await self._maybe_hang("lease_acquire")
         return await self.store.lease_acquire(name, holder, ttl_s)
 
     async def lease_release(self, name, holder):
         return await self.store.lease_release(name, holder)
 
 
-async def test_a_leader_whose_renewals_hang_steps_down_before_its_lease_can_expire(tmp_path):
+@pytest.mark.parametrize("hang", ["lease_acquire", "replica_beat"])
+async def test_a_leader_whose_renewals_hang_steps_down_before_its_lease_can_expire(tmp_path, hang):
     store = await AsyncStore.open(tmp_path / "eagle.db")
     duties, stop = Duties(), asyncio.Event()
-    lead = Leadership(HangingRenewals(store), duties, ttl_s=2.0, beat_s=0.2, margin_s=0.6, rid="r1")
+    lead = Leadership(HangingRenewals(store, hang), duties, ttl_s=2.0, beat_s=0.2, margin_s=0.6, rid="r1")
     task = asyncio.create_task(lead.run(stop))
     try:
         await _until(lambda: [k for k, _ in duties.log] == ["start", "stop"])

@@ -77,14 +77,14 @@ class Leadership:
         try:
             while not stop.is_set():
                 sent = time.monotonic()
+                budget = self.ttl_s - self.margin_s   # a leader's answer must come within its term
+                if self.leading:
+                    budget = max(0.0, min(budget, self._until - sent))
                 held = False
                 try:
-                    await self.store.replica_beat(self.id, hostname=socket.gethostname(), pid=os.getpid(),
-                                                  proc_start=start, version=__version__)
-                    held = await asyncio.wait_for(self.store.lease_acquire(LEADER, self.id, self.ttl_s),
-                                                  self.ttl_s - self.margin_s)
+                    held = await asyncio.wait_for(self._renew(start), budget)
                 except Exception as e:   # the store is down or slow: not leading is the safe answer
-                    log.warning("leader lease: %s", e)
+                    log.warning("leader lease: %s", str(e) or type(e).__name__)
                 if held:
                     self._until = sent + self.ttl_s - self.margin_s
                     if not self.leading:
@@ -102,6 +102,11 @@ class Leadership:
                 await self.store.lease_release(LEADER, self.id)
             except Exception as e:
                 log.warning("could not release the leader lease: %s", e)
+
+    async def _renew(self, start: str | None) -> bool:
+        await self.store.replica_beat(self.id, hostname=socket.gethostname(), pid=os.getpid(),
+                                      proc_start=start, version=__version__)
+        return await self.store.lease_acquire(LEADER, self.id, self.ttl_s)
 
     async def _sleep(self, stop: asyncio.Event) -> None:
         """Until the next beat; a leader whose term runs out first steps down right then."""

@@ -190,6 +190,7 @@ async def decide_elsewhere(ctx: SlackContext, approval_id: int, approve: bool, u
                          details=[], step_idx=row["step_idx"])
     why = authorize_approval(ctx.settings.access, user, run["actor"], configured=ctx.settings.access_configured)
     if why:
+        oplog.rejected(user, f"{'approve' if approve else 'deny'} run #{ar.run_id} on {ar.host}", why)
         await store.add_rejection("access_denied", user, f"{'approve' if approve else 'deny'} {ar.action!r} on {ar.host}",
                                   why, ar.run_id)
         await ctx.respond(response_url, f":no_entry: {bk.escape(why)}; your click was recorded.")
@@ -198,6 +199,8 @@ async def decide_elsewhere(ctx: SlackContext, approval_id: int, approve: bool, u
     if not await store.approval_decided(approval_id, decision, user):
         await ctx.respond(response_url, "This approval is no longer waiting (it was decided or timed out).")
         return
+    oplog.line("approval_decided", f"approval for run #{ar.run_id} {decision}", run_id=ar.run_id, by=user,
+               host=ar.host, step=ar.step)
     if row["channel"] and row["message_ts"]:
         ctx.update(row["channel"], row["message_ts"], bk.decision_text(decision, user),
                    bk.approval_decided_blocks(ar, decision, user))

@@ -174,6 +174,12 @@ def test_every_fires_on_epoch_aligned_times_whoever_computes_them():
     assert [t.second for t in fa] == [5, 10, 15, 20] and fb == fa[1:]
     late = datetime(2030, 1, 1, 0, 0, 17, 900000, tzinfo=timezone.utc)
     assert slot_at(a, late, 30) == datetime(2030, 1, 1, 0, 0, 15, tzinfo=timezone.utc)
+    # a new leader's catch-up runs a missed fire now, off the grid: the next fire is back on it
+    # (APScheduler's own IntervalTrigger would go on at 17.9 + 5 s, late for the 20 s slot)
+    assert a.get_next_fire_time(late, late + timedelta(milliseconds=5)) == datetime(2030, 1, 1, 0, 0, 20,
+                                                                                  tzinfo=timezone.utc)
+    on_grid = datetime(2030, 1, 1, 0, 0, 20, tzinfo=timezone.utc)
+    assert a.get_next_fire_time(on_grid, on_grid) == on_grid + timedelta(seconds=5)
 
 
 def test_schedule_list_shows_the_interval(tmp_path, capsys):

@@ -25,6 +25,19 @@ from eaglebot.errors import UsageError
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+class AlignedInterval(IntervalTrigger):  # type: ignore[misc]  # APScheduler 3 is untyped
+    """An interval whose fires stay on the epoch's grid: APScheduler's IntervalTrigger adds the
+    interval to the previous fire, so a fire moved to "now" (a new leader's catch-up of a
+    missed fire) would shift every later one off the grid, late for its slot and apart from
+    what the other replicas compute."""
+
+    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None:
+        nxt: datetime | None = super().get_next_fire_time(None, now)
+        if nxt is not None and previous_fire_time is not None and nxt <= previous_fire_time:
+            nxt = super().get_next_fire_time(None, previous_fire_time + timedelta(microseconds=1))
+        return nxt
+
+
 def trigger_for(cfg: ScheduleConfig) -> BaseTrigger:
     try:
         tz = ZoneInfo(cfg.timezone)
@@ -32,7 +45,7 @@ def trigger_for(cfg: ScheduleConfig) -> BaseTrigger:
         raise UsageError(f"schedule {cfg.name!r}: unknown timezone {cfg.timezone!r} "
                          f"(use an IANA name such as UTC or Europe/Berlin)") from None
     if cfg.every is not None:
-        return IntervalTrigger(seconds=cfg.every_s, start_date=EPOCH, timezone=timezone.utc)
+        return AlignedInterval(seconds=cfg.every_s, start_date=EPOCH, timezone=timezone.utc)
     try:
         fields = (cfg.cron or "").split()
         if len(fields) != 5:

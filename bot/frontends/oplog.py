@@ -16,15 +16,17 @@ unless `eagle serve --verbose`. `log_format: json` writes one JSON object per li
 """
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 import logging
 import sys
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.records import Observer, RunOutcome, RunRequest
@@ -107,12 +109,13 @@ class CommandLine:
         line("command", user=self.user, text=self.text, run=run,
              playbook=playbook, hosts=hosts, outcome=outcome, error=error)
 
-    def defer(self, run_id: int) -> None:
-        """This command started run `run_id`: its one line is written when the run ends."""
+    def defer(self, run: asyncio.Task[Any], run_id: int) -> None:
+        """This command started run `run_id`, run by the task `run`: its one line is written
+        when that run ends (by the `RunLog` watching the engine, inside that task)."""
         if not self.emitted:
             self.emitted = True
             self.runs.add(run_id)
-            _AT_RUN_END[run_id] = self
+            _AT_RUN_END[run] = self
 
     def reject(self, why: str) -> None:
         if not self.emitted:
@@ -120,7 +123,9 @@ class CommandLine:
             rejected(self.user, self.text, why)
 
 
-_AT_RUN_END: dict[int, CommandLine] = {}   # run id -> the command whose line its end writes
+# A run's task -> the command whose one line the run's end writes. Keyed by the task (weakly),
+# not the run id: ids repeat across stores, and a task that ends unwatched leaves nothing behind.
+_AT_RUN_END: weakref.WeakKeyDictionary[asyncio.Task[Any], CommandLine] = weakref.WeakKeyDictionary()
 _CURRENT: contextvars.ContextVar[CommandLine | None] = contextvars.ContextVar("eagle_command", default=None)
 
 
@@ -151,8 +156,11 @@ class RunLog(Observer):
     async def run_started(self, run_id: int, playbook: Playbook, hosts: list[str], req: RunRequest) -> None:
         self._started[run_id] = (time.monotonic(), req.actor)
         cl = _CURRENT.get()
-        if cl is not None and not cl.emitted:
-            cl.defer(run_id)                  # its one line is written when the run ends
+        task = asyncio.current_task()
+        if cl is not None and not cl.emitted and task is not None:
+            cl.defer(task, run_id)            # its one line is written when the run ends
+            return
+        if task is not None and task in _AT_RUN_END:
             return
         if cl is not None and run_id in cl.runs:
             return
@@ -163,7 +171,8 @@ class RunLog(Observer):
         t0, who = self._started.pop(outcome.run_id, (None, None))
         took = round(time.monotonic() - t0, 1) if t0 is not None else None
         error = self.redact(outcome.error)[:300] if outcome.error and outcome.status != "succeeded" else None
-        cl = _AT_RUN_END.pop(outcome.run_id, None)
+        task = asyncio.current_task()
+        cl = _AT_RUN_END.pop(task, None) if task is not None else None
         if cl is not None:
             line("command", user=cl.user, text=cl.text, run=outcome.run_id, playbook=outcome.playbook,
                  hosts=outcome.hosts, outcome=outcome.status, exit_code=outcome.exit_code, error=error, duration_s=took)

@@ -15,6 +15,15 @@ from eaglebot.store.protocol import StoreProtocol
 
 SKIP = {"close"}  # the async face has aclose(): it also stops the writer thread
 STORE = Path(__file__).resolve().parents[1] / "bot" / "store"
+# The row types and the key, imported by both generated files.
+ROW_IMPORTS = '''from eaglebot.store.rows import (
+    ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
+    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
+    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
+    SweepRow, WarningRow,
+)
+from eaglebot.store.sealing import AuditKey'''
+
 PROTOCOL_HEAD = '''"""The audit store's async face as a contract: `StoreProtocol`'s methods, awaited.
 
 Written by scripts/gen_store_aio.py from store/protocol.py (do not edit): `AsyncStore` runs
@@ -27,13 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from eaglebot.store.protocol import StoreProtocol
-from eaglebot.store.rows import (
-    ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
-    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
-    SweepRow, WarningRow,
-)
-from eaglebot.store.sealing import AuditKey
+@ROW_IMPORTS@
 
 if TYPE_CHECKING:
     from eaglebot.sdk import FileChange, Metric, Regression
@@ -57,7 +60,7 @@ class AsyncStoreProtocol(Protocol):
         """Close the store and release what runs it."""
         ...
 
-'''
+'''.replace("@ROW_IMPORTS@", ROW_IMPORTS)
 
 
 METHODS_HEAD = '''"""The methods of `AsyncStore` (store/aio.py): every `StoreProtocol` method run on the
@@ -72,13 +75,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
 
-from eaglebot.store.rows import (
-    ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
-    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
-    SweepRow, WarningRow,
-)
-from eaglebot.store.sealing import AuditKey
+@ROW_IMPORTS@
 
 if TYPE_CHECKING:
     from eaglebot.sdk import FileChange, Metric, Regression
@@ -96,7 +93,7 @@ class AsyncMethods:
     async def _do(self, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
         raise NotImplementedError
 
-'''
+'''.replace("@ROW_IMPORTS@", ROW_IMPORTS)
 
 
 def _pack(prefix: str, items: list[str], suffix: str) -> str:

@@ -206,3 +206,51 @@ def test_a_table_created_in_sqlite_words_numbers_its_rows_and_has_a_rowid(pg_url
         assert list(s.db.query("select * from sample_rows")) == [{"id": 1, "name": "r1"}]
     finally:
         s.close()
+
+
+def _terminate_sessions(pg_url: str, application_name: str = "eaglebot") -> int:
+    """What a PostgreSQL restart or a failover does to the store's session: it is gone."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        return len(admin.execute("select pg_terminate_backend(pid) from pg_stat_activity "
+                                 "where application_name = %s and datname = current_database() and pid <> pg_backend_pid()",
+                                 [application_name]).fetchall())
+
+
+def test_a_session_killed_between_transactions_is_replaced_and_the_store_goes_on(pg_url):
+    from store_contract import finished_run, new_run
+
+    store = open_store(pg_url)
+    try:
+        first = finished_run(store)
+        assert _terminate_sessions(pg_url) == 1
+        # a read, then a write: each finds the session dead, opens a new one and runs once
+        assert store.get_run(first)["status"] == "succeeded"
+        assert _terminate_sessions(pg_url) == 1
+        rid = new_run(store)
+        store.finish_run(rid, "succeeded", exit_code=0)
+        assert [r["id"] for r in store.history(limit=5)] == [rid, first]
+        assert store.audit_verify()["ok"] is True
+    finally:
+        store.close()
+
+
+def test_a_session_killed_inside_a_transaction_fails_that_write_in_one_sentence_and_the_next_works(pg_url):
+    from store_contract import new_run
+
+    store = open_store(pg_url)
+    try:
+        rid = new_run(store)
+        with pytest.raises(StoreError) as e:
+            with store._tx():
+                store.db.execute("update runs set error = 'half' where id = ?", [rid])
+                _terminate_sessions(pg_url)
+                store.db.execute("update runs set error = 'done' where id = ?", [rid])
+        assert "\n" not in str(e.value) and "audit store postgresql://" in str(e.value)
+        store.finish_run(rid, "failed", exit_code=1)      # a new session, nothing of the half write
+        run = store.get_run(rid)
+        assert run["status"] == "failed" and run["error"] is None
+        assert store.audit_verify()["ok"] is True
+    finally:
+        store.close()

@@ -18,9 +18,9 @@ The chain's own SQL (triggers, canonical row JSON, the catalog) is store/pg_dial
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq
@@ -28,6 +28,8 @@ from psycopg.rows import dict_row
 
 from eaglebot.store.chain import quote
 from eaglebot.store.pg_dialect import PG, PgDialect
+
+T = TypeVar("T")
 
 # pg_advisory_xact_lock key of the store's write transaction (advisory locks are per database).
 WRITE_LOCK = 0x6561676C65  # "eagle"
@@ -111,13 +113,42 @@ class PgConn:
 
     dialect: PgDialect = PG
 
-    def __init__(self, raw: psycopg.Connection[Any]):
+    def __init__(self, raw: psycopg.Connection[Any], connect: Callable[[], psycopg.Connection[Any]] | None = None):
         self.raw = raw
+        self._connect = connect
         self._pks: dict[str, list[str]] = {}
         self._cols: dict[str, list[str]] = {}
 
+    def _reconnect(self) -> bool:
+        """A new session when this one is gone (PostgreSQL restarted, a failover, a dropped
+        link) and no transaction was open on it: the statement about to run starts afresh.
+        Inside a transaction nothing is retried: the store's `_tx` fails and rolls back."""
+        if self._connect is None or not (self.raw.closed or self.raw.broken):
+            return False
+        try:
+            self.raw.close()
+        except psycopg.Error:
+            pass
+        self.raw = self._connect()
+        return True
+
+    def _run(self, fn: Callable[[], T]) -> T:
+        """`fn` on the session; once more on a new session when the old one turned out dead
+        while no transaction was open (idle sessions die unnoticed until their next use)."""
+        was_idle = not self.in_transaction
+        if was_idle:
+            self._reconnect()
+        try:
+            return fn()
+        except psycopg.OperationalError:
+            if not (was_idle and self._reconnect()):
+                raise
+            return fn()
+
     @property
     def in_transaction(self) -> bool:
+        if self.raw.closed or self.raw.broken:   # a dead session holds no transaction (it rolled back)
+            return False
         return self.raw.info.transaction_status != pq.TransactionStatus.IDLE
 
     def close(self) -> None:
@@ -165,13 +196,15 @@ class PgConn:
 
     def execute(self, sql: str, parameters: Any = None, /) -> PgCursor:
         if sql.strip().upper() == "BEGIN IMMEDIATE":
-            self.raw.execute("BEGIN")
-            self.raw.execute("select pg_advisory_xact_lock(%s)", [WRITE_LOCK])
+            def begin() -> None:
+                self.raw.execute("BEGIN")
+                self.raw.execute("select pg_advisory_xact_lock(%s)", [WRITE_LOCK])
+            self._run(begin)
             return PgCursor(self.raw.cursor())
         if sql.strip().lower().startswith("pragma"):
             raise psycopg.NotSupportedError(f"an SQLite PRAGMA on PostgreSQL: {sql.strip()[:60]}")
         pg, returning = self.translate(sql, isinstance(parameters, Mapping), bool(parameters))
-        cur = self.raw.execute(pg, parameters or None)
+        cur = self._run(lambda: self.raw.execute(pg, parameters or None))
         if returning:
             row = cur.fetchone()
             # `id` is an integer key, except where a table names rows by text (`replicas`)
@@ -187,9 +220,11 @@ class PgConn:
     def query(self, sql: str, parameters: Any = None) -> Iterator[dict[str, Any]]:
         """Rows as dicts; the hidden `rowid` only when the statement names it."""
         pg, _ = self.translate(sql, isinstance(parameters, Mapping), bool(parameters))
-        with self.raw.cursor(row_factory=dict_row) as cur:
-            cur.execute(pg, parameters or None)
-            found = cur.fetchall() if cur.description is not None else []
+        def fetch() -> list[dict[str, Any]]:
+            with self.raw.cursor(row_factory=dict_row) as cur:
+                cur.execute(pg, parameters or None)
+                return cur.fetchall() if cur.description is not None else []
+        found = self._run(fetch)
         keep_rowid = re.search(r"\browid\b", sql) is not None
         for r in found:
             if not keep_rowid:
@@ -271,8 +306,8 @@ class PgTable:
 class PgDatabase:
     """sqlite-utils' `Database`, the part the mixins call, over one PostgreSQL connection."""
 
-    def __init__(self, raw: psycopg.Connection[Any]):
-        self.conn = PgConn(raw)
+    def __init__(self, raw: psycopg.Connection[Any], connect: Callable[[], psycopg.Connection[Any]] | None = None):
+        self.conn = PgConn(raw, connect)
 
     def execute(self, sql: str, parameters: Any = None) -> PgCursor:
         return self.conn.execute(sql, parameters)

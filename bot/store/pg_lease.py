@@ -108,7 +108,13 @@ class LeaseMixin(StoreBase):
                 insert(self.db, "events", {"run_id": None, "at": now_iso(), "kind": "leader", "actor": holder,
                                            "message": f"{holder} released the {name} lease"})
         finally:
-            conn.close()   # ends the session: the advisory lock goes with it
+            # Unlock first: a closed session's backend lets its locks go only once it has exited,
+            # a moment later, and the next holder may already be trying (a clean hand-over).
+            try:
+                conn.execute("select pg_advisory_unlock(%s, hashtext(%s))", [LEASE_KEY, name])
+            except psycopg.Error:
+                pass   # the session is gone already: so is its lock
+            conn.close()
 
     def lease_holder(self, name: str) -> LeaseRow | None:
         """Who holds the lease now; None when nobody does (a row left by a dead holder whose

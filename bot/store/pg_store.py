@@ -14,7 +14,7 @@ password in the URL is masked in every message.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
@@ -65,16 +65,20 @@ class PgStore(LeaseMixin, Store):
         self._sealer = Sealer(Path(key_file)) if key_file is not None and not readonly else None
         if self._sealer is not None:
             self._sealer.key_for()
-        try:
+        def connect() -> psycopg.Connection[Any]:
             raw = psycopg.connect(url, autocommit=True, application_name="eaglebot", connect_timeout=10)
+            if readonly:
+                raw.execute("set default_transaction_read_only = on")
+            return raw
+        try:
+            raw = connect()
         except psycopg.Error as e:
             raise self._fail(e) from None
         # The mixins are typed against sqlite-utils' Database; PgDatabase offers the part they call.
-        self.db = cast("Database", PgDatabase(raw))
+        # A session found dead between transactions is replaced (PostgreSQL restarted, a failover).
+        self.db = cast("Database", PgDatabase(raw, connect))
         try:
-            if readonly:
-                self.db.execute("set default_transaction_read_only = on")
-            else:
+            if not readonly:
                 self._open()
         except psycopg.Error as e:
             raw.close()

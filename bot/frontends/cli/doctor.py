@@ -173,7 +173,9 @@ def check_db(settings: Settings) -> Check:
             store.close()
         return Check("audit db", True, f"{redact_url(str(path))} is writable")
     except Exception as e:
-        return Check("audit db", False, redact_url(f"{path}: {e}"))
+        # A StoreError names the store already ("audit store URL: reason"): not twice.
+        text = str(e) if str(e).startswith("audit store ") else f"{path}: {e}"
+        return Check("audit db", False, redact_url(text))
 
 
 def check_audit_chain(settings: Settings) -> list[Check]:

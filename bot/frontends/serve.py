@@ -28,6 +28,7 @@ from eaglebot.frontends.leader import Leadership
 from eaglebot.frontends.metrics import Metrics, set_leader
 from eaglebot.frontends.oplog import RunLog, setup_logging
 from eaglebot.frontends.reload import EnvFile, Reloader
+from eaglebot.frontends.reload_peers import PeerReloads
 from eaglebot.frontends.scheduler import Hooks, Scheduler, build_scheduler
 from eaglebot.frontends.services import Services, Snapshot
 from eaglebot.frontends.slack.app import SlackBot, build_app
@@ -94,6 +95,7 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
     lead = Leadership(services.store, duties)
     duties.holder, duties.leading = lead.id, lead.is_leader
     election: asyncio.Task[None] | None = None
+    following: asyncio.Task[None] | None = None
 
     async def follow(old: Snapshot, new: Snapshot, env_changed: set[str]) -> None:
         """After a reload: the log format; on the leader, the new config's schedules and health watch."""
@@ -103,7 +105,9 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
     reloader = Reloader(services, config=settings.source, env_file=env, watchers=watchers)
     reloader.checks.append(SlackReload(bot).check)
     reloader.on_reload.append(follow)
-    services.reloader = reloader.reload
+    peers = PeerReloads(services.store, reloader.reload)   # /eagle reload reaches every replica
+    await peers.prime()
+    services.reloader = peers.from_slack
     reloads: set[asyncio.Task[tuple[bool, str]]] = set()
 
     def on_hup() -> None:
@@ -135,6 +139,7 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
             log.info("serving Slack requests on http://%s:%s/slack/events (metrics on /metrics) as %s",
                      host, http_port, ident.get("user"))
         election = asyncio.create_task(lead.run(stop))
+        following = asyncio.create_task(peers.run(stop))
         await stop.wait()
         log.info("stopping")
     finally:
@@ -142,6 +147,8 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
         for t in reloads:
             t.cancel()
         await asyncio.gather(*reloads, return_exceptions=True)
+        if following is not None:
+            await asyncio.gather(following, return_exceptions=True)
         if election is not None:   # steps down (schedules, health watch) and releases the lease
             await asyncio.gather(election, return_exceptions=True)
         await duties.close()

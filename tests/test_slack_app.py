@@ -258,8 +258,16 @@ async def test_rate_limited_calls_are_retried_after_retry_after(harness, fake):
     await fake.wait_for(lambda: posts(fake, top=True))
     first = fake.calls_to("chat.postMessage")
     assert first[0].status == 429 and first[1].status == 200
-    run = await h.wait_run(await h.last_run_id())
-    assert run["thread_ts"]  # the retried post became the run's thread
+    rid = await h.last_run_id()
+    await h.wait_run(rid)
+    # the retried post became the run's thread (recorded right after Slack answers it, which
+    # may be after a run as short as `hello` is over)
+    for _ in range(200):
+        thread_ts = (await h.services.store.get_run(rid))["thread_ts"]
+        if thread_ts:
+            break
+        await asyncio.sleep(0.05)
+    assert thread_ts == first[1].answer["ts"]
 
 
 async def test_a_run_finishing_during_a_slack_outage_is_complete_in_the_audit_store(harness, fake):

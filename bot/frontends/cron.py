@@ -101,9 +101,9 @@ def _dow_num(s: str) -> int:
     raise ValueError(f"bad day of week {s!r}")
 
 
-def describe(cfg: ScheduleConfig) -> str:
+def when(cron: str | None, every: str | None, tz: str) -> str:
     """How a schedule says when it fires: `every 5m`, or its cron and timezone."""
-    return f"every {cfg.every}" if cfg.every is not None else f"{cfg.cron} ({cfg.timezone})"
+    return f"every {every}" if every is not None else f"{cron} ({tz})"
 
 
 def next_fire(trigger: BaseTrigger, after: datetime) -> datetime | None:

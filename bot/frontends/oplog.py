@@ -24,7 +24,7 @@ import sys
 import time
 import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
@@ -92,29 +92,25 @@ def setup_logging(fmt: str = "text", *, verbose: bool = False, level: str = "INF
 # -- commands ----------------------------------------------------------------------------
 @dataclass
 class CommandLine:
-    """The one line of a command, written once: when it started a run (naming it), or when
-    its answer came, whichever is first."""
+    """The one line of a command, written once: when the run it started ends, or when its
+    answer came for a command that started none."""
     user: str
     text: str
     emitted: bool = False
-    runs: set[int] = field(default_factory=set)
 
     def emit(self, *, run: int | None = None, playbook: str | None = None, hosts: list[str] | None = None,
              outcome: str | None = None, error: str | None = None) -> None:
         if self.emitted:
             return
         self.emitted = True
-        if run is not None:
-            self.runs.add(run)
         line("command", user=self.user, text=self.text, run=run,
              playbook=playbook, hosts=hosts, outcome=outcome, error=error)
 
-    def defer(self, run: asyncio.Task[Any], run_id: int) -> None:
-        """This command started run `run_id`, run by the task `run`: its one line is written
-        when that run ends (by the `RunLog` watching the engine, inside that task)."""
+    def defer(self, run: asyncio.Task[Any]) -> None:
+        """This command started the run that the task `run` runs: its one line is written when
+        that run ends (by the `RunLog` watching the engine, inside that task)."""
         if not self.emitted:
             self.emitted = True
-            self.runs.add(run_id)
             _AT_RUN_END[run] = self
 
     def reject(self, why: str) -> None:
@@ -146,8 +142,8 @@ def rejected(user: str, text: str, why: str) -> None:
 
 # -- runs --------------------------------------------------------------------------------
 class RunLog(Observer):
-    """Every run of the engine (a watcher): its start (unless its command's line named it)
-    and its end."""
+    """Every run of the engine (a watcher): its start and its end, or, for a run a command
+    started, that command's one line at its end."""
 
     def __init__(self, redact: Callable[[str], str]):
         self.redact = redact
@@ -158,11 +154,9 @@ class RunLog(Observer):
         cl = _CURRENT.get()
         task = asyncio.current_task()
         if cl is not None and not cl.emitted and task is not None:
-            cl.defer(task, run_id)            # its one line is written when the run ends
+            cl.defer(task)            # its one line is written when the run ends
             return
-        if task is not None and task in _AT_RUN_END:
-            return
-        if cl is not None and run_id in cl.runs:
+        if task is not None and task in _AT_RUN_END:   # its command's line, at its end
             return
         line("run_started", f"run #{run_id} started", run_id=run_id, playbook=playbook.name, hosts=hosts, by=req.actor,
              origin=req.origin, schedule=req.schedule, dry_run=req.dry_run or None)

@@ -32,7 +32,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from eaglebot.config import ScheduleConfig, Settings
 from eaglebot.errors import EagleError, HostBusy, HostQuarantined, UsageError
-from eaglebot.frontends.cron import fires_between, fmt_utc, iso_utc, next_fire, slot_at, trigger_for
+from eaglebot.frontends.cron import fires_between, fmt_utc, iso_utc, next_fire, slot_at, trigger_for, when
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.schedules import check_schedules
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
@@ -121,7 +121,7 @@ def schedule_list_main(settings: Settings, as_json: bool = False) -> int:
         return 0
     print(table(["name", "playbook", "hosts", "cron", "next fire (UTC)", "last run", "state"],
                 [[r["name"], r["playbook"], ",".join(r["hosts"]) or "(default)",
-                  f"every {r['every']}" if r["every"] else f"{r['cron']} ({r['timezone']})", fmt_time(r["next_fire"]),
+                  when(r["cron"], r["every"], r["timezone"]), fmt_time(r["next_fire"]),
                   f"#{r['last_run_id']} {r['last_status']}" if r["last_run_id"] else "-", schedule_state(r)]
                  for r in rows]))
     return code

@@ -3,7 +3,8 @@
 The configuration (settings, skills, redactor, transports, engine) is one immutable
 `Snapshot`. `eagle serve` replaces it whole on a reload (`swap`): a command or a run reads
 the snapshot current when it starts, and a run keeps its engine (and so its settings and
-transports) to its end; the old transports close once the old engine's runs are over.
+transports) to its end; the old transports are closed by the next reload that finds the old
+engine's runs over (`close_idle`), or at exit.
 """
 from __future__ import annotations
 

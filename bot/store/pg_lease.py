@@ -8,36 +8,24 @@ session whose client host is gone.
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
 
-from eaglebot.store.base import StoreBase, first, insert, now_iso
+from eaglebot.store.base import first, now_iso
 from eaglebot.store.chain import table_exists
+from eaglebot.store.replicas import ReplicasMixin
 from eaglebot.store.rows import LeaseRow
 
 LEASE_KEY = 0x6561676C  # advisory lock namespace of leases (key 1; key 2 is hashtext(name))
 
 
-def _iso_in(seconds: float) -> str:
-    t = datetime.now(timezone.utc) + timedelta(seconds=seconds)
-    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-class LeaseMixin(StoreBase):
-    """`lease_acquire`, `lease_release`, `lease_holder` on PostgreSQL (store/pg_store.py)."""
+class LeaseMixin(ReplicasMixin):
+    """`lease_acquire`, `lease_release`, `lease_holder` on PostgreSQL (store/pg_store.py): the
+    advisory lock decides; the `leases` row and the `leader` events are SQLite's (ReplicasMixin)."""
 
     url: str
     _leases: dict[str, tuple[psycopg.Connection[Any], str]]
-
-    def _lease_table(self) -> None:
-        # Migration 0011 (leases and replicas) creates it portably; until then the PG store does.
-        if table_exists(self.db.conn, "leases"):
-            return
-        self.db.table("leases").create({"name": str, "holder": str, "acquired_at": str, "renewed_at": str,
-                                        "expires_at": str}, pk="name", if_not_exists=True,
-                                       not_null={"holder"})
 
     def _lease_conn(self, name: str, ttl_s: float) -> psycopg.Connection[Any] | None:
         """A new session that holds the lease's advisory lock, or None when another holds it."""
@@ -79,18 +67,8 @@ class LeaseMixin(StoreBase):
                 if got is None:
                     return False
                 self._leases[name] = (got, holder)
-            now = now_iso()
             with self._tx():
-                self._lease_table()
-                if taken:   # a new holder: a chained `leader` event, as on SQLite (store/replicas.py)
-                    insert(self.db, "events", {"run_id": None, "at": now, "kind": "leader", "actor": holder,
-                                               "message": f"{holder} took the {name} lease"})
-                self.db.execute(
-                    "insert into leases (name, holder, acquired_at, renewed_at, expires_at) values (?, ?, ?, ?, ?) "
-                    "on conflict (name) do update set acquired_at = case when leases.holder = excluded.holder "
-                    "then leases.acquired_at else excluded.acquired_at end, holder = excluded.holder, "
-                    "renewed_at = excluded.renewed_at, expires_at = excluded.expires_at",
-                    [name, holder, now, now, _iso_in(ttl_s)])
+                self._write_lease(name, holder, ttl_s, now_iso(), new_holder=taken)
             return True
         except psycopg.Error as e:
             raise self._fail(e) from None
@@ -102,11 +80,7 @@ class LeaseMixin(StoreBase):
             return
         conn, _ = self._leases.pop(name)
         try:
-            with self._tx():
-                self._lease_table()
-                self.db.execute("delete from leases where name = ? and holder = ?", [name, holder])
-                insert(self.db, "events", {"run_id": None, "at": now_iso(), "kind": "leader", "actor": holder,
-                                           "message": f"{holder} released the {name} lease"})
+            super().lease_release(name, holder)   # the row and the `leader` event
         finally:
             # Unlock first: a closed session's backend lets its locks go only once it has exited,
             # a moment later, and the next holder may already be trying (a clean hand-over).

@@ -32,21 +32,27 @@ class ReplicasMixin(StoreBase):
         """Take the lease `name` if it is free or expired, renew it if `holder` has it; True
         while `holder` holds it (until now + ttl_s unless renewed). One transaction; a new
         holder is recorded as a chained `leader` event."""
-        now, until = now_iso(), iso_after(ttl_s)
+        now = now_iso()
         with self._tx():
             row = self.db.execute("select holder, expires_at from leases where name = ?", [name]).fetchone()
             if row is not None and row[0] != holder and (row[1] or "") > now:
                 return False
-            self.db.execute(
-                "insert into leases (name, holder, acquired_at, renewed_at, expires_at) values (?,?,?,?,?) "
-                "on conflict (name) do update set holder = excluded.holder, renewed_at = excluded.renewed_at, "
-                "expires_at = excluded.expires_at, acquired_at = case when leases.holder = excluded.holder "
-                "then leases.acquired_at else excluded.acquired_at end", [name, holder, now, now, until])
-            if row is None or row[0] != holder:
-                before = f"; {row[0]} held it until {row[1]}" if row is not None else ""
-                insert(self.db, "events", {"run_id": None, "at": now, "kind": "leader", "actor": holder,
-                                           "message": f"{holder} took the {name} lease{before}"})
+            before = f"; {row[0]} held it until {row[1]}" if row is not None else ""
+            self._write_lease(name, holder, ttl_s, now, new_holder=row is None or row[0] != holder, before=before)
             return True
+
+    def _write_lease(self, name: str, holder: str, ttl_s: float, now: str, *, new_holder: bool,
+                     before: str = "") -> None:
+        """Inside the caller's transaction: the lease row (renewed, or `holder`'s from now) and,
+        for a new holder, the chained `leader` event. Both backends write the row this way."""
+        self.db.execute(
+            "insert into leases (name, holder, acquired_at, renewed_at, expires_at) values (?,?,?,?,?) "
+            "on conflict (name) do update set holder = excluded.holder, renewed_at = excluded.renewed_at, "
+            "expires_at = excluded.expires_at, acquired_at = case when leases.holder = excluded.holder "
+            "then leases.acquired_at else excluded.acquired_at end", [name, holder, now, now, iso_after(ttl_s)])
+        if new_holder:
+            insert(self.db, "events", {"run_id": None, "at": now, "kind": "leader", "actor": holder,
+                                       "message": f"{holder} took the {name} lease{before}"})
 
     def lease_release(self, name: str, holder: str) -> None:
         """Give the lease up at once (a replica stopping cleanly), if `holder` has it."""

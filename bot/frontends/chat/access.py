@@ -15,6 +15,7 @@ from eaglebot.frontends.services import Services
 # Access classes of the command words: a new word is classified by adding it to this set.
 # A word not in it needs an operator (closed by default).
 VIEW_COMMANDS = {"playbooks", "hosts", "history", "show", "status", "logs", "schedule", "trend", "fleet", *tuning.VIEW}
+APPROVE_COMMANDS = {"reload"}   # the bot's own configuration: approvers only
 
 
 def allowed(users: list[str], user: str) -> bool:
@@ -22,9 +23,11 @@ def allowed(users: list[str], user: str) -> bool:
 
 
 def command_class(cmd: Command) -> str:
-    """`free` (help, errors), `view` or `operate`."""
+    """`free` (help, errors), `view`, `operate` or `approve`."""
     if cmd.name in ("help", "error"):
         return "free"
+    if cmd.name in APPROVE_COMMANDS:
+        return "approve"
     if cmd.name == "schedule" and cmd.args and cmd.args[0] in SCHEDULE_OPERATIONS:
         return "operate"
     return "view" if cmd.name in VIEW_COMMANDS else "operate"
@@ -35,9 +38,9 @@ def authorize(access: AccessConfig, cmd: Command, user: str, *, configured: bool
     kind = command_class(cmd)
     if kind == "free":
         return None
-    if cmd.name == "reload":
+    if kind == "approve":
         if not allowed(access.approvers, user):
-            return (f"only approvers can reload the configuration; add your Slack user id ({user}) to "
+            return (f"only approvers can {_verb(cmd)}; add your Slack user id ({user}) to "
                     "access.approvers in eagle.yaml")
         return None
     if kind == "operate":
@@ -85,7 +88,7 @@ def _verb(cmd: Command) -> str:
         return f"{cmd.args[0]} schedules"
     return {"run": f"run playbooks ({cmd.playbook})", "cancel": "cancel runs", "rerun": "re-run runs",
             "baseline": "set baselines", "bisect": "bisect runs", "sweep": "run sweeps",
-            "ack": "acknowledge regressions"}.get(cmd.name, cmd.name)
+            "ack": "acknowledge regressions", "reload": "reload the configuration"}.get(cmd.name, cmd.name)
 
 
 async def audit_refusal(services: Services, user: str, cmd: Command, why: str, run_id: int | None = None) -> None:

@@ -143,6 +143,9 @@ async def _poll_decision(ctx: SlackContext, approval_id: int, pending: PendingAp
             pending.future.set_result((row["status"] == "approved", row["decided_by"] or ""))
 
 
+NO_LONGER_WAITING = "This approval is no longer waiting (it was decided or timed out)."
+
+
 async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) -> None:
     """A click on Approve or Deny (after the ack)."""
     user = (body.get("user") or {}).get("id", "")
@@ -154,26 +157,14 @@ async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) 
         await decide_elsewhere(ctx, int(key.rpartition(".")[2]), approve, user, response_url)
         return
     if pending is None or pending.future.done():
-        await ctx.respond(response_url, "This approval is no longer waiting (it was decided or timed out).")
+        await ctx.respond(response_url, NO_LONGER_WAITING)
         return
     ar = pending.request
     run = await ctx.services.store.get_run(ar.run_id)
-    why = authorize_approval(ctx.settings.access, user, run["actor"] if run else None,
-                             configured=ctx.settings.access_configured)
-    if why:
-        oplog.rejected(user, f"{'approve' if approve else 'deny'} run #{ar.run_id} on {ar.host}", why)
-        await ctx.services.store.add_rejection("access_denied", user,
-                                               f"{'approve' if approve else 'deny'} {ar.action!r} on {ar.host}",
-                                               why, ar.run_id)
-        await ctx.respond(response_url, f":no_entry: {bk.escape(why)}; your click was recorded.")
+    if await _refused(ctx, ar, run["actor"] if run else None, approve, user, response_url):
         return
     pending.future.set_result((approve, user))
-    decision = "approved" if approve else "denied"
-    oplog.line("approval_decided", f"approval for run #{ar.run_id} {decision}", run_id=ar.run_id, by=user,
-               host=ar.host, step=ar.step)
-    if pending.ts and pending.channel:
-        ctx.update(pending.channel, pending.ts, bk.decision_text(decision, user),
-                   bk.approval_decided_blocks(ar, decision, user))
+    _decided(ctx, ar, "approved" if approve else "denied", user, pending.channel, pending.ts)
 
 
 async def decide_elsewhere(ctx: SlackContext, approval_id: int, approve: bool, user: str,
@@ -184,23 +175,36 @@ async def decide_elsewhere(ctx: SlackContext, approval_id: int, approve: bool, u
     row = await store.get_approval(approval_id)
     run = await store.get_run(row["run_id"]) if row else None
     if row is None or row["status"] != "pending" or run is None or run["status"] != "running":
-        await ctx.respond(response_url, "This approval is no longer waiting (it was decided or timed out).")
+        await ctx.respond(response_url, NO_LONGER_WAITING)
         return
     ar = ApprovalRequest(run_id=row["run_id"], host=row["host"], step=row["step"], action=row["action"],
                          details=[], step_idx=row["step_idx"])
-    why = authorize_approval(ctx.settings.access, user, run["actor"], configured=ctx.settings.access_configured)
-    if why:
-        oplog.rejected(user, f"{'approve' if approve else 'deny'} run #{ar.run_id} on {ar.host}", why)
-        await store.add_rejection("access_denied", user, f"{'approve' if approve else 'deny'} {ar.action!r} on {ar.host}",
-                                  why, ar.run_id)
-        await ctx.respond(response_url, f":no_entry: {bk.escape(why)}; your click was recorded.")
+    if await _refused(ctx, ar, run["actor"], approve, user, response_url):
         return
     decision = "approved" if approve else "denied"
     if not await store.approval_decided(approval_id, decision, user):
-        await ctx.respond(response_url, "This approval is no longer waiting (it was decided or timed out).")
+        await ctx.respond(response_url, NO_LONGER_WAITING)
         return
+    _decided(ctx, ar, decision, user, row["channel"], row["message_ts"])
+
+
+async def _refused(ctx: SlackContext, ar: ApprovalRequest, requester: str | None, approve: bool, user: str,
+                   response_url: str | None) -> bool:
+    """A click `user` may not make: its log line, its audit row and the answer to them (True)."""
+    why = authorize_approval(ctx.settings.access, user, requester, configured=ctx.settings.access_configured)
+    if not why:
+        return False
+    verb = "approve" if approve else "deny"
+    oplog.rejected(user, f"{verb} run #{ar.run_id} on {ar.host}", why)
+    await ctx.services.store.add_rejection("access_denied", user, f"{verb} {ar.action!r} on {ar.host}", why, ar.run_id)
+    await ctx.respond(response_url, f":no_entry: {bk.escape(why)}; your click was recorded.")
+    return True
+
+
+def _decided(ctx: SlackContext, ar: ApprovalRequest, decision: str, user: str, channel: str | None,
+             ts: str | None) -> None:
+    """A decision taken: its log line, and the card in the thread says who decided."""
     oplog.line("approval_decided", f"approval for run #{ar.run_id} {decision}", run_id=ar.run_id, by=user,
                host=ar.host, step=ar.step)
-    if row["channel"] and row["message_ts"]:
-        ctx.update(row["channel"], row["message_ts"], bk.decision_text(decision, user),
-                   bk.approval_decided_blocks(ar, decision, user))
+    if channel and ts:
+        ctx.update(channel, ts, bk.decision_text(decision, user), bk.approval_decided_blocks(ar, decision, user))

@@ -76,7 +76,7 @@ def _log_command(ctx: SlackContext, line: oplog.CommandLine, word: str, reply: R
         line.reject(reply.text.splitlines()[0][:300] if reply.text else "refused")
         return
     if reply.run_id is not None and reply.request is not None and reply.task is not None:
-        line.defer(reply.task, reply.run_id)   # one line, with the outcome, when the run ends
+        line.defer(reply.task)   # one line, with the outcome, when the run ends
         return
     if reply.is_error:
         line.emit(outcome="error", error=reply.text.splitlines()[0][:300] if reply.text else None)

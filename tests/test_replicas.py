@@ -189,6 +189,9 @@ def test_schedule_list_shows_the_interval(tmp_path, capsys):
     assert main(["schedule", "list", "--json", "--config", str(p)]) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert (row["every"], row["cron"]) == ("5m", None)
+    assert main(["chat", "schedule", "--config", str(p)]) == 0   # /eagle schedule: the interval, not None
+    out = capsys.readouterr().out
+    assert "every 5m" in out and "None" not in out
 
 
 class Posts:

@@ -253,7 +253,7 @@ async def _schedule(services: Services, cmd: Command, caller: Caller) -> Reply:
         text = "no schedules configured (add `schedules:` to eagle.yaml)"
     else:
         text = table(["name", "playbook", "hosts", "cron", "tz", "next fire", "last run", "state"],
-                     [[r["name"], r["playbook"], ",".join(r.get("hosts") or []) or "-", r["cron"],
+                     [[r["name"], r["playbook"], ",".join(r.get("hosts") or []) or "-", r["cron"] or f"every {r['every']}",
                        r.get("timezone") or "UTC", r.get("next_fire") or "-",
                        f"#{r['last_run_id']} {r.get('last_status') or ''}".strip() if r.get("last_run_id") else "-",
                        schedule_state(r)]

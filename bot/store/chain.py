@@ -201,16 +201,6 @@ def table_exists(conn: SqlConn, table: str) -> bool:
     return dialect(conn).table_exists(conn, table)
 
 
-def row_json_sql(cols: list[str] | tuple[str, ...], ref: str, present: set[str] | None = None,
-                 d: Dialect = SQLITE) -> str:
-    """The row as canonical JSON text in `d`'s SQL (see `Dialect.row_json_sql`)."""
-    return d.row_json_sql(cols, ref, present)
-
-
-def trigger_sql(table: str, cols: list[str] | tuple[str, ...], d: Dialect = SQLITE) -> dict[str, str]:
-    return d.trigger_sql(table, cols)
-
-
 def create_chain_table(conn: SqlConn, from_version: int) -> None:
     """Migration v5: the chain table and its genesis entry (inside the caller's transaction)."""
     conn.execute(dialect(conn).create_chain)

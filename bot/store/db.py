@@ -43,15 +43,7 @@ class Store(RunsMixin, StepsMixin, TrendsMixin, IncidentsMixin, ApprovalsMixin, 
         writes is sealed with it. `readonly`: open for reading only (`eagle audit verify`):
         no migration, no trigger repair, no recovery, not a byte written."""
         self.path = Path(path)
-        self.readonly = readonly
-        self._chained = self._seal_cols = False
-        self._db_id = None
-        # Read before the DB is opened: a key file that cannot be used stops the command at once.
-        self._sealer = Sealer(Path(key_file)) if key_file is not None and not readonly else None
-        if self._sealer is not None:
-            # Each open moves the key file on to today's key (the days before are then gone),
-            # even on a day nothing is written.
-            self._sealer.key_for()
+        self._setup(key_file, readonly)
         try:
             if readonly:
                 self._connect_readonly()
@@ -62,9 +54,25 @@ class Store(RunsMixin, StepsMixin, TrendsMixin, IncidentsMixin, ApprovalsMixin, 
                 self.db.conn.close()
             raise store_error(self.path, e) from None
 
+    def _setup(self, key_file: str | Path | None, readonly: bool) -> None:
+        """What every backend sets before it connects."""
+        self.readonly = readonly
+        self._chained = self._seal_cols = False
+        self._db_id = None
+        # Read before the DB is opened: a key file that cannot be used stops the command at once.
+        self._sealer = Sealer(Path(key_file)) if key_file is not None and not readonly else None
+        if self._sealer is not None:
+            # Each open moves the key file on to today's key (the days before are then gone),
+            # even on a day nothing is written.
+            self._sealer.key_for()
+
     def _open(self) -> None:
         self._connect_rw()
-        migrate(self)  # checkpoints the WAL after each migration it applies
+        self._ready()
+
+    def _ready(self) -> None:
+        """On a connected, writable store of any backend: migrate, repair, recover."""
+        migrate(self)  # checkpoints the WAL after each migration it applies (SQLite)
         self._db_id = self.db_id  # read once here, on the opening thread
         # Only the schema this code knows: a newer eagle's triggers are not this one's to "repair".
         if self._version() == SCHEMA_VERSION and not chain.triggers_current(self.db.conn, SCHEMA_VERSION):

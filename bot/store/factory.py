@@ -9,6 +9,8 @@ from eaglebot.store.db import Store
 
 def is_db_url(target: str | Path) -> bool:
     """Does `audit_db` name a database server (PostgreSQL) rather than an SQLite file?"""
+    # The schemes of config.DB_URL_SCHEMES, spelled here: the store loads without the config
+    # (pydantic), see tests/test_startup.py.
     return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
 
 

@@ -22,11 +22,9 @@ from eaglebot.errors import StoreError, UsageError
 from eaglebot.store import chain
 from eaglebot.store.base import redact_url
 from eaglebot.store.db import Store
-from eaglebot.store.migrations import SCHEMA_VERSION, migrate
 from eaglebot.store.pg_conn import PgDatabase
 from eaglebot.store.pg_lease import LeaseMixin
 from eaglebot.store.rows import AuditHead
-from eaglebot.store.sealing import Sealer
 
 if TYPE_CHECKING:
     from eaglebot.store.base import Database
@@ -58,13 +56,9 @@ class PgStore(LeaseMixin, Store):
     def __init__(self, url: str, *, key_file: str | Path | None = None, readonly: bool = False):
         self.url = url
         self.path = Path(redact_url(url))  # only for messages of code written for files; _fail names the URL
-        self.readonly = readonly
-        self._chained = self._seal_cols = False
-        self._db_id = None
         self._leases = {}
-        self._sealer = Sealer(Path(key_file)) if key_file is not None and not readonly else None
-        if self._sealer is not None:
-            self._sealer.key_for()
+        self._setup(key_file, readonly)
+
         def connect() -> psycopg.Connection[Any]:
             raw = psycopg.connect(url, autocommit=True, application_name="eaglebot", connect_timeout=10)
             if readonly:
@@ -95,12 +89,7 @@ class PgStore(LeaseMixin, Store):
             self.db.execute("create table if not exists eagle_schema (version integer not null)")
             if self.db.execute("select count(*) from eagle_schema").fetchone()[0] == 0:
                 self.db.execute("insert into eagle_schema (version) values (0)")
-        migrate(self)
-        self._db_id = self.db_id
-        if self._version() == SCHEMA_VERSION and not chain.triggers_current(self.db.conn, SCHEMA_VERSION):
-            with self._tx():
-                chain.reinstall_triggers(self.db.conn, SCHEMA_VERSION)
-        self.recover()
+        self._ready()
 
     def _version(self) -> int:
         if not chain.table_exists(self.db.conn, "eagle_schema"):

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from eaglebot.config import HostConfig
 from eaglebot.errors import HostUnreachable, TransportError
 from eaglebot.transport.ssh import SSHTransport
+from eaglebot.transport.ssh import known_hosts_path as known_hosts_path  # (also the pin command's)
 
 Pinned = Literal["no", "same", "different"]
 
@@ -28,10 +29,6 @@ class HostKey:
 
     def describe(self) -> str:
         return f"{self.algorithm} key {self.fingerprint}"
-
-
-def known_hosts_path(cfg: HostConfig) -> Path:
-    return Path(os.path.expanduser(cfg.known_hosts or "~/.ssh/known_hosts"))
 
 
 def _address(cfg: HostConfig) -> str:

@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import importlib
 import os
+from pathlib import Path
 import random
 import socket
 import sys
@@ -105,7 +106,7 @@ class SSHTransport:
             if self._conn is not None and not self._conn.is_closed():
                 return self._conn
             cfg = self.cfg
-            known = os.path.expanduser(cfg.known_hosts or "~/.ssh/known_hosts")
+            known = str(known_hosts_path(cfg))
             kwargs: dict[str, Any] = dict(
                 host=cfg.address, port=cfg.port, known_hosts=known,
                 connect_timeout=cfg.connect_timeout_s, login_timeout=cfg.connect_timeout_s,
@@ -439,3 +440,8 @@ def _text(data: bytes | str | None) -> str:
     if isinstance(data, bytes):
         return data.decode(errors="replace").strip()
     return (data or "").strip()
+
+
+def known_hosts_path(cfg: HostConfig) -> Path:
+    """The known_hosts file that pins a host's key (its `known_hosts`, else ~/.ssh/known_hosts)."""
+    return Path(os.path.expanduser(cfg.known_hosts or "~/.ssh/known_hosts"))

@@ -18,7 +18,7 @@ from pydantic_core import ErrorDetails
 
 from eaglebot.engine import limits, rolling, templating
 from eaglebot.engine.output import printable
-from eaglebot.errors import UsageError
+from eaglebot.errors import EagleError, UsageError
 from eaglebot.engine.registry import SkillNotFound, SkillRegistry, shipped
 
 RESERVED = frozenset(
@@ -427,6 +427,20 @@ def playbook_files(user_dir: Path | None) -> dict[str, Path]:
             for f in sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml")):
                 found[f.stem] = f
     return dict(sorted(found.items()))
+
+
+def playbook_errors(user_dir: Path | None, registry: SkillRegistry | None = None
+                    ) -> tuple[int, list[tuple[Path, EagleError]]]:
+    """Every playbook runnable by name, loaded: how many there are, and each invalid one with
+    why (its file:line). What a reload and `eagle doctor` check before they trust a config."""
+    files = playbook_files(user_dir)
+    bad: list[tuple[Path, EagleError]] = []
+    for path in files.values():
+        try:
+            load_playbook(path, registry)
+        except EagleError as e:
+            bad.append((path, e))
+    return len(files), bad
 
 
 def find_playbook(ref: str, user_dir: Path | None, registry: SkillRegistry | None = None) -> Playbook:

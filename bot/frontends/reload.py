@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from eaglebot.config import Settings, load_settings
-from eaglebot.engine.playbook import load_playbook, playbook_files
+from eaglebot.engine.playbook import playbook_errors, playbook_files
 from eaglebot.engine.records import Observer
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.schedules import check_schedules
@@ -219,8 +219,9 @@ def _check(settings: Settings) -> tuple[SkillRegistry, dict[str, object]]:
     """The skills, every playbook and every schedule of `settings`, checked; raises UsageError
     (with file:line)."""
     registry = SkillRegistry.from_settings(settings)
-    for path in playbook_files(settings.playbooks_path).values():
-        load_playbook(path, registry)
+    _, bad = playbook_errors(settings.playbooks_path, registry)
+    if bad:
+        raise bad[0][1]
     problems = check_schedules(settings, registry)
     if problems:
         raise UsageError(str(problems[0]))

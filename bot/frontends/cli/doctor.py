@@ -213,7 +213,7 @@ def check_tokens() -> Check:
 
 def check_playbooks(settings: Settings) -> list[Check]:
     """What `eagle lint` checks: every playbook the bot can run by name is valid."""
-    from eaglebot.engine.playbook import load_playbook, playbook_files
+    from eaglebot.engine.playbook import playbook_errors
     from eaglebot.engine.registry import SkillRegistry
     from eaglebot.errors import EagleError
 
@@ -221,16 +221,11 @@ def check_playbooks(settings: Settings) -> list[Check]:
         registry = SkillRegistry.from_settings(settings)
     except EagleError as e:
         return [Check("skills", False, str(e))]
-    files = playbook_files(settings.playbooks_path)
-    bad = []
-    for f in files.values():
-        try:
-            load_playbook(f, registry)
-        except EagleError as e:
-            bad.append(Check(f"playbook {f.stem}", False, str(e)))
+    n, errors = playbook_errors(settings.playbooks_path, registry)
+    bad = [Check(f"playbook {path.stem}", False, str(e)) for path, e in errors]
     where = f"playbooks_dir {settings.playbooks_path} and the shipped ones" if settings.playbooks_path \
         else "the shipped ones (no playbooks_dir)"
-    return bad or [Check("playbooks", True, f"{len(files)} valid, from {where}")]
+    return bad or [Check("playbooks", True, f"{n} valid, from {where}")]
 
 
 def as_warning(c: Check) -> Check:

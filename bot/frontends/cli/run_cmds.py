@@ -133,13 +133,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         from eaglebot.frontends.replicas_text import leader_of, replica_rows
 
         store = store_only(args)
-        lease = store.lease_holder(LEADER)
-        running = [{"run_id": r["id"], "playbook": r["playbook"], "hosts": r["hosts"], "actor": r["actor"],
-                    "origin": r["origin"], "started_at": r["started_at"]} for r in store.running_runs()]
-        locks = [{"host": lk["host"], "run_id": lk["run_id"], "reason": lk["reason"]} for lk in store.locks()]
-        print_json({"running": running, "locks": locks, "replicas": replica_rows(store.replicas(), lease),
-                    "leader": leader_of(lease)})
-        store.close()
+        try:
+            lease = store.lease_holder(LEADER)
+            running = [{"run_id": r["id"], "playbook": r["playbook"], "hosts": r["hosts"], "actor": r["actor"],
+                        "origin": r["origin"], "started_at": r["started_at"]} for r in store.running_runs()]
+            locks = [{"host": lk["host"], "run_id": lk["run_id"], "reason": lk["reason"]} for lk in store.locks()]
+            replicas = replica_rows(store.replicas(), lease)
+        finally:
+            store.close()
+        print_json({"running": running, "locks": locks, "replicas": replicas, "leader": leader_of(lease)})
         return 0
     from eaglebot.frontends.cli.chat import chat_main
 

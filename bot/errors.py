@@ -1,6 +1,8 @@
 """Errors a person reads: one sentence each, and the exit code they map to."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Mapping, Sequence
+
 
 class EagleError(Exception):
     """Base class: `str(err)` is the one sentence shown to the user."""
@@ -35,11 +37,24 @@ class StepFailed(EagleError):
     """Fails the step it is raised in, from the skill or any helper it calls: the sentence is
     the step's summary, and the keywords are `StepResult.failed`'s (data, output, warnings,
     metrics...): the engine records `StepResult.failed(summary, **result)`, so nothing a
-    returned failure would keep is lost (eaglebot.sdk: the one failure style)."""
+    returned failure would keep is lost (eaglebot.sdk: the one failure style).
 
-    def __init__(self, summary: str, **result: object):
-        super().__init__(summary)
-        self.result = result
+    The keywords are declared, so mypy strict catches a misspelt one; at run time an unknown
+    one is kept aside (`unknown`) and the engine fails the step naming it, with this summary."""
+
+    if TYPE_CHECKING:
+        # (the field types live in eaglebot.sdk, a layer above this module: checked there, in
+        # StepResult, when the engine builds the failed result)
+        def __init__(self, summary: str, *, data: Mapping[str, object] | None = None, output: str = "",
+                     warnings: Sequence[str] | None = None, metrics: Sequence[object] | None = None,
+                     changes: Sequence[object] | None = None, regressions: Sequence[object] | None = None,
+                     usage: bool = False) -> None: ...
+    else:
+        def __init__(self, summary, **result):
+            super().__init__(summary)
+            self.result = result
+
+    result: dict[str, object]
 
 
 class StoreError(EagleError):

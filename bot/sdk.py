@@ -20,10 +20,12 @@ passing a result up. `StepResult.failed` stays for the engine and for plugins.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping, Protocol, Sequence, TypeVar,
+                    runtime_checkable)
 
 from pydantic import BaseModel, ConfigDict
 
@@ -35,6 +37,19 @@ class SkillParams(BaseModel):
     """Base for every skill's Params: unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+# `Field(..., json_schema_extra=HOST_PATH)` marks a parameter that is a path on the host (or a list
+# of them): before the skill runs, the engine turns a `~/...` in it into the host's absolute path
+# (`SkillContext.host_path`), so it can go into any command line. tests/test_skill_style.py checks
+# that every shipped skill's path-like parameter is marked.
+HOST_PATH: dict[str, Any] = {"host_path": True}
+
+# Host vars (eagle.yaml `vars:`, or `-e`) that name paths or programs on the host: once the run has
+# reached the host, the engine turns a `~/...` in them into the host's absolute path, so a skill
+# reading `ctx.vars["python"]` can put it into any command line.
+PATH_VARS = frozenset({"python", "model", "draft", "nvidia_smi", "dmesg", "dcgmi", "fuser", "scontrol", "sinfo",
+                       "kubectl", "server_log"})
 
 
 LineCallback = Callable[[str, str], None]  # (stream "stdout"/"stderr", line without its newline)
@@ -111,6 +126,14 @@ def path_for_shell(path: str, expand_vars: bool = False) -> str:
 
 
 
+def expand_home(path: str, home: str) -> str:
+    """`~` and `~/...` against `home` (the host's $HOME); any other path unchanged (`~user` is not
+    expanded: no shipped playbook or skill needs it)."""
+    if not home or not (path == "~" or path.startswith("~/")):
+        return path
+    return home + path[1:] if home != "/" else "/" + path[2:]
+
+
 @dataclass
 class Metric:
     name: str
@@ -155,21 +178,49 @@ class StepResult:
     # argument): a failed run whose failures are all refusals exits 2, as invalid input does.
     usage: bool = False
 
-    @classmethod
-    def ok(cls, summary: str = "", **kw: Any) -> "StepResult":
-        return cls("ok", summary, **kw)
+    # The keywords are declared (the fields above), so mypy strict catches a misspelt one in a
+    # skill or a plugin; at run time an unknown one makes the step fail, naming it, with the
+    # skill's own summary kept (`result_of`), instead of a TypeError inside the engine.
+    if TYPE_CHECKING:
+        @classmethod
+        def ok(cls, summary: str = "", *, metrics: list[Metric] | None = None,
+               changes: list[FileChange] | None = None, data: dict[str, Any] | None = None,
+               warnings: list[str] | None = None, regressions: list[Regression] | None = None,
+               output: str = "", usage: bool = False) -> "StepResult": ...
 
-    @classmethod
-    def changed(cls, summary: str = "", **kw: Any) -> "StepResult":
-        return cls("changed", summary, **kw)
+        @classmethod
+        def changed(cls, summary: str = "", *, metrics: list[Metric] | None = None,
+                    changes: list[FileChange] | None = None, data: dict[str, Any] | None = None,
+                    warnings: list[str] | None = None, regressions: list[Regression] | None = None,
+                    output: str = "", usage: bool = False) -> "StepResult": ...
 
-    @classmethod
-    def failed(cls, summary: str, **kw: Any) -> "StepResult":
-        return cls("failed", summary, **kw)
+        @classmethod
+        def failed(cls, summary: str, *, metrics: list[Metric] | None = None,
+                   changes: list[FileChange] | None = None, data: dict[str, Any] | None = None,
+                   warnings: list[str] | None = None, regressions: list[Regression] | None = None,
+                   output: str = "", usage: bool = False) -> "StepResult": ...
 
-    @classmethod
-    def skipped(cls, summary: str = "", **kw: Any) -> "StepResult":
-        return cls("skipped", summary, **kw)
+        @classmethod
+        def skipped(cls, summary: str = "", *, metrics: list[Metric] | None = None,
+                    changes: list[FileChange] | None = None, data: dict[str, Any] | None = None,
+                    warnings: list[str] | None = None, regressions: list[Regression] | None = None,
+                    output: str = "", usage: bool = False) -> "StepResult": ...
+    else:
+        @classmethod
+        def ok(cls, summary="", **kw):
+            return result_of("ok", summary, kw, "StepResult.ok")
+
+        @classmethod
+        def changed(cls, summary="", **kw):
+            return result_of("changed", summary, kw, "StepResult.changed")
+
+        @classmethod
+        def failed(cls, summary, **kw):
+            return result_of("failed", summary, kw, "StepResult.failed")
+
+        @classmethod
+        def skipped(cls, summary="", **kw):
+            return result_of("skipped", summary, kw, "StepResult.skipped")
 
     def registered(self) -> dict[str, Any]:
         """What `register: name` exposes to later steps' templates."""
@@ -184,6 +235,31 @@ class StepResult:
             warnings=list(self.warnings),
         )
         return out
+
+
+# What a result may carry besides its status and summary: StepResult's fields, and StepFailed's keywords.
+RESULT_FIELDS = ("metrics", "changes", "data", "warnings", "regressions", "output", "usage")
+
+
+def unknown_keywords(kw: Mapping[str, object], where: str) -> str:
+    """'' when every keyword is a result field, else the one sentence that names the first unknown
+    one (with the nearest field: `did you mean 'warnings'?`)."""
+    bad = [k for k in kw if k not in RESULT_FIELDS]
+    if not bad:
+        return ""
+    near = difflib.get_close_matches(bad[0], RESULT_FIELDS, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else f" (known: {', '.join(RESULT_FIELDS)})"
+    return f"{where}() got an unknown keyword {bad[0]!r}{hint}"
+
+
+def result_of(status: Status, summary: str, kw: Mapping[str, Any], where: str) -> StepResult:
+    """A StepResult from keywords a skill gave; an unknown keyword fails the step, saying so."""
+    wrong = unknown_keywords(kw, where)
+    known = {k: v for k, v in kw.items() if k in RESULT_FIELDS}
+    if wrong:
+        return StepResult("failed", f"{summary} [the skill's result is invalid: {wrong}]" if summary
+                          else f"the skill's result is invalid: {wrong}", **known)
+    return StepResult(status, summary, **known)
 
 
 @dataclass
@@ -222,13 +298,23 @@ class SkillContext:
     step_name: str
     dry_run: bool = False
     confirm: bool = False           # the step has `confirm: true`
-    state_dir: str = "~/.eaglebot"
+    # The bot's state folder on this host, absolute: resolved by the host itself, once per run,
+    # from eagle.yaml's `state_dir` (`~` and $VARS are the host's). "" when the host could not make it.
+    state_dir: str = ""
+    home: str = ""                  # the host's $HOME (the SSH user's), for `host_path`
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     audit: AuditView | None = None
     _log: Callable[[str], None] = lambda line: None
     _log_text: Callable[[str], None] | None = None  # output as sent (see `stream`)
     _approve: Callable[[ApprovalRequest], Awaitable[tuple[bool, str]]] | None = None
     plan: list[str] = field(default_factory=list)
+
+    def host_path(self, path: str) -> str:
+        """A path a user gave (a host var such as `model`, an input) as the host means it: `~/...`
+        made absolute against the host's home, any other path unchanged. Use it for every path
+        that goes into a command line as an argument: a program does not expand `~` (the engine
+        already does it for Params fields marked `host_path`, see `HOST_PATH`)."""
+        return expand_home(path, self.home)
 
     def log(self, line: str) -> None:
         """Stream one line into the step's audit output (and the live view)."""

@@ -17,6 +17,7 @@ Registers `reference` (its path on the host), `matched`, `total`, `first_diff`.
 from __future__ import annotations
 
 import json
+import secrets
 import shlex
 from datetime import datetime, timezone
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import Metric, SkillContext, SkillParams, StepResult, path_for_shell
+from eaglebot.sdk import HOST_PATH, Metric, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import correctness
 from eaglebot.skills.lib import processes, server
@@ -33,7 +34,7 @@ NAME = "bench.correctness"
 
 
 class Params(SkillParams):
-    python: str = Field("python3", description="the host's Python (host var `python`); it sends the prompts")
+    python: str = Field("python3", description="the host's Python (host var `python`); it sends the prompts", json_schema_extra=HOST_PATH)
     port: int = Field(30000, ge=1, le=65535, description="port of the running server")
     num_prompts: int = Field(32, ge=1, le=1024, description="greedy prompts sent (the same ones every run)")
     max_tokens: int = Field(32, ge=1, le=4096, description="max_new_tokens of each prompt (fixed: part of the reference)")
@@ -51,7 +52,9 @@ async def _read_json(ctx: SkillContext, path: str) -> Any:
 
 
 async def _generate(ctx: SkillContext, p: Params, texts: list[str], folder: str) -> list[list[int] | None]:
-    prompts_file = f"{folder}/prompts-{ctx.run_id}-{ctx.step_idx}.json"
+    # `folder` is absolute (under ctx.state_dir, resolved by the host): Python gets a path it can open.
+    # The random part: several bots (or test workers) may share one login's state folder.
+    prompts_file = f"{folder}/prompts-{ctx.run_id}-{ctx.step_idx}-{secrets.token_hex(4)}.json"
     await ctx.host.write_file(prompts_file, json.dumps(texts).encode())
     argv = [p.python, "-c", correctness.GENERATE_PY, prompts_file, str(p.port), str(p.max_tokens),
             str(max(10.0, p.timeout_s / 4))]

@@ -18,7 +18,7 @@ fewer completed requests than asked is a warning with both numbers, under
          output_len: 256, max_concurrency: 8, repeats: 1}
 ```
 The numbers come from the benchmark's JSONL record (`--output-file`, under `{state_dir}/bench`,
-a path the host expands: `~` and `$VARS` in state_dir work); a run whose file is missing or does
+absolute: the host resolved `state_dir` when the run reached it); a run whose file is missing or does
 not parse fails the step with the benchmark's own last words, unless `allow_table: true`, which
 reads the printed table and says so (`source: table`).
 Registers `metrics` (name -> value), `runs` (per-run numbers), `records` (each run's whole JSONL
@@ -32,7 +32,7 @@ from typing import Any
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import Metric, SkillContext, SkillParams, StepResult, path_for_shell
+from eaglebot.sdk import HOST_PATH, Metric, SkillContext, SkillParams, StepResult
 
 from eaglebot.facts import bench_sanity, nvsmi, ports, procs, sglang
 from eaglebot.skills.lib import processes, server
@@ -41,7 +41,7 @@ NAME = "bench.serving"
 
 
 class Params(SkillParams):
-    python: str = Field("python3", description="the host's Python that has sglang (host var `python`)")
+    python: str = Field("python3", description="the host's Python that has sglang (host var `python`)", json_schema_extra=HOST_PATH)
     port: int = Field(30000, ge=1, le=65535, description="port of the server to benchmark")
     num_prompts: int = Field(64, ge=1, le=100000, description="--num-prompts")
     input_len: int = Field(1024, ge=1, description="--random-input-len (tokens)")
@@ -132,14 +132,11 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         if tenants:
             warnings.append(f"{len(tenants)} other process(es) are using the GPUs, the numbers may be low: "
                             + "; ".join(tenants[:5]))
-    # -- act: the folder is made and named by the host itself, so `~` and $VARS are the host's
-    made = await ctx.host.run(f"mkdir -p {path_for_shell(bench_dir, expand_vars=True)} && "
-                              f"cd {path_for_shell(bench_dir, expand_vars=True)} && pwd -P", timeout=30)
-    if made.exit_status != 0 or not made.stdout.strip().startswith("/"):
+    # -- act (bench_dir is absolute: under ctx.state_dir, which the host resolved)
+    made = await ctx.host.run(f"mkdir -p -- {shlex.quote(bench_dir)}", timeout=30)
+    if made.exit_status != 0:
         raise StepFailed(f"cannot create the benchmark folder {bench_dir} on {ctx.host_name}: "
                          f"{_last(made.stderr + made.stdout) or f'exit status {made.exit_status}'}", warnings=warnings)
-    host_dir = made.stdout.strip().splitlines()[-1]
-    files = [f"{host_dir}/{f.rsplit('/', 1)[1]}" for f in files]
     runs: list[dict[str, float]] = []
     records: list[dict[str, Any]] = []
     outputs: list[str] = []

@@ -31,14 +31,14 @@ import jsonpatch
 from pydantic import Field, model_validator
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import FileChange, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import HOST_PATH, FileChange, SkillContext, SkillParams, StepResult
 from eaglebot.skills.lib import files
 
 NAME = "config.patch"
 
 
 class Params(SkillParams):
-    path: str = Field(description="the JSON file on the host")
+    path: str = Field(description="the JSON file on the host", json_schema_extra=HOST_PATH)
     set: dict[str, Any] = Field(default_factory=dict,
                                 description="dotted path -> value, e.g. {eagle_config.use_aux_hidden_state: true}")
     delete: list[str] = Field(default_factory=list, description="dotted paths to remove (each must exist)")

@@ -16,14 +16,14 @@ from __future__ import annotations
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import FileChange, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import HOST_PATH, FileChange, SkillContext, SkillParams, StepResult
 from eaglebot.skills.lib import files
 
 NAME = "config.revert"
 
 
 class Params(SkillParams):
-    path: str = Field(description="the file to restore (as it was given to config.patch)")
+    path: str = Field(description="the file to restore (as it was given to config.patch)", json_schema_extra=HOST_PATH)
     run: int | None = Field(None, ge=1, description="restore the backup made by this run (default: the newest)")
 
 

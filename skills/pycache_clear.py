@@ -18,7 +18,7 @@ import shlex
 from pydantic import Field, model_validator
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import SkillContext, SkillParams, StepResult, path_for_shell
+from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult, path_for_shell
 
 NAME = "pycache.clear"
 
@@ -42,7 +42,7 @@ _NEVER = {"/", "/usr", "/bin", "/etc", "/home", "/root", "/opt", "/var", "~"}
 
 
 class Params(SkillParams):
-    paths: list[str] = Field(default_factory=list, description="folders to clean (each must exist)")
+    paths: list[str] = Field(default_factory=list, description="folders to clean (each must exist)", json_schema_extra=HOST_PATH)
     # Top-level names only: find_spec("a.b") would import the parent package `a`.
     package: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                                 description="an installed top-level Python package to clean, e.g. sglang")

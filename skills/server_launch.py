@@ -53,7 +53,7 @@ from typing import Any
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import SkillContext, SkillParams, StepResult, path_for_shell
+from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import ports, procs, sglang, sglang_args, sglang_phase
 from eaglebot.skills.lib import launch_check, processes, server, stall
@@ -63,12 +63,13 @@ _LOG_MARK = "--EAGLE-LOG-7f3a--\n"
 
 
 class Params(SkillParams):
-    python: str = Field("python3", description="the host's Python that has sglang (host var `python`)")
-    model: str | None = Field(None, description="target model path or id (--model-path); or give it in args")
-    draft: str | None = Field(None, description="draft model path (--speculative-draft-model-path)")
+    python: str = Field("python3", description="the host's Python that has sglang (host var `python`)", json_schema_extra=HOST_PATH)
+    model: str | None = Field(None, description="target model path or id (--model-path); or give it in args", json_schema_extra=HOST_PATH)
+    draft: str | None = Field(None, description="draft model path (--speculative-draft-model-path)", json_schema_extra=HOST_PATH)
     port: int = Field(30000, ge=1, le=65535, description="port the server listens on (--port)")
     host: str = Field("127.0.0.1", description="address the server binds (--host)")
-    spec_algorithm: str | None = Field(None, description="--speculative-algorithm (EAGLE3, EAGLE, NEXTN, ...)")
+    spec_algorithm: str | None = Field(None, description="--speculative-algorithm (EAGLE3, EAGLE, NEXTN, ...); "
+                                                         "none: the target alone, no speculative decoding")
     spec_steps: int | None = Field(None, ge=1, description="--speculative-num-steps (unset: SGLang chooses)")
     spec_topk: int | None = Field(None, ge=1, description="--speculative-eagle-topk")
     spec_draft_tokens: int | None = Field(None, ge=1, description="--speculative-num-draft-tokens")
@@ -86,6 +87,11 @@ class Params(SkillParams):
                                                 "server.stop so a refused launch leaves the old server serving")
 
 
+def no_speculation(algorithm: str | None) -> bool:
+    """`spec_algorithm` none, off or empty: launch the target alone (the draft is not passed)."""
+    return algorithm is not None and algorithm.strip().lower() in ("", "none", "off")
+
+
 def build_args(p: Params) -> tuple[list[str], str | None]:
     """The launch_server arguments, or (args, error sentence)."""
     given = sglang_args.flag_values(p.args)
@@ -93,10 +99,17 @@ def build_args(p: Params) -> tuple[list[str], str | None]:
         if flag in given:
             return [], f"pass the {flag[2:]} as the `{flag[2:]}` parameter, not in args"
     out: list[str] = []
-    structured = [("--model-path", p.model), ("--speculative-algorithm", p.spec_algorithm),
-                  ("--speculative-draft-model-path", p.draft), ("--speculative-num-steps", p.spec_steps),
-                  ("--speculative-eagle-topk", p.spec_topk), ("--speculative-num-draft-tokens", p.spec_draft_tokens),
-                  ("--mem-fraction-static", p.mem_fraction), ("--tp-size", p.tp)]
+    spec: list[tuple[str, object]] = [
+        ("--speculative-algorithm", p.spec_algorithm), ("--speculative-draft-model-path", p.draft),
+        ("--speculative-num-steps", p.spec_steps), ("--speculative-eagle-topk", p.spec_topk),
+        ("--speculative-num-draft-tokens", p.spec_draft_tokens)]
+    if no_speculation(p.spec_algorithm):
+        # `spec_algorithm: none`: the target alone (bench.correctness records its greedy reference on it)
+        given_spec = [f for f, v in spec[2:] if v is not None]
+        if given_spec:
+            return [], f"spec_algorithm is {p.spec_algorithm!r} (no speculative decoding) but {given_spec[0]} is set"
+        spec = []
+    structured = [("--model-path", p.model), *spec, ("--mem-fraction-static", p.mem_fraction), ("--tp-size", p.tp)]
     for flag, value in structured:
         if value is None:
             continue

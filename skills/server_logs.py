@@ -14,7 +14,9 @@ from __future__ import annotations
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import SkillContext, SkillParams, StepResult, path_for_shell
+from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult, path_for_shell
+
+from eaglebot.skills.lib import processes
 
 NAME = "server.logs"
 READ_ONLY = True  # reads one file: runs beside a relaunch in progress, takes no host lock
@@ -23,7 +25,7 @@ NOT_FOUND_EXIT = 3
 
 class Params(SkillParams):
     path: str | None = Field(None, description="the log file (default: host var server_log, else the last "
-                                               "launch's log, else the newest log in the state folder)")
+                                               "launch's log, else the newest log in the state folder)", json_schema_extra=HOST_PATH)
     lines: int = Field(60, ge=1, le=5000, description="how many lines from the end of the log")
 
 
@@ -35,9 +37,10 @@ async def _where(ctx: SkillContext, params: Params) -> tuple[str, str]:
     launched = await ctx.audit.last_step_data(ctx.host_name, "server.launch", "log_path") if ctx.audit else None
     if launched:
         return path_for_shell(str(launched["log_path"])), str(launched["log_path"])
-    d = path_for_shell(ctx.state_dir.rstrip("/"))
+    state = processes.state_dir(ctx)
+    d = path_for_shell(state)
     # The globs stay outside the quotes so the shell expands them; `ls -t` picks the newest.
-    return " ".join(f"{d}/{g}" for g in ("*.log", "log/*.log", "logs/*.log")), f"{ctx.state_dir}/**.log"
+    return " ".join(f"{d}/{g}" for g in ("*.log", "log/*.log", "logs/*.log")), f"{state}/**.log"
 
 
 def tail_script(files: str, lines: int) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import SkillContext, SkillParams, StepResult
+from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult
 
 NAME = "shell"
 KEEP = 64 * 1024  # characters of stdout/stderr registered (and stored with the step's data)
@@ -27,7 +27,7 @@ class Params(SkillParams):
     command: str = Field(description="command line run by /bin/sh; templated values are shell-quoted",
                          json_schema_extra={"shell": True})
     env: dict[str, str] = Field(default_factory=dict, description="environment variables for the command")
-    cwd: str | None = Field(None, description="working directory")
+    cwd: str | None = Field(None, description="working directory", json_schema_extra=HOST_PATH)
     ok_codes: list[int] = Field(default_factory=lambda: [0], description="exit codes that count as success")
     changed: bool = Field(True, description="report `changed` on success (false: `ok`, for read-only probes)")
 

@@ -413,6 +413,10 @@ async def test_connection_cut_mid_step_fails_the_step_and_is_audited(services, t
             proc.stdout.write("4242\n")
             proc.exit(0)
             return
+        if "EAGLE-HOST-PATHS" in proc.command:   # the engine asks the host for its home and state folder
+            proc.stdout.write("EAGLE-HOST-PATHS /home/x\n/home/x/.eaglebot\n")
+            proc.exit(0)
+            return
         proc.stdout.write("working...\n")
         await asyncio.sleep(0.3)
         proc.channel.get_connection().abort()

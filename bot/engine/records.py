@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable
 from eaglebot.engine import templating
 from eaglebot.engine.playbook import Playbook, Step
 from eaglebot.errors import StoreError
+from eaglebot.facts.host_paths import HostPaths
 from eaglebot.sdk import ApprovalRequest, Metric, Regression, StepResult
 
 log = logging.getLogger("eaglebot.engine")
@@ -168,6 +169,8 @@ class RunState:
     cancel: asyncio.Event
     outcome: RunOutcome
     store_error: str | None = None  # the audit store failed mid-run: the run fails, `always` still runs
+    # Per host: its home and state folder as the host resolved them when the run reached it.
+    paths: dict[str, HostPaths] = field(default_factory=dict)
 
     def store_failed(self, e: StoreError) -> None:
         if self.store_error is None:

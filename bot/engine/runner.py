@@ -14,6 +14,7 @@ import logging
 from typing import Any, Awaitable, Callable
 
 from eaglebot.engine import limits, procs, rolling
+from eaglebot.facts import host_paths
 from eaglebot.config import Settings
 from eaglebot.engine.fleet_health import breaker_limit
 from eaglebot.engine.quarantine import health_guard
@@ -26,7 +27,7 @@ from eaglebot.engine.records import (Approver, Observer, Prepared, RunOutcome, R
 from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.steps import StepRunner, shell_param
-from eaglebot.sdk import Regression, StepResult
+from eaglebot.sdk import PATH_VARS, Regression, StepResult, expand_home
 from eaglebot.store.protocol_async import AsyncStoreProtocol
 from eaglebot.store.rows import NewRun
 from eaglebot.transport import TransportPool
@@ -325,14 +326,43 @@ class Engine(StepRunner):
             except Exception as e:
                 log.warning("cancel poll failed: %s", e, exc_info=not isinstance(e, EagleError))
 
+    async def _resolve_paths(self, run: RunState, host: str) -> str | None:
+        """Ask the host for its home and to make and name the state folder (`state_dir`: `~` and
+        $VARS are the host's), once per run; None, or why it could not (the host's first step
+        fails with it, its `always:` steps still run, without a state folder)."""
+        state_dir = self.settings.state_dir
+        # A dry run, or a run whose skills all only read (server.logs), names the folder and makes nothing.
+        create = not run.req.dry_run and takes_locks(run.playbook, self.registry)
+        try:
+            res = await self.pool.get(host).run(host_paths.command(state_dir, create=create), timeout=60)
+            run.paths[host] = host_paths.parse(res.stdout)
+            return None
+        except ValueError as e:
+            last = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [f"exit status {res.exit_status}"]
+            why = f"{e}: {last[0][:300]}"
+        except EagleError as e:   # a host key, a login, a dropped connection: the transport's own sentence
+            return str(e)
+        return (f"the state folder {state_dir!r} (state_dir in eagle.yaml) could not be made on {host}: {why}; "
+                f"set state_dir to a folder the login user may write")
+
     async def _run_host(self, run: RunState, host: str, ctx: dict[str, Any]) -> None:
         higher = set(ctx)  # registered results never shadow inputs or vars
         stop_reason: str | None = None
         pb = run.playbook
         n = len(pb.steps)
+        no_paths = await self._resolve_paths(run, host)
+        if no_paths is None:
+            for k in PATH_VARS & set(ctx):
+                if isinstance(ctx[k], str):
+                    ctx[k] = expand_home(ctx[k], run.paths[host].home)
         for section, steps, offset in (("steps", pb.steps, 0), ("always", pb.always, n)):
             for i, step in enumerate(steps):
                 slot = StepSlot(host, offset + i, section, step)
+                if no_paths is not None and section == "steps" and not stop_reason:
+                    rec, _ = await self._failed_before_start(run, slot, no_paths)
+                    run.outcome.steps.append(rec)
+                    stop_reason = "the host's state folder could not be made"
+                    continue
                 if section == "steps" and (stop_reason or run.cancel.is_set() or run.store_error):
                     reason = stop_reason or ("the audit store failed" if run.store_error else "the run was cancelled")
                     run.outcome.steps.append(await self._record_skipped(run, slot, f"not run: {reason}"))

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, TypeVar
+import traceback
+from typing import Any, Awaitable, Callable, TypeVar
 
 from pydantic import ValidationError
 
@@ -98,7 +99,7 @@ class StepRunner:
         rendered: dict[str, Any] = {}
         try:
             skill, rendered = self._render(step, ctx)
-            return bind(skill, rendered)
+            return bind(skill, rendered, self._context(run, slot, ctx).host_path)
         except templating.TemplateFailure as e:
             why = explain_undefined(str(e), run.playbook, ctx, slot.host) or str(e)
             return await self._failed_before_start(run, slot, why)
@@ -126,6 +127,27 @@ class StepRunner:
             return rec, res
         rec = StepRecord(host, slot.idx, slot.section, label, step.skill, "running", step_id=sid)
         await safe(run.observer.step_started(run.run_id, rec))
+        try:
+            return await self._execute_step(run, slot, ctx, prepared, sid, rec)
+        except Exception as e:
+            # Whatever went wrong around the skill (its result, a helper of the engine's), the step
+            # ends failed with the exception named, and the run goes on to its `always:` steps.
+            if isinstance(e, StoreError):
+                run.store_failed(e)
+            summary = printable(self.redactor.text(f"internal error in {step.skill}: {type(e).__name__}: {e}"))
+            log.exception("%s: step %r crashed", host, label)
+            if sid is not None:
+                await self._record(run, self.store.step_finished(
+                    sid, run_id=run.run_id, host=host, status="failed", summary=summary, duration_ms=0,
+                    attempts=1, output=printable(self.redactor.text(traceback.format_exc()))))
+            rec.status, rec.summary = "failed", summary
+            res = StepResult.failed(summary)
+            await safe(run.observer.step_finished(run.run_id, rec, res))
+            return rec, res
+
+    async def _execute_step(self, run: RunState, slot: StepSlot, ctx: dict[str, Any], prepared: Runnable,
+                            sid: int | None, rec: StepRecord) -> tuple[StepRecord, StepResult]:
+        step, host, label = slot.step, slot.host, slot.step.label
 
         async def write(text: str) -> None:
             if sid is None:
@@ -205,11 +227,7 @@ class StepRunner:
             attempts += 1
             if attempts > 1 and sid is not None:
                 await self._record(run, self.store.step_attempt(sid, attempts))
-            sctx = SkillContext(
-                host=self.pool.get(slot.host), host_name=slot.host, vars=ctx, run_id=run.run_id,
-                step_idx=slot.idx, step_name=step.label, dry_run=run.req.dry_run, confirm=step.confirm,
-                state_dir=self.settings.state_dir, audit=self.store, _log=out.line, _log_text=out.text,
-                _approve=approve)
+            sctx = self._context(run, slot, ctx, out, approve)
             sp, token = procs.begin(self.store, run.run_id, sid)
             left = ""
             try:
@@ -231,6 +249,15 @@ class StepRunner:
                     return result, attempts  # cancelled while waiting to retry
                 except asyncio.TimeoutError:
                     pass
+
+    def _context(self, run: RunState, slot: StepSlot, ctx: dict[str, Any], out: OutputBuffer | None = None,
+                 approve: Callable[[ApprovalRequest], Awaitable[tuple[bool, str]]] | None = None) -> SkillContext:
+        paths = run.paths.get(slot.host)
+        return SkillContext(
+            host=self.pool.get(slot.host), host_name=slot.host, vars=ctx, run_id=run.run_id,
+            step_idx=slot.idx, step_name=slot.step.label, dry_run=run.req.dry_run, confirm=slot.step.confirm,
+            state_dir=paths.state_dir if paths else "", home=paths.home if paths else "", audit=self.store,
+            _log=out.line if out else (lambda line: None), _log_text=out.text if out else None, _approve=approve)
 
     async def _failed_before_start(self, run: RunState, slot: StepSlot, message: str,
                                    params: dict[str, Any] | None = None) -> tuple[StepRecord, StepResult]:

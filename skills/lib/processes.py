@@ -10,13 +10,18 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, path_for_shell
 
 from eaglebot.facts import procs
 
 
 def state_dir(ctx: SkillContext) -> str:
-    return ctx.state_dir.rstrip("/")
+    """The bot's state folder on the host, absolute (the host resolved it when the run reached it)."""
+    if not ctx.state_dir.startswith("/"):
+        raise StepFailed(f"no state folder on {ctx.host_name}: the host could not make state_dir "
+                         f"(see this run's first step on {ctx.host_name})")
+    return ctx.state_dir.rstrip("/") or "/"
 
 
 def pid_files_glob(ctx: SkillContext) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -91,15 +92,16 @@ def test_an_added_column_alone_is_a_break(ran):
 # -- forgers ------------------------------------------------------------------------------------
 
 def _forge_event(db: Path, message: str, *, seal_with: sealing.AuditKey | None = None,
-                 epoch: int | None = None) -> int:
+                 epoch: int | None = None, dated: str | None = None) -> int:
     """Append an event row and a correctly hashed chain entry for it, as eaglebot would; seal it
-    with `seal_with` (claiming `epoch`) when given. Returns the entry's seq."""
+    with `seal_with` (claiming `epoch`) when given, and date it `dated` when given. Returns the entry's seq."""
     conn = sqlite3.connect(db)
     conn.execute("insert into events (run_id, at, kind, message) values (1, '2026-01-01T00:00:00Z', 'note', ?)",
                  [message])  # the trigger appends the unsealed entry
     seq, tbl, row_id, op, at, content = conn.execute(
         "select seq, tbl, row_id, op, at, content from audit_chain order by seq desc limit 1").fetchone()
     prev = conn.execute("select hash from audit_chain where seq < ? order by seq desc limit 1", [seq]).fetchone()[0]
+    at = dated or at
     csha = chain.sha_text(content)
     h = chain.link_hash(prev, seq, tbl, row_id, op, at, csha)
     seal = None
@@ -107,7 +109,7 @@ def _forge_event(db: Path, message: str, *, seal_with: sealing.AuditKey | None =
         assert epoch is not None
         seal = sealing.seal_mac(seal_with.key, epoch, h)
     conn.execute("update audit_chain set content = null, content_sha256 = ?, prev_hash = ?, hash = ?, epoch = ?, "
-                 "seal = ? where seq = ?", [csha, prev, h, epoch, seal, seq])
+                 "seal = ?, at = ? where seq = ?", [csha, prev, h, epoch, seal, at, seq])
     conn.commit()
     conn.close()
     return seq
@@ -170,7 +172,12 @@ def test_an_entry_of_an_earlier_day_resealed_under_the_stolen_days_epoch_is_caug
     cfg, db, kf, vk = keyed
     day_n = sealing.parse_key(kf.read_text(), "k").epoch
     stolen = sealing.Sealer(kf).key_for(min_epoch=day_n + 1)
-    seq = _forge_event(db, "rewritten", seal_with=stolen, epoch=day_n + 1)  # its time is day n
+    # Its time is day n, early in the day: written in the last hour of a day, an entry may claim the
+    # next day's epoch (the check allows an hour of clock slack), so "now" would make this test
+    # depend on when it runs.
+    epoch_s = sealing.parse_key(kf.read_text(), "k").epoch_s
+    early = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(day_n * epoch_s + 600))
+    seq = _forge_event(db, "rewritten", seal_with=stolen, epoch=day_n + 1, dated=early)
     res, doc = eagle_here_json("audit", "verify", "--key", str(vk), config=cfg)
     assert res.returncode == 1 and doc["first_broken"]["seq"] == seq
     assert f"sealed for epoch {day_n + 1} but written at" in doc["first_broken"]["reason"]

@@ -34,7 +34,8 @@ NAME = "bench.correctness"
 
 
 class Params(SkillParams):
-    python: str = Field("python3", description="the host's Python (host var `python`); it sends the prompts", json_schema_extra=HOST_PATH)
+    python: str = Field("python3", description="the host's Python (host var `python`); it sends the prompts",
+                        json_schema_extra=HOST_PATH)
     port: int = Field(30000, ge=1, le=65535, description="port of the running server")
     num_prompts: int = Field(32, ge=1, le=1024, description="greedy prompts sent (the same ones every run)")
     max_tokens: int = Field(32, ge=1, le=4096, description="max_new_tokens of each prompt (fixed: part of the reference)")

@@ -41,7 +41,8 @@ NAME = "bench.serving"
 
 
 class Params(SkillParams):
-    python: str = Field("python3", description="the host's Python that has sglang (host var `python`)", json_schema_extra=HOST_PATH)
+    python: str = Field("python3", description="the host's Python that has sglang (host var `python`)",
+                        json_schema_extra=HOST_PATH)
     port: int = Field(30000, ge=1, le=65535, description="port of the server to benchmark")
     num_prompts: int = Field(64, ge=1, le=100000, description="--num-prompts")
     input_len: int = Field(1024, ge=1, description="--random-input-len (tokens)")

@@ -63,9 +63,12 @@ _LOG_MARK = "--EAGLE-LOG-7f3a--\n"
 
 
 class Params(SkillParams):
-    python: str = Field("python3", description="the host's Python that has sglang (host var `python`)", json_schema_extra=HOST_PATH)
-    model: str | None = Field(None, description="target model path or id (--model-path); or give it in args", json_schema_extra=HOST_PATH)
-    draft: str | None = Field(None, description="draft model path (--speculative-draft-model-path)", json_schema_extra=HOST_PATH)
+    python: str = Field("python3", description="the host's Python that has sglang (host var `python`)",
+                        json_schema_extra=HOST_PATH)
+    model: str | None = Field(None, description="target model path or id (--model-path); or give it in args",
+                              json_schema_extra=HOST_PATH)
+    draft: str | None = Field(None, description="draft model path (--speculative-draft-model-path)",
+                              json_schema_extra=HOST_PATH)
     port: int = Field(30000, ge=1, le=65535, description="port the server listens on (--port)")
     host: str = Field("127.0.0.1", description="address the server binds (--host)")
     spec_algorithm: str | None = Field(None, description="--speculative-algorithm (EAGLE3, EAGLE, NEXTN, ...); "

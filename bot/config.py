@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from eaglebot import inventory
 from eaglebot.configfile import KEY_FILE_ENV, config_path, read_config_text
 from eaglebot.errors import UsageError
+from eaglebot.suggest import did_you_mean, unknown_key_hint
 
 DB_URL_SCHEMES = ("postgresql://", "postgres://")  # audit_db on a PostgreSQL server
 
@@ -42,7 +45,9 @@ def _default_shell() -> ShellMode:
 
 class HostConfig(_Model):
     transport: Literal["ssh", "local"] = Field("ssh", description="ssh (default) or local")
-    address: str | None = Field(None, description="host name or IP address to connect to")
+    address: str | None = Field(None, description="host name or IP address to connect to (default: the host's "
+                                                  "name; in a range a template of {{ name }}, {{ n }}, "
+                                                  "{{ n_text }}, {{ index }})")
     user: str | None = Field(None, description="SSH user (default: the current user)")
     port: int = Field(22, ge=1, le=65535)
     key: str | None = Field(None, description="private key file; without it the SSH agent and default keys are used")
@@ -234,9 +239,11 @@ class Settings(_Model):
             return data
         defaults = data.get("host_defaults")
         if isinstance(defaults, dict):
+            shared = [k for k in HostConfig.model_fields if k not in ("address", "transport")]
             for k in defaults:
-                if k not in HostConfig.model_fields or k in ("address", "transport"):
-                    raise inventory.InventoryError(f"host_defaults: {k}: not a setting hosts share",
+                if k not in shared:
+                    hint = unknown_key_hint(str(k), shared) if k not in HostConfig.model_fields else ""
+                    raise inventory.InventoryError(f"host_defaults: {k}: not a setting hosts share{hint}",
                                                    ("host_defaults", str(k)))
         data = dict(data)
         data["hosts"] = inventory.expand_hosts(data.get("hosts"), defaults)
@@ -246,12 +253,25 @@ class Settings(_Model):
         return data
 
     @model_validator(mode="after")
+    def _paths_from_the_file(self) -> "Settings":
+        """A relative `key` or `known_hosts` is relative to the config file's folder, as every
+        path in it (a `~` stays for the transport to expand)."""
+        for cfg in self.hosts.values():
+            for field in ("key", "known_hosts"):
+                value = getattr(cfg, field)
+                if value and not value.startswith("~") and not os.path.isabs(value):
+                    setattr(cfg, field, str(self.base_dir / value))
+        return self
+
+    @model_validator(mode="after")
     def _local_always_exists(self) -> "Settings":
         if LOCAL not in self.hosts:
             self.hosts[LOCAL] = HostConfig(transport="local")
         for host, cfg in self.hosts.items():
             if cfg.jump and cfg.jump not in self.hosts:
-                raise ValueError(f"host {host!r}: jump host {cfg.jump!r} is not a configured host")
+                hint = did_you_mean(cfg.jump, [h for h in self.hosts if h != host])
+                raise ValueError(f"host {host!r}: jump host {cfg.jump!r} is not a configured host"
+                                 f"{'; ' + hint if hint else ''}")
             if cfg.jump and self.hosts[cfg.jump].transport == "local":
                 raise ValueError(f"host {host!r}: jump host {cfg.jump!r} uses the local transport; "
                                  f"a jump host must be an ssh host")
@@ -269,7 +289,7 @@ class Settings(_Model):
                     raise ValueError(f"group {group!r}: unknown host {m!r}")
         if self.health_watch is not None:   # a typo here would stop `eagle serve` at start, not now
             try:
-                inventory.select(list(self.health_watch.hosts), list(self.hosts), self.groups, self.all_hosts)
+                inventory.select(list(self.health_watch.hosts), self.hosts, self.groups, self.all_hosts)
             except UsageError as e:
                 raise ValueError(f"health_watch.hosts: {e}") from None
         return self
@@ -330,11 +350,30 @@ class Settings(_Model):
         unknown names are a usage error."""
         if not names:
             names = self.default_hosts or [LOCAL]
-        out = inventory.select(list(names), list(self.hosts), self.groups, self.all_hosts)
+        out = inventory.select(list(names), self.hosts, self.groups, self.all_hosts)
         if not out:
             raise UsageError("no host given" if not any(str(n).strip(" ,:") for n in names)
-                             else f"no host left: {' '.join(names)} names none")
+                             else f"no host left: {inventory.shown(' '.join(names), 200)} names none")
         return out
+
+    def key_problem(self, name: str) -> str | None:
+        """Why host `name`'s SSH key file (its `key`, or one of its jump hosts') cannot be used,
+        in one sentence naming where the config sets it; None when it can (or none is set)."""
+        host, seen = name, set[str]()
+        while name in self.hosts and name not in seen:
+            seen.add(name)
+            cfg = self.hosts[name]
+            if cfg.transport == "ssh" and cfg.key:
+                path = os.path.expanduser(cfg.key)
+                if not (os.path.isfile(path) and os.access(path, os.R_OK)):
+                    shared = self.host_defaults.get("key")
+                    where = ("host_defaults.key" if isinstance(shared, str) and self.path(shared) == Path(path)
+                             else f"hosts.{name}.key")
+                    via = f" (its jump host {name})" if len(seen) > 1 else ""
+                    return (f"host {host}{via}: the SSH key {where} = {path} does not exist (or is not "
+                            f"readable); fix the path in eagle.yaml or remove it to use the SSH agent")
+            name = cfg.jump or ""
+        return None
 
     def is_gpu_host(self, name: str) -> bool:
         """Doctor checks nvidia-smi only on GPU hosts. The rule: `gpu: true|false` on the host wins;
@@ -387,14 +426,47 @@ def yaml_line(text: str, loc: tuple[str | int, ...]) -> int | None:
     return line
 
 
-def _format_validation(err: ValidationError, source: str, text: str = "") -> str:
+def keys_at(loc: tuple[str | int, ...]) -> list[str]:
+    """The keys eagle.yaml allows in the mapping at `loc` (('hosts', 'gpu-01') -> HostConfig's
+    fields), found by walking the models' annotations: what an unknown key is compared with."""
+    tp: Any = Settings
+    for part in loc:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            field = tp.model_fields.get(str(part))
+            if field is None:
+                return []
+            tp = field.annotation
+        elif typing.get_origin(tp) in (dict, list):
+            tp = typing.get_args(tp)[-1]
+        else:
+            return []
+    tp = _unwrap(tp)
+    if not (isinstance(tp, type) and issubclass(tp, BaseModel)):
+        return []
+    return [k for k, f in tp.model_fields.items() if not f.exclude]
+
+
+def _unwrap(tp: Any) -> Any:
+    """`X | None` -> X."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return args[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1 else tp
+
+
+def _format_validation(err: ValidationError, source: str, text: str = "", data: Any = None) -> str:
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"])
+    where_loc = tuple(first["loc"])
+    loc = ".".join(str(p) for p in where_loc)
     msg = first["msg"]
-    if first["type"] == "extra_forbidden":
-        msg = "unknown key"
+    if first["type"] == "extra_forbidden" and where_loc:
+        msg = "unknown key" + unknown_key_hint(str(where_loc[-1]), keys_at(where_loc[:-1]))
     where = f"{loc}: " if loc else ""
-    line = yaml_line(text, tuple(first["loc"])) if text else None
+    line_loc = where_loc
+    if len(where_loc) > 1 and where_loc[0] == "hosts" and isinstance(data, dict) and isinstance(data.get("hosts"), dict):
+        # a host of a range: its line is the range's (`gpu-[01:08]:`)
+        key = inventory.key_for(data["hosts"], str(where_loc[1]))
+        line_loc = ("hosts", key or str(where_loc[1]), *where_loc[2:])
+    line = yaml_line(text, line_loc) if text else None
     return f"{source}{f':{line}' if line else ''}: {where}{msg}"
 
 
@@ -410,7 +482,7 @@ def load_settings(path: str | Path | None = None) -> Settings:
     try:
         settings = Settings(**data, base_dir=p.resolve().parent, source=p.resolve())
     except ValidationError as e:
-        raise UsageError(_format_validation(e, str(p), text)) from None
+        raise UsageError(_format_validation(e, str(p), text, data)) from None
     except inventory.InventoryError as e:
         line = yaml_line(text, e.loc) if e.loc else None
         raise UsageError(f"{p}{f':{line}' if line else ''}: {e}") from None

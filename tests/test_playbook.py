@@ -62,7 +62,7 @@ def test_unknown_step_key_is_an_error(tmp_path):
             retires: 2
             with: {command: "true"}
     """)
-    assert msg == "bad.yaml:4: steps[0].retires: unknown key"
+    assert msg == "bad.yaml:4: steps[0].retires: unknown key (did you mean 'retries'?)"
 
 
 def test_unknown_skill_param_is_an_error(tmp_path):

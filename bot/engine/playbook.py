@@ -5,12 +5,11 @@ not halfway through a run on a GPU node.
 """
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, Mapping, NoReturn
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
@@ -19,6 +18,7 @@ from pydantic_core import ErrorDetails
 from eaglebot.engine import limits, rolling, templating
 from eaglebot.engine.output import printable
 from eaglebot.errors import EagleError, UsageError
+from eaglebot.suggest import did_you_mean, unknown_key_hint
 from eaglebot.engine.registry import SkillNotFound, SkillRegistry, shipped
 
 RESERVED = frozenset(
@@ -207,6 +207,15 @@ def _clean_loc(loc: Loc) -> Loc:
     return tuple(p for p in loc if p not in ("function-after[_name_ok(), str]",))
 
 
+def _keys_at(loc: Loc) -> list[str]:
+    """The keys a playbook allows in the mapping at `loc` (a step's, an input's, the top level's)."""
+    if not loc:
+        return [f.alias or k for k, f in Playbook.model_fields.items() if not f.exclude]
+    model: type[BaseModel] | None = (Step if len(loc) == 2 and loc[0] in ("steps", "always") else
+                                     InputSpec if len(loc) == 2 and loc[0] == "inputs" else None)
+    return [] if model is None else [f.alias or k for k, f in model.model_fields.items()]
+
+
 def load_playbook(path: str | Path, registry: SkillRegistry | None = None) -> Playbook:
     """Read and validate a playbook; `registry` (default: the shipped skills) knows its skills."""
     p = Path(path)
@@ -236,7 +245,10 @@ def parse_playbook(text: str, source: str, registry: SkillRegistry | None = None
     except ValidationError as e:
         err = e.errors()[0]
         loc = _clean_loc(err["loc"])
-        raise UsageError(f"{source}:{_line_for(lines, loc)}: {_fmt_loc(loc)}: {_pydantic_msg(err)}") from None
+        msg = _pydantic_msg(err)
+        if err["type"] == "extra_forbidden" and loc:
+            msg += unknown_key_hint(str(loc[-1]), _keys_at(loc[:-1]))
+        raise UsageError(f"{source}:{_line_for(lines, loc)}: {_fmt_loc(loc)}: {msg}") from None
     pb.source = source
     _check_inputs(pb, lines, source)
     _check_steps(pb, lines, source, shipped() if registry is None else registry)
@@ -264,7 +276,9 @@ def _check_steps(pb: Playbook, lines: dict[Loc, int], source: str, registry: Ski
         try:
             mod = registry.get_skill(step.skill)
         except SkillNotFound:
-            fail(("skill",), f"unknown skill {step.skill!r} (known: {', '.join(registry)})")
+            hint = did_you_mean(step.skill, registry)
+            fail(("skill",), f"unknown skill {step.skill!r}; {hint}" if hint else
+                 f"unknown skill {step.skill!r} (known: {', '.join(registry)})")
         if step.when is not None and (err := templating.check_expression(step.when)):
             fail(("when",), err)
         if err := templating.check_syntax(step.with_):
@@ -284,9 +298,7 @@ def _check_steps(pb: Playbook, lines: dict[Loc, int], source: str, registry: Ski
                     continue  # a whole-model rule: the templated fields are checked after rendering
                 msg = _pydantic_msg(detail)
                 if detail["type"] == "extra_forbidden" and len(detail["loc"]) == 1:
-                    close = difflib.get_close_matches(str(detail["loc"][0]), list(mod.Params.model_fields), 1)
-                    if close:
-                        msg += f" (did you mean {close[0]!r}?)"
+                    msg += unknown_key_hint(str(detail["loc"][0]), mod.Params.model_fields)
                 fail(("with",) + tuple(detail["loc"]), msg)
 
 
@@ -404,8 +416,10 @@ def resolve_inputs(pb: Playbook, given: dict[str, Any]) -> dict[str, Any]:
             raise UsageError(f"input '{shown}': input names of playbook {pb.name!r} are plain identifiers "
                              f"(letters, digits, _)")
         if k not in pb.inputs:
+            hint = did_you_mean(k, pb.inputs)
             known = ", ".join(pb.inputs) or "none"
-            raise UsageError(f"playbook {pb.name!r} has no input {k!r} (inputs: {known})")
+            raise UsageError(f"playbook {pb.name!r} has no input {k!r}; {hint}" if hint else
+                             f"playbook {pb.name!r} has no input {k!r} (inputs: {known})")
         out[k] = coerce_input(k, pb.inputs[k], raw)
     for k, spec in pb.inputs.items():
         if k not in out and spec.is_required and spec.default is None:
@@ -451,8 +465,18 @@ def find_playbook(ref: str, user_dir: Path | None, registry: SkillRegistry | Non
         return load_playbook(p, registry)
     files = playbook_files(user_dir)
     if ref not in files:
-        where = f"playbooks_dir ({user_dir}) and the shipped ones" if user_dir else \
-            "the shipped ones (no playbooks_dir in eagle.yaml)"
-        raise UsageError(f"unknown playbook {ref!r} (known: {', '.join(files) or 'none'}; names come from "
-                         f"{where}; a file runs by its path)")
+        raise UsageError(unknown_playbook(ref, files, user_dir))
     return load_playbook(files[ref], registry)
+
+
+def unknown_playbook(ref: str, files: Mapping[str, Path], user_dir: Path | None, *, by_path: bool = True) -> str:
+    """The one sentence for a playbook name nobody has (the CLI's and Slack's alike); `by_path`:
+    the front end also runs a playbook file by its path (the CLI)."""
+    hint = did_you_mean(ref, files)
+    shown = printable(ref)[:64]
+    if hint:
+        return f"unknown playbook {shown!r}; {hint}"
+    where = f"playbooks_dir ({user_dir}) and the shipped ones" if user_dir else \
+        "the shipped ones (no playbooks_dir in eagle.yaml)"
+    return (f"unknown playbook {shown!r} (known: {', '.join(files) or 'none'}; names come from "
+            f"{where}{'; a file runs by its path' if by_path else ''})")

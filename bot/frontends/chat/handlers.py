@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from eaglebot.config import Settings
-from eaglebot.engine.playbook import Playbook, load_playbook, playbook_files
+from eaglebot.engine.playbook import RESERVED, Playbook, load_playbook, playbook_files, unknown_playbook
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import RunRequest
 from eaglebot.errors import EagleError, UsageError
@@ -29,6 +29,7 @@ from eaglebot.frontends.format import describe_inputs, fmt_time, history_text, s
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import HistoryRow, RunView, load_history
 from eaglebot.store.protocol import StoreProtocol
+from eaglebot.suggest import did_you_mean, nearest
 
 LOG_LINES = 60
 LOGS_PLAYBOOK = "server-logs"   # shipped: one read-only server.logs step
@@ -41,7 +42,9 @@ def _playbooks(settings: Settings) -> dict[str, Path]:
 def _load(services: Services, name: str) -> Playbook:
     files = _playbooks(services.settings)
     if name not in files:
-        raise UsageError(f"unknown playbook {name!r} (known: {', '.join(files) or 'none'})")
+        word = nearest(name, RESERVED) if nearest(name, files) is None else None
+        raise UsageError(f"unknown command or playbook {name!r}; did you mean `/eagle {word}`?" if word else
+                         unknown_playbook(name, files, services.settings.playbooks_path, by_path=False))
     path = files[name]
     st = path.stat()
     return _load_cached(str(path), st.st_mtime_ns, st.st_size, services.registry).model_copy(deep=True)
@@ -65,7 +68,9 @@ async def _help(services: Services, cmd: Command, caller: Caller) -> Reply:
         return listing(_playbook_help(pb))
     if name in services.registry:
         return listing(services.registry.describe(name))
-    raise UsageError(f"no playbook or skill named {name!r} (see /eagle playbooks)")
+    hint = did_you_mean(name, [*files, *services.registry])
+    raise UsageError(f"no playbook or skill named {name!r}; {hint}" if hint else
+                     f"no playbook or skill named {name!r} (see /eagle playbooks)")
 
 
 def _playbook_help(pb: Playbook) -> str:
@@ -269,7 +274,9 @@ async def _schedule_pause(services: Services, cmd: Command, caller: Caller) -> R
     verb, name = cmd.args
     names = [s.name for s in services.settings.schedules]
     if name not in names:
-        raise UsageError(f"unknown schedule {name!r} (known: {', '.join(names) or 'none'})")
+        hint = did_you_mean(name, names)
+        raise UsageError(f"unknown schedule {name!r}; {hint}" if hint else
+                         f"unknown schedule {name!r} (known: {', '.join(names) or 'none'})")
     paused = verb == "pause"
     changed = await services.store.set_schedule_paused(name, paused, caller.user)
     if not changed:

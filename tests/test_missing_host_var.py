@@ -22,14 +22,15 @@ def test_relaunch_and_patch_config_say_the_same_thing_before_any_step_runs(tmp_p
     relaunch = eagle("run", "relaunch", "-H", "box", "--yes", config=cfg)
     patch = eagle("run", "patch-config", "-H", "box", "-e", "aux_layers=1,2", config=cfg)
     assert relaunch.returncode == 2 and patch.returncode == 2
-    assert relaunch.stderr == ("eagle: host var `model` is not set on box; set it in eagle.yaml under "
-                               "hosts.box.vars or pass -e model=...\n")
+    # every variable missing on the host, in one sentence (issue 34: they came one run at a time)
+    assert relaunch.stderr == ("eagle: host vars `model` and `draft` are not set on box; set them in eagle.yaml "
+                               "under hosts.box.vars or pass -e model=... -e draft=...\n")
     assert patch.stderr == ("eagle: host var `draft` is not set on box; set it in eagle.yaml under "
                             "hosts.box.vars or pass -e path=...\n")
     db = sqlite_utils.Database(tmp_path / "eagle.db")
     assert list(db.query("select count(*) n from runs")) == [{"n": 0}]          # nothing ran, no run row
     reasons = [r["reason"] for r in db.query("select reason from events where kind = 'rejected' order by id")]
-    assert len(reasons) == 2 and all(r.startswith("host var `") for r in reasons)
+    assert len(reasons) == 2 and all(r.startswith(("host var `", "host vars `")) for r in reasons)
 
 
 def test_a_var_set_by_the_user_or_the_host_is_enough_and_a_dry_run_says_the_same_at_its_step(tmp_path):
@@ -44,3 +45,13 @@ def test_a_var_set_by_the_user_or_the_host_is_enough_and_a_dry_run_says_the_same
     given = eagle("run", "patch-config", "-H", "box", "-e", "aux_layers=1,2", "-e",
                   f"path={tmp_path / 'none.json'}", config=cfg)
     assert given.returncode == 1 and "host var" not in given.stderr
+
+
+def test_what_is_given_is_not_reported_and_the_rest_comes_in_one_sentence(tmp_path):
+    cfg = _cfg(tmp_path, {"draft": str(tmp_path / "d")})
+    res = eagle("run", "relaunch", "-H", "box", "--yes", config=cfg)
+    assert res.returncode == 2
+    assert res.stderr == ("eagle: host var `model` is not set on box; set it in eagle.yaml under hosts.box.vars "
+                          "or pass -e model=...\n")
+    given = eagle("run", "relaunch", "-H", "box", "--yes", "-e", f"model={tmp_path / 'm'}", config=cfg)
+    assert "host var" not in given.stderr

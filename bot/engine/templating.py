@@ -147,13 +147,23 @@ def names_used(value: Any) -> set[str]:
 class _Unresolved(StrictUndefined):
     """A var whose template could not be rendered: using it fails with the reason."""
 
+    __slots__ = ("missing",)
 
-def unresolved(name: str, reason: str) -> Any:
-    return _Unresolved(hint=reason, name=name)
+
+def unresolved(name: str, reason: str, missing: tuple[str, str | None] | None = None) -> Any:
+    """`missing`: (the variable nobody set that it needs, the input that would give it)."""
+    u = _Unresolved(hint=reason, name=name)
+    u.missing = missing
+    return u
 
 
 def is_unresolved(v: Any) -> bool:
     return isinstance(v, _Unresolved)
+
+
+def unresolved_reason(v: Any) -> tuple[str, tuple[str, str | None] | None]:
+    """An unresolved var's reason, and what is missing for it (see `unresolved`)."""
+    return str(v._undefined_hint), v.missing
 
 
 def render_value(value: Any, ctx: Mapping[str, Any], *, shell: bool = False) -> Any:

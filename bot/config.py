@@ -357,21 +357,23 @@ class Settings(_Model):
         return out
 
     def key_problem(self, name: str) -> str | None:
-        """Why host `name`'s SSH key file (its `key`, or one of its jump hosts') cannot be used,
-        in one sentence naming where the config sets it; None when it can (or none is set)."""
-        host, seen = name, set[str]()
+        """Why host `name`'s SSH key file (its `key`, or its jump hosts') cannot be used, in one
+        sentence naming where the config sets it; None when it can (or none is set)."""
+        seen: list[str] = []
         while name in self.hosts and name not in seen:
-            seen.add(name)
+            seen.append(name)
             cfg = self.hosts[name]
             if cfg.transport == "ssh" and cfg.key:
                 path = os.path.expanduser(cfg.key)
-                if not (os.path.isfile(path) and os.access(path, os.R_OK)):
+                why = ("does not exist" if not os.path.lexists(path) else "is not a file" if not os.path.isfile(path)
+                       else "is not readable" if not os.access(path, os.R_OK) else None)
+                if why is not None:
                     shared = self.host_defaults.get("key")
-                    where = ("host_defaults.key" if isinstance(shared, str) and self.path(shared) == Path(path)
+                    where = ("host_defaults.key" if isinstance(shared, str) and str(self.path(shared)) == path
                              else f"hosts.{name}.key")
-                    via = f" (its jump host {name})" if len(seen) > 1 else ""
-                    return (f"host {host}{via}: the SSH key {where} = {path} does not exist (or is not "
-                            f"readable); fix the path in eagle.yaml or remove it to use the SSH agent")
+                    what = f"the SSH key of its jump host {name}, {where} = {path}," if len(seen) > 1 else \
+                        f"the SSH key {where} = {path}"
+                    return f"{what} {why}; fix the path in eagle.yaml, or remove it to use the SSH agent"
             name = cfg.jump or ""
         return None
 

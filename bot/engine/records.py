@@ -154,6 +154,7 @@ class Prepared:
     inputs: dict[str, Any]
     batch: str | None = None
     max_fail: str | None = None
+    warnings: list[str] = field(default_factory=list)   # the pre-flight's, recorded with the run
 
 
 @dataclass

@@ -13,7 +13,7 @@ import contextlib
 import logging
 from typing import Any, Awaitable, Callable
 
-from eaglebot.engine import limits, procs, rolling
+from eaglebot.engine import hostvars, limits, procs, rolling
 from eaglebot.facts import host_paths
 from eaglebot.config import Settings
 from eaglebot.engine.fleet_health import breaker_limit
@@ -78,6 +78,10 @@ class Engine(StepRunner):
             req.playbook, self.settings.playbooks_path, self.registry)
         hosts = self.settings.resolve_hosts(req.hosts)
         inputs = resolve_inputs(pb, req.inputs)
+        # A key file that is not there is the config's mistake, not the host's: one sentence, no connect tries.
+        for h in hosts:
+            if (bad_key := self.settings.key_problem(h)) is not None:
+                raise UsageError(f"host {h}: {bad_key}")
         # A variable nobody set fails the request before any step on any host; a dry run goes
         # on (it shows every step's plan) and the step that needs it fails with the same words.
         for h in hosts if not req.dry_run else []:
@@ -85,6 +89,8 @@ class Engine(StepRunner):
             missing = missing_var_error(pb, ctx, h, lambda skill, key: shell_param(self.registry, skill, key))
             if missing:
                 raise UsageError(missing)
+        warnings = hostvars.run_warnings(pb, self.registry, self.settings.playbooks_path,
+                                         {h: self.settings.hosts[h].vars for h in hosts})
         batch = req.batch if req.batch is not None else (
             str(pb.batch) if pb.batch is not None and len(hosts) > pb.batch_above else None)
         max_fail = req.max_fail if req.max_fail is not None else (
@@ -93,7 +99,7 @@ class Engine(StepRunner):
             batch = rolling.check_amount(batch, "--batch", zero_ok=False)
         if max_fail is not None:
             max_fail = rolling.check_amount(max_fail, "--max-fail", zero_ok=True)
-        return Prepared(pb, hosts, inputs, batch, max_fail)
+        return Prepared(pb, hosts, inputs, batch, max_fail, warnings)
 
     def _drain_limit(self) -> int | None:
         cfg = self.settings.health_watch
@@ -183,6 +189,10 @@ class Engine(StepRunner):
                         for h in prep.hosts}
             await self._record(run, self.store.save_vars(
                 run_id, {h: self.redactor.obj(jsonable(c)) for h, c in contexts.items()}))
+            for msg in prep.warnings:
+                msg = self.redactor.text(msg)
+                outcome.warnings.append(msg)
+                await self._record(run, self.store.add_warning(run_id, "", msg))
             cap = self.settings.max_parallel_hosts
             sem = asyncio.Semaphore(cap) if cap else None
 

@@ -148,6 +148,7 @@ class _Unresolved(StrictUndefined):
     """A var whose template could not be rendered: using it fails with the reason."""
 
     __slots__ = ("missing",)
+    missing: tuple[str, str | None] | None
 
 
 def unresolved(name: str, reason: str, missing: tuple[str, str | None] | None = None) -> Any:

@@ -120,6 +120,8 @@ class SSHTransport:
                 kwargs["username"] = cfg.user
             if cfg.key:
                 kwargs["client_keys"] = [os.path.expanduser(cfg.key)]
+                if not os.access(kwargs["client_keys"][0], os.R_OK):   # the config's mistake: no connect tries
+                    raise TransportError(f"host {self.name}: the SSH key {cfg.key} does not exist or is not readable")
             if not os.path.exists(known):
                 raise TransportError(
                     f"host {self.name}: known_hosts file {known} does not exist; "

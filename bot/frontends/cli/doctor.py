@@ -233,6 +233,20 @@ def as_warning(c: Check) -> Check:
     return c if c.ok else Check(c.name, True, c.detail, warn=True)
 
 
+def check_host_vars(settings: Settings) -> list[Check]:
+    """A host var nothing reads but that is near one something does (`pyton:`): a warning."""
+    from eaglebot.engine.hostvars import host_var_warnings, known_host_vars
+    from eaglebot.engine.registry import SkillRegistry
+    from eaglebot.errors import EagleError
+
+    try:
+        known = known_host_vars(SkillRegistry.from_settings(settings), settings.playbooks_path)
+    except EagleError:
+        return []   # (the skills' own check says why)
+    return [Check("host vars", True, w, warn=True)
+            for w in host_var_warnings({h: c.vars for h, c in settings.hosts.items()}, known)]
+
+
 async def check_hosts(settings: Settings) -> list[Check]:
     from eaglebot.transport import TransportPool
 
@@ -240,6 +254,8 @@ async def check_hosts(settings: Settings) -> list[Check]:
     pool = TransportPool(settings)
     try:
         async def one(n: str, cfg: HostConfig) -> list[Check]:
+            if (bad_key := settings.key_problem(n)) is not None:
+                return [Check(f"host {n}", False, bad_key)]   # (no connect tries: nothing to try with)
             tunnel = pool.get(cfg.jump) if cfg.jump else None
             return await check_host(n, cfg, pool.get(n), settings.is_gpu_host(n), tunnel)
 
@@ -279,6 +295,8 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None], service:
     if not service:  # a walk of every row: `eagle audit verify`'s job, not each start's
         for c in await asyncio.to_thread(check_audit_chain, settings):
             add(c)
+    for c in await asyncio.to_thread(check_host_vars, settings):
+        add(c)
     for c in await check_hosts(settings):
         add(as_warning(c) if service else c)
     for c in await check_slack(settings):

@@ -100,15 +100,19 @@ def schedule_state(row: dict[str, Any]) -> str:
     return f"paused by {row.get('paused_by') or '?'}" if row.get("paused") else "active"
 
 
-def schedule_list_main(settings: Settings, as_json: bool = False) -> int:
-    store = open_store(settings.audit_store, key_file=settings.audit_key_path)
+def schedule_list_main(settings: Settings, as_json: bool = False, store: StoreProtocol | None = None) -> int:
+    """`eagle schedule list`; `store`: the one to read (the caller's, which closes it), else
+    the config's."""
+    own = store is None
+    store = open_store(settings.audit_store, key_file=settings.audit_key_path) if store is None else store
     try:
         rows = schedule_rows(settings, store)
     except UsageError as e:
         print(f"eagle: {e}", file=sys.stderr)
         return e.exit_code
     finally:
-        store.close()
+        if own:
+            store.close()
     problems = [p for r in rows for p in r["errors"]]
     for p in problems:
         print(f"eagle: {p}", file=sys.stderr)

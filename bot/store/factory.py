@@ -25,3 +25,18 @@ def open_store(target: str | Path, *, key_file: str | Path | None = None, readon
                              "pip install 'eaglebot[postgres]'") from None
         return PgStore(str(target), key_file=key_file, readonly=readonly)
     return Store(target, key_file=key_file, readonly=readonly)
+
+
+def store_exists(target: str | Path) -> bool:
+    """Is there a store at `audit_db` yet: the SQLite file, or the PostgreSQL database's tables
+    (asked over a read-only session: a read-only command runs no DDL)."""
+    if not is_db_url(target):
+        return Path(target).exists()
+    from eaglebot.store import chain
+    from eaglebot.store.pg_store import PgStore
+
+    store = PgStore(str(target), readonly=True)
+    try:
+        return chain.table_exists(store.db.conn, "runs")
+    finally:
+        store.close()

@@ -9,13 +9,21 @@ import asyncio
 import getpass
 import sys
 
+import tempfile
+from pathlib import Path
+
 from eaglebot.config import Settings
+from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import Approver, Observer, RunOutcome, RunRequest
+from eaglebot.frontends.chat.access import command_class
 from eaglebot.frontends.chat.caller import Caller
+from eaglebot.frontends.chat.grammar import parse
 from eaglebot.frontends.chat.router import handle
 from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver
-from eaglebot.frontends.services import Services
+from eaglebot.frontends.services import Services, Snapshot
 from eaglebot.history.view import RunView
+from eaglebot.store import AsyncStore
+from eaglebot.store.factory import store_exists
 
 
 class TextFrontend:
@@ -47,17 +55,32 @@ async def text_command(services: Services, text: str, frontend: TextFrontend) ->
     return reply.exit_code
 
 
-def chat_main(settings: Settings, text: str) -> int:
-    """`eagle chat "TEXT"`: exactly `/eagle TEXT`, rendered as text."""
+def only_reads(text: str) -> bool:
+    """Does `/eagle TEXT` only read the store (a view, or help)? `logs` runs a playbook."""
+    cmd = parse(text)
+    return cmd.name == "help" or (command_class(cmd) == "view" and cmd.name != "logs")
 
-    async def main() -> int:
-        services = await Services.open(settings)
+
+def chat_main(settings: Settings, text: str) -> int:
+    """`eagle chat "TEXT"`: exactly `/eagle TEXT`, rendered as text. A view with no store yet
+    reads an empty one of its own, gone after: no read-only command creates a store."""
+
+    async def main(empty: Path | None) -> int:
+        if empty is None:
+            services = await Services.open(settings)
+        else:
+            registry = SkillRegistry.from_settings(settings)
+            store = await AsyncStore.open(empty)
+            services = Services(store, Snapshot.build(settings, store, registry=registry))
         try:
             return await text_command(services, text, TextFrontend())
         finally:
             await services.close()
 
-    return asyncio.run(main())
+    if only_reads(text) and not store_exists(settings.audit_store):
+        with tempfile.TemporaryDirectory(prefix="eagle-empty-") as d:
+            return asyncio.run(main(Path(d) / "empty.db"))
+    return asyncio.run(main(None))
 
 
 def console_main(settings: Settings) -> int:

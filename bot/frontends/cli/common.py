@@ -4,11 +4,12 @@ runs it, and the one way errors and JSON are printed. Nothing heavy at import ti
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from eaglebot.errors import UsageError
 
@@ -80,7 +81,12 @@ def no_store_text(args: argparse.Namespace) -> str | None:
     if db is None:
         target = settings(args).audit_store
         if not isinstance(target, Path):
-            return None   # a PostgreSQL database: the server has it (or says why not)
+            from eaglebot.store import redact_url
+            from eaglebot.store.factory import store_exists
+
+            # a PostgreSQL database: asked without DDL (the server says why when it cannot answer)
+            return None if store_exists(target) else (f"no audit store in {redact_url(target)} yet (it has no "
+                                                      f"tables); `eagle run` records runs there")
         db = target
     if db.exists():
         return None
@@ -90,12 +96,44 @@ def no_store_text(args: argparse.Namespace) -> str | None:
 
 
 def read_store(args: argparse.Namespace, what: str = "") -> Store:
-    """The store for a command that only reads it: UsageError (one line, after `what` it
-    looked for) when there is none."""
+    """The store for a command that needs what it holds (a run, an incident, a sweep):
+    UsageError (one line, after `what` it looked for) when there is none, and nothing created."""
     missing = no_store_text(args)
     if missing:
         raise UsageError(f"{what}: {missing}" if what else missing)
     return store_only(args)
+
+
+@contextlib.contextmanager
+def view_store(args: argparse.Namespace) -> Iterator[Store]:
+    """The store for a command that shows what it holds, and of none an empty view (`status`,
+    `fleet`, `schedule list`, `prune --dry-run`): with no store yet, an empty one of its own in a
+    temporary folder, gone after (no read-only command creates a store), so the view is the
+    one an empty store gives, word for word."""
+    if no_store_text(args) is None:
+        store = store_only(args)
+        try:
+            yield store
+        finally:
+            store.close()
+        return
+    with empty_store() as store:
+        yield store
+
+
+@contextlib.contextmanager
+def empty_store() -> Iterator[Store]:
+    """An empty audit store in a temporary folder, removed on exit (no key: nothing is sealed)."""
+    import tempfile
+
+    from eaglebot.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="eagle-empty-") as d:
+        store = Store(Path(d) / "empty.db")
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 def known_run(store: Store, run_id: int) -> RunRow:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eaglebot.errors import UsageError
-from eaglebot.frontends.cli.common import add_run_options, err, known_run, print_json, store_only
+from eaglebot.frontends.cli.common import add_run_options, err, known_run, print_json, read_store
 
 if TYPE_CHECKING:  # (the engine loads only when a command runs: `eagle --help` stays light)
     from eaglebot.store.rows import RunRow
@@ -37,16 +37,13 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", common:
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     """The health watch's table: every watched host, and every host and GPU with a recorded state."""
-    from eaglebot.frontends.cli.common import open_store, settings
+    from eaglebot.frontends.cli.common import settings, view_store
     from eaglebot.frontends.fleet_text import fleet_rows, fleet_text
 
     cfg = settings(args)
     watched = cfg.resolve_hosts(cfg.health_watch.hosts) if cfg.health_watch else []
-    store = open_store(cfg)
-    try:
+    with view_store(args) as store:
         rows = fleet_rows(store.health_states(), watched)
-    finally:
-        store.close()
     if args.json:
         print_json({"hosts": rows})
     else:
@@ -58,7 +55,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.run_cmds import cmd_run
     from eaglebot.history.recap import failed_hosts, host_recap
 
-    store = store_only(args)
+    store = read_store(args, f"no run #{args.run_id}")
     run = known_run(store, args.run_id)
     hosts = list(run.get("hosts") or [])
     if args.failed:
@@ -86,7 +83,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from eaglebot.sdk import StepResult
     from eaglebot.history.view import RunView
 
-    store = store_only(args)
+    store = read_store(args, f"no run #{args.run_id}")
     try:
         run = known_run(store, args.run_id)
         hosts = list(run.get("hosts") or [])

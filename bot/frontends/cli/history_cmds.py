@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from eaglebot.errors import UsageError
-from eaglebot.frontends.cli.common import err, no_store_text, open_store, print_json, read_store, store_only
+from eaglebot.frontends.cli.common import err, no_store_text, print_json, read_store, store_only
 from eaglebot.frontends.cli.common import settings as _settings
 from eaglebot.frontends.cli.common import whoami as _whoami
 
@@ -131,9 +131,11 @@ def _write_outputs(store: Store, run_id: int) -> None:
 def cmd_baseline(args: argparse.Namespace) -> int:
     from eaglebot.history.recorder import set_baseline
 
-    settings = _settings(args)
-    store = open_store(settings)
-    print(set_baseline(store, args.run_id, _whoami()))
+    store = read_store(args, f"no run #{args.run_id}")
+    try:
+        print(set_baseline(store, args.run_id, _whoami()))
+    finally:
+        store.close()
     return 0
 
 
@@ -155,9 +157,12 @@ def parse_age(s: str, option: str = "--older-than") -> timedelta:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    settings = _settings(args)
     age = parse_age(args.older_than)
-    store = open_store(settings)
+    missing = no_store_text(args)
+    if missing:   # nothing to delete, and no store made to say so
+        print(f"{'would prune' if args.dry_run else 'pruned'} 0 runs: {missing}")
+        return 0
+    store = store_only(args)
     count = store.prune_count(age)
     if args.dry_run:
         print(f"would prune {count} runs older than {args.older_than} (baselines kept); nothing was deleted")

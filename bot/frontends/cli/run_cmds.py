@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Sequence
 
 from eaglebot.errors import EagleError, UsageError
-from eaglebot.frontends.cli.common import err, known_run, print_json, store_only
+from eaglebot.frontends.cli.common import err, known_run, print_json, read_store, view_store
 from eaglebot.frontends.cli.common import settings as _settings
 from eaglebot.frontends.cli.common import whoami as _whoami
 
@@ -118,7 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    store = store_only(args)
+    store = read_store(args, f"no run #{args.run_id}")
     run = known_run(store, args.run_id)
     if not store.request_cancel(args.run_id):
         err(f"run #{args.run_id} is not running ({run['status']})")
@@ -132,15 +132,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         from eaglebot.frontends.leader import LEADER
         from eaglebot.frontends.replicas_text import leader_of, replica_rows
 
-        store = store_only(args)
-        try:
+        with view_store(args) as store:
             lease = store.lease_holder(LEADER)
             running = [{"run_id": r["id"], "playbook": r["playbook"], "hosts": r["hosts"], "actor": r["actor"],
                         "origin": r["origin"], "started_at": r["started_at"]} for r in store.running_runs()]
             locks = [{"host": lk["host"], "run_id": lk["run_id"], "reason": lk["reason"]} for lk in store.locks()]
             replicas = replica_rows(store.replicas(), lease)
-        finally:
-            store.close()
         print_json({"running": running, "locks": locks, "replicas": replicas, "leader": leader_of(lease)})
         return 0
     from eaglebot.frontends.cli.chat import chat_main

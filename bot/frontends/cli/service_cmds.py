@@ -22,9 +22,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
+    from eaglebot.frontends.cli.common import view_store
     from eaglebot.frontends.scheduler import schedule_list_main
 
-    return schedule_list_main(_settings(args), as_json=args.json)
+    settings = _settings(args)
+    with view_store(args) as store:
+        return schedule_list_main(settings, as_json=args.json, store=store)
 
 
 def cmd_schedule_pause(args: argparse.Namespace) -> int:

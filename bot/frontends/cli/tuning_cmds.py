@@ -36,7 +36,9 @@ def _audited(fn: Any) -> Any:
             return int(fn(args))
         except UsageError as e:
             try:
-                if args.cmd != "diff" or not no_store_text(args):   # a refused read leaves no DB behind
+                # a refused read of records (a diff, an ack, a sweep resumed) leaves no DB behind
+                needs_records = args.cmd in ("diff", "ack") or list(getattr(args, "words", None) or [])[:1] == ["resume"]
+                if not needs_records or not no_store_text(args):
                     store = _store(args)
                     store.add_rejection("rejected", whoami(), f"eagle {args.cmd}", str(e))
                     store.close()
@@ -76,7 +78,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
 
     if args.all and args.metric:
         raise UsageError("eagle ack RUN_ID --all closes every incident of the run; leave out the metric")
-    store = _store(args)
+    store = read_store(args, f"no run #{args.id}" if args.metric or args.all else f"no incident #{args.id}")
     try:
         if args.metric:
             print(ack(store, args.id, args.metric, args.reason, whoami()))
@@ -137,6 +139,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if len(parts) != 2:
             raise UsageError("--heatmap takes two swept inputs, e.g. --heatmap spec_steps,spec_topk")
         heat = (parts[0], parts[1])
+
+    if words and words[0] == "resume" and (missing := no_store_text(args)):
+        raise UsageError(f"no sweep #{words[1].lstrip('#') if len(words) > 1 else '?'}: {missing}")
 
     async def go() -> dict[str, Any]:
         svc = await Services.open(settings(args))

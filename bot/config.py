@@ -473,7 +473,8 @@ def _format_validation(err: ValidationError, source: str, text: str = "", data: 
 
 
 def load_settings(path: str | Path | None = None) -> Settings:
-    """Read `path`, else $EAGLE_CONFIG, else ./eagle.yaml; no file means defaults."""
+    """Read `path`, else $EAGLE_CONFIG, else the first of `configfile.search_path()` that exists
+    (./eagle.yaml, a parent folder's, the user's, the system's); no file means defaults."""
     p, explicit = config_path(path)
     if not p.exists():
         if explicit:

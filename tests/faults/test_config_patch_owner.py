@@ -32,17 +32,34 @@ BOOT = ("import runpy, site, sys; site.addsitedir(sys.argv.pop(1)); sys.argv[0] 
 
 
 def _python_for(user: str) -> str:
-    """An interpreter the test user may execute (a pyenv Python under /root is not one); it reads
-    this environment's site-packages, so it must be the same minor version."""
+    """An interpreter the test user may execute (a pyenv Python under /root is not one) and that
+    can import eaglebot as that user; it reads this environment's site-packages, so it must be
+    the same minor version."""
     minor = f"python{sys.version_info[0]}.{sys.version_info[1]}"
     for exe in (sys.executable, f"/usr/bin/{minor}", f"/usr/local/bin/{minor}"):
         try:
             if os.path.exists(exe) and subprocess.run([exe, "-c", "pass"], user=user,
                                                       capture_output=True).returncode == 0:
+                _importable_by(user, exe)
                 return exe
         except PermissionError:
             continue
     pytest.skip(f"no {minor} that {user} may run")
+
+
+def _importable_by(user: str, exe: str) -> None:
+    """Skip, saying why, when the test user cannot import eaglebot from this checkout: an
+    editable install points into the source tree, and a clone the user cannot read (a 0700
+    home, a 0700 clone) would fail these tests with ImportError instead."""
+    boot = ("import site, sys; site.addsitedir(sys.argv[1]); import eaglebot.frontends.cli.main, "
+            "eaglebot.transport.local")
+    res = subprocess.run([exe, "-c", boot, sysconfig.get_paths()["purelib"]], user=user, group=user, extra_groups=[],
+                         cwd="/", capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["exit status " + str(res.returncode)])[-1]
+        source = Path(__file__).resolve().parents[2]
+        pytest.skip(f"the test user {user} cannot import eaglebot from {source} ({last}); the tests run the "
+                    f"CLI as that user, so the checkout must be readable by it (not a 0700 clone)")
 
 
 @pytest.fixture

@@ -46,7 +46,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS,
-                        help="config file (env EAGLE_CONFIG, default ./eagle.yaml)")
+                        help="config file (default: $EAGLE_CONFIG, else ./eagle.yaml or the nearest eagle.yaml "
+                             "in a parent folder, else ~/.config/eaglebot/eagle.yaml, else "
+                             "/etc/eaglebot/eagle.yaml; none: built-in defaults)")
     p = argparse.ArgumentParser(prog="eagle", parents=[common],
                                 description="Chat-ops for SGLang / EAGLE-3 inference servers on GPU nodes.")
     p.add_argument("--version", action="version", version=f"eaglebot {__version__}")

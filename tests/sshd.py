@@ -73,6 +73,10 @@ class SSHServer:
 
 
 def _keygen(path: Path) -> None:
+    # A folder left by an earlier session whose pid this one reuses still holds keys: ssh-keygen
+    # would ask before overwriting them, and with no terminal, fail.
+    for old in (path, path.with_name(path.name + ".pub")):
+        old.unlink(missing_ok=True)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
 
 

@@ -42,7 +42,7 @@ log = logging.getLogger("eaglebot.serve")
 def _env(name: str, why: str) -> str:
     value = os.environ.get(name, "").strip()
     if not value:
-        raise UsageError(f"{name} is not set: {why} (docs/slack.md, "Create the Slack app", says where each token comes from)")
+        raise UsageError(f"{name} is not set: {why} (docs/slack.md, 'Create the Slack app', says where each token comes from)")
     return value
 
 

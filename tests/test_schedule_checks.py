@@ -128,7 +128,7 @@ def test_pause_and_resume_from_the_terminal_write_the_row_the_bot_reads(tmp_path
     again = eagle("schedule", "pause", "nightly", config=cfg)
     assert again.returncode == 2 and "schedule 'nightly' is already paused" in again.stderr
     unknown = eagle("schedule", "resume", "nigthly", config=cfg)
-    assert unknown.returncode == 2 and "unknown schedule 'nigthly' (known: nightly)" in unknown.stderr
+    assert unknown.returncode == 2 and "unknown schedule 'nigthly'; did you mean 'nightly'?" in unknown.stderr
     listed = eagle("schedule", "list", "--json", config=cfg)
     row = json.loads(listed.stdout)[0]
     assert row["paused"] is True and row["paused_by"]

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import types
-import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from eaglebot import inventory
 from eaglebot.configfile import KEY_FILE_ENV, config_path, read_config_text
 from eaglebot.errors import UsageError
-from eaglebot.suggest import did_you_mean, unknown_key_hint
+from eaglebot.suggest import did_you_mean, keys_at, unknown_key_hint
 
 DB_URL_SCHEMES = ("postgresql://", "postgres://")  # audit_db on a PostgreSQL server
 
@@ -428,40 +426,13 @@ def yaml_line(text: str, loc: tuple[str | int, ...]) -> int | None:
     return line
 
 
-def keys_at(loc: tuple[str | int, ...]) -> list[str]:
-    """The keys eagle.yaml allows in the mapping at `loc` (('hosts', 'gpu-01') -> HostConfig's
-    fields), found by walking the models' annotations: what an unknown key is compared with."""
-    tp: Any = Settings
-    for part in loc:
-        tp = _unwrap(tp)
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            field = tp.model_fields.get(str(part))
-            if field is None:
-                return []
-            tp = field.annotation
-        elif typing.get_origin(tp) in (dict, list):
-            tp = typing.get_args(tp)[-1]
-        else:
-            return []
-    tp = _unwrap(tp)
-    if not (isinstance(tp, type) and issubclass(tp, BaseModel)):
-        return []
-    return [k for k, f in tp.model_fields.items() if not f.exclude]
-
-
-def _unwrap(tp: Any) -> Any:
-    """`X | None` -> X."""
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    return args[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1 else tp
-
-
 def _format_validation(err: ValidationError, source: str, text: str = "", data: Any = None) -> str:
     first = err.errors()[0]
     where_loc = tuple(first["loc"])
     loc = ".".join(str(p) for p in where_loc)
     msg = first["msg"]
     if first["type"] == "extra_forbidden" and where_loc:
-        msg = "unknown key" + unknown_key_hint(str(where_loc[-1]), keys_at(where_loc[:-1]))
+        msg = "unknown key" + unknown_key_hint(str(where_loc[-1]), keys_at(Settings, where_loc[:-1]))
     where = f"{loc}: " if loc else ""
     line_loc = where_loc
     if len(where_loc) > 1 and where_loc[0] == "hosts" and isinstance(data, dict) and isinstance(data.get("hosts"), dict):

@@ -3,12 +3,14 @@ kubectl suggest it.
 
 One home for the wording, so a playbook, an input, a host, a group, a skill and a config key are
 suggested alike in the CLI and in Slack. Pure and cheap (difflib, the standard library's); below
-every layer (it imports nothing of eaglebot).
+every layer (it imports nothing of eaglebot, nor pydantic: a model is walked by its annotations).
 """
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+import types
+import typing
+from typing import Any, Iterable
 
 CUTOFF = 0.6          # difflib's own default: `relanch` -> `relaunch` (0.93), `bnech` -> `bench` (0.8)
 MAX_CANDIDATES = 100_000   # (an inventory's hosts) past this, no suggestion rather than a slow error
@@ -39,3 +41,33 @@ def unknown_key_hint(word: str, known: Iterable[str]) -> str:
     """What follows "unknown key" in a file's error: ` (did you mean 'vars'?)`, else ''."""
     hint = did_you_mean(word, known)
     return f" ({hint})" if hint else ""
+
+
+def keys_at(model: Any, loc: tuple[str | int, ...]) -> list[str]:
+    """The keys a pydantic model allows in the mapping at `loc` below it (('hosts', 'gpu-01') of
+    Settings -> HostConfig's fields, ('steps', 0) of a Playbook -> a Step's), found by walking
+    the annotations (dict and list values, `X | None`); aliases as the file spells them. What an
+    unknown key is compared with. [] when `loc` is not a model's mapping."""
+    tp: Any = model
+    for part in loc:
+        tp = _unwrap(tp)
+        fields = getattr(tp, "model_fields", None)
+        if isinstance(fields, dict):
+            field = fields.get(str(part)) or next((f for f in fields.values() if f.alias == part), None)
+            if field is None:
+                return []
+            tp = field.annotation
+        elif typing.get_origin(tp) in (dict, list):
+            tp = typing.get_args(tp)[-1]
+        else:
+            return []
+    fields = getattr(_unwrap(tp), "model_fields", None)
+    if not isinstance(fields, dict):
+        return []
+    return [f.alias or k for k, f in fields.items() if not f.exclude]
+
+
+def _unwrap(tp: Any) -> Any:
+    """`X | None` -> X."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return args[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1 else tp

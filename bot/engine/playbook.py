@@ -18,7 +18,7 @@ from pydantic_core import ErrorDetails
 from eaglebot.engine import limits, rolling, templating
 from eaglebot.engine.output import printable
 from eaglebot.errors import EagleError, UsageError
-from eaglebot.suggest import did_you_mean, unknown_key_hint
+from eaglebot.suggest import did_you_mean, keys_at, unknown_key_hint
 from eaglebot.engine.registry import SkillNotFound, SkillRegistry, shipped
 
 RESERVED = frozenset(
@@ -207,15 +207,6 @@ def _clean_loc(loc: Loc) -> Loc:
     return tuple(p for p in loc if p not in ("function-after[_name_ok(), str]",))
 
 
-def _keys_at(loc: Loc) -> list[str]:
-    """The keys a playbook allows in the mapping at `loc` (a step's, an input's, the top level's)."""
-    if not loc:
-        return [f.alias or k for k, f in Playbook.model_fields.items() if not f.exclude]
-    model: type[BaseModel] | None = (Step if len(loc) == 2 and loc[0] in ("steps", "always") else
-                                     InputSpec if len(loc) == 2 and loc[0] == "inputs" else None)
-    return [] if model is None else [f.alias or k for k, f in model.model_fields.items()]
-
-
 def load_playbook(path: str | Path, registry: SkillRegistry | None = None) -> Playbook:
     """Read and validate a playbook; `registry` (default: the shipped skills) knows its skills."""
     p = Path(path)
@@ -247,7 +238,7 @@ def parse_playbook(text: str, source: str, registry: SkillRegistry | None = None
         loc = _clean_loc(err["loc"])
         msg = _pydantic_msg(err)
         if err["type"] == "extra_forbidden" and loc:
-            msg += unknown_key_hint(str(loc[-1]), _keys_at(loc[:-1]))
+            msg += unknown_key_hint(str(loc[-1]), keys_at(Playbook, loc[:-1]))
         raise UsageError(f"{source}:{_line_for(lines, loc)}: {_fmt_loc(loc)}: {msg}") from None
     pb.source = source
     _check_inputs(pb, lines, source)

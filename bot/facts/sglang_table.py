@@ -118,6 +118,8 @@ def launch_parser(version: str) -> argparse.ArgumentParser:
             kw["action"] = "store_true"
         elif action == "DeprecatedStoreConstAction":
             kw.update(action="store_const", const=True)
+        elif action == "DeprecatedAction":   # 0.5.17: a retired flag that takes no value and sets nothing
+            kw.update(action="store_const", const=row["default"])
         elif action == "BooleanOptionalAction":
             kw["action"] = argparse.BooleanOptionalAction
         else:

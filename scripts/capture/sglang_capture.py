@@ -7,7 +7,8 @@ by hand, never by CI: it needs sglang and torch installed).
 - bench_serving_args.json: the same for `python -m sglang.bench_serving`;
 - spec_grid.json: what the real `_handle_eagle_family` hook keeps, rewrites (with the warning it logs) or
   refuses (with its error) over algorithm x steps x topk x draft tokens x draft path;
-- log_lines.json: the start-up, ready, decode-stats and fatal lines with the file and line they come from.
+- log_lines.json: the start-up, ready, decode-stats and fatal lines with the file and line they come from;
+- meta_info_keys.json: the keys a /generate response's meta_info can carry, with the file and line.
 """
 from __future__ import annotations
 
@@ -98,12 +99,32 @@ class _Capture(logging.Handler):
 SPEC_WARNINGS = ("speculative_num_draft_tokens", "Max running requests")
 
 
+def unresolved_server_args(ns: argparse.Namespace) -> ServerArgs:
+    """ServerArgs as the parser left them, before any resolution, so the hook alone decides.
+
+    0.5.23 builds the record unresolved (`resolve_once` runs the pipeline later); 0.5.17 resolves
+    everything in `__post_init__` (the device, GPU memory, the whole model config) before its
+    speculative hook, so there the dataclass is filled without running it, as the GPU host
+    (`device cuda`) would reach the hook."""
+    if hasattr(ServerArgs, "resolve_once"):
+        return ServerArgs.from_cli_args(ns)
+    import dataclasses
+    sa = object.__new__(ServerArgs)
+    sa.__dict__.update({f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerArgs) if hasattr(ns, f.name)})
+    sa._resolved_overrides = []
+    sa.device = "cuda"
+    return sa
+
+
 def spec_grid(target: str, draft: str, arch: str) -> dict[str, object]:
     import sglang.srt.arg_groups.speculative_hook as hook
-    # The hook reads the target's architecture through model_config_of, which builds the whole
-    # ModelConfig (weights metadata, a GPU platform); the capture answers that one question itself.
-    hook.model_config_of = lambda sa: types.SimpleNamespace(
-        hf_config=types.SimpleNamespace(architectures=[arch]))
+    # The hook reads the target's architecture through the whole ModelConfig (weights metadata, a GPU
+    # platform); the capture answers that one question itself, in each release's shape: 0.5.23 asks
+    # the module function `model_config_of(server_args)`, 0.5.17 the method `server_args.get_model_config()`.
+    answer = types.SimpleNamespace(hf_config=types.SimpleNamespace(architectures=[arch]))
+    if hasattr(hook, "model_config_of"):
+        hook.model_config_of = lambda sa: answer
+    ServerArgs.get_model_config = lambda self: answer  # type: ignore[method-assign]
     parser = launch_parser()
     cap = _Capture()
     logging.getLogger("sglang").addHandler(cap)
@@ -121,7 +142,7 @@ def spec_grid(target: str, draft: str, arch: str) -> dict[str, object]:
                 argv += [flag, str(value)]
         if with_draft:
             argv += ["--speculative-draft-model-path", draft]
-        sa = ServerArgs.from_cli_args(parser.parse_args(argv))
+        sa = unresolved_server_args(parser.parse_args(argv))
         cap.lines.clear()
         effective: list[object] | None = None
         error = None
@@ -130,7 +151,7 @@ def spec_grid(target: str, draft: str, arch: str) -> dict[str, object]:
         except Exception as e:  # what the real hook refuses, in its own words
             error = f"{type(e).__name__}: {e}".rstrip(": ")
         else:
-            d = sa.resolved_dict()
+            d = sa.resolved_dict() if hasattr(sa, "resolved_dict") else vars(sa)
             effective = [d["speculative_num_steps"], d["speculative_eagle_topk"], d["speculative_num_draft_tokens"]]
         warned = []
         for w in cap.lines:
@@ -162,6 +183,7 @@ LOG_LINES = {
     "fatal_rank_died": r"scheduler died during initialization",
     "fatal_not_enough_memory": r"Not enough memory\. Please try to increase --mem-fraction-static",
     "fatal_cuda_graph": r"Capture cuda graph failed",
+    "fatal_kv_budget": r"Loaded weights leave no GPU memory for the KV cache",
 }
 
 
@@ -180,6 +202,19 @@ def log_lines(root: Path) -> dict[str, object]:
     return {"sglang": sglang.__version__, "lines": found}
 
 
+def meta_info_keys(root: Path) -> dict[str, object]:
+    """The keys the tokenizer manager writes into a /generate response's meta_info (from source: each
+    `meta_info["key"] = ...` of sglang/srt/managers/, with its file and line). 0.5.17 still writes the
+    speculative aliases its source marks for removal (spec_accepted_drafts, ...)."""
+    keys: dict[str, dict[str, object]] = {}
+    for path in sorted((root / "managers").rglob("*.py")):
+        rel = str(path.relative_to(root.parent.parent))
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            for key in re.findall(r'meta_info\["([a-z_]+)"\]\s*=', line):
+                keys.setdefault(key, {"file": rel, "line": i})
+    return {"sglang": sglang.__version__, "keys": dict(sorted(keys.items()))}
+
+
 def main() -> int:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -193,6 +228,8 @@ def main() -> int:
     (out / "spec_grid.json").write_text(json.dumps(spec_grid(
         str(models / "target"), str(models / "draft"), "LlamaForCausalLM"), separators=(",", ":")) + "\n")
     (out / "log_lines.json").write_text(json.dumps(log_lines(Path(sglang.__file__).parent / "srt"), indent=1) + "\n")
+    (out / "meta_info_keys.json").write_text(json.dumps(meta_info_keys(Path(sglang.__file__).parent / "srt"),
+                                                        indent=1) + "\n")
     return 0
 
 

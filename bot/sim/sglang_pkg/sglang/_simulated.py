@@ -35,8 +35,14 @@ else:
 
     _perf_model = _sibling("_perf_model")
 
-VERSION = "0.5.23"
-BANNER = ("SIMULATED SGLang 0.5.23 (eaglebot sandbox): no model is loaded and no tokens are generated; "
+# The simulated release (each has a captured launch table, srt/server_args-<v>.json). Read here, not
+# from the package: this file also runs loaded on its own by path.
+VERSIONS = ("0.5.17", "0.5.23")
+VERSION = os.environ.get("EAGLE_SIM_SGLANG_VERSION") or VERSIONS[-1]
+if VERSION not in VERSIONS:
+    raise SystemExit(f"SIMULATED sglang: no captured table of SGLang {VERSION} "
+                     f"(EAGLE_SIM_SGLANG_VERSION; known: {', '.join(VERSIONS)})")
+BANNER = (f"SIMULATED SGLang {VERSION} (eaglebot sandbox): no model is loaded and no tokens are generated; "
           "every number this server reports is SIMULATED.")
 H200_MIB = 143771
 DRAFT_TOKENS_WARNING = ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
@@ -118,6 +124,20 @@ def aux_layer_ids(draft_config: dict[str, Any]) -> list[int] | None:
     return None
 
 
+def weights_gb(config: dict[str, Any]) -> float:
+    """bf16 weights of a Llama-shaped target from its config.json (the staged real model: 0.31 GB, as
+    SGLang logged); a config without the sizes counts as a ~2B model."""
+    h, inter, vocab, layers = (config.get(k) for k in ("hidden_size", "intermediate_size", "vocab_size",
+                                                       "num_hidden_layers"))
+    if not all(isinstance(v, int) and v > 0 for v in (h, inter, vocab, layers)):
+        return 4.25
+    assert isinstance(h, int) and isinstance(inter, int) and isinstance(vocab, int) and isinstance(layers, int)
+    heads, kv = config.get("num_attention_heads") or 1, config.get("num_key_value_heads") or 1
+    kv_dim = h * kv // max(1, heads)
+    per_layer = 2 * h * h + 2 * h * kv_dim + 3 * h * inter
+    return round((2 * vocab * h + layers * per_layer) * 2 / 2**30, 2)
+
+
 # -- performance model (deterministic) -------------------------------------------------
 
 class PerfModel:
@@ -138,6 +158,8 @@ class PerfModel:
         forced = os.environ.get("SGLANG_SIMULATE_ACC_LEN") or os.environ.get("EAGLE_SIM_ACCEPT_LEN")
         if forced:
             return float(forced)
+        if getattr(a, "load_format", None) == "dummy":
+            return 1.0   # random weights: the draft never proposes what the target picks (seen on a real H200)
         return _perf_model.accept_length(self.settings)
 
     @property

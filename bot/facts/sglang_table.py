@@ -1,6 +1,6 @@
 """Would SGLang's own parser accept a launch command? Asked of the host's SGLang first (a read-only
 probe builds the parser exactly as `launch_server` does and parses the planned arguments without
-launching), else of the captured table of that version (`data/sglang-<version>-server_args.json`,
+launching), else of the captured table of that version (`data/sglang-<version>-server_args.json.gz`,
 made from the real wheel by scripts/capture/sglang.sh; tests/fixtures/sglang/<version>/ holds the same).
 
 argparse's own rules decide either way: a unique prefix is accepted, a prefix of two options is
@@ -10,6 +10,7 @@ refused (`ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode,
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shlex
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ TYPES: dict[str, Callable[[str], object]] = {
 
 
 def table_file(version: str) -> str:
-    return f"sglang-{version}-server_args.json"
+    return f"sglang-{version}-server_args.json.gz"
 
 
 def has_table(version: str) -> bool:
@@ -107,7 +108,8 @@ def has_table(version: str) -> bool:
 def launch_parser(version: str) -> argparse.ArgumentParser:
     """SGLang `version`'s launch parser rebuilt from its captured table (every option, alias, nargs,
     type and choice; actions mapped to argparse's own)."""
-    rows = json.loads(resources.files("eaglebot.facts").joinpath("data", table_file(version)).read_text())["options"]
+    raw = resources.files("eaglebot.facts").joinpath("data", table_file(version)).read_bytes()
+    rows = json.loads(gzip.decompress(raw))["options"]
     p = _Parser(prog=PROG)
     for row in rows:
         action = row["action"]

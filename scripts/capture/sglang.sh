@@ -67,8 +67,8 @@ mkdir -p "$OUT"
 (cd "$MODELS" && "$VENV/bin/python" "$HERE/sglang_capture.py" "$OUT" "$MODELS")
 # The launch table's two copies, byte for byte: the simulator's parser of this release and the launch
 # check's fallback when a host's own SGLang cannot be asked (tests/test_sglang_fidelity.py keeps them so).
-cp "$OUT/server_args.json" "$ROOT/bot/sim/sglang_pkg/sglang/srt/server_args-$VERSION.json"
-cp "$OUT/server_args.json" "$ROOT/bot/facts/data/sglang-$VERSION-server_args.json"
+cp "$OUT/server_args.json.gz" "$ROOT/bot/sim/sglang_pkg/sglang/srt/server_args-$VERSION.json.gz"
+cp "$OUT/server_args.json.gz" "$ROOT/bot/facts/data/sglang-$VERSION-server_args.json.gz"
 # What the real launch parser says to flags users get wrong, exactly (its last line and exit status):
 # 0.5.23 refuses all four (exit 2); 0.5.17 still has --cuda-graph-bs and --cuda-graph-max-bs (accepted, exit 0).
 rm -f "$OUT"/argparse-*.txt

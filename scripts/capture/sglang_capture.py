@@ -3,9 +3,9 @@ by hand, never by CI: it needs sglang and torch installed).
 
     python sglang_capture.py OUT_DIR
 
-- server_args.json: every option of `python -m sglang.launch_server` as ServerArgs.add_cli_args defines it;
+- server_args.json.gz: every option of `python -m sglang.launch_server` as ServerArgs.add_cli_args defines it;
 - bench_serving_args.json: the same for `python -m sglang.bench_serving`;
-- spec_grid.json: what the real `_handle_eagle_family` hook keeps, rewrites (with the warning it logs) or
+- spec_grid.json.gz: what the real `_handle_eagle_family` hook keeps, rewrites (with the warning it logs) or
   refuses (with its error) over algorithm x steps x topk x draft tokens x draft path;
 - log_lines.json: the start-up, ready, decode-stats and fatal lines with the file and line they come from;
 - meta_info_keys.json: the keys a /generate response's meta_info can carry, with the file and line.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import inspect
 import io
 import itertools
@@ -219,14 +220,20 @@ def main() -> int:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     models = Path(sys.argv[2])
-    (out / "server_args.json").write_text(json.dumps(option_table(
+    table = json.dumps(option_table(
         launch_parser(), "argparse.ArgumentParser(prog='sglang.launch_server'); ServerArgs.add_cli_args(p); "
-                         "p._actions"), indent=1) + "\n")
+                         "p._actions"), indent=1) + "\n"
+    (out / "server_args.json").unlink(missing_ok=True)
+    (out / "server_args.json.gz").write_bytes(gzip.compress(table.encode(), mtime=0))
     (out / "bench_serving_args.json").write_text(json.dumps(option_table(
         bench_parser(), "runpy.run_module('sglang.benchmark.serving', run_name='__main__') up to parse_args; "
                         "p._actions"), indent=1) + "\n")
-    (out / "spec_grid.json").write_text(json.dumps(spec_grid(
-        str(models / "target"), str(models / "draft"), "LlamaForCausalLM"), separators=(",", ":")) + "\n")
+    # The big ones gzipped (mtime 0: the same capture gives the same bytes; the grid's 635 KB of JSON
+    # is 40 KB): every device call carries the tree next to the staged SGLang under a 64 MiB limit.
+    grid = json.dumps(spec_grid(str(models / "target"), str(models / "draft"), "LlamaForCausalLM"),
+                      separators=(",", ":")) + "\n"
+    (out / "spec_grid.json").unlink(missing_ok=True)
+    (out / "spec_grid.json.gz").write_bytes(gzip.compress(grid.encode(), mtime=0))
     (out / "log_lines.json").write_text(json.dumps(log_lines(Path(sglang.__file__).parent / "srt"), indent=1) + "\n")
     (out / "meta_info_keys.json").write_text(json.dumps(meta_info_keys(Path(sglang.__file__).parent / "srt"),
                                                         indent=1) + "\n")

@@ -130,15 +130,21 @@ class Bed:
     out_file: Path | None = None
 
     # -- the CLI ---------------------------------------------------------------------------------
-    def run(self, playbook: str, host: str, *inputs: str, timeout: float = 330) -> Run:
+    def run(self, playbook: str, host: str, *inputs: str, timeout: float = 280) -> Run:
         argv = [sys.executable, "-m", "eaglebot", "run", playbook, "-H", host, "--json", "--config",
                 str(self.config)]
         for kv in inputs:
             argv += ["-e", kv]
         env = {k: v for k, v in os.environ.items() if k != "EAGLE_CONFIG"}
         t0 = time.monotonic()
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=self.work,
-                             stdin=subprocess.DEVNULL)
+        try:
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=self.work,
+                                 stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as e:
+            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            tail = "\n".join(["  -- eagle stderr (tail):", *("    " + ln for ln in err.splitlines()[-40:]),
+                              "  -- server log (tail):", *("    " + ln for ln in self.server_log_tail(60))])
+            raise AssertionError(f"`eagle run {playbook} -H {host}` did not end within {timeout:g}s\n{tail}") from None
         seconds = time.monotonic() - t0
         try:
             doc = json.loads(res.stdout)
@@ -179,8 +185,9 @@ class Bed:
 
     def health(self) -> int:
         """GET /health of the server on the port, from here (0: no answer)."""
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=10) as r:
+            with opener.open(f"http://127.0.0.1:{self.port}/health", timeout=10) as r:
                 return r.status
         except urllib.error.HTTPError as e:
             return e.code
@@ -217,6 +224,15 @@ class Bed:
         self.results[key] = value
         if self.out_file is not None:
             self.out_file.write_text(json.dumps(self.results, indent=1, default=str) + "\n")
+
+    def keep_audit_trail(self) -> None:
+        """A copy of the audit DB beside the record (sqlite's backup: the CLI runs have all ended)."""
+        if self.out_file is None or not (self.work / "eagle.db").exists():
+            return
+        dst = sqlite3.connect(self.out_file.with_suffix(".db"))
+        with self._db() as src:
+            src.backup(dst)
+        dst.close()
 
     def stop_leftovers(self) -> list[int]:
         """Kill what this bed's port still runs (pid file first, then whoever listens there)."""

@@ -3,7 +3,7 @@
 0.5.17 is held to a REAL server's captures on an H200 (tests/fixtures/sglang/0.5.17/h200-real/:
 its /server_info, a /generate meta_info, its log); 0.5.23 to its wheel's source (tests/fixtures/
 sglang/0.5.23/: the launch table, meta_info_keys.json read from tokenizer_manager.py). The launch
-tables themselves are srt/server_args-<version>.json. tests/test_sglang_fidelity.py keeps these true.
+tables themselves are srt/server_args-<version>.json.gz. tests/test_sglang_fidelity.py keeps these true.
 
 Stand-alone (standard library only): it runs on the GPU host with whatever Python is there.
 """
@@ -59,7 +59,8 @@ def internal_state(version: str, fields: dict[str, Any], draft_tokens: int | Non
                              "effective_max_running_requests_per_dp": fields.get("max_running_requests"),
                              "max_speculative_num_draft_tokens": draft_tokens,
                              "startup_time": {"load_weight": 0.3, "kv_cache_allocation": 0.05}}
-    return {**fields, **extra}
+    # the scheduler's copy of its args has no SIGQUIT handler field (a launcher-only setting)
+    return {**{k: v for k, v in fields.items() if k != "custom_sigquit_handler"}, **extra}
 
 
 def spec_meta(version: str, completion_tokens: int, verify_ct: int, draft_tokens: int,

@@ -35,7 +35,7 @@ else:
 
     _perf_model = _sibling("_perf_model")
 
-# The simulated release (each has a captured launch table, srt/server_args-<v>.json). Read here, not
+# The simulated release (each has a captured launch table, srt/server_args-<v>.json.gz). Read here, not
 # from the package: this file also runs loaded on its own by path.
 VERSIONS = ("0.5.17", "0.5.23")
 VERSION = os.environ.get("EAGLE_SIM_SGLANG_VERSION") or VERSIONS[-1]

@@ -167,10 +167,11 @@ class Server:
                 "cached_tokens_details": None, "dp_rank": None, "e2e_latency": e2e,
                 "simulated_ttft": ttft, "simulated_itl": itl}
         if self.args.speculative_algorithm:
-            # the tokens beyond one per verify step came from accepted drafts
-            correct = max(0, out_len - verify_ct)
+            # the first token comes from the prefill; beyond one per verify step, from accepted drafts
+            correct = max(0, out_len - 1 - verify_ct)
             meta.update(releases.spec_meta(VERSION, out_len, verify_ct, self.args.speculative_num_draft_tokens or 2,
                                            correct))
+        meta["response_sent_to_client_ts"] = time.time()
         if float(sp.get("temperature", 1.0)) == 0.0:
             ids = self.greedy_ids(json.dumps(body.get("input_ids") or body.get("text")), out_len)
             return {"text": " ".join(f"t{i}" for i in ids), "output_ids": ids, "meta_info": meta}

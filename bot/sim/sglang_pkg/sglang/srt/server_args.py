@@ -1,6 +1,6 @@
 """SIMULATED `sglang.srt.server_args`: `ServerArgs.add_cli_args(parser)` builds the REAL launch parser
-of the simulated release from its captured table (`server_args-<version>.json` beside this file, a
-copy of tests/fixtures/sglang/<version>/server_args.json made by scripts/capture/sglang.sh from the
+of the simulated release from its captured table (`server_args-<version>.json.gz` beside this file, a
+copy of tests/fixtures/sglang/<version>/server_args.json.gz made by scripts/capture/sglang.sh from the
 real wheel; a test keeps them identical). So every option, alias, nargs, choice and default is SGLang's, and
 argparse's own abbreviation rules apply: `--cuda-graph-bs` is ambiguous here exactly as it is there.
 
@@ -9,6 +9,7 @@ Stand-alone (standard library only): it runs on the GPU host with whatever Pytho
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 from pathlib import Path
@@ -19,7 +20,7 @@ if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang;
 else:
     from sglang._simulated import VERSION as __version__
 
-TABLE = Path(__file__).with_name(f"server_args-{__version__}.json")
+TABLE = Path(__file__).with_name(f"server_args-{__version__}.json.gz")
 
 _SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -96,5 +97,5 @@ class ServerArgs:
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
-        for row in json.loads(TABLE.read_text())["options"]:
+        for row in json.loads(gzip.decompress(TABLE.read_bytes()))["options"]:
             _add(parser, row)

@@ -76,9 +76,9 @@ def failed_step(out):
 
 
 class Host:
-    def __init__(self, root: Path, bin_dir: Path, python: str, ssh: dict | None = None):
+    def __init__(self, root: Path, bin_dir: Path, python: str, ssh: dict | None = None, version: str | None = None):
         self.root, self.state = root, root / "gpu-state"
-        self.vars = install_sim_bin(bin_dir, self.state, python=python)
+        self.vars = install_sim_bin(bin_dir, self.state, python=python, version=version)
         gpu_state.init_state(self.state, 1)
         self.target, self.draft = write_models(root / "models")
         self.port = free_port()
@@ -369,3 +369,24 @@ async def test_where_the_hosts_sglang_cannot_be_asked_the_captured_table_refuses
                                                          "nothing started")
     assert not (h.botstate / "run" / f"server-{h.port}.pid").exists()
 
+
+
+async def test_relaunch_asks_the_hosts_parser_once_and_applies_the_rules_of_the_release_it_reports(services, tmp_path):
+    h = Host(tmp_path, tmp_path / "bin", PY, version="0.5.17")
+    try:
+        svc = await open_svc(services, h)
+        out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={
+            "spec_steps": "3", "spec_topk": "1", "spec_draft_tokens": "16", "bench_prompts": "0",
+            "env": json.dumps(FAST)}))
+        assert out.status == "succeeded", [(s.name, s.status, s.summary) for s in out.steps]
+        rows = {r["name"]: r for r in svc.store.sync.steps(out.run_id)}
+        check = json.loads(rows["check the launch"]["data"])
+        assert check["checked_by"] == "host" and check["checked_version"] == "0.5.17"
+        assert "launch arguments already accepted by SGLang 0.5.17's own parser earlier in this run: not parsed " \
+               "again" in rows["launch SGLang"]["output"]
+        launched = json.loads(rows["launch SGLang"]["data"])
+        assert launched["sglang_version"] == "0.5.17" and launched["effective"]["speculative_num_draft_tokens"] == 4
+        assert any("speculative_num_draft_tokens=16 will be silently changed to 4" in w for w in out.warnings)
+        assert [w for w in out.warnings if "is running; eaglebot" in w] == []   # 0.5.17's rules are eaglebot's own
+    finally:
+        h.stop()

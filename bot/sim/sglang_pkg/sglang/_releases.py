@@ -18,19 +18,10 @@ NOT_FIELDS = {"0.5.17": frozenset({"collect_tokens_histogram", "config", "prefil
 FIELDS_WITHOUT_OPTION = {"0.5.17": {"custom_sigquit_handler": None, "stat_loggers": None,
                                     "uses_mamba_radix_cache": False},
                          "0.5.23": {}}
-# The scheduler's state a live server adds per DP rank (internal_states), beyond its resolved args.
-INTERNAL_STATE_EXTRA = {"0.5.17": ("_cuda_graph_config_locked", "_declarations_materialized", "_mx_config_cache",
-                                   "_quantization_explicitly_unset", "_resolved_overrides", "grpc_worker_threads",
-                                   "effective_max_running_requests_per_dp", "max_speculative_num_draft_tokens",
-                                   "startup_time"),
-                        "0.5.23": ()}
 # /generate meta_info of a speculative request: tokenizer_manager.py's spec metrics. 0.5.17 still
 # writes the backward-compat aliases its source marks "remove in next release"; 0.5.23 does not.
 SPEC_META_ALIASES = {"0.5.17": ("spec_accepted_drafts", "spec_proposed_drafts", "spec_accept_histogram"),
                      "0.5.23": ()}
-# meta_info keys of every request (the real 0.5.17 capture; 0.5.23 writes the same in tokenizer_manager.py)
-META_COMMON = ("id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions", "reasoning_tokens",
-               "completion_tokens", "cached_tokens", "cached_tokens_details", "dp_rank", "e2e_latency")
 
 
 def server_info_fields(version: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -416,9 +416,18 @@ def test_the_simulated_0_5_17_server_answers_with_the_real_servers_keys(tmp_path
     # random weights (--load-format dummy): the draft accepts nothing, as on the H200
     assert meta["spec_accept_rate"] == 0.0 and meta["spec_accept_length"] == pytest.approx(64 / 63)
     assert meta["spec_accepted_drafts"] == meta["spec_num_correct_drafts"] == 0
-    real_decode = next(ln for ln in (REAL / "server.log").read_text().splitlines() if "Decode batch" in ln)
+    real_log = (REAL / "server.log").read_text()
+    real_decode = next(ln for ln in real_log.splitlines() if "Decode batch" in ln)
     ours = [ln for ln in log.splitlines() if "Decode batch" in ln]
     assert ours and _decode_labels(ours[0]) == _decode_labels(real_decode)
+    # the same start-up phases in the same order, the CUDA graph ones skipped as the real server skips them
+
+    def phases(text: str) -> list[str]:
+        order = [(text.find(fragment), name) for fragment, name in sglang_phase.PHASES if fragment in text]
+        return [name for _, name in sorted(order)]
+    assert phases(log) == phases(real_log)
+    assert "Disable prefill CUDA graph because cuda_graph_config resolved prefill.backend='disabled'" in real_log
+    assert "Disable prefill CUDA graph because cuda_graph_config resolved prefill.backend='disabled'" in log
 
 
 @pytest.mark.parametrize("version", VERSIONS)

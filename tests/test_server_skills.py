@@ -390,3 +390,27 @@ async def test_relaunch_asks_the_hosts_parser_once_and_applies_the_rules_of_the_
         assert [w for w in out.warnings if "is running; eaglebot" in w] == []   # 0.5.17's rules are eaglebot's own
     finally:
         h.stop()
+
+
+async def test_a_host_whose_sglang_does_not_import_is_checked_with_the_table_of_the_release_installed_there(
+        services, local_host, tmp_path):
+    # sglang 0.5.17's metadata, and a package that fails to import (as with a torch or CUDA mismatch)
+    site = tmp_path / "brokensite"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("raise ImportError('libcudart.so.13: cannot open shared object')\n")
+    (site / "sglang-0.5.17.dist-info").mkdir()
+    (site / "sglang-0.5.17.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.17\n")
+    python = tmp_path / "broken-python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {PY} \"$@\"\n")
+    python.chmod(0o755)
+    h = local_host
+    svc = await open_svc(services, h)
+    # 0.5.17 still has --cuda-graph-max-bs (a deprecated alias); 0.5.23's table would refuse it as ambiguous
+    check = one_step("server.launch", {"check_only": True, "python": str(python), "model": str(h.target),
+                                       "port": h.port, "args": ["--cuda-graph-max-bs", "64"]})
+    out = await svc.engine.run(RunRequest(playbook=check, hosts=["gpu"]))
+    assert out.exit_code == 0 and out.steps[0].summary == ("launch arguments accepted by SGLang 0.5.17 (table 0.5.17); "
+                                                           "nothing started"), out.steps[0].summary
+    output = svc.store.sync.steps(out.run_id)[0]["output"]
+    assert "could not be asked (ImportError: libcudart.so.13: cannot open shared object); checking with the " \
+           "captured table of SGLang 0.5.17" in output, output

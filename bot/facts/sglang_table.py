@@ -20,11 +20,18 @@ from typing import Callable
 PROG = "launch_server.py"   # argparse's prog under `python -m sglang.launch_server`
 PROBE_OK = "EAGLE-LAUNCH-CHECK-OK"
 PROBE_UNAVAILABLE = "EAGLE-LAUNCH-CHECK-UNAVAILABLE"
-# Run with the host's Python: only parsing, nothing loads a model or touches a GPU.
+PROBE_INSTALLED = "EAGLE-LAUNCH-CHECK-INSTALLED"
+# Run with the host's Python: only parsing, nothing loads a model or touches a GPU. Where sglang is
+# installed but does not import (a torch or CUDA mismatch), its release still says which captured
+# table to check with (from the package's metadata, without importing it).
 PROBE = f"""import argparse, sys
 try:
     from sglang.srt.server_args import ServerArgs
 except Exception as e:
+    try:
+        import importlib.metadata as m; print("{PROBE_INSTALLED} %s" % m.version("sglang"))
+    except Exception:
+        pass
     print("{PROBE_UNAVAILABLE} %s: %s" % (type(e).__name__, e)); sys.exit(3)
 p = argparse.ArgumentParser(prog="{PROG}"); ServerArgs.add_cli_args(p)
 p.parse_args(sys.argv[1:])
@@ -49,11 +56,14 @@ class Verdict:
 
 
 def parse_probe(exit_status: int, stdout: str, stderr: str) -> Verdict:
+    installed: str | None = None
     for line in stdout.splitlines():
         if line.startswith(PROBE_OK):
             return Verdict("ok", version=line[len(PROBE_OK):].strip() or None)
+        if line.startswith(PROBE_INSTALLED):
+            installed = line[len(PROBE_INSTALLED):].strip() or None
         if line.startswith(PROBE_UNAVAILABLE):
-            return Verdict("unavailable", line[len(PROBE_UNAVAILABLE):].strip())
+            return Verdict("unavailable", line[len(PROBE_UNAVAILABLE):].strip(), version=installed)
     errors = [ln for ln in stderr.splitlines() if ln.startswith(f"{PROG}: error:")]
     if exit_status == 2 and errors:
         return Verdict("refused", errors[-1])

@@ -34,9 +34,9 @@ say "SGLang tree in $SITE ($(du -sh $SITE | cut -f1)), model in /tmp/sgmodel"
 # Bytecode once, in parallel, under a prefix of its own: the machine's Python writes none
 # (every sglang process would compile ~3,000 files again), and relaunch's pycache.clear, which
 # clears sglang's own __pycache__ on every relaunch, leaves a prefix alone.
-PY3=$(command -v python3)
-torch_dir=$("$PY3" -c 'import importlib.util as u; print(u.find_spec("torch").submodule_search_locations[0])')
-PYTHONPYCACHEPREFIX=$PYC "$PY3" -m compileall -q -j 0 "$SITE" "$torch_dir" > /dev/null 2>&1
+PY3=$(python3 -c 'import sys; print(sys.executable)')   # the interpreter itself, not a shim
+torch_dir=$("$PY3" -c 'import importlib.util as u; s = u.find_spec("torch"); print(s.submodule_search_locations[0] if s else "")')
+PYTHONPYCACHEPREFIX=$PYC "$PY3" -m compileall -q -j 0 "$SITE" ${torch_dir:+"$torch_dir"} > /dev/null 2>&1
 say "bytecode compiled into $PYC ($(du -sh $PYC 2>/dev/null | cut -f1))"
 
 # The host var `python` of the tests: the staged tree alone on the path, offline, and the
@@ -63,11 +63,23 @@ mkdir -p /tmp/sgcache
 rm -rf "$BOT" && mkdir -p "$BOT"
 "$PY3" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$BOT" .whl/*.whl \
   || { say "installing .whl/ failed"; exit 3; }
-for pkg in pydantic pydantic_core annotated_types typing_inspection cffi pycparser; do
-  found=$(ls -d "$SITE/$pkg" "$SITE/$pkg"-*.dist-info 2>/dev/null)
-  [ -n "$found" ] || { say "the staged tree has no $pkg: build .whl with it (scripts/gpu/wheels.sh keeps it then)"; exit 3; }
-  cp -r $found "$BOT/"
-done
+# Every file each one's RECORD lists (cffi's C part is a top-level _cffi_backend*.so, not in cffi/).
+"$PY3" - "$SITE" "$BOT" pydantic pydantic_core annotated_types typing_inspection cffi pycparser <<'PY' \
+  || { say "copying from the staged tree failed"; exit 3; }
+import csv, pathlib, shutil, sys
+site, bot = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+for name in sys.argv[3:]:
+    infos = sorted(site.glob(f"{name}-*.dist-info"))
+    if not infos:
+        sys.exit(f"the staged tree has no {name}: build .whl with it (take it out of TREE in scripts/gpu/wheels.sh)")
+    with (infos[0] / "RECORD").open() as f:
+        files = [row[0] for row in csv.reader(f) if row and not row[0].startswith("..")]
+    for rel in files:
+        if (site / rel).is_file():   # the pruned tree has no bin/ and no __pycache__
+            (bot / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(site / rel, bot / rel)
+    print(f"{infos[0].name}: {len(files)} files from {site}")
+PY
 "$PY3" -m compileall -q -j 0 "$BOT" > /dev/null 2>&1
 export PYTHONPATH=$BOT
 "$PY3" -c 'import eaglebot, pydantic, asyncssh, pytest_asyncio; print("eaglebot from", eaglebot.__file__, "pydantic",
@@ -96,8 +108,11 @@ done
 for _ in $(seq 60); do
   pids=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -dc '0-9\n')
   [ -z "$pids" ] && break
-  for pid in $pids; do say "GPU still held by pid $pid ($(tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | cut -c1-120)): killed"
-    kill -KILL "$pid" 2>/dev/null; done
+  for pid in $pids; do
+    [ "$pid" -gt 1 ] 2>/dev/null && [ "$pid" != "$$" ] || continue   # never 0 (the whole group) or 1
+    say "GPU still held by pid $pid ($(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)): killed"
+    kill -KILL "$pid" 2>/dev/null
+  done
   sleep 1
 done
 { echo "== after"; nvidia-smi --query-gpu=index,memory.used --format=csv; } >> "$OUT/nvidia-smi.txt" 2>&1

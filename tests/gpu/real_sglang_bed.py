@@ -78,7 +78,7 @@ class ThreadedSSH:
             self.thread.join(30)
 
 
-@dataclass
+@dataclass(repr=False)
 class Run:
     """One `eagle run --json`: its exit status, document, wall time and the bed to explain it with."""
     argv: list[str]
@@ -87,6 +87,9 @@ class Run:
     seconds: float
     stderr: str
     bed: "Bed"
+
+    def __repr__(self) -> str:   # pytest prints it beside every failed assertion: why() says the rest
+        return f"Run(eagle {' '.join(self.argv[:4])} -> {self.rc})"
 
     def step(self, name: str) -> dict[str, Any]:
         found = [s for s in self.doc.get("steps", []) if s["name"] == name]
@@ -118,7 +121,7 @@ class Run:
         return "\n".join(lines)
 
 
-@dataclass
+@dataclass(repr=False)
 class Bed:
     work: Path
     port: int
@@ -128,6 +131,9 @@ class Bed:
     nvidia_smi: str
     results: dict[str, Any] = field(default_factory=dict)
     out_file: Path | None = None
+
+    def __repr__(self) -> str:
+        return f"Bed(port {self.port}, {self.work})"
 
     # -- the CLI ---------------------------------------------------------------------------------
     def run(self, playbook: str, host: str, *inputs: str, timeout: float = 280) -> Run:

@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 export OUT
 T0=$SECONDS
 say() { echo "[real-sglang $(date -u +%H:%M:%S) +$((SECONDS - T0))s] $*" | tee -a "$OUT/steps.log" >&2; }
-SUITE_LIMIT_S=${EAGLE_GPU_SUITE_LIMIT_S:-530}   # the device call has 600 s: staging and cleanup fit the rest
+SUITE_LIMIT_S=${EAGLE_GPU_SUITE_LIMIT_S:-540}   # the device call has 600 s: staging and cleanup fit the rest
 SITE=/tmp/site BOT=/tmp/botsite PYC=/tmp/sgpyc
 
 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv > "$OUT/nvidia-smi.txt" 2>&1

@@ -288,6 +288,7 @@ def make_bed(work: Path) -> Bed:
         "gpu": {"transport": "local", "vars": dict(host_vars)},
         "gpu-ssh": ssh.server.host_config(vars=dict(host_vars))}}, sort_keys=False))
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else work
+    out_dir.mkdir(parents=True, exist_ok=True)
     bed = Bed(work, port, ssh, host_vars, cfg, smi, out_file=out_dir / "real-sglang.json")
     bed.record("mode", "rehearsal (SIMULATED SGLang)" if REHEARSAL else "real SGLang on a GPU")
     bed.record("port", port)

@@ -36,7 +36,6 @@ class Target:
     num_layers: int
     hidden_size: int | None = None
     vocab_size: int | None = None
-    model_type: str | None = None
 
 
 def _text_part(doc: dict[str, Any], key: str) -> Any:
@@ -62,8 +61,7 @@ def parse_target(text: str) -> Target:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError("the target's config.json has no positive `num_hidden_layers`")
     hs, vocab = _text_part(doc, "hidden_size"), _text_part(doc, "vocab_size")
-    return Target(list(archs), n, hs if isinstance(hs, int) else None, vocab if isinstance(vocab, int) else None,
-                  doc.get("model_type") if isinstance(doc.get("model_type"), str) else None)
+    return Target(list(archs), n, hs if isinstance(hs, int) else None, vocab if isinstance(vocab, int) else None)
 
 
 @dataclass(frozen=True)
@@ -138,6 +136,15 @@ def with_ids(text: str, ids: list[int] | None) -> str:
     doc = json.loads(text)
     ec = doc.get("eagle_config")
     doc["eagle_config"] = {**(ec if isinstance(ec, dict) else {}), KEY: list(ids)}
+    return json.dumps(doc)
+
+
+def without_ids(text: str) -> str:
+    """The draft config with the nested capture ids removed (SGLang then uses its default)."""
+    doc = json.loads(text)
+    ec = doc.get("eagle_config")
+    if isinstance(ec, dict):
+        doc["eagle_config"] = {k: v for k, v in ec.items() if k != KEY}
     return json.dumps(doc)
 
 
@@ -245,10 +252,6 @@ def _identity_if_max_is_n(ids: list[int], n: int) -> list[int]:
 GIVEN: dict[str, Callable[[list[int], int], list[int]]] = {
     "plus_one": _plus_one, "identity": _identity, "plus_one_if_first_is_1": _plus_one_if_first_is_1,
     "identity_if_max_is_n": _identity_if_max_is_n}
-GIVEN_WORDS = {"plus_one": "adds 1 to each id (id i captures the output of layer i)",
-               "identity": "uses the ids as given (id i captures the output of layer i-1)",
-               "plus_one_if_first_is_1": "adds 1 only when the first id is 1, else uses them as given",
-               "identity_if_max_is_n": "uses the ids as given when the largest is the layer count, else adds 1"}
 _TERM = re.compile(r"^(N//2|N|)([+-]\d+)?$|^(\d+)$")
 
 

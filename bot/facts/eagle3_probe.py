@@ -30,7 +30,7 @@ import types
 from typing import Any
 
 from eaglebot.facts.eagle3_source import (Klass, Resolver, Source, absolute, find_method,  # host: inlined
-                                          mro, resolve_arch)  # host: inlined
+                                          mro, resolve_arch, top_level)  # host: inlined
 
 MARK = "EAGLE3-PROBE"
 UNAVAILABLE = "EAGLE3-PROBE-UNAVAILABLE"
@@ -41,6 +41,9 @@ METHOD = "set_eagle3_layers_to_capture"
 
 class Ns:
     """A plain object; records who set which attribute (the stand-in `self` and its parts)."""
+
+    _path: str
+    _log: list[str]
 
     def __init__(self, path: str, log: list[str], **kw: Any) -> None:
         object.__setattr__(self, "_path", path)
@@ -73,7 +76,7 @@ def _free_names(fn: ast.FunctionDef) -> set[str]:
 
 def _constants(tree: ast.Module) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for node in _top_level(tree):
+    for node in top_level(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try:
                 out[node.targets[0].id] = ast.literal_eval(node.value)

@@ -49,7 +49,7 @@ class Source:
         return os.path.relpath(path, self.base)
 
 
-def _top_level(tree: ast.Module) -> list[ast.stmt]:
+def top_level(tree: ast.Module) -> list[ast.stmt]:
     """Module statements, including those inside top-level `if` / `try` blocks (guarded imports)."""
     out: list[ast.stmt] = []
     todo = list(tree.body)
@@ -95,7 +95,7 @@ class Resolver:
         found: Klass | None = None
         tree = self.src.tree(module)
         if tree is not None and depth < 8:
-            for node in _top_level(tree):
+            for node in top_level(tree):
                 if isinstance(node, ast.ClassDef) and node.name == name:
                     found = Klass(module, node)
                 elif isinstance(node, ast.ImportFrom):
@@ -118,7 +118,7 @@ class Resolver:
             return self.lookup(module, expr.id, depth)
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
             tree = self.src.tree(module)
-            for node in _top_level(tree) if tree else []:
+            for node in top_level(tree) if tree else []:
                 if isinstance(node, ast.Import):
                     for a in node.names:
                         if (a.asname or a.name.split(".")[0]) == expr.value.id and a.name.startswith("sglang"):

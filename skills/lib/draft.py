@@ -1,0 +1,74 @@
+"""An EAGLE-3 draft on a host, for draft.check, draft.probe and draft.repair: its config files, its
+weights' fingerprint, its trainer's provenance file, what the host's SGLang makes of its capture
+ids (`eagle3`: the host's own source first, else the captured table of its version), and what the
+audit trail saw of it before.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from eaglebot.sdk import SkillContext, path_for_shell
+
+from eaglebot.facts import draft_contract, eagle3, sglang
+
+PROVENANCE_GLOB = "*.best_meta.json"     # SpecForge's CheckpointManager: `<run_id>.best_meta.json`
+
+
+async def read_text(ctx: SkillContext, path: str) -> str | None:
+    """A small text file on the host (a config.json), or None when it cannot be read."""
+    res = await ctx.host.run(f"cat -- {path_for_shell(path)}", timeout=30)
+    return res.stdout if res.exit_status == 0 else None
+
+
+async def identity(ctx: SkillContext, folder: str) -> str | None:
+    """A fingerprint of the draft's weights (names, sizes, first MiB): another draft copied into the
+    same folder is another draft, whatever its config says."""
+    res = await ctx.host.run(draft_contract.identity_command(path_for_shell(folder)), timeout=60)
+    return draft_contract.parse_identity(res.stdout)
+
+
+async def provenance(ctx: SkillContext, folder: str) -> tuple[list[float], str] | None:
+    """(per-position training accuracy, the file) from the trainer's provenance file next to the draft:
+    SpecForge writes `<run_id>.best_meta.json` beside its checkpoints (the draft folder or its parent)."""
+    d = path_for_shell(folder)
+    res = await ctx.host.run(f"f=$(ls -1t -- {d}/{PROVENANCE_GLOB} {d}/../{PROVENANCE_GLOB} 2>/dev/null | head -n 1); "
+                             f"[ -n \"$f\" ] && printf '%s\\n' \"$f\" && cat -- \"$f\"; true", timeout=30)
+    name, _, body = res.stdout.partition("\n")
+    acc = draft_contract.parse_specforge_meta(body) if name.strip() else None
+    return (acc, name.strip()) if acc else None
+
+
+async def resolve(ctx: SkillContext, python: str, target: eagle3.Target,
+                  cases: list[list[int] | None]) -> tuple[eagle3.Resolution | None, str]:
+    """(resolution, note): the host's own SGLang source first; where it cannot be asked, the captured
+    table of the host's version (host var `sglang_version`, default eaglebot's); (None, why) when
+    neither can answer."""
+    res = await ctx.host.run(eagle3.probe_command(python, target.archs, target.num_layers, cases),
+                             timeout=eagle3.PROBE_TIMEOUT_S, stdin=eagle3.probe_program())
+    got = eagle3.parse_probe(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
+    if isinstance(got, eagle3.Resolution):
+        return got, f"read from the host's SGLang {got.version} source in {got.elapsed_s}s"
+    version = str(ctx.vars.get("sglang_version") or sglang.SGLANG_VERSION)
+    if not eagle3.has_table(version):
+        return None, f"the host's SGLang could not be asked ({got}) and eaglebot has no captured table of {version}"
+    table = eagle3.resolve_with_table(eagle3.load_table(version), target.archs, target.num_layers, cases)
+    if isinstance(table, str):
+        return None, f"the host's SGLang could not be asked ({got}); {table}"
+    ctx.log(f"the host's SGLang source could not be read ({got}); using the table captured from SGLang {version}")
+    return table, f"the host's SGLang could not be asked ({got}); the table captured from the SGLang {version} wheel"
+
+
+async def history(ctx: SkillContext, config_path: str) -> list[dict[str, Any]]:
+    """The audit trail's records of this config on this host, oldest first: draft.check and config.patch."""
+    if ctx.audit is None:
+        return []
+    out = []
+    for row in await ctx.audit.step_data_history(ctx.host_name, ["draft.check", "config.patch"], config_path):
+        try:
+            data = json.loads(row.get("data") or "{}")
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict):
+            out.append({"run_id": row.get("run_id"), "skill": row.get("skill"), "data": data})
+    return out

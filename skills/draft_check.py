@@ -119,12 +119,12 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         training = dc.Training(sorted(params.train_layers), "declared", *accuracy)
     elif sighting is not None:
         pts = sighting.points if sighting.points is not None else res.points(2)
-        training = dc.Training(pts, f"first seen ({sighting.where})", *accuracy)
+        training = dc.Training(pts, f"first seen in {sighting.where}", *accuracy)
     elif params.aux_layers is not None and disk_feed.points is not None and not disk_feed.errors:
-        training = dc.Training(disk_feed.points, "first seen (this run, before its patch)", *accuracy)
+        training = dc.Training(disk_feed.points, "first seen in this run, before its patch", *accuracy)
     else:
         training = dc.Training(None, "unknown", *accuracy)
-    v = dc.judge(feed, training)
+    v = dc.judge(feed, training, first_sight=sighting is None)
     data.update(verdict=v.verdict, summary=v.summary, server_points=feed.points, server_words=feed.words(),
                 training_points=training.points,
                 training_words=dc.layer_words(training.points) if training.points is not None else None,
@@ -145,8 +145,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             summary = v.summary.replace("mismatch:", "mismatch (allowed by draft_mismatch=allow):", 1)
             data["summary"] = summary
             return StepResult.ok(summary, data=data, output=detail, warnings=[*warnings, f"draft.check: {summary}"])
-        raise StepFailed(f"{v.summary}; refused before the running server was touched "
-                         f"(-e draft_mismatch=allow launches anyway)", data=data, output=detail, warnings=warnings,
+        raise StepFailed(f"{v.summary}; refused before anything was stopped or launched "
+                         f"(-e draft_mismatch=allow goes on anyway)", data=data, output=detail, warnings=warnings,
                          usage=True)
     if v.verdict == "unknown":
         return StepResult.ok(v.summary, data=data, output=detail, warnings=[*warnings, f"draft.check: {v.summary}"])

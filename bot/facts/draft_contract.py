@@ -213,14 +213,17 @@ class Verdict:
     reasons: list[str] = field(default_factory=list)
 
 
-def judge(f: Feed, t: Training) -> Verdict:
+def judge(f: Feed, t: Training, first_sight: bool = False) -> Verdict:
+    """`first_sight`: nothing in the audit trail saw this draft before (its points are recorded now)."""
     server = f"the server will feed the draft {f.words()}"
     errors = [x.message for x in f.errors]
     if t.points is None:
         if errors:
             return Verdict("mismatch", f"mismatch: {server}; {errors[0]} (training side unknown)", errors)
-        return Verdict("unknown", f"unknown: {server}; what training used is not known (declare "
-                                  f"draft_train_layers, or let the bot see the draft before any patch)")
+        why = ("the bot's first sight of this draft, recorded: later checks compare with it"
+               if first_sight else "nothing records it")
+        return Verdict("unknown", f"unknown: {server}; what training used is not known ({why}; or declare "
+                                  f"draft_train_layers)")
     training = f"training used {layer_words(t.points)} ({t.source})"
     if f.points is not None and sorted(f.points) == sorted(t.points) and not errors:
         return Verdict("ok", f"ok: {server}; {training}")

@@ -153,8 +153,7 @@ class Server:
                 "prompt_tokens": in_len, "completion_tokens": out_len, "cached_tokens": 0,
                 "e2e_latency": e2e, "simulated_ttft": ttft, "simulated_itl": itl}
         if self.args.speculative_algorithm:
-            meta["spec_verify_ct"] = verify_ct
-            meta["spec_accept_length"] = round(max(0, out_len - 1) / max(1, verify_ct), 4)
+            meta.update(perf.spec_meta(out_len, verify_ct))
         if float(sp.get("temperature", 1.0)) == 0.0:
             ids = self.greedy_ids(json.dumps(body.get("input_ids") or body.get("text")), out_len)
             return {"text": " ".join(f"t{i}" for i in ids), "output_ids": ids, "meta_info": meta}

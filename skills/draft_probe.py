@@ -72,9 +72,9 @@ def cause(check: dict[str, Any]) -> str:
                 "run draft-check for what the server feeds the draft")
     said = f"the server feeds the draft {server_words}"
     if training and check.get("verdict") == "mismatch":
-        return f"likely cause: the capture list: {said}; training used {training} ({check.get('training_source')})"
+        return f"likely cause: the capture list: {said}, training used {training} ({check.get('training_source')})"
     if training:
-        return (f"likely cause: the capture list or the training side: {said}, as training used per "
+        return (f"likely cause: the capture list or the training side: {said}, as training did per "
                 f"{check.get('training_source')}; declare draft_train_layers if that is not what training used")
     return f"likely cause: the capture list: {said}; what training used is unknown (declare draft_train_layers)"
 

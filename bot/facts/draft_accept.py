@@ -168,22 +168,23 @@ def classify(s: Stats, accuracy: list[float] | None, steps: int, topk: int, draf
     first = pos[0] if pos else _geometric_p(al, depth)
     later = pos[1:] if len(pos) > 1 else []
     nums["first"] = round(first, 3)
-    measured = (f"accept length {al:.2f}, position 1 accepted {_pct(first)}"
-                + (f", later positions {', '.join(_pct(p) for p in later)}" if later else ""))
+    rest = f", later {', '.join(_pct(p) for p in later)}" if later else ""
     if load_format == "dummy":
         return Reading("unknown", f"unknown: the server runs dummy weights (load_format=dummy), so acceptance says "
-                                  f"nothing about the draft; {measured}", nums)
+                                  f"nothing about the draft; position 1 accepted {_pct(first)}{rest}; accept length "
+                                  f"{al:.2f}", nums)
     if not accuracy:
-        return Reading("unknown", f"unknown: {measured}; no training accuracy to compare with (set "
-                                  f"draft_train_accuracy)", nums)
+        return Reading("unknown", f"unknown: position 1 accepted {_pct(first)}{rest}; accept length {al:.2f}; no "
+                                  f"training accuracy to compare with (set draft_train_accuracy)", nums)
     expect = expected_length(accuracy, depth)
     nums.update(proxy=[round(a, 3) for a in accuracy], expected_length=round(expect, 3))
-    proxy = f"training {_pct(accuracy[0])} per position, accept length ~{expect:.2f} expected at steps={steps} topk={topk}"
+    said = (f"position 1 accepted {_pct(first)} (training {_pct(accuracy[0])}){rest}; accept length {al:.2f} "
+            f"(~{expect:.2f} expected at steps={steps} topk={topk})")
     if first >= AS_EXPECTED_RATIO * accuracy[0]:
-        return Reading("as expected", f"as expected: {measured} ({proxy})", nums)
+        return Reading("as expected", f"as expected: {said}", nums)
     # Positions the server never reached (nothing accepted before them) count as collapsed.
     collapsed = all(p < max(COLLAPSED_ABS, WRONG_RATIO * accuracy[min(j + 1, len(accuracy) - 1)])
                     for j, p in enumerate(later))
     if first < WRONG_RATIO * accuracy[0] and collapsed:
-        return Reading("wrong inputs", f"wrong inputs: {measured} ({proxy})", nums)
-    return Reading("weak draft", f"weak draft: {measured} ({proxy})", nums)
+        return Reading("wrong inputs", f"wrong inputs: {said}", nums)
+    return Reading("weak draft", f"weak draft: {said}", nums)

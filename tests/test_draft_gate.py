@@ -106,7 +106,7 @@ def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_p
     assert probe["summary"].startswith("wrong inputs: position 1 accepted ") and "(training 75%)" in probe["summary"]
     assert ("likely cause: the capture list: the server feeds the draft the embedding and the outputs of layers 2 "
             "and 30, training used the outputs of layers 2, 30 and 58") in probe["summary"]
-    assert probe["data"]["first"] < 0.1 and probe["data"]["accept_length"] < 1.2
+    assert probe["data"]["first"] < 0.3 and probe["data"]["accept_length"] < 1.3
     assert any("probe the draft's acceptance failed (continue_on_error): wrong inputs" in w for w in doc["warnings"])
     assert json.loads(draft_cfg.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
 

@@ -11,9 +11,10 @@ histogram, the acceptance of draft position j given that j-1 was accepted is
 The training proxy is the draft's accuracy per position (SpecForge's eval/per_position_acc; one
 number, `draft_train_accuracy`, stands for every position). Serving on other prompts accepts less
 than teacher-forced training predicts, so the bands are wide:
-- `as expected`: position 1 accepts >= 60% of the proxy;
-- `wrong inputs`: position 1 below 35% of the proxy AND the later positions collapsed (below 35% of
-  their proxy, or under 10% absolute): what a draft fed other hidden states than it learned does;
+- `as expected`: position 1 accepts >= 70% of the proxy;
+- `wrong inputs`: position 1 below 50% of the proxy AND the later positions collapsed: each under
+  10%, or below half of position 1's share of its own proxy (a draft fed other hidden states than
+  it learned loses at every position, and each position builds on the one before);
 - `weak draft`: in between, or low but smooth (later positions hold up relative to the first);
 - `unknown`: no proxy, no speculative stats, or dummy weights (`load_format: dummy`: random
   weights accept nothing, whatever the capture list).
@@ -24,8 +25,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-AS_EXPECTED_RATIO = 0.60
-WRONG_RATIO = 0.35
+AS_EXPECTED_RATIO = 0.70
+WRONG_RATIO = 0.50
 COLLAPSED_ABS = 0.10
 
 PROMPTS = (
@@ -183,7 +184,8 @@ def classify(s: Stats, accuracy: list[float] | None, steps: int, topk: int, draf
     if first >= AS_EXPECTED_RATIO * accuracy[0]:
         return Reading("as expected", f"as expected: {said}", nums)
     # Positions the server never reached (nothing accepted before them) count as collapsed.
-    collapsed = all(p < max(COLLAPSED_ABS, WRONG_RATIO * accuracy[min(j + 1, len(accuracy) - 1)])
+    r1 = first / accuracy[0]
+    collapsed = all(p < max(COLLAPSED_ABS, 0.5 * r1 * accuracy[min(j + 1, len(accuracy) - 1)])
                     for j, p in enumerate(later))
     if first < WRONG_RATIO * accuracy[0] and collapsed:
         return Reading("wrong inputs", f"wrong inputs: {said}", nums)

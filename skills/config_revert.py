@@ -15,7 +15,7 @@ Registers `path`, `restored_from` (backup path), `from_run` and `saved_current_a
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import Field
 
@@ -42,7 +42,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         if not made:
             return StepResult.ok(f"run {params.run} made no backup of {path}: nothing to restore",
                                  data={"path": path, "restored_from": None, "from_run": None, "saved_current_as": None})
-        row: Any = made[0]
+        row: Mapping[str, Any] | None = made[0]
     else:
         row = await ctx.audit.last_backup(ctx.host_name, path, run_id=params.run)
     if row is None:

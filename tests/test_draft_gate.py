@@ -15,6 +15,10 @@ import os
 from pathlib import Path
 
 from helpers import eagle
+
+from eaglebot.frontends.slack import blocks as bk
+from eaglebot.history.view import RunView
+from eaglebot.store import Store
 from test_server_skills import alive, get_health
 from test_shipped_playbooks import FAST, home_host, run, step, why  # noqa: F401  (home_host: a fixture)
 
@@ -109,6 +113,16 @@ def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_p
     assert probe["data"]["first"] < 0.3 and probe["data"]["accept_length"] < 1.3
     assert any("probe the draft's acceptance failed (continue_on_error): wrong inputs" in w for w in doc["warnings"])
     assert json.loads(draft_cfg.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
+    # the Slack thread's summary of this run (the same view, rendered as Block Kit) carries the verdict,
+    # the numbers and the cause: in the step line, the failed step's log tail and the warnings
+    store = Store(cfg.parent / "eagle.db")
+    try:
+        text = json.dumps(bk.run_summary_blocks(dict(RunView.load(store, doc["run_id"]).summary())))
+    finally:
+        store.close()
+    assert "wrong inputs: position 1 accepted" in text and "(training 75%)" in text
+    assert "likely cause: the capture list: the server feeds the draft the embedding and the outputs of layers 2 and 30" \
+        in text and "training used the outputs of layers 2, 30 and 58" in text
 
     # draft-repair without an approver: nothing is relaunched, nothing patched
     pid = server_pid(h.home, h.port)

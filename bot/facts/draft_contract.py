@@ -225,10 +225,12 @@ def judge(f: Feed, t: Training, first_sight: bool = False) -> Verdict:
         return Verdict("unknown", f"unknown: {server}; what training used is not known ({why}; or declare "
                                   f"draft_train_layers)")
     training = f"training used {layer_words(t.points)} ({t.source})"
-    if f.points is not None and sorted(f.points) == sorted(t.points) and not errors:
+    same = f.points is not None and sorted(f.points) == sorted(t.points)
+    if same and not errors:
         return Verdict("ok", f"ok: {server}; {training}")
-    why = errors or ([] if f.points is None else [f"{server}; {training}"])
-    return Verdict("mismatch", f"mismatch: {server}; {training}", why)
+    if same:   # the right layers, and yet the draft cannot get what it expects
+        return Verdict("mismatch", f"mismatch: {server}, as {training}, but {errors[0]}", errors)
+    return Verdict("mismatch", f"mismatch: {server}; {training}", [f"{server}; {training}", *errors])
 
 
 def candidate_ids(training: list[int] | None, current: list[int] | None) -> list[tuple[str, list[int] | None]]:

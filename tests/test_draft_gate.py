@@ -84,9 +84,10 @@ def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_p
     shown = json.loads(eagle("show", str(doc["run_id"]), "--json", config=cfg, cwd=cfg.parent).stdout)
     assert step(shown, "check the draft's inputs")["data"]["verdict"] == "mismatch"
 
-    # the draft-check playbook says the same, on its own, and starts nothing
-    rc, doc = run(cfg, "draft-check")
-    assert rc == 2 and step(doc, "check the draft's inputs")["data"]["server_points"] == [-1, 2, 30], why(doc)
+    # the draft-check playbook says the same, on its own, and starts nothing (both shell modes)
+    for mode in ("exec", "persistent"):
+        rc, doc = run(h.config(mode), "draft-check")
+        assert rc == 2 and step(doc, "check the draft's inputs")["data"]["server_points"] == [-1, 2, 30], why(doc)
 
     # revert-config, then relaunch: passes, draft.check ok
     rc, doc = run(cfg, "revert-config")

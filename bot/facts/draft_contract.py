@@ -99,6 +99,10 @@ def feed(res: eagle3.Resolution, i: int, target: eagle3.Target, draft: eagle3.Dr
     if ids and ids != sorted(ids):
         add(Finding("unsorted", WARNING, f"the capture list {ids} is not in layer order: the server "
                                          f"concatenates in layer order, {layer_words(pts or [])}"))
+    if not res.forward.get("known") and not c.error:
+        where = res.forward.get("holder") or "the class holding the capture list"
+        add(Finding("forward_unknown", WARNING, f"the forward of {where} captures in a way eaglebot does not "
+                                                f"recognise ({_rule_words(res)}): what the draft gets is not known"))
     if c.error:
         add(Finding("startup_error", ERROR, f"SGLang's set_eagle3_layers_to_capture raises {c.error} for "
                                             f"{ids or 'its default'} (the launch fails; {_rule_words(res)})"))
@@ -225,6 +229,8 @@ def judge(f: Feed, t: Training, first_sight: bool = False) -> Verdict:
         return Verdict("unknown", f"unknown: {server}; what training used is not known ({why}; or declare "
                                   f"draft_train_layers)")
     training = f"training used {layer_words(t.points)} ({t.source})"
+    if f.points is None and not errors:
+        return Verdict("unknown", f"unknown: what the server will feed the draft is not known; {training}")
     same = f.points is not None and sorted(f.points) == sorted(t.points)
     if same and not errors:
         return Verdict("ok", f"ok: {server}; {training}")

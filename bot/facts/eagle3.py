@@ -174,7 +174,7 @@ class Resolution:
     def points(self, i: int) -> list[int] | None:
         """Capture points of case i, in the order the forward captures (and concatenates) them."""
         c = self.cases[i]
-        if c.error or c.raw is None:
+        if c.error or c.raw is None or not self.forward.get("known"):
             return None
         return points(c.raw, c.flags, self.num_layers, self.forward)
 

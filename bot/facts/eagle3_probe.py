@@ -245,20 +245,34 @@ def classify_forward(src: Source, res: Resolver, holder: str | None) -> dict[str
         return {"known": False, "evidence": []}
     module, _, name = holder.rpartition(".")
     k = res.lookup(module, name)
-    m = find_method(k, "forward") if k else None
-    if m is None:
+    # the forwards along the MRO, as far as each hands on to `super().forward(...)` (a subclass that
+    # only scales the embedding leaves the capture to its parent's loop)
+    found: list[tuple[Klass, ast.FunctionDef]] = []
+    for c in mro(k) if k else []:
+        fwd = next((f for f in c.node.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
+        if fwd is None:
+            continue
+        found.append((c, fwd))
+        if "layers_to_capture" in ast.unparse(fwd) or "super().forward" not in ast.unparse(fwd):
+            break
+    if not found:
         return {"known": False, "evidence": []}
-    owner, fn = m
+    owner, fn = found[-1]
+    body, ev = "", []
+    for c, f in found:
+        path = src.file_of(c.module) or c.module
+        lines = src.text(path).splitlines()[f.lineno - 1:f.end_lineno]
+        body += "\n".join(lines) + "\n"
+        ev += [f"{src.rel(path)}:{f.lineno + i}: {ln.strip()}" for i, ln in enumerate(lines)
+               if re.search(r"layers_to_capture|_is_layer_to_capture|aux_hidden_states\.append\(|capture_output=|"
+                            r"AuxHiddenStatePacker", ln)]
     path = src.file_of(owner.module) or owner.module
-    lines = src.text(path).splitlines()[fn.lineno - 1:fn.end_lineno]
-    body = "\n".join(lines)
-    ev = [f"{src.rel(path)}:{fn.lineno + i}: {ln.strip()}" for i, ln in enumerate(lines)
-          if re.search(r"layers_to_capture|_is_layer_to_capture|aux_hidden_states\.append\(|capture_output=|"
-                       r"AuxHiddenStatePacker", ln)]
-    return {"known": True, "file": src.rel(path), "line": fn.lineno, "holder": f"{owner.module}.{owner.name}",
-            "flags": bool(re.search(r"_is_layer_to_capture", body)),
-            "entry_list": bool(re.search(r"\b(i|layer_idx|layer_id|logical_id)\s+in\s+self\.layers_to_capture", body)),
-            "after_list": bool(re.search(r"\bi\s*\+\s*1\s+in\s+self\.layers_to_capture", body)),
+    flags = bool(re.search(r"_is_layer_to_capture", body))
+    entry = bool(re.search(r"\b(i|layer_idx|layer_id|logical_id)\s+in\s+self\.layers_to_capture", body))
+    after = bool(re.search(r"\bi\s*\+\s*1\s+in\s+self\.layers_to_capture", body))
+    # none of the capture patterns SGLang's forwards use: what an id means there is not known
+    return {"known": flags or entry or after, "file": src.rel(path), "line": fn.lineno,
+            "holder": f"{owner.module}.{owner.name}", "flags": flags, "entry_list": entry, "after_list": after,
             "start_in_list": bool(re.search(r"self\.start_layer\s+in\s+self\.layers_to_capture", body)),
             "end_of_stack": bool(re.search(r"(self\.end_layer|num_layers|self\.config\.num_hidden_layers|"
                                            r"len\(self\.layers\))\s+in\s+self\.layers_to_capture", body)),

@@ -7,7 +7,8 @@ file's `set_eagle3_layers_to_capture` run on a stand-in, its forward read: no to
 under a second), else the table captured from the real wheel of its version (`sglang_version`).
 With `aux_layers` it checks the config as that patch will leave it. The training side, in order:
 `train_layers` (declared: the layer OUTPUTS training concatenated), the trainer's provenance next
-to the draft (SpecForge's `<run_id>.best_meta.json` gives the training accuracy), else the audit
+to the draft (a SpecForge checkpoint folder beside it, `epoch_E_step_S/config.json`, keeps the
+capture ids training used; its `<run_id>.best_meta.json` the training accuracy), else the audit
 trail: what this draft's config made the server capture the first time the bot saw it, before any
 patch the bot applied. Out-of-range, duplicate, ignored (top-level) ids, a draft for another target
 and a launch that would crash are findings of their own.
@@ -104,8 +105,10 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     sighting = dc.first_seen(await lib.history(ctx, cfg_path), cfg_path, ident)
     prov = await lib.provenance(ctx, params.draft)
     cases: list[list[int] | None] = [on_disk.ids_sglang_reads(), planned.ids_sglang_reads()]
+    prov_ids = dc.specforge_default(target.num_layers) if prov.ids_default else prov.ids
+    cases.append(prov_ids)                                         # case 2: the provenance's ids
     if sighting is not None and sighting.points is None:
-        cases.append(sighting.ids)
+        cases.append(sighting.ids)                                 # case 3: a config.patch's `before`
     res, how = await lib.resolve(ctx, params.python, target, cases)
     data["resolved_by"] = how
     if res is None:
@@ -114,11 +117,13 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     feed = dc.feed(res, 1, target, planned)
     data.update(sglang_version=res.version, rule=res.method, disk_points=disk_feed.points)
     accuracy = ([params.train_accuracy], "declared") if params.train_accuracy is not None else \
-        (prov[0], f"provenance {prov[1]}") if prov else (None, None)
+        (prov.accuracy, f"provenance {prov.accuracy_file}") if prov.accuracy else (None, None)
     if params.train_layers is not None:
         training = dc.Training(sorted(params.train_layers), "declared", *accuracy)
+    elif prov.ids_file is not None and res.points(2) is not None:
+        training = dc.Training(res.points(2), f"provenance {prov.ids_file}", *accuracy)
     elif sighting is not None:
-        pts = sighting.points if sighting.points is not None else res.points(2)
+        pts = sighting.points if sighting.points is not None else res.points(3)
         training = dc.Training(pts, f"first seen in {sighting.where}", *accuracy)
     elif params.aux_layers is not None and disk_feed.points is not None and not disk_feed.errors:
         training = dc.Training(disk_feed.points, "first seen in this run, before its patch", *accuracy)

@@ -109,7 +109,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     accuracy, acc_source = _proxy(params, check)
     if accuracy is None and params.draft:
         prov = await lib.provenance(ctx, params.draft)
-        accuracy, acc_source = (prov[0], f"provenance {prov[1]}") if prov else (None, None)
+        if prov.accuracy:
+            accuracy, acc_source = prov.accuracy, f"provenance {prov.accuracy_file}"
     reading = draft_accept.classify(stats, accuracy, steps, topk, tokens, info.get("load_format"))
     n = reading.numbers
     data: dict[str, Any] = {"verdict": reading.verdict, **n, "accuracy_source": acc_source,

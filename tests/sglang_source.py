@@ -2,8 +2,9 @@
 (`pip download --no-deps sglang==VERSION`, ~40 MB, seconds), its Python files unpacked (never
 installed, nothing imported: the probe reads them as it reads a host's installed package).
 
-Cached in $EAGLE_SGLANG_SRC (default ~/.cache/eaglebot/sglang-src/VERSION); .ci/run fetches
-0.5.23 once with `python tests/sglang_source.py 0.5.23`. Nothing of SGLang is vendored here.
+Cached in $EAGLE_SGLANG_SRC (default ~/.cache/eaglebot/sglang-src/VERSION), fetched on first use
+(CI: a fresh machine downloads 0.5.23 and 0.5.17 once, about 2 x 40 MB, a few seconds);
+`python tests/sglang_source.py 0.5.23` fetches by hand. Nothing of SGLang is vendored here.
 A machine that cannot download it fails the test that needs it, saying so (never a skip).
 """
 from __future__ import annotations

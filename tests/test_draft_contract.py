@@ -24,6 +24,7 @@ from sglang_source import real_sglang
 
 from eaglebot.facts import draft_contract as dc
 from eaglebot.facts import eagle3
+from eaglebot.facts.eagle3 import KEY
 
 # name -> (architectures, num_hidden_layers, hidden_size, vocab_size) of real targets' config.json
 TARGETS = {
@@ -272,3 +273,27 @@ def test_the_probe_reading_the_source_agrees_with_sglangs_own_imported_classes(v
             if not same:
                 mismatched.append((arch, n, r[2], r[3:], case))
     assert mismatched == [] and len(rows) >= 420
+
+
+def test_provenance_reads_specforges_files_beside_the_draft(tmp_path):
+    import shlex
+
+    def read(draft: Path) -> dc.Provenance:
+        res = subprocess.run(dc.provenance_command(shlex.quote(str(draft))), shell=True, capture_output=True,
+                             text=True, timeout=30)
+        return dc.parse_provenance(res.stdout)
+
+    out = tmp_path / "outputs"
+    served = out / "epoch_9_step_900"
+    served.mkdir(parents=True)
+    (served / "config.json").write_text(json.dumps({"eagle_config": {KEY: [3, 31, 59]}}))
+    assert read(served) == dc.Provenance()                     # nothing beside it: nothing known
+    older = out / "epoch_4_step_400"
+    older.mkdir()
+    (older / "config.json").write_text(json.dumps({"eagle_config": {KEY: [2, 30, 58]}}))
+    (out / "run.best_meta.json").write_text(json.dumps({"metrics": {"eval/per_position_acc": [0.7, 0.6]}}))
+    assert read(served) == dc.Provenance([0.7, 0.6], str(out / "run.best_meta.json"), [2, 30, 58], False,
+                                         str(older / "config.json"))
+    (older / "config.json").write_text(json.dumps({"eagle_config": {"use_aux_hidden_state": True}}))
+    got = read(served)
+    assert got.ids is None and got.ids_default and dc.specforge_default(61) == [1, 29, 57]

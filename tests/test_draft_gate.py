@@ -161,3 +161,35 @@ def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_p
     assert draft_cfg.read_bytes() == original
     rc, doc = run(cfg, "stop")
     assert rc == 0, why(doc)
+
+
+def test_a_specforge_checkpoint_beside_the_draft_is_the_training_side(home_host):
+    """SpecForge's trainer (scripts/train_eagle3.py, save_checkpoints) writes `epoch_E_step_S/` folders
+    with the draft's config.json as training had it, and `<run_id>.best_meta.json` beside them: served
+    from the newest, patched by hand, the gate reads what training used from the one before."""
+    h = home_host
+    h.reset()
+    out = h.home / "outputs" / "llama31-eagle3"
+    trained = json.loads((h.home / "models" / "draft" / "config.json").read_text())
+    for name, ids in (("epoch_8_step_10000", TRAINED), ("epoch_9_step_12000", [3, 31, 59])):
+        (out / name).mkdir(parents=True)
+        (out / name / "config.json").write_text(json.dumps(
+            {**trained, "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}}))
+        (out / name / "model.safetensors").write_bytes(b"SIMULATED weights " + name.encode())
+    (out / "llama31-eagle3.best_meta.json").write_text(json.dumps(
+        {"run_id": "llama31-eagle3", "step": 12000, "score": 2.41, "metric": "eval/simulated_acc_len",
+         "metrics": {"eval/avg_acc": 0.747, "eval/per_position_acc": ACCURACY}}))
+    os.utime(out / "epoch_9_step_12000", None)           # the newest checkpoint: the one served
+    for dirpath, _dirs, files in os.walk(h.home / "outputs"):
+        for n in [dirpath, *(os.path.join(dirpath, f) for f in files)]:
+            os.lchown(n, h.pw.pw_uid, h.pw.pw_gid)
+    cfg = h.config("exec")
+    rc, doc = run(cfg, "draft-check", "-e", "draft=~/outputs/llama31-eagle3/epoch_9_step_12000")
+    check = step(doc, "check the draft's inputs")
+    assert rc == 2 and check["data"]["verdict"] == "mismatch", why(doc)
+    source = f"provenance {h.home}/outputs/llama31-eagle3/epoch_8_step_10000/config.json"
+    assert check["summary"].startswith(
+        "mismatch: the server will feed the draft the outputs of layers 3, 31 and 59; training used the outputs of "
+        f"layers 2, 30 and 58 ({source})"), check["summary"]
+    assert check["data"]["train_accuracy"] == ACCURACY
+    assert check["data"]["accuracy_source"] == f"provenance {h.home}/outputs/llama31-eagle3/llama31-eagle3.best_meta.json"

@@ -277,3 +277,61 @@ def parse_identity(stdout: str) -> str | None:
     if not lines:
         return None
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+# -- the trainer's provenance next to the draft ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Provenance:
+    accuracy: list[float] | None = None       # SpecForge best_meta.json: eval/per_position_acc
+    accuracy_file: str | None = None
+    ids: list[int] | None = None              # the capture ids a SpecForge checkpoint's config.json kept
+    ids_default: bool = False                 # that config had none: SpecForge captured its default
+    ids_file: str | None = None
+
+
+_SEP = "EAGLE-PROVENANCE:"
+
+
+def provenance_command(folder_sh: str) -> str:
+    """Shell (the draft folder quoted for sh): the newest SpecForge `<run_id>.best_meta.json` in the
+    folder or its parent, then the newest SpecForge checkpoint folder beside it (`epoch_E_step_S`,
+    scripts/train_eagle3.py's save_checkpoints: the draft's config.json as training had it) that is
+    not the served folder itself."""
+    d, p = folder_sh, f"{folder_sh}/.."
+    return (f"f=$(ls -1t -- {d}/*.best_meta.json {p}/*.best_meta.json 2>/dev/null | head -n 1); "
+            f"[ -n \"$f\" ] && f=$(cd \"$(dirname \"$f\")\" && pwd -P)/$(basename \"$f\"); "
+            f"printf '{_SEP} META %s\\n' \"$f\"; [ -n \"$f\" ] && cat -- \"$f\"; echo; "
+            f"me=$(cd {d} 2>/dev/null && pwd -P); c=''; for x in $(ls -1dt -- {p}/epoch_*_step_* 2>/dev/null); do "
+            f"[ -f \"$x/config.json\" ] && [ \"$(cd \"$x\" && pwd -P)\" != \"$me\" ] && "
+            f"c=$(cd \"$x\" && pwd -P) && break; done; "
+            f"printf '{_SEP} CKPT %s\\n' \"$c\"; [ -n \"$c\" ] && cat -- \"$c/config.json\"; true")
+
+
+def parse_provenance(stdout: str) -> Provenance:
+    parts: dict[str, tuple[str, str]] = {}
+    for chunk in stdout.split(_SEP + " ")[1:]:
+        head, _, body = chunk.partition("\n")
+        kind, _, name = head.partition(" ")
+        parts[kind] = (name.strip(), body)
+    acc_file, acc_text = parts.get("META", ("", ""))
+    ck_file, ck_text = parts.get("CKPT", ("", ""))
+    accuracy = parse_specforge_meta(acc_text) if acc_file else None
+    ids, default = None, False
+    if ck_file:
+        try:
+            doc = json.loads(ck_text)
+        except json.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict):
+            d = eagle3.parse_draft(json.dumps(doc))
+            ids = d.ids_sglang_reads()
+            default = ids is None
+    return Provenance(accuracy, acc_file or None if accuracy else None, ids, default,
+                      f"{ck_file}/config.json" if ck_file and (ids is not None or default) else None)
+
+
+def specforge_default(n: int) -> list[int]:
+    """The capture ids SpecForge trains with when the draft config names none
+    (specforge/algorithms/model_providers.py, resolve_eagle_capture_layers)."""
+    return [1, n // 2 - 1, n - 4]

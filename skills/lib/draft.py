@@ -12,7 +12,6 @@ from eaglebot.sdk import SkillContext, path_for_shell
 
 from eaglebot.facts import draft_contract, eagle3, sglang
 
-PROVENANCE_GLOB = "*.best_meta.json"     # SpecForge's CheckpointManager: `<run_id>.best_meta.json`
 
 
 async def read_text(ctx: SkillContext, path: str) -> str | None:
@@ -28,15 +27,12 @@ async def identity(ctx: SkillContext, folder: str) -> str | None:
     return draft_contract.parse_identity(res.stdout)
 
 
-async def provenance(ctx: SkillContext, folder: str) -> tuple[list[float], str] | None:
-    """(per-position training accuracy, the file) from the trainer's provenance file next to the draft:
-    SpecForge writes `<run_id>.best_meta.json` beside its checkpoints (the draft folder or its parent)."""
-    d = path_for_shell(folder)
-    res = await ctx.host.run(f"f=$(ls -1t -- {d}/{PROVENANCE_GLOB} {d}/../{PROVENANCE_GLOB} 2>/dev/null | head -n 1); "
-                             f"[ -n \"$f\" ] && printf '%s\\n' \"$f\" && cat -- \"$f\"; true", timeout=30)
-    name, _, body = res.stdout.partition("\n")
-    acc = draft_contract.parse_specforge_meta(body) if name.strip() else None
-    return (acc, name.strip()) if acc else None
+async def provenance(ctx: SkillContext, folder: str) -> draft_contract.Provenance:
+    """What the trainer left beside the draft: SpecForge's `<run_id>.best_meta.json` (the training
+    accuracy per position) and its other checkpoint folders (`epoch_E_step_S/config.json`: the
+    capture ids training used, in SpecForge's convention: as SGLang reads them)."""
+    res = await ctx.host.run(draft_contract.provenance_command(path_for_shell(folder)), timeout=30)
+    return draft_contract.parse_provenance(res.stdout)
 
 
 async def resolve(ctx: SkillContext, python: str, target: eagle3.Target,

@@ -31,7 +31,8 @@ unless `on_mismatch: allow`, which launches anyway with a warning.
 ```
 Registers `verdict`, `summary`, `server_points`, `server_words`, `training_points`, `training_words`,
 `training_source`, `findings` (kind, severity, message), `sglang_version`, `resolved_by`, `rule`,
-`disk_points` (what the config on disk feeds, for later first sightings), `planned_ids`,
+`disk_points` (what the config on disk feeds, for later first sightings), `first_seen` (that
+sighting, carried forward), `planned_ids`,
 `draft_config`, `draft_identity`, `train_accuracy` (per position) and `accuracy_source`.
 """
 from __future__ import annotations
@@ -102,7 +103,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     except ValueError as e:
         return _unknown(str(e), data)
     data["draft_identity"] = ident = await lib.identity(ctx, params.draft)
-    sighting = dc.first_seen(await lib.history(ctx, cfg_path), cfg_path, ident)
+    sighting = await lib.sighting(ctx, cfg_path, ident)
     prov = await lib.provenance(ctx, params.draft)
     cases: list[list[int] | None] = [on_disk.ids_sglang_reads(), planned.ids_sglang_reads()]
     prov_ids = dc.specforge_default(target.num_layers) if prov.ids_default else prov.ids
@@ -116,6 +117,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     disk_feed = dc.feed(res, 0, target, on_disk)
     feed = dc.feed(res, 1, target, planned)
     data.update(sglang_version=res.version, rule=res.method, disk_points=disk_feed.points)
+    seen_points = None if sighting is None else sighting.points if sighting.points is not None else res.points(3)
+    if sighting is not None and seen_points is not None:   # carried forward: later checks need not rescan
+        data["first_seen"] = {"points": seen_points, "where": sighting.where}
     accuracy = ([params.train_accuracy], "declared") if params.train_accuracy is not None else \
         (prov.accuracy, f"provenance {prov.accuracy_file}") if prov.accuracy else (None, None)
     if params.train_layers is not None:
@@ -123,8 +127,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     elif prov.ids_file is not None and res.points(2) is not None:
         training = dc.Training(res.points(2), f"provenance {prov.ids_file}", *accuracy)
     elif sighting is not None:
-        pts = sighting.points if sighting.points is not None else res.points(3)
-        training = dc.Training(pts, f"first seen in {sighting.where}", *accuracy)
+        training = dc.Training(seen_points, f"first seen in {sighting.where}", *accuracy)
     elif params.aux_layers is not None and disk_feed.points is not None and not disk_feed.errors:
         training = dc.Training(disk_feed.points, "first seen in this run, before its patch", *accuracy)
     else:

@@ -216,6 +216,8 @@ def test_step_data_history_is_oldest_first_by_skill_host_and_mention(store):
     assert "disk_points" in got[0]["data"]
     assert store.step_data_history("gpu-01", [], "/m/d/config.json") == []
     assert store.step_data_history("gpu-01", ["draft.check"], "/m/d/config.json", limit=1)[0]["skill"] == "draft.check"
+    newest = store.step_data_history("gpu-01", ["draft.check", "config.patch"], "/m/d/config.json", newest_first=True)
+    assert [r["skill"] for r in newest] == ["config.patch", "draft.check"]
 
 
 def test_host_steps_data_and_fingerprints(store):

@@ -297,3 +297,25 @@ def test_provenance_reads_specforges_files_beside_the_draft(tmp_path):
     (older / "config.json").write_text(json.dumps({"eagle_config": {"use_aux_hidden_state": True}}))
     got = read(served)
     assert got.ids is None and got.ids_default and dc.specforge_default(61) == [1, 29, 57]
+
+
+def test_each_check_carries_the_first_sighting_forward_so_a_long_history_is_not_rescanned():
+    cfg = "/m/draft/config.json"
+    newest = _Rows()                      # newest first, as draft.check asks the store
+    newest.add(9, "draft.check", draft_config=cfg, disk_points=[-1, 2, 30], draft_identity="aaa",
+               first_seen={"points": [2, 30, 58], "where": "run 1"})
+    newest.add(8, "config.patch", path=cfg, values={eagle3.NESTED_KEY: {"before": [2, 30, 58], "after": [-1, 2, 30]}})
+    assert dc.carried(newest.rows, cfg, "aaa") == (True, dc.Sighting([2, 30, 58], None, "run 1"))
+    assert dc.carried(newest.rows, "/m//draft/./config.json", "aaa")[1].where == "run 1"   # the same file
+    # the newest check was itself the first sight: its own disk points
+    first = _Rows()
+    first.add(4, "draft.check", draft_config=cfg, disk_points=[2, 30, 58], draft_identity="aaa")
+    assert dc.carried(first.rows, cfg, "aaa") == (True, dc.Sighting([2, 30, 58], None, "run 4"))
+    # another draft (other weights) since: only what came after it counts (here a patch of its ids)
+    other = _Rows()
+    other.add(12, "config.patch", path=cfg, values={eagle3.NESTED_KEY: {"before": [1, 29, 57], "after": [5, 6, 7]}})
+    other.add(11, "draft.check", draft_config=cfg, disk_points=[2, 30, 58], draft_identity="aaa")
+    assert dc.carried(other.rows, cfg, "bbb") == (True, dc.Sighting(None, [1, 29, 57], "run 12, before its patch"))
+    assert dc.carried(other.rows[1:], cfg, "bbb") == (True, None)
+    # no check of this config among the newest records: the caller scans from the oldest
+    assert dc.carried([], cfg, "aaa") == (False, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -182,18 +183,21 @@ def first_seen(rows: list[dict[str, Any]], config_path: str, identity: str | Non
     (the points its on-disk config resolved to) or a `config.patch` of its capture ids (their
     `before`), whichever came first. Records of another draft in the same folder (other weights:
     `identity`) and everything before them do not count. Rows: {run_id, skill, data}, oldest first."""
+    def same(p: object) -> bool:
+        return isinstance(p, str) and posixpath.normpath(p) == posixpath.normpath(config_path)
+
     start = 0
     for i, r in enumerate(rows):
         d = r.get("data") or {}
-        if r.get("skill") == "draft.check" and d.get("draft_config") == config_path and identity \
+        if r.get("skill") == "draft.check" and same(d.get("draft_config")) and identity \
                 and d.get("draft_identity") and d.get("draft_identity") != identity:
             start = i + 1
     for r in rows[start:]:
         d = r.get("data") or {}
-        if r.get("skill") == "draft.check" and d.get("draft_config") == config_path \
+        if r.get("skill") == "draft.check" and same(d.get("draft_config")) \
                 and isinstance(d.get("disk_points"), list):
             return Sighting([int(p) for p in d["disk_points"]], None, f"run {r.get('run_id')}")
-        if r.get("skill") == "config.patch" and d.get("path") == config_path:
+        if r.get("skill") == "config.patch" and same(d.get("path")):
             values = d.get("values") or {}
             if eagle3.NESTED_KEY in values:
                 before = (values[eagle3.NESTED_KEY] or {}).get("before")
@@ -206,6 +210,29 @@ def first_seen(rows: list[dict[str, Any]], config_path: str, identity: str | Non
                 isinstance(v, int) for v in before) else None
             return Sighting(None, ids, f"run {r.get('run_id')}, before its patch")
     return None
+
+
+def carried(newest: list[dict[str, Any]], config_path: str, identity: str | None) -> tuple[bool, Sighting | None]:
+    """The sighting as the newest draft.check of this config recorded it (each check carries the first
+    sighting forward in `first_seen`, so a long history is never rescanned): (found, sighting).
+    Not found (no draft.check of it among `newest`, newest first): scan with `first_seen`. A newer
+    draft in the folder (other weights): the first config.patch of its ids since, if any."""
+    def same(p: object) -> bool:
+        return isinstance(p, str) and posixpath.normpath(p) == posixpath.normpath(config_path)
+
+    for i, r in enumerate(newest):
+        d = r.get("data") or {}
+        if r.get("skill") != "draft.check" or not same(d.get("draft_config")):
+            continue
+        if identity and d.get("draft_identity") and d.get("draft_identity") != identity:
+            return True, first_seen(list(reversed(newest[:i])), config_path, identity)
+        fs = d.get("first_seen")
+        if isinstance(fs, dict) and isinstance(fs.get("points"), list):
+            return True, Sighting([int(p) for p in fs["points"]], None, str(fs.get("where")))
+        if isinstance(d.get("disk_points"), list):
+            return True, Sighting([int(p) for p in d["disk_points"]], None, f"run {r.get('run_id')}")
+        return False, None
+    return False, None
 
 
 # -- the verdict -------------------------------------------------------------------------------------

@@ -187,9 +187,10 @@ class AsyncMethods:
         """Registered data of the newest step of `skill` on host that recorded `key`."""
         return await self._do(self.sync.last_step_data, host, skill, key)
 
-    async def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200) -> list[StepDataRow]:
+    async def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
+            newest_first: bool = False) -> list[StepDataRow]:
         """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
-        return await self._do(self.sync.step_data_history, host, skills, contains, limit)
+        return await self._do(self.sync.step_data_history, host, skills, contains, limit, newest_first)
 
     async def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:
         """File changes on a host by runs (after, upto], oldest first."""

@@ -185,7 +185,8 @@ class AsyncStoreProtocol(Protocol):
         """Registered data of the newest step of `skill` on host that recorded `key`."""
         ...
 
-    async def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200) -> list[StepDataRow]:
+    async def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
+            newest_first: bool = False) -> list[StepDataRow]:
         """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
         ...
 

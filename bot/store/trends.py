@@ -94,14 +94,16 @@ class TrendsMixin(StoreBase):
                 return data
         return None
 
-    def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200) -> list[StepDataRow]:
+    def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
+                          newest_first: bool = False) -> list[StepDataRow]:
         """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
         if not skills:
             return []
         marks = ",".join("?" * len(skills))
         return rows(self.db, StepDataRow,
                     f"select run_id, skill, status, data from steps where host = ? and skill in ({marks}) "
-                    "and status in ('ok', 'changed', 'failed') and data like ? order by id limit ?",
+                    "and status in ('ok', 'changed', 'failed') and data like ? "
+                    f"order by id {'desc' if newest_first else 'asc'} limit ?",
                     [host, *skills, f"%{contains}%", limit])
 
     def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:

@@ -6,6 +6,7 @@ audit trail saw of it before.
 from __future__ import annotations
 
 import json
+import posixpath
 from typing import Any
 
 from eaglebot.sdk import SkillContext, path_for_shell
@@ -55,12 +56,18 @@ async def resolve(ctx: SkillContext, python: str, target: eagle3.Target,
     return table, f"the host's SGLang could not be asked ({got}); the table captured from the SGLang {version} wheel"
 
 
-async def history(ctx: SkillContext, config_path: str) -> list[dict[str, Any]]:
-    """The audit trail's records of this config on this host, oldest first: draft.check and config.patch."""
+async def history(ctx: SkillContext, config_path: str, *, newest_first: bool = False,
+                  limit: int = 200) -> list[dict[str, Any]]:
+    """The audit trail's records of this config on this host (draft.check and config.patch), oldest
+    first or newest first."""
     if ctx.audit is None:
         return []
     out = []
-    for row in await ctx.audit.step_data_history(ctx.host_name, ["draft.check", "config.patch"], config_path):
+    # a short needle for the store's prefilter (the path as each step wrote it may differ in `//` or
+    # `/./`); draft_contract.first_seen compares the normalized paths exactly
+    needle = "/".join(posixpath.normpath(config_path).split("/")[-2:])
+    for row in await ctx.audit.step_data_history(ctx.host_name, ["draft.check", "config.patch"], needle, limit,
+                                                 newest_first):
         try:
             data = json.loads(row.get("data") or "{}")
         except json.JSONDecodeError:
@@ -68,3 +75,10 @@ async def history(ctx: SkillContext, config_path: str) -> list[dict[str, Any]]:
         if isinstance(data, dict):
             out.append({"run_id": row.get("run_id"), "skill": row.get("skill"), "data": data})
     return out
+
+
+async def sighting(ctx: SkillContext, config_path: str, identity: str | None) -> draft_contract.Sighting | None:
+    """When the bot first saw this draft's config: carried forward by the newest check, else scanned."""
+    found, seen = draft_contract.carried(await history(ctx, config_path, newest_first=True, limit=50), config_path,
+                                         identity)
+    return seen if found else draft_contract.first_seen(await history(ctx, config_path), config_path, identity)

@@ -19,8 +19,8 @@ STORE = Path(__file__).resolve().parents[1] / "bot" / "store"
 ROW_IMPORTS = '''from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
     HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
-    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
-    SweepRow, WarningRow,
+    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow, StepRow,
+    SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey'''
 

@@ -63,3 +63,7 @@ _.host_defaults  # Settings field: read as raw data by the before-validator that
 _._can_retry_async
 # frontends/metrics.set_leader: the leader election (issue 23, replicas) sets the eagle_leader gauge.
 _.set_leader
+
+# ast node fields the eagle3 probe clears before compiling SGLang's method on its own (the
+# compiler reads them: a decorator or an annotation would need torch/typing in scope).
+_.decorator_list, _.returns

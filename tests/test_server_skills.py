@@ -123,13 +123,17 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     svc = await open_svc(services, h)
     draft_cfg = h.draft / "config.json"
     original = draft_cfg.read_bytes()
+    # a capture list the draft was not trained on: the gate (draft.check) would refuse it, allowed here
     inputs = {"aux_layers": "[-1,2,30]", "spec_steps": "1", "spec_topk": "1", "spec_draft_tokens": "16",
-              "bench_prompts": "16", "bench_input_len": "128", "bench_output_len": "64", "env": json.dumps(FAST)}
+              "bench_prompts": "16", "bench_input_len": "128", "bench_output_len": "64", "env": json.dumps(FAST),
+              "draft_mismatch": "allow"}
     out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs=inputs))
     assert out.exit_code == 0, [(s.name, s.status, s.summary) for s in out.steps]
     assert [s.skill for s in out.steps if s.status != "skipped"] == [
-        "server.launch", "server.stop", "gpu.cleanup", "gpu.verify", "config.patch", "pycache.clear", "server.launch",
-        "bench.serving", "audit.note"]
+        "server.launch", "draft.check", "server.stop", "gpu.cleanup", "gpu.verify", "config.patch", "pycache.clear",
+        "server.launch", "draft.probe", "bench.serving", "audit.note"]
+    assert out.steps[1].summary.startswith("mismatch (allowed by draft_mismatch=allow): the server will feed the "
+                                           "draft the embedding and the outputs of layers 2 and 30")
     assert json.loads(draft_cfg.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
     assert any("speculative_num_draft_tokens=16 will be silently changed to 2" in w for w in out.warnings)
     assert out.steps[0].summary == "launch arguments accepted by SGLang 0.5.23 (host); nothing started"
@@ -158,7 +162,7 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     assert bad.steps[0].name == "check the launch" and bad.steps[0].status == "failed"
     assert ("ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill"
             in bad.steps[0].summary)
-    assert [s.status for s in bad.steps if s.section == "steps"][1:] == ["skipped"] * 7
+    assert [s.status for s in bad.steps if s.section == "steps"][1:] == ["skipped"] * 9
     assert alive(launch["pid"]) and get_health(h.port) == 200
     assert json.loads(draft_cfg.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
     HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
-    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
-    SweepRow, WarningRow,
+    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow, StepRow,
+    SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
 
@@ -186,6 +186,11 @@ class AsyncMethods:
     async def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
         """Registered data of the newest step of `skill` on host that recorded `key`."""
         return await self._do(self.sync.last_step_data, host, skill, key)
+
+    async def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
+            newest_first: bool = False) -> list[StepDataRow]:
+        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
+        return await self._do(self.sync.step_data_history, host, skills, contains, limit, newest_first)
 
     async def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:
         """File changes on a host by runs (after, upto], oldest first."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
     HealthStateRow, HostStepRow, IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
-    ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
+    ScheduleStateRow, StaleApprovalRow, StepDataRow, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.protocol_replicas import ReplicasProtocol
 from eaglebot.store.sealing import AuditKey
@@ -197,6 +197,11 @@ class StoreProtocol(ReplicasProtocol, Protocol):
 
     def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
         """Registered data of the newest step of `skill` on host that recorded `key`."""
+        ...
+
+    def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
+                          newest_first: bool = False) -> list[StepDataRow]:
+        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
         ...
 
     def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:

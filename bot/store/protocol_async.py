@@ -13,8 +13,8 @@ from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
     HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
-    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
-    SweepRow, WarningRow,
+    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow, StepRow,
+    SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
 
@@ -183,6 +183,11 @@ class AsyncStoreProtocol(Protocol):
 
     async def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
         """Registered data of the newest step of `skill` on host that recorded `key`."""
+        ...
+
+    async def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
+            newest_first: bool = False) -> list[StepDataRow]:
+        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
         ...
 
     async def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:

@@ -286,6 +286,14 @@ class MetricPoint(TypedDict):
     started_at: str | None
 
 
+class StepDataRow(TypedDict):
+    """A finished step's registered data (`step_data_history`)."""
+    run_id: int
+    skill: str
+    status: str
+    data: str | None                 # JSON text, as written
+
+
 class HostStepRow(TypedDict):
     """A finished step that says something about a host's state (`host_steps`)."""
     run_id: int

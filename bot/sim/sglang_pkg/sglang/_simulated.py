@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
-    from . import _perf_model
+    from . import _draft_fit, _perf_model
 else:
     def _sibling(name: str) -> ModuleType:
         # By path: this file also runs loaded on its own (tests, the fake nvidia-smi's helpers).
@@ -34,6 +34,7 @@ else:
         return mod
 
     _perf_model = _sibling("_perf_model")
+    _draft_fit = _sibling("_draft_fit")
 
 # The simulated release (each has a captured launch table, srt/server_args-<v>.json.gz). Read here, not
 # from the package: this file also runs loaded on its own by path.
@@ -149,6 +150,10 @@ class PerfModel:
         self.default_ids = [2, num_layers // 2, num_layers - 3]
         self.aux_ids = aux_ids if aux_ids is not None else list(self.default_ids)
         self.epoch = 0
+        # a draft folder that declares what it was trained on (SIMULATED-training.json): acceptance
+        # follows how well the capture points fit it, position by position
+        self.fit = _draft_fit.load(args.speculative_draft_model_path, num_layers, aux_ids) \
+            if args.speculative_algorithm else None
         self.accept_len = self._accept_len()
 
     def _accept_len(self) -> float:
@@ -160,7 +165,32 @@ class PerfModel:
             return float(forced)
         if getattr(a, "load_format", None) == "dummy":
             return 1.0   # random weights: the draft never proposes what the target picks (seen on a real H200)
+        if self.fit is not None:
+            return round(_draft_fit.accept_length(self.positions()), 4)
         return _perf_model.accept_length(self.settings)
+
+    def positions(self) -> list[float]:
+        """Per-position acceptance of a draft that declares its training (`fit`); the tree of a
+        topk > 1 adds what the perf model says it adds to a well-matched draft."""
+        assert self.fit is not None
+        a = self.args
+        depth = max(1, min(a.speculative_num_steps or 1, (a.speculative_num_draft_tokens or 2) - 1))
+        s = self.settings
+        s.aux_ids = list(self.default_ids)
+        tree = 1.0 - (1.0 - _perf_model.acceptance_prob(s)) / (1.0 - _perf_model.BASE_P)
+        return self.fit.positions(depth, tree)
+
+    def spec_meta(self, out_len: int, verify_ct: int) -> dict[str, Any]:
+        """A request's speculative meta_info, with SGLang's keys (tokenizer_manager.py)."""
+        meta: dict[str, Any] = {"spec_verify_ct": verify_ct,
+                                "spec_accept_length": round(max(0, out_len - 1) / max(1, verify_ct), 4)}
+        if self.fit is not None and getattr(self.args, "load_format", None) != "dummy":
+            hist = _draft_fit.histogram(verify_ct, self.positions())
+            correct = sum(k * c for k, c in enumerate(hist))
+            proposed = verify_ct * max(1, (self.args.speculative_num_draft_tokens or 2) - 1)
+            meta.update(spec_num_correct_drafts=correct, spec_num_proposed_drafts=proposed,
+                        spec_accept_rate=round(correct / proposed, 4), spec_correct_drafts_histogram=hist)
+        return meta
 
     @property
     def settings(self) -> "_perf_model.Settings":

@@ -167,10 +167,16 @@ class Server:
                 "cached_tokens_details": None, "dp_rank": None, "e2e_latency": e2e,
                 "simulated_ttft": ttft, "simulated_itl": itl}
         if self.args.speculative_algorithm:
-            # the first token comes from the prefill; beyond one per verify step, from accepted drafts
-            correct = max(0, out_len - 1 - verify_ct)
+            # the first token comes from the prefill; beyond one per verify step, from accepted drafts; a draft
+            # that declares its training (`_draft_fit`) gives its own per-position histogram
+            fitted = perf.spec_meta(out_len, verify_ct)
+            correct = int(fitted.get("spec_num_correct_drafts", max(0, out_len - 1 - verify_ct)))
             meta.update(releases.spec_meta(VERSION, out_len, verify_ct, self.args.speculative_num_draft_tokens or 2,
                                            correct))
+            if "spec_correct_drafts_histogram" in fitted:
+                meta["spec_correct_drafts_histogram"] = fitted["spec_correct_drafts_histogram"]
+                if "spec_accept_histogram" in meta:
+                    meta["spec_accept_histogram"] = fitted["spec_correct_drafts_histogram"]
         meta["response_sent_to_client_ts"] = time.time()
         if float(sp.get("temperature", 1.0)) == 0.0:
             ids = self.greedy_ids(json.dumps(body.get("input_ids") or body.get("text")), out_len)

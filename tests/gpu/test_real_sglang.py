@@ -193,6 +193,16 @@ def test_3_relaunch_with_topk_1_and_16_draft_tokens_is_warned_before_and_confirm
            f"draft_tokens={eff['speculative_num_draft_tokens']})" in run.step("launch SGLang")["summary"], run.why()
     assert not [w for w in run.doc["warnings"] if "but the server runs with" in w], run.why()
     _no_unknown_release_warning(run)
+    # The draft-contract gate (issue 31) ran before the stop: the capture points read from the host's
+    # own SGLang source (the table where the simulator's partial package stands in), and after the
+    # launch its probe read the real server's per-request stats: dummy weights are `unknown`, not a verdict.
+    check, probe = run.step("check the draft's inputs"), run.step("probe the draft's acceptance")
+    gate, seen = run.data("check the draft's inputs"), run.data("probe the draft's acceptance")
+    assert check["status"] in ("ok", "skipped") and gate["verdict"] in ("ok", "unknown"), run.why()
+    if not REHEARSAL:
+        assert gate["resolved_by"].startswith(f"read from the host's SGLang {RELEASE} source"), gate
+    assert probe["status"] == "ok" and seen["verdict"] == "unknown" and "dummy weights" in probe["summary"], \
+        run.why()
     # Random weights accept nothing: the closing benchmark's sanity check refuses to record it.
     bench = run.step("benchmark")
     got = re.search(r"accept length (\d+\.\d\d) with EAGLE3 \(<= 1\.05\): the draft model accepts nothing",
@@ -208,7 +218,9 @@ def test_3_relaunch_with_topk_1_and_16_draft_tokens_is_warned_before_and_confirm
         "accept_length": float(got.group(1)), "refused_tok_s": refused["rejected"]["output_throughput"],
         "stop_ms": run.step("stop old server")["duration_ms"], "cleanup_ms": run.step("free the GPUs")["duration_ms"],
         "verify_ms": run.step("verify GPU memory is free")["duration_ms"], "gpu_free_s": m.get("gpu_free_s"),
-        "preflight_ms": run.step("check the launch")["duration_ms"]})
+        "preflight_ms": run.step("check the launch")["duration_ms"],
+        "draft_check": {"summary": check["summary"], "ms": check["duration_ms"], "data": gate},
+        "draft_probe": {"summary": probe["summary"], "ms": probe["duration_ms"], "data": seen}})
 
 
 def test_4_bench_checks_eagle3_against_the_greedy_reference(bed):
@@ -234,15 +246,30 @@ def test_4_bench_checks_eagle3_against_the_greedy_reference(bed):
 
 
 def draft_gate(bed: Bed) -> dict:
-    """ISSUE 31 WIRES HERE (the draft-contract gate, branch `draftgate`): with the EAGLE-3 server of
-    test 3 up, its static check and runtime probe run against the real SGLang. Until that branch is
-    merged there is no `draft-check` playbook and this records so; once it is, the lead adds the
-    assertions on the verdict (`ok | mismatch | unknown`, data.verdict) and the probe's classification."""
-    from importlib import resources
-    if not resources.files("eaglebot.playbooks").joinpath("draft-check.yaml").is_file():
-        return {"status": "not merged: no draft-check playbook yet (issue 31)"}
-    run = bed.run("draft-check", "gpu")
-    return {"status": "ran", "rc": run.rc, "steps": [(s["name"], s["status"], s["summary"]) for s in run.doc["steps"]]}
+    """The draft-contract gate's static check on the real SGLang, three ways, with the EAGLE-3 server of
+    test 3 up (no launch: `draft-check` only reads): as the audit trail first saw it, with the training
+    layers declared (`ok`), and with a planned `[-1, a, b]` (`mismatch`, exit 2: 0.5.17's Llama forward
+    crashes on the embedding, a finding of its own)."""
+    ids = json.loads((Path(bed.host_vars["draft"]) / "config.json").read_text())["eagle_config"][
+        "eagle_aux_hidden_state_layer_ids"]
+    seen = bed.run("draft-check", "gpu")
+    first = seen.data("check the draft's inputs")
+    assert seen.rc == 0 and first["verdict"] in ("ok", "unknown") and first["server_points"] == ids, seen.why()
+    if not REHEARSAL:
+        assert first["resolved_by"].startswith(f"read from the host's SGLang {RELEASE} source"), first
+    declared = bed.run("draft-check", "gpu", f"draft_train_layers={','.join(map(str, ids))}")
+    assert declared.rc == 0 and declared.data("check the draft's inputs")["verdict"] == "ok", declared.why()
+    planned = bed.run("draft-check", "gpu", f"aux_layers=-1,{ids[0]},{ids[1]}")
+    wrong = planned.data("check the draft's inputs")
+    assert planned.rc == 2 and wrong["verdict"] == "mismatch", planned.why()
+    if RELEASE == "0.5.17" and not REHEARSAL:
+        assert "embedding_crash" in [f["kind"] for f in wrong["findings"]], wrong
+    assert bed.health() == 200, "a draft check touched the running server"
+    return {"first": {"s": round(seen.seconds, 2), "verdict": first["verdict"], "resolved_by": first["resolved_by"],
+                      "summary": seen.step("check the draft's inputs")["summary"]},
+            "declared_s": round(declared.seconds, 2),
+            "mismatch": {"s": round(planned.seconds, 2), "summary": planned.step("check the draft's inputs")["summary"],
+                         "findings": [f["kind"] for f in wrong["findings"]]}}
 
 
 def test_5_an_unknown_flag_is_refused_by_the_hosts_sglang_and_the_old_server_keeps_serving(bed):

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
 
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
-    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
+    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
+    RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
     SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
@@ -381,9 +381,18 @@ class AsyncMethods:
         """Silence the alerts of one host's GPU incident until `until` (ISO time), as an event;"""
         return await self._do(self.sync.health_silence, host, gpu, until, by)
 
-    async def health_record_xid(self, host: str, gpu: int, code: int, reason: str) -> None:
-        """An Xid the watch read from a host's kernel log (each one once)."""
-        return await self._do(self.sync.health_record_xid, host, gpu, code, reason)
+    async def health_record_xid(self, host: str, gpu: int, code: int, reason: str,
+            window: str | None = None, expected: bool = False) -> None:
+        """An Xid the watch read from a host's kernel log (each one once), with the lifecycle"""
+        return await self._do(self.sync.health_record_xid, host, gpu, code, reason, window, expected)
+
+    async def health_note(self, host: str, gpu: int, reason: str, actor: str, kind: str = "note") -> None:
+        """Something the watch said about one host's GPU without changing its state (it left a"""
+        return await self._do(self.sync.health_note, host, gpu, reason, actor, kind)
+
+    async def health_lifecycle_steps(self, host: str, limit: int = 64) -> list[LifecycleStepRow]:
+        """The newest `limit` steps on a host that kill, verify or launch (the watch's lifecycle"""
+        return await self._do(self.sync.health_lifecycle_steps, host, limit)
 
     async def health_xid_count(self, host: str, gpu: int, code: int, since: str) -> int:
         """How many times Xid `code` was read on one host's GPU at or after `since` (ISO time)."""

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
-    ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
+    HealthStateRow, HostStepRow, IncidentRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
+    RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow,
+    SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.protocol_replicas import ReplicasProtocol
 from eaglebot.store.sealing import AuditKey
@@ -388,7 +389,8 @@ class StoreProtocol(ReplicasProtocol, Protocol):
 
     def health_transition(self, host: str, gpu: int, state: str, reason: str, actor: str) -> bool:
         """Move one host's GPU (-1: the host) to `state` with its reason and actor, as one event;
-        the clean count starts over. False (nothing written) when it already is in that state."""
+        the clean count starts over. False (nothing written) when it already is in that state
+        (`expected` is written again: its reason and time say which teardown it was)."""
         ...
 
     def health_set_clean(self, host: str, gpu: int, clean: int) -> None:
@@ -404,8 +406,22 @@ class StoreProtocol(ReplicasProtocol, Protocol):
         False when it has no state row."""
         ...
 
-    def health_record_xid(self, host: str, gpu: int, code: int, reason: str) -> None:
-        """An Xid the watch read from a host's kernel log (each one once)."""
+    def health_record_xid(self, host: str, gpu: int, code: int, reason: str, window: str | None = None,
+                          expected: bool = False) -> None:
+        """An Xid the watch read from a host's kernel log (each one once), with the lifecycle
+        window it fell in; `expected`: an application's Xid in the bot's own teardown (kind
+        `xid_expected`, never counted towards a rule's fail_after)."""
+        ...
+
+    def health_note(self, host: str, gpu: int, reason: str, actor: str, kind: str = "note") -> None:
+        """Something the watch said about one host's GPU without changing its state (it left a
+        person's drain alone), as an event. Kind `takeover`: the drain is someone else's now (a
+        person changed it in the scheduler): the row's reason and actor say whose."""
+        ...
+
+    def health_lifecycle_steps(self, host: str, limit: int = 64) -> list[LifecycleStepRow]:
+        """The newest `limit` steps on a host that kill, verify or launch (the watch's lifecycle
+        windows), oldest first, with their run's status."""
         ...
 
     def health_xid_count(self, host: str, gpu: int, code: int, since: str) -> int:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
-    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
+    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
+    RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
     SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
@@ -374,8 +374,17 @@ class AsyncStoreProtocol(Protocol):
         """Silence the alerts of one host's GPU incident until `until` (ISO time), as an event;"""
         ...
 
-    async def health_record_xid(self, host: str, gpu: int, code: int, reason: str) -> None:
-        """An Xid the watch read from a host's kernel log (each one once)."""
+    async def health_record_xid(self, host: str, gpu: int, code: int, reason: str,
+            window: str | None = None, expected: bool = False) -> None:
+        """An Xid the watch read from a host's kernel log (each one once), with the lifecycle"""
+        ...
+
+    async def health_note(self, host: str, gpu: int, reason: str, actor: str, kind: str = "note") -> None:
+        """Something the watch said about one host's GPU without changing its state (it left a"""
+        ...
+
+    async def health_lifecycle_steps(self, host: str, limit: int = 64) -> list[LifecycleStepRow]:
+        """The newest `limit` steps on a host that kill, verify or launch (the watch's lifecycle"""
         ...
 
     async def health_xid_count(self, host: str, gpu: int, code: int, since: str) -> int:

@@ -162,8 +162,8 @@ class HealthWatchConfig(_Model):
                                                                        "long of the first finding")
     teardown_grace_s: float = Field(30.0, ge=0, le=3600, description="the bot's own teardown window lasts this "
                                                                      "long past the verify that read the GPU free")
-    expected_xids: list[int] = Field(default_factory=lambda: [13, 31, 43, 45, 68, 69],
-                                     description="application Xids that are expected inside the bot's own teardown")
+    expected_xids: list[int] | None = Field(None, description="application Xids that are expected inside the "
+                                                               "bot's own teardown (default: 13, 31, 43, 45, 68, 69)")
 
     @field_validator("xid")
     @classmethod

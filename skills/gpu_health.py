@@ -67,7 +67,8 @@ async def read(ctx: SkillContext, params: Params) -> GpuHealthRead:
     async def run(cmd: str) -> CommandResult:
         return await ctx.host.run(cmd, timeout=nvsmi.NVSMI_TIMEOUT_S)
 
-    got = await read_gpu_health(run, ctx.host_name, ctx.vars, hf.HEALTH_FIELDS, kernel_log=params.kernel_log)
+    got = await read_gpu_health(run, ctx.host_name, ctx.vars, hf.HEALTH, nvlink=hf.NVLINK_STATUS,
+                                nvlink_errors=hf.NVLINK_ERRORS, kernel_log=params.kernel_log)
     for bad in got.dropped:
         ctx.log(f"nvidia-smi on {ctx.host_name} does not know the field {bad}; asking without it")
     if got.failure:

@@ -39,6 +39,7 @@ _LOST = 15
 _NOT_INSTALLED = (126, 127)
 # The watch's thresholds: a pending row remap is a GPU to take out until it is reset.
 THRESHOLDS = hf.Thresholds(remap_pending="fail")
+WATCH_QUERY = hf.health_fact(hf.WATCH_FIELDS)
 
 
 @dataclass
@@ -88,22 +89,23 @@ def findings_of(host: str, got: GpuHealthRead) -> list[fh.Finding]:
     if got.failure is not None:
         rc = got.exit_status
         level = "warn" if rc in _NOT_INSTALLED else "fail"
-        out.append(fh.Finding(fh.HOST, level, f"cannot read the GPUs: {got.failure}", needs_second=rc != _LOST))
+        out.append(fh.Finding(fh.HOST, level, xf.clip(f"cannot read the GPUs: {got.failure}", 300),
+                              needs_second=rc != _LOST))
     for i, why in got.rows.cannot_read().items():
-        out.append(fh.Finding(fh.HOST if i is None else i, "fail", why, needs_second=True))
+        out.append(fh.Finding(fh.HOST if i is None else i, "fail", xf.clip(why, 300), needs_second=True))
     for i, row in sorted(got.rows.rows.items()):
         v = hf.evaluate(row, THRESHOLDS, nvlink=got.nvlink.get(i))
         out += [fh.Finding(i, level, reason, needs_second=level == "fail" and kind not in hf.AT_ONCE_KINDS)
                 for level, reason, kind in v.items]
     if got.log_error is not None:
-        out.append(fh.Finding(fh.HOST, "warn", f"Xids not checked on {host}: {got.log_error}"))
+        out.append(fh.Finding(fh.HOST, "warn", xf.clip(f"Xids not checked on {host}: {got.log_error}", 300)))
     return out
 
 
 async def _read(host: Host, host_vars: Mapping[str, Any], memory: xf.LogMemory, deadline: float) -> Probe:
     p = Probe(host.name, "ok", at=time.time())
-    got = await read_gpu_health(lambda cmd: _run(host, cmd, deadline), host.name, host_vars, hf.WATCH_FIELDS,
-                                nvlink_errors=False)
+    got = await read_gpu_health(lambda cmd: _run(host, cmd, deadline), host.name, host_vars, WATCH_QUERY,
+                                nvlink=hf.NVLINK_STATUS)
     p.findings = findings_of(host.name, got)
     if got.failure is not None:
         p.status = "failed"
@@ -151,6 +153,7 @@ class HealthWatch:
         self.settings, self.store, self.pool, self.cfg = settings, store, pool, cfg
         self.hosts = settings.resolve_hosts(cfg.hosts)
         self.policy: dict[int, XidRule] = cfg.xid_policy()
+        self.expected = xf.APPLICATION_XIDS if cfg.expected_xids is None else frozenset(cfg.expected_xids)
         self.notify = notify
         self.limit = fh.breaker_limit(len(self.hosts), cfg.max_quarantined_pct)
         # Decisions one at a time: the breaker counts the hosts held at the moment of each.
@@ -211,7 +214,7 @@ class HealthWatch:
     async def _apply(self, p: Probe) -> HostReport:
         seen = self._seen.setdefault(p.host, Seen())
         judged = await judge_xids(self.store, p.host, p.xids, at=p.at, uptime_s=p.uptime_s, boot_id=p.boot_id,
-                                  policy=self.policy, expected_codes=frozenset(self.cfg.expected_xids),
+                                  policy=self.policy, expected_codes=self.expected,
                                   grace_s=self.cfg.teardown_grace_s, seen=seen)
         states = await self.store.health_states()
         mine = [fh.Row(r["gpu"], r["state"], r["clean"], r["reason"] or "", r["actor"] or "")

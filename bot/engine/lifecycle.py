@@ -23,7 +23,6 @@ from eaglebot.store.rows import LifecycleStepRow
 KILLERS = ("gpu.cleanup", "server.stop")
 VERIFY = "gpu.verify"
 LAUNCH = "server.launch"
-LIFECYCLE_SKILLS = (*KILLERS, VERIFY, LAUNCH)
 _KILLED = ("changed", "failed", "running")       # ok / skipped: nothing was killed
 
 

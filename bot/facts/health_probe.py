@@ -10,14 +10,16 @@ read is `log_error`. The caller's `run` sets the time limits (and may raise when
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from eaglebot.facts import health as hf
 from eaglebot.facts import nvsmi
 from eaglebot.facts import xid as xf
+from eaglebot.facts.fact import Fact
 from eaglebot.sdk import CommandResult
 
 Run = Callable[[str], Awaitable[CommandResult]]
+T = TypeVar("T")
 
 
 @dataclass
@@ -41,8 +43,7 @@ def _fields(fact: hf.HealthFact) -> list[str]:
     return fact.args[0].removeprefix("--query-gpu=").split(",")
 
 
-async def _optional(run: Run, fact: nvsmi.NvsmiFact[Any], host_vars: Mapping[str, Any], what: str,
-                    notes: list[str]) -> Any:
+async def _optional(run: Run, fact: Fact[T], host_vars: Mapping[str, Any], what: str, notes: list[str]) -> T | None:
     """A fact the host may not have (no NVLink, an older driver): its absence is a note."""
     res = await run(fact.command(host_vars))
     if res.exit_status != 0 or res.timed_out:
@@ -52,11 +53,14 @@ async def _optional(run: Run, fact: nvsmi.NvsmiFact[Any], host_vars: Mapping[str
     return fact.parse(res.stdout)
 
 
-async def read_gpu_health(run: Run, host: str, host_vars: Mapping[str, Any], fields: Sequence[str], *,
-                          nvlink_errors: bool = True, kernel_log: bool = True) -> GpuHealthRead:
-    """The health query over `fields`, NVLink and the kernel log of one host, through `run`."""
+async def read_gpu_health(run: Run, host: str, host_vars: Mapping[str, Any], query: hf.HealthFact, *,
+                          nvlink: nvsmi.NvsmiFact[dict[int, dict[int, float | None]]] | None,
+                          nvlink_errors: nvsmi.NvsmiFact[dict[int, dict[str, int]]] | None = None,
+                          kernel_log: bool = True) -> GpuHealthRead:
+    """The health `query` (hf.HEALTH, or the watch's), the NVLink facts given and the kernel log
+    of one host, through `run`."""
     out = GpuHealthRead()
-    res, fact, out.dropped = await hf.ask_health(run, host_vars, hf.health_fact(fields))
+    res, fact, out.dropped = await hf.ask_health(run, host_vars, query)
     out.exit_status = res.exit_status
     if res.timed_out:
         out.failure = f"nvidia-smi did not answer in time on {host}; the driver may be hung"
@@ -64,10 +68,10 @@ async def read_gpu_health(run: Run, host: str, host_vars: Mapping[str, Any], fie
         out.failure = nvsmi.explain_exit(host, nvsmi.nvsmi_path(host_vars), res.exit_status, res.stdout, res.stderr)
     else:
         out.rows = hf.read_health(res.stdout, _fields(fact))
-    if out.rows.rows:
-        out.nvlink = await _optional(run, hf.NVLINK_STATUS, host_vars, "NVLink status", out.notes) or {}
-        if nvlink_errors:
-            out.nvlink_errors = await _optional(run, hf.NVLINK_ERRORS, host_vars, "NVLink errors", out.notes) or {}
+    if out.rows.rows and nvlink is not None:
+        out.nvlink = await _optional(run, nvlink, host_vars, "NVLink status", out.notes) or {}
+    if out.rows.rows and nvlink_errors is not None:
+        out.nvlink_errors = await _optional(run, nvlink_errors, host_vars, "NVLink errors", out.notes) or {}
     # The kernel log even when nvidia-smi failed: its Xids say why (79: the GPU fell off the bus).
     if kernel_log:
         dmesg = str(host_vars.get("dmesg") or "dmesg")

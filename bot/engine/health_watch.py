@@ -52,7 +52,7 @@ class Probe:
     cursor: float | None = None
     duration_s: float = 0.0
     recovered: frozenset[int] = frozenset()        # GPUs whose driver recovery action reads None
-    at: float = 0.0                               # wall clock (epoch s) when the probe began
+    at: float = 0.0                               # wall clock (epoch s) when the host's uptime was read
     boot_id: str | None = None
     uptime_s: float | None = None
 
@@ -113,6 +113,7 @@ async def _read(host: Host, host_vars: Mapping[str, Any], memory: xf.LogMemory, 
     p.recovered = frozenset(i for i, r in rows.items() if r.get("gpu_recovery_action") == hf.RECOVERY_NONE)
     if got.log is not None:
         p.boot_id, p.uptime_s = got.log.boot_id, got.log.uptime_s
+        p.at = got.log_at or p.at
         bus = got.bus_ids()
         for x in memory.fresh(got.log):
             gpu = xf.xid_gpu(x, bus)

@@ -184,12 +184,28 @@ class HealthRows:
     """The health query read totally: each GPU's readings, and why a GPU (None: a row whose
     GPU cannot be told) could not be read, field by field."""
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
-    unreadable: dict[int | None, list[str]] = field(default_factory=dict)
+    unreadable: dict[int | None, list[tuple[str, str]]] = field(default_factory=dict)   # (field or "", why)
 
     def cannot_read(self) -> dict[int | None, str]:
-        """`cannot read GPU N: ...` per GPU (None: the rows that name no GPU)."""
-        return {i: (f"cannot read GPU {i}: " if i is not None else "cannot read a GPU: ") + "; ".join(why)
-                for i, why in self.unreadable.items()}
+        """`cannot read GPU N: temperature.gpu reads 'ERR!'` per GPU (None: rows that name no GPU);
+        fields that read the same are named together."""
+        out = {}
+        for i, problems in self.unreadable.items():
+            by: dict[str, list[str]] = {}
+            for name, why in problems:
+                by.setdefault(why, []).append(name)
+            parts = []
+            for why, names in by.items():
+                named = [n for n in names if n]
+                if not named:
+                    parts.append(why)
+                elif len(named) == 1:
+                    parts.append(f"{named[0]} {why}")
+                else:
+                    more = f" and {len(named) - 3} more" if len(named) > 3 else ""
+                    parts.append(f"{', '.join(named[:3])}{more} {why.replace('reads ', 'read ', 1)}")
+            out[i] = (f"cannot read GPU {i}: " if i is not None else "cannot read a GPU: ") + "; ".join(parts)
+        return out
 
 
 def read_health(text: str, fields: Sequence[str] | None = None) -> HealthRows:
@@ -210,7 +226,7 @@ def read_health(text: str, fields: Sequence[str] | None = None) -> HealthRows:
         rows = rows[1:]
     names = [_ALIASES.get(f, f) for f in fields or []]
     if "index" not in names:
-        out.unreadable[None] = ["the answer names no GPU index"]
+        out.unreadable[None] = [("", "the answer names no GPU index")]
         return out
     at = names.index("index")
     for n, r in enumerate(rows, 1):
@@ -219,11 +235,11 @@ def read_health(text: str, fields: Sequence[str] | None = None) -> HealthRows:
         except ParseError:
             idx = None
         if idx is None:
-            out.unreadable.setdefault(None, []).append(f"row {n}: no GPU index ({clip(', '.join(r))!r})")
+            out.unreadable.setdefault(None, []).append(("", f"row {n}: no GPU index ({clip(', '.join(r))!r})"))
             continue
         if len(r) != len(names):
             out.rows[idx] = {"index": idx}
-            out.unreadable.setdefault(idx, []).append(f"expected {len(names)} columns, got {len(r)}")
+            out.unreadable.setdefault(idx, []).append(("", f"expected {len(names)} columns, got {len(r)}"))
             continue
         rec: dict[str, Any] = {}
         for name, v in zip(names, r):
@@ -234,7 +250,7 @@ def read_health(text: str, fields: Sequence[str] | None = None) -> HealthRows:
                 rec[name] = conv(v) if conv is not None else (None if _na(v) else strip_unit(v))
             except ParseError as e:
                 rec[name] = None
-                out.unreadable.setdefault(idx, []).append(f"{name} {e}")
+                out.unreadable.setdefault(idx, []).append((name, str(e)))
         out.rows[idx] = rec
     return out
 

@@ -9,6 +9,7 @@ read is `log_error`. The caller's `run` sets the time limits (and may raise when
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
@@ -34,6 +35,7 @@ class GpuHealthRead:
     notes: list[str] = field(default_factory=list)
     log: xf.KernelLog | None = None        # None: not asked, or not readable (log_error says why)
     log_error: str | None = None
+    log_at: float | None = None            # the wall clock (epoch s) when the log's uptime was read, about
 
     def bus_ids(self) -> dict[int, str]:
         return {i: str(r.get("pci.bus_id") or "") for i, r in self.rows.rows.items()}
@@ -76,6 +78,7 @@ async def read_gpu_health(run: Run, host: str, host_vars: Mapping[str, Any], que
     if kernel_log:
         dmesg = str(host_vars.get("dmesg") or "dmesg")
         klog = await run(xf.kernel_log_command(dmesg))
+        out.log_at = time.time()      # the uptime is the command's last read: off by the way back only
         if klog.exit_status == 0 and not klog.timed_out:
             out.log = xf.parse_kernel_log(klog.stdout)
         elif klog.timed_out:

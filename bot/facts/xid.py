@@ -137,14 +137,14 @@ def parse_xids(text: str) -> list[Xid]:
 
 
 def kernel_log_command(dmesg: str) -> str:
-    """The host's boot id and uptime (`eagle-boot ID SECONDS`), then the kernel log's Xid lines
-    (the last MAX_LINES); exit 3 with the error's last line when the log cannot be read
-    (non-root with kernel.dmesg_restrict=1)."""
+    """The kernel log's Xid lines (the last MAX_LINES), then the host's boot id and uptime
+    (`eagle-boot ID SECONDS`, read after the log: no line is newer); exit 3 with the error's
+    last line when the log cannot be read (non-root with kernel.dmesg_restrict=1)."""
     d = shlex.quote(dmesg)
-    return (f"printf 'eagle-boot %s %s\\n' \"$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)\" "
-            f"\"$(cut -d' ' -f1 /proc/uptime 2>/dev/null)\"; "
-            f"if out=$(LC_ALL=C {d} 2>&1); then printf '%s\\n' \"$out\" | grep -F 'Xid' | tail -n {MAX_LINES}; "
-            f"exit 0; else printf '%s\\n' \"$out\" | tail -n 1; exit 3; fi")
+    return (f"if out=$(LC_ALL=C {d} 2>&1); then printf '%s\\n' \"$out\" | grep -F 'Xid' | tail -n {MAX_LINES}; "
+            f"rc=0; else printf '%s\\n' \"$out\" | tail -n 1; rc=3; fi; "
+            f"printf 'eagle-boot %s %s\\n' \"$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)\" "
+            f"\"$(cut -d' ' -f1 /proc/uptime 2>/dev/null)\"; exit $rc")
 
 
 def unreadable_log(dmesg: str, printed: str, exit_status: int | None) -> str:

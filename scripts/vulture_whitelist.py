@@ -57,7 +57,7 @@ _.SIMULATED
 # The simulator's knobs (sim/gpu_state.py): the tests set them to stage a sick or busy GPU;
 # docs/skills.md lists them.
 _.set_residual, _.set_exit_code, _.set_health, _.set_unknown_fields, _.set_kernel_log, _.set_hang, _.memory_used
-_.set_teardown_xids
+_.set_teardown_xids, _.set_hard_exit
 _.host_defaults  # Settings field: read as raw data by the before-validator that applies it to each host (eaglebot.inventory)
 
 # slack_sdk's AsyncRetryHandler calls _can_retry_async (frontends/slack/client.py _ErrorCount).

@@ -46,11 +46,8 @@ async def _watch(services, hosts: dict, fake=None):
     alerts = None
     if fake is not None:
         from eaglebot.frontends.slack.client import make_client
-        from eaglebot.frontends.slack.health_alerts import post_health_alert
-        client = make_client(svc.settings, "xoxb-test", backoff_s=0.01)
-
-        async def alerts(r: HostReport) -> None:
-            await post_health_alert(client, svc.store, "CHEALTH", r)
+        from eaglebot.frontends.slack.health_alerts import HealthAlerts
+        alerts = HealthAlerts(make_client(svc.settings, "xoxb-test", backoff_s=0.01), svc.store, "CHEALTH", 60).notify
 
     async def notify(r: HostReport) -> None:
         reports.append(r)

@@ -46,6 +46,8 @@ Stable API (the fake SGLang server and the tests rely on these signatures):
     set_kernel_log(state_dir, lines) -> None         what `nvidia-smi --sim-dmesg` (the sim dmesg) prints
     set_hang(state_dir, seconds) -> None             every query sleeps that long first (a hung driver)
     set_teardown_xids(state_dir, codes) -> None      the Xid lines a killed holder leaves (default: 8 x Xid 45)
+    set_hard_exit(state_dir, on) -> None             simulated SGLang schedulers stopped by SIGTERM die unregistered
+                                                     (as SGLang's SIGKILL of its children): their teardown lines follow
     reap(state_dir) -> int                           write those lines for holders that died (every nvidia-smi call does)
     load_state(state_dir) -> dict
     live_holders(state) -> list[dict]
@@ -253,6 +255,11 @@ def set_teardown_xids(state_dir: str | Path, codes: list[int]) -> None:
     """The Xid codes, one line each, a killed holder leaves in the kernel log ([] for none)."""
     with _locked(state_dir) as state:
         state["teardown_xids"] = [int(c) for c in codes]
+
+
+def set_hard_exit(state_dir: str | Path, on: bool = True) -> None:
+    with _locked(state_dir) as state:
+        state["hard_exit"] = bool(on)
 
 
 def uptime_s() -> float:

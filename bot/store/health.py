@@ -86,10 +86,11 @@ class HealthMixin(StoreBase):
     def health_note(self, host: str, gpu: int, reason: str, actor: str, kind: str = "note") -> None:
         """Something the watch said about one host's GPU without changing its state (it left a
         person's drain alone), as an event. Kind `takeover`: the drain is someone else's now (a
-        person changed it in the scheduler): the row's reason and actor say whose."""
+        person changed it in the scheduler): the row's reason and actor say whose, and its clean
+        probes start over (so the watch says, once, that it left it)."""
         with self._tx():
-            if kind == "takeover":
-                self.db.execute("update health_state set reason = ?, actor = ? where host = ? and gpu = ?",
+            if kind == "takeover":   # clean starts over: the watch says it left it after clear_after more
+                self.db.execute("update health_state set reason = ?, actor = ?, clean = 0 where host = ? and gpu = ?",
                                 [reason, actor, host, gpu])
             insert(self.db, "health_events", {"host": host, "gpu": gpu, "kind": kind, "code": None,
                                               "from_state": None, "to_state": None, "reason": reason,

@@ -45,7 +45,8 @@ class HealthProtocol(Protocol):
     def health_note(self, host: str, gpu: int, reason: str, actor: str, kind: str = "note") -> None:
         """Something the watch said about one host's GPU without changing its state (it left a
         person's drain alone), as an event. Kind `takeover`: the drain is someone else's now (a
-        person changed it in the scheduler): the row's reason and actor say whose."""
+        person changed it in the scheduler): the row's reason and actor say whose, and its clean
+        probes start over (so the watch says, once, that it left it)."""
         ...
 
     def health_lifecycle_steps(self, host: str, limit: int = 64) -> list[LifecycleStepRow]:

@@ -149,7 +149,7 @@ class HealthAlerts:
                         self._flusher = asyncio.create_task(self._flush_later())
                     continue
             single.append(t)
-        if single:
+        if single or report.notes:
             await post_health_alert(self.client, self.store, self.channel, replace(report, transitions=single))
 
     async def _flush_later(self) -> None:

@@ -16,6 +16,7 @@ from sshd import chown_to
 from test_health_watch import XID79, fleet, open_watch, watch_cfg, xid13
 
 from eaglebot.engine.health_watch import HealthWatch, HostReport
+from eaglebot.facts import xid as xf
 from eaglebot.sim import gpu_state
 
 HUGE = "[  100.000000] NVRM: Xid (PCI:0000:00:06): " + "9" * 5000 + ", x"
@@ -102,6 +103,35 @@ async def test_a_line_is_counted_once_however_the_log_is_reread(services, sshd, 
     xids = [e for e in await svc.store.health_events("gpu-01") if e["kind"].startswith("xid")]
     assert len(xids) == 2, xids
     assert await svc.store.health_held("gpu-01") is None
+
+
+BOOT_A, BOOT_B = "6b1c2b0e-1d4e-4f44-9a5a-2f0b7c1e9d01", "0d9e8c7b-6a5f-4e3d-8c2b-1a0f9e8d7c6b"
+
+
+def _log(boot: str, uptime: float, *lines: str) -> xf.KernelLog:
+    return xf.parse_kernel_log("\n".join([*lines, f"eagle-boot {boot} {uptime:.2f}"]))
+
+
+def test_the_kernel_log_is_read_totally_and_each_line_counted_once_per_boot():
+    log = _log(BOOT_A, 500.0, xid13(100.0), xid13(100.0), HUGE, AUDIT, "[ 200.0] NVRM: Xid (PCI:0000:00:06): 13",
+               "NVRM: Xid (0000:00:07): 31, pid=1, name=python, Ch 00000008")
+    assert (log.boot_id, log.uptime_s) == (BOOT_A, 500.0)
+    assert [(x.code, x.bus_id, x.ts) for x in log.xids] == [(13, "0000:00:06", 100.0), (13, "0000:00:06", 100.0),
+                                                            (13, "0000:00:06", 200.0), (31, "0000:00:07", None)]
+    assert log.unreadable == [xf.clip(HUGE)] and len(log.unreadable[0]) <= xf.LINE_LIMIT
+    mem = xf.LogMemory()
+    assert [x.ts for x in mem.fresh(log)] == [100.0, 200.0, None]          # the repeated line once
+    assert mem.fresh(log) == [] and mem.fresh(_log(BOOT_A, 501.0, xid13(50.0))) != []
+    assert mem.fresh(_log(BOOT_A, 502.0, xid13(100.0), xid13(50.0))) == []  # alternating: nothing again
+    assert [x.ts for x in mem.fresh(_log(BOOT_B, 20.0, xid13(10.0)))] == [10.0]   # a new boot starts over
+    assert mem.newest == 10.0
+    restarted = xf.LogMemory(floor=200.0)                                   # the store's cursor after a restart
+    assert [x.ts for x in restarted.fresh(_log(BOOT_A, 600.0, xid13(100.0), xid13(300.0)))] == [300.0]
+    rebooted = xf.LogMemory(floor=200.0)                                    # no boot known, the clock went back
+    assert [x.ts for x in rebooted.fresh(xf.KernelLog(xids=xf.parse_xids(xid13(12.0))))] == [12.0]
+    assert xf.unreadable_log("dmesg", "dmesg: read kernel buffer failed: Operation not permitted\n"
+                             f"eagle-boot {BOOT_A} 1.00\n", 3) == ("dmesg: read kernel buffer failed: "
+                                                                    "Operation not permitted")
 
 
 def _hostile_nvsmi(bin_dir: Path) -> str:

@@ -184,7 +184,7 @@ class LogMemory:
     def fresh(self, log: KernelLog) -> list[Xid]:
         """The lines of `log` not counted before, remembered now; a new boot starts over."""
         if log.boot_id and self.boot_id and log.boot_id != self.boot_id:
-            self.floor, self.newest = None, None
+            self.floor, self.newest = None, 0.0        # a new boot: its clock starts over, and so does the cursor
             self.seen.clear()
             self.order.clear()
         elif not self.boot_id and self.floor is not None:

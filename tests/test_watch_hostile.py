@@ -185,3 +185,19 @@ async def test_host_text_is_escaped_in_text_and_blocks_on_every_alert_path(servi
     leaks = {c.method + ": " + t for c in calls for t in _raw_in(c)}
     assert not leaks, leaks
     assert any(HOSTILE in (r["reason"] or "") for r in await svc.store.health_states())   # the store keeps it as read
+
+
+async def test_a_parser_that_raises_is_a_finding_not_a_silent_host(services, sshd, remote_dir, monkeypatch):
+    from eaglebot.facts import health_probe
+
+    def broken(text, fields=None):
+        raise ValueError("a parser did not foresee this")
+    hosts, st = fleet(remote_dir, 1, sshd)
+    svc, w, alerts = await open_watch(services, hosts)
+    monkeypatch.setattr(health_probe.hf, "read_health", broken)
+    [r] = await w.round()
+    assert r.probe.status == "failed"
+    [row] = await svc.store.health_states("gpu-01")
+    assert (row["gpu"], row["state"]) == (-1, "suspect")
+    assert row["reason"] == ("probe failed: cannot read what gpu-01 answered (ValueError: a parser did not "
+                             "foresee this)")

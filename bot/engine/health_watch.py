@@ -139,6 +139,10 @@ async def probe_host(host: Host, host_vars: Mapping[str, Any], cursor: float | N
         p = Probe(host.name, "hung", [fh.Finding(fh.HOST, "warn", f"probe hung: no answer within {timeout_s:g}s")])
     except EagleError as e:
         p = Probe(host.name, "failed", [fh.Finding(fh.HOST, "warn", f"probe failed: {e}")])
+    except Exception as e:      # whatever a host printed that no parser foresaw: a finding, never a silent host
+        log.exception("health probe of %s could not read the answer", host.name)
+        p = Probe(host.name, "failed", [fh.Finding(fh.HOST, "warn", xf.clip(
+            f"probe failed: cannot read what {host.name} answered ({type(e).__name__}: {e})", 300))])
     p.duration_s = time.monotonic() - t0
     return p
 

@@ -13,7 +13,6 @@ import time
 import pytest
 from gpu_helpers import Sleepers
 from helpers import eagle, write_yaml
-from sshd import chown_to
 from test_health_watch import XID79, fleet, open_watch, watch_cfg, xid13
 
 from eaglebot.engine import fleet_health as fh
@@ -167,9 +166,9 @@ CLEANUP = "cleanup"
 
 
 def _holder_host(remote_dir, sshd, n: int = 1):
-    hosts, st = fleet(remote_dir, n, sshd)
-    chown_to(remote_dir)                 # the SSH user's nvidia-smi writes the teardown lines into the state
-    return hosts, st
+    # (no chown: the simulated host's state folder is shared; the SSH user's nvidia-smi writes the
+    # teardown lines into it as a root-made fixture leaves it)
+    return fleet(remote_dir, n, sshd)
 
 
 async def _wait_for(pred, what: str, timeout: float = 60.0):

@@ -121,9 +121,20 @@ def load_state(state_dir: str | Path) -> dict[str, Any]:
         return default_state(1)
 
 
+def _shared(d: Path) -> None:
+    """The state folder as every user of the simulated host may write it: the tests (root) set
+    it up, the SSH test user's nvidia-smi writes the kernel log a killed holder leaves."""
+    d.mkdir(parents=True, exist_ok=True)
+    try:
+        if d.stat().st_uid == os.geteuid():
+            os.chmod(d, 0o777)
+    except OSError:
+        pass
+
+
 def save_state(state_dir: str | Path, state: dict[str, Any]) -> None:
     d = Path(state_dir)
-    d.mkdir(parents=True, exist_ok=True)
+    _shared(d)
     tmp = d / f".{STATE_FILE}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(state, f, indent=2)
@@ -138,9 +149,11 @@ def _locked(state_dir: str | Path) -> Iterator[dict[str, Any]]:
     import fcntl
 
     d = Path(state_dir)
-    d.mkdir(parents=True, exist_ok=True)
+    _shared(d)
     fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
     try:
+        if os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, 0o666)     # not the umask's 0644: the other user must lock it too
         fcntl.flock(fd, fcntl.LOCK_EX)
         state = load_state(d)
         yield state

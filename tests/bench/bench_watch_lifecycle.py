@@ -313,6 +313,7 @@ async def main() -> int:
     ap.add_argument("--seed", type=int, default=33)
     a = ap.parse_args()
     rng = random.Random(a.seed)
+    t_all = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="eagle-lifecycle-"))
     os.chmod(work, 0o755)
     server = start_sshd(work / "sshd")
@@ -341,7 +342,7 @@ async def main() -> int:
               f"{p2['own']}: {p2['own_resumed']} resumed")
         ok = (not p1["false_quarantines"] and len(caught) == len(lat) and p95 <= 60 and not p2["human_resumed"]
               and p2["own_resumed"] == p2["own"])
-        print("RESULT:", "all targets met" if ok else "a target missed")
+        print(f"RESULT: {'all targets met' if ok else 'a target missed'} ({time.monotonic() - t_all:.0f} s)")
         return 0 if ok else 1
     finally:
         await fake.stop()

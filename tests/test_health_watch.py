@@ -279,7 +279,8 @@ async def test_eagle_serve_runs_the_watch_posts_an_xid_79_within_two_intervals_a
         await wait_serving(port, proc)
         await asyncio.sleep(interval)                       # a clean round first
         assert not fake.ok_calls_to("chat.postMessage")
-        gpu_state.set_kernel_log(st["gpu-02"], gpu_state.KERNEL_LOG + [XID79])
+        # (a bus id no GPU of the host has: whenever a probe reads the line, it is the host's)
+        gpu_state.set_kernel_log(st["gpu-02"], gpu_state.KERNEL_LOG + [XID79.replace("00:06", "00:0a")])
         gpu_state.set_exit_code(st["gpu-02"], 15)
         t0 = time.monotonic()
         [post] = await fake.wait_for(lambda: fake.ok_calls_to("chat.postMessage"), timeout=4 * interval)

@@ -231,20 +231,20 @@ def start_health_watch(services: Services, client: AsyncWebClient, stop: asyncio
     cfg = services.settings.health_watch
     if cfg is None:
         return None
-    from eaglebot.engine.fleet_hook import auto_drain
+    from eaglebot.engine.fleet_hook import watch_actions
     from eaglebot.engine.health_watch import HealthWatch, HostReport
     from eaglebot.frontends.slack.health_alerts import HealthAlerts
 
     alerts = HealthAlerts(client, services.store, cfg.channel or services.settings.slack.channel, cfg.interval_s)
 
-    drains: set[asyncio.Task[int | None]] = set()
+    drains: set[asyncio.Task[None]] = set()
 
     async def notify(report: HostReport) -> None:
         await alerts.notify(report)
-        if cfg is not None and cfg.auto_drain:   # a drain takes minutes: the watch goes on meanwhile
-            t = asyncio.get_running_loop().create_task(auto_drain(services.engine, report))
-            drains.add(t)
-            t.add_done_callback(drains.discard)
+        # A drain takes minutes: the watch goes on meanwhile.
+        t = asyncio.get_running_loop().create_task(watch_actions(services.engine, report))
+        drains.add(t)
+        t.add_done_callback(drains.discard)
     watch = HealthWatch(services.settings, services.store, services.pool, cfg, notify=notify)
     log.info("health watch: %d hosts every %gs", len(watch.hosts), cfg.interval_s)
 

@@ -220,13 +220,24 @@ class HealthEventRow(TypedDict):
     id: int
     host: str
     gpu: int
-    kind: str                        # transition or xid
-    code: int | None                 # the Xid (kind xid)
-    from_state: str | None
+    kind: str                        # transition, xid, xid_expected (the bot's own teardown), silence, note, takeover
+    code: int | None                 # the Xid (kinds xid, xid_expected)
+    from_state: str | None           # an Xid's: the host's lifecycle window (teardown, launch, steady, idle)
     to_state: str | None
     reason: str | None
     actor: str | None
     at: str
+
+
+class LifecycleStepRow(TypedDict):
+    """A step that moves a host through the workload's lifecycle (`health_lifecycle_steps`)."""
+    run_id: int
+    skill: str                       # gpu.cleanup, server.stop, gpu.verify, server.launch
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    run_status: str
+    run_finished_at: str | None
 
 
 class SweepRow(TypedDict):

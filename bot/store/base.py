@@ -183,7 +183,7 @@ class StoreBase:
     def _connect_readonly(self, live: bool = False) -> None:
         """Read-only. A WAL database with neither `-wal` nor `-shm` beside it is closed (every
         writer has them open): it is read as an immutable file, which creates neither; SQLite's
-        ordinary reader would leave both behind. `stable_read` reads again, as a reader beside
+        ordinary reader would leave both behind. `_stable_read` reads again, as a reader beside
         the writer, if one came meanwhile."""
         wal, shm = Path(f"{self.path}-wal"), Path(f"{self.path}-shm")
         closed = not live and not wal.exists() and not shm.exists()
@@ -194,7 +194,7 @@ class StoreBase:
         self.db.execute("PRAGMA busy_timeout = 30000")
         self.db.execute("select count(*) from sqlite_master").fetchone()  # a file that is no database fails here
 
-    def stable_read(self, fn: Callable[[], R]) -> R:
+    def _stable_read(self, fn: Callable[[], R]) -> R:
         """`fn()` on this read-only store; read again beside the writer when the file was read
         as closed and a writer opened or changed it meanwhile (an immutable read may then have
         seen pages of two versions)."""

@@ -51,7 +51,7 @@ class MaintenanceMixin(StoreBase):
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,
         seals. With `key` (a verification or sealing key) every seal it can derive is checked."""
         verifier = Verifier(key) if key is not None else None
-        return self.stable_read(lambda: verify.verify(self.db.conn, head, verifier,
+        return self._stable_read(lambda: verify.verify(self.db.conn, head, verifier,
                                                       key.kind if key else None).to_json())
 
     def run_audit_problems(self, run_id: int) -> list[str]:
@@ -67,7 +67,7 @@ class MaintenanceMixin(StoreBase):
 
     def audit_head(self) -> AuditHead:
         """The newest sealed link of the audit chain: the anchor posted outside the DB."""
-        row = self.stable_read(lambda: self.db.execute(f"select seq, hash from {chain.CHAIN_TABLE} where hash is "
+        row = self._stable_read(lambda: self.db.execute(f"select seq, hash from {chain.CHAIN_TABLE} where hash is "
                                                        f"not null order by seq desc limit 1").fetchone())
         return {"seq": row[0], "hash": row[1]} if row else {"seq": None, "hash": None}
 
@@ -87,7 +87,7 @@ class MaintenanceMixin(StoreBase):
             try:
                 # One step (pages=-1): the copy is one read snapshot; the bot's writes go on
                 # (WAL) and never restart it.
-                self.stable_read(lambda: self.db.conn.backup(target))
+                self._stable_read(lambda: self.db.conn.backup(target))
                 row = target.execute(f"select seq, hash from {chain.CHAIN_TABLE} where hash is not null "
                                      f"order by seq desc limit 1").fetchone() \
                     if chain.table_exists(target, chain.CHAIN_TABLE) else None

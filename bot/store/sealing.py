@@ -140,7 +140,7 @@ def check_folder(path: Path) -> None:
     except OSError as e:
         raise KeyFileError(f"cannot read the audit key folder {folder}: {e.strerror}") from None
     if st.st_mode & 0o022:
-        raise KeyFileError(f"audit key folder {folder} is writable by group or others (mode "
+        raise KeyFileError(f"audit key file {path}: its folder {folder} is writable by group or others (mode "
                            f"{stat.S_IMODE(st.st_mode):04o}), so anyone could replace the key: run "
                            f"`chmod go-w {folder}` (or keep the key in a folder of its own), then try again")
 

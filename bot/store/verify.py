@@ -167,9 +167,9 @@ def verify(conn: SqlConn, head: str | None = None, verifier: Verifier | None = N
     seals = Seals(key=key_kind, key_epoch=verifier.base.epoch if verifier else None)
     sealed_cols = has_seal_columns(conn)
     walk = _Walk(verifier is not None, epoch_now(verifier.base.epoch_s, now) if verifier else None)
-    if verifier is not None and not sealed_cols:
-        problems.append(Problem(None, "", None, "the chain has no seal columns (epoch, seal): they were dropped, "
-                                                "or this database was never written with the audit key"))
+    unsealable = [Problem(None, "", None, "the chain has no seal columns (epoch, seal): they were dropped, "
+                                          "or this database was never written with the audit key")] \
+        if verifier is not None and not sealed_cols else []
     latest: dict[tuple[str, int], tuple[int, str, str | None]] = {}
     prev, n, head_seq, genesis, anchor_seq, prev_seq = "", 0, None, None, None, 0
     last_m: tuple[int, dict[str, list[str]]] | None = None
@@ -241,7 +241,7 @@ def verify(conn: SqlConn, head: str | None = None, verifier: Verifier | None = N
         seals.notes.append(f"{seals.unsealed_before_key} entries before entry #{seals.first_sealed_seq} are "
                            f"unsealed (made before an audit key was configured)")
     problems.sort(key=lambda p: (p.seq is None, p.seq or 0))
-    problems = schema + problems
+    problems = unsealable + schema + problems
     return Report(not problems, n, rows, prev or None, head_seq, genesis, head, anchor_seq, problems,
                   schema_version, seals)
 

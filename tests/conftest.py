@@ -77,6 +77,17 @@ def sshd(tmp_path_factory) -> SSHServer:
 
 
 @pytest.fixture(scope="session")
+def root_sshd() -> SSHServer:
+    """An sshd on 127.0.0.1 that lets root in with the generated key alone: the claims about
+    root SSH (docs/reliability.md) are tested over it."""
+    if os.geteuid() != 0:
+        pytest.fail("the root SSH tests need root to start an sshd that lets root in (CI runs as root)")
+    server = start_sshd(Path("/tmp") / f"eagle-root-sshd-{os.getpid()}", user="root")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def pg_server():
     """A real PostgreSQL of this session (tests/pg.py), with the migrated template database."""
     from pg import make_template, start_pg

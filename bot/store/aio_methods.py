@@ -482,3 +482,7 @@ class AsyncMethods:
     async def claim_fire(self, schedule: str, fire_time: str, holder: str) -> int | None:
         """Claim one fire (schedule, slot time) and record it `started`: its id, or None if claimed."""
         return await self._do(self.sync.claim_fire, schedule, fire_time, holder)
+
+    async def claim_requests(self, keys: list[str], window_s: float, max_keys: int) -> bool:
+        """Record a Slack request's `keys` for `window_s`, for every replica: True when none was"""
+        return await self._do(self.sync.claim_requests, keys, window_s, max_keys)

@@ -63,3 +63,5 @@ _.host_defaults  # Settings field: read as raw data by the before-validator that
 _._can_retry_async
 # frontends/metrics.set_leader: the leader election (issue 23, replicas) sets the eagle_leader gauge.
 _.set_leader
+# RemoteProcRow.step_started_at: a column of pending_procs' join, read by engine/procs.clear_pending as row.get(...).
+_.step_started_at

@@ -27,7 +27,7 @@ def test_migrations_are_named_numbered_and_in_order():
     assert MIGRATIONS[0].name == "0001_initial" and MIGRATIONS[-1].name == "0012_seen_requests"
     assert [m.name for m in migrations.pending(5)] == ["0006_remote_procs", "0007_chain_seals",
                                                       "0008_step_output_file", "0009_incident_causes",
-                                                          "0010_health_watch", "0011_replicas"]
+                                                          "0010_health_watch", "0011_replicas", "0012_seen_requests"]
     assert migrations.pending(SCHEMA_VERSION) == [] and migrations.pending(SCHEMA_VERSION + 1) == []
 
 

@@ -9,10 +9,13 @@ loop. Here each connection is a thin protocol around aiohttp's (`Gate.connection
   (or from the connection's start), and its body BODY_TIMEOUT_S once the head is in; a
   request that is late is cut (the connection aborted, so its descriptor is free at once);
 - admits at most `cap` connections, below the open-files limit with room for what the bot
-  itself opens (Slack's API, the store, SSH): at the cap a new connection takes the place of
-  the oldest one still reading its request (a slow client, most likely); when every
-  connection is past its request (aiohttp is answering, or keeping it alive for at most
-  KEEPALIVE_S), the new one is answered 503 and closed.
+  itself opens (Slack's API, the store, SSH) and for a burst of accepts (asyncio accepts up
+  to `backlog` sockets a loop iteration, and a cut socket is closed on the next one): at the
+  cap a new connection takes the place of
+  the oldest one still reading its request (a slow client, most likely: Slack's requests are
+  in within milliseconds); when every connection is past its request (aiohttp is answering,
+  or keeping it alive for at most KEEPALIVE_S), the new one is answered 503 and closed,
+  before aiohttp has spent anything on it.
 What is cut is counted (the `eagle_http_shed` counter) and logged at most once a minute.
 Why not a library: aiohttp has no header or body read timeout and no connection cap, and a
 proxy in front (nginx's client_header_timeout) is a deployment the bot cannot assume.
@@ -33,7 +36,6 @@ HEADER_TIMEOUT_S = 5.0
 BODY_TIMEOUT_S = 10.0
 KEEPALIVE_S = 5.0          # aiohttp's idle keep-alive (AppRunner's keepalive_timeout)
 MAX_CONNECTIONS = 4096     # whatever the limit: one replica answering Slack needs far fewer
-BACKLOG = 1024             # listen(2): a burst of connects waits in the kernel, not refused there
 MAX_HEAD = 64 * 1024       # past this aiohttp refuses the head itself (431): nothing to time
 _READING = ("head", "body", "chunked")
 
@@ -52,13 +54,22 @@ def raise_open_files_limit() -> tuple[int, int]:
     return soft, hard
 
 
-def connection_cap(soft_limit: int | None = None) -> int:
-    """How many connections a port admits: under the open-files limit by a quarter of it (at
-    least 64) for the bot's own descriptors, and at most MAX_CONNECTIONS."""
+def _soft(soft_limit: int | None) -> int:
     soft = soft_limit if soft_limit is not None else resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft == resource.RLIM_INFINITY:
-        return MAX_CONNECTIONS
-    return max(8, min(MAX_CONNECTIONS, soft - max(64, soft // 4)))
+    return 1 << 20 if soft == resource.RLIM_INFINITY else soft
+
+
+def accept_backlog(soft_limit: int | None = None) -> int:
+    """listen(2)'s backlog, which is also how many sockets asyncio accepts in one go."""
+    return max(16, min(128, _soft(soft_limit) // 8))
+
+
+def connection_cap(soft_limit: int | None = None) -> int:
+    """How many connections a port admits: under the open-files limit by an eighth of it (at
+    least 64) for the bot's own descriptors and by two bursts of accepts, at most
+    MAX_CONNECTIONS (1,024 open files: 640 connections)."""
+    soft = _soft(soft_limit)
+    return max(8, min(MAX_CONNECTIONS, soft - max(64, soft // 8) - 2 * accept_backlog(soft)))
 
 
 class Gate:
@@ -73,8 +84,9 @@ class Gate:
         self._logged_at = 0.0
         self._unlogged = 0
 
-    def connection(self, inner: asyncio.Protocol) -> asyncio.Protocol:
-        """The protocol for one accepted connection, around aiohttp's `inner`."""
+    def connection(self, inner: Callable[[], asyncio.Protocol]) -> asyncio.Protocol:
+        """The protocol for one accepted connection, around the one `inner()` makes (aiohttp's:
+        made only for a connection that is admitted)."""
         return _Guarded(self, inner)
 
     def _admit(self, conn: _Guarded) -> bool:
@@ -104,8 +116,10 @@ class _Guarded(asyncio.Protocol):
     far enough to time its head and body (Content-Length; a chunked body keeps the body's
     deadline until it is answered)."""
 
-    def __init__(self, gate: Gate, inner: asyncio.Protocol):
-        self.gate, self.inner = gate, inner
+    inner: asyncio.Protocol
+
+    def __init__(self, gate: Gate, make: Callable[[], asyncio.Protocol]):
+        self.gate, self.make = gate, make
         self.transport: asyncio.Transport | None = None
         self.phase = "head"
         self.head = b""
@@ -122,6 +136,7 @@ class _Guarded(asyncio.Protocol):
             transport.abort()
             return
         self.admitted = True
+        self.inner = self.make()
         self._arm(self.gate.header_timeout_s)
         self.inner.connection_made(transport)
 
@@ -237,8 +252,8 @@ async def listen(app: web.Application, host: str, port: int, *, on_shed: Callabl
     assert factory is not None
     gate = Gate(cap if cap is not None else connection_cap(), on_shed)
     try:
-        server = await asyncio.get_running_loop().create_server(lambda: gate.connection(factory()), host, port,
-                                                                backlog=BACKLOG)
+        server = await asyncio.get_running_loop().create_server(lambda: gate.connection(factory), host, port,
+                                                                backlog=accept_backlog())
     except BaseException:
         await runner.cleanup()
         raise

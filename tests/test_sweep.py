@@ -1,5 +1,5 @@
 """What the end-of-step sweep (bot/transport/sweep.py) takes and what it spares, on the host
-`local` and over a real sshd as the non-root test user, in both shell modes: it takes what a
+`local` and over a real sshd as the non-root test user and as root, in both shell modes: it takes what a
 step started however it hid (no tag, its own session, its parent gone); it spares a server
 the step started on purpose, the user's other processes (started before the step, or during
 it by another login), and orphans of another cgroup (a host that gives each login its own, as
@@ -24,12 +24,14 @@ from eaglebot.transport.sweep import find_script
 HIDE = "env -u EAGLE_PROC_TAG setsid sh -c 'echo $$ > {f}; exec sleep 300' </dev/null >/dev/null 2>&1 &"
 
 
-@pytest.fixture(params=["local", "ssh"])
-async def host(request, shell_mode, sshd):
+@pytest.fixture(params=["local", "ssh", "root-ssh"])
+async def host(request, shell_mode, sshd, root_sshd):
     if request.param == "local":
         t = LocalTransport("local", shell=shell_mode)
     else:
-        t = SSHTransport("box", HostConfig(**sshd.host_config(shell=shell_mode)))
+        server = sshd if request.param == "ssh" else root_sshd
+        t = SSHTransport("box", HostConfig(**server.host_config(shell=shell_mode)))
+        t.server = server  # type: ignore[attr-defined]
     t.kind = request.param  # type: ignore[attr-defined]
     yield t
     await t.close()
@@ -50,7 +52,7 @@ def _pid(path: Path) -> int:
 def _as_user(host, sshd, script: str) -> subprocess.Popen:
     """Another login of the host's user, not the bot's: over its own SSH session, or (local)
     a process of this user that the bot did not start."""
-    argv = [*sshd.ssh_argv(), script] if host.kind == "ssh" else ["/bin/sh", "-c", script]
+    argv = [*host.server.ssh_argv(), script] if host.kind != "local" else ["/bin/sh", "-c", script]
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 

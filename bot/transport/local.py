@@ -214,12 +214,12 @@ class LocalTransport:
 
 def _any_left(tag: str, groups: set[int], since: float | None, keep: set[int]) -> bool:
     """Could any live process be the step's (transport/sweep.py)? In one of `groups` (or a
-    session one of them leads), carrying `tag`, or started since `since` by this user, other
-    than this process and the kept servers' sessions: more than the sweep takes (it also walks
-    the ancestors), never less, read from /proc here."""
+    session one of them leads), or started since `since` (its start unknown: carrying `tag`),
+    other than this process and the kept servers' sessions: more than the sweep takes (it also
+    walks the ancestors and checks orphans' user and cgroup), never less, read from /proc here."""
     mark = f"{TAG_VAR}={tag}".encode()
     t0 = since * os.sysconf("SC_CLK_TCK") - 5 if since is not None else None
-    me, uid = os.getpid(), os.getuid()
+    me = os.getpid()
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
@@ -230,23 +230,15 @@ def _any_left(tag: str, groups: set[int], since: float | None, keep: set[int]) -
                 continue
             if int(fields[2]) in groups or int(fields[3]) in groups:
                 return True
-            if t0 is not None and int(fields[19]) >= t0 and _uid_matches(name, uid):
-                return True
+            if t0 is not None:   # (the tag counts only when the start is unknown, as in the sweep)
+                if int(fields[19]) >= t0:   # any user's: the step's descendants may be another's
+                    return True
+                continue
             with open(f"/proc/{name}/environ", "rb") as f:
                 if mark in f.read().split(b"\0"):
                     return True
         except (OSError, IndexError, ValueError):  # gone meanwhile, or not ours to read
             continue
-    return False
-
-
-def _uid_matches(pid: str, uid: int) -> bool:
-    """Any of the process's real, effective, saved and file uids is `uid` (its /proc folder's
-    owner is not: a process that made itself undumpable shows as root's)."""
-    with open(f"/proc/{pid}/status", "rb") as f:
-        for line in f:
-            if line.startswith(b"Uid:"):
-                return str(uid).encode() in line.split()[1:]
     return False
 
 

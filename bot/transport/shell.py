@@ -31,11 +31,12 @@ kills the command's group and every process carrying the step's tag; a shell tha
 not answer (stopped with SIGSTOP, wedged) is killed on the host by its pid, learned at
 start-up, and the next command opens a new shell.
 
-What this mode cannot give, and why `exec` is the default: the shell and its secret live in a
-process of the SSH user, so a process that escaped its step's clean-up (a new session AND the
-tag removed from its environment) can read a later command of its own run from the shell's
-stdin, secret included. In `exec` mode a command's exit status comes from sshd, which no
-process of the user can forge.
+The shell runs from an unreadable copy of itself (`OPEN_SHELL`): the kernel makes it
+undumpable, so another process of the SSH user cannot open its /proc/PID/fd (its stdin with
+the secret, its stdout for frames); what a step leaves behind is stopped at the step's end
+anyway (transport/sweep.py). Why `exec` is still the default: there a command's exit status
+comes from sshd, which no process of the user can forge, and to root (a root SSH user)
+nothing of a shell is closed.
 """
 from __future__ import annotations
 

@@ -9,8 +9,9 @@ service), that cgroup (without root, or a cgroup tree delegated to the user). So
 process on the host is the step's when it was started after the step's first command
 (`since`, the host's boot clock, reported by that command) by the same user, and
 
-1. it is in one of the step's commands' process groups or sessions, or carries the tag; or
-2. one of its ancestors is one of the step's commands; or
+1. it is in one of the step's commands' process groups or sessions; or
+2. one of its ancestors is one of the step's commands (whatever its user: a root step may
+   start processes as another); or
 3. walking up its ancestors started since then, the first one whose parent is gone (PID 1,
    or systemd's user manager, adopted it) is in the scan's own cgroup: an orphan of this
    connection (over SSH) or of this bot (`local`).
@@ -23,7 +24,9 @@ started on purpose (`keep`, from `spawn_detached`). On a host with one cgroup fo
 made during the step: give the bot an SSH user of its own.
 
 Every rule reads only /proc (one `awk` over every /proc/PID/stat, and the status and cgroup
-files of the few processes started since), so the scan costs the same whatever the step did.
+files of the few orphans started since), so the scan costs the same whatever the step did.
+The tag (`EAGLE_PROC_TAG`) is looked for only when the step's start is unknown (a command cut
+off before it reported it).
 """
 from __future__ import annotations
 
@@ -33,10 +36,10 @@ from typing import Sequence
 from eaglebot.transport.base import KILL_GRACE_S, TAG_VAR, valid_tag
 
 # The walk, in POSIX awk (mawk, gawk, busybox). Input: /proc/PID paths, one a line. Variables:
-# me (the scan's shell, whose own descendants are skipped), hz (clock ticks a second), since
-# (the host's boot-clock seconds at the step's first command) or wall/now/up (the step's start
-# as unix time, this host's unix time and uptime: for a step whose start is only in the
-# audit DB), groups/cmds/keep (space-framed lists of pids).
+# me (the scan's shell, whose own descendants are skipped), since (the host's boot-clock
+# seconds at the step's first command) or wall/now (the step's start as unix time, and this
+# host's unix time: for a step whose start is only in the audit DB), groups/cmds/keep
+# (space-framed lists of pids). Each pid is printed once.
 _AWK = r'''
 function rd(p,   f, line, s, c, a) {
     if (p in st) return st[p] != ""
@@ -61,7 +64,12 @@ function cg(p,   f, line, out) {
 function has(list, x) { return x != "" && index(list, " " x " ") > 0 }
 BEGIN {
     split(uidof("self"), u, " "); uid = u[1]; mycg = cg("self")
-    if (wall != "") since = wall - now + up
+    # Clock ticks a second (USER_HZ, 100 on every common architecture) without forking
+    # getconf: this process's start in ticks over the boot clock's seconds now.
+    f = "/proc/uptime"; getline upl < f; close(f); split(upl, w, " ")
+    if (rd("self") && w[1] > 0) { hz = start["self"] / w[1]; if (hz > 95 && hz < 105) hz = 100 }
+    if (hz + 0 <= 0) hz = 100
+    if (wall != "") since = wall - now + w[1]
     t0 = (since == "" || since + 0 < 0) ? -1 : since * hz - 5
 }
 { sub(/^\/proc\//, ""); if ($0 ~ /^[0-9]+$/) todo[$0] = 1 }
@@ -69,13 +77,14 @@ END {
     for (p in todo) {
         if (p == me || !rd(p) || st[p] == "Z" || has(keep, si[p])) continue
         if (has(groups, pg[p]) || has(groups, si[p])) { print p; continue }
-        if (t0 < 0 || start[p] < t0 || !has(" " uidof(p), uid)) continue
+        if (t0 < 0 || start[p] < t0) continue
         a = p; ours = 0
         for (d = 0; d < 4096; d++) {
             if (a == me) break
-            if (has(cmds, a)) { ours = 1; break }
+            if (has(cmds, a)) { ours = 1; break }   # (of any user: a root step may start some as others)
             q = pp[a]
-            if (q + 0 <= 1 || !rd(q) || (comm[q] == "systemd" && start[q] < t0)) { ours = (cg(a) == mycg); break }
+            if (q + 0 <= 1 || !rd(q) || (comm[q] == "systemd" && start[q] < t0)) {
+                ours = cg(a) == mycg && has(" " uidof(p), uid); break }
             if (start[q] < t0) break
             a = q
         }
@@ -95,17 +104,20 @@ def find_script(tag: str | None, pgids: Sequence[int] = (), *, since: float | No
     line, sorted and unique. `pgids`: the step's commands (each leads its process group);
     `since`: the host's boot-clock seconds at its first command, or `since_wall`: the step's
     start in unix time (converted on the host, with two seconds for the clocks' skew)."""
-    mark = shlex.quote(TAG_VAR + "=" + valid_tag(tag)) if tag else ""
-    tagged = (f'grep -lzx {mark} /proc/[0-9]*/environ 2>/dev/null '
-              '| while IFS=/ read -r _ _ p _; do [ "$p" = "$$" ] || echo "$p"; done; ') if tag else ""
-    v = f"-v me=\"$$\" -v hz=\"$eagle_hz\" -v groups='{_framed(pgids)}' -v cmds='{_framed(pgids)}' " \
-        f"-v keep='{_framed(keep)}'"
+    v = f"-v me=\"$$\" -v groups='{_framed(pgids)}' -v cmds='{_framed(pgids)}' -v keep='{_framed(keep)}'"
     if since is not None:
         v += f" -v since={since:.2f}"
     elif since_wall is not None:
-        v += f" -v wall={since_wall - 2:.2f} -v now=\"$(date +%s)\" -v up=\"$eagle_up\""
-    return (f'eagle_pids() {{ {{ {tagged}printf "%s\\n" /proc/[0-9]* | awk {v} {shlex.quote(_AWK)}; }} '
-            '2>/dev/null | sort -u; }; ')
+        v += f" -v wall={since_wall - 2:.2f} -v now=\"$(date +%s)\""
+    scan = f'printf "%s\\n" /proc/[0-9]* | awk {v} {shlex.quote(_AWK)}'
+    if since is not None or not tag:
+        return f"eagle_pids() {{ {scan} 2>/dev/null; }}; "
+    # The step's start unknown (a command cut off before it said when it started): its tag
+    # is what is left to go by.
+    mark = shlex.quote(TAG_VAR + "=" + valid_tag(tag))
+    tagged = (f'grep -lzx {mark} /proc/[0-9]*/environ 2>/dev/null '
+              '| while IFS=/ read -r _ _ p _; do [ "$p" = "$$" ] || echo "$p"; done; ')
+    return f"eagle_pids() {{ {{ {tagged}{scan}; }} 2>/dev/null | sort -u; }}; "
 
 
 def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] = (),
@@ -120,8 +132,7 @@ def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] =
     first = "".join(f"kill -KILL {int(p)} 2>/dev/null; " for p in now)
     first += "".join(f"kill -CONT {int(p)} 2>/dev/null; " for p in cont)
     return (
-        f'{first}eagle_hz=$(getconf CLK_TCK 2>/dev/null) || eagle_hz=100; read -r eagle_up _ </proc/uptime; '
-        + find_script(tag, pgids, since=since, since_wall=since_wall, keep=keep) +
+        first + find_script(tag, pgids, since=since, since_wall=since_wall, keep=keep) +
         'l=$(eagle_pids); if [ -z "$l" ]; then echo "EAGLE-KILL 0 0"; exit 0; fi; '
         'found=$(echo "$l" | wc -l); '
         'eagle_sig() { for p in $(eagle_pids); do kill -"$1" "$p" 2>/dev/null; done; true; }; '

@@ -172,3 +172,32 @@ def test_the_shell_the_local_transport_opens_is_closed_to_the_users_other_proces
     finally:
         shell.kill()
         shell.wait()
+
+
+@pytest.mark.parametrize("host", ["local", "box"])
+def test_what_a_crashed_run_left_hidden_is_stopped_by_the_next_run(tmp_path, sshd, root_sshd, shell_mode, host):
+    """`eagle` SIGKILLed while the step that hid a process still runs: nothing stops it then;
+    the next run on the host finds it by the step's recorded start and stops it first."""
+    import signal
+    import sys
+
+    d = _folder(host)
+    pidfile = d / "hidden.pid"
+    cfg = _config(tmp_path, shell_mode, sshd, root_sshd, "true")
+    (tmp_path / "playbooks" / "crash.yaml").write_text(yaml.safe_dump({"name": "crash", "steps": [
+        {"skill": "shell", "with": {"command": FORGER.format(pidfile=pidfile)
+                                    + f" while [ ! -s {pidfile} ]; do sleep 0.01; done; sleep 300"}}]}))
+    env = {k: v for k, v in os.environ.items() if k != "EAGLE_CONFIG"}
+    proc = subprocess.Popen([sys.executable, "-m", "eaglebot", "run", "crash", "-H", host, "--config", str(cfg)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 60, what="the hidden process"))
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert pid_alive(pid)   # nothing stopped it: its run is gone
+    res = eagle("run", "victim", "-H", host, "--json", config=cfg)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert not pid_alive(pid)
+    out = json.loads(res.stdout)
+    assert any(f"run #1 had left processes on {host}: " in w for w in out["warnings"]), out["warnings"]
+    steps = {s["name"]: s for s in out["steps"]}
+    assert steps["deploy"]["status"] == "skipped"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -38,11 +39,17 @@ async def host(request, shell_mode, sshd, root_sshd):
 
 
 @pytest.fixture
-def folder() -> Path:
+def folder():
     d = Path("/tmp") / f"eagle-sweep-{os.getpid()}-{os.urandom(3).hex()}"
     d.mkdir()
     os.chmod(d, 0o777)
-    return d
+    yield d
+    for f in d.iterdir():   # whatever pid a test wrote: never left running
+        try:
+            os.kill(int(f.read_text()), 9)
+        except (OSError, ValueError):
+            pass
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def _pid(path: Path) -> int:

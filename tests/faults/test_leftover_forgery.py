@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
+import signal
 import sqlite3
 import subprocess
 import time
@@ -66,12 +68,20 @@ def _config(tmp_path: Path, mode: str, sshd, root_sshd, plant: str) -> Path:
     return path
 
 
-def _folder(host: str) -> Path:
-    """A folder the host's user writes (the SSH test user is not root)."""
+@pytest.fixture
+def folder():
+    """A folder the host's user writes (the SSH test user is not root). Afterwards whatever
+    pid a planted process wrote there is killed, should it still live (a failing build)."""
     d = Path("/tmp") / f"eagle-leftover-{os.getpid()}-{os.urandom(3).hex()}"
     d.mkdir()
     os.chmod(d, 0o777)
-    return d
+    yield d
+    for f in d.glob("*.pid"):
+        try:
+            os.kill(int(f.read_text()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def _plant(cfg: Path, host: str, pidfile: Path, stolen: Path) -> tuple[int, dict]:
@@ -84,8 +94,8 @@ def _plant(cfg: Path, host: str, pidfile: Path, stolen: Path) -> tuple[int, dict
 
 @pytest.mark.parametrize("host", ["local", "box", "rootbox"])
 def test_a_process_that_sheds_its_tag_and_session_is_stopped_with_its_step(tmp_path, sshd, root_sshd,
-                                                                           shell_mode, host):
-    d = _folder(host)
+                                                                           shell_mode, host, folder):
+    d = folder
     cfg = _config(tmp_path, shell_mode, sshd, root_sshd, FORGER.format(pidfile=d / "forger.pid"))
     pid, out = _plant(cfg, host, d / "forger.pid", d / "stolen")
     # Stopped before the run ended (the kill waits until none is left), and said so.
@@ -106,8 +116,9 @@ def test_a_process_that_sheds_its_tag_and_session_is_stopped_with_its_step(tmp_p
 
 
 @pytest.mark.parametrize("host", ["local", "box", "rootbox"])
-def test_a_leftover_cannot_read_the_next_runs_commands_from_a_persistent_shell(tmp_path, sshd, root_sshd, host):
-    d = _folder(host)
+def test_a_leftover_cannot_read_the_next_runs_commands_from_a_persistent_shell(tmp_path, sshd, root_sshd, host,
+                                                                               folder):
+    d = folder
     stolen = d / "stolen"
     cfg = _config(tmp_path, "persistent", sshd, root_sshd, READER.format(pidfile=d / "reader.pid", stolen=stolen))
     pid, _ = _plant(cfg, host, d / "reader.pid", stolen)
@@ -119,12 +130,12 @@ def test_a_leftover_cannot_read_the_next_runs_commands_from_a_persistent_shell(t
     assert not stolen.exists() or stolen.read_bytes() == b""
 
 
-def test_a_process_no_step_started_cannot_reach_a_persistent_shells_descriptors(tmp_path, sshd, root_sshd):
+def test_a_process_no_step_started_cannot_reach_a_persistent_shells_descriptors(tmp_path, sshd, root_sshd, folder):
     """A process of the SSH user that was running before the run (a login, a cron job) is no
     step's leftover: the sweep leaves it alone. It still cannot read the persistent shell's
     stdin nor write into its stdout: the shell runs from an unreadable copy, so the kernel
     keeps its /proc/PID/fd closed to the user's other processes."""
-    d = _folder("box")
+    d = folder
     probe, shell_pid = d / "probe", d / "shell.pid"
     # Started over its own SSH session, before the run: waits for the run's shell and tries both ways.
     script = (f"while [ ! -s {shell_pid} ]; do sleep 0.02; done; p=$(cat {shell_pid}); "
@@ -175,13 +186,13 @@ def test_the_shell_the_local_transport_opens_is_closed_to_the_users_other_proces
 
 
 @pytest.mark.parametrize("host", ["local", "box"])
-def test_what_a_crashed_run_left_hidden_is_stopped_by_the_next_run(tmp_path, sshd, root_sshd, shell_mode, host):
+def test_what_a_crashed_run_left_hidden_is_stopped_by_the_next_run(tmp_path, sshd, root_sshd, shell_mode, host,
+                                                                  folder):
     """`eagle` SIGKILLed while the step that hid a process still runs: nothing stops it then;
     the next run on the host finds it by the step's recorded start and stops it first."""
-    import signal
     import sys
 
-    d = _folder(host)
+    d = folder
     pidfile = d / "hidden.pid"
     cfg = _config(tmp_path, shell_mode, sshd, root_sshd, "true")
     (tmp_path / "playbooks" / "crash.yaml").write_text(yaml.safe_dump({"name": "crash", "steps": [

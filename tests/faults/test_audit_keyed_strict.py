@@ -119,15 +119,18 @@ def test_an_edit_rehashed_with_the_chains_own_link_hash_is_a_break(keyed):
     conn.close()
     docs = _broken(cfg, vk)
     assert docs[0]["first_broken"]["seq"] == seq and "unsealed entry after sealed ones" in docs[0]["first_broken"]["reason"]
-    # keeping the old seals instead: they do not match the new hashes
+    # ... and with every other seal stripped too, as the forger did: no seal is left to
+    # contradict the edit, and without a sealed start nothing unsealed is accepted
+    _sql(db, "update audit_chain set seal = null, epoch = null")
+    doc = _broken(cfg, vk)[0]
+    assert doc["first_broken"]["seq"] == 1 and "no sealed 'sealing started' entry" in doc["first_broken"]["reason"]
+    # keeping made-up seals instead: they do not match
     conn = sqlite3.connect(db)
-    conn.execute("update audit_chain set epoch = (select epoch from audit_chain where seq = 1), "
-                 "seal = '00' || substr(hash, 3) where seal is null")
+    conn.execute("update audit_chain set epoch = ?, seal = '00' || substr(hash, 3)", [json.loads(vk.read_text())["epoch"]])
     conn.commit()
     conn.close()
     res, doc = _verify(cfg, "--key", str(vk))
-    assert res.returncode == 1 and doc["first_broken"]["seq"] == seq
-    assert "the seal does not match" in doc["first_broken"]["reason"]
+    assert res.returncode == 1 and "the seal does not match" in doc["first_broken"]["reason"]
 
 
 def test_the_seal_columns_dropped_are_a_break_and_the_next_command_does_not_bless_it(keyed):
@@ -178,6 +181,9 @@ def test_a_forged_migration_entry_laundering_an_added_column_is_a_break(keyed):
     conn.close()
     doc = _broken(cfg, vk)[0]
     assert doc["first_broken"]["seq"] == seq and "unsealed entry after sealed ones" in doc["first_broken"]["reason"]
+    _sql(db, "update audit_chain set seal = null, epoch = null")   # the forger strips them all
+    doc = _broken(cfg, vk)[0]
+    assert doc["first_broken"]["seq"] == 1 and "no sealed 'sealing started' entry" in doc["first_broken"]["reason"]
 
 
 def test_a_chain_keyed_mid_life_starts_with_a_sealed_entry_and_verifies(tmp_path):
@@ -359,6 +365,8 @@ def test_postgresql_a_forged_migration_entry_is_a_break(pg_keyed):
                      [csha, prev, chain.link_hash(prev, prev_seq + 1, "", None, "M", at, csha), prev_seq + 1])
     doc = _broken(cfg, vk)[0]
     assert doc["first_broken"]["seq"] == prev_seq + 1 and "unsealed entry after sealed ones" in doc["first_broken"]["reason"]
+    _psql(url, "update audit_chain set seal = null, epoch = null")   # the forger strips them all
+    assert "no sealed 'sealing started' entry" in _broken(cfg, vk)[0]["first_broken"]["reason"]
 
 
 def test_postgresql_rolled_back_transactions_leave_no_gap_and_a_cut_end_leaves_one(pg_keyed):

@@ -360,15 +360,20 @@ async def test_a_probe_that_raises_does_not_stop_the_watch_of_the_other_hosts(se
     probes: dict[str, int] = {}
     real = w.probe_once
 
+    enough = asyncio.Event()
+
     async def flaky(host: str) -> HostReport:
         probes[host] = probes.get(host, 0) + 1
+        if min(probes.get("gpu-01", 0), probes.get("gpu-02", 0)) >= 3:
+            enough.set()
         if host == "gpu-01":
             raise RuntimeError("surprise")
         return await real(host)
     w.probe_once = flaky  # type: ignore[method-assign]
     stop = asyncio.Event()
     task = asyncio.create_task(w.run(stop))
-    await asyncio.sleep(2.0)
+    # wait for the event (both hosts probed three times), not for a time: a loaded machine is slow
+    await asyncio.wait_for(enough.wait(), 120)
     stop.set()
     await asyncio.wait_for(task, 10)
     assert probes["gpu-01"] >= 3 and probes["gpu-02"] >= 3, probes

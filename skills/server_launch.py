@@ -189,7 +189,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     port = params.port
     launch_args, err = build_args(params)
     if err:
-        raise StepFailed(err)
+        raise StepFailed(f"{err} ({preflight.KEEPS})", usage=True)
     flags = sglang_args.flag_values(launch_args)
     warnings: list[str] = []
     # -- pre-flight: model folders

@@ -198,3 +198,29 @@ def check_with_table(args: list[str], version: str) -> Verdict:
     except Refused as e:
         return Verdict("refused", str(e), version, f"table {version}")
     return Verdict("ok", version=version, source=f"table {version}")
+
+
+# -- `eagle doctor`'s question: which Python, and does it import sglang ---------------------
+
+IMPORT_PY = """import sys
+print("PYTHON %s" % sys.version.split()[0], flush=True)
+try:
+    import sglang
+    print("SGLANG %s" % (getattr(sglang, "__version__", None) or "?"))
+except Exception as e:
+    print("NO-SGLANG %s" % ("%s: %s" % (type(e).__name__, e)).splitlines()[0][:300])
+"""
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What IMPORT_PY printed: the Python's version, and sglang's (or why it does not import)."""
+
+    python: str | None
+    sglang: str | None
+    error: str | None
+
+
+def parse_import(stdout: str) -> Imported:
+    return Imported(_marked(stdout, "PYTHON") or None, _marked(stdout, "SGLANG") or None,
+                    _marked(stdout, "NO-SGLANG") or None)

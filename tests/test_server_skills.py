@@ -135,7 +135,13 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     assert out.steps[1].summary.startswith("mismatch (allowed by draft_mismatch=allow): the server will feed the "
                                            "draft the embedding and the outputs of layers 2 and 30")
     assert json.loads(draft_cfg.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
-    assert any("speculative_num_draft_tokens=16 will be silently changed to 2" in w for w in out.warnings)
+    # predicted by the check and by the launch alike, said once (issue 34: it was printed four times)
+    rewrite = "speculative_num_draft_tokens=16 will be silently changed to 2"
+    assert [w for w in out.warnings if rewrite in w] == [f"gpu: {rewrite} by SGLang: speculative_num_draft_tokens is "
+                                                         f"adjusted to speculative_num_steps + 1 when "
+                                                         f"speculative_eagle_topk == 1 (speculative_num_steps=1); "
+                                                         f"set it to 2 or use topk > 1"]
+    assert len([w for w in svc.store.sync.warnings(out.run_id) if rewrite in w["message"]]) == 1
     assert out.steps[0].summary == "launch arguments accepted by SGLang 0.5.23 (host); nothing started"
     rows = {r["name"]: r for r in svc.store.sync.steps(out.run_id)}
     launch = json.loads(rows["launch SGLang"]["data"])

@@ -181,7 +181,7 @@ class StepRunner:
                                   "the step's evidence")
         if out.file_error:
             result.warnings.append(f"its whole output could not be saved: {out.file_error}")
-        result.warnings = [printable(self.redactor.text(w)) for w in result.warnings]
+        result.warnings = run.new_warnings(host, [printable(self.redactor.text(w)) for w in result.warnings])
         for c in result.changes:  # a patched config may hold a token: never into changes.diff
             c.diff, c.path = printable(self.redactor.text(c.diff)), printable(self.redactor.text(c.path))
         for r in result.regressions:

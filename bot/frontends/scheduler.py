@@ -453,8 +453,15 @@ class Scheduler:
                          f"flagged {len(regs)} regression{'s' if len(regs) != 1 else ''}:")
         else:
             lines.append(f":chart_with_upwards_trend: scheduled run {cfg.name}: run #{v.run_id} ({v.playbook}) improved:")
-        for r in regs:
-            lines.append(f"• REGRESSION {r['host']}: {r['reason']}")
+        for group in v.regression_groups():   # one line per incident, however many metrics it moved
+            r = group[0]
+            if (r.get("kind") or "regression") != "regression":
+                continue
+            if len(group) > 1:
+                lines.append(f"• REGRESSION {r['host']} (incident #{v.incident_of(r)}, "
+                             f"{', '.join(g['metric'] for g in group)}): {r['reason']}")
+            else:
+                lines.append(f"• REGRESSION {r['host']}: {r['reason']}")
         for r in imps:
             lines.append(f"• improvement {r['host']}: {r['reason']}")
         lines.append(f"details: `/eagle show {v.run_id}`")

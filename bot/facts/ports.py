@@ -48,11 +48,6 @@ def parse_listening(proc_net_tcp: str, port: int) -> dict[str, str]:
     return out
 
 
-def parse_listening_inodes(proc_net_tcp: str, port: int) -> set[str]:
-    """Socket inodes LISTENing on `port` in /proc/net/tcp{,6} text."""
-    return set(parse_listening(proc_net_tcp, port))
-
-
 _WILDCARDS = ("", "0.0.0.0", "::", "[::]", "*")
 
 

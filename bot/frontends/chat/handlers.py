@@ -308,11 +308,13 @@ async def _baseline(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 
 async def _fleet(services: Services, cmd: Command, caller: Caller) -> Reply:
-    from eaglebot.frontends.fleet_text import fleet_rows, fleet_text
+    from eaglebot.frontends.fleet_text import fleet_checks, fleet_rows, fleet_text
 
     cfg = services.settings
     watched = cfg.resolve_hosts(cfg.health_watch.hosts) if cfg.health_watch else []
-    return listing(fleet_text(fleet_rows(await services.store.health_states(), watched)), "Fleet health", public=True)
+    checks = fleet_checks(await services.store.newest_steps("gpu.health", limit=5000))
+    return listing(fleet_text(fleet_rows(await services.store.health_states(), watched), checks,
+                              watching=cfg.health_watch is not None), "Fleet health", public=True)
 
 
 async def _trend(services: Services, cmd: Command, caller: Caller) -> Reply:

@@ -175,7 +175,10 @@ def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_p
 
     # once more, from the training layers: no candidate beats them, so the config is left as it was
     rc, doc = run(cfg, "draft-repair", "--yes", "-e", f"env={FAST}", "-e", "max_attempts=2")
-    assert rc == 0, why(doc)
+    # probe_tok_s is wall-clock throughput: on a loaded machine it may fall enough against the first
+    # repair's to be flagged (exit 3); a flag on anything else, or any other exit, is a failure
+    flagged = {r["metric"] for r in doc.get("regressions", [])}
+    assert rc == 0 or (rc == 3 and flagged == {"probe_tok_s"}), why(doc)
     choice = step(doc, "choose the best")
     assert choice["data"]["apply"] is False and "no attempt beat the current capture list" in choice["summary"]
     assert step(doc, "keep the best capture list")["status"] == "skipped"

@@ -165,23 +165,34 @@ async def test_xid_13_five_times_within_the_window_turns_warn_into_fail(services
 
 async def test_a_hung_nvidia_smi_is_probe_hung_while_the_others_keep_their_interval(services, sshd, remote_dir):
     hosts, st = fleet(remote_dir, 3, sshd, gpus=1)
-    svc, w, alerts = await open_watch(services, hosts, interval_s=1.0, probe_timeout_s=2.0)
-    gpu_state.set_hang(st["gpu-02"], 30)
+    # Events, not a time window (a busy machine slows the others' probes, never the hung one's
+    # timeout): while gpu-02's first probe hangs (up to its 20 s timeout), the others finish three
+    # each; then the hung probe ends as a finding.
+    svc, w, alerts = await open_watch(services, hosts, interval_s=0.5, probe_timeout_s=20.0)
+    gpu_state.set_hang(st["gpu-02"], 120)
     probes: dict[str, int] = {}
+    at_three: dict[str, int] = {}
     real = w.probe_once
+    others, hung = asyncio.Event(), asyncio.Event()
 
     async def counted(host: str) -> HostReport:
         r = await real(host)
         probes[host] = probes.get(host, 0) + 1
+        if not others.is_set() and min(probes.get("gpu-01", 0), probes.get("gpu-03", 0)) >= 3:
+            at_three.update(probes)
+            others.set()
+        if host == "gpu-02":
+            gpu_state.set_hang(st["gpu-02"], None)       # its next probe answers: the stop need not wait 20 s
+            hung.set()
         return r
     w.probe_once = counted  # type: ignore[method-assign]
     stop = asyncio.Event()
     task = asyncio.create_task(w.run(stop))
-    await asyncio.sleep(5.5)
+    await asyncio.wait_for(others.wait(), 300)
+    await asyncio.wait_for(hung.wait(), 300)
     stop.set()
-    await asyncio.wait_for(task, 10)
-    assert probes["gpu-01"] >= 4 and probes["gpu-03"] >= 4, probes
-    assert 1 <= probes.get("gpu-02", 0) <= 3, probes
+    await asyncio.wait_for(task, 60)
+    assert at_three.get("gpu-02", 0) == 0, at_three          # the others kept their interval meanwhile
     row = (await svc.store.health_states("gpu-02"))[0]
     assert row["state"] == "suspect" and row["reason"].startswith("probe hung")
     assert [a.host for a in alerts] == ["gpu-02"]

@@ -314,7 +314,9 @@ async def test_more_than_10_incidents_at_once_are_one_summary_message(services, 
     for h in st:
         gpu_state.set_exit_code(st[h], 15)
     await w.round()
-    await asyncio.sleep(0.5)
+    # the summary is the last post (after its 0.2 s window): wait for it, not for a time
+    await fake.wait_for(lambda: [p for p in fake.ok_calls_to("chat.postMessage")
+                                 if "more incidents opened at once" in p.args["text"]])
     posts = fake.ok_calls_to("chat.postMessage")
     assert len(posts) == 11                                   # 10 incidents alone, then one summary of 4
     summary = [p for p in posts if "more incidents opened at once" in p.args["text"]]

@@ -61,9 +61,10 @@ class Params(SkillParams):
         "(said in the summary and as `source: table` in the data)"))
 
 
-def bench_argv(p: Params, output_file: str) -> list[str]:
+def bench_argv(p: Params, output_file: str, base: str | None = None) -> list[str]:
+    """`base`: the server's URL where the host reaches it (server.base_url), default 127.0.0.1."""
     return [p.python, "-m", "sglang.bench_serving", "--backend", "sglang",
-            "--base-url", f"http://127.0.0.1:{p.port}", "--dataset-name", "random-ids",
+            "--base-url", base or f"http://127.0.0.1:{p.port}", "--dataset-name", "random-ids",
             "--random-input-len", str(p.input_len), "--random-output-len", str(p.output_len),
             "--random-range-ratio", "1.0", "--num-prompts", str(p.num_prompts),
             "--max-concurrency", str(p.max_concurrency), "--flush-cache",
@@ -124,7 +125,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if pid is not None and env is None:
         warnings.append(f"could not read the environment of server pid {pid}: "
                         f"SGLANG_SIMULATE_ACC_LEN was not checked")
-    code, _ = await server.http_get(ctx, params.python, port, "/health")
+    base = await server.base_url(ctx, port)
+    code, _ = await server.http_get(ctx, params.python, port, "/health", base=base)
     if code != 200:
         raise StepFailed(f"no ready server on port {port} (GET /health -> {code or 'no answer'}); "
                          f"launch it first (server.launch)")
@@ -143,7 +145,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     outputs: list[str] = []
     source = "jsonl"
     for i, out_file in enumerate(files):
-        argv = bench_argv(params, out_file)
+        argv = bench_argv(params, out_file, base)
         cmd = f"rm -f {shlex.quote(out_file)} && {shlex.join(argv)}"
         ctx.log(f"benchmark run {i + 1}/{params.repeats}: {shlex.join(argv)}")
         res = await ctx.host.run(cmd, timeout=params.timeout_s, on_output=lambda _s, line: ctx.log(line))
@@ -173,7 +175,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                 f"0 of {params.num_prompts} benchmark requests completed on port {port}: the server answered "
                 f"none of them (see its log)", warnings=warnings, output=sglang.tail(printed, 60))
         runs.append(numbers)
-    code, body = await server.http_get(ctx, params.python, port, "/server_info")
+    code, body = await server.http_get(ctx, params.python, port, "/server_info", base=base)
     avg_accept = None
     spec_alg: str | None = None
     if code == 200:

@@ -68,12 +68,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 @dataclass
 class SlurmCluster:
     root: Path
     conf: Path
     auth: str
     slurm_user: str
+    port: int = 0                   # slurmctld's
     procs: list[subprocess.Popen] = field(default_factory=list)
     started_s: float = 0.0          # from the first daemon's start to the node idle in sinfo
 
@@ -125,6 +134,8 @@ class SlurmCluster:
     def start_job(self, cpus: int = 1) -> str:
         """A batch job of `cpus` of the node's 2 CPUs, sleeping until cancelled; its id once it runs
         and the node is `mixed` (1 CPU) or `allocated` (2)."""
+        if "drain" in self.state():
+            raise AssertionError(f"{NODE} is {self.state()}: Slurm starts no job there; reset() the cluster first")
         out = self.check("sbatch", "--parsable", "-p", PARTITIONS[0], "-n", str(cpus), "-o", "/dev/null",
                          "--wrap", "exec sleep 3600")
         job = out.strip().split(";")[0]
@@ -261,9 +272,10 @@ def start_slurm() -> SlurmCluster:
             (root / d).mkdir()
         os.chown(root / "state", pw.pw_uid, pw.pw_gid)     # slurmctld writes it as SlurmUser
         conf = root / "slurm.conf"
-        conf.write_text(_conf(root, auth, user, _free_port(), _free_port()))
+        port = _free_port()
+        conf.write_text(_conf(root, auth, user, port, _free_port()))
         os.chmod(conf, 0o644)
-        cluster = SlurmCluster(root, conf, auth, user)
+        cluster = SlurmCluster(root, conf, auth, user, port)
         env = cluster.env
         try:
             if auth == "munge":
@@ -272,6 +284,8 @@ def start_slurm() -> SlurmCluster:
             for argv in ([ctld_bin, "-D", "-i", "-f", str(conf)], [slurmd_bin, "-D", "-N", NODE, "-f", str(conf)]):
                 cluster.procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
                                                       stderr=subprocess.DEVNULL, start_new_session=True))
+            # sinfo finding no controller yet waits a whole second before it tries again: ask once it listens.
+            cluster.wait(lambda: _listening(port), "slurmctld to listen")
             cluster.wait(lambda: cluster.run("sinfo", "-N", "-h", "-n", NODE, "-o", "%T", timeout=30).stdout.strip()
                          == "idle\nidle", f"{NODE} to be idle in sinfo")
             cluster.started_s = time.monotonic() - t0

@@ -159,3 +159,19 @@ def test_a_user_who_is_not_a_slurm_operator_is_refused_by_both(slurm):
         assert slurm.state() == "idle" and sim.load()["slurm"][NODE]["drain"] is False
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+CAPTURE = Path(__file__).parent / "fixtures" / "cluster" / "sinfo-N-h-n-NTE-slurm-22.05.txt"
+
+
+def test_the_skills_parser_reads_a_capture_of_the_real_slurm():
+    """Each step of the capture (tests/fixtures/cluster/, made on the cluster of tests/slurm.py)
+    as node.drain and node.resume read it: state, reason, draining, responding."""
+    blocks = CAPTURE.read_text().split("# after: ")[1:]
+    read = [(b.split("\n", 1)[0], fc.parse_sinfo(b.split("\n", 1)[1], NODE)) for b in blocks]
+    assert [(n.state, n.reason, n.draining, n.responding) for _, n in read] == [
+        ("idle", None, False, True), ("mixed", None, False, True),
+        ("draining", XID, True, True), ("drained", XID, True, True),
+        ("idle", None, False, False), ("idle", None, False, True), ("allocated", None, False, True),
+        ("down", "hw fault", False, True), ("drained", "RMA ticket 4471", True, True), ("idle", None, False, True)]
+    assert all(len(b.strip().splitlines()) == 3 for b in blocks)   # the step, then one line per partition

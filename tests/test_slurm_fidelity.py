@@ -1,7 +1,7 @@
 """The SIMULATED scontrol/sinfo (bot/sim/cluster.py) held to the REAL Slurm (tests/slurm.py): the
 same sequence of commands, the skills' own (eaglebot.facts.cluster builds them), against both;
 the same exit codes, the same stdout and the same refusals, and the same parse of every sinfo
-line (state, reason, draining) by the parser the skills use.
+line (state, reason, draining, responding) by the parser the skills use.
 
 What the real one does that the comparison allows for, each documented in bot/sim/cluster.py:
 - right after `State=RESUME` Slurm marks the node not responding (`idle*`) until its next ping

@@ -21,6 +21,15 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
     exit 2
   fi
 fi
+if ! command -v slurmctld >/dev/null 2>&1 && [ ! -x /usr/sbin/slurmctld ]; then
+  if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq slurm-wlm munge >/dev/null
+  else
+    echo "the drain skills' tests need Slurm (a one-node cluster of their own): sudo apt-get install -y slurm-wlm munge" >&2
+    exit 2
+  fi
+fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 # Byte-compile the editable sources once: the tests start many `eagle` processes, and where

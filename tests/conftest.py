@@ -100,6 +100,27 @@ def pg_server():
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real one-node Slurm cluster of this session (tests/slurm.py): node gpu-01, idle. Where
+    Slurm cannot be installed or started the tests that use it FAIL with the reason."""
+    from slurm import SlurmUnavailable, start_slurm
+
+    try:
+        cluster = start_slurm()
+    except SlurmUnavailable as e:
+        pytest.fail(str(e))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def slurm(slurm_cluster):
+    """The session's Slurm cluster with its node reset: no job, not drained, idle."""
+    slurm_cluster.reset()
+    return slurm_cluster
+
+
 @pytest.fixture
 def pg_url(pg_server) -> str:
     """`postgresql://eagle@127.0.0.1:PORT/DB`: a fresh database, migrated, for this test only."""

@@ -10,13 +10,20 @@ run `cluster.py TOOL ARGS...`. State: `cluster.json` in $EAGLE_SIM_STATE:
 Every call is appended to `cluster-commands.log` (one JSON argv per line) so tests can check
 the exact commands. Output follows the real tools (tests/fixtures/cluster/ names the sources):
 `sinfo -N -h -o "%N %T %E"` prints one line per node and partition; a drained node with jobs
-is `draining`, without `drained`; scontrol refuses DRAIN without a Reason and RESUME of a node
-that is not drained or down; kubectl answers `node/NAME cordoned` and the like.
+is `draining`, without `drained` (also when down); scontrol refuses DRAIN and DOWN without a
+Reason, RESUME of a node that is not drained or down (a resumed down node is idle), and any
+update from a user not in the state's `slurm_operators` (when it lists them: Slurm's root and
+SlurmUser); kubectl answers `node/NAME cordoned` and the like. tests/test_slurm_fidelity.py runs
+the same commands against a real Slurm 22.05 (tests/slurm.py). Not simulated, as the real one
+does them: `idle*` (not responding) for a moment after a RESUME, until slurmctld pings slurmd;
+`sinfo -n NODE` saying `allocated` for a partly allocated node until the whole node list is
+asked for (22.05 refreshes a node's allocated CPUs only then); State=UNDRAIN.
 """
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,8 +60,10 @@ def _err(msg: str, code: int = 1) -> int:
 
 
 def _long_state(n: dict[str, Any]) -> str:
+    # As Slurm's node_state_string: the drain flag wins over the base state; draining only while
+    # jobs hold the node (a drained node that is also down reads `drained`).
     if n.get("drain"):
-        return "drained" if n.get("base", "idle") == "idle" else "draining"
+        return "draining" if n.get("base", "idle") in ("mixed", "allocated", "completing") else "drained"
     return str(n.get("base", "idle"))
 
 
@@ -68,22 +77,31 @@ def sinfo(state: dict[str, Any], args: list[str]) -> int:
     return 0
 
 
+def _operator(state: dict[str, Any]) -> bool:
+    # Slurm lets root and SlurmUser update nodes (without accounting no one else gets AdminLevel).
+    ops = state.get("slurm_operators")
+    return ops is None or os.geteuid() == 0 or pwd.getpwuid(os.geteuid()).pw_name in ops
+
+
 def scontrol(state: dict[str, Any], args: list[str]) -> int:
     if args[:1] != ["update"]:
         return _err(f"SIMULATED scontrol: unsupported arguments {args!r}")
+    if not _operator(state):
+        return _err("slurm_update error: Invalid user id")
     kv = dict(a.split("=", 1) for a in args[1:] if "=" in a)
     node = state["slurm"].get(kv.get("NodeName", ""))
     if node is None:
         return _err("slurm_update error: Invalid node name specified")
     want = kv.get("State", "").upper()
-    if want == "DRAIN":
+    if want in ("DRAIN", "DOWN"):
         if not kv.get("Reason"):
             return _err("You must specify a reason when DOWNING or DRAINING a node. Request denied")
-        node.update(drain=True, reason=kv["Reason"])
+        node.update(reason=kv["Reason"], **({"drain": True} if want == "DRAIN" else {"base": "down"}))
     elif want == "RESUME":
         if not node.get("drain") and node.get("base") != "down":
             return _err("slurm_update error: Invalid node state specified")
-        node.update(drain=False, reason=None)
+        # A resumed down node is idle again (Slurm pings it first: `idle*` for a moment, not simulated).
+        node.update(drain=False, reason=None, **({"base": "idle"} if node.get("base") == "down" else {}))
     else:
         return _err(f"SIMULATED scontrol: unsupported state {want!r}")
     save(state)

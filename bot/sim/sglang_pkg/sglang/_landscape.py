@@ -27,7 +27,9 @@ from dataclasses import dataclass
 STEPS = tuple(range(1, 9))
 TOPK = (1, 2, 4, 8)
 DRAFT_TOKENS = (4, 8, 16, 32)
-CUDA_GRAPH_BS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 160, 192, 224, 256)
+# the decode CUDA-graph batch sizes SGLang 0.5.23 captures with speculative decoding
+# (arg_groups/cuda_graph_hook.py, generate_decode_cuda_graph_batch_sizes)
+CUDA_GRAPH_BS = (*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8))
 
 Cell = tuple[int, int, int]   # (steps, topk, draft_tokens), as SGLang runs it
 

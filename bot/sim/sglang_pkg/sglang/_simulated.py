@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
-    from . import _perf_model
+    from . import _adaptive, _landscape, _perf_model
 else:
     def _sibling(name: str) -> ModuleType:
         # By path: this file also runs loaded on its own (tests, the fake nvidia-smi's helpers).
@@ -34,6 +34,8 @@ else:
         return mod
 
     _perf_model = _sibling("_perf_model")
+    _landscape = _sibling("_landscape")
+    _adaptive = _sibling("_adaptive")
 
 VERSION = "0.5.23"
 BANNER = ("SIMULATED SGLang 0.5.23 (eaglebot sandbox): no model is loaded and no tokens are generated; "
@@ -80,10 +82,12 @@ def resolve_speculative(args: argparse.Namespace, architecture: str | None) -> l
     args.speculative_algorithm = algo
     if algo not in ("EAGLE", "EAGLE3", "STANDALONE"):
         return warnings
+    if getattr(args, "speculative_adaptive", False):
+        _resolve_adaptive(args, warnings)
     if args.max_running_requests is None:
         args.max_running_requests = 48
         warnings.append(MAX_RUNNING_WARNING)
-    if args.speculative_num_steps is None:
+    if args.speculative_num_steps is None and not getattr(args, "speculative_adaptive", False):
         if args.speculative_eagle_topk is not None or args.speculative_num_draft_tokens is not None:
             raise SpecError("AssertionError", "")
         (args.speculative_num_steps, args.speculative_eagle_topk,
@@ -96,6 +100,31 @@ def resolve_speculative(args: argparse.Namespace, architecture: str | None) -> l
         warnings.append(DRAFT_TOKENS_WARNING)
         args.speculative_num_draft_tokens = args.speculative_num_steps + 1
     return warnings
+
+
+def _resolve_adaptive(args: argparse.Namespace, warnings: list[str]) -> None:
+    """speculative_hook.py's `_maybe_disable_adaptive` and `_init_adaptive_speculative_params`."""
+    reason = None
+    if args.speculative_algorithm not in ("EAGLE", "EAGLE3"):
+        reason = f"speculative_algorithm={args.speculative_algorithm} (only EAGLE/EAGLE3 are supported)"
+    elif args.speculative_eagle_topk is not None and args.speculative_eagle_topk != 1:
+        reason = f"speculative_eagle_topk={args.speculative_eagle_topk} (only topk=1 is supported)"
+    if reason:
+        warnings.append(f"speculative_adaptive disabled: {reason}. Falling back to static speculative params.")
+        args.speculative_adaptive = False
+        return
+    try:
+        candidates = _adaptive.candidate_steps(args.speculative_adaptive_config)
+    except (OSError, ValueError) as e:
+        raise SpecError(type(e).__name__ if isinstance(e, ValueError) else "FileNotFoundError", str(e))
+    if args.speculative_eagle_topk is None:
+        args.speculative_eagle_topk = 1
+    if args.speculative_num_steps is None:
+        args.speculative_num_steps = candidates[len(candidates) // 2]
+    if args.speculative_num_steps not in candidates:
+        raise SpecError("ValueError", f"--speculative-num-steps={args.speculative_num_steps} is not in the adaptive "
+                                      f"config candidate_steps {candidates}. Pass one of those values.")
+    args.speculative_num_draft_tokens = args.speculative_num_steps + 1
 
 
 # -- model files ---------------------------------------------------------------------
@@ -121,7 +150,11 @@ def aux_layer_ids(draft_config: dict[str, Any]) -> list[int] | None:
 # -- performance model (deterministic) -------------------------------------------------
 
 class PerfModel:
-    """Acceptance length and per-token timings of the SIMULATED server."""
+    """Acceptance length and per-token timings of the SIMULATED server.
+
+    Two models: the old batch-size-blind one (`_perf_model`), and, with EAGLE_SIM_LANDSCAPE=<seed>,
+    the per-batch-size landscape (`_landscape`), whose acceptance by position is multiplied by what
+    the capture-layer model makes of the draft's layers (`capture_factor`)."""
 
     def __init__(self, args: argparse.Namespace, num_layers: int, aux_ids: list[int] | None):
         self.args = args
@@ -129,6 +162,12 @@ class PerfModel:
         self.default_ids = [2, num_layers // 2, num_layers - 3]
         self.aux_ids = aux_ids if aux_ids is not None else list(self.default_ids)
         self.epoch = 0
+        seed = os.environ.get("EAGLE_SIM_LANDSCAPE")
+        self.landscape = _landscape.make(int(seed)) if seed not in (None, "") else None
+        self.accept_len = self._accept_len()
+
+    def refresh(self) -> None:
+        """The speculative settings changed (an adaptive tier switch): acceptance follows them."""
         self.accept_len = self._accept_len()
 
     def _accept_len(self) -> float:
@@ -138,7 +177,42 @@ class PerfModel:
         forced = os.environ.get("SGLANG_SIMULATE_ACC_LEN") or os.environ.get("EAGLE_SIM_ACCEPT_LEN")
         if forced:
             return float(forced)
+        if self.landscape is not None:
+            return round(_landscape.accept_length(self.positions()), 4)
         return _perf_model.accept_length(self.settings)
+
+    @property
+    def cell(self) -> tuple[int, int, int]:
+        a = self.args
+        steps, topk = a.speculative_num_steps or 1, max(1, a.speculative_eagle_topk or 1)
+        return steps, topk, a.speculative_num_draft_tokens or steps + 1
+
+    def capture_factor(self) -> float:
+        """What the draft's capture layers leave of its acceptance (1.0 when they are the defaults)."""
+        s = self.settings
+        matched = _perf_model.Settings(s.steps, s.topk, s.draft_tokens, list(self.default_ids),
+                                       list(self.default_ids), s.tp, s.spec)
+        return _perf_model.acceptance_prob(s) / _perf_model.acceptance_prob(matched)
+
+    def positions(self, prompt: str = "") -> list[float]:
+        """Acceptance of each draft position given the ones before it (a prompt's own, when given)."""
+        if self.landscape is not None:
+            scale = self.capture_factor() * (_landscape.prompt_scale(self.landscape, prompt) if prompt else 1.0)
+            return _landscape.positions(self.landscape, self.cell, scale)
+        steps, _, draft = self.cell
+        return [_perf_model.acceptance_prob(self.settings)] * max(1, min(steps, draft - 1))
+
+    def spec_meta(self, out_len: int, verify_ct: int, prompt: str = "") -> dict[str, Any]:
+        """A request's speculative meta_info, with SGLang's keys (tokenizer_manager.py)."""
+        meta: dict[str, Any] = {"spec_verify_ct": verify_ct,
+                                "spec_accept_length": round(max(0, out_len - 1) / max(1, verify_ct), 4)}
+        pos = self.positions(prompt)
+        hist = _landscape.histogram(verify_ct, pos)
+        correct = sum(k * c for k, c in enumerate(hist))
+        proposed = verify_ct * max(1, self.cell[2] - 1)
+        meta.update(spec_num_correct_drafts=correct, spec_num_proposed_drafts=proposed,
+                    spec_accept_rate=round(correct / proposed, 4), spec_correct_drafts_histogram=hist)
+        return meta
 
     @property
     def settings(self) -> "_perf_model.Settings":
@@ -153,14 +227,18 @@ class PerfModel:
         """A cache flush starts a new benchmark: the next draw of the seeded noise."""
         self.epoch += 1
 
-    def step_s(self) -> float:
-        return _perf_model.step_s(self.settings) / _perf_model.noise_factor(self.settings)
+    def step_s(self, batch: int = 1) -> float:
+        noise = _perf_model.noise_factor(self.settings)
+        if self.landscape is not None:
+            cell = self.cell if self.args.speculative_algorithm else None
+            return _landscape.step_s(self.landscape, batch, cell) / noise
+        return _perf_model.step_s(self.settings) / noise
 
     def ttft_s(self, input_len: int) -> float:
         return _perf_model.ttft_s(self.settings, input_len)
 
-    def itl_s(self) -> float:
-        return self.step_s() / self.accept_len
+    def itl_s(self, batch: int = 1) -> float:
+        return self.step_s(batch) / self.accept_len
 
     def verify_ct(self, output_len: int) -> int:
         return max(1, math.ceil(max(0, output_len - 1) / self.accept_len))

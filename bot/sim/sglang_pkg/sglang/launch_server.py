@@ -16,12 +16,22 @@ Test knobs (environment):
                                 (temperature 0) outputs differ from the target's own from some token
                                 on (also the draft config key `eagle_sim_lossy_fraction`, as a wrong
                                 draft config would); a faithful draft (the default) changes none
+  EAGLE_SIM_LANDSCAPE=<seed>    the per-batch-size landscape (_landscape.py) instead of the old model
+  EAGLE_SIM_DECODE_TICK_S=<s>   seconds between simulated decode batches of adaptive steps (0.01)
+
+The running batch is the peak number of /generate requests in flight over the last 0.25 s,
+padded to a CUDA-graph batch size, as SGLang pads it; the SIMULATED bench_serving says its
+concurrency in the X-Eagle-Sim-Batch header instead, because its requests are replayed on a
+virtual clock (they take milliseconds here). With `--speculative-adaptive`, a decode thread runs
+SGLang's own tier rule (_adaptive.py) on accepted-draft counts drawn from the acceptance by
+position, logs each switch with SGLang's words, and /server_info reports the tier in use.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import math
 import os
 import random
 import shlex
@@ -36,10 +46,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
+    from . import _adaptive, _landscape
     from ._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids, log, read_json,
                              resolve_speculative, visible_gpus)
     from .srt.server_args import ServerArgs
 else:
+    from sglang import _adaptive, _landscape
     from sglang._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids,
                                    log, read_json, resolve_speculative, visible_gpus)
     from sglang.srt.server_args import ServerArgs
@@ -89,6 +101,56 @@ class Server:
         self.children: list[subprocess.Popen[bytes]] = []
         self.shutting_down = False
         self.time_scale = float(os.environ.get("EAGLE_SIM_TIME_SCALE", "0.001"))
+        self.in_flight = 0
+        self.peaks: list[tuple[float, int]] = []
+        self.policy = (_adaptive.Policy(args.speculative_num_steps, args.speculative_adaptive_config,
+                                        list(_landscape.CUDA_GRAPH_BS))
+                       if getattr(args, "speculative_adaptive", False) else None)
+        self.rng = random.Random(int(os.environ.get("EAGLE_SIM_SEED", "0") or 0))
+
+    # -- the running batch and adaptive steps ------------------------------------------------
+    def running_batch(self) -> int:
+        """Peak requests in flight over the last 0.25 s, padded to a CUDA-graph batch size (0: idle)."""
+        now = time.monotonic()
+        with self.lock:
+            self.peaks = [(t, n) for t, n in self.peaks if now - t < 0.25]
+            peak = max([self.in_flight, *(n for _, n in self.peaks)])
+        return _landscape.pad_batch(peak) if peak else 0
+
+    def set_steps(self, steps: int, why: str) -> None:
+        """Switch the speculative tier (SGLang's apply_runtime_state and its log line)."""
+        a = self.args
+        if steps == a.speculative_num_steps:
+            return
+        log(f"Switch adaptive runtime state: steps {a.speculative_num_steps} -> {steps}, draft_tokens "
+            f"{a.speculative_num_draft_tokens} -> {steps + 1} ({why})", "TP0")
+        a.speculative_num_steps, a.speculative_num_draft_tokens = steps, steps + 1
+        self.perf.refresh()
+
+    def decode_loop(self) -> None:
+        """SIMULATED decode batches while requests run: each feeds its slot's EMA, as SGLang's
+        worker does after every verify (on_verify_complete), and the batch routes the tier."""
+        assert self.policy is not None
+        tick = float(os.environ.get("EAGLE_SIM_DECODE_TICK_S", "0.01"))
+        while not self.shutting_down:
+            time.sleep(tick)
+            batch = self.running_batch()
+            if not batch:
+                continue
+            slot = self.policy.route(batch)
+            self.set_steps(slot.current_steps, f"batch {batch}")
+            pos = self.perf.positions() if slot.current_steps > 0 else []
+            counts = []
+            for _ in range(batch):
+                k = 0
+                while k < len(pos) and self.rng.random() < pos[k]:
+                    k += 1
+                counts.append(k)
+            switched = slot.update(counts)
+            if switched:
+                log(f"Adaptive spec params updated: steps {switched[0]} -> {switched[1]} "
+                    f"(ema_accept_len={slot.ema_accept_len:.2f})", "TP0")
+                self.set_steps(switched[1], "adaptive")
 
     # -- /server_info --------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
@@ -119,7 +181,17 @@ class Server:
             m = self.generate_calls - 1
         return bool(frac) and m > 0 and int(m * float(frac or 1)) == int((m - 1) * float(frac or 1))
 
-    def generate(self, body: dict[str, Any]) -> dict[str, Any]:
+    def generate(self, body: dict[str, Any], batch_hint: int | None = None) -> dict[str, Any]:
+        with self.lock:
+            self.in_flight += 1
+            self.peaks.append((time.monotonic(), self.in_flight))
+        try:
+            return self._generate(body, batch_hint)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def _generate(self, body: dict[str, Any], batch_hint: int | None) -> dict[str, Any]:
         sp = body.get("sampling_params") or {}
         out_len = int(sp.get("max_new_tokens", 128))
         if "input_ids" in body:
@@ -130,10 +202,22 @@ class Server:
             text = text[0] if isinstance(text, list) and text else text
             in_len = max(1, len(str(text).split()))
         perf = self.perf
-        verify_ct = perf.verify_ct(out_len) if self.args.speculative_algorithm else max(0, out_len - 1)
-        ttft, itl = perf.ttft_s(in_len), perf.itl_s()
+        batch = batch_hint or self.running_batch() or 1
+        if self.policy is not None:
+            self.set_steps(self.policy.route(batch).current_steps, f"batch {batch}")
+        prompt = json.dumps(body.get("input_ids") or body.get("text"))[:4096]
+        if self.args.speculative_algorithm and perf.landscape is not None:
+            accept = max(1.0, _landscape.accept_length(perf.positions(prompt)))  # this prompt's own
+            verify_ct = max(1, math.ceil(max(0, out_len - 1) / accept))
+        elif self.args.speculative_algorithm:
+            verify_ct = perf.verify_ct(out_len)
+        else:
+            verify_ct = max(0, out_len - 1)
+        ttft, itl = perf.ttft_s(in_len), perf.itl_s(batch)
         e2e = ttft + max(0, out_len - 1) * itl
-        time.sleep(min(0.05, e2e * self.time_scale))
+        # benchmark requests (a few hundred tokens) take milliseconds; a long one holds its place in
+        # the running batch for a while, as it would on a real server
+        time.sleep(min(0.25, e2e * self.time_scale))
         with self.lock:
             self.decode_steps += verify_ct
             self.accepted_tokens += max(0, out_len - 1)
@@ -147,14 +231,13 @@ class Server:
             rate = (al - 1) / max(1, (self.args.speculative_num_draft_tokens or 2) - 1)
             spec = (f"accept len: {al:.2f}, accept rate: {rate:.2f}, "
                     if self.args.speculative_algorithm else "")
-            log(f"Decode batch, #running-req: 1, #token: {in_len + out_len}, token usage: 0.00, {spec}"
-                f"cuda graph: True, gen throughput (token/s): {1.0 / itl:.2f}, #queue-req: 0, ", "TP0")
+            log(f"Decode batch, #running-req: {batch}, #token: {in_len + out_len}, token usage: 0.00, {spec}"
+                f"cuda graph: True, gen throughput (token/s): {batch / itl:.2f}, #queue-req: 0, ", "TP0")
         meta: dict[str, Any] = {"id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": out_len},
                 "prompt_tokens": in_len, "completion_tokens": out_len, "cached_tokens": 0,
                 "e2e_latency": e2e, "simulated_ttft": ttft, "simulated_itl": itl}
         if self.args.speculative_algorithm:
-            meta["spec_verify_ct"] = verify_ct
-            meta["spec_accept_length"] = round(max(0, out_len - 1) / max(1, verify_ct), 4)
+            meta.update(perf.spec_meta(out_len, verify_ct, prompt))
         if float(sp.get("temperature", 1.0)) == 0.0:
             ids = self.greedy_ids(json.dumps(body.get("input_ids") or body.get("text")), out_len)
             return {"text": " ".join(f"t{i}" for i in ids), "output_ids": ids, "meta_info": meta}
@@ -284,7 +367,8 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             if server.drops_request():
                 self._json(500, {"error": {"message": "Request aborted (SIMULATED: EAGLE_SIM_COMPLETE_FRACTION)"}})
                 return
-            self._json(200, server.generate(body))
+            hint = self.headers.get("X-Eagle-Sim-Batch")
+            self._json(200, server.generate(body, int(hint) if hint and hint.isdigit() else None))
 
     return H
 
@@ -385,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         httpd = None
     else:
         try:
+            # uvicorn's backlog is 2048; http.server's default of 5 resets concurrent clients
+            ThreadingHTTPServer.request_queue_size = 2048
             httpd = ThreadingHTTPServer((args.host, args.port), _handler(server))
         except OSError:
             httpd = None
@@ -411,6 +497,11 @@ def main(argv: list[str] | None = None) -> int:
         log("The server is fired up and ready to roll!")
 
     threading.Thread(target=warmup, daemon=True).start()
+    if server.policy is not None:
+        slot = server.policy.slots[server.policy.bs_list[0]]
+        log(f"AdaptiveSpeculativeParams initialized: steps={slot.current_steps}, "
+            f"candidate_steps={slot.candidate_steps}", "TP0")
+        threading.Thread(target=server.decode_loop, daemon=True).start()
     try:
         httpd.serve_forever(poll_interval=0.2)
     finally:

@@ -46,6 +46,7 @@ class SearchResult:
     launches: int = 0
     seconds: float = 0.0
     model_source: str = ""
+    chains: ChainModel | None = None
 
     def best(self, bs: int) -> Measurement | None:
         cands = [m for m in self.measured.values() if m.tok_s.get(bs, 0) > 0]
@@ -113,7 +114,7 @@ async def search(plan: Plan, measure: Measure, now: Callable[[], float] = time.m
     if not profiles:
         return _done(res, clock, now)
     chains = ChainModel(profiles)
-    res.model_source = chains.source
+    res.chains, res.model_source = chains, chains.source
     sizes = [b for b in plan.batch_sizes if b in chains.batch_sizes]
     for c in plan.grid:
         if c[1] == 1:
@@ -179,14 +180,41 @@ async def search(plan: Plan, measure: Measure, now: Callable[[], float] = time.m
         cell = max(cands, key=lambda c: (worth(c, tree), standing(c, tree)))
         top = standing(cell, tree)
         if top < 1.0 - margin():
-            res.stopped = (f"no cell left that could come within {margin() * 100:.1f}% of the best measured at "
-                           f"any batch size (the best guess: {100 * (top - 1):+.1f}%)")
             break
         if (why := clock.left()) is not None:
             res.stopped = why
             break
         await launch(cell, "verify")
+    # Then climb: the neighbours of each batch size's best, until none is left unmeasured (a local
+    # optimum the surrogate's errors cannot hide) or the budget is spent.
+    while not res.stopped:
+        tree = TreeSurrogate(chains, list(res.measured.values()))
+        near = [c for b in sizes if (best := res.best(b)) is not None for c in neighbours(best.cell)
+                if c in plan.grid and c not in res.measured and c not in res.failed]
+        if not near:
+            res.stopped = ("no cell left that could come within "
+                           f"{margin() * 100:.1f}% of the best measured, and every neighbour of each batch size's "
+                           "best was measured")
+            break
+        if (why := clock.left()) is not None:
+            res.stopped = why
+            break
+        await launch(max(dict.fromkeys(near), key=lambda c: (worth(c, tree), standing(c, tree))), "verify")
     return _done(res, clock, now)
+
+
+def neighbours(cell: Cell) -> list[Cell]:
+    """One step along each axis: steps +-1, draft tokens x2 or /2, topk x2 or /2 (a chain's draft
+    tokens follow its steps)."""
+    s, k, n = cell
+    out: list[Cell] = []
+    for ds in (-1, 1):
+        out.append((s + ds, k, n if k > 1 else s + ds + 1))
+    if k > 1:
+        out += [(s, k, n * 2), (s, k, n // 2), (s, k * 2, n), (s, k // 2, n if k // 2 > 1 else s + 1)]
+    else:
+        out.append((s, 2, max(4, 2 * (s + 1))))
+    return [c for c in out if c != cell and c[0] >= 1 and c[1] >= 1 and c[2] >= 2]
 
 
 def _done(res: SearchResult, clock: _Clock, now: Callable[[], float]) -> SearchResult:

@@ -160,13 +160,6 @@ class Policy:
         i = bisect.bisect_right(self.bs_list, padded) - 1
         return self.slots[self.bs_list[max(0, i)]]
 
-    def steps_for(self, batch_size: int) -> int:
-        return self.route(batch_size).current_steps
-
-    def on_verify(self, num_correct_drafts_per_req: list[int], batch_size: int) -> int | None:
-        slot = self.route(batch_size)
-        return slot.current_steps if slot.update(num_correct_drafts_per_req) else None
-
 
 def switches(log_text: str) -> list[tuple[int, int, float]]:
     """(from, to, ema) of every `Adaptive spec params updated` line."""

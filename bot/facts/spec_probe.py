@@ -21,8 +21,6 @@ from typing import Any
 
 from eaglebot.facts import sglang_adaptive
 
-HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
-
 # python -c PROBE_PY PORT N INPUT_LEN OUTPUT_LEN CONCURRENCY SEED TIMEOUT -> one JSON object
 PROBE_PY = r"""
 import json, random, sys, threading, urllib.request

@@ -46,6 +46,16 @@ def parse_duration(text: str) -> float:
     return float(m[1]) * {None: 1, "s": 1, "m": 60, "min": 60, "h": 3600}[m[2]]
 
 
+def parse_seconds(text: str, what: str, hi: float = 600.0) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0 <= v <= hi:
+        raise UsageError(f"{what} is seconds from 0 to {hi:g} (got {str(text)[:40]!r})")
+    return v
+
+
 def parse_ints(text: str, what: str, lo: int = 1, hi: int = 4096) -> list[int]:
     try:
         values = [int(v) for v in str(text).replace(" ", "").split(",") if v]
@@ -381,4 +391,4 @@ async def apply_past(engine: Engine, run_id: int, *, actor: str, origin: str, ob
                        approver=approver, assume_yes=assume_yes, channel=channel)
 
 
-__all__ = ["TuneRequest", "apply_past", "parse_duration", "parse_ints", "run_tuning", "valid"]
+__all__ = ["TuneRequest", "apply_past", "parse_duration", "parse_ints", "parse_seconds", "run_tuning", "valid"]

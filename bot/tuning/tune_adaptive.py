@@ -38,7 +38,6 @@ class SlotPlan:
     up: float = 0.0
     down: float = -0.25
     band: tuple[float, float] = (0.0, 0.0)
-    sag: float | None = None
     why: str = ""
 
 
@@ -93,7 +92,7 @@ def plan_slot(chains: ChainModel, batch: int, top: int, depths: list[int]) -> Sl
         lo_fb = _sagged(chains, fb, 1.0) - _half_width(chains, fb, batch)
         if hi_top < lo_top and hi_fb < lo_fb:
             theta_down, theta_up = (hi_top + lo_top) / 2, (hi_fb + lo_fb) / 2
-            plan.fallback, plan.sag = fb, f
+            plan.fallback = fb
             plan.down, plan.up = theta_down - fb + 0.5, theta_up - fb + 0.5
             plan.why = (f"falls back to {fb} steps when acceptance sags to {f:.2f}x; "
                         f"EMA band at {top} steps {plan.band[0]:.2f}-{plan.band[1]:.2f}, "

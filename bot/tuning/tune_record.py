@@ -20,14 +20,6 @@ def measurement_json(m: Measurement) -> dict[str, Any]:
             "seconds": round(m.seconds, 2)}
 
 
-def measurement_from(doc: dict[str, Any]) -> Measurement:
-    return Measurement((int(doc["cell"][0]), int(doc["cell"][1]), int(doc["cell"][2])),
-                       {int(b): float(v) for b, v in doc["tok_s"].items()},
-                       {int(b): [float(x) for x in v] for b, v in (doc.get("samples") or {}).items()},
-                       doc.get("accept_length"), doc.get("histogram"), list(doc.get("request_means") or []),
-                       list(doc.get("run_ids") or []), float(doc.get("seconds") or 0), doc.get("phase") or "verify")
-
-
 def cell_summary(m: Measurement) -> str:
     parts = [f"bs {b} {v:.1f} ±{m.spread(b):.1f}" for b, v in sorted(m.tok_s.items())]
     acc = f", accept length {m.accept_length:.2f}" if m.accept_length else ""

@@ -100,7 +100,7 @@ async def search(plan: Plan, measure: Measure, now: Callable[[], float] = time.m
         res.measured[cell] = got
         return got
 
-    profiles = []
+    profiles: list[Measurement] = []
     for d in profile_depths(plan.grid):
         if (why := clock.left()) is not None:
             res.stopped = why

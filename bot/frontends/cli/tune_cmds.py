@@ -77,6 +77,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if past:
                 return await tune.apply_past(svc.engine, int(words[1].lstrip("#")), actor=whoami(), origin="cli",
                                              observer=TerminalObserver(), approver=_approver(args), assume_yes=args.yes)
+            assert req is not None
             print(f"tuning {req.playbook} on {req.host} at batch sizes {', '.join(map(str, req.batch_sizes))}",
                   file=sys.stderr)
             return await tune.run_tuning(svc.engine, req, actor=whoami(), origin="cli", observer=TerminalObserver(),

@@ -118,7 +118,7 @@ def accept_length(pos: list[float]) -> float:
 
 
 def _roof(t0: float, tokens: float, knee: float, sharp: float) -> float:
-    return t0 * (1.0 + (tokens / knee) ** sharp) ** (1.0 / sharp)
+    return float(t0 * (1.0 + (tokens / knee) ** sharp) ** (1.0 / sharp))
 
 
 def step_s(ls: Landscape, batch: int, cell: Cell | None) -> float:
@@ -147,10 +147,7 @@ def best(ls: Landscape, batch: int, grid: list[Cell] | None = None) -> tuple[Cel
 
 def pad_batch(running: int) -> int:
     """The CUDA-graph batch size SGLang pads a running batch to."""
-    for b in CUDA_GRAPH_BS:
-        if running <= b:
-            return b
-    return running
+    return next((int(b) for b in CUDA_GRAPH_BS if running <= b), running)
 
 
 def prompt_scale(ls: Landscape, key: str) -> float:

@@ -22,7 +22,7 @@ from eaglebot.tuning.tune_model import Cell, ChainModel, Measurement, TreeSurrog
 
 Measure = Callable[[Cell, str], Awaitable["Measurement | str"]]   # a measurement, or why the launch failed
 
-VERIFY_TOP = 2      # chains verified per batch size (each within the margin of the best predicted)
+VERIFY_TOP = 1      # chains verified per batch size: the best predicted (trees take the rest of the budget)
 MIN_MARGIN = 0.01   # a cell is worth a launch when it could come within 1% of a best (or the noise, if larger)
 
 

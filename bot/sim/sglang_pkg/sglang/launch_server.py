@@ -19,12 +19,9 @@ Test knobs (environment):
   EAGLE_SIM_LANDSCAPE=<seed>    the per-batch-size landscape (_landscape.py) instead of the old model
   EAGLE_SIM_DECODE_TICK_S=<s>   seconds between simulated decode batches of adaptive steps (0.01)
 
-The running batch is the peak number of /generate requests in flight over the last 0.25 s,
-padded to a CUDA-graph batch size, as SGLang pads it; the SIMULATED bench_serving says its
-concurrency in the X-Eagle-Sim-Batch header instead, because its requests are replayed on a
-virtual clock (they take milliseconds here). With `--speculative-adaptive`, a decode thread runs
-SGLang's own tier rule (_adaptive.py) on accepted-draft counts drawn from the acceptance by
-position, logs each switch with SGLang's words, and /server_info reports the tier in use.
+The running batch and adaptive steps: _sim_batches.py. The SIMULATED bench_serving says its
+concurrency in the X-Eagle-Sim-Batch header, because its requests are replayed on a virtual clock
+(they take milliseconds here).
 """
 from __future__ import annotations
 
@@ -46,12 +43,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
-    from . import _adaptive, _landscape
+    from . import _landscape
+    from ._sim_batches import Batches
     from ._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids, log, read_json,
                              resolve_speculative, visible_gpus)
     from .srt.server_args import ServerArgs
 else:
-    from sglang import _adaptive, _landscape
+    from sglang import _landscape
+    from sglang._sim_batches import Batches
     from sglang._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids,
                                    log, read_json, resolve_speculative, visible_gpus)
     from sglang.srt.server_args import ServerArgs
@@ -101,56 +100,8 @@ class Server:
         self.children: list[subprocess.Popen[bytes]] = []
         self.shutting_down = False
         self.time_scale = float(os.environ.get("EAGLE_SIM_TIME_SCALE", "0.001"))
-        self.in_flight = 0
-        self.peaks: list[tuple[float, int]] = []
-        self.policy = (_adaptive.Policy(args.speculative_num_steps, args.speculative_adaptive_config,
-                                        list(_landscape.CUDA_GRAPH_BS))
-                       if getattr(args, "speculative_adaptive", False) else None)
-        self.rng = random.Random(int(os.environ.get("EAGLE_SIM_SEED", "0") or 0))
-
-    # -- the running batch and adaptive steps ------------------------------------------------
-    def running_batch(self) -> int:
-        """Peak requests in flight over the last 0.25 s, padded to a CUDA-graph batch size (0: idle)."""
-        now = time.monotonic()
-        with self.lock:
-            self.peaks = [(t, n) for t, n in self.peaks if now - t < 0.25]
-            peak = max([self.in_flight, *(n for _, n in self.peaks)])
-        return _landscape.pad_batch(peak) if peak else 0
-
-    def set_steps(self, steps: int, why: str) -> None:
-        """Switch the speculative tier (SGLang's apply_runtime_state and its log line)."""
-        a = self.args
-        if steps == a.speculative_num_steps:
-            return
-        log(f"Switch adaptive runtime state: steps {a.speculative_num_steps} -> {steps}, draft_tokens "
-            f"{a.speculative_num_draft_tokens} -> {steps + 1} ({why})", "TP0")
-        a.speculative_num_steps, a.speculative_num_draft_tokens = steps, steps + 1
-        self.perf.refresh()
-
-    def decode_loop(self) -> None:
-        """SIMULATED decode batches while requests run: each feeds its slot's EMA, as SGLang's
-        worker does after every verify (on_verify_complete), and the batch routes the tier."""
-        assert self.policy is not None
-        tick = float(os.environ.get("EAGLE_SIM_DECODE_TICK_S", "0.01"))
-        while not self.shutting_down:
-            time.sleep(tick)
-            batch = self.running_batch()
-            if not batch:
-                continue
-            slot = self.policy.route(batch)
-            self.set_steps(slot.current_steps, f"batch {batch}")
-            pos = self.perf.positions() if slot.current_steps > 0 else []
-            counts = []
-            for _ in range(batch):
-                k = 0
-                while k < len(pos) and self.rng.random() < pos[k]:
-                    k += 1
-                counts.append(k)
-            switched = slot.update(counts)
-            if switched:
-                log(f"Adaptive spec params updated: steps {switched[0]} -> {switched[1]} "
-                    f"(ema_accept_len={slot.ema_accept_len:.2f})", "TP0")
-                self.set_steps(switched[1], "adaptive")
+        self.batches = Batches(args, perf)
+        self.policy = self.batches.policy
 
     # -- /server_info --------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
@@ -182,14 +133,8 @@ class Server:
         return bool(frac) and m > 0 and int(m * float(frac or 1)) == int((m - 1) * float(frac or 1))
 
     def generate(self, body: dict[str, Any], batch_hint: int | None = None) -> dict[str, Any]:
-        with self.lock:
-            self.in_flight += 1
-            self.peaks.append((time.monotonic(), self.in_flight))
-        try:
+        with self.batches.running():
             return self._generate(body, batch_hint)
-        finally:
-            with self.lock:
-                self.in_flight -= 1
 
     def _generate(self, body: dict[str, Any], batch_hint: int | None) -> dict[str, Any]:
         sp = body.get("sampling_params") or {}
@@ -202,9 +147,8 @@ class Server:
             text = text[0] if isinstance(text, list) and text else text
             in_len = max(1, len(str(text).split()))
         perf = self.perf
-        batch = batch_hint or self.running_batch() or 1
-        if self.policy is not None:
-            self.set_steps(self.policy.route(batch).current_steps, f"batch {batch}")
+        batch = batch_hint or self.batches.running_batch() or 1
+        self.batches.route(batch)
         prompt = json.dumps(body.get("input_ids") or body.get("text"))[:4096]
         if self.args.speculative_algorithm and perf.landscape is not None:
             accept = max(1.0, _landscape.accept_length(perf.positions(prompt)))  # this prompt's own
@@ -267,7 +211,7 @@ class Server:
 
     # -- lifecycle ---------------------------------------------------------------------
     def stop_children(self) -> None:
-        self.shutting_down = True
+        self.shutting_down = self.batches.stopped = True
         for c in self.children:
             if c.poll() is None:
                 try:
@@ -501,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         slot = server.policy.slots[server.policy.bs_list[0]]
         log(f"AdaptiveSpeculativeParams initialized: steps={slot.current_steps}, "
             f"candidate_steps={slot.candidate_steps}", "TP0")
-        threading.Thread(target=server.decode_loop, daemon=True).start()
+        threading.Thread(target=server.batches.decode_loop, daemon=True).start()
     try:
         httpd.serve_forever(poll_interval=0.2)
     finally:

@@ -46,6 +46,12 @@ def parse_duration(text: str) -> float:
     return float(m[1]) * {None: 1, "s": 1, "m": 60, "min": 60, "h": 3600}[m[2]]
 
 
+def default_launches(cells: int, sizes: int) -> int:
+    """A fifth of the grid, but never too few to profile (3), verify a chain per batch size and run
+    the flap test; never more than the grid and the flap test."""
+    return min(cells + 1, max(cells // 5, 3 + sizes + 1))
+
+
 def parse_seconds(text: str, what: str, hi: float = 600.0) -> float:
     try:
         v = float(text)
@@ -57,10 +63,15 @@ def parse_seconds(text: str, what: str, hi: float = 600.0) -> float:
 
 
 def parse_ints(text: str, what: str, lo: int = 1, hi: int = 4096) -> list[int]:
+    """`1,8,32`, or ranges `1-8` (also mixed: `1-4,8`)."""
+    values: list[int] = []
     try:
-        values = [int(v) for v in str(text).replace(" ", "").split(",") if v]
+        for part in (p for p in str(text).replace(" ", "").split(",") if p):
+            a, sep, b = part.partition("-")
+            values += list(range(int(a), int(b) + 1)) if sep and a else [int(part)]
     except ValueError:
-        raise UsageError(f"{what} are whole numbers separated by commas, e.g. 1,8,32 (got {str(text)[:40]!r})") from None
+        raise UsageError(f"{what} are whole numbers separated by commas or a range, e.g. 1,8,32 or 1-8 "
+                         f"(got {str(text)[:40]!r})") from None
     if not values or any(not lo <= v <= hi for v in values):
         raise UsageError(f"{what} must be from {lo} to {hi} (got {str(text)[:40]!r})")
     if len(set(values)) != len(values):
@@ -239,10 +250,11 @@ def _adaptive_candidate(res: SearchResult, sizes: list[int], static: Measurement
         switched, _ = tune_adaptive.replay(plan, res.chains, s.batch)
         if switched and s.fallback is not None:
             s.fallback, s.why = None, f"one tier: {switched} switches in an offline replay"
-            plan.config[str(s.batch)]["candidate_steps"] = [s.top]
+            plan.config[str(s.key)]["candidate_steps"] = [s.top]
     cell = (plan.initial_steps, 1, plan.initial_steps + 1)
     return Deploy("adaptive", cell, plan.config, expected, f"adaptive steps {plan.summary()}: "
-                  f"{100 * eff_a:.1f}% of each batch size's best on average, static {100 * eff_s:.1f}%"), ""
+                  f"{100 * eff_a:.1f}% of each batch size's best on average, static {100 * eff_s:.1f}%",
+                  slots={s.batch: s.key for s in plan.slots}), ""
 
 
 async def _flap(c: Ctx, d: Deploy) -> str | None:
@@ -293,7 +305,7 @@ async def run_tuning(engine: Engine, req: TuneRequest, *, actor: str, origin: st
     c = Ctx(engine, req, pb, rec, actor, origin, observer, approver, assume_yes, channel)
     current = await _current(c)
     sizes = req.batch_sizes
-    plan = Plan(sizes, cells, req.max_launches or max(4, len(cells) // 5), req.budget_s,
+    plan = Plan(sizes, cells, req.max_launches or default_launches(len(cells), len(sizes)), req.budget_s,
                 reserve=1 if len(sizes) > 1 else 0, current=current)
 
     async def measure(cell: Cell, phase: str) -> Measurement | str:

@@ -1,7 +1,11 @@
 """An adaptive-steps config for SGLang (`--speculative-adaptive-config`) from a tuning's profile,
 with its hysteresis placed away from the EMA band the profile observed.
 
-One slot per tuned batch size. Its top tier is the chain the tuning found best there; under it,
+One slot per tuned batch size, keyed at the geometric midpoint between it and the next smaller
+tuned size (SGLang serves a batch by the slot with the largest key not above it): a batch that
+wavers around a tuned size (60-64 running requests of a load of 64) stays in that size's slot, where
+keys at the tuned sizes themselves would swing it between two slots. Its top tier is the chain the
+tuning found best there; under it,
 when one fits, a fallback tier: the chain that would be best were acceptance to sag (each draft
 position accepted f times as often, f < 1: a prompt mix that drafts worse). SGLang's slot steps
 down when its EMA of accepted drafts falls to `prev - 0.5 + down_hysteresis` and up when it
@@ -34,6 +38,7 @@ ALPHA = 0.2
 class SlotPlan:
     batch: int
     top: int
+    key: int = 1
     fallback: int | None = None
     up: float = 0.0
     down: float = -0.25
@@ -51,7 +56,7 @@ class AdaptivePlan:
         parts = []
         for s in self.slots:
             tiers = f"{s.fallback},{s.top}" if s.fallback is not None else f"{s.top}"
-            parts.append(f"bs {s.batch}: steps [{tiers}]" + (f" (down {s.down:+.2f}, up {s.up:+.2f})"
+            parts.append(f"bs {s.batch} (slot {s.key}+): steps [{tiers}]" + (f" (down {s.down:+.2f}, up {s.up:+.2f})"
                                                                if s.fallback is not None else ""))
         return "; ".join(parts)
 
@@ -105,13 +110,16 @@ def plan_slot(chains: ChainModel, batch: int, top: int, depths: list[int]) -> Sl
 
 def build(chains: ChainModel, tops: dict[int, int], depths: list[int]) -> AdaptivePlan:
     """The config for per-batch-size top tiers `tops` (batch size -> steps), chains of `depths`."""
-    slots = [plan_slot(chains, b, tops[b], depths) for b in sorted(tops)]
+    sizes = sorted(tops)
+    slots = [plan_slot(chains, b, tops[b], depths) for b in sizes]
+    for i, s in enumerate(slots):
+        s.key = 1 if i == 0 else max(sizes[i - 1] + 1, math.ceil(math.sqrt(sizes[i - 1] * sizes[i])))
     cfg: dict[str, Any] = {"ema_alpha": ALPHA, "update_interval": int(sa.DEFAULTS["update_interval"]),
                            "warmup_batches": int(sa.DEFAULTS["warmup_batches"])}
     for s in slots:
         entry: dict[str, Any] = {"candidate_steps": sorted({s.top, *([s.fallback] if s.fallback is not None else [])})}
         entry.update(up_hysteresis=round(s.up, 3), down_hysteresis=round(s.down, 3), ceiling_coeff=0)
-        cfg[str(s.batch)] = entry
+        cfg[str(s.key)] = entry
     return AdaptivePlan(cfg, slots[0].top if slots else 1, slots)
 
 

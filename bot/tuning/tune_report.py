@@ -63,6 +63,7 @@ class Deploy:
     expected: dict[int, float] = field(default_factory=dict)   # tok/s per batch size
     why: str = ""
     rejected: list[str] = field(default_factory=list)
+    slots: dict[int, int] = field(default_factory=dict)    # adaptive: batch size -> its slot's key
 
     def inputs(self) -> dict[str, Any]:
         """The playbook inputs that deploy it."""
@@ -74,7 +75,8 @@ class Deploy:
     def as_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "choice": choice_json(self.cell), "adaptive_config": self.adaptive_config,
                 "expected_tok_s": {str(b): round(v, 2) for b, v in sorted(self.expected.items())},
-                "why": self.why, "rejected": self.rejected, "inputs": self.inputs()}
+                "why": self.why, "rejected": self.rejected, "inputs": self.inputs(),
+                "slots": {str(b): k for b, k in sorted(self.slots.items())}}
 
 
 def cell_json(m: Measurement, b: int, predicted: dict[Cell, dict[int, float]]) -> dict[str, Any]:

@@ -25,16 +25,6 @@ def _inputs(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _steps(text: str) -> list[int]:
-    from eaglebot.tuning.tune import parse_ints
-
-    if "-" in text and "," not in text:
-        lo, _, hi = text.partition("-")
-        if lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi) <= 16:
-            return list(range(int(lo), int(hi) + 1))
-    return parse_ints(text, "--steps", 1, 16)
-
-
 def request(args: argparse.Namespace) -> Any:
     from eaglebot.tuning.tune import TuneRequest, parse_duration, parse_ints
 
@@ -43,7 +33,7 @@ def request(args: argparse.Namespace) -> Any:
     return TuneRequest(
         args.words[0], args.host, parse_ints(args.batch_sizes, "--batch-sizes"),
         budget_s=parse_duration(args.budget) if args.budget else None, repeats=args.repeats, apply=args.apply,
-        fixed=_inputs(args.extra), steps=_steps(args.steps), topk=parse_ints(args.topk, "--topk", 1, 64),
+        fixed=_inputs(args.extra), steps=parse_ints(args.steps, "--steps", 1, 16), topk=parse_ints(args.topk, "--topk", 1, 64),
         draft_tokens=parse_ints(args.draft_tokens, "--draft-tokens", 2, 256), max_launches=args.max_launches,
         flap_trace=[p for p in args.flap_trace.split(",") if p], flap_settle_s=args.flap_settle,
         num_prompts=args.prompts, input_len=args.input_len, output_len=args.output_len)
@@ -123,7 +113,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--steps", default="1-8", help="candidate --speculative-num-steps (default 1-8)")
     s.add_argument("--topk", default="1,2,4,8", help="candidate --speculative-eagle-topk (default 1,2,4,8)")
     s.add_argument("--draft-tokens", default="4,8,16,32", help="candidate draft tokens of trees (default 4,8,16,32)")
-    s.add_argument("--max-launches", type=int, help="launch budget (default: a fifth of the grid)")
+    s.add_argument("--max-launches", type=int, help="launch budget (default: a fifth of the grid, at least enough to profile, verify a chain per batch size and run the flap test)")
     s.add_argument("--flap-trace", default="1:20,64:20,4:20", help="the flap test's phases, CONCURRENCY:SECONDS")
     s.add_argument("--flap-settle", type=float, default=5.0, help="seconds of each phase not counted")
     s.add_argument("--prompts", type=int, default=16, help="at least this many prompts per benchmark run")

@@ -24,8 +24,9 @@ from typing import Any
 from eaglebot.engine.playbook import Playbook, find_playbook
 from eaglebot.engine.runner import Approver, Engine, Observer, RunRequest
 from eaglebot.errors import UsageError
-from eaglebot.sdk import ApprovalRequest, Metric
+from eaglebot.sdk import Metric
 from eaglebot.tuning import tune_adaptive
+from eaglebot.tuning.tune_apply import Who, apply, apply_past, restore
 from eaglebot.tuning.tune_model import Cell, Measurement, grid, label, valid
 from eaglebot.tuning.tune_record import TuneRecord, measurement_json
 from eaglebot.tuning.tune_report import Deploy, best_chains, efficiency, rel_noise, report, static_best
@@ -333,74 +334,17 @@ async def run_tuning(engine: Engine, req: TuneRequest, *, actor: str, origin: st
         f"; {result['launches']} launches of a {len(cells)}-cell grid"
     await rec.step("choose", "tune.choose", "ok" if ok else "failed", summary, data=result, metrics=metrics)
     status, code, error = ("succeeded", 0, None) if ok else ("failed", 1, res.stopped or "nothing was measured")
+    who = Who(actor, origin, observer, approver, assume_yes, channel)
     if ok and req.apply and deploy is not None:
-        applied = await apply(engine, rec, pb, req, deploy, current, actor=actor, origin=origin, observer=observer,
-                              approver=approver, assume_yes=assume_yes, channel=channel)
+        applied = await apply(engine, rec, pb, req, deploy, current, who)
         result["applied"] = applied
         if not applied.get("ok"):
             status, code, error = "failed", 1, applied.get("why")
+    if current is not None and not (result.get("applied") or {}).get("ok"):
+        result["restored"] = await restore(engine, rec, pb, req, current, who)
     await rec.finish(status, code, result, error)
     result["status"] = status
     return result
-
-
-def _apply_details(deploy: Deploy, current: Measurement | None) -> list[str]:
-    lines = []
-    for b, v in sorted(deploy.expected.items()):
-        was = f" (now {current.tok_s[b]:.1f})" if current and current.tok_s.get(b) else ""
-        lines.append(f"batch size {b}: {v:.1f} tok/s measured{was}")
-    if deploy.adaptive_config is not None:
-        lines.append("adaptive config: " + json.dumps(deploy.adaptive_config, sort_keys=True)[:1500])
-    return lines
-
-
-async def apply(engine: Engine, rec: TuneRecord, pb: Playbook, req: TuneRequest, deploy: Deploy,
-                current: Measurement | None, *, actor: str, origin: str, observer: Observer | None,
-                approver: Approver | None, assume_yes: bool, channel: str | None) -> dict[str, Any]:
-    """Ask an approval (an `approvals` row either way), then relaunch PLAYBOOK with the result."""
-    what = (f"relaunch {req.host} with {label(deploy.cell)}" if deploy.mode == "static" else
-            f"relaunch {req.host} with adaptive speculative steps (starting at {label(deploy.cell)})")
-    t0 = time.monotonic()
-    base = RunRequest(pb, [req.host], {}, actor=actor, origin=origin, assume_yes=assume_yes, channel=channel)
-    ar = ApprovalRequest(rec.run_id, req.host, "apply", what, _apply_details(deploy, current), rec.idx)
-    ok, who = await engine.ask_approval(ar, base, approver)
-    if not ok:
-        await rec.step("apply", "tune.apply", "failed", f"not approved ({who}): nothing was changed", started=t0)
-        return {"ok": False, "why": f"not approved ({who})", "approved_by": None}
-    inputs = {**req.fixed, **deploy.inputs()}
-    out = await engine.run(RunRequest(pb, [req.host], inputs, actor=actor, origin=origin, assume_yes=assume_yes,
-                                      channel=channel), observer, approver)
-    good = out.status == "succeeded"
-    await rec.step("apply", "tune.apply", "changed" if good else "failed",
-                   f"approved by {who}; {pb.name} run #{out.run_id} {out.status}: {what}", started=t0,
-                   data={"run_id": out.run_id, "inputs": inputs, "approved_by": who})
-    return {"ok": good, "approved_by": who, "run_id": out.run_id, "inputs": inputs,
-            "why": None if good else (out.error or f"run #{out.run_id} {out.status}")}
-
-
-async def apply_past(engine: Engine, run_id: int, *, actor: str, origin: str, observer: Observer | None = None,
-                     approver: Approver | None = None, assume_yes: bool = False,
-                     channel: str | None = None) -> dict[str, Any]:
-    """`eagle tune apply RUN`: the deployable result of a finished tuning run, after an approval."""
-    run = await engine.store.get_run(run_id)
-    tune_id = (run or {}).get("inputs", {}).get("tune_id") if run and run["playbook"] == "tune" else None
-    sweep = await engine.store.get_sweep(int(tune_id)) if tune_id is not None else None
-    if sweep is None or sweep.get("kind") != "tune":
-        raise UsageError(f"run #{run_id} is not a tuning run (see eagle history --playbook tune)")
-    result = sweep.get("result") or {}
-    d = result.get("deploy")
-    if not d:
-        raise UsageError(f"tuning run #{run_id} found nothing to deploy")
-    req = TuneRequest(sweep["playbook"], sweep["host"], list(sweep["spec"]["batch_sizes"]),
-                      fixed=dict(sweep["spec"].get("fixed") or {}))
-    pb = find_playbook(req.playbook, engine.settings.playbooks_path, engine.registry)
-    ch = d["choice"]
-    deploy = Deploy(d["mode"], (ch["spec_steps"], ch["spec_topk"], ch["spec_draft_tokens"]), d.get("adaptive_config"),
-                    {int(b): float(v) for b, v in (d.get("expected_tok_s") or {}).items()}, d.get("why") or "")
-    rec = TuneRecord(engine, run_id, int(tune_id), req.host)   # type: ignore[arg-type]
-    rec.idx = len(await engine.store.steps(run_id))
-    return await apply(engine, rec, pb, req, deploy, None, actor=actor, origin=origin, observer=observer,
-                       approver=approver, assume_yes=assume_yes, channel=channel)
 
 
 __all__ = ["TuneRequest", "apply_past", "parse_duration", "parse_ints", "parse_seconds", "run_tuning", "valid"]

@@ -232,6 +232,10 @@ def tune_request(args: tuple[str, ...]) -> TuneRequest:
         req.draft_tokens = tune.parse_ints(take("draft_tokens"), "draft_tokens", 2, 256)
     if "max_launches" in opts:
         req.max_launches = tune.parse_ints(take("max_launches"), "max_launches", 1, 1000)[0]
+    for key, attr, hi in (("prompts", "num_prompts", 100000), ("input_len", "input_len", 1 << 20),
+                          ("output_len", "output_len", 1 << 20)):
+        if key in opts:
+            setattr(req, attr, tune.parse_ints(take(key), key, 1, hi)[0])
     if "flap_trace" in opts:
         req.flap_trace = [p for p in take("flap_trace").split(",") if p]
     if "flap_settle" in opts:

@@ -45,6 +45,9 @@ def tune_text(r: dict[str, Any]) -> str:
     out.append(f"search stopped: {r['stopped']}")
     for f in r.get("failed") or []:
         out.append(f"failed {_cell(f)}: {f['reason']}")
+    if (rs := r.get("restored")):
+        out.append(f"the config found running was relaunched (run #{rs['run_id']})" if rs.get("ok") else
+                   f"relaunching the config found running failed (run #{rs['run_id']})")
     a = r.get("applied")
     if a:
         out.append(f"applied (approved by {a['approved_by']}): run #{a['run_id']}" if a.get("ok") else

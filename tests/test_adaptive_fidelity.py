@@ -134,3 +134,42 @@ def test_switch_lines_are_read_from_sglangs_log_format():
     assert facts.disabled_reason("[x] speculative_adaptive disabled: speculative_eagle_topk=4 (only topk=1 is "
                                  "supported). Falling back to static speculative params.") == \
         "speculative_eagle_topk=4 (only topk=1 is supported)"
+
+
+def _sim_resolution():
+    """The simulator's launch parser and speculative resolution, loaded as the sim runs them."""
+    pkg = ROOT.parent / "bot" / "sim" / "sglang_pkg"
+    sys.path.insert(0, str(pkg))
+    try:
+        for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+            del sys.modules[name]
+        import sglang.launch_server as ls   # the SIMULATED package (bot/sim/sglang_pkg)
+        return ls
+    finally:
+        sys.path.remove(str(pkg))
+
+
+def test_the_simulators_adaptive_launch_resolves_as_sglangs_own_hook(tmp_path):
+    """tests/fixtures/sglang/0.5.23/adaptive_resolution.json: the real handle_speculative_decoding
+    (scripts/capture/adaptive_capture.py) on five launches with --speculative-adaptive."""
+    doc = json.loads((FIXTURES / "0.5.23" / "adaptive_resolution.json").read_text())
+    ls = _sim_resolution()
+    try:
+        cfg = tmp_path / "adaptive.json"
+        cfg.write_text(json.dumps(doc["config"]))
+        for name, case in doc["cases"].items():
+            args = ls.build_parser().parse_args(["--model-path", "/m", "--speculative-algorithm", "EAGLE3",
+                                                 "--speculative-adaptive", "--speculative-adaptive-config", str(cfg),
+                                                 *case["args"]])
+            try:
+                warnings = ls.resolve_speculative(args, "LlamaForCausalLM")
+            except ls.SpecError as e:
+                assert f"{e.kind}: {e}" == case["error"], name
+                continue
+            assert case["error"] is None, name
+            got = [args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens]
+            assert got == case["effective"] and args.speculative_adaptive == case["adaptive"], name
+            assert warnings == case["warnings"], name
+    finally:
+        for m in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+            del sys.modules[m]

@@ -14,7 +14,8 @@ number; bench.serving's sanity check is for the history).
   with: {python: "{{ python }}", port: "{{ port }}", batch_sizes: [1, 8, 32], repeats: 3,
          input_len: 1024, output_len: 256, acceptance: true}
 ```
-Metrics: `output_throughput_bs<B>` (tok/s, the median) per batch size, `accept_length`.
+No metrics: each measurement of a tuning is another config, so its numbers stay out of the
+regression history (where they would read as drops and rises of one config); they are in the data.
 Registers `batch_sizes` ({B: {tok_s, samples, mad, accept_length, completed}}), `histogram`,
 `request_means`, `acceptance_source`, `effective` (the server's speculative settings), `sglang_version`.
 """
@@ -27,7 +28,7 @@ from typing import Any
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, Metric, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult
 
 from eaglebot.facts import sglang, spec_probe
 from eaglebot.skills.lib import bench, processes, server
@@ -72,7 +73,6 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if made.exit_status != 0:
         raise StepFailed(f"cannot create the benchmark folder {folder} on {ctx.host_name}")
     per: dict[str, dict[str, Any]] = {}
-    metrics: list[Metric] = []
     for b in sizes:
         prompts = max(params.num_prompts, params.prompts_per_batch * b)
         samples, accepts, completed = [], [], []
@@ -92,7 +92,6 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         per[str(b)] = {"tok_s": round(tok, 3), "samples": samples, "mad": round(_mad(samples), 3),
                        "accept_length": statistics.median(accepts) if accepts else None,
                        "completed": min(completed), "prompts": prompts}
-        metrics.append(Metric(f"output_throughput_bs{b}", round(tok, 4), "tok/s", "higher"))
         ctx.log(f"batch size {b}: {tok:.1f} tok/s (MAD {per[str(b)]['mad']:.1f} over {len(samples)} runs)")
     data: dict[str, Any] = {"batch_sizes": per}
     code, body = await server.http_get(ctx, params.python, port, "/server_info")
@@ -118,12 +117,10 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                     + (f"; {acc.errors[0]}" if acc.errors else "") + "): shorter chains are predicted from "
                     "the accept length alone")
         accept = accept if accept is not None else acc.accept_length
-    if accept is not None:
-        metrics.append(Metric("accept_length", round(accept, 4), "tokens", "higher"))
     data["accept_length"] = accept
     summary = ", ".join(f"bs {b} {per[str(b)]['tok_s']:.1f}" for b in sizes) + " tok/s"
     if accept is not None:
         summary += f"; accept length {accept:.2f}"
     if params.acceptance and data.get("histogram"):
         summary += f"; acceptance by position from {sum(data['histogram'])} verify passes"
-    return StepResult.ok(summary, metrics=metrics, data=data)
+    return StepResult.ok(summary, data=data)

@@ -12,7 +12,8 @@ is flapping, and the step fails naming the phase, the switches and the tiers it 
 - skill: bench.flap
   with: {python: "{{ python }}", port: "{{ port }}", trace: ["1:20", "64:20", "4:20"], settle_s: 5}
 ```
-Registers `phases` (concurrency, steady_s, switches, source, tiers, completed) and `flapping`.
+Registers `phases` (concurrency, steady_s, switches, source, tiers, completed) and `flapping`; no
+metrics (each flap test is of another candidate: not a history to judge).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import shlex
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, Metric, SkillContext, SkillParams, StepResult, path_for_shell
+from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import spec_probe
 from eaglebot.skills.lib import server
@@ -89,12 +90,11 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     for p in phases:
         ctx.log(f"concurrency {p.concurrency}: {p.switches} switch(es) in {p.steady_s:g}s steady "
                 f"(tiers {p.tiers or '?'}, from {p.source}), {p.completed} requests completed")
-    metrics = [Metric(f"tier_switches_c{p.concurrency}", float(p.switches), "", "lower") for p in phases]
     bad = [p for p in phases if p.flaps]
     if bad:
         p = bad[0]
         raise StepFailed(f"flapping: {p.switches} tier switches in {p.steady_s:g}s of steady load at concurrency "
                          f"{p.concurrency} (between steps {', '.join(map(str, p.tiers)) or '?'}; more than once per "
-                         f"10 s)", data=data, metrics=metrics)
+                         f"10 s)", data=data)
     counts = ", ".join(f"{p.switches} at concurrency {p.concurrency}" for p in phases)
-    return StepResult.ok(f"no flapping: tier switches in steady phases: {counts}", data=data, metrics=metrics)
+    return StepResult.ok(f"no flapping: tier switches in steady phases: {counts}", data=data)

@@ -100,7 +100,8 @@ def test_tune_deploys_adaptive_steps_that_pass_the_flap_test_after_an_approval(t
                               config=sb["cfg"], cwd=tmp_path, timeout=900)
         assert res.returncode == 0, res.stderr[-3000:]
         d = out["deploy"]
-        assert d["mode"] == "adaptive" and d["rejected"] == [], (d, {b: (e["choice"], e["tok_s"]) for b, e in out["batch_sizes"].items()}, out["static_best"])
+        assert d["mode"] == "adaptive" and d["rejected"] == [], (d["why"], d["rejected"], out["static_best"], {
+            b: (e["choice"], e["tok_s"]) for b, e in out["batch_sizes"].items()})
         tops = {b: e["choice"]["spec_steps"] for b, e in out["batch_sizes"].items()}
         assert len(set(tops.values())) >= 2
         assert {b: d["adaptive_config"][str(d["slots"][b])]["candidate_steps"][-1] for b in tops} == tops

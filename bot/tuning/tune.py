@@ -324,8 +324,10 @@ async def run_tuning(engine: Engine, req: TuneRequest, *, actor: str, origin: st
     if deploy is None and static is not None:
         deploy = Deploy("static", static.cell, None, dict(static.tok_s), f"{label(static.cell)}: {why_static}", rejected)
     result = report(res, sizes, deploy, current=current, grid_launches=len(cells), extra_launches=c.launches - res.launches)
+    used = round(time.monotonic() - t0, 1)
     result.update(run_id=rec.run_id, tune_id=rec.tune_id, playbook=pb.name, host=req.host, simulated=c.simulated,
-                  seconds=round(time.monotonic() - t0, 1), budget={"seconds": req.budget_s, "launches": plan.max_launches})
+                  seconds=used, budget={"launches": c.launches, "max_launches": plan.max_launches,
+                                        "seconds": used, "max_seconds": req.budget_s})
     result["proposal"] = _proposal(deploy, current, rel_noise(res), rec.run_id) if deploy else None
     metrics = [Metric(f"tune_tok_s_bs{b}", v["tok_s"], "tok/s", "higher") for b, v in
                ((int(k), e) for k, e in result["batch_sizes"].items()) if v.get("tok_s") is not None]

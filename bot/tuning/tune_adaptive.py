@@ -68,7 +68,7 @@ def _sagged(chains: ChainModel, d: int, f: float) -> float:
 
 def _half_width(chains: ChainModel, d: int, batch: int, f: float = 1.0) -> float:
     prefix = [p * f ** k for k, p in enumerate(chains.prefix, start=1)]
-    mean, var_verify = depth_moments(chains.request_means, prefix, d)
+    mean, var_verify = depth_moments(prefix, d)
     spread = statistics.pstdev(chains.request_means) if len(chains.request_means) > 1 else 0.0
     full = sum(prefix[:chains.max_depth]) or 1.0
     var_prompt = (spread * mean / full) ** 2      # prompts' spread, scaled to this depth

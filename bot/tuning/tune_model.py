@@ -119,7 +119,7 @@ def conditional(prefix: list[float]) -> list[float]:
     return out
 
 
-def depth_moments(request_means: list[float], prefix: list[float], d: int) -> tuple[float, float]:
+def depth_moments(prefix: list[float], d: int) -> tuple[float, float]:
     """Mean and variance of accepted drafts per verify at depth d: the EMA SGLang's adaptive
     steps tracks. The variance is of one verify of one request (a truncated count)."""
     mean = sum(prefix[:d])

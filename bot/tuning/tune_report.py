@@ -33,7 +33,7 @@ def efficiency(res: SearchResult, sizes: list[int], tok: dict[int, float]) -> fl
 
 
 def static_best(res: SearchResult, sizes: list[int]) -> Measurement | None:
-    full = [m for m in res.measured.values() if m.phase != "current" and all(m.tok_s.get(b, 0) > 0 for b in sizes)]
+    full = [m for m in res.measured.values() if all(m.tok_s.get(b, 0) > 0 for b in sizes)]
     return max(full, key=lambda m: efficiency(res, sizes, m.tok_s)) if full else None
 
 
@@ -101,7 +101,7 @@ def report(res: SearchResult, sizes: list[int], deploy: Deploy | None, *, curren
             per[str(b)] = {"choice": None, "tok_s": None, "spread": None, "measured": [], "predicted": []}
             continue
         measured = sorted((cell_json(m, b, res.predicted) for m in res.measured.values()
-                           if m.tok_s.get(b) is not None and m.phase != "current"),
+                           if m.tok_s.get(b) is not None),
                           key=lambda c: -(c["tok_s"] or 0))
         predicted = sorted(({**choice_json(c), "tok_s": round(p[b], 2)} for c, p in res.predicted.items() if b in p),
                            key=lambda c: -c["tok_s"])
@@ -120,15 +120,11 @@ def report(res: SearchResult, sizes: list[int], deploy: Deploy | None, *, curren
         per[str(b)] = entry
     checked = [c for e in per.values() for c in e["measured"] if c.get("error_pct") is not None]
     within = [c for c in checked if abs(c["error_pct"]) <= 5.0]
-    seen: dict[Cell, None] = {}
-    for m in res.measured.values():
-        if m.phase != "current":
-            seen[m.cell] = None
     return {
         "batch_sizes": per,
         "launches": res.launches + extra_launches, "grid_launches": grid_launches,
         "search_launches": res.launches,
-        "cells_measured": len(seen), "cells_predicted": len(res.predicted),
+        "cells_measured": len(res.measured), "cells_predicted": len(res.predicted),
         "prediction_checks": {"checked": len(checked), "within_5pct": len(within)},
         "static_best": ({"choice": choice_json(static.cell), "label": label(static.cell),
                          "tok_s": {str(b): round(static.tok_s[b], 2) for b in sizes if static.tok_s.get(b)}}

@@ -64,6 +64,21 @@ def _eagle(cfg: Path, *argv: str, timeout: float = 3600) -> tuple[float, dict]:
     return time.monotonic() - t0, json.loads(res.stdout)
 
 
+def _measured(db: Path, run_id: int) -> dict[int, float]:
+    """tok/s per batch size of a tune-measure run, from its bench.batches step's data in the audit
+    DB (bench.batches keeps its numbers out of the metrics, and `eagle show --json` has no step data)."""
+    from eaglebot.store.factory import open_store
+
+    store = open_store(db, readonly=True)
+    try:
+        for s in store.steps(run_id):
+            if s["skill"] == "bench.batches" and s["data"]:
+                return {int(b): float(v["tok_s"]) for b, v in json.loads(s["data"])["batch_sizes"].items()}
+    finally:
+        store.close()
+    raise SystemExit(f"run #{run_id} has no bench.batches data")
+
+
 def e2e(seed: int, sizes: list[int], repeats: int) -> None:
     from tuning_sandbox import HOST, sim_host
 
@@ -84,10 +99,8 @@ def e2e(seed: int, sizes: list[int], repeats: int) -> None:
                    f"spec_topk={cell[1]}", "-e", f"spec_draft_tokens={cell[2]}", "-e", "bench_prompts=0")
             _, m = _eagle(cfg, "run", "tune-measure", "-H", HOST, "-e", f"batch_sizes={bs}", "-e",
                           f"repeats={repeats}", "-e", "num_prompts=8", "-e", "output_len=64")
-            for mt in m["metrics"]:
-                if mt["name"].startswith("output_throughput_bs"):
-                    b = int(mt["name"].removeprefix("output_throughput_bs"))
-                    best[b] = max(best.get(b, 0.0), mt["value"])
+            for b, tok in _measured(sb["db"], m["run_id"]).items():
+                best[b] = max(best.get(b, 0.0), tok)
         t_grid = time.monotonic() - t0
     print(f"end to end on the SIMULATED server (landscape seed {seed}, batch sizes {bs}, {repeats} repeats)\n")
     print("| | launches | wall time |")

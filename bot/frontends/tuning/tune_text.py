@@ -17,9 +17,12 @@ def _pct(v: Any) -> str:
 
 
 def tune_text(r: dict[str, Any]) -> str:
-    head = (f"tuning run #{r['run_id']}: {r['playbook']} on {r['host']}, {r['launches']} launches of a "
-            f"{r['grid_launches']}-cell grid ({r['cells_measured']} cells measured, {r['cells_predicted']} chains "
-            f"predicted), {r['seconds']:.0f} s; noise {r['noise_pct']:.1f}% (MAD)")
+    budget = r.get("budget") or {}
+    of_time = f" of {budget['max_seconds']:.0f} s" if budget.get("max_seconds") else ""
+    head = (f"tuning run #{r['run_id']}: {r['playbook']} on {r['host']}, a {r['grid_launches']}-cell grid "
+            f"({r['cells_measured']} cells measured, {r['cells_predicted']} chains predicted); budget used: "
+            f"{r['launches']} of {budget.get('max_launches', '?')} launches, {r['seconds']:.0f} s{of_time}; "
+            f"noise {r['noise_pct']:.1f}% (MAD)")
     rows = []
     for b, e in r["batch_sizes"].items():
         if e.get("tok_s") is None:

@@ -130,7 +130,7 @@ XID_DEFAULTS: dict[str, dict[str, Any]] = {
     # The fatal Xids of REFERENCE.md's table; 13 is usually the application, unless it repeats.
     "48": {"severity": "fail"}, "61": {"severity": "fail"}, "62": {"severity": "fail"},
     "64": {"severity": "fail"}, "74": {"severity": "fail"}, "79": {"severity": "fail"},
-    "95": {"severity": "fail"}, "119": {"severity": "fail"}, "120": {"severity": "fail"},
+    "94": {"severity": "fail"}, "95": {"severity": "fail"}, "119": {"severity": "fail"}, "120": {"severity": "fail"},
     "13": {"severity": "warn", "fail_after": 5, "window_s": 3600},
     "31": {"severity": "warn", "fail_after": 5, "window_s": 3600},
 }
@@ -140,6 +140,8 @@ class XidRule(_Model):
     severity: Literal["warn", "fail"] = Field(description="what one occurrence of this Xid says about the GPU")
     fail_after: int | None = Field(None, ge=1, description="this many occurrences within window_s make it fail")
     window_s: float = Field(3600.0, gt=0, description="the window fail_after counts over (seconds)")
+    at_once: bool | None = Field(None, description="a fail quarantines without a second probe (default: the "
+                                                   "fatal class: 48, 64, 79, 94, 95, 119, 120)")
 
 
 class HealthWatchConfig(_Model):
@@ -154,6 +156,14 @@ class HealthWatchConfig(_Model):
     auto_drain: bool = Field(False, description="drain a host when it is quarantined, without asking an approver "
                                                 "(the circuit breaker still applies)")
     xid: dict[str, XidRule] = Field(default_factory=dict, description="per Xid code, overrides of the defaults")
+    confirm_after_s: float = Field(10.0, gt=0, le=3600, description="a finding that needs a second probe gets it "
+                                                                   "this long after the first")
+    confirm_within_s: float = Field(120.0, gt=0, le=86400, description="a second probe agrees only within this "
+                                                                       "long of the first finding")
+    teardown_grace_s: float = Field(30.0, ge=0, le=3600, description="the bot's own teardown window lasts this "
+                                                                     "long past the verify that read the GPU free")
+    expected_xids: list[int] | None = Field(None, description="application Xids that are expected inside the "
+                                                               "bot's own teardown (default: 13, 31, 43, 45, 68, 69)")
 
     @field_validator("xid")
     @classmethod
@@ -207,8 +217,10 @@ class Settings(_Model):
                           "(default: eagle-output next to the audit DB)")
     log_format: Literal["text", "json"] = Field("text", description="`eagle serve`'s log lines: text, or one JSON "
                                                                     "object per line (journald, Loki)")
-    metrics_port: int | None = Field(None, ge=1, le=65535, description="Prometheus /metrics port in Socket Mode "
-                                                                       "(with --http, /metrics is on that port)")
+    metrics_port: int | None = Field(None, ge=1, le=65535, description="Prometheus /metrics on a port of its own "
+                                                                       "(never on the Slack events port)")
+    metrics_host: str = Field("127.0.0.1", description="the address /metrics binds (it needs no credential: "
+                                                       "keep it where only Prometheus reaches it)")
     # Not from the file: where it was read from (relative paths resolve against it).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     source: Path | None = Field(None, exclude=True)

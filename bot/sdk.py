@@ -287,6 +287,14 @@ class AuditView(Protocol):
     async def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
         """Registered data of the newest step of `skill` on host that recorded `key`."""
 
+    async def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
+                                newest_first: bool = False) -> Sequence[Mapping[str, Any]]:
+        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first
+        (or newest first): {run_id, skill, status, data (JSON text)}."""
+
+    async def changes(self, run_id: int) -> Sequence[Mapping[str, Any]]:
+        """A run's file changes in the order made."""
+
 
 @dataclass
 class SkillContext:

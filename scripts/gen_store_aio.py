@@ -18,9 +18,9 @@ STORE = Path(__file__).resolve().parents[1] / "bot" / "store"
 # The row types and the key, imported by both generated files.
 ROW_IMPORTS = '''from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
-    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
-    SweepRow, WarningRow,
+    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
+    RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
+    StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey'''
 

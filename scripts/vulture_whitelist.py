@@ -24,7 +24,7 @@ _.hostname, _.proc_start, _.started_at, _.finished_at, _.created_at, _.requested
 _.acquired_at, _.set_at, _.recorded_at, _.changed_at, _.opened_run, _.opened_at, _.closed_run
 _.closed_at, _.closed_kind, _.closed_by, _.cleaned_at, _.from_state, _.to_state, _.silenced_until, _.silenced_by
 _.multi_host, _.checked, _.rows_checked
-_.run_status, _.run_channel, _.run_thread_ts, _.hash
+_.run_status, _.run_channel, _.run_thread_ts, _.hash, _.run_finished_at
 _.renewed_at, _.expires_at, _.seen_at
 
 # A function only mypy reads: it proves Store and AsyncStore satisfy their protocols (store/aio.py).
@@ -57,9 +57,16 @@ _.SIMULATED
 # The simulator's knobs (sim/gpu_state.py): the tests set them to stage a sick or busy GPU;
 # docs/skills.md lists them.
 _.set_residual, _.set_exit_code, _.set_health, _.set_unknown_fields, _.set_kernel_log, _.set_hang, _.memory_used
+_.set_teardown_xids, _.set_hard_exit
 _.host_defaults  # Settings field: read as raw data by the before-validator that applies it to each host (eaglebot.inventory)
 
 # slack_sdk's AsyncRetryHandler calls _can_retry_async (frontends/slack/client.py _ErrorCount).
 _._can_retry_async
 # frontends/metrics.set_leader: the leader election (issue 23, replicas) sets the eagle_leader gauge.
 _.set_leader
+
+# ast node fields the eagle3 probe clears before compiling SGLang's method on its own (the
+# compiler reads them: a decorator or an annotation would need torch/typing in scope).
+_.decorator_list, _.returns
+# RemoteProcRow.step_started_at: a column of pending_procs' join, read by engine/procs.clear_pending as row.get(...).
+_.step_started_at

@@ -1,7 +1,9 @@
 """Restore a file from the bot's last backup of it (made by `config.patch`), byte for byte.
 
 Without `run`, the newest backup of that path on that host is used; `run: 42` picks
-the backup run 42 made. The change is recorded like any other (hashes and diff);
+the backup run 42 made (its newest; with `first: true` its first: the file as it was before that
+run touched it, which draft-repair restores after patching it several times). The change is
+recorded like any other (hashes and diff);
 the content being replaced is saved as `<file>.eagle-<run_id>-<step idx>.bak` too, but
 is not itself a revert target, so running the revert twice is a no-op.
 
@@ -12,6 +14,8 @@ is not itself a revert target, so running the revert twice is a no-op.
 Registers `path`, `restored_from` (backup path), `from_run` and `saved_current_as`.
 """
 from __future__ import annotations
+
+from typing import Any, Mapping
 
 from pydantic import Field
 
@@ -25,13 +29,22 @@ NAME = "config.revert"
 class Params(SkillParams):
     path: str = Field(description="the file to restore (as it was given to config.patch)", json_schema_extra=HOST_PATH)
     run: int | None = Field(None, ge=1, description="restore the backup made by this run (default: the newest)")
+    first: bool = Field(False, description="with `run`: that run's first backup of the file, not its newest")
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     path = params.path
     if ctx.audit is None:
         raise StepFailed("config.revert needs the audit store, which this context does not have")
-    row = await ctx.audit.last_backup(ctx.host_name, path, run_id=params.run)
+    if params.first and params.run is not None:
+        made = [c for c in await ctx.audit.changes(params.run)
+                if c.get("host") == ctx.host_name and c.get("path") == path and c.get("backup_path")]
+        if not made:
+            return StepResult.ok(f"run {params.run} made no backup of {path}: nothing to restore",
+                                 data={"path": path, "restored_from": None, "from_run": None, "saved_current_as": None})
+        row: Mapping[str, Any] | None = made[0]
+    else:
+        row = await ctx.audit.last_backup(ctx.host_name, path, run_id=params.run)
     if row is None:
         which = f" from run {params.run}" if params.run else ""
         raise StepFailed(f"no backup of {path} on {ctx.host_name}{which} in the audit log; nothing to revert")

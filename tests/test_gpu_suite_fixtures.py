@@ -44,3 +44,21 @@ def test_leftover_servers_named_by_pid_files_are_killed_and_nothing_else(tmp_pat
         for p in (server, other):
             p.kill()
             p.wait(30)
+
+
+def test_leftover_servers_of_one_port_only_when_the_state_folder_is_shared(tmp_path):
+    """The real-SGLang module uses the default state folder (~/.eaglebot), which other runs share: it
+    kills only what its own port's pid file names."""
+    run = tmp_path / "state" / "run"
+    run.mkdir(parents=True)
+    mine, other = (subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "sglang.launch_server"],
+                                    start_new_session=True) for _ in range(2))
+    try:
+        (run / "server-31000.pid").write_text(f"{mine.pid}\n")
+        (run / "server-31001.pid").write_text(f"{other.pid}\n")
+        assert kill_leftover_servers(tmp_path / "state", 31000) == [mine.pid]
+        assert mine.wait(30) == -9 and other.poll() is None
+    finally:
+        for p in (mine, other):
+            p.kill()
+            p.wait(30)

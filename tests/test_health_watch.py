@@ -279,7 +279,8 @@ async def test_eagle_serve_runs_the_watch_posts_an_xid_79_within_two_intervals_a
         await wait_serving(port, proc)
         await asyncio.sleep(interval)                       # a clean round first
         assert not fake.ok_calls_to("chat.postMessage")
-        gpu_state.set_kernel_log(st["gpu-02"], gpu_state.KERNEL_LOG + [XID79])
+        # (a bus id no GPU of the host has: whenever a probe reads the line, it is the host's)
+        gpu_state.set_kernel_log(st["gpu-02"], gpu_state.KERNEL_LOG + [XID79.replace("00:06", "00:0a")])
         gpu_state.set_exit_code(st["gpu-02"], 15)
         t0 = time.monotonic()
         [post] = await fake.wait_for(lambda: fake.ok_calls_to("chat.postMessage"), timeout=4 * interval)
@@ -359,15 +360,20 @@ async def test_a_probe_that_raises_does_not_stop_the_watch_of_the_other_hosts(se
     probes: dict[str, int] = {}
     real = w.probe_once
 
+    enough = asyncio.Event()
+
     async def flaky(host: str) -> HostReport:
         probes[host] = probes.get(host, 0) + 1
+        if min(probes.get("gpu-01", 0), probes.get("gpu-02", 0)) >= 3:
+            enough.set()
         if host == "gpu-01":
             raise RuntimeError("surprise")
         return await real(host)
     w.probe_once = flaky  # type: ignore[method-assign]
     stop = asyncio.Event()
     task = asyncio.create_task(w.run(stop))
-    await asyncio.sleep(2.0)
+    # wait for the event (both hosts probed three times), not for a time: a loaded machine is slow
+    await asyncio.wait_for(enough.wait(), 120)
     stop.set()
     await asyncio.wait_for(task, 10)
     assert probes["gpu-01"] >= 3 and probes["gpu-02"] >= 3, probes

@@ -76,9 +76,9 @@ def failed_step(out):
 
 
 class Host:
-    def __init__(self, root: Path, bin_dir: Path, python: str, ssh: dict | None = None):
+    def __init__(self, root: Path, bin_dir: Path, python: str, ssh: dict | None = None, version: str | None = None):
         self.root, self.state = root, root / "gpu-state"
-        self.vars = install_sim_bin(bin_dir, self.state, python=python)
+        self.vars = install_sim_bin(bin_dir, self.state, python=python, version=version)
         gpu_state.init_state(self.state, 1)
         self.target, self.draft = write_models(root / "models")
         self.port = free_port()
@@ -123,13 +123,17 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     svc = await open_svc(services, h)
     draft_cfg = h.draft / "config.json"
     original = draft_cfg.read_bytes()
+    # a capture list the draft was not trained on: the gate (draft.check) would refuse it, allowed here
     inputs = {"aux_layers": "[-1,2,30]", "spec_steps": "1", "spec_topk": "1", "spec_draft_tokens": "16",
-              "bench_prompts": "16", "bench_input_len": "128", "bench_output_len": "64", "env": json.dumps(FAST)}
+              "bench_prompts": "16", "bench_input_len": "128", "bench_output_len": "64", "env": json.dumps(FAST),
+              "draft_mismatch": "allow"}
     out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs=inputs))
     assert out.exit_code == 0, [(s.name, s.status, s.summary) for s in out.steps]
     assert [s.skill for s in out.steps if s.status != "skipped"] == [
-        "server.launch", "server.stop", "gpu.cleanup", "gpu.verify", "config.patch", "pycache.clear", "server.launch",
-        "bench.serving", "audit.note"]
+        "server.launch", "draft.check", "server.stop", "gpu.cleanup", "gpu.verify", "config.patch", "pycache.clear",
+        "server.launch", "draft.probe", "bench.serving", "audit.note"]
+    assert out.steps[1].summary.startswith("mismatch (allowed by draft_mismatch=allow): the server will feed the "
+                                           "draft the embedding and the outputs of layers 2 and 30")
     assert json.loads(draft_cfg.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
     assert any("speculative_num_draft_tokens=16 will be silently changed to 2" in w for w in out.warnings)
     assert out.steps[0].summary == "launch arguments accepted by SGLang 0.5.23 (host); nothing started"
@@ -158,7 +162,7 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     assert bad.steps[0].name == "check the launch" and bad.steps[0].status == "failed"
     assert ("ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill"
             in bad.steps[0].summary)
-    assert [s.status for s in bad.steps if s.section == "steps"][1:] == ["skipped"] * 7
+    assert [s.status for s in bad.steps if s.section == "steps"][1:] == ["skipped"] * 9
     assert alive(launch["pid"]) and get_health(h.port) == 200
     assert json.loads(draft_cfg.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
 
@@ -369,3 +373,48 @@ async def test_where_the_hosts_sglang_cannot_be_asked_the_captured_table_refuses
                                                          "nothing started")
     assert not (h.botstate / "run" / f"server-{h.port}.pid").exists()
 
+
+
+async def test_relaunch_asks_the_hosts_parser_once_and_applies_the_rules_of_the_release_it_reports(services, tmp_path):
+    h = Host(tmp_path, tmp_path / "bin", PY, version="0.5.17")
+    try:
+        svc = await open_svc(services, h)
+        out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={
+            "spec_steps": "3", "spec_topk": "1", "spec_draft_tokens": "16", "bench_prompts": "0",
+            "env": json.dumps(FAST)}))
+        assert out.status == "succeeded", [(s.name, s.status, s.summary) for s in out.steps]
+        rows = {r["name"]: r for r in svc.store.sync.steps(out.run_id)}
+        check = json.loads(rows["check the launch"]["data"])
+        assert check["checked_by"] == "host" and check["checked_version"] == "0.5.17"
+        assert "launch arguments already accepted by SGLang 0.5.17's own parser earlier in this run: not parsed " \
+               "again" in rows["launch SGLang"]["output"]
+        launched = json.loads(rows["launch SGLang"]["data"])
+        assert launched["sglang_version"] == "0.5.17" and launched["effective"]["speculative_num_draft_tokens"] == 4
+        assert any("speculative_num_draft_tokens=16 will be silently changed to 4" in w for w in out.warnings)
+        assert [w for w in out.warnings if "is running; eaglebot" in w] == []   # 0.5.17's rules are eaglebot's own
+    finally:
+        h.stop()
+
+
+async def test_a_host_whose_sglang_does_not_import_is_checked_with_the_table_of_the_release_installed_there(
+        services, local_host, tmp_path):
+    # sglang 0.5.17's metadata, and a package that fails to import (as with a torch or CUDA mismatch)
+    site = tmp_path / "brokensite"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("raise ImportError('libcudart.so.13: cannot open shared object')\n")
+    (site / "sglang-0.5.17.dist-info").mkdir()
+    (site / "sglang-0.5.17.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.17\n")
+    python = tmp_path / "broken-python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {PY} \"$@\"\n")
+    python.chmod(0o755)
+    h = local_host
+    svc = await open_svc(services, h)
+    # 0.5.17 still has --cuda-graph-max-bs (a deprecated alias); 0.5.23's table would refuse it as ambiguous
+    check = one_step("server.launch", {"check_only": True, "python": str(python), "model": str(h.target),
+                                       "port": h.port, "args": ["--cuda-graph-max-bs", "64"]})
+    out = await svc.engine.run(RunRequest(playbook=check, hosts=["gpu"]))
+    assert out.exit_code == 0 and out.steps[0].summary == ("launch arguments accepted by SGLang 0.5.17 (table 0.5.17); "
+                                                           "nothing started"), out.steps[0].summary
+    output = svc.store.sync.steps(out.run_id)[0]["output"]
+    assert "could not be asked (ImportError: libcudart.so.13: cannot open shared object); checking with the " \
+           "captured table of SGLang 0.5.17" in output, output

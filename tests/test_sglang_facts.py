@@ -1,4 +1,4 @@
-"""SGLang 0.5.23 facts as pure functions: speculative resolution, log lines, bench output."""
+"""SGLang facts as pure functions: speculative resolution, log lines, bench output."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from eaglebot.facts import sglang as sg
-from eaglebot.facts import sglang_args
+from eaglebot.facts import sglang_args, sglang_phase
 from eaglebot.skills.bench_compare import judge
 from eaglebot.skills.server_launch import Params as LaunchParams
 from eaglebot.skills.server_launch import build_args
@@ -148,6 +148,31 @@ FATALS = [
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB",
     "[2026-11-30 04:46:10] ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use",
 ]
+
+
+# A start-up crash as the real scheduler logs it (scheduler.py: `Scheduler hit an exception: {traceback}`,
+# kv_cache_configurator.py's ValueError; engine.py's sigquit line from the launcher after it).
+CRASH = """[2026-12-02 10:01:12 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/tmp/site/sglang/srt/managers/scheduler.py", line 4931, in run_scheduler_process
+    scheduler = Scheduler(
+  File "/tmp/site/sglang/srt/mem_cache/kv_cache_configurator.py", line 1646, in _profile_available_bytes
+    raise ValueError(
+ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.001. Raise --mem-fraction-static above 0.004 (minimum viable = 1 - available/pre = 0.0036). If using speculative decoding, draft weights are now counted.
+
+[2026-12-02 10:01:12] Received sigquit from a child process. It usually means the child failed.
+"""
+
+
+def test_a_crash_is_reported_by_the_line_that_says_why_not_by_the_process_that_died():
+    assert sg.find_fatal(LOG + CRASH) == CRASH.splitlines()[5]
+    hints = sglang_phase.hints(CRASH, sglang_phase.phase(CRASH), stalled=False)
+    assert hints and hints[0].startswith("the weights leave too little memory for the KV cache: INCREASE")
+
+
+def test_a_scheduler_exception_of_no_known_cause_names_the_exception_its_traceback_ends_in():
+    crash = CRASH.replace(CRASH.splitlines()[5], "RuntimeError: CUDA error: an illegal memory access was encountered")
+    assert sg.find_fatal(crash) == ("[2026-12-02 10:01:12 TP0] Scheduler hit an exception: Traceback (most recent "
+                                    "call last): ... RuntimeError: CUDA error: an illegal memory access was encountered")
 
 
 def test_a_healthy_log_has_no_fatal_line():

@@ -38,10 +38,10 @@ def write_models(root: Path, arch: str = "LlamaForCausalLM", layers=(2, 30, 58))
 class Sim:
     """A sandbox with the simulated tools and the server processes a test started."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, version: str | None = None):
         self.root = root
         self.state = root / "gpu-state"
-        self.vars = install_sim_bin(root / "bin", self.state, python=PY)
+        self.vars = install_sim_bin(root / "bin", self.state, python=PY, version=version)
         gpu_state.init_state(self.state, 2)
         self.target, self.draft = write_models(root)
         self.procs: list[subprocess.Popen] = []

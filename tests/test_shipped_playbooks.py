@@ -183,7 +183,8 @@ def test_every_shipped_playbook_reaches_its_outcome_with_the_default_config(home
     rc, doc = run(cfg, "relaunch", "-e", "spec_steps=3", "-e", "spec_topk=1", "-e", "spec_draft_tokens=4",
                   "-e", "bench_prompts=8", "-e", "bench_input_len=64", "-e", "bench_output_len=32", "-e", f"env={FAST}")
     assert rc == 0, why(doc)
-    assert [sk for sk, st in steps(doc) if st != "skipped"][-3:] == ["server.launch", "bench.serving", "audit.note"]
+    assert [sk for sk, st in steps(doc) if st != "skipped"][-4:] == ["server.launch", "draft.probe", "bench.serving",
+                                                                      "audit.note"]
     assert "EAGLE3 steps=3 topk=1 draft_tokens=4" in step(doc, "launch SGLang")["summary"]
     rc, doc = run(cfg, "bench", *SMALL_BENCH)
     assert rc == 0, why(doc)

@@ -75,7 +75,7 @@ def test_bisect_names_the_one_planted_culprit_among_6_changes_within_the_bound(t
         good = Store(sb["db"]).last_run_id()
         # six changes at once; only the capture layers matter to the (SIMULATED) acceptance
         rc = main(["--config", str(cfg), "run", "relaunch", "-H", HOST, "--yes", *spec,
-                   "-e", "aux_layers=[-1,2,30]", "-e", "mem_fraction=0.85",
+                   "-e", "aux_layers=[-1,2,30]", "-e", "draft_mismatch=allow", "-e", "mem_fraction=0.85",
                    "-e", 'env={"NCCL_MIN_NCHANNELS": "8", "NCCL_ALGO": "Ring"}',
                    "-e", "extra_args=[--chunked-prefill-size,4096,--schedule-policy,lpm]"])
         assert rc in (0, 3)

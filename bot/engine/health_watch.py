@@ -1,11 +1,17 @@
 """The fleet health watch: a cheap probe of each watched host every `interval_s`, findings
 judged by the Xid policy and `engine.fleet_health`, states and events written to the store.
 
-A probe is the `gpu.health` facts and nothing heavier: one health query with the driver's
-recovery action too (a field an older driver does not know is dropped, as the skill does), `nvidia-smi nvlink -s`, and the kernel
-log's Xid lines after the host's cursor (so each Xid is reported once); never DCGM. Each
-probe has its own deadline (`probe_timeout_s`): past it the probe is the finding "probe hung",
-and each host has its own loop, so one wedged host never delays another.
+A probe is `facts.health_probe.read_gpu_health`, the read gpu.health makes (one health query
+with the driver's recovery action too, `nvidia-smi nvlink -s`, the kernel log's Xid lines with
+the host's boot id and uptime), and nothing heavier; never DCGM. Whatever a host prints, the
+probe ends in findings, never an exception: `cannot read GPU N: ...` (ERR!, [Unknown Error], a
+row it cannot read), `cannot read the GPUs: ...` (nvidia-smi failed), `Xids not checked on HOST:
+dmesg: ...`, `unreadable kernel log line: ...`. Each probe has its own deadline
+(`probe_timeout_s`): past it the probe is the finding "probe hung", and each host has its own
+loop, so one wedged host never delays another.
+
+A `fail` outside the fatal class is confirmed by a second probe `confirm_after_s` later (the
+host's loop runs it early); only then does it quarantine (fleet_health.py).
 """
 from __future__ import annotations
 
@@ -13,22 +19,27 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable, Mapping
 
 from eaglebot.config import HealthWatchConfig, Settings, XidRule
 from eaglebot.errors import EagleError
 from eaglebot.facts import health as hf
-from eaglebot.facts import nvsmi
+from eaglebot.facts import xid as xf
+from eaglebot.facts.health_probe import GpuHealthRead, read_gpu_health
 from eaglebot.engine import fleet_health as fh
-from eaglebot.sdk import Host
+from eaglebot.engine.xid_judge import Seen, judge_xids
+from eaglebot.sdk import CommandResult, Host
 from eaglebot.store.protocol_async import AsyncStoreProtocol
 from eaglebot.transport import TransportPool
 
 log = logging.getLogger("eaglebot.health")
 
-# nvidia-smi's exits that mean the GPU or driver is gone (driver not loaded, InfoROM, off the bus).
-_FATAL_EXITS = (9, 14, 15)
+# nvidia-smi's exit when a GPU is gone (off the bus): the fatal class, as Xid 79.
+_LOST = 15
+_NOT_INSTALLED = (126, 127)
+# The watch's thresholds: a pending row remap is a GPU to take out until it is reset.
+THRESHOLDS = hf.Thresholds(remap_pending="fail")
+WATCH_QUERY = hf.health_fact(hf.WATCH_FIELDS)
 
 
 @dataclass
@@ -37,10 +48,13 @@ class Probe:
     host: str
     status: str                                   # ok, hung, failed
     findings: list[fh.Finding] = field(default_factory=list)
-    xids: list[tuple[int, hf.Xid]] = field(default_factory=list)   # new Xids, by GPU (HOST: unknown)
+    xids: list[tuple[int, xf.Xid]] = field(default_factory=list)   # new Xids, by GPU (HOST: unknown)
     cursor: float | None = None
     duration_s: float = 0.0
     recovered: frozenset[int] = frozenset()        # GPUs whose driver recovery action reads None
+    at: float = 0.0                               # wall clock (epoch s) when the host's uptime was read
+    boot_id: str | None = None
+    uptime_s: float | None = None
 
 
 @dataclass
@@ -50,13 +64,16 @@ class HostReport:
     probe: Probe
     transitions: list[tuple[int, str, str, str]] = field(default_factory=list)
     breaker: bool = False
+    notes: list[tuple[int, str]] = field(default_factory=list)    # said, nothing changed (a drain left alone)
+    resume: bool = False                                          # the watch's own drain may be resumed
+    pending: frozenset[int] = frozenset()                         # GPUs a second probe will confirm or clear
 
 
 class _Hung(Exception):
     pass
 
 
-async def _run(host: Host, cmd: str, deadline: float) -> Any:
+async def _run(host: Host, cmd: str, deadline: float) -> CommandResult:
     left = deadline - time.monotonic()
     if left <= 0:
         raise _Hung()
@@ -66,58 +83,68 @@ async def _run(host: Host, cmd: str, deadline: float) -> Any:
     return res
 
 
-async def _read(host: Host, host_vars: Mapping[str, Any], cursor: float | None, deadline: float) -> Probe:
-    res, fact, _ = await hf.ask_health(lambda cmd: _run(host, cmd, deadline), host_vars, hf.health_fact(hf.WATCH_FIELDS))
-    p = Probe(host.name, "ok")
-    gpus: dict[int, dict[str, Any]] = {}
-    if res.exit_status != 0:
-        why = nvsmi.explain_exit(host.name, nvsmi.nvsmi_path(host_vars), res.exit_status, res.stdout, res.stderr)
-        p.findings.append(fh.Finding(fh.HOST, "fail" if res.exit_status in _FATAL_EXITS else "warn", why))
+def findings_of(host: str, got: GpuHealthRead) -> list[fh.Finding]:
+    """What one read says, as findings (pure: tested without a host)."""
+    out: list[fh.Finding] = []
+    if got.failure is not None:
+        rc = got.exit_status
+        level = "warn" if rc in _NOT_INSTALLED else "fail"
+        out.append(fh.Finding(fh.HOST, level, xf.clip(f"cannot read the GPUs: {got.failure}", 300),
+                              needs_second=rc != _LOST))
+    for i, why in got.rows.cannot_read().items():
+        out.append(fh.Finding(fh.HOST if i is None else i, "fail", xf.clip(why, 300), needs_second=True))
+    for i, row in sorted(got.rows.rows.items()):
+        v = hf.evaluate(row, THRESHOLDS, nvlink=got.nvlink.get(i))
+        out += [fh.Finding(i, level, reason, needs_second=level == "fail" and kind not in hf.AT_ONCE_KINDS)
+                for level, reason, kind in v.items]
+    if got.log_error is not None:
+        out.append(fh.Finding(fh.HOST, "warn", xf.clip(f"Xids not checked on {host}: {got.log_error}", 300)))
+    return out
+
+
+async def _read(host: Host, host_vars: Mapping[str, Any], memory: xf.LogMemory, deadline: float) -> Probe:
+    p = Probe(host.name, "ok", at=time.time())
+    got = await read_gpu_health(lambda cmd: _run(host, cmd, deadline), host.name, host_vars, WATCH_QUERY,
+                                nvlink=hf.NVLINK_STATUS)
+    p.findings = findings_of(host.name, got)
+    if got.failure is not None:
         p.status = "failed"
-    else:
-        try:
-            gpus = fact.parse(res.stdout)
-        except nvsmi.ParseError as e:
-            p.findings.append(fh.Finding(fh.HOST, "warn", f"nvidia-smi printed what the probe cannot read: {e}"))
-            p.status = "failed"
-    if gpus:
-        p.recovered = frozenset(i for i, r in gpus.items() if r.get("gpu_recovery_action") == hf.RECOVERY_NONE)
-        links = await _run(host, hf.NVLINK_STATUS.command(host_vars), deadline)
-        nvlink = hf.NVLINK_STATUS.parse(links.stdout) if links.exit_status == 0 else {}
-        for i, row in sorted(gpus.items()):
-            v = hf.evaluate(row, hf.Thresholds(), nvlink=nvlink.get(i))
-            if v.verdict != "ok":
-                p.findings.append(fh.Finding(i, v.verdict, "; ".join(v.reasons)))
-    # The kernel log even when nvidia-smi failed: its Xids say why (79: the GPU fell off the bus).
-    klog = await _run(host, hf.kernel_log_command(str(host_vars.get("dmesg") or "dmesg")), deadline)
-    if klog.exit_status == 0:
-        new, p.cursor = hf.xids_since(hf.parse_xids(klog.stdout), cursor)
-        bus = {i: str(r.get("pci.bus_id") or "") for i, r in gpus.items()}
-        for x in new:
-            gpu = hf.xid_gpu(x, bus)
+    rows = got.rows.rows
+    p.recovered = frozenset(i for i, r in rows.items() if r.get("gpu_recovery_action") == hf.RECOVERY_NONE)
+    if got.log is not None:
+        p.boot_id, p.uptime_s = got.log.boot_id, got.log.uptime_s
+        p.at = got.log_at or p.at
+        bus = got.bus_ids()
+        for x in memory.fresh(got.log):
+            gpu = xf.xid_gpu(x, bus)
             p.xids.append((fh.HOST if gpu is None else gpu, x))
+        p.findings += [fh.Finding(fh.HOST, "warn", f"unreadable kernel log line: {line}")
+                       for line in memory.fresh_lines(got.log.unreadable)]
+        p.cursor = memory.newest
     return p
 
 
-async def probe_host(host: Host, host_vars: Mapping[str, Any], cursor: float | None,
-                     timeout_s: float) -> Probe:
+async def probe_host(host: Host, host_vars: Mapping[str, Any], cursor: float | None, timeout_s: float, *,
+                     memory: xf.LogMemory | None = None) -> Probe:
     """One probe of one host within `timeout_s`; a probe past it is the finding "probe hung",
-    a host that cannot be reached "probe failed"."""
+    a host that cannot be reached "probe failed". `memory`: what was read of its kernel log
+    before (else only the lines after `cursor` are new)."""
     t0 = time.monotonic()
     deadline = t0 + timeout_s
+    mem = memory if memory is not None else xf.LogMemory(floor=cursor)
     try:
         # The backstop: a transport that does not honour its timeout is cut here.
-        p = await asyncio.wait_for(_read(host, host_vars, cursor, deadline), timeout_s + 1.0)
+        p = await asyncio.wait_for(_read(host, host_vars, mem, deadline), timeout_s + 1.0)
     except (_Hung, asyncio.TimeoutError):
         p = Probe(host.name, "hung", [fh.Finding(fh.HOST, "warn", f"probe hung: no answer within {timeout_s:g}s")])
     except EagleError as e:
         p = Probe(host.name, "failed", [fh.Finding(fh.HOST, "warn", f"probe failed: {e}")])
+    except Exception as e:      # whatever a host printed that no parser foresaw: a finding, never a silent host
+        log.exception("health probe of %s could not read the answer", host.name)
+        p = Probe(host.name, "failed", [fh.Finding(fh.HOST, "warn", xf.clip(
+            f"probe failed: cannot read what {host.name} answered ({type(e).__name__}: {e})", 300))])
     p.duration_s = time.monotonic() - t0
     return p
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 Notify = Callable[[HostReport], Awaitable[None]]
@@ -131,18 +158,27 @@ class HealthWatch:
         self.settings, self.store, self.pool, self.cfg = settings, store, pool, cfg
         self.hosts = settings.resolve_hosts(cfg.hosts)
         self.policy: dict[int, XidRule] = cfg.xid_policy()
+        self.expected = xf.APPLICATION_XIDS if cfg.expected_xids is None else frozenset(cfg.expected_xids)
         self.notify = notify
         self.limit = fh.breaker_limit(len(self.hosts), cfg.max_quarantined_pct)
         # Decisions one at a time: the breaker counts the hosts held at the moment of each.
         self._deciding = asyncio.Lock()
+        # Per host (this process's memory; the store keeps the cursor for a restart): what was
+        # read of its kernel log, the findings made this boot, the `fail`s a second probe must confirm.
+        self._logs: dict[str, xf.LogMemory] = {}
+        self._seen: dict[str, Seen] = {}
+        self._pending: dict[str, tuple[frozenset[int], float]] = {}
 
     async def probe_once(self, host: str) -> HostReport:
         """Probe one host and record what changed."""
-        cursor = await self.store.health_cursor(host)
-        p = await probe_host(self.pool.get(host), self.settings.hosts[host].vars, cursor, self.cfg.probe_timeout_s)
+        mem = self._logs.get(host)
+        if mem is None:
+            mem = self._logs[host] = xf.LogMemory(floor=await self.store.health_cursor(host))
+        p = await probe_host(self.pool.get(host), self.settings.hosts[host].vars, mem.floor, self.cfg.probe_timeout_s,
+                             memory=mem)
         async with self._deciding:
             report = await self._apply(p)
-        if self.notify is not None and report.transitions:
+        if self.notify is not None and (report.transitions or report.notes or report.resume):
             await self.notify(report)
         return report
 
@@ -170,38 +206,48 @@ class HealthWatch:
                 raise
             except Exception:   # one host's surprise (a store hiccup, odd output) never stops the watch
                 log.exception("health probe of %s failed; next try in %gs", host, self.cfg.interval_s)
-            delay = max(0.0, self.cfg.interval_s - (time.monotonic() - t0))
+            wait = self.cfg.confirm_after_s if host in self._pending else self.cfg.interval_s
+            delay = max(0.0, wait - (time.monotonic() - t0))
 
-    async def _xid_findings(self, p: Probe) -> list[fh.Finding]:
-        out = []
-        now = datetime.now(timezone.utc)
-        for gpu, x in p.xids:
-            await self.store.health_record_xid(p.host, gpu, x.code, x.line())
-            rule = self.policy.get(x.code)
-            level = rule.severity if rule else "warn"
-            reason = x.line()
-            if rule is not None and level == "warn" and rule.fail_after:
-                n = await self.store.health_xid_count(p.host, gpu, x.code,
-                                                      _iso(now - timedelta(seconds=rule.window_s)))
-                if n >= rule.fail_after:
-                    level, reason = "fail", f"{x.line()}: {n} times within {rule.window_s:g}s"
-            out.append(fh.Finding(gpu, level, reason))
-        return out
+    def _still_pending(self, host: str) -> frozenset[int]:
+        gpus, since = self._pending.get(host, (frozenset(), 0.0))
+        if gpus and time.monotonic() - since > self.cfg.confirm_within_s:   # too late to agree: start over
+            self._pending.pop(host, None)
+            return frozenset()
+        return gpus
 
     async def _apply(self, p: Probe) -> HostReport:
-        findings = p.findings + await self._xid_findings(p)
+        seen = self._seen.setdefault(p.host, Seen())
+        judged = await judge_xids(self.store, p.host, p.xids, at=p.at, uptime_s=p.uptime_s, boot_id=p.boot_id,
+                                  policy=self.policy, expected_codes=self.expected,
+                                  grace_s=self.cfg.teardown_grace_s, seen=seen)
         states = await self.store.health_states()
-        mine = [fh.Row(r["gpu"], r["state"], r["clean"], r["reason"] or "") for r in states if r["host"] == p.host]
+        mine = [fh.Row(r["gpu"], r["state"], r["clean"], r["reason"] or "", r["actor"] or "")
+                for r in states if r["host"] == p.host]
         held = {r["host"] for r in states if r["state"] in fh.HELD}
         may = p.host in held or len(held) < self.limit
-        d = fh.decide(mine, findings, told=p.status == "ok", clear_after=self.cfg.clear_after, may_quarantine=may,
-                      recovered=p.recovered)
-        report = HostReport(p.host, p, breaker=d.breaker)
-        before = {r.gpu: r.state for r in mine}
+        pending = self._still_pending(p.host)
+        d = fh.decide(mine, p.findings + judged.findings, told=p.status == "ok", clear_after=self.cfg.clear_after,
+                      may_quarantine=may, recovered=p.recovered, pending=pending, expected=judged.expected,
+                      recovery=frozenset(judged.recovery))
+        if d.pending:
+            since = self._pending[p.host][1] if pending and p.host in self._pending else time.monotonic()
+            self._pending[p.host] = (d.pending, since)
+        else:
+            self._pending.pop(p.host, None)
+        report = HostReport(p.host, p, breaker=d.breaker, resume=d.resume, pending=d.pending)
+        before = {r.gpu: r for r in mine}
         for t in d.transitions:
             if await self.store.health_transition(p.host, t.gpu, t.state, t.reason, fh.ACTOR):
-                report.transitions.append((t.gpu, before.get(t.gpu, "healthy"), t.state, t.reason))
+                was = before[t.gpu].state if t.gpu in before else "healthy"
+                report.transitions.append((t.gpu, was, t.state, t.reason))
         for gpu, n in d.clean.items():
             await self.store.health_set_clean(p.host, gpu, n)
+        for gpu, by in d.left:
+            r = before[gpu]
+            note = (f"left {r.state}: the GPUs read clean for {self.cfg.clear_after} probes, but the drain is "
+                    f"{by}'s, not the watch's; `eagle run resume -H {p.host}` puts it back")
+            await self.store.health_note(p.host, gpu, note, fh.ACTOR)
+            report.notes.append((gpu, note))
         await self.store.health_set_cursor(p.host, p.cursor, p.status)
         return report

@@ -16,6 +16,9 @@ from eaglebot.skills import (
     bench_serving,
     config_patch,
     config_revert,
+    draft_check,
+    draft_probe,
+    draft_repair,
     gpu_cleanup,
     gpu_health,
     gpu_processes,
@@ -39,6 +42,9 @@ _bench_flap: Skill[bench_flap.Params] = bench_flap
 _bench_serving: Skill[bench_serving.Params] = bench_serving
 _config_patch: Skill[config_patch.Params] = config_patch
 _config_revert: Skill[config_revert.Params] = config_revert
+_draft_check: Skill[draft_check.Params] = draft_check
+_draft_probe: Skill[draft_probe.Params] = draft_probe
+_draft_repair: Skill[draft_repair.Params] = draft_repair
 _gpu_cleanup: Skill[gpu_cleanup.Params] = gpu_cleanup
 _gpu_health: Skill[gpu_health.Params] = gpu_health
 _gpu_processes: Skill[gpu_processes.Params] = gpu_processes
@@ -62,6 +68,9 @@ SHIPPED: tuple[AnySkill, ...] = (
     _bench_serving,
     _config_patch,
     _config_revert,
+    _draft_check,
+    _draft_probe,
+    _draft_repair,
     _gpu_cleanup,
     _gpu_health,
     _gpu_processes,

@@ -7,6 +7,9 @@ Formats (tests/fixtures/cluster/, each file naming its source):
   `allocated`, `draining`, `drained`, `down`, ...; a `*` suffix means not responding), REASON
   is free text with spaces, or `none`.
 - `kubectl get node NODE -o jsonpath={.spec.unschedulable}`: `true` when cordoned, empty otherwise.
+- `kubectl get node NODE -o jsonpath={.metadata.annotations.eaglebot\.io/drain-reason}`: the
+  annotation eaglebot writes when it cordons a node (Kubernetes records no reason for a cordon),
+  so a cordon eaglebot did not make is told apart; empty when absent.
 - `kubectl get pods -A --field-selector spec.nodeName=NODE -o json`: a v1 List of Pods; a pod
   that requested GPUs names `nvidia.com/gpu` in a container's resources (requests or limits).
 """
@@ -64,6 +67,15 @@ def scontrol_resume(node: str, scontrol: str = "scontrol") -> str:
 
 def kubectl_command(kubectl: str, *args: str) -> str:
     return shlex.join([kubectl, *args])
+
+
+DRAIN_ANNOTATION = "eaglebot.io/drain-reason"
+DRAIN_ANNOTATION_PATH = "jsonpath={.metadata.annotations." + DRAIN_ANNOTATION.replace(".", "\\.") + "}"
+
+
+def parse_annotation(text: str) -> str | None:
+    """The annotation's value as `kubectl get -o jsonpath=...` prints it; None when absent."""
+    return text.strip() or None
 
 
 def parse_unschedulable(text: str) -> bool:

@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from eaglebot.facts.nvsmi import NvsmiFact, ParseError, split_csv, strip_unit
+from eaglebot.facts.xid import XID_MEANINGS, Xid, kernel_log_command, parse_xids, xid_gpu, xids_since
 from eaglebot.sdk import CommandResult
+
+__all__ = ["XID_MEANINGS", "Xid", "kernel_log_command", "parse_xids", "xid_gpu", "xids_since"]   # their home: facts/xid.py
 
 # The fields the health query asks for, in order (driver 580 knows them all). An older driver
 # that lacks one answers `Field "x" is not a valid field to query.` (exit 2): the skill drops
@@ -98,27 +101,51 @@ def decode_event_reasons(mask: int) -> list[str]:
 
 # -- the --query-gpu health rows ---------------------------------------------------------------
 
+# What nvidia-smi prints where a field has no value on this GPU or driver: not a finding.
+NOT_A_VALUE = frozenset({"[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Insufficient Permissions]",
+                         "[Requested functionality has been deprecated]", ""})
+# What it prints where the driver could not read the GPU (a GSP that stopped answering, a GPU
+# that needs a reset): never a healthy reading. Any other bracketed word is read the same way.
+READ_ERRORS = frozenset({"ERR!", "[ERR!]", "[Unknown Error]", "Unknown Error", "[GPU requires reset]",
+                         "[GPU is lost]"})
+_MAX_DIGITS = 24
+
+
+class Unreadable(ParseError):
+    """A value the driver could not read (ERR!, [Unknown Error]): the GPU cannot be trusted."""
+
+
 def _na(v: str) -> bool:
-    return v.strip() in ("[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "")
+    s = v.strip()
+    if s in READ_ERRORS or (s.startswith("[") and s not in NOT_A_VALUE):
+        raise Unreadable(f"reads {clip(s)!r}")
+    return s in NOT_A_VALUE
+
+
+def _number(v: str) -> str:
+    s = strip_unit(v)
+    if len(s) > _MAX_DIGITS:
+        raise ParseError(f"not a number: {clip(v)!r}")
+    return s
 
 
 def _int(v: str) -> int | None:
     if _na(v):
         return None
-    s = strip_unit(v)
+    s = _number(v)
     try:
         return int(s, 16) if s.lower().startswith("0x") else int(float(s))
-    except ValueError:
-        raise ParseError(f"not a number: {v!r}") from None
+    except (ValueError, OverflowError):
+        raise ParseError(f"not a number: {clip(v)!r}") from None
 
 
 def _float(v: str) -> float | None:
     if _na(v):
         return None
     try:
-        return float(strip_unit(v))
+        return float(_number(v))
     except ValueError:
-        raise ParseError(f"not a number: {v!r}") from None
+        raise ParseError(f"not a number: {clip(v)!r}") from None
 
 
 def _yes(v: str) -> bool | None:
@@ -126,65 +153,122 @@ def _yes(v: str) -> bool | None:
         return None
     if v.strip() in ("Yes", "No"):
         return v.strip() == "Yes"
-    raise ParseError(f"expected Yes or No, got {v!r}")
+    raise ParseError(f"expected Yes or No, got {clip(v)!r}")
+
+
+def _text(v: str) -> str | None:
+    return None if _na(v) else v.strip()
+
+
+def clip(s: str, limit: int = 80) -> str:
+    return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
 _CONVERT: dict[str, Callable[[str], Any]] = {
-    "index": _int, "uuid": str.strip, "pci.bus_id": str.strip, "persistence_mode": str.strip,
-    "pstate": str.strip, "clocks_event_reasons.active": _int, "clocks_throttle_reasons.active": _int,
+    "index": _int, "uuid": _text, "pci.bus_id": _text, "persistence_mode": _text,
+    "pstate": _text, "clocks_event_reasons.active": _int, "clocks_throttle_reasons.active": _int,
     "ecc.errors.uncorrected.volatile.total": _int, "ecc.errors.corrected.volatile.total": _int,
     "retired_pages.pending": _yes, "remapped_rows.pending": _yes, "remapped_rows.failure": _yes,
     "temperature.gpu": _int, "temperature.memory": _int, "power.draw": _float, "power.limit": _float,
     "clocks.sm": _int, "clocks.current.sm": _int, "clocks.max.sm": _int, "pcie.link.gen.current": _int,
     "pcie.link.gen.max": _int, "pcie.link.width.current": _int, "pcie.link.width.max": _int,
-    "utilization.gpu": _int, "gpu_recovery_action": lambda v: None if _na(v) else v.strip(),
+    "utilization.gpu": _int, "gpu_recovery_action": _text,
 }
 # Header names nvidia-smi prints for a field asked under another name.
 _ALIASES = {"clocks_throttle_reasons.active": "clocks_event_reasons.active", "clocks.current.sm": "clocks.sm"}
+_HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]$")
 
 
-def parse_health(text: str, fields: list[str] | None = None) -> dict[int, dict[str, Any]]:
-    """Health rows -> {gpu index: {field: value}}, with or without header and units.
+@dataclass
+class HealthRows:
+    """The health query read totally: each GPU's readings, and why a GPU (None: a row whose
+    GPU cannot be told) could not be read, field by field."""
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    unreadable: dict[int | None, list[tuple[str, str]]] = field(default_factory=dict)   # (field or "", why)
 
-    Values are typed (ints, floats, booleans for Yes/No, the mask as an int); `[N/A]` is None.
+    def cannot_read(self) -> dict[int | None, str]:
+        """`cannot read GPU N: temperature.gpu reads 'ERR!'` per GPU (None: rows that name no GPU);
+        fields that read the same are named together."""
+        out = {}
+        for i, problems in self.unreadable.items():
+            by: dict[str, list[str]] = {}
+            for name, why in problems:
+                by.setdefault(why, []).append(name)
+            parts = []
+            for why, names in by.items():
+                named = [n for n in names if n]
+                if not named:
+                    parts.append(why)
+                elif len(named) == 1:
+                    parts.append(f"{named[0]} {why}")
+                else:
+                    more = f" and {len(named) - 3} more" if len(named) > 3 else ""
+                    parts.append(f"{', '.join(named[:3])}{more} {why.replace('reads ', 'read ', 1)}")
+            out[i] = (f"cannot read GPU {i}: " if i is not None else "cannot read a GPU: ") + "; ".join(parts)
+        return out
+
+
+def read_health(text: str, fields: Sequence[str] | None = None) -> HealthRows:
+    """Health rows -> readings by GPU index, with or without header and units; never raises.
+
+    Values are typed (ints, floats, booleans for Yes/No, the mask as an int); `[N/A]` and
+    `[Not Supported]` are None. `ERR!`, `[Unknown Error]` or a value that is not what its field
+    holds make the GPU unreadable (the field named), and so does a row of the wrong width.
     With a header (`--format=csv`) the columns come from it (`clocks.current.sm [MHz]` is
     `clocks.sm`); without one, `fields` names them in the order asked.
     """
+    out = HealthRows()
     rows = split_csv(text)
     if not rows:
-        return {}
-    if rows[0] and re.sub(r"\s*\[[^\]]*\]$", "", rows[0][0]) == "index":
-        header = [re.sub(r"\s*\[[^\]]*\]$", "", c) for c in rows[0]]
+        return out
+    if rows[0] and _HEADER_UNIT.sub("", rows[0][0]) == "index":
+        fields = [_HEADER_UNIT.sub("", c) for c in rows[0]]
         rows = rows[1:]
-        fields = header
-    elif fields is None:
-        raise ParseError("no header line and no field names given")
-    names = [_ALIASES.get(f, f) for f in fields]
+    names = [_ALIASES.get(f, f) for f in fields or []]
     if "index" not in names:
-        raise ParseError("the health query must include index")
-    out: dict[int, dict[str, Any]] = {}
-    for r in rows:
+        out.unreadable[None] = [("", "the answer names no GPU index")]
+        return out
+    at = names.index("index")
+    for n, r in enumerate(rows, 1):
+        try:
+            idx = _int(r[at]) if at < len(r) else None
+        except ParseError:
+            idx = None
+        if idx is None:
+            out.unreadable.setdefault(None, []).append(("", f"row {n}: no GPU index ({clip(', '.join(r))!r})"))
+            continue
         if len(r) != len(names):
-            raise ParseError(f"expected {len(names)} columns, got {len(r)}: {', '.join(r)!r}")
+            out.rows[idx] = {"index": idx}
+            out.unreadable.setdefault(idx, []).append(("", f"expected {len(names)} columns, got {len(r)}"))
+            continue
         rec: dict[str, Any] = {}
         for name, v in zip(names, r):
             conv = _CONVERT.get(name)
-            if conv is None:
-                rec[name] = None if _na(v) else strip_unit(v)
-            elif name not in rec or rec[name] is None:   # a deprecated alias repeats a column
-                rec[name] = conv(v)
-        idx = rec["index"]
-        if not isinstance(idx, int):
-            raise ParseError(f"not a GPU index: {rec['index']!r}")
-        out[idx] = rec
+            if name in rec and rec[name] is not None:    # a deprecated alias repeats a column
+                continue
+            try:
+                rec[name] = conv(v) if conv is not None else (None if _na(v) else strip_unit(v))
+            except ParseError as e:
+                rec[name] = None
+                out.unreadable.setdefault(idx, []).append((name, str(e)))
+        out.rows[idx] = rec
     return out
+
+
+def parse_health(text: str, fields: list[str] | None = None) -> dict[int, dict[str, Any]]:
+    """read_health, strict: ParseError naming the first thing it could not read."""
+    got = read_health(text, fields)
+    if got.unreadable:
+        raise ParseError(next(iter(got.cannot_read().values())))
+    return got.rows
 
 
 # -- nvidia-smi nvlink -s / -e -----------------------------------------------------------------
 
-_GPU_LINE = re.compile(r"^GPU (\d+): ")
-_LINK_SPEED = re.compile(r"^\s*Link (\d+): (.+?)\s*$")
-_LINK_ERR = re.compile(r"^\s*Link (\d+): (Replay|Recovery|CRC) Errors: (\d+)\s*$")
+# Bounded digits: a line no GPU could print is skipped, never an exception (the parsers are total).
+_GPU_LINE = re.compile(r"^GPU (\d{1,4}): ")
+_LINK_SPEED = re.compile(r"^\s*Link (\d{1,4}): (.+?)\s*$")
+_LINK_ERR = re.compile(r"^\s*Link (\d{1,4}): (Replay|Recovery|CRC) Errors: (\d{1,20})\s*$")
 
 
 def parse_nvlink_status(text: str) -> dict[int, dict[int, float | None]]:
@@ -200,7 +284,7 @@ def parse_nvlink_status(text: str) -> dict[int, dict[int, float | None]]:
         m = _LINK_SPEED.match(line)
         if m and gpu is not None:
             speed = m.group(2)
-            num = re.match(r"^(\d+(?:\.\d+)?) GB/s$", speed)
+            num = re.match(r"^(\d{1,9}(?:\.\d{1,9})?) GB/s$", speed)
             out[gpu][int(m.group(1))] = float(num.group(1)) if num else None
     return out
 
@@ -226,90 +310,12 @@ NVLINK_STATUS = NvsmiFact(("nvlink", "-s"), parse_nvlink_status, "nvlink -s")
 NVLINK_ERRORS = NvsmiFact(("nvlink", "-e"), parse_nvlink_errors, "nvlink -e")
 
 
-# -- the kernel log's Xid lines ---------------------------------------------------------------
-
-# One line each (NVIDIA's Xid catalogue); severity: what the Xid says about the node.
-XID_MEANINGS: dict[int, tuple[str, str]] = {
-    13: ("graphics engine exception (usually the application)", "warn"),
-    31: ("GPU memory page fault (usually the application)", "warn"),
-    43: ("GPU stopped processing", "warn"),
-    45: ("preemptive cleanup after earlier errors", "warn"),
-    48: ("double-bit ECC error", "fail"),
-    61: ("internal micro-controller breakpoint/warning", "fail"),
-    62: ("internal micro-controller halt", "fail"),
-    63: ("ECC page retirement or row remap recorded", "warn"),
-    64: ("ECC page retirement or row remap recording failure", "fail"),
-    74: ("NVLink error", "fail"),
-    79: ("GPU has fallen off the bus", "fail"),
-    92: ("high single-bit ECC error rate", "warn"),
-    94: ("contained ECC error (restart the application)", "warn"),
-    95: ("uncontained ECC error (reset the GPU)", "fail"),
-    119: ("GSP RPC timeout", "fail"),
-    120: ("GSP error", "fail"),
-}
-
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+),?\s*(.*)$")
-_KTIME = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
-
-
-@dataclass
-class Xid:
-    bus_id: str           # as the kernel prints it: 0000:00:06 (domain:bus:device)
-    code: int
-    text: str
-    meaning: str
-    severity: str
-    ts: float | None = None   # the kernel's seconds since boot (`[  123.456]`), when printed
-
-    def line(self) -> str:
-        return f"Xid {self.code} ({self.meaning})"
-
-
-def parse_xids(text: str) -> list[Xid]:
-    """Xid lines of `dmesg` (`NVRM: Xid (PCI:0000:00:06): 79, pid=..., GPU has fallen off the bus.`)."""
-    out = []
-    for line in text.splitlines():
-        m = _XID.search(line)
-        if not m:
-            continue
-        code = int(m.group(2))
-        meaning, severity = XID_MEANINGS.get(code, ("see NVIDIA's Xid catalogue", "warn"))
-        t = _KTIME.match(line)
-        out.append(Xid(m.group(1).lower(), code, m.group(3).strip(), meaning, severity,
-                       float(t.group(1)) if t else None))
-    return out
-
-
-def kernel_log_command(dmesg: str) -> str:
-    """The kernel log's Xid lines (the last 200); exit 3 with the error's last line when the
-    log cannot be read (non-root, dmesg_restrict)."""
-    d = shlex.quote(dmesg)
-    return (f"if out=$(LC_ALL=C {d} 2>&1); then printf '%s\\n' \"$out\" | grep -F 'Xid' | tail -n 200; exit 0; "
-            f"else printf '%s\\n' \"$out\" | tail -n 1; exit 3; fi")
-
-
-def xids_since(xids: list[Xid], cursor: float | None) -> tuple[list[Xid], float | None]:
-    """The Xids after `cursor` (kernel seconds read up to) and the new cursor, so a watch reports
-    each Xid once. None: never read (every Xid is new). A log whose newest Xid is older than the
-    cursor was cleared or the host rebooted (the clock started over): all of it is new."""
-    stamps = [x.ts for x in xids if x.ts is not None]
-    newest = max(stamps) if stamps else None
-    if cursor is None or newest is None or newest < cursor:
-        return [x for x in xids if x.ts is not None or cursor is None], newest if newest is not None else 0.0
-    return [x for x in xids if x.ts is not None and x.ts > cursor], newest
-
-
-def xid_gpu(xid: Xid, bus_ids: dict[int, str]) -> int | None:
-    """The GPU index whose `pci.bus_id` (00000000:00:06.0) matches the Xid's PCI:0000:00:06."""
-    want = xid.bus_id.split(".")[0].split(":")
-    for idx, bus in bus_ids.items():
-        have = bus.lower().split(".")[0].split(":")
-        if len(have) == 3 and len(want) >= 2 and have[-2:] == want[-2:] and int(have[0], 16) == int(want[0], 16):
-            return idx
-    return None
-
-
 # -- the verdict -------------------------------------------------------------------------------
+
+# Readings that act at once, without a second probe: the same facts as Xid 48 (a double-bit
+# error counted), 64 (a row the GPU could not remap) and the driver's own verdict (it asks for a
+# reset, a reboot or a drain). Every other reading needs a second probe to agree.
+AT_ONCE_KINDS = frozenset({"ecc_uncorrected", "remap_failure", "recovery_action"})
 
 @dataclass
 class Thresholds:
@@ -320,6 +326,7 @@ class Thresholds:
     nvlink_errors_fail: int = 1000
     pcie_width_below_max: str = "fail"      # "fail" or "warn": x8 of x16 halves host<->GPU bandwidth
     persistence_off: str = "warn"
+    remap_pending: str = "warn"             # the watch says "fail": the row is remapped only by a GPU reset
 
 
 @dataclass
@@ -327,9 +334,11 @@ class Verdict:
     verdict: str = "ok"
     reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)     # normal readings worth a line (idle clocks)
+    items: list[tuple[str, str, str]] = field(default_factory=list)   # (level, reason, kind) of each reason
 
-    def add(self, level: str, reason: str) -> None:
+    def add(self, level: str, reason: str, kind: str = "") -> None:
         self.reasons.append(reason)
+        self.items.append((level, reason, kind))
         if level == "fail" or (level == "warn" and self.verdict == "ok"):
             self.verdict = level
 
@@ -350,14 +359,14 @@ def evaluate(gpu: dict[str, Any], t: Thresholds, *, nvlink: dict[int, float | No
             v.notes.append("idle (low SM clock is normal)")
     unc = gpu.get("ecc.errors.uncorrected.volatile.total")
     if isinstance(unc, int) and unc > 0:
-        v.add("fail", f"{unc} uncorrected ECC error{'s' if unc != 1 else ''}")
+        v.add("fail", f"{unc} uncorrected ECC error{'s' if unc != 1 else ''}", "ecc_uncorrected")
     cor = gpu.get("ecc.errors.corrected.volatile.total")
     if isinstance(cor, int) and cor >= t.corrected_ecc_warn:
         v.add("warn", f"{cor} corrected ECC errors (>= {t.corrected_ecc_warn})")
     if gpu.get("remapped_rows.failure") is True:
-        v.add("fail", "row remapping failed")
+        v.add("fail", "row remapping failed", "remap_failure")
     if gpu.get("remapped_rows.pending") is True:
-        v.add("warn", "row remap pending (reset the GPU)")
+        v.add(t.remap_pending, "row remap pending (reset the GPU)", "remap_pending")
     if gpu.get("retired_pages.pending") is True:
         v.add("warn", "page retirement pending (reset the GPU)")
     temp = gpu.get("temperature.gpu")
@@ -392,9 +401,9 @@ def evaluate(gpu: dict[str, Any], t: Thresholds, *, nvlink: dict[int, float | No
             v.add("warn", f"NVLink errors: {parts}")
     rec = gpu.get("gpu_recovery_action")
     if isinstance(rec, str) and rec != RECOVERY_NONE:
-        v.add("fail", f"{RECOVERY_PREFIX}{rec}")
+        v.add("fail", f"{RECOVERY_PREFIX}{rec}", "recovery_action")
     for x in xids or []:
-        v.add(x.severity, x.line())
+        v.add(x.severity, x.line(), f"xid:{x.code}")
     return v
 
 

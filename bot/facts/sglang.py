@@ -1,6 +1,8 @@
-"""SGLang 0.5.23 facts as pure functions: speculative-arg resolution, log lines,
-bench_serving output, /server_info. What a launch command's flags say is in
-sglang_args.py; who listens on the server's port in ports.py.
+"""SGLang facts as pure functions: speculative-arg resolution, log lines, bench_serving output,
+/server_info, for each release eaglebot carries captures of (KNOWN_VERSIONS: each one's launch
+table, speculative grid and log lines are in tests/fixtures/sglang/<version>/, made from the real
+wheel by scripts/capture/sglang.sh). What a launch command's flags say is in sglang_args.py; who
+listens on the server's port in ports.py.
 
 Nothing here talks to a host; the server and bench skills feed it text they read.
 The simulator in `eaglebot/sim/sglang_pkg` applies the same resolution rules (it
@@ -17,7 +19,25 @@ from typing import Any
 
 from eaglebot.facts import sglang_args
 
-SGLANG_VERSION = "0.5.23"
+SGLANG_VERSION = "0.5.23"                 # the newest release eaglebot knows: its rules by default
+# Releases whose rules eaglebot carries, each held to its real wheel's captures: the speculative hook
+# (the same over the whole 11,700-row grid in both), the launch table (0.5.17 still has --cuda-graph-bs
+# and --cuda-graph-max-bs; 0.5.23 refuses them as ambiguous) and the log lines.
+KNOWN_VERSIONS = ("0.5.17", "0.5.23")
+
+
+def rules_version(reported: str | None) -> str:
+    """The release whose rules apply to a host that reports `reported` (its own, when eaglebot knows
+    it; else the newest eaglebot knows)."""
+    return reported if reported in KNOWN_VERSIONS else SGLANG_VERSION
+
+
+def unknown_version_warning(reported: str | None) -> str | None:
+    """The warning for a host whose SGLang release eaglebot carries no rules of (None: known or unsaid)."""
+    if not reported or reported in KNOWN_VERSIONS:
+        return None
+    return (f"SGLang {reported} is running; eaglebot knows the rules of {', '.join(KNOWN_VERSIONS)} "
+            f"and applies those of {SGLANG_VERSION}")
 
 # -- speculative decoding -----------------------------------------------------------
 
@@ -68,8 +88,10 @@ class SpecResolution:
 
 def resolve_speculative(algorithm: str | None, num_steps: int | None, topk: int | None,
                         num_draft_tokens: int | None, target_architecture: str | None = None,
-                        max_running_requests: int | None = None) -> SpecResolution:
-    """Apply SGLang 0.5.23's rules (REFERENCE.md, rules 1-3) to the asked flags."""
+                        max_running_requests: int | None = None,
+                        version: str = SGLANG_VERSION) -> SpecResolution:
+    """Apply SGLang `version`'s rules (REFERENCE.md, rules 1-3) to the asked flags. The releases
+    eaglebot knows agree on them over their whole captured grids (tests/test_sglang_fidelity.py)."""
     algo = normalize_algorithm(algorithm)
     res = SpecResolution(algo, num_steps, topk, num_draft_tokens)
     if algo is None or algo not in EAGLE_FAMILY:
@@ -94,7 +116,8 @@ def resolve_speculative(algorithm: str | None, num_steps: int | None, topk: int 
     if topk != 1 and num_draft_tokens is None:
         # The real hook accepts this and leaves draft tokens unset (tests/fixtures/sglang/0.5.23/spec_grid.json).
         res.advice.append("--speculative-num-draft-tokens is not set while --speculative-eagle-topk is "
-                          f"{topk}: SGLang 0.5.23 leaves it unset (None) rather than choosing one; set all three")
+                          f"{topk}: SGLang {rules_version(version)} leaves it unset (None) rather than choosing "
+                          f"one; set all three")
     if topk == 1 and num_draft_tokens != num_steps + 1:
         res.num_draft_tokens = num_steps + 1
         res.log_warnings.append(DRAFT_TOKENS_WARNING)
@@ -102,14 +125,15 @@ def resolve_speculative(algorithm: str | None, num_steps: int | None, topk: int 
     return res
 
 
-def resolve_from_args(args: list[str], target_architecture: str | None) -> SpecResolution:
-    """resolve_speculative applied to the flags of a launch command."""
+def resolve_from_args(args: list[str], target_architecture: str | None,
+                      version: str = SGLANG_VERSION) -> SpecResolution:
+    """resolve_speculative applied to the flags of a launch command, by the rules of `version`."""
     f = sglang_args.flag_values(args)
     return resolve_speculative(
         f.get("--speculative-algorithm"), sglang_args.int_value(f.get("--speculative-num-steps")),
         sglang_args.int_value(f.get("--speculative-eagle-topk")),
         sglang_args.int_value(f.get("--speculative-num-draft-tokens")),
-        target_architecture, sglang_args.int_value(f.get("--max-running-requests")))
+        target_architecture, sglang_args.int_value(f.get("--max-running-requests")), version)
 
 
 def target_architecture(config_json: str) -> str | None:
@@ -135,16 +159,37 @@ FATAL_PATTERNS = [
     re.compile(r"Capture cuda graph failed:"),
     re.compile(r"torch\.OutOfMemoryError: CUDA out of memory"),
     re.compile(r"\[Errno 98\] error while attempting to bind on address"),
+    # 0.5.17 and 0.5.23 (kv_cache_configurator.py): the weights alone exceed --mem-fraction-static's budget
+    re.compile(r"Loaded weights leave no GPU memory for the KV cache"),
 ]
+# The first three say THAT a process died; the others say why. A crash logs both (the scheduler's
+# traceback ends in the cause, then the launcher's sigquit line), and the cause is what to report.
+_GENERIC = 3
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*:")
 
 
 def find_fatal(text: str) -> str | None:
-    """The first fatal line of a server log, stripped, or None."""
-    for line in text.splitlines():
-        for pat in FATAL_PATTERNS:
+    """The fatal line of a server log that says most (stripped), or None: a specific cause (out of
+    memory, the KV budget, a bind error...) over a process that died; for a scheduler's exception
+    with no known cause, that line with the exception its traceback ends in."""
+    lines = text.splitlines()
+    first: tuple[int, int] | None = None   # (pattern rank, line index) of the most telling line
+    for i, line in enumerate(lines):
+        for rank, pat in enumerate(FATAL_PATTERNS):
             if pat.search(line):
-                return line.strip()
-    return None
+                key = (0 if rank >= _GENERIC else 1, i)
+                if first is None or key < first:
+                    first = key
+                break
+    if first is None:
+        return None
+    i = first[1]
+    found = lines[i].strip()
+    if FATAL_PATTERNS[0].search(found) and first[0] == 1:
+        cause = next((ln.strip() for ln in lines[i + 1:] if _EXCEPTION_LINE.match(ln)), None)
+        if cause:
+            return f"{found} ... {cause}"
+    return found
 
 
 def tail(text: str, n: int = 40) -> str:

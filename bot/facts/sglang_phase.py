@@ -1,6 +1,6 @@
 """Where an SGLang start-up is, from its log, and what to try when it stalls or dies (pure).
 
-Start-up phases in the log (SGLang 0.5.23, REFERENCE.md), in order: torch distributed / NCCL
+Start-up phases in the log (SGLang 0.5.17 and 0.5.23, REFERENCE.md), in order: torch distributed / NCCL
 init, loading weights, KV cache allocation, capturing CUDA graphs, the HTTP server up and
 warming up, then "The server is fired up and ready to roll!". A hang is most often in CUDA
 graph capture or NCCL init (SGLang issues #3547, #4007, #4417).
@@ -40,13 +40,15 @@ def phase(log_text: str) -> str:
 
 
 OOM = ("torch.OutOfMemoryError", "CUDA out of memory", "CUDA error: out of memory")
-NOT_ENOUGH = "Not enough memory. Please try to increase --mem-fraction-static"
+NOT_ENOUGH = ("Not enough memory. Please try to increase --mem-fraction-static",
+              # 0.5.17 and 0.5.23, when the weights alone exceed the budget (kv_cache_configurator.py)
+              "Loaded weights leave no GPU memory for the KV cache")
 
 
 def hints(log_text: str, current: str, *, stalled: bool) -> list[str]:
     """What to try, for known fatal messages and for a stall in a known phase."""
     out: list[str] = []
-    if NOT_ENOUGH in log_text:
+    if any(m in log_text for m in NOT_ENOUGH):
         out.append("the weights leave too little memory for the KV cache: INCREASE --mem-fraction-static "
                    "(mem_fraction), or use more GPUs (tp) or a smaller model")
     elif any(m in log_text for m in OOM):

@@ -1,6 +1,6 @@
 """Would SGLang's own parser accept a launch command? Asked of the host's SGLang first (a read-only
 probe builds the parser exactly as `launch_server` does and parses the planned arguments without
-launching), else of the captured table of that version (`data/sglang-<version>-server_args.json`,
+launching), else of the captured table of that version (`data/sglang-<version>-server_args.json.gz`,
 made from the real wheel by scripts/capture/sglang.sh; tests/fixtures/sglang/<version>/ holds the same).
 
 argparse's own rules decide either way: a unique prefix is accepted, a prefix of two options is
@@ -10,6 +10,7 @@ refused (`ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode,
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shlex
 from dataclasses import dataclass
@@ -19,11 +20,18 @@ from typing import Callable
 PROG = "launch_server.py"   # argparse's prog under `python -m sglang.launch_server`
 PROBE_OK = "EAGLE-LAUNCH-CHECK-OK"
 PROBE_UNAVAILABLE = "EAGLE-LAUNCH-CHECK-UNAVAILABLE"
-# Run with the host's Python: only parsing, nothing loads a model or touches a GPU.
+PROBE_INSTALLED = "EAGLE-LAUNCH-CHECK-INSTALLED"
+# Run with the host's Python: only parsing, nothing loads a model or touches a GPU. Where sglang is
+# installed but does not import (a torch or CUDA mismatch), its release still says which captured
+# table to check with (from the package's metadata, without importing it).
 PROBE = f"""import argparse, sys
 try:
     from sglang.srt.server_args import ServerArgs
 except Exception as e:
+    try:
+        import importlib.metadata as m; print("{PROBE_INSTALLED} %s" % m.version("sglang"))
+    except Exception:
+        pass
     print("{PROBE_UNAVAILABLE} %s: %s" % (type(e).__name__, e)); sys.exit(3)
 p = argparse.ArgumentParser(prog="{PROG}"); ServerArgs.add_cli_args(p)
 p.parse_args(sys.argv[1:])
@@ -48,11 +56,14 @@ class Verdict:
 
 
 def parse_probe(exit_status: int, stdout: str, stderr: str) -> Verdict:
+    installed: str | None = None
     for line in stdout.splitlines():
         if line.startswith(PROBE_OK):
             return Verdict("ok", version=line[len(PROBE_OK):].strip() or None)
+        if line.startswith(PROBE_INSTALLED):
+            installed = line[len(PROBE_INSTALLED):].strip() or None
         if line.startswith(PROBE_UNAVAILABLE):
-            return Verdict("unavailable", line[len(PROBE_UNAVAILABLE):].strip())
+            return Verdict("unavailable", line[len(PROBE_UNAVAILABLE):].strip(), version=installed)
     errors = [ln for ln in stderr.splitlines() if ln.startswith(f"{PROG}: error:")]
     if exit_status == 2 and errors:
         return Verdict("refused", errors[-1])
@@ -97,7 +108,7 @@ TYPES: dict[str, Callable[[str], object]] = {
 
 
 def table_file(version: str) -> str:
-    return f"sglang-{version}-server_args.json"
+    return f"sglang-{version}-server_args.json.gz"
 
 
 def has_table(version: str) -> bool:
@@ -107,7 +118,8 @@ def has_table(version: str) -> bool:
 def launch_parser(version: str) -> argparse.ArgumentParser:
     """SGLang `version`'s launch parser rebuilt from its captured table (every option, alias, nargs,
     type and choice; actions mapped to argparse's own)."""
-    rows = json.loads(resources.files("eaglebot.facts").joinpath("data", table_file(version)).read_text())["options"]
+    raw = resources.files("eaglebot.facts").joinpath("data", table_file(version)).read_bytes()
+    rows = json.loads(gzip.decompress(raw))["options"]
     p = _Parser(prog=PROG)
     for row in rows:
         action = row["action"]
@@ -118,6 +130,8 @@ def launch_parser(version: str) -> argparse.ArgumentParser:
             kw["action"] = "store_true"
         elif action == "DeprecatedStoreConstAction":
             kw.update(action="store_const", const=True)
+        elif action == "DeprecatedAction":   # 0.5.17: a retired flag that takes no value and sets nothing
+            kw.update(action="store_const", const=row["default"])
         elif action == "BooleanOptionalAction":
             kw["action"] = argparse.BooleanOptionalAction
         else:

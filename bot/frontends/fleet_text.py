@@ -2,12 +2,19 @@
 `eagle fleet` and `/eagle fleet` alike; and the alert line of one incident."""
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from eaglebot.frontends.format import fmt_time, table
-from eaglebot.store.rows import HealthStateRow
+from eaglebot.store.rows import HealthEventRow, HealthStateRow
 
-ORDER = {"quarantined": 0, "draining": 1, "drained": 2, "resuming": 3, "suspect": 4, "healthy": 5}
+ORDER = {"quarantined": 0, "draining": 1, "drained": 2, "resuming": 3, "suspect": 4, "expected": 5, "healthy": 6}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(s: str) -> str:
+    """A reason as a terminal may print it: no control character a host wrote reaches it raw."""
+    return _CONTROL.sub("?", s)
 
 
 def gpu_label(gpu: int) -> str:
@@ -17,10 +24,11 @@ def gpu_label(gpu: int) -> str:
 def fleet_rows(rows: Sequence[HealthStateRow], watched: Sequence[str]) -> list[dict[str, Any]]:
     """Every watched host (healthy when it never had a finding) and every row, in trouble first."""
     out: list[dict[str, Any]] = [{"host": r["host"], "gpu": r["gpu"], "state": r["state"], "since": r["since"],
-                                  "reason": r["reason"], "clean_probes": r["clean"]} for r in rows]
+                                  "reason": r["reason"], "clean_probes": r["clean"], "actor": r["actor"]}
+                                 for r in rows]
     seen = {r["host"] for r in rows}
-    out += [{"host": h, "gpu": None, "state": "healthy", "since": None, "reason": None, "clean_probes": 0}
-            for h in watched if h not in seen]
+    out += [{"host": h, "gpu": None, "state": "healthy", "since": None, "reason": None, "clean_probes": 0,
+             "actor": None} for h in watched if h not in seen]
     return sorted(out, key=lambda r: (ORDER.get(r["state"], 9), r["host"], -2 if r["gpu"] is None else r["gpu"]))
 
 
@@ -34,8 +42,16 @@ def fleet_text(rows: list[dict[str, Any]]) -> str:
     head = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: ORDER.get(kv[0], 9)))
     body = table(["host", "gpu", "state", "since (UTC)", "reason"],
                  [[r["host"], "-" if r["gpu"] is None else gpu_label(r["gpu"]), r["state"],
-                   fmt_time(r["since"]) if r["since"] else "-", (r["reason"] or "-")[:120]] for r in rows])
+                   fmt_time(r["since"]) if r["since"] else "-", shown(r["reason"] or "-")[:120]] for r in rows])
     return f"{head}\n{body}"
+
+
+def fleet_xids(events: Sequence[HealthEventRow]) -> list[dict[str, Any]]:
+    """The Xids the watch read, newest first: each with the lifecycle window it fell in and the
+    verdict (`expected`: an application's Xid in the bot's own teardown; `judged`: by the policy)."""
+    return [{"host": e["host"], "gpu": e["gpu"], "code": e["code"], "window": e["from_state"],
+             "verdict": "expected" if e["kind"] == "xid_expected" else "judged", "reason": e["reason"],
+             "at": e["at"]} for e in events if e["kind"] in ("xid", "xid_expected")]
 
 
 def alert_text(host: str, gpu: int, state: str, reason: str) -> str:

@@ -38,6 +38,15 @@ def key_metric(metrics: Iterable[MetricRow]) -> MetricRow | None:
     return first
 
 
+def step_data(step: StepRow) -> dict[str, Any]:
+    """A step's registered data (`--json` steps' `data`): {} when it registered none or it is unreadable."""
+    try:
+        data = json.loads(step.get("data") or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def duration_s(run: RunRow) -> float | None:
     """Seconds between the run's start and finish; None while it runs (or if never started)."""
     a, b = parse_iso(run.get("started_at")), parse_iso(run.get("finished_at"))
@@ -175,7 +184,7 @@ class RunView:
             "status": self.status,
             "steps": [{"name": s["name"], "skill": s["skill"], "host": s["host"], "status": s["status"],
                        "summary": s["summary"] or "", "duration_ms": s["duration_ms"] or 0,
-                       "attempts": s["attempts"] or 0} for s in self.steps],
+                       "attempts": s["attempts"] or 0, "data": step_data(s)} for s in self.steps],
             "metrics": [{"host": m["host"], "name": m["name"], "value": m["value"], "unit": m["unit"],
                          "better": m["better"]} for m in self.metrics],
             "warnings": self.warning_lines,

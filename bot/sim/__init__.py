@@ -7,7 +7,8 @@ into `bin_dir` (so any user, e.g. an SSH test user, can run them) and writes:
 - `dmesg`: the simulated kernel log (NVRM lines; tests add Xid lines with gpu_state.set_kernel_log);
 - `scontrol`, `sinfo`, `kubectl`: simulated workload schedulers for the drain skills (cluster.py);
 - `python`: a Python with the simulated `sglang` package on its path
-  (`python -m sglang.launch_server ...`, `python -m sglang.bench_serving ...`).
+  (`python -m sglang.launch_server ...`, `python -m sglang.bench_serving ...`), speaking the SGLang
+  release `version` names (default 0.5.23).
 Every simulated program says SIMULATED in its banner/log so nobody mistakes it for the real tool.
 """
 from __future__ import annotations
@@ -42,8 +43,10 @@ def _ignore(folder: str, names: list[str]) -> set[str]:
     return skip
 
 
-def install_sim_bin(bin_dir: Path, state_dir: Path, python: str | None = None) -> dict[str, str]:
-    """Install the simulated tools into bin_dir; return host vars that point at them."""
+def install_sim_bin(bin_dir: Path, state_dir: Path, python: str | None = None,
+                    version: str | None = None) -> dict[str, str]:
+    """Install the simulated tools into bin_dir; return host vars that point at them. `version`: the
+    SGLang release the simulated sglang speaks (its captured flags, log lines, endpoints' keys)."""
     bin_dir, state_dir = Path(bin_dir), Path(state_dir)
     bin_dir.mkdir(parents=True, exist_ok=True)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -57,8 +60,9 @@ def install_sim_bin(bin_dir: Path, state_dir: Path, python: str | None = None) -
     q = shlex.quote
     state = f"EAGLE_SIM_STATE=${{EAGLE_SIM_STATE:-{q(str(state_dir))}}}"
     _write_exec(bin_dir / "nvidia-smi", f"#!/bin/sh\n{state} exec {q(py)} {q(str(lib / 'nvidia_smi.py'))} \"$@\"\n")
+    release = f"export EAGLE_SIM_SGLANG_VERSION={q(version)}\n" if version else ""
     _write_exec(bin_dir / "python",
-                f"#!/bin/sh\nexport {state}\n"
+                f"#!/bin/sh\nexport {state}\n{release}"
                 f"export PYTHONPATH={q(str(lib / 'sglang_pkg'))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
                 f"exec {q(py)} \"$@\"\n")
     _write_exec(bin_dir / "dmesg", f"#!/bin/sh\n{state} exec {q(py)} {q(str(lib / 'nvidia_smi.py'))} --sim-dmesg\n")

@@ -104,6 +104,33 @@ def kubectl(state: dict[str, Any], args: list[str]) -> int:
         save(state)
         sys.stdout.write(f"node/{args[1]} {args[0]}ed\n")
         return 0
+    if args[:1] == ["annotate"]:
+        rest = [a for a in args[1:] if a != "--overwrite"]
+        if len(rest) != 3 or rest[0] != "node":
+            return _err(f"SIMULATED kubectl: unsupported arguments {args!r}")
+        node = k8s["nodes"].get(rest[1])
+        if node is None:
+            return _err(f'Error from server (NotFound): nodes "{rest[1]}" not found')
+        notes = node.setdefault("annotations", {})
+        if rest[2].endswith("-") and "=" not in rest[2]:
+            notes.pop(rest[2][:-1], None)
+        else:
+            key, _, value = rest[2].partition("=")
+            if key in notes and "--overwrite" not in args:
+                return _err(f"error: --overwrite is false but found the following declared annotation(s): "
+                            f"'{key}' already has a value ({notes[key]})")
+            notes[key] = value
+        save(state)
+        sys.stdout.write(f"node/{rest[1]} annotated\n")
+        return 0
+    if args[:2] == ["get", "node"] and len(args) == 5 and args[3] == "-o" \
+            and args[4].startswith("jsonpath={.metadata.annotations.") and args[4].endswith("}"):
+        node = k8s["nodes"].get(args[2])
+        if node is None:
+            return _err(f'Error from server (NotFound): nodes "{args[2]}" not found')
+        key = args[4][len("jsonpath={.metadata.annotations."):-1].replace("\\.", ".")
+        sys.stdout.write(str((node.get("annotations") or {}).get(key, "")))
+        return 0
     if args[:2] == ["get", "node"] and args[3:] == ["-o", "jsonpath={.spec.unschedulable}"]:
         node = k8s["nodes"].get(args[2])
         if node is None:

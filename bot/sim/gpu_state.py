@@ -29,6 +29,10 @@ State: one JSON file `gpus.json` in the state folder ($EAGLE_SIM_STATE):
 - `hidden: true`: the holder is not listed by --query-compute-apps (as inside a
   container with its own PID namespace) but its memory counts and `fuser` sees it.
 - `exit_code`: 9, 14 or 15 make nvidia-smi fail like a broken driver / GPU.
+- A holder that dies without `remove_holder` (killed: SIGKILL, or SIGTERM it does not handle)
+  leaves a teardown burst in the kernel log, as the real driver does when it tears down a killed
+  process's channels: one `NVRM: Xid (PCI:...): 45, pid=PID, name=NAME, Ch 0000000N` line per
+  channel, stamped with the host's uptime when the next nvidia-smi call notices the death.
 A missing gpus.json means one idle H200.
 
 Stable API (the fake SGLang server and the tests rely on these signatures):
@@ -41,6 +45,10 @@ Stable API (the fake SGLang server and the tests rely on these signatures):
     set_unknown_fields(state_dir, fields) -> None    fields nvidia-smi rejects, as an older driver
     set_kernel_log(state_dir, lines) -> None         what `nvidia-smi --sim-dmesg` (the sim dmesg) prints
     set_hang(state_dir, seconds) -> None             every query sleeps that long first (a hung driver)
+    set_teardown_xids(state_dir, codes) -> None      the Xid lines a killed holder leaves (default: 8 x Xid 45)
+    set_hard_exit(state_dir, on) -> None             simulated SGLang schedulers stopped by SIGTERM die unregistered
+                                                     (as SGLang's SIGKILL of its children): their teardown lines follow
+    reap(state_dir) -> int                           write those lines for holders that died (every nvidia-smi call does)
     load_state(state_dir) -> dict
     live_holders(state) -> list[dict]
     memory_used(state) -> dict[int, int]
@@ -58,9 +66,13 @@ STATE_FILE = "gpus.json"
 # ecc_uncorrected, ecc_corrected, remap_pending, remap_failure, pcie_gen, pcie_width, pstate,
 # persistence_off, nvlink_inactive (list of links), nvlink_errors ({"replay"|"recovery"|"crc": n}),
 # recovery_action (what `gpu_recovery_action` reads: "None", "Reset", "Reboot", "Drain P2P", "Drain and Reset").
+# read_error (what every reading of the GPU prints instead of a value: "ERR!", "[Unknown Error]", as
+# when its GSP stopped answering).
 HEALTH_KNOBS = frozenset({"event_reasons", "sm_clock", "ecc_uncorrected", "ecc_corrected", "remap_pending",
                           "remap_failure", "pcie_gen", "pcie_width", "pstate", "persistence_off",
-                          "nvlink_inactive", "nvlink_errors", "recovery_action"})
+                          "nvlink_inactive", "nvlink_errors", "recovery_action", "read_error"})
+TEARDOWN_XIDS = [45] * 8      # one Xid 45 per channel of a killed CUDA context
+KERNEL_LOG_LINES = 5000       # the ring buffer: older lines fall out
 # The kernel log of the fixtures' host (tests/fixtures/nvidia-smi/health/2xh200-dmesg-xid.txt): no Xid.
 KERNEL_LOG = [
     "[    0.536365] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  ",
@@ -109,9 +121,20 @@ def load_state(state_dir: str | Path) -> dict[str, Any]:
         return default_state(1)
 
 
+def _shared(d: Path) -> None:
+    """The state folder as every user of the simulated host may write it: the tests (root) set
+    it up, the SSH test user's nvidia-smi writes the kernel log a killed holder leaves."""
+    d.mkdir(parents=True, exist_ok=True)
+    try:
+        if d.stat().st_uid == os.geteuid():
+            os.chmod(d, 0o777)
+    except OSError:
+        pass
+
+
 def save_state(state_dir: str | Path, state: dict[str, Any]) -> None:
     d = Path(state_dir)
-    d.mkdir(parents=True, exist_ok=True)
+    _shared(d)
     tmp = d / f".{STATE_FILE}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(state, f, indent=2)
@@ -126,9 +149,11 @@ def _locked(state_dir: str | Path) -> Iterator[dict[str, Any]]:
     import fcntl
 
     d = Path(state_dir)
-    d.mkdir(parents=True, exist_ok=True)
+    _shared(d)
     fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
     try:
+        if os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, 0o666)     # not the umask's 0644: the other user must lock it too
         fcntl.flock(fd, fcntl.LOCK_EX)
         state = load_state(d)
         yield state
@@ -237,6 +262,63 @@ def set_hang(state_dir: str | Path, seconds: float | None) -> None:
     """Make every nvidia-smi query sleep `seconds` before answering (a wedged driver), or None."""
     with _locked(state_dir) as state:
         state["hang_s"] = seconds
+
+
+def set_teardown_xids(state_dir: str | Path, codes: list[int]) -> None:
+    """The Xid codes, one line each, a killed holder leaves in the kernel log ([] for none)."""
+    with _locked(state_dir) as state:
+        state["teardown_xids"] = [int(c) for c in codes]
+
+
+def set_hard_exit(state_dir: str | Path, on: bool = True) -> None:
+    with _locked(state_dir) as state:
+        state["hard_exit"] = bool(on)
+
+
+def uptime_s() -> float:
+    """The host's seconds since boot, as the kernel stamps its log lines."""
+    try:
+        with open("/proc/uptime") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def kernel_bus(bus_id: str) -> str:
+    """nvidia-smi's `00000000:00:06.0` as the kernel prints it: `0000:00:06`."""
+    domain, bus, dev = bus_id.split(".")[0].split(":")
+    return f"{int(domain, 16):04x}:{bus.lower()}:{dev.lower()}"
+
+
+def teardown_lines(state: dict[str, Any], h: dict[str, Any], ts: float) -> list[str]:
+    gpu = next((g for g in state["gpus"] if g["index"] == h["gpu"]), None)
+    if gpu is None:
+        return []
+    name = os.path.basename(str(h.get("name") or "python"))[:15]
+    return [f"[{ts:12.6f}] NVRM: Xid (PCI:{kernel_bus(gpu['bus_id'])}): {code}, pid={h['pid']}, name={name}, "
+            f"Ch {8 + n:08x}" for n, code in enumerate(state.get("teardown_xids", TEARDOWN_XIDS))]
+
+
+def reap(state_dir: str | Path) -> int:
+    """Holders that died since the last call (not removed): their teardown lines go to the kernel
+    log and they are marked reaped. How many. A state folder this user cannot write is left alone."""
+    if not any(not h.get("reaped") and not holder_alive(h) for h in load_state(state_dir)["holders"]):
+        return 0
+    n = 0
+    try:
+        with _locked(state_dir) as state:
+            ts = uptime_s()
+            for h in state["holders"]:
+                if h.get("reaped") or holder_alive(h):
+                    continue
+                h["reaped"] = True
+                n += 1
+                log = state.setdefault("kernel_log", list(KERNEL_LOG))
+                log += teardown_lines(state, h, ts)
+                del log[:-KERNEL_LOG_LINES]
+    except OSError:
+        return 0
+    return n
 
 
 def holder_alive(h: dict[str, Any]) -> bool:

@@ -103,7 +103,7 @@ EXIT_MESSAGES = {
 
 
 def _fmt(value: object, unit: str | None, nounits: bool) -> str:
-    if unit is None or nounits:
+    if unit is None or nounits or str(value).startswith(("[", "ERR!")):
         return str(value)
     return f"{value} {unit}" if unit != "%" else f"{value} %"
 
@@ -135,7 +135,14 @@ def _health_value(field: str, g: dict[str, Any]) -> object:
     }[field]
 
 
+# Fields the driver still reads when the GPU itself does not answer (read_error).
+_IDENTITY = {"index", "uuid", "name", "gpu_name", "pci.bus_id", "driver_version", "count"}
+
+
 def _gpu_value(field: str, g: dict[str, Any], used: int, n: int) -> object:
+    err = (g.get("health") or {}).get("read_error")
+    if err and field not in _IDENTITY:
+        return err
     if field in _HEALTH_FIELDS:
         return _health_value(field, g)
     return {
@@ -270,6 +277,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--sim-init"]:
         gpu_state.init_state(state_dir, int(argv[1]))
         return 0
+    gpu_state.reap(state_dir)        # the driver notices a killed holder: its teardown Xids
     state = gpu_state.load_state(state_dir)
     if argv[:1] == ["--sim-dmesg"]:
         sys.stdout.write("".join(line + "\n" for line in state.get("kernel_log", gpu_state.KERNEL_LOG)))

@@ -4,11 +4,14 @@ host's kernel log has been read (`health_cursors`, transient like locks)."""
 from __future__ import annotations
 
 from eaglebot.store.base import StoreBase, first, insert, now_iso, rows
-from eaglebot.store.rows import HealthEventRow, HealthStateRow
+from eaglebot.store.rows import HealthEventRow, HealthStateRow, LifecycleStepRow
 
 # States in which a host refuses relaunch, bench and scheduled runs (`resuming` is back in its
 # scheduler, on probation: the watch's clean probes make it healthy, a finding quarantines it).
 HELD_STATES = ("quarantined", "draining", "drained")
+# Rows that note, not hold: `expected` is a GPU whose last Xids came from the bot's own teardown.
+REFRESHED = ("expected",)
+_LIFECYCLE = ("gpu.cleanup", "server.stop", "gpu.verify", "server.launch")
 
 
 class HealthMixin(StoreBase):
@@ -22,12 +25,13 @@ class HealthMixin(StoreBase):
 
     def health_transition(self, host: str, gpu: int, state: str, reason: str, actor: str) -> bool:
         """Move one host's GPU (-1: the host) to `state` with its reason and actor, as one event;
-        the clean count starts over. False (nothing written) when it already is in that state."""
+        the clean count starts over. False (nothing written) when it already is in that state
+        (`expected` is written again: its reason and time say which teardown it was)."""
         with self._tx():
             row = self.db.execute("select state from health_state where host = ? and gpu = ?",
                                   [host, gpu]).fetchone()
             before = row[0] if row else "healthy"
-            if before == state:
+            if before == state and state not in REFRESHED:
                 return False
             at = now_iso()
             if row:   # healthy again: the incident is over, and so is its silence
@@ -69,12 +73,39 @@ class HealthMixin(StoreBase):
                                               "at": now_iso()})
             return True
 
-    def health_record_xid(self, host: str, gpu: int, code: int, reason: str) -> None:
-        """An Xid the watch read from a host's kernel log (each one once)."""
+    def health_record_xid(self, host: str, gpu: int, code: int, reason: str, window: str | None = None,
+                          expected: bool = False) -> None:
+        """An Xid the watch read from a host's kernel log (each one once), with the lifecycle
+        window it fell in; `expected`: an application's Xid in the bot's own teardown (kind
+        `xid_expected`, never counted towards a rule's fail_after)."""
         with self._tx():
-            insert(self.db, "health_events", {"host": host, "gpu": gpu, "kind": "xid", "code": code,
+            insert(self.db, "health_events", {"host": host, "gpu": gpu, "kind": "xid_expected" if expected else "xid",
+                                              "code": code, "from_state": window, "to_state": None,
+                                              "reason": reason, "actor": "health-watch", "at": now_iso()})
+
+    def health_note(self, host: str, gpu: int, reason: str, actor: str, kind: str = "note") -> None:
+        """Something the watch said about one host's GPU without changing its state (it left a
+        person's drain alone), as an event. Kind `takeover`: the drain is someone else's now (a
+        person changed it in the scheduler): the row's reason and actor say whose, and its clean
+        probes start over (so the watch says, once, that it left it)."""
+        with self._tx():
+            if kind == "takeover":   # clean starts over: the watch says it left it after clear_after more
+                self.db.execute("update health_state set reason = ?, actor = ?, clean = 0 where host = ? and gpu = ?",
+                                [reason, actor, host, gpu])
+            insert(self.db, "health_events", {"host": host, "gpu": gpu, "kind": kind, "code": None,
                                               "from_state": None, "to_state": None, "reason": reason,
-                                              "actor": "health-watch", "at": now_iso()})
+                                              "actor": actor, "at": now_iso()})
+
+    def health_lifecycle_steps(self, host: str, limit: int = 64) -> list[LifecycleStepRow]:
+        """The newest `limit` steps on a host that kill, verify or launch (the watch's lifecycle
+        windows), oldest first, with their run's status."""
+        marks = ", ".join("?" for _ in _LIFECYCLE)
+        found = rows(self.db, LifecycleStepRow,
+                     f"select s.run_id, s.skill, s.status, s.started_at, s.finished_at, r.status as run_status, "
+                     f"r.finished_at as run_finished_at from steps s join runs r on r.id = s.run_id "
+                     f"where s.host = ? and s.skill in ({marks}) order by s.id desc limit ?",
+                     [host, *_LIFECYCLE, limit])
+        return found[::-1]
 
     def health_xid_count(self, host: str, gpu: int, code: int, since: str) -> int:
         """How many times Xid `code` was read on one host's GPU at or after `since` (ISO time)."""

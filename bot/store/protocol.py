@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from eaglebot.store.rows import (
-    ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
-    ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow, WarningRow,
+    ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HostStepRow,
+    IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
+    ScheduleStateRow, StaleApprovalRow, StepDataRow, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
+from eaglebot.store.protocol_health import HealthProtocol
 from eaglebot.store.protocol_replicas import ReplicasProtocol
 from eaglebot.store.sealing import AuditKey
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # the engine's records (the sdk loads pydantic: `eagle histor
     from eaglebot.sdk import FileChange, Metric, Regression
 
 
-class StoreProtocol(ReplicasProtocol, Protocol):
+class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
     """The audit store, synchronous: each call is one transaction (writes) or one read."""
 
     # -- identity --------------------------------------------------------------------------------
@@ -197,6 +198,11 @@ class StoreProtocol(ReplicasProtocol, Protocol):
 
     def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
         """Registered data of the newest step of `skill` on host that recorded `key`."""
+        ...
+
+    def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
+                          newest_first: bool = False) -> list[StepDataRow]:
+        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
         ...
 
     def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:
@@ -380,54 +386,6 @@ class StoreProtocol(ReplicasProtocol, Protocol):
         """How the sweep ended, and its result."""
         ...
 
-
-    # -- health watch ----------------------------------------------------------------------------
-    def health_states(self, host: str | None = None) -> list[HealthStateRow]:
-        """Every host's and GPU's state row (healthy ones included once they had a finding), by host, GPU."""
-        ...
-
-    def health_transition(self, host: str, gpu: int, state: str, reason: str, actor: str) -> bool:
-        """Move one host's GPU (-1: the host) to `state` with its reason and actor, as one event;
-        the clean count starts over. False (nothing written) when it already is in that state."""
-        ...
-
-    def health_set_clean(self, host: str, gpu: int, clean: int) -> None:
-        """The clean probes counted in a row towards clearing one host's GPU (0: a finding again)."""
-        ...
-
-    def health_set_alert(self, host: str, gpu: int, channel: str | None, message_ts: str | None) -> None:
-        """The Slack message of the incident of one host's GPU (updated in place as it evolves)."""
-        ...
-
-    def health_silence(self, host: str, gpu: int, until: str, by: str) -> bool:
-        """Silence the alerts of one host's GPU incident until `until` (ISO time), as an event;
-        False when it has no state row."""
-        ...
-
-    def health_record_xid(self, host: str, gpu: int, code: int, reason: str) -> None:
-        """An Xid the watch read from a host's kernel log (each one once)."""
-        ...
-
-    def health_xid_count(self, host: str, gpu: int, code: int, since: str) -> int:
-        """How many times Xid `code` was read on one host's GPU at or after `since` (ISO time)."""
-        ...
-
-    def health_events(self, host: str | None = None, limit: int = 100) -> list[HealthEventRow]:
-        """The watch's events, newest first (of one host when given)."""
-        ...
-
-    def health_held(self, host: str) -> HealthStateRow | None:
-        """The row that keeps a host out of relaunch, bench and schedules (quarantined or being
-        drained), or None when it may run."""
-        ...
-
-    def health_cursor(self, host: str) -> float | None:
-        """How far (kernel log seconds) the watch has read a host's kernel log, or None (never)."""
-        ...
-
-    def health_set_cursor(self, host: str, cursor: float | None, status: str) -> None:
-        """A host's probe ended: its kernel log cursor and the probe's status (ok, hung, failed)."""
-        ...
 
     # -- schedules -------------------------------------------------------------------------------
     def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow,
-    RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow,
-    SweepRow, WarningRow,
+    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
+    RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
+    StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
 
@@ -183,6 +183,11 @@ class AsyncStoreProtocol(Protocol):
 
     async def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
         """Registered data of the newest step of `skill` on host that recorded `key`."""
+        ...
+
+    async def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
+            newest_first: bool = False) -> list[StepDataRow]:
+        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
         ...
 
     async def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:
@@ -354,50 +359,6 @@ class AsyncStoreProtocol(Protocol):
         """How the sweep ended, and its result."""
         ...
 
-    async def health_states(self, host: str | None = None) -> list[HealthStateRow]:
-        """Every host's and GPU's state row (healthy ones included once they had a finding), by host, GPU."""
-        ...
-
-    async def health_transition(self, host: str, gpu: int, state: str, reason: str, actor: str) -> bool:
-        """Move one host's GPU (-1: the host) to `state` with its reason and actor, as one event;"""
-        ...
-
-    async def health_set_clean(self, host: str, gpu: int, clean: int) -> None:
-        """The clean probes counted in a row towards clearing one host's GPU (0: a finding again)."""
-        ...
-
-    async def health_set_alert(self, host: str, gpu: int, channel: str | None, message_ts: str | None) -> None:
-        """The Slack message of the incident of one host's GPU (updated in place as it evolves)."""
-        ...
-
-    async def health_silence(self, host: str, gpu: int, until: str, by: str) -> bool:
-        """Silence the alerts of one host's GPU incident until `until` (ISO time), as an event;"""
-        ...
-
-    async def health_record_xid(self, host: str, gpu: int, code: int, reason: str) -> None:
-        """An Xid the watch read from a host's kernel log (each one once)."""
-        ...
-
-    async def health_xid_count(self, host: str, gpu: int, code: int, since: str) -> int:
-        """How many times Xid `code` was read on one host's GPU at or after `since` (ISO time)."""
-        ...
-
-    async def health_events(self, host: str | None = None, limit: int = 100) -> list[HealthEventRow]:
-        """The watch's events, newest first (of one host when given)."""
-        ...
-
-    async def health_held(self, host: str) -> HealthStateRow | None:
-        """The row that keeps a host out of relaunch, bench and schedules (quarantined or being"""
-        ...
-
-    async def health_cursor(self, host: str) -> float | None:
-        """How far (kernel log seconds) the watch has read a host's kernel log, or None (never)."""
-        ...
-
-    async def health_set_cursor(self, host: str, cursor: float | None, status: str) -> None:
-        """A host's probe ended: its kernel log cursor and the probe's status (ok, hung, failed)."""
-        ...
-
     async def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:
         """A schedule fired (or was skipped) for `fire_time`; the fire's id."""
         ...
@@ -473,4 +434,61 @@ class AsyncStoreProtocol(Protocol):
 
     async def claim_fire(self, schedule: str, fire_time: str, holder: str) -> int | None:
         """Claim one fire (schedule, slot time) and record it `started`: its id, or None if claimed."""
+        ...
+
+    async def claim_requests(self, keys: list[str], window_s: float, max_keys: int) -> bool:
+        """Record a Slack request's `keys` for `window_s`, for every replica: True when none was"""
+        ...
+
+    async def health_states(self, host: str | None = None) -> list[HealthStateRow]:
+        """Every host's and GPU's state row (healthy ones included once they had a finding), by host, GPU."""
+        ...
+
+    async def health_transition(self, host: str, gpu: int, state: str, reason: str, actor: str) -> bool:
+        """Move one host's GPU (-1: the host) to `state` with its reason and actor, as one event;"""
+        ...
+
+    async def health_set_clean(self, host: str, gpu: int, clean: int) -> None:
+        """The clean probes counted in a row towards clearing one host's GPU (0: a finding again)."""
+        ...
+
+    async def health_set_alert(self, host: str, gpu: int, channel: str | None, message_ts: str | None) -> None:
+        """The Slack message of the incident of one host's GPU (updated in place as it evolves)."""
+        ...
+
+    async def health_silence(self, host: str, gpu: int, until: str, by: str) -> bool:
+        """Silence the alerts of one host's GPU incident until `until` (ISO time), as an event;"""
+        ...
+
+    async def health_record_xid(self, host: str, gpu: int, code: int, reason: str,
+            window: str | None = None, expected: bool = False) -> None:
+        """An Xid the watch read from a host's kernel log (each one once), with the lifecycle"""
+        ...
+
+    async def health_note(self, host: str, gpu: int, reason: str, actor: str, kind: str = "note") -> None:
+        """Something the watch said about one host's GPU without changing its state (it left a"""
+        ...
+
+    async def health_lifecycle_steps(self, host: str, limit: int = 64) -> list[LifecycleStepRow]:
+        """The newest `limit` steps on a host that kill, verify or launch (the watch's lifecycle"""
+        ...
+
+    async def health_xid_count(self, host: str, gpu: int, code: int, since: str) -> int:
+        """How many times Xid `code` was read on one host's GPU at or after `since` (ISO time)."""
+        ...
+
+    async def health_events(self, host: str | None = None, limit: int = 100) -> list[HealthEventRow]:
+        """The watch's events, newest first (of one host when given)."""
+        ...
+
+    async def health_held(self, host: str) -> HealthStateRow | None:
+        """The row that keeps a host out of relaunch, bench and schedules (quarantined or being"""
+        ...
+
+    async def health_cursor(self, host: str) -> float | None:
+        """How far (kernel log seconds) the watch has read a host's kernel log, or None (never)."""
+        ...
+
+    async def health_set_cursor(self, host: str, cursor: float | None, status: str) -> None:
+        """A host's probe ended: its kernel log cursor and the probe's status (ok, hung, failed)."""
         ...

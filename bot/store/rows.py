@@ -7,7 +7,7 @@ it). Columns are nullable where the schema lets them be; the JSON columns of `ru
 """
 from __future__ import annotations
 
-from typing import Any, Required, TypedDict
+from typing import Any, NotRequired, Required, TypedDict
 
 
 class NewRun(TypedDict, total=False):
@@ -220,13 +220,24 @@ class HealthEventRow(TypedDict):
     id: int
     host: str
     gpu: int
-    kind: str                        # transition or xid
-    code: int | None                 # the Xid (kind xid)
-    from_state: str | None
+    kind: str                        # transition, xid, xid_expected (the bot's own teardown), silence, note, takeover
+    code: int | None                 # the Xid (kinds xid, xid_expected)
+    from_state: str | None           # an Xid's: the host's lifecycle window (teardown, launch, steady, idle)
     to_state: str | None
     reason: str | None
     actor: str | None
     at: str
+
+
+class LifecycleStepRow(TypedDict):
+    """A step that moves a host through the workload's lifecycle (`health_lifecycle_steps`)."""
+    run_id: int
+    skill: str                       # gpu.cleanup, server.stop, gpu.verify, server.launch
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    run_status: str
+    run_finished_at: str | None
 
 
 class SweepRow(TypedDict):
@@ -265,6 +276,7 @@ class RemoteProcRow(TypedDict):
     note: str | None
     created_at: str | None
     cleaned_at: str | None
+    step_started_at: NotRequired[str | None]   # (pending_procs: the step's start, to find its processes by)
 
 
 # -- query results that are not one table's row ---------------------------------------------
@@ -284,6 +296,14 @@ class MetricPoint(TypedDict):
     unit: str | None
     better: str | None
     started_at: str | None
+
+
+class StepDataRow(TypedDict):
+    """A finished step's registered data (`step_data_history`)."""
+    run_id: int
+    skill: str
+    status: str
+    data: str | None                 # JSON text, as written
 
 
 class HostStepRow(TypedDict):

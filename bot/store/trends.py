@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from eaglebot.store.base import StoreBase, rows
-from eaglebot.store.rows import ChangeRow, FingerprintState, HostStepRow, MetricPoint, MetricRow, RunRow
+from eaglebot.store.rows import ChangeRow, FingerprintState, HostStepRow, MetricPoint, MetricRow, RunRow, StepDataRow
 from eaglebot.store.runs import decode_run
 
 
@@ -93,6 +93,18 @@ class TrendsMixin(StoreBase):
             if isinstance(data, dict) and data.get(key):
                 return data
         return None
+
+    def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
+                          newest_first: bool = False) -> list[StepDataRow]:
+        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
+        if not skills:
+            return []
+        marks = ",".join("?" * len(skills))
+        return rows(self.db, StepDataRow,
+                    f"select run_id, skill, status, data from steps where host = ? and skill in ({marks}) "
+                    "and status in ('ok', 'changed', 'failed') and data like ? "
+                    f"order by id {'desc' if newest_first else 'asc'} limit ?",
+                    [host, *skills, f"%{contains}%", limit])
 
     def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:
         """File changes on a host by runs (after, upto], oldest first."""

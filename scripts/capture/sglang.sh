@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Capture SGLang facts from the REAL package into tests/fixtures/sglang/<version>/.
 # Run by hand, never by CI: it installs sglang (and CPU torch) into a throwaway venv (~3 GB).
-#   scripts/capture/sglang.sh [VERSION] [VENV]
+#   scripts/capture/sglang.sh [VERSION] [VENV]        # e.g. 0.5.17 /tmp/sglang-capture-0.5.17
+# Version-aware: the pure-Python dependencies at the versions that sglang release pins, the capture
+# code asks each release's hooks in their own shape, and the simulated server the benchmark runs
+# against speaks that release (EAGLE_SIM_SGLANG_VERSION).
 set -euo pipefail
 VERSION=${1:-0.5.23}
 VENV=${2:-/tmp/sglang-capture-$VERSION}
@@ -11,18 +14,40 @@ OUT=$ROOT/tests/fixtures/sglang/$VERSION
 MODELS=$(mktemp -d)
 trap 'rm -rf "$MODELS"' EXIT
 
+# The pure-Python packages sglang's parser, hooks and benchmark import (sglang itself goes in with
+# --no-deps: no GPU kernel package, flashinfer, sglang-kernel..., is installed).
+PURE="transformers tokenizers numpy aiohttp requests tqdm fastapi uvicorn orjson psutil packaging pybase64 msgspec
+pydantic pyzmq setproctitle uvloop regex pillow python-multipart prometheus-client partial_json_parser interegular
+einops triton IPython dill sentencepiece zstandard datasets apache-tvm-ffi compressed_tensors gguf"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
-  # CPU torch (no CUDA libraries); sglang itself without its GPU kernels (flashinfer, sglang-kernel...),
-  # then the pure-Python packages its argument parser, hooks and benchmark import.
+  # CPU torch (no CUDA libraries): the parser and hooks never touch a GPU.
   "$VENV/bin/pip" install -q "torch==2.13.0+cpu" --find-links /opt/wheels \
     || "$VENV/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu
   "$VENV/bin/pip" install -q --no-deps "sglang==$VERSION"
-  "$VENV/bin/pip" install -q transformers==5.19.0 tokenizers==0.23.2 numpy aiohttp requests tqdm fastapi \
-    uvicorn orjson psutil packaging pybase64 msgspec pydantic pyzmq setproctitle uvloop regex pillow \
-    python-multipart prometheus-client partial_json_parser interegular einops triton IPython dill \
-    sentencepiece==0.2.1 zstandard datasets apache-tvm-ffi==0.1.11 compressed_tensors gguf
 fi
+[ "$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang"))')" = "$VERSION" ] \
+  || { echo "$VENV holds another sglang than $VERSION" >&2; exit 2; }
+# Version-aware: each package at the exact version THIS sglang's METADATA pins (0.5.17 pins
+# transformers==5.12.1, 0.5.23 transformers==5.19.0 and tokenizers==0.23.2), else the newest;
+# a reused venv is brought to those pins too (a newer transformers breaks an older sglang's imports).
+mapfile -t REQS < <("$VENV/bin/python" - $PURE <<'PY'
+import importlib.metadata as m, re, sys
+pins = {}
+for r in m.requires("sglang") or []:
+    if "extra ==" in r:
+        continue
+    g = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?\s*==\s*([^;\s,]+)\s*(;.*)?$", r)
+    if g and not g.group(3):
+        pins[re.sub(r"[-_.]+", "-", g.group(1)).lower()] = g.group(2)
+for name in sys.argv[1:]:
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    print(f"{name}=={pins[key]}" if key in pins else name)
+PY
+)
+"$VENV/bin/pip" install -q "${REQS[@]}"
+echo "capture venv: sglang $VERSION with $("$VENV/bin/python" -c 'import transformers, tokenizers, torch
+print("transformers", transformers.__version__, "tokenizers", tokenizers.__version__, "torch", torch.__version__)')"
 
 # Two local model folders (config.json only): the hooks read the target's architecture.
 mkdir -p "$MODELS/target" "$MODELS/draft"
@@ -40,18 +65,26 @@ JSON
 
 mkdir -p "$OUT"
 (cd "$MODELS" && "$VENV/bin/python" "$HERE/sglang_capture.py" "$OUT" "$MODELS")
-# The argparse errors a launch gets, exactly as SGLang's own parser prints them (exit 2).
+# The launch table's two copies, byte for byte: the simulator's parser of this release and the launch
+# check's fallback when a host's own SGLang cannot be asked (tests/test_sglang_fidelity.py keeps them so).
+cp "$OUT/server_args.json.gz" "$ROOT/bot/sim/sglang_pkg/sglang/srt/server_args-$VERSION.json.gz"
+cp "$OUT/server_args.json.gz" "$ROOT/bot/facts/data/sglang-$VERSION-server_args.json.gz"
+# What the real launch parser says to flags users get wrong, exactly (its last line and exit status):
+# 0.5.23 refuses all four (exit 2); 0.5.17 still has --cuda-graph-bs and --cuda-graph-max-bs (accepted, exit 0).
+rm -f "$OUT"/argparse-*.txt
 for argv in "--cuda-graph-bs 1 2 4" "--cuda-graph-max-bs 8" "--no-such-flag 1" "--tp-size two"; do
   name=$(echo "$argv" | awk '{print $1}' | tr -d '-')
+  rc=0
   # shellcheck disable=SC2086
   (cd "$MODELS" && "$VENV/bin/python" -c 'import argparse,sys
 sys.path.insert(0, sys.argv[1]); import _torchvision_stand_in
 from sglang.srt.server_args import ServerArgs
 p = argparse.ArgumentParser(prog="launch_server.py"); ServerArgs.add_cli_args(p)
-p.parse_args(sys.argv[2:])' "$HERE" --model-path "$MODELS/target" $argv) > /dev/null 2> "$MODELS/err" \
-    && { echo "expected an argparse error for $argv" >&2; exit 1; } || rc=$?
-  # The usage block before it is ~1,800 lines; the error line is what a user reads.
-  { echo "argv: $argv"; tail -n 1 "$MODELS/err"; echo "exit $rc"; } > "$OUT/argparse-error-$name.txt"
+p.parse_args(sys.argv[2:]); print("accepted")' "$HERE" --model-path "$MODELS/target" $argv) > "$MODELS/out" 2> "$MODELS/err" \
+    || rc=$?
+  # The usage block before an error is ~1,800 lines; the error line is what a user reads.
+  if [ "$rc" = 0 ]; then last=$(tail -n 1 "$MODELS/out"); else last=$(tail -n 1 "$MODELS/err"); fi
+  { echo "argv: $argv"; echo "$last"; echo "exit $rc"; } > "$OUT/argparse-$name.txt"
 done
 # A real `python -m sglang.bench_serving` against eaglebot's SIMULATED server (no GPU here): its JSONL
 # record and its stdout, byte for byte. The tokenizer is built locally (tokenizers API, no hub).
@@ -65,7 +98,7 @@ tok.pre_tokenizer = pre_tokenizers.Whitespace()
 PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>").save_pretrained(sys.argv[1])
 PY
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-EAGLE_SIM_STATE="$MODELS/gpu-state" EAGLE_SIM_LOAD_S=0.05 EAGLE_SIM_WARMUP_S=0.05 \
+EAGLE_SIM_SGLANG_VERSION="$VERSION" EAGLE_SIM_STATE="$MODELS/gpu-state" EAGLE_SIM_LOAD_S=0.05 EAGLE_SIM_WARMUP_S=0.05 \
   PYTHONPATH="$ROOT/bot/sim/sglang_pkg" setsid python3 -m sglang.launch_server --model-path "$MODELS/target" \
   --speculative-algorithm EAGLE3 --speculative-draft-model-path "$MODELS/draft" --speculative-num-steps 3 \
   --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --port "$PORT" > "$MODELS/server.log" 2>&1 &
@@ -80,5 +113,7 @@ BENCH=(--backend sglang --base-url "http://127.0.0.1:$PORT" --dataset-name rando
 sys.path.insert(0, sys.argv.pop(1)); import _torchvision_stand_in
 sys.argv[0] = "bench_serving"; runpy.run_module("sglang.bench_serving", run_name="__main__")' "$HERE" "${BENCH[@]}") \
   > "$OUT/bench_serving_stdout.txt" 2> "$MODELS/bench.err" || { cat "$MODELS/bench.err" >&2; exit 1; }
+[ -s "$OUT/bench_serving.jsonl" ] || { tail -5 "$OUT/bench_serving_stdout.txt" "$MODELS/server.log" >&2; \
+  echo "bench_serving wrote no JSONL record" >&2; exit 1; }
 echo "python -m sglang.bench_serving ${BENCH[*]}" | sed "s#$MODELS#MODELS#g; s#$OUT/##g" > "$OUT/bench_serving_command.txt"
 echo "wrote $OUT"

@@ -3,16 +3,18 @@ by hand, never by CI: it needs sglang and torch installed).
 
     python sglang_capture.py OUT_DIR
 
-- server_args.json: every option of `python -m sglang.launch_server` as ServerArgs.add_cli_args defines it;
+- server_args.json.gz: every option of `python -m sglang.launch_server` as ServerArgs.add_cli_args defines it;
 - bench_serving_args.json: the same for `python -m sglang.bench_serving`;
-- spec_grid.json: what the real `_handle_eagle_family` hook keeps, rewrites (with the warning it logs) or
+- spec_grid.json.gz: what the real `_handle_eagle_family` hook keeps, rewrites (with the warning it logs) or
   refuses (with its error) over algorithm x steps x topk x draft tokens x draft path;
-- log_lines.json: the start-up, ready, decode-stats and fatal lines with the file and line they come from.
+- log_lines.json: the start-up, ready, decode-stats and fatal lines with the file and line they come from;
+- meta_info_keys.json: the keys a /generate response's meta_info can carry, with the file and line.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import inspect
 import io
 import itertools
@@ -98,12 +100,32 @@ class _Capture(logging.Handler):
 SPEC_WARNINGS = ("speculative_num_draft_tokens", "Max running requests")
 
 
+def unresolved_server_args(ns: argparse.Namespace) -> ServerArgs:
+    """ServerArgs as the parser left them, before any resolution, so the hook alone decides.
+
+    0.5.23 builds the record unresolved (`resolve_once` runs the pipeline later); 0.5.17 resolves
+    everything in `__post_init__` (the device, GPU memory, the whole model config) before its
+    speculative hook, so there the dataclass is filled without running it, as the GPU host
+    (`device cuda`) would reach the hook."""
+    if hasattr(ServerArgs, "resolve_once"):
+        return ServerArgs.from_cli_args(ns)
+    import dataclasses
+    sa = object.__new__(ServerArgs)
+    sa.__dict__.update({f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerArgs) if hasattr(ns, f.name)})
+    sa._resolved_overrides = []
+    sa.device = "cuda"
+    return sa
+
+
 def spec_grid(target: str, draft: str, arch: str) -> dict[str, object]:
     import sglang.srt.arg_groups.speculative_hook as hook
-    # The hook reads the target's architecture through model_config_of, which builds the whole
-    # ModelConfig (weights metadata, a GPU platform); the capture answers that one question itself.
-    hook.model_config_of = lambda sa: types.SimpleNamespace(
-        hf_config=types.SimpleNamespace(architectures=[arch]))
+    # The hook reads the target's architecture through the whole ModelConfig (weights metadata, a GPU
+    # platform); the capture answers that one question itself, in each release's shape: 0.5.23 asks
+    # the module function `model_config_of(server_args)`, 0.5.17 the method `server_args.get_model_config()`.
+    answer = types.SimpleNamespace(hf_config=types.SimpleNamespace(architectures=[arch]))
+    if hasattr(hook, "model_config_of"):
+        hook.model_config_of = lambda sa: answer
+    ServerArgs.get_model_config = lambda self: answer  # type: ignore[method-assign]
     parser = launch_parser()
     cap = _Capture()
     logging.getLogger("sglang").addHandler(cap)
@@ -121,7 +143,7 @@ def spec_grid(target: str, draft: str, arch: str) -> dict[str, object]:
                 argv += [flag, str(value)]
         if with_draft:
             argv += ["--speculative-draft-model-path", draft]
-        sa = ServerArgs.from_cli_args(parser.parse_args(argv))
+        sa = unresolved_server_args(parser.parse_args(argv))
         cap.lines.clear()
         effective: list[object] | None = None
         error = None
@@ -130,7 +152,7 @@ def spec_grid(target: str, draft: str, arch: str) -> dict[str, object]:
         except Exception as e:  # what the real hook refuses, in its own words
             error = f"{type(e).__name__}: {e}".rstrip(": ")
         else:
-            d = sa.resolved_dict()
+            d = sa.resolved_dict() if hasattr(sa, "resolved_dict") else vars(sa)
             effective = [d["speculative_num_steps"], d["speculative_eagle_topk"], d["speculative_num_draft_tokens"]]
         warned = []
         for w in cap.lines:
@@ -162,6 +184,7 @@ LOG_LINES = {
     "fatal_rank_died": r"scheduler died during initialization",
     "fatal_not_enough_memory": r"Not enough memory\. Please try to increase --mem-fraction-static",
     "fatal_cuda_graph": r"Capture cuda graph failed",
+    "fatal_kv_budget": r"Loaded weights leave no GPU memory for the KV cache",
 }
 
 
@@ -180,19 +203,40 @@ def log_lines(root: Path) -> dict[str, object]:
     return {"sglang": sglang.__version__, "lines": found}
 
 
+def meta_info_keys(root: Path) -> dict[str, object]:
+    """The keys the tokenizer manager writes into a /generate response's meta_info (from source: each
+    `meta_info["key"] = ...` of sglang/srt/managers/, with its file and line). 0.5.17 still writes the
+    speculative aliases its source marks for removal (spec_accepted_drafts, ...)."""
+    keys: dict[str, dict[str, object]] = {}
+    for path in sorted((root / "managers").rglob("*.py")):
+        rel = str(path.relative_to(root.parent.parent))
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            for key in re.findall(r'meta_info\["([a-z_]+)"\]\s*=', line):
+                keys.setdefault(key, {"file": rel, "line": i})
+    return {"sglang": sglang.__version__, "keys": dict(sorted(keys.items()))}
+
+
 def main() -> int:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     models = Path(sys.argv[2])
-    (out / "server_args.json").write_text(json.dumps(option_table(
+    table = json.dumps(option_table(
         launch_parser(), "argparse.ArgumentParser(prog='sglang.launch_server'); ServerArgs.add_cli_args(p); "
-                         "p._actions"), indent=1) + "\n")
+                         "p._actions"), indent=1) + "\n"
+    (out / "server_args.json").unlink(missing_ok=True)
+    (out / "server_args.json.gz").write_bytes(gzip.compress(table.encode(), mtime=0))
     (out / "bench_serving_args.json").write_text(json.dumps(option_table(
         bench_parser(), "runpy.run_module('sglang.benchmark.serving', run_name='__main__') up to parse_args; "
                         "p._actions"), indent=1) + "\n")
-    (out / "spec_grid.json").write_text(json.dumps(spec_grid(
-        str(models / "target"), str(models / "draft"), "LlamaForCausalLM"), separators=(",", ":")) + "\n")
+    # The big ones gzipped (mtime 0: the same capture gives the same bytes; the grid's 635 KB of JSON
+    # is 40 KB): every device call carries the tree next to the staged SGLang under a 64 MiB limit.
+    grid = json.dumps(spec_grid(str(models / "target"), str(models / "draft"), "LlamaForCausalLM"),
+                      separators=(",", ":")) + "\n"
+    (out / "spec_grid.json").unlink(missing_ok=True)
+    (out / "spec_grid.json.gz").write_bytes(gzip.compress(grid.encode(), mtime=0))
     (out / "log_lines.json").write_text(json.dumps(log_lines(Path(sglang.__file__).parent / "srt"), indent=1) + "\n")
+    (out / "meta_info_keys.json").write_text(json.dumps(meta_info_keys(Path(sglang.__file__).parent / "srt"),
+                                                        indent=1) + "\n")
     return 0
 
 

@@ -8,7 +8,7 @@ real 2x H200 captures (tests/fixtures/health_cases/).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from eaglebot.facts import health as hf
@@ -26,6 +26,7 @@ class Readings:
     dcgm: dict[str, Any]                             # {"status": ok|warn|fail|skipped, "why": ..., "tests": ...}
     dropped: list[str]                               # fields this driver did not know
     notes: list[str]                                 # probes that could not tell, said
+    unreadable: dict[int, str] = field(default_factory=dict)   # `cannot read GPU N: ...` (ERR!, a bad row)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ def health_report(host: str, r: Readings, t: hf.Thresholds, *, fail_on_warn: boo
     for i in r.selected:
         mine = [x for x in r.xids if hf.xid_gpu(x, bus) in (i, None)]
         v = hf.evaluate(r.rows[i], t, nvlink=r.links.get(i), nvlink_errors=r.link_errors.get(i), xids=mine)
+        if i in r.unreadable:     # fail closed: a GPU the driver cannot read is never healthy
+            v.add("fail", r.unreadable[i], "unreadable")
         if r.dcgm["status"] in ("fail", "warn"):
             v.add(r.dcgm["status"], r.dcgm["why"])
         verdicts[i] = v

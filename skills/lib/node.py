@@ -1,6 +1,7 @@
 """What node.drain and node.resume share: which scheduler a host is in (host var `scheduler`:
 slurm, kubernetes or none), its node name there (host var `node_name`, else the host's name),
-the tools (host vars `scontrol`, `sinfo`, `kubectl`, else on PATH) and the read-backs."""
+the tools (host vars `scontrol`, `sinfo`, `kubectl`, else on PATH) and the read-backs, including
+the reason eaglebot wrote (Slurm's drain reason; in Kubernetes an annotation on the node)."""
 from __future__ import annotations
 
 from typing import Literal
@@ -70,3 +71,10 @@ async def gpu_pods(ctx: SkillContext, node: str) -> list[tuple[str, str]]:
         return cluster.gpu_pods(res.stdout)
     except cluster.ClusterParseError as e:
         raise StepFailed(f"kubectl get pods on {ctx.host_name}: {e}") from None
+
+
+async def cordon_reason(ctx: SkillContext, node: str) -> str | None:
+    """The drain reason eaglebot annotated the node with when it cordoned it, or None."""
+    res = await run_ok(ctx, cluster.kubectl_command(tool(ctx, "kubectl"), "get", "node", node, "-o",
+                                                    cluster.DRAIN_ANNOTATION_PATH))
+    return cluster.parse_annotation(res.stdout)

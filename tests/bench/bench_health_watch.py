@@ -8,7 +8,8 @@ its nvidia-smi fail as a GPU off the bus does (exit 15), then waits for the fake
 to receive the incident's message; the latency is from the write to that call. Prints the
 latencies' median and p95, the bot's CPU per probe round (all N hosts once: user+system time
 of this process, which is the bot; the simulated tools run under sshd) and its peak RSS.
-Target (issue 21): p95 <= 60 s with 256 hosts at interval_s 30.
+Target (issue 21): p95 <= 60 s with 256 hosts at interval_s 30. The watch against the bot's own
+relaunches, faults inside teardown windows and human drains is bench_watch_lifecycle.py.
 """
 from __future__ import annotations
 

@@ -64,10 +64,11 @@ class Holders:
             p.wait(30)
 
 
-def kill_leftover_servers(state_dir: Path) -> list[int]:
-    """Kill the session of every server a pid file under state_dir/run still names (SGLang only)."""
+def kill_leftover_servers(state_dir: Path, port: int | None = None) -> list[int]:
+    """Kill the session of every server a pid file under state_dir/run still names (SGLang only);
+    with `port`, only that port's (a shared state folder, e.g. the default ~/.eaglebot, holds others')."""
     killed = []
-    for pid_file in sorted((Path(state_dir) / "run").glob("server-*.pid")):
+    for pid_file in sorted((Path(state_dir) / "run").glob(f"server-{port if port else '*'}.pid")):
         tok = pid_file.read_text().split()
         if not tok or not tok[0].isdigit():
             continue

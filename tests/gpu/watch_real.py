@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from eaglebot.config import load_settings
-from eaglebot.engine.health_watch import HealthWatch, HostReport, probe_host
+from eaglebot.engine.health_watch import HealthWatch, HostReport
 from eaglebot.frontends.services import Services
 
 LOAD = r'''
@@ -45,11 +45,9 @@ async def phase(svc: Services, watch: HealthWatch, name: str, seconds: float, in
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         t0 = time.monotonic()
-        cursor = await svc.store.health_cursor("gpu")
-        p = await probe_host(svc.pool.get("gpu"), svc.settings.hosts["gpu"].vars, cursor, watch.cfg.probe_timeout_s)
+        r: HostReport = await watch.probe_once("gpu")
+        p = r.probe
         durations.append(p.duration_s)
-        async with watch._deciding:
-            r: HostReport = await watch._apply(p)
         findings += [f"{f.gpu}: {f.level} {f.reason}" for f in p.findings] + [f"xid {x.code}" for _, x in p.xids]
         transitions += [f"{g}: {a} -> {b} ({why})" for g, a, b, why in r.transitions]
         if p.status != "ok":

@@ -8,14 +8,21 @@ Then, through the real `eagle` command code:
 
 1. `eagle run relaunch` with topk 1 and 16 draft tokens: the stale server is killed,
    the GPU verified free, SGLang relaunched, benchmarked; the bot warns that SGLang
-   silently turns 16 draft tokens into 4;
+   silently turns 16 draft tokens into 4; the draft-contract gate sees the draft for
+   the first time (what its config makes the server capture is recorded) and the probe
+   finds its acceptance per position as its training (SpecForge's best_meta.json) predicts;
 2. `eagle run bench`: the reference throughput;
-3. `eagle run relaunch -e aux_layers=[-1,2,30]`: the draft's capture layers are
-   patched (diff and backup recorded) and throughput drops;
-4. `eagle run bench -e baseline_tok_s=<run 2>`: the drop is flagged (exit code 3),
+3. `eagle run relaunch -e aux_layers=[-1,2,30]` (the seeds' wrong "fix"): the gate refuses
+   it with exit code 2, naming what the server would feed the draft and what training used,
+   before the running server is touched (it keeps serving);
+4. the same with `-e draft_mismatch=allow`: patched (diff and backup recorded), relaunched,
+   and the probe says `wrong inputs`, naming the capture list;
+5. `eagle run bench -e baseline_tok_s=<run 2>`: the drop is flagged (exit code 3),
    naming the config change since the last good run;
-5. `eagle run revert-config`: the config is restored byte for byte;
-6. `eagle history` and `eagle show`.
+6. `eagle run draft-repair --yes`: candidate capture lists tried as relaunches, the one that
+   restores acceptance kept (the draft's config is byte for byte as trained again);
+7. `eagle bisect` names the change that cost the throughput, then `eagle history` and `eagle show`.
+The draft declares what it was trained on in SIMULATED-training.json (the sim's truth).
 Every process the demo started is stopped at the end.
 """
 from __future__ import annotations
@@ -68,6 +75,15 @@ def _write_models(root: Path) -> tuple[Path, Path]:
         "num_hidden_layers": 1, "draft_vocab_size": 32000,
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], "use_aux_hidden_state": True},
         "_comment": "SIMULATED EAGLE-3 draft for the eaglebot demo"}, indent=2) + "\n")
+    accuracy = [0.747, 0.71, 0.68]
+    # the sim's truth: what this draft learned from (a real draft's weights know it)
+    (draft / "SIMULATED-training.json").write_text(json.dumps({"trained_layer_outputs": [2, 30, 58],
+                                                               "per_position_acc": accuracy}) + "\n")
+    # what its trainer wrote beside it: SpecForge's CheckpointManager best_meta.json
+    (models / "llama31-8b-eagle3.best_meta.json").write_text(json.dumps({
+        "run_id": "llama31-8b-eagle3", "step": 12000, "score": 2.41, "metric": "eval/simulated_acc_len",
+        "metrics": {"eval/avg_acc": accuracy[0], "eval/per_position_acc": accuracy,
+                    "eval/simulated_acc_len": 2.41}}, indent=2) + "\n")
     return target, draft
 
 
@@ -137,6 +153,13 @@ def _group_alive(pgid: int) -> bool:
         if int(rest[2]) == pgid and rest[0] not in ("Z", "X"):
             return True
     return False
+
+
+def _server_pid(state_dir: Path, port: int) -> int | None:
+    try:
+        return int((state_dir / "run" / f"server-{port}.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _eagle(eagle: EagleMain, cfg: Path, *argv: str) -> int:
@@ -224,27 +247,35 @@ def demo_main(eagle: EagleMain, workdir: str | os.PathLike[str] | None = None, k
         good = _last_run_id(root / "eagle.db")
         base = _last_metric(root / "eagle.db", good, "output_throughput")
 
-        _say("\n--- 3. relaunch with the draft's capture layers patched to [-1,2,30] ---")
-        codes["relaunch-patched"] = _eagle(eagle, cfg, "run", "relaunch", "-H", HOST, *spec, "-e", "aux_layers=[-1,2,30]")
+        wrong = ["-e", "aux_layers=[-1,2,30]"]
+        _say("\n--- 3. relaunch with the draft's capture layers 'fixed' to [-1,2,30]: the gate refuses it ---")
+        serving = _server_pid(state_dir, port)
+        codes["relaunch-refused"] = _eagle(eagle, cfg, "run", "relaunch", "-H", HOST, *spec, *wrong)
+        still = serving is not None and _server_pid(state_dir, port) == serving and _wait_health(port, 5)
+        _say(f"the server from step 1 (pid {serving}) is still serving, untouched: {still}")
+
+        _say("\n--- 4. the same, allowed (-e draft_mismatch=allow): the probe names the capture list ---")
+        codes["relaunch-allowed"] = _eagle(eagle, cfg, "run", "relaunch", "-H", HOST, *spec, *wrong,
+                                           "-e", "draft_mismatch=allow")
         patched = _last_run_id(root / "eagle.db")
 
-        _say(f"\n--- 4. benchmark again against run {good}'s throughput (a regression exits 3 and says what changed) ---")
+        _say(f"\n--- 5. benchmark again against run {good}'s throughput (a regression exits 3 and says what changed) ---")
         codes["bench"] = _eagle(eagle, cfg, *bench, "-e", f"baseline_tok_s={base if base is not None else 0:.2f}")
 
-        _say("\n--- 5. revert the draft config from the bot's backup ---")
-        codes["revert"] = _eagle(eagle, cfg, "run", "revert-config", "-H", HOST)
+        _say("\n--- 6. repair: candidate capture lists tried as relaunches (approved with --yes), the best kept ---")
+        codes["repair"] = _eagle(eagle, cfg, "run", "draft-repair", "-H", HOST, "--yes")
         restored = draft_cfg.read_bytes() == original
         _say(f"draft config.json restored byte for byte: {restored}")
 
-        _say(f"\n--- 6. which change cost it? bisect relaunch #{relaunched} (good) against #{patched} (bad) ---")
+        _say(f"\n--- 7. which change cost it? bisect relaunch #{relaunched} (good) against #{patched} (bad) ---")
         codes["bisect"] = _eagle(eagle, cfg, "bisect", str(relaunched), str(patched), "-H", HOST, "--repeats", "1",
                                  "--prompts", "16", "--yes")
 
-        _say("\n--- 7. the audit trail ---")
+        _say("\n--- 8. the audit trail ---")
         _eagle(eagle, cfg, "history")
         _eagle(eagle, cfg, "show", str(patched))
-        ok = (codes == {"relaunch": 0, "bench-good": 0, "relaunch-patched": 0, "bench": 3, "revert": 0,
-                        "bisect": 0} and restored)
+        ok = (codes == {"relaunch": 0, "bench-good": 0, "relaunch-refused": 2, "relaunch-allowed": 0, "bench": 3,
+                        "repair": 0, "bisect": 0} and restored and still)
     finally:
         stopped = _stop_everything(state_dir)
         if old_env is None:

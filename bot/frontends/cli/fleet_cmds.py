@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # (the engine loads only when a command runs: `eagle --help` 
     from eaglebot.store.rows import RunRow
 
 WATCH_POLL_S = 0.5
+FLEET_XIDS = 200          # the watch's newest events read for `eagle fleet --json`'s `xids`
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
@@ -38,14 +39,15 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", common:
 def cmd_fleet(args: argparse.Namespace) -> int:
     """The health watch's table: every watched host, and every host and GPU with a recorded state."""
     from eaglebot.frontends.cli.common import settings, view_store
-    from eaglebot.frontends.fleet_text import fleet_rows, fleet_text
+    from eaglebot.frontends.fleet_text import fleet_rows, fleet_text, fleet_xids
 
     cfg = settings(args)
     watched = cfg.resolve_hosts(cfg.health_watch.hosts) if cfg.health_watch else []
     with view_store(args) as store:
         rows = fleet_rows(store.health_states(), watched)
+        xids = fleet_xids(store.health_events(limit=FLEET_XIDS)) if args.json else []
     if args.json:
-        print_json({"hosts": rows})
+        print_json({"hosts": rows, "xids": xids})
     else:
         print(fleet_text(rows))
     return 0

@@ -22,6 +22,7 @@ from typing import Any
 from slack_sdk.models.blocks import ActionsBlock, ButtonElement
 from slack_sdk.web.async_client import AsyncWebClient
 
+from eaglebot.engine.fleet_health import OPEN_FROM
 from eaglebot.engine.health_watch import HostReport
 from eaglebot.frontends.fleet_text import alert_text, summary_text
 from eaglebot.frontends.slack import blocks as bk
@@ -38,10 +39,25 @@ HEALTH_SILENCE_ACTION = "eagle_health_silence"  # value "HOST GPU": no updates o
 SILENCE_S = 24 * 3600
 
 
+_BROADCAST = re.compile(r"@(channel|here|everyone)\b", re.IGNORECASE)
+
+
+def safe(s: object) -> str:
+    """A string a host wrote (a reason, a kernel log line), as Slack shows it and never acts on it:
+    `<`, `>`, `&` escaped (no `<!channel>`, no `<https://...|disguised link>`, no `<@U...>`), and
+    `@channel` kept from pinging with a zero-width joiner."""
+    return _BROADCAST.sub(lambda m: "@\u2060" + m.group(1), bk.escape(s))
+
+
+def safe_alert_text(host: str, gpu: int, state: str, reason: str) -> str:
+    """The incident's message text for Slack, everything the host wrote escaped."""
+    return alert_text(safe(host), gpu, state, safe(reason))
+
+
 def alert_blocks(host: str, gpu: int, state: str, reason: str, *, silenced: str | None = None) -> list[dict[str, Any]]:
     """The incident's message: what, and while it is open, the buttons to act on it.
     `silenced`: mrkdwn the caller built (a user mention and a time), shown as is."""
-    blocks = [bk.section(bk.escape(alert_text(host, gpu, state, reason)))]
+    blocks = [bk.section(safe_alert_text(host, gpu, state, reason))]
     if state == "healthy":
         return blocks
     why = shlex.quote(reason[:150])
@@ -66,12 +82,14 @@ async def post_health_alert(client: AsyncWebClient, store: AsyncStoreProtocol, c
                             report: HostReport) -> None:
     """Post or update the message of each incident this probe changed (a silenced one only
     when it is resolved)."""
-    if not report.transitions:
+    if not report.transitions and not report.notes:
         return
     rows = {r["gpu"]: r for r in await store.health_states(report.host)}
     for gpu, _before, after, reason in report.transitions:
         row = rows.get(gpu)
-        text = alert_text(report.host, gpu, after, reason)
+        if after == "expected":          # the bot's own teardown: shown in `eagle fleet`, never alerted
+            continue
+        text = safe_alert_text(report.host, gpu, after, reason)
         blocks = alert_blocks(report.host, gpu, after, reason)
         if after != "healthy" and silenced(row):
             continue
@@ -86,6 +104,23 @@ async def post_health_alert(client: AsyncWebClient, store: AsyncStoreProtocol, c
                                              str(resp.get("ts") or ""))
         except Exception as e:  # Slack is a view: the state is in the store whatever it answers
             log.warning("health alert for %s not posted: %s", report.host, slack_error(e))
+    for gpu, note in report.notes:
+        await _post_note(client, channel, rows.get(gpu), report.host, gpu, note)
+
+
+async def _post_note(client: AsyncWebClient, channel: str | None, row: HealthStateRow | None, host: str, gpu: int,
+                     note: str) -> None:
+    """What the watch left alone (a person's drain), in the incident's thread, else the channel."""
+    what = f"{host} (the host)" if gpu < 0 else f"{host} GPU {gpu}"
+    text = f":information_source: {safe(what)}: {safe(note)}"
+    where = (row["channel"] if row is not None and row["channel"] else None) or channel
+    if not where:
+        return
+    try:
+        await client.chat_postMessage(channel=where, text=text, blocks=[bk.section(text)],
+                                      thread_ts=row["message_ts"] if row is not None and row["channel"] else None)
+    except Exception as e:
+        log.warning("health note for %s not posted: %s", host, slack_error(e))
 
 
 class HealthAlerts:
@@ -106,7 +141,7 @@ class HealthAlerts:
         single = []
         for t in report.transitions:
             gpu, before, after, reason = t
-            if before == "healthy" and after != "healthy":
+            if before in OPEN_FROM and after not in OPEN_FROM:
                 self._opened.append(now)
                 if len(self._opened) > self.burst:
                     self._gathered.append((report.host, gpu, after, reason))
@@ -114,7 +149,7 @@ class HealthAlerts:
                         self._flusher = asyncio.create_task(self._flush_later())
                     continue
             single.append(t)
-        if single:
+        if single or report.notes:
             await post_health_alert(self.client, self.store, self.channel, replace(report, transitions=single))
 
     async def _flush_later(self) -> None:
@@ -126,8 +161,10 @@ class HealthAlerts:
         items, self._gathered = self._gathered, []
         if not items or not self.channel:
             return
+        safe_items = [(safe(host), gpu, state, safe(reason)) for host, gpu, state, reason in items]
+        text = summary_text(safe_items)
         try:
-            await self.client.chat_postMessage(channel=self.channel, text=summary_text(items))
+            await self.client.chat_postMessage(channel=self.channel, text=text, blocks=_sections(text))
         except Exception as e:
             log.warning("health summary of %d incidents not posted: %s", len(items), slack_error(e))
 
@@ -135,6 +172,18 @@ class HealthAlerts:
         if self._flusher is not None and not self._flusher.done():
             self._flusher.cancel()
         await self.flush()
+
+
+def _sections(text: str) -> list[dict[str, Any]]:
+    """mrkdwn text in as many sections as its lines need (a section holds 3,000 characters)."""
+    out: list[dict[str, Any]] = []
+    chunk = ""
+    for line in text.split("\n"):
+        if chunk and len(chunk) + len(line) + 1 > bk.MAX_SECTION - 100:
+            out.append(bk.section(chunk))
+            chunk = ""
+        chunk = f"{chunk}\n{line}" if chunk else line
+    return out + [bk.section(chunk)] if chunk else out
 
 
 async def silence_incident(client: AsyncWebClient, store: AsyncStoreProtocol, allowed: bool, user: str, value: str,
@@ -155,10 +204,10 @@ async def silence_incident(client: AsyncWebClient, store: AsyncStoreProtocol, al
     row = next((r for r in await store.health_states(host) if r["gpu"] == gpu), None)
     if row is not None and channel and ts:
         try:
-            await client.chat_update(channel=channel, ts=ts, text=alert_text(host, gpu, row["state"], row["reason"] or ""),
+            await client.chat_update(channel=channel, ts=ts, text=safe_alert_text(host, gpu, row["state"], row["reason"] or ""),
                                      blocks=alert_blocks(host, gpu, row["state"], row["reason"] or "",
                                                          silenced=f"<@{re.sub(r'[^A-Za-z0-9]', '', user)}> until "
                                                                   f"{iso[:16].replace('T', ' ')} UTC"))
         except Exception as e:
             log.warning("silenced alert for %s not updated: %s", host, slack_error(e))
-    return f"alerts of {host} {'(the host)' if gpu < 0 else f'GPU {gpu}'} silenced for 24 h"
+    return f"alerts of {safe(host)} {'(the host)' if gpu < 0 else f'GPU {gpu}'} silenced for 24 h"

@@ -65,7 +65,10 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if gs is not None and sd:
             try:
-                gs.remove_holder(sd, me)
+                # hard_exit: die as SGLang's kill_process_tree SIGKILLs a scheduler, leaving the
+                # teardown (and its Xid 45 lines) to the driver; else unregister, as a clean exit
+                if not gs.load_state(sd).get("hard_exit"):
+                    gs.remove_holder(sd, me)
             except Exception:
                 pass
         os._exit(0)

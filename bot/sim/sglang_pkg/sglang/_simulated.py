@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
-    from . import _adaptive, _landscape, _perf_model
+    from . import _adaptive, _draft_fit, _landscape, _perf_model
 else:
     def _sibling(name: str) -> ModuleType:
         # By path: this file also runs loaded on its own (tests, the fake nvidia-smi's helpers).
@@ -36,9 +36,16 @@ else:
     _perf_model = _sibling("_perf_model")
     _landscape = _sibling("_landscape")
     _adaptive = _sibling("_adaptive")
+    _draft_fit = _sibling("_draft_fit")
 
-VERSION = "0.5.23"
-BANNER = ("SIMULATED SGLang 0.5.23 (eaglebot sandbox): no model is loaded and no tokens are generated; "
+# The simulated release (each has a captured launch table, srt/server_args-<v>.json.gz). Read here, not
+# from the package: this file also runs loaded on its own by path.
+VERSIONS = ("0.5.17", "0.5.23")
+VERSION = os.environ.get("EAGLE_SIM_SGLANG_VERSION") or VERSIONS[-1]
+if VERSION not in VERSIONS:
+    raise SystemExit(f"SIMULATED sglang: no captured table of SGLang {VERSION} "
+                     f"(EAGLE_SIM_SGLANG_VERSION; known: {', '.join(VERSIONS)})")
+BANNER = (f"SIMULATED SGLang {VERSION} (eaglebot sandbox): no model is loaded and no tokens are generated; "
           "every number this server reports is SIMULATED.")
 H200_MIB = 143771
 DRAFT_TOKENS_WARNING = ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
@@ -147,6 +154,20 @@ def aux_layer_ids(draft_config: dict[str, Any]) -> list[int] | None:
     return None
 
 
+def weights_gb(config: dict[str, Any]) -> float:
+    """bf16 weights of a Llama-shaped target from its config.json (the staged real model: 0.31 GB, as
+    SGLang logged); a config without the sizes counts as a ~2B model."""
+    h, inter, vocab, layers = (config.get(k) for k in ("hidden_size", "intermediate_size", "vocab_size",
+                                                       "num_hidden_layers"))
+    if not all(isinstance(v, int) and v > 0 for v in (h, inter, vocab, layers)):
+        return 4.25
+    assert isinstance(h, int) and isinstance(inter, int) and isinstance(vocab, int) and isinstance(layers, int)
+    heads, kv = config.get("num_attention_heads") or 1, config.get("num_key_value_heads") or 1
+    kv_dim = h * kv // max(1, heads)
+    per_layer = 2 * h * h + 2 * h * kv_dim + 3 * h * inter
+    return round((2 * vocab * h + layers * per_layer) * 2 / 2**30, 2)
+
+
 # -- performance model (deterministic) -------------------------------------------------
 
 class PerfModel:
@@ -164,6 +185,10 @@ class PerfModel:
         self.epoch = 0
         seed = os.environ.get("EAGLE_SIM_LANDSCAPE")
         self.landscape = _landscape.make(int(seed)) if seed not in (None, "") else None
+        # a draft folder that declares what it was trained on (SIMULATED-training.json): acceptance
+        # follows how well the capture points fit it, position by position
+        self.fit = _draft_fit.load(getattr(args, "speculative_draft_model_path", None), num_layers, aux_ids) \
+            if args.speculative_algorithm else None
         self.accept_len = self._accept_len()
 
     def refresh(self) -> None:
@@ -174,12 +199,22 @@ class PerfModel:
         a = self.args
         if a.speculative_algorithm is None:
             return 1.0
-        forced = os.environ.get("SGLANG_SIMULATE_ACC_LEN") or os.environ.get("EAGLE_SIM_ACCEPT_LEN")
-        if forced:
-            return float(forced)
-        if self.landscape is not None:
+        if self.forced() is not None:
+            return round(_landscape.accept_length(self.positions()), 4)
+        if getattr(a, "load_format", None) == "dummy":
+            return 1.0   # random weights: the draft never proposes what the target picks (seen on a real H200)
+        if self.landscape is not None or self.fit is not None:
             return round(_landscape.accept_length(self.positions()), 4)
         return _perf_model.accept_length(self.settings)
+
+    def forced(self) -> float | None:
+        """SGLANG_SIMULATE_ACC_LEN (or EAGLE_SIM_ACCEPT_LEN): SGLang's default `match-expected` rule
+        clamps it to [1, steps + 1] and accepts its floor or ceiling in drafts each verify
+        (speculative/spec_utils.py `_sample_simulated_acc_len`)."""
+        forced = os.environ.get("SGLANG_SIMULATE_ACC_LEN") or os.environ.get("EAGLE_SIM_ACCEPT_LEN")
+        if not forced or float(forced) <= 0:     # SGLang: turned off when < 0
+            return None
+        return max(1.0, min(float(forced), self.cell[0] + 1.0))
 
     @property
     def cell(self) -> tuple[int, int, int]:
@@ -195,12 +230,27 @@ class PerfModel:
         return _perf_model.acceptance_prob(s) / _perf_model.acceptance_prob(matched)
 
     def positions(self, prompt: str = "") -> list[float]:
-        """Acceptance of each draft position given the ones before it (a prompt's own, when given)."""
+        """Acceptance of each draft position given the ones before it: a forced accept length's, none with
+        random weights, the landscape's (a prompt's own, when given), a draft's declared training's, else
+        the perf model's."""
+        steps, _, draft = self.cell
+        depth = max(1, min(steps, draft - 1))
+        forced = self.forced()
+        if forced is not None:
+            whole, part = divmod(forced - 1.0, 1.0)
+            return ([1.0] * int(whole) + [part] + [0.0] * depth)[:depth]
+        if getattr(self.args, "load_format", None) == "dummy":
+            return [0.0] * depth
         if self.landscape is not None:
             scale = self.capture_factor() * (_landscape.prompt_scale(self.landscape, prompt) if prompt else 1.0)
             return _landscape.positions(self.landscape, self.cell, scale)
-        steps, _, draft = self.cell
-        return [_perf_model.acceptance_prob(self.settings)] * max(1, min(steps, draft - 1))
+        if self.fit is not None:
+            # the tree of a topk > 1 adds what the perf model says it adds to a well-matched draft
+            s = self.settings
+            s.aux_ids = list(self.default_ids)
+            tree = 1.0 - (1.0 - _perf_model.acceptance_prob(s)) / (1.0 - _perf_model.BASE_P)
+            return self.fit.positions(depth, tree)
+        return [_perf_model.acceptance_prob(self.settings)] * depth
 
     def spec_meta(self, out_len: int, verify_ct: int, prompt: str = "") -> dict[str, Any]:
         """A request's speculative meta_info, with SGLang's keys (tokenizer_manager.py)."""

@@ -1,4 +1,9 @@
-"""SIMULATED `python -m sglang.launch_server` (SGLang 0.5.23 flags, log lines and endpoints).
+"""SIMULATED `python -m sglang.launch_server`: the flags, log lines and endpoints of the SGLang release
+it simulates (EAGLE_SIM_SGLANG_VERSION, 0.5.17 or 0.5.23; what differs is in _releases.py).
+
+Like the real server: `--load-format dummy` (random weights) gives a draft that accepts nothing (accept
+length 1.00, every verify step keeps only the target's token); weights larger than the budget
+`--mem-fraction-static` leaves crash the scheduler with the real release's KV-budget ValueError.
 
 Test knobs (environment):
   EAGLE_SIM_FAIL=<fatal line>   die after "Load weight begin" printing that line
@@ -44,15 +49,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
     from . import _landscape
+    from . import _releases as releases
     from ._sim_batches import Batches
     from ._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids, log, read_json,
-                             resolve_speculative, visible_gpus)
+                             resolve_speculative, visible_gpus, weights_gb)
     from .srt.server_args import ServerArgs
 else:
     from sglang import _landscape
+    from sglang import _releases as releases
     from sglang._sim_batches import Batches
     from sglang._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids,
-                                   log, read_json, resolve_speculative, visible_gpus)
+                                   log, read_json, resolve_speculative, visible_gpus, weights_gb)
     from sglang.srt.server_args import ServerArgs
 
 
@@ -105,12 +112,16 @@ class Server:
 
     # -- /server_info --------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {k: v for k, v in vars(self.args).items()}
-        info["launch_command"] = shlex.join(["python3", "-m", "sglang.launch_server", *self.argv])
+        fields = releases.server_info_fields(VERSION, dict(vars(self.args)))
+        info: dict[str, Any] = dict(fields)
+        info.update(releases.server_info_top(
+            VERSION, shlex.join(["python3", "-m", "sglang.launch_server", *self.argv]), 1024000,
+            self.args.context_length or 131072))
         info["version"] = VERSION
         info["simulated"] = True
-        state: dict[str, Any] = {"last_gen_throughput": round(self.perf.accept_len / self.perf.step_s(), 2),
-                 "memory_usage": {"weight": 15.0, "kvcache": 98.2, "token_capacity": 1024000}}
+        state: dict[str, Any] = releases.internal_state(VERSION, fields, self.args.speculative_num_draft_tokens)
+        state.update({"last_gen_throughput": round(self.perf.accept_len / self.perf.step_s(), 2),
+                      "memory_usage": {"weight": 15.0, "kvcache": 98.2, "token_capacity": 1024000}})
         with self.lock:
             if self.args.speculative_algorithm and self.decode_steps >= 40:
                 state["avg_spec_accept_length"] = round(self.accepted_tokens / self.decode_steps, 4)
@@ -175,13 +186,27 @@ class Server:
             rate = (al - 1) / max(1, (self.args.speculative_num_draft_tokens or 2) - 1)
             spec = (f"accept len: {al:.2f}, accept rate: {rate:.2f}, "
                     if self.args.speculative_algorithm else "")
+            graphs = not self.args.disable_cuda_graph
             log(f"Decode batch, #running-req: {batch}, #token: {in_len + out_len}, token usage: 0.00, {spec}"
-                f"cuda graph: True, gen throughput (token/s): {batch / itl:.2f}, #queue-req: 0, ", "TP0")
+                f"cuda graph: {graphs}, gen throughput (token/s): {batch / itl:.2f}, #queue-req: 0", "TP0")
         meta: dict[str, Any] = {"id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": out_len},
-                "prompt_tokens": in_len, "completion_tokens": out_len, "cached_tokens": 0,
-                "e2e_latency": e2e, "simulated_ttft": ttft, "simulated_itl": itl}
+                "prompt_tokens": in_len, "weight_version": "default", "num_retractions": 0,
+                "reasoning_tokens": 0, "completion_tokens": out_len, "cached_tokens": 0,
+                "cached_tokens_details": None, "dp_rank": None, "e2e_latency": e2e,
+                "simulated_ttft": ttft, "simulated_itl": itl}
         if self.args.speculative_algorithm:
-            meta.update(perf.spec_meta(out_len, verify_ct, prompt))
+            # the first token comes from the prefill; beyond one per verify step, from accepted drafts; the
+            # per-position histogram is the acceptance model's (a forced length, random weights, the
+            # landscape, a draft that declares its training, else the perf model)
+            fitted = perf.spec_meta(out_len, verify_ct, prompt)
+            correct = int(fitted.get("spec_num_correct_drafts", max(0, out_len - 1 - verify_ct)))
+            meta.update(releases.spec_meta(VERSION, out_len, verify_ct, self.args.speculative_num_draft_tokens or 2,
+                                           correct))
+            if "spec_correct_drafts_histogram" in fitted:
+                meta["spec_correct_drafts_histogram"] = fitted["spec_correct_drafts_histogram"]
+                if "spec_accept_histogram" in meta:
+                    meta["spec_accept_histogram"] = fitted["spec_correct_drafts_histogram"]
+        meta["response_sent_to_client_ts"] = time.time()
         if float(sp.get("temperature", 1.0)) == 0.0:
             ids = self.greedy_ids(json.dumps(body.get("input_ids") or body.get("text")), out_len)
             return {"text": " ".join(f"t{i}" for i in ids), "output_ids": ids, "meta_info": meta}
@@ -366,10 +391,12 @@ def main(argv: list[str] | None = None) -> int:
 
     mib = int(args.mem_fraction_static * H200_MIB)
     stall_at = os.environ.get("EAGLE_SIM_STALL_AT", "")
+    pre_gb = 139.21
+    weights = weights_gb(read_json(Path(os.path.expanduser(args.model_path)) / "config.json"))
     log("Init torch distributed begin.", "TP0")
     _stall_if(stall_at == "nccl")
     log("Init torch distributed ends. mem usage=0.00 GB", "TP0")
-    log("Load weight begin. avail mem=139.21 GB", "TP0")
+    log(f"Load weight begin. avail mem={pre_gb:.2f} GB", "TP0")
     _stall_if(stall_at == "load")
     time.sleep(float(os.environ.get("EAGLE_SIM_LOAD_S", "0.3")))
     fatal = os.environ.get("EAGLE_SIM_FAIL")
@@ -377,6 +404,16 @@ def main(argv: list[str] | None = None) -> int:
         if fatal == "1":
             fatal = "Not enough memory. Please try to increase --mem-fraction-static."
         log(fatal, "TP0")
+        log("Received sigquit from a child process. It usually means the child failed.")
+        return 1
+    budget_error = releases.kv_budget_error(args.mem_fraction_static, pre_gb, pre_gb - weights)
+    if budget_error:   # the scheduler's traceback, then the launcher's sigquit handler (engine.py)
+        log(f"Load weight end. type={arch or 'LlamaForCausalLM'}, dtype=torch.bfloat16, "
+            f"avail mem={pre_gb - weights:.2f} GB, mem usage={weights:.2f} GB.", "TP0")
+        log("Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "sglang/srt/managers/scheduler.py", line 4931, in run_scheduler_process\n'
+            '  File "sglang/srt/mem_cache/kv_cache_configurator.py", line 1646, in _profile_available_bytes\n'
+            f"{budget_error}", "TP0")
         log("Received sigquit from a child process. It usually means the child failed.")
         return 1
     gpus = visible_gpus(args.tp_size)
@@ -394,18 +431,23 @@ def main(argv: list[str] | None = None) -> int:
             log(f"Rank {rank} scheduler died during initialization (exit code: {c.wait()})")
             return 1
         threading.Thread(target=server.watch_child, args=(c,), daemon=True).start()
-    log(f"Load weight end. type={arch or 'LlamaForCausalLM'}, dtype=torch.bfloat16, avail mem=123.96 GB, "
-        f"mem usage=15.25 GB.", "TP0")
+    log(f"Load weight end. type={arch or 'LlamaForCausalLM'}, dtype=torch.bfloat16, "
+        f"avail mem={pre_gb - weights:.2f} GB, mem usage={weights:.2f} GB.", "TP0")
     if aux_ids is not None:
         log(f"EAGLE-3 draft capture layers (eagle_aux_hidden_state_layer_ids): {aux_ids}", "TP0")
     log("KV Cache is allocated. #tokens: 1024000, K size: 49.22 GB, V size: 49.22 GB", "TP0")
     # sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py:759 and :788 (0.5.23)
     graph = "target verify" if args.speculative_algorithm else "target decode"
     per_req = (args.speculative_num_draft_tokens or 1) if args.speculative_algorithm else 1
-    log(f"Capture {graph} CUDA graph begin. backend=full, num_tokens_per_req={per_req}, avail mem=25.52 GB", "TP0")
-    _stall_if(stall_at == "cuda_graph")
-    log(f"Capture {graph} CUDA graph end. bs=[1, 2, 4, 8], elapsed=0.00 s, mem usage=0.61 GB, avail mem=24.91 GB.",
-        "TP0")
+    if args.disable_cuda_graph:   # 0.5.17's own words for it (tests/fixtures/sglang/0.5.17/h200-real/server.log)
+        log("Disable prefill CUDA graph because cuda_graph_config resolved prefill.backend='disabled' (e.g. via "
+            "--cuda-graph-backend-prefill=disabled or auto-disable rules).", "TP0")
+    else:
+        log(f"Capture {graph} CUDA graph begin. backend=full, num_tokens_per_req={per_req}, avail mem=25.52 GB",
+            "TP0")
+        _stall_if(stall_at == "cuda_graph")
+        log(f"Capture {graph} CUDA graph end. bs=[1, 2, 4, 8], elapsed=0.00 s, mem usage=0.61 GB, "
+            f"avail mem=24.91 GB.", "TP0")
     log(f"max_total_num_tokens=1024000, chunked_prefill_size={args.chunked_prefill_size}, "
         f"max_prefill_tokens={args.max_prefill_tokens}, max_running_requests={args.max_running_requests or 2048}, "
         f"context_len={args.context_length or 131072}, available_gpu_mem=24.91 GB", "TP0")

@@ -1,7 +1,7 @@
-"""SIMULATED `sglang.srt.server_args`: `ServerArgs.add_cli_args(parser)` builds SGLang 0.5.23's REAL
-launch parser from the captured table (`server_args.json` beside this file, a copy of
-tests/fixtures/sglang/0.5.23/server_args.json made by scripts/capture/sglang.sh from the real wheel;
-a test keeps the two identical). So every option, alias, nargs, choice and default is SGLang's, and
+"""SIMULATED `sglang.srt.server_args`: `ServerArgs.add_cli_args(parser)` builds the REAL launch parser
+of the simulated release from its captured table (`server_args-<version>.json.gz` beside this file, a
+copy of tests/fixtures/sglang/<version>/server_args.json.gz made by scripts/capture/sglang.sh from the
+real wheel; a test keeps them identical). So every option, alias, nargs, choice and default is SGLang's, and
 argparse's own abbreviation rules apply: `--cuda-graph-bs` is ambiguous here exactly as it is there.
 
 Stand-alone (standard library only): it runs on the GPU host with whatever Python is there.
@@ -9,12 +9,18 @@ Stand-alone (standard library only): it runs on the GPU host with whatever Pytho
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-TABLE = Path(__file__).with_name("server_args.json")
+if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
+    from .._simulated import VERSION as __version__
+else:
+    from sglang._simulated import VERSION as __version__
+
+TABLE = Path(__file__).with_name(f"server_args-{__version__}.json.gz")
 
 _SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -72,9 +78,11 @@ def _add(parser: argparse.ArgumentParser, row: dict[str, Any]) -> None:
         kw["action"] = "store_true"
     elif action == "DeprecatedStoreConstAction":
         kw.update(action="store_const", const=True)
+    elif action == "DeprecatedAction":   # 0.5.17: a retired flag that takes no value and sets nothing
+        kw.update(action="store_const", const=row["default"])
     elif action == "BooleanOptionalAction":
         kw["action"] = argparse.BooleanOptionalAction
-    else:  # _StoreAction, LoRAPathAction (a store with nargs)
+    else:  # _StoreAction, LoRAPathAction, DeprecatedAliasStoreAction (0.5.17: an old name, warned about)
         if row["nargs"] is not None:
             kw["nargs"] = row["nargs"]
         if TYPES.get(row["type"]) is not None:
@@ -89,5 +97,5 @@ class ServerArgs:
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
-        for row in json.loads(TABLE.read_text())["options"]:
+        for row in json.loads(gzip.decompress(TABLE.read_bytes()))["options"]:
             _add(parser, row)

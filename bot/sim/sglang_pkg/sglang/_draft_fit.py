@@ -1,0 +1,101 @@
+"""SIMULATED: how well an EAGLE-3 draft fits the hidden states the server feeds it.
+
+Standard library only (it runs on the GPU host with whatever Python is there). A SIMULATED
+draft folder may declare what its training saw in `SIMULATED-training.json` (the sim's ground
+truth, the way a real draft's weights are): `{"trained_layer_outputs": [2, 30, 58],
+"per_position_acc": [0.747, 0.70, 0.66]}`. The server then resolves its own capture points from
+the draft's config with SGLang 0.5.23's Llama rule (llama.py: `layers_to_capture = [id + 1 ...]`,
+default `[2, N//2, N-3]`; the forward captures what ENTERS layer b, the output of layer b - 1),
+and every capture slot that differs from training costs acceptance: a neighbouring layer a
+little, a far one or the embedding nearly all. The loss compounds along the draft's positions
+(each builds on the one before), which is the signature draft.probe looks for: position 1 far
+below training, the later ones near zero. Without the file the sim keeps its old model.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE = "SIMULATED-training.json"
+SERVING = 0.95          # serving prompts accept a little less than the training eval predicts
+
+
+def points(ids: list[int] | None, n: int) -> list[int]:
+    """SGLang 0.5.23 Llama: the layer outputs the server captures for these config ids."""
+    raw = [v + 1 for v in ids] if ids is not None else [2, n // 2, n - 3]
+    return [b - 1 for b in sorted({v for v in raw if 0 <= v < n})]
+
+
+def slot_fit(trained: int, fed: int) -> float:
+    """What one capture slot keeps of the draft's skill: neighbouring layers' residual streams are
+    close, far ones less, the embedding has none of the context the draft learned to read."""
+    if trained == fed:
+        return 1.0
+    if -1 in (trained, fed):
+        return 0.5
+    gap = abs(trained - fed)
+    return 0.85 if gap == 1 else 0.7 if gap <= 3 else 0.6
+
+
+@dataclass(frozen=True)
+class Fit:
+    trained: list[int]
+    accuracy: list[float]
+    fed: list[int]
+
+    @property
+    def quality(self) -> float:
+        if len(self.fed) != len(self.trained):
+            return 0.02                 # a real server would not even launch (the fc's width)
+        q = 1.0
+        for t, f in zip(sorted(self.trained), self.fed):
+            q *= slot_fit(t, f)
+        return q
+
+    def positions(self, depth: int, tree: float) -> list[float]:
+        """Acceptance of each draft position given the one before (`tree`: what topk > 1 adds)."""
+        q = self.quality
+        out = []
+        for j in range(depth):
+            a = self.accuracy[min(j, len(self.accuracy) - 1)] * SERVING * q ** (j + 1)
+            out.append(1.0 - (1.0 - a) * (1.0 - tree))
+        return out
+
+
+def accept_length(pos: list[float]) -> float:
+    total, run = 1.0, 1.0
+    for a in pos:
+        run *= a
+        total += run
+    return total
+
+
+def histogram(verify_ct: int, pos: list[float]) -> list[int]:
+    """Verify passes that accepted k draft tokens, k = 0..depth (largest remainder rounding)."""
+    shares, run = [], 1.0
+    for a in pos:
+        shares.append(run * (1.0 - a))
+        run *= a
+    shares.append(run)
+    raw = [s * verify_ct for s in shares]
+    counts = [math.floor(x) for x in raw]
+    for i in sorted(range(len(raw)), key=lambda i: raw[i] - counts[i], reverse=True)[:verify_ct - sum(counts)]:
+        counts[i] += 1
+    while len(counts) > 1 and counts[-1] == 0:
+        counts.pop()                    # SGLang's histogram ends at the longest acceptance seen
+    return counts
+
+
+def load(draft: str | None, n: int, ids: list[int] | None) -> Fit | None:
+    if not draft:
+        return None
+    try:
+        doc = json.loads((Path(draft).expanduser() / FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    trained, acc = doc.get("trained_layer_outputs"), doc.get("per_position_acc")
+    if not isinstance(trained, list) or not isinstance(acc, list) or not acc:
+        return None
+    return Fit([int(v) for v in trained], [float(a) for a in acc], points(ids, n))

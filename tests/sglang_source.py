@@ -1,0 +1,57 @@
+"""The REAL SGLang source of a version, for the draft-contract tests: the wheel from PyPI
+(`pip download --no-deps sglang==VERSION`, ~40 MB, seconds), its Python files unpacked (never
+installed, nothing imported: the probe reads them as it reads a host's installed package).
+
+Cached in $EAGLE_SGLANG_SRC (default ~/.cache/eaglebot/sglang-src/VERSION), fetched on first use
+(CI: a fresh machine downloads 0.5.23 and 0.5.17 once, about 2 x 40 MB, a few seconds);
+`python tests/sglang_source.py 0.5.23` fetches by hand. Nothing of SGLang is vendored here.
+A machine that cannot download it fails the test that needs it, saying so (never a skip).
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+# What the probe reads: the package's version, its model files, and the model runner (where the
+# draft's config key is read). The rest of the wheel is not unpacked.
+KEEP = ("sglang/__init__.py", "sglang/_version.py", "sglang/version.py", "sglang/srt/__init__.py",
+        "sglang/srt/models/", "sglang/srt/model_executor/")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("EAGLE_SGLANG_SRC") or Path.home() / ".cache" / "eaglebot" / "sglang-src")
+
+
+def real_sglang(version: str) -> Path:
+    """The `sglang` folder of the real wheel of `version` (downloaded and unpacked once)."""
+    root = cache_root() / version
+    done = root / ".complete"
+    if done.exists():
+        return root / "sglang"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:          # xdist workers: one downloads, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            with tempfile.TemporaryDirectory() as tmp:
+                res = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                                      "--disable-pip-version-check", f"sglang=={version}", "-d", tmp],
+                                     capture_output=True, text=True, timeout=600)
+                wheels = list(Path(tmp).glob("sglang-*.whl"))
+                if res.returncode != 0 or not wheels:
+                    raise RuntimeError(f"could not download the real sglang=={version} wheel (pip: "
+                                       f"{(res.stderr.strip().splitlines() or ['no output'])[-1]}); these tests read "
+                                       f"its source: give this machine PyPI access or set EAGLE_SGLANG_SRC")
+                with zipfile.ZipFile(wheels[0]) as z:
+                    z.extractall(root, [n for n in z.namelist() if n.endswith(".py") and n.startswith(KEEP)])
+            done.write_text(version + "\n")
+    return root / "sglang"
+
+
+if __name__ == "__main__":
+    for v in sys.argv[1:]:
+        print(real_sglang(v))

@@ -1,0 +1,55 @@
+"""The SIMULATED SGLang's model of a draft fed other hidden states than it was trained on
+(bot/sim/sglang_pkg/sglang/_draft_fit.py), held to the real thing: its capture rule is the one
+the table captured from the real 0.5.23 wheel has for LlamaForCausalLM, and its per-request
+stats carry the keys real SGLang puts in meta_info."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from eaglebot.facts import draft_accept, eagle3
+
+SIM = Path(__file__).resolve().parents[1] / "bot" / "sim" / "sglang_pkg" / "sglang" / "_draft_fit.py"
+REAL_META = Path(__file__).parent / "fixtures" / "sglang" / "0.5.17/h200-real" / "probes.json"
+
+
+def _fit():
+    spec = importlib.util.spec_from_file_location("sim_draft_fit", SIM)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["sim_draft_fit"] = mod          # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("ids", [None, [2, 30, 58], [-1, 2, 30], [3, 31, 59], [0, 14, 27], [1, 29, 57], [5, 5, 9]])
+def test_the_sims_capture_points_are_the_real_0523_llama_rule(ids):
+    res = eagle3.resolve_with_table(eagle3.load_table("0.5.23"), ["LlamaForCausalLM"], 61, [ids])
+    assert isinstance(res, eagle3.Resolution)
+    assert _fit().points(ids, 61) == res.points(0)
+
+
+def test_acceptance_collapses_position_by_position_when_the_capture_points_differ():
+    fit = _fit()
+    acc = [0.747, 0.71, 0.68]
+    exact = fit.Fit([2, 30, 58], acc, [2, 30, 58]).positions(3, 0.0)
+    shifted = fit.Fit([2, 30, 58], acc, [3, 31, 59]).positions(3, 0.0)
+    wrong = fit.Fit([2, 30, 58], acc, [-1, 2, 30]).positions(3, 0.0)
+    assert exact == [pytest.approx(a * fit.SERVING) for a in acc]
+    assert all(w < s < e for w, s, e in zip(wrong, shifted, exact))
+    assert wrong[0] < 0.5 * acc[0] and wrong[1] < 0.1          # what draft.probe calls wrong inputs
+    for pos in (exact, shifted, wrong):
+        hist = fit.histogram(400, pos)
+        assert sum(hist) == 400
+        stats = draft_accept.Stats(answered=1, verify_ct=400, histogram=hist)
+        assert [round(p, 1) for p in stats.positions(3)[:1]] == [round(pos[0], 1)]
+
+
+def test_the_sims_meta_info_keys_are_real_sglangs():
+    real = json.loads(REAL_META.read_text())["generate"]["body"]["meta_info"]
+    for key in ("spec_verify_ct", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
+                "spec_accept_rate", "spec_correct_drafts_histogram"):
+        assert key in real

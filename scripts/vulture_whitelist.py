@@ -70,3 +70,5 @@ _.set_leader
 _.decorator_list, _.returns
 # RemoteProcRow.step_started_at: a column of pending_procs' join, read by engine/procs.clear_pending as row.get(...).
 _.step_started_at
+# prometheus_client's Collector interface: the registry calls collect() on every scrape.
+_.collect

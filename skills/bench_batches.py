@@ -66,7 +66,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if ctx.dry_run:
         ctx.would(f"benchmark port {port} at batch sizes {', '.join(map(str, sizes))}, {params.repeats} run(s) each")
         return StepResult.skipped(f"dry-run: would benchmark {len(sizes)} batch sizes")
-    code, _ = await server.http_get(ctx, params.python, port, "/health")
+    base = await server.base_url(ctx, port)     # where it listens: 127.0.0.1 unless relaunch bound it elsewhere
+    code, _ = await server.http_get(ctx, params.python, port, "/health", base=base)
     if code != 200:
         raise StepFailed(f"no ready server on port {port} (GET /health -> {code or 'no answer'}); launch it first")
     made = await ctx.host.run(f"mkdir -p -- {shlex.quote(folder)}", timeout=30)
@@ -78,7 +79,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         samples, accepts, completed = [], [], []
         for i in range(params.repeats):
             out_file = f"{folder}/batches-{port}-run{ctx.run_id}-step{ctx.step_idx}-bs{b}-{i + 1}.jsonl"
-            argv = bench.argv(params.python, port, prompts, params.input_len, params.output_len, b, out_file)
+            argv = bench.argv(params.python, port, prompts, params.input_len, params.output_len, b, out_file,
+                              base=base)
             ctx.log(f"batch size {b}, run {i + 1}/{params.repeats}: {shlex.join(argv)}")
             record = await bench.run_once(ctx, argv, out_file, params.timeout_s)
             numbers = sglang.bench_numbers(record)
@@ -94,7 +96,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                        "completed": min(completed), "prompts": prompts}
         ctx.log(f"batch size {b}: {tok:.1f} tok/s (MAD {per[str(b)]['mad']:.1f} over {len(samples)} runs)")
     data: dict[str, Any] = {"batch_sizes": per}
-    code, body = await server.http_get(ctx, params.python, port, "/server_info")
+    code, body = await server.http_get(ctx, params.python, port, "/server_info", base=base)
     if code == 200:
         try:
             info = sglang.parse_server_info(body)

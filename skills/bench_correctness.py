@@ -52,12 +52,13 @@ async def _read_json(ctx: SkillContext, path: str) -> Any:
         return None
 
 
-async def _generate(ctx: SkillContext, p: Params, texts: list[str], folder: str) -> list[list[int] | None]:
+async def _generate(ctx: SkillContext, p: Params, texts: list[str], folder: str,
+                    base: str) -> list[list[int] | None]:
     # `folder` is absolute (under ctx.state_dir, resolved by the host): Python gets a path it can open.
     # The random part: several bots (or test workers) may share one login's state folder.
     prompts_file = f"{folder}/prompts-{ctx.run_id}-{ctx.step_idx}-{secrets.token_hex(4)}.json"
     await ctx.host.write_file(prompts_file, json.dumps(texts).encode())
-    argv = [p.python, "-c", correctness.GENERATE_PY, prompts_file, str(p.port), str(p.max_tokens),
+    argv = [p.python, "-c", correctness.GENERATE_PY, prompts_file, base, str(p.max_tokens),
             str(max(10.0, p.timeout_s / 4))]
     res = await ctx.host.run(shlex.join(argv), timeout=p.timeout_s)
     await ctx.host.run(f"rm -f {path_for_shell(prompts_file)}", timeout=30)
@@ -80,7 +81,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if ctx.dry_run:
         ctx.would(f"send {params.num_prompts} greedy prompts to port {params.port} and compare with the reference")
         return StepResult.skipped(f"dry-run: would check {params.num_prompts} greedy outputs on port {params.port}")
-    code, body = await server.http_get(ctx, params.python, params.port, "/server_info")
+    base = await server.base_url(ctx, params.port)
+    code, body = await server.http_get(ctx, params.python, params.port, "/server_info", base=base)
     if code != 200:
         raise StepFailed(f"no ready server on port {params.port} (GET /server_info -> {code or 'no answer'}); "
                          f"launch it first (server.launch)")
@@ -96,7 +98,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         return StepResult.ok(f"no speculative decoding: the greedy reference ({what}, recorded by run "
                              f"#{ref.get('run_id')}) is kept", data={"reference": ref_path})
     await ctx.host.run(f"mkdir -p {path_for_shell(folder)}", timeout=30)
-    outputs = await _generate(ctx, params, texts, folder)
+    outputs = await _generate(ctx, params, texts, folder, base)
     if not spec:
         doc = {"model": model, "max_tokens": params.max_tokens, "seed": params.seed, "prompts": texts,
                "outputs": outputs, "run_id": ctx.run_id,

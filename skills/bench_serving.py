@@ -61,9 +61,10 @@ class Params(SkillParams):
         "(said in the summary and as `source: table` in the data)"))
 
 
-def bench_argv(p: Params, output_file: str) -> list[str]:
+def bench_argv(p: Params, output_file: str, base: str | None = None) -> list[str]:
+    """`base`: the server's URL where the host reaches it (server.base_url), default 127.0.0.1."""
     return bench.argv(p.python, p.port, p.num_prompts, p.input_len, p.output_len, p.max_concurrency, output_file,
-                      p.extra_args)
+                      p.extra_args, base)
 
 
 async def _server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[str, str] | None]:
@@ -120,7 +121,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if pid is not None and env is None:
         warnings.append(f"could not read the environment of server pid {pid}: "
                         f"SGLANG_SIMULATE_ACC_LEN was not checked")
-    code, _ = await server.http_get(ctx, params.python, port, "/health")
+    base = await server.base_url(ctx, port)
+    code, _ = await server.http_get(ctx, params.python, port, "/health", base=base)
     if code != 200:
         raise StepFailed(f"no ready server on port {port} (GET /health -> {code or 'no answer'}); "
                          f"launch it first (server.launch)")
@@ -139,7 +141,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     outputs: list[str] = []
     source = "jsonl"
     for i, out_file in enumerate(files):
-        argv = bench_argv(params, out_file)
+        argv = bench_argv(params, out_file, base)
         cmd = f"rm -f {shlex.quote(out_file)} && {shlex.join(argv)}"
         ctx.log(f"benchmark run {i + 1}/{params.repeats}: {shlex.join(argv)}")
         res = await ctx.host.run(cmd, timeout=params.timeout_s, on_output=lambda _s, line: ctx.log(line))
@@ -169,7 +171,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                 f"0 of {params.num_prompts} benchmark requests completed on port {port}: the server answered "
                 f"none of them (see its log)", warnings=warnings, output=sglang.tail(printed, 60))
         runs.append(numbers)
-    code, body = await server.http_get(ctx, params.python, port, "/server_info")
+    code, body = await server.http_get(ctx, params.python, port, "/server_info", base=base)
     avg_accept = None
     spec_alg: str | None = None
     if code == 200:

@@ -83,7 +83,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if ctx.dry_run:
         ctx.would(f"send {params.num_prompts} greedy prompts to port {params.port} and read the acceptance per position")
         return StepResult.skipped(f"dry-run: would probe the draft's acceptance on port {params.port}")
-    code, body = await server.http_get(ctx, params.python, params.port, "/server_info")
+    base = await server.base_url(ctx, params.port)
+    code, body = await server.http_get(ctx, params.python, params.port, "/server_info", base=base)
     if code != 200:
         raise StepFailed(f"no ready server on port {params.port} (GET /server_info -> {code or 'no answer'}); "
                          f"launch it first (server.launch)")
@@ -95,7 +96,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         return StepResult.skipped("the server runs without speculative decoding: no draft to probe")
     steps, topk = int(info.get("speculative_num_steps") or 1), int(info.get("speculative_eagle_topk") or 1)
     tokens = int(info.get("speculative_num_draft_tokens") or steps + 1)
-    argv = [params.python, "-c", draft_accept.GENERATE_PY, str(params.port), str(params.max_tokens),
+    argv = [params.python, "-c", draft_accept.GENERATE_PY, base, str(params.max_tokens),
             str(max(10.0, params.timeout_s / 4)), str(params.num_prompts)]
     res = await ctx.host.run(shlex.join(argv), timeout=params.timeout_s, stdin=json.dumps(list(draft_accept.PROMPTS)))
     if res.timed_out:

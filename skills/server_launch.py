@@ -1,19 +1,25 @@
 """Start an SGLang server (`python -m sglang.launch_server`) and wait until it answers.
 
-Pre-flight, before anything starts: the port must be free (SGLang only reports
-`[Errno 98]` after loading the model, minutes later), the host's own SGLang parser must
-accept the arguments (removed flags, typos), and the speculative flags are resolved with
-the rules of the release the host reports (0.5.17 and 0.5.23 are known; another is
-warned about and gets 0.5.23's): combinations SGLang would die on (a bare AssertionError
-or a TypeError) fail here, and silent overrides (topk 1 turns 16 draft tokens into
-num_steps + 1) are warnings. `checked_args`: arguments an earlier `check_only` step of the
-run had the host's parser accept (relaunch passes its own); the same arguments are not
-parsed again (importing sglang takes ~20 s on a GPU host).
+Pre-flight, before anything starts: the host's Python must import sglang (else the step fails
+with exit 2: `the host's Python ... cannot import sglang: ...`); the host's own SGLang parser must
+accept the arguments (removed flags, typos; the captured table of its release only where sglang
+imports but its parser cannot be asked, and the step says so); the GPUs `gpus` names must exist
+and be as many as tp × pp × dp asks; and the speculative flags are resolved with the rules of the
+release the host reports (0.5.17 and 0.5.23 are known; another is warned about and gets 0.5.23's):
+combinations SGLang would die on (a bare AssertionError or a TypeError) fail here, and silent
+overrides (topk 1 turns 16 draft tokens into num_steps + 1) are warnings. With `check_only` (run it
+before server.stop, as relaunch does) the port must be free or held by the server the bot
+launched: another process there is named and refused, and nothing is stopped. Without it the port
+must be free (SGLang only reports `[Errno 98]` after loading the model, minutes later).
+`checked_args`: arguments an earlier `check_only` step of the run had the host's parser accept
+(relaunch passes its own); the same arguments are not parsed again (importing sglang takes ~20 s
+on a GPU host).
 Then the server starts in its own session (pid file `{state_dir}/run/server-{port}.pid`,
-log `{state_dir}/logs/server-{port}-{run_id}.log`); the skill polls GET /health ON the
-host until it is 200, failing fast when the process exits or the log shows a fatal
-line (the log tail is kept with the step). Finally /server_info says what the server
-really runs with; any difference from what was asked is a warning.
+log `{state_dir}/logs/server-{port}-{run_id}.log`), bound to `host` (its --host); the skill polls
+GET /health ON the host (at 127.0.0.1 for a wildcard bind, else at that address) until it is 200,
+failing fast when the process exits or the log shows a fatal line (the log tail is kept with the
+step). Finally /server_info says what the server really runs with; any difference from what was
+asked is a warning.
 
 ```yaml
 - skill: server.launch
@@ -23,6 +29,7 @@ really runs with; any difference from what was asked is a warning.
     model: "{{ model }}"
     draft: "{{ draft }}"
     port: "{{ port }}"
+    host: 0.0.0.0
     spec_algorithm: EAGLE3
     spec_steps: 3
     spec_topk: 1
@@ -47,25 +54,26 @@ SGLang's own rules of that file first (facts/sglang_adaptive.py: slots, candidat
 them, topk 1), written to `{state_dir}/tune/adaptive-PORT-runRUN.json`, passed as
 `--speculative-adaptive --speculative-adaptive-config FILE` (the host's parser is asked about them too).
 Registers `log_path`, `pid`, `port`, `launch_args` (list), `sglang_version`, `adaptive_config`,
-`effective` (effective speculative settings), `ready_s`, `url`; with `check_only: true`, only
+`effective` (effective speculative settings), `ready_s`, `url` (where the bot reaches it), `bind`; with `check_only: true`, only
 `checked_args`, `predicted`, `checked_by` ("host" or "table <version>") and `checked_version`.
 """
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import re
 import shlex
 import time
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
-from eaglebot.skills.lib import launch_check, processes, server, stall
+from eaglebot.skills.lib import launch_check, preflight, processes, server, stall
 
 NAME = "server.launch"
 _LOG_MARK = "--EAGLE-LOG-7f3a--\n"
@@ -79,7 +87,9 @@ class Params(SkillParams):
     draft: str | None = Field(None, description="draft model path (--speculative-draft-model-path)",
                               json_schema_extra=HOST_PATH)
     port: int = Field(30000, ge=1, le=65535, description="port the server listens on (--port)")
-    host: str = Field("127.0.0.1", description="address the server binds (--host)")
+    host: str = Field("127.0.0.1", description="address the server binds (--host; relaunch: `bind`): 0.0.0.0 for "
+                                                "every interface; the bot's own requests go to 127.0.0.1 then, "
+                                                "else to this address")
     spec_algorithm: str | None = Field(None, description="--speculative-algorithm (EAGLE3, EAGLE, NEXTN, ...); "
                                                          "none: the target alone, no speculative decoding")
     spec_steps: int | None = Field(None, ge=1, description="--speculative-num-steps (unset: SGLang chooses)")
@@ -106,6 +116,23 @@ class Params(SkillParams):
         "they equal this launch's, the parser is not asked again"))
     checked_version: str | None = Field(None, description="the SGLang release that earlier check found on the host")
 
+    @field_validator("host")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        v = v.strip()
+        try:
+            ipaddress.ip_address(v.strip("[]"))
+            return v.strip("[]")
+        except ValueError:
+            pass
+        if not _HOSTNAME.match(v):
+            raise ValueError(f"{v[:60]!r} is not an IP address or a host name (e.g. 0.0.0.0, 10.0.0.7)")
+        return v
+
+
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
+
 
 def no_speculation(algorithm: str | None) -> bool:
     """`spec_algorithm` none, off or empty: launch the target alone (the draft is not passed)."""
@@ -117,9 +144,10 @@ def build_args(p: Params, adaptive_path: str | None = None) -> tuple[list[str], 
     given = sglang_args.flag_values(p.args)
     if p.adaptive_config is not None and ("--speculative-adaptive" in given or "--speculative-adaptive-config" in given):
         return [], "pass the adaptive config as `adaptive_config`, not as --speculative-adaptive* in args"
-    for flag in ("--port", "--host"):
-        if flag in given:
-            return [], f"pass the {flag[2:]} as the `{flag[2:]}` parameter, not in args"
+    if "--host" in given:
+        return [], "pass the address as `-e bind=...` (or host var bind), not --host in extra_args"
+    if "--port" in given:
+        return [], "pass the port as `-e port=...` (or host var port), not --port in extra_args"
     out: list[str] = []
     spec: list[tuple[str, object]] = [
         ("--speculative-algorithm", p.spec_algorithm), ("--speculative-draft-model-path", p.draft),
@@ -179,11 +207,11 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     cfg_path = adaptive_path(ctx, port) if params.adaptive_config is not None else None
     launch_args, err = build_args(params, cfg_path)
     if err:
-        raise StepFailed(err)
+        raise StepFailed(f"{err} ({preflight.KEEPS})", usage=True)
     if params.adaptive_config is not None:
         wrong = sglang_adaptive.problems(params.adaptive_config, params.spec_steps, params.spec_topk)
         if wrong:
-            raise StepFailed(f"SGLang would not run this adaptive config: {wrong[0]} (refused before launching)",
+            raise StepFailed(f"SGLang would not run this adaptive config: {wrong[0]} ({preflight.KEEPS})",
                              usage=True)
     flags = sglang_args.flag_values(launch_args)
     warnings: list[str] = []
@@ -210,12 +238,23 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                 f"earlier in this run: not parsed again")
     else:
         verdict = await launch_check.check(ctx, params.python, launch_args)
+    if verdict.kind == "missing":
+        installed = f" (sglang {verdict.version} is installed there but does not import)" if verdict.version else ""
+        raise StepFailed(f"the host's Python {params.python} cannot import sglang: {verdict.message}{installed}; "
+                         f"set the host var `python` to the Python that has SGLang ({preflight.KEEPS})",
+                         warnings=warnings, usage=True, data={"checked_by": None})
     if verdict.kind == "refused":
         raise StepFailed(f"SGLang ({verdict.source}) refuses the launch arguments: {verdict.message} "
-                         f"(refused before anything was stopped or started)", warnings=warnings, usage=True,
-                         data={"checked_args": launch_args, "checked_by": verdict.source})
+                         f"({preflight.KEEPS})", warnings=warnings, usage=True,
+                         data={"checked_args": launch_args, "checked_by": verdict.source,
+                               "checked_version": verdict.version})
     if verdict.kind == "unavailable":
         warnings.append(f"launch arguments not checked by SGLang's parser: {verdict.message}")
+    elif verdict.source != "host":
+        warnings.append(f"launch arguments checked with the captured table of SGLang {verdict.version}, not the "
+                        f"host's own parser: {verdict.message}")
+    # -- pre-flight: the GPUs it needs (before server.stop: a refusal keeps the old server serving)
+    warnings += await preflight.check_gpus(ctx, launch_args, params.gpus, params.env)
     # -- pre-flight: speculative flags (SGLang's hooks run after its parser, so do these)
     rules = sglang.rules_version(verdict.version)
     spec = sglang.resolve_from_args(launch_args, arch, rules)
@@ -232,6 +271,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         ctx.log(f"speculative steps/topk/draft tokens not set: SGLang picks ({spec.num_steps}, {spec.topk}, "
                 f"{spec.num_draft_tokens}) for target architecture {arch or 'unknown'}")
     if params.check_only:
+        ctx.log(await preflight.check_port(ctx, port))
         by = f"SGLang {verdict.version or '?'} ({verdict.source})" if verdict.kind == "ok" else "eaglebot's rules only"
         # Not `launch_args`/`effective`: nothing was launched, and the history's fingerprint of the host
         # reads those keys from server.launch steps.
@@ -269,6 +309,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         await ctx.host.write_file(cfg_path, (json.dumps(params.adaptive_config, indent=2) + "\n").encode())
         ctx.log(f"adaptive speculative steps: {cfg_path}")
     t0 = time.monotonic()
+    base = f"http://{ports.probe_address(params.host)}:{port}"
     # spawn_detached's own mkdir runs in the background, racing its pid-file write.
     await ctx.host.run(f"mkdir -p {path_for_shell(processes.state_dir(ctx) + '/run')} "
                        f"{path_for_shell(processes.state_dir(ctx) + '/logs')}", timeout=30)
@@ -277,7 +318,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     data: dict[str, Any] = {"log_path": log_path, "pid": pid, "port": port, "launch_args": launch_args,
                             "adaptive_config": params.adaptive_config,
                             "sglang_version": None, "effective": spec.effective(),
-                            "url": f"http://127.0.0.1:{port}", "env": {k: v for k, v in env.items() if not _SECRETISH.search(k)}}
+                            "url": base, "bind": params.host, "env": {k: v for k, v in env.items() if not _SECRETISH.search(k)}}
     try:
         failure, log_text, stalled = await _wait_ready(ctx, params, pid, log_path)
     except asyncio.CancelledError:
@@ -300,9 +341,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     ready_s = time.monotonic() - t0
     data["ready_s"] = round(ready_s, 2)
     # -- report what the server really runs with
-    code, body = await server.http_get(ctx, params.python, port, "/server_info")
+    code, body = await server.http_get(ctx, params.python, port, "/server_info", base=base)
     if code != 200:
-        code, body = await server.http_get(ctx, params.python, port, "/get_server_info")
+        code, body = await server.http_get(ctx, params.python, port, "/get_server_info", base=base)
     if code == 200:
         try:
             info = sglang.parse_server_info(body)
@@ -340,9 +381,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                               data=data, warnings=warnings, output=sglang.tail(log_text, 30))
 
 
-def _poll_script(python: str, pid: int, port: int, log_path: str, offset: int) -> str:
+def _poll_script(python: str, pid: int, base: str, log_path: str, offset: int) -> str:
     """One round trip: the server's /proc stat record, GET /health's status, the new log bytes."""
-    health = server.http_get_script(python, f"http://127.0.0.1:{port}/health", 5, body=False)
+    health = server.http_get_script(python, f"{base}/health", 5, body=False)
     return (f"s=$({procs.stat_command([pid])}); printf 'STAT %s\\n' \"$s\"; "
             f"if [ -n \"$s\" ]; then h=$({health} | tail -n 1); else h=0; fi; "
             f"printf 'HTTP %s\\n' \"$h\"; printf '%s\\n' {_LOG_MARK.strip()}; "
@@ -360,6 +401,7 @@ def _server_exited(stat_text: str, pid: int) -> bool:
 async def _wait_ready(ctx: SkillContext, params: Params, pid: int,
                       log_path: str) -> tuple[str | None, str, bool]:
     """Poll until /health is 200; return (failure sentence or None, the log so far, stalled)."""
+    base = f"http://{ports.probe_address(params.host)}:{params.port}"
     log_text, partial, offset = "", "", 0
     deadline = time.monotonic() + params.ready_timeout_s
     interval = min(0.25, params.poll_interval_s)
@@ -367,7 +409,7 @@ async def _wait_ready(ctx: SkillContext, params: Params, pid: int,
     fatal_at = 0.0
     progress_at = time.monotonic()
     while True:
-        res = await ctx.host.run(_poll_script(params.python, pid, params.port, log_path, offset), timeout=60)
+        res = await ctx.host.run(_poll_script(params.python, pid, base, log_path, offset), timeout=60)
         head, _, new = res.stdout.partition(_LOG_MARK)
         fields = dict(line.split(" ", 1) for line in head.splitlines() if " " in line)
         # The exact bytes read (invalid UTF-8 comes as surrogate escapes), and any the transport

@@ -28,7 +28,10 @@ def test_each_outcome_has_its_own_words():
         "Expired at 2026-12-01 10:00:00 UTC with no decision: denied, nothing was done"
 
 
-async def test_a_cancelled_approval_says_cancelled_by_whom_not_timed_out(harness, fake, stranger):
+async def test_a_cancelled_approval_says_cancelled_by_whom_not_timed_out(harness, fake, stranger, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="eaglebot.audit")
     h = await harness(access={"operators": ["UALICE", "UBOSS"], "approvers": ["UBOSS", "UALICE"],
                               "viewers": ["*"]})
     await h.command("guarded", user="UALICE")
@@ -44,6 +47,10 @@ async def test_a_cancelled_approval_says_cancelled_by_whom_not_timed_out(harness
                                           if c.args["ts"] == msg.answer["ts"] and "Cancelled by" in c.all_text()])
     assert "Cancelled by <@UBOSS>" in update[0].all_text() and "No decision" not in update[0].all_text()
     assert await h.query("select status from approvals") == [{"status": "cancelled"}]
+    # the operators' log says what the store says (issue 34: it said "expired")
+    decided = [r.getMessage() for r in caplog.records if r.name == "eaglebot.audit"
+               and r.getMessage().startswith(f"approval for run #{rid} ")]
+    assert decided == [f"approval for run #{rid} cancelled host=local step=\"kill strangers\" by=UBOSS"], decided
 
 
 async def test_a_denied_card_names_who_denied(harness, fake, stranger):

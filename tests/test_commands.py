@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from helpers import eagle
 from slack_harness import PLAYBOOKS
 
 from eaglebot.frontends.chat.access import authorize
@@ -173,3 +174,20 @@ async def test_an_edited_playbook_is_read_again(services, tmp_path):
     (pdir / "hello.yaml").write_text(yaml.safe_dump(pb))
     refused = await handle(svc, "hello greeting=x", caller)
     assert refused.is_error and "has no input 'greeting'" in refused.text
+
+
+def test_help_lists_the_playbooks_first_and_the_skills_on_request(tmp_path):
+    """Issue 34: `/eagle help` listed 19 skills and no playbook. The default config's shipped
+    playbooks come first, with what each does; the skills, what playbooks are made of, by
+    `help skills`."""
+    res = eagle("chat", "help", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert out.startswith("playbooks (/eagle help PLAYBOOK: its inputs and examples):\n")
+    books = [ln.split(":")[0].strip() for ln in out.split("\n\n")[0].splitlines()[1:]]
+    assert {"relaunch", "verify", "bench"} <= set(books), books
+    assert "/eagle help [playbook|skill|skills]" in out and "/eagle help skills lists them" in out
+    assert "gpu.verify" not in out                           # the skills are one count, not a wall of names
+    res = eagle("chat", "help skills", cwd=tmp_path)
+    assert res.returncode == 0 and "\n  gpu.verify: " in res.stdout and "\n  shell: " in res.stdout
+    assert "relaunch" in eagle("chat", "help relaunch", cwd=tmp_path).stdout

@@ -42,27 +42,33 @@ async def test_doctor_passes_with_reachable_hosts_tools_valid_tokens_and_writabl
         monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-doctor-test-token")
         monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-doctor-test-token")
         lines = []
-        checks = await run_checks(settings_for(tmp_path, {"local": {"transport": "local", "gpu": True}}),
+        sim = install_sim_bin(tmp_path / "sim-bin", tmp_path / "gpu-state", python=PY)
+        checks = await run_checks(settings_for(tmp_path, {"local": {"transport": "local", "gpu": True,
+                                                                    "vars": {"python": sim["python"]}}}),
                                   lambda c: lines.append(c.line()))
     finally:
         await fake.stop()
     assert all(c.ok for c in checks), lines
     text = "\n".join(lines)
     assert "host local nvidia-smi" in text and "2 GPU(s)" in text
+    # the host's Python imports sglang, and says which release answered
+    assert f"ok    host local python: {sim['python']} is Python 3." in text and " with SGLang 0.5.23" in text
     assert "SLACK_BOT_TOKEN: valid: bot eaglebot" in text and "SLACK_APP_TOKEN: valid" in text
     assert "audit db" in text
     assert [c.method for c in fake.calls] == ["auth.test", "apps.connections.open"]
 
 
-async def test_doctor_prints_the_fingerprint_of_an_unknown_host_key(tmp_path, sshd):
+async def test_doctor_prints_the_fingerprint_of_an_unknown_host_key(tmp_path, sshd, remote_dir):
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    hosts = {"gpu-pinned": sshd.host_config(), "gpu-new": sshd.host_config(known_hosts=str(empty))}
+    sim = install_sim_bin(remote_dir / "sim-bin", remote_dir / "gpu-state", python=PY)
+    hosts = {"gpu-pinned": sshd.host_config(vars={"python": sim["python"]}),
+             "gpu-new": sshd.host_config(known_hosts=str(empty))}
     lines = []
     checks = await run_checks(settings_for(tmp_path, hosts), lambda c: lines.append(c.line()))
     by = {c.name: c for c in checks}
     assert by["host gpu-pinned"].ok
-    assert by["host gpu-pinned python"].ok
+    assert by["host gpu-pinned python"].ok and by["host gpu-pinned python"].detail.endswith(" with SGLang 0.5.23")
     assert not by["host gpu-new"].ok
     expected = asyncssh.import_public_key(sshd.host_pub).get_fingerprint("sha256")
     assert expected in by["host gpu-new"].detail
@@ -86,7 +92,7 @@ async def test_doctor_reports_unreachable_hosts_missing_tools_and_refused_tokens
     by = {c.name: c for c in checks}
     assert not by["host gone"].ok and "unreachable" in by["host gone"].detail
     assert not by["host local nvidia-smi"].ok and "not found" in by["host local nvidia-smi"].detail
-    assert not by["host local python"].ok
+    assert not by["host local python"].ok and "/nonexistent/python not runnable" in by["host local python"].detail
     assert not by["SLACK_BOT_TOKEN"].ok and "invalid_auth" in by["SLACK_BOT_TOKEN"].detail
 
 
@@ -244,3 +250,16 @@ def test_doctor_service_exit_2_when_the_config_is_invalid(tmp_path):
     p = tmp_path / "eagle.yaml"
     p.write_text("audit_db: eagle.db\nplaybooks_dir: missing\n")
     assert main(["--config", str(p), "doctor", "--service"]) == 2
+
+
+async def test_doctor_fails_a_gpu_hosts_python_that_cannot_import_sglang_over_ssh(tmp_path, sshd, monkeypatch):
+    """Issue 34: `ok host gpu-01 python: ... is Python 3.11.2`, then the relaunch took the server down
+    because that Python had no sglang. A GPU host's Python must import it; the bot's own host need not."""
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    monkeypatch.delenv("SLACK_APP_TOKEN", raising=False)
+    hosts = {"gpu-01": sshd.host_config(vars={"python": PY}), "local": {"transport": "local", "gpu": False}}
+    by = {c.name: c for c in await run_checks(settings_for(tmp_path, hosts), lambda c: None)}
+    bad = by["host gpu-01 python"]
+    assert not bad.ok and bad.detail.startswith(f"{PY} is Python 3.") and bad.detail.endswith(
+        " but cannot import sglang: ModuleNotFoundError: No module named 'sglang'"), bad.detail
+    assert by["host local python"].ok and "sglang" not in by["host local python"].detail

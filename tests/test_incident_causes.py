@@ -152,3 +152,27 @@ def test_a_reason_is_shortened_at_whole_items_never_inside_a_value():
             assert n >= 1 and short.endswith(f"and {n} more")
     assert clip_items(reason, 10_000) == reason
     assert clip_items(reason, 300).endswith("[-1, 2, 30]; and 3 more")
+
+
+def test_one_drop_that_moved_three_metrics_is_one_regression_line_in_the_cli_and_slack(cfg, capsys):
+    """Issue 34: one drop gave one `▼ REGRESSION` line per metric; an incident is one line that
+    names every metric it moved (the CLI's result, the Slack summary, `--json`'s row per metric)."""
+    from eaglebot.frontends.slack import blocks as bk
+    from eaglebot.history.view import RunView
+
+    drop_two_nights(cfg, capsys)
+    store = Store(cfg.parent / "eagle.db")
+    head = min(r["id"] for r in store.incidents(status="open"))
+    rc, out, _ = cli(cfg, capsys, "run", "nightly", "-e", "tps=79.8", "-e", "ttft=52.3", "-e", "acc=2.49")
+    assert rc == 3
+    [line] = [ln for ln in out.splitlines() if "REGRESSION" in ln]
+    assert line.startswith(f"▼ REGRESSION local (incident #{head}): output_throughput ")
+    assert "median_ttft_ms 40 → 52.3 (+30.6%)" in line and "accept_length " in line
+    rid = int(out.split()[1].lstrip("#"))
+    doc = json.loads(cli(cfg, capsys, "show", str(rid), "--json")[1])
+    assert len(doc["regressions"]) == 3                      # the document keeps a row per metric
+    summary = RunView.load(store, rid).summary()
+    assert {r["incident"] for r in summary["regressions"]} == {head}
+    text = str(bk.run_summary_blocks(summary))
+    assert text.count("*REGRESSION*") == 1 and f"(incident #{head})" in text
+    assert all(m in text for m in ("output_throughput", "median_ttft_ms", "accept_length"))

@@ -52,7 +52,7 @@ def test_env_file_overrides_the_environment_and_gives_back_what_it_drops(tmp_pat
 
 
 async def test_a_new_bot_token_in_the_env_file_is_used_after_sighup_and_a_refused_one_is_not(tmp_path, fake):
-    cfg, _ = write_config(tmp_path, {"local": {"transport": "local"}})
+    cfg, _ = write_config(tmp_path, {"local": {"transport": "local"}}, slack={"channel": "COPS"})
     envf = tmp_path / "eagle.env"
     envf.write_text("SLACK_BOT_TOKEN=xoxb-1111111111-first\n")
     port = free_port()
@@ -74,6 +74,11 @@ async def test_a_new_bot_token_in_the_env_file_is_used_after_sighup_and_a_refuse
         events = await until(lambda: db_rows(tmp_path, "select message from events where kind = 'reload' "
                                                        "order by id")[1:])
         assert "refused" in events[0][0] and "Slack refused the new SLACK_BOT_TOKEN: invalid_auth" in events[0][0]
+        # issue 34: a refused SIGHUP reload was an INFO line and posted nowhere; the bot's channel hears it
+        [post] = await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.postMessage")
+                                              if c.args.get("channel") == "COPS" and "SIGHUP" in c.all_text()])
+        assert "SIGHUP: reload refused, the running configuration stays: " in post.all_text()
+        assert "Slack refused the new SLACK_BOT_TOKEN: invalid_auth" in post.all_text() and "third" not in post.all_text()
         await slash(port, "hello", fake, "c2")
         await fake.wait_for(lambda: finished(fake, 2))
         assert finished(fake, 2)[0].headers["Authorization"] == "Bearer xoxb-2222222222-second"
@@ -81,6 +86,9 @@ async def test_a_new_bot_token_in_the_env_file_is_used_after_sighup_and_a_refuse
         rc, err = await stop(proc)
     assert rc == 0, err
     assert "second" not in err and "third" not in err
+    [refused] = [ln for ln in err.splitlines() if "outcome=refused" in ln]
+    assert " WARNING eaglebot.audit: reload user=signal outcome=refused error=" in refused
+    assert all(" INFO " in ln for ln in err.splitlines() if "outcome=ok" in ln)
 
 
 async def test_only_approvers_may_reload(harness):

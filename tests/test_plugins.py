@@ -121,8 +121,8 @@ def test_plugin_skill_is_linted_listed_and_documented_like_a_shipped_one(team_di
     assert by_name["disk.free"]["summary"].startswith("Report the free disk space")
     assert "shell" in by_name
 
-    res = eagle("chat", "help", config=cfg)
-    assert res.returncode == 0 and "disk.free" in res.stdout
+    res = eagle("chat", "help skills", config=cfg)
+    assert res.returncode == 0 and "  disk.free: Report the free disk space" in res.stdout
     res = eagle("chat", "help disk.free", config=cfg)
     assert res.returncode == 0, res.stderr
     assert "min_free_gib (float, default: 0; allowed: >= 0): fail when fewer GiB than this are free" in res.stdout

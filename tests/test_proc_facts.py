@@ -147,9 +147,9 @@ PROC_NET_TCP6 = """\
 
 
 def test_listening_sockets_on_a_port_are_found_in_proc_net_tcp():
-    assert ports.parse_listening_inodes(PROC_NET_TCP + PROC_NET_TCP6, 30000) == {"4455667", "998877"}
-    assert ports.parse_listening_inodes(PROC_NET_TCP, 22) == {"1234"}
-    assert ports.parse_listening_inodes(PROC_NET_TCP, 31000) == set()
+    assert set(ports.parse_listening(PROC_NET_TCP + PROC_NET_TCP6, 30000)) == {"4455667", "998877"}
+    assert set(ports.parse_listening(PROC_NET_TCP, 22)) == {"1234"}
+    assert set(ports.parse_listening(PROC_NET_TCP, 31000)) == set()
     assert ports.parse_fd_socket_pids("/proc/4242/fd/7\n/proc/4242/fd/9\n/proc/77/fd/3\n") == {4242, 77}
 
 

@@ -66,6 +66,14 @@ async def test_eagle_serve_http_binds_loopback_answers_signed_commands_and_stops
         summary = await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.postMessage")
                                                if "finished" in c.all_text()])
         assert "succeeded" in summary[0].all_text()
+        # a liveness check for a load balancer or systemd: no credential, nothing secret in the answer
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{port}/healthz") as r:
+                assert r.status == 200 and r.content_type == "application/json"
+                text = await r.text()
+        from eaglebot import __version__
+        assert yaml.safe_load(text) == {"status": "ok", "service": "eaglebot", "version": __version__}
+        assert TOKEN not in text and SECRET not in text
     finally:
         rc, err = await stop(proc)
     assert rc == 0, err

@@ -87,7 +87,8 @@ def test_the_simulator_resolves_exactly_like_the_bot():
 def test_patching_capture_layers_to_minus_1_2_30_lowers_simulated_acceptance():
     sim = _sim_module()
     args = SimpleNamespace(speculative_algorithm="EAGLE3", speculative_num_steps=3, speculative_eagle_topk=1,
-                           speculative_num_draft_tokens=4, tp_size=1)
+                           speculative_num_draft_tokens=4, tp_size=1,
+                           speculative_draft_model_path=None)   # a draft folder that declares no training
     good = sim.PerfModel(args, 61, [2, 30, 58])
     bad = sim.PerfModel(args, 61, [-1, 2, 30])
     default = sim.PerfModel(args, 61, None)
@@ -98,7 +99,9 @@ def test_patching_capture_layers_to_minus_1_2_30_lowers_simulated_acceptance():
 
 def test_launch_args_refuse_a_port_in_args_and_a_flag_given_twice():
     _, err = build_args(LaunchParams(model="/m", args=["--port=31000"]))
-    assert "`port` parameter" in err
+    assert err == "pass the port as `-e port=...` (or host var port), not --port in extra_args"
+    _, err = build_args(LaunchParams(model="/m", args=["--host", "0.0.0.0"]))
+    assert err == "pass the address as `-e bind=...` (or host var bind), not --host in extra_args"
     _, err = build_args(LaunchParams(model="/m", spec_steps=3, args=["--speculative-num-steps", "4"]))
     assert "given twice" in err
     args, err = build_args(LaunchParams(model="/m", draft="/d", spec_algorithm="EAGLE3", spec_steps=1, spec_topk=1,

@@ -93,7 +93,7 @@ def test_the_host_probe_reads_the_simulated_hosts_own_parser_and_release(tmp_pat
     assert sglang_table.parse_probe(p.returncode, p.stdout, p.stderr).version == version
     p = subprocess.run(["sh", "-c", sglang_table.probe_command("/usr/bin/env", ["--model-path", "/m"])],
                        capture_output=True, text=True, timeout=60)
-    assert sglang_table.parse_probe(p.returncode, p.stdout, p.stderr).kind == "unavailable"
+    assert sglang_table.parse_probe(p.returncode, p.stdout, p.stderr).kind == "missing"   # not a Python at all
 
 
 # Launch flags as they appear in the product's docs, playbooks and skills: each must exist in every real

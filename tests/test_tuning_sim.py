@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 
 import pytest
+import yaml
 from tuning_sandbox import HOST, sim_host
 
 from eaglebot.config import load_settings
@@ -47,7 +49,9 @@ def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resume
         # 12 points: 4 are combinations SGLang rewrites (topk 1 forces draft tokens = steps + 1)
         assert len(out["skipped"]) == 4 and all("would rewrite" in p["reason"] for p in out["skipped"])
         assert len(out["ranked"]) == 8 and out["pending"] == [] and out["failed"] == []
-        assert len(store.history(limit=100)) == 8          # resumed: the 3 finished points were not redone
+        # resumed: the 3 finished points were not redone; the ninth run puts the best point back (issue 34:
+        # the host stayed on the last point, (7, 4, 8), and nothing said so)
+        assert len(store.history(limit=100)) == 9
         best = out["ranked"][0]
         assert best["inputs"] == {"spec_steps": "5", "spec_topk": "4", "spec_draft_tokens": "8"}
         assert best["repeats"] == 2 and best["throughput_spread"] is not None
@@ -55,11 +59,28 @@ def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resume
         assert out["simulated"] is True
         assert out["apply_best"].startswith(f"relaunch {HOST} ") and "spec_steps=5" in out["apply_best"]
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        final = out["final"]
+        assert final["on_best"] is True and final["run_id"] not in {p["run_id"] for p in out["ranked"]}
+        assert final["state"] == (f"host {HOST} left on the best point (spec_steps=5 spec_topk=4 "
+                                  f"spec_draft_tokens=8: relaunched by run #{final['run_id']})")
+        last = store.get_run(final["run_id"])
+        assert last["status"] == "succeeded" and last["inputs"]["bench_prompts"] == 0
+        assert not [s for s in store.steps(final["run_id"]) if s["skill"] == "bench.serving" and s["status"] == "ok"]
+        # the server that answers now runs the best point's settings
+        port = yaml.safe_load(cfg.read_text())["hosts"][HOST]["vars"]["port"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=60) as r:
+            info = json.load(r)
+        assert (info["speculative_num_steps"], info["speculative_eagle_topk"],
+                info["speculative_num_draft_tokens"]) == (5, 4, 8)
+        # the text says it too, and a resume of the finished sweep relaunches nothing more
+        rc = main(["--config", str(cfg), "sweep", "resume", str(sid), "--yes"])
+        text = capsys.readouterr().out
+        assert rc == 0 and final["state"] in text and len(store.history(limit=100)) == 9
         # bad input: one sentence, exit 2, an audit record, nothing launched
         capsys.readouterr()
         rc = main(["--config", str(cfg), "sweep", "relaunch", "-H", HOST, "spec_steps=3,99"])
         assert rc == 2 and "above the maximum" in capsys.readouterr().err
-        assert len(store.history(limit=100)) == 8          # a rejected request is an event, not a run row
+        assert len(store.history(limit=100)) == 9          # a rejected request is an event, not a run row
         ev = store.events(kind="rejected", limit=1)
         assert ev and "above the maximum" in ev[0]["reason"]
 

@@ -18,8 +18,10 @@ def test_a_slow_poll_setting_is_never_sped_up():
     assert _interval(p, 0.1, 1) == 2.0 and _interval(p, 5.0, 3) == 2.0
 
 
-def run_watch(cmd: str, gpus: list[int], max_mib: int, *, kill_when_free: bool = True):
-    """Run a watch command the way gpu.verify does: read rows as they stream, stop the watcher when free."""
+def run_watch(cmd: str, gpus: list[int], max_mib: int, *, kill_when_free: bool = True,
+              kill_after_rounds: int | None = None):
+    """Run a watch command the way gpu.verify does: read rows as they stream, stop the watcher when
+    free (or, for a watch that is not to end free, once it has read `kill_after_rounds` rounds)."""
     import os
     import signal
     import subprocess
@@ -33,6 +35,9 @@ def run_watch(cmd: str, gpus: list[int], max_mib: int, *, kill_when_free: bool =
             if w.feed(line) and w.pid and kill_when_free:
                 os.kill(w.pid, signal.SIGTERM)
                 kill_when_free = False
+            elif kill_after_rounds is not None and w.pid and w.rounds >= kill_after_rounds:
+                os.kill(w.pid, signal.SIGTERM)
+                kill_after_rounds = None
         assert p.wait(60) is not None
     finally:
         if p.poll() is None:
@@ -48,7 +53,9 @@ def test_the_watch_stops_at_the_first_free_round_of_the_simulated_nvidia_smi(tmp
     state = tmp_path / "state"
     smi = install_sim_bin(tmp_path / "bin", state)["nvidia_smi"]
     gpu_state.init_state(state, 2, residual_mib=[3, 5000])
-    held = run_watch(nvsmi_watch.watch_command(smi, [0, 1], 0.6), [0, 1], 64)
+    # Still held: ended by the test after its first full round, however long a busy machine takes to
+    # read it (a 0.6 s window was a race: a loaded machine ended it with no round read).
+    held = run_watch(nvsmi_watch.watch_command(smi, [0, 1], 600), [0, 1], 64, kill_after_rounds=1)
     assert not held.freed and held.last == {0: 3, 1: 5000} and held.rounds >= 1 and held.pid
     gpu_state.set_residual(state, 1, 0)
     # A window of 600 s: only the kill (of the pid the command printed) ends it before the 60 s guard.

@@ -172,6 +172,17 @@ class RunState:
     store_error: str | None = None  # the audit store failed mid-run: the run fails, `always` still runs
     # Per host: its home and state folder as the host resolved them when the run reached it.
     paths: dict[str, HostPaths] = field(default_factory=dict)
+    warned: set[str] = field(default_factory=set)   # "host: text" of each step warning raised so far
+
+    def new_warnings(self, host: str, warnings: list[str]) -> list[str]:
+        """The step warnings not raised on `host` earlier in this run: one that several steps predict
+        (the launch check and the launch both foresee SGLang's draft-token rewrite) is said once."""
+        out = []
+        for w in warnings:
+            if f"{host}: {w}" not in self.warned:
+                self.warned.add(f"{host}: {w}")
+                out.append(w)
+        return out
 
     def store_failed(self, e: StoreError) -> None:
         if self.store_error is None:

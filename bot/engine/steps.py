@@ -106,8 +106,9 @@ class StepRunner:
         except ValidationError as e:
             err = e.errors()[0]
             loc = ".".join(str(p) for p in err["loc"])
+            # the step refused its input before doing anything: a usage failure (exit 2), as a skill's own
             return await self._failed_before_start(run, slot, f"invalid parameter {loc}: {err['msg']}",
-                                                   params=rendered)
+                                                   params=rendered, usage=True)
 
     async def _run_step(self, run: RunState, slot: StepSlot, ctx: dict[str, Any]
                         ) -> tuple[StepRecord, StepResult]:
@@ -180,7 +181,7 @@ class StepRunner:
                                   "the step's evidence")
         if out.file_error:
             result.warnings.append(f"its whole output could not be saved: {out.file_error}")
-        result.warnings = [printable(self.redactor.text(w)) for w in result.warnings]
+        result.warnings = run.new_warnings(host, [printable(self.redactor.text(w)) for w in result.warnings])
         for c in result.changes:  # a patched config may hold a token: never into changes.diff
             c.diff, c.path = printable(self.redactor.text(c.diff)), printable(self.redactor.text(c.path))
         for r in result.regressions:
@@ -260,7 +261,8 @@ class StepRunner:
             _log=out.line if out else (lambda line: None), _log_text=out.text if out else None, _approve=approve)
 
     async def _failed_before_start(self, run: RunState, slot: StepSlot, message: str,
-                                   params: dict[str, Any] | None = None) -> tuple[StepRecord, StepResult]:
+                                   params: dict[str, Any] | None = None,
+                                   usage: bool = False) -> tuple[StepRecord, StepResult]:
         step = slot.step
         sid = await self._record(run, self.store.step_started(
             run.run_id, slot.idx, slot.host, step.label, step.skill, self.redactor.obj(jsonable(params or {})),
@@ -270,8 +272,8 @@ class StepRunner:
             await self._record(run, self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="failed",
                                                              summary=message, duration_ms=0, attempts=0))
         rec = StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, "failed", message, 0, 0,
-                         step_id=sid)
-        res = StepResult.failed(message)
+                         step_id=sid, usage=usage)
+        res = StepResult.failed(message, usage=usage)
         await safe(run.observer.step_finished(run.run_id, rec, res))
         return rec, res
 

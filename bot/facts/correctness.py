@@ -73,15 +73,16 @@ def compare(reference: list[list[int]], outputs: list[list[int] | None]) -> Matc
     return Match(matched, len(reference), first)
 
 
-# Run as `python -c GENERATE_PY PROMPTS_FILE PORT MAX_TOKENS TIMEOUT`: prints one JSON list,
-# the output_ids of each prompt in order (null where the request failed).
+# Run as `python -c GENERATE_PY PROMPTS_FILE BASE_URL MAX_TOKENS TIMEOUT` (BASE_URL:
+# `http://127.0.0.1:30000`): prints one JSON list, the output_ids of each prompt in order (null
+# where the request failed).
 GENERATE_PY = r"""
 import json, sys, urllib.request
-path, port, max_tokens, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+path, base, max_tokens, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 out = []
 for text in json.load(open(path)):
     body = json.dumps({"text": text, "sampling_params": {"temperature": 0, "max_new_tokens": max_tokens}}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", body, {"Content-Type": "application/json"})
+    req = urllib.request.Request(f"{base}/generate", body, {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             out.append(json.loads(r.read()).get("output_ids"))

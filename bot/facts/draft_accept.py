@@ -40,16 +40,17 @@ PROMPTS = (
     "Count from one to twenty, separated by commas.",
 )
 
-# Run as `python -c GENERATE_PY PORT MAX_TOKENS TIMEOUT N`: prints one JSON object, the meta_info of
-# each of the first N fixed prompts (null where a request failed) and the wall time of the whole.
+# Run as `python -c GENERATE_PY BASE_URL MAX_TOKENS TIMEOUT N` (BASE_URL: `http://127.0.0.1:30000`):
+# prints one JSON object, the meta_info of each of the first N fixed prompts (null where a request
+# failed) and the wall time of the whole.
 GENERATE_PY = r"""
 import json, sys, time, urllib.request
-port, max_tokens, timeout, n = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+base, max_tokens, timeout, n = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 prompts = json.loads(sys.stdin.read())[:n]
 metas, t0 = [], time.monotonic()
 for text in prompts:
     body = json.dumps({"text": text, "sampling_params": {"temperature": 0, "max_new_tokens": max_tokens}}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", body, {"Content-Type": "application/json"})
+    req = urllib.request.Request(f"{base}/generate", body, {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             metas.append(json.loads(r.read()).get("meta_info"))

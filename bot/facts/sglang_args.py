@@ -7,10 +7,13 @@ vs `--tp-size 2` is not a change).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 # argparse accepts unambiguous prefixes; these are the spellings we recognise.
-FLAG_ALIASES = {"--model": "--model-path", "--tp": "--tp-size", "--dp": "--dp-size"}
+FLAG_ALIASES = {"--model": "--model-path", "--tp": "--tp-size", "--dp": "--dp-size",
+                "--tensor-parallel-size": "--tp-size", "--data-parallel-size": "--dp-size",
+                "--pipeline-parallel-size": "--pp-size"}
 
 
 def flag_values(args: list[str]) -> dict[str, str | None]:
@@ -101,3 +104,35 @@ def build_launch_args(flags: dict[str, str | list[str] | bool]) -> list[str]:
         else:
             out += [k, str(v)]
     return out
+
+
+@dataclass(frozen=True)
+class GpuNeed:
+    """The GPUs of one node a launch uses: `count` of them, the visible indexes base_gpu_id,
+    base + step, ... up to `last` (SGLang's own assignment), and the flags that ask (`why`)."""
+
+    count: int
+    last: int
+    why: str
+
+
+def gpu_need(args: list[str]) -> GpuNeed | None:
+    """What a launch needs, as SGLang counts it: tp × pp GPUs per data-parallel replica, and dp
+    replicas unless DP attention shares the tp GPUs (`--enable-dp-attention`). None for a launch
+    over several nodes (`--nnodes` > 1: each node's share is not its own to check)."""
+    flags = flag_values(args)
+
+    def size(flag: str) -> int:
+        n = int_value(flags.get(flag))
+        return n if n is not None and n > 0 else 1
+
+    if size("--nnodes") > 1:
+        return None
+    tp, pp, dp = size("--tp-size"), size("--pp-size"), size("--dp-size")
+    dp_attention = "--enable-dp-attention" in flags
+    count = tp * pp * (1 if dp_attention else dp)
+    parts = [f"tp {tp}"] + ([f"pp {pp}"] if pp > 1 else []) + ([f"dp {dp}"] if dp > 1 and not dp_attention else [])
+    why = " × ".join(parts) + (f" (dp {dp} shares them: DP attention)" if dp > 1 and dp_attention else "")
+    base = int_value(flags.get("--base-gpu-id")) or 0
+    step = int_value(flags.get("--gpu-id-step")) or 1
+    return GpuNeed(count, max(0, base) + (count - 1) * max(1, step), why)

@@ -19,24 +19,48 @@ from typing import Callable
 
 PROG = "launch_server.py"   # argparse's prog under `python -m sglang.launch_server`
 PROBE_OK = "EAGLE-LAUNCH-CHECK-OK"
+PROBE_VERSION = "EAGLE-LAUNCH-CHECK-VERSION"
+PROBE_NO_IMPORT = "EAGLE-LAUNCH-CHECK-NO-SGLANG"
 PROBE_UNAVAILABLE = "EAGLE-LAUNCH-CHECK-UNAVAILABLE"
 PROBE_INSTALLED = "EAGLE-LAUNCH-CHECK-INSTALLED"
-# Run with the host's Python: only parsing, nothing loads a model or touches a GPU. Where sglang is
-# installed but does not import (a torch or CUDA mismatch), its release still says which captured
-# table to check with (from the package's metadata, without importing it).
+# Run with the host's Python: only parsing, nothing loads a model or touches a GPU. `import sglang`
+# first: where it fails, `python -m sglang.launch_server` would fail the same way after the old
+# server was stopped, so that is a refusal (the release its metadata names is said, without
+# importing it). Where sglang imports but its parser cannot be built here (a module that moved in
+# another release), the captured table of the release that answered is the check.
 PROBE = f"""import argparse, sys
+def first_line(e):
+    return ("%s: %s" % (type(e).__name__, e)).splitlines()[0][:300]
 try:
-    from sglang.srt.server_args import ServerArgs
+    import sglang
 except Exception as e:
     try:
         import importlib.metadata as m; print("{PROBE_INSTALLED} %s" % m.version("sglang"))
     except Exception:
         pass
-    print("{PROBE_UNAVAILABLE} %s: %s" % (type(e).__name__, e)); sys.exit(3)
-p = argparse.ArgumentParser(prog="{PROG}"); ServerArgs.add_cli_args(p)
+    print("{PROBE_NO_IMPORT} %s" % first_line(e)); sys.exit(4)
+v = getattr(sglang, "__version__", None)
+if not v:
+    try:
+        import importlib.metadata as m; v = m.version("sglang")
+    except Exception:
+        v = "?"
+print("{PROBE_VERSION} %s" % v, flush=True)
+try:
+    from sglang.srt.server_args import ServerArgs
+    p = argparse.ArgumentParser(prog="{PROG}"); ServerArgs.add_cli_args(p)
+except Exception as e:
+    print("{PROBE_UNAVAILABLE} %s" % first_line(e)); sys.exit(3)
 p.parse_args(sys.argv[1:])
-import sglang
-print("{PROBE_OK} %s" % getattr(sglang, "__version__", "?"))
+print("{PROBE_OK} %s" % v)
+"""
+# Where the probe did not finish (an import that takes minutes on a slow shared filesystem): is
+# sglang there at all? Its metadata says, without importing it.
+INSTALLED_PY = f"""import importlib.metadata as m
+try:
+    print("{PROBE_INSTALLED} %s" % m.version("sglang"))
+except Exception as e:
+    print("{PROBE_NO_IMPORT} %s: %s" % (type(e).__name__, e))
 """
 
 
@@ -44,10 +68,15 @@ def probe_command(python: str, args: list[str]) -> str:
     return shlex.join([python, "-c", PROBE, *args])
 
 
+def installed_command(python: str) -> str:
+    return shlex.join([python, "-c", INSTALLED_PY])
+
+
 @dataclass
 class Verdict:
-    """`ok`: the parser accepts the arguments; `refused`: SGLang's error line; `unavailable`: the
-    host's SGLang could not be asked (why)."""
+    """`ok`: the parser accepts the arguments; `refused`: SGLang's error line; `missing`: the host's
+    Python cannot import sglang (why); `unavailable`: sglang is there but its parser could not be
+    asked (why)."""
 
     kind: str
     message: str = ""
@@ -55,20 +84,38 @@ class Verdict:
     source: str = "host"     # "host" (its own parser) or "table <version>" (the captured one)
 
 
-def parse_probe(exit_status: int, stdout: str, stderr: str) -> Verdict:
-    installed: str | None = None
+def _marked(stdout: str, mark: str) -> str | None:
     for line in stdout.splitlines():
-        if line.startswith(PROBE_OK):
-            return Verdict("ok", version=line[len(PROBE_OK):].strip() or None)
-        if line.startswith(PROBE_INSTALLED):
-            installed = line[len(PROBE_INSTALLED):].strip() or None
-        if line.startswith(PROBE_UNAVAILABLE):
-            return Verdict("unavailable", line[len(PROBE_UNAVAILABLE):].strip(), version=installed)
+        if line.startswith(mark + " ") or line == mark:
+            return line[len(mark):].strip()
+    return None
+
+
+def parse_probe(exit_status: int, stdout: str, stderr: str) -> Verdict:
+    """The probe's verdict. No mark at all (the Python is not there, or not a Python): `missing`."""
+    version = _marked(stdout, PROBE_VERSION) or None
+    installed = _marked(stdout, PROBE_INSTALLED) or None
+    ok = _marked(stdout, PROBE_OK)
+    if ok is not None:
+        return Verdict("ok", version=ok or version)
+    no_import = _marked(stdout, PROBE_NO_IMPORT)
+    if no_import is not None:
+        return Verdict("missing", no_import, version=installed)
+    unavailable = _marked(stdout, PROBE_UNAVAILABLE)
+    if unavailable is not None:
+        return Verdict("unavailable", unavailable, version=version or installed)
     errors = [ln for ln in stderr.splitlines() if ln.startswith(f"{PROG}: error:")]
     if exit_status == 2 and errors:
-        return Verdict("refused", errors[-1])
+        return Verdict("refused", errors[-1], version=version)
     last = (stderr.strip() or stdout.strip()).splitlines()[-1:] or [f"exit status {exit_status}"]
-    return Verdict("unavailable", last[0][:300])
+    if version is not None:   # sglang imported, then the parse itself crashed
+        return Verdict("unavailable", last[0][:300], version=version)
+    return Verdict("missing", last[0][:300])
+
+
+def parse_installed(stdout: str) -> str | None:
+    """The release INSTALLED_PY found, or None when sglang is not installed for that Python."""
+    return _marked(stdout, PROBE_INSTALLED) or None
 
 
 # -- the captured table ----------------------------------------------------------------------
@@ -151,3 +198,29 @@ def check_with_table(args: list[str], version: str) -> Verdict:
     except Refused as e:
         return Verdict("refused", str(e), version, f"table {version}")
     return Verdict("ok", version=version, source=f"table {version}")
+
+
+# -- `eagle doctor`'s question: which Python, and does it import sglang ---------------------
+
+IMPORT_PY = """import sys
+print("PYTHON %s" % sys.version.split()[0], flush=True)
+try:
+    import sglang
+    print("SGLANG %s" % (getattr(sglang, "__version__", None) or "?"))
+except Exception as e:
+    print("NO-SGLANG %s" % ("%s: %s" % (type(e).__name__, e)).splitlines()[0][:300])
+"""
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What IMPORT_PY printed: the Python's version, and sglang's (or why it does not import)."""
+
+    python: str | None
+    sglang: str | None
+    error: str | None
+
+
+def parse_import(stdout: str) -> Imported:
+    return Imported(_marked(stdout, "PYTHON") or None, _marked(stdout, "SGLANG") or None,
+                    _marked(stdout, "NO-SGLANG") or None)

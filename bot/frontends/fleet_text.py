@@ -2,11 +2,12 @@
 `eagle fleet` and `/eagle fleet` alike; and the alert line of one incident."""
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Sequence
 
 from eaglebot.frontends.format import fmt_time, table
-from eaglebot.store.rows import HealthEventRow, HealthStateRow
+from eaglebot.store.rows import HealthEventRow, HealthStateRow, StepRow
 
 ORDER = {"quarantined": 0, "draining": 1, "drained": 2, "resuming": 3, "suspect": 4, "expected": 5, "healthy": 6}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -32,18 +33,54 @@ def fleet_rows(rows: Sequence[HealthStateRow], watched: Sequence[str]) -> list[d
     return sorted(out, key=lambda r: (ORDER.get(r["state"], 9), r["host"], -2 if r["gpu"] is None else r["gpu"]))
 
 
-def fleet_text(rows: list[dict[str, Any]]) -> str:
-    """The table; a line of counts above it."""
-    if not rows:
-        return "no host is watched (health_watch is not configured) and none has a recorded state"
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["state"]] = counts.get(r["state"], 0) + 1
-    head = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: ORDER.get(kv[0], 9)))
-    body = table(["host", "gpu", "state", "since (UTC)", "reason"],
-                 [[r["host"], "-" if r["gpu"] is None else gpu_label(r["gpu"]), r["state"],
-                   fmt_time(r["since"]) if r["since"] else "-", shown(r["reason"] or "-")[:120]] for r in rows])
-    return f"{head}\n{body}"
+HOW_TO_WATCH = ("to watch the fleet, add `health_watch:` to eagle.yaml and run `eagle serve` "
+                "(docs/configuration.md#health_watch); to check a host once: `eagle run health -H HOST`")
+
+
+def fleet_checks(steps: Sequence[StepRow]) -> list[dict[str, Any]]:
+    """The verdicts of each host's newest recorded gpu.health step (a watch's probe is not a
+    step: these are the runs of `health` or any playbook with that skill), one row a GPU."""
+    out: list[dict[str, Any]] = []
+    for s in steps:
+        try:
+            data = json.loads(s["data"] or "")
+        except ValueError:
+            continue
+        verdicts = data.get("health") if isinstance(data, dict) else None
+        if not isinstance(verdicts, dict):
+            continue
+        for gpu, v in sorted(verdicts.items(), key=lambda kv: (len(str(kv[0])), str(kv[0]))):
+            v = v if isinstance(v, dict) else {}
+            out.append({"host": s["host"], "gpu": int(gpu) if str(gpu).isdigit() else gpu,
+                        "verdict": v.get("verdict"), "reasons": [str(x) for x in v.get("reasons") or []],
+                        "run_id": s["run_id"], "at": s["finished_at"]})
+    return sorted(out, key=lambda c: (c["host"], str(c["gpu"])))
+
+
+def fleet_text(rows: list[dict[str, Any]], checks: Sequence[dict[str, Any]] = (), *, watching: bool = True) -> str:
+    """The watch's table (a line of counts above it), then each host's last recorded check;
+    how to watch when no watch is configured."""
+    out: list[str] = []
+    if rows:
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["state"]] = counts.get(r["state"], 0) + 1
+        out.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: ORDER.get(kv[0], 9))))
+        out.append(table(["host", "gpu", "state", "since (UTC)", "reason"],
+                         [[r["host"], "-" if r["gpu"] is None else gpu_label(r["gpu"]), r["state"],
+                           fmt_time(r["since"]) if r["since"] else "-", shown(r["reason"] or "-")[:120]]
+                          for r in rows]))
+    elif not checks:
+        out.append("no host is watched (health_watch is not configured) and none has a recorded state or check")
+    if checks:
+        out.append(f"last recorded checks (gpu.health), {len({c['host'] for c in checks})} host(s):")
+        out.append(table(["host", "gpu", "verdict", "run", "at (UTC)", "reasons"],
+                         [[c["host"], gpu_label(c["gpu"]) if isinstance(c["gpu"], int) else shown(str(c["gpu"])),
+                           str(c["verdict"] or "-"), f"#{c['run_id']}", fmt_time(c["at"]) if c["at"] else "-",
+                           shown("; ".join(c["reasons"]) or "-")[:120]] for c in checks]))
+    if not watching:
+        out.append(f"no health watch: {HOW_TO_WATCH}")
+    return "\n".join(out)
 
 
 def fleet_xids(events: Sequence[HealthEventRow]) -> list[dict[str, Any]]:

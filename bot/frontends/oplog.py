@@ -46,15 +46,17 @@ def _value(v: Field) -> str:
     return str(v)
 
 
-def line(event: str, head: str = "", *, run_id: int | None = None, **fields: Field) -> None:
-    """One INFO line: `head` (e.g. "run #12 finished succeeded"), else `event`, then key=value.
-    The fields also go, typed, into the JSON form; `run_id` (named in `head`) only there, as `run`."""
+def line(event: str, head: str = "", *, run_id: int | None = None, level: int = logging.INFO,
+         **fields: Field) -> None:
+    """One line (INFO unless `level`: a refusal an operator must see is a WARNING): `head`
+    (e.g. "run #12 finished succeeded"), else `event`, then key=value. The fields also go,
+    typed, into the JSON form; `run_id` (named in `head`) only there, as `run`."""
     if run_id is not None:
         fields = {"run": run_id, **fields}
     # (a run id reads `run=#12` in text, as Slack shows it; it stays a number in JSON)
     parts = [head or event, *(f"{k}={'#' if k == 'run' else ''}{_value(v)}" for k, v in fields.items()
                               if v is not None and not (k == "run" and run_id is not None))]
-    log.info(" ".join(parts), extra={_FIELDS: {"event": event, **{k: v for k, v in fields.items() if v is not None}}})
+    log.log(level, " ".join(parts), extra={_FIELDS: {"event": event, **{k: v for k, v in fields.items() if v is not None}}})
 
 
 class JsonFormatter(logging.Formatter):
@@ -132,6 +134,17 @@ def command(user: str, text: str) -> Iterator[CommandLine]:
     token = _CURRENT.set(cl)
     try:
         yield cl
+    finally:
+        _CURRENT.reset(token)
+
+
+@contextmanager
+def outside_command() -> Iterator[None]:
+    """Work a command sets going that is not its own (a reload's new scheduler and health
+    watch): the tasks it starts copy a context with no command, so their runs are not its."""
+    token = _CURRENT.set(None)
+    try:
+        yield
     finally:
         _CURRENT.reset(token)
 

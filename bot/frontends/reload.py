@@ -163,7 +163,7 @@ class Reloader:
             except EagleError as e:
                 msg = f"reload refused, the running configuration stays: {e}"
                 await self._record(who, "refused", msg)
-                oplog.line("reload", user=who, outcome="refused", error=str(e))
+                oplog.line("reload", user=who, outcome="refused", error=str(e), level=logging.WARNING)
                 return False, msg
             self.services.swap(new)
             msg = f"reloaded: {change}"

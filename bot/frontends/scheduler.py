@@ -204,6 +204,7 @@ class Scheduler:
         self._sched: AsyncIOScheduler | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._firing = 0   # jobs under way (a retired scheduler waits for them)
+        self.missed_while = "while the bot was down"   # a reload's scheduler: "before this reload"
 
     @property
     def store(self) -> AsyncStoreProtocol:
@@ -339,7 +340,7 @@ class Scheduler:
         else:
             last = "no run recorded yet"
         text = (f":warning: schedule {cfg.name} ({_describe(cfg)}) missed {n} run{'s' if n != 1 else ''} "
-                f"while the bot was down ({shown}); {last}.")
+                f"{self.missed_while} ({shown}); {last}.")
         if catch_up and self._sched is not None and self._sched.get_job(cfg.name) is not None:
             self._sched.modify_job(cfg.name, next_run_time=datetime.now(timezone.utc))
             text += f" The latest is within its grace time ({cfg.misfire_grace_s}s): running it now."
@@ -456,8 +457,15 @@ class Scheduler:
                          f"flagged {len(regs)} regression{'s' if len(regs) != 1 else ''}:")
         else:
             lines.append(f":chart_with_upwards_trend: scheduled run {cfg.name}: run #{v.run_id} ({v.playbook}) improved:")
-        for r in regs:
-            lines.append(f"• REGRESSION {r['host']}: {r['reason']}")
+        for group in v.regression_groups():   # one line per incident, however many metrics it moved
+            r = group[0]
+            if (r.get("kind") or "regression") != "regression":
+                continue
+            if len(group) > 1:
+                lines.append(f"• REGRESSION {r['host']} (incident #{v.incident_of(r)}, "
+                             f"{', '.join(g['metric'] for g in group)}): {r['reason']}")
+            else:
+                lines.append(f"• REGRESSION {r['host']}: {r['reason']}")
         for r in imps:
             lines.append(f"• improvement {r['host']}: {r['reason']}")
         lines.append(f"details: `/eagle show {v.run_id}`")

@@ -27,7 +27,7 @@ from eaglebot.errors import EagleError, UsageError
 from eaglebot.frontends.http_guard import listen, raise_open_files_limit
 from eaglebot.frontends.leader import Leadership
 from eaglebot.frontends.metrics import Metrics, set_leader
-from eaglebot.frontends.oplog import RunLog, setup_logging
+from eaglebot.frontends.oplog import RunLog, outside_command, setup_logging
 from eaglebot.frontends.reload import EnvFile, Reloader
 from eaglebot.frontends.reload_peers import PeerReloads
 from eaglebot.frontends.scheduler import Hooks, Scheduler, build_scheduler
@@ -114,8 +114,17 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
     services.reloader = peers.from_slack
     reloads: set[asyncio.Task[tuple[bool, str]]] = set()
 
+    async def hup_reload() -> tuple[bool, str]:
+        done, msg = await reloader.reload("signal")
+        if not done:   # no one in Slack asked: the bot's channel hears it
+            try:
+                await bot.hooks.post(None, f":warning: SIGHUP: {services.redactor.text(msg)}")
+            except Exception:
+                log.exception("could not post the refused reload to the channel")
+        return done, msg
+
     def on_hup() -> None:
-        t = loop.create_task(reloader.reload("signal"))
+        t = loop.create_task(hup_reload())
         reloads.add(t)
         t.add_done_callback(reloads.discard)
     try:
@@ -178,8 +187,8 @@ class LeaderDuties:
         self._term = asyncio.Event()
         self.watch = start_health_watch(self.services, self.client, self._term)
 
-    def _start_scheduler(self) -> None:
-        self.sched = start_scheduler(self.services, self.bot.hooks, self.holder)
+    def _start_scheduler(self, missed_while: str | None = None) -> None:
+        self.sched = start_scheduler(self.services, self.bot.hooks, self.holder, missed_while)
         self.sched.leading = self.leading
 
     def _retire(self) -> None:
@@ -195,13 +204,15 @@ class LeaderDuties:
         finish first) and health watch (once the old one stopped)."""
         if self.sched is None:
             return
-        self._retire()
-        self._start_scheduler()
-        self._term.set()
-        if self.watch is not None:
-            await asyncio.gather(self.watch, return_exceptions=True)
-        self._term = asyncio.Event()
-        self.watch = start_health_watch(self.services, self.client, self._term)
+        # the new scheduler's catch-up and the watch's runs are not the `/eagle reload` command's
+        with outside_command():
+            self._retire()
+            self._start_scheduler("before this reload")
+            self._term.set()
+            if self.watch is not None:
+                await asyncio.gather(self.watch, return_exceptions=True)
+            self._term = asyncio.Event()
+            self.watch = start_health_watch(self.services, self.client, self._term)
 
     async def stop(self) -> None:
         set_leader(False)
@@ -252,8 +263,12 @@ def start_health_watch(services: Services, client: AsyncWebClient, stop: asyncio
     return asyncio.create_task(run())
 
 
-def start_scheduler(services: Services, hooks: Hooks, holder: str | None = None) -> Scheduler:
-    """Start the configured schedules' jobs on this loop (`holder`: the replica claiming fires)."""
+def start_scheduler(services: Services, hooks: Hooks, holder: str | None = None,
+                    missed_while: str | None = None) -> Scheduler:
+    """Start the configured schedules' jobs on this loop (`holder`: the replica claiming fires;
+    `missed_while`: when the fires its start reports missed were, if not while the bot was down)."""
     sched = build_scheduler(services, hooks, holder)
+    if missed_while:
+        sched.missed_while = missed_while
     sched.start()
     return sched

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, TypedDict
 
-from eaglebot.history.incidents import by_cause, describe_cause
+from eaglebot.history.incidents import by_cause, cause_of, describe_cause
 from eaglebot.history.recap import HostRecap, host_recap
 from eaglebot.store import parse_iso
 from eaglebot.store.protocol import StoreProtocol
@@ -97,6 +97,7 @@ class RunView:
     regressions: list[RegressionRow]
     changes: list[ChangeRow]
     incidents: list[IncidentRow] = field(default_factory=list)   # open ones of its playbook + hosts
+    flagged: list[IncidentRow] = field(default_factory=list)     # the ones this run flagged, whatever they are now
 
     @classmethod
     def load(cls, store: StoreProtocol, run_id: int) -> RunView | None:
@@ -105,8 +106,10 @@ class RunView:
             return None
         incidents = [i for h in run.get("hosts") or []
                      for i in store.incidents(playbook=run["playbook"], host=h)]
+        regressions = store.regressions(run_id)
+        flagged = store.incidents(status=None, run_id=run_id, limit=1000) if regressions else []
         return cls(run, store.steps(run_id), store.metrics(run_id), store.warnings(run_id),
-                   store.regressions(run_id), store.changes(run_id), incidents)
+                   regressions, store.changes(run_id), incidents, flagged)
 
     @property
     def run_id(self) -> int:
@@ -177,6 +180,22 @@ class RunView:
         """`regression` or `improvement` rows."""
         return [r for r in self.regressions if (r.get("kind") or "regression") == kind]
 
+    def incident_of(self, r: RegressionRow) -> int | None:
+        """The incident a regression row is part of (its cause's id: one drop that moved several
+        metrics at one change point is one incident), or None (a fixed baseline's, an improvement)."""
+        if (r.get("kind") or "regression") != "regression":
+            return None
+        return next((cause_of(i) for i in self.flagged if (i["host"], i["metric"]) == (r["host"], r["metric"])), None)
+
+    def regression_groups(self) -> list[list[RegressionRow]]:
+        """The run's regressions and improvements, one group per incident, in the order recorded; a
+        row of no incident is a group of its own."""
+        groups: dict[object, list[RegressionRow]] = {}
+        for r in self.regressions:
+            iid = self.incident_of(r)
+            groups.setdefault(("incident", r["host"], iid) if iid is not None else ("row", r["id"]), []).append(r)
+        return list(groups.values())
+
     def as_json(self) -> dict[str, Any]:
         """`eagle show ID --json` and `eagle run --json` (DESIGN.md "Contract details")."""
         return {
@@ -217,7 +236,8 @@ class RunView:
             "warnings": self.warning_lines + [f"open {describe_cause(g)}" for g in by_cause(self.incidents)],
             "regressions": [{"host": r["host"], "metric": r["metric"], "value": r["value"],
                              "reference": r["reference"], "delta_pct": r["delta_pct"], "reason": r["reason"],
-                             "kind": r.get("kind") or "regression"} for r in self.regressions],
+                             "kind": r.get("kind") or "regression", "incident": self.incident_of(r)}
+                            for r in self.regressions],
             "recap": self.recap() if multi else [],
         }
 

@@ -185,6 +185,10 @@ class AsyncStoreProtocol(Protocol):
         """Registered data of the newest step of `skill` on host that recorded `key`."""
         ...
 
+    async def newest_steps(self, skill: str, limit: int = 1000) -> list[StepRow]:
+        """The newest finished step of `skill` on each host, newest first (`eagle fleet`'s last checks)."""
+        ...
+
     async def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
             newest_first: bool = False) -> list[StepDataRow]:
         """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""

@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 from eaglebot.store.base import StoreBase, rows
-from eaglebot.store.rows import ChangeRow, FingerprintState, HostStepRow, MetricPoint, MetricRow, RunRow, StepDataRow
+from eaglebot.store.rows import (
+    ChangeRow, FingerprintState, HostStepRow, MetricPoint, MetricRow, RunRow, StepDataRow, StepRow,
+)
 from eaglebot.store.runs import decode_run
 
 
@@ -93,6 +95,13 @@ class TrendsMixin(StoreBase):
             if isinstance(data, dict) and data.get(key):
                 return data
         return None
+
+    def newest_steps(self, skill: str, limit: int = 1000) -> list[StepRow]:
+        """The newest finished step of `skill` on each host, newest first (`eagle fleet`'s last checks)."""
+        return rows(self.db, StepRow,
+                    "select s.* from steps s join (select host, max(id) as id from steps where skill = ? "
+                    "and status in ('ok', 'changed', 'failed') group by host) n on s.id = n.id "
+                    "order by s.id desc limit ?", [skill, limit])
 
     def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
                           newest_first: bool = False) -> list[StepDataRow]:

@@ -146,8 +146,43 @@ async def run_points(engine: Engine, sweep_id: int, *, actor: str, origin: str, 
                                               res.as_json(), "" if ok else (res.error or f"run {res.status}"))
         done += 1
     result = await summary(engine, sweep_id)
-    await engine.store.finish_sweep(sweep_id, "finished", {"best": result["best"]})
+    earlier = (sweep.get("result") or {}).get("final")
+    # a resume with nothing left to run leaves the host as the sweep's end left it
+    final = earlier if done == 0 and earlier else await leave_on_best(
+        engine, pb, result, actor=actor, origin=origin, observer=observer, approver=approver,
+        assume_yes=assume_yes, channel=channel)
+    await engine.store.finish_sweep(sweep_id, "finished", {"best": result["best"], "final": final})
     return await summary(engine, sweep_id)
+
+
+async def leave_on_best(engine: Engine, pb: Playbook, result: dict[str, Any], *, actor: str, origin: str,
+                        observer: Observer | None, approver: Approver | None, assume_yes: bool,
+                        channel: str | None) -> dict[str, Any]:
+    """The host ends on the best point: when the last point run was another one, the best is
+    relaunched (one more audited run, without its benchmark where the playbook can skip it).
+    Returns where the host was left: {"run_id", "status", "on_best", "state"} (a sentence)."""
+    host, best = result["host"], result["best"]
+    runs = [p["run_id"] for p in (*result["ranked"], *result["failed"]) if p.get("run_id")]
+    last = max(runs) if runs else None
+    if best is None:
+        return {"run_id": last, "status": None, "on_best": False,
+                "state": f"no point was measured: host {host} is as its last run left it"
+                         + (f" (run #{last})" if last else "")}
+    words = " ".join(f"{a}={best['inputs'].get(a)}" for a in result["axes"])
+    if best["run_id"] == last:
+        return {"run_id": last, "status": "succeeded", "on_best": True,
+                "state": f"host {host} left on the best point ({words}: run #{last}, the last one measured)"}
+    inputs = {k: v for k, v in best["inputs"].items() if k not in REPEAT_INPUTS}
+    if "bench_prompts" in pb.inputs:
+        inputs["bench_prompts"] = "0"     # the point was measured already: only its configuration is wanted
+    res = await run_point(engine, pb, host, inputs, actor=actor, origin=origin, observer=observer,
+                          approver=approver, assume_yes=assume_yes, channel=channel)
+    if res.status == "succeeded":
+        return {"run_id": res.run_id, "status": res.status, "on_best": True,
+                "state": f"host {host} left on the best point ({words}: relaunched by run #{res.run_id})"}
+    return {"run_id": res.run_id, "status": res.status, "on_best": False,
+            "state": f"host {host} is NOT on the best point: its relaunch (run #{res.run_id}) {res.status}"
+                     f"{f': {res.error}' if res.error else ''}; the host is as that run left it"}
 
 
 def pareto(points: list[dict[str, Any]]) -> list[int]:
@@ -191,6 +226,7 @@ async def summary(engine: Engine, sweep_id: int) -> dict[str, Any]:
                         "run_id": p["run_id"]} for p in pts if p["status"] == "failed"],
             "pending": [p["idx"] for p in pts if p["status"] == "pending"],
             "pareto": pareto(done),
+            "final": (sweep.get("result") or {}).get("final"),   # where the host was left (leave_on_best)
             "best": ({"inputs": best["inputs"], "run_id": best["run_id"],
                       "output_throughput": best["result"]["output_throughput"]} if best else None)}
 

@@ -13,9 +13,10 @@ from eaglebot.facts import sglang
 
 
 def argv(python: str, port: int, num_prompts: int, input_len: int, output_len: int, max_concurrency: int,
-         output_file: str, extra: list[str] | None = None) -> list[str]:
+         output_file: str, extra: list[str] | None = None, base: str | None = None) -> list[str]:
+    """`base`: the server's URL where the host reaches it (server.base_url), default 127.0.0.1."""
     return [python, "-m", "sglang.bench_serving", "--backend", "sglang",
-            "--base-url", f"http://127.0.0.1:{port}", "--dataset-name", "random-ids",
+            "--base-url", base or f"http://127.0.0.1:{port}", "--dataset-name", "random-ids",
             "--random-input-len", str(input_len), "--random-output-len", str(output_len),
             "--random-range-ratio", "1.0", "--num-prompts", str(num_prompts),
             "--max-concurrency", str(max_concurrency), "--flush-cache",

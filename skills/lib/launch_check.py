@@ -1,8 +1,11 @@
 """Ask SGLang itself whether it would accept a launch command, before anything is stopped or started.
 
-The host's own SGLang first (`sglang_table.PROBE`: its real parser, nothing launched); where that
-cannot run (no sglang in that Python, an import error), the captured table of the host's release:
-host var `sglang_version`, else the release installed there (its metadata), else eaglebot's newest.
+The host's own SGLang (`sglang_table.PROBE`: `import sglang`, then its real parser; nothing
+launched). A Python that cannot import sglang is `missing`: the launch would fail the same way, so
+server.launch refuses it. Only where sglang is there but its parser cannot be asked (it imports,
+but `sglang.srt.server_args` does not build here; or the probe did not finish and the package's
+metadata says it is installed) is the captured table of that release the check, and the verdict
+says so: host var `sglang_version`, else the release that answered, else eaglebot's newest.
 """
 from __future__ import annotations
 
@@ -10,11 +13,26 @@ from eaglebot.facts import sglang, sglang_table
 from eaglebot.sdk import SkillContext
 
 PROBE_TIMEOUT_S = 120.0   # importing sglang.srt.server_args imports torch: seconds, not minutes
+INSTALLED_TIMEOUT_S = 60.0
+
+
+async def _probe(ctx: SkillContext, python: str, args: list[str]) -> sglang_table.Verdict:
+    res = await ctx.host.run(sglang_table.probe_command(python, args), timeout=PROBE_TIMEOUT_S)
+    if not res.timed_out:
+        return sglang_table.parse_probe(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
+    partial = sglang_table.parse_probe(-1, res.stdout, "")
+    why = f"the probe did not finish within {PROBE_TIMEOUT_S:g}s"
+    if partial.kind == "unavailable" and partial.version:   # sglang imported; its parser hung
+        return sglang_table.Verdict("unavailable", why, version=partial.version)
+    meta = await ctx.host.run(sglang_table.installed_command(python), timeout=INSTALLED_TIMEOUT_S)
+    installed = sglang_table.parse_installed(meta.stdout)
+    if installed is None:
+        return sglang_table.Verdict("missing", f"{why}, and no sglang package is installed for it")
+    return sglang_table.Verdict("unavailable", f"{why} (sglang {installed} is installed)", version=installed)
 
 
 async def check(ctx: SkillContext, python: str, args: list[str]) -> sglang_table.Verdict:
-    res = await ctx.host.run(sglang_table.probe_command(python, args), timeout=PROBE_TIMEOUT_S)
-    verdict = sglang_table.parse_probe(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
+    verdict = await _probe(ctx, python, args)
     if verdict.kind != "unavailable":
         return verdict
     version = str(ctx.vars.get("sglang_version") or verdict.version or sglang.SGLANG_VERSION)
@@ -23,4 +41,6 @@ async def check(ctx: SkillContext, python: str, args: list[str]) -> sglang_table
         return verdict
     ctx.log(f"the host's SGLang parser could not be asked ({verdict.message}); "
             f"checking with the captured table of SGLang {version}")
-    return sglang_table.check_with_table(args, version)
+    table = sglang_table.check_with_table(args, version)
+    table.message = table.message or verdict.message
+    return table

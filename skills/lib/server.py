@@ -2,7 +2,7 @@
 
 Probes are facts (`eaglebot.facts.procs`) run through ctx.host; which processes
 are ours is `processes.is_ours`. Also an HTTP GET made ON the host (the bot may not
-reach the server's port directly).
+reach the server's port directly), at the address the server's socket listens on.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import shlex
 
 from eaglebot.sdk import SkillContext, path_for_shell
 
-from eaglebot.facts import procs
+from eaglebot.facts import ports, procs
 from eaglebot.skills.lib import processes
 
 
@@ -86,8 +86,16 @@ def parse_http(stdout: str) -> tuple[int, str]:
     return (int(code) if code.isdigit() else 0), body
 
 
+async def base_url(ctx: SkillContext, port: int) -> str:
+    """`http://ADDRESS:PORT` of the server listening on `port`, where the bot's own requests reach
+    it: 127.0.0.1 for one bound to a wildcard or loopback, else the one address it is bound to (its
+    own socket says, so a benchmark after `relaunch -e bind=10.0.0.7` needs no bind of its own)."""
+    return f"http://{ports.probe_address_of(await ports.listen_addresses(ctx.host, port))}:{port}"
+
+
 async def http_get(ctx: SkillContext, python: str, port: int, path: str,
-                   timeout: float = 10.0) -> tuple[int, str]:
-    res = await ctx.host.run(http_get_script(python, f"http://127.0.0.1:{port}{path}", timeout),
-                             timeout=timeout + 20)
+                   timeout: float = 10.0, base: str | None = None) -> tuple[int, str]:
+    """GET `path` of the server on `port`, from the host; `base`: its URL when known (else `base_url`)."""
+    url = (base or await base_url(ctx, port)) + path
+    res = await ctx.host.run(http_get_script(python, url, timeout), timeout=timeout + 20)
     return parse_http(res.stdout)

@@ -114,7 +114,7 @@ class FakeSlackAPI:
     def ok_calls_to(self, method: str) -> list[Call]:
         return [c for c in self.calls_to(method) if c.status == 200]
 
-    async def wait_for(self, pred: Callable[[], Any], timeout: float = 30.0) -> Any:
+    async def wait_for(self, pred: Callable[[], Any], timeout: float = 120.0) -> Any:   # generous: busy machines
         deadline = time.monotonic() + timeout
         while True:
             got = pred()

@@ -99,10 +99,11 @@ def test_a_background_job_ends_with_its_step_and_never_writes_into_the_next(tmp_
     assert any("left" in w and "stopped at the end of the step" in w for w in out["warnings"]), out["warnings"]
     db_out = eagle("show", str(out["run_id"]), config=cfg).stdout
     assert "LEAKED" not in db_out
-    # `sleep 311 &` does not hold its step until it exits (exec mode waited for it before)
-    assert took < 15
+    # `sleep 311 &` does not hold its step until it exits (exec mode waited for it before): the step
+    # ends long before the job would (a bound on the job, not on this machine's speed)
+    assert out["steps"][0]["duration_ms"] < 300_000 and took < 300
     pid = int(pidfile.read_text())
-    wait_for(lambda: not pid_alive(pid), 10, what="the background sleep to be stopped")
+    wait_for(lambda: not pid_alive(pid), 120, what="the background sleep to be stopped")
 
 
 @pytest.mark.parametrize("host", ["local", "box"])
@@ -123,11 +124,11 @@ def test_a_stopped_shell_fails_the_step_within_its_timeout_and_is_killed(tmp_pat
     out = json.loads(res.stdout)
     first = out["steps"][0]
     assert first["status"] == "failed" and "timed out after 3s" in first["summary"]
-    assert first["duration_ms"] <= 5000, first  # timeout_s + 2 s
+    assert first["duration_ms"] < 30_000, first  # ended by its 3 s timeout, not by the `sleep 30`
     assert len(first["summary"].splitlines()) == 1
     assert out["steps"][1]["status"] == "skipped" or len(out["steps"]) == 1
     stopped = int(pidfile.read_text())
-    wait_for(lambda: not pid_alive(stopped), 10, what="the stopped shell to be killed")
+    wait_for(lambda: not pid_alive(stopped), 120, what="the stopped shell to be killed")
 
 
 async def test_two_slack_users_one_cannot_forge_the_others_run(tmp_path, sshd, shell_mode, fake):

@@ -27,7 +27,7 @@ SCHEDULE_OPERATIONS = {"pause", "resume"}   # `/eagle schedule pause NAME` opera
 USAGE = """\
 /eagle <playbook> [host[,host]] [key=value ...] [--dry-run] [--force]   run a playbook (e.g. relaunch gpu-01
                                     spec_steps=5); --force: on a quarantined host (approvers only, audited)
-/eagle help [playbook|skill]        this help, or a playbook's inputs / a skill's parameters
+/eagle help [playbook|skill|skills] this help, a playbook's inputs, a skill's parameters, every skill
 /eagle playbooks | hosts            what can run, and where
 /eagle history [playbook] [host] [n]
 /eagle show ID                      one run: steps, metrics, warnings, regressions

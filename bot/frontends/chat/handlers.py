@@ -59,8 +59,14 @@ def _load_cached(path: str, mtime_ns: int, size: int, registry: SkillRegistry) -
 
 
 async def _help(services: Services, cmd: Command, caller: Caller) -> Reply:
+    """The playbooks first (what people run), then the commands; the skills (what playbooks are
+    made of) by `help skills`."""
     if not cmd.args:
-        return listing(f"{USAGE}\nskills: {', '.join(services.registry)}   (/eagle help SKILL)")
+        rows = await asyncio.to_thread(_playbook_rows, services)
+        books = "\n".join(f"  {name}: {desc}" for name, desc, _ in rows) or "  none"
+        return listing(f"playbooks (/eagle help PLAYBOOK: its inputs and examples):\n{books}\n\n{USAGE}\n"
+                       f"skills: {len(services.registry)}, the steps playbooks are made of "
+                       f"(/eagle help skills lists them, /eagle help SKILL shows one)")
     name = cmd.args[0]
     files = await asyncio.to_thread(_playbooks, services.settings)
     if name in files:
@@ -68,6 +74,9 @@ async def _help(services: Services, cmd: Command, caller: Caller) -> Reply:
         return listing(_playbook_help(pb))
     if name in services.registry:
         return listing(services.registry.describe(name))
+    if name == "skills":
+        return listing("skills (/eagle help SKILL: its parameters):\n" + "\n".join(
+            f"  {k}: {services.registry.summary(k)}" for k in services.registry))
     hint = did_you_mean(name, [*files, *services.registry])
     raise UsageError(f"no playbook or skill named {name!r}; {hint}" if hint else
                      f"no playbook or skill named {name!r} (see /eagle playbooks)")
@@ -85,18 +94,20 @@ def _playbook_help(pb: Playbook) -> str:
     return "\n".join(lines)
 
 
-async def _list_playbooks(services: Services, cmd: Command, caller: Caller) -> Reply:
-    def collect() -> list[list[str]]:
-        rows = []
-        for name, path in _playbooks(services.settings).items():
-            try:
-                pb = load_playbook(path, services.registry)
-                rows.append([name, pb.description[:80], ", ".join(pb.inputs) or "-"])
-            except EagleError as e:
-                rows.append([name, f"INVALID: {str(e)[:80]}", "-"])
-        return rows
+def _playbook_rows(services: Services) -> list[list[str]]:
+    """[name, description (80 characters), inputs] of every playbook the bot can run by name."""
+    rows = []
+    for name, path in _playbooks(services.settings).items():
+        try:
+            pb = load_playbook(path, services.registry)
+            rows.append([name, pb.description[:80], ", ".join(pb.inputs) or "-"])
+        except EagleError as e:
+            rows.append([name, f"INVALID: {str(e)[:80]}", "-"])
+    return rows
 
-    rows = await asyncio.to_thread(collect)
+
+async def _list_playbooks(services: Services, cmd: Command, caller: Caller) -> Reply:
+    rows = await asyncio.to_thread(_playbook_rows, services)
     text = table(["playbook", "description", "inputs"], rows) if rows else "no playbooks"
     return listing(text, "Playbooks")
 
@@ -297,11 +308,13 @@ async def _baseline(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 
 async def _fleet(services: Services, cmd: Command, caller: Caller) -> Reply:
-    from eaglebot.frontends.fleet_text import fleet_rows, fleet_text
+    from eaglebot.frontends.fleet_text import fleet_checks, fleet_rows, fleet_text
 
     cfg = services.settings
     watched = cfg.resolve_hosts(cfg.health_watch.hosts) if cfg.health_watch else []
-    return listing(fleet_text(fleet_rows(await services.store.health_states(), watched)), "Fleet health", public=True)
+    checks = fleet_checks(await services.store.newest_steps("gpu.health", limit=5000))
+    return listing(fleet_text(fleet_rows(await services.store.health_states(), watched), checks,
+                              watching=cfg.health_watch is not None), "Fleet health", public=True)
 
 
 async def _trend(services: Services, cmd: Command, caller: Caller) -> Reply:

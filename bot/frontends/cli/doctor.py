@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import sys
 from pathlib import Path
 from collections import Counter
@@ -33,11 +34,12 @@ from typing import Callable
 from eaglebot.config import HostConfig, Settings
 from eaglebot.errors import TransportError
 from eaglebot.sdk import Host, path_for_shell
-from eaglebot.facts import nvsmi
+from eaglebot.facts import nvsmi, sglang_table
 from eaglebot.transport import hostkeys
 from eaglebot.transport.ssh import SSHTransport
 
 HOST_TIMEOUT_S = 20.0
+IMPORT_TIMEOUT_S = 120.0   # `import sglang` imports torch: seconds on a GPU host
 
 
 @dataclass
@@ -93,15 +95,33 @@ async def check_host(name: str, cfg: HostConfig, transport: Host, gpu: bool = Tr
     else:
         out.append(Check(f"host {name} nvidia-smi", True, "not a GPU host (not checked; mark it `gpu: true` "
                                                           "in eagle.yaml if it has GPUs)"))
-    python = str(cfg.vars.get("python") or "python3")
-    py = await transport.run(f"{path_for_shell(python)} -c 'import sys; print(sys.version.split()[0])'",
-                             timeout=HOST_TIMEOUT_S)
-    if py.ok:
-        out.append(Check(f"host {name} python", True, f"{python} is Python {py.stdout.strip()}"))
-    else:
-        hint = "" if cfg.vars.get("python") else " (set the host var `python`)"
-        out.append(Check(f"host {name} python", False, f"{python} not runnable{hint}"))
+    out.append(await check_python(name, cfg, transport, gpu))
     return out
+
+
+async def check_python(name: str, cfg: HostConfig, host: Host, gpu: bool) -> Check:
+    """The host's Python (host var `python`) runs; on a GPU host it imports sglang, as the launch
+    pre-flight will (a Python without it would pass here and take the server down at relaunch)."""
+    python = str(cfg.vars.get("python") or "python3")
+    hint = "" if cfg.vars.get("python") else " (set the host var `python` to the Python that has SGLang)"
+    if not gpu:
+        py = await host.run(f"{path_for_shell(python)} -c 'import sys; print(sys.version.split()[0])'",
+                            timeout=HOST_TIMEOUT_S)
+        if py.ok:
+            return Check(f"host {name} python", True, f"{python} is Python {py.stdout.strip()}")
+        return Check(f"host {name} python", False, f"{python} not runnable{hint}")
+    res = await host.run(f"{path_for_shell(python)} -c {shlex.quote(sglang_table.IMPORT_PY)}",
+                         timeout=IMPORT_TIMEOUT_S)
+    got = sglang_table.parse_import(res.stdout)
+    if got.python is None:
+        why = "timed out" if res.timed_out else ((res.stderr.strip() or res.stdout.strip()).splitlines()[-1:]
+                                                 or [f"exit status {res.exit_status}"])[0][:200]
+        return Check(f"host {name} python", False, f"{python} not runnable ({why}){hint}")
+    if got.sglang is None:
+        why = got.error or (f"no answer within {IMPORT_TIMEOUT_S:g}s" if res.timed_out else "no answer")
+        return Check(f"host {name} python", False, f"{python} is Python {got.python} but cannot import sglang: "
+                                                   f"{why}{hint}")
+    return Check(f"host {name} python", True, f"{python} is Python {got.python} with SGLang {got.sglang}")
 
 
 async def check_slack(settings: Settings) -> list[Check]:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # (the engine loads only when a command runs: `eagle --help` 
 
 WATCH_POLL_S = 0.5
 FLEET_XIDS = 200          # the watch's newest events read for `eagle fleet --json`'s `xids`
+FLEET_CHECKS = 5000       # hosts whose last gpu.health step `eagle fleet` shows
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
@@ -39,17 +40,18 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]", common:
 def cmd_fleet(args: argparse.Namespace) -> int:
     """The health watch's table: every watched host, and every host and GPU with a recorded state."""
     from eaglebot.frontends.cli.common import settings, view_store
-    from eaglebot.frontends.fleet_text import fleet_rows, fleet_text, fleet_xids
+    from eaglebot.frontends.fleet_text import fleet_checks, fleet_rows, fleet_text, fleet_xids
 
     cfg = settings(args)
     watched = cfg.resolve_hosts(cfg.health_watch.hosts) if cfg.health_watch else []
     with view_store(args) as store:
         rows = fleet_rows(store.health_states(), watched)
+        checks = fleet_checks(store.newest_steps("gpu.health", limit=FLEET_CHECKS))
         xids = fleet_xids(store.health_events(limit=FLEET_XIDS)) if args.json else []
     if args.json:
-        print_json({"hosts": rows, "xids": xids})
+        print_json({"hosts": rows, "xids": xids, "checks": checks, "watching": cfg.health_watch is not None})
     else:
-        print(fleet_text(rows))
+        print(fleet_text(rows, checks, watching=cfg.health_watch is not None))
     return 0
 
 

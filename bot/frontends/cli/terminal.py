@@ -199,12 +199,16 @@ def result_text(view: RunView, plan: list[str] | None = None, *, with_error: boo
         recap = view.recap()
         lines.append(f"recap, {recap_total(recap)}:")
         lines += [f"  {ln}" for ln in recap_table(recap).splitlines()]
-    for r in view.regressions:
+    for group in view.regression_groups():   # one line per incident, however many metrics it moved
+        r = group[0]
         regression = (r.get("kind") or "regression") == "regression"
         word = paint("REGRESSION", colour) if regression else "improvement"
         reason = _new_in_reason(r["metric"], r.get("reason") or "")
         reason = clip_items(reason, REASON_CHARS)   # whole items, then "and N more": never inside a value
-        lines.append(f"{'▼' if regression else '▲'} {word} {r['host']}: {r['metric']} {fmt_value(r['reference'])} → "
-                     f"{fmt_value(r['value'])} ({r['delta_pct']:+.1f}%)" + (f"  {terminal_safe(reason)}" if reason else ""))
+        iid = view.incident_of(r) if len(group) > 1 else None
+        moved = ", ".join(f"{g['metric']} {fmt_value(g['reference'])} → {fmt_value(g['value'])} ({g['delta_pct']:+.1f}%)"
+                          for g in group)
+        lines.append(f"{'▼' if regression else '▲'} {word} {r['host']}{f' (incident #{iid})' if iid else ''}: {moved}"
+                     + (f"  {terminal_safe(reason)}" if reason else ""))
     lines.append(f"details: eagle show {view.run_id}")
     return "\n".join(lines)

@@ -73,11 +73,9 @@ class SlackApprover:
                 obs.set_note(None)
             # Awaiting the future directly means a timeout cancels it too.
             if not pending.future.done() or pending.future.cancelled():
-                oplog.line("approval_decided", f"approval for run #{ar.run_id} expired", run_id=ar.run_id,
-                           host=ar.host, step=ar.step)
                 pending.future.cancel()
-                if post_task is not None:
-                    post_task.add_done_callback(lambda _t: self._timed_out(pending))
+                # its own task: this one may be the cancelled run's, and the store says which it was
+                ctx.spawn(self._undecided(pending, post_task), name="eagle-approval-closed")
 
     async def _post(self, pending: PendingApproval, channel: str, key: str, thread: str | None) -> None:
         ctx, ar = self.ctx, pending.request
@@ -93,22 +91,22 @@ class SlackApprover:
         await record_approval_message(ctx, ar, posted.channel or channel, posted.ts,
                                       self.observer.requester if self.observer else None)
 
-    def _timed_out(self, pending: PendingApproval) -> None:
-        if pending.ts and pending.channel:
-            self.ctx.spawn(self._closed(pending), name="eagle-approval-closed")
-
-    async def _closed(self, pending: PendingApproval) -> None:
-        """The card of an approval nobody decided: cancelled (by whom) when its run was
-        cancelled while it waited, else expired (when)."""
+    async def _undecided(self, pending: PendingApproval, post_task: asyncio.Task[None] | None) -> None:
+        """An approval nobody decided: cancelled (by whom) when its run was cancelled while it
+        waited, else expired (when). One log line that says which (as the store does), and its card."""
         ar, store = pending.request, self.ctx.services.store
         run = await store.get_run(ar.run_id)
         if run is not None and run.get("cancel_requested"):
             decision, who, at = "cancelled", await _canceller(self.ctx, ar.run_id), None
         else:
             decision, who, at = "expired", None, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        assert pending.channel and pending.ts
-        self.ctx.update(pending.channel, pending.ts, bk.decision_text(decision, who, at),
-                        bk.approval_decided_blocks(ar, decision, who, at))
+        oplog.line("approval_decided", f"approval for run #{ar.run_id} {decision}", run_id=ar.run_id,
+                   host=ar.host, step=ar.step, by=who)
+        if post_task is not None:
+            await asyncio.gather(post_task, return_exceptions=True)
+        if pending.ts and pending.channel:
+            self.ctx.update(pending.channel, pending.ts, bk.decision_text(decision, who, at),
+                            bk.approval_decided_blocks(ar, decision, who, at))
 
 
 async def _canceller(ctx: SlackContext, run_id: int) -> str | None:

@@ -211,9 +211,18 @@ def run_summary_blocks(view: Mapping[str, Any]) -> list[dict[str, Any]]:
     blocks.append(context(f"{run_title(view)} · took {took} · `/eagle show {rid}`"))
     regs = [r for r in view.get("regressions") or [] if r.get("kind", "regression") == "regression"]
     if regs:
-        lines = [f":rotating_light: *REGRESSION* `{escape(r.get('host') or '')}` {escape(r['metric'])}: "
-                 f"{fmt_value(r['value'])} vs {fmt_value(r['reference'])} ({r['delta_pct']:+.1f}%)"
-                 f" — {escape(clip_items(r.get('reason') or '', 300))}" for r in regs]
+        groups: dict[object, list[dict[str, Any]]] = {}   # one line per incident, however many metrics it moved
+        for i, r in enumerate(regs):
+            key = (r.get("host"), r["incident"]) if r.get("incident") is not None else i
+            groups.setdefault(key, []).append(r)
+        lines = []
+        for group in groups.values():
+            r = group[0]
+            iid = f" (incident #{r['incident']})" if len(group) > 1 else ""
+            moved = ", ".join(f"{escape(g['metric'])}: {fmt_value(g['value'])} vs {fmt_value(g['reference'])} "
+                              f"({g['delta_pct']:+.1f}%)" for g in group)
+            lines.append(f":rotating_light: *REGRESSION* `{escape(r.get('host') or '')}`{iid} {moved}"
+                         f" — {escape(clip_items(r.get('reason') or '', 300))}")
         blocks += [section(t) for t in _join_lines(lines)]
     if view.get("error") and status != "succeeded":
         blocks.append(section(f":x: *{escape(clip(view['error'], 2800))}*"))

@@ -30,6 +30,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from eaglebot import __version__
 from eaglebot.frontends.slack.payload import shape_problem
 from eaglebot.frontends.slack.replay import MemorySeen, SeenRequests, request_keys
 
@@ -189,8 +190,12 @@ class GuardedApp(AsyncApp):
                 return web.Response(status=400, text="malformed request")
             return await to_aiohttp_response(resp)
 
+        async def healthz(request: web.Request) -> web.StreamResponse:
+            # a load balancer's or systemd's liveness check: no credential asked, nothing secret said
+            return web.json_response({"status": "ok", "service": "eaglebot", "version": __version__})
+
         app = web.Application(client_max_size=MAX_BODY)
-        app.add_routes([web.post(path, handle)])
+        app.add_routes([web.post(path, handle), web.get("/healthz", healthz)])
         return app
 
 

@@ -35,6 +35,8 @@ def sweep_text(r: dict[str, Any]) -> str:
         b = r["best"]
         out.append("best: " + " ".join(f"{a}={b['inputs'].get(a)}" for a in axes) +
                    f" → {b['output_throughput']:.1f} tok/s (run #{b['run_id']})")
+    if r.get("final"):
+        out.append(r["final"]["state"])
     return "\n".join(out)
 
 

@@ -100,6 +100,8 @@ say "eagle ${TUNE[*]} (limit ${budget}s)"
 rc=$?
 if [ -s "$OUT/tune.json.part" ] && "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' "$OUT/tune.json.part" 2>/dev/null; then
   mv "$OUT/tune.json.part" "$OUT/tune.json"
+elif [ ! -s "$OUT/tune.json.part" ]; then
+  rm -f "$OUT/tune.json.part"     # cut before it printed: the audit trail (show.json) has what it did
 fi
 case $rc in
   124|130|137) say "eagle tune cut at its limit (exit $rc): collecting what the audit trail has" ;;

@@ -50,7 +50,7 @@ _.exit_status_received, _.exit_signal_received
 
 # The simulated SGLang server is an http.server handler (sim/sglang_pkg): the standard library
 # calls do_GET/do_POST/log_message and reads the class attributes.
-_.do_GET, _.do_POST, _.log_message, _.protocol_version, _.server_version, _.daemon_threads
+_.do_GET, _.do_POST, _.log_message, _.protocol_version, _.server_version, _.daemon_threads, _.request_queue_size
 # The fake `sglang` package says what it is to whoever imports it.
 _.SIMULATED
 

@@ -35,7 +35,7 @@ from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Metric, SkillContext, SkillParams, StepResult
 
 from eaglebot.facts import bench_sanity, nvsmi, ports, procs, sglang
-from eaglebot.skills.lib import processes, server
+from eaglebot.skills.lib import bench, processes, server
 
 NAME = "bench.serving"
 
@@ -63,12 +63,8 @@ class Params(SkillParams):
 
 def bench_argv(p: Params, output_file: str, base: str | None = None) -> list[str]:
     """`base`: the server's URL where the host reaches it (server.base_url), default 127.0.0.1."""
-    return [p.python, "-m", "sglang.bench_serving", "--backend", "sglang",
-            "--base-url", base or f"http://127.0.0.1:{p.port}", "--dataset-name", "random-ids",
-            "--random-input-len", str(p.input_len), "--random-output-len", str(p.output_len),
-            "--random-range-ratio", "1.0", "--num-prompts", str(p.num_prompts),
-            "--max-concurrency", str(p.max_concurrency), "--flush-cache",
-            "--output-file", output_file, *p.extra_args]
+    return bench.argv(p.python, p.port, p.num_prompts, p.input_len, p.output_len, p.max_concurrency, output_file,
+                      p.extra_args, base)
 
 
 async def _server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[str, str] | None]:

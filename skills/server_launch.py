@@ -49,7 +49,11 @@ CUDA graphs...), GPU memory and utilisation, the server's process tree and `py-s
 where installed. A known fatal message or stalled phase gets a hint (which way to move
 --mem-fraction-static, --disable-cuda-graph, NCCL_P2P_DISABLE=1 / NCCL_DEBUG=INFO).
 An EAGLE3 launch without a draft model path is refused before launching.
-Registers `log_path`, `pid`, `port`, `launch_args` (list), `sglang_version`,
+`adaptive_config` (a JSON object) launches with SGLang's adaptive speculative steps: checked against
+SGLang's own rules of that file first (facts/sglang_adaptive.py: slots, candidate_steps, the steps among
+them, topk 1), written to `{state_dir}/tune/adaptive-PORT-runRUN.json`, passed as
+`--speculative-adaptive --speculative-adaptive-config FILE` (the host's parser is asked about them too).
+Registers `log_path`, `pid`, `port`, `launch_args` (list), `sglang_version`, `adaptive_config`,
 `effective` (effective speculative settings), `ready_s`, `url` (where the bot reaches it), `bind`; with `check_only: true`, only
 `checked_args`, `predicted`, `checked_by` ("host" or "table <version>") and `checked_version`.
 """
@@ -57,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import re
 import shlex
 import time
@@ -67,7 +72,7 @@ from pydantic import Field, field_validator
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult, path_for_shell
 
-from eaglebot.facts import ports, procs, sglang, sglang_args, sglang_phase, sglang_table
+from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
 from eaglebot.skills.lib import launch_check, preflight, processes, server, stall
 
 NAME = "server.launch"
@@ -99,6 +104,10 @@ class Params(SkillParams):
     poll_interval_s: float = Field(1.0, gt=0, le=60, description="seconds between readiness polls")
     stall_s: float = Field(180.0, gt=0, description="fail when neither a new log line nor a healthy /health "
                                                     "appeared for this long (the start-up hangs)")
+    adaptive_config: dict[str, Any] | None = Field(None, description=(
+        "SGLang's adaptive speculative steps: the JSON of --speculative-adaptive-config (batch-size slots of "
+        "candidate_steps and hysteresis; eagle tune writes one), written under the state folder and passed "
+        "with --speculative-adaptive; topk must be 1"))
     check_only: bool = Field(False, description="only check the launch (SGLang's own parser, the speculative "
                                                 "rules, the model folders), start nothing: run it before "
                                                 "server.stop so a refused launch leaves the old server serving")
@@ -130,9 +139,11 @@ def no_speculation(algorithm: str | None) -> bool:
     return algorithm is not None and algorithm.strip().lower() in ("", "none", "off")
 
 
-def build_args(p: Params) -> tuple[list[str], str | None]:
+def build_args(p: Params, adaptive_path: str | None = None) -> tuple[list[str], str | None]:
     """The launch_server arguments, or (args, error sentence)."""
     given = sglang_args.flag_values(p.args)
+    if p.adaptive_config is not None and ("--speculative-adaptive" in given or "--speculative-adaptive-config" in given):
+        return [], "pass the adaptive config as `adaptive_config`, not as --speculative-adaptive* in args"
     if "--host" in given:
         return [], "pass the address as `-e bind=...` (or host var bind), not --host in extra_args"
     if "--port" in given:
@@ -157,6 +168,8 @@ def build_args(p: Params) -> tuple[list[str], str | None]:
         out += [flag, str(value)]
     if p.model is None and "--model-path" not in given:
         return [], "no model: set `model` (host var `model`) or put --model-path in args"
+    if p.adaptive_config is not None:
+        out += ["--speculative-adaptive", "--speculative-adaptive-config", adaptive_path or "adaptive.json"]
     out += ["--host", p.host, "--port", str(p.port)]
     return out + list(p.args), None
 
@@ -185,11 +198,21 @@ def _is_path(s: str) -> bool:
     return s.startswith(("/", "./", "../", "~"))
 
 
+def adaptive_path(ctx: SkillContext, port: int) -> str:
+    return f"{processes.state_dir(ctx)}/tune/adaptive-{port}-run{ctx.run_id}.json"
+
+
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     port = params.port
-    launch_args, err = build_args(params)
+    cfg_path = adaptive_path(ctx, port) if params.adaptive_config is not None else None
+    launch_args, err = build_args(params, cfg_path)
     if err:
         raise StepFailed(f"{err} ({preflight.KEEPS})", usage=True)
+    if params.adaptive_config is not None:
+        wrong = sglang_adaptive.problems(params.adaptive_config, params.spec_steps, params.spec_topk)
+        if wrong:
+            raise StepFailed(f"SGLang would not run this adaptive config: {wrong[0]} ({preflight.KEEPS})",
+                             usage=True)
     flags = sglang_args.flag_values(launch_args)
     warnings: list[str] = []
     # -- pre-flight: model folders
@@ -281,6 +304,10 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         ctx.would(f"start {shlex.join(argv)} (env {env or '{}'}), log {log_path}")
         return StepResult.skipped(f"dry-run: would launch SGLang on port {port}", warnings=warnings)
     # -- act
+    if cfg_path is not None:
+        await ctx.host.run(f"mkdir -p {path_for_shell(processes.state_dir(ctx) + '/tune')}", timeout=30)
+        await ctx.host.write_file(cfg_path, (json.dumps(params.adaptive_config, indent=2) + "\n").encode())
+        ctx.log(f"adaptive speculative steps: {cfg_path}")
     t0 = time.monotonic()
     base = f"http://{ports.probe_address(params.host)}:{port}"
     # spawn_detached's own mkdir runs in the background, racing its pid-file write.
@@ -289,6 +316,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     pid = await ctx.host.spawn_detached(argv, log_path=log_path, pid_path=pid_path, env=env or None)
     ctx.log(f"started pid {pid}: {shlex.join(argv)}")
     data: dict[str, Any] = {"log_path": log_path, "pid": pid, "port": port, "launch_args": launch_args,
+                            "adaptive_config": params.adaptive_config,
                             "sglang_version": None, "effective": spec.effective(),
                             "url": base, "bind": params.host, "env": {k: v for k, v in env.items() if not _SECRETISH.search(k)}}
     try:
@@ -334,6 +362,10 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             if key in info["raw"] and asked is not None and key not in predicted \
                     and not sglang_args.same_value(asked, info["raw"][key]):
                 warnings.append(f"asked {flag} {asked}, but the server runs with {key}={info['raw'][key]!r}")
+        if params.adaptive_config is not None and not info["raw"].get("speculative_adaptive"):
+            why = sglang_adaptive.disabled_reason(log_text)
+            warnings.append("SGLang turned adaptive speculative steps off" + (f": {why}" if why else "")
+                            + "; the static flags run")
         running = sglang.unknown_version_warning(info["version"])
         if running is not None and running not in warnings:
             warnings.append(running)

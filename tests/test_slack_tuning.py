@@ -9,7 +9,7 @@ from eaglebot.frontends.slack.tuning import APPLY_BEST_ACTION
 
 # A cheap playbook with a known optimum at a=3, b=2 (no server: metric.record of a formula).
 TUNE = {
-    "name": "tune",
+    "name": "toy",
     "description": "a toy objective with its optimum at a=3, b=2",
     "inputs": {"a": {"type": "int", "default": 1}, "b": {"type": "int", "default": 1}},
     "steps": [{"skill": "metric.record",
@@ -19,9 +19,9 @@ TUNE = {
 
 
 async def test_slash_sweep_posts_the_table_uploads_the_heatmap_and_apply_best_is_for_operators(tmp_path, fake):
-    h = await open_harness(tmp_path, fake, playbooks={"tune": TUNE})
+    h = await open_harness(tmp_path, fake, playbooks={"toy": TUNE})
     try:
-        status, _ = await h.command("sweep tune local a=1,3,5 b=1,2")
+        status, _ = await h.command("sweep toy local a=1,3,5 b=1,2")
         assert status == 200
 
         def sweep_post():
@@ -32,7 +32,7 @@ async def test_slash_sweep_posts_the_table_uploads_the_heatmap_and_apply_best_is
             return None
 
         msg, value = await fake.wait_for(sweep_post)
-        assert value == "tune local a=3 b=2"
+        assert value == "toy local a=3 b=2"
         assert "best: a=3 b=2 → 100.0 tok/s" in msg.all_text()
         done = (await fake.wait_for(lambda: fake.calls_to("files.completeUploadExternal")))[0]
         assert "sweep-1.png" in done.args["files"] and done.args.get("thread_ts") == msg.answer["ts"]
@@ -50,6 +50,6 @@ async def test_slash_sweep_posts_the_table_uploads_the_heatmap_and_apply_best_is
         rid = await fake.wait_for(lambda: None if len(h.services.store.sync.history(limit=100)) <= runs_before
                                   else h.services.store.sync.history(limit=1)[0]["id"])
         run = await h.wait_run(rid)
-        assert run["playbook"] == "tune" and run["inputs"] == {"a": 3, "b": 2} and run["actor"] == "UALICE"
+        assert run["playbook"] == "toy" and run["inputs"] == {"a": 3, "b": 2} and run["actor"] == "UALICE"
     finally:
         await h.close()

@@ -22,7 +22,8 @@ from eaglebot.suggest import did_you_mean, keys_at, unknown_key_hint
 from eaglebot.engine.registry import SkillNotFound, SkillRegistry, shipped
 
 RESERVED = frozenset(
-    "help playbooks hosts history show status cancel rerun logs schedule baseline trend diff bisect sweep ack fleet reload".split()
+    "help playbooks hosts history show status cancel rerun logs schedule baseline trend diff bisect sweep tune ack fleet "
+    "reload".split()
 )
 InputType = Literal["int", "float", "bool", "str", "list[int]", "list[float]", "list[str]", "dict"]
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

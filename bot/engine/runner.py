@@ -27,7 +27,7 @@ from eaglebot.engine.records import (Approver, Observer, Prepared, RunOutcome, R
 from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.steps import StepRunner, shell_param
-from eaglebot.sdk import PATH_VARS, Regression, StepResult, expand_home
+from eaglebot.sdk import PATH_VARS, ApprovalRequest, Regression, StepResult, expand_home
 from eaglebot.store.protocol_async import AsyncStoreProtocol
 from eaglebot.store.rows import NewRun
 from eaglebot.transport import TransportPool
@@ -121,6 +121,12 @@ class Engine(StepRunner):
         await self.store.add_rejection("rejected", printable(req.actor),
                                        self.redactor.text(printable(text.strip()))[:500],
                                        self.redactor.text(printable(str(err))), req.rerun_of)
+
+    async def ask_approval(self, ar: ApprovalRequest, req: RunRequest,
+                           approver: Approver | None) -> tuple[bool, str]:
+        """An approval outside a step (a tuning's relaunch with its result): the same rows, timeout
+        and `--yes` as a `confirm` step's."""
+        return await self._approve(ar, req, approver)
 
     async def start(self, req: RunRequest, observer: Observer | None = None,
                     approver: Approver | None = None) -> tuple[int, asyncio.Task[RunOutcome]]:

@@ -9,8 +9,10 @@ from __future__ import annotations
 from eaglebot.sdk import AnySkill, Skill
 from eaglebot.skills import (
     audit_note,
+    bench_batches,
     bench_compare,
     bench_correctness,
+    bench_flap,
     bench_serving,
     config_patch,
     config_revert,
@@ -33,8 +35,10 @@ from eaglebot.skills import (
 )
 
 _audit_note: Skill[audit_note.Params] = audit_note
+_bench_batches: Skill[bench_batches.Params] = bench_batches
 _bench_compare: Skill[bench_compare.Params] = bench_compare
 _bench_correctness: Skill[bench_correctness.Params] = bench_correctness
+_bench_flap: Skill[bench_flap.Params] = bench_flap
 _bench_serving: Skill[bench_serving.Params] = bench_serving
 _config_patch: Skill[config_patch.Params] = config_patch
 _config_revert: Skill[config_revert.Params] = config_revert
@@ -57,8 +61,10 @@ _wait: Skill[wait.Params] = wait
 
 SHIPPED: tuple[AnySkill, ...] = (
     _audit_note,
+    _bench_batches,
     _bench_compare,
     _bench_correctness,
+    _bench_flap,
     _bench_serving,
     _config_patch,
     _config_revert,

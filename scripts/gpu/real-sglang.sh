@@ -11,7 +11,8 @@
 # pytest invocation, and leaves the GPU free. In $OUT: gpu-suite.log (pytest -v, unbuffered),
 # real-sglang.json (what the real-SGLang sequence measured), real-sglang.db (its audit trail),
 # server-logs.tgz (every SGLang log of the run), steps.log (this script's steps and times),
-# nvidia-smi.txt (the GPU before and after).
+# nvidia-smi.txt (the GPU before and after). EAGLE_GPU_STAGE_ONLY=1: staging alone (steps 1-2), for
+# scripts/gpu/real-tune.sh.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/eagle-gpu-out}
@@ -85,6 +86,8 @@ export PYTHONPATH=$BOT
 "$PY3" -c 'import eaglebot, pydantic, asyncssh, pytest_asyncio; print("eaglebot from", eaglebot.__file__, "pydantic",
 pydantic.VERSION)' | tee -a "$OUT/steps.log" || { say "the bot does not import from $BOT"; exit 3; }
 say "bot installed into $BOT"
+# scripts/gpu/real-tune.sh stages the same way, then runs its own tuning instead of the suite.
+[ "${EAGLE_GPU_STAGE_ONLY:-}" = 1 ] && { say "staged (EAGLE_GPU_STAGE_ONLY=1): no suite"; exit 0; }
 
 # -- 3. the GPU suite, ONE invocation. SIGINT at the limit lets pytest tear its fixtures down (the
 # real-SGLang module stops its servers there); what is left is stopped below.

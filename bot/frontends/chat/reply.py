@@ -64,7 +64,16 @@ class SweepDone:
     apply: str | None = None
 
 
-Body = Union[Listing, Failure, Note, CancelRequested, RunShown, LogTail, SweepDone]
+@dataclass(frozen=True)
+class TuneDone:
+    """A finished tuning run: its table, and the `/eagle` text that deploys its result after an
+    approval (when it beats the current config beyond the noise and was not applied)."""
+    text: str
+    run_id: int
+    apply: str | None = None
+
+
+Body = Union[Listing, Failure, Note, CancelRequested, RunShown, LogTail, SweepDone, TuneDone]
 
 
 @dataclass

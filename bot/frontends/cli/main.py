@@ -175,6 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_tuning(sub, common)   # diff, bisect, sweep, ack
 
+    from eaglebot.frontends.cli.tune_cmds import register as register_tune
+
+    register_tune(sub, common)     # tune
+
     from eaglebot.frontends.cli import audit
     audit.add_parser(sub, common)
 

@@ -37,7 +37,8 @@ def _audited(fn: Any) -> Any:
         except UsageError as e:
             try:
                 # a refused read of records (a diff, an ack, a sweep resumed) leaves no DB behind
-                needs_records = args.cmd in ("diff", "ack") or list(getattr(args, "words", None) or [])[:1] == ["resume"]
+                needs_records = args.cmd in ("diff", "ack") or list(getattr(args, "words", None) or [])[:1] in (
+                    ["resume"], ["apply"])
                 if not needs_records or not no_store_text(args):
                     store = _store(args)
                     store.add_rejection("rejected", whoami(), f"eagle {args.cmd}", str(e))

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from eaglebot.frontends.chat.reply import (Body, CancelRequested, Failure, Listing, LogTail, Note, Reply,
-                                           RunShown, SweepDone)
+                                           RunShown, SweepDone, TuneDone)
 from eaglebot.frontends.slack import blocks as bk
-from eaglebot.frontends.slack.tuning import sweep_blocks
+from eaglebot.frontends.slack.tuning import sweep_blocks, tune_blocks
 
 LOG_CHARS = 3500  # of a server log's tail: two code sections, well inside one message
 NOTE_MARKS = {"baseline": ":triangular_flag_on_post: "}
@@ -38,4 +38,6 @@ def body_blocks(body: Body) -> list[dict[str, Any]]:
         return blocks
     if isinstance(body, SweepDone):
         return sweep_blocks(body)
+    if isinstance(body, TuneDone):
+        return tune_blocks(body)
     raise TypeError(f"no Block Kit for {type(body).__name__}")  # a new Body kind needs a case here

@@ -31,6 +31,17 @@ class SlackScheduleHooks:
             return None
         return (await self.ctx.post(channel, text, [bk.section(bk.escape(text))])).ts
 
+    async def post_tune(self, channel: str | None, text: str, run_id: int, offer: str | None) -> str | None:
+        """A scheduled tuning run's report, with the Apply button of its proposal (if any)."""
+        from eaglebot.frontends.chat.reply import TuneDone
+        from eaglebot.frontends.slack.tuning import tune_blocks
+
+        channel = channel or self.ctx.settings.slack.channel
+        if not channel:
+            log.warning("no Slack channel for: %s", text)
+            return None
+        return (await self.ctx.post(channel, text, tune_blocks(TuneDone(text, run_id, offer)))).ts
+
     async def upload(self, channel: str | None, thread_ts: str | None, path: str | Path, title: str) -> None:
         channel = channel or self.ctx.settings.slack.channel
         if channel:

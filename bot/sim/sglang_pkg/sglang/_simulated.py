@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
-    from . import _draft_fit, _perf_model
+    from . import _adaptive, _draft_fit, _landscape, _perf_model
 else:
     def _sibling(name: str) -> ModuleType:
         # By path: this file also runs loaded on its own (tests, the fake nvidia-smi's helpers).
@@ -34,6 +34,8 @@ else:
         return mod
 
     _perf_model = _sibling("_perf_model")
+    _landscape = _sibling("_landscape")
+    _adaptive = _sibling("_adaptive")
     _draft_fit = _sibling("_draft_fit")
 
 # The simulated release (each has a captured launch table, srt/server_args-<v>.json.gz). Read here, not
@@ -87,10 +89,12 @@ def resolve_speculative(args: argparse.Namespace, architecture: str | None) -> l
     args.speculative_algorithm = algo
     if algo not in ("EAGLE", "EAGLE3", "STANDALONE"):
         return warnings
+    if getattr(args, "speculative_adaptive", False):
+        _resolve_adaptive(args, warnings)
     if args.max_running_requests is None:
         args.max_running_requests = 48
         warnings.append(MAX_RUNNING_WARNING)
-    if args.speculative_num_steps is None:
+    if args.speculative_num_steps is None and not getattr(args, "speculative_adaptive", False):
         if args.speculative_eagle_topk is not None or args.speculative_num_draft_tokens is not None:
             raise SpecError("AssertionError", "")
         (args.speculative_num_steps, args.speculative_eagle_topk,
@@ -103,6 +107,31 @@ def resolve_speculative(args: argparse.Namespace, architecture: str | None) -> l
         warnings.append(DRAFT_TOKENS_WARNING)
         args.speculative_num_draft_tokens = args.speculative_num_steps + 1
     return warnings
+
+
+def _resolve_adaptive(args: argparse.Namespace, warnings: list[str]) -> None:
+    """speculative_hook.py's `_maybe_disable_adaptive` and `_init_adaptive_speculative_params`."""
+    reason = None
+    if args.speculative_algorithm not in ("EAGLE", "EAGLE3"):
+        reason = f"speculative_algorithm={args.speculative_algorithm} (only EAGLE/EAGLE3 are supported)"
+    elif args.speculative_eagle_topk is not None and args.speculative_eagle_topk != 1:
+        reason = f"speculative_eagle_topk={args.speculative_eagle_topk} (only topk=1 is supported)"
+    if reason:
+        warnings.append(f"speculative_adaptive disabled: {reason}. Falling back to static speculative params.")
+        args.speculative_adaptive = False
+        return
+    try:
+        candidates = _adaptive.candidate_steps(args.speculative_adaptive_config)
+    except (OSError, ValueError) as e:
+        raise SpecError(type(e).__name__ if isinstance(e, ValueError) else "FileNotFoundError", str(e))
+    if args.speculative_eagle_topk is None:
+        args.speculative_eagle_topk = 1
+    if args.speculative_num_steps is None:
+        args.speculative_num_steps = candidates[len(candidates) // 2]
+    if args.speculative_num_steps not in candidates:
+        raise SpecError("ValueError", f"--speculative-num-steps={args.speculative_num_steps} is not in the adaptive "
+                                      f"config candidate_steps {candidates}. Pass one of those values.")
+    args.speculative_num_draft_tokens = args.speculative_num_steps + 1
 
 
 # -- model files ---------------------------------------------------------------------
@@ -142,7 +171,11 @@ def weights_gb(config: dict[str, Any]) -> float:
 # -- performance model (deterministic) -------------------------------------------------
 
 class PerfModel:
-    """Acceptance length and per-token timings of the SIMULATED server."""
+    """Acceptance length and per-token timings of the SIMULATED server.
+
+    Two models: the old batch-size-blind one (`_perf_model`), and, with EAGLE_SIM_LANDSCAPE=<seed>,
+    the per-batch-size landscape (`_landscape`), whose acceptance by position is multiplied by what
+    the capture-layer model makes of the draft's layers (`capture_factor`)."""
 
     def __init__(self, args: argparse.Namespace, num_layers: int, aux_ids: list[int] | None):
         self.args = args
@@ -150,46 +183,85 @@ class PerfModel:
         self.default_ids = [2, num_layers // 2, num_layers - 3]
         self.aux_ids = aux_ids if aux_ids is not None else list(self.default_ids)
         self.epoch = 0
+        seed = os.environ.get("EAGLE_SIM_LANDSCAPE")
+        self.landscape = _landscape.make(int(seed)) if seed not in (None, "") else None
         # a draft folder that declares what it was trained on (SIMULATED-training.json): acceptance
         # follows how well the capture points fit it, position by position
         self.fit = _draft_fit.load(getattr(args, "speculative_draft_model_path", None), num_layers, aux_ids) \
             if args.speculative_algorithm else None
         self.accept_len = self._accept_len()
 
+    def refresh(self) -> None:
+        """The speculative settings changed (an adaptive tier switch): acceptance follows them."""
+        self.accept_len = self._accept_len()
+
     def _accept_len(self) -> float:
         a = self.args
         if a.speculative_algorithm is None:
             return 1.0
-        forced = os.environ.get("SGLANG_SIMULATE_ACC_LEN") or os.environ.get("EAGLE_SIM_ACCEPT_LEN")
-        if forced:
-            return float(forced)
+        if self.forced() is not None:
+            return round(_landscape.accept_length(self.positions()), 4)
         if getattr(a, "load_format", None) == "dummy":
             return 1.0   # random weights: the draft never proposes what the target picks (seen on a real H200)
-        if self.fit is not None:
-            return round(_draft_fit.accept_length(self.positions()), 4)
+        if self.landscape is not None or self.fit is not None:
+            return round(_landscape.accept_length(self.positions()), 4)
         return _perf_model.accept_length(self.settings)
 
-    def positions(self) -> list[float]:
-        """Per-position acceptance of a draft that declares its training (`fit`); the tree of a
-        topk > 1 adds what the perf model says it adds to a well-matched draft."""
-        assert self.fit is not None
-        a = self.args
-        depth = max(1, min(a.speculative_num_steps or 1, (a.speculative_num_draft_tokens or 2) - 1))
-        s = self.settings
-        s.aux_ids = list(self.default_ids)
-        tree = 1.0 - (1.0 - _perf_model.acceptance_prob(s)) / (1.0 - _perf_model.BASE_P)
-        return self.fit.positions(depth, tree)
+    def forced(self) -> float | None:
+        """SGLANG_SIMULATE_ACC_LEN (or EAGLE_SIM_ACCEPT_LEN): SGLang's default `match-expected` rule
+        clamps it to [1, steps + 1] and accepts its floor or ceiling in drafts each verify
+        (speculative/spec_utils.py `_sample_simulated_acc_len`)."""
+        forced = os.environ.get("SGLANG_SIMULATE_ACC_LEN") or os.environ.get("EAGLE_SIM_ACCEPT_LEN")
+        if not forced or float(forced) <= 0:     # SGLang: turned off when < 0
+            return None
+        return max(1.0, min(float(forced), self.cell[0] + 1.0))
 
-    def spec_meta(self, out_len: int, verify_ct: int) -> dict[str, Any]:
+    @property
+    def cell(self) -> tuple[int, int, int]:
+        a = self.args
+        steps, topk = a.speculative_num_steps or 1, max(1, a.speculative_eagle_topk or 1)
+        return steps, topk, a.speculative_num_draft_tokens or steps + 1
+
+    def capture_factor(self) -> float:
+        """What the draft's capture layers leave of its acceptance (1.0 when they are the defaults)."""
+        s = self.settings
+        matched = _perf_model.Settings(s.steps, s.topk, s.draft_tokens, list(self.default_ids),
+                                       list(self.default_ids), s.tp, s.spec)
+        return _perf_model.acceptance_prob(s) / _perf_model.acceptance_prob(matched)
+
+    def positions(self, prompt: str = "") -> list[float]:
+        """Acceptance of each draft position given the ones before it: a forced accept length's, none with
+        random weights, the landscape's (a prompt's own, when given), a draft's declared training's, else
+        the perf model's."""
+        steps, _, draft = self.cell
+        depth = max(1, min(steps, draft - 1))
+        forced = self.forced()
+        if forced is not None:
+            whole, part = divmod(forced - 1.0, 1.0)
+            return ([1.0] * int(whole) + [part] + [0.0] * depth)[:depth]
+        if getattr(self.args, "load_format", None) == "dummy":
+            return [0.0] * depth
+        if self.landscape is not None:
+            scale = self.capture_factor() * (_landscape.prompt_scale(self.landscape, prompt) if prompt else 1.0)
+            return _landscape.positions(self.landscape, self.cell, scale)
+        if self.fit is not None:
+            # the tree of a topk > 1 adds what the perf model says it adds to a well-matched draft
+            s = self.settings
+            s.aux_ids = list(self.default_ids)
+            tree = 1.0 - (1.0 - _perf_model.acceptance_prob(s)) / (1.0 - _perf_model.BASE_P)
+            return self.fit.positions(depth, tree)
+        return [_perf_model.acceptance_prob(self.settings)] * depth
+
+    def spec_meta(self, out_len: int, verify_ct: int, prompt: str = "") -> dict[str, Any]:
         """A request's speculative meta_info, with SGLang's keys (tokenizer_manager.py)."""
         meta: dict[str, Any] = {"spec_verify_ct": verify_ct,
                                 "spec_accept_length": round(max(0, out_len - 1) / max(1, verify_ct), 4)}
-        if self.fit is not None and getattr(self.args, "load_format", None) != "dummy":
-            hist = _draft_fit.histogram(verify_ct, self.positions())
-            correct = sum(k * c for k, c in enumerate(hist))
-            proposed = verify_ct * max(1, (self.args.speculative_num_draft_tokens or 2) - 1)
-            meta.update(spec_num_correct_drafts=correct, spec_num_proposed_drafts=proposed,
-                        spec_accept_rate=round(correct / proposed, 4), spec_correct_drafts_histogram=hist)
+        pos = self.positions(prompt)
+        hist = _landscape.histogram(verify_ct, pos)
+        correct = sum(k * c for k, c in enumerate(hist))
+        proposed = verify_ct * max(1, self.cell[2] - 1)
+        meta.update(spec_num_correct_drafts=correct, spec_num_proposed_drafts=proposed,
+                    spec_accept_rate=round(correct / proposed, 4), spec_correct_drafts_histogram=hist)
         return meta
 
     @property
@@ -205,14 +277,18 @@ class PerfModel:
         """A cache flush starts a new benchmark: the next draw of the seeded noise."""
         self.epoch += 1
 
-    def step_s(self) -> float:
-        return _perf_model.step_s(self.settings) / _perf_model.noise_factor(self.settings)
+    def step_s(self, batch: int = 1) -> float:
+        noise = _perf_model.noise_factor(self.settings)
+        if self.landscape is not None:
+            cell = self.cell if self.args.speculative_algorithm else None
+            return _landscape.step_s(self.landscape, batch, cell) / noise
+        return _perf_model.step_s(self.settings) / noise
 
     def ttft_s(self, input_len: int) -> float:
         return _perf_model.ttft_s(self.settings, input_len)
 
-    def itl_s(self) -> float:
-        return self.step_s() / self.accept_len
+    def itl_s(self, batch: int = 1) -> float:
+        return self.step_s(batch) / self.accept_len
 
     def verify_ct(self, output_len: int) -> int:
         return max(1, math.ceil(max(0, output_len - 1) / self.accept_len))

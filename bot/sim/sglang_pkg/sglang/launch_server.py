@@ -21,12 +21,19 @@ Test knobs (environment):
                                 (temperature 0) outputs differ from the target's own from some token
                                 on (also the draft config key `eagle_sim_lossy_fraction`, as a wrong
                                 draft config would); a faithful draft (the default) changes none
+  EAGLE_SIM_LANDSCAPE=<seed>    the per-batch-size landscape (_landscape.py) instead of the old model
+  EAGLE_SIM_DECODE_TICK_S=<s>   seconds between simulated decode batches of adaptive steps (0.01)
+
+The running batch and adaptive steps: _sim_batches.py. The SIMULATED bench_serving says its
+concurrency in the X-Eagle-Sim-Batch header, because its requests are replayed on a virtual clock
+(they take milliseconds here).
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import math
 import os
 import random
 import shlex
@@ -41,12 +48,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
+    from . import _landscape
     from . import _releases as releases
+    from ._sim_batches import Batches
     from ._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids, log, read_json,
                              resolve_speculative, visible_gpus, weights_gb)
     from .srt.server_args import ServerArgs
 else:
+    from sglang import _landscape
     from sglang import _releases as releases
+    from sglang._sim_batches import Batches
     from sglang._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids,
                                    log, read_json, resolve_speculative, visible_gpus, weights_gb)
     from sglang.srt.server_args import ServerArgs
@@ -96,6 +107,8 @@ class Server:
         self.children: list[subprocess.Popen[bytes]] = []
         self.shutting_down = False
         self.time_scale = float(os.environ.get("EAGLE_SIM_TIME_SCALE", "0.001"))
+        self.batches = Batches(args, perf)
+        self.policy = self.batches.policy
 
     # -- /server_info --------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
@@ -130,7 +143,11 @@ class Server:
             m = self.generate_calls - 1
         return bool(frac) and m > 0 and int(m * float(frac or 1)) == int((m - 1) * float(frac or 1))
 
-    def generate(self, body: dict[str, Any]) -> dict[str, Any]:
+    def generate(self, body: dict[str, Any], batch_hint: int | None = None) -> dict[str, Any]:
+        with self.batches.running():
+            return self._generate(body, batch_hint)
+
+    def _generate(self, body: dict[str, Any], batch_hint: int | None) -> dict[str, Any]:
         sp = body.get("sampling_params") or {}
         out_len = int(sp.get("max_new_tokens", 128))
         if "input_ids" in body:
@@ -141,10 +158,21 @@ class Server:
             text = text[0] if isinstance(text, list) and text else text
             in_len = max(1, len(str(text).split()))
         perf = self.perf
-        verify_ct = perf.verify_ct(out_len) if self.args.speculative_algorithm else max(0, out_len - 1)
-        ttft, itl = perf.ttft_s(in_len), perf.itl_s()
+        batch = batch_hint or self.batches.running_batch() or 1
+        self.batches.route(batch)
+        prompt = json.dumps(body.get("input_ids") or body.get("text"))[:4096]
+        if self.args.speculative_algorithm and perf.landscape is not None:
+            accept = max(1.0, _landscape.accept_length(perf.positions(prompt)))  # this prompt's own
+            verify_ct = max(1, math.ceil(max(0, out_len - 1) / accept))
+        elif self.args.speculative_algorithm:
+            verify_ct = perf.verify_ct(out_len)
+        else:
+            verify_ct = max(0, out_len - 1)
+        ttft, itl = perf.ttft_s(in_len), perf.itl_s(batch)
         e2e = ttft + max(0, out_len - 1) * itl
-        time.sleep(min(0.05, e2e * self.time_scale))
+        # benchmark requests (a few hundred tokens) take milliseconds; a long one holds its place in
+        # the running batch for a while, as it would on a real server
+        time.sleep(min(0.25, e2e * self.time_scale))
         with self.lock:
             self.decode_steps += verify_ct
             self.accepted_tokens += max(0, out_len - 1)
@@ -159,17 +187,18 @@ class Server:
             spec = (f"accept len: {al:.2f}, accept rate: {rate:.2f}, "
                     if self.args.speculative_algorithm else "")
             graphs = not self.args.disable_cuda_graph
-            log(f"Decode batch, #running-req: 1, #token: {in_len + out_len}, token usage: 0.00, {spec}"
-                f"cuda graph: {graphs}, gen throughput (token/s): {1.0 / itl:.2f}, #queue-req: 0", "TP0")
+            log(f"Decode batch, #running-req: {batch}, #token: {in_len + out_len}, token usage: 0.00, {spec}"
+                f"cuda graph: {graphs}, gen throughput (token/s): {batch / itl:.2f}, #queue-req: 0", "TP0")
         meta: dict[str, Any] = {"id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": out_len},
                 "prompt_tokens": in_len, "weight_version": "default", "num_retractions": 0,
                 "reasoning_tokens": 0, "completion_tokens": out_len, "cached_tokens": 0,
                 "cached_tokens_details": None, "dp_rank": None, "e2e_latency": e2e,
                 "simulated_ttft": ttft, "simulated_itl": itl}
         if self.args.speculative_algorithm:
-            # the first token comes from the prefill; beyond one per verify step, from accepted drafts; a draft
-            # that declares its training (`_draft_fit`) gives its own per-position histogram
-            fitted = perf.spec_meta(out_len, verify_ct)
+            # the first token comes from the prefill; beyond one per verify step, from accepted drafts; the
+            # per-position histogram is the acceptance model's (a forced length, random weights, the
+            # landscape, a draft that declares its training, else the perf model)
+            fitted = perf.spec_meta(out_len, verify_ct, prompt)
             correct = int(fitted.get("spec_num_correct_drafts", max(0, out_len - 1 - verify_ct)))
             meta.update(releases.spec_meta(VERSION, out_len, verify_ct, self.args.speculative_num_draft_tokens or 2,
                                            correct))
@@ -207,7 +236,7 @@ class Server:
 
     # -- lifecycle ---------------------------------------------------------------------
     def stop_children(self) -> None:
-        self.shutting_down = True
+        self.shutting_down = self.batches.stopped = True
         for c in self.children:
             if c.poll() is None:
                 try:
@@ -307,7 +336,8 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             if server.drops_request():
                 self._json(500, {"error": {"message": "Request aborted (SIMULATED: EAGLE_SIM_COMPLETE_FRACTION)"}})
                 return
-            self._json(200, server.generate(body))
+            hint = self.headers.get("X-Eagle-Sim-Batch")
+            self._json(200, server.generate(body, int(hint) if hint and hint.isdigit() else None))
 
     return H
 
@@ -425,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         httpd = None
     else:
         try:
+            # uvicorn's backlog is 2048; http.server's default of 5 resets concurrent clients
+            ThreadingHTTPServer.request_queue_size = 2048
             httpd = ThreadingHTTPServer((args.host, args.port), _handler(server))
         except OSError:
             httpd = None
@@ -451,6 +483,11 @@ def main(argv: list[str] | None = None) -> int:
         log("The server is fired up and ready to roll!")
 
     threading.Thread(target=warmup, daemon=True).start()
+    if server.policy is not None:
+        slot = server.policy.slots[server.policy.bs_list[0]]
+        log(f"AdaptiveSpeculativeParams initialized: steps={slot.current_steps}, "
+            f"candidate_steps={slot.candidate_steps}", "TP0")
+        threading.Thread(target=server.batches.decode_loop, daemon=True).start()
     try:
         httpd.serve_forever(poll_interval=0.2)
     finally:

@@ -21,9 +21,8 @@ from eaglebot.frontends.chat.caller import Caller
 from eaglebot.frontends.chat.command import Command
 from eaglebot.frontends.chat.refusal import audit_refusal, authorize_playbook
 from eaglebot.frontends.chat.reply import CancelRequested, LogTail, Note, Reply, RunShown, error_reply, listing
-from eaglebot.frontends.leader import LEADER
 from eaglebot.frontends.recap_text import RECAP_LINES, recap_block
-from eaglebot.frontends.replicas_text import leader_of, replica_rows, replicas_text
+from eaglebot.frontends.replicas_text import LEADER, leader_of, replica_rows, replicas_text
 from eaglebot.frontends.format import describe_inputs, fmt_time, history_text, show_text, since, table
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import HistoryRow, RunView, load_history
@@ -259,7 +258,7 @@ async def on_logs(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 
 async def on_schedule(services: Services, cmd: Command, caller: Caller) -> Reply:
-    from eaglebot.frontends.scheduler import schedule_rows, schedule_state
+    from eaglebot.frontends.schedule_view import schedule_rows, schedule_state
 
     if cmd.args:
         return await _schedule_pause(services, cmd, caller)
@@ -327,12 +326,12 @@ async def on_trend(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 
 async def on_reload(services: Services, cmd: Command, caller: Caller) -> Reply:
-    """`/eagle reload`: in `eagle serve`, the reload itself (frontends/reload.py); elsewhere
+    """`/eagle reload`: in `eagle serve`, the reload itself (frontends/service/reload.py); elsewhere
     (`eagle chat`, which reads the config afresh each time) a check of the config."""
     if services.reloader is not None:
         done, text = await services.reloader(caller.user)
         return Reply(text, Note(text), public=done, exit_code=0 if done else 2)
-    from eaglebot.frontends.reload import check_config
+    from eaglebot.frontends.config_check import check_config
 
     text = await asyncio.to_thread(check_config, services.settings)
     return Reply(text, Note(text))

@@ -35,7 +35,7 @@ from eaglebot.errors import EagleError, HostBusy, HostQuarantined, UsageError
 from eaglebot.frontends.cron import fires_between, fmt_utc, iso_utc, next_fire, slot_at, trigger_for, when
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.schedules import TUNE, check_schedules
-from eaglebot.frontends import schedule_tune
+from eaglebot.frontends.service import schedule_tune
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.frontends.format import fmt_time, table
 from eaglebot.frontends.schedule_alarm import ALARM, ALARM_CHECK_S, alarm_text, overdue, reference, since
@@ -370,7 +370,7 @@ class Scheduler:
         if fire_id is None:   # a fire is run once, by whichever replica claimed it first
             log.info("schedule %s: the fire at %s was claimed already", cfg.name, slot)
             return None
-        if cfg.playbook == TUNE:   # a nightly `eagle tune` (frontends/schedule_tune.py)
+        if cfg.playbook == TUNE:   # a nightly `eagle tune` (frontends/service/schedule_tune.py)
             return await schedule_tune.fire(engine, store, self.hooks, cfg, fire_id, channel)
         req = RunRequest(playbook=cfg.playbook, hosts=list(cfg.hosts) or None, inputs=dict(cfg.inputs),
                          actor=f"schedule:{cfg.name}", origin="schedule", schedule=cfg.name,

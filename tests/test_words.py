@@ -56,13 +56,14 @@ def test_each_word_s_access_class_is_its_entry_s():
     assert command_class(Command("no-such-word")) == "operate"   # closed by default
 
 
-ENTRY = '''
+HANDLER = '''
 async def _ping(services, cmd, caller):
     from eaglebot.frontends.chat.reply import listing
     return listing("pong " + " ".join(cmd.args))
 
 
-WORDS = (*WORDS, Word("ping", "view", "/eagle ping                          answers pong", args.no_args, _ping))
+'''
+ENTRY = '''    Word("ping", "view", "/eagle ping                          answers pong", args.no_args, _ping),
 '''
 
 
@@ -73,8 +74,10 @@ def _stage(tmp: Path) -> Path:
     shutil.copytree(ROOT / "playbooks", stage / "eaglebot" / "playbooks")
     words = stage / "eaglebot" / "frontends" / "chat" / "words.py"
     text = words.read_text()
-    cut = text.index("\nBY_NAME = ")   # the entry goes where a contributor would write it: into the table
-    words.write_text(text[:cut] + ENTRY + text[cut:])
+    # where a contributor would write them: the handler before the table, the entry last in it
+    table = text.index("WORDS: tuple[Word, ...] = (")
+    end = text.index("\n)\n", table) + 1
+    words.write_text(text[:table] + HANDLER + text[table:end] + ENTRY + text[end:])
     return stage
 
 

@@ -1,10 +1,10 @@
 """`eagle serve`: the bot's composition root.
 
 Builds the services once, checks the bot token, connects the Slack app (Socket Mode, or
-HTTP with --http, behind frontends/service/http_guard.py; /metrics on `metrics_port` of its own), and joins the election of a leader among the replicas
-on the same store (frontends/service/leader.py): the leader runs the configured schedules, with Slack
+HTTP with --http, behind service/http_guard.py; /metrics on `metrics_port` of its own), and joins the election of a leader among the replicas
+on the same store (service/leader.py): the leader runs the configured schedules, with Slack
 as their voice, and the health watch; every replica answers commands and clicks. On SIGHUP it
-reloads the configuration (frontends/service/reload.py) and, on the leader, follows it with new
+reloads the configuration (service/reload.py) and, on the leader, follows it with new
 schedules and health watch; on SIGINT/SIGTERM it stops everything in order: the leader's
 duties (and its lease), the connection, the runs the bot started (their always-steps run),
 the store.

@@ -17,7 +17,7 @@ def test_migration_v6_from_a_v2_database_is_idempotent(tmp_path):
     s.close()
     s = Store(tmp_path / "a.db")
     assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION >= 6
-    assert "reason" in s.db.table("locks").columns_dict and s.db["remote_procs"].exists()
+    assert "reason" in s.db.table("locks").columns_dict and s.db.table("remote_procs").exists()
     assert s.db_id != db_id and len(s.db_id) == 12
     again = s.db_id
     (v6,) = [m for m in MIGRATIONS if m.name == "0006_remote_procs"]

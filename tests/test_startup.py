@@ -36,14 +36,14 @@ def test_help_loads_nothing_heavy(tmp_path):
     assert out == {"rc": 0, "mods": []}
 
 
-def test_history_loads_the_store_but_not_pydantic_jinja_ssh_or_numpy(tmp_path):
+def test_history_loads_the_store_but_not_sqlite_utils_pydantic_jinja_ssh_or_numpy(tmp_path):
     from eaglebot.store import Store
 
     write_yaml(tmp_path / "eagle.yaml", {"audit_db": "a.db", "hosts": {"gpu": {"address": "10.0.0.1"}}})
     Store(tmp_path / "a.db").close()
     out = loaded_after(["history"], tmp_path)
     assert out["rc"] == 0
-    assert set(out["mods"]) == {"sqlite_utils", "eaglebot.store", "yaml"}
+    assert set(out["mods"]) == {"eaglebot.store", "yaml"}   # sqlite-utils only for the schema (store/sqlite_db.py)
 
 
 def test_history_without_a_db_creates_none_and_loads_no_pydantic(tmp_path):

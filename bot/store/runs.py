@@ -47,7 +47,7 @@ def insert_run(db: Database, *, playbook: str, hosts: list[str], inputs: dict[st
 
 def get_run(db: Database, run_id: int) -> RunRow | None:
     """One run by id, decoded, or None."""
-    found = list(db.table("runs").rows_where("id = ?", [run_id]))
+    found = list(db.query("select * from runs where id = ?", [run_id]))
     return decode_run(found[0]) if found else None
 
 
@@ -119,7 +119,7 @@ class RunsMixin(StoreBase):
 
     def running_runs(self) -> list[RunRow]:
         """Runs still marked running, oldest first."""
-        return [decode_run(r) for r in self.db.table("runs").rows_where("status = 'running'", order_by="id")]
+        return [decode_run(r) for r in self.db.query("select * from runs where status = 'running' order by id")]
 
     def save_vars(self, run_id: int, variables: dict[str, Any]) -> None:
         """The resolved variables of each host of a run (redacted by the caller)."""

@@ -217,8 +217,10 @@ class Settings(_Model):
                           "(default: eagle-output next to the audit DB)")
     log_format: Literal["text", "json"] = Field("text", description="`eagle serve`'s log lines: text, or one JSON "
                                                                     "object per line (journald, Loki)")
-    metrics_port: int | None = Field(None, ge=1, le=65535, description="Prometheus /metrics port in Socket Mode "
-                                                                       "(with --http, /metrics is on that port)")
+    metrics_port: int | None = Field(None, ge=1, le=65535, description="Prometheus /metrics on a port of its own "
+                                                                       "(never on the Slack events port)")
+    metrics_host: str = Field("127.0.0.1", description="the address /metrics binds (it needs no credential: "
+                                                       "keep it where only Prometheus reaches it)")
     # Not from the file: where it was read from (relative paths resolve against it).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     source: Path | None = Field(None, exclude=True)

@@ -20,6 +20,7 @@ TOP_KEYS = frozenset({
     "schedules", "regression", "redact", "max_parallel_hosts", "max_hosts_total", "max_connecting",
     "state_dir", "audit_key_file", "output_keep_bytes", "output_dir",
     "host_defaults", "max_connecting_per_jump", "health_watch", "log_format", "metrics_port",
+    "metrics_host",
 })
 KEY_FILE_ENV = "EAGLE_AUDIT_KEY_FILE"
 

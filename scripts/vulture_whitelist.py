@@ -68,3 +68,5 @@ _.set_leader
 # ast node fields the eagle3 probe clears before compiling SGLang's method on its own (the
 # compiler reads them: a decorator or an annotation would need torch/typing in scope).
 _.decorator_list, _.returns
+# RemoteProcRow.step_started_at: a column of pending_procs' join, read by engine/procs.clear_pending as row.get(...).
+_.step_started_at

@@ -31,10 +31,58 @@ def _no_user_config(tmp_path_factory):
         os.environ["XDG_CONFIG_HOME"] = old
 
 
+def _cgroup2_mount() -> Path | None:
+    try:
+        for line in open("/proc/self/mountinfo"):
+            left, _, right = line.partition(" - ")
+            if right.split()[:1] == ["cgroup2"]:
+                return Path(left.split()[4])
+    except OSError:
+        pass
+    return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_cgroup():
+    """Each test process (an xdist worker) in a cgroup of its own, as systemd gives every
+    service and login session one: the processes it starts (its sshd's sessions, the bot's
+    commands) and their orphans are then told apart from another worker's by the sweep
+    (transport/sweep.py), which spares orphans of another cgroup. Root only, where cgroup2 is
+    mounted writable; elsewhere the workers share one cgroup (as on a host without systemd)."""
+    mount = _cgroup2_mount()
+    mine = None
+    if os.geteuid() == 0 and mount is not None:
+        try:
+            old = next(line[3:].strip() for line in open("/proc/self/cgroup") if line.startswith("0::"))
+            mine = mount / f"eagle-test-{os.getpid()}"
+            mine.mkdir(exist_ok=True)
+            (mine / "cgroup.procs").write_text(str(os.getpid()))
+        except (OSError, StopIteration):
+            mine = None
+    yield
+    if mine is not None:
+        try:
+            (mount / old.lstrip("/") / "cgroup.procs").write_text(str(os.getpid()))
+            mine.rmdir()
+        except OSError:  # something of the session still runs in it: the folder stays, empty later
+            pass
+
+
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory) -> SSHServer:
     root = Path("/tmp") / f"eagle-sshd-{os.getpid()}"
     server = start_sshd(root)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def root_sshd() -> SSHServer:
+    """An sshd on 127.0.0.1 that lets root in with the generated key alone: the claims about
+    root SSH (docs/reliability.md) are tested over it."""
+    if os.geteuid() != 0:
+        pytest.fail("the root SSH tests need root to start an sshd that lets root in (CI runs as root)")
+    server = start_sshd(Path("/tmp") / f"eagle-root-sshd-{os.getpid()}", user="root")
     yield server
     server.stop()
 

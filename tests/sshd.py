@@ -28,8 +28,9 @@ def ensure_user(name: str = TEST_USER) -> pwd.struct_passwd:
             raise RuntimeError(f"test user {name!r} is missing and only root can create it")
         subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True)
         pw = pwd.getpwnam(name)
-    if os.geteuid() == 0:
-        # A locked account ('!' in shadow) cannot log in even with a key.
+    if os.geteuid() == 0 and pw.pw_uid != 0:
+        # A locked account ('!' in shadow) cannot log in even with a key. (Never root's: the
+        # root sshd of tests/faults/test_leftover_forgery.py leaves the account as it is.)
         subprocess.run(["usermod", "-p", "*", name], check=True)
     return pw
 
@@ -83,7 +84,8 @@ def _keygen(path: Path) -> None:
 def start_sshd(root: Path, user: str = TEST_USER, *, max_startups: str = "64:30:128",
                max_sessions: int = 32) -> SSHServer:
     """An sshd; `max_startups`/`max_sessions` as sshd_config says them (a bastion's defaults
-    are 10:30:100 and 10: beyond 10 connections not yet logged in, sshd drops new ones)."""
+    are 10:30:100 and 10: beyond 10 connections not yet logged in, sshd drops new ones).
+    `user="root"`: root may log in, with the generated key only, on 127.0.0.1 only."""
     pw = ensure_user(user)
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o755)
@@ -114,6 +116,7 @@ PubkeyAuthentication yes
 StrictModes no
 UsePAM no
 AllowUsers {user}
+PermitRootLogin {"prohibit-password" if pw.pw_uid == 0 else "no"}
 MaxSessions {max_sessions}
 MaxStartups {max_startups}
 PermitUserEnvironment no

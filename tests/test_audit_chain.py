@@ -318,7 +318,7 @@ def test_a_schema_v6_database_is_migrated_by_a_chained_migration_entry(tmp_path)
     shutil.copyfile(V6_DB, db)
     store = Store(db)
     conn = store.db.conn
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 11   # 0011_replicas: no chained table
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 12   # 0011_replicas, 0012_seen_requests: no chained table
     (m_seq, content), (m8_seq, content8), (_, content9), (_, content10) = conn.execute(
         "select seq, content from audit_chain where op = 'M' order by seq").fetchall()
     m = json.loads(content)

@@ -134,7 +134,8 @@ async def test_one_slash_command_writes_one_info_line_and_nothing_from_libraries
 
 
 async def test_json_log_lines_parse_and_metrics_count_the_run_and_the_slack_retry(tmp_path, fake):
-    cfg, _ = write_config(tmp_path, {"local": {"transport": "local"}}, log_format="json")
+    mport = free_port()
+    cfg, _ = write_config(tmp_path, {"local": {"transport": "local"}}, log_format="json", metrics_port=mport)
     port = free_port()
     proc = await start_serve(cfg, fake, "--http", str(port), SLACK_SIGNING_SECRET=SECRET)
     try:
@@ -145,6 +146,8 @@ async def test_json_log_lines_parse_and_metrics_count_the_run_and_the_slack_retr
         await fake.wait_for(lambda: finished(fake, 1))
         async with aiohttp.ClientSession() as s:
             async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
+                assert r.status in (404, 405)   # never on the Slack events port: no credential guards it
+            async with s.get(f"http://127.0.0.1:{mport}/metrics") as r:
                 assert r.status == 200
                 text = await r.text()
     finally:

@@ -21,7 +21,9 @@ from eaglebot.store.migrations import SCHEMA_VERSION
 
 def _tables(store: Store) -> dict[str, list[str]]:
     conn = store.db.conn
-    names = [t for t in store.db.table_names() if not t.startswith(("sqlite_", "eagle_schema"))]
+    # each backend's own bookkeeping: SQLite's sqlite_sequence and user_version are PostgreSQL's
+    # audit_chain_seq (the chain's high-water mark) and eagle_schema
+    names = [t for t in store.db.table_names() if not t.startswith(("sqlite_", "eagle_schema", "audit_chain_seq"))]
     return {t: chain.columns(conn, t) for t in sorted(names)}
 
 

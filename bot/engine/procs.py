@@ -2,9 +2,12 @@
 
 Every step has a tag, `<db_id>-<run>-<step>` (derivable from its row: nothing is written
 per step); the transport puts it in the environment of every process the step starts and reports
-the process groups (`eaglebot.transport.base.StepProcs`). On a timeout, a cancel or a lost
-connection the transport kills the groups and every tagged process (setsid descendants
-too) and says so (a `remote_procs` row); what it could not stop (host unreachable) is
+the process groups and when the first command started on the host's clock
+(`eaglebot.transport.base.StepProcs`). The tag is only a help: a step can unset it and leave
+its group, so the step's processes are found by what it cannot shed (transport/sweep.py:
+started since its first command by the same user, descending from its commands or orphaned
+from them). On a timeout, a cancel or a lost connection, and at the end of every step, the
+transport stops them and says so (a `remote_procs` row); what it could not stop (host unreachable) is
 `pending`, and so is whatever a crashed `eagle`'s running steps started (`Store.recover`): the next run on that host stops it before its first
 step, and the step that started it says so. The host lock is kept (ownerless, with a
 reason) until then.
@@ -17,6 +20,7 @@ import logging
 from typing import Protocol
 
 from eaglebot.errors import EagleError
+from eaglebot.store import parse_iso
 from eaglebot.store.protocol_async import AsyncStoreProtocol
 from eaglebot.transport.base import CURRENT, StepProcs
 
@@ -24,11 +28,12 @@ log = logging.getLogger("eaglebot.engine")
 
 
 class _Cleans(Protocol):
-    async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False) -> str: ...
+    async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
+                      since_wall: float | None = None) -> str: ...
 
 
 class _Ends(Protocol):
-    async def leftovers(self, tag: str, pgids: list[int]) -> tuple[int, str]: ...
+    async def leftovers(self, sp: StepProcs) -> tuple[int, str]: ...
 
 
 def begin(store: AsyncStoreProtocol, run_id: int,
@@ -56,7 +61,7 @@ async def end(store: AsyncStoreProtocol, sp: StepProcs, token: contextvars.Token
     left = ""
     if transport is not None and sp.pgids and sp.state == "none":  # a timeout or cancel already killed
         try:
-            found, left = await transport.leftovers(sp.tag, sp.pgids)
+            found, left = await transport.leftovers(sp)
         except EagleError as e:
             found, left = 0, f"could not check for processes it left running: {e}"
         if found:
@@ -85,8 +90,9 @@ async def clear_pending(store: AsyncStoreProtocol, transport: _Cleans, run_id: i
     """Stop what earlier runs left on `host` (crash, unreachable host); one message each."""
     msgs: list[str] = []
     for row in await store.pending_procs(host):
+        started = parse_iso(row.get("step_started_at"))
         try:
-            note = await transport.cleanup(row["tag"], None)
+            note = await transport.cleanup(row["tag"], None, since_wall=started.timestamp() if started else None)
         except EagleError as e:
             msgs.append(f"processes of run #{row['run_id']} on {host} could not be stopped: {e}")
             continue

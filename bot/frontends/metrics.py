@@ -1,5 +1,11 @@
-"""Prometheus `/metrics` for `eagle serve`: on the `--http` port beside `/slack/events`, or on
-`metrics_port:` in Socket Mode.
+"""Prometheus `/metrics` for `eagle serve`, on `metrics_port:` (bound to `metrics_host:`,
+127.0.0.1 by default), in HTTP and Socket Mode alike.
+
+Why a port of its own and not a bearer token on the Slack events port: that port faces
+Slack (often the internet, through a load balancer), the scrape faces Prometheus inside; a
+port of its own lets the network decide who scrapes (loopback by default, whatever `--host`
+the Slack port binds), needs no further secret to hand Prometheus and rotate, and keeps
+scrapes out of the Slack port's connection cap (frontends/http_guard.py).
 
 Counters and the histogram are this process's (each replica is its own scrape target); the
 open incidents and quarantined GPUs are the store's, read at scrape time (two small queries).
@@ -20,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from eaglebot.engine.records import Observer, RunOutcome, StepRecord
+from eaglebot.frontends.http_guard import Listener, listen
 from eaglebot.sdk import StepResult
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.protocol_async import AsyncStoreProtocol
@@ -72,6 +79,8 @@ class Metrics:
         self.leader = Gauge("eagle_leader", "1 while this process is the leader (schedules, health watch)",
                             registry=r)
         self.scrape_errors = Counter("eagle_metrics_store_errors", "Scrapes whose store queries failed", registry=r)
+        self.http_shed = Counter("eagle_http_shed", "HTTP connections cut or refused (slow, or over the cap), by why",
+                                 ["reason"], registry=r)
         try:
             ver = version("eaglebot")
         except PackageNotFoundError:
@@ -109,17 +118,14 @@ class Metrics:
         await self.refresh()
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    def add_route(self, app: web.Application) -> None:
-        app.router.add_get("/metrics", self.handle)
+    def shed(self, reason: str) -> None:
+        self.http_shed.labels(reason).inc()
 
-    async def serve(self, host: str, port: int) -> web.AppRunner:
-        """`/metrics` on a port of its own (Socket Mode's `metrics_port`)."""
+    async def serve(self, host: str, port: int) -> Listener:
+        """`/metrics` on a port of its own (`metrics_port`), behind the same front door."""
         app = web.Application()
-        self.add_route(app)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, host, port).start()
-        return runner
+        app.router.add_get("/metrics", self.handle)
+        return await listen(app, host, port, on_shed=self.shed)
 
 
 class _RunMetrics(Observer):

@@ -1,7 +1,7 @@
 """`eagle serve`: the bot's composition root.
 
 Builds the services once, checks the bot token, connects the Slack app (Socket Mode, or
-HTTP with --http; /metrics beside it), and joins the election of a leader among the replicas
+HTTP with --http, behind frontends/http_guard.py; /metrics on `metrics_port` of its own), and joins the election of a leader among the replicas
 on the same store (frontends/leader.py): the leader runs the configured schedules, with Slack
 as their voice, and the health watch; every replica answers commands and clicks. On SIGHUP it
 reloads the configuration (frontends/reload.py) and, on the leader, follows it with new
@@ -24,6 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from eaglebot.config import Settings, load_settings
 from eaglebot.engine.records import Observer
 from eaglebot.errors import EagleError, UsageError
+from eaglebot.frontends.http_guard import listen, raise_open_files_limit
 from eaglebot.frontends.leader import Leadership
 from eaglebot.frontends.metrics import Metrics, set_leader
 from eaglebot.frontends.oplog import RunLog, setup_logging
@@ -34,6 +35,7 @@ from eaglebot.frontends.services import Services, Snapshot
 from eaglebot.frontends.slack.app import SlackBot, build_app
 from eaglebot.frontends.slack.client import make_client, slack_error
 from eaglebot.frontends.slack.expire import expire_stale_approvals
+from eaglebot.frontends.slack.http import GuardedSocketModeHandler
 from eaglebot.frontends.slack.reload_hooks import SlackReload
 
 log = logging.getLogger("eaglebot.serve")
@@ -60,6 +62,7 @@ def serve_main(settings: Settings, *, http_port: int | None = None, host: str = 
     else:
         secret, app_token = _env("SLACK_SIGNING_SECRET", "the signing secret from Basic Information"), None
     setup_logging(settings.log_format, verbose=verbose, level=os.environ.get("EAGLE_LOG_LEVEL", "INFO"))
+    raise_open_files_limit()   # before any socket: the HTTP port's cap is set from it
     return asyncio.run(serve(settings, token, secret, app_token, http_port, host, env=env, verbose=verbose))
 
 
@@ -90,7 +93,8 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):
             pass
-    runner = handler = metrics_runner = None
+    handler: GuardedSocketModeHandler | None = None
+    listener = metrics_listener = None
     duties = LeaderDuties(services, bot, client)
     lead = Leadership(services.store, duties)
     duties.holder, duties.leading = lead.id, lead.is_leader
@@ -120,24 +124,16 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
         pass
     try:
         if http_port is None:
-            from eaglebot.frontends.slack.http import GuardedSocketModeHandler
-
             handler = GuardedSocketModeHandler(bot.app, app_token, web_client=client)
             await handler.connect_async()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
             log.info("connected to Slack in Socket Mode as %s", ident.get("user"))
-            if settings.metrics_port:
-                metrics_runner = await metrics.serve(host, settings.metrics_port)
-                log.info("serving metrics on http://%s:%s/metrics", host, settings.metrics_port)
         else:
-            from aiohttp import web
-
-            web_app = bot.app.web_app()
-            metrics.add_route(web_app)
-            runner = web.AppRunner(web_app)
-            await runner.setup()
-            await web.TCPSite(runner, host, http_port).start()
-            log.info("serving Slack requests on http://%s:%s/slack/events (metrics on /metrics) as %s",
-                     host, http_port, ident.get("user"))
+            listener = await listen(bot.app.web_app(), host, http_port, on_shed=metrics.shed)
+            log.info("serving Slack requests on http://%s:%s/slack/events as %s (at most %d connections)",
+                     host, http_port, ident.get("user"), listener.gate.cap)
+        if settings.metrics_port:
+            metrics_listener = await metrics.serve(settings.metrics_host, settings.metrics_port)
+            log.info("serving metrics on http://%s:%s/metrics", settings.metrics_host, settings.metrics_port)
         election = asyncio.create_task(lead.run(stop))
         following = asyncio.create_task(peers.run(stop))
         await stop.wait()
@@ -154,10 +150,10 @@ async def serve(settings: Settings, token: str, secret: str | None, app_token: s
         await duties.close()
         if handler is not None:
             await handler.close_async()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
-        if runner is not None:
-            await runner.cleanup()
-        if metrics_runner is not None:
-            await metrics_runner.cleanup()
+        if listener is not None:
+            await listener.close()
+        if metrics_listener is not None:
+            await metrics_listener.close()
         await bot.aclose(grace_s=60)  # systemd's TimeoutStopSec is 90
         await services.close()
     return 0

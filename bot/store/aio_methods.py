@@ -444,6 +444,10 @@ class AsyncMethods:
         """Claim one fire (schedule, slot time) and record it `started`: its id, or None if claimed."""
         return await self._do(self.sync.claim_fire, schedule, fire_time, holder)
 
+    async def claim_requests(self, keys: list[str], window_s: float, max_keys: int) -> bool:
+        """Record a Slack request's `keys` for `window_s`, for every replica: True when none was"""
+        return await self._do(self.sync.claim_requests, keys, window_s, max_keys)
+
     async def health_states(self, host: str | None = None) -> list[HealthStateRow]:
         """Every host's and GPU's state row (healthy ones included once they had a finding), by host, GPU."""
         return await self._do(self.sync.health_states, host)

@@ -17,7 +17,7 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, TypeVar, cast
+from typing import Any, Callable, Iterator, TypeVar, cast
 from urllib.parse import quote
 
 from eaglebot.errors import StoreError
@@ -98,6 +98,14 @@ def owner_alive(pid: int | None, host: str | None, start: str | None) -> bool:
 MY_START = proc_start_time(os.getpid())
 
 
+def _file_state(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def rowid(cur: sqlite3.Cursor) -> int:
     """The id an INSERT into a rowid table gave its row (always set)."""
     assert cur.lastrowid is not None
@@ -140,6 +148,7 @@ class StoreBase:
     _chained: bool
     _seal_cols: bool
     _sealer: Sealer | None
+    _sealing_known = False   # this store's key is known to seal its chain (checked once)
     _db_id: str | None
     # The driver's failures, which `_fail` turns into a sentence (PostgreSQL: store/pg_store.py).
     _db_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
@@ -160,12 +169,31 @@ class StoreBase:
         self.db.execute("PRAGMA synchronous = NORMAL")
         self.db.execute("PRAGMA foreign_keys = ON")
 
-    def _connect_readonly(self) -> None:
-        uri = "file:" + quote(str(self.path.absolute())) + "?mode=ro"
+    def _connect_readonly(self, live: bool = False) -> None:
+        """Read-only. A WAL database with neither `-wal` nor `-shm` beside it is closed (every
+        writer has them open): it is read as an immutable file, which creates neither; SQLite's
+        ordinary reader would leave both behind. `_stable_read` reads again, as a reader beside
+        the writer, if one came meanwhile."""
+        wal, shm = Path(f"{self.path}-wal"), Path(f"{self.path}-shm")
+        closed = not live and not wal.exists() and not shm.exists()
+        self._closed_state = _file_state(self.path) if closed else None
+        uri = "file:" + quote(str(self.path.absolute())) + "?mode=ro" + ("&immutable=1" if closed else "")
         conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
         self.db = SqliteDatabase(conn)
         self.db.execute("PRAGMA busy_timeout = 30000")
         self.db.execute("select count(*) from sqlite_master").fetchone()  # a file that is no database fails here
+
+    def _stable_read(self, fn: Callable[[], R]) -> R:
+        """`fn()` on this read-only store; read again beside the writer when the file was read
+        as closed and a writer opened or changed it meanwhile (an immutable read may then have
+        seen pages of two versions)."""
+        out = fn()
+        state = getattr(self, "_closed_state", None)
+        if state is not None and (_file_state(self.path) != state or Path(f"{self.path}-wal").exists()):
+            self.db.conn.close()
+            self._connect_readonly(live=True)
+            out = fn()
+        return out
 
     def _enable_wal(self) -> None:
         # Switching a new file to WAL needs it to itself: another process creating the same
@@ -207,12 +235,15 @@ class StoreBase:
             conn.execute("BEGIN IMMEDIATE")
         except self._db_errors as e:
             raise self._fail(e) from None
+        started = False
         try:
             # Once the chain's table exists (migration v5) it is not looked up again.
             chained = self._chained or chain.table_exists(conn, chain.CHAIN_TABLE)
             since = chain.last_seq(conn) if chained else 0
             yield
             if chained or chain.table_exists(conn, chain.CHAIN_TABLE):
+                if self._sealer is not None and not self._sealing_known:
+                    started = self._start_sealing(conn, since)
                 # Before migration v7 the chain has no seal columns yet: hash only.
                 self._seal_cols = self._seal_cols or chain.has_seal_columns(conn)
                 chain.seal(conn, since, self._sealer if self._seal_cols else None)
@@ -227,6 +258,33 @@ class StoreBase:
             if isinstance(e, self._db_errors):
                 raise self._fail(e) from None
             raise
+        if started and self._sealer is not None:
+            # After the commit: a rolled-back 'K' entry must not leave the key saying it started.
+            self._sealer.mark_started()
+            self._sealing_known = True
+
+    def _start_sealing(self, conn: Any, since: int) -> bool:
+        """Once per store with a key, at its first transaction on a chain (before its entries,
+        those after `since`, are sealed): does the key seal this chain already, or does sealing
+        start here ('K' entry, store/chain.py)? True when the key file must then say it has
+        started (after the commit)."""
+        if not chain.has_seal_columns(conn):
+            if self._version() < 7:
+                return False   # migration v7 adds them (and seals from then on)
+            # Dropped by another program: put back so new entries are sealed; the seals lost
+            # stay lost (`verify` names every unsealed entry).
+            chain.add_seal_columns(conn)
+            self._seal_cols = True
+        state = chain.sealing_state(conn, since)
+        assert self._sealer is not None
+        if state == "unsealed" and not self._sealer.started:
+            chain.start_sealing(conn, self._sealer.key_for().epoch, since)
+            return True
+        # Sealed already (from its genesis, or since a 'K' entry), or empty: sealed from its
+        # first entry. A key that has started elsewhere never starts a chain that is unsealed
+        # (its seals stripped, or a database written without the key): `verify` names it.
+        self._sealing_known = True
+        return state != "unsealed" and not self._sealer.started
 
     @property
     def db_id(self) -> str:

@@ -19,6 +19,17 @@ Design (why triggers, a versioned column list and a seal):
   previous entry's hash. Same transaction as the row, so a row never exists without its link.
   With an audit key (store/sealing.py) each entry also records its epoch and an HMAC seal
   over its hash under that epoch's key: without the key, nobody can append a sealed entry.
+- With a key, the first transaction that seals a chain which has unsealed entries (a
+  database that had no key before) records a sealed 'K' entry, "sealing starts here", first;
+  the key file then says it has started (store/sealing.py), so no later command records one
+  again. `verify` with a key accepts unsealed entries only before that entry (or none at all,
+  for a chain sealed from its genesis): seals stripped off, a database written without the
+  key swapped in, or an entry appended by another program are breaks, never notes.
+- Entries are numbered without gaps: `verify` names a gap (entries cut out, or cut off the
+  end and the chain continued). SQLite's AUTOINCREMENT counter is part of the transaction;
+  PostgreSQL's identity is not (a rolled-back transaction skips numbers), so there `seal`
+  renumbers the transaction's entries after a high-water mark kept in a table of its own
+  (store/pg_dialect.py), which a cut does not lower.
 - The triggers call no custom SQL function, so a write by another program (the sqlite3
   shell, Datasette) still succeeds, but its entry stays unsealed: `verify` names it. An edit
   made with the triggers dropped shows as a live row whose content differs from its last
@@ -124,7 +135,8 @@ GENESIS = "G"
 COLUMNS = "C"    # a table's column list (before schema v7: taken from the live table; still read)
 MIGRATION = "M"  # a schema version and the column list of every chained table
 TRIGGERS = "T"   # a normal command found a table's chain triggers missing or altered, and put them back
-READABLE = (GENESIS, COLUMNS, MIGRATION, TRIGGERS)  # entries whose content stays in the chain
+SEALING_STARTED = "K"  # the first entry sealed with the audit key, in a chain with unsealed entries before it
+READABLE = (GENESIS, COLUMNS, MIGRATION, TRIGGERS, SEALING_STARTED)  # entries whose content stays in the chain
 
 
 def quote(name: str) -> str:
@@ -181,6 +193,12 @@ class Dialect:
     def install_trigger(self, conn: SqlConn, table: str, name: str, sql: str) -> None:
         conn.execute(f"drop trigger if exists {quote(name)}")
         conn.execute(sql)
+
+    def number(self, conn: SqlConn, after_seq: int, seqs: list[int]) -> list[int]:
+        """The final numbers of a transaction's new entries (`seqs`, in order; the chain's last
+        committed one is `after_seq`). SQLite's AUTOINCREMENT counter rolls back with the
+        transaction and is never lowered by a delete: its numbers are already the chain's."""
+        return seqs
 
 
 SQLITE = Dialect()
@@ -295,6 +313,29 @@ def reinstall_triggers(conn: SqlConn, version: int) -> list[str]:
     return fixed
 
 
+def sealing_state(conn: SqlConn, upto: int) -> str:
+    """Of the entries up to #`upto` (those committed before this transaction): "sealed", some
+    carries a seal (the chain is sealed, or was); "unsealed", none does; "empty", none yet."""
+    last = conn.execute(f"select seal from {CHAIN_TABLE} where seq <= ? order by seq desc limit 1",
+                        [upto]).fetchone()
+    if last is None:
+        return "empty"
+    if last[0] is not None or conn.execute(f"select 1 from {CHAIN_TABLE} where seq <= ? and seal is not null "
+                                           f"limit 1", [upto]).fetchone():
+        return "sealed"
+    return "unsealed"
+
+
+def start_sealing(conn: SqlConn, epoch: int, upto: int) -> None:
+    """The 'K' entry: sealing starts here (sealed with this transaction's entries; the
+    unsealed ones before it were written before the key)."""
+    n = conn.execute(f"select count(*) from {CHAIN_TABLE} where seq <= ?", [upto]).fetchone()[0]
+    conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values ('', null, ?, ?)",
+                 [SEALING_STARTED, json.dumps({"note": f"sealing with the audit key starts here: the "
+                                                       f"{n} unsealed entries before it were written without it", "epoch": epoch},
+                                              sort_keys=True)])
+
+
 def last_seq(conn: SqlConn) -> int:
     row = conn.execute(f"select max(seq) from {CHAIN_TABLE}").fetchone()
     return int(row[0]) if row and row[0] is not None else 0
@@ -319,6 +360,8 @@ def seal(conn: SqlConn, after_seq: int, sealer: Sealer | None = None) -> None:
                         f"where seq > ? and hash is null order by seq", [after_seq]).fetchall()
     if not rows:
         return
+    numbers = dialect(conn).number(conn, after_seq, [r[0] for r in rows])
+    rows = [(n, *r[1:]) for n, r in zip(numbers, rows)]
     prev_row = conn.execute(f"select hash{', epoch' if sealer is not None else ', null'} from {CHAIN_TABLE} "
                             f"where seq <= ? and hash is not null order by seq desc limit 1", [after_seq]).fetchone()
     prev = prev_row[0] if prev_row else ""

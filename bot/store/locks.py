@@ -129,8 +129,9 @@ class LocksMixin(ReplicasMixin):
 
     def pending_procs(self, host: str) -> list[RemoteProcRow]:
         """Process groups on host that a finished (or crashed) run did not stop."""
-        return rows(self.db, RemoteProcRow, "select * from remote_procs where host = ? and state = 'pending' "
-                                            "order by id", [host])
+        return rows(self.db, RemoteProcRow, "select p.*, s.started_at as step_started_at from remote_procs p "
+                                            "left join steps s on s.id = p.step_id "
+                                            "where p.host = ? and p.state = 'pending' order by p.id", [host])
 
     def procs_cleaned(self, proc_id: int, *, by_run: int, note: str) -> None:
         """The pending processes were stopped (or found gone) by run `by_run`; the step that

@@ -51,7 +51,8 @@ class MaintenanceMixin(StoreBase):
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,
         seals. With `key` (a verification or sealing key) every seal it can derive is checked."""
         verifier = Verifier(key) if key is not None else None
-        return verify.verify(self.db.conn, head, verifier, key.kind if key else None).to_json()
+        return self._stable_read(lambda: verify.verify(self.db.conn, head, verifier,
+                                                      key.kind if key else None).to_json())
 
     def run_audit_problems(self, run_id: int) -> list[str]:
         """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,
@@ -66,8 +67,8 @@ class MaintenanceMixin(StoreBase):
 
     def audit_head(self) -> AuditHead:
         """The newest sealed link of the audit chain: the anchor posted outside the DB."""
-        row = self.db.execute(f"select seq, hash from {chain.CHAIN_TABLE} where hash is not null "
-                              f"order by seq desc limit 1").fetchone()
+        row = self._stable_read(lambda: self.db.execute(f"select seq, hash from {chain.CHAIN_TABLE} where hash is "
+                                                       f"not null order by seq desc limit 1").fetchone())
         return {"seq": row[0], "hash": row[1]} if row else {"seq": None, "hash": None}
 
     def backup(self, dest: Path) -> AuditHead:
@@ -86,7 +87,7 @@ class MaintenanceMixin(StoreBase):
             try:
                 # One step (pages=-1): the copy is one read snapshot; the bot's writes go on
                 # (WAL) and never restart it.
-                self.db.conn.backup(target)
+                self._stable_read(lambda: self.db.conn.backup(target))
                 row = target.execute(f"select seq, hash from {chain.CHAIN_TABLE} where hash is not null "
                                      f"order by seq desc limit 1").fetchone() \
                     if chain.table_exists(target, chain.CHAIN_TABLE) else None

@@ -245,6 +245,15 @@ def _replicas(db: Database, from_version: int) -> None:
                "holder text, fire_id integer, claimed_at text, primary key (schedule, fire_time))")
 
 
+def _seen_requests(db: Database, from_version: int) -> None:
+    """`seen_requests`: the Slack requests every replica has answered within Slack's replay
+    window (a key, the SHA-256 of the request's body, and when it may be forgotten), so a copy
+    delivered to another replica is answered once. Transient like `leases`, not chained: a
+    refused copy is recorded as a `rejected` event. Plain DDL that PostgreSQL runs unchanged."""
+    db.execute("create table if not exists seen_requests (key text primary key, expires_at text not null)")
+    db.execute("create index if not exists seen_requests_expiry on seen_requests (expires_at)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "0001_initial", _initial),
     Migration(2, "0002_run_hosts", _run_hosts),
@@ -257,6 +266,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "0009_incident_causes", _incident_causes),
     Migration(10, "0010_health_watch", _health_watch),
     Migration(11, "0011_replicas", _replicas),
+    Migration(12, "0012_seen_requests", _seen_requests),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -8,12 +8,17 @@ The same entries, link hashes and seals as on SQLite; what differs is how they a
   built the same way by the trigger and by `verify` (byte for byte on this backend);
 - `rowid` is a real column (see store/pg_conn.py), hidden from `columns`;
 - a trigger counts as installed when its function's body is the code's and it is enabled
-  (`ALTER TABLE ... DISABLE TRIGGER` shows as altered).
+  (`ALTER TABLE ... DISABLE TRIGGER` shows as altered);
+- an identity is not transactional (a rolled-back transaction skips its numbers), so the
+  sealing transaction renumbers its entries after the high-water mark in `audit_chain_seq`
+  (one row, not chained, updated in that transaction): the chain has no gaps of its own, and
+  entries cut off its end leave one when it continues (`verify` names it).
 """
 from __future__ import annotations
 
 from eaglebot.store.chain import CHAIN_TABLE, Dialect, SqlConn, quote
 
+SEQ_TABLE = "audit_chain_seq"
 _AT = "to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 _EVENTS = {"i": "insert", "u": "update", "d": "delete"}
 
@@ -80,6 +85,29 @@ class PgDialect(Dialect):
         conn.execute(f"drop trigger if exists {fn} on {quote(table)}")
         conn.execute(f"create trigger {fn} after {_EVENTS[name[-1]]} on {quote(table)} for each row "
                      f"execute function {fn}()")
+
+    def number(self, conn: SqlConn, after_seq: int, seqs: list[int]) -> list[int]:
+        row = conn.execute(f"select last from {SEQ_TABLE}").fetchone()
+        base = max(after_seq, int(row[0]) if row else 0)
+        out = []
+        # In order, each number at most the identity's: none collides with one still to move.
+        for i, seq in enumerate(seqs, 1):
+            if seq != base + i:
+                conn.execute(f"update {CHAIN_TABLE} set seq = ? where seq = ?", [base + i, seq])
+            out.append(base + i)
+        if row is None:
+            conn.execute(f"insert into {SEQ_TABLE} (last) values (?)", [out[-1]])
+        else:
+            conn.execute(f"update {SEQ_TABLE} set last = ?", [out[-1]])
+        return out
+
+
+def create_seq_table(conn: SqlConn) -> None:
+    """The chain's high-water mark (inside the caller's transaction), from the chain's last
+    entry when the table is new."""
+    conn.execute(f"create table if not exists {SEQ_TABLE} (last bigint not null)")
+    if conn.execute(f"select 1 from {SEQ_TABLE}").fetchone() is None and PG.table_exists(conn, CHAIN_TABLE):
+        conn.execute(f"insert into {SEQ_TABLE} (last) select coalesce(max(seq), 0) from {CHAIN_TABLE}")
 
 
 PG = PgDialect()

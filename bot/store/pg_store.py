@@ -23,6 +23,7 @@ from eaglebot.store import chain
 from eaglebot.store.base import redact_url
 from eaglebot.store.db import Store
 from eaglebot.store.pg_conn import PgDatabase
+from eaglebot.store.pg_dialect import create_seq_table
 from eaglebot.store.pg_lease import LeaseMixin
 from eaglebot.store.rows import AuditHead
 
@@ -87,6 +88,7 @@ class PgStore(LeaseMixin, Store):
     def _open(self) -> None:
         with self._tx():  # one process creates the version table; the others wait on the write lock
             self.db.execute("create table if not exists eagle_schema (version integer not null)")
+            create_seq_table(self.db.conn)
             if self.db.execute("select count(*) from eagle_schema").fetchone()[0] == 0:
                 self.db.execute("insert into eagle_schema (version) values (0)")
         self._ready()

@@ -436,6 +436,10 @@ class AsyncStoreProtocol(Protocol):
         """Claim one fire (schedule, slot time) and record it `started`: its id, or None if claimed."""
         ...
 
+    async def claim_requests(self, keys: list[str], window_s: float, max_keys: int) -> bool:
+        """Record a Slack request's `keys` for `window_s`, for every replica: True when none was"""
+        ...
+
     async def health_states(self, host: str | None = None) -> list[HealthStateRow]:
         """Every host's and GPU's state row (healthy ones included once they had a finding), by host, GPU."""
         ...

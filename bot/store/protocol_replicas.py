@@ -36,3 +36,10 @@ class ReplicasProtocol(Protocol):
     def claim_fire(self, schedule: str, fire_time: str, holder: str) -> int | None:
         """Claim one fire (schedule, slot time) and record it `started`: its id, or None if claimed."""
         ...
+
+    def claim_requests(self, keys: list[str], window_s: float, max_keys: int) -> bool:
+        """Record a Slack request's `keys` for `window_s`, for every replica: True when none was
+        seen within its window (answer it), False when one was (a copy). One transaction, so
+        two replicas racing with one request cannot both win; expired keys are dropped, and
+        past `max_keys` the soonest to expire."""
+        ...

@@ -26,7 +26,29 @@ def iso_after(seconds: float) -> str:
 
 
 class ReplicasMixin(StoreBase):
-    """The `leases`, `replicas` and `schedule_claims` tables."""
+    """The `leases`, `replicas`, `schedule_claims` and `seen_requests` tables."""
+
+    def claim_requests(self, keys: list[str], window_s: float, max_keys: int) -> bool:
+        """Record a Slack request's `keys` for `window_s`, for every replica: True when none was
+        seen within its window (answer it), False when one was (a copy). One transaction, so
+        two replicas racing with one request cannot both win; expired keys are dropped, and
+        past `max_keys` the soonest to expire."""
+        if not keys:
+            return True
+        now = now_iso()
+        marks = ", ".join("?" for _ in keys)
+        with self._tx():
+            self.db.execute("delete from seen_requests where expires_at <= ?", [now])
+            if self.db.execute(f"select 1 from seen_requests where key in ({marks}) limit 1", list(keys)).fetchone():
+                return False
+            until = iso_after(window_s)
+            for k in keys:
+                self.db.execute("insert into seen_requests (key, expires_at) values (?, ?)", [k, until])
+            over = int(self.db.execute("select count(*) from seen_requests").fetchone()[0]) - max_keys
+            if over > 0:
+                self.db.execute("delete from seen_requests where key in (select key from seen_requests "
+                                "order by expires_at limit ?)", [over])
+            return True
 
     def lease_acquire(self, name: str, holder: str, ttl_s: float) -> bool:
         """Take the lease `name` if it is free or expired, renew it if `holder` has it; True

@@ -7,7 +7,7 @@ it). Columns are nullable where the schema lets them be; the JSON columns of `ru
 """
 from __future__ import annotations
 
-from typing import Any, Required, TypedDict
+from typing import Any, NotRequired, Required, TypedDict
 
 
 class NewRun(TypedDict, total=False):
@@ -276,6 +276,7 @@ class RemoteProcRow(TypedDict):
     note: str | None
     created_at: str | None
     cleaned_at: str | None
+    step_started_at: NotRequired[str | None]   # (pending_procs: the step's start, to find its processes by)
 
 
 # -- query results that are not one table's row ---------------------------------------------

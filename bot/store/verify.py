@@ -1,8 +1,14 @@
 """Checking the audit chain (`eagle audit verify`, doctor, `eagle show`): only reads.
 
-The writing side, and what the chain is, is store/chain.py. Verify walks every entry (its link
-hash and, with a key, its seal), compares each chained table's live columns and triggers with
-the last migration entry, and every live row with its last entry.
+The writing side, and what the chain is, is store/chain.py. Verify walks every entry (its
+number, link hash and, with a key, its seal), compares each chained table's live columns and
+triggers with the last migration entry, and every live row with its last entry.
+
+With a key (`--key`, or `audit_key_file`) a seal is never optional: the seal columns must be
+there, every entry after the one where sealing started (a sealed 'K' entry, or a genesis
+sealed from the start) must be sealed, and unsealed entries with no sealed start after them
+are a break; so is an epoch that has not begun yet (checked before any key is derived: the
+walk costs at most `sealing.MAX_EPOCHS` derivations, whatever the database says).
 """
 from __future__ import annotations
 
@@ -13,9 +19,9 @@ from datetime import datetime
 from typing import Any
 
 from eaglebot.store.chain import (CHAIN_SCHEMA, CHAIN_TABLE, CHAINED_TABLES, COLUMNS, GENESIS, MIGRATION, READABLE,
-                                  TRIGGERS, SqlConn, chain_schema, columns, dialect, has_seal_columns,
-                                  link_hash, migration_tables, quote, sha_text, table_exists)
-from eaglebot.store.sealing import Verifier
+                                  SEALING_STARTED, TRIGGERS, SqlConn, chain_schema, columns, dialect,
+                                  has_seal_columns, link_hash, migration_tables, quote, sha_text, table_exists)
+from eaglebot.store.sealing import Verifier, epoch_now
 
 
 @dataclass
@@ -78,6 +84,20 @@ class Report:
         return d
 
 
+@dataclass
+class _Walk:
+    """What the walk of a keyed chain has seen of its seals so far."""
+    keyed: bool
+    today: int | None                # the key's current epoch (keyed only)
+    start: int | None = None         # the entry where sealing started
+    unsealed: list[tuple[int, str, int | None]] = field(default_factory=list)  # unsealed, before any start
+
+
+def _gap(prev: int, seq: int) -> str:
+    missing = f"entry #{prev + 1} is" if seq == prev + 2 else f"entries #{prev + 1} to #{seq - 1} are"
+    return f"{missing} missing from the chain (a gap in its numbering): cut out, or cut off its end before it went on"
+
+
 Eras = dict[str, list[tuple[int, list[str]]]]  # table -> [(seq of the C/M entry, columns in force from it)]
 
 
@@ -137,17 +157,21 @@ def _schema_problems(conn: SqlConn, last_m: tuple[int, dict[str, list[str]]] | N
 
 
 def verify(conn: SqlConn, head: str | None = None, verifier: Verifier | None = None,
-           key_kind: str | None = None) -> Report:
-    """Walk the chain: every link and seal, each chained table's schema, then every live row
-    against its latest entry. Only reads."""
+           key_kind: str | None = None, now: float | None = None) -> Report:
+    """Walk the chain: every number, link and seal, each chained table's schema, then every
+    live row against its latest entry. Only reads."""
     problems: list[Problem] = []
     if not table_exists(conn, CHAIN_TABLE):
         return Report(False, 0, 0, None, None, None, problems=[
             Problem(None, "", None, "there is no audit chain in this database (run any eagle command to migrate)")])
     seals = Seals(key=key_kind, key_epoch=verifier.base.epoch if verifier else None)
     sealed_cols = has_seal_columns(conn)
+    walk = _Walk(verifier is not None, epoch_now(verifier.base.epoch_s, now) if verifier else None)
+    unsealable = [Problem(None, "", None, "the chain has no seal columns (epoch, seal): they were dropped, "
+                                          "or this database was never written with the audit key")] \
+        if verifier is not None and not sealed_cols else []
     latest: dict[tuple[str, int], tuple[int, str, str | None]] = {}
-    prev, n, head_seq, genesis, anchor_seq = "", 0, None, None, None
+    prev, n, head_seq, genesis, anchor_seq, prev_seq = "", 0, None, None, None, 0
     last_m: tuple[int, dict[str, list[str]]] | None = None
     schema_version = None
     extra = ", epoch, seal" if sealed_cols else ", null, null"
@@ -155,6 +179,10 @@ def verify(conn: SqlConn, head: str | None = None, verifier: Verifier | None = N
             f"select seq, tbl, row_id, op, at, content, content_sha256, prev_hash, hash{extra} "
             f"from {CHAIN_TABLE} order by seq"):
         n += 1
+        gap = seq != prev_seq + 1
+        if gap and (h is None or prev_hash == prev):   # (a broken link names the removed entry better)
+            problems.append(Problem(seq, tbl, row_id, _gap(prev_seq, seq)))
+        prev_seq = seq
         if h is None:
             problems.append(Problem(seq, tbl, row_id, f"changed outside eaglebot ({_OPS.get(op, op)} without a "
                                                        f"hash): another program wrote this row (or a store "
@@ -173,7 +201,7 @@ def verify(conn: SqlConn, head: str | None = None, verifier: Verifier | None = N
             problems.append(Problem(seq, tbl, row_id, "the chain entry was altered"))
         elif link_hash(prev_hash or "", seq, tbl, row_id, op, at, csha or "") != h:
             problems.append(Problem(seq, tbl, row_id, "the chain entry was altered"))
-        _check_seal(seals, problems, verifier, seq, tbl, row_id, h, epoch, sl, at)
+        _check_seal(seals, walk, problems, verifier, seq, tbl, row_id, op, h, epoch, sl, at, n == 1)
         prev, head_seq = h, seq
         if head is not None and h == head:
             anchor_seq = seq
@@ -204,13 +232,16 @@ def verify(conn: SqlConn, head: str | None = None, verifier: Verifier | None = N
     if seals.unchecked:
         seals.notes.append(f"{seals.unchecked} seal(s) from epochs before {seals.key_epoch} not checked: a sealing "
                            f"key holds only its own epoch on; the verification key checks them all")
-    if seals.unsealed_before_key and seals.sealed:
+    if walk.keyed and walk.start is None and walk.unsealed:
+        seq, tbl, row_id = walk.unsealed[0]
+        problems.append(Problem(seq, tbl, row_id, f"unsealed, and no sealed 'sealing started' entry follows "
+                                                  f"({len(walk.unsealed)} unsealed entries): this database was not "
+                                                  f"written with the audit key, or its seals were removed"))
+    elif seals.unsealed_before_key and seals.sealed:
         seals.notes.append(f"{seals.unsealed_before_key} entries before entry #{seals.first_sealed_seq} are "
                            f"unsealed (made before an audit key was configured)")
-    elif verifier is not None and not seals.sealed:
-        seals.notes.append("no entry is sealed: this database was never written with an audit key")
     problems.sort(key=lambda p: (p.seq is None, p.seq or 0))
-    problems = schema + problems
+    problems = unsealable + schema + problems
     return Report(not problems, n, rows, prev or None, head_seq, genesis, head, anchor_seq, problems,
                   schema_version, seals)
 
@@ -223,24 +254,40 @@ def _epoch_of(at: str, epoch_s: int, slack_s: float = 0) -> int | None:
     return int((t + slack_s) // epoch_s)
 
 
-def _check_seal(seals: Seals, problems: list[Problem], verifier: Verifier | None, seq: int, tbl: str,
-                row_id: int | None, h: str, epoch: int | None, sl: str | None, at: str) -> None:
+def _check_seal(seals: Seals, walk: _Walk, problems: list[Problem], verifier: Verifier | None, seq: int,
+                tbl: str, row_id: int | None, op: str, h: str, epoch: int | None, sl: str | None, at: str,
+                first: bool) -> None:
     if sl is None:
-        if seals.sealed:
+        if walk.keyed and walk.start is not None:
+            problems.append(Problem(seq, tbl, row_id, f"unsealed entry after sealed ones (sealing started at "
+                                                      f"entry #{walk.start}): written without the audit key, "
+                                                      f"or forged"))
+        elif walk.keyed:
+            walk.unsealed.append((seq, tbl, row_id))   # allowed only if a sealed start follows
+            seals.unsealed_before_key += 1
+        elif seals.sealed:
             problems.append(Problem(seq, tbl, row_id, "unsealed entry after sealed ones: written without the "
                                                       "audit key, or forged"))
         else:
             seals.unsealed_before_key += 1
         return
+    if walk.start is None and (op == SEALING_STARTED or (first and op == GENESIS)):
+        walk.start = seq
     if seals.first_sealed_seq is None:
         seals.first_sealed_seq = seq
     seals.sealed += 1
     if epoch is None:
         problems.append(Problem(seq, tbl, row_id, "the seal has no epoch: forged"))
         return
+    if walk.today is not None and epoch > walk.today + 1:
+        # Judged before deriving any key: a forged epoch far ahead must not cost its derivation.
+        problems.append(Problem(seq, tbl, row_id, f"sealed for epoch {epoch}, which has not begun (now "
+                                                  f"{walk.today}): forged"))
+        return
     if seals.last_epoch is not None and epoch < seals.last_epoch:
         problems.append(Problem(seq, tbl, row_id, f"the epoch goes backwards ({seals.last_epoch} -> {epoch}): "
                                                   f"sealed out of order, or forged"))
+        return   # (its seal is not derived: keys are derived forward only)
     seals.last_epoch = max(epoch, seals.last_epoch or epoch)
     if verifier is None:
         return

@@ -38,6 +38,10 @@ class StepProcs:
     tag: str
     pgids: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The host's boot-clock seconds when the step's first command started (transport/sweep.py
+    # finds the step's processes by it), and the sessions of servers it started on purpose.
+    since: float | None = None
+    keep: list[int] = field(default_factory=list)
     # none: nothing had to be killed; stopped: killed and verified gone;
     # pending: not stopped (the host was unreachable or something survived KILL)
     state: Literal["none", "stopped", "pending"] = "none"
@@ -63,10 +67,37 @@ def current_tag() -> str | None:
     return sp.tag if sp is not None else None
 
 
-def note_pgid(pgid: int) -> None:
+def note_pgid(pgid: int, since: float | None = None) -> None:
+    """A command of the running step leads process group `pgid`; it started at `since` (the
+    host's boot clock, seconds), when known."""
     sp = CURRENT.get()
-    if sp is not None and pgid not in sp.pgids:
+    if sp is None:
+        return
+    if pgid not in sp.pgids:
         sp.pgids.append(pgid)
+    if since is not None and (sp.since is None or since < sp.since):
+        sp.since = since
+
+
+def note_kept(pid: int) -> None:
+    """The running step started a server meant to outlive it (its session is spared)."""
+    sp = CURRENT.get()
+    if sp is not None and pid not in sp.keep:
+        sp.keep.append(pid)
+
+
+def parse_pgid(text: str) -> tuple[int, float | None] | None:
+    """`<pgid> [<uptime seconds>]` of a PGID line or frame."""
+    words = text.split()
+    if not words or not words[0].isdigit():
+        return None
+    since = None
+    if len(words) > 1:
+        try:
+            since = float(words[1])
+        except ValueError:
+            since = None
+    return int(words[0]), since
 
 
 def valid_tag(tag: str) -> str:
@@ -75,91 +106,23 @@ def valid_tag(tag: str) -> str:
     return tag
 
 
-def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] = (),
-                cont: Sequence[int] = ()) -> str:
-    """sh that stops process groups `pgids`, the sessions they lead, and every process whose
-    environment carries `TAG_VAR=tag` (setsid descendants too): TERM, up to KILL_GRACE_S, then
-    KILL; `now` (a wedged shell) gets KILL at once; `cont` (a stopped sshd) gets CONT. It prints `EAGLE-KILL <found> <left>`: how
-    many processes it found and how many are left. The usual case, nothing to stop, costs one
-    `grep` (it runs at the end of every step)."""
-    groups = " ".join(str(int(g)) for g in pgids)
-    mark = shlex.quote(TAG_VAR + "=" + valid_tag(tag)) if tag else ""
-    find = ""
-    if tag:
-        find = (f'grep -lzx {mark} /proc/[0-9]*/environ 2>/dev/null '
-                '| while IFS=/ read -r _ _ p _; do [ "$p" = "$$" ] || echo "$p"; done; ')
-    if groups:
-        find += ('ps -e -o pid= -o pgid= -o sid= -o stat= 2>/dev/null | while read -r p g s st; do '
-                 f'case "$st" in Z*) continue;; esac; for x in {groups}; do '
-                 'if [ "$g" = "$x" ] || [ "$s" = "$x" ]; then echo "$p"; break; fi; done; done; ')
-    # The usual case, nothing left, is answered without `ps`: a group has a member (`kill -0`,
-    # a builtin) or a process carries the tag (one grep). Only then is every process listed.
-    probe = "".join(f'kill -0 -{int(g)} 2>/dev/null || ' for g in pgids)
-    if tag:
-        probe += f'grep -qlzx {mark} /proc/[0-9]*/environ 2>/dev/null || '
-    ticks = int(KILL_GRACE_S * 10)
-    first = "".join(f"kill -KILL {int(p)} 2>/dev/null; " for p in now)
-    first += "".join(f"kill -CONT {int(p)} 2>/dev/null; " for p in cont)
-    return (
-        f'{first}if ! {{ {probe}false; }}; then echo "EAGLE-KILL 0 0"; exit 0; fi; '
-        f'eagle_pids() {{ {{ {find}true; }} | sort -u; }}; '
-        'l=$(eagle_pids); if [ -z "$l" ]; then echo "EAGLE-KILL 0 0"; exit 0; fi; '
-        'found=$(echo "$l" | wc -l); '
-        'eagle_sig() { for p in $(eagle_pids); do kill -"$1" "$p" 2>/dev/null; done; true; }; '
-        # A stopped process only acts on TERM once continued (as systemd sends CONT after TERM).
-        'eagle_sig TERM; eagle_sig CONT; i=0; '
-        f'while [ -n "$(eagle_pids)" ] && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; '
-        'eagle_sig KILL; i=0; while [ -n "$(eagle_pids)" ] && [ $i -lt 10 ]; do sleep 0.1; i=$((i+1)); done; '
-        'echo "EAGLE-KILL $found $(eagle_pids | wc -l)"'
-    )
-
-
-def parse_kill(out: str) -> tuple[int, int] | None:
-    for line in out.splitlines():
-        if line.startswith("EAGLE-KILL "):
-            parts = line.split()
-            if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-                return int(parts[1]), int(parts[2])
-    return None
-
-
-def kill_note(found_left: tuple[int, int] | None, what: str) -> tuple[bool, str]:
-    """(all gone, one sentence) for a kill's result."""
-    if found_left is None:
-        return False, f"could not confirm that {what} stopped"
-    found, left = found_left
-    if left:
-        return False, f"{left} of {found} processes of {what} survived SIGKILL"
-    if found == 0:
-        return True, f"{what}: nothing was left running"
-    return True, f"{what}: {found} process{'es' if found != 1 else ''} stopped (SIGTERM, then SIGKILL)"
-
-
-def leftover_note(found_left: tuple[int, int] | None) -> tuple[int, str]:
-    """(found, one sentence) for the end-of-step clean-up; (0, "") when nothing was left."""
-    if found_left is None:
-        return 0, "could not check for processes it left running"
-    found, left = found_left
-    if not found:
-        return 0, ""
-    s = "es" if found != 1 else ""
-    if left:
-        return found, f"left {found} process{s} running; {left} survived SIGKILL"
-    return found, f"left {found} process{s} running in the background; stopped at the end of the step"
-
-
 class Transport(Host, Protocol):
     """A host as the engine holds it: the sdk's `Host` (all a skill may do) plus `close`."""
 
     async def close(self) -> None: ...
 
-    async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False) -> str:
-        """Stop process groups `pgids` and every process carrying `tag`; one sentence back."""
+    async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
+                      since_wall: float | None = None) -> str:
+        """Stop process groups `pgids` and every process of the step tagged `tag`
+        (transport/sweep.py); `record`: of the running step (`CURRENT`, whose start and kept
+        servers the sweep uses, and which records what the kill did); `since_wall`: of an
+        earlier run's step, by its start (unix time). One sentence back."""
         ...
 
-    async def leftovers(self, tag: str, pgids: list[int]) -> tuple[int, str]:
-        """At the end of a step: stop what it left running (its groups, the sessions they
-        lead, its tag). (how many were found, one sentence); (0, "") when none was left."""
+    async def leftovers(self, sp: StepProcs) -> tuple[int, str]:
+        """At the end of a step: stop what it left running (transport/sweep.py: its groups,
+        whatever descends from its commands, their orphans, its tag). (how many were found,
+        one sentence); (0, "") when none was left."""
         ...
 
     async def release(self, run_id: int) -> None:
@@ -195,7 +158,10 @@ def session_wrapped(cmd: str | Sequence[str], env: dict[str, str] | None = None,
     """
     tag = current_tag()
     mark = f"export {TAG_VAR}={shlex.quote(valid_tag(tag))}; " if tag else ""
-    return mark + 'printf "\\036EAGLE-PGID %s\\n" "$$" >&2; ' + command_line(cmd, env, cwd)
+    # With its start on the host's boot clock (a builtin read, no fork): the step's processes
+    # are those started since its first command (transport/sweep.py).
+    return (mark + 'read -r eagle_up _ </proc/uptime 2>/dev/null; '
+            'printf "\\036EAGLE-PGID %s %s\\n" "$$" "$eagle_up" >&2; unset eagle_up; ' + command_line(cmd, env, cwd))
 
 
 def detach_script(argv: Sequence[str], log_path: str, pid_path: str,
@@ -240,7 +206,7 @@ class LineSplitter:
     between them."""
 
     def __init__(self, stream: str, cb: OutputCallback | None, sink: list[str],
-                 on_pgid: Callable[[int], None] | None = None):
+                 on_pgid: Callable[[int, float | None], None] | None = None):
         self.stream, self.cb, self.sink, self.buf, self.on_pgid = stream, cb, sink, "", on_pgid
         self.head_n = 0          # pieces of sink that are the head
         self.head_chars = 0
@@ -274,9 +240,9 @@ class LineSplitter:
 
     def _line(self, line: str, kept: list[str]) -> None:
         if self.on_pgid and line.startswith(PGID_TAG):
-            pgid = line[len(PGID_TAG):].strip()
-            if pgid.isdigit():
-                self.on_pgid(int(pgid))
+            found = parse_pgid(line[len(PGID_TAG):])
+            if found is not None:
+                self.on_pgid(*found)
             return
         kept.append(line)
         cb = self.cb

@@ -10,9 +10,9 @@ from typing import Any, Sequence
 
 from eaglebot.errors import TransportError
 from eaglebot.sdk import CommandResult, OutputCallback
-from eaglebot.transport.base import (CURRENT, RUN, TAG_VAR, LineSplitter, command_line, current_tag,
-                                     detach_script, kill_note, kill_script, leftover_note, note_pgid,
-                                     parse_kill, DRAIN_S)
+from eaglebot.transport.base import (CURRENT, RUN, TAG_VAR, LineSplitter, StepProcs, command_line, current_tag,
+                                     detach_script, note_kept, note_pgid, DRAIN_S)
+from eaglebot.transport.sweep import kill_note, kill_script, leftover_note, parse_kill
 from eaglebot.transport.shell import OPEN_SHELL, ShellPool
 
 
@@ -89,6 +89,7 @@ class LocalTransport:
                 return res
         line = command_line(cmd, env, cwd)
         t0 = time.monotonic()
+        since = time.clock_gettime(time.CLOCK_BOOTTIME)   # the host's boot clock: /proc's start times
         tag = current_tag()
         penv = {**command_env(), TAG_VAR: tag} if tag else command_env()
         creating = asyncio.ensure_future(asyncio.create_subprocess_exec(
@@ -102,9 +103,10 @@ class LocalTransport:
         except asyncio.CancelledError:
             # Cancelled while starting: the process exists (or will); stop it, then give up.
             proc = await creating
+            note_pgid(proc.pid, since)
             await self._kill([proc.pid])
             raise
-        note_pgid(proc.pid)
+        note_pgid(proc.pid, since)
         out: list[str] = []
         err: list[str] = []
 
@@ -166,35 +168,40 @@ class LocalTransport:
         res = await self.run(detach_script(argv, log_path, pid_path, env, cwd), timeout=30)
         if not res.ok:
             raise TransportError(f"could not start {argv[0]}: {res.stderr.strip() or res.exit_status}")
-        return int(res.stdout.split()[-1])
+        pid = int(res.stdout.split()[-1])
+        note_kept(pid)
+        return pid
 
     async def _kill(self, pgids: list[int], now: list[int] | None = None) -> str:
         return await self.cleanup(current_tag(), pgids, record=True, now=now)
 
-    async def _killed(self, tag: str | None, pgids: list[int], now: list[int] | None = None) -> tuple[int, int] | None:
+    async def _killed(self, script: str) -> tuple[int, int] | None:
         proc = await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", kill_script(tag, pgids, now or []), stdin=asyncio.subprocess.DEVNULL,
+            "/bin/sh", "-c", script, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=command_env())
         out, _ = await proc.communicate()
         return parse_kill(out.decode(errors="replace"))
 
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
-                      now: list[int] | None = None) -> str:
-        """Kill process groups `pgids` and every process carrying `tag` (setsid descendants too)."""
+                      since_wall: float | None = None, now: list[int] | None = None) -> str:
+        """Kill what `tag` (and `pgids`) name (transport/sweep.py: setsid descendants and orphans too)."""
         what = "the command's processes" if pgids else f"processes tagged {tag}"
         if not tag and not pgids and not now:
             return "its processes were not known"
-        ok, note = kill_note(await self._killed(tag, pgids or [], now), what)
         sp = CURRENT.get() if record else None
+        ok, note = kill_note(await self._killed(kill_script(
+            tag, pgids or [], now or [], since=sp.since if sp else None, since_wall=since_wall,
+            keep=sp.keep if sp else ())), what)
         if sp is not None:
             (sp.stopped if ok else sp.pending)(note)
         return note
 
-    async def leftovers(self, tag: str, pgids: list[int]) -> tuple[int, str]:
-        # Read /proc in-process first: nothing left, the usual case, then costs no fork.
-        if not await asyncio.to_thread(_any_left, tag, set(pgids)):
+    async def leftovers(self, sp: StepProcs) -> tuple[int, str]:
+        # Read /proc in-process first: nothing that could be the step's, the usual case on a
+        # bot's own user, then costs no fork.
+        if not await asyncio.to_thread(_any_left, sp.tag, set(sp.pgids), sp.since, set(sp.keep)):
             return 0, ""
-        return leftover_note(await self._killed(tag, pgids))
+        return leftover_note(await self._killed(kill_script(sp.tag, sp.pgids, since=sp.since, keep=sp.keep)))
 
     async def release(self, run_id: int) -> None:
         if self._shells is not None:
@@ -205,20 +212,28 @@ class LocalTransport:
             await self._shells.aclose()
 
 
-def _any_left(tag: str, groups: set[int]) -> bool:
-    """Is any live process in one of `groups` (or a session one of them leads), or carrying
-    `tag`? The same test as kill_script's, read from /proc here."""
+def _any_left(tag: str, groups: set[int], since: float | None, keep: set[int]) -> bool:
+    """Could any live process be the step's (transport/sweep.py)? In one of `groups` (or a
+    session one of them leads), or started since `since` (its start unknown: carrying `tag`),
+    other than this process and the kept servers' sessions: more than the sweep takes (it also
+    walks the ancestors and checks orphans' user and cgroup), never less, read from /proc here."""
     mark = f"{TAG_VAR}={tag}".encode()
+    t0 = since * os.sysconf("SC_CLK_TCK") - 5 if since is not None else None
+    me = os.getpid()
     for name in os.listdir("/proc"):
-        if not name.isdigit():
+        if not name.isdigit() or int(name) == me:
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
-            if fields[0] == b"Z":
+            if fields[0] == b"Z" or int(fields[3]) in keep:
                 continue
             if int(fields[2]) in groups or int(fields[3]) in groups:
                 return True
+            if t0 is not None:   # (the tag counts only when the start is unknown, as in the sweep)
+                if int(fields[19]) >= t0:   # any user's: the step's descendants may be another's
+                    return True
+                continue
             with open(f"/proc/{name}/environ", "rb") as f:
                 if mark in f.read().split(b"\0"):
                     return True

@@ -31,11 +31,12 @@ kills the command's group and every process carrying the step's tag; a shell tha
 not answer (stopped with SIGSTOP, wedged) is killed on the host by its pid, learned at
 start-up, and the next command opens a new shell.
 
-What this mode cannot give, and why `exec` is the default: the shell and its secret live in a
-process of the SSH user, so a process that escaped its step's clean-up (a new session AND the
-tag removed from its environment) can read a later command of its own run from the shell's
-stdin, secret included. In `exec` mode a command's exit status comes from sshd, which no
-process of the user can forge.
+The shell runs from an unreadable copy of itself (`OPEN_SHELL`): the kernel makes it
+undumpable, so another process of the SSH user cannot open its /proc/PID/fd (its stdin with
+the secret, its stdout for frames); what a step leaves behind is stopped at the step's end
+anyway (transport/sweep.py). Why `exec` is still the default: there a command's exit status
+comes from sshd, which no process of the user can forge, and to root (a root SSH user)
+nothing of a shell is closed.
 """
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ from typing import Awaitable, Callable, Protocol, Sequence
 
 from eaglebot.errors import TransportError
 from eaglebot.sdk import CommandResult, OutputCallback
-from eaglebot.transport.base import TAG_VAR, LineSplitter, command_line, current_tag, note_pgid, valid_tag
+from eaglebot.transport.base import (TAG_VAR, LineSplitter, command_line, current_tag, note_pgid, parse_pgid,
+                                     valid_tag)
 
 
 class ShellProcess(Protocol):
@@ -115,6 +117,7 @@ class _Command:
         self.dec_o = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
         self.dec_e = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
         self.pid: int | None = None
+        self.since: float | None = None   # the host's boot clock when it started
         self.status: int | None = None
         self.started = asyncio.Event()
         self.out_done = asyncio.Event()
@@ -123,10 +126,11 @@ class _Command:
         self.f_err = _Framer(nonce, lambda b: self.se.feed(self.dec_e.decode(b)), self._frame_err)
 
     def _frame_out(self, words: list[str]) -> None:
-        if len(words) == 2 and words[0] == "P" and words[1].isdigit():
+        found = parse_pgid(" ".join(words[1:])) if words and words[0] == "P" else None
+        if found is not None:
             # Noted by `run`, in the step's own context: this runs in the shell's reader task,
             # whose context is the step that opened the shell.
-            self.pid = int(words[1])
+            self.pid, self.since = found
             self.started.set()
         elif words and words[0] == "E":
             self.status = int(words[1]) if len(words) > 1 and words[1].lstrip("-").isdigit() else None
@@ -142,11 +146,24 @@ class _Command:
 
 
 # How a shell is opened: bash when the host has it (job control gives each command its own
-# process group for the price of one fork, no exec), else POSIX sh (setsid per command).
-OPEN_SHELL = "command -v bash >/dev/null 2>&1 && exec bash --norc --noprofile; exec /bin/sh"
+# process group for the price of one fork, no exec), else POSIX sh (setsid per command); run
+# from a copy only its owner may execute and nobody may read (mode 0111), because the kernel
+# makes a process that executes an unreadable program undumpable: its /proc/PID/fd is then
+# closed to the user's other processes, so none can read the commands from its stdin (secret
+# and nonces included) or write frames into its stdout. The copy is removed once the shell
+# runs (`INIT`). Where no temporary folder allows it (noexec, full), the shell runs as it is.
+OPEN_SHELL = (
+    'eagle_b=$(command -v bash 2>/dev/null) && eagle_a="--norc --noprofile" || { eagle_b=/bin/sh; eagle_a=; }; '
+    'for eagle_t in "${TMPDIR:-/tmp}" "$HOME"; do '
+    'EAGLE_SHELL_DIR=$(mktemp -d "$eagle_t/.eagle-shell.XXXXXX" 2>/dev/null) || continue; '
+    'eagle_c="$EAGLE_SHELL_DIR/${eagle_b##*/}"; '
+    'if cp "$eagle_b" "$eagle_c" 2>/dev/null && chmod 0111 "$eagle_c" && "$eagle_c" -c : 2>/dev/null; then '
+    'export EAGLE_SHELL_DIR; exec "$eagle_c" $eagle_a; fi; rm -rf "$EAGLE_SHELL_DIR"; done; '
+    'unset EAGLE_SHELL_DIR; exec "$eagle_b" $eagle_a')
 # Sent once: the shell's own messages (bash's job notices) go to /dev/null; fd 3 is the
-# channel's stderr, which commands and frames write to.
-INIT = b'exec 3>&2 2>/dev/null; [ -n "$BASH_VERSION" ] && set -m\n'
+# channel's stderr, which commands and frames write to; the shell's unreadable copy goes.
+INIT = (b'exec 3>&2 2>/dev/null; [ -n "$BASH_VERSION" ] && set -m; '
+        b'[ -n "$EAGLE_SHELL_DIR" ] && rm -rf "$EAGLE_SHELL_DIR"; unset EAGLE_SHELL_DIR\n')
 
 
 def read_loop(secret: str, hello: str) -> bytes:
@@ -178,9 +195,10 @@ def command_script(nonce: str, cmd: str | Sequence[str], env: dict[str, str] | N
     # `exec /bin/sh -c`: the command is read by sh, as in exec mode, and `$$` is its own pid.
     bash = f"(set +m; export {TAG_VAR}={t}; exec /bin/sh -c {line})" if tag else f"(set +m; exec /bin/sh -c {line})"
     posix = f"{TAG_VAR}={t} setsid sh -c {line}" if tag else f"setsid sh -c {line}"
-    return (f'if [ -n "$BASH_VERSION" ]; then {bash} </dev/null 2>&3 3>&- & '
+    return (f'read -r eagle_up _ </proc/uptime 2>/dev/null; '
+            f'if [ -n "$BASH_VERSION" ]; then {bash} </dev/null 2>&3 3>&- & '
             f'else {posix} </dev/null 2>&3 3>&- & fi; eagle_p=$!; '
-            f"printf '\\036{nonce} P %s\\n' \"$eagle_p\"; wait \"$eagle_p\"; eagle_s=$?; "
+            f"printf '\\036{nonce} P %s %s\\n' \"$eagle_p\" \"$eagle_up\"; wait \"$eagle_p\"; eagle_s=$?; "
             f"kill -KILL -\"$eagle_p\" 2>/dev/null; "
             f"printf '\\036{nonce} E %s\\n' \"$eagle_s\"; printf '\\036{nonce} E\\n' >&3")
 
@@ -297,7 +315,7 @@ class PersistentShell:
                     pass
             self.cmd = None
             if c.pid is not None:
-                note_pgid(c.pid)
+                note_pgid(c.pid, c.since)
         if self.dead and c.status is None and not timed_out:
             note, _ = await self._stop(c, kill)
             raise TransportError(f"host {self.host}: the persistent shell died during the command; {note}; "
@@ -315,6 +333,8 @@ class PersistentShell:
         the shell is clean for the next command. A shell that does not answer is wedged
         (stopped, or steered): it is killed on the host by its pid and closed. Returns (what
         the kill did, a sentence when the shell had to be killed or "")."""
+        if c.pid is not None:
+            note_pgid(c.pid, c.since)   # (the sweep needs the command's start)
         note = await kill([c.pid] if c.pid is not None else [], [])
         if self.dead:
             return note, ""

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 from eaglebot.config import HostConfig
 from eaglebot.errors import HostUnreachable, TransportError
 from eaglebot.sdk import CommandResult, OutputCallback, path_for_shell
-from eaglebot.transport.base import (CURRENT, DRAIN_S, KILL_GRACE_S, RUN, LineSplitter, current_tag, detach_script,
-                                     kill_note, kill_script, leftover_note, note_pgid, parse_kill, session_wrapped)
+from eaglebot.transport.base import (CURRENT, DRAIN_S, KILL_GRACE_S, RUN, LineSplitter, StepProcs, current_tag,
+                                     detach_script, note_kept, note_pgid, session_wrapped)
+from eaglebot.transport.sweep import kill_note, kill_script, leftover_note, parse_kill
 from eaglebot.transport.shell import OPEN_SHELL, ShellPool
 
 if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for asyncssh
@@ -228,9 +229,9 @@ class SSHTransport:
         err: list[str] = []
         so = LineSplitter("stdout", on_output, out)
 
-        def on_pgid(g: int) -> None:
+        def on_pgid(g: int, since: float | None) -> None:
             pgid.append(g)
-            note_pgid(g)
+            note_pgid(g, since)
 
         se = LineSplitter("stderr", on_output, err, on_pgid=on_pgid)
         t0 = time.monotonic()
@@ -333,11 +334,12 @@ class SSHTransport:
             proc.close()
         return _text(res.stdout)
 
-    async def leftovers(self, tag: str, pgids: list[int]) -> tuple[int, str]:
+    async def leftovers(self, sp: StepProcs) -> tuple[int, str]:
         last = ""
         for _ in range(2):  # a wedged connection is replaced once
             try:
-                return leftover_note(parse_kill(await self._control(kill_script(tag, pgids))))
+                return leftover_note(parse_kill(await self._control(
+                    kill_script(sp.tag, sp.pgids, since=sp.since, keep=sp.keep))))
             except Exception as e:  # the step's own result says what broke; this only adds to it
                 last = type(e).__name__
         return 0, f"could not check for processes it left running ({last})"
@@ -347,16 +349,19 @@ class SSHTransport:
             await self._shells.release(run_id)
 
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
-                      attempts: int = 3, now: list[int] | None = None, cont: list[int] | None = None) -> str:
-        """Kill what `tag` (and `pgids`) name on this host; reconnects, a few tries."""
+                      since_wall: float | None = None, attempts: int = 3, now: list[int] | None = None,
+                      cont: list[int] | None = None) -> str:
+        """Kill what `tag` (and `pgids`) name on this host (transport/sweep.py); reconnects, a few tries."""
         what = "the command's processes" if pgids else f"processes tagged {tag}"
         if not tag and not pgids and not now:
             return "its processes were not known"
         last = ""
         sp = CURRENT.get() if record else None
+        script = kill_script(tag, pgids or [], now or [], cont or [], since=sp.since if sp else None,
+                             since_wall=since_wall, keep=sp.keep if sp else ())
         for i in range(attempts):
             try:
-                out = await self._control(kill_script(tag, pgids or [], now or [], cont or []))
+                out = await self._control(script)
                 ok, note = kill_note(parse_kill(out), what)
                 if sp is not None:
                     (sp.stopped if ok else sp.pending)(note)
@@ -414,7 +419,9 @@ class SSHTransport:
         res = await self.run(detach_script(argv, log_path, pid_path, env, cwd), timeout=30)
         if not res.ok:
             raise TransportError(f"could not start {argv[0]} on {self.name}: {res.stderr.strip() or res.exit_status}")
-        return int(res.stdout.split()[-1])
+        pid = int(res.stdout.split()[-1])
+        note_kept(pid)
+        return pid
 
     async def close(self) -> None:
         if self._shells is not None:

@@ -19,7 +19,7 @@ from eaglebot.frontends.chat.access import command_class
 from eaglebot.frontends.chat.caller import Caller
 from eaglebot.frontends.chat.grammar import parse
 from eaglebot.frontends.chat.router import handle
-from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver
+from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver, terminal_safe
 from eaglebot.frontends.services import Services, Snapshot
 from eaglebot.history.view import RunView
 from eaglebot.store import AsyncStore
@@ -51,7 +51,7 @@ async def text_command(services: Services, text: str, frontend: TextFrontend) ->
         if view is not None:
             print(result_text(view, outcome.plan))
         return outcome.exit_code
-    print(("eagle: " if reply.is_error else "") + reply.text, file=sys.stderr if reply.is_error else sys.stdout)
+    print(("eagle: " if reply.is_error else "") + terminal_safe(reply.text), file=sys.stderr if reply.is_error else sys.stdout)
     return reply.exit_code
 
 

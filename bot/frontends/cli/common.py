@@ -46,10 +46,12 @@ def add_run_options(s: argparse.ArgumentParser) -> None:
 
 
 def err(msg: str) -> None:
-    """One line on stderr, with the built-in patterns and the environment's secrets redacted."""
+    """One line on stderr, with the built-in patterns and the environment's secrets redacted
+    (and whatever a host put in it shown, not obeyed, by the terminal)."""
     from eaglebot.engine.redact import Redactor
+    from eaglebot.frontends.cli.terminal import terminal_safe
 
-    print(f"eagle: {Redactor().text(msg)}", file=sys.stderr)
+    print(f"eagle: {terminal_safe(Redactor().text(msg))}", file=sys.stderr)
 
 
 def print_json(obj: Any) -> None:

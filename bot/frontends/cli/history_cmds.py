@@ -91,9 +91,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     elif args.json:
         print_json(view.as_json())
     else:
+        from eaglebot.frontends.cli.terminal import terminal_safe
         from eaglebot.frontends.recap_text import recap_block
 
-        print(show_text(view) + recap_block(view))
+        print(terminal_safe(show_text(view) + recap_block(view)))
     for problem in store.run_audit_problems(run_id):  # the rows shown were edited outside eaglebot
         err(f"audit: run #{run_id}: {problem} (`eagle audit verify` checks the whole trail)")
     return 0

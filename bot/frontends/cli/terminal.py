@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 import time
 from typing import TextIO
@@ -22,6 +23,22 @@ from eaglebot.sdk import ApprovalRequest, StepResult
 _COLOURS = {"ok": "32", "changed": "32", "succeeded": "32", "skipped": "2", "failed": "31", "cancelled": "33",
             "interrupted": "33", "warning": "33", "REGRESSION": "1;31", "unreachable": "35"}
 FLEET = 8  # more hosts than this: one status line per host, not one per step
+
+
+# What a host's output may hold that a terminal would act on instead of showing: C0 controls
+# but newline and tab (ESC starts every cursor, colour, title and clipboard sequence; CR
+# overwrites a line), DEL, C1 controls (U+009B is a one-character CSI) and the bidirectional
+# overrides that make text read other than it is (U+202A..U+202E, U+2066..U+2069).
+_TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """`text` (a host's output, a summary, anything a host or a user wrote) with every character
+    a terminal would act on shown as an escape (`\x1b`, `\u202e`) instead."""
+    if text.isascii() and text.isprintable():
+        return text
+    return _TERMINAL_CONTROLS.sub(lambda m: (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                             else f"\\u{ord(m.group()):04x}"), text)
 
 
 def use_colour(stream: TextIO) -> bool:
@@ -80,10 +97,10 @@ class TerminalObserver(Observer):
 
     def step_output(self, run_id: int, rec: StepRecord, line: str) -> None:
         if self.verbose:
-            self._p(f"[{rec.host}]   | {line}")
+            self._p(f"[{rec.host}]   | {terminal_safe(line)}")
 
     async def step_heartbeat(self, run_id: int, rec: StepRecord, elapsed_s: float, last_line: str) -> None:
-        last = f" — {last_line.strip()[:120]}" if last_line.strip() else ""
+        last = f" — {terminal_safe(last_line.strip()[:120])}" if last_line.strip() else ""
         self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {rec.name}: "
                 f"still running ({fmt_duration(elapsed_s)}){last}")
 
@@ -92,11 +109,11 @@ class TerminalObserver(Observer):
             self._fleet_step(run_id, rec)
             if rec.status not in ("failed", "unreachable"):
                 return
-        summary = f"  {rec.summary}" if rec.summary else ""
-        self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {rec.name}: "
+        summary = f"  {terminal_safe(rec.summary)}" if rec.summary else ""
+        self._p(f"[{rec.host}] {rec.idx + 1}/{self.total.get('steps', '?')} {terminal_safe(rec.name)}: "
                 f"{paint(rec.status, self.colour)} ({rec.duration_ms / 1000:.2f}s){summary}")
         for w in result.warnings:
-            self._p(f"[{rec.host}]   {paint('warning', self.colour)}: {w}")
+            self._p(f"[{rec.host}]   {paint('warning', self.colour)}: {terminal_safe(w)}")
 
     def _fleet_step(self, run_id: int, rec: StepRecord) -> None:
         counts = self.per_host.setdefault(rec.host, {})
@@ -168,16 +185,16 @@ def result_text(view: RunView, plan: list[str] | None = None, *, with_error: boo
     lines = [f"run #{view.run_id} {view.playbook}{dry} on {', '.join(view.hosts)}: "
              f"{paint(view.status, colour)} in {fmt_duration(view.duration_s)}"]
     if with_error and view.error and view.status != "succeeded":
-        lines.append(f"error: {view.error}")
+        lines.append(f"error: {terminal_safe(view.error)}")
     if view.dry_run and plan:
         lines.append("plan (dry-run, nothing was changed):")
-        lines += [f"  {p}" for p in plan]
+        lines += [f"  {terminal_safe(p)}" for p in plan]
     metrics = display_metrics(list(view.metrics))
     multi = len({m["host"] for m in metrics}) > 1
     for m in metrics:
         lines.append(f"  {m['host'] + ': ' if multi else ''}{metric_text(m['name'], m['value'], m['unit'] or '')}")
     for w in view.warning_lines:
-        lines.append(f"{paint('warning', colour)}: {w}")
+        lines.append(f"{paint('warning', colour)}: {terminal_safe(w)}")
     if len(view.hosts) > 1:
         recap = view.recap()
         lines.append(f"recap, {recap_total(recap)}:")
@@ -188,6 +205,6 @@ def result_text(view: RunView, plan: list[str] | None = None, *, with_error: boo
         reason = _new_in_reason(r["metric"], r.get("reason") or "")
         reason = clip_items(reason, REASON_CHARS)   # whole items, then "and N more": never inside a value
         lines.append(f"{'▼' if regression else '▲'} {word} {r['host']}: {r['metric']} {fmt_value(r['reference'])} → "
-                     f"{fmt_value(r['value'])} ({r['delta_pct']:+.1f}%)" + (f"  {reason}" if reason else ""))
+                     f"{fmt_value(r['value'])} ({r['delta_pct']:+.1f}%)" + (f"  {terminal_safe(reason)}" if reason else ""))
     lines.append(f"details: eagle show {view.run_id}")
     return "\n".join(lines)

@@ -25,6 +25,7 @@ from eaglebot.frontends.slack.client import make_client
 from eaglebot.frontends.slack.context import InjectContext, SlackContext
 from eaglebot.frontends.slack.http import GuardedApp
 from eaglebot.frontends.slack.listeners import register_listeners
+from eaglebot.frontends.slack.replay import StoreSeen
 from eaglebot.frontends.slack.schedule_hooks import SlackScheduleHooks
 
 
@@ -73,6 +74,7 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
         signing_secret=signing_secret or secrets.token_hex(32),
         authorize=authorize,
         reject=functools.partial(_record_rejection, ctx),
+        seen=StoreSeen(services.store),
     )
     app.use(InjectContext(ctx))
     register_listeners(app)

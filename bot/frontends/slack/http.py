@@ -165,6 +165,8 @@ class GuardedApp(AsyncApp):
                 body = await request.read()
             except web.HTTPRequestEntityTooLarge:
                 return web.Response(status=413, text="request body too large")
+            except ConnectionResetError:   # cut while its body trickled in (frontends/http_guard.py)
+                return web.Response(status=408, text="request body too slow")
             # read per request: a reload may bring a new SLACK_SIGNING_SECRET
             bad = check_request(body, request.headers, self.eagle_signing_secret)
             if bad is not None:

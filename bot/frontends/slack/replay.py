@@ -8,17 +8,26 @@ holds its `trigger_id` (unique per user action). The `trigger_id` is not a key o
 signed body cannot be altered, so no replay carries it in another body, and a client that
 reuses one for distinct commands (test harnesses do) would have its later commands dropped.
 
-`SeenRequests` is the seam: this process keeps an in-memory, bounded set; several replicas
-behind one load balancer need a shared one (a table with a unique key and an expiry in the
-shared store) with the same `claim`.
+`SeenRequests` is the seam. `StoreSeen`, what `eagle serve` uses, keeps the set in the audit
+store (`seen_requests`: a unique key and an expiry, pruned as it goes, at most MAX_KEYS), so
+every replica on one store answers a request once, whichever replica each copy reaches:
+Slack's retry often goes to another one behind the load balancer. `MemorySeen` is one
+process's set: what `StoreSeen` falls back to while the store cannot answer (the request is
+then still refused on the replica that saw it).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections import OrderedDict
 from typing import Any, Protocol, Sequence
+
+from eaglebot.errors import EagleError
+from eaglebot.store.protocol_async import AsyncStoreProtocol
+
+log = logging.getLogger("eaglebot.slack")
 
 WINDOW_S = 5 * 60          # Slack refuses a signature timestamp older than this: nothing older can be replayed
 MAX_KEYS = 50_000          # ~ 170 requests a second for 5 minutes, a few MiB; the oldest go first
@@ -54,6 +63,25 @@ class MemorySeen:
 
     def __len__(self) -> int:
         return len(self._until)
+
+
+class StoreSeen:
+    """The seen-set of every replica on one store (the module docstring)."""
+
+    def __init__(self, store: AsyncStoreProtocol, window_s: float = WINDOW_S, max_keys: int = MAX_KEYS) -> None:
+        self.store, self.window_s, self.max_keys = store, window_s, max_keys
+        self.local = MemorySeen(window_s, max_keys)
+
+    async def claim(self, keys: Sequence[str]) -> bool:
+        local = await self.local.claim(keys)   # (this replica's own copies are refused without a query)
+        if not local:
+            return False
+        try:
+            return await self.store.claim_requests(list(keys), self.window_s, self.max_keys)
+        except EagleError as e:
+            log.warning("the audit store could not check a Slack request for replays (%s): "
+                        "checked on this replica only", e)
+            return True
 
 
 def request_keys(raw_body: str, body: dict[str, Any]) -> list[str]:

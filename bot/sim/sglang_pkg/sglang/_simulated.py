@@ -152,7 +152,7 @@ class PerfModel:
         self.epoch = 0
         # a draft folder that declares what it was trained on (SIMULATED-training.json): acceptance
         # follows how well the capture points fit it, position by position
-        self.fit = _draft_fit.load(args.speculative_draft_model_path, num_layers, aux_ids) \
+        self.fit = _draft_fit.load(getattr(args, "speculative_draft_model_path", None), num_layers, aux_ids) \
             if args.speculative_algorithm else None
         self.accept_len = self._accept_len()
 

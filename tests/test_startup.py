@@ -88,3 +88,36 @@ def test_a_playbook_is_parsed_once_with_the_c_loader(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match=r"bad.yaml:5: steps\[0\].timeout_z: unknown key"):
         playbook_mod.load_playbook(bad)
     assert calls == [1]
+
+
+def test_show_loads_neither_the_engine_nor_pydantic_jinja_or_asyncio(tmp_path):
+    from eaglebot.store import Store
+
+    write_yaml(tmp_path / "eagle.yaml", {"audit_db": "a.db"})
+    s = Store(tmp_path / "a.db")
+    rid = s.create_run(playbook="hello", hosts=["local"], inputs={}, variables={}, actor="tester", origin="cli")
+    s.finish_run(rid, "succeeded", exit_code=0)
+    s.close()
+    out = loaded_after(["show", "last"], tmp_path)
+    assert out["rc"] == 0
+    assert not {"pydantic", "jinja2", "asyncio", "eaglebot.engine", "eaglebot.config"} & set(out["mods"])
+
+
+def test_run_without_metrics_on_an_existing_store_loads_neither_sqlite_utils_nor_the_judges(tmp_path):
+    from eaglebot.store import Store
+
+    (tmp_path / "books").mkdir()
+    write_playbook(tmp_path / "books", "hi", "name: hi\nsteps:\n  - skill: shell\n    with: {command: 'true'}\n")
+    write_yaml(tmp_path / "eagle.yaml", {"audit_db": "a.db", "playbooks_dir": "books"})
+    Store(tmp_path / "a.db").close()
+    code = ("import sys, json, contextlib, io\n"
+            "from eaglebot.frontends.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            "    rc = main(['run', 'hi'])\n"
+            "print(json.dumps([rc, sorted(m for m in sys.modules if m.startswith(('sqlite_utils', "
+            "'eaglebot.history.regress', 'eaglebot.history.recorder')))]))\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == [0, []]
+    con = __import__("sqlite3").connect(tmp_path / "a.db")
+    assert con.execute("select fingerprint is not null from runs").fetchall() == [(1,)]   # still fingerprinted

@@ -10,23 +10,10 @@ from typing import Any
 from eaglebot.config import RegressionConfig
 from eaglebot.history.attribution import attribution_text, since_good_run, state_changes
 from eaglebot.history.diff import DiffRows, pick_hosts
-from eaglebot.history.fingerprint import apply_steps, empty_state
+from eaglebot.history.host_state import host_state
 from eaglebot.history.regress import (CP_WINDOW, RANGE_RUNS, Drift, Subject, Window, drift, window_limit, window_since,
                                       window_what, worse_shift_point)
 from eaglebot.store.protocol import StoreProtocol
-
-
-def host_state(store: StoreProtocol, host: str, run_id: int) -> dict[str, Any]:
-    """The host's state as of run_id: the newest fingerprint at or before it, advanced by
-    the steps and file changes recorded since."""
-    base = store.last_fingerprinted_run(host, run_id)
-    if base and base["run_id"] == run_id:
-        recorded: dict[str, Any] = base["state"]
-        return recorded
-    after = base["run_id"] if base else 0
-    state = base["state"] if base else empty_state()
-    changes = store.host_changes(host, after, run_id)
-    return apply_steps(state, store.host_steps(host, after, run_id), changes)
 
 
 def since(store: StoreProtocol, s: Subject) -> int | None:

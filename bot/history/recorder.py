@@ -12,6 +12,7 @@ from typing import Any
 from eaglebot.config import RegressionConfig
 from eaglebot.history import loader
 from eaglebot.history.fingerprint import empty_state
+from eaglebot.history.host_state import host_state, record_fingerprint
 from eaglebot.history.incidents import (Ack, Closing, IncidentDecision, baseline_closes, baseline_text,
                                         cause_of, check_baseline, decide_ack, decide_ack_all, decide_ack_incident,
                                         same_cause)
@@ -19,13 +20,6 @@ from eaglebot.history.regress import Subject, decide, drop_start, judge_window, 
 from eaglebot.sdk import Metric, Regression
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import IncidentRow
-
-
-def record_fingerprint(store: StoreProtocol, run_id: int, hosts: list[str]) -> dict[str, Any]:
-    """Record each host's state as of run_id on the run (later runs start from it)."""
-    fp = {h: loader.host_state(store, h, run_id) for h in hosts}
-    store.set_fingerprint(run_id, fp)
-    return fp
 
 
 def close(store: StoreProtocol, c: Closing) -> None:
@@ -92,7 +86,7 @@ def attribute_fixed(store: StoreProtocol, run_id: int, playbook: str, regression
             continue
         if r.host not in cache:
             cache[r.host] = loader.attribution(store, playbook, r.host, run_id,
-                                               loader.host_state(store, r.host, run_id))
+                                               host_state(store, r.host, run_id))
         old, r.reason = r.reason, f"{r.reason}; {cache[r.host]}"
         store.update_regression_reason(run_id, r.host, r.metric, old, r.reason)
 

@@ -318,6 +318,11 @@ class PgDatabase:
     def table(self, name: str) -> PgTable:
         return PgTable(self, name)
 
+    def insert_row(self, table: str, record: dict[str, Any]) -> int:
+        rowid = PgTable(self, table).insert(record).last_rowid
+        assert rowid is not None  # every table has a rowid column (PgTable.create)
+        return int(rowid)
+
     def table_names(self) -> list[str]:
         return [r[0] for r in self.conn.raw.execute(
             "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace "

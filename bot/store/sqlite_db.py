@@ -1,8 +1,8 @@
 """The SQLite store's connection with the face of sqlite-utils' `Database` that the store uses.
 
-`execute`, `query`, `journal_mode`, `enable_wal` and `conn` (every open, every read, the step
-path) are answered here on the connection; `table()` and `table_names()` (the migrations, the
-occasional `insert`, prune's foreign keys) hand over to a real `sqlite_utils.Database` on the
+`execute`, `query`, `insert_row`, `journal_mode`, `enable_wal` and `conn` (every open, every
+read and write of a run) are answered here on the connection; `table()` and `table_names()`
+(the migrations, prune's foreign keys) hand over to a real `sqlite_utils.Database` on the
 same connection, built the first time one is asked for. Importing sqlite-utils costs about
 100 ms of CPU (click, pluggy and dateutil come with it, and its plugin hook scans every
 installed distribution's entry points): most of a fresh `eagle history`, for calls that are
@@ -65,6 +65,15 @@ class SqliteDatabase:
         if len(set(keys)) != len(keys):  # two columns of one name: named as sqlite-utils names them
             keys = load_sqlite_utils().utils.dedupe_keys(keys)
         return (dict(zip(keys, row)) for row in cursor)
+
+    def insert_row(self, table: str, record: dict[str, Any]) -> int:
+        """One row by a plain INSERT (the values are scalars: PostgreSQL's face takes no
+        others); its rowid. sqlite-utils' `insert` would read the catalog twice first."""
+        cols = ", ".join(f'"{c}"' for c in record)
+        marks = ", ".join("?" for _ in record)
+        rowid = self.conn.execute(f'insert into "{table}" ({cols}) values ({marks})', list(record.values())).lastrowid
+        assert rowid is not None  # an INSERT into a rowid table always sets it
+        return rowid
 
     @property
     def journal_mode(self) -> str:

@@ -12,7 +12,7 @@ from typing import Protocol, Sequence
 from eaglebot.config import Settings
 from eaglebot.history.host_state import record_fingerprint
 from eaglebot.sdk import Metric, Regression
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async import AsyncHistoryStore
 
 
 class FinishedStep(Protocol):
@@ -52,7 +52,7 @@ class HookHost(Protocol):
     """What the hook reads of the engine that calls it."""
 
     @property
-    def store(self) -> AsyncStoreProtocol: ...
+    def store(self) -> AsyncHistoryStore: ...
 
     @property
     def settings(self) -> Settings: ...

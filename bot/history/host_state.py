@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from eaglebot.history.fingerprint import apply_steps, empty_state
-from eaglebot.store.protocol import StoreProtocol
+from eaglebot.store.protocol import HistoryStore
 
 
-def host_state(store: StoreProtocol, host: str, run_id: int) -> dict[str, Any]:
+def host_state(store: HistoryStore, host: str, run_id: int) -> dict[str, Any]:
     """The host's state as of run_id: the newest fingerprint at or before it, advanced by
     the steps and file changes recorded since."""
     base = store.last_fingerprinted_run(host, run_id)
@@ -23,7 +23,7 @@ def host_state(store: StoreProtocol, host: str, run_id: int) -> dict[str, Any]:
     return apply_steps(state, store.host_steps(host, after, run_id), changes)
 
 
-def record_fingerprint(store: StoreProtocol, run_id: int, hosts: list[str]) -> dict[str, Any]:
+def record_fingerprint(store: HistoryStore, run_id: int, hosts: list[str]) -> dict[str, Any]:
     """Record each host's state as of run_id on the run (later runs start from it)."""
     fp = {h: host_state(store, h, run_id) for h in hosts}
     store.set_fingerprint(run_id, fp)

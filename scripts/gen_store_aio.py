@@ -47,7 +47,7 @@ ROW_IMPORTS = '''from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
     HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
-    StepRow, SweepPointRow, SweepRow, WarningRow,
+    StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey'''
 TYPES_HEAD = '''from __future__ import annotations

@@ -14,6 +14,7 @@ from eaglebot.config import Settings
 from eaglebot.configfile import TOP_KEYS
 from eaglebot.engine import playbook as playbook_mod
 from eaglebot.errors import UsageError
+from eaglebot.store.rows import NewRun
 
 HEAVY = ["pydantic", "sqlite_utils", "jinja2", "asyncssh", "numpy", "yaml", "asyncio", "eaglebot.engine",
          "eaglebot.store", "eaglebot.config"]
@@ -95,7 +96,7 @@ def test_show_loads_neither_the_engine_nor_pydantic_jinja_or_asyncio(tmp_path):
 
     write_yaml(tmp_path / "eagle.yaml", {"audit_db": "a.db"})
     s = Store(tmp_path / "a.db")
-    rid = s.create_run(playbook="hello", hosts=["local"], inputs={}, variables={}, actor="tester", origin="cli")
+    rid = s.create_run(NewRun(playbook="hello", hosts=["local"], inputs={}, variables={}, actor="tester", origin="cli"))
     s.finish_run(rid, "succeeded", exit_code=0)
     s.close()
     out = loaded_after(["show", "last"], tmp_path)

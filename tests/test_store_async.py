@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from eaglebot.store import AsyncStore, Store
+from eaglebot.store.rows import NewRun
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import gen_store_aio  # noqa: E402
@@ -50,8 +51,8 @@ async def test_async_calls_run_on_one_writer_thread_off_the_event_loop(tmp_path)
     store = await AsyncStore.open(tmp_path / "eagle.db")
     try:
         seen = {await store.call(lambda s: threading.get_ident()) for _ in range(5)}
-        run_id = await store.create_run(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a",
-                                        origin="cli")
+        run_id = await store.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a",
+                                        origin="cli"))
         assert (await store.get_run(run_id))["hosts"] == ["h"]
         assert len(seen) == 1 and threading.get_ident() not in seen
     finally:

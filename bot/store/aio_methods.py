@@ -14,7 +14,7 @@ from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
     HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
-    StepRow, SweepPointRow, SweepRow, WarningRow,
+    StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
 
@@ -34,14 +34,9 @@ class AsyncMethods:
     async def _do(self, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
         raise NotImplementedError
 
-    async def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any],
-            variables: dict[str, Any], actor: str, origin: str, dry_run: bool = False,
-            rerun_of: int | None = None, schedule: str | None = None, channel: str | None = None,
-            thread_ts: str | None = None, source: str | None = None, status: str = "running") -> int:
+    async def create_run(self, run: NewRun) -> int:
         """A new run owned by this process (its pid and start time tell a crash apart); its id."""
-        return await self._do(self.sync.create_run, playbook=playbook, hosts=hosts, inputs=inputs,
-            variables=variables, actor=actor, origin=origin, dry_run=dry_run, rerun_of=rerun_of,
-            schedule=schedule, channel=channel, thread_ts=thread_ts, source=source, status=status)
+        return await self._do(self.sync.create_run, run)
 
     async def finish_run(self, run_id: int, status: str, *, exit_code: int, error: str | None = None,
             fingerprint: dict[str, Any] | None = None) -> None:
@@ -108,17 +103,9 @@ class AsyncMethods:
         """A retried step's attempt count."""
         return await self._do(self.sync.step_attempt, step_id, attempts)
 
-    async def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
-            duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
-            metrics: list[Metric] | None = None, changes: list[FileChange] | None = None,
-            warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-            output: str | None = None, output_bytes: int | None = None, output_sha256: str | None = None,
-            output_file: str | None = None) -> None:
-        """The step's final row: `output` (when given) replaces the stored output; the whole"""
-        return await self._do(self.sync.step_finished, step_id, run_id=run_id, host=host, status=status,
-            summary=summary, duration_ms=duration_ms, attempts=attempts, data=data, metrics=metrics,
-            changes=changes, warnings=warnings, regressions=regressions, output=output,
-            output_bytes=output_bytes, output_sha256=output_sha256, output_file=output_file)
+    async def step_finished(self, step_id: int, end: StepEnd) -> None:
+        """The step's final row and what it left (metrics, changes, warnings, regressions), in one"""
+        return await self._do(self.sync.step_finished, step_id, end)
 
     async def close_open_steps(self, run_id: int, summary: str) -> int:
         """Steps of a finished run still marked `running` (their end was not recorded) become failed."""

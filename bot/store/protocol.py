@@ -17,7 +17,7 @@ from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
     HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
-    StepRow, SweepPointRow, SweepRow, WarningRow,
+    StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
 from eaglebot.store.protocol_service import (ReplicasFace, SweepsFace, SchedulesFace, HealthFace,
@@ -30,10 +30,7 @@ if TYPE_CHECKING:  # the engine's records (the sdk loads pydantic: `eagle histor
 class RunsFace(Protocol):
     """The `runs` aggregate. (store.runs)"""
 
-    def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any],
-            variables: dict[str, Any], actor: str, origin: str, dry_run: bool = False,
-            rerun_of: int | None = None, schedule: str | None = None, channel: str | None = None,
-            thread_ts: str | None = None, source: str | None = None, status: str = "running") -> int:
+    def create_run(self, run: NewRun) -> int:
         """A new run owned by this process (its pid and start time tell a crash apart); its id."""
         ...
 
@@ -104,14 +101,10 @@ class StepsFace(Protocol):
         """A retried step's attempt count."""
         ...
 
-    def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
-            duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
-            metrics: list[Metric] | None = None, changes: list[FileChange] | None = None,
-            warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-            output: str | None = None, output_bytes: int | None = None, output_sha256: str | None = None,
-            output_file: str | None = None) -> None:
-        """The step's final row: `output` (when given) replaces the stored output; the whole
-        output's size, SHA-256 and file go in the same update, so the chain covers them."""
+    def step_finished(self, step_id: int, end: StepEnd) -> None:
+        """The step's final row and what it left (metrics, changes, warnings, regressions), in one
+        transaction: `end["output"]` (when given) replaces the stored output; the whole output's
+        size, SHA-256 and file go in the same update, so the chain covers them."""
         ...
 
     def close_open_steps(self, run_id: int, summary: str) -> int:

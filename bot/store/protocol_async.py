@@ -14,7 +14,7 @@ from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
     HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
-    StepRow, SweepPointRow, SweepRow, WarningRow,
+    StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
 from eaglebot.store.protocol_async_service import (AsyncReplicasFace, AsyncSweepsFace, AsyncSchedulesFace,
@@ -30,10 +30,7 @@ T = TypeVar("T")
 class AsyncRunsFace(Protocol):
     """The `runs` aggregate. (store.runs)"""
 
-    async def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any],
-            variables: dict[str, Any], actor: str, origin: str, dry_run: bool = False,
-            rerun_of: int | None = None, schedule: str | None = None, channel: str | None = None,
-            thread_ts: str | None = None, source: str | None = None, status: str = "running") -> int:
+    async def create_run(self, run: NewRun) -> int:
         """A new run owned by this process (its pid and start time tell a crash apart); its id."""
         ...
 
@@ -104,13 +101,8 @@ class AsyncStepsFace(Protocol):
         """A retried step's attempt count."""
         ...
 
-    async def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
-            duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
-            metrics: list[Metric] | None = None, changes: list[FileChange] | None = None,
-            warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-            output: str | None = None, output_bytes: int | None = None, output_sha256: str | None = None,
-            output_file: str | None = None) -> None:
-        """The step's final row: `output` (when given) replaces the stored output; the whole"""
+    async def step_finished(self, step_id: int, end: StepEnd) -> None:
+        """The step's final row and what it left (metrics, changes, warnings, regressions), in one"""
         ...
 
     async def close_open_steps(self, run_id: int, summary: str) -> int:

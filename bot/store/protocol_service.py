@@ -13,7 +13,7 @@ from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
     HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
-    StepRow, SweepPointRow, SweepRow, WarningRow,
+    StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
 

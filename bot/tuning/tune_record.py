@@ -10,8 +10,8 @@ from typing import Any
 from eaglebot.engine.runner import Engine
 from eaglebot.engine.records import jsonable
 from eaglebot.sdk import Metric
-from eaglebot.tuning.tune_model import Cell, Measurement, label
 from eaglebot.store.rows import NewRun, StepEnd
+from eaglebot.tuning.tune_model import Cell, Measurement, label
 
 
 def measurement_json(m: Measurement) -> dict[str, Any]:

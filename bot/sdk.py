@@ -29,6 +29,8 @@ from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping, P
 
 from pydantic import BaseModel, ConfigDict
 
+from eaglebot.errors import StepFailed
+
 Status = Literal["ok", "changed", "skipped", "failed"]
 Better = Literal["higher", "lower"]
 
@@ -263,6 +265,24 @@ def result_of(status: Status, summary: str, kw: Mapping[str, Any], where: str) -
 
 
 @dataclass
+class Plan:
+    """What a mutating skill decided to do, once it has probed (pyinfra: an operation yields its
+    commands, and the engine learns from them whether anything would change): `actions` are
+    what a dry-run shows, one `would` line each; `summary` the dry-run's result ("would drain
+    gpu-01 in Slurm (idle now)"); `apply` does it. `approve`: (action, details) asked first
+    when the step has `confirm: true` (refused: the step fails, saying so). `data` and `output`
+    go with the dry-run's result too (the diff a patch would make). `SkillContext.carry_out`
+    previews or applies it: the one dry-run branch."""
+
+    actions: list[str]
+    summary: str
+    apply: Callable[[], Awaitable[StepResult]]
+    approve: tuple[str, list[str]] | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    output: str = ""
+
+
+@dataclass
 class ApprovalRequest:
     """What a `confirm` step wants to do that the bot did not start."""
 
@@ -340,6 +360,19 @@ class SkillContext:
         """Dry-run: record what the step would do."""
         self.plan.append(action)
         self._log(f"[dry-run] would {action}")
+
+    async def carry_out(self, plan: Plan) -> StepResult:
+        """Preview `plan` (a dry-run: its actions logged, the step `skipped`) or apply it (after
+        its approval, where it needs one)."""
+        if self.dry_run:
+            for action in plan.actions:
+                self.would(action)
+            return StepResult.skipped(f"dry-run: {plan.summary}", data=plan.data, output=plan.output)
+        if plan.approve is not None:
+            ok, why = await self.approve(*plan.approve)
+            if not ok:
+                raise StepFailed(f"{plan.approve[0]}: not approved ({why})")
+        return await plan.apply()
 
     async def approve(self, action: str, details: list[str]) -> tuple[bool, str]:
         """Ask for approval of an action the bot did not start (only when `confirm`)."""

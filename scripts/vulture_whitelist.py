@@ -26,6 +26,8 @@ _.closed_at, _.closed_kind, _.closed_by, _.cleaned_at, _.from_state, _.to_state,
 _.multi_host, _.checked, _.rows_checked
 _.run_status, _.run_channel, _.run_thread_ts, _.hash, _.run_finished_at
 _.renewed_at, _.expires_at, _.seen_at
+# ... and `StepEnd` (store/rows.py), the record a step's end is written from, read with .get()
+_.output_bytes, _.output_sha256
 
 # A function only mypy reads: it proves Store and AsyncStore satisfy their protocols (store/aio.py).
 _._faces

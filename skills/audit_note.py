@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from eaglebot.sdk import SkillContext, SkillParams, StepResult
+from eaglebot.sdk import Plan, SkillContext, SkillParams, StepResult
 
 NAME = "audit.note"
 READ_ONLY = True  # writes only the audit trail, nothing on the host
@@ -21,8 +21,8 @@ class Params(SkillParams):
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
-    if ctx.dry_run:
-        ctx.would(f"note {params.message!r}")
-        return StepResult.skipped("dry-run: no note")
-    ctx.log(params.message)
-    return StepResult.ok(params.message)
+    async def note() -> StepResult:
+        ctx.log(params.message)
+        return StepResult.ok(params.message)
+
+    return await ctx.carry_out(Plan([f"note {params.message!r}"], "no note", note))

@@ -31,7 +31,7 @@ import jsonpatch
 from pydantic import Field, model_validator
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, FileChange, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import HOST_PATH, FileChange, Plan, SkillContext, SkillParams, StepResult
 from eaglebot.skills.lib import files
 
 NAME = "config.patch"
@@ -211,24 +211,25 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         return StepResult.ok(f"{path} already has {', '.join(keys)}", data=data)
     diff = capped_diff(files.unified_diff(path, before, after))
     data["diff"] = diff
-    if ctx.dry_run:
-        ctx.would(f"patch {path} ({', '.join(keys)}):\n{diff}")
-        return StepResult.skipped(f"dry-run: would change {', '.join(keys)} in {path}", data=data, output=diff)
-    mode = st.mode
-    bak = files.backup_path(path, ctx.run_id, ctx.step_idx)
-    await files.write(ctx, bak, before, mode)
-    await files.write(ctx, path, after, mode)
-    # The patched file keeps its owner in write_file (or is refused); the backup is a new file.
-    owner_warning = await files.keep_owner(ctx, bak, st.uid, st.gid)
-    warnings = [owner_warning] if owner_warning else []
-    # Read back: a racing writer or a full disk must not pass silently.
-    check = await files.read(ctx, path)
-    if check != after:
-        raise StepFailed(f"{path} on {ctx.host_name} changed under us while patching; the original is in {bak}")
-    data["backup_path"] = bak
-    stored = capped_diff(diff)
-    data["diff"] = stored
-    ctx.log(stored.rstrip("\n"))
-    change = FileChange(path, files.sha256(before), files.sha256(after), stored, bak)
-    return StepResult.changed(f"patched {path}: {', '.join(keys)} (backup {bak})", changes=[change], data=data,
-                              output=stored, warnings=warnings)
+    async def patch() -> StepResult:
+        mode = st.mode
+        bak = files.backup_path(path, ctx.run_id, ctx.step_idx)
+        await files.write(ctx, bak, before, mode)
+        await files.write(ctx, path, after, mode)
+        # The patched file keeps its owner in write_file (or is refused); the backup is a new file.
+        owner_warning = await files.keep_owner(ctx, bak, st.uid, st.gid)
+        warnings = [owner_warning] if owner_warning else []
+        # Read back: a racing writer or a full disk must not pass silently.
+        check = await files.read(ctx, path)
+        if check != after:
+            raise StepFailed(f"{path} on {ctx.host_name} changed under us while patching; the original is in {bak}")
+        data["backup_path"] = bak
+        stored = capped_diff(diff)
+        data["diff"] = stored
+        ctx.log(stored.rstrip("\n"))
+        change = FileChange(path, files.sha256(before), files.sha256(after), stored, bak)
+        return StepResult.changed(f"patched {path}: {', '.join(keys)} (backup {bak})", changes=[change], data=data,
+                                  output=stored, warnings=warnings)
+
+    return await ctx.carry_out(Plan([f"patch {path} ({', '.join(keys)}):\n{diff}"],
+                                    f"would change {', '.join(keys)} in {path}", patch, data=data, output=diff))

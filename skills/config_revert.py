@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, FileChange, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import HOST_PATH, FileChange, Plan, SkillContext, SkillParams, StepResult
 from eaglebot.skills.lib import files
 
 NAME = "config.revert"
@@ -61,22 +61,24 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if current == original:
         return StepResult.ok(f"{path} already matches the backup from run {row['run_id']}", data=data)
     diff = files.unified_diff(path, current, original)
-    if ctx.dry_run:
-        ctx.would(f"restore {path} from {bak}:\n{diff}")
-        return StepResult.skipped(f"dry-run: would restore {path} from {bak}", data=data, output=diff)
-    st = await files.stat(ctx, path) if current is not None else None
-    if st is not None and (why := await files.owner_problem(ctx, path, st, "revert")):
-        raise StepFailed(why)
-    mode = await files.mode_of(ctx, path) if current is not None else None
-    if current is not None:
-        saved = files.backup_path(path, ctx.run_id, ctx.step_idx)
-        await files.write(ctx, saved, current, mode)
-        data["saved_current_as"] = saved
-    await files.write(ctx, path, original, mode)
-    if await files.read(ctx, path) != original:
-        raise StepFailed(f"{path} on {ctx.host_name} changed under us while restoring it from {bak}")
-    ctx.log(diff.rstrip("\n"))
-    # backup_path stays None: the revert itself is not a revert target (reverting twice is a no-op).
-    change = FileChange(path, files.sha256(current), files.sha256(original), diff, None)
-    return StepResult.changed(f"restored {path} from {bak} (run {row['run_id']})", changes=[change], data=data,
-                              output=diff)
+
+    async def restore() -> StepResult:
+        st = await files.stat(ctx, path) if current is not None else None
+        if st is not None and (why := await files.owner_problem(ctx, path, st, "revert")):
+            raise StepFailed(why)
+        mode = await files.mode_of(ctx, path) if current is not None else None
+        if current is not None:
+            saved = files.backup_path(path, ctx.run_id, ctx.step_idx)
+            await files.write(ctx, saved, current, mode)
+            data["saved_current_as"] = saved
+        await files.write(ctx, path, original, mode)
+        if await files.read(ctx, path) != original:
+            raise StepFailed(f"{path} on {ctx.host_name} changed under us while restoring it from {bak}")
+        ctx.log(diff.rstrip("\n"))
+        # backup_path stays None: the revert itself is not a revert target (reverting twice is a no-op).
+        change = FileChange(path, files.sha256(current), files.sha256(original), diff, None)
+        return StepResult.changed(f"restored {path} from {bak} (run {row['run_id']})", changes=[change], data=data,
+                                  output=diff)
+
+    return await ctx.carry_out(Plan([f"restore {path} from {bak}:\n{diff}"], f"would restore {path} from {bak}",
+                                    restore, data=data, output=diff))

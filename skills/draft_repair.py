@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult
 
 from eaglebot.facts import draft_contract as dc
 from eaglebot.facts import eagle3
@@ -139,7 +139,6 @@ async def _choose(ctx: SkillContext, p: Params) -> StepResult:
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
-    if ctx.dry_run:
-        ctx.would(f"{params.action} the draft-repair attempts")
-        return StepResult.skipped(f"dry-run: would {params.action} the draft-repair attempts")
-    return await (_plan(ctx, params) if params.action == "plan" else _choose(ctx, params))
+    return await ctx.carry_out(Plan([f"{params.action} the draft-repair attempts"],
+                                    f"would {params.action} the draft-repair attempts",
+                                    lambda: _plan(ctx, params) if params.action == "plan" else _choose(ctx, params)))

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from eaglebot.sdk import Metric, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import Metric, Plan, SkillContext, SkillParams, StepResult
 
 NAME = "metric.record"
 
@@ -31,7 +31,7 @@ class Params(SkillParams):
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     shown = f"{params.name} = {params.value:g}{(' ' + params.unit) if params.unit else ''}"
-    if ctx.dry_run:
-        ctx.would(f"record {shown}")
-        return StepResult.skipped(f"dry-run: would record {shown}")
-    return StepResult.ok(shown, metrics=[Metric(params.name, params.value, params.unit, params.better)])
+    async def record() -> StepResult:
+        return StepResult.ok(shown, metrics=[Metric(params.name, params.value, params.unit, params.better)])
+
+    return await ctx.carry_out(Plan([f"record {shown}"], f"would record {shown}", record))

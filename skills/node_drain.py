@@ -25,7 +25,7 @@ from pydantic import Field
 
 from eaglebot.errors import StepFailed
 from eaglebot.facts import cluster
-from eaglebot.sdk import SkillContext, StepResult
+from eaglebot.sdk import Plan, SkillContext, StepResult
 from eaglebot.skills.lib.node import (NodeParams, cordon_reason, cordoned, gpu_pods, node_of, run_ok, scheduler_of,
                                       slurm_node, tool)
 
@@ -38,13 +38,6 @@ class Params(NodeParams):
     timeout_s: float = Field(300.0, gt=0, le=3600, description="Kubernetes: how long each GPU pod may take to stop")
 
 
-async def _approved(ctx: SkillContext, action: str, details: list[str]) -> None:
-    # With `confirm: true` (the shipped drain playbook) an approver decides; --yes on a terminal.
-    ok, why = await ctx.approve(action, details)
-    if not ok:
-        raise StepFailed(f"{action}: not approved ({why})")
-
-
 async def _slurm(ctx: SkillContext, node: str, reason: str) -> StepResult:
     before = await slurm_node(ctx, node)
     if before.draining:
@@ -52,18 +45,20 @@ async def _slurm(ctx: SkillContext, node: str, reason: str) -> StepResult:
                              data={"scheduler": "slurm", "node": node, "state": before.state, "reason": before.reason,
                                    "made": False})
     cmd = cluster.scontrol_drain(node, reason, tool(ctx, "scontrol"))
-    if ctx.dry_run:
-        ctx.would(cmd)
-        return StepResult.skipped(f"dry-run: would drain {node} in Slurm ({before.state} now)")
-    await _approved(ctx, f"drain {node} in Slurm", [f"now {before.state}", f"reason: {reason}"])
-    await run_ok(ctx, cmd)
-    after = await slurm_node(ctx, node)
-    if not after.draining:
-        raise StepFailed(f"scontrol accepted the drain of {node} but sinfo still says {after.state}")
-    return StepResult.changed(f"{node} {after.state} in Slurm: {after.reason}"
-                              + ("" if after.responding else " (slurmd is not responding)"),
-                              data={"scheduler": "slurm", "node": node, "state": after.state, "reason": after.reason,
-                                    "responding": after.responding, "made": True})
+
+    async def drain() -> StepResult:
+        await run_ok(ctx, cmd)
+        after = await slurm_node(ctx, node)
+        if not after.draining:
+            raise StepFailed(f"scontrol accepted the drain of {node} but sinfo still says {after.state}")
+        return StepResult.changed(f"{node} {after.state} in Slurm: {after.reason}"
+                                  + ("" if after.responding else " (slurmd is not responding)"),
+                                  data={"scheduler": "slurm", "node": node, "state": after.state,
+                                        "reason": after.reason, "responding": after.responding, "made": True})
+
+    # With `confirm: true` (the shipped drain playbook) an approver decides; --yes on a terminal.
+    return await ctx.carry_out(Plan([cmd], f"would drain {node} in Slurm ({before.state} now)", drain,
+                                    approve=(f"drain {node} in Slurm", [f"now {before.state}", f"reason: {reason}"])))
 
 
 async def _kubernetes(ctx: SkillContext, node: str, reason: str, timeout_s: float) -> StepResult:
@@ -75,22 +70,25 @@ async def _kubernetes(ctx: SkillContext, node: str, reason: str, timeout_s: floa
     if was and not pods:
         return StepResult.ok(f"{node} is already cordoned and runs no GPU pod", data=data)
     kubectl = tool(ctx, "kubectl")
-    if ctx.dry_run:
-        ctx.would(f"kubectl cordon {node}; stop {len(pods)} GPU pod(s): {', '.join(names) or 'none'}")
-        return StepResult.skipped(f"dry-run: would cordon {node} and stop {len(pods)} GPU pod(s)")
-    await _approved(ctx, f"cordon {node} and stop its GPU pods", names or ["no GPU pod"])
-    if not was:
-        await run_ok(ctx, cluster.kubectl_command(kubectl, "annotate", "--overwrite", "node", node,
-                                                  f"{cluster.DRAIN_ANNOTATION}={reason}"))
-        await run_ok(ctx, cluster.kubectl_command(kubectl, "cordon", node))
-    for ns, name in pods:
-        await run_ok(ctx, cluster.kubectl_command(kubectl, "delete", "pod", "-n", ns, name, f"--timeout={timeout_s:g}s"),
-                     timeout=timeout_s + 30)
-    left = await gpu_pods(ctx, node)
-    if not await cordoned(ctx, node) or left:
-        raise StepFailed(f"{node}: still schedulable or GPU pods left ({', '.join(f'{n}/{p}' for n, p in left)})")
-    return StepResult.changed(f"{node} cordoned; {len(pods)} GPU pod{'s' if len(pods) != 1 else ''} stopped"
-                              + (f": {', '.join(names)}" if pods else ""), data=data)
+
+    async def drain() -> StepResult:
+        if not was:
+            await run_ok(ctx, cluster.kubectl_command(kubectl, "annotate", "--overwrite", "node", node,
+                                                      f"{cluster.DRAIN_ANNOTATION}={reason}"))
+            await run_ok(ctx, cluster.kubectl_command(kubectl, "cordon", node))
+        for ns, name in pods:
+            await run_ok(ctx, cluster.kubectl_command(kubectl, "delete", "pod", "-n", ns, name,
+                                                      f"--timeout={timeout_s:g}s"), timeout=timeout_s + 30)
+        left = await gpu_pods(ctx, node)
+        if not await cordoned(ctx, node) or left:
+            raise StepFailed(f"{node}: still schedulable or GPU pods left ({', '.join(f'{n}/{p}' for n, p in left)})")
+        return StepResult.changed(f"{node} cordoned; {len(pods)} GPU pod{'s' if len(pods) != 1 else ''} stopped"
+                                  + (f": {', '.join(names)}" if pods else ""), data=data)
+
+    return await ctx.carry_out(Plan(
+        [f"kubectl cordon {node}; stop {len(pods)} GPU pod(s): {', '.join(names) or 'none'}"],
+        f"would cordon {node} and stop {len(pods)} GPU pod(s)", drain,
+        approve=(f"cordon {node} and stop its GPU pods", names or ["no GPU pod"])))
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from eaglebot.errors import StepFailed
 from eaglebot.facts import cluster
-from eaglebot.sdk import SkillContext, StepResult
+from eaglebot.sdk import Plan, SkillContext, StepResult
 from eaglebot.skills.lib.node import NodeParams, cordon_reason, cordoned, node_of, run_ok, scheduler_of, slurm_node, tool
 
 NAME = "node.resume"
@@ -46,15 +46,16 @@ async def _slurm(ctx: SkillContext, node: str, only_if: str | None) -> StepResul
     if only_if is not None and before.reason != only_if:
         return _left("Slurm", node, before.state, before.reason)
     cmd = cluster.scontrol_resume(node, tool(ctx, "scontrol"))
-    if ctx.dry_run:
-        ctx.would(cmd)
-        return StepResult.skipped(f"dry-run: would resume {node} in Slurm ({before.state} now)")
-    await run_ok(ctx, cmd)
-    after = await slurm_node(ctx, node)
-    if after.draining:
-        raise StepFailed(f"scontrol accepted the resume of {node} but sinfo still says {after.state}")
-    return StepResult.changed(f"{node} resumed in Slurm ({after.state})",
-                              data={"scheduler": "slurm", "node": node, "state": after.state})
+
+    async def resume() -> StepResult:
+        await run_ok(ctx, cmd)
+        after = await slurm_node(ctx, node)
+        if after.draining:
+            raise StepFailed(f"scontrol accepted the resume of {node} but sinfo still says {after.state}")
+        return StepResult.changed(f"{node} resumed in Slurm ({after.state})",
+                                  data={"scheduler": "slurm", "node": node, "state": after.state})
+
+    return await ctx.carry_out(Plan([cmd], f"would resume {node} in Slurm ({before.state} now)", resume))
 
 
 async def _kubernetes(ctx: SkillContext, node: str, only_if: str | None) -> StepResult:
@@ -66,16 +67,18 @@ async def _kubernetes(ctx: SkillContext, node: str, only_if: str | None) -> Step
         return _left("Kubernetes", node, "cordoned", ours)
     kubectl = tool(ctx, "kubectl")
     cmd = cluster.kubectl_command(kubectl, "uncordon", node)
-    if ctx.dry_run:
-        ctx.would(cmd)
-        return StepResult.skipped(f"dry-run: would uncordon {node}")
-    if ours is not None:     # first: should the uncordon fail, the cordon reads as a person's (left alone)
-        await run_ok(ctx, cluster.kubectl_command(kubectl, "annotate", "node", node, f"{cluster.DRAIN_ANNOTATION}-"))
-    await run_ok(ctx, cmd)
-    if await cordoned(ctx, node):
-        raise StepFailed(f"kubectl uncordon {node} answered but the node is still unschedulable")
-    return StepResult.changed(f"{node} uncordoned", data={"scheduler": "kubernetes", "node": node,
-                                                          "state": "schedulable"})
+
+    async def resume() -> StepResult:
+        if ours is not None:   # first: should the uncordon fail, the cordon reads as a person's (left alone)
+            await run_ok(ctx, cluster.kubectl_command(kubectl, "annotate", "node", node,
+                                                      f"{cluster.DRAIN_ANNOTATION}-"))
+        await run_ok(ctx, cmd)
+        if await cordoned(ctx, node):
+            raise StepFailed(f"kubectl uncordon {node} answered but the node is still unschedulable")
+        return StepResult.changed(f"{node} uncordoned", data={"scheduler": "kubernetes", "node": node,
+                                                              "state": "schedulable"})
+
+    return await ctx.carry_out(Plan([cmd], f"would uncordon {node}", resume))
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult
 
 NAME = "shell"
 KEEP = 64 * 1024  # characters of stdout/stderr registered (and stored with the step's data)
@@ -33,9 +33,11 @@ class Params(SkillParams):
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
-    if ctx.dry_run:
-        ctx.would(f"run: {params.command}")
-        return StepResult.skipped(f"dry-run: would run `{params.command}`")
+    return await ctx.carry_out(Plan([f"run: {params.command}"], f"would run `{params.command}`",
+                                    lambda: _run(ctx, params)))
+
+
+async def _run(ctx: SkillContext, params: Params) -> StepResult:
     res = await ctx.host.run(params.command, env=params.env or None, cwd=params.cwd,
                              on_output=ctx.stream())
     data = {"rc": res.exit_status, "stdout": _last(res.stdout, ctx.run_id),

@@ -11,7 +11,7 @@ import asyncio
 
 from pydantic import Field
 
-from eaglebot.sdk import SkillContext, SkillParams, StepResult
+from eaglebot.sdk import Plan, SkillContext, SkillParams, StepResult
 
 NAME = "wait"
 
@@ -21,8 +21,8 @@ class Params(SkillParams):
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
-    if ctx.dry_run:
-        ctx.would(f"wait {params.seconds:g}s")
-        return StepResult.skipped(f"dry-run: would wait {params.seconds:g}s")
-    await asyncio.sleep(params.seconds)
-    return StepResult.ok(f"waited {params.seconds:g}s")
+    async def wait() -> StepResult:
+        await asyncio.sleep(params.seconds)
+        return StepResult.ok(f"waited {params.seconds:g}s")
+
+    return await ctx.carry_out(Plan([f"wait {params.seconds:g}s"], f"would wait {params.seconds:g}s", wait))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -220,3 +221,41 @@ def stranger(tmp_path):
     if p.poll() is None:
         p.kill()
     p.wait()
+
+
+def _processes_naming(path: str) -> list[int]:
+    """Processes (not this one) whose command line names `path`: what a test started under its tmp_path."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if path in cmd:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _nothing_outlives_its_test(request):
+    """A server a test had the bot start under its tmp_path (a simulated SGLang from a relaunch the
+    test never stopped) would outlive the run: stopped here, and said as a warning naming the test,
+    so a later test (or the next session) never meets it on its port."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    root = str(request.getfixturevalue("tmp_path")) + os.sep
+    yield
+    left = _processes_naming(root)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if left:
+        import warnings
+        warnings.warn(f"{request.node.nodeid} left {len(left)} process(es) running under its tmp_path; killed: {left}",
+                      stacklevel=1)

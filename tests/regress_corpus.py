@@ -28,6 +28,7 @@ from eaglebot.history.changepoint import change_points
 from eaglebot.history.recorder import check_run, record_fingerprint
 from eaglebot.sdk import Metric
 from eaglebot.store import Store
+from eaglebot.store.rows import NewRun, StepEnd
 
 CORPUS = Path(__file__).parent / "data" / "regressions" / "corpus.json"
 FLOOR_PCT = 5.0
@@ -79,25 +80,25 @@ def _replay(store: Store, s: dict[str, Any], cfg: RegressionConfig) -> Replay:
     unit = "tok/s" if s["better"] == "higher" else "ms"
     out, opened = Replay(), 0
     for i, v in enumerate(s["values"]):
-        rid = store.create_run(playbook="bench", hosts=[host], inputs={}, variables={}, actor="corpus",
-                               origin="schedule", schedule="nightly-bench")
+        rid = store.create_run(NewRun(playbook="bench", hosts=[host], inputs={}, variables={}, actor="corpus",
+                               origin="schedule", schedule="nightly-bench"))
         idx = 0
         health = s["health"].get(str(i))
         if s["health"]:
             sid = store.step_started(rid, idx, host, "gpu health", "gpu.health", {})
-            store.step_finished(sid, run_id=rid, host=host, status="ok", summary="", duration_ms=1, attempts=1,
-                                data={"health": health or {"0": {"verdict": "ok", "reasons": []}}})
+            store.step_finished(sid, StepEnd(run_id=rid, host=host, status="ok", summary="", duration_ms=1, attempts=1,
+                                data={"health": health or {"0": {"verdict": "ok", "reasons": []}}}))
             idx += 1
         sid = store.step_started(rid, idx, host, "bench", "bench.serving", {})
         if v is None:
-            store.step_finished(sid, run_id=rid, host=host, status="failed", summary="server not ready",
-                                duration_ms=1, attempts=1)
+            store.step_finished(sid, StepEnd(run_id=rid, host=host, status="failed", summary="server not ready",
+                                duration_ms=1, attempts=1))
             store.finish_run(rid, "failed", exit_code=1)
             record_fingerprint(store, rid, [host])
             continue
         m = Metric(name, float(v), unit, s["better"])
-        store.step_finished(sid, run_id=rid, host=host, status="ok", summary="", duration_ms=1, attempts=1,
-                            metrics=[m])
+        store.step_finished(sid, StepEnd(run_id=rid, host=host, status="ok", summary="", duration_ms=1, attempts=1,
+                            metrics=[m]))
         store.finish_run(rid, "succeeded", exit_code=0)
         found, notes = check_run(store, rid, "bench", [host], [(host, m)], cfg)
         out.reasons[i] = [r.reason for r in found if r.kind == "regression"]

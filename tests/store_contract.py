@@ -25,6 +25,7 @@ from eaglebot.store.rows import (
     MetricRow, RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepRow, SweepPointRow, SweepRow,
     WarningRow,
 )
+from eaglebot.store.rows import NewRun, StepEnd
 
 
 
@@ -36,9 +37,9 @@ def keys(row_type: Any) -> set[str]:
 
 
 def new_run(store: StoreProtocol, playbook: str = "bench", hosts: tuple[str, ...] = ("gpu-01",), **kw: Any) -> int:
-    return store.create_run(playbook=playbook, hosts=list(hosts), inputs=kw.pop("inputs", {}),
-                            variables=kw.pop("variables", {}), actor=kw.pop("actor", "alice"),
-                            origin=kw.pop("origin", "cli"), **kw)
+    return store.create_run(NewRun(playbook=playbook, hosts=list(hosts), inputs=kw.pop("inputs", {}),
+                                   variables=kw.pop("variables", {}), actor=kw.pop("actor", "alice"),
+                                   origin=kw.pop("origin", "cli"), **kw))
 
 
 def finished_run(store: StoreProtocol, playbook: str = "bench", host: str = "gpu-01",
@@ -46,8 +47,8 @@ def finished_run(store: StoreProtocol, playbook: str = "bench", host: str = "gpu
     rid = new_run(store, playbook, (host,), **kw)
     if metrics:
         sid = store.step_started(rid, 0, host, "bench", "bench.serving", {})
-        store.step_finished(sid, run_id=rid, host=host, status="ok", summary="", duration_ms=1, attempts=1,
-                            metrics=[Metric(k, v, "tok/s") for k, v in metrics.items()])
+        store.step_finished(sid, StepEnd(run_id=rid, host=host, status="ok", summary="", duration_ms=1, attempts=1,
+                            metrics=[Metric(k, v, "tok/s") for k, v in metrics.items()]))
     store.finish_run(rid, status, exit_code=0 if status == "succeeded" else 1)
     return rid
 
@@ -116,11 +117,11 @@ def test_a_step_records_output_data_metrics_changes_warnings_and_regressions(sto
     store.step_attempt(sid, 2)
     assert store.steps(rid)[0]["output"] == "line 1\n" and store.steps(rid)[0]["attempts"] == 2
     store.step_finished(
-        sid, run_id=rid, host="gpu-01", status="changed", summary="done", duration_ms=42, attempts=2,
+        sid, StepEnd(run_id=rid, host="gpu-01", status="changed", summary="done", duration_ms=42, attempts=2,
         data={"port": 30000}, metrics=[Metric("output_throughput", 900.0, "tok/s"), Metric("ttft_ms", 50, "ms", "lower")],
         changes=[FileChange("/etc/x", "a" * 64, "b" * 64, "-x\n+y\n", "/etc/x.bak")], warnings=["hot"],
         regressions=[Regression("output_throughput", 900.0, 1000.0, -10.0, "below the band")],
-        output="head...tail", output_bytes=12345, output_sha256="c" * 64, output_file="/out/1/1.gz")
+        output="head...tail", output_bytes=12345, output_sha256="c" * 64, output_file="/out/1/1.gz"))
     (step,) = store.steps(rid)
     assert (step["status"], step["summary"], step["duration_ms"], step["output"]) == \
         ("changed", "done", 42, "head...tail")
@@ -146,7 +147,7 @@ def test_a_step_finished_without_output_keeps_the_streamed_output(store):
     rid = new_run(store)
     sid = store.step_started(rid, 0, "gpu-01", "s", "shell", {})
     store.step_output(sid, "streamed")
-    store.step_finished(sid, run_id=rid, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1)
+    store.step_finished(sid, StepEnd(run_id=rid, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1))
     (step,) = store.steps(rid)
     assert step["output"] == "streamed" and step["output_file"] is None and step["output_bytes"] is None
 
@@ -154,7 +155,7 @@ def test_a_step_finished_without_output_keeps_the_streamed_output(store):
 def test_open_steps_of_a_finished_run_are_closed_as_failed(store):
     rid = new_run(store)
     done = store.step_started(rid, 0, "gpu-01", "a", "shell", {})
-    store.step_finished(done, run_id=rid, host="gpu-01", status="ok", summary="fine", duration_ms=1, attempts=1)
+    store.step_finished(done, StepEnd(run_id=rid, host="gpu-01", status="ok", summary="fine", duration_ms=1, attempts=1))
     store.step_started(rid, 1, "gpu-01", "b", "shell", {})
     assert store.close_open_steps(rid, "the run ended") == 1
     assert [(s["status"], s["summary"]) for s in store.steps(rid)] == [("ok", "fine"), ("failed", "the run ended")]
@@ -172,8 +173,8 @@ def test_warnings_regressions_and_backups_written_outside_a_step(store):
     other = new_run(store)
     for r in (rid, other):
         sid = store.step_started(r, 0, "gpu-01", "patch", "config.patch", {})
-        store.step_finished(sid, run_id=r, host="gpu-01", status="changed", summary="", duration_ms=1, attempts=1,
-                            changes=[FileChange("/etc/x", None, "b", "", f"/bak/{r}")])
+        store.step_finished(sid, StepEnd(run_id=r, host="gpu-01", status="changed", summary="", duration_ms=1, attempts=1,
+                            changes=[FileChange("/etc/x", None, "b", "", f"/bak/{r}")]))
     assert store.last_backup("gpu-01", "/etc/x")["backup_path"] == f"/bak/{other}"
     assert store.last_backup("gpu-01", "/etc/x", rid)["backup_path"] == f"/bak/{rid}"
     assert store.last_backup("gpu-01", "/etc/y") is None
@@ -208,8 +209,8 @@ def test_step_data_history_is_oldest_first_by_skill_host_and_mention(store):
             ("draft.check", "gpu-01", "failed", {"draft_config": "/other/config.json"}),
             ("server.launch", "gpu-01", "changed", {"note": "/m/d/config.json"})]:
         sid = store.step_started(rid, 0, host, skill, skill, {})
-        store.step_finished(sid, run_id=rid, host=host, status=status, summary="", duration_ms=1, attempts=1,
-                            data=data)
+        store.step_finished(sid, StepEnd(run_id=rid, host=host, status=status, summary="", duration_ms=1, attempts=1,
+                            data=data))
     got = store.step_data_history("gpu-01", ["draft.check", "config.patch"], "/m/d/config.json")
     assert [(r["run_id"], r["skill"], r["status"]) for r in got] == [(rid, "draft.check", "ok"),
                                                                     (rid, "config.patch", "changed")]
@@ -223,8 +224,8 @@ def test_step_data_history_is_oldest_first_by_skill_host_and_mention(store):
 def test_host_steps_data_and_fingerprints(store):
     rid = new_run(store)
     sid = store.step_started(rid, 0, "gpu-01", "launch", "server.launch", {"port": 1})
-    store.step_finished(sid, run_id=rid, host="gpu-01", status="changed", summary="", duration_ms=1, attempts=1,
-                        data={"server_args": ["--tp", "2"]})
+    store.step_finished(sid, StepEnd(run_id=rid, host="gpu-01", status="changed", summary="", duration_ms=1, attempts=1,
+                        data={"server_args": ["--tp", "2"]}))
     store.finish_run(rid, "succeeded", exit_code=0, fingerprint={"gpu-01": {"driver": "550"}, "gpu-02": "x"})
     (hs,) = store.host_steps("gpu-01", 0, rid)
     assert (hs["run_id"], hs["skill"], hs["status"]) == (rid, "server.launch", "changed") and "--tp" in hs["data"]

@@ -9,6 +9,7 @@ from history_seed import seed_run
 from eaglebot.history.attribution import attribution_sentence, state_changes
 from eaglebot.history.fingerprint import apply_steps, empty_state
 from eaglebot.facts.sglang_args import build_launch_args, launch_flags
+from eaglebot.store.rows import NewRun, StepEnd
 
 BASE_ARGS = ["--model-path", "/m", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
              "--cuda-graph-bs-decode", "1", "2", "4", "--disable-radix-cache", "--tp=2"]
@@ -100,23 +101,23 @@ async def test_the_change_point_attribution_names_the_planted_change_not_everyth
         seed_run(s, "nightly", "gpu-01", metrics={"output_throughput": val(100, i)}, launch=launch_data)
     seed_run(s, "nightly", "gpu-01", metrics={"output_throughput": val(100, 3)},
              launch=dict(launch_data, env={"NCCL_MIN_NCHANNELS": "8"}))        # harmless
-    planted = s.create_run(playbook="nightly", hosts=["gpu-01"], inputs={}, variables={}, actor="t", origin="cli")
+    planted = s.create_run(NewRun(playbook="nightly", hosts=["gpu-01"], inputs={}, variables={}, actor="t", origin="cli"))
     sid = s.step_started(planted, 0, "gpu-01", "patch", "config.patch", patch([2, 30, 58], [-1, 2, 30])["params"])
-    s.step_finished(sid, run_id=planted, host="gpu-01", status="changed", summary="", duration_ms=1, attempts=1,
-                    data=patch([2, 30, 58], [-1, 2, 30])["data"])
+    s.step_finished(sid, StepEnd(run_id=planted, host="gpu-01", status="changed", summary="", duration_ms=1, attempts=1,
+                    data=patch([2, 30, 58], [-1, 2, 30])["data"]))
     sid = s.step_started(planted, 1, "gpu-01", "bench", "bench.serving", {})
-    s.step_finished(sid, run_id=planted, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1,
-                    metrics=[Metric("output_throughput", val(80, 0), "tok/s")])
+    s.step_finished(sid, StepEnd(run_id=planted, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1,
+                    metrics=[Metric("output_throughput", val(80, 0), "tok/s")]))
     s.finish_run(planted, "succeeded", exit_code=0)
     seed_run(s, "nightly", "gpu-01", metrics={"output_throughput": val(80, 1)},
              package_versions={"torch": "2.14.1"})                              # harmless, after the drop
     for i in range(2, 8):
         seed_run(s, "nightly", "gpu-01", metrics={"output_throughput": val(80, i)})
-    rid = s.create_run(playbook="nightly", hosts=["gpu-01"], inputs={}, variables={}, actor="t", origin="cli")
+    rid = s.create_run(NewRun(playbook="nightly", hosts=["gpu-01"], inputs={}, variables={}, actor="t", origin="cli"))
     metric = Metric("output_throughput", val(80, 2), "tok/s")
     sid = s.step_started(rid, 0, "gpu-01", "bench", "bench.serving", {})
-    s.step_finished(sid, run_id=rid, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1,
-                    metrics=[metric])
+    s.step_finished(sid, StepEnd(run_id=rid, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1,
+                    metrics=[metric]))
     out = RunOutcome(rid, "nightly", ["gpu-01"], "running", 0,
                      steps=[StepRecord("gpu-01", 0, "steps", "bench", "bench.serving", "ok")],
                      metrics=[("gpu-01", metric)])

@@ -14,6 +14,7 @@ from inproc import eagle_here as eagle, eagle_here_json as eagle_json
 
 from eaglebot.store import Store
 from eaglebot.store import chain
+from eaglebot.store.rows import NewRun
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +170,7 @@ def test_the_anchored_head_catches_entries_cut_off_the_end(ran):
 def test_an_existing_database_is_migrated_and_its_chain_says_where_it_starts(tmp_path):
     db = tmp_path / "old.db"
     store = Store(db)
-    rid = store.create_run(playbook="bench", hosts=["gpu-01"], inputs={}, variables={}, actor="a", origin="cli")
+    rid = store.create_run(NewRun(playbook="bench", hosts=["gpu-01"], inputs={}, variables={}, actor="a", origin="cli"))
     store.finish_run(rid, "succeeded", exit_code=0)
     store.close()
     # Make it a schema-v2 database from before the chain.
@@ -200,7 +201,7 @@ def test_a_column_added_by_a_later_migration_is_covered(tmp_path, monkeypatch):
     is snapshotted again, and the new column is covered from then on."""
     db = tmp_path / "a.db"
     store = Store(db)
-    rid = store.create_run(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli")
+    rid = store.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli"))
     snapshots = store.db.execute("select count(*) from audit_chain where op = 'S'").fetchone()[0]
     monkeypatch.setitem(chain.CHAIN_SCHEMA, 99, {"runs": ("incident",)})
     with store._tx():
@@ -222,7 +223,7 @@ def test_every_chained_table_exists_and_prune_is_recorded_not_flagged(tmp_path):
     store = Store(tmp_path / "a.db")
     for t in chain.CHAINED_TABLES:
         assert chain.table_exists(store.db.conn, t), t
-    rid = store.create_run(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli")
+    rid = store.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli"))
     store.finish_run(rid, "succeeded", exit_code=0)
     store.db.conn.execute("update runs set started_at = '2000-01-01T00:00:00.000Z'")  # outside a tx: unsealed
     assert not store.audit_verify()["ok"]

@@ -19,6 +19,7 @@ from test_audit_chain import TAMPERS
 
 from eaglebot.store import Store, open_store
 from eaglebot.store.pg_store import PgStore
+from eaglebot.store.rows import NewRun, StepEnd
 
 
 def _psql(url: str, *sql: str, replica: bool = False) -> None:
@@ -34,14 +35,14 @@ def _fill(store: Store) -> int:
     """A run with steps, a metric, a change, a warning, an approval and an event."""
     from eaglebot.sdk import FileChange, Metric
 
-    rid = store.create_run(playbook="audited", hosts=["local"], inputs={"a": 1}, variables={}, actor="alice",
-                           origin="cli")
+    rid = store.create_run(NewRun(playbook="audited", hosts=["local"], inputs={"a": 1}, variables={}, actor="alice",
+                           origin="cli"))
     for i, status in enumerate(("ok", "failed")):
         sid = store.step_started(rid, i, "local", f"s{i}", "shell", {"command": "echo"})
-        store.step_finished(sid, run_id=rid, host="local", status=status, summary="x", duration_ms=5, attempts=1,
+        store.step_finished(sid, StepEnd(run_id=rid, host="local", status=status, summary="x", duration_ms=5, attempts=1,
                             metrics=[Metric("output_throughput", 91.5, "tok/s")] if i == 0 else [],
                             changes=[FileChange("/etc/x.json", "a" * 64, "b" * 64, "-1\n+2", None)] if i == 0 else [],
-                            warnings=["careful"] if i == 1 else [])
+                            warnings=["careful"] if i == 1 else []))
     aid = store.approval_requested(rid, 0, "local", "x", "kill", ["pid 1"])
     store.approval_decided(aid, "approved", "U1")
     store.add_event(rid, "note", "an event")

@@ -16,6 +16,7 @@ from inproc import eagle_here as eagle, eagle_here_json as eagle_json
 
 from eaglebot.store import Store
 from eaglebot.store import sealing
+from eaglebot.store.rows import NewRun
 
 
 def _init_key(path: Path) -> tuple[str, sealing.AuditKey]:
@@ -26,7 +27,7 @@ def _init_key(path: Path) -> tuple[str, sealing.AuditKey]:
 
 
 def _write_some(store: Store, n: int = 1) -> int:
-    rid = store.create_run(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli")
+    rid = store.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli"))
     for i in range(n):
         store.add_event(rid, "note", f"event {i}")
     store.finish_run(rid, "succeeded", exit_code=0)

@@ -20,11 +20,13 @@ WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from eaglebot.store import Store
+    from eaglebot.store.rows import NewRun
     db, stop = sys.argv[1], Path(sys.argv[2])
     store = Store(db)
     n = 0
     while not stop.exists():
-        rid = store.create_run(playbook="p", hosts=["h"], inputs={"n": n}, variables={}, actor="writer", origin="cli")
+        rid = store.create_run(NewRun(playbook="p", hosts=["h"], inputs={"n": n}, variables={}, actor="writer",
+                                      origin="cli"))
         store.add_event(rid, "note", f"write {n}")
         store.finish_run(rid, "succeeded", exit_code=0)
         n += 1

@@ -207,8 +207,10 @@ def test_prune_and_baseline(cfg):
 def test_many_processes_opening_a_new_audit_db_at_once_all_succeed(tmp_path):
     """The bot and several CLI runs may create and migrate the same DB at the same moment."""
     db = tmp_path / "fresh" / "eagle.db"
-    code = ("import sys; from eaglebot.store import Store; s = Store(sys.argv[1]); "
-            "s.create_run(playbook='p', hosts=['local'], inputs={}, variables={}, actor='a', origin='cli'); s.close()")
+    code = ("import sys; from eaglebot.store import Store; from eaglebot.store.rows import NewRun; "
+            "s = Store(sys.argv[1]); "
+            "s.create_run(NewRun(playbook='p', hosts=['local'], inputs={}, variables={}, actor='a', origin='cli')); "
+            "s.close()")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(db)], stderr=subprocess.PIPE, text=True)
              for _ in range(8)]
     errors = [p.communicate(timeout=120)[1] for p in procs]

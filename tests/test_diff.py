@@ -9,6 +9,7 @@ from history_seed import seed_run
 
 from eaglebot.frontends.cli.main import main
 from eaglebot.store import Store
+from eaglebot.store.rows import NewRun, StepEnd
 
 ARGS = ["--model-path", "/m", "--speculative-num-steps", "5", "--cuda-graph-bs-decode", "1", "2", "4", "--port", "30000"]
 
@@ -21,17 +22,17 @@ def _seed(tmp_path):
                  launch={"launch_args": ARGS, "sglang_version": "0.5.23", "env": {"NCCL_MIN_NCHANNELS": "4"}},
                  package_versions={"torch": "2.14.0"})
     key = "eagle_config.eagle_aux_hidden_state_layer_ids"
-    rid = store.create_run(playbook="relaunch", hosts=["local"], inputs={"aux_layers": [-1, 2, 30]}, variables={},
-                           actor="t", origin="cli")
+    rid = store.create_run(NewRun(playbook="relaunch", hosts=["local"], inputs={"aux_layers": [-1, 2, 30]}, variables={},
+                           actor="t", origin="cli"))
     sid = store.step_started(rid, 0, "local", "patch", "config.patch", {"path": "/d/config.json",
                                                                        "set": {key: [-1, 2, 30]}})
-    store.step_finished(sid, run_id=rid, host="local", status="changed", summary="", duration_ms=1, attempts=1,
+    store.step_finished(sid, StepEnd(run_id=rid, host="local", status="changed", summary="", duration_ms=1, attempts=1,
                         data={"path": "/d/config.json", "keys": [key],
-                              "values": {key: {"before": [2, 30, 58], "after": [-1, 2, 30]}}})
+                              "values": {key: {"before": [2, 30, 58], "after": [-1, 2, 30]}}}))
     new_args = ARGS[:6] + ["8", "16"] + ARGS[8:]
     sid = store.step_started(rid, 1, "local", "launch", "server.launch", {})
-    store.step_finished(sid, run_id=rid, host="local", status="changed", summary="", duration_ms=1, attempts=1,
-                        data={"launch_args": new_args, "sglang_version": "0.5.23", "env": {"NCCL_MIN_NCHANNELS": "8"}})
+    store.step_finished(sid, StepEnd(run_id=rid, host="local", status="changed", summary="", duration_ms=1, attempts=1,
+                        data={"launch_args": new_args, "sglang_version": "0.5.23", "env": {"NCCL_MIN_NCHANNELS": "8"}}))
     store.finish_run(rid, "succeeded", exit_code=0)
     b = seed_run(store, "bench", "local", metrics={"output_throughput": 90.0, "accept_length": 2.0},
                  package_versions={"torch": "2.14.1"})

@@ -6,6 +6,7 @@ from history_seed import seed_run
 from eaglebot.history.hook import history_hook
 from eaglebot.engine.runner import RunOutcome, StepRecord
 from eaglebot.sdk import FileChange, Metric
+from eaglebot.store.rows import NewRun, StepEnd
 
 UNIFIED = """--- a/config.json
 +++ b/config.json
@@ -27,8 +28,8 @@ LAUNCH_NEW = {"launch_args": ["--model-path", "/m", "--speculative-num-steps", "
 
 
 async def new_run(svc, playbook: str, host: str, metrics: list[Metric], failed: bool = False) -> RunOutcome:
-    rid = await svc.store.create_run(playbook=playbook, hosts=[host], inputs={}, variables={}, actor="t",
-                                     origin="cli")
+    rid = await svc.store.create_run(NewRun(playbook=playbook, hosts=[host], inputs={}, variables={}, actor="t",
+                                     origin="cli"))
     steps = [StepRecord(host, 0, "steps", "bench", "bench.serving", "failed" if failed else "ok")]
     return RunOutcome(rid, playbook, [host], "running", 0, steps=steps, metrics=[(host, m) for m in metrics])
 
@@ -49,8 +50,8 @@ async def test_regression_names_the_config_change_since_the_last_good_run(servic
     suspect = await new_run(svc, "relaunch", "gpu-01", [Metric("output_throughput", 54.8, "tok/s")])
     assert await history_hook(svc.engine, suspect, None) == []     # one bad night: a suspect
     sid = s.step_started(suspect.run_id, 0, "gpu-01", "bench", "bench.serving", {})
-    s.step_finished(sid, run_id=suspect.run_id, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1,
-                    metrics=[Metric("output_throughput", 54.8, "tok/s")])
+    s.step_finished(sid, StepEnd(run_id=suspect.run_id, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1,
+                    metrics=[Metric("output_throughput", 54.8, "tok/s")]))
     s.finish_run(suspect.run_id, "succeeded", exit_code=0)
     out = await new_run(svc, "relaunch", "gpu-01", [Metric("output_throughput", 55.0, "tok/s")])
     regs = await history_hook(svc.engine, out, None)

@@ -10,6 +10,7 @@ import yaml
 
 from eaglebot.frontends.cli.main import main
 from eaglebot.store import Store
+from eaglebot.store.rows import NewRun, StepEnd
 
 PLAYBOOK = {
     "name": "nightly",
@@ -132,11 +133,11 @@ async def test_a_slow_drift_is_flagged_by_the_end_and_a_noisy_series_stays_quiet
     s = svc.store.sync
 
     async def night(host: str, v: float) -> list:
-        rid = s.create_run(playbook="nightly", hosts=[host], inputs={}, variables={}, actor="t", origin="schedule")
+        rid = s.create_run(NewRun(playbook="nightly", hosts=[host], inputs={}, variables={}, actor="t", origin="schedule"))
         metric = Metric("output_throughput", v, "tok/s")
         sid = s.step_started(rid, 0, host, "bench", "bench.serving", {})
-        s.step_finished(sid, run_id=rid, host=host, status="ok", summary="", duration_ms=1, attempts=1,
-                        metrics=[metric])
+        s.step_finished(sid, StepEnd(run_id=rid, host=host, status="ok", summary="", duration_ms=1, attempts=1,
+                        metrics=[metric]))
         out = RunOutcome(rid, "nightly", [host], "running", 0,
                          steps=[StepRecord(host, 0, "steps", "bench", "bench.serving", "ok")],
                          metrics=[(host, metric)])

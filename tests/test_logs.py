@@ -7,6 +7,7 @@ import json
 from eaglebot.engine.runner import RunRequest, takes_locks
 from eaglebot.engine.playbook import find_playbook
 from eaglebot.engine.registry import shipped
+from eaglebot.store.rows import NewRun, StepEnd
 from sshd import chown_to
 
 
@@ -33,8 +34,8 @@ async def test_server_logs_runs_while_another_run_holds_the_host(services, tmp_p
     log = tmp_path / "s.log"
     log.write_text("ready\n")
     svc = await services({"box": {"transport": "local", "vars": {"server_log": str(log)}}})
-    holder = await svc.store.create_run(playbook="relaunch", hosts=["box"], inputs={}, variables={},
-                                        actor="me", origin="cli")
+    holder = await svc.store.create_run(NewRun(playbook="relaunch", hosts=["box"], inputs={}, variables={},
+                                        actor="me", origin="cli"))
     await svc.store.acquire_hosts(holder, ["box"])  # a relaunch in progress on box
     out = await svc.engine.run(RunRequest("server-logs", hosts=["box"], actor="me"))
     assert out.status == "succeeded", out.error
@@ -47,11 +48,11 @@ async def test_server_logs_falls_back_to_the_log_the_last_launch_recorded(servic
     log.parent.mkdir()
     log.write_text("The server is fired up and ready to roll!\n")
     svc = await services({"box": {"transport": "local"}})
-    launch = await svc.store.create_run(playbook="relaunch", hosts=["box"], inputs={}, variables={},
-                                        actor="me", origin="cli")
+    launch = await svc.store.create_run(NewRun(playbook="relaunch", hosts=["box"], inputs={}, variables={},
+                                        actor="me", origin="cli"))
     sid = await svc.store.step_started(launch, 0, "box", "launch", "server.launch", {})
-    await svc.store.step_finished(sid, run_id=launch, host="box", status="ok", summary="", duration_ms=1,
-                                  attempts=1, data={"log_path": str(log), "pid": 1})
+    await svc.store.step_finished(sid, StepEnd(run_id=launch, host="box", status="ok", summary="", duration_ms=1,
+                                  attempts=1, data={"log_path": str(log), "pid": 1}))
     await svc.store.finish_run(launch, "succeeded", exit_code=0)
     out = await svc.engine.run(RunRequest("server-logs", hosts=["box"], actor="me"))
     assert out.status == "succeeded", out.error
@@ -79,8 +80,8 @@ async def test_slash_logs_goes_through_the_engine_audited_and_lock_free(services
     log = tmp_path / "s.log"
     log.write_text("loading\nThe server is fired up and ready to roll!\n")
     svc = await services({"box": {"transport": "local", "vars": {"server_log": str(log)}}})
-    holder = await svc.store.create_run(playbook="relaunch", hosts=["box"], inputs={}, variables={},
-                                        actor="me", origin="cli")
+    holder = await svc.store.create_run(NewRun(playbook="relaunch", hosts=["box"], inputs={}, variables={},
+                                        actor="me", origin="cli"))
     await svc.store.acquire_hosts(holder, ["box"])
     reply = await handle(svc, "logs box", Caller("U1", channel="C1", check_access=False))
     assert reply.exit_code == 0 and reply.run_id is not None

@@ -10,6 +10,7 @@ import pytest
 from eaglebot.errors import StoreError
 from eaglebot.store import Store, migrations
 from eaglebot.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from eaglebot.store.rows import NewRun
 
 
 def _schema(path) -> list[tuple[str, str]]:
@@ -37,7 +38,7 @@ def test_a_database_marked_at_an_older_version_converges_to_the_current_schema(t
     Store(fresh).close()
     old = tmp_path / "old.db"
     s = Store(old)
-    rid = s.create_run(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli")
+    rid = s.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli"))
     s.finish_run(rid, "succeeded", exit_code=0)
     s.db.execute(f"PRAGMA user_version = {version}")
     s.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from eaglebot.store import Store
 from eaglebot.store.db import SCHEMA_VERSION
 from eaglebot.store.migrations import MIGRATIONS
+from eaglebot.store.rows import NewRun
 
 
 def test_migration_v6_from_a_v2_database_is_idempotent(tmp_path):
@@ -17,7 +18,7 @@ def test_migration_v6_from_a_v2_database_is_idempotent(tmp_path):
     s.close()
     s = Store(tmp_path / "a.db")
     assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION >= 6
-    assert "reason" in s.db.table("locks").columns_dict and s.db["remote_procs"].exists()
+    assert "reason" in s.db.table("locks").columns_dict and s.db.table("remote_procs").exists()
     assert s.db_id != db_id and len(s.db_id) == 12
     again = s.db_id
     (v6,) = [m for m in MIGRATIONS if m.name == "0006_remote_procs"]
@@ -31,7 +32,7 @@ def test_migration_v6_from_a_v2_database_is_idempotent(tmp_path):
 
 def test_a_crashed_run_leaves_a_pending_cleanup_and_keeps_its_lock_with_a_reason(tmp_path):
     s = Store(tmp_path / "a.db")
-    rid = s.create_run(playbook="p", hosts=["gpu"], inputs={}, variables={}, actor="t", origin="cli")
+    rid = s.create_run(NewRun(playbook="p", hosts=["gpu"], inputs={}, variables={}, actor="t", origin="cli"))
     s.acquire_hosts(rid, ["gpu"])
     sid = s.step_started(rid, 0, "gpu", "nap", "shell", {})
     # The process that ran it is gone (a pid that cannot be alive).
@@ -44,7 +45,7 @@ def test_a_crashed_run_leaves_a_pending_cleanup_and_keeps_its_lock_with_a_reason
     assert lock["pid"] is None and lock["reason"].startswith(f"processes of run #{rid} may still run on gpu")
     assert s.steps(rid)[0]["status"] == "failed"
     # The next run takes the lock over, stops them, and the old step says so.
-    rid2 = s.create_run(playbook="p", hosts=["gpu"], inputs={}, variables={}, actor="t", origin="cli")
+    rid2 = s.create_run(NewRun(playbook="p", hosts=["gpu"], inputs={}, variables={}, actor="t", origin="cli"))
     s.acquire_hosts(rid2, ["gpu"])
     s.procs_cleaned(row["id"], by_run=rid2, note=f"its processes on gpu were stopped by run #{rid2} (2 processes)")
     assert s.pending_procs("gpu") == []
@@ -56,7 +57,7 @@ def test_a_crashed_run_leaves_a_pending_cleanup_and_keeps_its_lock_with_a_reason
 
 def test_a_finished_run_without_pending_processes_frees_its_lock(tmp_path):
     s = Store(tmp_path / "a.db")
-    rid = s.create_run(playbook="p", hosts=["gpu"], inputs={}, variables={}, actor="t", origin="cli")
+    rid = s.create_run(NewRun(playbook="p", hosts=["gpu"], inputs={}, variables={}, actor="t", origin="cli"))
     s.acquire_hosts(rid, ["gpu"])
     sid = s.step_started(rid, 0, "gpu", "nap", "shell", {})
     s.procs_record(rid, sid, "gpu", tag=s.proc_tag(rid, sid), state="stopped", note="2 processes stopped",

@@ -2,6 +2,7 @@
 are linted, run, listed and documented like shipped ones; a bad plugin stops start-up in one line."""
 from __future__ import annotations
 
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -274,15 +275,33 @@ def test_missing_skill_paths_folder_is_a_usage_error(tmp_path):
 
 
 def test_every_skill_module_is_in_the_list_mypy_checks():
-    """engine/shipped.py holds each shipped skill to the Skill protocol; a module left out
-    would run unchecked (and be unknown to the registry)."""
+    """engine/shipped.py names each shipped skill's module (imported when the skill is first
+    used) and holds it to the Skill protocol for mypy; a module left out would be unknown to
+    the registry, or run unchecked."""
     import importlib
     import pkgutil
 
     from eaglebot import skills
+    from eaglebot.engine import shipped as shipped_mod
     from eaglebot.engine.shipped import SHIPPED
 
-    modules = {importlib.import_module(f"eaglebot.skills.{m.name}") for m in pkgutil.iter_modules(skills.__path__)
+    modules = {m.name: importlib.import_module(f"eaglebot.skills.{m.name}") for m in pkgutil.iter_modules(skills.__path__)
                if not m.ispkg and not m.name.startswith("_")}
-    assert {m for m in modules if hasattr(m, "NAME")} == set(SHIPPED)
-    assert sorted(shipped()) == sorted(s.NAME for s in SHIPPED)
+    assert {n: m.NAME for n, m in modules.items() if hasattr(m, "NAME")} == {v: k for k, v in SHIPPED.items()}
+    checked = re.findall(r"^    _(\w+): Skill\[(\w+)\.Params\] = (\w+)$", Path(shipped_mod.__file__).read_text(), re.M)
+    assert sorted(checked) == sorted((m, m, m) for m in SHIPPED.values())
+    assert sorted(shipped()) == sorted(SHIPPED)
+
+
+def test_a_run_imports_only_the_skills_its_playbook_uses(tmp_path):
+    """`eagle run hello` starts fast because the shipped skills it does not use are never imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from eaglebot.frontends.cli.main import main; rc = main(['run', 'hello', '-H', 'local']); "
+            "print(sorted(m for m in sys.modules if m.startswith('eaglebot.skills.')), file=sys.stderr); sys.exit(rc)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300, input="",
+                         env={k: v for k, v in os.environ.items() if k != "EAGLE_CONFIG"})
+    assert res.returncode == 0, res.stderr
+    loaded = res.stderr.strip().splitlines()[-1]
+    assert loaded == "['eaglebot.skills.audit_note', 'eaglebot.skills.shell']", loaded

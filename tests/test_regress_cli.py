@@ -10,6 +10,7 @@ from history_seed import seed_run
 
 from eaglebot.frontends.cli.main import main
 from eaglebot.store import Store
+from eaglebot.store.rows import NewRun
 
 PLAYBOOK = {
     "name": "measure",
@@ -94,7 +95,7 @@ def test_prune_keeps_baselines_and_running_runs_and_deletes_child_rows(tmp_path)
                       change=FileChange("/x", "a", "b", "diff", None))
     store.add_warning(doomed, "h", "w")
     store.add_event(doomed, "k", "m")
-    running = store.create_run(playbook="bench", hosts=["h"], inputs={}, variables={}, actor="t", origin="cli")
+    running = store.create_run(NewRun(playbook="bench", hosts=["h"], inputs={}, variables={}, actor="t", origin="cli"))
     store.db.execute("update runs set started_at = ? where id = ?", [old, running])
     fresh = seed_run(store, "bench", "h", metrics={"output_throughput": 92})
     store.set_baseline(base, "t")

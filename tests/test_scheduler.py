@@ -19,6 +19,7 @@ from eaglebot.frontends.cron import fires_between, trigger_for
 from eaglebot.frontends.service.scheduler import build_scheduler
 from eaglebot.frontends.schedule_view import schedule_rows
 from eaglebot.frontends.plot import plot_trend
+from eaglebot.store.rows import NewRun
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -123,8 +124,8 @@ async def test_busy_host_is_posted_and_does_not_crash(services, pbdir):
     svc = await services(playbooks_dir=str(pbdir), schedules=[sched_cfg()])
     hooks = RecordingHooks()
     hooks.store = svc.store
-    other = await svc.store.create_run(playbook="x", hosts=["local"], inputs={}, variables={}, actor="t",
-                                       origin="cli")
+    other = await svc.store.create_run(NewRun(playbook="x", hosts=["local"], inputs={}, variables={}, actor="t",
+                                       origin="cli"))
     await svc.store.acquire_hosts(other, ["local"])
     sched = build_scheduler(svc, hooks)
     assert await sched.run_schedule(svc.settings.schedules[0]) is None

@@ -3,6 +3,8 @@ tuning run's table in the channel, its Pareto plot uploaded to the thread, and `
 card an approver answers in the thread, then the relaunch with the result."""
 from __future__ import annotations
 
+import asyncio
+
 from slack_harness import approval_message, open_harness
 from sshd import free_port
 from test_sglang_sim import write_models
@@ -47,5 +49,20 @@ async def test_slash_tune_posts_the_table_and_plot_and_apply_waits_for_an_approv
         assert upload
         rows = await h.query("select status, decided_by from approvals where run_id = ?", [tune_run["id"]])
         assert rows == [{"status": "approved", "decided_by": "UBOSS"}]
+        # the applied server is the test's to stop, through the bot, as a user would
+        newest = (await h.services.store.history(limit=1))[0]["id"]
+        status, _ = await h.command("stop sim")
+        assert status == 200
+
+        async def stop_run() -> int | None:
+            rows = [r for r in await h.services.store.history(limit=5) if r["playbook"] == "stop" and r["id"] > newest]
+            return rows[0]["id"] if rows else None
+        rid = None
+        deadline = asyncio.get_running_loop().time() + 60
+        while rid is None and asyncio.get_running_loop().time() < deadline:
+            rid = await stop_run()
+            await asyncio.sleep(0.05)
+        assert rid is not None, "no stop run was created"
+        assert (await h.wait_run(rid, timeout=120))["status"] == "succeeded"
     finally:
         await h.close()

@@ -17,6 +17,7 @@ from helpers import wait_for
 from eaglebot.errors import StoreError
 from eaglebot.store import Store, chain, open_store
 from eaglebot.store.migrations import SCHEMA_VERSION
+from eaglebot.store.rows import NewRun
 
 
 def _tables(store: Store) -> dict[str, list[str]]:
@@ -44,7 +45,7 @@ def test_the_migrations_make_the_same_tables_and_columns_as_on_sqlite(pg_url, tm
 def test_a_database_marked_at_an_older_version_converges(pg_url, version):
     s = open_store(pg_url)
     want = _tables(s)
-    rid = s.create_run(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli")
+    rid = s.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli"))
     s.finish_run(rid, "succeeded", exit_code=0)
     s.db.execute("update eagle_schema set version = ?", [version])
     s.close()
@@ -171,7 +172,7 @@ async def test_the_async_store_runs_the_postgresql_store_on_its_thread(pg_url):
     store = await AsyncStore.open(pg_url)
     try:
         assert isinstance(store.sync, PgStore)
-        rid = await store.create_run(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli")
+        rid = await store.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli"))
         await store.finish_run(rid, "succeeded", exit_code=0)
         assert [r["id"] for r in await store.history()] == [rid]
         assert (await store.audit_verify())["ok"]

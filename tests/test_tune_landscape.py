@@ -127,3 +127,19 @@ def test_default_thresholds_flap_where_the_tuned_ones_do_not():
     flappy = tune_adaptive.AdaptivePlan({"1": {"candidate_steps": [3, 5], "down_hysteresis": 0.0}}, 3)
     switches, _ = tune_adaptive.replay(flappy, res.chains, 1)
     assert switches > 20
+
+
+def test_one_profiled_depth_is_said_as_a_caveat_and_three_are_not():
+    """A budget that fits one launch (a cold real launch: 160 s of 300) profiles one depth: its cost
+    per step is all the model has, so the report says the shorter chains' predictions lack their
+    cheaper drafts. With the default plan's three profile depths there is no such caveat."""
+    from eaglebot.tuning import tune_report as R
+    L = _landscape()
+    ls = L.make(0)
+    grid = M.grid([1, 2, 3, 4], [1], [4, 8])
+    one = asyncio.run(S.search(S.Plan([1, 4], grid, max_launches=1), _measure(ls, 0.01)))
+    assert [c[0] for c in one.order] == [4]
+    words = R.caveat(one)
+    assert words is not None and words.startswith("one chain depth profiled (steps=4)")
+    three = asyncio.run(S.search(S.Plan([1, 4], grid, max_launches=4), _measure(ls, 0.01)))
+    assert len({c[0] for c in three.order}) >= 3 and R.caveat(three) is None

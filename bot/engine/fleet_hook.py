@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from eaglebot.engine.fleet_health import ACTOR, HOST
 from eaglebot.sdk import Regression
 
 if TYPE_CHECKING:
@@ -31,6 +30,8 @@ async def fleet_hook(engine: "Engine", outcome: "RunOutcome", playbook: object) 
     done = [s for s in outcome.steps if s.skill in _FROM and s.status in ("ok", "changed") and s.step_id]
     if outcome.dry_run or not done:
         return []
+    from eaglebot.engine.fleet_health import HOST   # (here: a run without drain steps does not load the watch)
+
     store = engine.store
     run = await store.get_run(outcome.run_id)
     actor = (run["actor"] if run else None) or "?"
@@ -63,6 +64,7 @@ async def auto_drain(engine: "Engine", report: "HostReport") -> int | None:
     """`health_watch.auto_drain`: a host the watch just quarantined is drained at once, the
     setting being the approval (the drain's circuit breaker still applies). The run's id, or
     None (nothing quarantined, or refused: the refusal is an audited event)."""
+    from eaglebot.engine.fleet_health import ACTOR
     from eaglebot.engine.records import RunRequest
     from eaglebot.errors import UsageError
 
@@ -84,6 +86,7 @@ async def auto_resume(engine: "Engine", report: "HostReport") -> int | None:
     probes, so the host goes back into its scheduler, but only while the drain still carries the
     reason the watch wrote (node.resume `only_if_reason`): a drain a person made or took over is
     left, and says so. The run's id, or None."""
+    from eaglebot.engine.fleet_health import ACTOR
     from eaglebot.engine.records import RunRequest
     from eaglebot.errors import UsageError
 

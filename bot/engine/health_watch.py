@@ -29,7 +29,7 @@ from eaglebot.facts.health_probe import GpuHealthRead, read_gpu_health
 from eaglebot.engine import fleet_health as fh
 from eaglebot.engine.xid_judge import Seen, judge_xids
 from eaglebot.sdk import CommandResult, Host
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async import AsyncServiceState
 from eaglebot.transport import TransportPool
 
 log = logging.getLogger("eaglebot.health")
@@ -153,7 +153,7 @@ Notify = Callable[[HostReport], Awaitable[None]]
 class HealthWatch:
     """Probes the watched hosts and keeps their state in the store."""
 
-    def __init__(self, settings: Settings, store: AsyncStoreProtocol, pool: TransportPool,
+    def __init__(self, settings: Settings, store: AsyncServiceState, pool: TransportPool,
                  cfg: HealthWatchConfig, *, notify: Notify | None = None):
         self.settings, self.store, self.pool, self.cfg = settings, store, pool, cfg
         self.hosts = settings.resolve_hosts(cfg.hosts)

@@ -9,7 +9,6 @@ names the skills and facts read from the host vars (`ctx.vars.get("python")` in 
 from __future__ import annotations
 
 import functools
-import inspect
 import re
 from importlib import resources
 from pathlib import Path
@@ -42,10 +41,7 @@ def _reads_in(path: str, mtime_ns: int) -> frozenset[str]:
 
 def _sources(registry: SkillRegistry) -> Iterator[Path]:
     for name in registry:
-        try:
-            src = inspect.getsourcefile(registry[name])  # type: ignore[arg-type]
-        except TypeError:
-            src = None
+        src = registry.source_file(name)   # (a shipped skill not used yet stays unimported)
         if src:
             yield Path(src)
     for package in SHARED:

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from eaglebot.errors import EagleError
 from eaglebot.store import parse_iso
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async import AsyncRunLog
 from eaglebot.transport.base import CURRENT, StepProcs
 
 log = logging.getLogger("eaglebot.engine")
@@ -36,7 +36,7 @@ class _Ends(Protocol):
     async def leftovers(self, sp: StepProcs) -> tuple[int, str]: ...
 
 
-def begin(store: AsyncStoreProtocol, run_id: int,
+def begin(store: AsyncRunLog, run_id: int,
           step_id: int | None) -> tuple[StepProcs, contextvars.Token[StepProcs | None]]:
     """Make the step's tag (`<db_id>-<run>-<step>`: derivable from the step row, so nothing
     is written per step) the current one; the skill's task inherits it. A step whose row a
@@ -51,7 +51,7 @@ def begin(store: AsyncStoreProtocol, run_id: int,
     return sp, CURRENT.set(sp)
 
 
-async def end(store: AsyncStoreProtocol, sp: StepProcs, token: contextvars.Token[StepProcs | None], run_id: int,
+async def end(store: AsyncRunLog, sp: StepProcs, token: contextvars.Token[StepProcs | None], run_id: int,
               step_id: int | None,
               host: str, transport: _Ends | None = None) -> str:
     """Stop what the step left running (its process groups, the sessions they lead and every
@@ -86,7 +86,7 @@ def summary_note(sp: StepProcs | None, default: str, prefix: str) -> str:
     return default
 
 
-async def clear_pending(store: AsyncStoreProtocol, transport: _Cleans, run_id: int, host: str) -> list[str]:
+async def clear_pending(store: AsyncRunLog, transport: _Cleans, run_id: int, host: str) -> list[str]:
     """Stop what earlier runs left on `host` (crash, unreachable host); one message each."""
     msgs: list[str] = []
     for row in await store.pending_procs(host):

@@ -2,7 +2,9 @@
 
 A `SkillRegistry` is built once from the settings (`SkillRegistry.from_settings`) by the
 composition root and passed down; nothing here holds mutable module state. Only the
-shipped skills, which cannot change while the process runs, are cached (`shipped()`).
+shipped skills, which cannot change while the process runs, are cached (`shipped()`); each
+shipped module is imported the first time its skill is asked for (a listing, a lint or a
+run of the playbooks that use it), not when the registry is built.
 Every entry is an `eaglebot.sdk.Skill`: mypy checks the shipped ones (`engine.shipped`),
 `_checked` checks a plugin's NAME, Params, run and READ_ONLY when it is loaded.
 """
@@ -14,7 +16,6 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import ModuleType
@@ -31,11 +32,46 @@ class SkillNotFound(KeyError):
     pass
 
 
-@dataclass(frozen=True)
 class _Entry:
-    skill: AnySkill
-    source: str  # where it came from, for error messages and `eagle skills`
-    read_only: bool = False  # READ_ONLY = True: changes nothing on the host, takes no host lock
+    """A skill and where it came from (`source`: for error messages and `eagle skills`). A
+    shipped one is named by its module and imported on first use (`skill`, `read_only`)."""
+
+    def __init__(self, source: str, skill: AnySkill | None = None, read_only: bool = False,
+                 module: str | None = None):
+        self.source = source
+        self.module = module
+        self._skill = skill
+        self._read_only = read_only
+
+    @property
+    def skill(self) -> AnySkill:
+        return self._skill if self._skill is not None else self._load()
+
+    @property
+    def read_only(self) -> bool:
+        """READ_ONLY = True: changes nothing on the host, takes no host lock."""
+        if self._skill is None:
+            self._load()   # a shipped skill's flag is read when its module loads
+        return self._read_only
+
+    def _load(self) -> AnySkill:
+        assert self.module is not None
+        mod = importlib.import_module(self.module)
+        if not isinstance(mod, Skill):  # (a shipped module always is: mypy checks engine.shipped)
+            raise TypeError(f"{self.module} is not a skill")
+        self._read_only = _read_only(mod, str(getattr(mod, "NAME", self.module)))
+        self._skill = mod
+        return mod
+
+    def source_file(self) -> str | None:
+        """The skill's source file, without importing a shipped module that is not loaded yet."""
+        if self._skill is None and self.module is not None:
+            spec = importlib.util.find_spec(self.module)
+            return spec.origin if spec is not None else None
+        try:
+            return inspect.getsourcefile(self.skill)  # type: ignore[arg-type]
+        except TypeError:
+            return None
 
 
 class SkillRegistry(Mapping[str, AnySkill]):
@@ -89,6 +125,10 @@ class SkillRegistry(Mapping[str, AnySkill]):
     def source(self, name: str) -> str:
         return self._entries[name].source
 
+    def source_file(self, name: str) -> str | None:
+        """The file the skill's module was (or will be) loaded from; None where it has none."""
+        return self._entries[name].source_file()
+
     def read_only(self, name: str) -> bool:
         """Does the skill say `READ_ONLY = True` (it changes nothing on the host)?"""
         if name not in self._entries:
@@ -113,10 +153,10 @@ class SkillRegistry(Mapping[str, AnySkill]):
 @functools.cache
 def shipped() -> SkillRegistry:
     """The skills shipped in `eaglebot.skills` (no plugins), loaded once per process."""
-    from eaglebot.engine.shipped import SHIPPED
+    from eaglebot.engine.shipped import PACKAGE, SHIPPED
 
-    return SkillRegistry({s.NAME: _Entry(s, str(getattr(s, "__name__", s.NAME)), _read_only(s, s.NAME))
-                          for s in SHIPPED})
+    return SkillRegistry({name: _Entry(f"{PACKAGE}.{mod}", module=f"{PACKAGE}.{mod}")
+                          for name, mod in SHIPPED.items()})
 
 
 # -- loading plugins ------------------------------------------------------------------------
@@ -193,7 +233,7 @@ def _checked(mod: ModuleType, source: str, *, require_name: bool) -> tuple[str, 
         raise UsageError(f"skill plugin {source} ({name}) needs `async def run(ctx, params) -> StepResult`")
     if not isinstance(mod, Skill):  # (true after the checks above: it tells mypy so)
         raise UsageError(f"skill plugin {source} ({name}) is not a skill")
-    return name, _Entry(mod, source, _read_only(mod, f"skill plugin {source} ({name})"))
+    return name, _Entry(source, mod, _read_only(mod, f"skill plugin {source} ({name})"))
 
 
 def _takes_two(fn: Callable[..., object]) -> bool:

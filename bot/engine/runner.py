@@ -16,7 +16,6 @@ from typing import Any, Awaitable, Callable
 from eaglebot.engine import hostvars, limits, procs, rolling
 from eaglebot.facts import host_paths
 from eaglebot.config import Settings
-from eaglebot.engine.fleet_health import breaker_limit
 from eaglebot.engine.quarantine import health_guard
 from eaglebot.errors import EagleError, HostBusy, HostUnreachable, StoreError, UsageError
 from eaglebot.engine.context import host_context, missing_var_error
@@ -105,6 +104,10 @@ class Engine(StepRunner):
         cfg = self.settings.health_watch
         if cfg is None:
             return None
+        # Here, not at the top: the watch's decisions (and the health facts they read) are not
+        # loaded by a run in a deployment without a health watch (`eagle run` starts faster).
+        from eaglebot.engine.fleet_health import breaker_limit
+
         return breaker_limit(len(self.settings.resolve_hosts(cfg.hosts)), cfg.max_quarantined_pct)
 
     async def record_rejected(self, req: RunRequest, err: EagleError) -> None:

@@ -26,6 +26,7 @@ from eaglebot.engine.registry import SkillRegistry
 from eaglebot.errors import StoreError
 from eaglebot.sdk import AnySkill, ApprovalRequest, SkillContext, StepResult
 from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.rows import StepEnd
 from eaglebot.transport import TransportPool
 
 log = logging.getLogger("eaglebot.engine")
@@ -68,8 +69,8 @@ class StepRunner:
         sid = await self._record(run, self.store.step_started(run.run_id, slot.idx, slot.host, step.label,
                                                               step.skill, {}, slot.section))
         if sid is not None:
-            await self._record(run, self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status=status,
-                                                             summary=summary, duration_ms=0, attempts=0))
+            await self._record(run, self.store.step_finished(sid, StepEnd(
+                run_id=run.run_id, host=slot.host, status=status, summary=summary, duration_ms=0, attempts=0)))
         return StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, status, summary, 0, 0,
                           step_id=sid)
 
@@ -139,8 +140,8 @@ class StepRunner:
             log.exception("%s: step %r crashed", host, label)
             if sid is not None:
                 await self._record(run, self.store.step_finished(
-                    sid, run_id=run.run_id, host=host, status="failed", summary=summary, duration_ms=0,
-                    attempts=1, output=printable(self.redactor.text(traceback.format_exc()))))
+                    sid, StepEnd(run_id=run.run_id, host=host, status="failed", summary=summary, duration_ms=0,
+                                 attempts=1, output=printable(self.redactor.text(traceback.format_exc())))))
             rec.status, rec.summary = "failed", summary
             res = StepResult.failed(summary)
             await safe(run.observer.step_finished(run.run_id, rec, res))
@@ -187,14 +188,14 @@ class StepRunner:
         for r in result.regressions:
             r.host = r.host or host
         recorded = sid is not None and await self._wrote(run, self.store.step_finished(
-            sid, run_id=run.run_id, host=host, status=result.status, summary=result.summary,
-            duration_ms=duration_ms, attempts=attempts,
-            data=printable_obj(self.redactor.obj(jsonable(result.data))),
-            metrics=result.metrics, changes=result.changes, warnings=result.warnings,
-            regressions=result.regressions,
-            output=out.stored_text() + ("\n" + result.output if result.output else ""),
-            output_bytes=out.nbytes, output_sha256=out.sha256,
-            output_file=str(out.file) if out.file is not None else None))
+            sid, StepEnd(run_id=run.run_id, host=host, status=result.status, summary=result.summary,
+                         duration_ms=duration_ms, attempts=attempts,
+                         data=printable_obj(self.redactor.obj(jsonable(result.data))),
+                         metrics=result.metrics, changes=result.changes, warnings=result.warnings,
+                         regressions=result.regressions,
+                         output=out.stored_text() + ("\n" + result.output if result.output else ""),
+                         output_bytes=out.nbytes, output_sha256=out.sha256,
+                         output_file=str(out.file) if out.file is not None else None)))
         if not recorded:
             result.summary = f"{result.summary} (not recorded: the audit store failed)"
             log.error("%s: step %r ended %s but could not be recorded: %s", host, label, result.status,
@@ -269,8 +270,8 @@ class StepRunner:
             slot.section))
         message = self.redactor.text(message)
         if sid is not None:
-            await self._record(run, self.store.step_finished(sid, run_id=run.run_id, host=slot.host, status="failed",
-                                                             summary=message, duration_ms=0, attempts=0))
+            await self._record(run, self.store.step_finished(sid, StepEnd(
+                run_id=run.run_id, host=slot.host, status="failed", summary=message, duration_ms=0, attempts=0)))
         rec = StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, "failed", message, 0, 0,
                          step_id=sid, usage=usage)
         res = StepResult.failed(message, usage=usage)

@@ -22,7 +22,7 @@ from eaglebot.config import XidRule
 from eaglebot.engine import fleet_health as fh
 from eaglebot.engine.lifecycle import window_at, windows
 from eaglebot.facts import xid as xf
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async import AsyncServiceState
 
 
 def _iso(t: datetime) -> str:
@@ -61,7 +61,7 @@ def xid_time(at: float, x: xf.Xid, uptime_s: float | None) -> float:
     return at - (uptime_s - x.ts)
 
 
-async def judge_xids(store: AsyncStoreProtocol, host: str, xids: list[tuple[int, xf.Xid]], *, at: float,
+async def judge_xids(store: AsyncServiceState, host: str, xids: list[tuple[int, xf.Xid]], *, at: float,
                      uptime_s: float | None, boot_id: str | None, policy: Mapping[int, XidRule],
                      expected_codes: frozenset[int], grace_s: float, seen: Seen) -> Judged:
     """Record each new Xid of a probe made at `at` (epoch s) and say what it means."""
@@ -94,7 +94,7 @@ async def judge_xids(store: AsyncStoreProtocol, host: str, xids: list[tuple[int,
     return out
 
 
-async def _finding(store: AsyncStoreProtocol, host: str, gpu: int, x: xf.Xid, rule: XidRule | None, now: datetime,
+async def _finding(store: AsyncServiceState, host: str, gpu: int, x: xf.Xid, rule: XidRule | None, now: datetime,
                    *, first: bool) -> fh.Finding | None:
     level = rule.severity if rule else x.severity
     if rule is not None and level == "warn" and rule.fail_after:

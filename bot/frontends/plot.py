@@ -12,7 +12,7 @@ from pathlib import Path
 from eaglebot.config import RegressionConfig
 from eaglebot.history.trend import Trend, load_trend
 from eaglebot.store import parse_iso
-from eaglebot.store.protocol import StoreProtocol
+from eaglebot.store.protocol import HistoryStore
 
 
 GAP_FACTOR = 3.0          # a pause this many times the usual spacing between runs is marked
@@ -117,7 +117,7 @@ def render_trend(trend: Trend, out_path: str | Path) -> Path:
     return out
 
 
-def plot_trend(store: StoreProtocol, playbook: str, host: str, metric: str, out_path: str | Path,
+def plot_trend(store: HistoryStore, playbook: str, host: str, metric: str, out_path: str | Path,
                limit: int = 30, cfg: RegressionConfig | None = None) -> Path:
     """Write a PNG of `metric` over the last `limit` runs; UsageError when there is no data."""
     return render_trend(load_trend(store, playbook, host, metric, limit, cfg), out_path)

@@ -2,7 +2,7 @@
 runs recorded (launch arguments, SGLang version, effective settings, environment, patched
 config keys, file hashes, package versions, GPU health).
 
-The store keeps a fingerprint per run (`runs.fingerprint`); `loader.host_state` finds the
+The store keeps a fingerprint per run (`runs.fingerprint`); `host_state.host_state` finds the
 newest one at or before a run and advances it with `apply_steps` over what came after.
 """
 from __future__ import annotations

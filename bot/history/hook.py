@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 from eaglebot.config import Settings
-from eaglebot.history.recorder import attribute_fixed, check_run, record_fingerprint
+from eaglebot.history.host_state import record_fingerprint
 from eaglebot.sdk import Metric, Regression
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async import AsyncHistoryStore
 
 
 class FinishedStep(Protocol):
@@ -52,7 +52,7 @@ class HookHost(Protocol):
     """What the hook reads of the engine that calls it."""
 
     @property
-    def store(self) -> AsyncStoreProtocol: ...
+    def store(self) -> AsyncHistoryStore: ...
 
     @property
     def settings(self) -> Settings: ...
@@ -70,8 +70,12 @@ async def history_hook(engine: HookHost, outcome: FinishedRun, playbook: object)
         await store.call(lambda s: record_fingerprint(s, run_id, hosts))
         return []
     playbook_name, metrics, cfg = outcome.playbook, list(outcome.metrics), engine.settings.regression
-    found, notes = await store.call(lambda s: check_run(s, run_id, playbook_name, hosts, metrics, cfg))
     fixed = list(outcome.regressions)
+    if not metrics and not fixed:   # nothing to judge: the judges are not even imported
+        await store.call(lambda s: record_fingerprint(s, run_id, hosts))
+        return []
+    from eaglebot.history.recorder import attribute_fixed, check_run
+    found, notes = await store.call(lambda s: check_run(s, run_id, playbook_name, hosts, metrics, cfg))
     await store.call(lambda s: attribute_fixed(s, run_id, playbook_name, fixed))
     for n in notes:
         await store.add_event(run_id, "regression-check", n)

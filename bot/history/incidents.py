@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eaglebot.errors import UsageError
-from eaglebot.store.protocol import StoreProtocol
+from eaglebot.store.protocol import HistoryStore
 from eaglebot.store.rows import IncidentRow, RunRow
 
 
@@ -100,11 +100,11 @@ def describe(inc: IncidentRow) -> str:
     return f"incident #{inc['id']} {inc['metric']} on {inc['host']} ({inc['playbook']}): {state}{ref_txt}"
 
 
-def open_lines(store: StoreProtocol, *, playbook: str | None = None, host: str | None = None) -> list[str]:
+def open_lines(store: HistoryStore, *, playbook: str | None = None, host: str | None = None) -> list[str]:
     return [describe_cause(g) for g in by_cause(store.incidents(playbook=playbook, host=host, status="open"))]
 
 
-def open_text(store: StoreProtocol, *, playbook: str | None = None, host: str | None = None) -> str:
+def open_text(store: HistoryStore, *, playbook: str | None = None, host: str | None = None) -> str:
     """`open incidents:` and one line each, or "" when there are none."""
     lines = open_lines(store, playbook=playbook, host=host)
     return "\n".join(["open regression incidents:", *[f"  {line}" for line in lines]]) if lines else ""

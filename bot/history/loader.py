@@ -10,31 +10,18 @@ from typing import Any
 from eaglebot.config import RegressionConfig
 from eaglebot.history.attribution import attribution_text, since_good_run, state_changes
 from eaglebot.history.diff import DiffRows, pick_hosts
-from eaglebot.history.fingerprint import apply_steps, empty_state
+from eaglebot.history.host_state import host_state
 from eaglebot.history.regress import (CP_WINDOW, RANGE_RUNS, Drift, Subject, Window, drift, window_limit, window_since,
                                       window_what, worse_shift_point)
-from eaglebot.store.protocol import StoreProtocol
+from eaglebot.store.protocol import HistoryStore
 
 
-def host_state(store: StoreProtocol, host: str, run_id: int) -> dict[str, Any]:
-    """The host's state as of run_id: the newest fingerprint at or before it, advanced by
-    the steps and file changes recorded since."""
-    base = store.last_fingerprinted_run(host, run_id)
-    if base and base["run_id"] == run_id:
-        recorded: dict[str, Any] = base["state"]
-        return recorded
-    after = base["run_id"] if base else 0
-    state = base["state"] if base else empty_state()
-    changes = store.host_changes(host, after, run_id)
-    return apply_steps(state, store.host_steps(host, after, run_id), changes)
-
-
-def since(store: StoreProtocol, s: Subject) -> int | None:
+def since(store: HistoryStore, s: Subject) -> int | None:
     """The first run the metric's reference may use (its baseline or last ack), if any."""
     return window_since(store.reference_start(s.playbook, s.host, s.metric.name), s.run_id)
 
 
-def reference(store: StoreProtocol, s: Subject, cfg: RegressionConfig, since: int | None) -> Window:
+def reference(store: HistoryStore, s: Subject, cfg: RegressionConfig, since: int | None) -> Window:
     """The metric's reference window: the runs before its open incident's drop, else the
     recent successful runs (since the baseline or the last ack, when there is one)."""
     name = s.metric.name
@@ -60,7 +47,7 @@ def reference(store: StoreProtocol, s: Subject, cfg: RegressionConfig, since: in
                   recent=recent, before_recent=older, longer=longer)
 
 
-def worse_drift(store: StoreProtocol, s: Subject, since: int | None, cfg: RegressionConfig) -> Drift | None:
+def worse_drift(store: HistoryStore, s: Subject, since: int | None, cfg: RegressionConfig) -> Drift | None:
     """The change point the newest value sits after, when it made the metric worse by more
     than min_pct, with what changed at the run where it began."""
     rows = store.metric_history(s.playbook, s.host, s.metric.name, before_run=s.run_id, since_run=since,
@@ -73,7 +60,7 @@ def worse_drift(store: StoreProtocol, s: Subject, since: int | None, cfg: Regres
     return drift(s.metric.name, p, changes)
 
 
-def attribution(store: StoreProtocol, playbook: str, host: str, run_id: int, now: dict[str, Any],
+def attribution(store: HistoryStore, playbook: str, host: str, run_id: int, now: dict[str, Any],
                 drop_start: int | None = None) -> str:
     """What changed on host since the last good run of playbook (the "changed since" clause);
     `drop_start`: the first run of a confirmed drop (the good run is the one before it)."""
@@ -85,7 +72,7 @@ def attribution(store: StoreProtocol, playbook: str, host: str, run_id: int, now
                           store.host_changes(host, gid, run_id), store.host_steps(host, gid, run_id))
 
 
-def diff_rows(store: StoreProtocol, a_id: int, b_id: int, home: str = "") -> DiffRows:
+def diff_rows(store: HistoryStore, a_id: int, b_id: int, home: str = "") -> DiffRows:
     """What `eagle diff A B` compares (`diff.compare`); UsageError when a run is missing.
     `home`: files under this folder are named `~/...`."""
     ra, ha, rb, hb = pick_hosts(a_id, store.get_run(a_id), b_id, store.get_run(b_id))

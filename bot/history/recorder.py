@@ -12,28 +12,22 @@ from typing import Any
 from eaglebot.config import RegressionConfig
 from eaglebot.history import loader
 from eaglebot.history.fingerprint import empty_state
+from eaglebot.history.host_state import host_state, record_fingerprint
 from eaglebot.history.incidents import (Ack, Closing, IncidentDecision, baseline_closes, baseline_text,
                                         cause_of, check_baseline, decide_ack, decide_ack_all, decide_ack_incident,
                                         same_cause)
 from eaglebot.history.regress import Subject, decide, drop_start, judge_window, needs_attribution, wants_attribution
 from eaglebot.sdk import Metric, Regression
-from eaglebot.store.protocol import StoreProtocol
+from eaglebot.store.protocol import HistoryStore
 from eaglebot.store.rows import IncidentRow
 
 
-def record_fingerprint(store: StoreProtocol, run_id: int, hosts: list[str]) -> dict[str, Any]:
-    """Record each host's state as of run_id on the run (later runs start from it)."""
-    fp = {h: loader.host_state(store, h, run_id) for h in hosts}
-    store.set_fingerprint(run_id, fp)
-    return fp
-
-
-def close(store: StoreProtocol, c: Closing) -> None:
+def close(store: HistoryStore, c: Closing) -> None:
     """Close an incident (only an open one: the store ignores a second close)."""
     store.close_incident(c.incident_id, c.kind, c.by, c.reason, c.run_id)
 
 
-def apply_incident(store: StoreProtocol, d: IncidentDecision, run_id: int) -> None:
+def apply_incident(store: HistoryStore, d: IncidentDecision, run_id: int) -> None:
     """Write one metric's incident decision for run_id (at most one of open, flag, close). A
     new incident whose drop began at the change point of an open one on the same playbook +
     host joins it (`incidents.same_cause`): one cause, one incident with several metrics."""
@@ -51,7 +45,7 @@ def apply_incident(store: StoreProtocol, d: IncidentDecision, run_id: int) -> No
         close(store, d.close)
 
 
-def check_run(store: StoreProtocol, run_id: int, playbook: str, hosts: list[str],
+def check_run(store: HistoryStore, run_id: int, playbook: str, hosts: list[str],
               metrics: list[tuple[str, Metric]], cfg: RegressionConfig) -> tuple[list[Regression], list[str]]:
     """Judge every metric of a finished run against its history (`regress.decide`) and record
     what that decided. Returns the regressions and improvements, and notes (e.g.
@@ -83,7 +77,7 @@ def check_run(store: StoreProtocol, run_id: int, playbook: str, hosts: list[str]
     return found, notes
 
 
-def attribute_fixed(store: StoreProtocol, run_id: int, playbook: str, regressions: list[Regression]) -> None:
+def attribute_fixed(store: HistoryStore, run_id: int, playbook: str, regressions: list[Regression]) -> None:
     """Regressions against fixed baselines (bench.compare) get the same "what changed"
     clause; the reported objects and their stored rows both get the new reason."""
     cache: dict[str, str] = {}
@@ -92,12 +86,12 @@ def attribute_fixed(store: StoreProtocol, run_id: int, playbook: str, regression
             continue
         if r.host not in cache:
             cache[r.host] = loader.attribution(store, playbook, r.host, run_id,
-                                               loader.host_state(store, r.host, run_id))
+                                               host_state(store, r.host, run_id))
         old, r.reason = r.reason, f"{r.reason}; {cache[r.host]}"
         store.update_regression_reason(run_id, r.host, r.metric, old, r.reason)
 
 
-def set_baseline(store: StoreProtocol, run_id: int, actor: str) -> str:
+def set_baseline(store: HistoryStore, run_id: int, actor: str) -> str:
     """Mark a run as the baseline of its playbook on each of its hosts (CLI and Slack); it
     closes their open incidents. Returns the sentence to show; UsageError when the run
     cannot be a baseline."""
@@ -110,7 +104,7 @@ def set_baseline(store: StoreProtocol, run_id: int, actor: str) -> str:
     return baseline_text(run_id, res["playbook"], res["hosts"], len(store.metrics(run_id)))
 
 
-def ack(store: StoreProtocol, run_id: int, metric: str, reason: str, actor: str) -> str:
+def ack(store: HistoryStore, run_id: int, metric: str, reason: str, actor: str) -> str:
     """Acknowledge the open incident of `metric` run #run_id belongs to (`incidents.decide_ack`):
     close it and audit who and why. Returns the sentence to show."""
     run = store.get_run(run_id)
@@ -124,7 +118,7 @@ def ack(store: StoreProtocol, run_id: int, metric: str, reason: str, actor: str)
     return _apply_ack(store, d, run_id)
 
 
-def _apply_ack(store: StoreProtocol, d: Ack, run_id: int | None) -> str:
+def _apply_ack(store: HistoryStore, d: Ack, run_id: int | None) -> str:
     for c in d.closes:
         close(store, c)
     for event in d.events:
@@ -132,7 +126,7 @@ def _apply_ack(store: StoreProtocol, d: Ack, run_id: int | None) -> str:
     return d.text
 
 
-def ack_incident(store: StoreProtocol, incident_id: int, reason: str, actor: str) -> str:
+def ack_incident(store: HistoryStore, incident_id: int, reason: str, actor: str) -> str:
     """`eagle ack INCIDENT_ID`: close every open metric of the incident (its cause), by id, so
     it can be closed after its runs were pruned. Returns the sentence to show."""
     known = store.incident(incident_id)
@@ -142,7 +136,7 @@ def ack_incident(store: StoreProtocol, incident_id: int, reason: str, actor: str
     return _apply_ack(store, d, max(int(i.get("last_run") or i["opened_run"]) for i in cause))
 
 
-def ack_run(store: StoreProtocol, run_id: int, reason: str, actor: str) -> str:
+def ack_run(store: HistoryStore, run_id: int, reason: str, actor: str) -> str:
     """`eagle ack RUN_ID --all`: close every open incident run #run_id belongs to."""
     run = store.get_run(run_id)
     on_hosts: list[IncidentRow] = []

@@ -12,13 +12,13 @@ from eaglebot.config import RegressionConfig
 from eaglebot.errors import UsageError
 from eaglebot.history.changepoint import change_points
 from eaglebot.history.regress import robust_sigma
-from eaglebot.store.protocol import StoreProtocol
+from eaglebot.store.protocol import HistoryStore
 from eaglebot.store.rows import IncidentRow, MetricPoint
 
 Band = tuple[float, float, float, str]
 
 
-def trend_points(store: StoreProtocol, playbook: str, host: str, metric: str, limit: int = 30) -> list[MetricPoint]:
+def trend_points(store: HistoryStore, playbook: str, host: str, metric: str, limit: int = 30) -> list[MetricPoint]:
     """The metric's values over the last `limit` successful runs, oldest first."""
     rows = store.metric_history(playbook, host, metric, limit=limit)
     return list(reversed(rows))
@@ -64,7 +64,7 @@ class Trend:
         return self.points[-1].get("better") or "higher"
 
 
-def load_trend(store: StoreProtocol, playbook: str, host: str, metric: str, limit: int = 30,
+def load_trend(store: HistoryStore, playbook: str, host: str, metric: str, limit: int = 30,
                cfg: RegressionConfig | None = None) -> Trend:
     """The trend of `metric` over the last `limit` runs; UsageError when there is no data."""
     cfg = cfg or RegressionConfig()

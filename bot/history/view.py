@@ -15,7 +15,7 @@ from typing import Any, Iterable, TypedDict
 from eaglebot.history.incidents import by_cause, cause_of, describe_cause
 from eaglebot.history.recap import HostRecap, host_recap
 from eaglebot.store import parse_iso
-from eaglebot.store.protocol import StoreProtocol
+from eaglebot.store.protocol import HistoryStore
 from eaglebot.store.rows import ChangeRow, IncidentRow, MetricRow, RegressionRow, RunRow, StepRow, WarningRow
 
 KEY_METRIC = "output_throughput"
@@ -100,7 +100,7 @@ class RunView:
     flagged: list[IncidentRow] = field(default_factory=list)     # the ones this run flagged, whatever they are now
 
     @classmethod
-    def load(cls, store: StoreProtocol, run_id: int) -> RunView | None:
+    def load(cls, store: HistoryStore, run_id: int) -> RunView | None:
         run = store.get_run(run_id)
         if run is None:
             return None
@@ -283,7 +283,7 @@ def history_rows(runs: list[RunRow], metrics_by_run: dict[int, list[MetricRow]],
             for r in runs]
 
 
-def load_history(store: StoreProtocol, *, playbook: str | None = None, host: str | None = None,
+def load_history(store: HistoryStore, *, playbook: str | None = None, host: str | None = None,
                  limit: int = 20, status: str | None = None, since: str | None = None) -> list[HistoryRow]:
     """Past runs, newest first, each with its key metric and regression count (three queries
     however many runs)."""

@@ -2,7 +2,7 @@
 
 Each method is written out (no `__getattr__` forwarding) so a reader and mypy can follow a
 call from a front end to the SQL; `scripts/gen_store_aio.py` writes them from the contract
-(store/protocol.py) into store/aio_methods.py, and `tests/test_store_async.py` checks that
+(the store's mixins) into store/aio_methods.py, and `tests/test_store_async.py` checks that
 they are current.
 """
 from __future__ import annotations

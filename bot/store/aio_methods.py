@@ -1,8 +1,8 @@
-"""The methods of `AsyncStore` (store/aio.py): every `StoreProtocol` method run on the
-store's writer thread, written out (no `__getattr__` forwarding) so a reader and mypy can
-follow a call from a front end to the SQL.
+"""The methods of `AsyncStore` (store/aio.py): every store method run on the store's
+writer thread, written out (no `__getattr__` forwarding) so a reader and mypy can follow a
+call from a front end to the SQL.
 
-Written by scripts/gen_store_aio.py from store/protocol.py (do not edit).
+Written by scripts/gen_store_aio.py from the store's mixins (do not edit).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
     HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
-    StepRow, SweepPointRow, SweepRow, WarningRow,
+    StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
 
@@ -34,18 +34,9 @@ class AsyncMethods:
     async def _do(self, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
         raise NotImplementedError
 
-    async def proc_tag(self, run_id: int, step_id: int) -> str:
-        """The tag the processes of one step carry on their host (`<db_id>-<run>-<step>`)."""
-        return await self._do(self.sync.proc_tag, run_id, step_id)
-
-    async def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any],
-            variables: dict[str, Any], actor: str, origin: str, dry_run: bool = False,
-            rerun_of: int | None = None, schedule: str | None = None, channel: str | None = None,
-            thread_ts: str | None = None, source: str | None = None, status: str = "running") -> int:
+    async def create_run(self, run: NewRun) -> int:
         """A new run owned by this process (its pid and start time tell a crash apart); its id."""
-        return await self._do(self.sync.create_run, playbook=playbook, hosts=hosts, inputs=inputs,
-            variables=variables, actor=actor, origin=origin, dry_run=dry_run, rerun_of=rerun_of,
-            schedule=schedule, channel=channel, thread_ts=thread_ts, source=source, status=status)
+        return await self._do(self.sync.create_run, run)
 
     async def finish_run(self, run_id: int, status: str, *, exit_code: int, error: str | None = None,
             fingerprint: dict[str, Any] | None = None) -> None:
@@ -112,17 +103,9 @@ class AsyncMethods:
         """A retried step's attempt count."""
         return await self._do(self.sync.step_attempt, step_id, attempts)
 
-    async def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
-            duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
-            metrics: list[Metric] | None = None, changes: list[FileChange] | None = None,
-            warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-            output: str | None = None, output_bytes: int | None = None, output_sha256: str | None = None,
-            output_file: str | None = None) -> None:
-        """The step's final row: `output` (when given) replaces the stored output; the whole"""
-        return await self._do(self.sync.step_finished, step_id, run_id=run_id, host=host, status=status,
-            summary=summary, duration_ms=duration_ms, attempts=attempts, data=data, metrics=metrics,
-            changes=changes, warnings=warnings, regressions=regressions, output=output,
-            output_bytes=output_bytes, output_sha256=output_sha256, output_file=output_file)
+    async def step_finished(self, step_id: int, end: StepEnd) -> None:
+        """The step's final row and what it left (metrics, changes, warnings, regressions), in one"""
+        return await self._do(self.sync.step_finished, step_id, end)
 
     async def close_open_steps(self, run_id: int, summary: str) -> int:
         """Steps of a finished run still marked `running` (their end was not recorded) become failed."""
@@ -343,6 +326,36 @@ class AsyncMethods:
         """The process records of one step."""
         return await self._do(self.sync.step_procs, step_id)
 
+    async def claim_requests(self, keys: list[str], window_s: float, max_keys: int) -> bool:
+        """Record a Slack request's `keys` for `window_s`, for every replica: True when none was"""
+        return await self._do(self.sync.claim_requests, keys, window_s, max_keys)
+
+    async def lease_acquire(self, name: str, holder: str, ttl_s: float) -> bool:
+        """Take the lease `name` if it is free or expired, renew it if `holder` has it; True"""
+        return await self._do(self.sync.lease_acquire, name, holder, ttl_s)
+
+    async def lease_release(self, name: str, holder: str) -> None:
+        """Give the lease up at once (a replica stopping cleanly), if `holder` has it."""
+        return await self._do(self.sync.lease_release, name, holder)
+
+    async def lease_holder(self, name: str) -> LeaseRow | None:
+        """The lease's row (holder, acquired, renewed, expires), expired or not; None if free."""
+        return await self._do(self.sync.lease_holder, name)
+
+    async def replica_beat(self, replica_id: str, *, hostname: str, pid: int, proc_start: str | None,
+            version: str) -> None:
+        """A replica is alive now (its first beat records when it started); replicas gone"""
+        return await self._do(self.sync.replica_beat, replica_id, hostname=hostname, pid=pid,
+            proc_start=proc_start, version=version)
+
+    async def replicas(self) -> list[ReplicaRow]:
+        """Every replica that beat within the last day, most recently seen first."""
+        return await self._do(self.sync.replicas)
+
+    async def claim_fire(self, schedule: str, fire_time: str, holder: str) -> int | None:
+        """Claim one fire of a schedule (its slot's time, the same on every replica) and record"""
+        return await self._do(self.sync.claim_fire, schedule, fire_time, holder)
+
     async def create_sweep(self, *, kind: str, playbook: str, host: str, spec: dict[str, Any], actor: str,
             origin: str, points: list[tuple[dict[str, Any], str, str]]) -> int:
         """A sweep and its points: (inputs, status 'pending' or 'skipped', reason)."""
@@ -393,64 +406,6 @@ class AsyncMethods:
     async def schedule_states(self) -> dict[str, ScheduleStateRow]:
         """Schedule name -> its paused state, for the schedules ever paused or resumed."""
         return await self._do(self.sync.schedule_states)
-
-    async def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
-        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,"""
-        return await self._do(self.sync.audit_verify, head, key)
-
-    async def run_audit_problems(self, run_id: int) -> list[str]:
-        """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,"""
-        return await self._do(self.sync.run_audit_problems, run_id)
-
-    async def audit_head(self) -> AuditHead:
-        """The newest sealed link of the audit chain: the anchor posted outside the DB."""
-        return await self._do(self.sync.audit_head)
-
-    async def backup(self, dest: Path) -> AuditHead:
-        """A consistent copy of the whole DB (SQLite's online backup: the bot may keep"""
-        return await self._do(self.sync.backup, dest)
-
-    async def check_writable(self) -> None:
-        """Raise if the audit DB cannot take a write lock now (doctor)."""
-        return await self._do(self.sync.check_writable)
-
-    async def prune_count(self, older_than: timedelta) -> int:
-        """How many runs `prune(older_than)` would delete."""
-        return await self._do(self.sync.prune_count, older_than)
-
-    async def prune(self, older_than: timedelta) -> int:
-        """Delete finished runs started before now - older_than, with their child rows."""
-        return await self._do(self.sync.prune, older_than)
-
-    async def lease_acquire(self, name: str, holder: str, ttl_s: float) -> bool:
-        """Take the lease if free or expired, renew it if `holder` has it; True while it holds."""
-        return await self._do(self.sync.lease_acquire, name, holder, ttl_s)
-
-    async def lease_release(self, name: str, holder: str) -> None:
-        """Give the lease up at once (a replica stopping cleanly), if `holder` has it."""
-        return await self._do(self.sync.lease_release, name, holder)
-
-    async def lease_holder(self, name: str) -> LeaseRow | None:
-        """The lease's row (holder, acquired, renewed, expires), expired or not; None if free."""
-        return await self._do(self.sync.lease_holder, name)
-
-    async def replica_beat(self, replica_id: str, *, hostname: str, pid: int, proc_start: str | None,
-            version: str) -> None:
-        """A replica is alive now (its first beat records when it started)."""
-        return await self._do(self.sync.replica_beat, replica_id, hostname=hostname, pid=pid,
-            proc_start=proc_start, version=version)
-
-    async def replicas(self) -> list[ReplicaRow]:
-        """Every replica that beat within the last day, most recently seen first."""
-        return await self._do(self.sync.replicas)
-
-    async def claim_fire(self, schedule: str, fire_time: str, holder: str) -> int | None:
-        """Claim one fire (schedule, slot time) and record it `started`: its id, or None if claimed."""
-        return await self._do(self.sync.claim_fire, schedule, fire_time, holder)
-
-    async def claim_requests(self, keys: list[str], window_s: float, max_keys: int) -> bool:
-        """Record a Slack request's `keys` for `window_s`, for every replica: True when none was"""
-        return await self._do(self.sync.claim_requests, keys, window_s, max_keys)
 
     async def health_states(self, host: str | None = None) -> list[HealthStateRow]:
         """Every host's and GPU's state row (healthy ones included once they had a finding), by host, GPU."""
@@ -504,3 +459,35 @@ class AsyncMethods:
     async def health_set_cursor(self, host: str, cursor: float | None, status: str) -> None:
         """A host's probe ended: its kernel log cursor and the probe's status (ok, hung, failed)."""
         return await self._do(self.sync.health_set_cursor, host, cursor, status)
+
+    async def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
+        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,"""
+        return await self._do(self.sync.audit_verify, head, key)
+
+    async def run_audit_problems(self, run_id: int) -> list[str]:
+        """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,"""
+        return await self._do(self.sync.run_audit_problems, run_id)
+
+    async def audit_head(self) -> AuditHead:
+        """The newest sealed link of the audit chain: the anchor posted outside the DB."""
+        return await self._do(self.sync.audit_head)
+
+    async def backup(self, dest: Path) -> AuditHead:
+        """A consistent copy of the whole DB (SQLite's online backup: the bot may keep"""
+        return await self._do(self.sync.backup, dest)
+
+    async def check_writable(self) -> None:
+        """Raise if the audit DB cannot take a write lock now (doctor)."""
+        return await self._do(self.sync.check_writable)
+
+    async def prune_count(self, older_than: timedelta) -> int:
+        """How many runs `prune(older_than)` would delete."""
+        return await self._do(self.sync.prune_count, older_than)
+
+    async def prune(self, older_than: timedelta) -> int:
+        """Delete finished runs started before now - older_than, with their child rows."""
+        return await self._do(self.sync.prune, older_than)
+
+    async def proc_tag(self, run_id: int, step_id: int) -> str:
+        """The tag the processes of one step carry on their host (`<db_id>-<run>-<step>`)."""
+        return await self._do(self.sync.proc_tag, run_id, step_id)

@@ -13,7 +13,6 @@ import os
 import re
 import socket
 import sqlite3
-import sys
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -21,25 +20,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar, cast
 from urllib.parse import quote
 
-if "numpy" in sys.modules:
-    import sqlite_utils
-else:
-    # sqlite-utils imports numpy whenever it is installed (about 20 ms measured with
-    # `python -X importtime -c "import sqlite_utils"`) only to convert numpy values, which
-    # the store never writes: hide it while sqlite-utils loads. The only place it is loaded.
-    sys.modules["numpy"] = None  # type: ignore[assignment]
-    try:
-        import sqlite_utils
-    finally:
-        del sys.modules["numpy"]
-
 from eaglebot.errors import StoreError
 from eaglebot.facts.procs import parse_stat
 from eaglebot.store import chain
 from eaglebot.store.sealing import Sealer
+from eaglebot.store.sqlite_db import SqliteDatabase
 
 R = TypeVar("R")
-Database = sqlite_utils.Database
+# What the mixins write through: SqliteDatabase, or store/pg_conn.py's PgDatabase (the same face).
+Database = SqliteDatabase
 
 _REASONS = [
     ("disk is full", "the disk is full; free space and run `eagle doctor`"),
@@ -129,14 +118,8 @@ def to_json(v: Any) -> str:
 
 
 def insert(db: Database, table: str, record: dict[str, Any]) -> int:
-    """One row written with sqlite-utils (a savepoint inside the caller's transaction); its id.
-
-    It reads the catalog twice per call (about 50 us more than the plain INSERT, measured):
-    used for rows written a few times a run (events, approvals, incidents, fires), never on
-    the step path."""
-    pk = db.table(table).insert(record).last_rowid
-    assert pk is not None  # an INSERT into a rowid table always sets it
-    return int(pk)
+    """One row of scalar values written inside the caller's transaction; its id."""
+    return db.insert_row(table, record)
 
 
 def rows(db: Database, row_type: type[R], sql: str, args: Any = ()) -> list[R]:
@@ -155,7 +138,7 @@ class StoreBase:
 
     path: Path
     readonly: bool
-    db: sqlite_utils.Database
+    db: Database
     _chained: bool
     _seal_cols: bool
     _sealer: Sealer | None
@@ -170,7 +153,7 @@ class StoreBase:
     def _connect_rw(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
-        self.db = sqlite_utils.Database(conn)
+        self.db = SqliteDatabase(conn)
         self.db.execute("PRAGMA busy_timeout = 30000")
         if self.db.execute("select count(*) from sqlite_master").fetchone()[0] == 0:
             # A new DB gives free pages back (see `_release_free_pages`); an existing one keeps
@@ -190,7 +173,7 @@ class StoreBase:
         self._closed_state = _file_state(self.path) if closed else None
         uri = "file:" + quote(str(self.path.absolute())) + "?mode=ro" + ("&immutable=1" if closed else "")
         conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
-        self.db = sqlite_utils.Database(conn)
+        self.db = SqliteDatabase(conn)
         self.db.execute("PRAGMA busy_timeout = 30000")
         self.db.execute("select count(*) from sqlite_master").fetchone()  # a file that is no database fails here
 

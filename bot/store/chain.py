@@ -158,6 +158,24 @@ class Dialect:
     def columns(self, conn: SqlConn, table: str) -> list[str]:
         return [r[1] for r in conn.execute(f"pragma table_info({quote(table)})")]
 
+    # -- what the mixins' SQL spells differently on each backend (named, never matched as text) --
+    def member_key(self, key: str) -> str:
+        """The parameter naming one key of a JSON object column (`member_sql`): SQLite's JSON path."""
+        return '$."' + key.replace('"', '') + '"'
+
+    def member_sql(self, col: str, param: str) -> str:
+        """SQL for the JSON text of `col`'s member named by the parameter `param` (`member_key`)."""
+        return f"json_extract({col}, :{param})"
+
+    def member_is_object_sql(self, col: str, param: str) -> str:
+        """SQL: `col` is JSON and its member named by `param` is an object."""
+        return f"json_valid({col}) and json_type({col}, :{param}) = 'object'"
+
+    def backfill_run_hosts_sql(self) -> str:
+        """Migration 0002: one run_hosts row per name in each run's `hosts` (a JSON list)."""
+        return ("insert or ignore into run_hosts (run_id, host) select r.id, j.value from runs r, "
+                "json_each(r.hosts) j where json_valid(r.hosts) and j.type = 'text'")
+
     def row_json_sql(self, cols: list[str] | tuple[str, ...], ref: str, present: set[str] | None = None) -> str:
         """The row as canonical JSON text, in SQL, so the trigger and `verify` build the same text.
         A column not `present` in the live table (dropped outside a migration) reads as null."""

@@ -5,7 +5,8 @@ same methods on one writer thread, so the event loop never blocks on SQLite.
 
 Why mixins and not repository objects behind a facade: every aggregate writes through the
 one connection and the one sealed transaction (`StoreBase._tx`), callers have always called
-`store.create_run(...)`, and a facade would repeat each of the ~80 signatures once more.
+`store.create_run(...)`, and a facade would repeat each of the ~100 signatures once more (the
+faces in store/protocol*.py are generated from the mixins instead: scripts/gen_store_aio.py).
 Each mixin is one aggregate's module; `Store` only opens the DB. PostgreSQL (store/pg_store.py)
 runs the same mixins over a connection that speaks their SQL; `store.factory.open_store` picks
 the backend `audit_db` names. Both are held to `store.protocol.StoreProtocol` by

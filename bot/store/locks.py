@@ -82,7 +82,7 @@ class LocksMixin(ReplicasMixin):
         and leaves no run row behind (a refused request is an event, not a run)."""
         with self._tx():
             self._check_free(lock)
-            run_id = insert_run(self.db, **run)
+            run_id = insert_run(self.db, run)
             self._lock(run_id, lock)
             return run_id
 

@@ -113,7 +113,7 @@ class MaintenanceMixin(StoreBase):
 
     def prune_count(self, older_than: timedelta) -> int:
         """How many runs `prune(older_than)` would delete."""
-        return int(self.db.execute(f"select count(*) from ({_DOOMED})", [_cutoff(older_than)]).fetchone()[0])
+        return int(self.db.execute(f"select count(*) from ({_DOOMED}) as doomed", [_cutoff(older_than)]).fetchone()[0])
 
     def prune(self, older_than: timedelta) -> int:
         """Delete finished runs started before now - older_than, with their child rows.
@@ -132,7 +132,7 @@ class MaintenanceMixin(StoreBase):
                 "select output_file from steps where output_file is not null "
                 "and run_id in (select id from _prune_ids)")]
             for t in children:
-                self.db.execute(f"delete from [{t}] where run_id in (select id from _prune_ids)")
+                self.db.execute(f"delete from {chain.quote(t)} where run_id in (select id from _prune_ids)")
             self.db.execute("delete from runs where id in (select id from _prune_ids)")
             self.db.execute(
                 "delete from schedule_fires where fire_time < ? and id not in "

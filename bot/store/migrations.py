@@ -110,9 +110,7 @@ def _run_hosts(db: Database, from_version: int) -> None:
     db.table("steps").create_index(["host", "skill", "run_id"], if_not_exists=True)
     db.table("changes").create_index(["host", "run_id"], if_not_exists=True)
     db.table("schedule_fires").create_index(["schedule", "fire_time"], if_not_exists=True)
-    db.execute("insert or ignore into run_hosts (run_id, host) "
-               "select r.id, j.value from runs r, json_each(r.hosts) j "
-               "where json_valid(r.hosts) and j.type = 'text'")
+    db.execute(chain.dialect(db.conn).backfill_run_hosts_sql())
 
 
 def _events_approvals(db: Database, from_version: int) -> None:

@@ -12,8 +12,9 @@ portable; what differs is a handful of spellings, each translated here once:
   identity otherwise): the chain names rows by it; it is hidden from `select *` and `columns`;
 - `BEGIN IMMEDIATE` -> `BEGIN` plus a transaction-level advisory lock: one writer at a time
   across every process and replica, as SQLite's write lock is, so chain appends never interleave;
-- the few statements with SQLite-only functions (JSON) -> their PostgreSQL form (`_REWRITES`).
-The chain's own SQL (triggers, canonical row JSON, the catalog) is store/pg_dialect.py.
+What a mixin spells differently (JSON members, the run_hosts backfill) it asks the dialect for by
+name (store/chain.py `Dialect`, store/pg_dialect.py `PgDialect`): no statement is matched and
+rewritten here. The chain's own SQL (triggers, canonical row JSON, the catalog) is there too.
 """
 from __future__ import annotations
 
@@ -35,22 +36,6 @@ T = TypeVar("T")
 WRITE_LOCK = 0x6561676C65  # "eagle"
 
 _PG_TYPES = {int: "bigint", str: "text", float: "double precision", bytes: "bytea"}
-_REWRITES: list[tuple[re.Pattern[str], str]] = [
-    # migration 0002: run_hosts backfilled from runs.hosts (a JSON list of names)
-    (re.compile(r"^insert or ignore into run_hosts \(run_id, host\) select r\.id, j\.value from runs r, "
-                r"json_each\(r\.hosts\) j where json_valid\(r\.hosts\) and j\.type = 'text'$"),
-     "insert into run_hosts (run_id, host) select r.id, j.value from runs r, "
-     "jsonb_array_elements_text(case when jsonb_typeof(r.hosts::jsonb) = 'array' then r.hosts::jsonb "
-     "else '[]'::jsonb end) j on conflict do nothing"),
-    # trends.last_fingerprinted_run: one host's part of the fingerprint (the key is the host name)
-    (re.compile(r"json_extract\(r\.fingerprint, :path\) as state (.*) and json_valid\(r\.fingerprint\) "
-                r"and json_type\(r\.fingerprint, :path\) = 'object'", re.S),
-     r"(r.fingerprint::jsonb -> :host)::text as state \1 and r.fingerprint like '{%' "
-     r"and jsonb_typeof(r.fingerprint::jsonb -> :host) = 'object'"),
-    # a subquery in FROM needs an alias on PostgreSQL before 16
-    (re.compile(r"^(select count\(\*\) from \(.*\))$", re.S), r"\1 as _q"),
-    (re.compile(r"\[(\w+)\]"), r'"\1"'),
-]
 _INSERT = re.compile(r"^\s*insert\s+(?:or\s+(ignore|replace)\s+)?into\s+(\"?[\w]+\"?)\s*(\(([^)]*)\))?", re.I)
 
 
@@ -169,8 +154,6 @@ class PgConn:
     def translate(self, sql: str, named: bool, escape: bool = True) -> tuple[str, bool]:
         """SQLite's statement in PostgreSQL's words; True when it returns the new row's id."""
         s = sql.strip()
-        for pat, rep in _REWRITES:
-            s = pat.sub(rep, s)
         returning = False
         m = _INSERT.match(s)
         if m:
@@ -317,6 +300,11 @@ class PgDatabase:
 
     def table(self, name: str) -> PgTable:
         return PgTable(self, name)
+
+    def insert_row(self, table: str, record: dict[str, Any]) -> int:
+        rowid = PgTable(self, table).insert(record).last_rowid
+        assert rowid is not None  # every table has a rowid column (PgTable.create)
+        return int(rowid)
 
     def table_names(self) -> list[str]:
         return [r[0] for r in self.conn.raw.execute(

@@ -50,6 +50,21 @@ class PgDialect(Dialect):
             "and c.relkind in ('r', 'p') and a.attnum > 0 and not a.attisdropped and a.attname <> 'rowid' "
             "order by a.attnum", [table])]
 
+    def member_key(self, key: str) -> str:
+        return key
+
+    def member_sql(self, col: str, param: str) -> str:
+        return f"({col}::jsonb -> :{param})::text"
+
+    def member_is_object_sql(self, col: str, param: str) -> str:
+        # (a text column: `like '{%'` first, so a value that is not a JSON object is never cast)
+        return f"{col} like '{{%' and jsonb_typeof({col}::jsonb -> :{param}) = 'object'"
+
+    def backfill_run_hosts_sql(self) -> str:
+        return ("insert into run_hosts (run_id, host) select r.id, j.value from runs r, "
+                "jsonb_array_elements_text(case when jsonb_typeof(r.hosts::jsonb) = 'array' then r.hosts::jsonb "
+                "else '[]'::jsonb end) j on conflict do nothing")
+
     def row_json_sql(self, cols: list[str] | tuple[str, ...], ref: str, present: set[str] | None = None) -> str:
         parts = []
         for c in cols:

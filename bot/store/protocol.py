@@ -1,13 +1,11 @@
-"""The audit store's contract: what every backend gives the engine, history and front ends.
+"""The audit store's contract, synchronous (the CLI; SQLite's and PostgreSQL's `Store`):
+one Protocol per aggregate mixin (the service's in store/protocol_service.py), the
+consumers' slices made of them, and `StoreProtocol`, all of them. Rows come back as the
+TypedDicts of store/rows.py, whatever the backend. mypy checks that `Store` and
+`AsyncStore` satisfy them (store/aio.py); tests/store_contract.py checks the behaviour
+any backend must have.
 
-`StoreProtocol` is the synchronous face (the CLI; SQLite's `Store`); `AsyncStoreProtocol`
-(store/protocol_async.py, written from this one by scripts/gen_store_aio.py) is the same
-methods awaited (the bot; `AsyncStore`). Rows come back as the TypedDicts of store/rows.py,
-with the same keys whatever the backend. mypy checks that `Store` and `AsyncStore` satisfy
-them (store/aio.py); tests/store_contract.py checks the behaviour any backend must have.
-
-Writes take the records the engine builds: eaglebot.sdk's Metric, FileChange and Regression
-(the sdk is below the store; imported for the types only, so reading the store loads no pydantic).
+Written by scripts/gen_store_aio.py from the store's mixins (do not edit).
 """
 from __future__ import annotations
 
@@ -16,48 +14,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from eaglebot.store.rows import (
-    ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HostStepRow,
-    IncidentRow, LockRow, MetricPoint, NewRun, MetricRow, RegressionRow, RemoteProcRow, RunRow, ScheduleFireRow,
-    ScheduleStateRow, StaleApprovalRow, StepDataRow, StepRow, SweepPointRow, SweepRow, WarningRow,
+    ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
+    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
+    RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
+    StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
-from eaglebot.store.protocol_health import HealthProtocol
-from eaglebot.store.protocol_replicas import ReplicasProtocol
 from eaglebot.store.sealing import AuditKey
+from eaglebot.store.protocol_service import (ReplicasFace, SweepsFace, SchedulesFace, HealthFace,
+            MaintenanceFace)
 
 if TYPE_CHECKING:  # the engine's records (the sdk loads pydantic: `eagle history` does not)
     from eaglebot.sdk import FileChange, Metric, Regression
 
 
-class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
-    """The audit store, synchronous: each call is one transaction (writes) or one read."""
+class RunsFace(Protocol):
+    """The `runs` aggregate. (store.runs)"""
 
-    # -- identity --------------------------------------------------------------------------------
-    @property
-    def db_id(self) -> str:
-        """A random id of this audit DB: in the tag of every process a step starts
-        (`<db_id>-<run>-<step>`), so two bots' runs on one host never share a tag."""
-        ...
-
-    def proc_tag(self, run_id: int, step_id: int) -> str:
-        """The tag the processes of one step carry on their host (`<db_id>-<run>-<step>`)."""
-        ...
-
-    def close(self) -> None:
-        """Close the connection (the store is not usable afterwards)."""
-        ...
-
-
-    # -- runs ------------------------------------------------------------------------------------
-    def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any], variables: dict[str, Any],
-                   actor: str, origin: str, dry_run: bool = False, rerun_of: int | None = None,
-                   schedule: str | None = None, channel: str | None = None,
-                   thread_ts: str | None = None, source: str | None = None,
-                   status: str = "running") -> int:
+    def create_run(self, run: NewRun) -> int:
         """A new run owned by this process (its pid and start time tell a crash apart); its id."""
         ...
 
     def finish_run(self, run_id: int, status: str, *, exit_code: int, error: str | None = None,
-                   fingerprint: dict[str, Any] | None = None) -> None:
+            fingerprint: dict[str, Any] | None = None) -> None:
         """How a run ended; a fingerprint given replaces the one recorded."""
         ...
 
@@ -78,7 +56,7 @@ class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
         ...
 
     def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-                status: str | None = None, origin: str | None = None, since: str | None = None) -> list[RunRow]:
+            status: str | None = None, origin: str | None = None, since: str | None = None) -> list[RunRow]:
         """Runs newest first, filtered by each criterion given (`since`: started at or after)."""
         ...
 
@@ -107,9 +85,11 @@ class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
         ...
 
 
-    # -- steps and what they leave: metrics, changes, warnings, regressions ----------------------
+class StepsFace(Protocol):
+    """The `steps` aggregate, with the per-run result tables a step's end writes. (store.steps)"""
+
     def step_started(self, run_id: int, idx: int, host: str, name: str, skill: str,
-                     params: dict[str, Any], section: str = "steps") -> int:
+            params: dict[str, Any], section: str = "steps") -> int:
         """A step begins on a host (status running, attempt 1); its id."""
         ...
 
@@ -121,14 +101,10 @@ class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
         """A retried step's attempt count."""
         ...
 
-    def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
-                      duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
-                      metrics: list[Metric] | None = None, changes: list[FileChange] | None = None,
-                      warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-                      output: str | None = None, output_bytes: int | None = None,
-                      output_sha256: str | None = None, output_file: str | None = None) -> None:
-        """The step's final row: `output` (when given) replaces the stored output; the whole
-        output's size, SHA-256 and file go in the same update, so the chain covers them."""
+    def step_finished(self, step_id: int, end: StepEnd) -> None:
+        """The step's final row and what it left (metrics, changes, warnings, regressions), in one
+        transaction: `end["output"]` (when given) replaces the stored output; the whole output's
+        size, SHA-256 and file go in the same update, so the chain covers them."""
         ...
 
     def close_open_steps(self, run_id: int, summary: str) -> int:
@@ -169,10 +145,11 @@ class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
         ...
 
 
-    # -- metrics and history across runs ---------------------------------------------------------
+class TrendsFace(Protocol):
+    """Read-mostly queries over runs, steps, metrics, changes and regressions. (store.trends)"""
+
     def metric_history(self, playbook: str, host: str, metric: str, *, before_run: int | None = None,
-                       since_run: int | None = None, limit: int = 10,
-                       exclude_incident_runs: bool = False) -> list[MetricPoint]:
+            since_run: int | None = None, limit: int = 10, exclude_incident_runs: bool = False) -> list[MetricPoint]:
         """Values of one metric from successful runs of playbook+host, newest first.
 
         exclude_incident_runs: leave out runs an incident flagged, unless that incident was
@@ -205,7 +182,7 @@ class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
         ...
 
     def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
-                          newest_first: bool = False) -> list[StepDataRow]:
+            newest_first: bool = False) -> list[StepDataRow]:
         """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
         ...
 
@@ -234,9 +211,11 @@ class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
         ...
 
 
-    # -- incidents and baselines -----------------------------------------------------------------
+class IncidentsFace(Protocol):
+    """The `incidents`, `incident_runs` and `baselines` tables. (store.incidents)"""
+
     def open_incident(self, *, playbook: str, host: str, metric: str, run_id: int, ref_before_run: int,
-                      reference: float | None, unit: str, better: str, cause_id: int | None = None) -> int:
+            reference: float | None, unit: str, better: str, cause_id: int | None = None) -> int:
         """A new open incident, flagged by `run_id`; its id. `cause_id`: the open incident of
         the same cause it joins (another metric that moved at the same change point)."""
         ...
@@ -249,8 +228,8 @@ class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
         """The open incident of a metric of playbook on host, or None."""
         ...
 
-    def incidents(self, *, playbook: str | None = None, host: str | None = None, status: str | None = "open",
-                  run_id: int | None = None, limit: int = 100) -> list[IncidentRow]:
+    def incidents(self, *, playbook: str | None = None, host: str | None = None,
+            status: str | None = "open", run_id: int | None = None, limit: int = 100) -> list[IncidentRow]:
         """Incidents newest first, by each criterion given (`run_id`: the ones it flagged)."""
         ...
 
@@ -280,9 +259,11 @@ class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
         ...
 
 
-    # -- approvals and events --------------------------------------------------------------------
+class ApprovalsFace(Protocol):
+    """The `approvals` and `events` tables. (store.approvals)"""
+
     def approval_requested(self, run_id: int, step_idx: int, host: str, step: str, action: str,
-                           details: list[str]) -> int:
+            details: list[str]) -> int:
         """A pending approval for one step on one host; its id."""
         ...
 
@@ -295,7 +276,7 @@ class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
         ...
 
     def set_approval_message(self, approval_id: int, channel: str | None, ts: str | None,
-                             requester: str | None = None) -> None:
+            requester: str | None = None) -> None:
         """The Slack message that asks (and who asked); values not given are kept."""
         ...
 
@@ -320,7 +301,9 @@ class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
         ...
 
 
-    # -- host locks, remote processes, recovery --------------------------------------------------
+class LocksFace(Protocol):
+    """The `locks` and `remote_procs` tables, and `recover`. (store.locks)"""
+
     def recover(self) -> list[int]:
         """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
         ...
@@ -343,7 +326,7 @@ class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
         ...
 
     def procs_record(self, run_id: int, step_id: int, host: str, *, tag: str, state: str, note: str,
-                     pgids: list[int] | None = None) -> int:
+            pgids: list[int] | None = None) -> int:
         """A step's processes had to be killed: `stopped` (verified gone) or `pending` (the
         host was unreachable; the next run on the host stops them before its first step).
         A crashed run's running steps get a `pending` row from `recover`."""
@@ -363,92 +346,43 @@ class StoreProtocol(ReplicasProtocol, HealthProtocol, Protocol):
         ...
 
 
-    # -- sweeps and bisections -------------------------------------------------------------------
-    def create_sweep(self, *, kind: str, playbook: str, host: str, spec: dict[str, Any], actor: str,
-                     origin: str, points: list[tuple[dict[str, Any], str, str]]) -> int:
-        """A sweep and its points: (inputs, status 'pending' or 'skipped', reason)."""
+class BaseFace(Protocol):
+    """The connection and the sealed write transaction every aggregate mixin writes through. (store.base)"""
+
+    @property
+    def db_id(self) -> str:
+        """A random id of this audit DB: in the tag of every process a step starts
+        (`<db_id>-<run>-<step>`), so two bots' runs on one host never share a tag."""
         ...
 
-    def get_sweep(self, sweep_id: int) -> SweepRow | None:
-        """A sweep by id, spec and result decoded, or None."""
+    def proc_tag(self, run_id: int, step_id: int) -> str:
+        """The tag the processes of one step carry on their host (`<db_id>-<run>-<step>`)."""
         ...
 
-    def sweep_points(self, sweep_id: int) -> list[SweepPointRow]:
-        """A sweep's points in grid order, inputs ({} if none) and result decoded."""
-        ...
-
-    def sweep_point_done(self, sweep_id: int, idx: int, status: str, run_id: int | None,
-                         result: dict[str, Any] | None, reason: str = "") -> None:
-        """How one point ended: its run and what it measured."""
-        ...
-
-    def add_sweep_point(self, sweep_id: int, inputs: dict[str, Any]) -> int:
-        """Append a pending point (a bisection's next probe); its index."""
-        ...
-
-    def finish_sweep(self, sweep_id: int, status: str, result: dict[str, Any] | None) -> None:
-        """How the sweep ended, and its result."""
+    def close(self) -> None:
+        """Close the connection (the store is not usable afterwards)."""
         ...
 
 
-    # -- schedules -------------------------------------------------------------------------------
-    def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:
-        """A schedule fired (or was skipped) for `fire_time`; the fire's id."""
-        ...
-
-    def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
-        """A fire's outcome (and the run it started, when known)."""
-        ...
-
-    def last_fire(self, schedule: str) -> ScheduleFireRow | None:
-        """A schedule's latest fire (by fire time), or None."""
-        ...
-
-    def schedule_fires(self, schedule: str, since: str = "", limit: int = 100) -> list[ScheduleFireRow]:
-        """A schedule's fires at or after `since` (ISO time; "" from the first), oldest first."""
-        ...
-
-    def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
-        """Pause or resume a schedule; False when it already was in that state."""
-        ...
-
-    def schedule_states(self) -> dict[str, ScheduleStateRow]:
-        """Schedule name -> its paused state, for the schedules ever paused or resumed."""
-        ...
+class RunLog(BaseFace, RunsFace, StepsFace, ApprovalsFace, LocksFace, Protocol):
+    """What a run writes and reads back as it goes (the engine): the run, its steps and what they
+    leave, approvals and events, host locks and the processes a step started."""
 
 
-    # -- audit checks, backup, retention ---------------------------------------------------------
-    def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
-        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,
-        seals. With `key` (a verification or sealing key) every seal it can derive is checked."""
-        ...
+class HistoryStore(RunsFace, StepsFace, TrendsFace, IncidentsFace, ApprovalsFace, Protocol):
+    """What history reads and records (regressions, incidents, baselines, fingerprints, trends, the
+    warnings and events it leaves) and what the views of a run read."""
 
-    def run_audit_problems(self, run_id: int) -> list[str]:
-        """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,
-        regressions) checked against the audit chain: a sentence per edited row."""
-        ...
 
-    def audit_head(self) -> AuditHead:
-        """The newest sealed link of the audit chain: the anchor posted outside the DB."""
-        ...
+class ServiceState(SchedulesFace, ReplicasFace, HealthFace, SweepsFace, ApprovalsFace, Protocol):
+    """What `eagle serve` keeps (schedules and their fires, the replicas' lease and heartbeats, Slack's
+    seen requests, the health watch and the events it writes, sweeps)."""
 
-    def backup(self, dest: Path) -> AuditHead:
-        """A consistent copy of the whole DB (SQLite's online backup: the bot may keep
-        writing) at `dest`, a new file with this DB's mode; the chain head it holds."""
-        ...
 
-    def check_writable(self) -> None:
-        """Raise if the audit DB cannot take a write lock now (doctor)."""
-        ...
+class AuditAdmin(BaseFace, MaintenanceFace, Protocol):
+    """The audit trail's administration: verify, head, backup, prune, writability."""
 
-    def prune_count(self, older_than: timedelta) -> int:
-        """How many runs `prune(older_than)` would delete."""
-        ...
 
-    def prune(self, older_than: timedelta) -> int:
-        """Delete finished runs started before now - older_than, with their child rows.
-
-        Baseline runs are kept; so is the newest fire record of each schedule (misfire
-        detection reads it).
-        """
-        ...
+class StoreProtocol(RunsFace, StepsFace, TrendsFace, IncidentsFace, ApprovalsFace, LocksFace,
+            ReplicasFace, SweepsFace, SchedulesFace, HealthFace, MaintenanceFace, BaseFace, Protocol):
+    """The audit store, synchronous: each call is one transaction (writes) or one read."""

@@ -1,7 +1,8 @@
-"""The audit store's async face as a contract: `StoreProtocol`'s methods, awaited.
+"""The audit store's async faces: each face of store/protocol.py, awaited (the bot;
+`AsyncStore` runs the sync store on a worker thread; a backend with an async driver may
+implement them directly). The service's faces are in store/protocol_async_service.py.
 
-Written by scripts/gen_store_aio.py from store/protocol.py (do not edit): `AsyncStore` runs
-the sync store on a worker thread; a backend with an async driver may implement it directly.
+Written by scripts/gen_store_aio.py from the store's mixins (do not edit).
 """
 from __future__ import annotations
 
@@ -9,45 +10,27 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
-from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
     HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
-    StepRow, SweepPointRow, SweepRow, WarningRow,
+    StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
 from eaglebot.store.sealing import AuditKey
+from eaglebot.store.protocol_async_service import (AsyncReplicasFace, AsyncSweepsFace, AsyncSchedulesFace,
+            AsyncHealthFace, AsyncMaintenanceFace)
+from eaglebot.store.protocol import HistoryStore, RunLog, ServiceState, StoreProtocol
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the engine's records (the sdk loads pydantic: `eagle history` does not)
     from eaglebot.sdk import FileChange, Metric, Regression
 
 T = TypeVar("T")
 
 
-class AsyncStoreProtocol(Protocol):
-    """The audit store for the event loop: every `StoreProtocol` method as a coroutine."""
+class AsyncRunsFace(Protocol):
+    """The `runs` aggregate. (store.runs)"""
 
-    @property
-    def sync(self) -> StoreProtocol:
-        """The synchronous store underneath (e.g. its `db_id`, read without a thread hop)."""
-        ...
-
-    async def call(self, fn: Callable[[StoreProtocol], T]) -> T:
-        """Run `fn(store)` on the store's side: several reads that belong together at once."""
-        ...
-
-    async def aclose(self) -> None:
-        """Close the store and release what runs it."""
-        ...
-
-    async def proc_tag(self, run_id: int, step_id: int) -> str:
-        """The tag the processes of one step carry on their host (`<db_id>-<run>-<step>`)."""
-        ...
-
-    async def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any],
-            variables: dict[str, Any], actor: str, origin: str, dry_run: bool = False,
-            rerun_of: int | None = None, schedule: str | None = None, channel: str | None = None,
-            thread_ts: str | None = None, source: str | None = None, status: str = "running") -> int:
+    async def create_run(self, run: NewRun) -> int:
         """A new run owned by this process (its pid and start time tell a crash apart); its id."""
         ...
 
@@ -101,6 +84,10 @@ class AsyncStoreProtocol(Protocol):
         """The newest run a schedule started, or None."""
         ...
 
+
+class AsyncStepsFace(Protocol):
+    """The `steps` aggregate, with the per-run result tables a step's end writes. (store.steps)"""
+
     async def step_started(self, run_id: int, idx: int, host: str, name: str, skill: str,
             params: dict[str, Any], section: str = "steps") -> int:
         """A step begins on a host (status running, attempt 1); its id."""
@@ -114,13 +101,8 @@ class AsyncStoreProtocol(Protocol):
         """A retried step's attempt count."""
         ...
 
-    async def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
-            duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
-            metrics: list[Metric] | None = None, changes: list[FileChange] | None = None,
-            warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-            output: str | None = None, output_bytes: int | None = None, output_sha256: str | None = None,
-            output_file: str | None = None) -> None:
-        """The step's final row: `output` (when given) replaces the stored output; the whole"""
+    async def step_finished(self, step_id: int, end: StepEnd) -> None:
+        """The step's final row and what it left (metrics, changes, warnings, regressions), in one"""
         ...
 
     async def close_open_steps(self, run_id: int, summary: str) -> int:
@@ -158,6 +140,10 @@ class AsyncStoreProtocol(Protocol):
     async def last_backup(self, host: str, path: str, run_id: int | None = None) -> ChangeRow | None:
         """The newest change of a file on a host that kept a backup (of one run, if given)."""
         ...
+
+
+class AsyncTrendsFace(Protocol):
+    """Read-mostly queries over runs, steps, metrics, changes and regressions. (store.trends)"""
 
     async def metric_history(self, playbook: str, host: str, metric: str, *,
             before_run: int | None = None, since_run: int | None = None, limit: int = 10,
@@ -218,6 +204,10 @@ class AsyncStoreProtocol(Protocol):
         """Reword a regression's reason (e.g. once a later check attributes it)."""
         ...
 
+
+class AsyncIncidentsFace(Protocol):
+    """The `incidents`, `incident_runs` and `baselines` tables. (store.incidents)"""
+
     async def open_incident(self, *, playbook: str, host: str, metric: str, run_id: int,
             ref_before_run: int, reference: float | None, unit: str, better: str,
             cause_id: int | None = None) -> int:
@@ -262,6 +252,10 @@ class AsyncStoreProtocol(Protocol):
         """The baseline of a playbook on a host, or None."""
         ...
 
+
+class AsyncApprovalsFace(Protocol):
+    """The `approvals` and `events` tables. (store.approvals)"""
+
     async def approval_requested(self, run_id: int, step_idx: int, host: str, step: str, action: str,
             details: list[str]) -> int:
         """A pending approval for one step on one host; its id."""
@@ -300,6 +294,10 @@ class AsyncStoreProtocol(Protocol):
         """Events newest first (of one kind, if given)."""
         ...
 
+
+class AsyncLocksFace(Protocol):
+    """The `locks` and `remote_procs` tables, and `recover`. (store.locks)"""
+
     async def recover(self) -> list[int]:
         """Turn `running` runs whose process is gone into `interrupted`; free their locks."""
         ...
@@ -337,162 +335,74 @@ class AsyncStoreProtocol(Protocol):
         """The process records of one step."""
         ...
 
-    async def create_sweep(self, *, kind: str, playbook: str, host: str, spec: dict[str, Any], actor: str,
-            origin: str, points: list[tuple[dict[str, Any], str, str]]) -> int:
-        """A sweep and its points: (inputs, status 'pending' or 'skipped', reason)."""
+
+class AsyncBaseFace(Protocol):
+    """The connection and the sealed write transaction every aggregate mixin writes through. (store.base)"""
+
+    async def proc_tag(self, run_id: int, step_id: int) -> str:
+        """The tag the processes of one step carry on their host (`<db_id>-<run>-<step>`)."""
         ...
 
-    async def get_sweep(self, sweep_id: int) -> SweepRow | None:
-        """A sweep by id, spec and result decoded, or None."""
+
+class AsyncRunLog(AsyncBaseFace, AsyncRunsFace, AsyncStepsFace, AsyncApprovalsFace, AsyncLocksFace,
+            Protocol):
+    """What a run writes and reads back as it goes (the engine): the run, its steps and what they
+    leave, approvals and events, host locks and the processes a step started."""
+
+    @property
+    def sync(self) -> RunLog:
+        """The synchronous store underneath, as this slice."""
         ...
 
-    async def sweep_points(self, sweep_id: int) -> list[SweepPointRow]:
-        """A sweep's points in grid order, inputs ({} if none) and result decoded."""
+    async def call(self, fn: Callable[[RunLog], T]) -> T:
+        """Run `fn(store)` on the store's side: several reads that belong together at once."""
         ...
 
-    async def sweep_point_done(self, sweep_id: int, idx: int, status: str, run_id: int | None,
-            result: dict[str, Any] | None, reason: str = "") -> None:
-        """How one point ended: its run and what it measured."""
+
+class AsyncHistoryStore(AsyncRunsFace, AsyncStepsFace, AsyncTrendsFace, AsyncIncidentsFace,
+            AsyncApprovalsFace, Protocol):
+    """What history reads and records (regressions, incidents, baselines, fingerprints, trends, the
+    warnings and events it leaves) and what the views of a run read."""
+
+    @property
+    def sync(self) -> HistoryStore:
+        """The synchronous store underneath, as this slice."""
         ...
 
-    async def add_sweep_point(self, sweep_id: int, inputs: dict[str, Any]) -> int:
-        """Append a pending point (a bisection's next probe); its index."""
+    async def call(self, fn: Callable[[HistoryStore], T]) -> T:
+        """Run `fn(store)` on the store's side: several reads that belong together at once."""
         ...
 
-    async def finish_sweep(self, sweep_id: int, status: str, result: dict[str, Any] | None) -> None:
-        """How the sweep ended, and its result."""
+
+class AsyncServiceState(AsyncSchedulesFace, AsyncReplicasFace, AsyncHealthFace, AsyncSweepsFace,
+            AsyncApprovalsFace, Protocol):
+    """What `eagle serve` keeps (schedules and their fires, the replicas' lease and heartbeats, Slack's
+    seen requests, the health watch and the events it writes, sweeps)."""
+
+    @property
+    def sync(self) -> ServiceState:
+        """The synchronous store underneath, as this slice."""
         ...
 
-    async def record_fire(self, schedule: str, fire_time: str, status: str, run_id: int | None = None) -> int:
-        """A schedule fired (or was skipped) for `fire_time`; the fire's id."""
+    async def call(self, fn: Callable[[ServiceState], T]) -> T:
+        """Run `fn(store)` on the store's side: several reads that belong together at once."""
         ...
 
-    async def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
-        """A fire's outcome (and the run it started, when known)."""
+
+class AsyncStoreProtocol(AsyncRunsFace, AsyncStepsFace, AsyncTrendsFace, AsyncIncidentsFace,
+            AsyncApprovalsFace, AsyncLocksFace, AsyncReplicasFace, AsyncSweepsFace, AsyncSchedulesFace,
+            AsyncHealthFace, AsyncMaintenanceFace, AsyncBaseFace, Protocol):
+    """The audit store for the event loop: every `StoreProtocol` method as a coroutine."""
+
+    @property
+    def sync(self) -> StoreProtocol:
+        """The synchronous store underneath (e.g. its `db_id`, read without a thread hop)."""
         ...
 
-    async def last_fire(self, schedule: str) -> ScheduleFireRow | None:
-        """A schedule's latest fire (by fire time), or None."""
+    async def call(self, fn: Callable[[StoreProtocol], T]) -> T:
+        """Run `fn(store)` on the store's side: several reads that belong together at once."""
         ...
 
-    async def schedule_fires(self, schedule: str, since: str = "", limit: int = 100) -> list[ScheduleFireRow]:
-        """A schedule's fires at or after `since` (ISO time; "" from the first), oldest first."""
-        ...
-
-    async def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
-        """Pause or resume a schedule; False when it already was in that state."""
-        ...
-
-    async def schedule_states(self) -> dict[str, ScheduleStateRow]:
-        """Schedule name -> its paused state, for the schedules ever paused or resumed."""
-        ...
-
-    async def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
-        """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,"""
-        ...
-
-    async def run_audit_problems(self, run_id: int) -> list[str]:
-        """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,"""
-        ...
-
-    async def audit_head(self) -> AuditHead:
-        """The newest sealed link of the audit chain: the anchor posted outside the DB."""
-        ...
-
-    async def backup(self, dest: Path) -> AuditHead:
-        """A consistent copy of the whole DB (SQLite's online backup: the bot may keep"""
-        ...
-
-    async def check_writable(self) -> None:
-        """Raise if the audit DB cannot take a write lock now (doctor)."""
-        ...
-
-    async def prune_count(self, older_than: timedelta) -> int:
-        """How many runs `prune(older_than)` would delete."""
-        ...
-
-    async def prune(self, older_than: timedelta) -> int:
-        """Delete finished runs started before now - older_than, with their child rows."""
-        ...
-
-    async def lease_acquire(self, name: str, holder: str, ttl_s: float) -> bool:
-        """Take the lease if free or expired, renew it if `holder` has it; True while it holds."""
-        ...
-
-    async def lease_release(self, name: str, holder: str) -> None:
-        """Give the lease up at once (a replica stopping cleanly), if `holder` has it."""
-        ...
-
-    async def lease_holder(self, name: str) -> LeaseRow | None:
-        """The lease's row (holder, acquired, renewed, expires), expired or not; None if free."""
-        ...
-
-    async def replica_beat(self, replica_id: str, *, hostname: str, pid: int, proc_start: str | None,
-            version: str) -> None:
-        """A replica is alive now (its first beat records when it started)."""
-        ...
-
-    async def replicas(self) -> list[ReplicaRow]:
-        """Every replica that beat within the last day, most recently seen first."""
-        ...
-
-    async def claim_fire(self, schedule: str, fire_time: str, holder: str) -> int | None:
-        """Claim one fire (schedule, slot time) and record it `started`: its id, or None if claimed."""
-        ...
-
-    async def claim_requests(self, keys: list[str], window_s: float, max_keys: int) -> bool:
-        """Record a Slack request's `keys` for `window_s`, for every replica: True when none was"""
-        ...
-
-    async def health_states(self, host: str | None = None) -> list[HealthStateRow]:
-        """Every host's and GPU's state row (healthy ones included once they had a finding), by host, GPU."""
-        ...
-
-    async def health_transition(self, host: str, gpu: int, state: str, reason: str, actor: str) -> bool:
-        """Move one host's GPU (-1: the host) to `state` with its reason and actor, as one event;"""
-        ...
-
-    async def health_set_clean(self, host: str, gpu: int, clean: int) -> None:
-        """The clean probes counted in a row towards clearing one host's GPU (0: a finding again)."""
-        ...
-
-    async def health_set_alert(self, host: str, gpu: int, channel: str | None, message_ts: str | None) -> None:
-        """The Slack message of the incident of one host's GPU (updated in place as it evolves)."""
-        ...
-
-    async def health_silence(self, host: str, gpu: int, until: str, by: str) -> bool:
-        """Silence the alerts of one host's GPU incident until `until` (ISO time), as an event;"""
-        ...
-
-    async def health_record_xid(self, host: str, gpu: int, code: int, reason: str,
-            window: str | None = None, expected: bool = False) -> None:
-        """An Xid the watch read from a host's kernel log (each one once), with the lifecycle"""
-        ...
-
-    async def health_note(self, host: str, gpu: int, reason: str, actor: str, kind: str = "note") -> None:
-        """Something the watch said about one host's GPU without changing its state (it left a"""
-        ...
-
-    async def health_lifecycle_steps(self, host: str, limit: int = 64) -> list[LifecycleStepRow]:
-        """The newest `limit` steps on a host that kill, verify or launch (the watch's lifecycle"""
-        ...
-
-    async def health_xid_count(self, host: str, gpu: int, code: int, since: str) -> int:
-        """How many times Xid `code` was read on one host's GPU at or after `since` (ISO time)."""
-        ...
-
-    async def health_events(self, host: str | None = None, limit: int = 100) -> list[HealthEventRow]:
-        """The watch's events, newest first (of one host when given)."""
-        ...
-
-    async def health_held(self, host: str) -> HealthStateRow | None:
-        """The row that keeps a host out of relaunch, bench and schedules (quarantined or being"""
-        ...
-
-    async def health_cursor(self, host: str) -> float | None:
-        """How far (kernel log seconds) the watch has read a host's kernel log, or None (never)."""
-        ...
-
-    async def health_set_cursor(self, host: str, cursor: float | None, status: str) -> None:
-        """A host's probe ended: its kernel log cursor and the probe's status (ok, hung, failed)."""
+    async def aclose(self) -> None:
+        """Close the store and release what runs it."""
         ...

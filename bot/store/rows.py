@@ -7,7 +7,10 @@ it). Columns are nullable where the schema lets them be; the JSON columns of `ru
 """
 from __future__ import annotations
 
-from typing import Any, NotRequired, Required, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, Required, TypedDict
+
+if TYPE_CHECKING:  # the engine's records (the sdk loads pydantic: `eagle history` does not)
+    from eaglebot.sdk import FileChange, Metric, Regression
 
 
 class NewRun(TypedDict, total=False):
@@ -25,6 +28,26 @@ class NewRun(TypedDict, total=False):
     thread_ts: str | None
     source: str | None
     status: str
+
+
+class StepEnd(TypedDict, total=False):
+    """How a step ended (`step_finished`): its final row and what it left. `output` (when given)
+    replaces the stored output; its size, SHA-256 and file are written with it."""
+    run_id: Required[int]
+    host: Required[str]
+    status: Required[str]
+    summary: Required[str]
+    duration_ms: Required[int]
+    attempts: Required[int]
+    data: dict[str, Any] | None
+    metrics: list[Metric] | None
+    changes: list[FileChange] | None
+    warnings: list[str] | None
+    regressions: list[Regression] | None
+    output: str | None
+    output_bytes: int | None
+    output_sha256: str | None
+    output_file: str | None
 
 
 class RunRow(TypedDict):

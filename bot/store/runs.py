@@ -8,7 +8,7 @@ import socket
 from typing import Any, cast
 
 from eaglebot.store.base import MY_START, Database, StoreBase, now_iso, rowid, rows, to_json
-from eaglebot.store.rows import RunRow
+from eaglebot.store.rows import NewRun, RunRow
 
 _JSON_COLUMNS = ("hosts", "inputs", "vars", "fingerprint")
 
@@ -27,18 +27,17 @@ def decode_run(row: dict[str, Any]) -> RunRow:
     return cast(RunRow, out)
 
 
-def insert_run(db: Database, *, playbook: str, hosts: list[str], inputs: dict[str, Any],
-               variables: dict[str, Any], actor: str, origin: str, dry_run: bool = False,
-               rerun_of: int | None = None, schedule: str | None = None, channel: str | None = None,
-               thread_ts: str | None = None, source: str | None = None, status: str = "running") -> int:
+def insert_run(db: Database, run: NewRun) -> int:
     """The run row and its run_hosts rows, inside the caller's transaction (owned by this process)."""
+    hosts = run["hosts"]
     cur = db.execute(
         "insert into runs (playbook, status, actor, origin, pid, hostname, proc_start, hosts, "
         "inputs, vars, started_at, dry_run, rerun_of, schedule, channel, thread_ts, source, "
         "cancel_requested) values (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
-        [playbook, status, actor, origin, os.getpid(), socket.gethostname(), MY_START,
-         to_json(hosts), to_json(inputs), to_json(variables), now_iso(), int(dry_run), rerun_of,
-         schedule, channel, thread_ts, source])
+        [run["playbook"], run.get("status", "running"), run["actor"], run["origin"], os.getpid(),
+         socket.gethostname(), MY_START, to_json(hosts), to_json(run["inputs"]), to_json(run["variables"]),
+         now_iso(), int(run.get("dry_run", False)), run.get("rerun_of"), run.get("schedule"), run.get("channel"),
+         run.get("thread_ts"), run.get("source")])
     run_id = rowid(cur)
     for h in dict.fromkeys(hosts):
         db.execute("insert or ignore into run_hosts (run_id, host) values (?, ?)", [run_id, h])
@@ -47,24 +46,17 @@ def insert_run(db: Database, *, playbook: str, hosts: list[str], inputs: dict[st
 
 def get_run(db: Database, run_id: int) -> RunRow | None:
     """One run by id, decoded, or None."""
-    found = list(db.table("runs").rows_where("id = ?", [run_id]))
+    found = list(db.query("select * from runs where id = ?", [run_id]))
     return decode_run(found[0]) if found else None
 
 
 class RunsMixin(StoreBase):
     """The `runs` aggregate."""
 
-    def create_run(self, *, playbook: str, hosts: list[str], inputs: dict[str, Any], variables: dict[str, Any],
-                   actor: str, origin: str, dry_run: bool = False, rerun_of: int | None = None,
-                   schedule: str | None = None, channel: str | None = None,
-                   thread_ts: str | None = None, source: str | None = None,
-                   status: str = "running") -> int:
+    def create_run(self, run: NewRun) -> int:
         """A new run owned by this process (its pid and start time tell a crash apart); its id."""
         with self._tx():
-            return insert_run(self.db, playbook=playbook, hosts=hosts, inputs=inputs, variables=variables,
-                              actor=actor, origin=origin, dry_run=dry_run, rerun_of=rerun_of,
-                              schedule=schedule, channel=channel, thread_ts=thread_ts, source=source,
-                              status=status)
+            return insert_run(self.db, run)
 
     def finish_run(self, run_id: int, status: str, *, exit_code: int, error: str | None = None,
                    fingerprint: dict[str, Any] | None = None) -> None:
@@ -119,7 +111,7 @@ class RunsMixin(StoreBase):
 
     def running_runs(self) -> list[RunRow]:
         """Runs still marked running, oldest first."""
-        return [decode_run(r) for r in self.db.table("runs").rows_where("status = 'running'", order_by="id")]
+        return [decode_run(r) for r in self.db.query("select * from runs where status = 'running' order by id")]
 
     def save_vars(self, run_id: int, variables: dict[str, Any]) -> None:
         """The resolved variables of each host of a run (redacted by the caller)."""

@@ -10,10 +10,10 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from eaglebot.store.base import StoreBase, first, insert, now_iso, rowid, rows, to_json
-from eaglebot.store.rows import ChangeRow, MetricRow, RegressionRow, StepRow, WarningRow
+from eaglebot.store.rows import ChangeRow, MetricRow, RegressionRow, StepEnd, StepRow, WarningRow
 
 if TYPE_CHECKING:
-    from eaglebot.sdk import FileChange, Metric, Regression
+    from eaglebot.sdk import Regression
 
 FREE_PAGES_KEPT = 64  # free pages (of 4 KiB) a DB keeps for reuse before giving them back
 _REGRESSION_SQL = ("insert into regressions (run_id, host, metric, value, reference, delta_pct, reason, kind) "
@@ -43,35 +43,33 @@ class StepsMixin(StoreBase):
         with self._tx():
             self.db.execute("update steps set attempts = ? where id = ?", [attempts, step_id])
 
-    def step_finished(self, step_id: int, *, run_id: int, host: str, status: str, summary: str,
-                      duration_ms: int, attempts: int, data: dict[str, Any] | None = None,
-                      metrics: list[Metric] | None = None, changes: list[FileChange] | None = None,
-                      warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-                      output: str | None = None, output_bytes: int | None = None,
-                      output_sha256: str | None = None, output_file: str | None = None) -> None:
-        """The step's final row: `output` (when given) replaces the stored output; the whole
-        output's size, SHA-256 and file go in the same update, so the chain covers them."""
+    def step_finished(self, step_id: int, end: StepEnd) -> None:
+        """The step's final row and what it left (metrics, changes, warnings, regressions), in one
+        transaction: `end["output"]` (when given) replaces the stored output; the whole output's
+        size, SHA-256 and file go in the same update, so the chain covers them."""
+        run_id, host = end["run_id"], end["host"]
         with self._tx():
             self.db.execute(
                 "update steps set status = ?, summary = ?, duration_ms = ?, attempts = ?, data = ?, "
                 "finished_at = ?, output = coalesce(?, output), output_bytes = ?, output_sha256 = ?, "
                 "output_file = ? where id = ?",
-                [status, summary, duration_ms, attempts, to_json(data or {}), now_iso(),
-                 output, output_bytes, output_sha256, output_file, step_id])
-            for m in metrics or []:
+                [end["status"], end["summary"], end["duration_ms"], end["attempts"], to_json(end.get("data") or {}),
+                 now_iso(), end.get("output"), end.get("output_bytes"), end.get("output_sha256"),
+                 end.get("output_file"), step_id])
+            for m in end.get("metrics") or []:
                 self.db.execute(
                     "insert into metrics (run_id, step_id, host, name, value, unit, better) values (?,?,?,?,?,?,?)",
                     [run_id, step_id, host, m.name, float(m.value), m.unit, m.better])
-            for c in changes or []:
+            for c in end.get("changes") or []:
                 self.db.execute(
                     "insert into changes (run_id, step_id, host, path, before_sha256, after_sha256, diff, "
                     "backup_path, created_at) values (?,?,?,?,?,?,?,?,?)",
                     [run_id, step_id, host, c.path, c.before_sha256, c.after_sha256, c.diff,
                      c.backup_path, now_iso()])
-            for w in warnings or []:
+            for w in end.get("warnings") or []:
                 self.db.execute("insert into warnings (run_id, step_id, host, message) values (?,?,?,?)",
                                 [run_id, step_id, host, w])
-            for r in regressions or []:
+            for r in end.get("regressions") or []:
                 self.db.execute(_REGRESSION_SQL, _regression_args(run_id, r, host))
         self._release_free_pages()
 

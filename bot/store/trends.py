@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from eaglebot.store.base import StoreBase, rows
+from eaglebot.store.chain import dialect
 from eaglebot.store.rows import (
     ChangeRow, FingerprintState, HostStepRow, MetricPoint, MetricRow, RunRow, StepDataRow, StepRow,
 )
@@ -63,12 +64,12 @@ class TrendsMixin(StoreBase):
     def last_fingerprinted_run(self, host: str, upto: int) -> FingerprintState | None:
         """The newest run <= upto on host whose fingerprint describes that host (one row read,
         only that host's part of the fingerprint parsed)."""
-        path = '$."' + host.replace('"', '') + '"'
+        d = dialect(self.db.conn)
         found = list(self.db.query(
-            "select r.id, json_extract(r.fingerprint, :path) as state from run_hosts rh "
+            f"select r.id, {d.member_sql('r.fingerprint', 'key')} as state from run_hosts rh "
             "join runs r on r.id = rh.run_id where rh.host = :host and rh.run_id <= :upto "
-            "and json_valid(r.fingerprint) and json_type(r.fingerprint, :path) = 'object' "
-            "order by rh.run_id desc limit 1", {"path": path, "host": host, "upto": upto}))
+            f"and {d.member_is_object_sql('r.fingerprint', 'key')} "
+            "order by rh.run_id desc limit 1", {"key": d.member_key(host), "host": host, "upto": upto}))
         if not found:
             return None
         return {"run_id": found[0]["id"], "state": json.loads(found[0]["state"])}

@@ -26,7 +26,7 @@ from eaglebot.engine.runner import Approver, Engine, Observer
 from eaglebot.errors import UsageError
 from eaglebot.history.attribution import (config_changes, env_changes, health_changes, launch_changes, show,
                                           version_changes)
-from eaglebot.history.loader import host_state
+from eaglebot.history.host_state import host_state
 from eaglebot.facts.sglang_args import build_launch_args, launch_flags
 from eaglebot.tuning.points import run_point
 

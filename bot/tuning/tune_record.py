@@ -10,6 +10,7 @@ from typing import Any
 from eaglebot.engine.runner import Engine
 from eaglebot.engine.records import jsonable
 from eaglebot.sdk import Metric
+from eaglebot.store.rows import NewRun, StepEnd
 from eaglebot.tuning.tune_model import Cell, Measurement, label
 
 
@@ -38,9 +39,9 @@ class TuneRecord:
         store = engine.store
         tune_id = await store.create_sweep(kind="tune", playbook=playbook, host=host, spec=spec, actor=actor,
                                            origin=origin, points=[])
-        run_id = await store.create_run(playbook="tune", hosts=[host], inputs=engine.redactor.obj(
+        run_id = await store.create_run(NewRun(playbook="tune", hosts=[host], inputs=engine.redactor.obj(
             jsonable({**spec, "tune_id": tune_id})), variables={}, actor=actor, origin=origin, channel=channel,
-            schedule=schedule)
+            schedule=schedule))
         return cls(engine, run_id, tune_id, host)
 
     async def step(self, name: str, skill: str, status: str, summary: str, *, data: dict[str, Any] | None = None,
@@ -50,10 +51,11 @@ class TuneRecord:
         t0 = started if started is not None else time.monotonic()
         sid = await store.step_started(self.run_id, self.idx, self.host, name, skill, {})
         self.idx += 1
-        await store.step_finished(sid, run_id=self.run_id, host=self.host, status=status, summary=red.text(summary),
-                                  duration_ms=int(1000 * (time.monotonic() - t0)), attempts=1,
-                                  data=red.obj(jsonable(data)) if data is not None else None, metrics=metrics,
-                                  warnings=[red.text(w) for w in warnings or []])
+        await store.step_finished(sid, StepEnd(
+            run_id=self.run_id, host=self.host, status=status, summary=red.text(summary),
+            duration_ms=int(1000 * (time.monotonic() - t0)), attempts=1,
+            data=red.obj(jsonable(data)) if data is not None else None, metrics=metrics,
+            warnings=[red.text(w) for w in warnings or []]))
 
     async def cell(self, m: Measurement | None, cell: Cell, phase: str, run_id: int | None, why: str = "",
                    started: float | None = None) -> None:

@@ -91,6 +91,17 @@ def cell_json(m: Measurement, b: int, predicted: dict[Cell, dict[int, float]]) -
     return out
 
 
+def caveat(res: SearchResult) -> str | None:
+    """What the predictions could not know: with one chain depth profiled (a budget that fit one
+    launch) a step's cost is the same at every depth, so shorter chains get no credit for their
+    cheaper drafts, and the choice leans to the chain profiled."""
+    depths = sorted({d for pts in (res.chains.eff.values() if res.chains else []) for d, _ in pts})
+    if len(depths) != 1:
+        return None
+    return (f"one chain depth profiled (steps={depths[0]}): shorter chains are predicted at its cost per step, "
+            "without the saving of their shorter drafts; a budget for 3 profile launches measures that cost")
+
+
 def report(res: SearchResult, sizes: list[int], deploy: Deploy | None, *, current: Measurement | None,
            grid_launches: int, extra_launches: int = 0) -> dict[str, Any]:
     static = static_best(res, sizes)
@@ -132,7 +143,7 @@ def report(res: SearchResult, sizes: list[int], deploy: Deploy | None, *, curren
         "current": ({"choice": choice_json(current.cell),
                      "tok_s": {str(b): round(v, 2) for b, v in sorted(current.tok_s.items())}} if current else None),
         "deploy": deploy.as_json() if deploy else None,
-        "stopped": res.stopped, "model_source": res.model_source,
+        "stopped": res.stopped, "model_source": res.model_source, "caveat": caveat(res),
         "noise_pct": round(100 * rel_noise(res), 2),
         "failed": [{**choice_json(c), "reason": why} for c, why in res.failed.items()],
     }

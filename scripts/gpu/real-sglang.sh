@@ -30,6 +30,13 @@ nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv > "$OUT/
   say "no .sgstage/: copy ../shared/sglang-gpu/sg1 and sg_stage.sh into .sgstage/ and carry it"; exit 2; }
 [ -d .whl ] && ls .whl/eaglebot-*.whl >/dev/null 2>&1 || { say "no .whl/ with eaglebot's wheel: run scripts/gpu/wheels.sh"; exit 2; }
 bash .sgstage/sg_stage.sh gpu-stage 1 && bash .sgstage/sg_stage.sh gpu-install || { say "staging failed"; exit 3; }
+# The model's tokenizer may travel xz-compressed (2.2 MB -> ~0.5 MB: the call's 64 MiB carry limit):
+#     xz -9 .sgstage/sg1/model/target/tokenizer.json
+tok=/tmp/sgmodel/target/tokenizer.json
+if [ ! -f "$tok" ] && [ -f "$tok.xz" ]; then
+  python3 -c 'import lzma, sys; open(sys.argv[1], "wb").write(lzma.open(sys.argv[1] + ".xz").read())' "$tok" \
+    || { say "unpacking $tok.xz failed"; exit 3; }
+fi
 say "SGLang tree in $SITE ($(du -sh $SITE | cut -f1)), model in /tmp/sgmodel"
 
 # Bytecode once, in parallel, under a prefix of its own: the machine's Python writes none

@@ -1,14 +1,19 @@
 """Ack latency of /eagle over real HTTP on loopback (a script, not a test).
 
-The bot (Bolt AsyncApp on aiohttp, real SQLite audit store, a temporary playbooks_dir)
-runs in its own process, as it does in production; this process plays Slack: it sends
-200 correctly signed slash commands, 50 in flight, and answers the bot's follow-up
-Web API and response_url calls with the fake Web API (on its own thread). It prints
-p50 / p90 / p99 / max of the time from sending a command to receiving its ack.
-Target: p99 < 100 ms. It also prints the bot process's resident memory, idle and at its
+The bot runs in its own process, as it does in production: by default the real `eagle serve
+--http PORT` (its default config but for a temporary audit store, a `local` host and access
+for everyone; SLACK_API_URL pointed at the fake Web API), with --harness the Bolt app built
+in-process by tests/slack_harness.py. This process plays Slack: it sends --n correctly
+signed slash commands (`/eagle help` by default), --concurrency in flight, and answers the
+bot's follow-up Web API and response_url calls with the fake Web API (on its own thread). It
+prints p50 / p90 / p99 / max of the time from sending a command to receiving its ack, and the
+bot's CPU time over the burst (its /proc stat: user + system, children excluded).
+Targets: issue 13 p99 < 100 ms; issue 36 p99 < 60 ms for 200 `/eagle help`, 50 in flight, on
+a quiet 2-core machine. It also prints the bot process's resident memory, idle and at its
 peak under the load (issue 13: `eagle serve` RSS idle and under 200 concurrent runs).
+--python runs `eagle serve` under another interpreter (another tree's virtualenv: before/after).
 
-    .venv/bin/python tests/bench/bench_ack.py [--n 200] [--concurrency 50] [--text "hello greeting=bench"]
+    .venv/bin/python tests/bench/bench_ack.py [--n 200] [--concurrency 50] [--text help] [--harness] [--python PY]
 """
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ import argparse
 import contextlib
 import asyncio
 import os
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -31,7 +38,8 @@ sys.path.insert(0, str(TESTS))
 import aiohttp  # noqa: E402
 
 from fakes.slack_api import FakeSlackAPI  # noqa: E402
-from slack_harness import command_body, open_harness, signed_headers  # noqa: E402
+from slack_harness import SECRET, TOKEN, command_body, open_harness, signed_headers  # noqa: E402
+from sshd import free_port  # noqa: E402
 
 EVERYONE = {"operators": ["*"], "approvers": ["*"], "viewers": ["*"]}
 
@@ -113,6 +121,44 @@ def bot_process(script: str, fake: FakeSlackAPI) -> Iterator[tuple[str, subproce
             stop()
 
 
+@contextlib.contextmanager
+def eagle_serve(python: str, fake: FakeSlackAPI) -> Iterator[tuple[str, subprocess.Popen]]:
+    """The real `eagle serve --http PORT` in a temporary folder: its URL and process (stopped
+    with SIGTERM, as systemd does, when the block ends)."""
+    import yaml
+
+    with tempfile.TemporaryDirectory() as d:
+        cfg = Path(d) / "eagle.yaml"
+        cfg.write_text(yaml.safe_dump({"audit_db": "eagle.db", "hosts": {"local": {"transport": "local"}},
+                                       "access": EVERYONE}))
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "EAGLE_CONFIG"))}
+        env.update(SLACK_BOT_TOKEN=TOKEN, SLACK_API_URL=fake.base_url, SLACK_SIGNING_SECRET=SECRET)
+        bot = subprocess.Popen([python, "-m", "eaglebot", "serve", "--config", str(cfg), "--http", str(port)],
+                               cwd=d, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    if bot.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit("eagle serve did not start")
+                    time.sleep(0.05)
+            yield f"http://127.0.0.1:{port}/slack/events", bot
+        finally:
+            bot.send_signal(signal.SIGTERM)
+            bot.wait(90)
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def latency_report(latencies: list[float], statuses: dict[int, int], n: int, label: str) -> int:
     """Print p50/p90/p99/max/mean of `latencies` (ms) and PASS/FAIL (p99 < 100 ms, n answers
     of 200); the exit code."""
@@ -141,7 +187,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=50)
-    ap.add_argument("--text", default="hello greeting=bench", help="the /eagle text to send")
+    ap.add_argument("--text", default="help", help="the /eagle text to send")
+    ap.add_argument("--harness", action="store_true", help="the in-process Bolt app of tests/slack_harness.py")
+    ap.add_argument("--python", default=sys.executable, help="the interpreter `eagle serve` runs under")
     ap.add_argument("--serve", metavar="API_URL", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -150,12 +198,21 @@ def main() -> int:
         return 0
 
     fake, _loop = start_fake()
-    with bot_process(__file__, fake) as (url, bot, _, _stop):
+    with contextlib.ExitStack() as stack:
+        if a.harness:
+            url, bot, _, _stop = stack.enter_context(bot_process(__file__, fake))
+        else:
+            url, bot = stack.enter_context(eagle_serve(a.python, fake))
         idle_kib = _status_kib(bot.pid, "VmRSS")
+        cpu0 = cpu_s(bot.pid)
         latencies, statuses, wall = asyncio.run(load(url, fake, a.n, a.concurrency, a.text))
+        cpu = cpu_s(bot.pid) - cpu0
         peak_kib = _status_kib(bot.pid, "VmHWM")
         print(f"`eagle serve` RSS: idle {idle_kib / 1024:.1f} MiB, peak under the load {peak_kib / 1024:.1f} MiB")
+    print(f"{'harness' if a.harness else 'eagle serve --http'} under {a.python}; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"/eagle {a.text!r}: {a.n} signed requests, {a.concurrency} in flight, {wall:.2f}s wall, "
+          f"bot CPU {cpu * 1000:.0f} ms ({cpu * 1000 / a.n:.2f} ms a request, the warm-up's included), "
           f"HTTP statuses {statuses}")
     return latency_report(latencies, statuses, a.n, "ack latency")
 

@@ -19,6 +19,7 @@ from eaglebot.errors import StoreError, UsageError
 
 if TYPE_CHECKING:
     from eaglebot.config import Settings
+    from eaglebot.store.protocol import AuditAdmin
     from eaglebot.store.sealing import AuditKey
 
 _HEX = "0123456789abcdef"
@@ -109,7 +110,7 @@ def cmd_head(args: argparse.Namespace) -> int:
     from eaglebot.store import open_store, redact_url
 
     settings = load_settings(getattr(args, "config", None))
-    store = open_store(_existing(settings), readonly=True)
+    store: AuditAdmin = open_store(_existing(settings), readonly=True)
     try:
         head = store.audit_head()
     finally:
@@ -133,7 +134,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
     settings = load_settings(getattr(args, "config", None))
     dest = Path(args.file)
-    store = open_store(_existing(settings, "to back up"), readonly=True)
+    store: AuditAdmin = open_store(_existing(settings, "to back up"), readonly=True)
     try:
         head = store.backup(dest)
     finally:

@@ -19,7 +19,8 @@ from eaglebot.frontends.chat.access import command_class
 from eaglebot.frontends.chat.caller import Caller
 from eaglebot.frontends.chat.grammar import parse
 from eaglebot.frontends.chat.router import handle
-from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver, terminal_safe
+from eaglebot.frontends.cli.safe import terminal_safe
+from eaglebot.frontends.cli.terminal import TerminalObserver, result_text, terminal_approver
 from eaglebot.frontends.services import Services, Snapshot
 from eaglebot.history.view import RunView
 from eaglebot.store import AsyncStore

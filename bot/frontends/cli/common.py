@@ -49,7 +49,7 @@ def err(msg: str) -> None:
     """One line on stderr, with the built-in patterns and the environment's secrets redacted
     (and whatever a host put in it shown, not obeyed, by the terminal)."""
     from eaglebot.engine.redact import Redactor
-    from eaglebot.frontends.cli.terminal import terminal_safe
+    from eaglebot.frontends.cli.safe import terminal_safe
 
     print(f"eagle: {terminal_safe(Redactor().text(msg))}", file=sys.stderr)
 

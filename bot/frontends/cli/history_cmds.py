@@ -91,7 +91,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     elif args.json:
         print_json(view.as_json())
     else:
-        from eaglebot.frontends.cli.terminal import terminal_safe
+        from eaglebot.frontends.cli.safe import terminal_safe
         from eaglebot.frontends.recap_text import recap_block
 
         print(terminal_safe(show_text(view) + recap_block(view)))

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import sys
 import time
 from typing import TextIO
 
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.engine.playbook import Playbook
+from eaglebot.frontends.cli.safe import terminal_safe
 from eaglebot.frontends.format import display_metrics, fmt_duration, fmt_value, metric_text
 from eaglebot.frontends.recap_text import recap_table, recap_total
 from eaglebot.history.reasons import clip_items, reason_items
@@ -23,22 +23,6 @@ from eaglebot.sdk import ApprovalRequest, StepResult
 _COLOURS = {"ok": "32", "changed": "32", "succeeded": "32", "skipped": "2", "failed": "31", "cancelled": "33",
             "interrupted": "33", "warning": "33", "REGRESSION": "1;31", "unreachable": "35"}
 FLEET = 8  # more hosts than this: one status line per host, not one per step
-
-
-# What a host's output may hold that a terminal would act on instead of showing: C0 controls
-# but newline and tab (ESC starts every cursor, colour, title and clipboard sequence; CR
-# overwrites a line), DEL, C1 controls (U+009B is a one-character CSI) and the bidirectional
-# overrides that make text read other than it is (U+202A..U+202E, U+2066..U+2069).
-_TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def terminal_safe(text: str) -> str:
-    """`text` (a host's output, a summary, anything a host or a user wrote) with every character
-    a terminal would act on shown as an escape (`\x1b`, `\u202e`) instead."""
-    if text.isascii() and text.isprintable():
-        return text
-    return _TERMINAL_CONTROLS.sub(lambda m: (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                                             else f"\\u{ord(m.group()):04x}"), text)
 
 
 def use_colour(stream: TextIO) -> bool:

@@ -27,7 +27,7 @@ from typing import Protocol
 from eaglebot import __version__
 from eaglebot.frontends.replicas_text import LEADER
 from eaglebot.store.base import proc_start_time
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async import AsyncServiceState
 
 log = logging.getLogger("eaglebot.leader")
 
@@ -58,7 +58,7 @@ class Leadership:
     """The election loop of one replica. `run(stop)` until `stop` is set, then step down and
     release the lease, so the next leader does not wait for it to expire."""
 
-    def __init__(self, store: AsyncStoreProtocol, duties: Duties, *, ttl_s: float = LEASE_TTL_S,
+    def __init__(self, store: AsyncServiceState, duties: Duties, *, ttl_s: float = LEASE_TTL_S,
                  beat_s: float = BEAT_S, margin_s: float = STEP_DOWN_MARGIN_S, rid: str | None = None):
         self.store = store
         self.duties = duties

@@ -48,7 +48,7 @@ class SlackBot:
             await asyncio.wait(runs.values(), timeout=grace_s)
         if self.ctx.tasks:
             await asyncio.wait(list(self.ctx.tasks), timeout=5)
-        await self.ctx.coalescer.aclose()
+        await self.ctx.aclose()
 
 
 def build_app(services: Services, *, client: AsyncWebClient | None = None, token: str | None = None,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
+import aiohttp
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
@@ -62,6 +63,22 @@ class SlackContext:
         self.pending: dict[str, PendingApproval] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.runs: dict[int, asyncio.Task[RunOutcome]] = {}
+        self._webhooks: aiohttp.ClientSession | None = None
+
+    def _webhook_session(self) -> aiohttp.ClientSession:
+        """One HTTP session for every response_url answer: slack_sdk's webhook client makes a
+        session (a connection, a TLS handshake to hooks.slack.com) per answer without one, on
+        the event loop the next commands' acks wait for (tests/bench/bench_ack.py). No cookies
+        kept: each answer stands alone, as with a fresh session."""
+        if self._webhooks is None or self._webhooks.closed:
+            self._webhooks = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
+        return self._webhooks
+
+    async def aclose(self) -> None:
+        """Stop posting: the pending progress updates are flushed, the response_url session closed."""
+        await self.coalescer.aclose()
+        if self._webhooks is not None:
+            await self._webhooks.close()
 
     @property
     def settings(self) -> Settings:
@@ -127,7 +144,7 @@ class SlackContext:
         if not response_url:
             return False
         try:
-            resp = await AsyncWebhookClient(response_url, timeout=15).send(
+            resp = await AsyncWebhookClient(response_url, timeout=15, session=self._webhook_session()).send(
                 text=self.redact(text)[:3000], blocks=self.blocks(blocks) if blocks else None,
                 response_type="in_channel" if public else "ephemeral", replace_original=False)
             if resp.status_code >= 400:

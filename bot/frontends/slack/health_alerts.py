@@ -28,7 +28,7 @@ from eaglebot.frontends.fleet_text import alert_text, summary_text
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack.client import slack_error
 from eaglebot.store import parse_iso
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async import AsyncServiceState
 from eaglebot.store.rows import HealthStateRow
 
 log = logging.getLogger("eaglebot.health")
@@ -78,7 +78,7 @@ def silenced(row: HealthStateRow | None) -> bool:
     return until is not None and until > datetime.now(timezone.utc)
 
 
-async def post_health_alert(client: AsyncWebClient, store: AsyncStoreProtocol, channel: str | None,
+async def post_health_alert(client: AsyncWebClient, store: AsyncServiceState, channel: str | None,
                             report: HostReport) -> None:
     """Post or update the message of each incident this probe changed (a silenced one only
     when it is resolved)."""
@@ -126,7 +126,7 @@ async def _post_note(client: AsyncWebClient, channel: str | None, row: HealthSta
 class HealthAlerts:
     """The watch's `notify`: single messages up to `burst` new incidents per interval, then summaries."""
 
-    def __init__(self, client: AsyncWebClient, store: AsyncStoreProtocol, channel: str | None, interval_s: float,
+    def __init__(self, client: AsyncWebClient, store: AsyncServiceState, channel: str | None, interval_s: float,
                  *, burst: int = 10, window_s: float = 10.0):
         self.client, self.store, self.channel = client, store, channel
         self.interval_s, self.burst, self.window_s = interval_s, burst, window_s
@@ -186,7 +186,7 @@ def _sections(text: str) -> list[dict[str, Any]]:
     return out + [bk.section(chunk)] if chunk else out
 
 
-async def silence_incident(client: AsyncWebClient, store: AsyncStoreProtocol, allowed: bool, user: str, value: str,
+async def silence_incident(client: AsyncWebClient, store: AsyncServiceState, allowed: bool, user: str, value: str,
                            channel: str | None, ts: str | None) -> str:
     """The Silence 24 h button: no updates of that incident for a day (its resolution still
     edits the message), recorded as an event; the message says who silenced it. The answer."""

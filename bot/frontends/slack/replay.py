@@ -25,7 +25,7 @@ from collections import OrderedDict
 from typing import Any, Protocol, Sequence
 
 from eaglebot.errors import EagleError
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async import AsyncServiceState
 
 log = logging.getLogger("eaglebot.slack")
 
@@ -68,7 +68,7 @@ class MemorySeen:
 class StoreSeen:
     """The seen-set of every replica on one store (the module docstring)."""
 
-    def __init__(self, store: AsyncStoreProtocol, window_s: float = WINDOW_S, max_keys: int = MAX_KEYS) -> None:
+    def __init__(self, store: AsyncServiceState, window_s: float = WINDOW_S, max_keys: int = MAX_KEYS) -> None:
         self.store, self.window_s, self.max_keys = store, window_s, max_keys
         self.local = MemorySeen(window_s, max_keys)
 

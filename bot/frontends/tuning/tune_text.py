@@ -46,6 +46,8 @@ def tune_text(r: dict[str, Any]) -> str:
         for why in d.get("rejected") or []:
             out.append(f"rejected: {why}")
     out.append(f"search stopped: {r['stopped']}")
+    if r.get("caveat"):
+        out.append(f"caveat: {r['caveat']}")
     for f in r.get("failed") or []:
         out.append(f"failed {_cell(f)}: {f['reason']}")
     if (rs := r.get("restored")):

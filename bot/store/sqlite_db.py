@@ -1,0 +1,96 @@
+"""The SQLite store's connection with the face of sqlite-utils' `Database` that the store uses.
+
+`execute`, `query`, `insert_row`, `journal_mode`, `enable_wal` and `conn` (every open, every
+read and write of a run) are answered here on the connection; `table()` and `table_names()`
+(the migrations, prune's foreign keys) hand over to a real `sqlite_utils.Database` on the
+same connection, built the first time one is asked for. Importing sqlite-utils costs about
+100 ms of CPU (click, pluggy and dateutil come with it, and its plugin hook scans every
+installed distribution's entry points): most of a fresh `eagle history`, for calls that are
+each one line over sqlite3 here (tests/bench/bench_startup.py).
+
+The connection is in autocommit mode (`isolation_level=None`, as StoreBase opens it), where
+sqlite3 opens no implicit transaction: sqlite-utils' `execute` and `query` then do exactly
+what these do (its rollback and commit of an implicit transaction never apply).
+"""
+from __future__ import annotations
+
+import functools
+import sqlite3
+import sys
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+if TYPE_CHECKING:
+    import sqlite_utils
+    from sqlite_utils.db import Table
+
+Params = Sequence[Any] | dict[str, Any] | None
+
+
+def load_sqlite_utils() -> Any:
+    """The sqlite_utils module (imported once, here only)."""
+    if "sqlite_utils" in sys.modules or "numpy" in sys.modules:
+        import sqlite_utils
+        return sqlite_utils
+    # sqlite-utils imports numpy whenever it is installed (about 20 ms measured with
+    # `python -X importtime -c "import sqlite_utils"`) only to convert numpy values, which
+    # the store never writes: hide it while sqlite-utils loads.
+    sys.modules["numpy"] = None  # type: ignore[assignment]
+    try:
+        import sqlite_utils
+    finally:
+        del sys.modules["numpy"]
+    return sqlite_utils
+
+
+class SqliteDatabase:
+    """An SQLite connection with the part of `sqlite_utils.Database` the store calls."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+        # As sqlite_utils.Database(conn) does (its default recursive_triggers=True).
+        conn.execute("PRAGMA recursive_triggers=on;")
+
+    def execute(self, sql: str, parameters: Params = None) -> sqlite3.Cursor:
+        if parameters is not None:
+            return self.conn.execute(sql, parameters)
+        return self.conn.execute(sql)
+
+    def query(self, sql: str, params: Params = None) -> Iterator[dict[str, Any]]:
+        """The rows of a statement that returns rows, as dicts (run at once, fetched lazily)."""
+        cursor = self.conn.execute(sql, params if params is not None else ())
+        if cursor.description is None:
+            raise ValueError("query() can only be used with SQL that returns rows - use execute() for "
+                             "other statements")
+        keys = [d[0] for d in cursor.description]
+        if len(set(keys)) != len(keys):  # two columns of one name: named as sqlite-utils names them
+            keys = load_sqlite_utils().utils.dedupe_keys(keys)
+        return (dict(zip(keys, row)) for row in cursor)
+
+    def insert_row(self, table: str, record: dict[str, Any]) -> int:
+        """One row by a plain INSERT (the values are scalars: PostgreSQL's face takes no
+        others); its rowid. sqlite-utils' `insert` would read the catalog twice first."""
+        cols = ", ".join(f'"{c}"' for c in record)
+        marks = ", ".join("?" for _ in record)
+        rowid = self.conn.execute(f'insert into "{table}" ({cols}) values ({marks})', list(record.values())).lastrowid
+        assert rowid is not None  # an INSERT into a rowid table always sets it
+        return rowid
+
+    @property
+    def journal_mode(self) -> str:
+        return str(self.conn.execute("PRAGMA journal_mode;").fetchone()[0])
+
+    def enable_wal(self) -> None:
+        if self.journal_mode != "wal":
+            self.conn.execute("PRAGMA journal_mode=wal;")
+
+    @functools.cached_property
+    def utils(self) -> sqlite_utils.Database:
+        """sqlite-utils' Database on this connection, for the schema helpers."""
+        db: sqlite_utils.Database = load_sqlite_utils().Database(self.conn, recursive_triggers=False)
+        return db
+
+    def table(self, name: str) -> Table:
+        return self.utils.table(name)
+
+    def table_names(self) -> list[str]:
+        return self.utils.table_names()

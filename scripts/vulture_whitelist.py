@@ -64,7 +64,7 @@ _.host_defaults  # Settings field: read as raw data by the before-validator that
 
 # slack_sdk's AsyncRetryHandler calls _can_retry_async (frontends/slack/client.py _ErrorCount).
 _._can_retry_async
-# frontends/metrics.set_leader: the leader election (issue 23, replicas) sets the eagle_leader gauge.
+# frontends/service/metrics.set_leader: the leader election (issue 23, replicas) sets the eagle_leader gauge.
 _.set_leader
 
 # ast node fields the eagle3 probe clears before compiling SGLang's method on its own (the

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
-from eaglebot.frontends.scheduler import ALARM_JOB, ANCHOR_JOB, Scheduler
+from eaglebot.frontends.service.scheduler import ALARM_JOB, ANCHOR_JOB, Scheduler
 
 
 def fire_now(sched: Scheduler, name: str) -> None:

@@ -55,6 +55,11 @@ def _lint(stage: Path) -> subprocess.CompletedProcess:
     ("skills/wait.py", "from eaglebot.skills import shell", "No skill imports another skill"),
     ("bot/engine/redact.py", "from eaglebot.frontends import format", "Layers"),
     ("bot/history/trend.py", "import sqlite3", "Only the store speaks SQL"),
+    # what chat/handlers.py and slack/* took from eagle serve's runtime before issue 36 moved it down
+    ("bot/frontends/chat/handlers.py", "from eaglebot.frontends.service.leader import Leadership",
+     "eagle serve's runtime"),
+    ("bot/frontends/slack/execute.py", "from eaglebot.frontends.service import scheduler", "eagle serve's runtime"),
+    ("bot/frontends/format.py", "from eaglebot.frontends.service.reload import Reloader", "eagle serve's runtime"),
 ])
 def test_the_import_contract_fails_a_violation(tmp_path, module, line, contract):
     stage = _stage(tmp_path)
@@ -66,6 +71,20 @@ def test_the_import_contract_fails_a_violation(tmp_path, module, line, contract)
     assert res.returncode != 0
     broken = [ln for ln in res.stdout.splitlines() if "BROKEN" in ln]
     assert any(contract in ln for ln in broken), res.stdout[-2000:]
+
+
+
+def test_the_service_contract_places_every_part_of_the_front_ends():
+    """A new module under bot/frontends/ takes a layer in the service contract, or nothing
+    would stop it importing eagle serve's runtime."""
+    text = (ROOT / ".importlinter").read_text()
+    section = text[text.index("[importlinter:contract:service]"):]
+    section = section[:section.index("\n[", 1)]
+    layers = section[section.index("layers =") + len("layers ="):]
+    named = {m.strip() for m in re.split(r"[\s|:]+", layers) if m.strip()}
+    parts = {p.stem if p.suffix == ".py" else p.name for p in (ROOT / "bot" / "frontends").iterdir()
+             if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())}
+    assert parts == named
 
 
 MAX_LINES = 500

@@ -244,7 +244,7 @@ def test_doctor_runs_the_verification(ran):
 
 
 async def test_the_scheduler_posts_the_chain_head_and_verify_accepts_it(make_settings):
-    from eaglebot.frontends.scheduler import Scheduler
+    from eaglebot.frontends.service.scheduler import Scheduler
     from eaglebot.frontends.services import Services
 
     settings = make_settings(slack={"channel": "C1"})

@@ -90,7 +90,7 @@ def test_a_1500_deep_group_chain_is_one_sentence_in_any_order(tmp_path):
 
 
 async def test_a_deep_group_chain_on_sighup_is_a_refused_reload_not_a_traceback(services, tmp_path):
-    from eaglebot.frontends.reload import Reloader
+    from eaglebot.frontends.service.reload import Reloader
 
     svc = await services({"h": {"transport": "local"}})
     cfg = tmp_path / "eagle.yaml"

@@ -17,7 +17,7 @@ from test_ops_serve import db_rows, finished, slash, until, write_config
 from test_serve import start_serve, stop, wait_serving
 
 from eaglebot.errors import UsageError
-from eaglebot.frontends.reload import EnvFile, read_env_file
+from eaglebot.frontends.service.reload import EnvFile, read_env_file
 
 
 def test_env_file_reads_systemd_syntax(tmp_path):
@@ -134,7 +134,7 @@ async def test_a_reloaded_scheduler_lets_its_running_scheduled_run_finish_and_lo
     from slack_harness import PLAYBOOKS
 
     from eaglebot.frontends.oplog import RunLog
-    from eaglebot.frontends.scheduler import build_scheduler
+    from eaglebot.frontends.service.scheduler import build_scheduler
 
     pdir = tmp_path / "playbooks"
     pdir.mkdir()
@@ -220,7 +220,7 @@ async def test_reload_takes_new_skill_code_and_playbooks_and_says_what_changed(s
     from test_plugins import skill_source
 
     from eaglebot.engine.runner import RunRequest
-    from eaglebot.frontends.reload import Reloader
+    from eaglebot.frontends.service.reload import Reloader
 
     team, pdir = tmp_path / "team_skills", tmp_path / "playbooks"
     team.mkdir()

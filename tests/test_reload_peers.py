@@ -1,10 +1,10 @@
-"""`/eagle reload` on one replica reaches the others (frontends/reload_peers.py): two replicas'
+"""`/eagle reload` on one replica reaches the others (frontends/service/reload_peers.py): two replicas'
 followers over one real SQLite store, each with its own reload, the request through the store."""
 from __future__ import annotations
 
 import asyncio
 
-from eaglebot.frontends.reload_peers import KIND, PeerReloads
+from eaglebot.frontends.service.reload_peers import KIND, PeerReloads
 from eaglebot.store import AsyncStore
 
 

@@ -18,8 +18,9 @@ from eaglebot.config import ScheduleConfig, load_settings
 from eaglebot.errors import UsageError
 from eaglebot.frontends.cli.main import main
 from eaglebot.frontends.cron import fires_between, slot_at, trigger_for
-from eaglebot.frontends.leader import LEADER, Leadership
-from eaglebot.frontends.scheduler import build_scheduler
+from eaglebot.frontends.service.leader import Leadership
+from eaglebot.frontends.replicas_text import LEADER
+from eaglebot.frontends.service.scheduler import build_scheduler
 from eaglebot.frontends.slack.blocks import APPROVE_ACTION
 from eaglebot.store import AsyncStore, Store, parse_iso
 

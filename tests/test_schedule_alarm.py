@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 from history_seed import seed_run
 from test_scheduler import RecordingHooks, pbdir, sched_cfg  # noqa: F401  (pbdir is a fixture)
 
-from eaglebot.frontends.scheduler import build_scheduler, schedule_rows, schedule_state
+from eaglebot.frontends.service.scheduler import build_scheduler
+from eaglebot.frontends.schedule_view import schedule_rows, schedule_state
 
 NOW = datetime(2030, 1, 8, 5, 0, tzinfo=timezone.utc)          # the 03:00 fire was 2 h ago; grace 1 h
 

@@ -13,7 +13,7 @@ from helpers import eagle
 from sched_helpers import finished_jobs, fire_now
 from slack_harness import open_harness
 
-from eaglebot.frontends.scheduler import build_scheduler
+from eaglebot.frontends.service.scheduler import build_scheduler
 
 BROKEN = """\
 audit_db: eagle.db

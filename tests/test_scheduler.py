@@ -16,7 +16,8 @@ from eaglebot.config import ScheduleConfig
 from eaglebot.errors import UsageError
 from eaglebot.engine.runner import Observer
 from eaglebot.frontends.cron import fires_between, trigger_for
-from eaglebot.frontends.scheduler import build_scheduler, schedule_rows
+from eaglebot.frontends.service.scheduler import build_scheduler
+from eaglebot.frontends.schedule_view import schedule_rows
 from eaglebot.frontends.plot import plot_trend
 from eaglebot.store.rows import NewRun
 

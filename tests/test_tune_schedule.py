@@ -11,7 +11,7 @@ from tuning_sandbox import HOST, sim_host
 
 from eaglebot.config import load_settings
 from eaglebot.engine.schedules import check_schedules
-from eaglebot.frontends.scheduler import Scheduler
+from eaglebot.frontends.service.scheduler import Scheduler
 from eaglebot.frontends.services import Services
 
 

@@ -284,7 +284,7 @@ async def test_the_shipped_unit_starts_the_bot_with_one_host_down_on_a_host_with
 def test_the_unit_raises_the_open_files_limit_above_what_the_http_port_admits():
     """systemd's default soft limit (1,024) is what 1,100 trickling connections exhausted
     (issue 35): the unit sets LimitNOFILE, and the HTTP port's cap stays under any limit."""
-    from eaglebot.frontends.http_guard import MAX_CONNECTIONS, accept_backlog, connection_cap
+    from eaglebot.frontends.service.http_guard import MAX_CONNECTIONS, accept_backlog, connection_cap
 
     (limit,) = SERVICE["LimitNOFILE"]
     assert int(limit) >= 65536 and connection_cap(int(limit)) == MAX_CONNECTIONS

@@ -15,16 +15,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 
-from eaglebot.engine import limits, rolling, templating
+from eaglebot.engine import limits, rolling, templating, words
 from eaglebot.engine.output import printable
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.suggest import did_you_mean, keys_at, unknown_key_hint
 from eaglebot.engine.registry import SkillNotFound, SkillRegistry, shipped
 
-RESERVED = frozenset(
-    "help playbooks hosts history show status cancel rerun logs schedule baseline trend diff bisect sweep tune ack fleet "
-    "reload".split()
-)
+RESERVED = frozenset(words.NAMES)   # a playbook named like a slash word could never be run from Slack
 InputType = Literal["int", "float", "bool", "str", "list[int]", "list[float]", "list[str]", "dict"]
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")

@@ -1,1 +1,1 @@
-"""Front ends: the CLI, the chat grammar (Slack and `eagle chat`), Slack, and the scheduler. Presentation lives only here."""
+"""Front ends: the CLI, the chat grammar (Slack and `eagle chat`), Slack, and `eagle serve`'s runtime (service/). Presentation lives only here."""

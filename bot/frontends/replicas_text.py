@@ -9,6 +9,8 @@ from eaglebot.store import now_iso, parse_iso
 from eaglebot.store.replicas import REPLICA_DEAD_AFTER_S
 from eaglebot.store.rows import LeaseRow, ReplicaRow
 
+LEADER = "leader"   # the lease the replicas elect their leader by (service/leader.py takes it)
+
 
 def leader_of(lease: LeaseRow | None, now: str | None = None) -> dict[str, Any] | None:
     """The leader lease while it is valid: {id, since, expires_at}; None when nobody leads."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from eaglebot.frontends.metrics import Metrics
+from eaglebot.frontends.service.metrics import Metrics
 from eaglebot.store import AsyncStore
 from eaglebot.store.protocol import StoreProtocol
 

@@ -55,7 +55,7 @@ from slack_harness import (CHANNEL, PLAYBOOKS, SECRET, TOKEN, action_body, comma
 
 from eaglebot.config import ScheduleConfig, load_settings  # noqa: E402
 from eaglebot.frontends.cron import fires_between, trigger_for  # noqa: E402
-from eaglebot.frontends.leader import LEADER  # noqa: E402
+from eaglebot.frontends.replicas_text import LEADER  # noqa: E402
 from eaglebot.frontends.services import Services  # noqa: E402
 from eaglebot.frontends.slack.blocks import APPROVE_ACTION  # noqa: E402
 from eaglebot.sim import gpu_state, install_sim_bin  # noqa: E402

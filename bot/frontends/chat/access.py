@@ -1,5 +1,6 @@
-"""Who may do what: the access classes of the command words and the checks, all pure,
-plus the audit row every refusal leaves.
+"""Who may do what: the access classes of the command words (each word's entry in
+`chat/words.py`) and the checks, all pure; the audit row every refusal leaves is
+`refusal.audit_refusal`, also importable from here.
 
 The router (`router.admit`) is the one caller of `authorize` for a command, whichever front end
 it came from; Slack's buttons call `authorize_approval` for their clicks.
@@ -7,30 +8,18 @@ it came from; Slack's buttons call `authorize_approval` for their clicks.
 from __future__ import annotations
 
 from eaglebot.config import AccessConfig
-from eaglebot.engine.output import printable
-from eaglebot.frontends.chat import tuning
-from eaglebot.frontends.chat.grammar import SCHEDULE_OPERATIONS, Command
-from eaglebot.frontends.services import Services
-
-# Access classes of the command words: a new word is classified by adding it to this set.
-# A word not in it needs an operator (closed by default).
-VIEW_COMMANDS = {"playbooks", "hosts", "history", "show", "status", "logs", "schedule", "trend", "fleet", *tuning.VIEW}
-APPROVE_COMMANDS = {"reload"}   # the bot's own configuration: approvers only
+from eaglebot.frontends.chat.command import Access, Command
+from eaglebot.frontends.chat.refusal import allowed as allowed, audit_refusal as audit_refusal, authorize_playbook
+from eaglebot.frontends.chat.words import BY_NAME, RUN
 
 
-def allowed(users: list[str], user: str) -> bool:
-    return "*" in users or user in users
-
-
-def command_class(cmd: Command) -> str:
-    """`free` (help, errors), `view`, `operate` or `approve`."""
-    if cmd.name in ("help", "error"):
+def command_class(cmd: Command) -> Access:
+    """`free` (help, errors), `view`, `operate` or `approve`: the word's entry in `chat/words.py`
+    says which; a name with no entry needs an operator (closed by default)."""
+    if cmd.name == "error":
         return "free"
-    if cmd.name in APPROVE_COMMANDS:
-        return "approve"
-    if cmd.name == "schedule" and cmd.args and cmd.args[0] in SCHEDULE_OPERATIONS:
-        return "operate"
-    return "view" if cmd.name in VIEW_COMMANDS else "operate"
+    entry = BY_NAME.get(cmd.name, RUN)
+    return entry.access_of(cmd.args)
 
 
 def authorize(access: AccessConfig, cmd: Command, user: str, *, configured: bool = True) -> str | None:
@@ -76,28 +65,11 @@ def authorize_approval(access: AccessConfig, user: str, requester: str | None, *
     return None
 
 
-def authorize_playbook(access: AccessConfig, playbook: str, user: str) -> str | None:
-    allow = access.playbooks.get(playbook)
-    if allow is not None and not allowed(allow, user):
-        return f"you are not on the allowlist of playbook {playbook!r} (access.playbooks.{playbook})"
-    return None
-
-
 def _verb(cmd: Command) -> str:
     if cmd.name == "schedule" and cmd.args:
         return f"{cmd.args[0]} schedules"
-    return {"run": f"run playbooks ({cmd.playbook})", "cancel": "cancel runs", "rerun": "re-run runs",
-            "baseline": "set baselines", "bisect": "bisect runs", "sweep": "run sweeps",
-            "ack": "acknowledge regressions", "reload": "reload the configuration"}.get(cmd.name, cmd.name)
+    if cmd.name == "run":
+        return f"run playbooks ({cmd.playbook})"
+    entry = BY_NAME.get(cmd.name)
+    return (entry.verb or entry.name) if entry else cmd.name
 
-
-async def audit_refusal(services: Services, user: str, cmd: Command, why: str, run_id: int | None = None) -> None:
-    """Every refusal is an audit record: an `events` row of kind `access_denied`."""
-    if run_id is None and cmd.name in ("cancel", "rerun", "show", "baseline", "ack") and cmd.args != ("last",):
-        try:
-            run_id = cmd.run_id
-        except (ValueError, IndexError):
-            run_id = None
-    what = services.redactor.text(printable(cmd.text or cmd.name))  # redact before truncating
-    await services.store.add_rejection("access_denied", printable(user), f"/eagle {what[:300]}",
-                                       services.redactor.text(printable(why)), run_id)

@@ -1,4 +1,5 @@
-"""What each `/eagle` word does, once the router admitted it: one coroutine per word.
+"""What each `/eagle` word does, once the router admitted it: one coroutine per word, named
+by its entry in `chat/words.py`.
 
 Runs go through `Engine.start`, the same entry point as the CLI. Each handler returns a
 `Reply` (`chat/reply.py`); an `EagleError` it raises becomes an error reply in the router.
@@ -10,21 +11,18 @@ import functools
 import json
 import tempfile
 from pathlib import Path
-from typing import Awaitable, Callable
 
 from eaglebot.config import Settings
 from eaglebot.engine.playbook import RESERVED, Playbook, load_playbook, playbook_files, unknown_playbook
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import RunRequest
 from eaglebot.errors import EagleError, UsageError
-from eaglebot.frontends.chat import tuning
-from eaglebot.frontends.chat.access import audit_refusal, authorize_playbook
 from eaglebot.frontends.chat.caller import Caller
-from eaglebot.frontends.chat.grammar import USAGE, Command
+from eaglebot.frontends.chat.command import Command
+from eaglebot.frontends.chat.refusal import audit_refusal, authorize_playbook
 from eaglebot.frontends.chat.reply import CancelRequested, LogTail, Note, Reply, RunShown, error_reply, listing
-from eaglebot.frontends.leader import LEADER
 from eaglebot.frontends.recap_text import RECAP_LINES, recap_block
-from eaglebot.frontends.replicas_text import leader_of, replica_rows, replicas_text
+from eaglebot.frontends.replicas_text import LEADER, leader_of, replica_rows, replicas_text
 from eaglebot.frontends.format import describe_inputs, fmt_time, history_text, show_text, since, table
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import HistoryRow, RunView, load_history
@@ -58,13 +56,13 @@ def _load_cached(path: str, mtime_ns: int, size: int, registry: SkillRegistry) -
     return load_playbook(path, registry)
 
 
-async def _help(services: Services, cmd: Command, caller: Caller) -> Reply:
-    """The playbooks first (what people run), then the commands; the skills (what playbooks are
-    made of) by `help skills`."""
+async def help_reply(services: Services, cmd: Command, usage: str) -> Reply:
+    """The playbooks first (what people run), then the commands (`usage`: the words' help
+    lines); the skills (what playbooks are made of) by `help skills`."""
     if not cmd.args:
         rows = await asyncio.to_thread(_playbook_rows, services)
         books = "\n".join(f"  {name}: {desc}" for name, desc, _ in rows) or "  none"
-        return listing(f"playbooks (/eagle help PLAYBOOK: its inputs and examples):\n{books}\n\n{USAGE}\n"
+        return listing(f"playbooks (/eagle help PLAYBOOK: its inputs and examples):\n{books}\n\n{usage}\n"
                        f"skills: {len(services.registry)}, the steps playbooks are made of "
                        f"(/eagle help skills lists them, /eagle help SKILL shows one)")
     name = cmd.args[0]
@@ -106,13 +104,13 @@ def _playbook_rows(services: Services) -> list[list[str]]:
     return rows
 
 
-async def _list_playbooks(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_playbooks(services: Services, cmd: Command, caller: Caller) -> Reply:
     rows = await asyncio.to_thread(_playbook_rows, services)
     text = table(["playbook", "description", "inputs"], rows) if rows else "no playbooks"
     return listing(text, "Playbooks")
 
 
-async def _hosts(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_hosts(services: Services, cmd: Command, caller: Caller) -> Reply:
     s = services.settings
     locks = {lk["host"]: lk["run_id"] for lk in await services.store.locks()}
     rows = []
@@ -124,7 +122,7 @@ async def _hosts(services: Services, cmd: Command, caller: Caller) -> Reply:
     return listing(text, "Hosts")
 
 
-async def _history(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_history(services: Services, cmd: Command, caller: Caller) -> Reply:
     *names, n = cmd.args
     settings = services.settings
     playbook = host = None
@@ -147,7 +145,7 @@ async def _history(services: Services, cmd: Command, caller: Caller) -> Reply:
     return listing(history_text(rows) + (f"\n\n{open_incidents}" if open_incidents else ""), title, public=True)
 
 
-async def _show(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_show(services: Services, cmd: Command, caller: Caller) -> Reply:
     if cmd.args == ("last",):
         last = await services.store.last_run_id()
         if last is None:
@@ -160,7 +158,7 @@ async def _show(services: Services, cmd: Command, caller: Caller) -> Reply:
     return Reply(show_text(view) + recap_block(view, limit=RECAP_LINES), RunShown(view), public=True, run_id=rid)
 
 
-async def _status(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_status(services: Services, cmd: Command, caller: Caller) -> Reply:
     runs = await services.store.running_runs()
     locks = await services.store.locks()
     rows = [[f"#{r['id']}", r["playbook"], ",".join(r.get("hosts") or []) or "-", r.get("actor") or "-",
@@ -178,7 +176,7 @@ async def _status(services: Services, cmd: Command, caller: Caller) -> Reply:
     return listing(text, "Status", public=True)
 
 
-async def _cancel(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_cancel(services: Services, cmd: Command, caller: Caller) -> Reply:
     rid = cmd.run_id
     run = await services.store.get_run(rid)
     if run is None:
@@ -200,7 +198,7 @@ async def _start(services: Services, req: RunRequest, caller: Caller) -> Reply:
     return Reply(text, Note(text), public=True, run_id=run_id, task=task, request=req)
 
 
-async def _run(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_run(services: Services, cmd: Command, caller: Caller) -> Reply:
     try:
         pb = await asyncio.to_thread(_load, services, cmd.playbook or "")
     except UsageError as e:
@@ -219,7 +217,7 @@ async def _run(services: Services, cmd: Command, caller: Caller) -> Reply:
     return await _start(services, req, caller)
 
 
-async def _rerun(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_rerun(services: Services, cmd: Command, caller: Caller) -> Reply:
     rid = cmd.run_id
     run = await services.store.get_run(rid)
     if run is None:
@@ -241,7 +239,7 @@ async def _rerun(services: Services, cmd: Command, caller: Caller) -> Reply:
     return await _start(services, req, caller)
 
 
-async def _logs(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_logs(services: Services, cmd: Command, caller: Caller) -> Reply:
     """`/eagle logs HOST`: the shipped `server-logs` playbook, run through the engine like any
     other (a run row, the step's output in the audit store, redaction), silently: the reply is
     the log. Its only skill is read-only, so it takes no host lock and works mid-relaunch."""
@@ -259,8 +257,8 @@ async def _logs(services: Services, cmd: Command, caller: Caller) -> Reply:
     return Reply(text, LogTail(host, text, LOG_LINES), public=True, run_id=outcome.run_id)
 
 
-async def _schedule(services: Services, cmd: Command, caller: Caller) -> Reply:
-    from eaglebot.frontends.scheduler import schedule_rows, schedule_state
+async def on_schedule(services: Services, cmd: Command, caller: Caller) -> Reply:
+    from eaglebot.frontends.schedule_view import schedule_rows, schedule_state
 
     if cmd.args:
         return await _schedule_pause(services, cmd, caller)
@@ -298,7 +296,7 @@ async def _schedule_pause(services: Services, cmd: Command, caller: Caller) -> R
     return Reply(text, Note(text), public=True)
 
 
-async def _baseline(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_baseline(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.history.recorder import set_baseline
 
     rid = cmd.run_id
@@ -307,7 +305,7 @@ async def _baseline(services: Services, cmd: Command, caller: Caller) -> Reply:
     return Reply(text, Note(text, mark="baseline"), public=True, run_id=rid)
 
 
-async def _fleet(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_fleet(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.frontends.fleet_text import fleet_checks, fleet_rows, fleet_text
 
     cfg = services.settings
@@ -317,7 +315,7 @@ async def _fleet(services: Services, cmd: Command, caller: Caller) -> Reply:
                               watching=cfg.health_watch is not None), "Fleet health", public=True)
 
 
-async def _trend(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_trend(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.frontends.plot import plot_trend
 
     playbook, host, metric = cmd.args
@@ -327,20 +325,14 @@ async def _trend(services: Services, cmd: Command, caller: Caller) -> Reply:
     return Reply(text, Note(text), public=True, file=Path(path))
 
 
-async def _reload(services: Services, cmd: Command, caller: Caller) -> Reply:
-    """`/eagle reload`: in `eagle serve`, the reload itself (frontends/reload.py); elsewhere
+async def on_reload(services: Services, cmd: Command, caller: Caller) -> Reply:
+    """`/eagle reload`: in `eagle serve`, the reload itself (frontends/service/reload.py); elsewhere
     (`eagle chat`, which reads the config afresh each time) a check of the config."""
     if services.reloader is not None:
         done, text = await services.reloader(caller.user)
         return Reply(text, Note(text), public=done, exit_code=0 if done else 2)
-    from eaglebot.frontends.reload import check_config
+    from eaglebot.frontends.config_check import check_config
 
     text = await asyncio.to_thread(check_config, services.settings)
     return Reply(text, Note(text))
 
-
-HANDLERS: dict[str, Callable[[Services, Command, Caller], Awaitable[Reply]]] = {
-    "help": _help, "playbooks": _list_playbooks, "hosts": _hosts, "history": _history, "show": _show,
-    "status": _status, "cancel": _cancel, "rerun": _rerun, "logs": _logs, "schedule": _schedule,
-    "baseline": _baseline, "trend": _trend, "fleet": _fleet, "run": _run, "reload": _reload, **tuning.HANDLERS,
-}

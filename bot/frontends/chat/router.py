@@ -18,8 +18,8 @@ from eaglebot.errors import EagleError
 from eaglebot.frontends.chat.access import audit_refusal, authorize
 from eaglebot.frontends.chat.caller import Caller
 from eaglebot.frontends.chat.grammar import Command, parse
-from eaglebot.frontends.chat.handlers import HANDLERS
 from eaglebot.frontends.chat.reply import Reply, error_reply
+from eaglebot.frontends.chat.words import HANDLERS
 from eaglebot.frontends.services import Services
 
 log = logging.getLogger("eaglebot.chat")

@@ -3,8 +3,9 @@
 [budget=30m] [repeats=N] [apply] [key=value ...]` (or `--batch-sizes 1,8,32 --budget 30m --apply`, as
 on the CLI) and `/eagle tune apply RUN`, `/eagle ack ID METRIC reason`.
 
-`parse_tuning` is pure (the router calls it from `parse`); the handlers do the work through
-the same code as the CLI (history/diff.py, history/recorder.py, tuning/, frontends/tuning/).
+`parse_tuning` is pure (`parse` calls it through `chat/args.py`); the handlers (`on_*`, named by
+their entries in `chat/words.py`) do the work through the same code as the CLI (history/diff.py,
+history/recorder.py, tuning/, frontends/tuning/).
 """
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING
 
 from eaglebot.engine.runner import Approver, Observer, RunRequest
 from eaglebot.frontends.chat.caller import Caller
+from eaglebot.frontends.chat.command import Command
 from eaglebot.frontends.chat.reply import Note, Reply, SweepDone, TuneDone, listing
 from eaglebot.frontends.services import Services
 
@@ -23,13 +25,6 @@ if TYPE_CHECKING:
     from eaglebot.tuning.tune import TuneRequest
 
 
-class Command(Protocol):
-    @property
-    def args(self) -> tuple[str, ...]: ...
-
-
-WORDS = ("diff", "bisect", "sweep", "tune", "ack")
-VIEW = {"diff"}
 _ID = re.compile(r"^#?\d{1,12}$")
 _HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -45,15 +40,6 @@ USAGE = {
     "ack": "usage: /eagle ack INCIDENT reason, /eagle ack RUN all reason or /eagle ack RUN METRIC reason "
            "(e.g. `/eagle ack 3 new capture layers, slower by design`)",
 }
-HELP = """\
-/eagle diff A B                     two runs side by side: inputs, launch args, config patch, versions, env, metrics
-/eagle bisect GOOD BAD HOST         relaunch subsets of the changes between two runs; names the culprit
-/eagle sweep PLAYBOOK HOST k=v1,v2  a grid of inputs, relaunch + bench each; ranked table + heatmap
-/eagle tune PLAYBOOK HOST [batch_sizes=1,8,32] [budget=30m] [apply]
-                                    speculative config per batch size from one profile, verified; a
-                                    Pareto plot; apply: relaunch with it after an approval
-/eagle ack INCIDENT reason          close an open regression incident, every metric of it (audited);
-                                    also /eagle ack RUN all reason, /eagle ack RUN METRIC reason"""
 
 
 def parse_tuning(word: str, args: list[str]) -> tuple[tuple[str, ...], str | None]:
@@ -117,7 +103,7 @@ def _parse_tune(args: list[str], bad: tuple[tuple[str, ...], str | None]) -> tup
     return (args[0], args[1], *opts), None
 
 
-async def _diff(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_diff(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.frontends.tuning.render import diff_text
     from eaglebot.history.diff import compare
     from eaglebot.history.loader import diff_rows
@@ -127,7 +113,7 @@ async def _diff(services: Services, cmd: Command, caller: Caller) -> Reply:
     return listing(diff_text(d), f"Diff #{a} → #{b}", public=True)
 
 
-async def _ack(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_ack(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.history.recorder import ack, ack_incident, ack_run
 
     num, what, reason = int(cmd.args[0]), cmd.args[1], cmd.args[2]
@@ -140,7 +126,7 @@ async def _ack(services: Services, cmd: Command, caller: Caller) -> Reply:
     return Reply(text, Note(text, mark="ack"), public=True, run_id=num if what else None)
 
 
-async def _bisect(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_bisect(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.frontends.tuning.render import bisect_text
     from eaglebot.tuning.bisect import BisectRequest, bisect
 
@@ -154,7 +140,7 @@ async def _bisect(services: Services, cmd: Command, caller: Caller) -> Reply:
     return listing(text, f"Bisect #{r['bisect_id']}", public=True)
 
 
-async def _sweep(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_sweep(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.frontends.tuning.plot import render_sweep
     from eaglebot.frontends.tuning.render import sweep_text
     from eaglebot.tuning import sweep as sw
@@ -181,7 +167,7 @@ async def _sweep(services: Services, cmd: Command, caller: Caller) -> Reply:
     return Reply(text, SweepDone(text, sid, best), public=True, file=png)
 
 
-async def _tune(services: Services, cmd: Command, caller: Caller) -> Reply:
+async def on_tune(services: Services, cmd: Command, caller: Caller) -> Reply:
     from eaglebot.frontends.tuning.tune_plot import render_tune
     from eaglebot.frontends.tuning.tune_text import tune_text
     from eaglebot.tuning import tune
@@ -250,7 +236,3 @@ def _progress(caller: Caller, playbook: str, host: str) -> tuple[Observer | None
     observer = caller.frontend.observer(req)
     return observer, caller.frontend.approver(req, observer)
 
-
-HANDLERS: dict[str, Callable[[Services, Command, Caller], Awaitable[Reply]]] = {
-    "diff": _diff, "bisect": _bisect, "sweep": _sweep, "tune": _tune, "ack": _ack,
-}

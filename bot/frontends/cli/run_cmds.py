@@ -129,8 +129,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
-        from eaglebot.frontends.leader import LEADER
-        from eaglebot.frontends.replicas_text import leader_of, replica_rows
+        from eaglebot.frontends.replicas_text import LEADER, leader_of, replica_rows
 
         with view_store(args) as store:
             lease = store.lease_holder(LEADER)

@@ -9,7 +9,7 @@ from eaglebot.frontends.cli.common import settings as _settings
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from eaglebot.frontends.serve import serve_main  # Slack and the scheduler load only here
+    from eaglebot.frontends.service.serve import serve_main  # Slack and the scheduler load only here
 
     return serve_main(_settings(args), http_port=args.http, host=args.host, env_file=args.env_file,
                       verbose=args.verbose)
@@ -23,7 +23,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_schedule(args: argparse.Namespace) -> int:
     from eaglebot.frontends.cli.common import view_store
-    from eaglebot.frontends.scheduler import schedule_list_main
+    from eaglebot.frontends.service.scheduler import schedule_list_main
 
     settings = _settings(args)
     with view_store(args) as store:

@@ -1,7 +1,7 @@
 """The Slack front end: a Bolt AsyncApp built by `build_app(services, ...)`.
 
 It only parses, authorizes, renders and posts. Every run goes through `Engine.start` (via
-the chat router), like the CLI. `eagle serve` (frontends/serve.py) builds it, connects it to
+the chat router), like the CLI. `eagle serve` (frontends/service/serve.py) builds it, connects it to
 Slack and starts the scheduler next to it. This module wires the parts: the guarded app
 (http.py), the bot's context handed to every listener by one middleware (context.py), and
 the listeners, one module per surface (listeners/). Slack is a view of the audit store: a

@@ -166,7 +166,7 @@ class GuardedApp(AsyncApp):
                 body = await request.read()
             except web.HTTPRequestEntityTooLarge:
                 return web.Response(status=413, text="request body too large")
-            except ConnectionResetError:   # cut while its body trickled in (frontends/http_guard.py)
+            except ConnectionResetError:   # cut while its body trickled in (frontends/service/http_guard.py)
                 return web.Response(status=408, text="request body too slow")
             # read per request: a reload may bring a new SLACK_SIGNING_SECRET
             bad = check_request(body, request.headers, self.eagle_signing_secret)

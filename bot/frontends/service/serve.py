@@ -1,10 +1,10 @@
 """`eagle serve`: the bot's composition root.
 
 Builds the services once, checks the bot token, connects the Slack app (Socket Mode, or
-HTTP with --http, behind frontends/http_guard.py; /metrics on `metrics_port` of its own), and joins the election of a leader among the replicas
-on the same store (frontends/leader.py): the leader runs the configured schedules, with Slack
+HTTP with --http, behind service/http_guard.py; /metrics on `metrics_port` of its own), and joins the election of a leader among the replicas
+on the same store (service/leader.py): the leader runs the configured schedules, with Slack
 as their voice, and the health watch; every replica answers commands and clicks. On SIGHUP it
-reloads the configuration (frontends/reload.py) and, on the leader, follows it with new
+reloads the configuration (service/reload.py) and, on the leader, follows it with new
 schedules and health watch; on SIGINT/SIGTERM it stops everything in order: the leader's
 duties (and its lease), the connection, the runs the bot started (their always-steps run),
 the store.
@@ -24,13 +24,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 from eaglebot.config import Settings, load_settings
 from eaglebot.engine.records import Observer
 from eaglebot.errors import EagleError, UsageError
-from eaglebot.frontends.http_guard import listen, raise_open_files_limit
-from eaglebot.frontends.leader import Leadership
-from eaglebot.frontends.metrics import Metrics, set_leader
+from eaglebot.frontends.service.http_guard import listen, raise_open_files_limit
+from eaglebot.frontends.service.leader import Leadership
+from eaglebot.frontends.service.metrics import Metrics, set_leader
 from eaglebot.frontends.oplog import RunLog, outside_command, setup_logging
-from eaglebot.frontends.reload import EnvFile, Reloader
-from eaglebot.frontends.reload_peers import PeerReloads
-from eaglebot.frontends.scheduler import Hooks, Scheduler, build_scheduler
+from eaglebot.frontends.service.reload import EnvFile, Reloader
+from eaglebot.frontends.service.reload_peers import PeerReloads
+from eaglebot.frontends.service.scheduler import Hooks, Scheduler, build_scheduler
 from eaglebot.frontends.services import Services, Snapshot
 from eaglebot.frontends.slack.app import SlackBot, build_app
 from eaglebot.frontends.slack.client import make_client, slack_error

@@ -5,7 +5,7 @@ Why a port of its own and not a bearer token on the Slack events port: that port
 Slack (often the internet, through a load balancer), the scrape faces Prometheus inside; a
 port of its own lets the network decide who scrapes (loopback by default, whatever `--host`
 the Slack port binds), needs no further secret to hand Prometheus and rotate, and keeps
-scrapes out of the Slack port's connection cap (frontends/http_guard.py).
+scrapes out of the Slack port's connection cap (frontends/service/http_guard.py).
 
 Counters and the histogram are this process's (each replica is its own scrape target); the
 open incidents and quarantined GPUs are the store's, read at scrape time (two small queries).
@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from eaglebot.engine.records import Observer, RunOutcome, StepRecord
-from eaglebot.frontends.http_guard import Listener, listen
+from eaglebot.frontends.service.http_guard import Listener, listen
 from eaglebot.sdk import StepResult
 from eaglebot.store.protocol import StoreProtocol
 from eaglebot.store.protocol_async import AsyncStoreProtocol

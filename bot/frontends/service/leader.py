@@ -25,12 +25,12 @@ import time
 from typing import Protocol
 
 from eaglebot import __version__
+from eaglebot.frontends.replicas_text import LEADER
 from eaglebot.store.base import proc_start_time
 from eaglebot.store.protocol_async import AsyncServiceState
 
 log = logging.getLogger("eaglebot.leader")
 
-LEADER = "leader"
 LEASE_TTL_S = 10.0
 BEAT_S = 2.0
 STEP_DOWN_MARGIN_S = 3.0

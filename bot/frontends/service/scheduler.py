@@ -23,7 +23,7 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Coroutine, Mapping, Protocol
+from typing import Any, Callable, Coroutine, Protocol
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -35,10 +35,11 @@ from eaglebot.errors import EagleError, HostBusy, HostQuarantined, UsageError
 from eaglebot.frontends.cron import fires_between, fmt_utc, iso_utc, next_fire, slot_at, trigger_for, when
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.schedules import TUNE, check_schedules
-from eaglebot.frontends import schedule_tune
+from eaglebot.frontends.service import schedule_tune
 from eaglebot.engine.runner import Observer, RunOutcome, RunRequest, StepRecord
 from eaglebot.frontends.format import fmt_time, table
 from eaglebot.frontends.schedule_alarm import ALARM, ALARM_CHECK_S, alarm_text, overdue, reference, since
+from eaglebot.frontends.schedule_view import schedule_rows, schedule_state
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import RunView
 from eaglebot.sdk import StepResult
@@ -60,46 +61,7 @@ class Hooks(Protocol):
     async def upload(self, channel: str | None, thread_ts: str | None, path: Path, title: str) -> None: ...
 
 
-# -- listing -----------------------------------------------------------------------------
-
-def schedule_rows(settings: Settings, store_sync: StoreProtocol, now: datetime | None = None) -> list[dict[str, Any]]:
-    """One dict per configured schedule: name, playbook, hosts, cron, timezone, next_fire
-    (ISO 8601 UTC or None), last_run_id, last_status, paused, errors, overdue (the missing-run
-    alarm: {due, why}, or None)."""
-    now = now or datetime.now(timezone.utc)
-    rows = []
-    states = store_sync.schedule_states()
-    problems: dict[str, list[str]] = {}
-    for p in check_schedules(settings):
-        problems.setdefault(p.name, []).append(str(p))
-    for cfg in settings.schedules:
-        trig = trigger_for(cfg)
-        last = store_sync.last_schedule_run(cfg.name)
-        state: Mapping[str, Any] = states.get(cfg.name) or {}
-        first = store_sync.schedule_fires(cfg.name, "", 1) if last is None else []
-        ref = reference(last, first[0] if first else None)
-        due = next_fire(trig, ref) if ref else None
-        late = overdue(trig, cfg.misfire_grace_s, ref, last,
-                       store_sync.schedule_fires(cfg.name, since(due), 1000) if due else [], now,
-                       state.get("changed_by") if state.get("paused") else None)
-        rows.append({
-            "name": cfg.name, "playbook": cfg.playbook, "hosts": list(cfg.hosts), "cron": cfg.cron,
-            "every": cfg.every, "timezone": cfg.timezone, "next_fire": iso_utc(next_fire(trig, now)),
-            "last_run_id": last["id"] if last else None, "last_status": last["status"] if last else None,
-            "paused": bool(state.get("paused")), "paused_by": state.get("changed_by") if state.get("paused") else None,
-            "errors": problems.get(cfg.name, []),
-            "overdue": {"due": iso_utc(late.due), "why": late.why} if late else None,
-        })
-    return rows
-
-
-def schedule_state(row: dict[str, Any]) -> str:
-    if row.get("errors"):
-        return "INVALID"
-    if row.get("overdue"):
-        return f"OVERDUE since {fmt_time(row['overdue']['due'])}: {row['overdue']['why']}"
-    return f"paused by {row.get('paused_by') or '?'}" if row.get("paused") else "active"
-
+# -- listing ---------------------------------------------------------------------------
 
 def schedule_list_main(settings: Settings, as_json: bool = False, store: StoreProtocol | None = None) -> int:
     """`eagle schedule list`; `store`: the one to read (the caller's, which closes it), else
@@ -408,7 +370,7 @@ class Scheduler:
         if fire_id is None:   # a fire is run once, by whichever replica claimed it first
             log.info("schedule %s: the fire at %s was claimed already", cfg.name, slot)
             return None
-        if cfg.playbook == TUNE:   # a nightly `eagle tune` (frontends/schedule_tune.py)
+        if cfg.playbook == TUNE:   # a nightly `eagle tune` (frontends/service/schedule_tune.py)
             return await schedule_tune.fire(engine, store, self.hooks, cfg, fire_id, channel)
         req = RunRequest(playbook=cfg.playbook, hosts=list(cfg.hosts) or None, inputs=dict(cfg.inputs),
                          actor=f"schedule:{cfg.name}", origin="schedule", schedule=cfg.name,

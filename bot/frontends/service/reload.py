@@ -11,7 +11,6 @@ watch, the Slack client) follow the new configuration.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import re
@@ -20,12 +19,11 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from eaglebot.config import Settings, load_settings
-from eaglebot.engine.playbook import playbook_errors, playbook_files
 from eaglebot.engine.records import Observer
 from eaglebot.engine.registry import SkillRegistry
-from eaglebot.engine.schedules import check_schedules
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.frontends import oplog
+from eaglebot.frontends.config_check import check, playbook_digests
 from eaglebot.frontends.services import Services, Snapshot
 
 log = logging.getLogger("eaglebot.reload")
@@ -133,10 +131,6 @@ class Change:
         return "; ".join(self.parts) or "nothing changed"
 
 
-def _playbook_digests(settings: Settings) -> dict[str, object]:
-    return {name: hashlib.sha256(p.read_bytes()).hexdigest() for name, p in playbook_files(settings.playbooks_path).items()}
-
-
 Hook = Callable[[Snapshot, Snapshot, set[str]], Awaitable[None]]   # (old, new, env names changed)
 Check = Callable[[set[str]], Awaitable[str | None]]                 # env names changed -> why refused, or None
 
@@ -153,7 +147,7 @@ class Reloader:
         self.checks: list[Check] = []      # may refuse a reload before anything is swapped (a new token)
         self.on_reload: list[Hook] = []    # follow a reload that was done (scheduler, health watch)
         self._lock = asyncio.Lock()
-        self._playbooks = _playbook_digests(services.settings)
+        self._playbooks = playbook_digests(services.settings)
 
     async def reload(self, who: str) -> tuple[bool, str]:
         """(done, the answer for whoever asked: what changed, or why the reload was refused)."""
@@ -211,31 +205,8 @@ class Reloader:
         cur = self.services.settings
         if settings.audit_store != cur.audit_store or settings.audit_key_path != cur.audit_key_path:
             raise UsageError("audit_db or audit_key_file changed: that needs a restart of eagle serve")
-        registry, digests = _check(settings)
+        registry, digests = check(settings)
         return settings, registry, digests
-
-
-def _check(settings: Settings) -> tuple[SkillRegistry, dict[str, object]]:
-    """The skills, every playbook and every schedule of `settings`, checked; raises UsageError
-    (with file:line)."""
-    registry = SkillRegistry.from_settings(settings)
-    _, bad = playbook_errors(settings.playbooks_path, registry)
-    if bad:
-        raise bad[0][1]
-    problems = check_schedules(settings, registry)
-    if problems:
-        raise UsageError(str(problems[0]))
-    return registry, _playbook_digests(settings)
-
-
-def check_config(settings: Settings) -> str:
-    """`/eagle reload` outside `eagle serve` (`eagle chat reload`): the check a reload would
-    make, and how to make the running bot reload."""
-    registry, playbooks = _check(settings)
-    where = settings.source or "the built-in defaults"
-    return (f"{where}: {len(settings.hosts)} hosts, {len(playbooks)} playbooks, {len(registry)} skills and "
-            f"{len(settings.schedules)} schedules check out; a running `eagle serve` applies them on SIGHUP "
-            "(systemctl reload eaglebot) or `/eagle reload` in Slack")
 
 
 def _diff(old: Settings, new: Settings, old_reg: SkillRegistry, new_reg: SkillRegistry,

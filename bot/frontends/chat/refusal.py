@@ -1,0 +1,34 @@
+"""Who may run a playbook, and the audit row every refusal leaves.
+
+Apart from `access.py` because the handlers need these (`/eagle rerun` checks the playbook
+of the run it repeats), and `access.py` reads the table of words that names the handlers.
+"""
+from __future__ import annotations
+
+from eaglebot.config import AccessConfig
+from eaglebot.engine.output import printable
+from eaglebot.frontends.chat.command import Command
+from eaglebot.frontends.services import Services
+
+
+def allowed(users: list[str], user: str) -> bool:
+    return "*" in users or user in users
+
+
+def authorize_playbook(access: AccessConfig, playbook: str, user: str) -> str | None:
+    allow = access.playbooks.get(playbook)
+    if allow is not None and not allowed(allow, user):
+        return f"you are not on the allowlist of playbook {playbook!r} (access.playbooks.{playbook})"
+    return None
+
+
+async def audit_refusal(services: Services, user: str, cmd: Command, why: str, run_id: int | None = None) -> None:
+    """Every refusal is an audit record: an `events` row of kind `access_denied`."""
+    if run_id is None and cmd.name in ("cancel", "rerun", "show", "baseline", "ack") and cmd.args != ("last",):
+        try:
+            run_id = cmd.run_id
+        except (ValueError, IndexError):
+            run_id = None
+    what = services.redactor.text(printable(cmd.text or cmd.name))  # redact before truncating
+    await services.store.add_rejection("access_denied", printable(user), f"/eagle {what[:300]}",
+                                       services.redactor.text(printable(why)), run_id)

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import json
 import tempfile
+import threading
 from pathlib import Path
 
 from eaglebot.config import Settings
@@ -92,16 +93,40 @@ def _playbook_help(pb: Playbook) -> str:
     return "\n".join(lines)
 
 
+# A playbook's help row by (file, its mtime and size, the registry it was checked against): `/eagle
+# help` lists every playbook, and loading and validating each one on every help was ~17 ms of the
+# bot's CPU per command (tests/bench/bench_ack.py); an edited file or a reloaded registry is read again.
+_ROWS: dict[tuple[str, int, int, int], list[str]] = {}
+_ROWS_MAX = 4096
+_ROWS_LOCK = threading.Lock()
+
+
+def _playbook_row(name: str, path: Path, services: Services) -> list[str]:
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    key = (str(path), st.st_mtime_ns, st.st_size, id(services.registry)) if st else None
+    if key is not None and (row := _ROWS.get(key)) is not None:
+        return [name, *row[1:]]
+    try:
+        pb = load_playbook(path, services.registry)
+        row = [name, pb.description[:80], ", ".join(pb.inputs) or "-"]
+    except EagleError as e:
+        row = [name, f"INVALID: {str(e)[:80]}", "-"]
+    if key is not None:
+        if len(_ROWS) >= _ROWS_MAX:
+            _ROWS.clear()
+        _ROWS[key] = row
+    return row
+
+
 def _playbook_rows(services: Services) -> list[list[str]]:
-    """[name, description (80 characters), inputs] of every playbook the bot can run by name."""
-    rows = []
-    for name, path in _playbooks(services.settings).items():
-        try:
-            pb = load_playbook(path, services.registry)
-            rows.append([name, pb.description[:80], ", ".join(pb.inputs) or "-"])
-        except EagleError as e:
-            rows.append([name, f"INVALID: {str(e)[:80]}", "-"])
-    return rows
+    """[name, description (80 characters), inputs] of every playbook the bot can run by name.
+    One thread at a time: 50 helps at once would each load every playbook before the first had
+    filled the cache (and hold the GIL from the event loop's acks while they did)."""
+    with _ROWS_LOCK:
+        return [_playbook_row(name, path, services) for name, path in _playbooks(services.settings).items()]
 
 
 async def on_playbooks(services: Services, cmd: Command, caller: Caller) -> Reply:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -75,6 +74,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         finally:
             await svc.close()
 
+    import asyncio  # here, not at the top: eagle --help, history and show load no asyncio (tests/test_startup.py)
     r = asyncio.run(go())
     if past:
         if args.json:

@@ -60,15 +60,19 @@ class Acceptance:
     errors: list[str] = field(default_factory=list)
 
 
-def parse_probe(stdout: str, asked: int) -> Acceptance:
-    """The probe's JSON line (total: no line, or a line that is not the probe's, is no data)."""
-    doc: Any = None
+def _last_json_line(stdout: str) -> Any:
+    """The last line of `stdout` that is JSON (what the probe programs print last), or None."""
     for line in reversed(stdout.strip().splitlines()):
         try:
-            doc = json.loads(line)
-            break
+            return json.loads(line)
         except ValueError:
             continue
+    return None
+
+
+def parse_probe(stdout: str, asked: int) -> Acceptance:
+    """The probe's JSON line (total: no line, or a line that is not the probe's, is no data)."""
+    doc = _last_json_line(stdout)
     reqs = doc.get("requests") if isinstance(doc, dict) else None
     if not isinstance(reqs, list):
         return Acceptance([], [], None, 0, asked, ["the probe printed no result"])
@@ -176,13 +180,7 @@ class Phase:
 def flap_phases(stdout: str, settle_s: float, log_text: str = "") -> list[Phase]:
     """Tier switches in each phase's steady window (after `settle_s`), from the polls and, where the
     log was readable, from its switch lines between the recorded byte offsets."""
-    doc: Any = None
-    for line in reversed(stdout.strip().splitlines()):
-        try:
-            doc = json.loads(line)
-            break
-        except ValueError:
-            continue
+    doc = _last_json_line(stdout)
     if not isinstance(doc, dict) or not isinstance(doc.get("phases"), list):
         raise ValueError("the flap test printed no result")
     raw = log_text.encode("utf-8", "surrogateescape")

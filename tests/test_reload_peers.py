@@ -18,7 +18,7 @@ class Replica:
         return self.ok, "reloaded: hosts +gpu-09" if self.ok else "reload refused: eagle.yaml:3: bad"
 
 
-async def _until(cond, timeout: float = 5.0) -> None:
+async def _until(cond, timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not cond():

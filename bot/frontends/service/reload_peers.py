@@ -31,6 +31,9 @@ class PeerReloads:
         self._reload = reload
         self.every_s = every_s
         self.seen = 0   # the newest reload_all event this replica has acted on (or wrote)
+        # Held from writing our own request until `seen` covers it, and by each look: else the
+        # follower loop could read our own event in between and reload this replica twice.
+        self._lock = asyncio.Lock()
 
     async def _newest(self) -> tuple[int, str] | None:
         rows = await self.store.events(KIND, limit=1)
@@ -47,10 +50,11 @@ class PeerReloads:
         if not done:
             return done, text
         try:
-            await self.store.add_event(None, KIND, who)
-            newest = await self._newest()
-            if newest:
-                self.seen = max(self.seen, newest[0])
+            async with self._lock:
+                await self.store.add_event(None, KIND, who)
+                newest = await self._newest()
+                if newest:
+                    self.seen = max(self.seen, newest[0])
         except Exception as e:
             log.warning("could not ask the other replicas to reload: %s", e)
             return done, f"{text} (the other replicas, if any, were NOT asked: {e})"
@@ -58,10 +62,11 @@ class PeerReloads:
 
     async def check(self) -> bool:
         """One look for a newer request; reload here if there is one (True)."""
-        newest = await self._newest()
-        if newest is None or newest[0] <= self.seen:
-            return False
-        self.seen = newest[0]
+        async with self._lock:
+            newest = await self._newest()
+            if newest is None or newest[0] <= self.seen:
+                return False
+            self.seen = newest[0]
         await self._reload(f"{newest[1]} (via another replica)")
         return True
 

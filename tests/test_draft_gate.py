@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from helpers import eagle
-from sshd import start_sshd
 from test_server_skills import alive, get_health
-from test_shipped_playbooks import FAST, HomeHost, _ensure_home_user, _kill_user_processes, run, step, why
+from test_shipped_playbooks import FAST, open_home_host, run, step, why
 
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.history.view import RunView
@@ -31,16 +29,8 @@ from eaglebot.store import Store
 def home_host(tmp_path_factory):
     """test_shipped_playbooks's host (a non-root user's real home, the default config), an sshd and a
     user of this module's own: the two modules may run one after the other in the same worker."""
-    pw = _ensure_home_user(f"eaglegate{os.getpid()}")
-    server = start_sshd(Path("/tmp") / f"eagle-gate-sshd-{os.getpid()}", user=pw.pw_name)
-    host = HomeHost(server, pw, tmp_path_factory.mktemp("gate"))
-    try:
+    with open_home_host(f"eaglegate{os.getpid()}", "gate", tmp_path_factory) as host:
         yield host
-    finally:
-        _kill_user_processes(pw.pw_uid)
-        server.stop()
-        if os.geteuid() == 0:
-            subprocess.run(["userdel", "--remove", pw.pw_name], capture_output=True)
 
 
 SPEC = ["-e", "spec_steps=3", "-e", "spec_topk=1", "-e", "spec_draft_tokens=4", "-e", "bench_prompts=0",

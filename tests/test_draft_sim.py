@@ -14,15 +14,20 @@ import pytest
 from eaglebot.facts import draft_accept, eagle3
 
 SIM = Path(__file__).resolve().parents[1] / "bot" / "sim" / "sglang_pkg" / "sglang" / "_draft_fit.py"
+LANDSCAPE = SIM.with_name("_landscape.py")   # the simulated server's histogram (one for every acceptance)
 REAL_META = Path(__file__).parent / "fixtures" / "sglang" / "0.5.17/h200-real" / "probes.json"
 
 
-def _fit():
-    spec = importlib.util.spec_from_file_location("sim_draft_fit", SIM)
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["sim_draft_fit"] = mod          # dataclasses look their module up there
+    sys.modules[name] = mod                     # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
+
+
+def _fit():
+    return _load("sim_draft_fit", SIM)
 
 
 @pytest.mark.parametrize("ids", [None, [2, 30, 58], [-1, 2, 30], [3, 31, 59], [0, 14, 27], [1, 29, 57], [5, 5, 9]])
@@ -42,7 +47,7 @@ def test_acceptance_collapses_position_by_position_when_the_capture_points_diffe
     assert all(w < s < e for w, s, e in zip(wrong, shifted, exact))
     assert wrong[0] < 0.5 * acc[0] and wrong[1] < 0.1          # what draft.probe calls wrong inputs
     for pos in (exact, shifted, wrong):
-        hist = fit.histogram(400, pos)
+        hist = _load("sim_landscape", LANDSCAPE).histogram(400, pos)
         assert sum(hist) == 400
         stats = draft_accept.Stats(answered=1, verify_ct=400, histogram=hist)
         assert [round(p, 1) for p in stats.positions(3)[:1]] == [round(pos[0], 1)]

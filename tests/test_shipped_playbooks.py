@@ -9,6 +9,7 @@ host, while 1,629 tests with a test-friendly absolute `state_dir` passed. This m
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -18,6 +19,7 @@ import sqlite3
 import subprocess
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
@@ -104,19 +106,26 @@ def _kill_user_processes(uid: int) -> None:
             pass
 
 
-@pytest.fixture(scope="module")
-def home_host(tmp_path_factory):
-    pw = _ensure_home_user(_worker_user())
-    root = Path("/tmp") / f"eagle-home-sshd-{os.getpid()}"
-    server = start_sshd(root, user=pw.pw_name)
-    host = HomeHost(server, pw, tmp_path_factory.mktemp("shipped"))
+@contextlib.contextmanager
+def open_home_host(user: str, tag: str, tmp_path_factory) -> Iterator[HomeHost]:
+    """A non-root login user `user` with a real home, an sshd of its own for it, torn down after:
+    what every module that runs the shipped playbooks as a new user would (its own user and sshd,
+    since such modules may run one after the other in the same worker)."""
+    pw = _ensure_home_user(user)
+    server = start_sshd(Path("/tmp") / f"eagle-{tag}-sshd-{os.getpid()}", user=pw.pw_name)
     try:
-        yield host
+        yield HomeHost(server, pw, tmp_path_factory.mktemp(tag))
     finally:
         _kill_user_processes(pw.pw_uid)
         server.stop()
         if os.geteuid() == 0:
             subprocess.run(["userdel", "--remove", pw.pw_name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def home_host(tmp_path_factory):
+    with open_home_host(_worker_user(), "home", tmp_path_factory) as host:
+        yield host
 
 
 def run(cfg: Path, *argv: str) -> tuple[int, dict]:

@@ -14,7 +14,6 @@ below training, the later ones near zero. Without the file the sim keeps its old
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,30 +61,6 @@ class Fit:
             a = self.accuracy[min(j, len(self.accuracy) - 1)] * SERVING * q ** (j + 1)
             out.append(1.0 - (1.0 - a) * (1.0 - tree))
         return out
-
-
-def accept_length(pos: list[float]) -> float:
-    total, run = 1.0, 1.0
-    for a in pos:
-        run *= a
-        total += run
-    return total
-
-
-def histogram(verify_ct: int, pos: list[float]) -> list[int]:
-    """Verify passes that accepted k draft tokens, k = 0..depth (largest remainder rounding)."""
-    shares, run = [], 1.0
-    for a in pos:
-        shares.append(run * (1.0 - a))
-        run *= a
-    shares.append(run)
-    raw = [s * verify_ct for s in shares]
-    counts = [math.floor(x) for x in raw]
-    for i in sorted(range(len(raw)), key=lambda i: raw[i] - counts[i], reverse=True)[:verify_ct - sum(counts)]:
-        counts[i] += 1
-    while len(counts) > 1 and counts[-1] == 0:
-        counts.pop()                    # SGLang's histogram ends at the longest acceptance seen
-    return counts
 
 
 def load(draft: str | None, n: int, ids: list[int] | None) -> Fit | None:

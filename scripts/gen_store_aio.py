@@ -27,21 +27,42 @@ STORE = Path(__file__).resolve().parents[1] / "bot" / "store"
 # The mixins' own aggregate faces live in protocol.py, except these (the service's state and
 # the audit administration), in protocol_service.py: one module each stays under 500 lines.
 SERVICE = ("ReplicasMixin", "SchedulesMixin", "HealthMixin", "SweepsMixin", "MaintenanceMixin")
-# Who uses which faces: each caller is typed with its slice, not the whole store.
+# Who uses which faces: each caller is typed with its slice (or, where one face covers it, that
+# face), never the whole store; tests/test_architecture.py finds any annotation outside the store
+# that names the whole (`StoreProtocol`, `AsyncStoreProtocol`, `Store`, `AsyncStore`) and is not
+# one of the places that open it. A slice is made of the faces its consumer's calls reach,
+# including what it hands the store to (an async slice's `call` hands its function the same slice).
 SLICES = {
     "RunLog": ("What a run writes and reads back as it goes (the engine): the run, its steps and "
                "what they leave, approvals and events, host locks and the processes a step started.",
                ["Base", "Runs", "Steps", "Approvals", "Locks"]),
+    "EngineStore": ("What the engine holds (`Engine.store`): the run's log (`RunLog`), the health guard's "
+                    "reads, the skills' `AuditView` (trends), and what it hands its store to: the post-run "
+                    "hooks (history's judgement and incidents, the fleet's health) and the tuning it runs "
+                    "(sweeps).",
+                    ["Base", "Runs", "Steps", "Approvals", "Locks", "Trends", "Incidents", "Health", "Sweeps"]),
     "HistoryStore": ("What history reads and records (regressions, incidents, baselines, fingerprints, "
                      "trends, the warnings and events it leaves) and what the views of a run read.",
                      ["Runs", "Steps", "Trends", "Incidents", "Approvals"]),
+    "ScheduleReads": ("What the schedules' view reads (`/eagle schedule`, `eagle schedule list`): each "
+                      "schedule's last run, its fires and its pause.",
+                      ["Runs", "Schedules"]),
+    "SchedulerStore": ("What `eagle serve`'s scheduler reads and writes: the fires, their claims among the "
+                       "replicas and the pauses, each schedule's runs and what its report reads of them "
+                       "(history's reads: the run's view, its trends), and the audit head it posts.",
+                       ["Runs", "Steps", "Trends", "Incidents", "Approvals", "Schedules", "Replicas",
+                        "Maintenance"]),
+    "MetricsReads": ("What `/metrics` reads of the store at each scrape: the open incidents and the "
+                     "quarantined GPUs and hosts.",
+                     ["Incidents", "Health"]),
     "ServiceState": ("What `eagle serve` keeps (schedules and their fires, the replicas' lease and "
                      "heartbeats, Slack's seen requests, the health watch and the events it writes, sweeps).",
                      ["Schedules", "Replicas", "Health", "Sweeps", "Approvals"]),
     "AuditAdmin": ("The audit trail's administration: verify, head, backup, prune, writability.",
                    ["Base", "Maintenance"]),
 }
-SYNC_ONLY = {"AuditAdmin"}   # the CLI's `eagle audit` opens the store itself: no async twin
+# No async twin: `eagle audit` opens the store itself; the schedules' view runs inside a `call`.
+SYNC_ONLY = {"AuditAdmin", "ScheduleReads"}
 
 ROW_IMPORTS = '''from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
@@ -168,8 +189,8 @@ def _module(doc: str, is_async: bool, service: bool) -> str:
         mod = "protocol_async_service" if is_async else "protocol_service"
         extra = _pack(f"from eaglebot.store.{mod} import (", names, ")")
         if is_async:
-            extra += "\nfrom eaglebot.store.protocol import " + ", ".join(["HistoryStore", "RunLog", "ServiceState",
-                                                                         "StoreProtocol"])
+            synced = sorted(n for n in SLICES if n not in SYNC_ONLY)
+            extra += "\n" + _pack("from eaglebot.store.protocol import (", [*synced, "StoreProtocol"], ")")
         imports = imports.replace("\nif TYPE_CHECKING:", extra + "\n\nif TYPE_CHECKING:")
         if is_async:
             imports += '\nT = TypeVar("T")\n'

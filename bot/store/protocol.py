@@ -369,9 +369,33 @@ class RunLog(BaseFace, RunsFace, StepsFace, ApprovalsFace, LocksFace, Protocol):
     leave, approvals and events, host locks and the processes a step started."""
 
 
+class EngineStore(BaseFace, RunsFace, StepsFace, ApprovalsFace, LocksFace, TrendsFace, IncidentsFace,
+            HealthFace, SweepsFace, Protocol):
+    """What the engine holds (`Engine.store`): the run's log (`RunLog`), the health guard's reads, the
+    skills' `AuditView` (trends), and what it hands its store to: the post-run hooks (history's
+    judgement and incidents, the fleet's health) and the tuning it runs (sweeps)."""
+
+
 class HistoryStore(RunsFace, StepsFace, TrendsFace, IncidentsFace, ApprovalsFace, Protocol):
     """What history reads and records (regressions, incidents, baselines, fingerprints, trends, the
     warnings and events it leaves) and what the views of a run read."""
+
+
+class ScheduleReads(RunsFace, SchedulesFace, Protocol):
+    """What the schedules' view reads (`/eagle schedule`, `eagle schedule list`): each schedule's last
+    run, its fires and its pause."""
+
+
+class SchedulerStore(RunsFace, StepsFace, TrendsFace, IncidentsFace, ApprovalsFace, SchedulesFace,
+            ReplicasFace, MaintenanceFace, Protocol):
+    """What `eagle serve`'s scheduler reads and writes: the fires, their claims among the replicas and
+    the pauses, each schedule's runs and what its report reads of them (history's reads: the run's
+    view, its trends), and the audit head it posts."""
+
+
+class MetricsReads(IncidentsFace, HealthFace, Protocol):
+    """What `/metrics` reads of the store at each scrape: the open incidents and the quarantined GPUs
+    and hosts."""
 
 
 class ServiceState(SchedulesFace, ReplicasFace, HealthFace, SweepsFace, ApprovalsFace, Protocol):

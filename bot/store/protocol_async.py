@@ -19,7 +19,8 @@ from eaglebot.store.rows import (
 from eaglebot.store.sealing import AuditKey
 from eaglebot.store.protocol_async_service import (AsyncReplicasFace, AsyncSweepsFace, AsyncSchedulesFace,
             AsyncHealthFace, AsyncMaintenanceFace)
-from eaglebot.store.protocol import HistoryStore, RunLog, ServiceState, StoreProtocol
+from eaglebot.store.protocol import (EngineStore, HistoryStore, MetricsReads, RunLog, SchedulerStore,
+            ServiceState, StoreProtocol)
 
 if TYPE_CHECKING:  # the engine's records (the sdk loads pydantic: `eagle history` does not)
     from eaglebot.sdk import FileChange, Metric, Regression
@@ -359,6 +360,22 @@ class AsyncRunLog(AsyncBaseFace, AsyncRunsFace, AsyncStepsFace, AsyncApprovalsFa
         ...
 
 
+class AsyncEngineStore(AsyncBaseFace, AsyncRunsFace, AsyncStepsFace, AsyncApprovalsFace, AsyncLocksFace,
+            AsyncTrendsFace, AsyncIncidentsFace, AsyncHealthFace, AsyncSweepsFace, Protocol):
+    """What the engine holds (`Engine.store`): the run's log (`RunLog`), the health guard's reads, the
+    skills' `AuditView` (trends), and what it hands its store to: the post-run hooks (history's
+    judgement and incidents, the fleet's health) and the tuning it runs (sweeps)."""
+
+    @property
+    def sync(self) -> EngineStore:
+        """The synchronous store underneath, as this slice."""
+        ...
+
+    async def call(self, fn: Callable[[EngineStore], T]) -> T:
+        """Run `fn(store)` on the store's side: several reads that belong together at once."""
+        ...
+
+
 class AsyncHistoryStore(AsyncRunsFace, AsyncStepsFace, AsyncTrendsFace, AsyncIncidentsFace,
             AsyncApprovalsFace, Protocol):
     """What history reads and records (regressions, incidents, baselines, fingerprints, trends, the
@@ -370,6 +387,36 @@ class AsyncHistoryStore(AsyncRunsFace, AsyncStepsFace, AsyncTrendsFace, AsyncInc
         ...
 
     async def call(self, fn: Callable[[HistoryStore], T]) -> T:
+        """Run `fn(store)` on the store's side: several reads that belong together at once."""
+        ...
+
+
+class AsyncSchedulerStore(AsyncRunsFace, AsyncStepsFace, AsyncTrendsFace, AsyncIncidentsFace,
+            AsyncApprovalsFace, AsyncSchedulesFace, AsyncReplicasFace, AsyncMaintenanceFace, Protocol):
+    """What `eagle serve`'s scheduler reads and writes: the fires, their claims among the replicas and
+    the pauses, each schedule's runs and what its report reads of them (history's reads: the run's
+    view, its trends), and the audit head it posts."""
+
+    @property
+    def sync(self) -> SchedulerStore:
+        """The synchronous store underneath, as this slice."""
+        ...
+
+    async def call(self, fn: Callable[[SchedulerStore], T]) -> T:
+        """Run `fn(store)` on the store's side: several reads that belong together at once."""
+        ...
+
+
+class AsyncMetricsReads(AsyncIncidentsFace, AsyncHealthFace, Protocol):
+    """What `/metrics` reads of the store at each scrape: the open incidents and the quarantined GPUs
+    and hosts."""
+
+    @property
+    def sync(self) -> MetricsReads:
+        """The synchronous store underneath, as this slice."""
+        ...
+
+    async def call(self, fn: Callable[[MetricsReads], T]) -> T:
         """Run `fn(store)` on the store's side: several reads that belong together at once."""
         ...
 

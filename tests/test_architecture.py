@@ -2,10 +2,12 @@
 `.importlinter` really fails a layering violation (scripts/check-arch.sh runs it in CI)."""
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,97 @@ def test_no_any_on_the_seams():
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
              if ANY_ANNOTATION.search(line)]
     assert found == []
+
+
+# The whole store: a caller is typed with the slice of it that it uses (store/protocol.py, generated
+# from SLICES in scripts/gen_store_aio.py), never with all of it. Only the places that open the
+# store, and so own and close it, name the whole (issue 36: "every caller of the store is typed
+# with a slice, not the whole protocol").
+WHOLE_STORE = {"StoreProtocol", "AsyncStoreProtocol", "Store", "AsyncStore"}
+OPENERS = {
+    "bot/frontends/cli/common.py": {"open_store", "store_only", "read_store", "view_store", "empty_store"},
+    "bot/frontends/cli/tuning_cmds.py": {"_store"},
+    # opens the store (`Services.open`), closes it (`close`), and hands each consumer its slice
+    "bot/frontends/services.py": {"Services.__init__"},
+}
+
+
+def _names_in(annotation: ast.expr) -> set[str]:
+    """The names an annotation mentions, quoted ones included (`"Store | None"`); a `Literal`'s
+    strings are values, not names."""
+    found: set[str] = set()
+    todo = [annotation]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Subscript) and _names_in(node.value) & {"Literal"}:
+            continue
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                todo.append(ast.parse(node.value, mode="eval").body)
+            except SyntaxError:
+                pass
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def whole_store_annotations(source: str) -> list[tuple[str, str]]:
+    """(where, name) for each annotation in `source` that names the whole store; `where` is the
+    qualified name of the function (its parameters and return) or of the annotated variable."""
+    out: list[tuple[str, str]] = []
+
+    def visit(node: ast.AST, scope: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                where = ".".join([*scope, child.name])
+                a = child.args
+                anns = [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+                        if x is not None and x.annotation is not None]
+                for ann in [*anns, *([child.returns] if child.returns else [])]:
+                    out.extend((where, n) for n in sorted(_names_in(ann) & WHOLE_STORE))
+                visit(child, [*scope, child.name])
+            elif isinstance(child, ast.ClassDef):
+                visit(child, [*scope, child.name])
+            else:
+                if isinstance(child, ast.AnnAssign):
+                    target = ast.unparse(child.target)
+                    out.extend((".".join([*scope, target]), n)
+                               for n in sorted(_names_in(child.annotation) & WHOLE_STORE))
+                visit(child, scope)
+
+    with warnings.catch_warnings():   # a module's own invalid escape is the compiler's to report
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tree = ast.parse(source)
+    visit(tree, [])
+    return out
+
+
+def test_every_user_of_the_store_is_typed_with_a_slice():
+    found: dict[str, set[str]] = {}
+    for p in sorted((ROOT / "bot").rglob("*.py")):
+        if (ROOT / "bot" / "store") not in p.parents:
+            for where, name in whole_store_annotations(p.read_text(encoding="utf-8")):
+                found.setdefault(str(p.relative_to(ROOT)), set()).add(f"{where} ({name})")
+    whole = {f"{rel}: {w}" for rel, ws in found.items() for w in ws
+             if w.split(" (")[0] not in OPENERS.get(rel, set())}
+    # each: type it with the slice it uses (store/protocol.py; a new one goes in SLICES of
+    # scripts/gen_store_aio.py)
+    assert sorted(whole) == []
+    # and the allow-list names only places that still open the store
+    assert {rel: {w.split(" (")[0] for w in ws} for rel, ws in found.items()} == OPENERS
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("def f(store: StoreProtocol) -> None: ...", [("f", "StoreProtocol")]),
+    ("class C:\n    async def g(self, s: 'AsyncStoreProtocol | None') -> int: ...", [("C.g", "AsyncStoreProtocol")]),
+    ("class C:\n    store: store.Store\n", [("C.store", "Store")]),
+    ("def f(x: Callable[[Store], T]) -> T: ...", [("f", "Store")]),
+    ("def f() -> Iterator[AsyncStore]: ...", [("f", "AsyncStore")]),
+    ("def f(store: HistoryStore, run: RunsFace) -> StoreError: ...", []),
+    ("def f(kind: Literal['Store', 'a b'], n: 'not a type!') -> None: ...", []),
+])
+def test_the_slice_check_sees_the_whole_store_however_it_is_written(source, expected):
+    assert whole_store_annotations(source) == expected

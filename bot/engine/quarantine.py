@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from eaglebot.engine.records import Prepared, RunRequest
 from eaglebot.errors import HostQuarantined
-from eaglebot.store.protocol_async import AsyncServiceState
+from eaglebot.store.protocol_async import AsyncEngineStore
 from eaglebot.store.rows import HealthStateRow
 
 # The shipped playbooks that must not run on a sick GPU (their numbers would mislead).
@@ -23,7 +23,7 @@ def _why(host: str, row: HealthStateRow) -> str:
     return f"{host} is {row['state']} since {row['since']} ({what}: {row['reason'] or 'no reason recorded'})"
 
 
-async def drain_breaker(store: AsyncServiceState, prep: Prepared, limit: int) -> None:
+async def drain_breaker(store: AsyncEngineStore, prep: Prepared, limit: int) -> None:
     """The circuit breaker on drains, automatic or approved: no more than `limit` watched hosts
     draining or drained at once."""
     drained = {r["host"] for r in await store.health_states() if r["state"] in ("draining", "drained")}
@@ -34,7 +34,7 @@ async def drain_breaker(store: AsyncServiceState, prep: Prepared, limit: int) ->
                               f"(health_watch.max_quarantined_pct); drain of {', '.join(new)} refused")
 
 
-async def health_guard(store: AsyncServiceState, req: RunRequest, prep: Prepared,
+async def health_guard(store: AsyncEngineStore, req: RunRequest, prep: Prepared,
                        drain_limit: int | None = None) -> Prepared:
     """The request's hosts less the held ones (schedules), or HostQuarantined naming why.
     `drain_limit`: with a health watch, how many hosts may be draining or drained at once."""

@@ -27,7 +27,7 @@ from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.steps import StepRunner, shell_param
 from eaglebot.sdk import PATH_VARS, ApprovalRequest, Regression, StepResult, expand_home
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async import AsyncEngineStore
 from eaglebot.store.rows import NewRun
 from eaglebot.transport import TransportPool
 from eaglebot.transport.base import RUN
@@ -52,7 +52,7 @@ def takes_locks(pb: Playbook, registry: SkillRegistry) -> bool:
 
 
 class Engine(StepRunner):
-    def __init__(self, settings: Settings, store: AsyncStoreProtocol, pool: TransportPool | None = None,
+    def __init__(self, settings: Settings, store: AsyncEngineStore, pool: TransportPool | None = None,
                  *, redactor: Redactor | None = None, registry: SkillRegistry | None = None):
         self.settings = settings
         self.registry = registry if registry is not None else SkillRegistry.from_settings(settings)

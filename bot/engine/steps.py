@@ -25,7 +25,7 @@ from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.errors import StoreError
 from eaglebot.sdk import AnySkill, ApprovalRequest, SkillContext, StepResult
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async import AsyncEngineStore
 from eaglebot.store.rows import StepEnd
 from eaglebot.transport import TransportPool
 
@@ -38,7 +38,7 @@ T = TypeVar("T")
 class StepRunner:
     settings: Settings
     registry: SkillRegistry
-    store: AsyncStoreProtocol
+    store: AsyncEngineStore
     pool: TransportPool
     redactor: Redactor
     heartbeat_s: float

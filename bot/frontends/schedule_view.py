@@ -14,9 +14,9 @@ from eaglebot.engine.schedules import check_schedules
 from eaglebot.frontends.cron import iso_utc, next_fire, trigger_for
 from eaglebot.frontends.format import fmt_time
 from eaglebot.frontends.schedule_alarm import overdue, reference, since
-from eaglebot.store.protocol import StoreProtocol
+from eaglebot.store.protocol import ScheduleReads
 
-def schedule_rows(settings: Settings, store_sync: StoreProtocol, now: datetime | None = None) -> list[dict[str, Any]]:
+def schedule_rows(settings: Settings, store_sync: ScheduleReads, now: datetime | None = None) -> list[dict[str, Any]]:
     """One dict per configured schedule: name, playbook, hosts, cron, timezone, next_fire
     (ISO 8601 UTC or None), last_run_id, last_status, paused, errors, overdue (the missing-run
     alarm: {due, why}, or None)."""

@@ -17,7 +17,7 @@ from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import Engine
 from eaglebot.engine.records import Observer
 from eaglebot.store import AsyncStore
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async import AsyncEngineStore, AsyncStoreProtocol
 from eaglebot.transport import TransportPool
 
 # `/eagle reload` in a running `eagle serve`: (who) -> (done, the sentence that answers them)
@@ -34,7 +34,7 @@ class Snapshot:
     engine: Engine
 
     @classmethod
-    def build(cls, settings: Settings, store: AsyncStoreProtocol, watchers: list[Observer] | None = None,
+    def build(cls, settings: Settings, store: AsyncEngineStore, watchers: list[Observer] | None = None,
               registry: SkillRegistry | None = None) -> "Snapshot":
         registry = registry or SkillRegistry.from_settings(settings)
         pool = TransportPool(settings)
@@ -47,6 +47,8 @@ class Snapshot:
 
 class Services:
     def __init__(self, store: AsyncStoreProtocol, current: Snapshot):
+        # The whole store: `Services` opens it (`open`) and closes it (`close`); each part that
+        # uses it is typed with its slice of it (store/protocol.py).
         self.store = store
         self.current = current
         self.reloader: Reloader | None = None   # set by `eagle serve`

@@ -27,7 +27,7 @@ from eaglebot.frontends.replicas_text import LEADER, leader_of, replica_rows, re
 from eaglebot.frontends.format import describe_inputs, fmt_time, history_text, show_text, since, table
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import HistoryRow, RunView, load_history
-from eaglebot.store.protocol import StoreProtocol
+from eaglebot.store.protocol import HistoryStore
 from eaglebot.suggest import did_you_mean, nearest
 
 LOG_LINES = 60
@@ -160,7 +160,7 @@ async def on_history(services: Services, cmd: Command, caller: Caller) -> Reply:
             playbook = first
             host = names[1] if len(names) > 1 else None
 
-    def query(s: StoreProtocol) -> tuple[list[HistoryRow], str]:
+    def query(s: HistoryStore) -> tuple[list[HistoryRow], str]:
         from eaglebot.history.incidents import open_text
 
         return load_history(s, playbook=playbook, host=host, limit=int(n)), open_text(s, playbook=playbook, host=host)

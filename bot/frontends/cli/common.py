@@ -16,6 +16,7 @@ from eaglebot.errors import UsageError
 if TYPE_CHECKING:
     from eaglebot.config import Settings
     from eaglebot.store import Store
+    from eaglebot.store.protocol import RunsFace
     from eaglebot.store.rows import RunRow
 
 
@@ -138,7 +139,7 @@ def empty_store() -> Iterator[Store]:
             store.close()
 
 
-def known_run(store: Store, run_id: int) -> RunRow:
+def known_run(store: RunsFace, run_id: int) -> RunRow:
     run = store.get_run(run_id)
     if run is None:
         raise UsageError(f"no run #{run_id}")

@@ -14,7 +14,7 @@ from eaglebot.frontends.cli.common import settings as _settings
 from eaglebot.frontends.cli.common import whoami as _whoami
 
 if TYPE_CHECKING:
-    from eaglebot.store import Store
+    from eaglebot.store.protocol import RunsFace, StepsFace
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -48,7 +48,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
-def _nothing_matched(store: Store, args: argparse.Namespace) -> str:
+def _nothing_matched(store: RunsFace, args: argparse.Namespace) -> str:
     """What an empty history filtered out: `no failed runs of bench on gpu-01 in the last 7d
     (3 runs in all)`."""
     total = store.run_count()
@@ -100,7 +100,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_outputs(store: Store, run_id: int) -> None:
+def _write_outputs(store: StepsFace, run_id: int) -> None:
     """Every step's whole output, byte for byte, to stdout (in the order the steps ran), each
     after a header line on stderr; the file is checked against the SHA-256 in its row first."""
     from eaglebot.engine.output import check_output_file, printable, read_chunks

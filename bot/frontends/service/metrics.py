@@ -28,8 +28,8 @@ from prometheus_client.registry import Collector
 from eaglebot.engine.records import Observer, RunOutcome, StepRecord
 from eaglebot.frontends.service.http_guard import Listener, listen
 from eaglebot.sdk import StepResult
-from eaglebot.store.protocol import StoreProtocol
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol import MetricsReads
+from eaglebot.store.protocol_async import AsyncMetricsReads
 
 STEP_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800, 3600, float("inf"))
 _ALL: "weakref.WeakSet[Metrics]" = weakref.WeakSet()
@@ -64,7 +64,7 @@ class _StoreGauges(Collector):
 
 
 class Metrics:
-    def __init__(self, store: AsyncStoreProtocol):
+    def __init__(self, store: AsyncMetricsReads):
         self.store = store
         self.registry = CollectorRegistry()
         r = self.registry
@@ -103,7 +103,7 @@ class Metrics:
 
     async def refresh(self) -> None:
         """The store's gauges, now. A failing store leaves them out of this scrape (and counts it)."""
-        def read(s: StoreProtocol) -> dict[str, float]:
+        def read(s: MetricsReads) -> dict[str, float]:
             held = [h for h in s.health_states() if h["state"] == "quarantined"]
             return {"eagle_open_incidents": float(len(s.incidents(status="open", limit=100_000))),
                     "eagle_quarantined_gpus": float(sum(1 for h in held if h["gpu"] >= 0)),

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Awaitable, Callable
 
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async import AsyncApprovalsFace
 
 log = logging.getLogger("eaglebot.reload")
 
@@ -26,7 +26,7 @@ Reload = Callable[[str], Awaitable[tuple[bool, str]]]
 class PeerReloads:
     """The Slack path of a reload (`from_slack`) and the loop that follows other replicas' (`run`)."""
 
-    def __init__(self, store: AsyncStoreProtocol, reload: Reload, *, every_s: float = BEAT_S):
+    def __init__(self, store: AsyncApprovalsFace, reload: Reload, *, every_s: float = BEAT_S):
         self.store = store
         self._reload = reload
         self.every_s = every_s

@@ -11,7 +11,7 @@ from typing import Any
 from eaglebot.config import ScheduleConfig
 from eaglebot.engine.runner import Engine
 from eaglebot.errors import EagleError
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol_async_service import AsyncSchedulesFace
 
 log = logging.getLogger("eaglebot.scheduler")
 
@@ -48,7 +48,7 @@ def request(cfg: ScheduleConfig) -> Any:
     return req
 
 
-async def fire(engine: Engine, store: AsyncStoreProtocol, hooks: Any, cfg: ScheduleConfig, fire_id: int,
+async def fire(engine: Engine, store: AsyncSchedulesFace, hooks: Any, cfg: ScheduleConfig, fire_id: int,
                channel: str | None) -> int | None:
     """`hooks`: the scheduler's (observer, post, upload, and Slack's post_tune)."""
     from eaglebot.frontends.tuning.tune_plot import render_tune

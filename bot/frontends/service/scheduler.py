@@ -44,8 +44,8 @@ from eaglebot.frontends.services import Services
 from eaglebot.history.view import RunView
 from eaglebot.sdk import StepResult
 from eaglebot.store import now_iso, open_store, parse_iso
-from eaglebot.store.protocol import StoreProtocol
-from eaglebot.store.protocol_async import AsyncStoreProtocol
+from eaglebot.store.protocol import ScheduleReads
+from eaglebot.store.protocol_async import AsyncSchedulerStore
 
 log = logging.getLogger("eaglebot.scheduler")
 
@@ -63,19 +63,20 @@ class Hooks(Protocol):
 
 # -- listing ---------------------------------------------------------------------------
 
-def schedule_list_main(settings: Settings, as_json: bool = False, store: StoreProtocol | None = None) -> int:
+def schedule_list_main(settings: Settings, as_json: bool = False, store: ScheduleReads | None = None) -> int:
     """`eagle schedule list`; `store`: the one to read (the caller's, which closes it), else
     the config's."""
-    own = store is None
-    store = open_store(settings.audit_store, key_file=settings.audit_key_path) if store is None else store
+    if store is None:
+        own = open_store(settings.audit_store, key_file=settings.audit_key_path)
+        try:
+            return schedule_list_main(settings, as_json, own)
+        finally:
+            own.close()
     try:
         rows = schedule_rows(settings, store)
     except UsageError as e:
         print(f"eagle: {e}", file=sys.stderr)
         return e.exit_code
-    finally:
-        if own:
-            store.close()
     problems = [p for r in rows for p in r["errors"]]
     for p in problems:
         print(f"eagle: {p}", file=sys.stderr)
@@ -169,7 +170,7 @@ class Scheduler:
         self.missed_while = "while the bot was down"   # a reload's scheduler: "before this reload"
 
     @property
-    def store(self) -> AsyncStoreProtocol:
+    def store(self) -> AsyncSchedulerStore:
         return self.services.store
 
     def _channel(self, cfg: ScheduleConfig) -> str | None:

@@ -5,7 +5,7 @@ hand-written signature and docstring of its methods. From them this writes, so n
 drift from the code:
 - store/protocol.py and store/protocol_service.py: one Protocol per mixin (`RunsFace`,
   `StepsFace`, ...: the slices a caller is typed with), the consumers' slices made of them
-  (`RunLog`, `HistoryStore`, `ServiceState`, `AuditAdmin`), and `StoreProtocol`, all of them;
+  (`SLICES` below: `RunLog`, `EngineStore`, `HistoryStore`, ...), and `StoreProtocol`, all of them;
 - store/protocol_async.py and protocol_async_service.py: the same, awaited (`AsyncRunsFace`,
   ..., `AsyncRunLog`, ..., `AsyncStoreProtocol`);
 - store/aio_methods.py: `AsyncStore`'s methods, each the sync call on the writer thread.

@@ -1,4 +1,4 @@
-"""The workload scheduler's view of a node, as pure parsers: Slurm's `sinfo` and Kubernetes'
+r"""The workload scheduler's view of a node, as pure parsers: Slurm's `sinfo` and Kubernetes'
 `kubectl get` output, and the exact commands that drain and resume a node in each.
 
 Formats (tests/fixtures/cluster/, each file naming its source):

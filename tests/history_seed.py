@@ -41,5 +41,5 @@ def seed_run(store: Store, playbook: str, host: str, *, metrics: dict[str, float
                                             (better or {}).get(k, "higher")) for k, v in metrics.items()]))
     store.finish_run(rid, status, exit_code=0 if status == "succeeded" else 1)
     if started_at:
-        store.db.execute("update runs set started_at = ? where id = ?", [started_at, rid])
+        store.db.execute("update runs set started_at = $1 where id = $2", [started_at, rid])
     return rid

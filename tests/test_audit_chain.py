@@ -206,7 +206,7 @@ def test_a_column_added_by_a_later_migration_is_covered(tmp_path, monkeypatch):
     monkeypatch.setitem(chain.CHAIN_SCHEMA, 99, {"runs": ("incident",)})
     with store._tx():
         store.db.conn.execute("alter table runs add column incident text")
-        chain.record_migration(store.db.conn, 99)
+        chain.record_migration(store.db, 99)
     assert store.audit_verify()["ok"], store.audit_verify()["problems"]
     assert store.db.execute("select count(*) from audit_chain where op = 'S'").fetchone()[0] == snapshots
     store.close()
@@ -222,7 +222,7 @@ def test_a_column_added_by_a_later_migration_is_covered(tmp_path, monkeypatch):
 def test_every_chained_table_exists_and_prune_is_recorded_not_flagged(tmp_path):
     store = Store(tmp_path / "a.db")
     for t in chain.CHAINED_TABLES:
-        assert chain.table_exists(store.db.conn, t), t
+        assert chain.table_exists(store.db, t), t
     rid = store.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli"))
     store.finish_run(rid, "succeeded", exit_code=0)
     store.db.conn.execute("update runs set started_at = '2000-01-01T00:00:00.000Z'")  # outside a tx: unsealed

@@ -51,7 +51,7 @@ async def run_local(services, tmp_path, pb_text: str, *, gpus: int = 1, residual
 
 
 def approvals(svc, run_id: int) -> list[dict]:
-    return list(svc.store.sync.db.query("select * from approvals where run_id = ?", [run_id]))
+    return list(svc.store.sync.db.query("select * from approvals where run_id = $1", [run_id]))
 
 
 # -- cleanup ----------------------------------------------------------------------------------

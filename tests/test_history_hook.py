@@ -89,7 +89,7 @@ async def test_insufficient_history_flags_nothing_and_is_noted(services):
         seed_run(svc.store.sync, "bench", "local", metrics={"output_throughput": v})
     out = await new_run(svc, "bench", "local", [Metric("output_throughput", 20.0, "tok/s")])
     assert await history_hook(svc.engine, out, None) == []
-    notes = list(svc.store.sync.db.query("select message from events where run_id = ?", [out.run_id]))
+    notes = list(svc.store.sync.db.query("select message from events where run_id = $1", [out.run_id]))
     assert "insufficient history: 3 prior runs (need 5)" in notes[0]["message"]
 
 

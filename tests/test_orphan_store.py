@@ -36,7 +36,7 @@ def test_a_crashed_run_leaves_a_pending_cleanup_and_keeps_its_lock_with_a_reason
     s.acquire_hosts(rid, ["gpu"])
     sid = s.step_started(rid, 0, "gpu", "nap", "shell", {})
     # The process that ran it is gone (a pid that cannot be alive).
-    s.db.execute("update runs set pid = 999999999 where id = ?", [rid])
+    s.db.execute("update runs set pid = 999999999 where id = $1", [rid])
     s.db.execute("update locks set pid = 999999999")
     assert s.recover() == [rid]
     (row,) = s.pending_procs("gpu")

@@ -96,14 +96,14 @@ def test_prune_keeps_baselines_and_running_runs_and_deletes_child_rows(tmp_path)
     store.add_warning(doomed, "h", "w")
     store.add_event(doomed, "k", "m")
     running = store.create_run(NewRun(playbook="bench", hosts=["h"], inputs={}, variables={}, actor="t", origin="cli"))
-    store.db.execute("update runs set started_at = ? where id = ?", [old, running])
+    store.db.execute("update runs set started_at = $1 where id = $2", [old, running])
     fresh = seed_run(store, "bench", "h", metrics={"output_throughput": 92})
     store.set_baseline(base, "t")
     assert store.prune(timedelta(days=90)) == 1
     ids = {r["id"] for r in store.db.query("select id from runs")}
     assert ids == {base, running, fresh}
     for t in ("steps", "metrics", "changes", "warnings", "events", "run_hosts"):
-        assert store.db.execute(f"select count(*) from {t} where run_id = ?", [doomed]).fetchone()[0] == 0, t
+        assert store.db.execute(f"select count(*) from {t} where run_id = $1", [doomed]).fetchone()[0] == 0, t
     assert store.metrics(base) and store.steps(base)
 
 

@@ -274,15 +274,15 @@ def test_runs_of_a_replica_on_another_machine_that_stopped_beating_are_interrupt
                                                       "variables": {}, "actor": "a", "origin": "slack"})
     with store._tx():
         for i, name in enumerate(("dead", "alive", "cli")):
-            store.db.execute("update runs set hostname = ?, pid = ?, proc_start = '7' where id = ?",
+            store.db.execute("update runs set hostname = $1, pid = $2, proc_start = '7' where id = $3",
                              [f"far-{name}", 4000 + i, ids[name]])
-            store.db.execute("update locks set hostname = ?, pid = ?, proc_start = '7' where run_id = ?",
+            store.db.execute("update locks set hostname = $1, pid = $2, proc_start = '7' where run_id = $3",
                              [f"far-{name}", 4000 + i, ids[name]])
     store.replica_beat("far-dead:4000:aa", hostname="far-dead", pid=4000, proc_start="7", version="x")
     store.replica_beat("far-alive:4001:bb", hostname="far-alive", pid=4001, proc_start="7", version="x")
     long_ago = (datetime.now(timezone.utc) - timedelta(minutes=1)).isoformat(timespec="milliseconds")
     with store._tx():
-        store.db.execute("update replicas set seen_at = ? where id = 'far-dead:4000:aa'",
+        store.db.execute("update replicas set seen_at = $1 where id = 'far-dead:4000:aa'",
                          [long_ago.replace("+00:00", "Z")])
     assert store.recover() == [ids["dead"]]
     assert store.get_run(ids["dead"])["status"] == "interrupted"

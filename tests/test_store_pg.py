@@ -47,7 +47,7 @@ def test_a_database_marked_at_an_older_version_converges(pg_url, version):
     want = _tables(s)
     rid = s.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli"))
     s.finish_run(rid, "succeeded", exit_code=0)
-    s.db.execute("update eagle_schema set version = ?", [version])
+    s.db.execute("update eagle_schema set version = $1", [version])
     s.close()
     s = open_store(pg_url)
     try:
@@ -197,16 +197,21 @@ def test_a_url_in_audit_db_is_never_turned_into_a_path(tmp_path):
     assert s.audit_db_url is None and s.audit_store == s.db_path == tmp_path / "state" / "eagle.db"
 
 
-def test_a_table_created_in_sqlite_words_numbers_its_rows_and_has_a_rowid(pg_url):
+def test_a_table_a_migration_creates_numbers_its_rows_and_has_a_hidden_rowid(pg_url):
     s = open_store(pg_url)
     try:
-        with s._tx():   # as a migration written in portable SQL would
-            s.db.execute("create table if not exists sample_rows (id integer primary key, name text not null)")
-            cur = s.db.execute("insert into sample_rows (name) values (?)", ["r1"])
-        assert cur.lastrowid == 1
-        assert tuple(s.db.execute("select rowid, id from sample_rows").fetchone()) == (1, 1)
-        assert chain.columns(s.db.conn, "sample_rows") == ["id", "name"]
-        assert list(s.db.query("select * from sample_rows")) == [{"id": 1, "name": "r1"}]
+        with s._tx():   # as a migration does: the table through the face, the row through insert_row
+            s.db.table("sample_rows").create({"id": int, "name": str}, pk="id", not_null={"name"})
+            s.db.table("sample_keys").create({"key": str, "note": str}, pk="key")
+            assert s.db.insert_row("sample_rows", {"name": "r1"}) == 1
+            assert s.db.insert_row("sample_rows", {"name": "r2"}) == 2
+            assert s.db.insert_row("sample_keys", {"key": "k", "note": "n"}) == 1   # an identity rowid
+        assert [tuple(r) for r in s.db.execute("select rowid, id from sample_rows order by id").fetchall()] == \
+            [(1, 1), (2, 2)]
+        assert chain.columns(s.db, "sample_rows") == ["id", "name"]
+        assert list(s.db.query("select * from sample_rows order by id")) == [{"id": 1, "name": "r1"},
+                                                                              {"id": 2, "name": "r2"}]
+        assert list(s.db.query("select * from sample_keys")) == [{"key": "k", "note": "n"}]
     finally:
         s.close()
 
@@ -247,9 +252,9 @@ def test_a_session_killed_inside_a_transaction_fails_that_write_in_one_sentence_
         rid = new_run(store)
         with pytest.raises(StoreError) as e:
             with store._tx():
-                store.db.execute("update runs set error = 'half' where id = ?", [rid])
+                store.db.execute("update runs set error = 'half' where id = $1", [rid])
                 _terminate_sessions(pg_url)
-                store.db.execute("update runs set error = 'done' where id = ?", [rid])
+                store.db.execute("update runs set error = 'done' where id = $1", [rid])
         assert "\n" not in str(e.value) and "audit store postgresql://" in str(e.value)
         store.finish_run(rid, "failed", exit_code=1)      # a new session, nothing of the half write
         run = store.get_run(rid)

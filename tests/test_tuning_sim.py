@@ -111,7 +111,7 @@ def test_bisect_names_the_one_planted_culprit_among_6_changes_within_the_bound(t
         assert ("culprit: eagle_config.eagle_aux_hidden_state_layer_ids [2, 30, 58] → [-1, 2, 30]"
                 " (alone it reproduces the drop)") in out
         [b] = [s for s in store.db.query("select * from sweeps where kind = 'bisect'")]
-        points = list(store.db.query("select * from sweep_points where sweep_id = ?", [b["id"]]))
+        points = list(store.db.query("select * from sweep_points where sweep_id = $1", [b["id"]]))
         assert len(points) <= bound(6) == 5
         assert "left in GOOD's configuration" in out
         # every point and the final relaunch is an audited run of the bisect-point playbook

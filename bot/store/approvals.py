@@ -2,7 +2,7 @@
 events (notes on a run, refused requests): what people asked and decided."""
 from __future__ import annotations
 
-from eaglebot.store.base import StoreBase, first, insert, now_iso, rows, to_json
+from eaglebot.store.base import Args, StoreBase, first, insert, now_iso, rows, to_json
 from eaglebot.store.rows import ApprovalRow, EventRow, StaleApprovalRow
 
 
@@ -21,24 +21,24 @@ class ApprovalsMixin(StoreBase):
         """Record a decision once; a second decision on the same request is refused."""
         with self._tx():
             cur = self.db.execute(
-                "update approvals set status = ?, decided_by = ?, decided_at = ? "
-                "where id = ? and status = 'pending'", [status, decided_by, now_iso(), approval_id])
+                "update approvals set status = $1, decided_by = $2, decided_at = $3 "
+                "where id = $4 and status = 'pending'", [status, decided_by, now_iso(), approval_id])
             return cur.rowcount > 0
 
     def get_approval(self, approval_id: int) -> ApprovalRow | None:
         """An approval by id, or None."""
-        return first(self.db, ApprovalRow, "select * from approvals where id = ?", [approval_id])
+        return first(self.db, ApprovalRow, "select * from approvals where id = $1", [approval_id])
 
     def set_approval_message(self, approval_id: int, channel: str | None, ts: str | None,
                              requester: str | None = None) -> None:
         """The Slack message that asks (and who asked); values not given are kept."""
         with self._tx():
-            self.db.execute("update approvals set channel = coalesce(?, channel), message_ts = coalesce(?, message_ts), "
-                            "requester = coalesce(?, requester) where id = ?", [channel, ts, requester, approval_id])
+            self.db.execute("update approvals set channel = coalesce($1, channel), message_ts = coalesce($2, message_ts), "
+                            "requester = coalesce($3, requester) where id = $4", [channel, ts, requester, approval_id])
 
     def pending_approval(self, run_id: int, step_idx: int, host: str) -> ApprovalRow | None:
         """The newest pending approval of a step on a host, or None."""
-        return first(self.db, ApprovalRow, "select * from approvals where run_id = ? and step_idx = ? and host = ? "
+        return first(self.db, ApprovalRow, "select * from approvals where run_id = $1 and step_idx = $2 and host = $3 "
                                            "and status = 'pending' order by id desc limit 1", [run_id, step_idx, host])
 
     def stale_approvals(self) -> list[StaleApprovalRow]:
@@ -62,5 +62,6 @@ class ApprovalsMixin(StoreBase):
 
     def events(self, kind: str | None = None, limit: int = 100) -> list[EventRow]:
         """Events newest first (of one kind, if given)."""
-        where, args = ("where kind = ?", [kind]) if kind else ("", [])
-        return rows(self.db, EventRow, f"select * from events {where} order by id desc limit ?", [*args, limit])
+        args = Args()
+        where = f"where kind = {args.mark(kind)}" if kind else ""
+        return rows(self.db, EventRow, f"select * from events {where} order by id desc limit {args.mark(limit)}", args)

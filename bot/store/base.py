@@ -17,17 +17,19 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar, cast
-from urllib.parse import quote
+from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
+from urllib.parse import quote as url_quote
 
 from eaglebot.errors import StoreError
 from eaglebot.facts.procs import parse_stat
 from eaglebot.store import chain
+from eaglebot.store.chain import quote
 from eaglebot.store.sealing import Sealer
 from eaglebot.store.sqlite_db import SqliteDatabase
 
 R = TypeVar("R")
-# What the mixins write through: SqliteDatabase, or store/pg_conn.py's PgDatabase (the same face).
+# What the mixins write through: SqliteDatabase, or store/pg_conn.py's PgDatabase (the same face,
+# the same statements: `$n` placeholders, `on conflict` upserts, ids from `insert_row`).
 Database = SqliteDatabase
 
 _REASONS = [
@@ -106,20 +108,39 @@ def _file_state(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def rowid(cur: sqlite3.Cursor) -> int:
-    """The id an INSERT into a rowid table gave its row (always set)."""
-    assert cur.lastrowid is not None
-    return cur.lastrowid
-
-
 def to_json(v: Any) -> str:
     """A value as the store keeps JSON: sorted keys, anything unknown as its str()."""
     return json.dumps(v, default=str, sort_keys=True)
 
 
+class Args(list[Any]):
+    """The values of a statement built piece by piece, in the store's one placeholder spelling
+    (`$1`, `$2`, ...: PostgreSQL's own, and SQLite's numbered names, see store/sqlite_db.py):
+    `args.mark(v)` appends v and gives its placeholder; `args.marks(vs)` an IN list's."""
+
+    def mark(self, value: Any) -> str:
+        self.append(value)
+        return f"${len(self)}"
+
+    def marks(self, values: Iterable[Any]) -> str:
+        return ", ".join(self.mark(v) for v in values)
+
+
 def insert(db: Database, table: str, record: dict[str, Any]) -> int:
     """One row of scalar values written inside the caller's transaction; its id."""
     return db.insert_row(table, record)
+
+
+def upsert(db: Database, table: str, record: dict[str, Any], key: tuple[str, ...]) -> None:
+    """The row of `key` (a primary key or unique index) as `record` says, inserted or updated in
+    place (`insert ... on conflict ... do update`, which SQLite and PostgreSQL spell alike). The
+    record names every column of the row that is not the key's: what it leaves out keeps its
+    old value on an update. Inside the caller's transaction."""
+    cols = list(record)
+    sets = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in cols if c not in key)
+    db.execute(f"insert into {quote(table)} ({', '.join(quote(c) for c in cols)}) values "
+               f"({', '.join(f'${i}' for i in range(1, len(cols) + 1))}) "
+               f"on conflict ({', '.join(quote(c) for c in key)}) do update set {sets}", list(record.values()))
 
 
 def rows(db: Database, row_type: type[R], sql: str, args: Any = ()) -> list[R]:
@@ -171,7 +192,7 @@ class StoreBase:
         wal, shm = Path(f"{self.path}-wal"), Path(f"{self.path}-shm")
         closed = not live and not wal.exists() and not shm.exists()
         self._closed_state = _file_state(self.path) if closed else None
-        uri = "file:" + quote(str(self.path.absolute())) + "?mode=ro" + ("&immutable=1" if closed else "")
+        uri = "file:" + url_quote(str(self.path.absolute())) + "?mode=ro" + ("&immutable=1" if closed else "")
         conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
         self.db = SqliteDatabase(conn)
         self.db.execute("PRAGMA busy_timeout = 30000")
@@ -221,12 +242,12 @@ class StoreBase:
     def _tx(self) -> Iterator[None]:
         """One write transaction (BEGIN IMMEDIATE); the chain entries its writes appended are
         sealed before COMMIT, so a row never exists without its link. Nested: joins the outer."""
-        conn = self.db.conn
+        conn = self.db
         if conn.in_transaction:
             yield
             return
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.begin()
         except self._db_errors as e:
             raise self._fail(e) from None
         started = False
@@ -242,11 +263,11 @@ class StoreBase:
                 self._seal_cols = self._seal_cols or chain.has_seal_columns(conn)
                 chain.seal(conn, since, self._sealer if self._seal_cols else None)
                 self._chained = True
-            conn.execute("COMMIT")
+            conn.commit()
         except BaseException as e:
             if conn.in_transaction:
                 try:
-                    conn.execute("ROLLBACK")
+                    conn.rollback()
                 except self._db_errors:
                     pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
             if isinstance(e, self._db_errors):
@@ -257,7 +278,7 @@ class StoreBase:
             self._sealer.mark_started()
             self._sealing_known = True
 
-    def _start_sealing(self, conn: Any, since: int) -> bool:
+    def _start_sealing(self, conn: Database, since: int) -> bool:
         """Once per store with a key, at its first transaction on a chain (before its entries,
         those after `since`, are sealed): does the key seal this chain already, or does sealing
         start here ('K' entry, store/chain.py)? True when the key file must then say it has

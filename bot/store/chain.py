@@ -57,8 +57,9 @@ from eaglebot.store.sealing import Sealer, seal_mac
 
 
 class SqlConn(Protocol):
-    """What the chain needs of a connection: sqlite3's, or the PostgreSQL adapter's
-    (store/pg_conn.py), which also names its `dialect`."""
+    """What the chain needs of a connection: the store's face of either backend (store/sqlite_db.py
+    `SqliteDatabase`, store/pg_conn.py `PgDatabase`), which runs statements in the store's one
+    spelling (`$1`, `$2`, ... placeholders, values as a sequence) and names its `dialect`."""
 
     def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
 
@@ -152,7 +153,7 @@ class Dialect:
     create_chain = _CREATE
 
     def table_exists(self, conn: SqlConn, table: str) -> bool:
-        return conn.execute("select 1 from sqlite_master where type = 'table' and name = ?",
+        return conn.execute("select 1 from sqlite_master where type = 'table' and name = $1",
                             [table]).fetchone() is not None
 
     def columns(self, conn: SqlConn, table: str) -> list[str]:
@@ -164,12 +165,13 @@ class Dialect:
         return '$."' + key.replace('"', '') + '"'
 
     def member_sql(self, col: str, param: str) -> str:
-        """SQL for the JSON text of `col`'s member named by the parameter `param` (`member_key`)."""
-        return f"json_extract({col}, :{param})"
+        """SQL for the JSON text of `col`'s member named by the placeholder `param` (e.g. `$1`, bound
+        to `member_key(...)`)."""
+        return f"json_extract({col}, {param})"
 
     def member_is_object_sql(self, col: str, param: str) -> str:
         """SQL: `col` is JSON and its member named by `param` is an object."""
-        return f"json_valid({col}) and json_type({col}, :{param}) = 'object'"
+        return f"json_valid({col}) and json_type({col}, {param}) = 'object'"
 
     def backfill_run_hosts_sql(self) -> str:
         """Migration 0002: one run_hosts row per name in each run's `hosts` (a JSON list)."""
@@ -241,13 +243,13 @@ def create_chain_table(conn: SqlConn, from_version: int) -> None:
     """Migration v5: the chain table and its genesis entry (inside the caller's transaction)."""
     conn.execute(dialect(conn).create_chain)
     conn.execute(f"create index if not exists {CHAIN_TABLE}_row on {CHAIN_TABLE} (tbl, row_id, seq)")
-    if conn.execute(f"select 1 from {CHAIN_TABLE} where op = ?", [GENESIS]).fetchone() is None:
+    if conn.execute(f"select 1 from {CHAIN_TABLE} where op = $1", [GENESIS]).fetchone() is None:
         had_rows = any(table_exists(conn, t) and conn.execute(f"select 1 from {quote(t)} limit 1").fetchone()
                        for t in CHAINED_TABLES)
         note = ("audit chain starts here, at the migration to schema v5: rows written before it are "
                 "snapshotted as they were then; their earlier history is not covered"
                 if had_rows else "audit chain starts with this database")
-        conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values ('', null, ?, ?)",
+        conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values ('', null, $1, $2)",
                      [GENESIS, json.dumps({"note": note, "from_schema": from_version}, sort_keys=True)])
 
 
@@ -260,8 +262,8 @@ def add_seal_columns(conn: SqlConn) -> None:
 
 
 def _covered_tables(conn: SqlConn) -> set[str]:
-    out = {r[0] for r in conn.execute(f"select distinct tbl from {CHAIN_TABLE} where op = ?", [COLUMNS])}
-    for (content,) in conn.execute(f"select content from {CHAIN_TABLE} where op = ?", [MIGRATION]):
+    out = {r[0] for r in conn.execute(f"select distinct tbl from {CHAIN_TABLE} where op = $1", [COLUMNS])}
+    for (content,) in conn.execute(f"select content from {CHAIN_TABLE} where op = $1", [MIGRATION]):
         out |= set(migration_tables(content))
     return out
 
@@ -288,13 +290,13 @@ def record_migration(conn: SqlConn, version: int) -> None:
             if have.get(name) == sql:     # unchanged: rewriting every trigger each migration fills the WAL
                 continue
             d.install_trigger(conn, t, name, sql)
-    conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values ('', null, ?, ?)",
+    conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values ('', null, $1, $2)",
                  [MIGRATION, json.dumps({"version": version, "tables": {t: list(c) for t, c in schema.items()}},
                                         sort_keys=True)])
     for t, cols in schema.items():
         if t not in covered:
             conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) "
-                         f"select ?, rowid, 'S', {d.row_json_sql(cols, '')} from {quote(t)} order by rowid", [t])
+                         f"select $1, rowid, 'S', {d.row_json_sql(cols, '')} from {quote(t)} order by rowid", [t])
 
 
 def _stale_triggers(conn: SqlConn, schema: dict[str, tuple[str, ...]]) -> list[str]:
@@ -324,7 +326,7 @@ def reinstall_triggers(conn: SqlConn, version: int) -> list[str]:
         d = dialect(conn)
         for name, sql in d.trigger_sql(t, schema[t]).items():
             d.install_trigger(conn, t, name, sql)
-        conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values (?, null, ?, ?)",
+        conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values ($1, null, $2, $3)",
                      [t, TRIGGERS, json.dumps({"note": f"chain triggers of {t} were missing or altered; "
                                                        f"reinstalled for new rows"})])
         fixed.append(t)
@@ -334,11 +336,11 @@ def reinstall_triggers(conn: SqlConn, version: int) -> list[str]:
 def sealing_state(conn: SqlConn, upto: int) -> str:
     """Of the entries up to #`upto` (those committed before this transaction): "sealed", some
     carries a seal (the chain is sealed, or was); "unsealed", none does; "empty", none yet."""
-    last = conn.execute(f"select seal from {CHAIN_TABLE} where seq <= ? order by seq desc limit 1",
+    last = conn.execute(f"select seal from {CHAIN_TABLE} where seq <= $1 order by seq desc limit 1",
                         [upto]).fetchone()
     if last is None:
         return "empty"
-    if last[0] is not None or conn.execute(f"select 1 from {CHAIN_TABLE} where seq <= ? and seal is not null "
+    if last[0] is not None or conn.execute(f"select 1 from {CHAIN_TABLE} where seq <= $1 and seal is not null "
                                            f"limit 1", [upto]).fetchone():
         return "sealed"
     return "unsealed"
@@ -347,8 +349,8 @@ def sealing_state(conn: SqlConn, upto: int) -> str:
 def start_sealing(conn: SqlConn, epoch: int, upto: int) -> None:
     """The 'K' entry: sealing starts here (sealed with this transaction's entries; the
     unsealed ones before it were written before the key)."""
-    n = conn.execute(f"select count(*) from {CHAIN_TABLE} where seq <= ?", [upto]).fetchone()[0]
-    conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values ('', null, ?, ?)",
+    n = conn.execute(f"select count(*) from {CHAIN_TABLE} where seq <= $1", [upto]).fetchone()[0]
+    conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values ('', null, $1, $2)",
                  [SEALING_STARTED, json.dumps({"note": f"sealing with the audit key starts here: the "
                                                        f"{n} unsealed entries before it were written without it", "epoch": epoch},
                                               sort_keys=True)])
@@ -375,13 +377,13 @@ def seal(conn: SqlConn, after_seq: int, sealer: Sealer | None = None) -> None:
     """Hash the entries this transaction appended (seq > after_seq), inside it; with a sealer,
     also record the epoch and the HMAC seal of each."""
     rows = conn.execute(f"select seq, tbl, row_id, op, at, content from {CHAIN_TABLE} "
-                        f"where seq > ? and hash is null order by seq", [after_seq]).fetchall()
+                        f"where seq > $1 and hash is null order by seq", [after_seq]).fetchall()
     if not rows:
         return
     numbers = dialect(conn).number(conn, after_seq, [r[0] for r in rows])
     rows = [(n, *r[1:]) for n, r in zip(numbers, rows)]
     prev_row = conn.execute(f"select hash{', epoch' if sealer is not None else ', null'} from {CHAIN_TABLE} "
-                            f"where seq <= ? and hash is not null order by seq desc limit 1", [after_seq]).fetchone()
+                            f"where seq <= $1 and hash is not null order by seq desc limit 1", [after_seq]).fetchone()
     prev = prev_row[0] if prev_row else ""
     # Epochs never go backwards along the chain: the last entry's epoch is the least we may use.
     key = sealer.key_for(int(prev_row[1]) if prev_row and prev_row[1] is not None else 0) if sealer else None
@@ -391,10 +393,10 @@ def seal(conn: SqlConn, after_seq: int, sealer: Sealer | None = None) -> None:
         # Readable entries keep their content; a row's JSON is only kept as its hash (the row is live).
         keep = content if op in READABLE else None
         if key is not None:
-            conn.execute(f"update {CHAIN_TABLE} set content = ?, content_sha256 = ?, prev_hash = ?, hash = ?, "
-                         f"epoch = ?, seal = ? where seq = ?",
+            conn.execute(f"update {CHAIN_TABLE} set content = $1, content_sha256 = $2, prev_hash = $3, hash = $4, "
+                         f"epoch = $5, seal = $6 where seq = $7",
                          [keep, csha, prev, h, key.epoch, seal_mac(key.key, key.epoch, h), seq])
         else:
-            conn.execute(f"update {CHAIN_TABLE} set content = ?, content_sha256 = ?, prev_hash = ?, hash = ? "
-                         f"where seq = ?", [keep, csha, prev, h, seq])
+            conn.execute(f"update {CHAIN_TABLE} set content = $1, content_sha256 = $2, prev_hash = $3, hash = $4 "
+                         f"where seq = $5", [keep, csha, prev, h, seq])
         prev = h

@@ -76,8 +76,8 @@ class Store(RunsMixin, StepsMixin, TrendsMixin, IncidentsMixin, ApprovalsMixin, 
         migrate(self)  # checkpoints the WAL after each migration it applies (SQLite)
         self._db_id = self.db_id  # read once here, on the opening thread
         # Only the schema this code knows: a newer eagle's triggers are not this one's to "repair".
-        if self._version() == SCHEMA_VERSION and not chain.triggers_current(self.db.conn, SCHEMA_VERSION):
+        if self._version() == SCHEMA_VERSION and not chain.triggers_current(self.db, SCHEMA_VERSION):
             with self._tx():
-                chain.reinstall_triggers(self.db.conn, SCHEMA_VERSION)
+                chain.reinstall_triggers(self.db, SCHEMA_VERSION)
         self.recover()
 

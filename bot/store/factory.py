@@ -37,6 +37,6 @@ def store_exists(target: str | Path) -> bool:
 
     store = PgStore(str(target), readonly=True)
     try:
-        return chain.table_exists(store.db.conn, "runs")
+        return chain.table_exists(store.db, "runs")
     finally:
         store.close()

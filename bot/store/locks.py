@@ -8,7 +8,7 @@ import socket
 from typing import Any
 
 from eaglebot.errors import HostBusy
-from eaglebot.store.base import MY_START, now_iso, owner_alive, rowid, rows, to_json
+from eaglebot.store.base import MY_START, insert, now_iso, owner_alive, rows, to_json, upsert
 from eaglebot.store.replicas import ReplicasMixin
 from eaglebot.store.rows import LockRow, NewRun, RemoteProcRow
 from eaglebot.store.runs import insert_run
@@ -31,19 +31,19 @@ class LocksMixin(ReplicasMixin):
         with self._tx():
             for rid in gone:
                 self.db.execute(
-                    "update runs set status = 'interrupted', finished_at = ?, "
-                    "error = coalesce(error, 'the process running it is gone') where id = ?", [ts, rid])
+                    "update runs set status = 'interrupted', finished_at = $1, "
+                    "error = coalesce(error, 'the process running it is gone') where id = $2", [ts, rid])
                 # What those steps started may still run on their hosts: the next run there stops it.
-                for st in list(self.db.query("select id, host from steps where run_id = ? and status = 'running'",
+                for st in list(self.db.query("select id, host from steps where run_id = $1 and status = 'running'",
                                              [rid])):
                     self.db.execute(
                         "insert into remote_procs (run_id, step_id, host, tag, pgids, state, note, created_at) "
-                        "values (?,?,?,?,?,?,?,?)", [rid, st["id"], st["host"], self.proc_tag(rid, st["id"]), "[]",
+                        "values ($1,$2,$3,$4,$5,$6,$7,$8)", [rid, st["id"], st["host"], self.proc_tag(rid, st["id"]), "[]",
                                                      "pending", "its process is gone", ts])
                 self.db.execute(
-                    "update steps set status = 'failed', finished_at = ?, "
+                    "update steps set status = 'failed', finished_at = $1, "
                     "summary = coalesce(nullif(summary, ''), 'interrupted: the process running it is gone') "
-                    "where run_id = ? and status = 'running'", [ts, rid])
+                    "where run_id = $2 and status = 'running'", [ts, rid])
             for lock in self.locks():
                 if not self._owner_alive(lock["pid"], lock["hostname"], lock["proc_start"]):
                     self._release_lock(lock["host"], lock["run_id"])
@@ -55,18 +55,18 @@ class LocksMixin(ReplicasMixin):
         says why."""
         pending = self.pending_procs(host)
         if not pending:
-            self.db.execute("delete from locks where host = ? and run_id = ?", [host, run_id])
+            self.db.execute("delete from locks where host = $1 and run_id = $2", [host, run_id])
             return
         why = (f"processes of run #{pending[0]['run_id']} may still run on {host} "
                f"(not stopped yet: {pending[0]['note'] or 'its process is gone'})")
-        self.db.execute("update locks set pid = null, proc_start = null, reason = ? where host = ? and run_id = ?",
+        self.db.execute("update locks set pid = null, proc_start = null, reason = $1 where host = $2 and run_id = $3",
                         [why, host, run_id])
 
     def _check_free(self, hosts: list[str]) -> None:
         """Inside a write transaction: HostBusy for the first host a live owner holds."""
         for h in hosts:
-            row = self.db.conn.execute("select run_id, pid, hostname, proc_start, acquired_at from locks "
-                                       "where host = ?", [h]).fetchone()
+            row = self.db.execute("select run_id, pid, hostname, proc_start, acquired_at from locks "
+                                       "where host = $1", [h]).fetchone()
             if row and self._owner_alive(row[1], row[2], row[3]):
                 raise HostBusy(f"host {h} is busy with run #{row[0]} since {row[4]} "
                                f"(wait for it or `eagle cancel`/`/eagle cancel {row[0]}`)")
@@ -74,8 +74,9 @@ class LocksMixin(ReplicasMixin):
     def _lock(self, run_id: int, hosts: list[str]) -> None:
         """Inside a write transaction: this process holds `hosts` for the run."""
         for h in hosts:
-            self.db.conn.execute("insert or replace into locks (host, run_id, pid, hostname, proc_start, acquired_at) "
-                         "values (?,?,?,?,?,?)", [h, run_id, os.getpid(), socket.gethostname(), MY_START, now_iso()])
+            # `reason` too: a lock taken over (kept ownerless, see `_release_lock`) is this run's now.
+            upsert(self.db, "locks", {"host": h, "run_id": run_id, "pid": os.getpid(), "hostname": socket.gethostname(),
+                                      "proc_start": MY_START, "acquired_at": now_iso(), "reason": None}, key=("host",))
 
     def start_run(self, lock: list[str], run: NewRun) -> int:
         """Create the run row and lock `lock` in one transaction: a busy host raises HostBusy
@@ -89,18 +90,18 @@ class LocksMixin(ReplicasMixin):
     def acquire_hosts(self, run_id: int, hosts: list[str]) -> None:
         """Lock every host for this run, all or none; a busy host raises HostBusy."""
         # Not `_tx`: locks are not chained, so there is nothing to seal.
-        conn = self.db.conn
+        db = self.db
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            db.begin()
         except self._db_errors as e:
             raise self._fail(e) from None
         try:
             self._check_free(hosts)
             self._lock(run_id, hosts)
-            conn.execute("COMMIT")
+            db.commit()
         except BaseException as e:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            if db.in_transaction:
+                db.rollback()
             if isinstance(e, self._db_errors):
                 raise self._fail(e) from None
             raise
@@ -108,7 +109,7 @@ class LocksMixin(ReplicasMixin):
     def release_hosts(self, run_id: int) -> None:
         """Free the run's host locks (kept, ownerless, where its processes were not stopped)."""
         with self._tx():
-            for lock in list(self.db.query("select host from locks where run_id = ?", [run_id])):
+            for lock in list(self.db.query("select host from locks where run_id = $1", [run_id])):
                 self._release_lock(lock["host"], run_id)
 
     def locks(self) -> list[LockRow]:
@@ -121,29 +122,28 @@ class LocksMixin(ReplicasMixin):
         host was unreachable; the next run on the host stops them before its first step).
         A crashed run's running steps get a `pending` row from `recover`."""
         with self._tx():
-            cur = self.db.execute(
-                "insert into remote_procs (run_id, step_id, host, tag, pgids, state, note, created_at, cleaned_at) "
-                "values (?,?,?,?,?,?,?,?,?)", [run_id, step_id, host, tag, to_json(pgids or []), state, note,
-                                               now_iso(), now_iso() if state == "stopped" else None])
-            return rowid(cur)
+            return insert(self.db, "remote_procs", {
+                "run_id": run_id, "step_id": step_id, "host": host, "tag": tag, "pgids": to_json(pgids or []),
+                "state": state, "note": note, "created_at": now_iso(),
+                "cleaned_at": now_iso() if state == "stopped" else None})
 
     def pending_procs(self, host: str) -> list[RemoteProcRow]:
         """Process groups on host that a finished (or crashed) run did not stop."""
         return rows(self.db, RemoteProcRow, "select p.*, s.started_at as step_started_at from remote_procs p "
                                             "left join steps s on s.id = p.step_id "
-                                            "where p.host = ? and p.state = 'pending' order by p.id", [host])
+                                            "where p.host = $1 and p.state = 'pending' order by p.id", [host])
 
     def procs_cleaned(self, proc_id: int, *, by_run: int, note: str) -> None:
         """The pending processes were stopped (or found gone) by run `by_run`; the step that
         started them says so."""
         with self._tx():
-            row = self.db.execute("select step_id from remote_procs where id = ?", [proc_id]).fetchone()
-            self.db.execute("update remote_procs set state = 'stopped', note = ?, cleaned_at = ? where id = ?",
+            row = self.db.execute("select step_id from remote_procs where id = $1", [proc_id]).fetchone()
+            self.db.execute("update remote_procs set state = 'stopped', note = $1, cleaned_at = $2 where id = $3",
                             [note, now_iso(), proc_id])
             if row and row[0] is not None:
-                self.db.execute("update steps set summary = coalesce(nullif(summary, ''), 'interrupted') || ? "
-                                "where id = ?", [f"; {note}", row[0]])
+                self.db.execute("update steps set summary = coalesce(nullif(summary, ''), 'interrupted') || $1 "
+                                "where id = $2", [f"; {note}", row[0]])
 
     def step_procs(self, step_id: int) -> list[RemoteProcRow]:
         """The process records of one step."""
-        return rows(self.db, RemoteProcRow, "select * from remote_procs where step_id = ? order by id", [step_id])
+        return rows(self.db, RemoteProcRow, "select * from remote_procs where step_id = $1 order by id", [step_id])

@@ -13,11 +13,12 @@ from eaglebot.store import chain, verify
 from eaglebot.store.base import StoreBase
 from eaglebot.store.rows import AuditHead
 from eaglebot.store.sealing import AuditKey, Verifier
+from eaglebot.store.sqlite_db import SqliteDatabase
 
 # Runs a prune may delete: finished, started before the cutoff, baseline of nothing, and
 # nothing an open incident points at (the runs it flagged and where its drop began), so an
 # open incident can still be judged, shown and closed after a prune.
-_DOOMED = ("select id from runs where started_at < ? and status != 'running' "
+_DOOMED = ("select id from runs where started_at < $1 and status != 'running' "
            "and id not in (select run_id from baselines where run_id is not null) "
            "and id not in (select ir.run_id from incident_runs ir join incidents i on i.id = ir.incident_id "
            "where i.status = 'open') "
@@ -51,17 +52,17 @@ class MaintenanceMixin(StoreBase):
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,
         seals. With `key` (a verification or sealing key) every seal it can derive is checked."""
         verifier = Verifier(key) if key is not None else None
-        return self._stable_read(lambda: verify.verify(self.db.conn, head, verifier,
+        return self._stable_read(lambda: verify.verify(self.db, head, verifier,
                                                       key.kind if key else None).to_json())
 
     def run_audit_problems(self, run_id: int) -> list[str]:
         """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,
         regressions) checked against the audit chain: a sentence per edited row."""
-        conn = self.db.conn
+        conn = self.db
         found: list[tuple[str, int]] = [("runs", run_id)]
         for t in chain.CHAINED_TABLES:
             if t != "runs" and chain.table_exists(conn, t) and "run_id" in chain.columns(conn, t):
-                found += [(t, r[0]) for r in conn.execute(f'select rowid from "{t}" where run_id = ? order by rowid',
+                found += [(t, r[0]) for r in conn.execute(f'select rowid from "{t}" where run_id = $1 order by rowid',
                                                           [run_id])]
         return [p.line() for p in verify.verify_rows(conn, found)]
 
@@ -90,7 +91,7 @@ class MaintenanceMixin(StoreBase):
                 self._stable_read(lambda: self.db.conn.backup(target))
                 row = target.execute(f"select seq, hash from {chain.CHAIN_TABLE} where hash is not null "
                                      f"order by seq desc limit 1").fetchone() \
-                    if chain.table_exists(target, chain.CHAIN_TABLE) else None
+                    if chain.table_exists(SqliteDatabase(target), chain.CHAIN_TABLE) else None
             finally:
                 target.close()
             os.chmod(dest, os.stat(self.path).st_mode & 0o777)
@@ -101,8 +102,8 @@ class MaintenanceMixin(StoreBase):
 
     def check_writable(self) -> None:
         """Raise if the audit DB cannot take a write lock now (doctor)."""
-        self.db.conn.execute("BEGIN IMMEDIATE")
-        self.db.conn.execute("ROLLBACK")
+        self.db.begin()
+        self.db.rollback()
 
     def _run_children(self) -> list[str]:
         """Every table with a foreign key to runs (other modules may add their own), and events
@@ -135,7 +136,7 @@ class MaintenanceMixin(StoreBase):
                 self.db.execute(f"delete from {chain.quote(t)} where run_id in (select id from _prune_ids)")
             self.db.execute("delete from runs where id in (select id from _prune_ids)")
             self.db.execute(
-                "delete from schedule_fires where fire_time < ? and id not in "
+                "delete from schedule_fires where fire_time < $1 and id not in "
                 "(select max(id) from schedule_fires group by schedule)", [cutoff])
             self.db.execute("delete from _prune_ids")
         remove_output_files(files)  # after the commit: a failed prune keeps every file its rows name

@@ -110,7 +110,7 @@ def _run_hosts(db: Database, from_version: int) -> None:
     db.table("steps").create_index(["host", "skill", "run_id"], if_not_exists=True)
     db.table("changes").create_index(["host", "run_id"], if_not_exists=True)
     db.table("schedule_fires").create_index(["schedule", "fire_time"], if_not_exists=True)
-    db.execute(chain.dialect(db.conn).backfill_run_hosts_sql())
+    db.execute(chain.dialect(db).backfill_run_hosts_sql())
 
 
 def _events_approvals(db: Database, from_version: int) -> None:
@@ -158,8 +158,8 @@ def _audit_chain(db: Database, from_version: int) -> None:
     """audit_chain: the tamper-evident hash chain over the audit tables (store/chain.py); an
     existing DB's chain starts here with a genesis entry that says from which version. The
     seal columns (v7's) come with it, so a configured key seals the genesis entry too."""
-    chain.create_chain_table(db.conn, from_version)
-    chain.add_seal_columns(db.conn)
+    chain.create_chain_table(db, from_version)
+    chain.add_seal_columns(db)
 
 
 def _remote_procs(db: Database, from_version: int) -> None:
@@ -176,15 +176,15 @@ def _remote_procs(db: Database, from_version: int) -> None:
     if "reason" not in db.table("locks").columns_dict:
         db.execute("alter table locks add column reason text")
     db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
-    db.execute("insert or ignore into meta (key, value) values ('db_id', ?)", [os.urandom(6).hex()])
+    db.execute("insert into meta (key, value) values ('db_id', $1) on conflict do nothing", [os.urandom(6).hex()])
 
 
 def _chain_seals(db: Database, from_version: int) -> None:
     """The chain's columns come from the code (chain.CHAIN_SCHEMA), recorded in a chained
     migration entry; entries get an epoch and a keyed seal; remote_procs, schedule_fires,
     run_hosts and meta join the chain (their rows snapshotted once, here)."""
-    chain.add_seal_columns(db.conn)
-    chain.record_migration(db.conn, 7)
+    chain.add_seal_columns(db)
+    chain.record_migration(db, 7)
 
 
 def _step_output_file(db: Database, from_version: int) -> None:
@@ -195,7 +195,7 @@ def _step_output_file(db: Database, from_version: int) -> None:
     for col, typ in (("output_bytes", "integer"), ("output_sha256", "text"), ("output_file", "text")):
         if col not in have:
             db.execute(f"alter table steps add column {col} {typ}")
-    chain.record_migration(db.conn, 8)
+    chain.record_migration(db, 8)
 
 
 def _incident_causes(db: Database, from_version: int) -> None:
@@ -205,7 +205,7 @@ def _incident_causes(db: Database, from_version: int) -> None:
     if "cause_id" not in db.table("incidents").columns_dict:
         db.execute("alter table incidents add column cause_id integer")
     db.table("incidents").create_index(["cause_id"], if_not_exists=True)
-    chain.record_migration(db.conn, 9)
+    chain.record_migration(db, 9)
 
 
 def _health_watch(db: Database, from_version: int) -> None:
@@ -225,7 +225,7 @@ def _health_watch(db: Database, from_version: int) -> None:
     db.table("health_events").create_index(["host", "gpu", "kind", "code", "at"], if_not_exists=True)
     db.table("health_cursors").create({"host": str, "cursor": float, "probed_at": str, "status": str},
                                       pk="host", if_not_exists=True)
-    chain.record_migration(db.conn, 10)
+    chain.record_migration(db, 10)
 
 
 def _replicas(db: Database, from_version: int) -> None:
@@ -233,22 +233,23 @@ def _replicas(db: Database, from_version: int) -> None:
     replica holding `leader` fires schedules and runs the health watch), `replicas` (each
     replica's heartbeat, so another machine's rows can be judged dead) and `schedule_claims`
     (one row per schedule and fire time: a fire is started once, whatever replica fires it).
-    Transient coordination like `locks`, not chained; leadership changes are `leader` events.
-    Plain DDL that PostgreSQL runs unchanged."""
-    db.execute("create table if not exists leases (name text primary key, holder text not null, "
-               "acquired_at text, renewed_at text, expires_at text)")
-    db.execute("create table if not exists replicas (id text primary key, hostname text, pid integer, "
-               "proc_start text, started_at text, seen_at text, version text)")
-    db.execute("create table if not exists schedule_claims (schedule text not null, fire_time text not null, "
-               "holder text, fire_id integer, claimed_at text, primary key (schedule, fire_time))")
+    Transient coordination like `locks`, not chained; leadership changes are `leader` events."""
+    db.table("leases").create({"name": str, "holder": str, "acquired_at": str, "renewed_at": str, "expires_at": str},
+                              pk="name", not_null={"holder"}, if_not_exists=True)
+    db.table("replicas").create({"id": str, "hostname": str, "pid": int, "proc_start": str, "started_at": str,
+                                 "seen_at": str, "version": str}, pk="id", if_not_exists=True)
+    db.table("schedule_claims").create({"schedule": str, "fire_time": str, "holder": str, "fire_id": int,
+                                        "claimed_at": str}, pk=("schedule", "fire_time"),
+                                       not_null={"schedule", "fire_time"}, if_not_exists=True)
 
 
 def _seen_requests(db: Database, from_version: int) -> None:
     """`seen_requests`: the Slack requests every replica has answered within Slack's replay
     window (a key, the SHA-256 of the request's body, and when it may be forgotten), so a copy
     delivered to another replica is answered once. Transient like `leases`, not chained: a
-    refused copy is recorded as a `rejected` event. Plain DDL that PostgreSQL runs unchanged."""
-    db.execute("create table if not exists seen_requests (key text primary key, expires_at text not null)")
+    refused copy is recorded as a `rejected` event."""
+    db.table("seen_requests").create({"key": str, "expires_at": str}, pk="key", not_null={"expires_at"},
+                                     if_not_exists=True)
     db.execute("create index if not exists seen_requests_expiry on seen_requests (expires_at)")
 
 

@@ -1,25 +1,29 @@
-"""PostgreSQL under the store's mixins: a psycopg 3 connection dressed as the small part of
-sqlite3 and sqlite-utils the mixins use (`execute`, `query`, `table(...).insert`, `rows_where`,
-`create`, `in_transaction`), translating SQLite's dialect on the way.
+"""PostgreSQL under the store's mixins: a psycopg 3 connection with the small face of sqlite3
+and sqlite-utils the mixins use (`execute`, `executemany`, `query`, `insert_row`, `table(...)`
+`.create`, the write transaction), over the same statement text SQLite runs.
 
-Why an adapter and not a second set of ~80 methods: the mixins' SQL is plain and almost all
-portable; what differs is a handful of spellings, each translated here once:
-- placeholders `?` / `:name` -> `%s` / `%(name)s` (and a literal `%` doubled);
-- `insert or ignore` -> `on conflict do nothing`; `insert or replace` -> `on conflict (pk) do
-  update` setting every other column (what SQLite's replace leaves: the new row's values);
-- `lastrowid` -> `returning id` on an insert into a table with an `id`;
-- `rowid` -> a real column `rowid` every table has on PostgreSQL (its `id` where it has one, an
-  identity otherwise): the chain names rows by it; it is hidden from `select *` and `columns`;
-- `BEGIN IMMEDIATE` -> `BEGIN` plus a transaction-level advisory lock: one writer at a time
-  across every process and replica, as SQLite's write lock is, so chain appends never interleave;
-What a mixin spells differently (JSON members, the run_hosts backfill) it asks the dialect for by
-name (store/chain.py `Dialect`, store/pg_dialect.py `PgDialect`): no statement is matched and
-rewritten here. The chain's own SQL (triggers, canonical row JSON, the catalog) is there too.
+Why an adapter and not a second set of ~100 methods: the mixins' SQL is written once in the
+spelling both databases take natively, and nothing here reads or rewrites it:
+- placeholders are numbered, `$1`, `$2`, ...: PostgreSQL's own, sent as they are through
+  psycopg's raw cursor (which also leaves a literal `%` alone); SQLite binds them by name
+  (store/sqlite_db.py). An IN list or a filter built piece by piece numbers its marks with
+  `store.base.Args`;
+- upserts are `insert ... on conflict ... do update` / `do nothing` (`store.base.upsert`), and a
+  new row's id comes from `insert_row` (here `returning rowid`), never from a cursor's lastrowid;
+- `rowid`: every table made by `PgTable.create` (every migration's table) has a real column
+  `rowid` (its integer `id` where it has one, an identity otherwise), which the chain names rows
+  by (store/pg_dialect.py); it is hidden: `columns` leaves it out, and a row read as a dict
+  (`query`) never carries it. The chain and `verify` read it by name with `execute`;
+- the write transaction is `begin()` (BEGIN plus a transaction-level advisory lock: one writer
+  at a time across every process and replica, as SQLite's write lock is, so chain appends
+  never interleave), `commit()`, `rollback()`.
+What a mixin spells differently (JSON members, the run_hosts backfill, the catalog, the chain's
+triggers and canonical row JSON) it asks the dialect for by name (store/chain.py `Dialect`,
+store/pg_dialect.py `PgDialect`).
 """
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,52 +38,16 @@ T = TypeVar("T")
 
 # pg_advisory_xact_lock key of the store's write transaction (advisory locks are per database).
 WRITE_LOCK = 0x6561676C65  # "eagle"
+HIDDEN = "rowid"   # the column every table has here for the chain (PgTable.create), never in a dict row
 
 _PG_TYPES = {int: "bigint", str: "text", float: "double precision", bytes: "bytea"}
-_INSERT = re.compile(r"^\s*insert\s+(?:or\s+(ignore|replace)\s+)?into\s+(\"?[\w]+\"?)\s*(\(([^)]*)\))?", re.I)
-
-
-_LITERAL = re.compile(r"('(?:[^']|'')*')")
-
-
-def _placeholders(sql: str, named: bool, escape: bool) -> str:
-    """SQLite's `?` / `:name` as psycopg's, outside string literals; with parameters to bind
-    (`escape`), a literal `%` doubled."""
-    out = []
-    for i, part in enumerate(_LITERAL.split(sql)):
-        if escape:
-            part = part.replace("%", "%%")
-        if i % 2 == 0:   # outside a literal
-            part = re.sub(r"(?<![:\w]):([A-Za-z_]\w*)", r"%(\1)s", part) if named else part.replace("?", "%s")
-        out.append(part)
-    return "".join(out)
-
-
-_CREATE_TABLE = re.compile(r"^\s*create\s+table\s+(if\s+not\s+exists\s+)?[\"\w]+\s*\(", re.I)
-_INTEGER_PK = re.compile(r"([\"\w]+)\s+integer\s+primary\s+key(\s+autoincrement)?", re.I)
-
-
-def _with_rowid(sql: str) -> str:
-    """A table created in SQLite's words (a migration's plain `create table`) gets what
-    `PgTable.create` gives every table: `integer primary key` numbers itself, and the hidden
-    `rowid` column the chain names rows by. DDL already in PostgreSQL's words is left alone."""
-    if not _CREATE_TABLE.match(sql) or re.search(r"\bgenerated\b|\browid\b", sql, re.I):
-        return sql
-    m = _INTEGER_PK.search(sql)
-    if m:
-        sql = _INTEGER_PK.sub(r"\1 bigint generated by default as identity primary key", sql, count=1)
-        extra = f"rowid bigint generated always as ({m.group(1)}) stored"
-    else:
-        extra = "rowid bigint generated by default as identity"
-    return sql.rstrip()[:-1].rstrip() + f", {extra})"
 
 
 class PgCursor:
-    """A statement's result as sqlite3's cursor offers it (tuples; `lastrowid`, `rowcount`)."""
+    """A statement's result as sqlite3's cursor offers it (tuples; `rowcount`)."""
 
-    def __init__(self, cur: psycopg.Cursor[Any], lastrowid: int | None = None):
+    def __init__(self, cur: psycopg.RawCursor[Any]):
         self._cur = cur
-        self.lastrowid = lastrowid
         self.rowcount = cur.rowcount
 
     def fetchone(self) -> Any:
@@ -93,16 +61,14 @@ class PgCursor:
 
 
 class PgConn:
-    """The psycopg connection (autocommit: the store's `BEGIN`/`COMMIT` are explicit, as on
-    SQLite) with sqlite3's `execute`/`executemany`/`in_transaction`, translating as it goes."""
+    """The psycopg connection (autocommit: the store's transaction is explicit, as on SQLite)
+    running the store's statements as they are written."""
 
     dialect: PgDialect = PG
 
     def __init__(self, raw: psycopg.Connection[Any], connect: Callable[[], psycopg.Connection[Any]] | None = None):
         self.raw = raw
         self._connect = connect
-        self._pks: dict[str, list[str]] = {}
-        self._cols: dict[str, list[str]] = {}
 
     def _reconnect(self) -> bool:
         """A new session when this one is gone (PostgreSQL restarted, a failover, a dropped
@@ -139,80 +105,42 @@ class PgConn:
     def close(self) -> None:
         self.raw.close()
 
-    # -- the catalog, cached until the next DDL ---------------------------------------------
-    def _catalog(self, table: str) -> tuple[list[str], list[str]]:
-        t = table.strip('"')
-        if t not in self._cols:
-            self._cols[t] = PG.columns(self, t)
-            self._pks[t] = [r[0] for r in self.raw.execute(
-                "select a.attname from pg_index i join pg_attribute a on a.attrelid = i.indrelid "
-                "and a.attnum = any(i.indkey) join pg_class c on c.oid = i.indrelid "
-                "join pg_namespace n on n.oid = c.relnamespace "
-                "where i.indisprimary and c.relname = %s and n.nspname = current_schema() order by a.attnum", [t])]
-        return self._cols[t], self._pks[t]
+    def begin(self) -> None:
+        """The store's write transaction, holding the write lock from its start."""
+        def begin() -> None:
+            self.raw.execute("BEGIN")
+            psycopg.RawCursor(self.raw).execute("select pg_advisory_xact_lock($1)", [WRITE_LOCK])
+        self._run(begin)
 
-    def translate(self, sql: str, named: bool, escape: bool = True) -> tuple[str, bool]:
-        """SQLite's statement in PostgreSQL's words; True when it returns the new row's id."""
-        s = sql.strip()
-        returning = False
-        m = _INSERT.match(s)
-        if m:
-            kind, table = (m.group(1) or "").lower(), m.group(2)
-            cols, pk = self._catalog(table)
-            if kind:
-                s = re.sub(r"^\s*insert\s+or\s+\w+\s+into", "insert into", s, count=1, flags=re.I)
-            if kind == "ignore":
-                s += " on conflict do nothing"
-            elif kind == "replace":
-                given = [c.strip().strip('"') for c in (m.group(4) or "").split(",") if c.strip()]
-                sets = [f"{quote(c)} = excluded.{quote(c)}" if c in given else f"{quote(c)} = default"
-                        for c in cols if c not in pk]
-                s += f" on conflict ({', '.join(quote(c) for c in pk)}) do update set {', '.join(sets)}"
-            if "id" in cols and "returning" not in s.lower():
-                s += " returning id"
-                returning = True
-        elif re.match(r"^\s*(create|alter|drop)\b", s, re.I):
-            s = _with_rowid(s)
-            self._cols.clear()
-            self._pks.clear()
-        return _placeholders(s, named, escape), returning
+    def commit(self) -> None:
+        self.raw.execute("COMMIT")
 
-    def execute(self, sql: str, parameters: Any = None, /) -> PgCursor:
-        if sql.strip().upper() == "BEGIN IMMEDIATE":
-            def begin() -> None:
-                self.raw.execute("BEGIN")
-                self.raw.execute("select pg_advisory_xact_lock(%s)", [WRITE_LOCK])
-            self._run(begin)
-            return PgCursor(self.raw.cursor())
-        if sql.strip().lower().startswith("pragma"):
-            raise psycopg.NotSupportedError(f"an SQLite PRAGMA on PostgreSQL: {sql.strip()[:60]}")
-        pg, returning = self.translate(sql, isinstance(parameters, Mapping), bool(parameters))
-        cur = self._run(lambda: self.raw.execute(pg, parameters or None))
-        if returning:
-            row = cur.fetchone()
-            # `id` is an integer key, except where a table names rows by text (`replicas`)
-            return PgCursor(cur, int(row[0]) if row and isinstance(row[0], int) else None)
-        return PgCursor(cur)
+    def rollback(self) -> None:
+        self.raw.execute("ROLLBACK")
+
+    def execute(self, sql: str, parameters: Sequence[Any] | None = None, /) -> PgCursor:
+        args = list(parameters) if parameters else None
+        # The cursor is made inside: a retry runs on the new session.
+        return PgCursor(self._run(lambda: psycopg.RawCursor(self.raw).execute(sql, args)))
 
     def executemany(self, sql: str, seq: Sequence[Sequence[Any]], /) -> None:
-        pg, _ = self.translate(sql, False)
-        pg = pg.replace(" returning id", "")
-        with self.raw.cursor() as cur:
-            cur.executemany(pg, seq)
+        def run() -> None:
+            with psycopg.RawCursor(self.raw) as cur:
+                cur.executemany(sql, seq)
+        self._run(run)
 
-    def query(self, sql: str, parameters: Any = None) -> Iterator[dict[str, Any]]:
-        """Rows as dicts; the hidden `rowid` only when the statement names it."""
-        pg, _ = self.translate(sql, isinstance(parameters, Mapping), bool(parameters))
+    def query(self, sql: str, parameters: Sequence[Any] | None = None) -> Iterator[dict[str, Any]]:
+        """Rows as dicts, without the hidden `rowid` column."""
+        args = list(parameters) if parameters else None
+
         def fetch() -> list[dict[str, Any]]:
-            with self.raw.cursor(row_factory=dict_row) as cur:
-                cur.execute(pg, parameters or None)
+            with psycopg.RawCursor(self.raw, row_factory=dict_row) as cur:
+                cur.execute(sql, args)
                 return cur.fetchall() if cur.description is not None else []
         found = self._run(fetch)
-        keep_rowid = re.search(r"\browid\b", sql) is not None
         for r in found:
-            if not keep_rowid:
-                r.pop("rowid", None)
-            yield r
+            r.pop(HIDDEN, None)
+        return iter(found)
 
 
 @dataclass(frozen=True)
@@ -221,21 +149,23 @@ class ForeignKey:
 
 
 class PgTable:
-    """sqlite-utils' `Table`, the part the migrations and mixins call."""
+    """sqlite-utils' `Table`, the part the migrations call."""
 
     def __init__(self, db: PgDatabase, name: str):
         self.db, self.name = db, name
-        self.last_rowid: int | None = None
 
     def create(self, columns: dict[str, type], pk: str | tuple[str, ...] = "id",
                foreign_keys: Sequence[tuple[str, str, str]] = (), if_not_exists: bool = False,
                not_null: set[str] | None = None, defaults: dict[str, Any] | None = None) -> PgTable:
+        """The table, and its hidden `rowid` (what the chain names its rows by): the integer
+        key `id` where it has one, an identity otherwise."""
         pks = [pk] if isinstance(pk, str) else list(pk)
         fks = {c: (t, o) for c, t, o in foreign_keys}
+        int_id = pks == ["id"] and columns.get("id") is int
         parts = []
         for c, typ in columns.items():
             d = f"{quote(c)} {_PG_TYPES[typ]}"
-            if pks == [c] and typ is int:
+            if int_id and c == "id":
                 d += " generated by default as identity"
             if c in (not_null or set()):
                 d += " not null"
@@ -244,8 +174,8 @@ class PgTable:
             if c in fks:
                 d += f" references {quote(fks[c][0])} ({quote(fks[c][1])})"
             parts.append(d)
-        parts.append(f"rowid bigint generated always as ({quote(pks[0])}) stored" if pks == ["id"]
-                     else "rowid bigint generated by default as identity")
+        parts.append(f"{HIDDEN} bigint generated always as ({quote('id')}) stored" if int_id
+                     else f"{HIDDEN} bigint generated by default as identity")
         parts.append(f"primary key ({', '.join(quote(c) for c in pks)})")
         self.db.execute(f"create table {'if not exists ' if if_not_exists else ''}{quote(self.name)} "
                         f"({', '.join(parts)})")
@@ -259,54 +189,61 @@ class PgTable:
 
     @property
     def columns_dict(self) -> dict[str, str]:
-        return {c: "" for c in PG.columns(self.db.conn, self.name)}
+        return {c: "" for c in PG.columns(self.db, self.name)}
 
     def add_column(self, col: str, typ: type) -> None:
         self.db.execute(f"alter table {quote(self.name)} add column {quote(col)} {_PG_TYPES[typ]}")
 
-    def insert(self, record: dict[str, Any]) -> PgTable:
-        cols = ", ".join(quote(c) for c in record)
-        marks = ", ".join("?" for _ in record)
-        self.last_rowid = self.db.execute(f"insert into {quote(self.name)} ({cols}) values ({marks})",
-                                          list(record.values())).lastrowid
-        return self
-
-    def rows_where(self, where: str | None = None, where_args: Sequence[Any] | None = None,
-                   order_by: str | None = None) -> Iterator[dict[str, Any]]:
-        sql = f"select * from {quote(self.name)}"
-        sql += f" where {where}" if where else ""
-        sql += f" order by {order_by}" if order_by else ""
-        return self.db.query(sql, list(where_args or []))
-
     @property
     def foreign_keys(self) -> list[ForeignKey]:
-        return [ForeignKey(r[0]) for r in self.db.conn.raw.execute(
+        return [ForeignKey(r[0]) for r in self.db.execute(
             "select cf.relname from pg_constraint k join pg_class c on c.oid = k.conrelid "
             "join pg_class cf on cf.oid = k.confrelid join pg_namespace n on n.oid = c.relnamespace "
-            "where k.contype = 'f' and c.relname = %s and n.nspname = current_schema()", [self.name])]
+            "where k.contype = 'f' and c.relname = $1 and n.nspname = current_schema()", [self.name])]
 
 
 class PgDatabase:
     """sqlite-utils' `Database`, the part the mixins call, over one PostgreSQL connection."""
 
+    dialect: PgDialect = PG
+
     def __init__(self, raw: psycopg.Connection[Any], connect: Callable[[], psycopg.Connection[Any]] | None = None):
         self.conn = PgConn(raw, connect)
 
-    def execute(self, sql: str, parameters: Any = None) -> PgCursor:
+    def execute(self, sql: str, parameters: Sequence[Any] | None = None, /) -> PgCursor:
         return self.conn.execute(sql, parameters)
 
-    def query(self, sql: str, parameters: Any = None) -> Iterator[dict[str, Any]]:
+    def executemany(self, sql: str, seq: Sequence[Sequence[Any]], /) -> None:
+        self.conn.executemany(sql, seq)
+
+    def query(self, sql: str, parameters: Sequence[Any] | None = None) -> Iterator[dict[str, Any]]:
         return self.conn.query(sql, parameters)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+    def begin(self) -> None:
+        self.conn.begin()
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def rollback(self) -> None:
+        self.conn.rollback()
 
     def table(self, name: str) -> PgTable:
         return PgTable(self, name)
 
     def insert_row(self, table: str, record: dict[str, Any]) -> int:
-        rowid = PgTable(self, table).insert(record).last_rowid
-        assert rowid is not None  # every table has a rowid column (PgTable.create)
-        return int(rowid)
+        """One row; its rowid (its `id` where it has an integer one), as SQLite's lastrowid."""
+        cols = ", ".join(quote(c) for c in record)
+        marks = ", ".join(f"${i}" for i in range(1, len(record) + 1))
+        row = self.execute(f"insert into {quote(table)} ({cols}) values ({marks}) returning {HIDDEN}",
+                           list(record.values())).fetchone()
+        return int(row[0])
 
     def table_names(self) -> list[str]:
-        return [r[0] for r in self.conn.raw.execute(
+        return [r[0] for r in self.execute(
             "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace "
             "where c.relkind = 'r' and n.nspname = current_schema() order by c.relname")]

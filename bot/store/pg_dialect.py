@@ -40,13 +40,13 @@ class PgDialect(Dialect):
 
     def table_exists(self, conn: SqlConn, table: str) -> bool:
         return conn.execute("select 1 from pg_class c join pg_namespace n on n.oid = c.relnamespace "
-                            "where c.relname = ? and c.relkind in ('r', 'p') and n.nspname = current_schema()",
+                            "where c.relname = $1 and c.relkind in ('r', 'p') and n.nspname = current_schema()",
                             [table]).fetchone() is not None
 
     def columns(self, conn: SqlConn, table: str) -> list[str]:
         return [r[0] for r in conn.execute(
             "select a.attname from pg_attribute a join pg_class c on c.oid = a.attrelid "
-            "join pg_namespace n on n.oid = c.relnamespace where c.relname = ? and n.nspname = current_schema() "
+            "join pg_namespace n on n.oid = c.relnamespace where c.relname = $1 and n.nspname = current_schema() "
             "and c.relkind in ('r', 'p') and a.attnum > 0 and not a.attisdropped and a.attname <> 'rowid' "
             "order by a.attnum", [table])]
 
@@ -54,11 +54,11 @@ class PgDialect(Dialect):
         return key
 
     def member_sql(self, col: str, param: str) -> str:
-        return f"({col}::jsonb -> :{param})::text"
+        return f"({col}::jsonb -> {param})::text"
 
     def member_is_object_sql(self, col: str, param: str) -> str:
         # (a text column: `like '{%'` first, so a value that is not a JSON object is never cast)
-        return f"{col} like '{{%' and jsonb_typeof({col}::jsonb -> :{param}) = 'object'"
+        return f"{col} like '{{%' and jsonb_typeof({col}::jsonb -> {param}) = 'object'"
 
     def backfill_run_hosts_sql(self) -> str:
         return ("insert into run_hosts (run_id, host) select r.id, j.value from runs r, "
@@ -108,12 +108,12 @@ class PgDialect(Dialect):
         # In order, each number at most the identity's: none collides with one still to move.
         for i, seq in enumerate(seqs, 1):
             if seq != base + i:
-                conn.execute(f"update {CHAIN_TABLE} set seq = ? where seq = ?", [base + i, seq])
+                conn.execute(f"update {CHAIN_TABLE} set seq = $1 where seq = $2", [base + i, seq])
             out.append(base + i)
         if row is None:
-            conn.execute(f"insert into {SEQ_TABLE} (last) values (?)", [out[-1]])
+            conn.execute(f"insert into {SEQ_TABLE} (last) values ($1)", [out[-1]])
         else:
-            conn.execute(f"update {SEQ_TABLE} set last = ?", [out[-1]])
+            conn.execute(f"update {SEQ_TABLE} set last = $1", [out[-1]])
         return out
 
 

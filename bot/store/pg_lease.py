@@ -94,16 +94,16 @@ class LeaseMixin(ReplicasMixin):
         """Who holds the lease now; None when nobody does (a row left by a dead holder whose
         session is gone names nobody)."""
         try:
-            if not table_exists(self.db.conn, "leases"):
+            if not table_exists(self.db, "leases"):
                 return None
             row = first(self.db, LeaseRow, "select name, holder, acquired_at, renewed_at, expires_at from leases "
-                                           "where name = ?", [name])
+                                           "where name = $1", [name])
             if row is None:
                 return None
             locked = self.db.execute(
                 "select exists (select 1 from pg_locks where locktype = 'advisory' and granted "
                 "and database = (select oid from pg_database where datname = current_database()) "
-                "and classid = ?::bigint::oid and objid = (hashtext(?)::bigint & 4294967295)::oid "
+                "and classid = $1::bigint::oid and objid = (hashtext($2)::bigint & 4294967295)::oid "
                 "and objsubid = 2)", [LEASE_KEY, name]).fetchone()
             return row if locked and locked[0] else None
         except psycopg.Error as e:

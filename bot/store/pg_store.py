@@ -88,19 +88,19 @@ class PgStore(LeaseMixin, Store):
     def _open(self) -> None:
         with self._tx():  # one process creates the version table; the others wait on the write lock
             self.db.execute("create table if not exists eagle_schema (version integer not null)")
-            create_seq_table(self.db.conn)
+            create_seq_table(self.db)
             if self.db.execute("select count(*) from eagle_schema").fetchone()[0] == 0:
                 self.db.execute("insert into eagle_schema (version) values (0)")
         self._ready()
 
     def _version(self) -> int:
-        if not chain.table_exists(self.db.conn, "eagle_schema"):
+        if not chain.table_exists(self.db, "eagle_schema"):
             return 0
         row = self.db.execute("select max(version) from eagle_schema").fetchone()
         return int(row[0]) if row and row[0] is not None else 0
 
     def _set_version(self, version: int) -> None:
-        self.db.execute("update eagle_schema set version = ?", [version])
+        self.db.execute("update eagle_schema set version = $1", [version])
 
     def _migrated(self) -> None:
         """Nothing to give back: PostgreSQL has no WAL file of ours to checkpoint."""

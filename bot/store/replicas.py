@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from eaglebot.store.base import StoreBase, first, insert, now_iso, rows
+from eaglebot.store.base import Args, StoreBase, first, insert, now_iso, rows
 from eaglebot.store.rows import LeaseRow, ReplicaRow
 
 # A replica that has not beaten for this long is dead (it beats every ~2 s): its runs and
@@ -36,18 +36,19 @@ class ReplicasMixin(StoreBase):
         if not keys:
             return True
         now = now_iso()
-        marks = ", ".join("?" for _ in keys)
+        args = Args()
+        marks = args.marks(keys)
         with self._tx():
-            self.db.execute("delete from seen_requests where expires_at <= ?", [now])
-            if self.db.execute(f"select 1 from seen_requests where key in ({marks}) limit 1", list(keys)).fetchone():
+            self.db.execute("delete from seen_requests where expires_at <= $1", [now])
+            if self.db.execute(f"select 1 from seen_requests where key in ({marks}) limit 1", args).fetchone():
                 return False
             until = iso_after(window_s)
             for k in keys:
-                self.db.execute("insert into seen_requests (key, expires_at) values (?, ?)", [k, until])
+                self.db.execute("insert into seen_requests (key, expires_at) values ($1, $2)", [k, until])
             over = int(self.db.execute("select count(*) from seen_requests").fetchone()[0]) - max_keys
             if over > 0:
                 self.db.execute("delete from seen_requests where key in (select key from seen_requests "
-                                "order by expires_at limit ?)", [over])
+                                "order by expires_at limit $1)", [over])
             return True
 
     def lease_acquire(self, name: str, holder: str, ttl_s: float) -> bool:
@@ -56,7 +57,7 @@ class ReplicasMixin(StoreBase):
         holder is recorded as a chained `leader` event."""
         now = now_iso()
         with self._tx():
-            row = self.db.execute("select holder, expires_at from leases where name = ?", [name]).fetchone()
+            row = self.db.execute("select holder, expires_at from leases where name = $1", [name]).fetchone()
             if row is not None and row[0] != holder and (row[1] or "") > now:
                 return False
             before = f"; {row[0]} held it until {row[1]}" if row is not None else ""
@@ -68,7 +69,7 @@ class ReplicasMixin(StoreBase):
         """Inside the caller's transaction: the lease row (renewed, or `holder`'s from now) and,
         for a new holder, the chained `leader` event. Both backends write the row this way."""
         self.db.execute(
-            "insert into leases (name, holder, acquired_at, renewed_at, expires_at) values (?,?,?,?,?) "
+            "insert into leases (name, holder, acquired_at, renewed_at, expires_at) values ($1,$2,$3,$4,$5) "
             "on conflict (name) do update set holder = excluded.holder, renewed_at = excluded.renewed_at, "
             "expires_at = excluded.expires_at, acquired_at = case when leases.holder = excluded.holder "
             "then leases.acquired_at else excluded.acquired_at end", [name, holder, now, now, iso_after(ttl_s)])
@@ -79,14 +80,14 @@ class ReplicasMixin(StoreBase):
     def lease_release(self, name: str, holder: str) -> None:
         """Give the lease up at once (a replica stopping cleanly), if `holder` has it."""
         with self._tx():
-            cur = self.db.execute("delete from leases where name = ? and holder = ?", [name, holder])
+            cur = self.db.execute("delete from leases where name = $1 and holder = $2", [name, holder])
             if cur.rowcount:
                 insert(self.db, "events", {"run_id": None, "at": now_iso(), "kind": "leader", "actor": holder,
                                            "message": f"{holder} released the {name} lease"})
 
     def lease_holder(self, name: str) -> LeaseRow | None:
         """The lease's row (holder, acquired, renewed, expires), expired or not; None if free."""
-        return first(self.db, LeaseRow, "select * from leases where name = ?", [name])
+        return first(self.db, LeaseRow, "select * from leases where name = $1", [name])
 
     def replica_beat(self, replica_id: str, *, hostname: str, pid: int, proc_start: str | None,
                      version: str) -> None:
@@ -96,9 +97,9 @@ class ReplicasMixin(StoreBase):
         with self._tx():
             self.db.execute(
                 "insert into replicas (id, hostname, pid, proc_start, started_at, seen_at, version) "
-                "values (?,?,?,?,?,?,?) on conflict (id) do update set seen_at = excluded.seen_at",
+                "values ($1,$2,$3,$4,$5,$6,$7) on conflict (id) do update set seen_at = excluded.seen_at",
                 [replica_id, hostname, pid, proc_start, now, now, version])
-            self.db.execute("delete from replicas where seen_at < ?", [iso_after(-REPLICA_FORGET_AFTER_S)])
+            self.db.execute("delete from replicas where seen_at < $1", [iso_after(-REPLICA_FORGET_AFTER_S)])
 
     def replicas(self) -> list[ReplicaRow]:
         """Every replica that beat within the last day, most recently seen first."""
@@ -110,20 +111,20 @@ class ReplicasMixin(StoreBase):
         claimed that slot already. One transaction."""
         with self._tx():
             cur = self.db.execute(
-                "insert into schedule_claims (schedule, fire_time, holder, claimed_at) values (?,?,?,?) "
+                "insert into schedule_claims (schedule, fire_time, holder, claimed_at) values ($1,$2,$3,$4) "
                 "on conflict (schedule, fire_time) do nothing", [schedule, fire_time, holder, now_iso()])
             if not cur.rowcount:
                 return None
             fire_id = insert(self.db, "schedule_fires", {"schedule": schedule, "fire_time": fire_time, "run_id": None,
                                                          "status": "started", "recorded_at": now_iso()})
-            self.db.execute("update schedule_claims set fire_id = ? where schedule = ? and fire_time = ?",
+            self.db.execute("update schedule_claims set fire_id = $1 where schedule = $2 and fire_time = $3",
                             [fire_id, schedule, fire_time])
             return fire_id
 
     def _replica_dead(self, hostname: str, pid: int, proc_start: str | None) -> bool:
         """Has the replica that is this (hostname, pid, start) process stopped beating? False
         when no replica is that process (a CLI on another machine: assumed alive)."""
-        seen = [r[0] or "" for r in self.db.execute("select seen_at, proc_start from replicas where hostname = ? "
-                                                     "and pid = ?", [hostname, pid]).fetchall()
+        seen = [r[0] or "" for r in self.db.execute("select seen_at, proc_start from replicas where hostname = $1 "
+                                                     "and pid = $2", [hostname, pid]).fetchall()
                 if proc_start is None or r[1] == proc_start]
         return bool(seen) and max(seen) < iso_after(-REPLICA_DEAD_AFTER_S)

@@ -7,7 +7,7 @@ import os
 import socket
 from typing import Any, cast
 
-from eaglebot.store.base import MY_START, Database, StoreBase, now_iso, rowid, rows, to_json
+from eaglebot.store.base import MY_START, Args, Database, StoreBase, insert, now_iso, rows, to_json
 from eaglebot.store.rows import NewRun, RunRow
 
 _JSON_COLUMNS = ("hosts", "inputs", "vars", "fingerprint")
@@ -30,23 +30,21 @@ def decode_run(row: dict[str, Any]) -> RunRow:
 def insert_run(db: Database, run: NewRun) -> int:
     """The run row and its run_hosts rows, inside the caller's transaction (owned by this process)."""
     hosts = run["hosts"]
-    cur = db.execute(
-        "insert into runs (playbook, status, actor, origin, pid, hostname, proc_start, hosts, "
-        "inputs, vars, started_at, dry_run, rerun_of, schedule, channel, thread_ts, source, "
-        "cancel_requested) values (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
-        [run["playbook"], run.get("status", "running"), run["actor"], run["origin"], os.getpid(),
-         socket.gethostname(), MY_START, to_json(hosts), to_json(run["inputs"]), to_json(run["variables"]),
-         now_iso(), int(run.get("dry_run", False)), run.get("rerun_of"), run.get("schedule"), run.get("channel"),
-         run.get("thread_ts"), run.get("source")])
-    run_id = rowid(cur)
+    run_id = insert(db, "runs", {
+        "playbook": run["playbook"], "status": run.get("status", "running"), "actor": run["actor"],
+        "origin": run["origin"], "pid": os.getpid(), "hostname": socket.gethostname(), "proc_start": MY_START,
+        "hosts": to_json(hosts), "inputs": to_json(run["inputs"]), "vars": to_json(run["variables"]),
+        "started_at": now_iso(), "dry_run": int(run.get("dry_run", False)), "rerun_of": run.get("rerun_of"),
+        "schedule": run.get("schedule"), "channel": run.get("channel"), "thread_ts": run.get("thread_ts"),
+        "source": run.get("source"), "cancel_requested": 0})
     for h in dict.fromkeys(hosts):
-        db.execute("insert or ignore into run_hosts (run_id, host) values (?, ?)", [run_id, h])
+        db.execute("insert into run_hosts (run_id, host) values ($1, $2) on conflict do nothing", [run_id, h])
     return run_id
 
 
 def get_run(db: Database, run_id: int) -> RunRow | None:
     """One run by id, decoded, or None."""
-    found = list(db.query("select * from runs where id = ?", [run_id]))
+    found = list(db.query("select * from runs where id = $1", [run_id]))
     return decode_run(found[0]) if found else None
 
 
@@ -63,25 +61,25 @@ class RunsMixin(StoreBase):
         """How a run ended; a fingerprint given replaces the one recorded."""
         with self._tx():
             self.db.execute(
-                "update runs set status = ?, finished_at = ?, exit_code = ?, error = ?, "
-                "fingerprint = coalesce(?, fingerprint) where id = ?",
+                "update runs set status = $1, finished_at = $2, exit_code = $3, error = $4, "
+                "fingerprint = coalesce($5, fingerprint) where id = $6",
                 [status, now_iso(), exit_code, error, to_json(fingerprint) if fingerprint else None, run_id])
 
     def set_run_thread(self, run_id: int, channel: str | None, thread_ts: str | None) -> None:
         """The Slack thread that reports the run (set once its first message is posted)."""
         with self._tx():
-            self.db.execute("update runs set channel = ?, thread_ts = ? where id = ?", [channel, thread_ts, run_id])
+            self.db.execute("update runs set channel = $1, thread_ts = $2 where id = $3", [channel, thread_ts, run_id])
 
     def request_cancel(self, run_id: int) -> bool:
         """Ask a running run to stop (its runner polls); False when it is not running."""
         with self._tx():
             cur = self.db.execute(
-                "update runs set cancel_requested = 1 where id = ? and status = 'running'", [run_id])
+                "update runs set cancel_requested = 1 where id = $1 and status = 'running'", [run_id])
             return cur.rowcount > 0
 
     def cancel_requested(self, run_id: int) -> bool:
         """Has someone asked this run to stop?"""
-        row = self.db.execute("select cancel_requested from runs where id = ?", [run_id]).fetchone()
+        row = self.db.execute("select cancel_requested from runs where id = $1", [run_id]).fetchone()
         return bool(row and row[0])
 
     def get_run(self, run_id: int) -> RunRow | None:
@@ -92,21 +90,18 @@ class RunsMixin(StoreBase):
                 status: str | None = None, origin: str | None = None, since: str | None = None) -> list[RunRow]:
         """Runs newest first, filtered by each criterion given (`since`: started at or after)."""
         where: list[str] = []
-        args: list[Any] = []
+        args = Args()
         sql = "select * from runs"
         if host:
             # Walk run_hosts' primary key (host, run_id) newest first: no scan of other hosts' runs.
             sql = "select runs.* from run_hosts rh join runs on runs.id = rh.run_id"
-            where.append("rh.host = ?")
-            args.append(host)
-        for cond, value in (("playbook = ?", playbook), ("status = ?", status), ("origin = ?", origin),
-                            ("started_at >= ?", since)):
+            where.append(f"rh.host = {args.mark(host)}")
+        for cond, value in (("playbook =", playbook), ("status =", status), ("origin =", origin),
+                            ("started_at >=", since)):
             if value:
-                where.append(cond)
-                args.append(value)
+                where.append(f"{cond} {args.mark(value)}")
         sql += (" where " + " and ".join(where) if where else "")
-        sql += " order by rh.run_id desc limit ?" if host else " order by id desc limit ?"
-        args.append(limit)
+        sql += f" order by {'rh.run_id' if host else 'id'} desc limit {args.mark(limit)}"
         return [decode_run(r) for r in self.db.query(sql, args)]
 
     def running_runs(self) -> list[RunRow]:
@@ -116,12 +111,12 @@ class RunsMixin(StoreBase):
     def save_vars(self, run_id: int, variables: dict[str, Any]) -> None:
         """The resolved variables of each host of a run (redacted by the caller)."""
         with self._tx():
-            self.db.execute("update runs set vars = ? where id = ?", [to_json(variables), run_id])
+            self.db.execute("update runs set vars = $1 where id = $2", [to_json(variables), run_id])
 
     def set_fingerprint(self, run_id: int, fingerprint: dict[str, Any]) -> None:
         """The run's fingerprint (each host's software and hardware state) before it ends."""
         with self._tx():
-            self.db.execute("update runs set fingerprint = ? where id = ?", [to_json(fingerprint), run_id])
+            self.db.execute("update runs set fingerprint = $1 where id = $2", [to_json(fingerprint), run_id])
 
     def run_count(self) -> int:
         """How many runs the store holds (what an empty, filtered history says it left out)."""
@@ -135,6 +130,6 @@ class RunsMixin(StoreBase):
 
     def last_schedule_run(self, schedule: str) -> RunRow | None:
         """The newest run a schedule started, or None."""
-        found = rows(self.db, dict, "select * from runs where schedule = ? and origin = 'schedule' "
+        found = rows(self.db, dict, "select * from runs where schedule = $1 and origin = 'schedule' "
                                     "order by id desc limit 1", [schedule])
         return decode_run(found[0]) if found else None

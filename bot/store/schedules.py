@@ -2,7 +2,7 @@
 restart are found, and the paused state set from Slack."""
 from __future__ import annotations
 
-from eaglebot.store.base import StoreBase, first, insert, now_iso, rows
+from eaglebot.store.base import StoreBase, first, insert, now_iso, rows, upsert
 from eaglebot.store.rows import ScheduleFireRow, ScheduleStateRow
 
 
@@ -18,27 +18,27 @@ class SchedulesMixin(StoreBase):
     def update_fire(self, fire_id: int, status: str, run_id: int | None = None) -> None:
         """A fire's outcome (and the run it started, when known)."""
         with self._tx():
-            self.db.execute("update schedule_fires set status = ?, run_id = coalesce(?, run_id) where id = ?",
+            self.db.execute("update schedule_fires set status = $1, run_id = coalesce($2, run_id) where id = $3",
                             [status, run_id, fire_id])
 
     def last_fire(self, schedule: str) -> ScheduleFireRow | None:
         """A schedule's latest fire (by fire time), or None."""
-        return first(self.db, ScheduleFireRow, "select * from schedule_fires where schedule = ? "
+        return first(self.db, ScheduleFireRow, "select * from schedule_fires where schedule = $1 "
                                                "order by fire_time desc, id desc limit 1", [schedule])
 
     def schedule_fires(self, schedule: str, since: str = "", limit: int = 100) -> list[ScheduleFireRow]:
         """A schedule's fires at or after `since` (ISO time; "" from the first), oldest first."""
-        return rows(self.db, ScheduleFireRow, "select * from schedule_fires where schedule = ? and fire_time >= ? "
-                                              "order by fire_time, id limit ?", [schedule, since, limit])
+        return rows(self.db, ScheduleFireRow, "select * from schedule_fires where schedule = $1 and fire_time >= $2 "
+                                              "order by fire_time, id limit $3", [schedule, since, limit])
 
     def set_schedule_paused(self, name: str, paused: bool, changed_by: str) -> bool:
         """Pause or resume a schedule; False when it already was in that state."""
         with self._tx():
-            row = self.db.execute("select paused from schedule_state where name = ?", [name]).fetchone()
+            row = self.db.execute("select paused from schedule_state where name = $1", [name]).fetchone()
             if bool(row and row[0]) == paused:
                 return False
-            self.db.execute("insert or replace into schedule_state (name, paused, changed_by, changed_at) "
-                            "values (?,?,?,?)", [name, int(paused), changed_by, now_iso()])
+            upsert(self.db, "schedule_state", {"name": name, "paused": int(paused), "changed_by": changed_by,
+                                               "changed_at": now_iso()}, key=("name",))
             return True
 
     def schedule_states(self) -> dict[str, ScheduleStateRow]:

@@ -8,6 +8,12 @@ same connection, built the first time one is asked for. Importing sqlite-utils c
 installed distribution's entry points): most of a fresh `eagle history`, for calls that are
 each one line over sqlite3 here (tests/bench/bench_startup.py).
 
+Statements are written once for both backends (store/pg_conn.py runs the same text on
+PostgreSQL): placeholders are numbered, `$1`, `$2`, ..., PostgreSQL's own spelling, which
+SQLite reads as parameters named "1", "2", ...; the values come as a sequence and are bound
+here by those names (a mapping is bound as it is). A statement in sqlite3's own `?` spelling
+goes through `conn`, the sqlite3 connection.
+
 The connection is in autocommit mode (`isolation_level=None`, as StoreBase opens it), where
 sqlite3 opens no implicit transaction: sqlite-utils' `execute` and `query` then do exactly
 what these do (its rollback and commit of an implicit transaction never apply).
@@ -17,13 +23,26 @@ from __future__ import annotations
 import functools
 import sqlite3
 import sys
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from eaglebot.store.chain import SQLITE, Dialect
 
 if TYPE_CHECKING:
     import sqlite_utils
     from sqlite_utils.db import Table
 
-Params = Sequence[Any] | dict[str, Any] | None
+Params = Sequence[Any] | Mapping[str, Any] | None
+
+
+def bind(params: Params) -> Mapping[str, Any]:
+    """The values of a statement in the store's spelling (`$1`, `$2`, ...) as SQLite binds
+    them: by the names "1", "2", ... (a mapping is already by name)."""
+    if params is None:
+        return {}
+    if isinstance(params, Mapping):
+        return params
+    return {str(i): v for i, v in enumerate(params, 1)}
 
 
 def load_sqlite_utils() -> Any:
@@ -45,19 +64,24 @@ def load_sqlite_utils() -> Any:
 class SqliteDatabase:
     """An SQLite connection with the part of `sqlite_utils.Database` the store calls."""
 
+    dialect: Dialect = SQLITE
+
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
         # As sqlite_utils.Database(conn) does (its default recursive_triggers=True).
         conn.execute("PRAGMA recursive_triggers=on;")
 
-    def execute(self, sql: str, parameters: Params = None) -> sqlite3.Cursor:
+    def execute(self, sql: str, parameters: Params = None, /) -> sqlite3.Cursor:
         if parameters is not None:
-            return self.conn.execute(sql, parameters)
+            return self.conn.execute(sql, bind(parameters))
         return self.conn.execute(sql)
+
+    def executemany(self, sql: str, seq: Sequence[Sequence[Any]], /) -> None:
+        self.conn.executemany(sql, [bind(p) for p in seq])
 
     def query(self, sql: str, params: Params = None) -> Iterator[dict[str, Any]]:
         """The rows of a statement that returns rows, as dicts (run at once, fetched lazily)."""
-        cursor = self.conn.execute(sql, params if params is not None else ())
+        cursor = self.conn.execute(sql, bind(params))
         if cursor.description is None:
             raise ValueError("query() can only be used with SQL that returns rows - use execute() for "
                              "other statements")
@@ -74,6 +98,22 @@ class SqliteDatabase:
         rowid = self.conn.execute(f'insert into "{table}" ({cols}) values ({marks})', list(record.values())).lastrowid
         assert rowid is not None  # an INSERT into a rowid table always sets it
         return rowid
+
+    # -- the write transaction (StoreBase._tx): SQLite's write lock is taken at BEGIN ---------
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+    def begin(self) -> None:
+        """The store's write transaction: BEGIN IMMEDIATE takes the write lock now (one writer
+        at a time), so a transaction never fails later on a lock another writer took first."""
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self.conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.conn.execute("ROLLBACK")
 
     @property
     def journal_mode(self) -> str:

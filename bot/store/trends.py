@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from eaglebot.store.base import StoreBase, rows
+from eaglebot.store.base import Args, StoreBase, rows
 from eaglebot.store.chain import dialect
 from eaglebot.store.rows import (
     ChangeRow, FingerprintState, HostStepRow, MetricPoint, MetricRow, RunRow, StepDataRow, StepRow,
@@ -24,52 +24,47 @@ class TrendsMixin(StoreBase):
         exclude_incident_runs: leave out runs an incident flagged, unless that incident was
         accepted (closed by an ack or a baseline): a reference window never learns a drop."""
         sql = ("select m.run_id, m.value, m.unit, m.better, r.started_at from metrics m "
-               "join runs r on r.id = m.run_id where r.playbook = ? and m.host = ? and m.name = ? "
+               "join runs r on r.id = m.run_id where r.playbook = $1 and m.host = $2 and m.name = $3 "
                "and r.status = 'succeeded' and r.dry_run = 0")
-        args: list[Any] = [playbook, host, metric]
+        args = Args([playbook, host, metric])
         if exclude_incident_runs:
             sql += (" and m.run_id not in (select ir.run_id from incident_runs ir join incidents i "
-                    "on i.id = ir.incident_id where i.playbook = ? and i.host = ? and i.metric = ? "
+                    "on i.id = ir.incident_id where i.playbook = $1 and i.host = $2 and i.metric = $3 "
                     "and (i.status = 'open' or i.closed_kind = 'recovered'))")
-            args += [playbook, host, metric]
         if before_run is not None:
-            sql += " and m.run_id < ?"
-            args.append(before_run)
+            sql += f" and m.run_id < {args.mark(before_run)}"
         if since_run is not None:
-            sql += " and m.run_id >= ?"
-            args.append(since_run)
-        sql += " order by m.run_id desc limit ?"
-        args.append(limit)
+            sql += f" and m.run_id >= {args.mark(since_run)}"
+        sql += f" order by m.run_id desc limit {args.mark(limit)}"
         return rows(self.db, MetricPoint, sql, args)
 
     def previous_good_run(self, playbook: str, host: str, before_run: int) -> RunRow | None:
         """The newest earlier run of playbook on host that succeeded without a flagged regression."""
         found = rows(self.db, dict,
                      "select r.* from run_hosts rh join runs r on r.id = rh.run_id "
-                     "where rh.host = ? and rh.run_id < ? and r.playbook = ? and r.status = 'succeeded' "
+                     "where rh.host = $1 and rh.run_id < $2 and r.playbook = $3 and r.status = 'succeeded' "
                      "and r.dry_run = 0 and not exists (select 1 from regressions g where g.run_id = r.id "
-                     "and g.kind = 'regression' and (g.host = ? or g.host = '')) "
+                     "and g.kind = 'regression' and (g.host = $4 or g.host = '')) "
                      "order by rh.run_id desc limit 1", [host, before_run, playbook, host])
         return decode_run(found[0]) if found else None
 
     def host_run_ids(self, host: str, *, after: int = 0, upto: int | None = None) -> list[int]:
         """Ids of the runs on a host in (after, upto], oldest first."""
-        sql = "select run_id from run_hosts where host = ? and run_id > ?"
-        args: list[Any] = [host, after]
+        sql = "select run_id from run_hosts where host = $1 and run_id > $2"
+        args = Args([host, after])
         if upto is not None:
-            sql += " and run_id <= ?"
-            args.append(upto)
+            sql += f" and run_id <= {args.mark(upto)}"
         return [r[0] for r in self.db.execute(sql + " order by run_id", args)]
 
     def last_fingerprinted_run(self, host: str, upto: int) -> FingerprintState | None:
         """The newest run <= upto on host whose fingerprint describes that host (one row read,
         only that host's part of the fingerprint parsed)."""
-        d = dialect(self.db.conn)
+        d = dialect(self.db)
         found = list(self.db.query(
-            f"select r.id, {d.member_sql('r.fingerprint', 'key')} as state from run_hosts rh "
-            "join runs r on r.id = rh.run_id where rh.host = :host and rh.run_id <= :upto "
-            f"and {d.member_is_object_sql('r.fingerprint', 'key')} "
-            "order by rh.run_id desc limit 1", {"key": d.member_key(host), "host": host, "upto": upto}))
+            f"select r.id, {d.member_sql('r.fingerprint', '$1')} as state from run_hosts rh "
+            "join runs r on r.id = rh.run_id where rh.host = $2 and rh.run_id <= $3 "
+            f"and {d.member_is_object_sql('r.fingerprint', '$1')} "
+            "order by rh.run_id desc limit 1", [d.member_key(host), host, upto]))
         if not found:
             return None
         return {"run_id": found[0]["id"], "state": json.loads(found[0]["state"])}
@@ -79,7 +74,7 @@ class TrendsMixin(StoreBase):
         return rows(self.db, HostStepRow,
                     "select s.run_id, s.skill, s.status, s.params, s.data from steps s "
                     "join run_hosts rh on rh.run_id = s.run_id and rh.host = s.host "
-                    "where rh.host = ? and rh.run_id > ? and rh.run_id <= ? "
+                    "where rh.host = $1 and rh.run_id > $2 and rh.run_id <= $3 "
                     "and (s.status in ('ok', 'changed') or (s.skill = 'gpu.health' and s.status = 'failed')) "
                     "and (s.skill in ('server.launch', 'config.patch', 'gpu.health') "
                     "or s.data like '%package_versions%') order by s.run_id, s.id", [host, after, upto])
@@ -87,7 +82,7 @@ class TrendsMixin(StoreBase):
     def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
         """Registered data of the newest step of `skill` on host that recorded `key`."""
         for row in self.db.execute(
-                "select data from steps where host = ? and skill = ? and data like ? order by id desc limit 5",
+                "select data from steps where host = $1 and skill = $2 and data like $3 order by id desc limit 5",
                 [host, skill, f'%"{key}"%']):
             try:
                 data = json.loads(row[0])
@@ -100,41 +95,40 @@ class TrendsMixin(StoreBase):
     def newest_steps(self, skill: str, limit: int = 1000) -> list[StepRow]:
         """The newest finished step of `skill` on each host, newest first (`eagle fleet`'s last checks)."""
         return rows(self.db, StepRow,
-                    "select s.* from steps s join (select host, max(id) as id from steps where skill = ? "
+                    "select s.* from steps s join (select host, max(id) as id from steps where skill = $1 "
                     "and status in ('ok', 'changed', 'failed') group by host) n on s.id = n.id "
-                    "order by s.id desc limit ?", [skill, limit])
+                    "order by s.id desc limit $2", [skill, limit])
 
     def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
                           newest_first: bool = False) -> list[StepDataRow]:
         """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
         if not skills:
             return []
-        marks = ",".join("?" * len(skills))
+        args = Args([host])
         return rows(self.db, StepDataRow,
-                    f"select run_id, skill, status, data from steps where host = ? and skill in ({marks}) "
-                    "and status in ('ok', 'changed', 'failed') and data like ? "
-                    f"order by id {'desc' if newest_first else 'asc'} limit ?",
-                    [host, *skills, f"%{contains}%", limit])
+                    f"select run_id, skill, status, data from steps where host = $1 and skill in ({args.marks(skills)}) "
+                    f"and status in ('ok', 'changed', 'failed') and data like {args.mark(f'%{contains}%')} "
+                    f"order by id {'desc' if newest_first else 'asc'} limit {args.mark(limit)}", args)
 
     def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:
         """File changes on a host by runs (after, upto], oldest first."""
-        return rows(self.db, ChangeRow, "select * from changes where host = ? and run_id > ? and run_id <= ? "
+        return rows(self.db, ChangeRow, "select * from changes where host = $1 and run_id > $2 and run_id <= $3 "
                                         "order by run_id, id", [host, after, upto])
 
     def metrics_for_runs(self, run_ids: list[int]) -> dict[int, list[MetricRow]]:
         """Every metric of each run, in the order recorded (one query; runs without metrics absent)."""
         if not run_ids:
             return {}
-        marks = ",".join("?" * len(run_ids))
+        args = Args()
         out: dict[int, list[MetricRow]] = {}
-        for m in rows(self.db, MetricRow, f"select * from metrics where run_id in ({marks}) order by run_id, id",
-                      list(run_ids)):
+        for m in rows(self.db, MetricRow, f"select * from metrics where run_id in ({args.marks(run_ids)}) "
+                                          "order by run_id, id", args):
             out.setdefault(m["run_id"], []).append(m)
         return out
 
     def metric_value(self, run_id: int, name: str) -> float | None:
         """A run's first value of a metric, or None."""
-        row = self.db.execute("select value from metrics where run_id = ? and name = ? order by id limit 1",
+        row = self.db.execute("select value from metrics where run_id = $1 and name = $2 order by id limit 1",
                               [run_id, name]).fetchone()
         return float(row[0]) if row else None
 
@@ -142,22 +136,22 @@ class TrendsMixin(StoreBase):
         """Run id -> regressions flagged (kind `regression`), for the runs that have any."""
         if not run_ids:
             return {}
-        marks = ",".join("?" * len(run_ids))
+        args = Args()
         return {r["run_id"]: r["n"] for r in self.db.query(
-            f"select run_id, count(*) as n from regressions where run_id in ({marks}) "
-            "and coalesce(kind, 'regression') = 'regression' group by run_id", run_ids)}
+            f"select run_id, count(*) as n from regressions where run_id in ({args.marks(run_ids)}) "
+            "and coalesce(kind, 'regression') = 'regression' group by run_id", args)}
 
     def flagged_runs(self, host: str, metric: str, run_ids: list[int]) -> set[int]:
         """Which of run_ids flagged a regression of metric on host."""
         if not run_ids:
             return set()
-        marks = ",".join("?" * len(run_ids))
+        args = Args([metric, host])
         return {r[0] for r in self.db.execute(
-            f"select run_id from regressions where kind = 'regression' and metric = ? and host = ? "
-            f"and run_id in ({marks})", [metric, host, *run_ids])}
+            "select run_id from regressions where kind = 'regression' and metric = $1 and host = $2 "
+            f"and run_id in ({args.marks(run_ids)})", args)}
 
     def update_regression_reason(self, run_id: int, host: str, metric: str, old: str, new: str) -> None:
         """Reword a regression's reason (e.g. once a later check attributes it)."""
         with self._tx():
-            self.db.execute("update regressions set reason = ? where run_id = ? and host = ? and metric = ? "
-                            "and reason = ?", [new, run_id, host, metric, old])
+            self.db.execute("update regressions set reason = $1 where run_id = $2 and host = $3 and metric = $4 "
+                            "and reason = $5", [new, run_id, host, metric, old])

@@ -104,7 +104,7 @@ Eras = dict[str, list[tuple[int, list[str]]]]  # table -> [(seq of the C/M entry
 def _eras(conn: SqlConn) -> Eras:
     out: Eras = {}
     for seq, tbl, op, content in conn.execute(
-            f"select seq, tbl, op, content from {CHAIN_TABLE} where op in (?, ?) order by seq", [COLUMNS, MIGRATION]):
+            f"select seq, tbl, op, content from {CHAIN_TABLE} where op in ($1, $2) order by seq", [COLUMNS, MIGRATION]):
         if op == COLUMNS:
             try:
                 out.setdefault(tbl, []).append((seq, [str(c) for c in json.loads(content or "[]")]))
@@ -366,11 +366,11 @@ def verify_rows(conn: SqlConn, rows: list[tuple[str, int]]) -> list[Problem]:
             continue
         if t not in present:
             present[t] = set(columns(conn, t))
-        entry = conn.execute(f"select seq, op, content_sha256, hash from {CHAIN_TABLE} where tbl = ? and row_id = ? "
+        entry = conn.execute(f"select seq, op, content_sha256, hash from {CHAIN_TABLE} where tbl = $1 and row_id = $2 "
                              f"and op not in ('C', 'T') order by seq desc limit 1", [t, rid]).fetchone()
         cols = eras[t][_era_index(eras[t], entry[0] if entry else 1 << 62)][1]
         live = conn.execute(f"select {dialect(conn).row_json_sql(cols, '', present[t])} from {quote(t)} "
-                            f"where rowid = ?",
+                            f"where rowid = $1",
                             [rid]).fetchone()
         if live is None:
             continue

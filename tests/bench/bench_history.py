@@ -82,7 +82,7 @@ def cli_history(cfg: Path, *args: str) -> None:
 
 def old_host_query(store: Store, host: str) -> list:
     return list(store.db.query(
-        "select * from runs where exists (select 1 from json_each(runs.hosts) where value = ?) "
+        "select * from runs where exists (select 1 from json_each(runs.hosts) where value = $1) "
         "order by id desc limit 20", [host]))
 
 

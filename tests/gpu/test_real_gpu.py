@@ -58,7 +58,7 @@ async def _run_and_check(services, host_cfg: dict, holders) -> None:
     signals = {p["pid"]: p["signals"] for p in cleanup["processes"]}
     assert signals[stubborn] == ["SIGTERM", "SIGKILL"]
     assert signals[plain] == ["SIGTERM"]
-    approvals = list(svc.store.sync.db.query("select * from approvals where run_id = ?", [out.run_id]))
+    approvals = list(svc.store.sync.db.query("select * from approvals where run_id = $1", [out.run_id]))
     assert [a["status"] for a in approvals] == ["approved"]
     verify = json.loads(rows[2]["data"])
     assert all(v <= TOLERANCE_MIB for v in verify["memory"].values())

@@ -51,7 +51,7 @@ async def test_relaunch_holds_real_gpu_memory_and_cleanup_frees_it(services, tmp
     data = json.loads(rows[0]["data"])
     assert data["killed"], "cleanup found nothing to kill"
     assert all(p["ours"] for p in data["processes"]), "the server the bot launched counts as its own"
-    assert list(svc.store.sync.db.query("select * from approvals where run_id = ?", [clean.run_id])) == []
+    assert list(svc.store.sync.db.query("select * from approvals where run_id = $1", [clean.run_id])) == []
     assert rows[1]["status"] == "ok"
     assert memory_used()[0] <= 64
     print(f"relaunch: server pid {launched['pid']} held {held - before} MiB; cleanup killed {data['killed']}")

@@ -225,7 +225,7 @@ SQLITE = Dialect()
 
 
 def dialect(conn: SqlConn) -> Dialect:
-    """The connection's dialect: the PostgreSQL adapter names its own; a sqlite3 connection is SQLite."""
+    """The connection's dialect: each face names its own (anything else is taken for SQLite)."""
     d = getattr(conn, "dialect", SQLITE)
     assert isinstance(d, Dialect)
     return d

@@ -8,7 +8,7 @@ one connection and the one sealed transaction (`StoreBase._tx`), callers have al
 `store.create_run(...)`, and a facade would repeat each of the ~100 signatures once more (the
 faces in store/protocol*.py are generated from the mixins instead: scripts/gen_store_aio.py).
 Each mixin is one aggregate's module; `Store` only opens the DB. PostgreSQL (store/pg_store.py)
-runs the same mixins over a connection that speaks their SQL; `store.factory.open_store` picks
+runs the same mixins, statement for statement, over its own connection (store/pg_conn.py); `store.factory.open_store` picks
 the backend `audit_db` names. Both are held to `store.protocol.StoreProtocol` by
 `tests/store_contract.py`.
 """

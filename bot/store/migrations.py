@@ -10,7 +10,9 @@ is sealed before COMMIT), and the chained migrations add an 'M' entry to the cha
 created only when missing), so a DB edited back to an older version still converges.
 
 To change the schema: append a migration with the next number; if it touches a chained
-table, add its columns to `chain.CHAIN_SCHEMA` under that number and record it.
+table, add its columns to `chain.CHAIN_SCHEMA` under that number and record it. A new table
+is made with `db.table(name).create(...)` (on PostgreSQL that gives it the hidden `rowid` the
+chain names rows by, store/pg_conn.py); indexes and added columns are plain DDL both take.
 """
 from __future__ import annotations
 

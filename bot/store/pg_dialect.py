@@ -6,7 +6,7 @@ The same entries, link hashes and seals as on SQLite; what differs is how they a
   a write by psql included (its entry stays unsealed, and `verify` names it);
 - a row's canonical JSON is `json_build_object(...)::text` over the columns of `CHAIN_SCHEMA`,
   built the same way by the trigger and by `verify` (byte for byte on this backend);
-- `rowid` is a real column (see store/pg_conn.py), hidden from `columns`;
+- `rowid` is a real column (`PgTable.create` in store/pg_conn.py), hidden from `columns`;
 - a trigger counts as installed when its function's body is the code's and it is enabled
   (`ALTER TABLE ... DISABLE TRIGGER` shows as altered);
 - an identity is not transactional (a rolled-back transaction skips its numbers), so the

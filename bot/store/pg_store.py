@@ -1,8 +1,8 @@
 """The audit store on PostgreSQL (`audit_db: postgresql://user@host[:port]/db`): the shared store
 of several `eagle serve` replicas.
 
-The same mixins as SQLite's `Store` (every query, write and chain rule is theirs) over a psycopg 3
-connection that speaks their SQLite dialect (store/pg_conn.py); the same numbered migrations and
+The same mixins as SQLite's `Store` (every query, write and chain rule is theirs, and every
+statement's text) over a psycopg 3 connection that runs it as written (store/pg_conn.py); the same numbered migrations and
 the same chain entries, link hashes and seals (store/pg_dialect.py writes its triggers). What is
 PostgreSQL's own: the schema version is a row of `eagle_schema` (SQLite: `PRAGMA user_version`),
 a write transaction holds an advisory lock (one writer across replicas, as SQLite's file lock),

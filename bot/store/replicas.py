@@ -1,9 +1,9 @@
 """Several `eagle serve` replicas on one store: named leases with an expiry (the `leader`
 lease), each replica's heartbeat, and the claim that makes a schedule's fire start once.
 
-The SQL is portable between SQLite and PostgreSQL (`insert ... on conflict`, times as ISO
-text written by Python, no rowid), so another backend can keep it; PostgreSQL may take the
-lease with an advisory lock instead. Times compare as text: `now_iso()` sorts by time.
+The SQL is the store's one text for both backends (`insert ... on conflict`, times as ISO
+text written by Python, no rowid); PostgreSQL takes the lease with an advisory lock instead
+(store/pg_lease.py). Times compare as text: `now_iso()` sorts by time.
 """
 from __future__ import annotations
 

@@ -213,7 +213,7 @@ async def test_approval_only_an_approver_can_approve(harness, fake, stranger):
     run = await h.wait_run(rid)
     assert run["status"] == "succeeded"
     assert stranger.wait(10) is not None              # approved: really killed
-    approvals = await h.query("select * from approvals where run_id = ?", [rid])
+    approvals = await h.query("select * from approvals where run_id = $1", [rid])
     assert [(a["status"], a["decided_by"]) for a in approvals] == [("approved", "UBOSS")]
     denied = await h.query("select * from events where kind = 'access_denied'")
     assert denied and "UEVE" in denied[0]["message"]

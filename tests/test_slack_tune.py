@@ -47,7 +47,7 @@ async def test_slash_tune_posts_the_table_and_plot_and_apply_waits_for_an_approv
         upload = await fake.wait_for(lambda: [c for c in fake.calls_to("files.completeUploadExternal")
                                               if f"tune-{tune_run['id']}.png" in str(c.args.get("files"))], timeout=60)
         assert upload
-        rows = await h.query("select status, decided_by from approvals where run_id = ?", [tune_run["id"]])
+        rows = await h.query("select status, decided_by from approvals where run_id = $1", [tune_run["id"]])
         assert rows == [{"status": "approved", "decided_by": "UBOSS"}]
         # the applied server is the test's to stop, through the bot, as a user would
         newest = (await h.services.store.history(limit=1))[0]["id"]

@@ -265,21 +265,42 @@ def result_of(status: Status, summary: str, kw: Mapping[str, Any], where: str) -
 
 
 @dataclass
+class Approval:
+    """What a plan asks before `apply` runs, when the step has `confirm: true` (an approver, or
+    --yes on a terminal, decides; without `confirm` the plan goes ahead, approved by "no
+    confirmation required"). `refused(who)` is the failure a refusal raises (default: "<action>:
+    not approved (<who>)"): gpu.cleanup's names the processes left holding the GPUs. `log`:
+    say "approved by <who>" in the step's output once approved."""
+
+    action: str
+    details: list[str]
+    refused: Callable[[str], StepFailed] | None = None
+    log: bool = False
+
+
+@dataclass
 class Plan:
-    """What a mutating skill decided to do, once it has probed (pyinfra: an operation yields its
+    """What a skill decided to do, once it has probed (pyinfra: an operation yields its
     commands, and the engine learns from them whether anything would change): `actions` are
     what a dry-run shows, one `would` line each; `summary` the dry-run's result ("would drain
-    gpu-01 in Slurm (idle now)"); `apply` does it. `approve`: (action, details) asked first
-    when the step has `confirm: true` (refused: the step fails, saying so). `data` and `output`
-    go with the dry-run's result too (the diff a patch would make). `SkillContext.carry_out`
-    previews or applies it: the one dry-run branch."""
+    gpu-01 in Slurm (idle now)"); `apply` does it. `approve`: an `Approval` (or its (action,
+    details)) asked first. `data`, `output` and `warnings` go with the dry-run's result too (the
+    diff a patch would make). `preview`: the result a dry-run gives instead of `skipped`, for a
+    plan whose only change is housekeeping no user asked for (server.stop's stale pid file: the
+    step is `ok`, "no server running", either way). `SkillContext.carry_out` previews or applies
+    it: the one dry-run branch.
+
+    A read-only skill that a dry-run must not run (a benchmark of the server the dry-run did not
+    start, a probe that loads it) plans its measurement the same way: `apply` measures."""
 
     actions: list[str]
     summary: str
     apply: Callable[[], Awaitable[StepResult]]
-    approve: tuple[str, list[str]] | None = None
+    approve: Approval | tuple[str, list[str]] | None = None
     data: dict[str, Any] = field(default_factory=dict)
     output: str = ""
+    warnings: list[str] = field(default_factory=list)
+    preview: StepResult | None = None
 
 
 @dataclass
@@ -362,16 +383,25 @@ class SkillContext:
         self._log(f"[dry-run] would {action}")
 
     async def carry_out(self, plan: Plan) -> StepResult:
-        """Preview `plan` (a dry-run: its actions logged, the step `skipped`) or apply it (after
-        its approval, where it needs one)."""
+        """Preview `plan` (a dry-run: its actions logged, the step `skipped`, nothing but the
+        probes run) or apply it (after its approval, where it needs one). Skills never read
+        `dry_run` themselves (tests/test_skill_style.py): this is where a dry-run differs."""
         if self.dry_run:
             for action in plan.actions:
                 self.would(action)
-            return StepResult.skipped(f"dry-run: {plan.summary}", data=plan.data, output=plan.output)
-        if plan.approve is not None:
-            ok, why = await self.approve(*plan.approve)
+            if plan.preview is not None:
+                return plan.preview
+            return StepResult.skipped(f"dry-run: {plan.summary}", data=plan.data, output=plan.output,
+                                      warnings=list(plan.warnings))
+        ask = plan.approve
+        if isinstance(ask, tuple):
+            ask = Approval(*ask)
+        if ask is not None:
+            ok, who = await self.approve(ask.action, ask.details)
             if not ok:
-                raise StepFailed(f"{plan.approve[0]}: not approved ({why})")
+                raise ask.refused(who) if ask.refused is not None else StepFailed(f"{ask.action}: not approved ({who})")
+            if ask.log:
+                self.log(f"approved by {who}")
         return await plan.apply()
 
     async def approve(self, action: str, details: list[str]) -> tuple[bool, str]:

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult
 
 from eaglebot.facts import sglang, spec_probe
 from eaglebot.skills.lib import bench, processes, server
@@ -63,9 +63,13 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if any(b < 1 for b in sizes):
         raise StepFailed(f"batch sizes must be whole numbers from 1 (got {sizes})", usage=True)
     folder = f"{processes.state_dir(ctx)}/bench"
-    if ctx.dry_run:
-        ctx.would(f"benchmark port {port} at batch sizes {', '.join(map(str, sizes))}, {params.repeats} run(s) each")
-        return StepResult.skipped(f"dry-run: would benchmark {len(sizes)} batch sizes")
+    return await ctx.carry_out(Plan(
+        [f"benchmark port {port} at batch sizes {', '.join(map(str, sizes))}, {params.repeats} run(s) each"],
+        f"would benchmark {len(sizes)} batch sizes", lambda: _bench(ctx, params, sizes, folder)))
+
+
+async def _bench(ctx: SkillContext, params: Params, sizes: list[int], folder: str) -> StepResult:
+    port = params.port
     base = await server.base_url(ctx, port)     # where it listens: 127.0.0.1 unless relaunch bound it elsewhere
     code, _ = await server.http_get(ctx, params.python, port, "/health", base=base)
     if code != 200:

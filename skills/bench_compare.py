@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import Regression, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import Plan, Regression, SkillContext, SkillParams, StepResult
 
 from eaglebot.facts import sglang
 
@@ -55,9 +55,12 @@ def judge(name: str, value: float, reference: float, tolerance_pct: float,
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
-    if ctx.dry_run:
-        ctx.would(f"compare {', '.join(params.baseline)} with the baseline (tolerance {params.tolerance_pct:g}%)")
-        return StepResult.skipped("dry-run: nothing was measured to compare")
+    return await ctx.carry_out(Plan(
+        [f"compare {', '.join(params.baseline)} with the baseline (tolerance {params.tolerance_pct:g}%)"],
+        "nothing was measured to compare", lambda: _compare(ctx, params)))
+
+
+async def _compare(ctx: SkillContext, params: Params) -> StepResult:
     numbers: dict[str, Any] | None = params.metrics
     if numbers is None:
         reg = ctx.vars.get(params.source)

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, Metric, SkillContext, SkillParams, StepResult, path_for_shell
+from eaglebot.sdk import HOST_PATH, Metric, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import correctness
 from eaglebot.skills.lib import processes, server
@@ -78,9 +78,13 @@ async def _generate(ctx: SkillContext, p: Params, texts: list[str], folder: str,
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     texts = correctness.prompts(params.seed, params.num_prompts)
     folder = f"{processes.state_dir(ctx)}/correctness"
-    if ctx.dry_run:
-        ctx.would(f"send {params.num_prompts} greedy prompts to port {params.port} and compare with the reference")
-        return StepResult.skipped(f"dry-run: would check {params.num_prompts} greedy outputs on port {params.port}")
+    return await ctx.carry_out(Plan(
+        [f"send {params.num_prompts} greedy prompts to port {params.port} and compare with the reference"],
+        f"would check {params.num_prompts} greedy outputs on port {params.port}",
+        lambda: _check(ctx, params, texts, folder)))
+
+
+async def _check(ctx: SkillContext, params: Params, texts: list[str], folder: str) -> StepResult:
     base = await server.base_url(ctx, params.port)
     code, body = await server.http_get(ctx, params.python, params.port, "/server_info", base=base)
     if code != 200:

@@ -23,7 +23,7 @@ import shlex
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult, path_for_shell
+from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import spec_probe
 from eaglebot.skills.lib import server
@@ -65,9 +65,11 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                              f"{params.settle_s:g}); got {ph[:40]!r}", usage=True)
         trace.append((c, t))
     plan = " -> ".join(f"{c} for {s:g}s" for c, s in trace)
-    if ctx.dry_run:
-        ctx.would(f"replay concurrency {plan} against port {params.port}")
-        return StepResult.skipped("dry-run: no load sent")
+    return await ctx.carry_out(Plan([f"replay concurrency {plan} against port {params.port}"], "no load sent",
+                                    lambda: _replay(ctx, params, trace, plan)))
+
+
+async def _replay(ctx: SkillContext, params: Params, trace: list[tuple[int, float]], plan: str) -> StepResult:
     code, _ = await server.http_get(ctx, params.python, params.port, "/health")
     if code != 200:
         raise StepFailed(f"no ready server on port {params.port} (GET /health -> {code or 'no answer'})")

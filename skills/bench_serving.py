@@ -32,7 +32,7 @@ from typing import Any
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, Metric, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import HOST_PATH, Metric, Plan, SkillContext, SkillParams, StepResult
 
 from eaglebot.facts import bench_sanity, nvsmi, ports, procs, sglang
 from eaglebot.skills.lib import bench, processes, server
@@ -103,14 +103,18 @@ async def _foreign_gpu_tenants(ctx: SkillContext) -> list[str] | None:
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     port = params.port
-    warnings: list[str] = []
     bench_dir = f"{processes.state_dir(ctx)}/bench"
     files = [f"{bench_dir}/bench-{port}-run{ctx.run_id}-step{ctx.step_idx}-{i + 1}.jsonl"
              for i in range(params.repeats)]
-    if ctx.dry_run:
-        # In a dry run the server this would measure was not (re)started: plan only.
-        ctx.would("run " + shlex.join(bench_argv(params, files[0])))
-        return StepResult.skipped(f"dry-run: would benchmark port {port} {params.repeats} time(s)")
+    # In a dry run the server this would measure was not (re)started: plan only.
+    return await ctx.carry_out(Plan(["run " + shlex.join(bench_argv(params, files[0]))],
+                                    f"would benchmark port {port} {params.repeats} time(s)",
+                                    lambda: _bench(ctx, params, bench_dir, files)))
+
+
+async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[str]) -> StepResult:
+    port = params.port
+    warnings: list[str] = []
     # -- probe
     pid, env = await _server_env(ctx, port)
     if env is not None and "SGLANG_SIMULATE_ACC_LEN" in env:

@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, Metric, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import HOST_PATH, Metric, Plan, SkillContext, SkillParams, StepResult
 
 from eaglebot.facts import draft_accept
 from eaglebot.skills.lib import draft as lib
@@ -80,9 +80,13 @@ def cause(check: dict[str, Any]) -> str:
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
-    if ctx.dry_run:
-        ctx.would(f"send {params.num_prompts} greedy prompts to port {params.port} and read the acceptance per position")
-        return StepResult.skipped(f"dry-run: would probe the draft's acceptance on port {params.port}")
+    # In a dry run the server was not relaunched: what it serves now is not what the probe would see.
+    return await ctx.carry_out(Plan(
+        [f"send {params.num_prompts} greedy prompts to port {params.port} and read the acceptance per position"],
+        f"would probe the draft's acceptance on port {params.port}", lambda: _probe(ctx, params)))
+
+
+async def _probe(ctx: SkillContext, params: Params) -> StepResult:
     base = await server.base_url(ctx, params.port)
     code, body = await server.http_get(ctx, params.python, params.port, "/server_info", base=base)
     if code != 200:

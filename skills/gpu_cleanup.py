@@ -19,12 +19,12 @@ signals, ours) and `memory` (MiB per GPU before the cleanup).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from pydantic import Field, field_validator
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import SkillContext, StepResult
+from eaglebot.sdk import Approval, Plan, SkillContext, StepResult
 from eaglebot.facts import nvsmi
 from eaglebot.skills.lib import cleanup, gpu, processes
 
@@ -51,11 +51,10 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     try:
         snap = await gpu.snapshot(ctx, params)
     except nvsmi.NvsmiError as e:
-        if not ctx.dry_run:
-            raise
-        # A dry run shows the whole plan even where the GPUs cannot be listed (a bot host).
-        ctx.would(f"stop the GPU processes nvidia-smi lists (SIGTERM, SIGKILL after {params.grace_s:g}s)")
-        return StepResult.skipped(f"dry-run: cannot list GPU processes now: {e}", warnings=[str(e)])
+        # A dry run shows the whole plan even where the GPUs cannot be listed (a bot host); a real one fails.
+        return await ctx.carry_out(Plan(
+            [f"stop the GPU processes nvidia-smi lists (SIGTERM, SIGKILL after {params.grace_s:g}s)"],
+            f"cannot list GPU processes now: {e}", _raise(e), warnings=[str(e)]))
     for note in snap.notes:
         ctx.log(note)
     sessions = await processes.our_sessions(ctx) if cleanup.cleanup_targets(snap, params) else set()
@@ -71,27 +70,34 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     ctx.log(gpu.table(targets))
     planned = [f"{plan.why(h)} {h.line()}" for h in targets]
     data["processes"] = [dict(h.as_dict(), ours=h.pid in ours, signals=[]) for h in targets]
-
-    if ctx.dry_run:
-        for line in planned:
-            ctx.would(f"stop {line}")
-        return StepResult.skipped(
-            f"dry-run: would stop {len(targets)} GPU process{'es' if len(targets) != 1 else ''} "
-            f"({len(foreign)} not started by the bot): {', '.join(str(h.pid) for h in targets)}",
-            data=data, output="\n".join(planned) + "\n", warnings=warnings)
-
+    approval = None
     if foreign:
         n = len(foreign)
-        action = (f"kill {n} GPU process{'es' if n != 1 else ''} the bot did not start on {ctx.host_name} "
-                  f"(SIGTERM, then SIGKILL after {params.grace_s:g}s)")
-        approved, who = await ctx.approve(action, [h.line() for h in foreign])
-        if not approved:
-            raise StepFailed(
+        approval = Approval(
+            f"kill {n} GPU process{'es' if n != 1 else ''} the bot did not start on {ctx.host_name} "
+            f"(SIGTERM, then SIGKILL after {params.grace_s:g}s)", [h.line() for h in foreign],
+            refused=lambda who: StepFailed(
                 f"not approved ({who}): nothing was killed; {n} process{'es' if n != 1 else ''} "
                 f"the bot did not start hold the GPUs: {', '.join(f'{h.pid} ({h.user})' for h in foreign)}",
-                data=data, output="\n".join(planned) + "\n", warnings=warnings)
-        ctx.log(f"approved by {who}")
+                data=data, output="\n".join(planned) + "\n", warnings=warnings),
+            log=True)
+    return await ctx.carry_out(Plan(
+        [f"stop {line}" for line in planned],
+        f"would stop {len(targets)} GPU process{'es' if len(targets) != 1 else ''} "
+        f"({len(foreign)} not started by the bot): {', '.join(str(h.pid) for h in targets)}",
+        lambda: _stop(ctx, params, plan, snap, data, warnings), approve=approval,
+        data=data, output="\n".join(planned) + "\n", warnings=warnings))
 
+
+def _raise(e: Exception) -> Callable[[], Awaitable[StepResult]]:
+    async def fail() -> StepResult:
+        raise e
+    return fail
+
+
+async def _stop(ctx: SkillContext, params: Params, plan: cleanup.CleanupPlan, snap: gpu.Snapshot,
+                data: dict[str, Any], warnings: list[str]) -> StepResult:
+    targets, ours = plan.targets, plan.ours
     reports = await processes.terminate(ctx, [h.proc for h in targets], params.grace_s)
     by_pid = {r.pid: r for r in reports}
     lines = []

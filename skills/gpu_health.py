@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import CommandResult, SkillContext, StepResult
+from eaglebot.sdk import CommandResult, Plan, SkillContext, StepResult
 from eaglebot.facts import health as hf
 from eaglebot.facts import dcgm, nvsmi
 from eaglebot.facts.health_probe import GpuHealthRead, read_gpu_health
@@ -99,10 +99,13 @@ async def _dcgm(ctx: SkillContext, params: Params) -> dict[str, Any]:
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
-    if ctx.dry_run:
-        ctx.would("query nvidia-smi health fields, NVLink, the kernel log's Xids"
-                  + (f" and dcgmi diag -r {params.dcgm_level}" if params.dcgm_level else ""))
-        return StepResult.skipped("dry-run: would check GPU health")
+    return await ctx.carry_out(Plan(
+        ["query nvidia-smi health fields, NVLink, the kernel log's Xids"
+         + (f" and dcgmi diag -r {params.dcgm_level}" if params.dcgm_level else "")],
+        "would check GPU health", lambda: _check(ctx, params)))
+
+
+async def _check(ctx: SkillContext, params: Params) -> StepResult:
     got = await read(ctx, params)
     rows = got.rows.rows
     sel = gpu.select(ctx, params, sorted(rows))

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import Metric, SkillContext, StepResult
+from eaglebot.sdk import Metric, Plan, SkillContext, StepResult
 from eaglebot.skills.lib import free_memory, gpu
 from eaglebot.facts import nvsmi, nvsmi_watch
 
@@ -89,10 +89,14 @@ class Params(gpu.GpuParams):
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
-    if ctx.dry_run:
-        ctx.would(f"poll nvidia-smi until GPU memory <= {params.max_used_mib} MiB (timeout {params.timeout_s:g}s)"
-                  + ("; run a CUDA smoke test" if params.cuda_smoke else ""))
-        return StepResult.skipped("dry-run: would verify that the GPUs are free")
+    # In a dry run the cleanup before it killed nothing: the GPUs are as busy as they were.
+    return await ctx.carry_out(Plan(
+        [f"poll nvidia-smi until GPU memory <= {params.max_used_mib} MiB (timeout {params.timeout_s:g}s)"
+         + ("; run a CUDA smoke test" if params.cuda_smoke else "")],
+        "would verify that the GPUs are free", lambda: _verify(ctx, params)))
+
+
+async def _verify(ctx: SkillContext, params: Params) -> StepResult:
     t0 = time.monotonic()
     sel: list[int] | None = None
     polls = slow_polls = 0

@@ -14,11 +14,12 @@ Registers `dirs`, `files`, `bytes` and `roots`.
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 from pydantic import Field, model_validator
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult, path_for_shell
+from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
 NAME = "pycache.clear"
 
@@ -120,14 +121,17 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     data = {"dirs": dirs, "files": files, "bytes": size, "roots": roots}
     where = ", ".join(roots)
     what = f"{dirs} __pycache__ folder{'s' if dirs != 1 else ''} and {files} bytecode file{'s' if files != 1 else ''} ({human(size)})"
-    warnings = []
+    warnings: list[str] = []
     if scan.exit_status != 0 and scan.stderr.strip():
         warnings.append(f"find reported: {scan.stderr.strip().splitlines()[-1]}")
     if dirs == 0 and files == 0:
         return StepResult.ok(f"no bytecode under {where}", data=data, warnings=warnings)
-    if ctx.dry_run:
-        ctx.would(f"remove {what} under {where}")
-        return StepResult.skipped(f"dry-run: would remove {what} under {where}", data=data)
+    return await ctx.carry_out(Plan([f"remove {what} under {where}"], f"would remove {what} under {where}",
+                                    lambda: _remove(ctx, quoted, what, where, data, warnings), data=data))
+
+
+async def _remove(ctx: SkillContext, quoted: str, what: str, where: str, data: dict[str, Any],
+                  warnings: list[str]) -> StepResult:
     res = await ctx.host.run(_delete_cmd(quoted), timeout=300)
     left = parse_scan((await ctx.host.run(_scan_cmd(quoted), timeout=300)).stdout)
     if left[0] or left[1]:

@@ -70,7 +70,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult, path_for_shell
+from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
 from eaglebot.skills.lib import launch_check, preflight, processes, server, stall
@@ -281,29 +281,40 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                                    "checked_version": verdict.version})
     # -- pre-flight: port and a previous launch
     lis = await ports.listeners(ctx.host, port)
+    busy = None
     if lis.busy:
         infos = await procs.proc_info(ctx.host, sorted(lis.pids))
-        who = "; ".join(server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
+        busy = "; ".join(server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
             "a process this user cannot see"
-        if ctx.dry_run:  # an earlier server.stop would have freed it by now
-            ctx.would(f"find port {port} free (now in use by {who})")
-        else:
-            raise StepFailed(f"port {port} is already in use by {who}; stop it first (server.stop) - "
-                             f"SGLang would only notice after loading the model", warnings=warnings)
-    old = await server.read_pid(ctx, port)
-    if not ctx.dry_run and old is not None and await server.leader_alive(ctx, old):
-        raise StepFailed(f"a server the bot launched on port {port} is still running (pid {old}) "
-                         f"but not listening yet; stop it first (server.stop)", warnings=warnings)
     env = dict(params.env)
     cvd = _gpus_env(params.gpus)
     if cvd is not None:
         env["CUDA_VISIBLE_DEVICES"] = cvd
     argv = [params.python, "-m", "sglang.launch_server", *launch_args]
-    log_path, pid_path = server.log_path(ctx, port), server.pid_path(ctx, port)
-    if ctx.dry_run:
-        ctx.would(f"start {shlex.join(argv)} (env {env or '{}'}), log {log_path}")
-        return StepResult.skipped(f"dry-run: would launch SGLang on port {port}", warnings=warnings)
+
+    async def launch() -> StepResult:
+        if busy is not None:
+            raise StepFailed(f"port {port} is already in use by {busy}; stop it first (server.stop) - "
+                             f"SGLang would only notice after loading the model", warnings=warnings)
+        old = await server.read_pid(ctx, port)
+        if old is not None and await server.leader_alive(ctx, old):
+            raise StepFailed(f"a server the bot launched on port {port} is still running (pid {old}) "
+                             f"but not listening yet; stop it first (server.stop)", warnings=warnings)
+        return await _launch(ctx, params, argv, env, cfg_path, launch_args, spec, flags, warnings)
+
+    # A dry-run plans past a busy port: the server.stop before this step would have freed it by now.
+    return await ctx.carry_out(Plan(
+        ([f"find port {port} free (now in use by {busy})"] if busy is not None else [])
+        + [f"start {shlex.join(argv)} (env {env or '{}'}), log {server.log_path(ctx, port)}"],
+        f"would launch SGLang on port {port}", launch, warnings=warnings))
+
+
+async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[str, str], cfg_path: str | None,
+                  launch_args: list[str], spec: sglang.SpecResolution, flags: dict[str, str | None],
+                  warnings: list[str]) -> StepResult:
     # -- act
+    port = params.port
+    log_path, pid_path = server.log_path(ctx, port), server.pid_path(ctx, port)
     if cfg_path is not None:
         await ctx.host.run(f"mkdir -p {path_for_shell(processes.state_dir(ctx) + '/tune')}", timeout=30)
         await ctx.host.write_file(cfg_path, (json.dumps(params.adaptive_config, indent=2) + "\n").encode())

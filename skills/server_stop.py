@@ -22,7 +22,7 @@ import time
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import SkillContext, SkillParams, StepResult
+from eaglebot.sdk import Approval, Plan, SkillContext, SkillParams, StepResult
 
 from eaglebot.facts import ports, procs
 from eaglebot.skills.lib import processes, server
@@ -57,11 +57,19 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             f"port {port} is held by a process this user cannot see (another user's); "
             f"ask its owner or an administrator to stop it")
     if not ours and not foreign:
-        if leader is not None and not ctx.dry_run:
+        idle = StepResult.ok(f"no server running on port {port}", data={"stopped": [], "port": port})
+        if leader is None:
+            return idle
+
+        async def forget() -> StepResult:
             await server.remove_pid_file(ctx, port)
-        return StepResult.ok(f"no server running on port {port}", data={"stopped": [], "port": port})
+            return idle
+
+        # The stale pid file goes quietly: a dry-run says the same, and leaves it.
+        return await ctx.carry_out(Plan([], idle.summary, forget, preview=idle))
     evidence = "\n".join(server.describe(p) for p in ours + foreign)
     # -- decide
+    approval = None
     if foreign:
         details = [server.describe(p) for p in foreign]
         if not ctx.confirm:
@@ -69,20 +77,18 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                 f"port {port} is held by {len(foreign)} process(es) the bot did not start "
                 f"({', '.join(str(p.pid) for p in foreign)}); refusing to stop them without approval "
                 f"(add `confirm: true` to the step, or stop them yourself)", output=evidence)
-        if not ctx.dry_run:
-            ok, who = await ctx.approve(f"stop {len(foreign)} process(es) listening on port {port} "
-                                        f"that the bot did not start", details)
-            if not ok:
-                raise StepFailed(f"stopping the listener(s) on port {port} was not approved ({who})",
-                                 output=evidence)
-            ctx.log(f"approved by {who}")
-    if ctx.dry_run:
-        for p in ours + foreign:
-            ctx.would(f"stop {server.describe(p)}")
-        return StepResult.skipped(f"dry-run: would stop {len(ours) + len(foreign)} process(es) on port {port}",
-                                  output=evidence)
+        approval = Approval(f"stop {len(foreign)} process(es) listening on port {port} that the bot did not start",
+                            details, log=True, refused=lambda who: StepFailed(
+                                f"stopping the listener(s) on port {port} was not approved ({who})", output=evidence))
+    return await ctx.carry_out(Plan([f"stop {server.describe(p)}" for p in ours + foreign],
+                                    f"would stop {len(ours) + len(foreign)} process(es) on port {port}",
+                                    lambda: _stop(ctx, port, ours + foreign, params.grace_s), approve=approval,
+                                    output=evidence))
+
+
+async def _stop(ctx: SkillContext, port: int, targets: list[procs.ProcInfo], grace_s: float) -> StepResult:
     # -- act
-    reports = await processes.terminate(ctx, ours + foreign, params.grace_s)
+    reports = await processes.terminate(ctx, targets, grace_s)
     left = [r for r in reports if not r.gone]
     output = "\n".join(r.line() for r in reports)
     for r in reports:

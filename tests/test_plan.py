@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from eaglebot import testing
+from eaglebot.errors import StepFailed
 from eaglebot.facts import cluster
-from eaglebot.sdk import Plan, StepResult
-from eaglebot.skills import node_drain, node_resume, shell
+from eaglebot.sdk import Approval, Plan, StepResult
+from eaglebot.skills import (bench_batches, bench_compare, bench_correctness, bench_flap, bench_serving, draft_probe,
+                             gpu_health, gpu_verify, node_drain, node_resume, shell)
 
 SINFO = (Path(__file__).parent / "fixtures" / "cluster" / "sinfo-N-h-o-NTE.txt").read_text()
 IDLE = "".join(line for line in SINFO.splitlines(keepends=True) if line.startswith("gpu-01 "))
@@ -74,3 +78,82 @@ async def test_a_dry_run_shell_step_runs_nothing():
     host = testing.Host()
     res = await testing.run_skill(shell, host, {"command": "rm -rf /tmp/x"}, dry_run=True)
     assert res.status == "skipped" and host.commands == []
+
+
+# -- the approval a plan asks, and what a dry-run gives back
+
+
+def _recording():
+    calls: list[str] = []
+
+    async def apply() -> StepResult:
+        calls.append("applied")
+        return StepResult.changed("done")
+
+    return calls, apply
+
+
+async def test_an_approval_is_never_asked_in_a_dry_run_and_the_plans_warnings_come_back():
+    calls, apply = _recording()
+    asked: list[str] = []
+    plan = Plan(["kill 1"], "would kill 1", apply, approve=Approval("kill 1 process", ["pid 1"]), warnings=["w"])
+    ctx = testing.context(testing.Host(), dry_run=True, confirm=True, approve=lambda req: (asked.append(req.action), (True, "u"))[1])
+    res = await ctx.carry_out(plan)
+    assert (res.status, res.summary, res.warnings) == ("skipped", "dry-run: would kill 1", ["w"])
+    assert asked == [] and calls == []
+
+
+async def test_a_refused_approval_raises_the_plans_own_failure_or_names_the_action():
+    calls, apply = _recording()
+    no = testing.context(testing.Host(), confirm=True, approve=lambda req: (False, "ubob said no"))
+    own = Plan(["kill 1"], "would kill 1", apply, approve=Approval(
+        "kill 1 process", ["pid 1"], refused=lambda who: StepFailed(f"not approved ({who}): nothing was killed",
+                                                                    data={"killed": []})))
+    with pytest.raises(StepFailed) as e:
+        await no.carry_out(own)
+    assert str(e.value) == "not approved (ubob said no): nothing was killed" and e.value.result["data"] == {"killed": []}
+    with pytest.raises(StepFailed, match=r"^kill 1 process: not approved \(ubob said no\)$"):
+        await no.carry_out(Plan(["kill 1"], "would kill 1", apply, approve=("kill 1 process", ["pid 1"])))
+    assert calls == []
+
+
+async def test_an_approval_that_logs_says_who_approved_before_the_plan_is_applied():
+    calls, apply = _recording()
+    log: list[str] = []
+    ctx = testing.context(testing.Host(), confirm=True, approve=lambda req: (True, "UBOSS"), log=log)
+    assert (await ctx.carry_out(Plan([], "", apply, approve=Approval("a", [], log=True)))).status == "changed"
+    quiet = testing.context(testing.Host(), confirm=True, approve=lambda req: (True, "UBOSS"), log=[])
+    assert (await quiet.carry_out(Plan([], "", apply, approve=Approval("a", [])))).status == "changed"
+    assert log == ["approved by UBOSS"] and calls == ["applied", "applied"]
+
+
+async def test_a_preview_is_what_a_dry_run_returns_instead_of_skipped():
+    calls, apply = _recording()
+    idle = StepResult.ok("no server running on port 30000")
+    log: list[str] = []
+    res = await testing.context(testing.Host(), dry_run=True, log=log).carry_out(Plan([], "", apply, preview=idle))
+    assert res is idle and log == [] and calls == []
+
+
+# -- the skills that only read, but that a dry-run must not run (the server they measure was not
+# relaunched, the cleanup before them killed nothing): planned, and nothing reaches the host.
+
+READERS = [
+    (bench_serving, {}, "dry-run: would benchmark port 30000 1 time(s)"),
+    (bench_batches, {}, "dry-run: would benchmark "),
+    (bench_correctness, {}, "dry-run: would check "),
+    (bench_compare, {"baseline": {"output_throughput": 100}}, "dry-run: nothing was measured to compare"),
+    (bench_flap, {}, "dry-run: no load sent"),
+    (draft_probe, {}, "dry-run: would probe the draft's acceptance on port 30000"),
+    (gpu_health, {}, "dry-run: would check GPU health"),
+    (gpu_verify, {}, "dry-run: would verify that the GPUs are free"),
+]
+
+
+@pytest.mark.parametrize("skill,with_,summary", READERS, ids=[s.NAME for s, _, _ in READERS])
+async def test_a_dry_run_measures_nothing_and_says_what_it_would_measure(skill, with_, summary):
+    host, log = testing.Host(), []
+    res = await testing.run_skill(skill, host, with_, dry_run=True, log=log)
+    assert res.status == "skipped" and res.summary.startswith(summary), res.summary
+    assert host.commands == [] and host.spawned == []
+    assert len(log) == 1 and log[0].startswith("[dry-run] would ")

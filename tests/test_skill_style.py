@@ -128,3 +128,34 @@ def test_mypy_strict_catches_a_misspelt_result_keyword_in_a_plugin(tmp_path):
     assert res.returncode == 1, res.stdout + res.stderr
     assert 'Unexpected keyword argument "warnigs" for "StepFailed"; did you mean "warnings"?' in res.stdout
     assert 'Unexpected keyword argument "metrix" for "ok" of "StepResult"; did you mean "metrics"?' in res.stdout
+
+
+# -- dry-run (issue 36 item 4): a skill probes, builds a `Plan` and hands it to `ctx.carry_out`, the
+# one place a dry-run differs (eaglebot.sdk). A skill that read `ctx.dry_run` itself would have a
+# second branch to keep in step with the first; one that called `ctx.would` would log "would ..."
+# in real runs too. No shipped skill needs either: the allow-list is empty.
+DRY_RUN_ALLOWED: dict[str, str] = {}
+
+
+def dry_run_reads(source: str) -> list[int]:
+    """Lines that read `dry_run` (an attribute, or by name through getattr) or call `.would(...)`."""
+    tree = ast.parse(source)
+    return sorted({n.lineno for n in ast.walk(tree)
+                   if (isinstance(n, ast.Attribute) and n.attr in ("dry_run", "would"))
+                   or (isinstance(n, ast.Constant) and n.value == "dry_run")})
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(SKILLS)) for p in FILES])
+def test_no_skill_reads_dry_run_it_hands_a_plan_to_carry_out(path):
+    reads = dry_run_reads(path.read_text())
+    if path.name in DRY_RUN_ALLOWED:
+        assert reads, f"{path.name} no longer reads dry_run: take it off DRY_RUN_ALLOWED"
+        return
+    assert reads == [], (f"{path.name}:{reads}: build a Plan(actions, summary, apply) and "
+                         f"`return await ctx.carry_out(plan)` instead of a dry-run branch of its own")
+
+
+def test_the_dry_run_lint_sees_each_way_of_reading_it():
+    assert dry_run_reads("if ctx.dry_run:\n    pass\n") == [1]
+    assert dry_run_reads("x = 1\nif getattr(ctx, 'dry_run'):\n    ctx.would('rm x')\n") == [2, 3]
+    assert dry_run_reads("return await ctx.carry_out(Plan(['rm x'], 'would remove x', apply))\n") == []

@@ -276,6 +276,7 @@ class Approval:
     details: list[str]
     refused: Callable[[str], StepFailed] | None = None
     log: bool = False
+    by: str = ""        # who approved, once `carry_out` has asked (for `apply`'s summary)
 
 
 @dataclass
@@ -400,6 +401,7 @@ class SkillContext:
             ok, who = await self.approve(ask.action, ask.details)
             if not ok:
                 raise ask.refused(who) if ask.refused is not None else StepFailed(f"{ask.action}: not approved ({who})")
+            ask.by = who
             if ask.log:
                 self.log(f"approved by {who}")
         return await plan.apply()

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import HOST_PATH, Approval, Plan, SkillContext, SkillParams, StepResult
 
 from eaglebot.facts import draft_contract as dc
 from eaglebot.facts import eagle3
@@ -87,15 +87,21 @@ async def _plan(ctx: SkillContext, p: Params) -> StepResult:
                              "or would not launch", data=data)
     lines = [f"{i}. {a['words']} (ids {a['ids'] if a['ids'] is not None else 'removed'}: {a['label']})"
              for i, a in enumerate(attempts, start=1)]
-    ok, who = await ctx.approve(f"relaunch SGLang on {ctx.host_name} {len(attempts) + 1} times to try "
-                                f"{len(attempts)} capture lists (the draft's config is restored unless the best "
-                                f"is approved)", lines)
-    if not ok:
-        raise StepFailed(f"the attempts were not approved ({who}); nothing was changed")
-    for line in lines:
-        ctx.log(line)
-    return StepResult.ok(f"{len(attempts)} capture lists to try (approved by {who}); now the server feeds the "
-                         f"draft {now.words()}", data=data)
+    approval = Approval(f"relaunch SGLang on {ctx.host_name} {len(attempts) + 1} times to try "
+                        f"{len(attempts)} capture lists (the draft's config is restored unless the best "
+                        f"is approved)", lines,
+                        refused=lambda who: StepFailed(f"the attempts were not approved ({who}); nothing was changed"))
+
+    async def go() -> StepResult:
+        for line in lines:
+            ctx.log(line)
+        return StepResult.ok(f"{len(attempts)} capture lists to try (approved by {approval.by}); now the server "
+                             f"feeds the draft {now.words()}", data=data)
+
+    # A dry-run registers the attempts too, so the playbook's later steps show what each would change.
+    return await ctx.carry_out(Plan([f"try capture list {line}" for line in lines],
+                                    f"would try {len(attempts)} capture lists ({len(attempts) + 1} relaunches); "
+                                    f"now the server feeds the draft {now.words()}", go, approve=approval, data=data))
 
 
 def _score(d: dict[str, Any]) -> tuple[float, float]:
@@ -139,6 +145,6 @@ async def _choose(ctx: SkillContext, p: Params) -> StepResult:
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
-    return await ctx.carry_out(Plan([f"{params.action} the draft-repair attempts"],
-                                    f"would {params.action} the draft-repair attempts",
-                                    lambda: _plan(ctx, params) if params.action == "plan" else _choose(ctx, params)))
+    # `plan` probes (read-only) and plans the relaunches; `choose` judges what the attempts measured
+    # (nothing, in a dry-run: "not measured") and changes nothing itself: later steps keep or restore.
+    return await (_plan(ctx, params) if params.action == "plan" else _choose(ctx, params))

@@ -4,9 +4,11 @@
 (the training layers under each convention and shifted by one, the current list shifted by one,
 SGLang's default), keeps those that feed the draft something new and launch cleanly, at most
 `max_attempts`, and asks for approval before any relaunch (`confirm: true`): denied, nothing is
-touched. `action: choose` compares every attempt's acceptance and tok/s (draft.probe's data) with
-the current config's, names the best, and asks for approval to keep it; without that approval the
-playbook restores the draft's config byte for byte (`config.revert` of this run's first backup).
+touched (a dry-run probes the same and registers the attempts, asking nobody, so the playbook's
+later steps plan each one). `action: choose` compares every attempt's acceptance and tok/s
+(draft.probe's data) with the current config's, names the best, and asks for approval to keep it;
+without that approval the playbook restores the draft's config byte for byte (`config.revert` of
+this run's first backup).
 
 ```yaml
 - skill: draft.repair

@@ -13,6 +13,7 @@ import json
 import os
 import sqlite3
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,27 @@ def test_a_dry_run_of_every_shipped_playbook_changes_nothing_on_the_host(dry_hos
     assert "[dry-run] would start " in launch and "sglang.launch_server" in launch
     approvals = db.execute("select count(*) from approvals a join runs r on r.id = a.run_id where r.dry_run = 1")
     assert approvals.fetchone() == (0,)     # a dry-run asks nobody
+
+
+def test_a_stale_pid_file_is_left_by_a_dry_run_and_removed_by_the_stop(dry_host):
+    """server.stop's one quiet change: the pid file of a server that is gone. A dry-run says what the
+    stop says ("no server running") and leaves the file; the stop removes it."""
+    h = dry_host
+    h.reset()
+    cfg = h.config("exec")
+    rc, doc = run(cfg, "hello")                  # the state folder, as a first run leaves it
+    assert rc == 0, why(doc)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    pid_file = h.home / ".eaglebot" / "run" / f"server-{h.port}.pid"
+    pid_file.parent.mkdir(exist_ok=True)
+    pid_file.write_text(f"{gone.pid}\n")
+    for p in (pid_file.parent, pid_file):
+        os.chown(p, h.pw.pw_uid, h.pw.pw_gid)
+    idle = [("server.stop", "ok"), ("gpu.cleanup", "ok")]
+    rc, doc = run(cfg, "stop", "--dry-run")
+    assert rc == 0 and steps(doc)[:2] == idle, why(doc)
+    assert doc["steps"][0]["summary"] == f"no server running on port {h.port}" and pid_file.exists()
+    rc, doc = run(cfg, "stop")
+    assert rc == 0 and steps(doc)[:2] == idle, why(doc)
+    assert doc["steps"][0]["summary"] == f"no server running on port {h.port}" and not pid_file.exists()

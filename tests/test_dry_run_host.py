@@ -1,7 +1,7 @@
 """A dry-run changes nothing on the host (issue 36 item 4): every shipped playbook, `--dry-run`, through
 the real `eagle` CLI over a real OpenSSH sshd, as a new user with the default config (test_shipped_playbooks'
 home host), against a host with something to change: the bot's SGLang server running (SIMULATED), a GPU
-process the bot did not start, a patched draft config, bytecode under the model folder, an idle Slurm
+process the bot did not start, a patched draft config, stale bytecode in the sglang package, an idle Slurm
 node. Every file under the home (the sim's GPU and Slurm state included) and every process of the user
 are the same after the dry-runs as before; every shipped skill ran in one of them, and each mutating
 one planned what it would change.

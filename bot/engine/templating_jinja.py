@@ -1,0 +1,225 @@
+"""Jinja2 under the engine's templates: the sandbox, its rendering budget and the compiled-template
+caches (imported by eaglebot.engine.templating the first time a template needs more than
+substituting variables; see there).
+"""
+from __future__ import annotations
+
+import contextvars
+import functools
+import json
+import math
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from jinja2 import StrictUndefined, Template, TemplateError, Undefined, UndefinedError, meta
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from eaglebot.engine.templating import MAX_RENDER_CHARS, Raw, TemplateFailure, is_template
+
+_SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>.*?)\}\}\s*$", re.S)
+
+
+def _to_json(v: Any) -> str:
+    return json.dumps(v)
+
+
+def _shell_finalize(v: Any) -> str:
+    if isinstance(v, Raw):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return shlex.join(str(x) for x in v)
+    return shlex.quote(str(v))
+
+
+# Rendering budget (the sandbox blocks escapes, not cost): a string or list a template builds
+# stays under MAX_RENDER_CHARS, `**` under MAX_POW_BITS bits, and all `range()`s of one
+# render together yield at most MAX_RANGE_ITEMS items (nested ranges multiply).
+MAX_POW_BITS = 4096
+MAX_RANGE_ITEMS = 100_000
+_range_left: contextvars.ContextVar[int] = contextvars.ContextVar("range_left", default=MAX_RANGE_ITEMS)
+
+
+def _size(v: Any) -> int | None:
+    return len(v) if isinstance(v, (str, list, tuple)) else None
+
+
+class _BudgetEnv(ImmutableSandboxedEnvironment):
+    intercepted_binops = frozenset({"*", "**", "+"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(left, (int, float)) and isinstance(right, (int, float)):
+            if abs(left) > 1 and right > 0 and right * math.log2(abs(left)) > MAX_POW_BITS:
+                raise SecurityError(f"{left!r} ** {right!r} is too large to compute")
+        elif operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                size = _size(seq)
+                if size is not None and isinstance(n, int) and size * n > MAX_RENDER_CHARS:
+                    raise SecurityError(f"the result would exceed {MAX_RENDER_CHARS:,} characters")
+        elif operator == "+":
+            a, b = _size(left), _size(right)
+            if a is not None and b is not None and a + b > MAX_RENDER_CHARS:
+                raise SecurityError(f"the result would exceed {MAX_RENDER_CHARS:,} characters")
+        return super().call_binop(context, operator, left, right)
+
+
+def _budget_range(*args: int) -> range:
+    r = range(*args)
+    left = _range_left.get() - len(r)
+    if left < 0:
+        raise SecurityError(f"range() would yield more than {MAX_RANGE_ITEMS:,} items in one template")
+    _range_left.set(left)
+    return r
+
+
+def _make_env(shell: bool = False) -> ImmutableSandboxedEnvironment:
+    env = _BudgetEnv(
+        undefined=StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        finalize=_shell_finalize if shell else None,
+    )
+    env.globals["range"] = _budget_range
+    env.filters["raw"] = lambda v: Raw(v)
+    env.filters["to_json"] = _to_json
+    env.filters["shell_quote"] = lambda v: shlex.quote(str(v))
+    return env
+
+
+_ENV = _make_env()
+_SHELL_ENV = _make_env(shell=True)
+
+
+# Compiled once per source: a run over a thousand hosts renders the same few templates for
+# each (compiling is ~0.2 ms a template; a compiled one is reused, as Environment.get_template does).
+@functools.lru_cache(maxsize=2048)
+def _template(source: str, shell: bool) -> Template:
+    return (_SHELL_ENV if shell else _ENV).from_string(source)
+
+
+@functools.lru_cache(maxsize=2048)
+def _expression(expr: str) -> Callable[..., Any]:
+    return _ENV.compile_expression(expr, undefined_to_none=False)
+
+
+def names_used(value: Any) -> set[str]:
+    """Variable names a template (or a structure of templates) reads."""
+    out: set[str] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Mapping):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif is_template(v):
+            try:
+                out |= meta.find_undeclared_variables(_ENV.parse(v))
+            except TemplateError:
+                pass
+    return out
+
+
+class _Unresolved(StrictUndefined):
+    """A var whose template could not be rendered: using it fails with the reason."""
+
+    __slots__ = ("missing",)
+    missing: tuple[str, str | None] | None
+
+
+def unresolved(name: str, reason: str, missing: tuple[str, str | None] | None = None) -> Any:
+    """`missing`: (the variable nobody set that it needs, the input that would give it)."""
+    u = _Unresolved(hint=reason, name=name)
+    u.missing = missing
+    return u
+
+
+def is_undefined(v: Any) -> bool:
+    return isinstance(v, Undefined)
+
+
+def is_unresolved(v: Any) -> bool:
+    return isinstance(v, _Unresolved)
+
+
+def unresolved_reason(v: Any) -> tuple[str, tuple[str, str | None] | None]:
+    """An unresolved var's reason, and what is missing for it (see `unresolved`)."""
+    return str(v._undefined_hint), v.missing
+
+
+def render_value(value: Any, ctx: Mapping[str, Any], *, shell: bool = False) -> Any:
+    """Render strings inside `value` (recursively), keeping native types."""
+    token = _range_left.set(MAX_RANGE_ITEMS)
+    try:
+        out = _render(value, ctx, shell)
+    finally:
+        _range_left.reset(token)
+    if isinstance(out, str) and len(out) > MAX_RENDER_CHARS:
+        raise TemplateFailure(f"template {str(value)[:60]!r} renders to more than {MAX_RENDER_CHARS:,} characters")
+    return out
+
+
+def _render(value: Any, ctx: Mapping[str, Any], shell: bool) -> Any:
+    try:
+        if isinstance(value, Mapping):
+            return {k: _render(v, ctx, shell) for k, v in value.items()}
+        if isinstance(value, list):
+            return [_render(v, ctx, shell) for v in value]
+        if not is_template(value):
+            return value
+        if not shell:
+            m = _SINGLE_EXPR.match(value)
+            if m and "{{" not in m.group("expr") and "}}" not in m.group("expr"):
+                out = _expression(m.group("expr"))(**ctx)
+                if isinstance(out, Undefined):
+                    out._fail_with_undefined_error()
+                return out
+        return _template(value, shell).render(**ctx)
+    except UndefinedError as e:
+        if e.message and e.message.startswith("host var `"):
+            raise TemplateFailure(e.message) from None
+        raise TemplateFailure(f"undefined variable in {value!r}: {e.message}") from None
+    except TemplateError as e:
+        raise TemplateFailure(f"template error in {value!r}: {e}") from None
+    except (MemoryError, OverflowError, RecursionError) as e:
+        raise TemplateFailure(f"template {value!r} is too expensive to render ({type(e).__name__})") from None
+
+
+def evaluate(expr: str, ctx: Mapping[str, Any]) -> Any:
+    """A bare expression as in Ansible's `when:`."""
+    try:
+        return _expression(expr)(**ctx)
+    except UndefinedError as e:
+        raise TemplateFailure(f"undefined variable in when {expr!r}: {e.message}") from None
+    except TemplateError as e:
+        raise TemplateFailure(f"invalid when expression {expr!r}: {e}") from None
+
+
+def check_syntax(value: Any) -> str | None:
+    """Return an error message if any template in `value` does not parse."""
+    if isinstance(value, Mapping):
+        for v in value.values():
+            if err := check_syntax(v):
+                return err
+        return None
+    if isinstance(value, list):
+        for v in value:
+            if err := check_syntax(v):
+                return err
+        return None
+    if is_template(value):
+        try:
+            _ENV.parse(value)
+        except TemplateError as e:
+            return f"template syntax error: {e}"
+    return None
+
+
+def check_expression(expr: str) -> str | None:
+    try:
+        _ENV.compile_expression(expr)
+    except TemplateError as e:
+        return f"invalid expression: {e}"
+    return None

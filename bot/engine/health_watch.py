@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping, TYPE_CHECKING
 
 from eaglebot.config import HealthWatchConfig, Settings, XidRule
 from eaglebot.errors import EagleError
@@ -29,8 +29,10 @@ from eaglebot.facts.health_probe import GpuHealthRead, read_gpu_health
 from eaglebot.engine import fleet_health as fh
 from eaglebot.engine.xid_judge import Seen, judge_xids
 from eaglebot.sdk import CommandResult, Host
-from eaglebot.store.protocol_async import AsyncServiceState
 from eaglebot.transport import TransportPool
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async import AsyncServiceState
 
 log = logging.getLogger("eaglebot.health")
 

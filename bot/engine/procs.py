@@ -17,12 +17,14 @@ from __future__ import annotations
 import contextvars
 
 import logging
-from typing import Protocol
+from typing import Protocol, TYPE_CHECKING
 
 from eaglebot.errors import EagleError
 from eaglebot.store import parse_iso
-from eaglebot.store.protocol_async import AsyncRunLog
 from eaglebot.transport.base import CURRENT, StepProcs
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async import AsyncRunLog
 
 log = logging.getLogger("eaglebot.engine")
 

@@ -6,12 +6,16 @@ scheduled run skips the held hosts and says so; it is refused only when no host 
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import replace
 
 from eaglebot.engine.records import Prepared, RunRequest
 from eaglebot.errors import HostQuarantined
-from eaglebot.store.protocol_async import AsyncEngineStore
 from eaglebot.store.rows import HealthStateRow
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async import AsyncEngineStore
 
 # The shipped playbooks that must not run on a sick GPU (their numbers would mislead).
 GUARDED = ("relaunch", "bench")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TYPE_CHECKING
 
 from eaglebot.engine import hostvars, limits, procs, rolling
 from eaglebot.facts import host_paths
@@ -27,10 +27,12 @@ from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.steps import StepRunner, shell_param
 from eaglebot.sdk import PATH_VARS, ApprovalRequest, Regression, StepResult, expand_home
-from eaglebot.store.protocol_async import AsyncEngineStore
 from eaglebot.store.rows import NewRun
 from eaglebot.transport import TransportPool
 from eaglebot.transport.base import RUN
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async import AsyncEngineStore
 
 # Names the front ends and tests import from here, the engine's one entry point.
 __all__ = ["Approver", "Engine", "HEARTBEAT_S", "Observer", "PostRunHook", "RunOutcome", "RunRequest",

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 import traceback
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar, TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -25,9 +25,11 @@ from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
 from eaglebot.errors import StoreError
 from eaglebot.sdk import AnySkill, ApprovalRequest, SkillContext, StepResult
-from eaglebot.store.protocol_async import AsyncEngineStore
 from eaglebot.store.rows import StepEnd
 from eaglebot.transport import TransportPool
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async import AsyncEngineStore
 
 log = logging.getLogger("eaglebot.engine")
 

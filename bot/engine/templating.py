@@ -16,23 +16,16 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from collections.abc import Mapping
-from types import ModuleType
 from typing import Any
 
-MAX_RENDER_CHARS = 1024 * 1024
+from eaglebot.engine.template_types import MAX_RENDER_CHARS, Raw, TemplateFailure, is_template
 
+__all__ = ["MAX_RENDER_CHARS", "Raw", "TemplateFailure", "check_expression", "check_syntax", "contains_template",
+           "evaluate", "is_template", "is_unresolved", "names_used", "render_value", "unresolved",
+           "unresolved_reason"]
 
-class Raw(str):
-    """A string the shell quoting leaves alone (`{{ x | raw }}`)."""
-
-
-class TemplateFailure(ValueError):
-    pass
-
-
-def is_template(value: Any) -> bool:
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
 def contains_template(value: Any) -> bool:
@@ -43,15 +36,7 @@ def contains_template(value: Any) -> bool:
     return is_template(value)
 
 
-_jinja: ModuleType | None = None
-
-
-def _sandbox() -> ModuleType:
-    global _jinja
-    if _jinja is None:
-        from eaglebot.engine import templating_jinja
-        _jinja = templating_jinja
-    return _jinja
+_SANDBOX = "eaglebot.engine.templating_jinja"   # imported where needed, in the functions below
 
 
 # -- templates that only substitute variables ---------------------------------------------
@@ -87,7 +72,10 @@ _SLOW = object()
 
 
 def _undefined(v: Any) -> bool:
-    return _jinja is not None and _jinja.is_undefined(v)
+    if _SANDBOX not in sys.modules:   # no Undefined exists before the sandbox loads
+        return False
+    from eaglebot.engine import templating_jinja
+    return templating_jinja.is_undefined(v)
 
 
 def _fast(value: Any, ctx: Mapping[str, Any], shell: bool) -> Any:
@@ -133,7 +121,8 @@ def render_value(value: Any, ctx: Mapping[str, Any], *, shell: bool = False) -> 
     """Render strings inside `value` (recursively), keeping native types."""
     out = _fast(value, ctx, shell)
     if out is _SLOW:
-        return _sandbox().render_value(value, ctx, shell=shell)
+        from eaglebot.engine import templating_jinja
+        return templating_jinja.render_value(value, ctx, shell=shell)
     if isinstance(out, str) and len(out) > MAX_RENDER_CHARS:
         raise TemplateFailure(f"template {str(value)[:60]!r} renders to more than {MAX_RENDER_CHARS:,} characters")
     return out
@@ -151,7 +140,11 @@ def names_used(value: Any) -> set[str]:
             stack.extend(v)
         elif is_template(v):
             pieces = _pieces(v)
-            out |= set(pieces[1::2]) if pieces is not None else _sandbox().names_used(v)
+            if pieces is not None:
+                out |= set(pieces[1::2])
+            else:
+                from eaglebot.engine import templating_jinja
+                out |= templating_jinja.names_used(v)
     return out
 
 
@@ -162,29 +155,37 @@ def check_syntax(value: Any) -> str | None:
     if isinstance(value, list):
         return next((err for v in value if (err := check_syntax(v))), None)
     if is_template(value) and _pieces(value) is None:
-        return _sandbox().check_syntax(value)
+        from eaglebot.engine import templating_jinja
+        return templating_jinja.check_syntax(value)
     return None
 
 
 def evaluate(expr: str, ctx: Mapping[str, Any]) -> Any:
     """A bare expression as in Ansible's `when:`."""
-    return _sandbox().evaluate(expr, ctx)
+    from eaglebot.engine import templating_jinja
+    return templating_jinja.evaluate(expr, ctx)
 
 
 def check_expression(expr: str) -> str | None:
-    return _sandbox().check_expression(expr)
+    from eaglebot.engine import templating_jinja
+    return templating_jinja.check_expression(expr)
 
 
 def unresolved(name: str, reason: str, missing: tuple[str, str | None] | None = None) -> Any:
     """A var whose template could not be rendered: using it fails with the reason. `missing`:
     (the variable nobody set that it needs, the input that would give it)."""
-    return _sandbox().unresolved(name, reason, missing)
+    from eaglebot.engine import templating_jinja
+    return templating_jinja.unresolved(name, reason, missing)
 
 
 def is_unresolved(v: Any) -> bool:
-    return _jinja is not None and _jinja.is_unresolved(v)   # (none exists before the sandbox loads)
+    if _SANDBOX not in sys.modules:   # (none exists before the sandbox loads)
+        return False
+    from eaglebot.engine import templating_jinja
+    return templating_jinja.is_unresolved(v)
 
 
 def unresolved_reason(v: Any) -> tuple[str, tuple[str, str | None] | None]:
     """An unresolved var's reason, and what is missing for it (see `unresolved`)."""
-    return _sandbox().unresolved_reason(v)
+    from eaglebot.engine import templating_jinja
+    return templating_jinja.unresolved_reason(v)

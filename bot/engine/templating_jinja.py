@@ -17,7 +17,7 @@ from jinja2 import StrictUndefined, Template, TemplateError, Undefined, Undefine
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from eaglebot.engine.templating import MAX_RENDER_CHARS, Raw, TemplateFailure, is_template
+from eaglebot.engine.template_types import MAX_RENDER_CHARS, Raw, TemplateFailure, is_template
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>.*?)\}\}\s*$", re.S)
 

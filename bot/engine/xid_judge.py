@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Mapping
+from typing import Mapping, TYPE_CHECKING
 
 from eaglebot.config import XidRule
 from eaglebot.engine import fleet_health as fh
 from eaglebot.engine.lifecycle import window_at, windows
 from eaglebot.facts import xid as xf
-from eaglebot.store.protocol_async import AsyncServiceState
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async import AsyncServiceState
 
 
 def _iso(t: datetime) -> str:

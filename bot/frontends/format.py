@@ -9,7 +9,6 @@ import math
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeVar
 
-from eaglebot.history.incidents import by_cause, describe_cause
 if TYPE_CHECKING:
     from eaglebot.engine.playbook import Playbook
 from eaglebot.history.view import HistoryRow, RunView
@@ -146,6 +145,7 @@ def show_text(view: RunView) -> str:
     if view.warnings:
         out += ["", "warnings:"] + [f"  {w}" for w in view.warning_lines]
     if view.incidents:
+        from eaglebot.history.incidents import by_cause, describe_cause   # (a run's own summary never needs it)
         out += ["", "open regression incidents:"] + [f"  {describe_cause(g)}" for g in by_cause(view.incidents)]
     if view.regressions:
         out += ["", "regressions and improvements:"] + [

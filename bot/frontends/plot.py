@@ -5,6 +5,8 @@ can draw from any thread. The data comes from `eaglebot.history.trend`.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -12,7 +14,9 @@ from pathlib import Path
 from eaglebot.config import RegressionConfig
 from eaglebot.history.trend import Trend, load_trend
 from eaglebot.store import parse_iso
-from eaglebot.store.protocol import HistoryStore
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol import HistoryStore
 
 
 GAP_FACTOR = 3.0          # a pause this many times the usual spacing between runs is marked

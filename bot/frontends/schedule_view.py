@@ -7,14 +7,16 @@ front end may not reach up into the service.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Mapping, TYPE_CHECKING
 
 from eaglebot.config import Settings
 from eaglebot.engine.schedules import check_schedules
 from eaglebot.frontends.cron import iso_utc, next_fire, trigger_for
 from eaglebot.frontends.format import fmt_time
 from eaglebot.frontends.schedule_alarm import overdue, reference, since
-from eaglebot.store.protocol import ScheduleReads
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol import ScheduleReads
 
 def schedule_rows(settings: Settings, store_sync: ScheduleReads, now: datetime | None = None) -> list[dict[str, Any]]:
     """One dict per configured schedule: name, playbook, hosts, cron, timezone, next_fire

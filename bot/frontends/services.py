@@ -9,7 +9,7 @@ engine's runs over (`close_idle`), or at exit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, TYPE_CHECKING
 
 from eaglebot.config import Settings
 from eaglebot.engine.redact import Redactor
@@ -17,8 +17,10 @@ from eaglebot.engine.registry import SkillRegistry
 from eaglebot.engine.runner import Engine
 from eaglebot.engine.records import Observer
 from eaglebot.store import AsyncStore
-from eaglebot.store.protocol_async import AsyncEngineStore, AsyncStoreProtocol
 from eaglebot.transport import TransportPool
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async import AsyncEngineStore, AsyncStoreProtocol
 
 # `/eagle reload` in a running `eagle serve`: (who) -> (done, the sentence that answers them)
 Reloader = Callable[[str], Awaitable[tuple[bool, str]]]

@@ -7,12 +7,14 @@ the hook in `Engine.post_run_hooks`.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, TYPE_CHECKING
 
 from eaglebot.config import Settings
 from eaglebot.history.host_state import record_fingerprint
 from eaglebot.sdk import Metric, Regression
-from eaglebot.store.protocol_async import AsyncHistoryStore
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async import AsyncHistoryStore
 
 
 class FinishedStep(Protocol):

@@ -4,10 +4,12 @@ recorder.py) because every run needs this and only a run with metrics needs that
 run hello` does not load the judges."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from eaglebot.history.fingerprint import apply_steps, empty_state
-from eaglebot.store.protocol import HistoryStore
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol import HistoryStore
 
 
 def host_state(store: HistoryStore, host: str, run_id: int) -> dict[str, Any]:

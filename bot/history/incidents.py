@@ -9,11 +9,15 @@ purpose: `eagle show` loads it (no pydantic or numpy).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 from eaglebot.errors import UsageError
-from eaglebot.store.protocol import HistoryStore
 from eaglebot.store.rows import IncidentRow, RunRow
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol import HistoryStore
 
 
 @dataclass(frozen=True)

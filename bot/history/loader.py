@@ -5,7 +5,7 @@ typed as their audit table's TypedDict (`store.rows`), so the pure code after is
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from eaglebot.config import RegressionConfig
 from eaglebot.history.attribution import attribution_text, since_good_run, state_changes
@@ -13,7 +13,9 @@ from eaglebot.history.diff import DiffRows, pick_hosts
 from eaglebot.history.host_state import host_state
 from eaglebot.history.regress import (CP_WINDOW, RANGE_RUNS, Drift, Subject, Window, drift, window_limit, window_since,
                                       window_what, worse_shift_point)
-from eaglebot.store.protocol import HistoryStore
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol import HistoryStore
 
 
 def since(store: HistoryStore, s: Subject) -> int | None:

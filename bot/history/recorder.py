@@ -7,7 +7,7 @@ a run found are returned; the engine writes those rows (post-run hooks).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from eaglebot.config import RegressionConfig
 from eaglebot.history import loader
@@ -18,8 +18,10 @@ from eaglebot.history.incidents import (Ack, Closing, IncidentDecision, baseline
                                         same_cause)
 from eaglebot.history.regress import Subject, decide, drop_start, judge_window, needs_attribution, wants_attribution
 from eaglebot.sdk import Metric, Regression
-from eaglebot.store.protocol import HistoryStore
 from eaglebot.store.rows import IncidentRow
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol import HistoryStore
 
 
 def close(store: HistoryStore, c: Closing) -> None:

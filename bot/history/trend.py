@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from eaglebot.config import RegressionConfig
 from eaglebot.errors import UsageError
 from eaglebot.history.changepoint import change_points
 from eaglebot.history.regress import robust_sigma
-from eaglebot.store.protocol import HistoryStore
 from eaglebot.store.rows import IncidentRow, MetricPoint
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol import HistoryStore
 
 Band = tuple[float, float, float, str]
 

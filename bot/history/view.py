@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, TypedDict
+from typing import Any, Iterable, TypedDict, TYPE_CHECKING
 
 from eaglebot.history.incidents import by_cause, cause_of, describe_cause
 from eaglebot.history.recap import HostRecap, host_recap
 from eaglebot.store import parse_iso
-from eaglebot.store.protocol import HistoryStore
 from eaglebot.store.rows import ChangeRow, IncidentRow, MetricRow, RegressionRow, RunRow, StepRow, WarningRow
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol import HistoryStore
 
 KEY_METRIC = "output_throughput"
 

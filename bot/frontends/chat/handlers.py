@@ -6,6 +6,8 @@ Runs go through `Engine.start`, the same entry point as the CLI. Each handler re
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 import functools
 import json
@@ -27,8 +29,10 @@ from eaglebot.frontends.replicas_text import LEADER, leader_of, replica_rows, re
 from eaglebot.frontends.format import describe_inputs, fmt_time, history_text, show_text, since, table
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import HistoryRow, RunView, load_history
-from eaglebot.store.protocol import HistoryStore
 from eaglebot.suggest import did_you_mean, nearest
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol import HistoryStore
 
 LOG_LINES = 60
 LOGS_PLAYBOOK = "server-logs"   # shipped: one read-only server.logs step

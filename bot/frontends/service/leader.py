@@ -22,12 +22,14 @@ import os
 import secrets
 import socket
 import time
-from typing import Protocol
+from typing import Protocol, TYPE_CHECKING
 
 from eaglebot import __version__
 from eaglebot.frontends.replicas_text import LEADER
 from eaglebot.store.base import proc_start_time
-from eaglebot.store.protocol_async import AsyncServiceState
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async import AsyncServiceState
 
 log = logging.getLogger("eaglebot.leader")
 

@@ -18,7 +18,7 @@ import platform
 import time
 import weakref
 from importlib.metadata import PackageNotFoundError, version
-from typing import Iterable
+from typing import Iterable, TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
@@ -28,8 +28,10 @@ from prometheus_client.registry import Collector
 from eaglebot.engine.records import Observer, RunOutcome, StepRecord
 from eaglebot.frontends.service.http_guard import Listener, listen
 from eaglebot.sdk import StepResult
-from eaglebot.store.protocol import MetricsReads
-from eaglebot.store.protocol_async import AsyncMetricsReads
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol import MetricsReads
+    from eaglebot.store.protocol_async import AsyncMetricsReads
 
 STEP_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800, 3600, float("inf"))
 _ALL: "weakref.WeakSet[Metrics]" = weakref.WeakSet()

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, TYPE_CHECKING
 
-from eaglebot.store.protocol_async import AsyncApprovalsFace
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async import AsyncApprovalsFace
+
 
 log = logging.getLogger("eaglebot.reload")
 

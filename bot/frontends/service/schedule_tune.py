@@ -6,12 +6,14 @@ from __future__ import annotations
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from eaglebot.config import ScheduleConfig
 from eaglebot.engine.runner import Engine
 from eaglebot.errors import EagleError
-from eaglebot.store.protocol_async_service import AsyncSchedulesFace
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async_service import AsyncSchedulesFace
 
 log = logging.getLogger("eaglebot.scheduler")
 

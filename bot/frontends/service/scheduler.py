@@ -23,7 +23,7 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Coroutine, Protocol
+from typing import Any, Callable, Coroutine, Protocol, TYPE_CHECKING
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -44,8 +44,10 @@ from eaglebot.frontends.services import Services
 from eaglebot.history.view import RunView
 from eaglebot.sdk import StepResult
 from eaglebot.store import now_iso, open_store, parse_iso
-from eaglebot.store.protocol import ScheduleReads
-from eaglebot.store.protocol_async import AsyncSchedulerStore
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol import ScheduleReads
+    from eaglebot.store.protocol_async import AsyncSchedulerStore
 
 log = logging.getLogger("eaglebot.scheduler")
 

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from slack_sdk.models.blocks import ActionsBlock, ButtonElement
 from slack_sdk.web.async_client import AsyncWebClient
@@ -28,8 +28,10 @@ from eaglebot.frontends.fleet_text import alert_text, summary_text
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack.client import slack_error
 from eaglebot.store import parse_iso
-from eaglebot.store.protocol_async import AsyncServiceState
 from eaglebot.store.rows import HealthStateRow
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async import AsyncServiceState
 
 log = logging.getLogger("eaglebot.health")
 

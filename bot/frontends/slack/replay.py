@@ -22,10 +22,12 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence, TYPE_CHECKING
 
 from eaglebot.errors import EagleError
-from eaglebot.store.protocol_async import AsyncServiceState
+
+if TYPE_CHECKING:
+    from eaglebot.store.protocol_async import AsyncServiceState
 
 log = logging.getLogger("eaglebot.slack")
 

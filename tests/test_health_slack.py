@@ -37,6 +37,8 @@ async def test_alert_buttons_run_health_silence_for_operators_and_drain_parses(t
         assert await h.click(HEALTH_SILENCE_ACTION, "local 0", user="UALICE") == 200
         upd = await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.update") if "silenced by" in c.all_text()])
         assert "<@UALICE>" in upd[0].all_text()
+        # (the click's own answer follows the update: counted before the next turn is posted)
+        await fake.wait_for(lambda: [c for c in fake.calls_to("response_url") if "silenced for 24 h" in c.all_text()])
         row = (await store.health_states("local"))[0]
         assert row["silenced_by"] == "UALICE" and row["silenced_until"]
         # silenced: a new turn of the incident is not posted; its resolution is

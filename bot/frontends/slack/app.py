@@ -75,6 +75,7 @@ def build_app(services: Services, *, client: AsyncWebClient | None = None, token
         authorize=authorize,
         reject=functools.partial(_record_rejection, ctx),
         seen=StoreSeen(services.store),
+        acks=ctx.acks,
     )
     app.use(InjectContext(ctx))
     register_listeners(app)
@@ -86,6 +87,6 @@ def _record_rejection(ctx: SlackContext, actor: str, what: str, why: str) -> Non
     the ack never waits on the DB. (printable: a Socket Mode payload's JSON may carry a lone
     surrogate, which SQLite refuses.)"""
     services = ctx.services
-    ctx.spawn(services.store.add_rejection("rejected", printable(actor) or "unknown",
+    ctx.after_ack(services.store.add_rejection("rejected", printable(actor) or "unknown",
                                            services.redactor.text(printable(what)), printable(why)),
               name="eagle-rejected")

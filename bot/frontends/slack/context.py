@@ -26,6 +26,7 @@ from eaglebot.engine.runner import RunOutcome
 from eaglebot.frontends.services import Services
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack import budget
+from eaglebot.frontends.slack.ack_gate import AckGate
 from eaglebot.frontends.slack.client import slack_error
 from eaglebot.frontends.slack.coalescer import UpdateCoalescer
 from eaglebot.sdk import ApprovalRequest
@@ -64,6 +65,7 @@ class SlackContext:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.runs: dict[int, asyncio.Task[RunOutcome]] = {}
         self._webhooks: aiohttp.ClientSession | None = None
+        self.acks = AckGate()   # GuardedApp's HTTP face counts its requests in it
 
     def _webhook_session(self) -> aiohttp.ClientSession:
         """One HTTP session for every response_url answer: slack_sdk's webhook client makes a
@@ -93,6 +95,11 @@ class SlackContext:
         self.tasks.add(task)
         task.add_done_callback(self._done)
         return task
+
+    def after_ack(self, coro: Coroutine[Any, Any, _T], name: str = "eagle-slack") -> asyncio.Task[_T]:
+        """`spawn`, once no other request waits for its ack (slack/ack_gate.py): what a listener
+        does after acking."""
+        return self.spawn(self.acks.after_acks(coro), name=name)
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)

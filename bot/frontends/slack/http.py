@@ -31,6 +31,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from eaglebot import __version__
+from eaglebot.frontends.slack.ack_gate import AckGate
 from eaglebot.frontends.slack.payload import shape_problem
 from eaglebot.frontends.slack.replay import MemorySeen, SeenRequests, request_keys
 
@@ -118,7 +119,7 @@ class GuardedApp(AsyncApp):
 
     def __init__(self, *, client: AsyncWebClient, signing_secret: str,
                  authorize: Callable[..., Awaitable[AuthorizeResult]], reject: Reject,
-                 seen: SeenRequests | None = None) -> None:
+                 seen: SeenRequests | None = None, acks: AckGate | None = None) -> None:
         bolt_log = logging.getLogger("slack_bolt.AsyncApp")   # (slack_bolt.logger.get_bolt_logger's name)
         if _QUIET not in bolt_log.filters:
             bolt_log.addFilter(_QUIET)
@@ -132,6 +133,7 @@ class GuardedApp(AsyncApp):
         self.eagle_signing_secret = signing_secret
         self.eagle_reject = reject
         self.eagle_seen: SeenRequests = seen or MemorySeen()
+        self.eagle_acks = acks or AckGate()
 
     def _rejected(self, body: object, why: str) -> None:
         actor, what = describe(body)
@@ -160,6 +162,10 @@ class GuardedApp(AsyncApp):
 
     def web_app(self, path: str = "/slack/events", port: int = 3000) -> web.Application:
         async def handle(request: web.Request) -> web.StreamResponse:
+            with self.eagle_acks.request():
+                return await answer(request)
+
+        async def answer(request: web.Request) -> web.StreamResponse:
             if request.content_length is not None and request.content_length > MAX_BODY:
                 return web.Response(status=413, text="request body too large")
             try:

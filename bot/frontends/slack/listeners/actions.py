@@ -45,10 +45,10 @@ async def apply_best_clicked(ack: AsyncAck, body: BlockActionsBody, action: Acti
     admitted = admit(ctx.settings, cmd, slack_caller(ctx, user, channel, response_url))
     if isinstance(admitted, str):
         oplog.rejected(user, ctx.redact(cmd.text or cmd.name), admitted)
-        ctx.spawn(audit_refusal(ctx.services, user, cmd, admitted), name="eagle-refusal")
-        ctx.spawn(ctx.respond(response_url, f":no_entry: {bk.escape(admitted)}"), name="eagle-refusal-reply")
+        ctx.after_ack(audit_refusal(ctx.services, user, cmd, admitted), name="eagle-refusal")
+        ctx.after_ack(ctx.respond(response_url, f":no_entry: {bk.escape(admitted)}"), name="eagle-refusal-reply")
         return
-    ctx.spawn(run_admitted(ctx, admitted, response_url), name="eagle-apply-best")
+    ctx.after_ack(run_admitted(ctx, admitted, response_url), name="eagle-apply-best")
 
 
 async def silence_clicked(ack: AsyncAck, body: BlockActionsBody, action: ActionBody,

@@ -31,10 +31,10 @@ async def eagle_command(ack: AsyncAck, body: SlashCommandBody, context: AsyncBol
     if isinstance(admitted, str):
         await ack(text=f":no_entry: {bk.escape(admitted)}")
         oplog.rejected(user, ctx.redact(cmd.text or cmd.name), admitted)
-        ctx.spawn(audit_refusal(ctx.services, user, cmd, admitted), name="eagle-refusal")
+        ctx.after_ack(audit_refusal(ctx.services, user, cmd, admitted), name="eagle-refusal")
         return
     await ack()
-    ctx.spawn(run_admitted(ctx, admitted, response_url), name="eagle-command")
+    ctx.after_ack(run_admitted(ctx, admitted, response_url), name="eagle-command")
 
 
 def register(app: AsyncApp) -> None:

@@ -1,6 +1,6 @@
 """Start-up of the `eagle` command (a script, not a test), against a bare Python in the same run.
 
-    .venv/bin/python tests/bench/bench_startup.py [--repeat 10] [--runs 100000] [--against OTHER_PYTHON]
+    .venv/bin/python tests/bench/bench_startup.py [--repeat 10] [--runs 100000] [--against OTHER_PYTHON] [--instructions]
 
 Times fresh processes, medians of --repeat, wall clock and CPU (user + sys of the process and
 the children it waited for, from getrusage): `python -c pass`, `eagle --help`, `eagle run hello
@@ -12,6 +12,9 @@ waiting for a core.
 `--against` names another interpreter whose `eaglebot` is another tree (e.g. a checkout of main
 with its own virtualenv): each command is then timed on both, alternately, on the same store
 and in the same conditions, and the table says before (the other) and after (this one).
+
+`--instructions` also counts each command's instructions once under valgrind: a busy machine's
+wall and CPU times swing by half, instruction counts by ~1%.
 
 Targets: issue 13: `eagle --help` <= 60 ms and `eagle history` on 100k runs <= 200 ms; issue 36:
 `eagle run hello -H local` <= 350 ms and `eagle history` <= 250 ms (wall, on a quiet 2-core machine).
@@ -40,15 +43,39 @@ COMMANDS = [("eagle --help", ["--help"]), ("eagle run hello -H local", ["run", "
 TARGETS = {"eagle --help": 60, "eagle run hello -H local": 350, "eagle history": 250}
 
 
+def _env() -> dict[str, str]:
+    # An installed package has its bytecode: where PYTHONDONTWRITEBYTECODE is set (as here, and on
+    # some CI images) every process would compile each changed module again, ~0.1 s of it.
+    return {k: v for k, v in os.environ.items() if k not in ("EAGLE_CONFIG", "PYTHONDONTWRITEBYTECODE")}
+
+
 def once(argv: list[str], cwd: str) -> tuple[float, float]:
     """(wall ms, CPU ms) of one fresh process."""
-    env = {k: v for k, v in os.environ.items() if k != "EAGLE_CONFIG"}
+    env = _env()
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
     wall = (time.perf_counter() - t0) * 1000
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1000
+
+
+def instructions(argv: list[str], cwd: str) -> float | None:
+    """Millions of instructions one fresh process (and its children) executes, counted by
+    valgrind (cachegrind, no cache simulation): the same on a busy machine as on a quiet one,
+    so two trees compare within ~1% where wall and CPU times swing by half. None without valgrind."""
+    if shutil.which("valgrind") is None:
+        return None
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--trace-children=yes",
+                        f"--cachegrind-out-file={out}/cg.%p", *argv], cwd=cwd, env=_env(),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        total = 0
+        for f in Path(out).glob("cg.*"):
+            for ln in f.read_text().splitlines():
+                if ln.startswith("summary:"):
+                    total += int(ln.split()[1])
+        return total / 1e6
 
 
 def line(name: str, samples: list[tuple[float, float]], bare: float) -> tuple[float, float]:
@@ -64,6 +91,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--runs", type=int, default=100_000)
     ap.add_argument("--against", metavar="PYTHON", help="another interpreter (another tree's venv): before/after")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count each command's instructions once under valgrind (load-independent)")
     a = ap.parse_args()
     d = tempfile.mkdtemp(prefix="eagle-startup-")
     pythons = {"after": sys.executable}
@@ -93,6 +122,12 @@ def main() -> None:
             print(f"{label} ({pythons[label]}):" if len(pythons) > 1 else f"{pythons[label]}:")
             for name, _ in COMMANDS:
                 result[label, name] = line(name, samples[label, name], bare_wall)
+        if a.instructions:
+            print("instructions (valgrind, once each; python -c pass: "
+                  f"{instructions([py, '-c', 'pass'], d) or 0:.0f} M):")
+            for name, args in COMMANDS:
+                counts = {label: instructions([p, "-m", "eaglebot", *args], d) for label, p in pythons.items()}
+                print(f"  {name:34s} " + "  ".join(f"{label} {c:7.1f} M" for label, c in counts.items() if c))
         for name, target in TARGETS.items():
             wall = result["after", name][0]
             print(f"target {name} <= {target} ms: {'met' if wall <= target else 'NOT met'} ({wall:.0f} ms wall)")

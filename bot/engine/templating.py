@@ -144,7 +144,7 @@ def names_used(value: Any) -> set[str]:
                 out |= set(pieces[1::2])
             else:
                 from eaglebot.engine import templating_jinja
-                out |= templating_jinja.names_used(v)
+                out |= templating_jinja.template_names(v)
     return out
 
 

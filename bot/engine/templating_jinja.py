@@ -104,22 +104,12 @@ def _expression(expr: str) -> Callable[..., Any]:
     return _ENV.compile_expression(expr, undefined_to_none=False)
 
 
-def names_used(value: Any) -> set[str]:
-    """Variable names a template (or a structure of templates) reads."""
-    out: set[str] = set()
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, Mapping):
-            stack.extend(v.values())
-        elif isinstance(v, (list, tuple)):
-            stack.extend(v)
-        elif is_template(v):
-            try:
-                out |= meta.find_undeclared_variables(_ENV.parse(v))
-            except TemplateError:
-                pass
-    return out
+def template_names(source: str) -> set[str]:
+    """The variables one template reads (none when it does not parse: check_syntax says why)."""
+    try:
+        return set(meta.find_undeclared_variables(_ENV.parse(source)))
+    except TemplateError:
+        return set()
 
 
 class _Unresolved(StrictUndefined):

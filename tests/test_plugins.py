@@ -305,3 +305,70 @@ def test_a_run_imports_only_the_skills_its_playbook_uses(tmp_path):
     assert res.returncode == 0, res.stderr
     loaded = res.stderr.strip().splitlines()[-1]
     assert loaded == "['eaglebot.skills.audit_note', 'eaglebot.skills.shell']", loaded
+
+
+# -- entry points read without importlib.metadata (eaglebot/entry_points.py) -------------
+
+def _loaded_after_run(tmp_path, env_path: str | None = None) -> dict:
+    import json
+    import subprocess
+    import sys
+    code = ("import sys, json, contextlib, io\n"
+            "from eaglebot.frontends.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            "    rc = main(['run', 'hello', '-H', 'local'])\n"
+            "import pydantic.plugin._loader as loader\n"
+            "print(json.dumps({'rc': rc, 'metadata': 'importlib.metadata' in sys.modules,\n"
+            "                  'stand_in': 'stand-in' in (loader.__doc__ or ''),\n"
+            "                  'plugins': sorted(type(p).__name__ for p in loader.get_plugins())}))\n")
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    if env_path:
+        env["PYTHONPATH"] = env_path
+    # once to make the audit store (its schema is sqlite-utils' work, which asks importlib.metadata
+    # for sqlite-utils' own plugins), then the run measured, on the store as it is from then on
+    first = subprocess.run([sys.executable, "-m", "eaglebot", "run", "hello", "-H", "local"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120, env=env)
+    assert first.returncode == 0, first.stderr
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_a_run_without_declared_plugins_never_loads_importlib_metadata(tmp_path):
+    out = _loaded_after_run(tmp_path)
+    assert out == {"rc": 0, "metadata": False, "stand_in": True, "plugins": []}
+
+
+def test_a_declared_pydantic_plugin_is_loaded_as_pydantic_loads_it(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "acme_pyd.py").write_text("class AcmePlugin:\n    def new_schema_validator(self, *a, **k):\n"
+                                      "        return None, None, None\nplugin = AcmePlugin()\n")
+    info = site / "acme_pyd-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-pyd\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pydantic]\nacme = acme_pyd:plugin\n")
+    out = _loaded_after_run(tmp_path, str(site))
+    assert out == {"rc": 0, "metadata": True, "stand_in": False, "plugins": ["AcmePlugin"]}
+
+
+def test_what_cannot_be_listed_as_folders_is_asked_of_importlib_metadata(tmp_path, monkeypatch):
+    import zipfile
+
+    from eaglebot import entry_points as ep
+
+    zipped = tmp_path / "eggs.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.writestr("acme-1.0.dist-info/entry_points.txt", "[eaglebot.skills]\nping = acme\n")
+    ep._declared.cache_clear()
+    monkeypatch.setattr("sys.path", [str(zipped)])
+    try:
+        assert ep.may_declare("eaglebot.skills") and ep.may_declare("anything")   # a zip: not read here
+    finally:
+        ep._declared.cache_clear()
+    monkeypatch.setattr("sys.path", [str(tmp_path / "nothing-here")])
+    try:
+        assert not ep.may_declare("eaglebot.skills") and ep.entry_points("eaglebot.skills") == []
+    finally:
+        ep._declared.cache_clear()

@@ -16,14 +16,17 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 from eaglebot.config import Settings
+from eaglebot.entry_points import entry_points
 from eaglebot.errors import UsageError
 from eaglebot.sdk import AnySkill, Skill, SkillParams
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 ENTRY_POINT_GROUP = "eaglebot.skills"
 
@@ -85,7 +88,7 @@ class SkillRegistry(Mapping[str, AnySkill]):
     def from_settings(cls, settings: Settings) -> "SkillRegistry":
         """Shipped skills, then entry-point plugins, then `skill_paths`; a clash is a UsageError."""
         entries = dict(shipped()._entries)
-        for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        for ep in sorted(entry_points(ENTRY_POINT_GROUP), key=lambda e: e.name):
             _add(entries, _load_entry_point(ep))
         for folder in settings.skill_paths:
             d = settings.path(folder)

@@ -2,11 +2,11 @@
 on its way to an ack (or `MAX_WAIT_S` has passed), so a burst of commands is answered within
 Slack's 3 s before any of them starts its reply.
 
-Why: every request and every reply share one event loop. A `/eagle help` costs ~1 ms of the
-loop to ack and ~1.5 ms more to compose and post its answer to response_url; with 50
-commands in flight, replies interleaved with acks pushed the last ack past 130 ms
-(tests/bench/bench_ack.py). Slack allows an ack 3 s and a response_url answer 30 minutes, so
-the answers can wait for the acks. A steady stream never starves them: each waits at most
+Why: every request and every reply share one event loop, and a `/eagle help` costs it ~3 ms
+in all (tests/bench/bench_ack.py), part before the ack (the body, the signature, Bolt's
+dispatch) and part after (composing the answer, its response_url POST); with 50 commands in
+flight the answers of the first interleaved with the acks of the last. Slack allows an ack
+3 s and a response_url answer 30 minutes, so the answers can wait for the acks. A steady stream never starves them: each waits at most
 MAX_WAIT_S. Socket Mode's acks do not go through the HTTP face: its gate stays open.
 """
 from __future__ import annotations

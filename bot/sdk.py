@@ -284,8 +284,7 @@ class Plan:
     """What a skill decided to do, once it has probed (pyinfra: an operation yields its
     commands, and the engine learns from them whether anything would change): `actions` are
     what a dry-run shows, one `would` line each; `summary` the dry-run's result ("would drain
-    gpu-01 in Slurm (idle now)"); `apply` does it. `approve`: an `Approval` (or its (action,
-    details)) asked first. `data`, `output` and `warnings` go with the dry-run's result too (the
+    gpu-01 in Slurm (idle now)"); `apply` does it. `approve`: an `Approval`, asked first. `data`, `output` and `warnings` go with the dry-run's result too (the
     diff a patch would make). `preview`: the result a dry-run gives instead of `skipped`, for a
     plan whose only change is housekeeping no user asked for (server.stop's stale pid file: the
     step is `ok`, "no server running", either way). `SkillContext.carry_out` previews or applies
@@ -297,7 +296,7 @@ class Plan:
     actions: list[str]
     summary: str
     apply: Callable[[], Awaitable[StepResult]]
-    approve: Approval | tuple[str, list[str]] | None = None
+    approve: Approval | None = None
     data: dict[str, Any] = field(default_factory=dict)
     output: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -395,8 +394,6 @@ class SkillContext:
             return StepResult.skipped(f"dry-run: {plan.summary}", data=plan.data, output=plan.output,
                                       warnings=list(plan.warnings))
         ask = plan.approve
-        if isinstance(ask, tuple):
-            ask = Approval(*ask)
         if ask is not None:
             ok, who = await self.approve(ask.action, ask.details)
             if not ok:

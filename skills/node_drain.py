@@ -25,7 +25,7 @@ from pydantic import Field
 
 from eaglebot.errors import StepFailed
 from eaglebot.facts import cluster
-from eaglebot.sdk import Plan, SkillContext, StepResult
+from eaglebot.sdk import Approval, Plan, SkillContext, StepResult
 from eaglebot.skills.lib.node import (NodeParams, cordon_reason, cordoned, gpu_pods, node_of, run_ok, scheduler_of,
                                       slurm_node, tool)
 
@@ -58,7 +58,7 @@ async def _slurm(ctx: SkillContext, node: str, reason: str) -> StepResult:
 
     # With `confirm: true` (the shipped drain playbook) an approver decides; --yes on a terminal.
     return await ctx.carry_out(Plan([cmd], f"would drain {node} in Slurm ({before.state} now)", drain,
-                                    approve=(f"drain {node} in Slurm", [f"now {before.state}", f"reason: {reason}"])))
+                                    approve=Approval(f"drain {node} in Slurm", [f"now {before.state}", f"reason: {reason}"])))
 
 
 async def _kubernetes(ctx: SkillContext, node: str, reason: str, timeout_s: float) -> StepResult:
@@ -88,7 +88,7 @@ async def _kubernetes(ctx: SkillContext, node: str, reason: str, timeout_s: floa
     return await ctx.carry_out(Plan(
         [f"kubectl cordon {node}; stop {len(pods)} GPU pod(s): {', '.join(names) or 'none'}"],
         f"would cordon {node} and stop {len(pods)} GPU pod(s)", drain,
-        approve=(f"cordon {node} and stop its GPU pods", names or ["no GPU pod"])))
+        approve=Approval(f"cordon {node} and stop its GPU pods", names or ["no GPU pod"])))
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:

@@ -113,7 +113,7 @@ async def test_a_refused_approval_raises_the_plans_own_failure_or_names_the_acti
         await no.carry_out(own)
     assert str(e.value) == "not approved (ubob said no): nothing was killed" and e.value.result["data"] == {"killed": []}
     with pytest.raises(StepFailed, match=r"^kill 1 process: not approved \(ubob said no\)$"):
-        await no.carry_out(Plan(["kill 1"], "would kill 1", apply, approve=("kill 1 process", ["pid 1"])))
+        await no.carry_out(Plan(["kill 1"], "would kill 1", apply, approve=Approval("kill 1 process", ["pid 1"])))
     assert calls == []
 
 

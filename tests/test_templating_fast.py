@@ -69,7 +69,7 @@ def test_names_and_syntax_agree_with_jinja():
     assert set(templating_jinja._ENV.globals) <= templating._NOT_NAMES
     for t in TEMPLATES:
         assert templating.names_used(t) == (templating_jinja.template_names(t) if templating.is_template(t) else set()), t
-        assert (templating.check_syntax(t) is None) == (templating_jinja.check_syntax(t) is None), t
+        assert (templating.check_syntax(t) is None) == ((templating_jinja.syntax_error(t) if templating.is_template(t) else None) is None), t
     assert templating.check_syntax({"a": ["{{ n }}", "{% if %}"]}).startswith("template syntax error")
 
 

@@ -122,7 +122,7 @@ def render_value(value: Any, ctx: Mapping[str, Any], *, shell: bool = False) -> 
     out = _fast(value, ctx, shell)
     if out is _SLOW:
         from eaglebot.engine import templating_jinja
-        return templating_jinja.render_value(value, ctx, shell=shell)
+        out = templating_jinja.render_value(value, ctx, shell=shell)
     if isinstance(out, str) and len(out) > MAX_RENDER_CHARS:
         raise TemplateFailure(f"template {str(value)[:60]!r} renders to more than {MAX_RENDER_CHARS:,} characters")
     return out
@@ -156,7 +156,7 @@ def check_syntax(value: Any) -> str | None:
         return next((err for v in value if (err := check_syntax(v))), None)
     if is_template(value) and _pieces(value) is None:
         from eaglebot.engine import templating_jinja
-        return templating_jinja.check_syntax(value)
+        return templating_jinja.syntax_error(value)
     return None
 
 

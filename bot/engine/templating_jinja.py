@@ -105,7 +105,7 @@ def _expression(expr: str) -> Callable[..., Any]:
 
 
 def template_names(source: str) -> set[str]:
-    """The variables one template reads (none when it does not parse: check_syntax says why)."""
+    """The variables one template reads (none when it does not parse: syntax_error says why)."""
     try:
         return set(meta.find_undeclared_variables(_ENV.parse(source)))
     except TemplateError:
@@ -140,15 +140,13 @@ def unresolved_reason(v: Any) -> tuple[str, tuple[str, str | None] | None]:
 
 
 def render_value(value: Any, ctx: Mapping[str, Any], *, shell: bool = False) -> Any:
-    """Render strings inside `value` (recursively), keeping native types."""
+    """Render strings inside `value` (recursively), keeping native types; one rendering budget
+    for all of it (templating.render_value checks the result's size)."""
     token = _range_left.set(MAX_RANGE_ITEMS)
     try:
-        out = _render(value, ctx, shell)
+        return _render(value, ctx, shell)
     finally:
         _range_left.reset(token)
-    if isinstance(out, str) and len(out) > MAX_RENDER_CHARS:
-        raise TemplateFailure(f"template {str(value)[:60]!r} renders to more than {MAX_RENDER_CHARS:,} characters")
-    return out
 
 
 def _render(value: Any, ctx: Mapping[str, Any], shell: bool) -> Any:
@@ -187,23 +185,12 @@ def evaluate(expr: str, ctx: Mapping[str, Any]) -> Any:
         raise TemplateFailure(f"invalid when expression {expr!r}: {e}") from None
 
 
-def check_syntax(value: Any) -> str | None:
-    """Return an error message if any template in `value` does not parse."""
-    if isinstance(value, Mapping):
-        for v in value.values():
-            if err := check_syntax(v):
-                return err
-        return None
-    if isinstance(value, list):
-        for v in value:
-            if err := check_syntax(v):
-                return err
-        return None
-    if is_template(value):
-        try:
-            _ENV.parse(value)
-        except TemplateError as e:
-            return f"template syntax error: {e}"
+def syntax_error(source: str) -> str | None:
+    """Why one template does not parse, or None."""
+    try:
+        _ENV.parse(source)
+    except TemplateError as e:
+        return f"template syntax error: {e}"
     return None
 
 

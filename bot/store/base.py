@@ -138,9 +138,9 @@ def upsert(db: Database, table: str, record: dict[str, Any], key: tuple[str, ...
     old value on an update. Inside the caller's transaction."""
     cols = list(record)
     sets = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in cols if c not in key)
-    db.execute(f"insert into {quote(table)} ({', '.join(quote(c) for c in cols)}) values "
-               f"({', '.join(f'${i}' for i in range(1, len(cols) + 1))}) "
-               f"on conflict ({', '.join(quote(c) for c in key)}) do update set {sets}", list(record.values()))
+    args = Args()
+    db.execute(f"insert into {quote(table)} ({', '.join(quote(c) for c in cols)}) values ({args.marks(record.values())}) "
+               f"on conflict ({', '.join(quote(c) for c in key)}) do update set {sets}", args)
 
 
 def rows(db: Database, row_type: type[R], sql: str, args: Any = ()) -> list[R]:

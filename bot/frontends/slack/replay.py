@@ -116,8 +116,12 @@ class StoreSeen:
             results = [e] * len(batch)
         except BaseException as e:   # cancelled with the service, or a bug: no claim waits forever
             for _, answer in batch:
-                if not answer.done():
-                    answer.set_exception(e if isinstance(e, Exception) else asyncio.CancelledError())
+                if answer.done():
+                    continue
+                if isinstance(e, Exception):
+                    answer.set_exception(e)
+                else:
+                    answer.cancel()
             raise
         for (_, answer), result in zip(batch, results):
             if isinstance(result, EagleError):

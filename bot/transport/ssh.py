@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for as
 _preloading: list[threading.Thread] = []
 # How long opening a channel for a kill may take before the connection counts as wedged.
 CHANNEL_OPEN_S = 1.0
+# Exec mode, a command cancelled before its process group was read: how long to wait for it.
+PGID_WAIT_S = 5.0
 # Backoff between connect tries: BACKOFF_S * 2**try, jittered (x0.5-1.5) so hosts dropped
 # together by a bastion's MaxStartups do not come back together; at most BACKOFF_MAX_S.
 BACKOFF_S = 0.25
@@ -229,9 +231,12 @@ class SSHTransport:
         err: list[str] = []
         so = LineSplitter("stdout", on_output, out)
 
+        pgid_read = asyncio.Event()
+
         def on_pgid(g: int, since: float | None) -> None:
             pgid.append(g)
             note_pgid(g, since)
+            pgid_read.set()
 
         se = LineSplitter("stderr", on_output, err, on_pgid=on_pgid)
         t0 = time.monotonic()
@@ -282,6 +287,12 @@ class SSHTransport:
                 timed_out = True
                 await self._kill(pgid, cont=self._stoppable())
             except asyncio.CancelledError:
+                if not pgid:
+                    # Cancelled before the pump read the command's first stderr line, which names
+                    # its process group (seen on a loaded machine): it is on its way, so wait a
+                    # little for it rather than kill nothing.
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(pgid_read.wait()), PGID_WAIT_S)
                 await asyncio.shield(self._kill(pgid, cont=self._stoppable()))
                 proc.close()
                 raise

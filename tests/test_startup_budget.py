@@ -8,6 +8,19 @@ that set them plus ~12% (tests/bench/bench_startup.py --instructions prints the 
 budget when a change wins instructions back, raise one only with the reason in the commit).
 
 End to end (valgrind runs each command ~20x slower): the `e2e` marker, run by .ci/run.
+
+The floor that docs/benchmarks.md compares `eagle run hello` with (876 M on 2026-12-03): what a run
+cannot avoid, as one script:
+
+    import argparse, asyncio, sqlite3, yaml, pydantic
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    class M(pydantic.BaseModel):
+        a: int = 1
+    M(a=2); argparse.ArgumentParser().parse_args([]); yaml.safe_load("a: 1")
+    async def f(): return 1
+    asyncio.run(f()); sqlite3.connect(":memory:").execute("create table t(a)")
+    ImmutableSandboxedEnvironment(undefined=StrictUndefined).from_string("echo {{ g }}").render(g=1)
 """
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Entry points, read without importlib.metadata when no installed distribution declares the group.
 
-`eagle run` looks for skill plugins (group `eaglebot.skills`) and pydantic looks for its own
-(group `pydantic`, at its first model). Both ask importlib.metadata, whose import (email,
-zipfile, csv...) and scan of every distribution's metadata cost ~140 M instructions, a ninth
-of a fresh `eagle run hello` (tests/bench/bench_startup.py --instructions), to find, almost
-always, nothing. Here the folders on sys.path are listed once and each distribution's
-`entry_points.txt` is searched for the group's `[section]` header; only where one declares it
+`eagle run` looks for skill plugins (group `eaglebot.skills`) through importlib.metadata, whose
+import (email, zipfile, csv...) and scan of every distribution's metadata cost a fresh `eagle
+run` tens of millions of instructions to find, almost always, nothing. Here the folders on
+sys.path are listed once and each distribution's `entry_points.txt` is searched for the group's `[section]` header; only where one declares it
 does importlib.metadata load, and then it answers exactly as before.
 
 Anything this cannot read as plain folders (a zip or egg on sys.path, a folder it may not
@@ -16,8 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -68,24 +65,3 @@ def entry_points(group: str) -> list[EntryPoint]:
     from importlib.metadata import entry_points as found
 
     return list(found(group=group))
-
-
-_PYDANTIC_LOADER = "pydantic.plugin._loader"
-
-
-def pydantic_plugins_when_declared() -> None:
-    """Before pydantic builds its first model: where no distribution declares a `pydantic`
-    plugin and PYDANTIC_DISABLE_PLUGINS says nothing, pydantic's plugin loader (the module that
-    imports importlib.metadata to look for them) is stood in for by one that finds none, as the
-    real one would. Where one is declared, or pydantic is loaded already, nothing changes."""
-    if _PYDANTIC_LOADER in sys.modules or "pydantic" in sys.modules or os.environ.get("PYDANTIC_DISABLE_PLUGINS"):
-        return
-    if may_declare("pydantic"):
-        return
-    stand_in = types.ModuleType(_PYDANTIC_LOADER, "eaglebot's stand-in: no distribution declares a pydantic plugin")
-
-    def get_plugins() -> tuple[Any, ...]:
-        return ()
-
-    stand_in.get_plugins = get_plugins  # type: ignore[attr-defined]
-    sys.modules[_PYDANTIC_LOADER] = stand_in

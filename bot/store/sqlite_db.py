@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -46,18 +45,8 @@ def bind(params: Params) -> Mapping[str, Any]:
 
 
 def load_sqlite_utils() -> Any:
-    """The sqlite_utils module (imported once, here only)."""
-    if "sqlite_utils" in sys.modules or "numpy" in sys.modules:
-        import sqlite_utils
-        return sqlite_utils
-    # sqlite-utils imports numpy whenever it is installed (about 20 ms measured with
-    # `python -X importtime -c "import sqlite_utils"`) only to convert numpy values, which
-    # the store never writes: hide it while sqlite-utils loads.
-    sys.modules["numpy"] = None  # type: ignore[assignment]
-    try:
-        import sqlite_utils
-    finally:
-        del sys.modules["numpy"]
+    """The sqlite_utils module (imported here only: what creates or migrates a schema needs it)."""
+    import sqlite_utils
     return sqlite_utils
 
 

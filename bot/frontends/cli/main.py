@@ -16,7 +16,6 @@ import sys
 from typing import Sequence
 
 from eaglebot import __version__
-from eaglebot.entry_points import pydantic_plugins_when_declared
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.frontends.cli.catalog_cmds import cmd_hosts, cmd_lint, cmd_playbooks, cmd_skills
 from eaglebot.frontends.cli.common import add_run_options, err
@@ -212,7 +211,6 @@ def _not_dumpable() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     _not_dumpable()
-    pydantic_plugins_when_declared()   # before the first model (eaglebot/entry_points.py)
     parser = build_parser()
     args = parser.parse_args(argv)
     reconfigure = getattr(sys.stdout, "reconfigure", None)

@@ -1,5 +1,6 @@
-"""docs/reference.md's generated sections (cog: `cog -r docs/reference.md`; `cog --check` in
-scripts/check-arch.sh fails when the page and the code disagree).
+"""The generated sections of docs/reference.md and docs/configuration.md (cog:
+`cog -r -I scripts docs/reference.md docs/configuration.md`; `cog --check` in scripts/check-arch.sh
+fails when a page and the code disagree).
 
 Each table is read from the one place the product declares it: the CLI from the argparse
 parser, eagle.yaml's keys from the pydantic settings models, each skill's parameters from its
@@ -104,7 +105,10 @@ def config() -> str:
         if key in seen:
             continue
         seen.add(key)
-        out.append(f"### `{key or '(top level)'}`\n")
+        out.append(f"### `{key}`\n" if key else "### Top level\n")
+        doc = model.__dict__.get("__doc__")
+        if doc:
+            out.append(_cell(doc) + "\n")
         out += ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
         for d in params_doc(model):
             if model.model_fields[d.name].exclude:

@@ -145,10 +145,10 @@ class AsyncMethods:
 
     async def metric_history(self, playbook: str, host: str, metric: str, *,
             before_run: int | None = None, since_run: int | None = None, limit: int = 10,
-            exclude_incident_runs: bool = False) -> list[MetricPoint]:
+            exclude_incident_runs: bool = False, config: str | None = None) -> list[MetricPoint]:
         """Values of one metric from successful runs of playbook+host, newest first."""
         return await self._do(self.sync.metric_history, playbook, host, metric, before_run=before_run,
-            since_run=since_run, limit=limit, exclude_incident_runs=exclude_incident_runs)
+            since_run=since_run, limit=limit, exclude_incident_runs=exclude_incident_runs, config=config)
 
     async def previous_good_run(self, playbook: str, host: str, before_run: int) -> RunRow | None:
         """The newest earlier run of playbook on host that succeeded without a flagged regression."""

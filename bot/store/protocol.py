@@ -149,8 +149,11 @@ class TrendsFace(Protocol):
     """Read-mostly queries over runs, steps, metrics, changes and regressions. (store.trends)"""
 
     def metric_history(self, playbook: str, host: str, metric: str, *, before_run: int | None = None,
-            since_run: int | None = None, limit: int = 10, exclude_incident_runs: bool = False) -> list[MetricPoint]:
+            since_run: int | None = None, limit: int = 10, exclude_incident_runs: bool = False,
+            config: str | None = None) -> list[MetricPoint]:
         """Values of one metric from successful runs of playbook+host, newest first.
+
+        config: only values of this configuration class ("" = values whose class was not said).
 
         exclude_incident_runs: leave out runs an incident flagged, unless that incident was
         accepted (closed by an ack or a baseline): a reference window never learns a drop."""

@@ -148,7 +148,7 @@ class AsyncTrendsFace(Protocol):
 
     async def metric_history(self, playbook: str, host: str, metric: str, *,
             before_run: int | None = None, since_run: int | None = None, limit: int = 10,
-            exclude_incident_runs: bool = False) -> list[MetricPoint]:
+            exclude_incident_runs: bool = False, config: str | None = None) -> list[MetricPoint]:
         """Values of one metric from successful runs of playbook+host, newest first."""
         ...
 

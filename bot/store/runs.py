@@ -35,6 +35,7 @@ def insert_run(db: Database, run: NewRun) -> int:
         "origin": run["origin"], "pid": os.getpid(), "hostname": socket.gethostname(), "proc_start": MY_START,
         "hosts": to_json(hosts), "inputs": to_json(run["inputs"]), "vars": to_json(run["variables"]),
         "started_at": now_iso(), "dry_run": int(run.get("dry_run", False)), "rerun_of": run.get("rerun_of"),
+        "parent_run_id": run.get("parent_run_id"),
         "schedule": run.get("schedule"), "channel": run.get("channel"), "thread_ts": run.get("thread_ts"),
         "source": run.get("source"), "cancel_requested": 0})
     for h in dict.fromkeys(hosts):

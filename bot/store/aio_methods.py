@@ -61,10 +61,19 @@ class AsyncMethods:
         return await self._do(self.sync.get_run, run_id)
 
     async def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-            status: str | None = None, origin: str | None = None, since: str | None = None) -> list[RunRow]:
-        """Runs newest first, filtered by each criterion given (`since`: started at or after)."""
+            status: str | None = None, origin: str | None = None, since: str | None = None,
+            top_level: bool = False) -> list[RunRow]:
+        """Runs newest first, filtered by each criterion given (`since`: started at or after;"""
         return await self._do(self.sync.history, playbook=playbook, host=host, limit=limit, status=status,
-            origin=origin, since=since)
+            origin=origin, since=since, top_level=top_level)
+
+    async def child_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> how many runs it started (tune, sweep, bisect), for the runs that started any."""
+        return await self._do(self.sync.child_counts, run_ids)
+
+    async def children(self, run_id: int) -> list[RunRow]:
+        """The runs run_id started, oldest first."""
+        return await self._do(self.sync.children, run_id)
 
     async def running_runs(self) -> list[RunRow]:
         """Runs still marked running, oldest first."""

@@ -57,8 +57,17 @@ class AsyncRunsFace(Protocol):
         ...
 
     async def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-            status: str | None = None, origin: str | None = None, since: str | None = None) -> list[RunRow]:
-        """Runs newest first, filtered by each criterion given (`since`: started at or after)."""
+            status: str | None = None, origin: str | None = None, since: str | None = None,
+            top_level: bool = False) -> list[RunRow]:
+        """Runs newest first, filtered by each criterion given (`since`: started at or after;"""
+        ...
+
+    async def child_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> how many runs it started (tune, sweep, bisect), for the runs that started any."""
+        ...
+
+    async def children(self, run_id: int) -> list[RunRow]:
+        """The runs run_id started, oldest first."""
         ...
 
     async def running_runs(self) -> list[RunRow]:

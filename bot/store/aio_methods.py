@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
 
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
+    HealthStateRow, HostStepRow, IncidentRow, LatestMetric, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun,
+    MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
     StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
@@ -158,6 +159,10 @@ class AsyncMethods:
         """Values of one metric from successful runs of playbook+host, newest first."""
         return await self._do(self.sync.metric_history, playbook, host, metric, before_run=before_run,
             since_run=since_run, limit=limit, exclude_incident_runs=exclude_incident_runs, config=config)
+
+    async def latest_metrics(self, names: list[str]) -> list[LatestMetric]:
+        """The newest value of each of `names` per host and playbook, from successful real runs"""
+        return await self._do(self.sync.latest_metrics, names)
 
     async def previous_good_run(self, playbook: str, host: str, before_run: int) -> RunRow | None:
         """The newest earlier run of playbook on host that succeeded without a flagged regression."""

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
+    HealthStateRow, HostStepRow, IncidentRow, LatestMetric, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun,
+    MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
     StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
@@ -167,6 +168,11 @@ class TrendsFace(Protocol):
 
         exclude_incident_runs: leave out runs an incident flagged, unless that incident was
         accepted (closed by an ack or a baseline): a reference window never learns a drop."""
+        ...
+
+    def latest_metrics(self, names: list[str]) -> list[LatestMetric]:
+        """The newest value of each of `names` per host and playbook, from successful real runs
+        that no other run started (a tune's cells are not the host's result)."""
         ...
 
     def previous_good_run(self, playbook: str, host: str, before_run: int) -> RunRow | None:
@@ -406,9 +412,9 @@ class SchedulerStore(RunsFace, StepsFace, TrendsFace, IncidentsFace, ApprovalsFa
     view, its trends), and the audit head it posts."""
 
 
-class MetricsReads(IncidentsFace, HealthFace, Protocol):
-    """What `/metrics` reads of the store at each scrape: the open incidents and the quarantined GPUs
-    and hosts."""
+class MetricsReads(IncidentsFace, HealthFace, TrendsFace, Protocol):
+    """What `/metrics` reads of the store at each scrape: the open incidents, the quarantined GPUs and
+    hosts, and the latest bench results per host."""
 
 
 class ServiceState(SchedulesFace, ReplicasFace, HealthFace, SweepsFace, ApprovalsFace, Protocol):

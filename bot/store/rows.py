@@ -315,6 +315,15 @@ class StaleApprovalRow(ApprovalRow):
     playbook: str
 
 
+class LatestMetric(TypedDict):
+    """The newest value of one metric of one playbook on one host (`latest_metrics`)."""
+    host: str
+    playbook: str
+    name: str
+    value: float
+    run_id: int
+
+
 class MetricPoint(TypedDict):
     """One value of a metric in a run (`metric_history`), with the run's start time."""
     run_id: int

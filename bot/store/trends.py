@@ -8,7 +8,7 @@ from typing import Any
 from eaglebot.store.base import Args, StoreBase, rows
 from eaglebot.store.chain import dialect
 from eaglebot.store.rows import (
-    ChangeRow, FingerprintState, HostStepRow, MetricPoint, MetricRow, RunRow, StepDataRow, StepRow,
+    ChangeRow, FingerprintState, HostStepRow, LatestMetric, MetricPoint, MetricRow, RunRow, StepDataRow, StepRow,
 )
 from eaglebot.store.runs import decode_run
 
@@ -41,6 +41,19 @@ class TrendsMixin(StoreBase):
             sql += f" and m.run_id >= {args.mark(since_run)}"
         sql += f" order by m.run_id desc limit {args.mark(limit)}"
         return rows(self.db, MetricPoint, sql, args)
+
+    def latest_metrics(self, names: list[str]) -> list[LatestMetric]:
+        """The newest value of each of `names` per host and playbook, from successful real runs
+        that no other run started (a tune's cells are not the host's result)."""
+        if not names:
+            return []
+        args = Args()
+        ok = "r.status = 'succeeded' and r.dry_run = 0 and r.parent_run_id is null"
+        return rows(self.db, LatestMetric,
+                    "select m.host, r.playbook, m.name, m.value, m.run_id from metrics m join runs r on r.id = m.run_id "
+                    "join (select max(m2.id) as id from metrics m2 join runs r on r.id = m2.run_id "
+                    f"where {ok} and m2.name in ({args.marks(names)}) group by m2.host, r.playbook, m2.name) n "
+                    "on n.id = m.id order by m.host, r.playbook, m.name", args)
 
     def previous_good_run(self, playbook: str, host: str, before_run: int) -> RunRow | None:
         """The newest earlier run of playbook on host that succeeded without a flagged regression."""

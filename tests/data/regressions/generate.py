@@ -15,8 +15,8 @@ Three families are histories with a few low nights before a lasting 8-25% step (
 each with a quiet control (`-quiet`: the same kind of history, no step): `early-low`, 1-3
 low nights (20-40% worse: a cold first night, a bench from before EAGLE was on) at the
 start; `dips`, 1-3 separated one-night dips (10-30% worse) before the step; `reference`, a
-run of another configuration class in the middle (the no-speculation reference, ~36% worse:
-`classes` names its nights, "none"; every other night is "EAGLE3").
+run or two of another configuration class in the middle (the no-speculation reference, ~36%
+worse, sometimes redone: `classes` names its nights, "none"; every other night is "EAGLE3").
 
 Labels: `changes` lists each real change: `start` (index of the first run on the new level),
 `end` (last index of a drift's ramp, else start), `size_pct` (signed, of the metric's value)
@@ -124,8 +124,10 @@ def _series(rng: random.Random, sid: int, family: str) -> dict[str, Any]:
         elif family.startswith("dips"):
             for i in sorted(rng.sample(range(3, onset - 1, 2), min(lows, (onset - 4) // 2))):
                 spikes[i] = worse_sign * rng.uniform(10, 30)
-        else:
-            classes[rng.randint(4, onset - 2)] = "none"
+        else:                             # a reference, sometimes redone a few nights later
+            at = rng.randint(4, onset - 4)
+            for i in (at, at + rng.randint(1, 3))[:rng.randint(1, 2)]:
+                classes[i] = "none"
         if not family.endswith("-quiet"):
             step(onset, worse_sign * rng.uniform(8, 25))
     values: list[float | None] = []

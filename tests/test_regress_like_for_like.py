@@ -69,7 +69,7 @@ def test_a_lasting_drop_after_a_reference_run_is_flagged_by_its_second_run_with_
         assert "launch" in r["reason"] and "speculative-num-steps" in r["reason"]     # what changed
         assert r["delta_pct"] < -8
 
-        store = Store(h.root / "eagle.db") if (h.root / "eagle.db").exists() else Store(cfg.parent / "eagle.db")
+        store = Store(cfg.parent / "eagle.db")
         try:
             rows = store.metrics_for_runs([ref_id, first["run_id"]])
             classes = {rid: {m["config_class"] for m in ms if m["name"] == "output_throughput"}

@@ -232,12 +232,9 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
                     f"yet (relaunch with spec_algorithm=none and bench once to record it)")
         else:
             metrics.append(Metric(SPEEDUP, speedup["value"], "x", "higher", config=cls))
-            parts.append(f"speed-up {speedup['value']:.2f}x over the target alone "
-                         f"({speedup['reference_tok_s']:.1f} tok/s, run #{speedup['reference_run']})")
-            if speedup["value"] < 1:
-                warnings.append(f"{spec_alg} is slower than the target alone: {float(tok_s):.1f} tok/s against "
-                                f"{speedup['reference_tok_s']:.1f} tok/s without speculation (run #"
-                                f"{speedup['reference_run']}), a speed-up of {speedup['value']:.2f}x")
+            part, slower = speedup_words(spec_alg, float(tok_s), speedup)
+            parts.append(part)
+            warnings += [slower] if slower else []
     runs_txt = f"median of {len(runs)} runs" if len(runs) > 1 else "1 run"
     summary = (f"{', '.join(parts)} ({int(n.get('completed', 0))}/{params.num_prompts} requests, {runs_txt}, "
                f"concurrency {params.max_concurrency}"
@@ -262,6 +259,16 @@ def reference_key(info: dict[str, Any], p: Params) -> str:
     if p.extra_args:
         parts.append("extra=" + shlex.join(p.extra_args))
     return " ".join(parts)
+
+
+def speedup_words(spec_alg: str, tok_s: float, speedup: dict[str, Any]) -> tuple[str, str | None]:
+    """The summary's words for a speed-up, and the warning when it is under 1 (both numbers)."""
+    ref, rid, x = speedup["reference_tok_s"], speedup["reference_run"], speedup["value"]
+    part = f"speed-up {x:.2f}x over the target alone ({ref:.1f} tok/s, run #{rid})"
+    if x >= 1:
+        return part, None
+    return part, (f"{spec_alg} is slower than the target alone: {tok_s:.1f} tok/s against {ref:.1f} tok/s "
+                  f"without speculation (run #{rid}), a speed-up of {x:.2f}x")
 
 
 async def _speedup(ctx: SkillContext, ref_key: str, tok_s: float) -> dict[str, Any] | None:

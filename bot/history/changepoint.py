@@ -8,11 +8,13 @@ into both sides. We do the same, with one difference: when the best split is not
 significant we still look inside both halves. A few low runs at one end (a cold first
 night, a reference run) pull the top split beside them, where the t-test fails; Hunter then
 stops and a lasting step elsewhere in the series goes unseen. Every split kept is re-tested
-against its neighbours at the end, so looking further adds no point that is not significant. Written here rather than taken from Otava because Otava is
-an application (a CLI with its own storage and config) whose package pins an old Python
-stack; the method is ~100 lines. numpy makes the energy statistic O(n^2) per level through
-2-D prefix sums over the pairwise-distance matrix, which matters: the post-run check runs
-it for every metric of every run.
+against its neighbours at the end, so looking further adds no point that is not significant.
+
+Written here rather than taken from Otava because Otava is an application (a CLI with its
+own storage and config) whose package pins an old Python stack; the method is ~100 lines.
+numpy makes the energy statistic O(n^2) per level through 2-D prefix sums over the
+pairwise-distance matrix, which matters: the post-run check runs it for every metric of
+every run.
 
 A slow drift has no single step, but E-divisive still splits it where the two halves'
 means differ most, and with enough runs the t-test is significant: that is how a decline

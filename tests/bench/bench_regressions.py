@@ -75,11 +75,19 @@ def main() -> int:
         print(f"chosen: {best[1]}\n")
     series = rc.load(args.split)
     nights = sum(len(s["values"]) for s in series)
+    seen: dict[int, list[int]] = {}
+
+    def product(s: dict[str, Any]) -> list[int]:
+        """The product's alerts on a series, replayed once (the tables below reuse them)."""
+        if s["id"] not in seen:
+            seen[s["id"]] = rc.product_alerts(s, cfg)
+        return seen[s["id"]]
+
     print(f"{args.split} split: {len(series)} series, {nights} nights; eaglebot with window {cfg.window}, "
           f"min_pct {cfg.min_pct:g}, k_sigma {cfg.k_sigma:g}, confirm_runs {cfg.confirm_runs}\n")
     print(HEAD)
     t0 = time.monotonic()
-    results = {"eaglebot (median+MAD, E-divisive, incidents)": run(series, lambda s: rc.product_alerts(s, cfg))}
+    results = {"eaglebot (median+MAD, E-divisive, incidents)": run(series, product)}
     took = time.monotonic() - t0
     for name, det in rc.DETECTORS.items():
         results[name] = run(series, det)
@@ -88,14 +96,13 @@ def main() -> int:
     if args.split == "all":
         for part in ("tune", "test"):
             print(f"\n{part} part:\n{HEAD}")
-            for name, det in [("eaglebot (median+MAD, E-divisive, incidents)", lambda s: rc.product_alerts(s, cfg)),
-                              *rc.DETECTORS.items()]:
+            for name, det in [("eaglebot (median+MAD, E-divisive, incidents)", product), *rc.DETECTORS.items()]:
                 print(row(name, run(rc.load(part), det)[0]))
     low = [s for s in series if s["family"].removesuffix("-quiet") in LOW_RUN_FAMILIES]
     if low:
         steps = early = fast = false = 0
         for s in low:
-            alerts = rc.product_alerts(s, cfg)
+            alerts = product(s)
             for c in s["changes"]:
                 steps += 1
                 fast += any(c["start"] <= a <= c["start"] + 2 for a in alerts)

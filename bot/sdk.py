@@ -142,6 +142,9 @@ class Metric:
     value: float
     unit: str = ""
     better: Better = "higher"
+    # The configuration class the value was measured under (docs/regressions.md): a value is
+    # judged only against earlier values of the same class. "" when the skill does not say.
+    config: str = ""
 
 
 @dataclass

@@ -52,7 +52,8 @@ def cfg(tmp_path) -> Path:
 def test_run_json_has_the_contract_shape(cfg):
     res, doc = eagle_json("run", "ok", "-e", "word=yo", config=cfg)
     assert res.returncode == 0, res.stderr
-    assert set(doc) == {"run_id", "status", "steps", "metrics", "warnings", "regressions", "hosts"}
+    assert set(doc) == {"run_id", "status", "parent_run_id", "children", "steps", "metrics", "warnings", "regressions",
+                        "hosts"}
     assert doc["status"] == "succeeded"
     assert doc["hosts"] == [{"name": "local", "status": "changed", "ok": 1, "changed": 1, "failed": 0,
                              "unreachable": 0, "skipped": 0, "duration_s": doc["hosts"][0]["duration_s"],
@@ -112,7 +113,8 @@ def test_history_json(cfg):
     res, hist = eagle_json("history", config=cfg)
     assert res.returncode == 0
     assert [h["playbook"] for h in hist] == ["fails", "ok"]
-    assert set(hist[0]) == {"run_id", "playbook", "hosts", "status", "actor", "origin", "started_at", "finished_at"}
+    assert set(hist[0]) == {"run_id", "playbook", "hosts", "status", "actor", "origin", "started_at", "finished_at",
+                            "parent_run_id", "children"}
     assert hist[0]["origin"] == "cli" and hist[0]["hosts"] == ["local"]
     assert hist[0]["started_at"].endswith("Z")
     _, only = eagle_json("history", "--playbook", "ok", "--limit", "5", config=cfg)

@@ -49,6 +49,14 @@ def test_tune_reports_each_batch_size_measured_and_predicted_in_a_fifth_of_the_g
         assert kind == "tune" and json.loads(spec)["batch_sizes"] == [1, 8, 32]
         children = db.execute("select playbook, count(*) from runs where playbook != 'tune' group by playbook").fetchall()
         assert dict(children) == {"relaunch": out["launches"], "tune-measure": out["launches"] + 1}
+        # `eagle history`: one row for the tune, its runs counted (issue 42); --all and show list them
+        n_children = 2 * out["launches"] + 1
+        res, hist = eagle_json("history", config=sb["cfg"])
+        assert [(h["run_id"], h["children"]) for h in hist] == [(out["run_id"], n_children)]
+        assert f"succeeded +{n_children} runs" in eagle("history", config=sb["cfg"]).stdout
+        res, every = eagle_json("history", "--all", "--limit", "500", config=sb["cfg"])
+        assert len(every) == n_children + 1 and {h["parent_run_id"] for h in every} == {None, out["run_id"]}
+        assert len(shown["children"]) == n_children and f"runs it started ({n_children}):" in text
 
 
 def test_tune_refuses_bad_input_with_one_sentence_and_an_audit_row(tmp_path):

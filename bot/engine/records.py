@@ -31,6 +31,7 @@ class RunRequest:
     dry_run: bool = False
     assume_yes: bool = False
     rerun_of: int | None = None
+    parent_run_id: int | None = None  # the tune/sweep/bisect run that started this one (a child)
     schedule: str | None = None
     channel: str | None = None
     thread_ts: str | None = None

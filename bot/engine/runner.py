@@ -180,7 +180,7 @@ class Engine(StepRunner):
             playbook=pb.name, hosts=prep.hosts, inputs=self.redactor.obj(prep.inputs),
             variables={}, actor=req.actor, origin=req.origin, dry_run=req.dry_run,
             rerun_of=req.rerun_of, schedule=req.schedule, channel=req.channel,
-            thread_ts=req.thread_ts, source=pb.source))
+            thread_ts=req.thread_ts, source=pb.source, parent_run_id=req.parent_run_id))
 
     # -- executing -----------------------------------------------------------------------
     async def _execute(self, run_id: int, req: RunRequest, prep: Prepared, observer: Observer,

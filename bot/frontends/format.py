@@ -129,6 +129,8 @@ def show_text(view: RunView) -> str:
         out.append("inputs: " + " ".join(f"{k}={v}" for k, v in run["inputs"].items()))
     if view.error:
         out.append(f"error: {view.error}")
+    if run.get("parent_run_id"):
+        out.append(f"started by run #{run['parent_run_id']} (eagle show {run['parent_run_id']})")
     if steps:
         rows = [[s["idx"] + 1, s["host"], s["name"], s["skill"], STATUS_ICON.get(s["status"], s["status"]),
                  f"{(s['duration_ms'] or 0) / 1000:.2f}s", (s["summary"] or "")[:120]] for s in steps]
@@ -139,6 +141,11 @@ def show_text(view: RunView) -> str:
             [[h["host"], str(h["gpu"]), h["verdict"] or "?", _reading(h, "temperature.gpu"),
               _reading(h, "power.draw", "{:.0f}"), _reading(h, "utilization.gpu"), "; ".join(h["reasons"]) or "-"]
              for h in health])]
+    if view.children:
+        out += ["", f"runs it started ({len(view.children)}):", table(
+            ["id", "playbook", "status", "took", "key metric"],
+            [[f"#{c.run_id}", c.run["playbook"], c.status_label, fmt_duration(c.duration_s),
+              key_metric_text(c.key_metric)] for c in view.children])]
     if view.metrics:
         out += ["", "metrics:"] + [f"  {m['host']}: {m['name']} = {fmt_value(m['value'], m['unit'] or '')}"
                                   f" ({m['better']} is better)" for m in view.metrics]

@@ -169,7 +169,7 @@ def _launch_inputs(c: Ctx, cell: Cell, extra: dict[str, Any] | None = None) -> d
 
 async def _run(c: Ctx, pb: Playbook | str, inputs: dict[str, Any]) -> tuple[int, str, list[dict[str, Any]]]:
     req = RunRequest(pb, [c.req.host], inputs, actor=c.actor, origin=c.origin, assume_yes=c.assume_yes,
-                     channel=c.channel)
+                     channel=c.channel, parent_run_id=c.rec.run_id)
     out = await c.engine.run(req, c.observer, c.approver)
     steps = [dict(s) for s in await c.engine.store.steps(out.run_id)]
     why = out.error or next((f"{s['name']}: {s['summary']}" for s in steps if s["status"] == "failed"), out.status)
@@ -337,7 +337,7 @@ async def run_tuning(engine: Engine, req: TuneRequest, *, actor: str, origin: st
         (f"; caveat: {result['caveat']}" if result.get("caveat") else "")
     await rec.step("choose", "tune.choose", "ok" if ok else "failed", summary, data=result, metrics=metrics)
     status, code, error = ("succeeded", 0, None) if ok else ("failed", 1, res.stopped or "nothing was measured")
-    who = Who(actor, origin, observer, approver, assume_yes, channel)
+    who = Who(actor, origin, observer, approver, assume_yes, channel, rec.run_id)
     if ok and req.apply and deploy is not None:
         applied = await apply(engine, rec, pb, req, deploy, current, who)
         result["applied"] = applied

@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, default=20)
     s.add_argument("--status", choices=["running", "succeeded", "failed", "unreachable", "cancelled", "interrupted"])
     s.add_argument("--since", metavar="AGE", help="only runs started within AGE, e.g. 7d, 12h, 30min")
+    s.add_argument("--all", action="store_true", help="list the runs a tune, sweep or bisect started too")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_history)
 

@@ -134,7 +134,7 @@ async def _probe(ctx: SkillContext, params: Params) -> StepResult:
     if res.timed_out:
         raise StepFailed(f"{params.num_prompts} probe prompts did not finish within {params.timeout_s:g}s")
     try:
-        stats = draft_accept.parse_generate(res.stdout)
+        stats = draft_accept.parse_generate(res.stdout, str(info.get("version") or "") or None)
     except ValueError as e:
         raise StepFailed(f"{e} (exit status {res.exit_status}): "
                          f"{(res.stderr.strip().splitlines() or ['no error printed'])[-1][:300]}") from None

@@ -101,3 +101,16 @@ def test_the_real_pairs_histograms_against_its_own_history():
     assert da.against_own(trained, own, mismatch=False).verdict == "as expected"
     assert da.against_own(trained, own, mismatch=True).verdict == "no measured drop"
     assert da.against_own(trained, None, mismatch=False) == trained
+
+
+def test_the_histogram_is_read_by_the_servers_release():
+    """0.5.17 sends spec_correct_drafts_histogram and its alias spec_accept_histogram (the real capture
+    above); 0.5.23 only the first: the alias is read only where the release has it."""
+    alias_only = generate_output([{"completion_tokens": 9, "spec_verify_ct": 4, "spec_accept_histogram": [1, 1, 2]}])
+    assert da.parse_generate(alias_only, "0.5.17").histogram == [1, 1, 2]
+    assert da.parse_generate(alias_only, "0.5.23").histogram == []
+    both = generate_output([{"completion_tokens": 9, "spec_verify_ct": 4, "spec_correct_drafts_histogram": [0, 2, 2],
+                             "spec_accept_histogram": [1, 1, 2]}])
+    assert da.parse_generate(both, "0.5.17").histogram == da.parse_generate(both, "0.5.23").histogram == [0, 2, 2]
+    assert da.histogram_keys(None) == da.histogram_keys("0.5.17") and da.histogram_keys("0.6.0") == (
+        "spec_correct_drafts_histogram",)

@@ -107,8 +107,19 @@ class Stats:
         return out
 
 
-def parse_generate(stdout: str) -> Stats:
-    """The GENERATE_PY output; ValueError when there is none."""
+def histogram_keys(version: str | None) -> tuple[str, ...]:
+    """The meta_info keys of the per-request histogram, by the server's release: 0.5.17 sends
+    `spec_correct_drafts_histogram` and its alias `spec_accept_histogram`; 0.5.23 dropped the alias."""
+    try:
+        old = tuple(int(x) for x in (version or "").split(".")[:3]) < (0, 5, 23)
+    except ValueError:
+        old = True          # a release it cannot read: either key
+    return ("spec_correct_drafts_histogram", "spec_accept_histogram") if old else ("spec_correct_drafts_histogram",)
+
+
+def parse_generate(stdout: str, version: str | None = None) -> Stats:
+    """The GENERATE_PY output (`version`: the server's SGLang release, for the histogram's key);
+    ValueError when there is none."""
     try:
         doc = json.loads(stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
@@ -123,7 +134,7 @@ def parse_generate(stdout: str) -> Stats:
         for key, attr in (("spec_num_correct_drafts", "correct"), ("spec_num_proposed_drafts", "proposed")):
             if isinstance(m.get(key), (int, float)):
                 setattr(s, attr, (getattr(s, attr) or 0) + int(m[key]))
-        hist = m.get("spec_correct_drafts_histogram") or m.get("spec_accept_histogram")
+        hist = next((m[k] for k in histogram_keys(version) if isinstance(m.get(k), list)), None)
         if isinstance(hist, list):
             s.histogram += [0] * (len(hist) - len(s.histogram))
             for k, v in enumerate(hist):

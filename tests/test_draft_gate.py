@@ -110,6 +110,27 @@ def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_p
     assert check["summary"] == ("ok: the server will feed the draft the outputs of layers 2, 30 and 58; training used "
                                 f"the outputs of layers 2, 30 and 58 (first seen in run {first_run})")
 
+    trained_run = doc["run_id"]
+    own = step(doc, "probe the draft's acceptance")["data"]
+    assert own["verdict"] == "as expected" and own["capture_points"] == TRAINED, own
+
+    # a one-off list (each layer one later): refused by the gate; allowed, it still serves well enough to pass
+    # the probe's bands (a real trained pair lost 4-10%), so the probe measures it against this draft's own
+    # accept length under its trained list, and never says `as expected`
+    rc, doc = run(cfg, "relaunch", *SPEC, "-e", "aux_layers=3,31,59")
+    assert rc == 2 and step(doc, "check the draft's inputs")["data"]["verdict"] == "mismatch", why(doc)
+    rc, doc = run(cfg, "relaunch", *SPEC, "-e", "aux_layers=3,31,59", "-e", "draft_mismatch=allow")
+    assert rc == 0, why(doc)
+    probe = step(doc, "probe the draft's acceptance")
+    d = probe["data"]
+    assert d["verdict"] == "measured drop" and d["first"] >= 0.7 * ACCURACY[0], probe
+    assert probe["summary"].startswith(f"measured drop: accept length {d['accept_length']:.2f} vs "
+                                       f"{own['accept_length']:.2f} with {TRAINED} in run {trained_run} (-"), probe
+    assert -0.15 < d["own"]["change"] < -0.03
+    assert any(w.startswith("probe the draft's acceptance") or "measured drop" in w for w in doc["warnings"]), doc
+    rc, doc = run(cfg, "revert-config")
+    assert rc == 0 and draft_cfg.read_bytes() == original, why(doc)
+
     # the wrong list allowed: the gate warns, the server is relaunched, the probe says `wrong inputs`
     rc, doc = run(cfg, "relaunch", *SPEC, "-e", "aux_layers=-1,2,30", "-e", "draft_mismatch=allow")
     assert rc == 0, why(doc)

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import sqlite3
@@ -198,7 +199,9 @@ def test_every_shipped_playbook_reaches_its_outcome_with_the_default_config(home
     rc, doc = run(cfg, "bench", *SMALL_BENCH)
     assert rc == 0, why(doc)
     lossless = step(doc, "lossless check")
-    assert lossless["status"] == "ok" and lossless["summary"].startswith("lossless: 8/8 greedy outputs match"), lossless
+    # a faithful draft: every output matches, or diverges where the target's own top-2 tie
+    assert lossless["status"] == "ok" and re.match(r"lossless: (\d)/8 greedy outputs match the reference, (\d) diverge "
+                                                   r"at a tie .*, 0 lossy \(100\.0% match or tie", lossless["summary"]), lossless
     assert {m["name"]: m["value"] for m in doc["metrics"]}["greedy_match_rate"] == 1.0
 
     rc, doc = run(cfg, "server-logs")

@@ -48,14 +48,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
-    from . import _landscape
+    from . import _greedy_ties, _landscape
     from . import _releases as releases
     from ._sim_batches import Batches
     from ._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids, log, read_json,
                              resolve_speculative, visible_gpus, weights_gb)
     from .srt.server_args import ServerArgs
 else:
-    from sglang import _landscape
+    from sglang import _greedy_ties, _landscape
     from sglang import _releases as releases
     from sglang._sim_batches import Batches
     from sglang._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids,
@@ -208,7 +208,12 @@ class Server:
                     meta["spec_accept_histogram"] = fitted["spec_correct_drafts_histogram"]
         meta["response_sent_to_client_ts"] = time.time()
         if float(sp.get("temperature", 1.0)) == 0.0:
-            ids = self.greedy_ids(json.dumps(body.get("input_ids") or body.get("text")), out_len)
+            ids, top = self.greedy(json.dumps(body.get("input_ids") or body.get("text")), out_len)
+            if body.get("return_logprob"):
+                # SGLang's shape: per output position [logprob, token id, text (None unless asked)]
+                meta["output_token_logprobs"] = [[row[0][0], t, None] for row, t in zip(top, ids)]
+                meta["output_top_logprobs"] = [[[lp, i, None] for lp, i in row[:max(0, int(
+                    body.get("top_logprobs_num") or 0))]] for row in top]
             return {"text": " ".join(f"t{i}" for i in ids), "output_ids": ids, "meta_info": meta}
         return {"text": " simulated" * min(out_len, 64), "output_ids": list(range(out_len)), "meta_info": meta}
 
@@ -222,17 +227,33 @@ class Server:
         draft = self.args.speculative_draft_model_path
         return float(read_json(Path(draft) / "config.json").get("eagle_sim_lossy_fraction") or 0.0) if draft else 0.0
 
-    def greedy_ids(self, prompt: str, n: int) -> list[int]:
-        """The target's greedy tokens for a prompt (a function of the prompt alone, as temperature 0
-        is); a lossy draft changes a fixed share of prompts' outputs from a token on."""
+    def greedy(self, prompt: str, n: int) -> tuple[list[int], list[list[tuple[float, int]]]]:
+        """The greedy tokens for a prompt and, at each position, the (logprob, id) of the token emitted and
+        of the runner-up. The target's are a function of the prompt alone, as temperature 0 is. Where its
+        top-2 are tied in bf16 (_greedy_ties.py: at the rates a real pair measured) a speculative server
+        may emit the runner-up, as a real verify pass does; a lossy draft changes a fixed share of
+        prompts' outputs from a token where the target's choice was clear."""
         seed = hashlib.sha256(prompt.encode()).digest()
         rng = random.Random(seed)
         ids = [rng.randrange(32000) for _ in range(n)]
+        top = _greedy_ties.top2(seed, ids)
+        if not self.args.speculative_algorithm:
+            return ids, top
+        k = _greedy_ties.flip_at(seed, top)
+        token = top[k][1][1] if k is not None else 0
         lossy = random.Random(seed + b"draft")
-        if n and lossy.random() < self.lossy_fraction():
-            k = lossy.randrange(n)
-            ids[k:] = [(t + 1 + lossy.randrange(1000)) % 32000 for t in ids[k:]]
-        return ids
+        forced = self.perf.forced() is not None
+        if n and (forced or lossy.random() < self.lossy_fraction()):
+            # SGLANG_SIMULATE_ACC_LEN accepts drafts the target rejected: every output changes early
+            at = lossy.randrange(min(n, 8) if forced else n)
+            clear = next((j for j in range(at, n) if not _greedy_ties.is_tie(top[j])), None)
+            if clear is not None and (k is None or clear < k):
+                k, token = clear, (ids[clear] + 1 + lossy.randrange(31999)) % 32000
+        if k is None:
+            return ids, top
+        after = _greedy_ties.branch(seed, k, token, n - k)
+        rest = _greedy_ties.top2(seed + k.to_bytes(4, "big"), after)
+        return ids[:k] + after, top[:k] + rest
 
     # -- lifecycle ---------------------------------------------------------------------
     def stop_children(self) -> None:

@@ -1,0 +1,87 @@
+"""What a new user still tripped on (issue 47), each through the real `eagle` CLI in this process
+(tests/inproc.py) on a local-transport host: the fix in a draft refusal, dry runs that record no
+training evidence, and the small texts."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inproc import eagle_here, eagle_here_json
+
+# DeepSeek-V3's config.json (61 layers) and an EAGLE-3 draft for it whose capture ids [2, 30, 58] are
+# the layer OUTPUTS its training used: SGLang reads ids as boundaries, so it feeds outputs 1, 29, 57.
+TARGET = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "num_hidden_layers": 61,
+          "hidden_size": 7168, "vocab_size": 129280}
+DRAFT = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 7168,
+         "num_hidden_layers": 1, "vocab_size": 129280, "draft_vocab_size": 32000,
+         "eagle_config": {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}
+
+
+def node(tmp_path: Path, **vars_: object) -> Path:
+    """A config with one local-transport host whose model and draft are folders of config files."""
+    for name, doc in (("target", TARGET), ("draft", DRAFT)):
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "config.json").write_text(json.dumps(doc))
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "audit_db": str(tmp_path / "eagle.db"), "state_dir": str(tmp_path / "state"),
+        "hosts": {"gpu-01": {"transport": "local", "vars": {"model": str(tmp_path / "target"),
+                                                              "draft": str(tmp_path / "draft"), **vars_}}}}))
+    return cfg
+
+
+def check_step(doc: dict) -> dict:
+    return next(s for s in doc["steps"] if s["skill"] == "draft.check")
+
+
+def test_a_draft_mismatch_names_the_capture_list_that_fixes_it(tmp_path):
+    cfg = node(tmp_path)
+    res, doc = eagle_here_json("run", "draft-check", "-H", "gpu-01", "-e", "draft_train_layers=2,30,58",
+                               config=cfg)
+    assert res.returncode == 2, res.stdout + res.stderr
+    s = check_step(doc)
+    assert s["data"]["fix_ids"] == [3, 31, 59], s
+    assert s["summary"].startswith("mismatch: the server will feed the draft the outputs of layers 1, 29 and 57; "
+                                   "training used the outputs of layers 2, 30 and 58 (declared); to fix it: "
+                                   "-e aux_layers=[3,31,59] (the capture list that feeds the draft the outputs of "
+                                   "layers 2, 30 and 58), or run draft-repair"), s["summary"]
+    # draft-check stops nothing: no "refused before anything was stopped" there
+    assert "refused before" not in s["summary"] and "-e draft_mismatch=allow reports it as a warning" in s["summary"]
+    # the fix it names passes
+    res, doc = eagle_here_json("run", "draft-check", "-H", "gpu-01", "-e", "draft_train_layers=2,30,58",
+                               "-e", "aux_layers=[3,31,59]", config=cfg)
+    assert res.returncode == 0 and check_step(doc)["data"]["verdict"] == "ok", check_step(doc)
+
+
+def test_a_dry_run_records_no_first_sight_and_an_ok_on_a_first_sight_says_so(tmp_path):
+    cfg = node(tmp_path)
+    # a dry run sees the draft first: nothing recorded, so the next real run is still the first sight
+    res, doc = eagle_here_json("run", "draft-check", "-H", "gpu-01", "--dry-run", config=cfg)
+    assert res.returncode == 0, res.stdout + res.stderr
+    res, doc = eagle_here_json("run", "draft-check", "-H", "gpu-01", config=cfg)
+    s = check_step(doc)
+    assert s["data"]["verdict"] == "unknown" and "first sight of this draft" in s["summary"], s
+    first = doc["run_id"]
+    # the next check rests on that sighting only, and says so
+    res, doc = eagle_here_json("run", "draft-check", "-H", "gpu-01", config=cfg)
+    s = check_step(doc)
+    assert s["data"]["verdict"] == "ok" and f"(first seen in run {first})" in s["summary"], s
+    assert s["summary"].endswith("it rests on the bot's first sight of this draft only, not on what training "
+                                 "declared (declare draft_train_layers to be sure)"), s["summary"]
+
+
+async def test_slack_names_the_fix_in_slack_words(harness, fake, tmp_path):
+    node(tmp_path)   # the model and draft folders
+    local = {"transport": "local", "vars": {"model": str(tmp_path / "target"), "draft": str(tmp_path / "draft")}}
+    h = await harness(hosts={"local": local})
+    await h.command("draft-check local draft_train_layers=[2,30,58]")
+    run = await h.wait_run(await h.last_run_id())
+    assert run["status"] == "failed", run
+    summary = await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.postMessage")
+                                           if c.args.get("thread_ts") and "mismatch" in c.all_text()])
+    text = summary[0].all_text()
+    assert "to fix it: aux_layers=[3,31,59]" in text and "draft_mismatch=allow reports it" in text, text
+    assert "-e " not in text, text

@@ -85,3 +85,15 @@ async def test_slack_names_the_fix_in_slack_words(harness, fake, tmp_path):
     text = summary[0].all_text()
     assert "to fix it: aux_layers=[3,31,59]" in text and "draft_mismatch=allow reports it" in text, text
     assert "-e " not in text, text
+
+
+def test_a_dry_run_past_a_refused_launch_check_skips_the_launch_naming_the_check(tmp_path):
+    cfg = node(tmp_path)
+    res, doc = eagle_here_json("run", "relaunch", "-H", "gpu-01", "-e", 'extra_args=["--host","0.0.0.0"]',
+                               "--dry-run", config=cfg)
+    steps = {s["name"]: s for s in doc["steps"]}
+    assert steps["check the launch"]["status"] == "failed" and "-e bind=" in steps["check the launch"]["summary"]
+    launch = steps["launch SGLang"]
+    assert launch["status"] == "skipped", launch
+    assert launch["summary"] == "dry run: 'check the launch' refused (this step uses what it registers)", launch
+    assert "undefined" not in res.stdout + res.stderr

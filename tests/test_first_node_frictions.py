@@ -4,12 +4,16 @@ training evidence, and the small texts."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from inproc import eagle_here, eagle_here_json
+
+from eaglebot.store import Store, parse_iso
+from eaglebot.store.rows import NewRun
 
 # DeepSeek-V3's config.json (61 layers) and an EAGLE-3 draft for it whose capture ids [2, 30, 58] are
 # the layer OUTPUTS its training used: SGLang reads ids as boundaries, so it feeds outputs 1, 29, 57.
@@ -97,3 +101,44 @@ def test_a_dry_run_past_a_refused_launch_check_skips_the_launch_naming_the_check
     assert launch["status"] == "skipped", launch
     assert launch["summary"] == "dry run: 'check the launch' refused (this step uses what it registers)", launch
     assert "undefined" not in res.stdout + res.stderr
+
+
+async def test_a_busy_host_says_since_when_in_slacks_date_format(harness, fake):
+    h = await harness()
+    other = await h.services.store.create_run(NewRun(playbook="x", hosts=["local"], inputs={}, variables={},
+                                                     actor="t", origin="cli"))
+    await h.services.store.acquire_hosts(other, ["local"])
+    await h.command("hello local")
+    [resp] = await fake.wait_for(lambda: [c for c in h.responses() if "busy" in c.all_text()])
+    text = resp.all_text()
+    assert re.search(rf"busy with run #{other} since <!date\^\d+\^{{date_short_pretty}} {{time}}\|"
+                     rf"\d{{4}}-\d\d-\d\d \d\d:\d\d UTC>", text), text
+
+
+def test_the_terminal_says_since_when_in_local_time(tmp_path):
+    cfg = node(tmp_path)
+    store = Store(tmp_path / "eagle.db")
+    other = store.create_run(NewRun(playbook="x", hosts=["gpu-01"], inputs={}, variables={}, actor="t",
+                                    origin="cli"))
+    store.acquire_hosts(other, ["gpu-01"])
+    [lock] = store.locks()
+    started = parse_iso(store.get_run(other)["started_at"]).astimezone()
+    store.close()
+    held = parse_iso(lock["acquired_at"]).astimezone()
+    res = eagle_here("run", "patch-config", "-H", "gpu-01", "-e", "aux_layers=3,31,59", config=cfg)
+    assert res.returncode == 2 and f"since {held:%Y-%m-%d %H:%M:%S %Z} (" in res.stderr, res.stderr
+    res = eagle_here("status", config=cfg)
+    assert f"{started:%Y-%m-%d %H:%M}" in res.stdout and "(UTC)" not in res.stdout, res.stdout
+
+
+async def test_slack_advice_is_in_slack_words(harness, fake, tmp_path):
+    node(tmp_path)
+    local = {"transport": "local", "vars": {"model": str(tmp_path / "target"), "draft": str(tmp_path / "draft")}}
+    h = await harness(hosts={"local": local})
+    await h.command('relaunch local extra_args=--host,0.0.0.0')
+    run = await h.wait_run(await h.last_run_id())
+    assert run["status"] == "failed", run
+    [summary] = await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.postMessage")
+                                             if c.args.get("thread_ts") and "not --host in extra_args" in c.all_text()])
+    text = summary.all_text()
+    assert "pass the address as `bind=...`" in text and "-e bind" not in text, text

@@ -169,6 +169,9 @@ class Scheduler:
         self._sched: AsyncIOScheduler | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._firing = 0   # jobs under way (a retired scheduler waits for them)
+        # schedule -> the run whose hold on a host was last posted: a heartbeat that fires every
+        # minute while that run waits for an approval says so once, not at every fire
+        self._busy_told: dict[str, int | None] = {}
         self.missed_while = "while the bot was down"   # a reload's scheduler: "before this reload"
 
     @property
@@ -391,13 +394,18 @@ class Scheduler:
             return None
         except HostBusy as e:
             await store.update_fire(fire_id, "busy")
-            await self._post(channel, f":warning: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")
+            log.info("schedule %s: the fire did not start: %s", cfg.name, e)
+            if cfg.name not in self._busy_told or self._busy_told[cfg.name] != e.run_id:
+                self._busy_told[cfg.name] = e.run_id
+                await self._post(channel, f":warning: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e} "
+                                          f"(said once while that run holds the host; the skipped fires are logged)")
             return None
         except EagleError as e:
             await store.update_fire(fire_id, "error")
             await self._post(channel, f":x: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")
             return None
         await store.update_fire(fire_id, "running", run_id)
+        self._busy_told.pop(cfg.name, None)
         outcome = await task
         await store.update_fire(fire_id, outcome.status, run_id)
         rid = run_id

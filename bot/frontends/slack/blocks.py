@@ -20,7 +20,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from eaglebot.frontends.format import fmt_duration, fmt_value
+from eaglebot.frontends.format import fmt_duration, fmt_value, slack_times
 from eaglebot.frontends.recap_text import recap_table, recap_total
 from eaglebot.history.reasons import clip_items
 from eaglebot.sdk import ApprovalRequest
@@ -156,7 +156,7 @@ def text_blocks(text: str, *, title: str | None = None, code: bool = False) -> l
 
 
 def error_blocks(message: str) -> list[dict[str, Any]]:
-    return [section(f":warning: {escape(message)}")]
+    return [section(f":warning: {slack_times(escape(slack_syntax(message)))}")]
 
 
 # -- runs ------------------------------------------------------------------------------

@@ -142,3 +142,16 @@ async def test_slack_advice_is_in_slack_words(harness, fake, tmp_path):
                                              if c.args.get("thread_ts") and "not --host in extra_args" in c.all_text()])
     text = summary.all_text()
     assert "pass the address as `bind=...`" in text and "-e bind" not in text, text
+
+
+def test_lint_reports_every_error_of_a_file_with_its_suggestion(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nsteps:\n"
+                   "  - name: first\n    skil: shell\n    with: {command: echo hi}\n"
+                   "  - name: second\n    skill: shell\n    with:\n      command: echo there\n      timeout_s: 10\n")
+    res = eagle_here("lint", str(bad), config=node(tmp_path))
+    assert res.returncode == 2, res
+    lines = res.stderr.splitlines()
+    assert f"{bad}:4: steps[0].skil: unknown key (did you mean 'skill'?)" in lines, lines
+    assert (f"{bad}:10: steps[1].with.timeout_s: unknown key (timeout_s is a step keyword: put it beside "
+            f"`skill:`, not under `with:`)") in lines, lines

@@ -155,3 +155,14 @@ def test_lint_reports_every_error_of_a_file_with_its_suggestion(tmp_path):
     assert f"{bad}:4: steps[0].skil: unknown key (did you mean 'skill'?)" in lines, lines
     assert (f"{bad}:10: steps[1].with.timeout_s: unknown key (timeout_s is a step keyword: put it beside "
             f"`skill:`, not under `with:`)") in lines, lines
+
+
+def test_schedule_list_shows_an_every_30s_fire_to_the_second(tmp_path):
+    cfg = node(tmp_path)
+    data = yaml.safe_load(cfg.read_text())
+    data["schedules"] = [{"name": "beat", "playbook": "draft-check", "hosts": ["gpu-01"], "every": "30s"}]
+    cfg.write_text(yaml.safe_dump(data))
+    res, rows = eagle_here_json("schedule", "list", config=cfg)
+    due = parse_iso(rows[0]["next_fire"])
+    res = eagle_here("schedule", "list", config=cfg)
+    assert res.returncode == 0 and f"{due:%Y-%m-%d %H:%M:%S}" in res.stdout, res.stdout

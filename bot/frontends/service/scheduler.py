@@ -65,6 +65,12 @@ class Hooks(Protocol):
 
 # -- listing ---------------------------------------------------------------------------
 
+def _next_fire_text(row: dict[str, Any]) -> str:
+    """A cron fires on a minute; an `every: 30s` to the second, which the minute alone would hide."""
+    d = parse_iso(row["next_fire"]) if row["every"] else None
+    return d.strftime("%Y-%m-%d %H:%M:%S") if d is not None else fmt_time(row["next_fire"])
+
+
 def schedule_list_main(settings: Settings, as_json: bool = False, store: ScheduleReads | None = None) -> int:
     """`eagle schedule list`; `store`: the one to read (the caller's, which closes it), else
     the config's."""
@@ -91,7 +97,7 @@ def schedule_list_main(settings: Settings, as_json: bool = False, store: Schedul
         return 0
     print(table(["name", "playbook", "hosts", "cron", "next fire (UTC)", "last run", "state"],
                 [[r["name"], r["playbook"], ",".join(r["hosts"]) or "(default)",
-                  when(r["cron"], r["every"], r["timezone"]), fmt_time(r["next_fire"]),
+                  when(r["cron"], r["every"], r["timezone"]), _next_fire_text(r),
                   f"#{r['last_run_id']} {r['last_status']}" if r["last_run_id"] else "-", schedule_state(r)]
                  for r in rows]))
     return code

@@ -108,7 +108,9 @@ def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_p
     check = step(doc, "check the draft's inputs")
     assert check["status"] == "ok" and check["data"]["verdict"] == "ok", check
     assert check["summary"] == ("ok: the server will feed the draft the outputs of layers 2, 30 and 58; training used "
-                                f"the outputs of layers 2, 30 and 58 (first seen in run {first_run})")
+                                f"the outputs of layers 2, 30 and 58 (first seen in run {first_run}); it rests on "
+                                "the bot's first sight of this draft only, not on what training declared (declare "
+                                "draft_train_layers to be sure)")
 
     trained_run = doc["run_id"]
     own = step(doc, "probe the draft's acceptance")["data"]

@@ -6,6 +6,7 @@ Pure functions over `eaglebot.history.view` (runs) and playbooks. Block Kit live
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeVar
 
@@ -93,6 +94,28 @@ def key_metric_text(metric: Mapping[str, Any] | None) -> str:
     if metric is None:
         return ""
     return f"{metric['name']}={fmt_value(metric['value'], metric.get('unit') or '')}"
+
+
+_STORED_TIME = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|\+00:00)")
+
+
+def local_times(text: str) -> str:
+    """The stored (UTC, ISO) times in a sentence in the reader's local time, to the second."""
+    def one(m: re.Match[str]) -> str:
+        d = parse_iso(m.group(0))
+        return d.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") if d else m.group(0)
+    return _STORED_TIME.sub(one, text)
+
+
+def slack_times(mrkdwn: str) -> str:
+    """The stored (UTC, ISO) times in Slack mrkdwn as Slack's date formatting: each reader sees
+    their own time zone; the fallback (old clients) is UTC."""
+    def one(m: re.Match[str]) -> str:
+        d = parse_iso(m.group(0))
+        if d is None:
+            return m.group(0)
+        return f"<!date^{int(d.timestamp())}^{{date_short_pretty}} {{time}}|{d.strftime('%Y-%m-%d %H:%M UTC')}>"
+    return _STORED_TIME.sub(one, mrkdwn)
 
 
 def fmt_local(iso: str | None) -> str:

@@ -118,13 +118,15 @@ class TrendsMixin(StoreBase):
 
     def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
                           newest_first: bool = False) -> list[StepDataRow]:
-        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
+        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first.
+        Dry runs are left out: a dry run changes nothing, the evidence this history gives included."""
         if not skills:
             return []
         args = Args([host])
         return rows(self.db, StepDataRow,
                     f"select run_id, skill, status, data from steps where host = $1 and skill in ({args.marks(skills)}) "
                     f"and status in ('ok', 'changed', 'failed') and data like {args.mark(f'%{contains}%')} "
+                    f"and run_id not in (select id from runs where dry_run <> 0) "
                     f"order by id {'desc' if newest_first else 'asc'} limit {args.mark(limit)}", args)
 
     def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:

@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_hosts)
     from eaglebot.frontends.cli.hosts_pin import register as register_pin
-    register_pin(s, common)   # hosts pin HOST
+    register_pin(s, common)   # hosts pin HOSTS
 
     s = sub.add_parser("serve", parents=[common], help="run the Slack bot (Socket Mode; --http for HTTP mode)")
     s.add_argument("--http", type=int, metavar="PORT", help="serve Slack's HTTP requests on PORT")

@@ -82,21 +82,19 @@ def record(version: str) -> dict[str, Any] | None:
 
 
 def nearest(version: str | None) -> str | None:
-    """The known release closest to `version` (itself when known; on a tie the older one)."""
+    """The known release closest to `version` (itself when known; on a tie the older one), counting
+    a minor release as a thousand patch releases."""
     known = known_versions()
     if not known:
         return None
     if not version or not _vkey(version):
         return known[-1]
-    want = _vkey(version)
-    width = max(len(want), *(len(_vkey(v)) for v in known))
 
-    def distance(v: str) -> tuple[int, ...]:
-        a = _vkey(v) + (0,) * (width - len(_vkey(v)))
-        b = want + (0,) * (width - len(want))
-        return tuple(abs(x - y) for x, y in zip(a, b))
+    def at(v: str) -> int:
+        parts = (_vkey(v) + (0, 0, 0))[:3]
+        return parts[0] * 10**6 + parts[1] * 10**3 + parts[2]
 
-    return min(known, key=lambda v: (distance(v), _vkey(v)))
+    return min(known, key=lambda v: (abs(at(v) - at(version)), _vkey(v)))
 
 
 # -- drift -----------------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
-from eaglebot.skills.lib import launch_check, preflight, processes, server, stall
+from eaglebot.skills.lib import launch_check, preflight, processes, server, stall, surface_check
 
 NAME = "server.launch"
 _LOG_MARK = "--EAGLE-LOG-7f3a--\n"
@@ -238,6 +238,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                 f"earlier in this run: not parsed again")
     else:
         verdict = await launch_check.check(ctx, params.python, launch_args)
+        if verdict.kind != "missing":   # what the host's release would ignore or misread (env vars, removed flags)
+            warnings += await surface_check.check(ctx, params.python, launch_args, params.env, verdict)
     if verdict.kind == "missing":
         installed = f" (sglang {verdict.version} is installed there but does not import)" if verdict.version else ""
         raise StepFailed(f"the host's Python {params.python} cannot import sglang: {verdict.message}{installed}; "

@@ -20,6 +20,7 @@ import pytest
 
 from helpers import eagle
 from test_server_skills import alive, get_health
+from test_draft_gate import declare_training
 from test_shipped_playbooks import FAST, open_home_host, run, step, why
 
 from eaglebot.engine.runner import RunRequest
@@ -61,6 +62,7 @@ def approvals(cfg, run_id: int) -> list[tuple[str, str]]:
         db.close()
 
 
+@pytest.mark.e2e   # a whole scenario over the real sshd (30-60 s)
 async def test_a_foreign_gpu_holder_is_asked_about_once_before_anything_stops(home_host, services):
     h = home_host
     h.reset()
@@ -120,6 +122,7 @@ def spec_inputs() -> dict:
     return {"spec_steps": "3", "spec_topk": "1", "spec_draft_tokens": "4", "bench_prompts": "0", "env": FAST}
 
 
+@pytest.mark.e2e   # a whole scenario over the real sshd (30-60 s)
 def test_a_crash_after_the_stop_is_named_last_and_rollback_brings_back_the_previous_server(home_host):
     h = home_host
     h.reset()
@@ -161,5 +164,64 @@ def test_a_crash_after_the_stop_is_named_last_and_rollback_brings_back_the_previ
     assert last.endswith(f"the previous server (run #{doc['run_id']}'s launch) was relaunched (on_failure: rollback) "
                          f"and answers /health on gpu-01:{h.port}"), last
     assert get_health(h.port) == 200
+    rc, doc = run(cfg, "stop")
+    assert rc == 0, why(doc)
+
+
+RUNNING = ("--tp-size 2", "--speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8")
+
+
+def carries(command: str) -> bool:
+    return all(flags in command for flags in RUNNING)
+
+
+def launches(doc: dict) -> list[dict]:
+    return [s["data"] for s in doc["steps"] if s["skill"] == "server.launch" and s["status"] == "changed"]
+
+
+@pytest.mark.e2e   # a whole scenario over the real sshd (30-60 s)
+def test_draft_repair_and_tune_carry_the_running_servers_tp_and_spec_flags(home_host):
+    h = home_host
+    h.reset()
+    declare_training(h.home, h.pw.pw_uid, h.pw.pw_gid)
+    cfg = h.config("exec")
+    rc, doc = run(cfg, "relaunch", "-e", "tp=2", "-e", "gpus=0,1", "-e", "spec_steps=3", "-e", "spec_topk=4",
+                  "-e", "spec_draft_tokens=8", "-e", "bench_prompts=0", "-e", f"env={FAST}")
+    assert rc == 0, why(doc)
+    rc, doc = run(cfg, "patch-config", "-e", "aux_layers=-1,2,30")
+    assert rc == 0, why(doc)
+
+    # the dry run's plan launches every attempt with the running server's flags
+    res = eagle("run", "draft-repair", "-H", "gpu-01", "--dry-run", config=cfg, cwd=cfg.parent, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    starts = [ln for ln in res.stdout.splitlines() if ": launch: start " in ln]
+    assert len(starts) == 6 and all(carries(ln) and "'CUDA_VISIBLE_DEVICES': '0,1'" in ln for ln in starts), \
+        res.stdout
+
+    # and so does the repair itself: every attempt, the "now" and the final launch
+    rc, doc = run(cfg, "draft-repair", "--yes")
+    assert rc in (0, 3), why(doc)
+    check = step(doc, "check the launch")
+    assert "carried from run #" in check["summary"] and "--tp-size 2" in check["summary"], check
+    started = launches(doc)
+    assert len(started) == 6 and all(carries(" ".join(d["launch_args"])) for d in started)
+    assert all(d["env"]["CUDA_VISIBLE_DEVICES"] == "0,1" for d in started)
+
+    # tune changes the speculative cell it tests, and carries tp and the GPUs
+    res = eagle("tune", "relaunch", "-H", "gpu-01", "--batch-sizes", "1", "--steps", "2-3", "--topk", "1",
+                "--repeats", "1", "--prompts", "4", "--output-len", "16", "--json", config=cfg, cwd=cfg.parent,
+                timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    db = sqlite3.connect(cfg.parent / "eagle.db")
+    try:
+        rows = [json.loads(d) for (d,) in db.execute(
+            "select s.data from steps s join runs r on r.id = s.run_id where s.skill = 'server.launch' and "
+            "s.status = 'changed' and r.origin = 'cli' and r.id > ?", (doc["run_id"],))]
+    finally:
+        db.close()
+    assert rows and all("--tp-size 2" in " ".join(d["launch_args"]) and d["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+                        for d in rows), rows
+    steps_tried = {launch_flags(d["launch_args"])["--speculative-num-steps"] for d in rows}
+    assert steps_tried == {"2", "3"}
     rc, doc = run(cfg, "stop")
     assert rc == 0, why(doc)

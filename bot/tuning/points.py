@@ -49,7 +49,10 @@ def numbers(metrics: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, A
 async def run_point(engine: Engine, pb: Playbook, host: str, inputs: dict[str, Any], *, actor: str,
                     origin: str, observer: Observer | None = None, approver: Approver | None = None,
                     assume_yes: bool = False, channel: str | None = None) -> PointResult:
-    req = RunRequest(pb, [host], dict(inputs), actor=actor, origin=origin, assume_yes=assume_yes, channel=channel)
+    given = dict(inputs)
+    if "carry" in pb.inputs and "carry" not in given:
+        given["carry"] = True    # each point changes only its own inputs: the running server's other flags stay
+    req = RunRequest(pb, [host], given, actor=actor, origin=origin, assume_yes=assume_yes, channel=channel)
     outcome = await engine.run(req, observer, approver)
     rid = outcome.run_id
     metrics = await engine.store.metrics(rid)

@@ -89,14 +89,17 @@ class HostConfig(_Model):
     vars: dict[str, Any] = Field(
         default_factory=dict,
         description="host variables for templating (`python` (a GPU host's Python that imports sglang: `eagle "
-                    "doctor` and the launch pre-flight check), `model`, `draft`, `port`, `bind` (the address "
-                    "the relaunched server listens on, its `--host`: default `127.0.0.1`, `0.0.0.0` for other "
-                    "machines), `server_log`, `nvidia_smi`, `dmesg`, `draft_train_layers` (the layer outputs "
-                    "the draft's training concatenated, e.g. `[2, 30, 58]`), `draft_train_accuracy` (its "
-                    "training accuracy at the first position), `sglang_version` (the table the gate and the "
-                    "launch check fall back to), ...); one that no playbook or skill reads but is near one "
-                    "that does (`pyton:`) is a warning in the run and in `eagle doctor` (see [Host "
-                    "vars](#host-vars))")
+                    "doctor` and the launch pre-flight check), `model`, `draft`, `port`, `tp` (the server's "
+                    "`--tp-size`: the GPUs one server spans, e.g. `8` for a model that needs a whole node; "
+                    "every relaunch, repair and tuning run uses it unless an input says otherwise), `gpus` "
+                    "(the GPUs the server uses and the cleanup frees, its `CUDA_VISIBLE_DEVICES`, e.g. `[0, "
+                    "1]`), `bind` (the address the relaunched server listens on, its `--host`: default "
+                    "`127.0.0.1`, `0.0.0.0` for other machines), `server_log`, `nvidia_smi`, `dmesg`, "
+                    "`draft_train_layers` (the layer outputs the draft's training concatenated, e.g. `[2, 30, "
+                    "58]`), `draft_train_accuracy` (its training accuracy at the first position), "
+                    "`sglang_version` (the table the gate and the launch check fall back to), ...); one that "
+                    "no playbook or skill reads but is near one that does (`pyton:`) is a warning in the run "
+                    "and in `eagle doctor` (see [Host vars](#host-vars))")
     gpu: bool | None = Field(
         None,
         description="a GPU host, where `eagle doctor` checks nvidia-smi. Unmarked: a host whose vars name "

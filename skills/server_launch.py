@@ -73,7 +73,7 @@ from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
-from eaglebot.skills.lib import launch_check, preflight, processes, server, stall, surface_check
+from eaglebot.skills.lib import carry, launch_check, preflight, processes, server, stall, surface_check
 
 NAME = "server.launch"
 _LOG_MARK = "--EAGLE-LOG-7f3a--\n"
@@ -115,6 +115,10 @@ class Params(SkillParams):
         "launch arguments an earlier check_only step of this run had the host's SGLang parser accept; when "
         "they equal this launch's, the parser is not asked again"))
     checked_version: str | None = Field(None, description="the SGLang release that earlier check found on the host")
+    carry: bool = Field(False, description=(
+        "with check_only: start from the running server's own launch (the newest audited launch on this port, "
+        "confirmed against its live /server_info): tp, the speculative settings, the memory fraction, extra "
+        "arguments, env and GPUs not given here are carried; registers `launch`, the values to launch with"))
 
     @field_validator("host")
     @classmethod
@@ -204,6 +208,12 @@ def adaptive_path(ctx: SkillContext, port: int) -> str:
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     port = params.port
+    carried: carry.Carried | None = None
+    if params.carry:
+        if not params.check_only:
+            raise StepFailed("carry works with check_only (the check before the stop reads the running server)",
+                             usage=True)
+        params, carried = await _carry(ctx, params)
     cfg_path = adaptive_path(ctx, port) if params.adaptive_config is not None else None
     launch_args, err = build_args(params, cfg_path)
     if err:
@@ -275,12 +285,18 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if params.check_only:
         ctx.log(await preflight.check_port(ctx, port))
         by = f"SGLang {verdict.version or '?'} ({verdict.source})" if verdict.kind == "ok" else "eaglebot's rules only"
+        summary = f"launch arguments accepted by {by}; nothing started"
+        if carried is not None:
+            summary += f"; carried from {carried.source or 'nothing'}: {_carried_words(carried)}"
+            warnings += [f"the running server differs from its audited launch: {d}; the live value is carried"
+                         for d in carried.differences]
         # Not `launch_args`/`effective`: nothing was launched, and the history's fingerprint of the host
         # reads those keys from server.launch steps.
-        return StepResult.ok(f"launch arguments accepted by {by}; nothing started", warnings=warnings,
+        return StepResult.ok(summary, warnings=warnings,
                              data={"checked_args": launch_args, "predicted": spec.effective(),
                                    "checked_by": verdict.source if verdict.kind == "ok" else None,
-                                   "checked_version": verdict.version})
+                                   "checked_version": verdict.version, "launch": _launch_values(params),
+                                   **({"carried": vars(carried)} if carried is not None else {})})
     # -- pre-flight: port and a previous launch
     lis = await ports.listeners(ctx.host, port)
     busy = None
@@ -331,7 +347,9 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
     data: dict[str, Any] = {"log_path": log_path, "pid": pid, "port": port, "launch_args": launch_args,
                             "adaptive_config": params.adaptive_config,
                             "sglang_version": None, "effective": spec.effective(),
-                            "url": base, "bind": params.host, "env": {k: v for k, v in env.items() if not _SECRETISH.search(k)}}
+                            "url": base, "bind": params.host, "env": {k: v for k, v in env.items() if not _SECRETISH.search(k)},
+                            # the draft's config as this server reads it: a rollback restores these bytes
+                            **await carry.draft_config(ctx, params.draft or flags.get("--speculative-draft-model-path"))}
     try:
         failure, log_text, stalled = await _wait_ready(ctx, params, pid, log_path)
     except asyncio.CancelledError:
@@ -392,6 +410,34 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
         version += " (SIMULATED)"
     return StepResult.changed(f"SGLang {version} ready on port {port} in {ready_s:.1f}s (pid {pid}{spec_txt})",
                               data=data, warnings=warnings, output=sglang.tail(log_text, 30))
+
+
+async def _carry(ctx: SkillContext, params: Params) -> tuple[Params, carry.Carried]:
+    """The params with what the running server's launch sets and they do not (`carry`)."""
+    record = await carry.last_launch(ctx, params.port)
+    live = await carry.live_info(ctx, params.python, params.port)
+    c = carry.from_sources(record, live, params.port)
+    for note in c.notes:
+        ctx.log(note)
+    update: dict[str, Any] = {k: v for k, v in c.values.items() if getattr(params, k) is None}
+    c.values = dict(update)          # what was carried, not what was given
+    update["args"] = carry.merge_args(c.args, params.args)
+    update["env"] = {**c.env, **params.env}
+    if params.gpus in (None, "", []) and c.gpus:
+        update["gpus"] = c.gpus
+    else:
+        c.gpus = None
+    return params.model_copy(update=update), c
+
+
+def _carried_words(c: carry.Carried) -> str:
+    return carry.shown(c.values, c.args, c.gpus) + (f" (env {', '.join(sorted(c.env))})" if c.env else "")
+
+
+def _launch_values(p: Params) -> dict[str, Any]:
+    """What the launch after this check takes (relaunch's launch step reads it: the carried values)."""
+    return {"tp": p.tp, "spec_steps": p.spec_steps, "spec_topk": p.spec_topk, "spec_draft_tokens": p.spec_draft_tokens,
+            "mem_fraction": p.mem_fraction, "gpus": p.gpus, "env": dict(p.env), "args": list(p.args)}
 
 
 def _poll_script(python: str, pid: int, base: str, log_path: str, offset: int) -> str:

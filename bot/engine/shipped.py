@@ -37,6 +37,9 @@ SHIPPED: dict[str, str] = {
     "pycache.clear": "pycache_clear",
     "server.launch": "server_launch",
     "server.logs": "server_logs",
+    "server.plan": "server_plan",
+    "server.record": "server_record",
+    "server.state": "server_state",
     "server.stop": "server_stop",
     "shell": "shell",
     "wait": "wait",
@@ -66,6 +69,9 @@ if TYPE_CHECKING:
         pycache_clear,
         server_launch,
         server_logs,
+        server_plan,
+        server_record,
+        server_state,
         server_stop,
         shell,
         wait,
@@ -92,6 +98,9 @@ if TYPE_CHECKING:
     _pycache_clear: Skill[pycache_clear.Params] = pycache_clear
     _server_launch: Skill[server_launch.Params] = server_launch
     _server_logs: Skill[server_logs.Params] = server_logs
+    _server_plan: Skill[server_plan.Params] = server_plan
+    _server_record: Skill[server_record.Params] = server_record
+    _server_state: Skill[server_state.Params] = server_state
     _server_stop: Skill[server_stop.Params] = server_stop
     _shell: Skill[shell.Params] = shell
     _wait: Skill[wait.Params] = wait

@@ -221,6 +221,8 @@ class StepRunner:
         rec.status, rec.summary, rec.duration_ms, rec.attempts = result.status, result.summary, duration_ms, attempts
         rec.usage = result.usage and result.status == "failed"
         rec.output_tail = out.tail(30) if not result.output else result.output[-4000:]
+        if result.final:
+            run.outcome.finals.append(printable(self.redactor.text(result.final)))
         run.outcome.metrics.extend((host, m) for m in result.metrics)
         run.outcome.warnings.extend(f"{host}: {w}" for w in result.warnings)
         run.outcome.regressions.extend(result.regressions)

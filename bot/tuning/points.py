@@ -83,7 +83,10 @@ async def run_point(engine: Engine, pb: Playbook, host: str, inputs: dict[str, A
                     origin: str, observer: Observer | None = None, approver: Approver | None = None,
                     assume_yes: bool = False, channel: str | None = None,
                     parent_run_id: int | None = None) -> PointResult:
-    req = RunRequest(pb, [host], dict(inputs), actor=actor, origin=origin, assume_yes=assume_yes, channel=channel,
+    given = dict(inputs)
+    if "carry" in pb.inputs and "carry" not in given:
+        given["carry"] = True    # each point changes only its own inputs: the running server's other flags stay
+    req = RunRequest(pb, [host], given, actor=actor, origin=origin, assume_yes=assume_yes, channel=channel,
                      parent_run_id=parent_run_id)
     outcome = await engine.run(req, observer, approver)
     rid = outcome.run_id

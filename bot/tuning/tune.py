@@ -158,6 +158,8 @@ def _launch_inputs(c: Ctx, cell: Cell, extra: dict[str, Any] | None = None) -> d
     inputs: dict[str, Any] = {**req.fixed, **dict(zip(TUNED, cell)), **(extra or {})}
     if "bench_prompts" in pb.inputs and "bench_prompts" not in req.fixed:
         inputs["bench_prompts"] = 0          # tune-measure benchmarks it, at every batch size
+    if "carry" in pb.inputs and "carry" not in req.fixed:
+        inputs["carry"] = True               # the running server's tp, memory and extra flags: only the cell changes
     need = max([*req.batch_sizes, *(int(p.split(":")[0]) for p in req.flap_trace)])
     if need > SPEC_MAX_RUNNING and "extra_args" in pb.inputs:
         typed = c.engine.prepare(RunRequest(pb, [req.host], dict(req.fixed))).inputs

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from eaglebot.engine.playbook import parse_playbook
 from eaglebot.engine.runner import RunRequest
 from eaglebot.frontends.services import Services
 from router_load import Load, start_router
@@ -21,6 +22,10 @@ from test_server_skills import FAST, PY, Host, alive
 # requests that take ~0.1 s (a simulated second is 0.05 s here): the drain has requests to wait for
 SLOW = dict(FAST, EAGLE_SIM_TIME_SCALE="0.05")
 USER2 = "eagletest2"
+# the servers the relaunches replace: started by the bot (its pid files), as a relaunch would
+LAUNCH = parse_playbook(json.dumps({"name": "launch", "steps": [{"skill": "server.launch", "with": {
+    "python": "{{ python }}", "model": "{{ model }}", "draft": "{{ draft }}", "port": "{{ port }}",
+    "spec_algorithm": "EAGLE3", "env": SLOW}}]}), "launch.yaml")
 QUICK = {"bench_prompts": "0", "env": json.dumps(SLOW), "drain_timeout_s": "60"}
 
 
@@ -51,7 +56,7 @@ async def fleet(sshd, sshd2, remote_dir, make_settings, tmp_path):
     try:
         first = await Services.open(make_settings({n: h.config for n, h in hosts.items()}, state_dir=state))
         try:
-            out = await first.engine.run(RunRequest(playbook="relaunch", hosts=["a", "b"], inputs=QUICK))
+            out = await first.engine.run(RunRequest(playbook=LAUNCH, hosts=["a", "b"]))
         finally:
             await first.close()
         assert out.status == "succeeded", [s.summary for s in out.steps if s.status == "failed"]

@@ -97,9 +97,10 @@ class HostConfig(_Model):
                     "`127.0.0.1`, `0.0.0.0` for other machines), `server_log`, `nvidia_smi`, `dmesg`, "
                     "`draft_train_layers` (the layer outputs the draft's training concatenated, e.g. `[2, 30, "
                     "58]`), `draft_train_accuracy` (its training accuracy at the first position), "
-                    "`sglang_version` (the table the gate and the launch check fall back to), ...); one that "
-                    "no playbook or skill reads but is near one that does (`pyton:`) is a warning in the run "
-                    "and in `eagle doctor` (see [Host vars](#host-vars))")
+                    "`sglang_version` (the table the gate and the launch check fall back to), `router` and "
+                    "`worker_url` (see [Router](#router)), ...); one that no playbook or skill reads but is "
+                    "near one that does (`pyton:`) is a warning in the run and in `eagle doctor` (see [Host "
+                    "vars](#host-vars))")
     gpu: bool | None = Field(
         None,
         description="a GPU host, where `eagle doctor` checks nvidia-smi. Unmarked: a host whose vars name "

@@ -20,6 +20,11 @@ GET /health ON the host (at 127.0.0.1 for a wildcard bind, else at that address)
 failing fast when the process exits or the log shows a fatal line (the log tail is kept with the
 step). Finally /server_info says what the server really runs with; any difference from what was
 asked is a warning.
+A dropped SSH connection is not a failed launch: the wait reconnects (the host's `connect_retries`)
+and keeps waiting; when it cannot, the step fails with `lost the connection while waiting; the
+server (pid N) may still be starting`, and the server stays, named by the pid file. The next launch
+on that port adopts it when it answers /health and runs the same arguments (registers `adopted`),
+else stops it first.
 
 ```yaml
 - skill: server.launch
@@ -69,7 +74,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from eaglebot.errors import StepFailed
+from eaglebot.errors import HostUnreachable, StepFailed, TransportError
 from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
@@ -298,12 +303,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                                    "checked_version": verdict.version, "launch": _launch_values(params),
                                    **({"carried": vars(carried)} if carried is not None else {})})
     # -- pre-flight: port and a previous launch
-    lis = await ports.listeners(ctx.host, port)
-    busy = None
-    if lis.busy:
-        infos = await procs.proc_info(ctx.host, sorted(lis.pids))
-        busy = "; ".join(server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
-            "a process this user cannot see"
+    busy = await _busy(ctx, port)
     env = dict(params.env)
     cvd = _gpus_env(params.gpus)
     if cvd is not None:
@@ -311,13 +311,16 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     argv = [params.python, "-m", "sglang.launch_server", *launch_args]
 
     async def launch() -> StepResult:
-        if busy is not None:
-            raise StepFailed(f"port {port} is already in use by {busy}; stop it first (server.stop) - "
-                             f"SGLang would only notice after loading the model", warnings=warnings)
+        holder = busy
         old = await server.read_pid(ctx, port)
         if old is not None and await server.leader_alive(ctx, old):
-            raise StepFailed(f"a server the bot launched on port {port} is still running (pid {old}) "
-                             f"but not listening yet; stop it first (server.stop)", warnings=warnings)
+            adopted = await _adopt(ctx, params, old, argv, launch_args, spec, warnings)
+            if adopted is not None:
+                return adopted
+            holder = await _busy(ctx, port)
+        if holder is not None:
+            raise StepFailed(f"port {port} is already in use by {holder}; stop it first (server.stop) - "
+                             f"SGLang would only notice after loading the model", warnings=warnings)
         return await _launch(ctx, params, argv, env, cfg_path, launch_args, spec, flags, warnings)
 
     # A dry-run plans past a busy port: the server.stop before this step would have freed it by now.
@@ -325,6 +328,53 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         ([f"find port {port} free (now in use by {busy})"] if busy is not None else [])
         + [f"start {shlex.join(argv)} (env {env or '{}'}), log {server.log_path(ctx, port)}"],
         f"would launch SGLang on port {port}", launch, warnings=warnings))
+
+
+async def _busy(ctx: SkillContext, port: int) -> str | None:
+    """Who listens on `port`, in words; None when it is free."""
+    lis = await ports.listeners(ctx.host, port)
+    if not lis.busy:
+        return None
+    infos = await procs.proc_info(ctx.host, sorted(lis.pids))
+    return "; ".join(server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
+        "a process this user cannot see"
+
+
+async def _adopt(ctx: SkillContext, params: Params, pid: int, argv: list[str], launch_args: list[str],
+                 spec: sglang.SpecResolution, warnings: list[str]) -> StepResult | None:
+    """The server our pid file names is alive (a launch that lost its connection while waiting
+    left it starting): adopted when it runs exactly `argv` and answers /health (waited for like a
+    launch of ours), else stopped (it is ours: the pid file says so) and None, so a new one starts."""
+    base = f"http://{ports.probe_address(params.host)}:{params.port}"
+    info = (await procs.proc_info(ctx.host, [pid])).get(pid)
+    # argv[0] may be a wrapper that execs the real Python: the arguments after it must be the same
+    same = info is not None and info.cmdline.split()[1:] == [w for a in argv[1:] for w in a.split()]
+    why = "runs other arguments"
+    if same:
+        res = await ctx.host.run(f"readlink /proc/{pid}/fd/1; true", timeout=30)
+        log_path = res.stdout.strip() or server.log_path(ctx, params.port)
+        ctx.log(f"the server the bot started earlier on port {params.port} (pid {pid}) runs these arguments: "
+                f"waiting for it (log {log_path})")
+        t0 = time.monotonic()
+        try:
+            failure, log_text, _ = await _wait_ready(ctx, params, pid, log_path)
+        except _LinkLost as e:
+            raise StepFailed(f"lost the connection while waiting; the server (pid {pid}) may still be starting "
+                             f"({e})", warnings=warnings, data={"pid": pid, "port": params.port}) from None
+        if failure is None:
+            return StepResult.changed(
+                f"adopted the server the bot started earlier on port {params.port} (pid {pid}): it runs these "
+                f"arguments and answers /health", warnings=warnings, output=sglang.tail(log_text, 30),
+                data={"pid": pid, "port": params.port, "launch_args": launch_args, "adopted": True, "url": base,
+                      "bind": params.host, "effective": spec.effective(), "sglang_version": None,
+                      "log_path": log_path, "adaptive_config": params.adaptive_config,
+                      "ready_s": round(time.monotonic() - t0, 2)})
+        why = f"did not become ready ({failure})"
+    ctx.log(f"the server the bot started earlier on port {params.port} (pid {pid}) {why}: stopping it")
+    await server.stop_session(ctx, pid, 5)
+    await server.remove_pid_file(ctx, params.port)
+    warnings.append(f"stopped the server an earlier launch left on port {params.port} (pid {pid}): it {why}")
+    return None
 
 
 async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[str, str], cfg_path: str | None,
@@ -352,6 +402,12 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
                             **await carry.draft_config(ctx, params.draft or flags.get("--speculative-draft-model-path"))}
     try:
         failure, log_text, stalled = await _wait_ready(ctx, params, pid, log_path)
+    except _LinkLost as e:
+        # The server may be fine: it stays, named by our pid file, for the next run to adopt or stop.
+        data["lost_connection"] = True
+        raise StepFailed(f"lost the connection while waiting; the server (pid {pid}) may still be starting "
+                         f"({e}); the next launch on port {port} adopts it if it is healthy and runs these "
+                         f"arguments, else stops it", data=data, warnings=warnings) from None
     except asyncio.CancelledError:
         await asyncio.shield(server.stop_session(ctx, pid, 5))
         await asyncio.shield(server.remove_pid_file(ctx, port))
@@ -449,6 +505,14 @@ def _poll_script(python: str, pid: int, base: str, log_path: str, offset: int) -
             f"tail -c +{offset + 1} {path_for_shell(log_path)} 2>/dev/null; true")
 
 
+# Polls that may fail in a row on a dropped link (each one reconnects first) before the wait gives up.
+LINK_RETRIES = 3
+
+
+class _LinkLost(Exception):
+    """The readiness wait lost its connection to the host and could not get it back."""
+
+
 def _server_exited(stat_text: str, pid: int) -> bool:
     try:
         st = procs.parse_stat(stat_text)
@@ -467,8 +531,22 @@ async def _wait_ready(ctx: SkillContext, params: Params, pid: int,
     fatal: str | None = None
     fatal_at = 0.0
     progress_at = time.monotonic()
+    lost = 0
     while True:
-        res = await ctx.host.run(_poll_script(params.python, pid, base, log_path, offset), timeout=60)
+        try:
+            res = await ctx.host.run(_poll_script(params.python, pid, base, log_path, offset), timeout=60)
+        except HostUnreachable as e:    # the transport already tried `connect_retries` times
+            raise _LinkLost(str(e)) from None
+        except TransportError as e:
+            # A dropped link is not a failed launch: the next poll reconnects (the host's connect_retries).
+            lost += 1
+            if lost > LINK_RETRIES:
+                raise _LinkLost(str(e)) from None
+            ctx.log(f"connection lost while waiting for the server (pid {pid}): {e}; reconnecting")
+            continue
+        if lost:
+            ctx.log(f"reconnected; still waiting for the server (pid {pid})")
+            lost = 0
         head, _, new = res.stdout.partition(_LOG_MARK)
         fields = dict(line.split(" ", 1) for line in head.splitlines() if " " in line)
         # The exact bytes read (invalid UTF-8 comes as surrogate escapes), and any the transport

@@ -35,6 +35,8 @@ SHIPPED: dict[str, str] = {
     "node.drain": "node_drain",
     "node.resume": "node_resume",
     "pycache.clear": "pycache_clear",
+    "router.add": "router_add",
+    "router.drain": "router_drain",
     "server.launch": "server_launch",
     "server.logs": "server_logs",
     "server.plan": "server_plan",
@@ -67,6 +69,8 @@ if TYPE_CHECKING:
         node_drain,
         node_resume,
         pycache_clear,
+        router_add,
+        router_drain,
         server_launch,
         server_logs,
         server_plan,
@@ -96,6 +100,8 @@ if TYPE_CHECKING:
     _node_drain: Skill[node_drain.Params] = node_drain
     _node_resume: Skill[node_resume.Params] = node_resume
     _pycache_clear: Skill[pycache_clear.Params] = pycache_clear
+    _router_add: Skill[router_add.Params] = router_add
+    _router_drain: Skill[router_drain.Params] = router_drain
     _server_launch: Skill[server_launch.Params] = server_launch
     _server_logs: Skill[server_logs.Params] = server_logs
     _server_plan: Skill[server_plan.Params] = server_plan

@@ -327,6 +327,9 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
                 self._json(200, {"object": "list", "data": [{"id": name, "object": "model", "created": int(time.time()),
                                                              "owned_by": "sglang", "root": name,
                                                              "max_model_len": server.args.context_length or 131072}]})
+            elif path == "/get_load":   # one entry per DP rank; num_reqs counts running and waiting requests
+                self._json(200, [{"dp_rank": 0, "num_reqs": server.batches.in_flight, "num_waiting_reqs": 0,
+                                  "num_tokens": 0}])
             elif path == "/flush_cache":
                 self._flush()
             elif path == "/generate":

@@ -86,6 +86,14 @@ class AccessConfig(_Model):
     playbooks: dict[str, list[str]] = Field(default_factory=dict, description="optional allowlist per playbook")
     approval_timeout_s: float = Field(900.0, gt=0)
 
+    def playbook_refusal(self, playbook: str, user: str) -> str | None:
+        """None when `user` may run `playbook` (it has no allowlist, or the list names them or
+        `*`), else the sentence that refuses it, naming the key."""
+        allow = self.playbooks.get(playbook)
+        if allow is None or "*" in allow or user in allow:
+            return None
+        return f"you are not on the allowlist of playbook {playbook!r} (access.playbooks.{playbook})"
+
 
 class ScheduleConfig(_Model):
     name: str

@@ -144,10 +144,21 @@ class AccessConfig(_Model):
         description="may the requester of a run approve its own `confirm` steps")
     playbooks: dict[str, list[str]] = Field(
         default_factory=dict,
-        description="optional allowlist per playbook: name → user ids")
+        description="optional allowlist per playbook: name → user ids. It holds for every word that runs the "
+                    "playbook from Slack (a run, `rerun`, `sweep` and `sweep resume`, `tune`, `tune apply` "
+                    "and its Apply button, `bisect`, and the playbooks of the runs it bisects); the CLI is "
+                    "not subject to `access`")
     approval_timeout_s: float = Field(
         900.0, gt=0,
         description="no answer within this is a deny (default: `900`)")
+
+    def playbook_refusal(self, playbook: str, user: str) -> str | None:
+        """None when `user` may run `playbook` (it has no allowlist, or the list names them or
+        `*`), else the sentence that refuses it, naming the key."""
+        allow = self.playbooks.get(playbook)
+        if allow is None or "*" in allow or user in allow:
+            return None
+        return f"you are not on the allowlist of playbook {playbook!r} (access.playbooks.{playbook})"
 
 
 class ScheduleConfig(_Model):

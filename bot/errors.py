@@ -16,6 +16,11 @@ class UsageError(EagleError):
     exit_code = 2
 
 
+class AccessDenied(UsageError):
+    """A chat user off the allowlist of a playbook a command would run (`access.playbooks`): exit 2,
+    audited as `access_denied`."""
+
+
 class HostBusy(UsageError):
     """Another run holds the host's lock: exit 2. `run_id` holds it, since `since` (stored UTC)."""
 

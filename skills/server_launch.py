@@ -270,8 +270,10 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     elif verdict.source != "host":
         warnings.append(f"launch arguments checked with the captured table of SGLang {verdict.version}, not the "
                         f"host's own parser: {verdict.message}")
-    # -- pre-flight: the GPUs it needs (before server.stop: a refusal keeps the old server serving)
+    # -- pre-flight: the GPUs it needs and the address it binds (before server.stop: a refusal
+    # keeps the old server serving)
     warnings += await preflight.check_gpus(ctx, launch_args, params.gpus, params.env)
+    warnings += await preflight.check_bind(ctx, params.python, params.host, launch_args)
     # -- pre-flight: speculative flags (SGLang's hooks run after its parser, so do these)
     rules = sglang.rules_version(verdict.version)
     spec = sglang.resolve_from_args(launch_args, arch, rules)

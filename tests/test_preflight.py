@@ -104,6 +104,15 @@ async def test_each_refusal_comes_before_server_stop_and_the_running_server_keep
         p.kill()
         p.wait()
 
+    # a bind the host cannot listen on (SGLang's parser takes any string): not one of its addresses,
+    # a name that does not resolve there (issue 46 item 5)
+    out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={**QUICK, "bind": "10.255.255.1"}))
+    said = still_serving(out, "the bind address 10.255.255.1 is not an address of gpu, so SGLang could not listen")
+    assert "set -e bind= to one of its addresses" in said
+    out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"],
+                                          inputs={**QUICK, "bind": "no-such-host.invalid"}))
+    still_serving(out, "the bind address 'no-such-host.invalid' does not resolve on gpu")
+
     # --host in extra_args names the input that sets it
     out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={
         **QUICK, "extra_args": '["--host", "0.0.0.0"]'}))
@@ -131,10 +140,18 @@ async def test_bind_sets_where_the_server_listens_and_the_probes_follow_it(servi
     out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={**bench, "bind": "0.0.0.0"}))
     assert out.exit_code == 0, why(out)
     assert _listening(h.port) == {"0.0.0.0"} and health(h.port) == 200
+    # every address, and no --api-key: SGLang's API has no authentication of its own
+    assert any("bind 0.0.0.0 serves SGLang's API, which has no authentication without --api-key" in w
+               for w in out.warnings), out.warnings
     launch = json.loads(next(r for r in svc.store.sync.steps(out.run_id) if r["name"] == "launch SGLang")["data"])
     assert launch["bind"] == "0.0.0.0" and launch["url"] == f"http://127.0.0.1:{h.port}"
     assert "--host" in launch["launch_args"] and launch["launch_args"][launch["launch_args"].index("--host") + 1] \
         == "0.0.0.0"
+
+    keyed = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={
+        **bench, "bind": "0.0.0.0", "extra_args": '["--api-key", "s3cret-test-key"]'}))
+    assert keyed.exit_code == 0, why(keyed)
+    assert not [w for w in keyed.warnings if "--api-key" in w], keyed.warnings
 
     # a specific address (a loopback one other than 127.0.0.1: it answers only there), as a host var:
     # the readiness poll, the draft probe and the benchmark all reach it at that address

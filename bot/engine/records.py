@@ -20,6 +20,10 @@ from eaglebot.sdk import ApprovalRequest, Metric, Regression, StepResult
 
 log = logging.getLogger("eaglebot.engine")
 
+# The origins of runs asked for by a chat user: `access` (a playbook's allowlist) applies to them.
+# The CLI's runs (`eagle run`, `eagle chat`) are the login's, not subject to `access`.
+CHAT_ORIGINS = frozenset({"slack"})
+
 
 @dataclass
 class RunRequest:

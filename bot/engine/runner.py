@@ -17,11 +17,11 @@ from eaglebot.engine import hostvars, limits, procs, rolling
 from eaglebot.facts import host_paths
 from eaglebot.config import Settings
 from eaglebot.engine.quarantine import health_guard
-from eaglebot.errors import EagleError, HostBusy, HostUnreachable, StoreError, UsageError
+from eaglebot.errors import AccessDenied, EagleError, HostBusy, HostUnreachable, StoreError, UsageError
 from eaglebot.engine.context import host_context, missing_var_error
 from eaglebot.engine.playbook import Playbook, find_playbook, resolve_inputs
 from eaglebot.engine.output import printable
-from eaglebot.engine.records import (Approver, Observer, Prepared, RunOutcome, RunRequest, RunState, StepRecord,
+from eaglebot.engine.records import (CHAT_ORIGINS, Approver, Observer, Prepared, RunOutcome, RunRequest, RunState, StepRecord,
                                      StepSlot, Tee, jsonable, plain_name, safe)
 from eaglebot.engine.redact import Redactor
 from eaglebot.engine.registry import SkillRegistry
@@ -77,6 +77,7 @@ class Engine(StepRunner):
         """Everything that can be checked before touching a host; raises UsageError."""
         pb = req.playbook if isinstance(req.playbook, Playbook) else find_playbook(
             req.playbook, self.settings.playbooks_path, self.registry)
+        self.authorize(pb.name, req.actor, req.origin)
         hosts = self.settings.resolve_hosts(req.hosts)
         inputs = resolve_inputs(pb, req.inputs)
         # A key file that is not there is the config's mistake, not the host's: one sentence, no connect tries.
@@ -102,6 +103,23 @@ class Engine(StepRunner):
             max_fail = rolling.check_amount(max_fail, "--max-fail", zero_ok=True)
         return Prepared(pb, hosts, inputs, batch, max_fail, warnings)
 
+    def authorize(self, playbook: str, actor: str, origin: str) -> None:
+        """The one check of a playbook's allowlist (`access.playbooks`): every run any word starts
+        passes here (`prepare`), and the tuning words call it up front for the playbooks they act
+        for, before they record anything. Raises AccessDenied."""
+        if origin in CHAT_ORIGINS and (why := self.settings.access.playbook_refusal(playbook, actor)):
+            raise AccessDenied(why)
+
+    async def authorized(self, playbooks: list[str], actor: str, origin: str, text: str) -> None:
+        """`authorize` each of `playbooks` for a word that acts for them before its first run (a
+        tuning, a bisect, an apply); a refusal is audited (`access_denied`), then raised."""
+        for name in playbooks:
+            try:
+                self.authorize(name, actor, origin)
+            except AccessDenied as e:
+                await self.record_rejected(RunRequest(name, actor=actor, origin=origin, text=text), e)
+                raise
+
     def _drain_limit(self) -> int | None:
         cfg = self.settings.health_watch
         if cfg is None:
@@ -114,8 +132,9 @@ class Engine(StepRunner):
 
     async def record_rejected(self, req: RunRequest, err: EagleError) -> None:
         """A request refused before running (unknown playbook or host, invalid input, busy host)
-        is an `events` row of kind `rejected`: who, what they typed, why. Not a run row, so
-        history and statistics hold only runs that ran."""
+        is an `events` row of kind `rejected` (`access_denied` for a user off a playbook's
+        allowlist): who, what they typed, why. Not a run row, so history and statistics hold
+        only runs that ran."""
         name = req.playbook.name if isinstance(req.playbook, Playbook) else str(req.playbook)
         # names are stored only when plain (a token or a control character in a name is not echoed)
         text = req.text or " ".join([plain_name(name), ",".join(plain_name(str(h)) for h in req.hosts or []),
@@ -123,7 +142,8 @@ class Engine(StepRunner):
                                        for k, v in req.inputs.items()),
                                      *(["--dry-run"] if req.dry_run else [])]).replace("  ", " ")
         # What was typed may hold bytes that are not text (the reason it is refused): escaped, storable.
-        await self.store.add_rejection("rejected", printable(req.actor),
+        kind = "access_denied" if isinstance(err, AccessDenied) else "rejected"
+        await self.store.add_rejection(kind, printable(req.actor),
                                        self.redactor.text(printable(text.strip()))[:500],
                                        self.redactor.text(printable(str(err))), req.rerun_of)
 

@@ -310,13 +310,25 @@ class StepRunner:
             try:
                 ok, who = await asyncio.wait_for(approver(ar), self.settings.access.approval_timeout_s)
             except asyncio.TimeoutError:
-                await self.store.approval_decided(aid, "timeout", "")
-                return False, f"no decision within {self.settings.access.approval_timeout_s:g}s"
+                if await self.store.approval_decided(aid, "timeout", ""):
+                    return False, f"no decision within {self.settings.access.approval_timeout_s:g}s"
+                return await self._stored_decision(aid)   # a click won the row as the wait ended
             except asyncio.CancelledError:   # the run was cancelled while it waited: say so in the row
                 await asyncio.shield(self.store.approval_decided(aid, "cancelled", ""))
                 raise
-        await self.store.approval_decided(aid, "approved" if ok else "denied", who)
-        return ok, who
+        if await self.store.approval_decided(aid, "approved" if ok else "denied", who):
+            return ok, who
+        return await self._stored_decision(aid)
+
+    async def _stored_decision(self, aid: int) -> tuple[bool, str]:
+        """The decision the store kept (the first writer's, maybe another replica's): the run
+        follows the row, never a click the row refused."""
+        row = await self.store.get_approval(aid)
+        if row is None:
+            return False, f"approval #{aid} is gone from the audit store"
+        if row["status"] in ("approved", "denied"):
+            return row["status"] == "approved", row["decided_by"] or ""
+        return False, f"approval {row['status']}"
 
 
 def shell_param(registry: SkillRegistry, skill: str, key: str) -> bool:

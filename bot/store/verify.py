@@ -72,6 +72,10 @@ class Report:
     problems: list[Problem] = field(default_factory=list)
     schema_version: int | None = None
     seals: Seals = field(default_factory=Seals)
+    # Every seal the chain holds was checked (or it holds none). False: intact as far as it
+    # was checked, but seals were left unchecked (no key, or a sealing key past whose epochs
+    # cannot be derived): a rewrite of those entries would not show; `verify` exits 4.
+    complete: bool = True
 
     def to_json(self) -> dict[str, Any]:
         def one(p: Problem) -> dict[str, Any]:
@@ -242,8 +246,9 @@ def verify(conn: SqlConn, head: str | None = None, verifier: Verifier | None = N
                            f"unsealed (made before an audit key was configured)")
     problems.sort(key=lambda p: (p.seq is None, p.seq or 0))
     problems = unsealable + schema + problems
+    complete = not seals.unchecked and not (seals.sealed and verifier is None)
     return Report(not problems, n, rows, prev or None, head_seq, genesis, head, anchor_seq, problems,
-                  schema_version, seals)
+                  schema_version, seals, complete)
 
 
 def _epoch_of(at: str, epoch_s: int, slack_s: float = 0) -> int | None:

@@ -179,10 +179,16 @@ async def load_ends(engine: Engine, req: BisectRequest) -> Ends:
     if req.leave not in ("good", "bad"):
         raise UsageError("--leave is good or bad")
     good, bad, host = req.good, req.bad, req.host
+    runs = []
     for rid in (good, bad):
         run = await store.get_run(rid)
         if run is None:
             raise UsageError(f"no run #{rid} (see `eagle history`)")
+        runs.append(run)
+    # it relaunches with the two runs' configurations: their playbooks' allowlists apply, and its own
+    await engine.authorized([PLAYBOOK, *(r["playbook"] for r in runs)], req.actor, req.origin,
+                            f"bisect {good} {bad} {host}")
+    for rid, run in zip((good, bad), runs):
         if host not in (run.get("hosts") or []):
             raise UsageError(f"run #{rid} did not run on {host} (it ran on {', '.join(run.get('hosts') or []) or '-'})")
     sg = await store.call(lambda s: host_state(s, host, good))

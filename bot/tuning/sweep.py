@@ -94,6 +94,7 @@ def repeats_input(pb: Playbook) -> str | None:
 async def create(engine: Engine, req: SweepRequest, *, actor: str, origin: str) -> int:
     """Validate every point (typed inputs, SGLang's rules), then record the sweep. Bad input
     raises UsageError after an audit record of the refusal."""
+    await engine.authorized([req.playbook], actor, origin, f"sweep {req.playbook} {req.host}")
     pb = find_playbook(req.playbook, engine.settings.playbooks_path, engine.registry)
     points = grid(req.axes)
     base_req = RunRequest(pb, [req.host], {**req.fixed}, actor=actor, origin=origin)
@@ -133,6 +134,7 @@ async def run_points(engine: Engine, sweep_id: int, *, actor: str, origin: str, 
     sweep = await engine.store.get_sweep(sweep_id)
     if sweep is None or sweep.get("kind") != "sweep":
         raise UsageError(f"no sweep #{sweep_id}")
+    await engine.authorized([sweep["playbook"]], actor, origin, f"sweep resume {sweep_id}")
     pb = find_playbook(sweep["playbook"], engine.settings.playbooks_path, engine.registry)
     todo = [p for p in await engine.store.sweep_points(sweep_id) if p["status"] in ("pending", "failed")]
     earlier = (sweep.get("result") or {}).get("final")

@@ -296,6 +296,7 @@ async def run_tuning(engine: Engine, req: TuneRequest, *, actor: str, origin: st
                      schedule: str | None = None) -> dict[str, Any]:
     """Tune, record, decide, and with `apply` relaunch after an approval. Bad input raises UsageError
     after an audit record of the refusal."""
+    await engine.authorized([req.playbook, MEASURE, FLAP], actor, origin, f"tune {req.playbook} {req.host}")
     try:
         pb, cells = check(engine, req)
     except UsageError as e:

@@ -68,6 +68,7 @@ async def apply_past(engine: Engine, run_id: int, *, actor: str, origin: str, ob
     sweep = await engine.store.get_sweep(int(tune_id)) if tune_id is not None else None
     if sweep is None or sweep.get("kind") != "tune":
         raise UsageError(f"run #{run_id} is not a tuning run (see eagle history --playbook tune)")
+    await engine.authorized([sweep["playbook"]], actor, origin, f"tune apply {run_id}")
     result = sweep.get("result") or {}
     d = result.get("deploy")
     if not d:

@@ -226,3 +226,23 @@ def test_tables_that_were_not_chained_before_are_chained_now(ran, table, edit):
     res, report = eagle_here_json("audit", "verify", config=cfg)
     assert res.returncode == 1 and not report["ok"]
     assert report["first_broken"]["table"] == table or any(p["table"] == table for p in report["problems"])
+
+
+def test_a_rewrite_of_a_day_the_sealing_key_has_left_behind_is_not_verifiable_without_the_verification_key(keyed):
+    """The K6 rewrite (issue 46 item 6): with only the evolved sealing key on the host, an entry
+    of an earlier epoch forged with a made-up seal of its own epoch cannot be checked. `verify`
+    says so (exit 4, not 0 "intact"), doctor warns, and the verification key names the forgery."""
+    cfg, db, kf, vk = keyed
+    day_n = sealing.parse_key(kf.read_text(), "k").epoch
+    mine = sealing.AuditKey("sealing", 0, 86400, b"\x02" * 32)
+    seq = _forge_event(db, "rewritten", seal_with=mine.at(day_n), epoch=day_n)
+    sealing.Sealer(kf).key_for(min_epoch=day_n + 1)   # the key file evolves: day n's key is gone
+    res, doc = eagle_here_json("audit", "verify", config=cfg)
+    assert res.returncode == 4 and doc["intact"] and not doc["complete"] and doc["seals"]["unchecked"] > 0
+    res = eagle_here("audit", "verify", config=cfg)
+    assert res.returncode == 4 and "not verifiable without the verification key" in res.stdout
+    doctor = eagle_here("doctor", config=cfg)
+    line = next(x for x in doctor.stdout.splitlines() if "audit chain:" in x)
+    assert line.startswith("WARN") and "not verifiable without the verification key" in line
+    res, doc = eagle_here_json("audit", "verify", "--key", str(vk), config=cfg)
+    assert res.returncode == 1 and doc["first_broken"]["seq"] == seq

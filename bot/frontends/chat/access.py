@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from eaglebot.config import AccessConfig
 from eaglebot.frontends.chat.command import Access, Command
-from eaglebot.frontends.chat.refusal import allowed as allowed, audit_refusal as audit_refusal, authorize_playbook
+from eaglebot.frontends.chat.refusal import allowed as allowed, audit_refusal as audit_refusal
 from eaglebot.frontends.chat.words import BY_NAME, RUN
 
 
@@ -41,8 +41,8 @@ def authorize(access: AccessConfig, cmd: Command, user: str, *, configured: bool
         if cmd.name == "run" and cmd.force and not allowed(access.approvers, user):
             return (f"only approvers can run on a quarantined host (--force); add your Slack user id ({user}) "
                     f"to access.approvers in eagle.yaml")
-        if cmd.name == "run":
-            return authorize_playbook(access, cmd.playbook or "", user)
+        if cmd.name == "run":   # answered in Slack's ack; the engine checks every run of every word again
+            return access.playbook_refusal(cmd.playbook or "", user)
         return None
     if not (allowed(access.viewers, user) or allowed(access.operators, user)
             or allowed(access.approvers, user)):

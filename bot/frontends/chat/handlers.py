@@ -22,7 +22,6 @@ from eaglebot.engine.runner import RunRequest
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.frontends.chat.caller import Caller
 from eaglebot.frontends.chat.command import Command
-from eaglebot.frontends.chat.refusal import audit_refusal, authorize_playbook
 from eaglebot.frontends.chat.reply import CancelRequested, LogTail, Note, Reply, RunShown, error_reply, listing
 from eaglebot.frontends.recap_text import RECAP_LINES, recap_block
 from eaglebot.frontends.replicas_text import LEADER, leader_of, replica_rows, replicas_text
@@ -253,9 +252,6 @@ async def on_rerun(services: Services, cmd: Command, caller: Caller) -> Reply:
     run = await services.store.get_run(rid)
     if run is None:
         raise UsageError(f"no run #{rid} (see /eagle history)")
-    if caller.check_access and (why := authorize_playbook(services.settings.access, run["playbook"], caller.user)):
-        await audit_refusal(services, caller.user, cmd, why, rid)
-        return error_reply(why)
     pb = await asyncio.to_thread(_load, services, run["playbook"])
     hosts = list(run.get("hosts") or [])
     if cmd.args[0] == "failed":

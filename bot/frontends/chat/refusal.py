@@ -1,11 +1,11 @@
-"""Who may run a playbook, and the audit row every refusal leaves.
+"""Who is on a list, and the audit row every refusal leaves.
 
-Apart from `access.py` because the handlers need these (`/eagle rerun` checks the playbook
-of the run it repeats), and `access.py` reads the table of words that names the handlers.
+Apart from `access.py` because the handlers need these, and `access.py` reads the table of
+words that names the handlers. A playbook's allowlist is checked where every run starts
+(`Engine.prepare`, `AccessConfig.playbook_refusal`), whichever word asked for the run.
 """
 from __future__ import annotations
 
-from eaglebot.config import AccessConfig
 from eaglebot.engine.output import printable
 from eaglebot.frontends.chat.command import Command
 from eaglebot.frontends.services import Services
@@ -13,13 +13,6 @@ from eaglebot.frontends.services import Services
 
 def allowed(users: list[str], user: str) -> bool:
     return "*" in users or user in users
-
-
-def authorize_playbook(access: AccessConfig, playbook: str, user: str) -> str | None:
-    allow = access.playbooks.get(playbook)
-    if allow is not None and not allowed(allow, user):
-        return f"you are not on the allowlist of playbook {playbook!r} (access.playbooks.{playbook})"
-    return None
 
 
 async def audit_refusal(services: Services, user: str, cmd: Command, why: str, run_id: int | None = None) -> None:

@@ -4,8 +4,10 @@ and its keyed seals (store/sealing.py).
 
 `verify` only reads (the DB is opened read-only: no migration, no repair, no seal). Exit 0 when
 the chain, every chained table's schema and every audit row are intact (and contain the
-anchored head, when given), 1 when something is broken: the first broken row or table is
-named on one line.
+anchored head, when given) and every seal was checked; 1 when something is broken: the first
+broken row or table is named on one line; 4 when nothing checked is broken but seals were
+left unchecked (no key, or a sealing key that cannot derive earlier epochs' keys): not
+verifiable without the verification key.
 """
 from __future__ import annotations
 
@@ -41,8 +43,25 @@ def seals_line(report: dict[str, Any]) -> str | None:
     return "; ".join(parts) or None
 
 
+UNVERIFIABLE = 4   # `verify`'s exit when seals were left unchecked (DESIGN: exit codes)
+
+
+def verify_exit(report: dict[str, Any]) -> int:
+    """0 intact and every seal checked, 1 broken, 4 intact as far as checked but not verifiable."""
+    if not report["ok"]:
+        return 1
+    return 0 if report.get("complete", True) else UNVERIFIABLE
+
+
 def verify_line(report: dict[str, Any]) -> str:
     """One sentence for a person (the CLI and doctor)."""
+    if report["ok"] and not report.get("complete", True):
+        s = report.get("seals") or {}
+        left = (f"{s.get('unchecked')} seal(s) of epochs before {s.get('key_epoch')} not checked"
+                if s.get("unchecked") else f"{s.get('sealed')} seal(s) not checked (no key given)")
+        return (f"audit chain not verifiable without the verification key: {left}; the hash links and rows of "
+                f"{report['entries']} entries are intact, but entries sealed then could be rewritten unseen: "
+                f"`eagle audit verify --key VERIFICATION_KEY_FILE`")
     if report["ok"]:
         anchored = f"; contains the anchored head at entry #{report['anchor_seq']}" if report.get("anchor") else ""
         sealed = (report.get("seals") or {}).get("checked")
@@ -102,7 +121,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"  seals: {seals}", file=sys.stderr)
         for p in report["problems"][1:10]:
             print(f"  also: {_where(p)}: {p['reason']}", file=sys.stderr)
-    return 0 if report["ok"] else 1
+    return verify_exit(report)
 
 
 def cmd_head(args: argparse.Namespace) -> int:
@@ -177,7 +196,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     ss = s.add_subparsers(dest="audit_cmd", metavar="verify|head|init-key|backup")
     ss.required = True
     v = ss.add_parser("verify", parents=[common],
-                      help="walk the audit hash chain (reads only); exit 0 intact, 1 broken")
+                      help="walk the audit hash chain (reads only); exit 0 intact, 1 broken, 4 not verifiable "
+                           "without the verification key")
     v.add_argument("--head", metavar="HASH", help="a chain head posted earlier (Slack): it must be in the chain")
     v.add_argument("--key", metavar="FILE",
                    help="the verification key from `eagle audit init-key` (or a sealing key file): check every seal")

@@ -2,9 +2,10 @@
 click that decides it (approvers only; every refusal is an audit row).
 
 Several replicas may serve one app (Slack delivers a click to any of them): the button's
-value names the approval row (`<random>.<approval id>`). A click that reaches the replica
-waiting on it resolves the wait at once; one that reaches another replica writes the
-decision to the store, and the waiting replica, which polls its approval row, sees it."""
+value names the approval row (`<random>.<approval id>`). Every click is a check-and-set of
+that row (the first decision wins, whichever replica takes it); a click on the replica
+waiting on it also wakes the wait at once, one on another replica is found by the waiting
+replica's poll. The engine acts on the row's decision, never on a click the row refused."""
 from __future__ import annotations
 
 import asyncio
@@ -145,24 +146,33 @@ NO_LONGER_WAITING = "This approval is no longer waiting (it was decided or timed
 
 
 async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) -> None:
-    """A click on Approve or Deny (after the ack)."""
+    """A click on Approve or Deny (after the ack): the first decision the store takes wins, on
+    whichever replica it lands; the waiting run follows the row, and a later click is told
+    who decided what."""
     user = (body.get("user") or {}).get("id", "")
     response_url = body.get("response_url")
     key = str(action.get("value") or "")
     approve = action.get("action_id") == bk.APPROVE_ACTION
+    tail = key.rpartition(".")[2]
+    approval_id = int(tail) if tail.isdigit() else None
     pending = ctx.pending.get(key)
-    if pending is None and key.rpartition(".")[2].isdigit():
-        await decide_elsewhere(ctx, int(key.rpartition(".")[2]), approve, user, response_url)
+    if pending is None and approval_id is not None:
+        await decide_elsewhere(ctx, approval_id, approve, user, response_url)
         return
-    if pending is None or pending.future.done():
-        await ctx.respond(response_url, NO_LONGER_WAITING)
+    if pending is None or pending.future.done() or approval_id is None:
+        await _too_late(ctx, approval_id, response_url)
         return
     ar = pending.request
     run = await ctx.services.store.get_run(ar.run_id)
     if await _refused(ctx, ar, run["actor"] if run else None, approve, user, response_url):
         return
-    pending.future.set_result((approve, user))
-    _decided(ctx, ar, "approved" if approve else "denied", user, pending.channel, pending.ts)
+    decision = "approved" if approve else "denied"
+    if not await ctx.services.store.approval_decided(approval_id, decision, user):
+        await _too_late(ctx, approval_id, response_url)
+        return
+    if not pending.future.done():   # the engine reads the row either way; this only wakes it now
+        pending.future.set_result((approve, user))
+    _decided(ctx, ar, decision, user, pending.channel, pending.ts)
 
 
 async def decide_elsewhere(ctx: SlackContext, approval_id: int, approve: bool, user: str,
@@ -173,7 +183,7 @@ async def decide_elsewhere(ctx: SlackContext, approval_id: int, approve: bool, u
     row = await store.get_approval(approval_id)
     run = await store.get_run(row["run_id"]) if row else None
     if row is None or row["status"] != "pending" or run is None or run["status"] != "running":
-        await ctx.respond(response_url, NO_LONGER_WAITING)
+        await _too_late(ctx, approval_id, response_url)
         return
     ar = ApprovalRequest(run_id=row["run_id"], host=row["host"], step=row["step"], action=row["action"],
                          details=[], step_idx=row["step_idx"])
@@ -181,9 +191,21 @@ async def decide_elsewhere(ctx: SlackContext, approval_id: int, approve: bool, u
         return
     decision = "approved" if approve else "denied"
     if not await store.approval_decided(approval_id, decision, user):
-        await ctx.respond(response_url, NO_LONGER_WAITING)
+        await _too_late(ctx, approval_id, response_url)
         return
     _decided(ctx, ar, decision, user, row["channel"], row["message_ts"])
+
+
+async def _too_late(ctx: SlackContext, approval_id: int | None, response_url: str | None) -> None:
+    """Answer a click that decided nothing with the decision the store kept, and whose it was."""
+    row = await ctx.services.store.get_approval(approval_id) if approval_id is not None else None
+    if row is None or row["status"] == "pending":
+        await ctx.respond(response_url, NO_LONGER_WAITING)
+        return
+    by = f" by {bk.mention(row['decided_by'])}" if row["status"] in ("approved", "denied") and row["decided_by"] \
+        else ""
+    await ctx.respond(response_url, f"This approval is no longer waiting: it was {row['status']}{by}; "
+                                    "your click changed nothing.")
 
 
 async def _refused(ctx: SlackContext, ar: ApprovalRequest, requester: str | None, approve: bool, user: str,

@@ -37,7 +37,7 @@ async def apply_best_clicked(ack: AsyncAck, body: BlockActionsBody, action: Acti
     await ack()
     ctx = slack_context(context)
     cmd = parse(str(action.get("value") or ""))
-    if cmd.name != "run":
+    if not (cmd.name == "run" or (cmd.name == "tune" and cmd.args[:1] == ("apply",))):   # a sweep's, a tuning's
         return
     user = (body.get("user") or {}).get("id") or ""
     channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id")

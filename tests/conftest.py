@@ -144,33 +144,10 @@ def write_config(dir_: Path, data: dict) -> Path:
     return p
 
 
-SHELL_MODE = os.environ.get("EAGLE_SHELL_MODE")  # persistent | exec: the whole suite in one mode
-
-
-def with_shell_mode(hosts: dict | None, mode: str | None = SHELL_MODE) -> dict:
-    """Hosts with `shell: mode` where they do not say (the CI's second pass sets EAGLE_SHELL_MODE)."""
-    out = dict(hosts or {})
-    if mode:
-        out.setdefault("local", {"transport": "local"})
-        out = {k: ({**v, "shell": v.get("shell", mode)} if isinstance(v, dict) else v) for k, v in out.items()}
-    return out
-
-
-@pytest.fixture(params=["persistent", "exec"])
-def shell_mode(request):
-    """Both shell modes, for the transport-heavy tests. The test runs as part of a run (the
-    transport's RUN context, as the engine sets it): a persistent shell is used only there."""
-    from eaglebot.transport.base import RUN
-
-    token = RUN.set(1)
-    yield request.param
-    RUN.reset(token)
-
-
 @pytest.fixture
 def make_settings(tmp_path):
     def make(hosts: dict | None = None, **extra) -> Settings:
-        data = {"audit_db": str(tmp_path / "eagle.db"), "hosts": with_shell_mode(hosts)}
+        data = {"audit_db": str(tmp_path / "eagle.db"), "hosts": dict(hosts or {})}
         data.update(extra)
         return load_settings(write_config(tmp_path, data))
     return make

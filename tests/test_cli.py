@@ -187,8 +187,8 @@ def test_killed_run_becomes_interrupted_and_frees_the_host(cfg):
     s = Store(db)
     rid = s.last_run_id()  # #2: the busy request above was an event, not a run
     assert rid == 2
-    # at least the tagged ones: the sweep (by start time and descent) also takes what shed the tag, such
-    # as the persistent shell's own command process, so the count may be higher than `left` saw
+    # at least the tagged ones: the sweep (by start time and descent) also takes what shed the tag,
+    # so the count may be higher than `left` saw
     [warning] = [w["message"] for w in s.warnings(rid)]
     m = re.fullmatch(r"run #1 had left processes on local: processes tagged " + re.escape(tag) +
                      r": (\d+) process(?:es)? stopped \(SIGTERM, then SIGKILL\)", warning)

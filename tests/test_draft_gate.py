@@ -56,6 +56,7 @@ def server_pid(home: Path, port: int) -> int:
     return int((home / ".eaglebot" / "run" / f"server-{port}.pid").read_text().split()[0])
 
 
+@pytest.mark.e2e  # a whole relaunch story over a real sshd
 def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_probe_names_it(home_host):
     h = home_host
     h.reset()

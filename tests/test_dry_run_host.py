@@ -92,6 +92,7 @@ def processes_of(uid: int) -> dict[int, tuple[str, bytes]]:
     return out
 
 
+@pytest.mark.e2e  # every shipped playbook over a real sshd
 def test_a_dry_run_of_every_shipped_playbook_changes_nothing_on_the_host(dry_host, tmp_path):
     h = dry_host
     h.reset()

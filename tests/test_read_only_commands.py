@@ -76,6 +76,7 @@ def _tables(url: str) -> list[str]:
                                         "where table_schema = 'public'")]
 
 
+@pytest.mark.e2e  # every view on PostgreSQL
 def test_on_an_empty_postgresql_database_views_run_no_ddl(tmp_path, pg_server):
     url = pg_server.fresh_db(template="template0")   # a database with no eaglebot tables yet
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": url})

@@ -150,6 +150,7 @@ def why(doc: dict) -> str:
     return "\n".join(f"{s['name']} [{s['status']}] {s['summary']}" for s in doc["steps"])
 
 
+@pytest.mark.e2e  # every shipped playbook over a real sshd: minutes
 def test_every_shipped_playbook_reaches_its_outcome_with_the_default_config(home_host):
     h = home_host
     h.reset()

@@ -82,7 +82,7 @@ def _plant(cfg: Path, host: str, pidfile: Path) -> tuple[int, dict]:
     return pid, json.loads(res.stdout)
 
 
-@pytest.mark.parametrize("host", ["local", "box", "rootbox"])
+@pytest.mark.parametrize("host", ["local", "box", pytest.param("rootbox", marks=pytest.mark.e2e)])
 def test_a_process_that_sheds_its_tag_and_session_is_stopped_with_its_step(tmp_path, sshd, root_sshd,
                                                                            host, folder):
     d = folder
@@ -105,7 +105,7 @@ def test_a_process_that_sheds_its_tag_and_session_is_stopped_with_its_step(tmp_p
     assert outputs["check"] == "status=FAIL\n" and outputs["fails"] == "running\n", outputs
 
 
-@pytest.mark.parametrize("host", ["local", "box"])
+@pytest.mark.parametrize("host", [pytest.param("local", marks=pytest.mark.e2e), "box"])
 def test_what_a_crashed_run_left_hidden_is_stopped_by_the_next_run(tmp_path, sshd, root_sshd, host, folder):
     """`eagle` SIGKILLed while the step that hid a process still runs: nothing stops it then;
     the next run on the host finds it by the step's recorded start and stops it first."""

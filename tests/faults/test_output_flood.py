@@ -4,9 +4,12 @@ bounded, and the whole output comes back byte for byte (`tests/bench/bench_outpu
 the 150 MB of the issue)."""
 from __future__ import annotations
 
+import pytest
+
 from bench.bench_output import measure_flood
 
 
+@pytest.mark.e2e  # 20 MB through sshd: a soak
 def test_a_20_mb_step_over_ssh_grows_the_db_by_at_most_2_mib_and_comes_back_byte_for_byte(
         sshd, tmp_path):
     f = measure_flood(sshd, tmp_path, 20_000_000)

@@ -50,7 +50,7 @@ def _show(cfg: Path, run_id: int) -> dict:
     return json.loads(res.stdout)
 
 
-@pytest.mark.parametrize("host", ["local", "box"])
+@pytest.mark.parametrize("host", ["local", pytest.param("box", marks=pytest.mark.e2e)])  # box: .ci/run's e2e step
 def test_a_step_cannot_steer_the_next_run_through_the_shells_stdin(tmp_path, sshd, host):
     cfg = _setup(tmp_path, sshd, {"inject": INJECT, "failer": FAILER})
     res = eagle("console", config=cfg, stdin=f"inject {host}\nfailer {host}\n")
@@ -62,7 +62,7 @@ def test_a_step_cannot_steer_the_next_run_through_the_shells_stdin(tmp_path, ssh
     assert "I=none" in step["summary"] and "pwd=/ " not in step["summary"] + " "
 
 
-@pytest.mark.parametrize("host", ["local", "box"])
+@pytest.mark.parametrize("host", ["local", pytest.param("box", marks=pytest.mark.e2e)])  # box: .ci/run's e2e step
 def test_a_step_cannot_forge_its_own_status_by_steering_its_shell(tmp_path, sshd, host):
     """Within one run: the injection and the failing command are two steps of one run."""
     pb = {"name": "both", "steps": INJECT["steps"] + FAILER["steps"]}
@@ -84,7 +84,7 @@ LEAK = {"name": "leak", "steps": [
 ], "inputs": {"pidfile": {"type": "str"}}}
 
 
-@pytest.mark.parametrize("host", ["local", "box"])
+@pytest.mark.parametrize("host", [pytest.param("local", marks=pytest.mark.e2e), "box"])  # local: .ci/run's e2e step
 def test_a_background_job_ends_with_its_step_and_never_writes_into_the_next(tmp_path, sshd, host,
                                                                             remote_dir):
     cfg = _setup(tmp_path, sshd, {"leak": LEAK})

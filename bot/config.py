@@ -5,6 +5,7 @@ Paths in the file (audit_db, playbooks_dir, skill_paths, keys) are relative to t
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -21,24 +22,18 @@ DB_URL_SCHEMES = ("postgresql://", "postgres://")  # audit_db on a PostgreSQL se
 
 LOCAL = "local"
 
+log = logging.getLogger(__name__)
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-ShellMode = Literal["persistent", "exec"]
-
-
-def _default_shell() -> ShellMode:
-    """`shell` of a host that does not say: exec, or env EAGLE_SHELL_MODE (e.g. `persistent` for
-    every host at once). exec is the default because a command's exit status then comes from
-    sshd, which no process of the SSH user can forge (see eaglebot.transport.shell)."""
-    mode = os.environ.get("EAGLE_SHELL_MODE", "").strip() or "exec"
-    if mode == "persistent":
-        return "persistent"
-    if mode == "exec":
-        return "exec"
-    raise UsageError(f"EAGLE_SHELL_MODE must be persistent or exec, got {mode!r}")
+# `persistent` (a run's commands through one long-lived sh) is retired: it did not clearly win
+# over exec (docs/benchmarks.md). The key stays valid and runs as exec; load_settings warns.
+ShellMode = Literal["exec", "persistent"]
+RETIRED_SHELL = ("`shell: persistent` is retired and runs as `shell: exec` (one channel per command); "
+                 "remove the key")
 
 
 class HostConfig(_Model):
@@ -80,12 +75,12 @@ class HostConfig(_Model):
                     "key is not retried. Still failing: the host is `unreachable`")
     max_channels: int = Field(
         8, ge=1, le=64,
-        description="concurrent SSH channels to the host (sshd's `MaxSessions` is 10); a persistent host "
-                    "keeps at most half of them as shells")
+        description="concurrent SSH channels to the host (sshd's `MaxSessions` is 10)")
     shell: ShellMode = Field(
-        default_factory=_default_shell,
-        description="`exec`: one SSH channel (or local `sh -c`) per command; `persistent`: a run's commands "
-                    "go through a shell of its own (see [Reliability](reliability.md#run-isolation))")
+        "exec",
+        description="`exec`: one SSH channel (or local `sh -c`) per command. `persistent` is retired: still "
+                    "accepted, it runs as `exec` and warns (see "
+                    "[Benchmarks](benchmarks.md#the-persistent-shell-retired-issue-45))")
     vars: dict[str, Any] = Field(
         default_factory=dict,
         description="host variables for templating (`python` (a GPU host's Python that imports sglang: `eagle "
@@ -673,4 +668,7 @@ def load_settings(path: str | Path | None = None) -> Settings:
         at = yaml_line(text, ("playbooks_dir",))
         raise UsageError(f"{p}{f':{at}' if at else ''}: playbooks_dir: {folder} is not a folder "
                          "(create it or fix the path; it is relative to the config file)")
+    retired = [name for name, h in settings.hosts.items() if h.shell == "persistent"]
+    if retired:  # a warning, not an error: the key stays valid (stderr, or serve's log)
+        log.warning("%s: hosts %s: %s", p, ", ".join(retired), RETIRED_SHELL)
     return settings

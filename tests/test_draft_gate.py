@@ -56,11 +56,12 @@ def server_pid(home: Path, port: int) -> int:
     return int((home / ".eaglebot" / "run" / f"server-{port}.pid").read_text().split()[0])
 
 
+@pytest.mark.e2e  # a whole relaunch story over a real sshd
 def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_probe_names_it(home_host):
     h = home_host
     h.reset()
     declare_training(h.home, h.pw.pw_uid, h.pw.pw_gid)
-    cfg = h.config("exec")
+    cfg = h.config()
     draft_cfg = h.home / "models" / "draft" / "config.json"
     original = draft_cfg.read_bytes()
 
@@ -95,10 +96,9 @@ def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_p
     shown = json.loads(eagle("show", str(doc["run_id"]), "--json", config=cfg, cwd=cfg.parent).stdout)
     assert step(shown, "check the draft's inputs")["data"]["verdict"] == "mismatch"
 
-    # the draft-check playbook says the same, on its own, and starts nothing (both shell modes)
-    for mode in ("exec", "persistent"):
-        rc, doc = run(h.config(mode), "draft-check")
-        assert rc == 2 and step(doc, "check the draft's inputs")["data"]["server_points"] == [-1, 2, 30], why(doc)
+    # the draft-check playbook says the same, on its own, and starts nothing
+    rc, doc = run(cfg, "draft-check")
+    assert rc == 2 and step(doc, "check the draft's inputs")["data"]["server_points"] == [-1, 2, 30], why(doc)
 
     # revert-config, then relaunch: passes, draft.check ok
     rc, doc = run(cfg, "revert-config")
@@ -220,7 +220,7 @@ def test_a_specforge_checkpoint_beside_the_draft_is_the_training_side(home_host)
     for dirpath, _dirs, files in os.walk(h.home / "outputs"):
         for n in [dirpath, *(os.path.join(dirpath, f) for f in files)]:
             os.lchown(n, h.pw.pw_uid, h.pw.pw_gid)
-    cfg = h.config("exec")
+    cfg = h.config()
     rc, doc = run(cfg, "draft-check", "-e", "draft=~/outputs/llama31-eagle3/epoch_9_step_12000")
     check = step(doc, "check the draft's inputs")
     assert rc == 2 and check["data"]["verdict"] == "mismatch", why(doc)

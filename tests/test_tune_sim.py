@@ -15,6 +15,7 @@ from tuning_sandbox import HOST, sim_host
 SMALL = ["--repeats", "2", "--prompts", "8", "--output-len", "64"]
 
 
+@pytest.mark.e2e  # a whole tuning run on the simulator
 def test_tune_reports_each_batch_size_measured_and_predicted_in_a_fifth_of_the_grid(tmp_path):
     with sim_host(tmp_path) as sb:
         res, out = eagle_json("tune", "relaunch", "-H", HOST, "--batch-sizes", "1,8,32", *SMALL, config=sb["cfg"],
@@ -83,6 +84,7 @@ def landscape(monkeypatch):
 FLAPPY = {"1": {"candidate_steps": [3, 5], "down_hysteresis": 0.0}, "8": {"candidate_steps": [3]}}
 
 
+@pytest.mark.e2e  # a whole tuning run on the simulator
 def test_the_flap_test_rejects_a_config_that_flaps_and_names_the_phase(tmp_path, landscape):
     with sim_host(tmp_path) as sb:
         res, out = eagle_json("run", "relaunch", "-H", HOST, "--yes", "-e", "spec_steps=3", "-e", "spec_topk=1",
@@ -101,6 +103,7 @@ def test_the_flap_test_rejects_a_config_that_flaps_and_names_the_phase(tmp_path,
         assert any("Adaptive spec params updated: steps 3 -> 5" in p.read_text() for p in logs)
 
 
+@pytest.mark.e2e  # a whole tuning run on the simulator
 def test_tune_deploys_adaptive_steps_that_pass_the_flap_test_after_an_approval(tmp_path, landscape):
     with sim_host(tmp_path) as sb:
         res, out = eagle_json("tune", "relaunch", "-H", HOST, "--batch-sizes", "1,8,64", "--topk", "1", *SMALL,

@@ -21,7 +21,9 @@ from eaglebot.store import Store
 FAST = ["bench_prompts=8", "bench_output_len=64"]
 
 
-def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resumes(tmp_path, capsys):
+@pytest.mark.e2e  # a whole sweep on the simulator
+def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resumes(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # the text resume writes its heatmap to ./sweep-ID.png
     with sim_host(tmp_path) as sb:
         cfg = sb["cfg"]
 
@@ -80,6 +82,7 @@ def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resume
         rc = main(["--config", str(cfg), "sweep", "resume", str(sid), "--yes"])
         text = capsys.readouterr().out
         assert rc == 0 and final["state"] in text and len(store.history(limit=100)) == 11
+        assert (tmp_path / f"sweep-{sid}.png").is_file()
         # bad input: one sentence, exit 2, an audit record, nothing launched
         capsys.readouterr()
         rc = main(["--config", str(cfg), "sweep", "relaunch", "-H", HOST, "spec_steps=3,99"])
@@ -89,6 +92,7 @@ def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resume
         assert ev and "above the maximum" in ev[0]["reason"]
 
 
+@pytest.mark.e2e  # a whole bisect on the simulator
 def test_bisect_names_the_one_planted_culprit_among_6_changes_within_the_bound(tmp_path, capsys):
     with sim_host(tmp_path) as sb:
         cfg = sb["cfg"]

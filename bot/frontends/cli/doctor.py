@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from eaglebot.config import HostConfig, Settings
+from eaglebot.config import RETIRED_SHELL, HostConfig, Settings
 from eaglebot.errors import TransportError
 from eaglebot.sdk import Host, path_for_shell
 from eaglebot.facts import nvsmi, sglang_drift, sglang_table
@@ -328,10 +328,9 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None], service:
         for c in await asyncio.to_thread(check_playbooks, settings):
             add(c)
     add(check_access(settings))
-    mode = os.environ.get("EAGLE_SHELL_MODE", "").strip()
-    if mode:  # easy to forget once a problem is over
-        add(Check("shell mode", True, f"EAGLE_SHELL_MODE={mode}: hosts without `shell:` in eagle.yaml use "
-                                      f"`shell: {mode}`", warn=mode != "exec"))
+    retired = [name for name, h in settings.hosts.items() if h.shell == "persistent"]
+    if retired:
+        add(Check("shell mode", True, f"hosts {', '.join(retired)}: {RETIRED_SHELL}", warn=True))
     for c in check_schedule_config(settings):
         add(c)
     if not service:  # a walk of every row: `eagle audit verify`'s job, not each start's

@@ -82,7 +82,8 @@ async def _fix(ctx: SkillContext, python: str, target: eagle3.Target, draft_text
     if not training:
         return None
     cands = [ids for _, ids in dc.candidate_ids(training, None) if ids is not None]
-    res, _ = await lib.resolve(ctx, python, target, cands)
+    cases: list[list[int] | None] = list(cands)
+    res, _ = await lib.resolve(ctx, python, target, cases)
     if res is None:
         return None
     for i, ids in enumerate(cands):

@@ -74,14 +74,13 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from eaglebot.errors import HostUnreachable, StepFailed, TransportError
+from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
-from eaglebot.skills.lib import carry, launch_check, preflight, processes, server, stall, surface_check
+from eaglebot.skills.lib import carry, launch_check, preflight, processes, readiness, server, stall, surface_check
 
 NAME = "server.launch"
-_LOG_MARK = "--EAGLE-LOG-7f3a--\n"
 
 
 class Params(SkillParams):
@@ -294,7 +293,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         by = f"SGLang {verdict.version or '?'} ({verdict.source})" if verdict.kind == "ok" else "eaglebot's rules only"
         summary = f"launch arguments accepted by {by}; nothing started"
         if carried is not None:
-            summary += f"; carried from {carried.source or 'nothing'}: {_carried_words(carried)}"
+            summary += f"; carried from {carried.source or 'nothing'}: {carry.words(carried)}"
             warnings += [f"the running server differs from its audited launch: {d}; the live value is carried"
                          for d in carried.differences]
         # Not `launch_args`/`effective`: nothing was launched, and the history's fingerprint of the host
@@ -359,8 +358,8 @@ async def _adopt(ctx: SkillContext, params: Params, pid: int, argv: list[str], l
                 f"waiting for it (log {log_path})")
         t0 = time.monotonic()
         try:
-            failure, log_text, _ = await _wait_ready(ctx, params, pid, log_path)
-        except _LinkLost as e:
+            failure, log_text, _ = await readiness.wait_ready(ctx, _wait(params), pid, log_path)
+        except readiness.LinkLost as e:
             raise StepFailed(f"lost the connection while waiting; the server (pid {pid}) may still be starting "
                              f"({e})", warnings=warnings, data={"pid": pid, "port": params.port}) from None
         if failure is None:
@@ -403,8 +402,8 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
                             # the draft's config as this server reads it: a rollback restores these bytes
                             **await carry.draft_config(ctx, params.draft or flags.get("--speculative-draft-model-path"))}
     try:
-        failure, log_text, stalled = await _wait_ready(ctx, params, pid, log_path)
-    except _LinkLost as e:
+        failure, log_text, stalled = await readiness.wait_ready(ctx, _wait(params), pid, log_path)
+    except readiness.LinkLost as e:
         # The server may be fine: it stays, named by our pid file, for the next run to adopt or stop.
         data["lost_connection"] = True
         raise StepFailed(f"lost the connection while waiting; the server (pid {pid}) may still be starting "
@@ -488,104 +487,11 @@ async def _carry(ctx: SkillContext, params: Params) -> tuple[Params, carry.Carri
     return params.model_copy(update=update), c
 
 
-def _carried_words(c: carry.Carried) -> str:
-    return carry.shown(c.values, c.args, c.gpus) + (f" (env {', '.join(sorted(c.env))})" if c.env else "")
-
-
 def _launch_values(p: Params) -> dict[str, Any]:
     """What the launch after this check takes (relaunch's launch step reads it: the carried values)."""
     return {"tp": p.tp, "spec_steps": p.spec_steps, "spec_topk": p.spec_topk, "spec_draft_tokens": p.spec_draft_tokens,
             "mem_fraction": p.mem_fraction, "gpus": p.gpus, "env": dict(p.env), "args": list(p.args)}
 
 
-def _poll_script(python: str, pid: int, base: str, log_path: str, offset: int) -> str:
-    """One round trip: the server's /proc stat record, GET /health's status, the new log bytes."""
-    health = server.http_get_script(python, f"{base}/health", 5, body=False)
-    return (f"s=$({procs.stat_command([pid])}); printf 'STAT %s\\n' \"$s\"; "
-            f"if [ -n \"$s\" ]; then h=$({health} | tail -n 1); else h=0; fi; "
-            f"printf 'HTTP %s\\n' \"$h\"; printf '%s\\n' {_LOG_MARK.strip()}; "
-            f"tail -c +{offset + 1} {path_for_shell(log_path)} 2>/dev/null; true")
-
-
-# Polls that may fail in a row on a dropped link (each one reconnects first) before the wait gives up.
-LINK_RETRIES = 3
-
-
-class _LinkLost(Exception):
-    """The readiness wait lost its connection to the host and could not get it back."""
-
-
-def _server_exited(stat_text: str, pid: int) -> bool:
-    try:
-        st = procs.parse_stat(stat_text)
-    except ValueError:
-        return True
-    return st.pid != pid or st.zombie
-
-
-async def _wait_ready(ctx: SkillContext, params: Params, pid: int,
-                      log_path: str) -> tuple[str | None, str, bool]:
-    """Poll until /health is 200; return (failure sentence or None, the log so far, stalled)."""
-    base = f"http://{ports.probe_address(params.host)}:{params.port}"
-    log_text, partial, offset = "", "", 0
-    deadline = time.monotonic() + params.ready_timeout_s
-    interval = min(0.25, params.poll_interval_s)
-    fatal: str | None = None
-    fatal_at = 0.0
-    progress_at = time.monotonic()
-    lost = 0
-    while True:
-        try:
-            res = await ctx.host.run(_poll_script(params.python, pid, base, log_path, offset), timeout=60)
-        except HostUnreachable as e:    # the transport already tried `connect_retries` times
-            raise _LinkLost(str(e)) from None
-        except TransportError as e:
-            # A dropped link is not a failed launch: the next poll reconnects (the host's connect_retries).
-            lost += 1
-            if lost > LINK_RETRIES:
-                raise _LinkLost(str(e)) from None
-            ctx.log(f"connection lost while waiting for the server (pid {pid}): {e}; reconnecting")
-            continue
-        if lost:
-            ctx.log(f"reconnected; still waiting for the server (pid {pid})")
-            lost = 0
-        head, _, new = res.stdout.partition(_LOG_MARK)
-        fields = dict(line.split(" ", 1) for line in head.splitlines() if " " in line)
-        # The exact bytes read (invalid UTF-8 comes as surrogate escapes), and any the transport
-        # left out of a very long read: the next poll starts where this one ended.
-        offset += len(new.encode("utf-8", "surrogateescape")) + res.cut_bytes
-        log_text += new
-        text = partial + new
-        lines = text.split("\n")
-        partial = lines.pop()
-        if lines:
-            progress_at = time.monotonic()
-        for line in lines:
-            ctx.log(line)
-            if fatal is None:
-                fatal = sglang.find_fatal(line)
-                if fatal:
-                    fatal_at = time.monotonic()
-        http = fields.get("HTTP", "0").strip()
-        # Exited first: a zombie leader's orphaned children may still answer /health.
-        if _server_exited(fields.get("STAT", ""), pid):
-            why = sglang.find_fatal(log_text) or fatal or _last_line(log_text) or "no output"
-            return f"the server exited during start-up: {why}", log_text, False
-        if http == "200":
-            return None, log_text, False
-        if fatal and time.monotonic() - fatal_at > 3:
-            return (f"the server hit a fatal error during start-up: {sglang.find_fatal(log_text) or fatal}",
-                    log_text, False)
-        if time.monotonic() - progress_at > params.stall_s:
-            return (f"the server stalled: no new log line and no healthy /health for {params.stall_s:g}s while "
-                    f"{sglang_phase.phase(log_text)}; it was stopped"), log_text, True
-        if time.monotonic() > deadline:
-            return (f"the server did not become ready within {params.ready_timeout_s:g}s "
-                    f"(GET /health -> {http}); it was stopped"), log_text, False
-        await asyncio.sleep(interval)
-        interval = min(params.poll_interval_s, interval * 1.5)
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
+def _wait(p: Params) -> readiness.Wait:
+    return readiness.Wait(p.python, p.host, p.port, p.ready_timeout_s, p.poll_interval_s, p.stall_s)

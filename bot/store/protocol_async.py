@@ -192,8 +192,7 @@ class AsyncTrendsFace(Protocol):
 
     async def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
             newest_first: bool = False) -> list[StepDataRow]:
-        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first
-        (dry runs left out)."""
+        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
         ...
 
     async def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:

@@ -189,3 +189,8 @@ async def draft_config(ctx: SkillContext, draft: str | None) -> dict[str, Any]:
         return {}
     return {"draft_config_b64": base64.b64encode(data).decode("ascii"),
             "draft_config_sha256": hashlib.sha256(data).hexdigest()}
+
+
+def words(c: Carried) -> str:
+    """What was carried, as the check step's summary says it."""
+    return shown(c.values, c.args, c.gpus) + (f" (env {', '.join(sorted(c.env))})" if c.env else "")

@@ -27,6 +27,7 @@ from inproc import eagle_here, eagle_here_json
 
 from eaglebot.store import chain, sealing
 from eaglebot.store import pg_dialect as chain_pg
+from eaglebot.store.migrations import SCHEMA_VERSION
 
 
 def _sql(db: Path, *statements: str) -> None:
@@ -103,7 +104,7 @@ def test_an_edit_rehashed_with_the_chains_own_link_hash_is_a_break(keyed):
     for (name,) in conn.execute("select name from sqlite_master where type = 'trigger' and tbl_name = 'runs'"):
         conn.execute(f'drop trigger "{name}"')
     conn.execute("update runs set actor = 'mallory' where id = 1")
-    cols = chain.chain_schema(10)["runs"]
+    cols = chain.chain_schema(SCHEMA_VERSION)["runs"]
     content = conn.execute(f"select {chain.SQLITE.row_json_sql(cols, '')} from runs where id = 1").fetchone()[0]
     seq = conn.execute("select max(seq) from audit_chain where tbl = 'runs' and row_id = 1").fetchone()[0]
     conn.execute("update audit_chain set content_sha256 = ? where seq = ?", [chain.sha_text(content), seq])
@@ -167,7 +168,7 @@ def test_a_forged_migration_entry_laundering_an_added_column_is_a_break(keyed):
     cfg, db, vk = keyed
     conn = sqlite3.connect(db)
     conn.execute("alter table runs add column backdoor text")
-    tables = {t: list(c) for t, c in chain.chain_schema(10).items()}
+    tables = {t: list(c) for t, c in chain.chain_schema(SCHEMA_VERSION).items()}
     tables["runs"].append("backdoor")
     for name, sql in chain.SQLITE.trigger_sql("runs", tables["runs"]).items():   # triggers for the new list
         conn.execute(f'drop trigger "{name}"')
@@ -350,7 +351,7 @@ def test_postgresql_a_database_written_without_the_key_swapped_in_is_a_break(pg_
 
 def test_postgresql_a_forged_migration_entry_is_a_break(pg_keyed):
     cfg, url, vk = pg_keyed
-    tables = {t: list(c) for t, c in chain.chain_schema(10).items()}
+    tables = {t: list(c) for t, c in chain.chain_schema(SCHEMA_VERSION).items()}
     tables["runs"].append("backdoor")
     content = json.dumps({"version": 99, "tables": tables}, sort_keys=True)
     with psycopg.connect(url) as conn:

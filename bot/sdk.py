@@ -283,6 +283,7 @@ class Approval:
     refused: Callable[[str], StepFailed] | None = None
     log: bool = False
     by: str = ""        # who approved, once `carry_out` has asked (for `apply`'s summary)
+    if_refused: str = ""   # what a deny or no answer leaves as it is: the card says it once decided
 
 
 @dataclass
@@ -319,6 +320,7 @@ class ApprovalRequest:
     action: str            # one line: "kill 2 processes the bot did not start"
     details: list[str]     # one line per PID: pid, user, command
     step_idx: int = 0
+    if_refused: str = ""   # what a deny or no answer leaves as it is ("nothing was touched: ...")
 
 
 class Approver(Protocol):
@@ -401,7 +403,7 @@ class SkillContext:
                                       warnings=list(plan.warnings))
         ask = plan.approve
         if ask is not None:
-            ok, who = await self.approve(ask.action, ask.details)
+            ok, who = await self.approve(ask.action, ask.details, ask.if_refused)
             if not ok:
                 raise ask.refused(who) if ask.refused is not None else StepFailed(f"{ask.action}: not approved ({who})")
             ask.by = who
@@ -409,13 +411,14 @@ class SkillContext:
                 self.log(f"approved by {who}")
         return await plan.apply()
 
-    async def approve(self, action: str, details: list[str]) -> tuple[bool, str]:
-        """Ask for approval of an action the bot did not start (only when `confirm`)."""
+    async def approve(self, action: str, details: list[str], if_refused: str = "") -> tuple[bool, str]:
+        """Ask for approval of an action the bot did not start (only when `confirm`); `if_refused`:
+        what a refusal leaves as it is, for the card once decided."""
         if not self.confirm:
             return True, "no confirmation required"
         if self._approve is None:
             return False, "nobody to ask"
-        req = ApprovalRequest(self.run_id, self.host_name, self.step_name, action, details, self.step_idx)
+        req = ApprovalRequest(self.run_id, self.host_name, self.step_name, action, details, self.step_idx, if_refused)
         return await self._approve(req)
 
 

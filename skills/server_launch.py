@@ -472,8 +472,18 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
 async def _carry(ctx: SkillContext, params: Params) -> tuple[Params, carry.Carried]:
     """The params with what the running server's launch sets and they do not (`carry`)."""
     record = await carry.last_launch(ctx, params.port)
-    live = await carry.live_info(ctx, params.python, params.port)
+
+    async def read() -> StepResult:
+        return StepResult.ok("read", data={"live": await carry.live_info(ctx, params.python, params.port)})
+
+    # Asking the server is a request it logs: a dry run plans it and carries the audited launch unconfirmed.
+    asked = await ctx.carry_out(Plan([f"read /server_info on port {params.port} to confirm the running server's "
+                                      f"audited launch"], "", read, preview=StepResult.ok("not read", data={})))
+    live = asked.data.get("live")
     c = carry.from_sources(record, live, params.port)
+    if "live" not in asked.data:
+        c.notes = [f"{c.source} carried; the live server is asked in the real run" if record is not None else
+                   f"no audited launch on port {params.port}: nothing carried (the live server is asked in the real run)"]
     for note in c.notes:
         ctx.log(note)
     update: dict[str, Any] = {k: v for k, v in c.values.items() if getattr(params, k) is None}

@@ -87,7 +87,14 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     try:
         snap = await gpu.snapshot(ctx, params)
     except nvsmi.NvsmiError as e:
-        raise StepFailed(f"cannot list the GPU processes to plan the {params.action}: {e}; nothing was touched")
+        why = f"cannot list the GPU processes to plan the {params.action}: {e}; nothing was touched"
+
+        async def fail() -> StepResult:
+            raise StepFailed(why)
+
+        # A dry run shows the whole plan even where the GPUs cannot be listed (a bot host); a real one fails.
+        return await ctx.carry_out(Plan([server_line(srv, port)], why, fail, warnings=[str(e)],
+                                        data={"server": srv, "foreign": [], "approved": [], "asked": False, "by": ""}))
     sessions = await processes.our_sessions(ctx) if cleanup.cleanup_targets(snap, params) else set()
     plan = cleanup.plan_cleanup(snap, params, sessions)
     foreign = plan.foreign
@@ -104,6 +111,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
              else "the GPUs are as they were")
     approval = Approval(
         f"{params.action} on {ctx.host_name}: {fate}; {kills}", [h.line() for h in foreign], log=True,
+        if_refused=f"nothing was touched: {still}",
         refused=lambda who: StepFailed(f"not approved ({who}): nothing was touched; {still}; "
                                        f"{n} process{'es' if n != 1 else ''} the bot did not start hold the GPUs: "
                                        f"{', '.join(f'{h.pid} ({h.user})' for h in foreign)}", data=data))

@@ -62,6 +62,16 @@ def test_text_from_hosts_cannot_mention_or_link():
         assert bad not in text
 
 
+def test_a_denied_or_expired_card_says_what_the_refusal_left_untouched():
+    ar = ApprovalRequest(3, "gpu-01", "plan the relaunch", "relaunch on gpu-01: the server on port 30000 (pid 898, "
+                         "up 3 d) will be stopped; 1 GPU process ...", ["pid 11 user bob: python train.py"], 2,
+                         "nothing was touched: the server on port 30000 (pid 898) still runs")
+    for decision in ("denied", "expired"):
+        text = str(bk.approval_decided_blocks(ar, decision, "UBOB", "2026-12-03 18:00:00"))
+        assert "nothing was touched: the server on port 30000 (pid 898) still runs" in text
+    assert "nothing was touched" not in str(bk.approval_decided_blocks(ar, "approved", "UBOB"))
+
+
 def test_approval_buttons_say_exactly_what_will_happen():
     ar = ApprovalRequest(3, "gpu-01", "cleanup", "kill 2 processes the bot did not start",
                          ["pid 11 user bob: python train.py", "pid 12 user eve: python serve.py"], 1)

@@ -90,8 +90,7 @@ def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_p
         "mismatch: the server will feed the draft the embedding and the outputs of layers 2 and 30; training used "
         f"the outputs of layers 2, 30 and 58 (first seen in run {first_run})"), check["summary"]
     assert check["data"]["training_source"] == f"first seen in run {first_run}"
-    assert [s["status"] for s in doc["steps"] if s["skill"] in ("server.stop", "server.launch")][1:] == \
-        ["skipped", "skipped"]
+    assert [step(doc, n)["status"] for n in ("stop old server", "launch SGLang")] == ["skipped", "skipped"]
     assert alive(pid) and server_pid(h.home, h.port) == pid and get_health(h.port) == 200
     shown = json.loads(eagle("show", str(doc["run_id"]), "--json", config=cfg, cwd=cfg.parent).stdout)
     assert step(shown, "check the draft's inputs")["data"]["verdict"] == "mismatch"

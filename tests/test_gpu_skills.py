@@ -136,6 +136,32 @@ async def test_cleanup_approver_saying_no_is_reported_with_who(services, tmp_pat
     assert sleepers.alive(pid)
 
 
+async def test_cleanup_asks_only_about_a_holder_the_earlier_approval_does_not_cover(services, tmp_path, sleepers):
+    """server.plan's `approved` (pid:starttime) covers what was asked about before the relaunch; a
+    holder that appeared since is asked about, and a no kills nothing, the approved one included."""
+    svc, *_ = await run_local(services, tmp_path, "")
+    old, new = sleepers.hold(0, 4096), sleepers.hold(0, 1024)
+    approved = [f"{old}:{gpu_state.proc_stat(old)[1]}"]
+    seen = []
+
+    async def approver(req):
+        seen.append(req)
+        return False, "U01ABC said no"
+
+    pb = playbook(one_step("gpu.cleanup", {"grace_s": 0.2, "approved": approved}, confirm=True))
+    out = await svc.engine.run(RunRequest(playbook=pb, hosts=["gpu"]), approver=approver)
+    assert out.steps[0].status == "failed" and len(seen) == 1
+    assert len(seen[0].details) == 1 and f"pid {new} " in seen[0].details[0]
+    assert "(not in the set approved earlier in this run)" in seen[0].action
+    assert sleepers.alive(old) and sleepers.alive(new)
+
+    # only the approved holder left: stopped with no second ask (nobody to ask, no --yes)
+    gpu_state.remove_holder(sleepers.state_dir, new)
+    out = await svc.engine.run(RunRequest(playbook=pb, hosts=["gpu"]))
+    assert out.steps[0].status == "changed" and approvals(svc, out.run_id) == [], out.steps[0].summary
+    assert not sleepers.alive(old) and sleepers.alive(new)
+
+
 async def test_cleanup_kills_the_bots_own_processes_without_asking(services, tmp_path, sleepers):
     svc, *_ = await run_local(services, tmp_path, "")
     pid = sleepers.hold(0, 2048, pid_file=tmp_path / "botstate" / "run" / "sglang-30000.pid")

@@ -62,7 +62,6 @@ def approvals(cfg, run_id: int) -> list[tuple[str, str]]:
         db.close()
 
 
-@pytest.mark.e2e   # a whole scenario over the real sshd (30-60 s)
 async def test_a_foreign_gpu_holder_is_asked_about_once_before_anything_stops(home_host, services):
     h = home_host
     h.reset()
@@ -122,7 +121,6 @@ def spec_inputs() -> dict:
     return {"spec_steps": "3", "spec_topk": "1", "spec_draft_tokens": "4", "bench_prompts": "0", "env": FAST}
 
 
-@pytest.mark.e2e   # a whole scenario over the real sshd (30-60 s)
 def test_a_crash_after_the_stop_is_named_last_and_rollback_brings_back_the_previous_server(home_host):
     h = home_host
     h.reset()
@@ -179,7 +177,7 @@ def launches(doc: dict) -> list[dict]:
     return [s["data"] for s in doc["steps"] if s["skill"] == "server.launch" and s["status"] == "changed"]
 
 
-@pytest.mark.e2e   # a whole scenario over the real sshd (30-60 s)
+@pytest.mark.e2e   # a draft-repair and a tuning over the real sshd (~30 s, more on a loaded machine)
 def test_draft_repair_and_tune_carry_the_running_servers_tp_and_spec_flags(home_host):
     h = home_host
     h.reset()

@@ -50,6 +50,8 @@ async def apply(engine: Engine, rec: TuneRecord, pb: Playbook, req: Target, depl
         await rec.step("apply", "tune.apply", "failed", f"not approved ({by}): nothing was changed", started=t0)
         return {"ok": False, "why": f"not approved ({by})", "approved_by": None}
     inputs = {**req.fixed, **deploy.inputs()}
+    if "carry" in pb.inputs and "carry" not in inputs:
+        inputs["carry"] = True     # the choice changes the speculative cell; tp, memory and the rest stay
     out = await engine.run(who.request(pb, req.host, inputs), who.observer, who.approver)
     good = out.status == "succeeded"
     await rec.step("apply", "tune.apply", "changed" if good else "failed",
@@ -95,6 +97,8 @@ async def restore(engine: Engine, rec: TuneRecord, pb: Playbook, req: Target, cu
     inputs: dict[str, Any] = dict(prev["inputs"]) if prev else {**req.fixed, **choice_json(current.cell)}
     if "bench_prompts" in pb.inputs:
         inputs["bench_prompts"] = 0
+    if "carry" in pb.inputs and "carry" not in inputs:
+        inputs["carry"] = True
     out = await engine.run(who.request(pb, req.host, inputs), who.observer, who.approver)
     good = out.status == "succeeded"
     source = f"the inputs of run #{prev['id']}" if prev else "the tuning's inputs"

@@ -317,8 +317,9 @@ def approval_decided_blocks(req: ApprovalRequest, decision: str, who: str | None
                             at: str | None = None) -> list[dict[str, Any]]:
     icon = {"approved": ":white_check_mark:", "denied": ":no_entry:", "cancelled": ":black_square_for_stop:",
             "expired": ":hourglass:"}.get(decision, "")
+    left = f"\n*{escape(req.if_refused)}*" if req.if_refused and decision in ("denied", "expired") else ""
     blocks = [section(f"{icon} {decision_text(decision, who, at)}: run #{req.run_id} on `{escape(req.host)}`, step *{escape(req.step)}*:\n"
-                      f"{escape(req.action)}")]
+                      f"{escape(req.action)}{left}")]
     if req.details:
         blocks += code_sections("\n".join(req.details), max_blocks=3)
     return limit(blocks)

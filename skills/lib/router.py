@@ -138,8 +138,11 @@ _METRIC = re.compile(r"^sglang:num_(?:running|queue)_reqs(?:\{[^}]*\})?\s+([0-9.
 
 
 async def in_flight(ctx: SkillContext, python: str, base: str) -> int | None:
-    """Requests the SGLang server at `base` is running or queueing (its own count); None: it does not say."""
+    """Requests the SGLang server at `base` is running or queueing (its own count); 0 when nothing answers
+    there (a crashed server has none in flight); None: it answers but does not say."""
     code, body = await call(ctx, python, "GET", f"{base}/get_load")
+    if code == 0:
+        return 0
     if code == 200:
         try:
             loads = json.loads(body)

@@ -168,7 +168,8 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     assert bad.steps[0].name == "check the launch" and bad.steps[0].status == "failed"
     assert ("ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill"
             in bad.steps[0].summary)
-    assert [s.status for s in bad.steps if s.section == "steps"][1:] == ["skipped"] * 9
+    later = [s.status for s in bad.steps if s.section == "steps"][1:]
+    assert later and set(later) == {"skipped"}      # nothing after the refused check ran
     assert alive(launch["pid"]) and get_health(h.port) == 200
     assert json.loads(draft_cfg.read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
 

@@ -122,7 +122,14 @@ async def _take_out(ctx: SkillContext, params: Params, url: str) -> tuple[rt.Wor
             others = [w for w in ws if w is not me and w.healthy]
             if me is not None and others:
                 await rt.remove(ctx, py, r, me)
-                break
+                # read back under the lock: the router removes in the background (202), and until it
+                # lists the worker no more, another host's drain here would count it as healthy
+                removed_by = time.monotonic() + 60
+                while rt.find(await rt.workers(ctx, py, r), url) is not None:
+                    if time.monotonic() > removed_by:
+                        raise StepFailed(f"router {r} accepted the removal of {url} but still lists it after 60s")
+                    await asyncio.sleep(min(params.poll_s, 0.2))
+                return me, others
         if me is None:
             raise StepFailed(f"{url} left router {r} while this step waited (someone else removed it)")
         if time.monotonic() > deadline:
@@ -133,9 +140,3 @@ async def _take_out(ctx: SkillContext, params: Params, url: str) -> tuple[rt.Wor
             ctx.log(f"router {r} has no other healthy worker now: waiting for one before taking {url} out")
             said = True
         await asyncio.sleep(params.poll_s)
-    removed_by = time.monotonic() + 60
-    while rt.find(await rt.workers(ctx, py, r), url) is not None:
-        if time.monotonic() > removed_by:
-            raise StepFailed(f"router {r} accepted the removal of {url} but still lists it after 60s")
-        await asyncio.sleep(min(params.poll_s, 0.2))
-    return me, others

@@ -7,10 +7,11 @@ The worker is known to the router by `worker_url` (default `http://BIND:PORT`, o
 healthy worker: while it has none (another host of the same rolling relaunch is out), the step
 waits for one (`peer_timeout_s`), so hosts behind one router go out one at a time and the last
 healthy worker is never removed; still none: the step fails, nothing removed. The worker's
-in-flight requests are its own count (SGLang's /get_load, else /metrics), polled until two reads
-in a row say 0; still busy after `drain_timeout_s`: the step fails (the worker stays out; the
-relaunch stops before anything else, and its router.add puts the still-serving server back).
-A worker the router does not list is `ok`, nothing to drain.
+in-flight requests are its own count (SGLang's /get_load, else /metrics; a server that does not
+answer has none), polled until two reads in a row say 0; still busy after `drain_timeout_s`: the
+step fails (the worker stays out; the relaunch stops before anything else, and its router.add puts
+the still-serving server back). A worker the router does not list is `ok`, nothing to drain (and
+router.add adds it once the relaunch is healthy).
 
 ```yaml
 - skill: router.drain
@@ -84,7 +85,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             n = await rt.in_flight(ctx, py, base)
             if n is None:
                 raise StepFailed(f"{base} says neither /get_load nor /metrics: its in-flight requests cannot be "
-                                 f"counted; {url} stays out of router {r}, nothing was stopped",
+                                 f"counted (an SGLang without /get_load: launch it with --enable-metrics); "
+                                 f"nothing was stopped",
                                  data={**data, "drained": True, "removed": True})
             first = n if first is None else first
             zeros = zeros + 1 if n == 0 else 0
@@ -120,7 +122,14 @@ async def _take_out(ctx: SkillContext, params: Params, url: str) -> tuple[rt.Wor
             others = [w for w in ws if w is not me and w.healthy]
             if me is not None and others:
                 await rt.remove(ctx, py, r, me)
-                break
+                # read back under the lock: the router removes in the background (202), and until it
+                # lists the worker no more, another host's drain here would count it as healthy
+                removed_by = time.monotonic() + 60
+                while rt.find(await rt.workers(ctx, py, r), url) is not None:
+                    if time.monotonic() > removed_by:
+                        raise StepFailed(f"router {r} accepted the removal of {url} but still lists it after 60s")
+                    await asyncio.sleep(min(params.poll_s, 0.2))
+                return me, others
         if me is None:
             raise StepFailed(f"{url} left router {r} while this step waited (someone else removed it)")
         if time.monotonic() > deadline:
@@ -131,9 +140,3 @@ async def _take_out(ctx: SkillContext, params: Params, url: str) -> tuple[rt.Wor
             ctx.log(f"router {r} has no other healthy worker now: waiting for one before taking {url} out")
             said = True
         await asyncio.sleep(params.poll_s)
-    removed_by = time.monotonic() + 60
-    while rt.find(await rt.workers(ctx, py, r), url) is not None:
-        if time.monotonic() > removed_by:
-            raise StepFailed(f"router {r} accepted the removal of {url} but still lists it after 60s")
-        await asyncio.sleep(min(params.poll_s, 0.2))
-    return me, others

@@ -40,7 +40,8 @@ def inputs(home: Path) -> dict[str, list[str]]:
             "--speculative-draft-model-path", f"{home}/models/draft", "--speculative-num-steps", "2",
             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]
     return {"bisect-point": ["-e", f"args={json.dumps(args)}"], "drain": ["-e", "reason=maintenance"],
-            "patch-config": ["-e", 'set={"eaglebot_marker": 2}']}
+            "patch-config": ["-e", 'set={"eaglebot_marker": 2}'],
+            "router-add": ["-e", "router=http://127.0.0.1:9"]}   # no router there: the dry-run only plans
 # Skills that would change the host: in a dry-run each one planned (skipped, "dry-run: ...") at least once.
 MUTATING = {"server.launch", "server.stop", "gpu.cleanup", "config.patch", "config.revert", "pycache.clear",
             "node.drain", "shell", "audit.note", "metric.record", "wait"}

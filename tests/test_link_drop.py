@@ -79,6 +79,7 @@ async def test_killing_the_ssh_session_mid_launch_reconnects_and_the_run_succeed
 async def test_a_link_that_does_not_come_back_says_so_and_the_next_launch_adopts_the_server(
         services, local_host, monkeypatch):
     h = local_host
+    h.config["shell"] = "exec"      # the poll is cut where LocalTransport.run is (the skill's logic is under test)
     svc = await open_svc(services, h)
     gate = h.root / "ready-gate"
     real_run = LocalTransport.run
@@ -91,12 +92,16 @@ async def test_a_link_that_does_not_come_back_says_so_and_the_next_launch_adopts
     monkeypatch.setattr(LocalTransport, "run", unreachable_once_started)
     out = await svc.engine.run(RunRequest(playbook=_launch(h, gate), hosts=["gpu"]))
     step = out.steps[0]
-    pid = json.loads(svc.store.sync.steps(out.run_id)[0]["data"])["pid"]
+    data = json.loads(svc.store.sync.steps(out.run_id)[0]["data"])
+    pid = data["pid"]
     assert step.status == "failed"
     assert step.summary.startswith(f"lost the connection while waiting; the server (pid {pid}) may still be starting")
     assert alive(pid) and (h.botstate / "run" / f"server-{h.port}.pid").read_text().strip() == str(pid)
 
     monkeypatch.setattr(LocalTransport, "run", real_run)
+    # the next run comes once the server has started all its processes (its HTTP server is up), as a
+    # later run would: the end-of-step sweep takes what started since the step began (transport/sweep.py)
+    wait_for(lambda: "Uvicorn running on" in Path(data["log_path"]).read_text(), 60, what="the server's HTTP server")
     gate.touch()
     again = await svc.engine.run(RunRequest(playbook=_launch(h, gate), hosts=["gpu"]))
     step = again.steps[0]

@@ -20,10 +20,12 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from eaglebot.errors import StepFailed
+from eaglebot.errors import HostUnreachable, StepFailed, TransportError
 from eaglebot.facts import ports
 from eaglebot.sdk import SkillContext
 
+# GETs that may fail in a row on a dropped link before the error stands
+LINK_RETRIES = 3
 _URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+$")
 
 _PY = ("import sys,urllib.request as u,urllib.error as e\n"
@@ -70,7 +72,19 @@ def request_script(python: str, method: str, url: str, body: dict[str, Any] | No
 
 async def call(ctx: SkillContext, python: str, method: str, url: str, body: dict[str, Any] | None = None,
                timeout: float = 10.0) -> tuple[int, str]:
-    res = await ctx.host.run(request_script(python, method, url, body, timeout), timeout=timeout + 20)
+    """One request from the host: (status, body). A GET (a read, safe to repeat) whose SSH link dropped
+    is asked again on a new connection (the transport reconnects with the host's connect_retries)."""
+    script = request_script(python, method, url, body, timeout)
+    for attempt in range(LINK_RETRIES + 1):
+        try:
+            res = await ctx.host.run(script, timeout=timeout + 20)
+            break
+        except HostUnreachable:
+            raise
+        except TransportError as e:
+            if method != "GET" or attempt == LINK_RETRIES:
+                raise
+            ctx.log(f"connection lost during GET {url}: {e}; reconnecting")
     text, _, code = res.stdout.rpartition("\n")
     return (int(code) if code.strip().isdigit() else 0), text
 
@@ -124,8 +138,11 @@ _METRIC = re.compile(r"^sglang:num_(?:running|queue)_reqs(?:\{[^}]*\})?\s+([0-9.
 
 
 async def in_flight(ctx: SkillContext, python: str, base: str) -> int | None:
-    """Requests the SGLang server at `base` is running or queueing (its own count); None: it does not say."""
+    """Requests the SGLang server at `base` is running or queueing (its own count); 0 when nothing answers
+    there (a crashed server has none in flight); None: it answers but does not say."""
     code, body = await call(ctx, python, "GET", f"{base}/get_load")
+    if code == 0:
+        return 0
     if code == 200:
         try:
             loads = json.loads(body)

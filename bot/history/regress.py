@@ -234,7 +234,9 @@ def judge_window(s: Subject, win: Window, cfg: RegressionConfig) -> Judgement:
 def confirmed_by(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -> tuple[int, ...] | None:
     """The earlier runs that confirm this regression, oldest first (() when confirm_runs is 1),
     or None when fewer than confirm_runs - 1 runs just before it were beyond both thresholds
-    as well (each judged against the values before it)."""
+    as well (each judged against the values before it), or when this value is nearer the
+    reference than to one of them (a one-night dip and then a merely noisy night are not one
+    lower level)."""
     need = cfg.confirm_runs - 1
     if need <= 0:
         return ()
@@ -245,6 +247,8 @@ def confirmed_by(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -
         prior = judge(s.metric.name, v, ref[-cfg.window:], better=s.metric.better, min_pct=cfg.min_pct,
                       k_sigma=cfg.k_sigma, min_history=cfg.min_history, longer=range_of(ref, win))
         if prior.verdict != "regression" or (prior.delta_pct < 0) != (j.delta_pct < 0):
+            return None
+        if j.reference is not None and abs(j.value - v) > abs(j.value - j.reference):
             return None
         ref.append(v)
     return tuple(rid for rid, _ in reversed(win.recent[:need]))

@@ -154,8 +154,11 @@ def test_metric_classes_children_and_the_latest_results(store):
     eagle = finished_run(store, metrics={"output_throughput": 141.0})
     assert store.metrics(rid)[0]["config_class"] == "spec=none" and store.metrics(eagle)[0]["config_class"] is None
     hist = store.metric_history("bench", "gpu-01", "output_throughput", config="spec=none")
-    assert [p["run_id"] for p in hist] == [rid] and hist[0]["config_class"] == "spec=none"
+    assert [p["run_id"] for p in hist] == [eagle, rid] and hist[1]["config_class"] == "spec=none"
     assert [p["run_id"] for p in store.metric_history("bench", "gpu-01", "output_throughput", config="")] == [eagle]
+    # a value whose class was not said (an older run) counts in every class's history
+    assert [p["run_id"] for p in store.metric_history("bench", "gpu-01", "output_throughput",
+                                                      config="spec=EAGLE3")] == [eagle]
     parent = finished_run(store, "tune")
     child = finished_run(store, "tune-measure", metrics={"output_throughput": 99.0}, parent_run_id=parent)
     assert store.get_run(child)["parent_run_id"] == parent and store.get_run(parent)["parent_run_id"] is None

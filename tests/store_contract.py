@@ -143,6 +143,32 @@ def test_a_step_records_output_data_metrics_changes_warnings_and_regressions(sto
     assert store.regression_counts([rid]) == {rid: 1} and store.flagged_runs("gpu-01", "output_throughput", [rid]) == {rid}
 
 
+def test_metric_classes_children_and_the_latest_results(store):
+    """Issue 42: a metric's configuration class filters its history; a run another started is
+    its child (counted, listed, left out of top-level history and of the latest results)."""
+    rid = new_run(store)
+    sid = store.step_started(rid, 0, "gpu-01", "bench", "bench.serving", {})
+    store.step_finished(sid, StepEnd(run_id=rid, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1,
+                                     metrics=[Metric("output_throughput", 90.0, "tok/s", config="spec=none")]))
+    store.finish_run(rid, "succeeded", exit_code=0)
+    eagle = finished_run(store, metrics={"output_throughput": 141.0})
+    assert store.metrics(rid)[0]["config_class"] == "spec=none" and store.metrics(eagle)[0]["config_class"] is None
+    hist = store.metric_history("bench", "gpu-01", "output_throughput", config="spec=none")
+    assert [p["run_id"] for p in hist] == [eagle, rid] and hist[1]["config_class"] == "spec=none"
+    assert [p["run_id"] for p in store.metric_history("bench", "gpu-01", "output_throughput", config="")] == [eagle]
+    # a value whose class was not said (an older run) counts in every class's history
+    assert [p["run_id"] for p in store.metric_history("bench", "gpu-01", "output_throughput",
+                                                      config="spec=EAGLE3")] == [eagle]
+    parent = finished_run(store, "tune")
+    child = finished_run(store, "tune-measure", metrics={"output_throughput": 99.0}, parent_run_id=parent)
+    assert store.get_run(child)["parent_run_id"] == parent and store.get_run(parent)["parent_run_id"] is None
+    assert store.child_counts([parent, child, eagle]) == {parent: 1}
+    assert [r["id"] for r in store.children(parent)] == [child]
+    assert child not in [r["id"] for r in store.history(top_level=True)]
+    assert [(m["playbook"], m["name"], m["value"], m["run_id"]) for m in store.latest_metrics(["output_throughput"])] \
+        == [("bench", "output_throughput", 141.0, eagle)]
+
+
 def test_a_step_finished_without_output_keeps_the_streamed_output(store):
     rid = new_run(store)
     sid = store.step_started(rid, 0, "gpu-01", "s", "shell", {})

@@ -258,3 +258,14 @@ def test_a_baseline_closes_the_open_incidents_and_says_so():
         "run #50 is now the baseline of nightly on gpu-01 (1 metric); regression checks compare with it and "
         "the runs after it")
     assert "(no metrics (history checks start from it anyway))" in baseline_text(50, "nightly", ["a", "b"], 0)
+
+
+def test_a_dip_then_a_merely_noisy_night_is_not_one_lower_level():
+    """The dip (-24%) and the next night (-6.5%) are both beyond the thresholds, but the second
+    is nearer the reference than the dip: not a drop confirmed, a suspect again."""
+    win = Window([*STABLE, 76.0], "", recent=((49, 76.0),), before_recent=tuple(STABLE))
+    j, v = verdict(93.5, win)
+    assert j.verdict == "regression" and v.finding is None and v.incident == IncidentDecision()
+    assert v.warning is not None and v.warning.startswith("suspect: output_throughput 93.5 tok/s")
+    _, v = verdict(80.5, win)                      # near the dip's level: the drop is confirmed
+    assert v.finding is not None and v.incident.open is not None and v.incident.open.run_id == 49

@@ -7,8 +7,11 @@ sides' means differ (p below a threshold; deterministic, no permutations), and r
 into both sides. We do the same, with one difference: when the best split is not
 significant we still look inside both halves. A few low runs at one end (a cold first
 night, a reference run) pull the top split beside them, where the t-test fails; Hunter then
-stops and a lasting step elsewhere in the series goes unseen. Every split kept is re-tested
-against its neighbours at the end, so looking further adds no point that is not significant.
+stops and a lasting step elsewhere in the series goes unseen. And the t-test is run on each
+side with its outliers trimmed (beyond TRIM_SIGMA robust sigmas of the side's median): three
+one-night dips before a 10% step made the before side's variance so large that no split was
+ever significant. Every split kept is re-tested against its neighbours at the end, so
+looking further adds no point that is not significant.
 
 Written here rather than taken from Otava because Otava is an application (a CLI with its
 own storage and config) whose package pins an old Python stack; the method is ~100 lines.
@@ -30,6 +33,8 @@ import numpy as np
 
 DEFAULT_P = 0.001        # Otava's default significance threshold
 MIN_SEGMENT = 3          # fewest points on either side of a split
+TRIM_SIGMA = 4.0         # a point this many robust sigmas (1.4826·MAD) from its side's median: an outlier
+TRIM_MIN = 5             # sides shorter than this are tested as they are
 
 
 def delta_pct(before: float, after: float) -> float:
@@ -127,6 +132,23 @@ def t_test_p(a: np.ndarray, b: np.ndarray) -> float:
     return _betai(df / 2.0, 0.5, df / (df + t * t))
 
 
+def trimmed(x: np.ndarray) -> np.ndarray:
+    """`x` without its outliers (beyond TRIM_SIGMA robust sigmas of its median), for the t-test."""
+    if len(x) < TRIM_MIN:
+        return x
+    med = float(np.median(x))
+    mad = 1.4826 * float(np.median(np.abs(x - med)))
+    if mad == 0:
+        return x
+    kept = x[np.abs(x - med) <= TRIM_SIGMA * mad]
+    return kept if len(kept) >= 2 else x
+
+
+def split_p(a: np.ndarray, b: np.ndarray) -> float:
+    """The p-value a split is judged by: Welch's t-test on both sides, outliers trimmed."""
+    return t_test_p(trimmed(a), trimmed(b))
+
+
 def change_points(values: list[float], pvalue: float = DEFAULT_P,
                   min_segment: int = MIN_SEGMENT) -> list[ChangePoint]:
     """Significant change points of `values` (oldest first), in order."""
@@ -139,7 +161,7 @@ def change_points(values: list[float], pvalue: float = DEFAULT_P,
         if res is None:
             return
         t, _q = res
-        if t_test_p(seg[:t], seg[t:]) < pvalue:
+        if split_p(seg[:t], seg[t:]) < pvalue:
             found.append(lo + t)
         split(lo, lo + t)
         split(lo + t, hi)
@@ -148,7 +170,7 @@ def change_points(values: list[float], pvalue: float = DEFAULT_P,
     found.sort()
     while True:     # drop the least significant point between its neighbours until all pass
         bounds = [0, *found, len(x)]
-        ps = [t_test_p(x[bounds[i]:idx], x[idx:bounds[i + 2]]) for i, idx in enumerate(found)]
+        ps = [split_p(x[bounds[i]:idx], x[idx:bounds[i + 2]]) for i, idx in enumerate(found)]
         worst = max(range(len(ps)), key=ps.__getitem__, default=None)
         if worst is None or ps[worst] < pvalue:
             break
@@ -157,7 +179,7 @@ def change_points(values: list[float], pvalue: float = DEFAULT_P,
     bounds = [0, *found, len(x)]
     for i, idx in enumerate(found):
         before, after = x[bounds[i]:idx], x[idx:bounds[i + 2]]
-        out.append(ChangePoint(idx, float(before.mean()), float(after.mean()), t_test_p(before, after)))
+        out.append(ChangePoint(idx, float(before.mean()), float(after.mean()), split_p(before, after)))
     return out
 
 

@@ -34,13 +34,14 @@ def series(store: HistoryStore, s: Subject, since: int | None) -> list[tuple[int
 
 def open_incident(store: HistoryStore, s: Subject) -> IncidentRow | None:
     """The metric's open incident, when its drop was measured in the same configuration class
-    (a run of another class, e.g. the no-speculation reference, is judged beside it)."""
+    or in none said (a run of another class, e.g. the no-speculation reference, is judged
+    beside it)."""
     inc = store.open_incident_for(s.playbook, s.host, s.metric.name)
     if inc is None:
         return None
     opened = [m for m in store.metrics_for_runs([inc["opened_run"]]).get(inc["opened_run"], [])
               if m["name"] == s.metric.name and m["host"] == s.host]
-    if opened and (opened[0]["config_class"] or "") != s.metric.config:
+    if opened and opened[0]["config_class"] and opened[0]["config_class"] != s.metric.config:
         return None
     return inc
 

@@ -31,6 +31,7 @@ CP_WINDOW = 100            # runs of a metric's series searched for change point
 CP_MIN_RUNS = 8            # fewer: no change-point search
 RANGE_RUNS = 30            # runs whose range a new drop must leave (a second mode of the noise is no drop)
 RANGE_ALLOWED = 3          # earlier runs of those that may have been as bad: a few low nights do not hide a drop...
+OUTLIER_SIGMA = 4.0        # a value this many robust sigmas from the window's median is no measure of its noise
 RANGE_SHARE = 0.15         # ... nor a share of them this small (a second mode recurs: 20-50% of the nights)
 
 Verdict = Literal["insufficient", "ok", "regression", "improvement"]
@@ -49,6 +50,18 @@ def robust_sigma(values: list[float]) -> float:
     if mad > 0:
         return MAD_SCALE * mad
     return MEAN_AD_SCALE * (sum(dev) / len(dev))
+
+
+def noise_sigma(values: list[float]) -> float:
+    """The robust sigma of `values` without their outliers (beyond OUTLIER_SIGMA of it): two
+    one-night dips in a window of 10 widen the MAD by a quarter, enough to let a 10% step
+    pass as noise for three nights."""
+    sigma = robust_sigma(values)
+    if sigma == 0 or len(values) < 5:
+        return sigma
+    med = median(values)
+    kept = [v for v in values if abs(v - med) <= OUTLIER_SIGMA * sigma]
+    return robust_sigma(kept) if len(kept) >= 5 else sigma
 
 
 @dataclass
@@ -106,7 +119,7 @@ def judge(metric: str, value: float, history: Iterable[float], *, better: str = 
                          reason=f"insufficient history: {n} prior run{'s' if n != 1 else ''} "
                                 f"(need {min_history}); judged by fixed baselines only")
     ref = median(hist)
-    sigma = robust_sigma(hist)
+    sigma = noise_sigma(hist)
     diff = value - ref
     if ref != 0:
         delta_pct = 100.0 * diff / abs(ref)
@@ -221,7 +234,9 @@ def judge_window(s: Subject, win: Window, cfg: RegressionConfig) -> Judgement:
 def confirmed_by(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -> tuple[int, ...] | None:
     """The earlier runs that confirm this regression, oldest first (() when confirm_runs is 1),
     or None when fewer than confirm_runs - 1 runs just before it were beyond both thresholds
-    as well (each judged against the values before it)."""
+    as well (each judged against the values before it), or when this value is nearer the
+    reference than to one of them (a one-night dip and then a merely noisy night are not one
+    lower level)."""
     need = cfg.confirm_runs - 1
     if need <= 0:
         return ()
@@ -232,6 +247,8 @@ def confirmed_by(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -
         prior = judge(s.metric.name, v, ref[-cfg.window:], better=s.metric.better, min_pct=cfg.min_pct,
                       k_sigma=cfg.k_sigma, min_history=cfg.min_history, longer=range_of(ref, win))
         if prior.verdict != "regression" or (prior.delta_pct < 0) != (j.delta_pct < 0):
+            return None
+        if j.reference is not None and abs(j.value - v) > abs(j.value - j.reference):
             return None
         ref.append(v)
     return tuple(rid for rid, _ in reversed(win.recent[:need]))

@@ -21,7 +21,8 @@ class TrendsMixin(StoreBase):
                        exclude_incident_runs: bool = False, config: str | None = None) -> list[MetricPoint]:
         """Values of one metric from successful runs of playbook+host, newest first.
 
-        config: only values of this configuration class ("" = values whose class was not said).
+        config: only values of this configuration class and those whose class was not said (a
+        skill that says none, runs from before classes were recorded); "": only the latter.
 
         exclude_incident_runs: leave out runs an incident flagged, unless that incident was
         accepted (closed by an ack or a baseline): a reference window never learns a drop."""
@@ -33,8 +34,10 @@ class TrendsMixin(StoreBase):
             sql += (" and m.run_id not in (select ir.run_id from incident_runs ir join incidents i "
                     "on i.id = ir.incident_id where i.playbook = $1 and i.host = $2 and i.metric = $3 "
                     "and (i.status = 'open' or i.closed_kind = 'recovered'))")
-        if config is not None:
-            sql += f" and coalesce(m.config_class, '') = {args.mark(config)}"
+        if config:
+            sql += f" and (m.config_class is null or m.config_class = {args.mark(config)})"
+        elif config is not None:
+            sql += " and m.config_class is null"
         if before_run is not None:
             sql += f" and m.run_id < {args.mark(before_run)}"
         if since_run is not None:

@@ -4,7 +4,12 @@ training evidence, and the small texts."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import select
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +19,8 @@ from inproc import eagle_here, eagle_here_json
 
 from eaglebot.store import Store, parse_iso
 from eaglebot.store.rows import NewRun
+
+EAGLE = str(Path(sys.executable).parent / "eagle")
 
 # DeepSeek-V3's config.json (61 layers) and an EAGLE-3 draft for it whose capture ids [2, 30, 58] are
 # the layer OUTPUTS its training used: SGLang reads ids as boundaries, so it feeds outputs 1, 29, 57.
@@ -166,3 +173,47 @@ def test_schedule_list_shows_an_every_30s_fire_to_the_second(tmp_path):
     due = parse_iso(rows[0]["next_fire"])
     res = eagle_here("schedule", "list", config=cfg)
     assert res.returncode == 0 and f"{due:%Y-%m-%d %H:%M:%S}" in res.stdout, res.stdout
+
+
+class Lines:
+    """A process's stdout read line by line as it writes, each read waiting for its bytes."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.fd, self.buf = proc.stdout.fileno(), b""
+
+    def until(self, want: str) -> list[str]:
+        seen: list[str] = []
+        while True:
+            while b"\n" not in self.buf:
+                ready, _, _ = select.select([self.fd], [], [], 60)
+                assert ready, f"no {want!r} in 60 s; got {seen}"
+                chunk = os.read(self.fd, 65536)
+                assert chunk, f"stdout closed before {want!r}; got {seen}"
+                self.buf += chunk
+            line, self.buf = self.buf.split(b"\n", 1)
+            seen.append(line.decode())
+            if seen[-1] == want:
+                return seen
+
+
+def test_logs_takes_lines_and_follows_until_interrupted(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"line {i}\n" for i in range(10)))
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(yaml.safe_dump({"audit_db": str(tmp_path / "eagle.db"),
+                                   "hosts": {"box": {"transport": "local", "vars": {"server_log": str(log)}}}}))
+    res = eagle_here("logs", "box", "--lines", "3", config=cfg)
+    assert res.returncode == 0 and res.stdout.splitlines()[1:] == ["line 7", "line 8", "line 9"], res
+    proc = subprocess.Popen([EAGLE, "--config", str(cfg), "logs", "box", "-f", "-n", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    out = Lines(proc)
+    try:
+        assert out.until("line 9") == [f"== {log}", "line 8", "line 9"]
+        with log.open("a") as f:
+            f.write("appended later\n")
+        assert out.until("appended later") == ["appended later"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and b"cancelled" in stderr, (proc.returncode, stderr)
+    assert subprocess.run(["pgrep", "-f", f"tail -F -n 2 -- {log}"], capture_output=True).returncode == 1

@@ -217,3 +217,23 @@ def test_logs_takes_lines_and_follows_until_interrupted(tmp_path):
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0 and b"cancelled" in stderr, (proc.returncode, stderr)
     assert subprocess.run(["pgrep", "-f", f"tail -F -n 2 -- {log}"], capture_output=True).returncode == 1
+
+
+def test_a_config_patch_changes_only_the_changed_values_bytes(tmp_path):
+    cfg = node(tmp_path)
+    draft_cfg = tmp_path / "draft" / "config.json"
+    # a hand-laid-out file: aligned colons, a one-line object, a list over several lines
+    text = ('{\n  "architectures": ["LlamaForCausalLMEagle3"],\n  "eagle_config": {\n'
+            '    "eagle_aux_hidden_state_layer_ids": [2, 30, 58],\n    "use_aux_hidden_state": true\n  },\n'
+            '  "hidden_size":     7168,\n  "rope_scaling": {"factor": 8.0, "type": "llama3"},\n'
+            '  "stop": [\n    1,\n    2\n  ],\n  "vocab_size": 129280\n}\n')
+    draft_cfg.write_text(text)
+    res, doc = eagle_here_json("run", "patch-config", "-H", "gpu-01", "-e", "aux_layers=3,31,59",
+                               "-e", 'set={"rope_scaling.factor": 4.0, "stop": [7, 8, 9]}', config=cfg)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert draft_cfg.read_text() == (text.replace("[2, 30, 58]", "[3, 31, 59]").replace('"factor": 8.0', '"factor": 4.0')
+                                     .replace('"stop": [\n    1,\n    2\n  ]', '"stop": [\n    7,\n    8,\n    9\n  ]'))
+    diff = next(s for s in doc["steps"] if s["name"] == "patch capture layers")["data"]["diff"]
+    changed = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    assert changed == ['-    "eagle_aux_hidden_state_layer_ids": [2, 30, 58],',
+                       '+    "eagle_aux_hidden_state_layer_ids": [3, 31, 59],'], diff

@@ -155,6 +155,7 @@ def dump(doc: object, style: Style) -> bytes:
 
 
 _WS = " \t\r\n"
+_scanstring: Any = getattr(json.decoder, "scanstring")   # the stdlib's own JSON string reader (untyped)
 
 
 def _skip(text: str, i: int) -> int:
@@ -176,7 +177,7 @@ def value_span(text: str, parts: list[str]) -> tuple[int, int] | None:
         while i < len(text) and text[i] != "}":
             if text[i] != '"':
                 return None
-            key, i = json.decoder.scanstring(text, i + 1)
+            key, i = _scanstring(text, i + 1)
             i = _skip(text, i)
             if i >= len(text) or text[i] != ":":
                 return None

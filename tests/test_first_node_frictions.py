@@ -237,3 +237,74 @@ def test_a_config_patch_changes_only_the_changed_values_bytes(tmp_path):
     changed = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
     assert changed == ['-    "eagle_aux_hidden_state_layer_ids": [2, 30, 58],',
                        '+    "eagle_aux_hidden_state_layer_ids": [3, 31, 59],'], diff
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every matplotlib figure the CLI saves, drawn, for what its texts say."""
+    from matplotlib.figure import Figure
+
+    saved: list = []
+    real = Figure.savefig
+
+    def savefig(self, *a, **kw):
+        saved.append(self)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return saved
+
+
+def texts(fig) -> list[str]:
+    fig.canvas.draw()
+    out = [t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text"))]
+    for ax in fig.axes:
+        out += [t.get_text() for t in (*ax.get_xticklabels(which="both"), *ax.get_yticklabels(which="both"))]
+    return out
+
+
+def test_the_trend_marks_each_runs_id(tmp_path, figures):
+    from history_seed import seed_run
+
+    cfg = node(tmp_path)
+    store = Store(tmp_path / "eagle.db")
+    ids = [seed_run(store, "relaunch", "gpu-01", metrics={"output_throughput": v}) for v in (90.0, 91.5, 54.8)]
+    store.close()
+    res = eagle_here("trend", "relaunch", "gpu-01", "output_throughput", "--out", str(tmp_path / "t.png"),
+                     config=cfg)
+    assert res.returncode == 0 and (tmp_path / "t.png").stat().st_size > 5000, res
+    shown = texts(figures[-1])
+    assert all(f"#{i}" in shown for i in ids), shown
+
+
+def test_the_tune_plot_labels_a_narrow_log_axis_in_plain_numbers_and_says_an_83_cell_grid(tmp_path, figures):
+    from eaglebot.frontends.tuning.tune_plot import render_tune
+
+    cells = [{"spec_steps": s, "spec_topk": 1, "spec_draft_tokens": s + 1, "tok_s": t, "predicted_tok_s": t * 1.02}
+             for s, t in ((2, 120.0), (3, 140.0), (4, 155.0))]
+    r = {"run_id": 7, "playbook": "relaunch", "host": "gpu-01", "launches": 9, "grid_launches": 83,
+         "prediction_checks": {"checked": 3, "within_5pct": 3},
+         "batch_sizes": {"1": {"measured": cells, "tok_s": 155.0, "choice": cells[2]}}}
+    render_tune(r, tmp_path / "tune.png")
+    shown = texts(figures[-1])
+    assert any("9 launches of an 83-cell grid" in t for t in shown), shown
+    ticks = [t for t in shown if t and t.replace(".", "").isdigit()]
+    assert ticks and not any("times" in t or "^" in t for t in shown), shown
+
+
+def test_sweep_out_with_one_axis_draws_a_line_plot(tmp_path, figures):
+    pbdir = tmp_path / "playbooks"
+    pbdir.mkdir()
+    (pbdir / "fake.yaml").write_text(yaml.safe_dump({
+        "name": "fake", "description": "a benchmark's metrics from an input", "inputs": {"x": {"type": "int"}},
+        "steps": [{"skill": "metric.record", "with": {"name": "output_throughput", "value": "{{ 100 + x * 10 }}"}},
+                  {"skill": "metric.record", "with": {"name": "median_ttft_ms", "value": "{{ 50 - x }}",
+                                                      "better": "lower"}}]}))
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(yaml.safe_dump({"audit_db": str(tmp_path / "eagle.db"), "playbooks_dir": str(pbdir)}))
+    out = tmp_path / "one.png"
+    res = eagle_here("sweep", "fake", "-H", "local", "x=1,2,3", "--out", str(out), config=cfg, cwd=tmp_path)
+    assert res.returncode == 0 and out.stat().st_size > 5000, res
+    assert f"line plot and Pareto front: {out}" in res.stdout
+    shown = texts(figures[-1])
+    assert {"110", "120", "130"} <= set(shown) and "best output tok/s per value (higher is better)" in shown, shown

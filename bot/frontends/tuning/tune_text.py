@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eaglebot.frontends.format import table
+from eaglebot.frontends.format import a_or_an, table
 
 
 def _cell(c: dict[str, Any] | None) -> str:
@@ -19,7 +19,7 @@ def _pct(v: Any) -> str:
 def tune_text(r: dict[str, Any]) -> str:
     budget = r.get("budget") or {}
     of_time = f" of {budget['max_seconds']:.0f} s" if budget.get("max_seconds") else ""
-    head = (f"tuning run #{r['run_id']}: {r['playbook']} on {r['host']}, a {r['grid_launches']}-cell grid "
+    head = (f"tuning run #{r['run_id']}: {r['playbook']} on {r['host']}, {a_or_an(r['grid_launches'])} {r['grid_launches']}-cell grid "
             f"({r['cells_measured']} cells measured, {r['cells_predicted']} chains predicted); budget used: "
             f"{r['launches']} of {budget.get('max_launches', '?')} launches, {r['seconds']:.0f} s{of_time}; "
             f"noise {r['noise_pct']:.1f}% (MAD)")

@@ -308,3 +308,17 @@ def test_sweep_out_with_one_axis_draws_a_line_plot(tmp_path, figures):
     assert f"line plot and Pareto front: {out}" in res.stdout
     shown = texts(figures[-1])
     assert {"110", "120", "130"} <= set(shown) and "best output tok/s per value (higher is better)" in shown, shown
+
+
+def test_the_tune_table_has_no_column_that_repeats_the_heads_counts():
+    from eaglebot.frontends.tuning.tune_text import tune_text
+
+    choice = {"spec_steps": 3, "spec_topk": 1, "spec_draft_tokens": 4}
+    entry = {"choice": choice, "tok_s": 140.0, "spread": 1.0, "cells_measured": 10, "cells_predicted": 8}
+    r = {"run_id": 7, "playbook": "relaunch", "host": "gpu-01", "grid_launches": 83, "cells_measured": 10,
+         "cells_predicted": 8, "launches": 9, "seconds": 120.0, "noise_pct": 1.2, "stopped": "budget",
+         "budget": {"max_launches": 9}, "batch_sizes": {"1": entry, "8": {**entry, "tok_s": 600.0}}}
+    text = tune_text(r)
+    assert "an 83-cell grid (10 cells measured, 8 chains predicted)" in text and "10/8" not in text, text
+    r["batch_sizes"]["8"]["cells_measured"] = 6      # where the sizes differ, the column says so
+    assert "cells measured/chains predicted" in tune_text(r) and "6/8" in tune_text(r)

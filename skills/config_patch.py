@@ -3,7 +3,8 @@
 `set` maps dotted paths to values (intermediate objects are created); `delete` lists
 dotted paths that must exist. Nothing to change: `ok`. Otherwise the original bytes
 are kept next to the file as `<file>.eagle-<run_id>-<step idx>.bak`, the file is
-rewritten atomically with its mode, key order and indentation kept, and the change
+rewritten atomically with its mode, key order and indentation kept (a changed value's bytes
+are replaced where they stand, the rest of the file untouched, where the layout allows), and the change
 (hashes, unified diff, backup path) is recorded so `config.revert` can undo it. A
 symlink (Hugging Face caches link into shared blobs) is replaced by a regular file,
 never written through. Dry-run shows the diff and writes nothing.
@@ -153,6 +154,74 @@ def dump(doc: object, style: Style) -> bytes:
     return (text + ("\n" if newline else "")).encode("utf-8")
 
 
+_WS = " \t\r\n"
+_scanstring: Any = getattr(json.decoder, "scanstring")   # the stdlib's own JSON string reader (untyped)
+
+
+def _skip(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _WS:
+        i += 1
+    return i
+
+
+def value_span(text: str, parts: list[str]) -> tuple[int, int] | None:
+    """Where the value at a dotted path is written in a JSON text, (start, end); None when it is not
+    there. The last of duplicate keys, as json.loads keeps it."""
+    dec = json.JSONDecoder()
+    i = 0
+    for depth, part in enumerate(parts):
+        i = _skip(text, i)
+        if i >= len(text) or text[i] != "{":
+            return None
+        i, found = _skip(text, i + 1), None
+        while i < len(text) and text[i] != "}":
+            if text[i] != '"':
+                return None
+            key, i = _scanstring(text, i + 1)
+            i = _skip(text, i)
+            if i >= len(text) or text[i] != ":":
+                return None
+            start = _skip(text, i + 1)
+            _, end = dec.raw_decode(text, start)
+            if key == part:
+                found = (start, end)
+            i = _skip(text, end)
+            if i < len(text) and text[i] == ",":
+                i = _skip(text, i + 1)
+        if found is None:
+            return None
+        if depth == len(parts) - 1:
+            return found
+        i = found[0]
+    return None
+
+
+def edit_in_place(text: str, set_: dict[str, Any], expected: object, style: Style) -> str | None:
+    """The file with only the set values' bytes replaced, each written as its old value was (on one
+    line, or indented at its depth); None when the layout does not allow it (a new key, a delete),
+    or the result would not read back as `expected`."""
+    indent, ascii_only, _, separators = style
+    out = text
+    for key, value in set_.items():
+        span = value_span(out, key.split("."))
+        if span is None:
+            return None
+        start, end = span
+        if "\n" in out[start:end] and indent is not None:
+            line = out[out.rfind("\n", 0, start) + 1:start]
+            lead = line[:len(line) - len(line.lstrip(" \t"))]
+            new = json.dumps(value, indent=indent, ensure_ascii=ascii_only).replace("\n", "\n" + lead)
+        else:
+            item = ", " if re.search(r",\s", out[start:end]) or "," not in out[start:end] and \
+                separators[0] != "," else ","
+            new = json.dumps(value, ensure_ascii=ascii_only, separators=(item, separators[1]))
+        out = out[:start] + new + out[end:]
+    try:
+        return out if json.loads(out) == expected else None
+    except json.JSONDecodeError:
+        return None
+
+
 def capped_diff(diff: str, cap: int = DIFF_CAP) -> str:
     """The diff as stored: whole when small, else its head and tail and the whole one's hash."""
     raw = diff.encode("utf-8", "replace")
@@ -206,7 +275,11 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                             "values": {k: {"before": lookup(original, k), "after": lookup(doc, k)} for k in keys}}
     if not keys:
         return StepResult.ok(f"{path} already has {', '.join(params.set)}", data=data)
-    after = dump(doc, detect_style(text))
+    style = detect_style(text)
+    # only the changed values' bytes, where the layout allows: the audit diff is the change itself
+    in_place = edit_in_place(text, {k: params.set[k] for k in keys if k in params.set}, doc, style) \
+        if not params.delete and all(k in params.set for k in keys) else None
+    after = in_place.encode("utf-8") if in_place is not None else dump(doc, style)
     if after == before:
         return StepResult.ok(f"{path} already has {', '.join(keys)}", data=data)
     diff = capped_diff(files.unified_diff(path, before, after))

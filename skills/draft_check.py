@@ -81,14 +81,13 @@ async def _fix(ctx: SkillContext, python: str, target: eagle3.Target, draft_text
     candidates, resolved by the host's SGLang like the check itself), or None when none does."""
     if not training:
         return None
-    cands = [ids for _, ids in dc.candidate_ids(training, None) if ids is not None]
-    cases: list[list[int] | None] = list(cands)
-    res, _ = await lib.resolve(ctx, python, target, cases)
+    cands: list[list[int] | None] = [ids for _, ids in dc.candidate_ids(training, None) if ids is not None]
+    res, _ = await lib.resolve(ctx, python, target, cands)
     if res is None:
         return None
     for i, ids in enumerate(cands):
         f = dc.feed(res, i, target, eagle3.parse_draft(eagle3.with_ids(draft_text, ids)))
-        if f.points is not None and not f.errors and sorted(f.points) == sorted(training):
+        if ids is not None and f.points is not None and not f.errors and sorted(f.points) == sorted(training):
             return ids
     return None
 

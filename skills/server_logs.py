@@ -7,7 +7,8 @@
 Which log: `path` when given; else the host var `server_log`; else the log the last
 `server.launch` on this host recorded (read from the audit store); else the newest `*.log`
 in the state folder (`~/.eaglebot`, its `log/` and `logs/`). The lines are kept with the
-step (redacted like every output); registers `log_path` and `lines`.
+step (redacted like every output); registers `log_path` and `lines`. `follow: true` keeps
+streaming what the server appends (`tail -F`) until the run is cancelled (`eagle logs -f`).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class Params(SkillParams):
     path: str | None = Field(None, description="the log file (default: host var server_log, else the last "
                                                "launch's log, else the newest log in the state folder)", json_schema_extra=HOST_PATH)
     lines: int = Field(60, ge=1, le=5000, description="how many lines from the end of the log")
+    follow: bool = Field(False, description="keep streaming what is appended until the run is cancelled")
 
 
 async def _where(ctx: SkillContext, params: Params) -> tuple[str, str]:
@@ -43,15 +45,18 @@ async def _where(ctx: SkillContext, params: Params) -> tuple[str, str]:
     return " ".join(f"{d}/{g}" for g in ("*.log", "log/*.log", "logs/*.log")), f"{state}/**.log"
 
 
-def tail_script(files: str, lines: int) -> str:
+def tail_script(files: str, lines: int, follow: bool = False) -> str:
     return (f'f=$(ls -1t {files} 2>/dev/null | head -n 1); '
             f'if [ -z "$f" ]; then exit {NOT_FOUND_EXIT}; fi; '
-            f'printf "%s\\n" "$f"; tail -n {int(lines)} -- "$f"')
+            f'printf "{"== " if follow else ""}%s\\n" "$f"; {"exec tail -F" if follow else "tail"} -n {int(lines)} -- "$f"')
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     files, where = await _where(ctx, params)
-    res = await ctx.host.run(tail_script(files, params.lines), timeout=30)
+    if params.follow:   # until cancelled: each line streams into the step's output as it comes
+        res = await ctx.host.run(tail_script(files, params.lines, follow=True), timeout=None, on_output=ctx.stream())
+    else:
+        res = await ctx.host.run(tail_script(files, params.lines), timeout=30)
     if res.exit_status == NOT_FOUND_EXIT:
         raise StepFailed(f"no server log on {ctx.host_name} (looked at {where}; "
                          f"set the host var server_log or pass path=...)")
@@ -59,5 +64,6 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         why = (res.stderr or res.stdout).strip().splitlines()
         raise StepFailed(f"could not read the log on {ctx.host_name}: {why[-1] if why else res.exit_status}")
     path, _, text = res.stdout.partition("\n")
+    path = path.removeprefix("== ")
     n = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     return StepResult.ok(f"last {n} lines of {path}", output=text, data={"log_path": path, "lines": n})

@@ -4,7 +4,12 @@ training evidence, and the small texts."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import select
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +19,8 @@ from inproc import eagle_here, eagle_here_json
 
 from eaglebot.store import Store, parse_iso
 from eaglebot.store.rows import NewRun
+
+EAGLE = str(Path(sys.executable).parent / "eagle")
 
 # DeepSeek-V3's config.json (61 layers) and an EAGLE-3 draft for it whose capture ids [2, 30, 58] are
 # the layer OUTPUTS its training used: SGLang reads ids as boundaries, so it feeds outputs 1, 29, 57.
@@ -166,3 +173,152 @@ def test_schedule_list_shows_an_every_30s_fire_to_the_second(tmp_path):
     due = parse_iso(rows[0]["next_fire"])
     res = eagle_here("schedule", "list", config=cfg)
     assert res.returncode == 0 and f"{due:%Y-%m-%d %H:%M:%S}" in res.stdout, res.stdout
+
+
+class Lines:
+    """A process's stdout read line by line as it writes, each read waiting for its bytes."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.fd, self.buf = proc.stdout.fileno(), b""
+
+    def until(self, want: str) -> list[str]:
+        seen: list[str] = []
+        while True:
+            while b"\n" not in self.buf:
+                ready, _, _ = select.select([self.fd], [], [], 60)
+                assert ready, f"no {want!r} in 60 s; got {seen}"
+                chunk = os.read(self.fd, 65536)
+                assert chunk, f"stdout closed before {want!r}; got {seen}"
+                self.buf += chunk
+            line, self.buf = self.buf.split(b"\n", 1)
+            seen.append(line.decode())
+            if seen[-1] == want:
+                return seen
+
+
+def test_logs_takes_lines_and_follows_until_interrupted(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"line {i}\n" for i in range(10)))
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(yaml.safe_dump({"audit_db": str(tmp_path / "eagle.db"),
+                                   "hosts": {"box": {"transport": "local", "vars": {"server_log": str(log)}}}}))
+    res = eagle_here("logs", "box", "--lines", "3", config=cfg)
+    assert res.returncode == 0 and res.stdout.splitlines()[1:] == ["line 7", "line 8", "line 9"], res
+    proc = subprocess.Popen([EAGLE, "--config", str(cfg), "logs", "box", "-f", "-n", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    out = Lines(proc)
+    try:
+        assert out.until("line 9") == [f"== {log}", "line 8", "line 9"]
+        with log.open("a") as f:
+            f.write("appended later\n")
+        assert out.until("appended later") == ["appended later"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and b"cancelled" in stderr, (proc.returncode, stderr)
+    assert subprocess.run(["pgrep", "-f", f"tail -F -n 2 -- {log}"], capture_output=True).returncode == 1
+
+
+def test_a_config_patch_changes_only_the_changed_values_bytes(tmp_path):
+    cfg = node(tmp_path)
+    draft_cfg = tmp_path / "draft" / "config.json"
+    # a hand-laid-out file: aligned colons, a one-line object, a list over several lines
+    text = ('{\n  "architectures": ["LlamaForCausalLMEagle3"],\n  "eagle_config": {\n'
+            '    "eagle_aux_hidden_state_layer_ids": [2, 30, 58],\n    "use_aux_hidden_state": true\n  },\n'
+            '  "hidden_size":     7168,\n  "rope_scaling": {"factor": 8.0, "type": "llama3"},\n'
+            '  "stop": [\n    1,\n    2\n  ],\n  "vocab_size": 129280\n}\n')
+    draft_cfg.write_text(text)
+    res, doc = eagle_here_json("run", "patch-config", "-H", "gpu-01", "-e", "aux_layers=3,31,59",
+                               "-e", 'set={"rope_scaling.factor": 4.0, "stop": [7, 8, 9]}', config=cfg)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert draft_cfg.read_text() == (text.replace("[2, 30, 58]", "[3, 31, 59]").replace('"factor": 8.0', '"factor": 4.0')
+                                     .replace('"stop": [\n    1,\n    2\n  ]', '"stop": [\n    7,\n    8,\n    9\n  ]'))
+    diff = next(s for s in doc["steps"] if s["name"] == "patch capture layers")["data"]["diff"]
+    changed = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    assert changed == ['-    "eagle_aux_hidden_state_layer_ids": [2, 30, 58],',
+                       '+    "eagle_aux_hidden_state_layer_ids": [3, 31, 59],'], diff
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every matplotlib figure the CLI saves, drawn, for what its texts say."""
+    from matplotlib.figure import Figure
+
+    saved: list = []
+    real = Figure.savefig
+
+    def savefig(self, *a, **kw):
+        saved.append(self)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return saved
+
+
+def texts(fig) -> list[str]:
+    fig.canvas.draw()
+    out = [t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text"))]
+    for ax in fig.axes:
+        out += [t.get_text() for t in (*ax.get_xticklabels(which="both"), *ax.get_yticklabels(which="both"))]
+    return out
+
+
+def test_the_trend_marks_each_runs_id(tmp_path, figures):
+    from history_seed import seed_run
+
+    cfg = node(tmp_path)
+    store = Store(tmp_path / "eagle.db")
+    ids = [seed_run(store, "relaunch", "gpu-01", metrics={"output_throughput": v}) for v in (90.0, 91.5, 54.8)]
+    store.close()
+    res = eagle_here("trend", "relaunch", "gpu-01", "output_throughput", "--out", str(tmp_path / "t.png"),
+                     config=cfg)
+    assert res.returncode == 0 and (tmp_path / "t.png").stat().st_size > 5000, res
+    shown = texts(figures[-1])
+    assert all(f"#{i}" in shown for i in ids), shown
+
+
+def test_the_tune_plot_labels_a_narrow_log_axis_in_plain_numbers_and_says_an_83_cell_grid(tmp_path, figures):
+    from eaglebot.frontends.tuning.tune_plot import render_tune
+
+    cells = [{"spec_steps": s, "spec_topk": 1, "spec_draft_tokens": s + 1, "tok_s": t, "predicted_tok_s": t * 1.02}
+             for s, t in ((2, 120.0), (3, 140.0), (4, 155.0))]
+    r = {"run_id": 7, "playbook": "relaunch", "host": "gpu-01", "launches": 9, "grid_launches": 83,
+         "prediction_checks": {"checked": 3, "within_5pct": 3},
+         "batch_sizes": {"1": {"measured": cells, "tok_s": 155.0, "choice": cells[2]}}}
+    render_tune(r, tmp_path / "tune.png")
+    shown = texts(figures[-1])
+    assert any("9 launches of an 83-cell grid" in t for t in shown), shown
+    ticks = [t for t in shown if t and t.replace(".", "").isdigit()]
+    assert ticks and not any("times" in t or "^" in t for t in shown), shown
+
+
+def test_sweep_out_with_one_axis_draws_a_line_plot(tmp_path, figures):
+    pbdir = tmp_path / "playbooks"
+    pbdir.mkdir()
+    (pbdir / "fake.yaml").write_text(yaml.safe_dump({
+        "name": "fake", "description": "a benchmark's metrics from an input", "inputs": {"x": {"type": "int"}},
+        "steps": [{"skill": "metric.record", "with": {"name": "output_throughput", "value": "{{ 100 + x * 10 }}"}},
+                  {"skill": "metric.record", "with": {"name": "median_ttft_ms", "value": "{{ 50 - x }}",
+                                                      "better": "lower"}}]}))
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(yaml.safe_dump({"audit_db": str(tmp_path / "eagle.db"), "playbooks_dir": str(pbdir)}))
+    out = tmp_path / "one.png"
+    res = eagle_here("sweep", "fake", "-H", "local", "x=1,2,3", "--out", str(out), config=cfg, cwd=tmp_path)
+    assert res.returncode == 0 and out.stat().st_size > 5000, res
+    assert f"line plot and Pareto front: {out}" in res.stdout
+    shown = texts(figures[-1])
+    assert {"110", "120", "130"} <= set(shown) and "best output tok/s per value (higher is better)" in shown, shown
+
+
+def test_the_tune_table_has_no_column_that_repeats_the_heads_counts():
+    from eaglebot.frontends.tuning.tune_text import tune_text
+
+    choice = {"spec_steps": 3, "spec_topk": 1, "spec_draft_tokens": 4}
+    entry = {"choice": choice, "tok_s": 140.0, "spread": 1.0, "cells_measured": 10, "cells_predicted": 8}
+    r = {"run_id": 7, "playbook": "relaunch", "host": "gpu-01", "grid_launches": 83, "cells_measured": 10,
+         "cells_predicted": 8, "launches": 9, "seconds": 120.0, "noise_pct": 1.2, "stopped": "budget",
+         "budget": {"max_launches": 9}, "batch_sizes": {"1": entry, "8": {**entry, "tok_s": 600.0}}}
+    text = tune_text(r)
+    assert "an 83-cell grid (10 cells measured, 8 chains predicted)" in text and "10/8" not in text, text
+    r["batch_sizes"]["8"]["cells_measured"] = 6      # where the sizes differ, the column says so
+    assert "cells measured/chains predicted" in tune_text(r) and "6/8" in tune_text(r)

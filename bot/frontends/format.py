@@ -35,6 +35,13 @@ def fmt_time(iso: str | None) -> str:
     return d.strftime("%Y-%m-%d %H:%M") if d else "-"
 
 
+def a_or_an(n: int) -> str:
+    """The article before a number as it is read: `an 83-cell grid`, `an 11-cell`, `a 9-cell`."""
+    s = str(abs(n))
+    eleven = s.startswith(("11", "18")) and len(s) % 3 == 2   # eleven, eighteen (thousand, million)
+    return "an" if s.startswith("8") or eleven else "a"
+
+
 def sig3(v: float) -> str:
     """Three significant digits everywhere, never an exponent, no trailing zeros:
     1234.5 -> 1230, 7.7 -> 7.7, 0.012345 -> 0.0123."""

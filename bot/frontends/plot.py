@@ -82,6 +82,11 @@ def render_trend(trend: Trend, out_path: str | Path) -> Path:
     for a, b in zip(cut, cut[1:]):   # one line per configuration class: a class change is not a jump
         ax.plot(xs[a:b], ys[a:b], marker="o", markersize=4, color="tab:blue", linewidth=1.5,
                 label=metric if a == 0 else None)
+    # each point's run id (every k-th of many), to go on with `eagle show ID`
+    every = max(1, -(-len(points) // 40))
+    for x, y, p in list(zip(xs, ys, points))[::-1][::every]:
+        ax.annotate(f"#{p['run_id']}", (x, y), fontsize=7, color="0.3", ha="center", xytext=(0, 6),
+                    textcoords="offset points")
     bad = [(x, y) for x, y, p in zip(xs, ys, points) if p["run_id"] in trend.flagged]
     if bad:
         ax.scatter([x for x, _ in bad], [y for _, y in bad], color="tab:red", zorder=3, s=60, label="regression")
@@ -118,7 +123,7 @@ def render_trend(trend: Trend, out_path: str | Path) -> Path:
     ax.set_xticks(xs, minor=True)   # a small tick for every run
     ax.set_xlim(-0.7, len(xs) - 0.3)
     ax.set_ylim(lo_y - pad, hi_y + pad)
-    ax.set_xlabel("runs, oldest first: one slot per run (UTC start)")
+    ax.set_xlabel("runs, oldest first: one slot per run, its id above it (UTC start)")
     ax.set_ylabel(f"{metric} ({trend.unit})" if trend.unit else metric)
     ax.set_title(f"{trend.playbook} on {trend.host}: {metric}, {trend.better} is better — last {len(points)} runs "
                  f"(#{points[0]['run_id']}–#{points[-1]['run_id']})", fontsize=11)

@@ -268,5 +268,14 @@ def heatmap_axes(result: dict[str, Any]) -> tuple[str, str] | None:
     return (axes[0], axes[1]) if len(axes) >= 2 else None
 
 
+def plot_axes(result: dict[str, Any]) -> tuple[str, str | None] | None:
+    """The plot's axes: the heatmap's two, else the one swept input (a line plot), else None
+    (nothing was swept: one point)."""
+    if (two := heatmap_axes(result)) is not None:
+        return two
+    swept = [a for a in result["axes"] if len(result["spec"]["axes"][a]) > 1]
+    return (swept[0], None) if swept else None
+
+
 def default_png(result: dict[str, Any], folder: Path | None = None) -> Path:
     return (folder or Path.cwd()) / f"sweep-{result['sweep_id']}.png"

@@ -336,7 +336,7 @@ async def run_tuning(engine: Engine, req: TuneRequest, *, actor: str, origin: st
                ((int(k), e) for k, e in result["batch_sizes"].items()) if v.get("tok_s") is not None]
     ok = deploy is not None
     summary = (f"{deploy.mode}: {deploy.why}" if deploy else f"nothing measured: {res.stopped}") + \
-        f"; {result['launches']} launches of a {len(cells)}-cell grid" + \
+        f"; {result['launches']} launches of {'an' if str(len(cells)).startswith('8') else 'a'} {len(cells)}-cell grid" + \
         (f"; caveat: {result['caveat']}" if result.get("caveat") else "")
     await rec.step("choose", "tune.choose", "ok" if ok else "failed", summary, data=result, metrics=metrics)
     status, code, error = ("succeeded", 0, None) if ok else ("failed", 1, res.stopped or "nothing was measured")

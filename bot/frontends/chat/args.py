@@ -65,8 +65,9 @@ def history(word: str, args: list[str], text: str) -> Command:
 
 
 def logs(word: str, args: list[str], text: str) -> Command:
-    if len(args) != 1 or not _HOSTS.match(args[0]) or "," in args[0]:
-        return err(text, "usage: /eagle logs HOST")
+    if not 1 <= len(args) <= 2 or not _HOSTS.match(args[0]) or "," in args[0] or \
+            (len(args) == 2 and not (args[1].isdigit() and 1 <= int(args[1]) <= 5000)):
+        return err(text, "usage: /eagle logs HOST [LINES]   (LINES: 1 to 5000, default 60)")
     return Command(word, tuple(args), text=text)
 
 

@@ -271,7 +271,8 @@ async def on_logs(services: Services, cmd: Command, caller: Caller) -> Reply:
     other (a run row, the step's output in the audit store, redaction), silently: the reply is
     the log. Its only skill is read-only, so it takes no host lock and works mid-relaunch."""
     host = cmd.args[0]
-    req = RunRequest(LOGS_PLAYBOOK, [host], {"lines": LOG_LINES}, actor=caller.user, origin=caller.origin,
+    lines = int(cmd.args[1]) if len(cmd.args) > 1 else LOG_LINES
+    req = RunRequest(LOGS_PLAYBOOK, [host], {"lines": lines}, actor=caller.user, origin=caller.origin,
                      channel=caller.channel)
     outcome = await services.engine.run(req)
     steps = await services.store.steps(outcome.run_id)
@@ -281,7 +282,7 @@ async def on_logs(services: Services, cmd: Command, caller: Caller) -> Reply:
         return error_reply(f"{why} (run #{outcome.run_id})", code=outcome.exit_code or 1)
     data = json.loads(step["data"] or "{}")
     text = f"== {data.get('log_path', '?')}\n" + (step["output"] or "").strip("\n")
-    return Reply(text, LogTail(host, text, LOG_LINES), public=True, run_id=outcome.run_id)
+    return Reply(text, LogTail(host, text, lines), public=True, run_id=outcome.run_id)
 
 
 async def on_schedule(services: Services, cmd: Command, caller: Caller) -> Reply:

@@ -160,7 +160,7 @@ async def on_sweep(services: Services, cmd: Command, caller: Caller) -> Reply:
     if best:
         text += f"\napply the best (operators): /eagle {best}"
     png: Path | None = None
-    axes2 = sw.heatmap_axes(r)
+    axes2 = sw.plot_axes(r)
     if axes2 and r["ranked"]:
         png = render_sweep(r, axes2[0], axes2[1],
                            Path(tempfile.mkdtemp(prefix="eagle-sweep-")) / f"sweep-{sid}.png")

@@ -64,7 +64,7 @@ WORDS: tuple[Word, ...] = (   # in the order of `/eagle help`
          f"it again (failed: only\n{_COL[:-1]}the hosts that failed or were unreachable)", args.run_id, h.on_cancel,
          verb="cancel runs"),
     Word("rerun", "operate", "", args.rerun, h.on_rerun, verb="re-run runs"),
-    Word("logs", "view", "/eagle logs HOST                    tail of the inference server's log on a host",
+    Word("logs", "view", "/eagle logs HOST [LINES]            tail of the inference server's log on a host (default 60 lines)",
          args.logs, h.on_logs),
     Word("schedule", args.schedule_access, "/eagle schedule [pause|resume NAME] scheduled runs and their next fire "
          "time; pause or resume one", args.schedule, h.on_schedule),

@@ -103,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("logs", parents=[common], help="the tail of a host's server log (the server-logs playbook)")
     s.add_argument("host")
+    s.add_argument("-n", "--lines", type=int, default=60, help="lines from the end (1-5000, default 60)")
+    s.add_argument("-f", "--follow", action="store_true", help="keep printing what the server appends, until Ctrl-C")
     s.set_defaults(func=cmd_logs)
 
     s = sub.add_parser("cancel", parents=[common], help="cancel a running run (its always-steps still run)")

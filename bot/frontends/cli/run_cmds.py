@@ -16,6 +16,7 @@ from eaglebot.frontends.cli.common import whoami as _whoami
 
 if TYPE_CHECKING:
     from eaglebot.config import Settings
+    from eaglebot.engine.runner import Observer
 
 
 _KV = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
@@ -36,7 +37,7 @@ def parse_extra_vars(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-async def _run_async(args: argparse.Namespace, settings: Settings) -> int:
+async def _run_async(args: argparse.Namespace, settings: Settings, observer: Observer | None = None) -> int:
     import asyncio
     import signal
 
@@ -59,7 +60,7 @@ async def _run_async(args: argparse.Namespace, settings: Settings) -> int:
                          rerun_of=getattr(args, "rerun_of", None), force=getattr(args, "force", False),
                          actor=os.environ.get("USER") or os.environ.get("LOGNAME") or _whoami())
         approver = terminal_approver if (sys.stdin.isatty() and not args.yes) else None
-        observer = TerminalObserver(verbose=args.verbose)
+        observer = observer or TerminalObserver(verbose=args.verbose)
         try:
             try:
                 given = getattr(args, "inputs", None)  # `eagle rerun`: the run's own, as stored
@@ -151,9 +152,23 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from eaglebot.frontends.cli.chat import chat_main
+    if not 1 <= args.lines <= 5000:
+        raise UsageError(f"--lines {args.lines}: give 1 to 5000")
+    if not args.follow:
+        from eaglebot.frontends.cli.chat import chat_main
 
-    return chat_main(_settings(args), f"logs {shlex.quote(args.host)}")
+        return chat_main(_settings(args), f"logs {shlex.quote(args.host)} {args.lines}")
+    import asyncio
+
+    from eaglebot.frontends.cli.terminal import LogFollower
+
+    # the server-logs playbook in follow mode: an audited read-only run, the log on stdout as it
+    # grows, the run's own lines on stderr; Ctrl-C cancels the run and ends the command (exit 0)
+    run = argparse.Namespace(playbook="server-logs", hosts=[args.host], extra=[f"lines={args.lines}", "follow=true"],
+                             dry_run=False, yes=True, verbose=False, json=False)
+    follower = LogFollower()
+    code = asyncio.run(_run_async(run, _settings(args), follower))
+    return 0 if follower.stopped else code
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

@@ -130,6 +130,20 @@ class TerminalObserver(Observer):
             self._p(f"run #{outcome.run_id}: {self.hosts_done}/{self.fleet} hosts done, {self.hosts_failed} failed")
 
 
+class LogFollower(TerminalObserver):
+    """`eagle logs -f`: the log's lines on stdout as they come (a pipe gets the log alone), the
+    run's own lines on stderr."""
+
+    stopped = False   # the follow ended as asked (Ctrl-C): the run is `cancelled`, the command fine
+
+    def step_output(self, run_id: int, rec: StepRecord, line: str) -> None:
+        print(terminal_safe(line), flush=True)
+
+    async def run_finished(self, outcome: RunOutcome) -> None:
+        self.stopped = outcome.status == "cancelled"
+        await super().run_finished(outcome)
+
+
 async def terminal_approver(req: ApprovalRequest) -> tuple[bool, str]:
     """Ask on the terminal; without one the engine denies (and says to pass --yes)."""
     lines = [f"[{req.host}] step {req.step!r} wants to {req.action}:"] + [f"    {d}" for d in req.details]

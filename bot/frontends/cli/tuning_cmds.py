@@ -168,16 +168,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import asyncio
 
     r = asyncio.run(go())
-    axes = sw.heatmap_axes(r)
+    axes = sw.plot_axes(r)
     png = None
     if axes and r["ranked"]:
         png = render_sweep(r, axes[0], axes[1], Path(args.out) if args.out else sw.default_png(r))
+    elif args.out:   # asked for a plot that cannot be drawn: say why, rather than nothing
+        print(f"no plot written to {args.out}: " + ("no point was measured" if axes else
+                                                     "the sweep varies no input (one point)"), file=sys.stderr)
     if args.json:
         _out({**r, "heatmap": str(png) if png else None, "apply_best": sw.apply_best_command(r)})
     else:
         print(sweep_text(r))
         if png:
-            print(f"heatmap and Pareto front: {png}")
+            print(f"{'heatmap' if axes and axes[1] else 'line plot'} and Pareto front: {png}")
         if (cmd := sw.apply_best_command(r)):
             print(f"apply the best: eagle chat {json.dumps(cmd)}")
     return 1 if r["failed"] else 0

@@ -37,10 +37,41 @@ def _short(name: str) -> str:
     return name.removeprefix("spec_")
 
 
-def render_sweep(result: dict[str, Any], x_axis: str, y_axis: str, out_path: str | Path) -> Path:
+def _line(ax: Any, result: dict[str, Any], x_axis: str) -> None:
+    """One swept input: the best output tok/s at each of its values, as a line."""
+    xs = sorted(result["spec"]["axes"][x_axis], key=_key)
+    best: dict[str, float] = {}
+    for p in result["ranked"]:
+        x, v = str(p["inputs"][x_axis]), p["output_throughput"]
+        if v is not None and v > best.get(x, -math.inf):
+            best[x] = v
+    at = [j for j, x in enumerate(xs) if x in best]
+    ax.plot(at, [best[xs[j]] for j in at], marker="o", color="tab:blue", linewidth=2)
+    for j in at:
+        ax.annotate(f"{best[xs[j]]:,.0f}", (j, best[xs[j]]), fontsize=10, xytext=(0, 7), textcoords="offset points",
+                    ha="center")
+    for j in (j for j in range(len(xs)) if xs[j] not in best):
+        ax.axvline(j, color="0.75", linestyle=":", linewidth=1)
+        ax.text(j, 0.02, "skipped", transform=ax.get_xaxis_transform(), ha="center", color="0.35", style="italic")
+    ax.set_xticks(range(len(xs)))
+    ax.set_xticklabels(xs, fontsize=11)
+    ax.set_xlabel(x_axis, fontsize=12)
+    ax.set_ylabel("best output tok/s", fontsize=11)
+    ax.set_title("best output tok/s per value (higher is better)", fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.margins(x=0.08, y=0.15)   # room for the values written above the points
+
+
+def render_sweep(result: dict[str, Any], x_axis: str, y_axis: str | None, out_path: str | Path) -> Path:
+    """The heatmap over two swept inputs (a line plot over one: `y_axis` None) and the Pareto front."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    if y_axis is None:
+        fig = Figure(figsize=(13, 5), dpi=110)
+        FigureCanvasAgg(fig)
+        _line(fig.add_subplot(1, 2, 1), result, x_axis)
+        return _pareto_and_save(fig, result, out_path, "")
     axes = result["spec"]["axes"]
     xs, ys = sorted(axes[x_axis], key=_key), sorted(axes[y_axis], key=_key)
     grid = [[math.nan for _ in xs] for _ in ys]
@@ -85,6 +116,10 @@ def render_sweep(result: dict[str, Any], x_axis: str, y_axis: str, out_path: str
                  fontsize=11)
     bar = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     bar.set_label("output tok/s", fontsize=10)
+    return _pareto_and_save(fig, result, out_path, " (red box: the best cell)")
+
+
+def _pareto_and_save(fig: Any, result: dict[str, Any], out_path: str | Path, note: str) -> Path:
     ax2 = fig.add_subplot(1, 2, 2)
     pts = [p for p in result["ranked"] if p["output_throughput"] is not None and p["median_ttft_ms"] is not None]
     front = [p for p in pts if p["idx"] in result["pareto"]]
@@ -110,7 +145,7 @@ def render_sweep(result: dict[str, Any], x_axis: str, y_axis: str, out_path: str
     ax2.grid(True, alpha=0.3)
     ax2.legend(fontsize=9, loc="upper left")
     sim = " — SIMULATED" if result.get("simulated") else ""
-    fig.suptitle(f"sweep #{result['sweep_id']}: {result['playbook']} on {result['host']}{sim} (red box: the best cell)", fontsize=12)
+    fig.suptitle(f"sweep #{result['sweep_id']}: {result['playbook']} on {result['host']}{sim}{note}", fontsize=12)
     fig.tight_layout()
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from eaglebot.frontends.format import a_or_an, sig3
+
+
+def _plain_numbers(ax: Any) -> None:
+    """Log axes labelled 120, 130, 150, not 1.2×10²: every major tick, and the minor ones where the
+    axis spans less than a decade (where matplotlib would write them in powers of ten)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    plain = FuncFormatter(lambda v, _pos: sig3(v))
+    for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        if axis.get_scale() != "log":
+            continue
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain if lo > 0 and hi / lo < 10 else NullFormatter())
+
 
 def _label(c: dict[str, Any]) -> str:
     return f"{c['spec_steps']}/{c['spec_topk']}/{c['spec_draft_tokens']}"
@@ -76,8 +91,10 @@ def render_tune(r: dict[str, Any], out_path: str | Path) -> Path:
     ax2.set_title(f"predicted vs measured: {pc.get('within_5pct', 0)} of {pc.get('checked', 0)} within 5%", fontsize=11)
     ax2.grid(True, which="both", alpha=0.25)
     sim = " — SIMULATED" if r.get("simulated") else ""
-    fig.suptitle(f"tuning run #{r['run_id']}: {r['playbook']} on {r['host']}{sim}, {r['launches']} launches of a "
-                 f"{r['grid_launches']}-cell grid", fontsize=12)
+    fig.suptitle(f"tuning run #{r['run_id']}: {r['playbook']} on {r['host']}{sim}, {r['launches']} launches of "
+                 f"{a_or_an(r['grid_launches'])} {r['grid_launches']}-cell grid", fontsize=12)
+    for a in (ax, ax2):
+        _plain_numbers(a)
     fig.tight_layout()
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eaglebot.frontends.format import table
+from eaglebot.frontends.format import a_or_an, table
 
 
 def _cell(c: dict[str, Any] | None) -> str:
@@ -19,20 +19,24 @@ def _pct(v: Any) -> str:
 def tune_text(r: dict[str, Any]) -> str:
     budget = r.get("budget") or {}
     of_time = f" of {budget['max_seconds']:.0f} s" if budget.get("max_seconds") else ""
-    head = (f"tuning run #{r['run_id']}: {r['playbook']} on {r['host']}, a {r['grid_launches']}-cell grid "
+    head = (f"tuning run #{r['run_id']}: {r['playbook']} on {r['host']}, {a_or_an(r['grid_launches'])} {r['grid_launches']}-cell grid "
             f"({r['cells_measured']} cells measured, {r['cells_predicted']} chains predicted); budget used: "
             f"{r['launches']} of {budget.get('max_launches', '?')} launches, {r['seconds']:.0f} s{of_time}; "
             f"noise {r['noise_pct']:.1f}% (MAD)")
     rows = []
+    counts = {(e.get("cells_measured"), e.get("cells_predicted")) for e in r["batch_sizes"].values()
+              if e.get("tok_s") is not None}
+    per_size = len(counts) > 1   # the same counts on every row are the head's, not a column
     for b, e in r["batch_sizes"].items():
         if e.get("tok_s") is None:
-            rows.append([b, "-", "nothing measured", "-", "-", "-", "-"])
+            rows.append([b, "-", "nothing measured", "-", "-", *(["-"] if per_size else []), "-"])
             continue
         rows.append([b, _cell(e["choice"]), f"{e['tok_s']:.1f} ±{e['spread']:.1f}", _pct(e.get("gain_vs_current_pct")),
-                     _pct(e.get("gain_vs_static_pct")), f"{e['cells_measured']}/{e['cells_predicted']}",
+                     _pct(e.get("gain_vs_static_pct")),
+                     *([f"{e['cells_measured']}/{e['cells_predicted']}"] if per_size else []),
                      f"{e['deployed_tok_s']:.1f}" if e.get("deployed_tok_s") else "-"])
-    out = [head, table(["batch", "best (measured)", "tok/s ±MAD", "vs current", "vs static", "measured/predicted",
-                        "deployed tok/s"], rows)]
+    out = [head, table(["batch", "best (measured)", "tok/s ±MAD", "vs current", "vs static",
+                        *(["cells measured/chains predicted"] if per_size else []), "deployed tok/s"], rows)]
     pc = r.get("prediction_checks") or {}
     if pc.get("checked"):
         out.append(f"predicted chains verified: {pc['within_5pct']} of {pc['checked']} within 5% of the measurement")

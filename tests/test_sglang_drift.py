@@ -161,3 +161,32 @@ async def test_relaunch_refuses_an_ignored_env_var_before_anything_stops(service
     assert not (h.botstate / "run" / f"server-{h.port}.pid").exists()
     row = svc.store.sync.steps(out.run_id)[0]
     assert json.loads(row["data"])["surface_of"] == "0.5.23"
+
+
+async def test_doctor_shows_the_hosts_release_and_its_drift_against_the_nearest_record(tmp_path):
+    from test_doctor import settings_for
+    from eaglebot.frontends.cli.doctor import check_host
+    from eaglebot.transport.local import LocalTransport
+
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={TREES / 'new'} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    settings = settings_for(tmp_path, {"local": {"transport": "local", "gpu": False, "vars": {"python": str(python)}}})
+    checks = await check_host("local", settings.hosts["local"], LocalTransport(), gpu=True)
+    by = {c.name: c for c in checks}
+    surface = by["host local sglang surface"]
+    assert surface.ok and surface.warn and surface.detail == (
+        "SGLang 0.2.0 is a release eaglebot has no record of; drift against the nearest, 0.5.10")
+    assert by["host local sglang flags"].warn and by["host local sglang flags"].detail.startswith(
+        "the flag table moved: server_args.py -> arg_groups/fields/*.py + server_args.py; ")
+    assert "spec_accept_histogram dropped (eaglebot reads it)" in by["host local sglang fields"].detail
+    # a host whose sglang is not a full SGLang tree (the simulator's): said, and not a failure
+    bare = tmp_path / "bare" / "sglang"
+    bare.mkdir(parents=True)
+    (bare / "__init__.py").write_text("__version__ = '0.5.23'\n")
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={bare.parent} exec {sys.executable} \"$@\"\n")
+    checks = await check_host("local", settings.hosts["local"], LocalTransport(), gpu=True)
+    lines = [c.line() for c in checks if "sglang" in c.name]
+    assert lines == [f"WARN  host local sglang surface: not read (the sglang package at {bare} has no srt/models "
+                     f"(not a full SGLang install)): the relaunch pre-flight uses eaglebot's record of the release "
+                     f"instead"], lines

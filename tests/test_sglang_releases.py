@@ -121,3 +121,21 @@ def test_the_capture_program_fits_each_real_release_as_its_shipped_table_says(ve
     assert len(checked) >= 6, checked
     for arch in checked:
         assert capture.fit_arch(ns["probe"], src, arch) == table["archs"][arch], arch
+
+
+async def test_doctor_on_a_host_with_the_real_0523_says_its_surface_matches_the_record(tmp_path):
+    """What an operator sees: the sentinel needs no import, so it answers even where `import sglang`
+    fails (here: the wheel without its dependencies)."""
+    from test_doctor import settings_for
+    from eaglebot.frontends.cli.doctor import check_host
+    from eaglebot.transport.local import LocalTransport
+
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={real_sglang('0.5.23', full=True).parent} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    settings = settings_for(tmp_path, {"local": {"transport": "local", "gpu": False, "vars": {"python": str(python)}}})
+    checks = await check_host("local", settings.hosts["local"], LocalTransport(), gpu=True)
+    lines = [c.line() for c in checks if "sglang" in c.name]
+    assert len(lines) == 1 and lines[0].startswith(
+        "ok    host local sglang surface: SGLang 0.5.23: the surface eaglebot relies on matches its record (559 flags, "), \
+        lines

@@ -51,9 +51,9 @@ def test_the_host_program_reads_both_layouts_and_names_each_change():
                   "--cuda-graph-max-bs-prefill; it was a deprecated alias of --cuda-graph-max-bs-decode)",
                   "2 added: --attn-dp-size, --enable-dp-attention",
                   "--enable-dp-attention now deprecated (use --attn-dp-size <dp-size>)"],
-        "env": ["SGLANG_ENABLE_CP_V2: absent -> removed",
-                "SGLANG_ENABLE_SPEC_V2, SGLANG_NEW_NAME: read -> ignored (no code reads it)",
-                "SGLANG_OLD_NAME: renamed -> ignored (no code reads it)"],
+        "env": ["SGLANG_ENABLE_SPEC_V2, SGLANG_NEW_NAME: read -> ignored (no code reads it)",
+                "SGLANG_OLD_NAME: renamed -> ignored (no code reads it)",
+                "SGLANG_ENABLE_CP_V2: absent -> removed"],
         "fields": ["per_request spec_accept_histogram dropped (eaglebot reads it)", "metrics added: spec_num_steps"],
         # llama's hook was only reworded and reformatted: no change; qwen's now takes ids as given
         "hooks": ["1 capture hooks added: models/glm.py:GlmForCausalLM.set_dflash_layers_to_capture",

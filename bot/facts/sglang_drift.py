@@ -166,7 +166,9 @@ def drift(base: dict[str, Any], host: dict[str, Any]) -> Drift:
         was, now = _env_status(base, name), _env_status(host, name)
         if was != now:
             moved.setdefault((was, now), []).append(name)
-    for (was, now), group in sorted(moved.items()):
+    # what a launch would lose first (now ignored, removed), what is merely new last
+    rank = {"absent": 0, "removed": 1, "renamed": 2, "deprecated": 3, "read": 4}
+    for (was, now), group in sorted(moved.items(), key=lambda m: (rank.get(m[0][1], 5), m[0])):
         what = {"absent": "ignored (no code reads it)"}.get(now, now)
         d.add("env", f"{len(group)} {was} -> {what}: {_names(group)}" if len(group) > 3 else
               f"{_names(group)}: {was} -> {what}")

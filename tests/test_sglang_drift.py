@@ -50,11 +50,13 @@ def test_the_host_program_reads_both_layouts_and_names_each_change():
                   "--cuda-graph-max-bs removed (now an ambiguous prefix of --cuda-graph-max-bs-decode, "
                   "--cuda-graph-max-bs-prefill; it was a deprecated alias of --cuda-graph-max-bs-decode)",
                   "2 added: --attn-dp-size, --enable-dp-attention",
-                  "--enable-dp-attention now deprecated (use --attn-dp-size <dp-size>)"],
+                  "--enable-dp-attention now deprecated (use --attn-dp-size <dp-size>)",
+                  "--enable-dp-attention due for removal after 2026-12-31"],
         "env": ["SGLANG_ENABLE_SPEC_V2, SGLANG_NEW_NAME: read -> ignored (no code reads it)",
                 "SGLANG_OLD_NAME: renamed -> ignored (no code reads it)",
                 "SGLANG_ENABLE_CP_V2: absent -> removed"],
-        "fields": ["per_request spec_accept_histogram dropped (eaglebot reads it)", "metrics added: spec_num_steps"],
+        "fields": ["server_info enable_dp_attention synthesized (due for removal after 2026-12-31)",
+                   "per_request spec_accept_histogram dropped (eaglebot reads it)", "metrics added: spec_num_steps"],
         # llama's hook was only reworded and reformatted: no change; qwen's now takes ids as given
         "hooks": ["1 capture hooks added: models/glm.py:GlmForCausalLM.set_dflash_layers_to_capture",
                   "models/qwen.py:QwenForCausalLM.set_eagle3_layers_to_capture body changed (plus_one differ)"],
@@ -87,6 +89,8 @@ def test_the_shipped_records_hold_every_listed_0517_to_0523_change():
                  "--cuda-graph-max-bs-prefill)",
                  "flags: --speculative-skip-dp-mlp-sync removed (unknown now)",
                  "flags: --enable-dp-attention now deprecated (use --attn-dp-size <dp-size>)",
+                 "flags: --enable-dp-attention due for removal after 2026-12-31",
+                 "fields: server_info enable_dp_attention synthesized (due for removal after 2026-12-31)",
                  "env: SGLANG_ENABLE_SPEC_V2: removed -> ignored (no code reads it)",
                  "fields: per_request spec_accept_histogram dropped (eaglebot reads it)",
                  "fields: per_request spec_accepted_drafts dropped (eaglebot reads it)",
@@ -127,7 +131,9 @@ def test_a_launch_the_release_would_break_or_ignore_is_refused_naming_the_replac
         "env SGLANG_ENABLE_SPEC_V2 is silently ignored by SGLang 0.5.23 (no code reads it; SGLang 0.5.17 knew it: "
         "speculative decoding always runs the V2 worker. Use --disable-overlap-schedule to select the non-overlap "
         "(synchronous) path.); remove it from env:"]
-    assert warnings == ["env SGLANG_NO_SUCH_KNOB is read by no code of SGLang 0.5.23: it would be ignored",
+    assert warnings == ["--enable-dp-attention is due for removal from SGLang after 2026-12-31: use --attn-dp-size "
+                        "<dp-size>",
+                        "env SGLANG_NO_SUCH_KNOB is read by no code of SGLang 0.5.23: it would be ignored",
                         "env SGLANG_USE_TRITON_ROUTER_SUM is renamed in SGLang 0.5.23 (SGLang says: use "
                         "SGLANG_USE_CUSTOM_ROUTER_SUM)"]
     # the same launch on 0.5.17: the aliases still work; the env var only warns there

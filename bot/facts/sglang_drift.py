@@ -157,6 +157,9 @@ def drift(base: dict[str, Any], host: dict[str, Any]) -> Drift:
     bd, hd = bf.get("deprecated") or {}, hf.get("deprecated") or {}
     for flag in sorted(set(hd) - set(bd)):
         d.add("flags", f"{flag} now deprecated" + (f" (use {hd[flag]})" if hd[flag] else ""))
+    bdue, hdue = bf.get("removal_due") or {}, hf.get("removal_due") or {}
+    for flag in sorted(f for f in hdue if bdue.get(f) != hdue[f]):
+        d.add("flags", f"{flag} due for removal after {hdue[flag]}")
     if bf.get("allow_abbrev", True) != hf.get("allow_abbrev", True):
         d.add("flags", f"abbreviations {'allowed' if hf.get('allow_abbrev', True) else 'refused'} now")
     names = sorted(_env_read(base) | _env_read(host) | set((base.get("env") or {}).get("retired") or {})
@@ -172,6 +175,10 @@ def drift(base: dict[str, Any], host: dict[str, Any]) -> Drift:
         what = {"absent": "ignored (no code reads it)"}.get(now, now)
         d.add("env", f"{len(group)} {was} -> {what}: {_names(group)}" if len(group) > 3 else
               f"{_names(group)}: {was} -> {what}")
+    bs = (base.get("fields") or {}).get("server_info_synthesized") or {}
+    hs = (host.get("fields") or {}).get("server_info_synthesized") or {}
+    for key in sorted(k for k in hs if bs.get(k) != hs[k]):
+        d.add("fields", f"server_info {key} synthesized" + (f" (due for removal after {hs[key]})" if hs[key] else ""))
     for section in ("per_request", "server_info", "metrics"):
         b = set((base.get("fields") or {}).get(section) or [])
         h = set((host.get("fields") or {}).get(section) or [])
@@ -246,6 +253,11 @@ def launch_problems(host: dict[str, Any], args: list[str], env: dict[str, str],
             continue
         flag = word.split("=", 1)[0]
         if flag in options:   # (a deprecated alias still works; SGLang's own parser warns in its log)
+            due = (flags.get("removal_due") or {}).get(flag)
+            if due:
+                new = (flags.get("deprecated") or {}).get(flag)
+                warnings.append(f"{flag} is due for removal from SGLang after {due}"
+                                + (f": use {new}" if new else ""))
             continue
         last, new = _replacement(flag, history)
         matches = _prefix_matches(flags, flag)

@@ -196,3 +196,12 @@ async def test_doctor_shows_the_hosts_release_and_its_drift_against_the_nearest_
     assert lines == [f"WARN  host local sglang surface: not read (the sglang package at {bare} has no srt/models "
                      f"(not a full SGLang install)): the relaunch pre-flight uses eaglebot's record of the release "
                      f"instead"], lines
+
+
+def test_a_flag_only_a_later_release_has_is_left_to_sglangs_parser_and_an_env_var_of_one_is_ignored():
+    r10 = sglang_drift.record("0.5.10")
+    assert r10 is not None
+    refusals, _ = sglang_drift.launch_problems(r10, ["--cuda-graph-max-bs-decode", "8"],
+                                               {"SGLANG_USE_CUSTOM_ROUTER_SUM": "1"})
+    assert refusals == ["env SGLANG_USE_CUSTOM_ROUTER_SUM is silently ignored by SGLang 0.5.10 (no code reads it; "
+                        "SGLang 0.5.23 knew it); remove it from env:"]

@@ -217,9 +217,12 @@ def _prefix_matches(flags: dict[str, Any], flag: str) -> list[str]:
     return sorted(o for o in (flags.get("options") or {}) if o.startswith(flag))
 
 
-def _replacement(flag: str, history: list[dict[str, Any]]) -> tuple[str | None, str | None]:
-    """(the last known release that had `flag`, the flag it named instead), newest first."""
+def _replacement(flag: str, history: list[dict[str, Any]], before: str) -> tuple[str | None, str | None]:
+    """(the last known release older than `before` that had `flag`, the flag it named instead); a
+    flag only newer releases have is no removal (SGLang's own parser refuses it)."""
     for rec in sorted(history, key=lambda r: _vkey(str(r.get("sglang") or "0")), reverse=True):
+        if _vkey(before) and _vkey(str(rec.get("sglang") or "0")) >= _vkey(before):
+            continue
         flags = rec.get("flags") or {}
         if flag in (flags.get("options") or {}):
             return rec.get("sglang"), (flags.get("deprecated") or {}).get(flag) or None
@@ -259,7 +262,7 @@ def launch_problems(host: dict[str, Any], args: list[str], env: dict[str, str],
                 warnings.append(f"{flag} is due for removal from SGLang after {due}"
                                 + (f": use {new}" if new else ""))
             continue
-        last, new = _replacement(flag, history)
+        last, new = _replacement(flag, history, str(ver))
         matches = _prefix_matches(flags, flag)
         instead = f"use {new}" if new else "remove it"
         if len(matches) >= 2:

@@ -1,9 +1,11 @@
-"""The REAL SGLang source of a version, for the draft-contract tests: the wheel from PyPI
-(`pip download --no-deps sglang==VERSION`, ~40 MB, seconds), its Python files unpacked (never
-installed, nothing imported: the probe reads them as it reads a host's installed package).
+"""The REAL SGLang source of a version, for the draft-contract tests and the release matrix
+(tests/test_sglang_releases.py): the wheel from PyPI (`pip download --no-deps sglang==VERSION`,
+6-40 MB, seconds), its Python files unpacked (never installed, nothing imported: the probe and the
+sentinel read them as they read a host's installed package).
 
-Cached in $EAGLE_SGLANG_SRC (default ~/.cache/eaglebot/sglang-src/VERSION), fetched on first use
-(CI: a fresh machine downloads 0.5.23 and 0.5.17 once, about 2 x 40 MB, a few seconds);
+Cached in $EAGLE_SGLANG_SRC (default ~/.cache/eaglebot/sglang-src: the wheel in wheels/VERSION/, its
+model files in VERSION/, every file in VERSION-full/), fetched on first use (CI: a fresh machine
+downloads 0.5.10, 0.5.17 and 0.5.23 once, about 70 MB, seconds);
 `python tests/sglang_source.py [--full] 0.5.23` fetches by hand. Nothing of SGLang is vendored here.
 A machine that cannot download it fails the test that needs it, saying so (never a skip).
 """
@@ -27,6 +29,30 @@ def cache_root() -> Path:
     return Path(os.environ.get("EAGLE_SGLANG_SRC") or Path.home() / ".cache" / "eaglebot" / "sglang-src")
 
 
+def real_wheel(version: str) -> Path:
+    """The real wheel of `version`, downloaded once (kept: the models-only and the full unpacking share it)."""
+    folder = cache_root() / "wheels" / version
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:        # xdist workers: one downloads, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = sorted(folder.glob("sglang-*.whl"))
+        if found:
+            return found[0]
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            # one build on every machine (the Python files are the same in each; its compiled parts
+            # are never used), so a CI runner of another Python or CPU reads the same bytes
+            res = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                                  "--disable-pip-version-check", "--only-binary=:all:", "--python-version", "3.11",
+                                  "--platform", "manylinux_2_34_x86_64", f"sglang=={version}", "-d", tmp],
+                                 capture_output=True, text=True, timeout=600)
+            wheels = list(Path(tmp).glob("sglang-*.whl"))
+            if res.returncode != 0 or not wheels:
+                raise RuntimeError(f"could not download the real sglang=={version} wheel (pip: "
+                                   f"{(res.stderr.strip().splitlines() or ['no output'])[-1]}); these tests read "
+                                   f"its source: give this machine PyPI access or set EAGLE_SGLANG_SRC")
+            return wheels[0].rename(folder / wheels[0].name)
+
+
 def real_sglang(version: str, full: bool = False) -> Path:
     """The `sglang` folder of the real wheel of `version` (downloaded and unpacked once); `full`: every
     Python file of the package (the version-drift sentinel reads flags, env vars and field names
@@ -36,21 +62,12 @@ def real_sglang(version: str, full: bool = False) -> Path:
     if done.exists():
         return root / "sglang"
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:          # xdist workers: one downloads, the others wait
+    with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
-            with tempfile.TemporaryDirectory() as tmp:
-                res = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                                      "--disable-pip-version-check", f"sglang=={version}", "-d", tmp],
-                                     capture_output=True, text=True, timeout=600)
-                wheels = list(Path(tmp).glob("sglang-*.whl"))
-                if res.returncode != 0 or not wheels:
-                    raise RuntimeError(f"could not download the real sglang=={version} wheel (pip: "
-                                       f"{(res.stderr.strip().splitlines() or ['no output'])[-1]}); these tests read "
-                                       f"its source: give this machine PyPI access or set EAGLE_SGLANG_SRC")
-                with zipfile.ZipFile(wheels[0]) as z:
-                    z.extractall(root, [n for n in z.namelist() if n.endswith(".py")
-                                        and n.startswith(("sglang/",) if full else KEEP)])
+            with zipfile.ZipFile(real_wheel(version)) as z:
+                z.extractall(root, [n for n in z.namelist() if n.endswith(".py")
+                                    and n.startswith(("sglang/",) if full else KEEP)])
             done.write_text(version + "\n")
     return root / "sglang"
 

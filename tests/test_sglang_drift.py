@@ -50,11 +50,13 @@ def test_the_host_program_reads_both_layouts_and_names_each_change():
                   "--cuda-graph-max-bs removed (now an ambiguous prefix of --cuda-graph-max-bs-decode, "
                   "--cuda-graph-max-bs-prefill; it was a deprecated alias of --cuda-graph-max-bs-decode)",
                   "2 added: --attn-dp-size, --enable-dp-attention",
-                  "--enable-dp-attention now deprecated (use --attn-dp-size <dp-size>)"],
-        "env": ["SGLANG_ENABLE_CP_V2: absent -> removed",
-                "SGLANG_ENABLE_SPEC_V2, SGLANG_NEW_NAME: read -> ignored (no code reads it)",
-                "SGLANG_OLD_NAME: renamed -> ignored (no code reads it)"],
-        "fields": ["per_request spec_accept_histogram dropped (eaglebot reads it)", "metrics added: spec_num_steps"],
+                  "--enable-dp-attention now deprecated (use --attn-dp-size <dp-size>)",
+                  "--enable-dp-attention due for removal after 2026-12-31"],
+        "env": ["SGLANG_ENABLE_SPEC_V2, SGLANG_NEW_NAME: read -> ignored (no code reads it)",
+                "SGLANG_OLD_NAME: renamed -> ignored (no code reads it)",
+                "SGLANG_ENABLE_CP_V2: absent -> removed"],
+        "fields": ["server_info enable_dp_attention synthesized (due for removal after 2026-12-31)",
+                   "per_request spec_accept_histogram dropped (eaglebot reads it)", "metrics added: spec_num_steps"],
         # llama's hook was only reworded and reformatted: no change; qwen's now takes ids as given
         "hooks": ["1 capture hooks added: models/glm.py:GlmForCausalLM.set_dflash_layers_to_capture",
                   "models/qwen.py:QwenForCausalLM.set_eagle3_layers_to_capture body changed (plus_one differ)"],
@@ -87,6 +89,8 @@ def test_the_shipped_records_hold_every_listed_0517_to_0523_change():
                  "--cuda-graph-max-bs-prefill)",
                  "flags: --speculative-skip-dp-mlp-sync removed (unknown now)",
                  "flags: --enable-dp-attention now deprecated (use --attn-dp-size <dp-size>)",
+                 "flags: --enable-dp-attention due for removal after 2026-12-31",
+                 "fields: server_info enable_dp_attention synthesized (due for removal after 2026-12-31)",
                  "env: SGLANG_ENABLE_SPEC_V2: removed -> ignored (no code reads it)",
                  "fields: per_request spec_accept_histogram dropped (eaglebot reads it)",
                  "fields: per_request spec_accepted_drafts dropped (eaglebot reads it)",
@@ -127,7 +131,9 @@ def test_a_launch_the_release_would_break_or_ignore_is_refused_naming_the_replac
         "env SGLANG_ENABLE_SPEC_V2 is silently ignored by SGLang 0.5.23 (no code reads it; SGLang 0.5.17 knew it: "
         "speculative decoding always runs the V2 worker. Use --disable-overlap-schedule to select the non-overlap "
         "(synchronous) path.); remove it from env:"]
-    assert warnings == ["env SGLANG_NO_SUCH_KNOB is read by no code of SGLang 0.5.23: it would be ignored",
+    assert warnings == ["--enable-dp-attention is due for removal from SGLang after 2026-12-31: use --attn-dp-size "
+                        "<dp-size>",
+                        "env SGLANG_NO_SUCH_KNOB is read by no code of SGLang 0.5.23: it would be ignored",
                         "env SGLANG_USE_TRITON_ROUTER_SUM is renamed in SGLang 0.5.23 (SGLang says: use "
                         "SGLANG_USE_CUSTOM_ROUTER_SUM)"]
     # the same launch on 0.5.17: the aliases still work; the env var only warns there
@@ -161,3 +167,41 @@ async def test_relaunch_refuses_an_ignored_env_var_before_anything_stops(service
     assert not (h.botstate / "run" / f"server-{h.port}.pid").exists()
     row = svc.store.sync.steps(out.run_id)[0]
     assert json.loads(row["data"])["surface_of"] == "0.5.23"
+
+
+async def test_doctor_shows_the_hosts_release_and_its_drift_against_the_nearest_record(tmp_path):
+    from test_doctor import settings_for
+    from eaglebot.frontends.cli.doctor import check_host
+    from eaglebot.transport.local import LocalTransport
+
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={TREES / 'new'} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    settings = settings_for(tmp_path, {"local": {"transport": "local", "gpu": False, "vars": {"python": str(python)}}})
+    checks = await check_host("local", settings.hosts["local"], LocalTransport(), gpu=True)
+    by = {c.name: c for c in checks}
+    surface = by["host local sglang surface"]
+    assert surface.ok and surface.warn and surface.detail == (
+        "SGLang 0.2.0 is a release eaglebot has no record of; drift against the nearest, 0.5.10")
+    assert by["host local sglang flags"].warn and by["host local sglang flags"].detail.startswith(
+        "the flag table moved: server_args.py -> arg_groups/fields/*.py + server_args.py; ")
+    assert "spec_accept_histogram dropped (eaglebot reads it)" in by["host local sglang fields"].detail
+    # a host whose sglang is not a full SGLang tree (the simulator's): said, and not a failure
+    bare = tmp_path / "bare" / "sglang"
+    bare.mkdir(parents=True)
+    (bare / "__init__.py").write_text("__version__ = '0.5.23'\n")
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={bare.parent} exec {sys.executable} \"$@\"\n")
+    checks = await check_host("local", settings.hosts["local"], LocalTransport(), gpu=True)
+    lines = [c.line() for c in checks if "sglang" in c.name]
+    assert lines == [f"WARN  host local sglang surface: not read (the sglang package at {bare} has no srt/models "
+                     f"(not a full SGLang install)): the relaunch pre-flight uses eaglebot's record of the release "
+                     f"instead"], lines
+
+
+def test_a_flag_only_a_later_release_has_is_left_to_sglangs_parser_and_an_env_var_of_one_is_ignored():
+    r10 = sglang_drift.record("0.5.10")
+    assert r10 is not None
+    refusals, _ = sglang_drift.launch_problems(r10, ["--cuda-graph-max-bs-decode", "8"],
+                                               {"SGLANG_USE_CUSTOM_ROUTER_SUM": "1"})
+    assert refusals == ["env SGLANG_USE_CUSTOM_ROUTER_SUM is silently ignored by SGLang 0.5.10 (no code reads it; "
+                        "SGLang 0.5.23 knew it); remove it from env:"]

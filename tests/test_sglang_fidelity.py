@@ -106,7 +106,8 @@ DOC_FILES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "doc
              "skills/server_launch.py", "bot/facts/sglang_phase.py", "bot/facts/sglang.py",
              "bot/facts/sglang_args.py", "bot/history/attribution.py", "tests/gpu/real_sglang_bed.py"]
 # Documented as what one release has and the other does not (docs/gpu-validation.md, REFERENCE.md).
-ONLY_IN = {"--cuda-graph-bs": "0.5.17", "--cuda-graph-max-bs": "0.5.17"}
+ONLY_IN = {"--cuda-graph-bs": "0.5.17", "--cuda-graph-max-bs": "0.5.17",
+           "--speculative-dflash-draft-window-size": "0.5.17"}   # (docs/sglang-releases.md)
 
 
 def _documented_flags() -> dict[str, str]:

@@ -157,6 +157,9 @@ def drift(base: dict[str, Any], host: dict[str, Any]) -> Drift:
     bd, hd = bf.get("deprecated") or {}, hf.get("deprecated") or {}
     for flag in sorted(set(hd) - set(bd)):
         d.add("flags", f"{flag} now deprecated" + (f" (use {hd[flag]})" if hd[flag] else ""))
+    bdue, hdue = bf.get("removal_due") or {}, hf.get("removal_due") or {}
+    for flag in sorted(f for f in hdue if bdue.get(f) != hdue[f]):
+        d.add("flags", f"{flag} due for removal after {hdue[flag]}")
     if bf.get("allow_abbrev", True) != hf.get("allow_abbrev", True):
         d.add("flags", f"abbreviations {'allowed' if hf.get('allow_abbrev', True) else 'refused'} now")
     names = sorted(_env_read(base) | _env_read(host) | set((base.get("env") or {}).get("retired") or {})
@@ -166,10 +169,16 @@ def drift(base: dict[str, Any], host: dict[str, Any]) -> Drift:
         was, now = _env_status(base, name), _env_status(host, name)
         if was != now:
             moved.setdefault((was, now), []).append(name)
-    for (was, now), group in sorted(moved.items()):
+    # what a launch would lose first (now ignored, removed), what is merely new last
+    rank = {"absent": 0, "removed": 1, "renamed": 2, "deprecated": 3, "read": 4}
+    for (was, now), group in sorted(moved.items(), key=lambda m: (rank.get(m[0][1], 5), m[0])):
         what = {"absent": "ignored (no code reads it)"}.get(now, now)
         d.add("env", f"{len(group)} {was} -> {what}: {_names(group)}" if len(group) > 3 else
               f"{_names(group)}: {was} -> {what}")
+    bs = (base.get("fields") or {}).get("server_info_synthesized") or {}
+    hs = (host.get("fields") or {}).get("server_info_synthesized") or {}
+    for key in sorted(k for k in hs if bs.get(k) != hs[k]):
+        d.add("fields", f"server_info {key} synthesized" + (f" (due for removal after {hs[key]})" if hs[key] else ""))
     for section in ("per_request", "server_info", "metrics"):
         b = set((base.get("fields") or {}).get(section) or [])
         h = set((host.get("fields") or {}).get(section) or [])
@@ -208,9 +217,12 @@ def _prefix_matches(flags: dict[str, Any], flag: str) -> list[str]:
     return sorted(o for o in (flags.get("options") or {}) if o.startswith(flag))
 
 
-def _replacement(flag: str, history: list[dict[str, Any]]) -> tuple[str | None, str | None]:
-    """(the last known release that had `flag`, the flag it named instead), newest first."""
+def _replacement(flag: str, history: list[dict[str, Any]], before: str) -> tuple[str | None, str | None]:
+    """(the last known release older than `before` that had `flag`, the flag it named instead); a
+    flag only newer releases have is no removal (SGLang's own parser refuses it)."""
     for rec in sorted(history, key=lambda r: _vkey(str(r.get("sglang") or "0")), reverse=True):
+        if _vkey(before) and _vkey(str(rec.get("sglang") or "0")) >= _vkey(before):
+            continue
         flags = rec.get("flags") or {}
         if flag in (flags.get("options") or {}):
             return rec.get("sglang"), (flags.get("deprecated") or {}).get(flag) or None
@@ -244,8 +256,13 @@ def launch_problems(host: dict[str, Any], args: list[str], env: dict[str, str],
             continue
         flag = word.split("=", 1)[0]
         if flag in options:   # (a deprecated alias still works; SGLang's own parser warns in its log)
+            due = (flags.get("removal_due") or {}).get(flag)
+            if due:
+                new = (flags.get("deprecated") or {}).get(flag)
+                warnings.append(f"{flag} is due for removal from SGLang after {due}"
+                                + (f": use {new}" if new else ""))
             continue
-        last, new = _replacement(flag, history)
+        last, new = _replacement(flag, history, str(ver))
         matches = _prefix_matches(flags, flag)
         instead = f"use {new}" if new else "remove it"
         if len(matches) >= 2:

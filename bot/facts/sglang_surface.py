@@ -8,13 +8,14 @@ A program: eaglebot sends this file's text to the host's Python on stdin (`sglan
 - flags: the launch flag table wherever the release keeps it (explicit `add_argument` calls in
   `server_args.py`; `A[T, "help"]` / `A[T, Arg(...)]` fields of the ServerArgs dataclass in 0.5.17,
   of the `arg_groups/fields/*.py` namespaces in 0.5.23), as argparse would register them; the
-  deprecated ones (a `Deprecated*` action) with the flag they name instead.
+  deprecated ones (a `Deprecated*` action) with the flag they name instead, and the date a "TODO:
+  remove ... after YYYY-MM-DD" comment above a flag gives for its removal.
 - env: the SGLANG_* variables its `Envs` class declares, every other one its source names anywhere
   (`read`: read directly, or at least mentioned; a variable outside both is one no code can read),
   and the retired ones (the deprecation registry, `deprecated_name=` aliases, a "NAME has been
   removed" warning) with what SGLang says instead.
 - fields: the per-request `spec_*` keys of `/generate`'s meta_info, the `/server_info` acceptance keys
-  and the Prometheus spec metrics.
+  (and those it synthesizes, with a removal date where a TODO gives one), the Prometheus spec metrics.
 - hooks: every `set_{eagle3,dflash,dspark}_layers_to_capture` in `srt/models/*.py` with a hash of its
   body (its AST without docstring, positions or comments), so a changed body shows though what it
   means is not known; the attributes it sets and whether it shifts ids by one.
@@ -38,6 +39,7 @@ UNAVAILABLE = "EAGLE-SURFACE-UNAVAILABLE"
 HOOKS_AT = re.compile(r"^([ \t]*)def set_(?:eagle3|dflash|dspark)_layers_to_capture\b", re.M)
 ENV_NAME = re.compile(r"SGL(?:ANG)?_[A-Z0-9_]+")   # a literal start: re skips to it fast
 # os.getenv("X"), os.environ.get("X"), os.environ["X"], "X" in os.environ, get_bool_env_var("X"), ...
+REMOVAL_DUE = re.compile(r"(?:remove|drop)\b[^\n]*?\bafter (\d{4}-\d{2}-\d{2})", re.I)
 ENV_REMOVED = re.compile(r"(SGL(?:ANG)?_[A-Z0-9_]+) (?:has been|was|is) (removed|deprecated)\b\W*(.*)", re.S)
 
 
@@ -139,7 +141,14 @@ def _field_options(cls: ast.ClassDef, table: Dict[str, Any], where: str) -> None
         _add(table, options, name, action, new_flag, where)
 
 
-def _explicit_options(tree: ast.Module, table: Dict[str, Any], where: str) -> None:
+def _due(lines: List[str], lineno: int) -> Optional[str]:
+    """The date of a "TODO: remove ... after YYYY-MM-DD" comment just above a line (1-based)."""
+    above = "\n".join(ln for ln in lines[max(0, lineno - 4):lineno - 1] if ln.strip().startswith("#"))
+    m = REMOVAL_DUE.search(above)
+    return m.group(1) if m else None
+
+
+def _explicit_options(tree: ast.Module, lines: List[str], table: Dict[str, Any], where: str) -> None:
     """`parser.add_argument("--flag", ...)` calls with literal option strings."""
     for n in ast.walk(tree):
         if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add_argument"):
@@ -150,10 +159,28 @@ def _explicit_options(tree: ast.Module, table: Dict[str, Any], where: str) -> No
         long = next((o for o in options if o.startswith("--")), options[0])
         dest = _str(_kw(n, "dest")) or long.lstrip("-").replace("-", "_")
         _add(table, options, dest, _name(_kw(n, "action")), _str(_kw(n, "new_flag")), where)
+        due = _due(lines, n.lineno)
+        if due:
+            for o in options:
+                table["removal_due"][o] = due
+
+
+def synthesized(tree: ast.Module, lines: List[str]) -> Dict[str, str]:
+    """`/server_info` keys `ServerArgs.resolved_dict` adds by hand (`resolved["key"] = ...`), with
+    the date a TODO above it gives for their removal ("" when none)."""
+    out: Dict[str, str] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.FunctionDef) and n.name == "resolved_dict":
+            for st in ast.walk(n):
+                if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Subscript):
+                    key = _str(st.targets[0].slice) if isinstance(st.targets[0].slice, ast.expr) else None
+                    if key:
+                        out[key] = _due(lines, st.lineno) or ""
+    return out
 
 
 def flag_table(root: str) -> Dict[str, Any]:
-    table: Dict[str, Any] = {"options": {}, "deprecated": {}, "where": {}, "allow_abbrev": True}
+    table: Dict[str, Any] = {"options": {}, "deprecated": {}, "removal_due": {}, "where": {}, "allow_abbrev": True}
     srt = os.path.join(root, "srt")
     sa_path = os.path.join(srt, "server_args.py")
     tree = _parse(sa_path)
@@ -172,7 +199,7 @@ def flag_table(root: str) -> Dict[str, Any]:
                 if isinstance(n, ast.ClassDef) and any(isinstance(s, ast.Assign) and any(
                         _name(t) == "_NS_PATH" for t in s.targets) for s in n.body):
                     _field_options(n, table, "arg_groups/fields/" + fn)
-    _explicit_options(tree, table, "server_args.py")
+    _explicit_options(tree, _read(sa_path).splitlines(), table, "server_args.py")
     table["options"] = dict(sorted(table["options"].items()))
     table["deprecated"] = dict(sorted(table["deprecated"].items()))
     return table
@@ -233,7 +260,10 @@ def field_names(root: str, texts: Dict[str, str]) -> Dict[str, Any]:
     managers = "".join(t for p, t in texts.items() if os.path.join(srt, "managers") in p)
     metrics = "".join(t for p, t in texts.items() if os.path.join(srt, "observability") in p
                       or p.endswith("metrics_collector.py"))
-    return {"per_request": _quoted(tm, r"spec_[a-z_]+"),
+    sa = os.path.join(srt, "server_args.py")
+    tree = _parse(sa) if os.path.isfile(sa) else None
+    return {"server_info_synthesized": synthesized(tree, texts.get(sa, "").splitlines()) if tree else {},
+            "per_request": _quoted(tm, r"spec_[a-z_]+"),
             "server_info": _quoted(managers, r"avg_spec_[a-z_]+") + (["internal_states"] if "internal_states"
                                                                       in managers else []),
             "metrics": sorted(set(re.findall(r"name=[\"']sglang:(spec_[a-z_]+)[\"']", metrics)))}

@@ -11,6 +11,10 @@ that is down, or whose key is not pinned, is a warning (exit 0): one bad GPU nod
 the whole bot down. Exit 1 for the bot's own problems; 2 (as every command) when the config
 itself is invalid.
 
+On a GPU host the version-drift sentinel (facts/sglang_drift.py) reads the installed SGLang's
+source (no import, about a second) and compares the surface eaglebot relies on with its record of
+the nearest release: a match is one `ok` line, a drift a warning line per part that changed.
+
 nvidia-smi is checked only on GPU hosts (`Settings.is_gpu_host`: `gpu: true|false` on a host
 wins; unmarked, hosts with the `nvidia_smi` var and ssh hosts that are not only a jump host),
 so the bot's own GPU-less host passes.
@@ -96,7 +100,7 @@ async def check_host(name: str, cfg: HostConfig, transport: Host, gpu: bool = Tr
         out.append(Check(f"host {name} nvidia-smi", True, "not a GPU host (not checked; mark it `gpu: true` "
                                                           "in eagle.yaml if it has GPUs)"))
     out.append(await check_python(name, cfg, transport, gpu))
-    if gpu and out[-1].ok:
+    if gpu:   # (read from the source: it needs no import, so it says which release is there even then)
         out += await check_sglang_surface(name, cfg, transport)
     return out
 

@@ -1,5 +1,5 @@
 """Per-GPU health in `eagle run health --json` and `eagle show` (issue 24): each GPU's verdict,
-reasons and readings, from the gpu.health step's data. A real `eagle` process on the
+reasons and readings, from the gpu.health step's data. The CLI in this process on the
 SIMULATED nvidia-smi (local transport), a real SQLite file."""
 from __future__ import annotations
 

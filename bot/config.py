@@ -42,27 +42,66 @@ def _default_shell() -> ShellMode:
 
 
 class HostConfig(_Model):
-    transport: Literal["ssh", "local"] = Field("ssh", description="ssh (default) or local")
-    address: str | None = Field(None, description="host name or IP address to connect to (default: the host's "
-                                                  "name; in a range a template of {{ name }}, {{ n }}, "
-                                                  "{{ n_text }}, {{ index }})")
-    user: str | None = Field(None, description="SSH user (default: the current user)")
-    port: int = Field(22, ge=1, le=65535)
-    key: str | None = Field(None, description="private key file; without it the SSH agent and default keys are used")
-    known_hosts: str | None = Field(None, description="known_hosts file used to verify the host key (default ~/.ssh/known_hosts)")
-    jump: str | None = Field(None, description="name of another configured host to tunnel through")
-    connect_timeout_s: float = Field(10.0, gt=0)
-    connect_retries: int = Field(3, ge=0, le=20, description="extra tries of a connection that failed on the way "
-                                                               "(refused, reset, lost before login, timed out), "
-                                                               "with jittered backoff")
-    max_channels: int = Field(8, ge=1, le=64, description="concurrent SSH channels (sshd's MaxSessions is 10)")
+    """A host, by name (a range such as `gpu-[001:128]` names many). Paths are relative to the config
+    file's folder; `~` is expanded."""
+    transport: Literal["ssh", "local"] = Field(
+        "ssh",
+        description="`ssh` or `local` (this machine, as the bot's user)")
+    address: str | None = Field(
+        None,
+        description="host name or IP address; in a range a template of the member (see "
+                    "[Addresses](#addresses)) (default: the host's name)")
+    user: str | None = Field(
+        None,
+        description="SSH user (default: the current user)")
+    port: int = Field(
+        22, ge=1, le=65535,
+        description="SSH port (1–65535)")
+    key: str | None = Field(
+        None,
+        description="private key file; one that does not exist or cannot be read refuses the run before any "
+                    "connection (exit 2: `host gpu-01: the SSH key hosts.gpu-01.key = /x/id_ed2551 does not "
+                    "exist; ...`), and is a `FAIL` line in `eagle doctor` (default: the SSH agent and default "
+                    "keys)")
+    known_hosts: str | None = Field(
+        None,
+        description="the file the host key is verified against; an unknown or changed key is refused "
+                    "(default: `~/.ssh/known_hosts`)")
+    jump: str | None = Field(
+        None,
+        description="another configured ssh host to tunnel through (no loops, not `local`)")
+    connect_timeout_s: float = Field(
+        10.0, gt=0,
+        description="seconds to connect (default: `10`)")
+    connect_retries: int = Field(
+        3, ge=0, le=20,
+        description="extra tries of a connection that failed on the way (refused, reset, lost before login, "
+                    "timed out), with jittered backoff (0.25 s doubling, at most 4 s); a refused key or host "
+                    "key is not retried. Still failing: the host is `unreachable`")
+    max_channels: int = Field(
+        8, ge=1, le=64,
+        description="concurrent SSH channels to the host (sshd's `MaxSessions` is 10); a persistent host "
+                    "keeps at most half of them as shells")
     shell: ShellMode = Field(
         default_factory=_default_shell,
-        description="exec: one SSH channel (or local sh -c) per command; persistent: a run's commands go "
-                    "through a sh of its own on one channel. Default exec, or env EAGLE_SHELL_MODE")
-    vars: dict[str, Any] = Field(default_factory=dict, description="host variables for templating")
-    gpu: bool | None = Field(None, description="a GPU host (doctor checks nvidia-smi there); default: see "
-                                               "Settings.is_gpu_host")
+        description="`exec`: one SSH channel (or local `sh -c`) per command; `persistent`: a run's commands "
+                    "go through a shell of its own (see [Reliability](reliability.md#run-isolation))")
+    vars: dict[str, Any] = Field(
+        default_factory=dict,
+        description="host variables for templating (`python` (a GPU host's Python that imports sglang: `eagle "
+                    "doctor` and the launch pre-flight check), `model`, `draft`, `port`, `bind` (the address "
+                    "the relaunched server listens on, its `--host`: default `127.0.0.1`, `0.0.0.0` for other "
+                    "machines), `server_log`, `nvidia_smi`, `dmesg`, `draft_train_layers` (the layer outputs "
+                    "the draft's training concatenated, e.g. `[2, 30, 58]`), `draft_train_accuracy` (its "
+                    "training accuracy at the first position), `sglang_version` (the table the gate and the "
+                    "launch check fall back to), ...); one that no playbook or skill reads but is near one "
+                    "that does (`pyton:`) is a warning in the run and in `eagle doctor` (see [Host "
+                    "vars](#host-vars))")
+    gpu: bool | None = Field(
+        None,
+        description="a GPU host, where `eagle doctor` checks nvidia-smi. Unmarked: a host whose vars name "
+                    "`nvidia_smi` is one, and so is every ssh host that is not only another host's `jump`; "
+                    "`local` is not (default: derived)")
 
     @model_validator(mode="after")
     def _needs_address(self) -> "HostConfig":
@@ -72,19 +111,41 @@ class HostConfig(_Model):
 
 
 class SlackConfig(_Model):
-    channel: str | None = None
-    api_url: str | None = Field(None, description="Web API base URL (tests, proxies); env SLACK_API_URL wins")
-    progress_interval_s: float = Field(1.0, ge=0.0)
+    """Where and how the bot posts in Slack (the tokens are never in the file: see Environment)."""
+    channel: str | None = Field(
+        None,
+        description="the bot's channel: scheduled runs, the daily audit head, warnings")
+    api_url: str | None = Field(
+        None,
+        description="Web API base URL (a proxy, tests); `$SLACK_API_URL` wins; ends in `/` (default: Slack's)")
+    progress_interval_s: float = Field(
+        1.0, ge=0.0,
+        description="seconds between two edits of one progress message (never less than 1)")
 
 
 class AccessConfig(_Model):
-    # Closed by default: without an `access` section Slack users may view, nothing more.
-    operators: list[str] = Field(default_factory=list, description="Slack user ids who may run, cancel, rerun, pause")
-    approvers: list[str] = Field(default_factory=list, description="Slack user ids who may approve confirm steps")
-    viewers: list[str] = Field(default_factory=lambda: ["*"])
-    self_approval: bool = Field(False, description="may the requester of a run approve its own confirm steps")
-    playbooks: dict[str, list[str]] = Field(default_factory=dict, description="optional allowlist per playbook")
-    approval_timeout_s: float = Field(900.0, gt=0)
+    """Slack only (CLI runs are not subject to it). Closed by default: without an `access`
+    section Slack users may view, nothing more."""
+    operators: list[str] = Field(
+        default_factory=list,
+        description="Slack user ids who may run, cancel, rerun, ack, pause, set baselines")
+    approvers: list[str] = Field(
+        default_factory=list,
+        description="Slack user ids who may approve `confirm` steps")
+    viewers: list[str] = Field(
+        default_factory=lambda: ["*"],
+        description="who may view (history, show, status, logs, schedule, trend, diff); `\"*\"` is everyone")
+    self_approval: bool = Field(
+        False,
+        description="may the requester of a run approve its own `confirm` steps")
+    playbooks: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="optional allowlist per playbook: name → user ids. It holds for every word that runs the "
+                    "playbook from Slack (a run, `rerun`, `sweep` and `sweep resume`, `tune`, `tune apply` and its "
+                    "Apply button, `bisect` and the playbooks of the runs it bisects)")
+    approval_timeout_s: float = Field(
+        900.0, gt=0,
+        description="no answer within this is a deny (default: `900`)")
 
     def playbook_refusal(self, playbook: str, user: str) -> str | None:
         """None when `user` may run `playbook` (it has no allowlist, or the list names them or
@@ -96,17 +157,40 @@ class AccessConfig(_Model):
 
 
 class ScheduleConfig(_Model):
-    name: str
-    playbook: str
-    hosts: list[str] = Field(default_factory=list)
-    cron: str | None = Field(None, description="crontab's 5 fields (minute hour day month day-of-week)")
-    every: str | None = Field(None, description="a fixed interval instead of cron: 5s, 10m, 1h (aligned to the "
-                                                "epoch, so every replica computes the same fire times)")
-    timezone: str = "UTC"
-    channel: str | None = None
-    inputs: dict[str, Any] = Field(default_factory=dict)
-    approve: bool = Field(False, description="approve `confirm` steps (nobody is there to ask)")
-    misfire_grace_s: int = Field(3600, ge=1)
+    """A scheduled run: `eagle serve` fires it (one replica per fire)."""
+    name: str = Field(
+        description="unique; `eagle schedule pause nightly-bench` uses it")
+    playbook: str = Field(
+        description="must exist; `tune` is a nightly `eagle tune` (its `inputs`: `playbook`, `batch_sizes`, "
+                    "`budget`, ..., see [Tuning](tuning.md#apply-proposals-and-re-tuning)); it proposes, "
+                    "never applies")
+    hosts: list[str] = Field(
+        default_factory=list,
+        description="must be known")
+    cron: str | None = Field(
+        None,
+        description="standard crontab, 5 fields (day-of-week 0 or 7 = Sunday); not both day-of-month and "
+                    "day-of-week (default: one of `cron`/`every`)")
+    every: str | None = Field(
+        None,
+        description="a fixed interval instead: `5s`, `10m`, `1h`; fire times are counted from the epoch "
+                    "(every 5m fires at :00, :05, ...), so every replica computes the same ones (default: one "
+                    "of `cron`/`every`)")
+    timezone: str = Field(
+        "UTC",
+        description="an IANA name (`Europe/Berlin`)")
+    channel: str | None = Field(
+        None,
+        description="where the run is posted (default: `slack.channel`)")
+    inputs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the playbook's inputs, checked when the config is loaded")
+    approve: bool = Field(
+        False,
+        description="approve `confirm` steps (nobody is there to ask; otherwise they are denied)")
+    misfire_grace_s: int = Field(
+        3600, ge=1,
+        description="a fire missed by up to this long still runs")
 
     @model_validator(mode="after")
     def _cron_or_every(self) -> "ScheduleConfig":
@@ -126,12 +210,25 @@ class ScheduleConfig(_Model):
 
 
 class RegressionConfig(_Model):
-    window: int = Field(10, ge=2)
-    min_history: int = Field(5, ge=1)
-    min_pct: float = Field(5.0, ge=0)
-    k_sigma: float = Field(3.0, ge=0)
-    confirm_runs: int = Field(2, ge=1, le=5, description="consecutive runs beyond both thresholds before a drop "
-                                                        "is flagged (2: one bad night alone is only a suspect)")
+    """The regression check: see [Regressions](regressions.md) for how these are used."""
+    window: int = Field(
+        10, ge=2,
+        description="successful runs the median is taken over")
+    min_history: int = Field(
+        5, ge=1,
+        description="fewer prior runs: \"insufficient history\", nothing flagged")
+    min_pct: float = Field(
+        5.0, ge=0,
+        description="a change must exceed this many percent...")
+    k_sigma: float = Field(
+        3.0, ge=0,
+        description="...and this many robust sigmas (1.4826·MAD) to be flagged")
+    confirm_runs: int = Field(
+        2, ge=1, le=5,
+        description="consecutive runs beyond both thresholds before the quick check flags a drop; with `2` "
+                    "one bad night alone is a \"suspect\" note, `1` flags the first bad night (as PyTorch's HUD "
+                    "needs 2 bad points in a row); see the [detector "
+                    "benchmark](regressions.md#how-good-is-the-detector)")
 
 
 XID_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -145,33 +242,77 @@ XID_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 class XidRule(_Model):
-    severity: Literal["warn", "fail"] = Field(description="what one occurrence of this Xid says about the GPU")
-    fail_after: int | None = Field(None, ge=1, description="this many occurrences within window_s make it fail")
-    window_s: float = Field(3600.0, gt=0, description="the window fail_after counts over (seconds)")
-    at_once: bool | None = Field(None, description="a fail quarantines without a second probe (default: the "
-                                                   "fatal class: 48, 64, 79, 94, 95, 119, 120)")
+    """One Xid code's rule (`health_watch.xid."79"`), over the defaults below the example."""
+    severity: Literal["warn", "fail"] = Field(
+        description="`warn` (the GPU is suspect) or `fail` (it is quarantined)")
+    fail_after: int | None = Field(
+        None, ge=1,
+        description="this many of a `warn` Xid within `window_s` make it `fail` (at once: the occurrences "
+                    "agree)")
+    window_s: float = Field(
+        3600.0, gt=0,
+        description="the window `fail_after` counts over, in seconds (default: `3600`)")
+    at_once: bool | None = Field(
+        None,
+        description="`true`: a `fail` of this Xid quarantines without a second probe; `false`: it waits for "
+                    "one (default: the fatal class)")
 
 
 class HealthWatchConfig(_Model):
-    hosts: list[str] = Field(default_factory=lambda: ["all"], description="hosts, groups or patterns probed")
-    interval_s: float = Field(60.0, gt=0, description="one cheap probe per host per interval")
-    probe_timeout_s: float = Field(15.0, gt=0, description="a probe that takes longer is itself a finding "
-                                                           "(\"probe hung\")")
-    clear_after: int = Field(3, ge=1, description="clean probes before a suspect or quarantined GPU is healthy")
-    max_quarantined_pct: float = Field(25.0, ge=0, le=100, description="circuit breaker: beyond this share of "
-                                       "the watched hosts, alert but quarantine no more")
-    channel: str | None = Field(None, description="Slack channel of the alerts (default: slack.channel)")
-    auto_drain: bool = Field(False, description="drain a host when it is quarantined, without asking an approver "
-                                                "(the circuit breaker still applies)")
-    xid: dict[str, XidRule] = Field(default_factory=dict, description="per Xid code, overrides of the defaults")
-    confirm_after_s: float = Field(10.0, gt=0, le=3600, description="a finding that needs a second probe gets it "
-                                                                   "this long after the first")
-    confirm_within_s: float = Field(120.0, gt=0, le=86400, description="a second probe agrees only within this "
-                                                                       "long of the first finding")
-    teardown_grace_s: float = Field(30.0, ge=0, le=3600, description="the bot's own teardown window lasts this "
-                                                                     "long past the verify that read the GPU free")
-    expected_xids: list[int] | None = Field(None, description="application Xids that are expected inside the "
-                                                               "bot's own teardown (default: 13, 31, 43, 45, 68, 69)")
+    """The fleet health watch `eagle serve` runs (none: no watch)."""
+    hosts: list[str] = Field(
+        default_factory=lambda: ["all"],
+        description="hosts, groups or patterns the watch probes (as `-H` takes them)")
+    interval_s: float = Field(
+        60.0, gt=0,
+        description="one probe per host per interval: the health query, `nvidia-smi nvlink -s` and the kernel "
+                    "log's Xid lines since the host's cursor (each Xid is reported once); never DCGM "
+                    "(default: `60`)")
+    probe_timeout_s: float = Field(
+        15.0, gt=0,
+        description="a host's probe deadline; a probe past it is the finding \"probe hung\" (the host is "
+                    "suspect) and never delays the other hosts (default: `15`)")
+    clear_after: int = Field(
+        3, ge=1,
+        description="consecutive clean probes before a suspect or quarantined host is healthy again (no "
+                    "restart of anything); a GPU held because the driver asked for a recovery action "
+                    "(`gpu_recovery_action`, driver 550+, e.g. `Reset`) is cleared as soon as it reads `None` "
+                    "again")
+    max_quarantined_pct: float = Field(
+        25.0, ge=0, le=100,
+        description="circuit breaker: a host that should be quarantined while this share of the watched hosts "
+                    "already is (rounded down, at least one host unless `0`) stays `suspect`, and is still "
+                    "alerted (default: `25`)")
+    channel: str | None = Field(
+        None,
+        description="where the alerts go (default: `slack.channel`)")
+    auto_drain: bool = Field(
+        False,
+        description="run the `drain` playbook on a host as soon as it is quarantined, without asking an "
+                    "approver (otherwise a drain is the alert's Drain button or `eagle run drain`, which "
+                    "asks); the circuit breaker applies to automatic and approved drains alike: no drain once "
+                    "`max_quarantined_pct` of the watched hosts are draining or drained")
+    xid: dict[str, XidRule] = Field(
+        default_factory=dict,
+        description="per Xid code (`\"79\"`), a rule over the default:")
+    confirm_after_s: float = Field(
+        10.0, gt=0, le=3600,
+        description="a `fail` outside the fatal class (below) makes the GPU `suspect` and is confirmed by a "
+                    "second probe of that host this long after the first (its loop runs it early); only a "
+                    "second probe that finds a `fail` on the same GPU quarantines it, one that finds none "
+                    "drops it (default: `10`)")
+    confirm_within_s: float = Field(
+        120.0, gt=0, le=86400,
+        description="a second probe agrees only within this long of the first finding (after a hung probe, "
+                    "say); later, a `fail` starts over (default: `120`)")
+    teardown_grace_s: float = Field(
+        30.0, ge=0, le=3600,
+        description="the bot's own teardown window (from a kill it issued until `gpu.verify` read the GPU "
+                    "free) lasts this long more (default: `30`)")
+    expected_xids: list[int] | None = Field(
+        None,
+        description="application Xids that are `expected`, never a finding, inside the bot's own teardown "
+                    "window (default: `[13, 31, 43, 45, 68, 69]`)")
 
     @field_validator("xid")
     @classmethod
@@ -189,46 +330,88 @@ class HealthWatchConfig(_Model):
 
 
 class Settings(_Model):
-    audit_db: str = "eagle.db"
-    playbooks_dir: str | None = None
-    skill_paths: list[str] = Field(default_factory=list,
-                                   description="folders of a team's own skills: each *.py in them with NAME, Params and run")
-    hosts: dict[str, HostConfig] = Field(default_factory=dict)
-    groups: dict[str, list[str]] = Field(default_factory=dict)
-    default_hosts: list[str] = Field(default_factory=list)
-    slack: SlackConfig = Field(default_factory=SlackConfig)
-    access: AccessConfig = Field(default_factory=AccessConfig)
-    schedules: list[ScheduleConfig] = Field(default_factory=list)
-    regression: RegressionConfig = Field(default_factory=RegressionConfig)
-    health_watch: HealthWatchConfig | None = Field(None, description="the fleet health watch `eagle serve` runs")
-    redact: list[str] = Field(default_factory=list, description="regular expressions removed from stored and posted text")
-    host_defaults: dict[str, Any] = Field(default_factory=dict,
-                                          description="settings every ssh host inherits (user, port, key, "
-                                                      "known_hosts, jump, vars, shell...); a host's own win")
-    max_parallel_hosts: int | None = Field(None, ge=1, description="hosts one run works on at once (default: "
-                                                                   "no cap of its own, max_hosts_total holds)")
-    max_hosts_total: int = Field(1024, ge=1, description="hosts all runs of one process work on at once")
-    max_connecting: int = Field(64, ge=1, description="SSH connections being opened at once, per process")
-    max_connecting_per_jump: int = Field(8, ge=1, description="SSH connections being opened at once through one "
-                                                             "jump host, or to one address:port for hosts "
-                                                             "without one (sshd drops the excess: MaxStartups, "
-                                                             "default 10)")
-    state_dir: str = Field("~/.eaglebot", description="where the bot keeps pid and log files on each host")
-    audit_key_file: str | None = Field(None, description="the audit chain's sealing key (`eagle audit init-key`); "
-                                                          "$EAGLE_AUDIT_KEY_FILE overrides it")
+    audit_db: str = Field(
+        "eagle.db",
+        description="the audit store: an SQLite file, or `postgresql://user@host[:port]/db` for several "
+                    "`eagle serve` replicas on one store (see [Operations](operations.md#postgresql))")
+    playbooks_dir: str | None = Field(
+        None,
+        description="your playbooks; they shadow the shipped ones of the same name; must exist")
+    skill_paths: list[str] = Field(
+        default_factory=list,
+        description="folders of your own skills (see [Skills](skills.md#writing-a-skill))")
+    hosts: dict[str, HostConfig] = Field(
+        default_factory=dict,
+        description="the hosts, by name (`local` always exists)")
+    groups: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="name → list of hosts, ranges and groups; usable wherever a host is (`-H h200`); a group "
+                    "may not have a host's name; `all` is built in")
+    default_hosts: list[str] = Field(
+        default_factory=list,
+        description="the hosts of a run that names none")
+    slack: SlackConfig = Field(default_factory=SlackConfig, description="the Slack channel and posting")
+    access: AccessConfig = Field(
+        default_factory=AccessConfig,
+        description="who may do what in Slack (no section: Slack users may only view)")
+    schedules: list[ScheduleConfig] = Field(
+        default_factory=list,
+        description="scheduled runs")
+    regression: RegressionConfig = Field(default_factory=RegressionConfig, description="the regression check")
+    health_watch: HealthWatchConfig | None = Field(
+        None,
+        description="the fleet health watch `eagle serve` runs (none: no watch)")
+    redact: list[str] = Field(
+        default_factory=list,
+        description="regular expressions removed from everything stored, printed and posted; each must "
+                    "compile")
+    host_defaults: dict[str, Any] = Field(
+        default_factory=dict,
+        description="settings every host inherits (any key of `hosts.NAME` but `address` and `transport`); a "
+                    "host's own win, `vars` merge key by key")
+    max_parallel_hosts: int | None = Field(
+        None, ge=1,
+        description="hosts one run works on at once (none: only `max_hosts_total` holds)")
+    max_hosts_total: int = Field(
+        1024, ge=1,
+        description="hosts all runs of one process work on at once, e.g. in `eagle serve`")
+    max_connecting: int = Field(
+        64, ge=1,
+        description="SSH connections being opened at once, per process")
+    max_connecting_per_jump: int = Field(
+        8, ge=1,
+        description="SSH connections being opened at once through one jump host, or to one `address:port` for "
+                    "hosts without one (sshd drops what is over its `MaxStartups`, 10 by default)")
+    state_dir: str = Field(
+        "~/.eaglebot",
+        description="where the bot keeps pid and log files **on each host**; `~` and `$VARS` are the host's "
+                    "(the login user's home and environment): the host makes and names the folder once per "
+                    "run (`mkdir -p`, `pwd -P`) and every skill gets that absolute path; a folder the login "
+                    "user cannot make fails the host's first step with the reason")
+    audit_key_file: str | None = Field(
+        None,
+        description="the audit chain's sealing key (`eagle audit init-key`); `$EAGLE_AUDIT_KEY_FILE` "
+                    "overrides it (see [Operations](operations.md#audit-trail))")
     output_keep_bytes: int = Field(
         1024 * 1024, ge=4096, le=64 * 1024 * 1024,
-        description="bytes of each step's output kept in the audit DB (half head, half tail); the whole "
-                    "output goes to a gzip file in output_dir")
+        description="bytes of each step's output kept in the audit DB, half head, half tail")
     output_dir: str | None = Field(
-        None, description="where the bot writes each step's whole output, on its own machine "
-                          "(default: eagle-output next to the audit DB)")
-    log_format: Literal["text", "json"] = Field("text", description="`eagle serve`'s log lines: text, or one JSON "
-                                                                    "object per line (journald, Loki)")
-    metrics_port: int | None = Field(None, ge=1, le=65535, description="Prometheus /metrics on a port of its own "
-                                                                       "(never on the Slack events port)")
-    metrics_host: str = Field("127.0.0.1", description="the address /metrics binds (it needs no credential: "
-                                                       "keep it where only Prometheus reaches it)")
+        None,
+        description="where the bot writes each step's whole output, on its own machine (default: "
+                    "`eagle-output` next to the audit DB)")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="`eagle serve`'s log lines: `text`, or `json` (one object per line with `ts`, `level`, "
+                    "`logger`, `msg` and the line's fields, for journald or Loki); see "
+                    "[Operations](operations.md#logs)")
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535,
+        description="Prometheus `/metrics` on this port, in HTTP and Socket Mode alike (never on the Slack "
+                    "events port); see [Operations](operations.md#metrics)")
+    metrics_host: str = Field(
+        "127.0.0.1",
+        description="the address `/metrics` binds: it needs no credential, so keep it where only Prometheus "
+                    "reaches it (it does not follow `--host`)")
     # Not from the file: where it was read from (relative paths resolve against it).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     source: Path | None = Field(None, exclude=True)

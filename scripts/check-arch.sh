@@ -26,3 +26,6 @@ echo "== vulture (dead code, confidence >= 60)"
 echo "== mypy (strict, bot/ and skills/)"
 cd "$stage"
 MYPYPATH="$stage" "$py" -m mypy --config-file "$root/pyproject.toml" --cache-dir "$stage/.mypy_cache" -p eaglebot
+echo "== cog (the generated reference in docs/ is what the code declares)"
+cd "$root"
+"$py" -m cogapp --check -I "$root/scripts" docs/reference.md docs/configuration.md

@@ -366,7 +366,7 @@ async def test_unreachable_host_ends_the_run_unreachable_with_one_sentence(servi
           - skill: audit.note
     """)
     out = await svc.engine.run(RunRequest(playbook=book, hosts=["dead"]))
-    # unreachable (after the connect retries) is not failed: exit 4 (DESIGN.md, exit codes)
+    # unreachable (after the connect retries) is not failed: exit 4 (docs/cli.md, "Exit codes and output")
     assert out.status == "unreachable" and out.exit_code == 4
     assert out.steps[0].status == "unreachable" and out.steps[1].status == "skipped"
     assert out.steps[0].summary.startswith("host dead is unreachable at 127.0.0.1:")

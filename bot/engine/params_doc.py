@@ -11,10 +11,10 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from eaglebot.sdk import SkillParams
 
 _BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("min_length", "min length"),
            ("max_length", "max length"))
@@ -76,7 +76,9 @@ def _allowed(f: FieldInfo) -> str:
     return ", ".join(parts)
 
 
-def params_doc(model: type[SkillParams]) -> list[ParamDoc]:
+def params_doc(model: type[BaseModel]) -> list[ParamDoc]:
+    """The fields of a skill's `Params` (or of any settings model: docs/reference.md renders
+    eagle.yaml's keys with it), in declaration order."""
     out = []
     for name, f in model.model_fields.items():
         kind = "choice" if typing.get_origin(f.annotation) is Literal else type_name(f.annotation)

@@ -195,7 +195,7 @@ class RunState:
                       self.run_id, e)
 
     def conclude(self) -> None:
-        """The run's status and exit code from its steps (DESIGN.md: 1 wins over 3)."""
+        """The run's status and exit code from its steps (docs/cli.md, "Exit codes and output": 1 wins over 3)."""
         o = self.outcome
         failed = [s for s in o.steps if s.status == "failed" and not s.tolerated]
         unreachable = list(dict.fromkeys(s.host for s in o.steps if s.status == "unreachable"))
@@ -209,7 +209,7 @@ class RunState:
             o.status, o.exit_code = "failed", (2 if all(s.usage for s in failed) else 1)
             o.error = o.error or f"{failed[0].host}: {failed[0].name}: {failed[0].summary}{spent}"
         elif unreachable:
-            # exit 4: nothing failed, but not every host was reached (DESIGN.md: exit codes)
+            # exit 4: nothing failed, but not every host was reached (docs/cli.md, "Exit codes and output")
             o.status, o.exit_code = "unreachable", 4
             o.error = o.error or (f"{len(unreachable)} host(s) unreachable: {', '.join(unreachable[:10])}"
                                   f"{' …' if len(unreachable) > 10 else ''}{spent}")

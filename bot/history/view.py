@@ -199,7 +199,7 @@ class RunView:
         return list(groups.values())
 
     def as_json(self) -> dict[str, Any]:
-        """`eagle show ID --json` and `eagle run --json` (DESIGN.md "Contract details")."""
+        """`eagle show ID --json` and `eagle run --json` (docs/cli.md, "Exit codes and output")."""
         return {
             "run_id": self.run_id,
             "status": self.status,
@@ -272,7 +272,7 @@ class HistoryRow:
         return duration_s(self.run)
 
     def as_json(self) -> dict[str, Any]:
-        """One element of `eagle history --json` (DESIGN.md "Contract details")."""
+        """One element of `eagle history --json` (docs/cli.md, "Exit codes and output")."""
         r = self.run
         return {"run_id": r["id"], "playbook": r["playbook"], "hosts": r.get("hosts") or [],
                 "status": r["status"], "actor": r.get("actor"), "origin": r.get("origin"),

@@ -43,7 +43,7 @@ def seals_line(report: dict[str, Any]) -> str | None:
     return "; ".join(parts) or None
 
 
-UNVERIFIABLE = 4   # `verify`'s exit when seals were left unchecked (DESIGN: exit codes)
+UNVERIFIABLE = 4   # `verify`'s exit when seals were left unchecked (docs/cli.md: exit codes)
 
 
 def verify_exit(report: dict[str, Any]) -> int:

@@ -22,7 +22,11 @@ class AccessDenied(UsageError):
 
 
 class HostBusy(UsageError):
-    """Another run holds the host's lock: exit 2."""
+    """Another run holds the host's lock: exit 2. `run_id` holds it, since `since` (stored UTC)."""
+
+    def __init__(self, message: str, run_id: int | None = None, since: str | None = None):
+        super().__init__(message)
+        self.run_id, self.since = run_id, since
 
 
 class HostQuarantined(UsageError):

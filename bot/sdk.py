@@ -142,6 +142,9 @@ class Metric:
     value: float
     unit: str = ""
     better: Better = "higher"
+    # The configuration class the value was measured under (docs/regressions.md): a value is
+    # judged only against earlier values of the same class. "" when the skill does not say.
+    config: str = ""
 
 
 @dataclass
@@ -179,6 +182,9 @@ class StepResult:
     # The step refused what it was asked before changing anything (SGLang's parser refuses a launch
     # argument): a failed run whose failures are all refusals exits 2, as invalid input does.
     usage: bool = False
+    # One sentence on the state the run leaves the host in, for a failed run's last line (relaunch:
+    # `no server is running on gpu-01:30000; ...`): the run's error ends with it.
+    final: str = ""
 
     # The keywords are declared (the fields above), so mypy strict catches a misspelt one in a
     # skill or a plugin; at run time an unknown one makes the step fail, naming it, with the
@@ -188,25 +194,25 @@ class StepResult:
         def ok(cls, summary: str = "", *, metrics: list[Metric] | None = None,
                changes: list[FileChange] | None = None, data: dict[str, Any] | None = None,
                warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-               output: str = "", usage: bool = False) -> "StepResult": ...
+               output: str = "", usage: bool = False, final: str = "") -> "StepResult": ...
 
         @classmethod
         def changed(cls, summary: str = "", *, metrics: list[Metric] | None = None,
                     changes: list[FileChange] | None = None, data: dict[str, Any] | None = None,
                     warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-                    output: str = "", usage: bool = False) -> "StepResult": ...
+                    output: str = "", usage: bool = False, final: str = "") -> "StepResult": ...
 
         @classmethod
         def failed(cls, summary: str, *, metrics: list[Metric] | None = None,
                    changes: list[FileChange] | None = None, data: dict[str, Any] | None = None,
                    warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-                   output: str = "", usage: bool = False) -> "StepResult": ...
+                   output: str = "", usage: bool = False, final: str = "") -> "StepResult": ...
 
         @classmethod
         def skipped(cls, summary: str = "", *, metrics: list[Metric] | None = None,
                     changes: list[FileChange] | None = None, data: dict[str, Any] | None = None,
                     warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-                    output: str = "", usage: bool = False) -> "StepResult": ...
+                    output: str = "", usage: bool = False, final: str = "") -> "StepResult": ...
     else:
         @classmethod
         def ok(cls, summary="", **kw):
@@ -240,7 +246,7 @@ class StepResult:
 
 
 # What a result may carry besides its status and summary: StepResult's fields, and StepFailed's keywords.
-RESULT_FIELDS = ("metrics", "changes", "data", "warnings", "regressions", "output", "usage")
+RESULT_FIELDS = ("metrics", "changes", "data", "warnings", "regressions", "output", "usage", "final")
 
 
 def unknown_keywords(kw: Mapping[str, object], where: str) -> str:

@@ -52,9 +52,9 @@ SLICES = {
                        "(history's reads: the run's view, its trends), and the audit head it posts.",
                        ["Runs", "Steps", "Trends", "Incidents", "Approvals", "Schedules", "Replicas",
                         "Maintenance"]),
-    "MetricsReads": ("What `/metrics` reads of the store at each scrape: the open incidents and the "
-                     "quarantined GPUs and hosts.",
-                     ["Incidents", "Health"]),
+    "MetricsReads": ("What `/metrics` reads of the store at each scrape: the open incidents, the "
+                     "quarantined GPUs and hosts, and the latest bench results per host.",
+                     ["Incidents", "Health", "Trends"]),
     "ServiceState": ("What `eagle serve` keeps (schedules and their fires, the replicas' lease and "
                      "heartbeats, Slack's seen requests, the health watch and the events it writes, sweeps).",
                      ["Schedules", "Replicas", "Health", "Sweeps", "Approvals"]),
@@ -66,7 +66,8 @@ SYNC_ONLY = {"AuditAdmin", "ScheduleReads"}
 
 ROW_IMPORTS = '''from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
+    HealthStateRow, HostStepRow, IncidentRow, LatestMetric, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun,
+    MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
     StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )

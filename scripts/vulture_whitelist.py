@@ -25,7 +25,7 @@ _.acquired_at, _.set_at, _.recorded_at, _.changed_at, _.opened_run, _.opened_at,
 _.closed_at, _.closed_kind, _.closed_by, _.cleaned_at, _.from_state, _.to_state, _.silenced_until, _.silenced_by
 _.multi_host, _.checked, _.rows_checked
 _.run_status, _.run_channel, _.run_thread_ts, _.hash, _.run_finished_at
-_.renewed_at, _.expires_at, _.seen_at
+_.renewed_at, _.expires_at, _.seen_at, _.config_class
 # ... and `StepEnd` (store/rows.py), the record a step's end is written from, read with .get()
 _.output_bytes, _.output_sha256
 

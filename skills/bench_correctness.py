@@ -2,17 +2,23 @@
 
 Sends `num_prompts` fixed prompts (`seed`) to the running server with temperature 0 and
 `max_tokens`, and compares the output token ids with a reference recorded by this same skill
-on the same model WITHOUT speculative decoding (on a plain server the skill records it, once,
-in `{state_dir}/correctness/` on the host; later plain runs reuse it). On a speculative server
-the share of exact matches is the metric `greedy_match_rate` (higher is better: it joins the
-regression history); under `min_match` the step fails with the rate and the first differing
-token. With no reference yet the step is skipped and says how to record one.
+on the same model WITHOUT speculative decoding (on a plain server the skill records it, with the
+plain server's top-2 logprobs at every position, once, in `{state_dir}/correctness/` on the host;
+later plain runs reuse it). Each output that differs is classified at its first differing token
+by the reference's top-2 margin there (eaglebot.facts.correctness): `tie` (at most
+`tie_margin_nats`, two bf16 steps: the target's own top-2 were tied, either may come out of a
+verify pass) or `lossy` (a clear margin broken). The step fails on any `lossy`, never on ties;
+the share of outputs that match or diverge at a tie is the metric `greedy_match_rate` (higher is
+better: it joins the regression history). Differences with no margin to judge by (a reference
+recorded before margins were, a missing answer) count against `min_match`. With no reference yet
+the step is skipped and says how to record one.
 
 ```yaml
 - skill: bench.correctness
   with: {python: "{{ python }}", port: "{{ port }}", num_prompts: 32, max_tokens: 32, min_match: 0.95}
 ```
-Registers `reference` (its path on the host), `matched`, `total`, `first_diff`.
+Registers `reference` (its path on the host), `matched`, `ties`, `lossy`, `unexplained`, `total`,
+`exact_rate`, `first_diff` and `divergences` (prompt, token, both tokens, margin, kind of each).
 """
 from __future__ import annotations
 
@@ -40,7 +46,11 @@ class Params(SkillParams):
     num_prompts: int = Field(32, ge=1, le=1024, description="greedy prompts sent (the same ones every run)")
     max_tokens: int = Field(32, ge=1, le=4096, description="max_new_tokens of each prompt (fixed: part of the reference)")
     seed: int = Field(0, description="seed of the fixed prompts")
-    min_match: float = Field(0.95, ge=0, le=1, description="fail under this share of exact matches with the reference")
+    min_match: float = Field(0.95, ge=0, le=1, description="fail under this share of outputs that match the reference "
+                                                          "or diverge at a tie")
+    tie_margin_nats: float = Field(correctness.TIE_MARGIN_NATS, ge=0, le=10,
+                                   description="a divergence where the reference's top-2 logprobs are at most this far "
+                                               "apart is a tie (default two bf16 steps)")
     timeout_s: float = Field(600.0, gt=0, description="time limit for all the prompts")
 
 
@@ -52,27 +62,28 @@ async def _read_json(ctx: SkillContext, path: str) -> Any:
         return None
 
 
-async def _generate(ctx: SkillContext, p: Params, texts: list[str], folder: str,
-                    base: str) -> list[list[int] | None]:
+async def _generate(ctx: SkillContext, p: Params, texts: list[str], folder: str, base: str,
+                    logprobs: bool) -> tuple[list[list[int] | None], list[Any]]:
     # `folder` is absolute (under ctx.state_dir, resolved by the host): Python gets a path it can open.
     # The random part: several bots (or test workers) may share one login's state folder.
     prompts_file = f"{folder}/prompts-{ctx.run_id}-{ctx.step_idx}-{secrets.token_hex(4)}.json"
     await ctx.host.write_file(prompts_file, json.dumps(texts).encode())
     argv = [p.python, "-c", correctness.GENERATE_PY, prompts_file, base, str(p.max_tokens),
-            str(max(10.0, p.timeout_s / 4))]
+            str(max(10.0, p.timeout_s / 4)), "1" if logprobs else "0"]
     res = await ctx.host.run(shlex.join(argv), timeout=p.timeout_s)
     await ctx.host.run(f"rm -f {path_for_shell(prompts_file)}", timeout=30)
     if res.timed_out:
         raise StepFailed(f"{len(texts)} greedy prompts did not finish within {p.timeout_s:g}s on port {p.port}")
     try:
-        outputs = json.loads(res.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
+        doc = json.loads(res.stdout.strip().splitlines()[-1])
+        outputs, top = doc["outputs"], doc["top2"]
+    except (json.JSONDecodeError, IndexError, KeyError, TypeError):
         raise StepFailed(f"the greedy prompts gave no result (exit status {res.exit_status}): "
                          f"{(res.stderr.strip().splitlines() or ['no output'])[-1][:300]}") from None
     if not isinstance(outputs, list) or all(o is None for o in outputs):
         raise StepFailed(f"none of {len(texts)} greedy prompts was answered on port {p.port}: "
                          f"{(res.stderr.strip().splitlines() or ['no error printed'])[-1][:300]}")
-    return outputs
+    return outputs, top
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
@@ -98,29 +109,46 @@ async def _check(ctx: SkillContext, params: Params, texts: list[str], folder: st
     ref_path = f"{folder}/reference-{correctness.reference_key(model, texts, params.max_tokens)}.json"
     ref = await _read_json(ctx, ref_path)
     what = f"{params.num_prompts} prompts x {params.max_tokens} tokens of {model}"
-    if not spec and ref is not None:
+    if not spec and ref is not None and "top2" in ref:
         return StepResult.ok(f"no speculative decoding: the greedy reference ({what}, recorded by run "
                              f"#{ref.get('run_id')}) is kept", data={"reference": ref_path})
     await ctx.host.run(f"mkdir -p {path_for_shell(folder)}", timeout=30)
-    outputs = await _generate(ctx, params, texts, folder, base)
+    outputs, top = await _generate(ctx, params, texts, folder, base, logprobs=not spec)
     if not spec:
+        rows = [correctness.top2_rows(t) for t in top]
         doc = {"model": model, "max_tokens": params.max_tokens, "seed": params.seed, "prompts": texts,
-               "outputs": outputs, "run_id": ctx.run_id,
+               "outputs": outputs, "top2": rows, "run_id": ctx.run_id,
                "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         await ctx.host.write_file(ref_path, json.dumps(doc).encode())
-        return StepResult.changed(f"recorded the greedy reference without speculative decoding: {what}",
-                                  data={"reference": ref_path})
+        with_margins = sum(1 for r in rows if r)
+        return StepResult.changed(f"recorded the greedy reference without speculative decoding: {what}, with "
+                                  f"the top-2 logprobs of {with_margins} of them", data={"reference": ref_path})
     if ref is None:
         return StepResult.skipped(
             f"no greedy reference for {model} on this host yet: run this step once on a server without "
             f"speculative decoding (it records one); {spec} outputs not checked",
             warnings=[f"speculative decoding ({spec}) not checked for lossless outputs: no reference"])
-    m = correctness.compare(ref["outputs"], outputs)
+    m = correctness.compare(ref["outputs"], outputs, ref.get("top2"), params.tie_margin_nats)
     metric = Metric("greedy_match_rate", round(m.rate, 4), "", "higher")
-    data = {"reference": ref_path, "matched": m.matched, "total": m.total, "first_diff": m.first_diff_text()}
-    line = f"{m.matched}/{m.total} greedy outputs match the reference ({m.rate:.1%}, min_match {params.min_match:.0%})"
-    if m.rate < params.min_match:
-        raise StepFailed(f"{spec} changed the greedy outputs: {line}; first difference at {m.first_diff_text()}",
+    ties, lossy, unexplained = m.count("tie"), m.count("lossy"), m.count("unexplained")
+    data = {"reference": ref_path, "matched": m.matched, "ties": ties, "lossy": lossy, "unexplained": unexplained,
+            "total": m.total, "exact_rate": round(m.exact_rate, 4), "first_diff": m.first_diff_text(),
+            "tie_margin_nats": params.tie_margin_nats,
+            "divergences": [{"prompt": d.prompt, "token": d.token, "reference": d.want, "got": d.got,
+                             "margin_nats": d.margin, "runner_up": d.runner_up, "kind": d.kind} for d in m.diffs]}
+    line = (f"{m.matched}/{m.total} greedy outputs match the reference, {ties} diverge at a tie (top-2 margin "
+            f"<= {params.tie_margin_nats:g} nats), {lossy} lossy"
+            + (f", {unexplained} unexplained" if unexplained else "")
+            + f" ({m.rate:.1%} match or tie, min_match {params.min_match:.0%})")
+    if lossy:
+        first = next(d for d in m.diffs if d.kind == "lossy")
+        raise StepFailed(f"{spec} changed the greedy outputs: {line}; first lossy divergence at {first.text()}",
                          metrics=[metric], data=data)
-    extra = f"; first difference at {m.first_diff_text()}" if m.first_diff else ""
+    if m.rate < params.min_match:
+        why = ("the reference has no top-2 logprobs (recorded before they were): record it again on a server "
+               "without speculative decoding to tell ties from lossy" if "top2" not in ref
+               else "outputs missing or without a margin to judge by")
+        raise StepFailed(f"{spec} changed the greedy outputs: {line}; first difference at {m.first_diff_text()}; "
+                         f"{why}", metrics=[metric], data=data)
+    extra = f"; first difference at {m.first_diff_text()}" if m.diffs else ""
     return StepResult.ok(f"lossless: {line}{extra}", metrics=[metric], data=data)

@@ -11,6 +11,13 @@ on, an accept length <= `min_accept_length` (1.05) fails ("the draft model accep
 fewer completed requests than asked is a warning with both numbers, under
 `min_completed_fraction` (90%) a failure; a failed check records no metrics.
 
+Every metric carries the run's configuration class (`config_class`: speculative algorithm or
+none, target model, TP size, quantization, benchmark shape; docs/regressions.md says why
+these), so the regression check compares like with like. With speculative decoding on, the
+bench also reports `speedup_vs_reference`: its output throughput over that of the newest
+no-speculation bench of the same target, TP size and benchmark shape on this host (the run
+is named); under 1 it is a warning with both numbers.
+
 ```yaml
 - skill: bench.serving
   register: bench
@@ -22,10 +29,13 @@ absolute: the host resolved `state_dir` when the run reached it); a run whose fi
 not parse fails the step with the benchmark's own last words, unless `allow_table: true`, which
 reads the printed table and says so (`source: table`).
 Registers `metrics` (name -> value), `runs` (per-run numbers), `records` (each run's whole JSONL
-record, every key), `source` ("jsonl" or "table"), `output_files` (absolute paths on the host).
+record, every key), `source` ("jsonl" or "table"), `output_files` (absolute paths on the host),
+`config` ({class, reference_key, speculative_algorithm}), `output_throughput`, and `speedup`
+({value, reference_run, reference_tok_s}, or null).
 """
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
@@ -178,20 +188,24 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
     code, body = await server.http_get(ctx, params.python, port, "/server_info", base=base)
     avg_accept = None
     spec_alg: str | None = None
+    raw: dict[str, Any] = {}
     if code == 200:
         try:
             info = sglang.parse_server_info(body)
             avg_accept = info["avg_spec_accept_length"]
             spec_alg = info["effective"].get("speculative_algorithm") or None
+            raw = info["raw"]
         except ValueError:
             pass
+    ref_key = reference_key(raw, params)
+    cls = f"spec={spec_alg or 'none'} {ref_key}"
     summary_numbers = sglang.median_numbers(runs)
     if avg_accept is not None:
         summary_numbers["avg_spec_accept_length"] = float(avg_accept)
     metrics = []
     for name, value in summary_numbers.items():
         unit, better = sglang.BENCH_METRICS.get(name, ("", sglang.metric_direction(name)))
-        metrics.append(Metric(name, round(value, 4), unit, better))  # type: ignore[arg-type]
+        metrics.append(Metric(name, round(value, 4), unit, better, config=cls))  # type: ignore[arg-type]
     n = summary_numbers
     parts = [f"output {n.get('output_throughput', 0):.1f} tok/s"]
     if "accept_length" in n or "avg_spec_accept_length" in n:
@@ -209,13 +223,72 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
                          data={"runs": runs, "records": records, "source": source, "output_files": files,
                                "rejected": summary_numbers},
                          output=sglang.tail(outputs[-1], 60))
+    speedup = None
+    tok_s = n.get("output_throughput")
+    if spec_alg and tok_s:
+        speedup = await _speedup(ctx, ref_key, float(tok_s))
+        if speedup is None:
+            ctx.log(f"no speed-up: no no-speculation bench of this target and benchmark shape on {ctx.host_name} "
+                    f"yet (relaunch with spec_algorithm=none and bench once to record it)")
+        else:
+            metrics.append(Metric(SPEEDUP, speedup["value"], "x", "higher", config=cls))
+            part, slower = speedup_words(spec_alg, float(tok_s), speedup)
+            parts.append(part)
+            warnings += [slower] if slower else []
     runs_txt = f"median of {len(runs)} runs" if len(runs) > 1 else "1 run"
     summary = (f"{', '.join(parts)} ({int(n.get('completed', 0))}/{params.num_prompts} requests, {runs_txt}, "
                f"concurrency {params.max_concurrency}"
                + (", numbers read from the printed table: the JSONL file is missing)" if source == "table" else ")"))
     return StepResult.ok(summary, metrics=metrics, warnings=warnings,
-                         data={"runs": runs, "records": records, "source": source, "output_files": files},
+                         data={"runs": runs, "records": records, "source": source, "output_files": files,
+                               "config": {"class": cls, "reference_key": ref_key, "speculative_algorithm": spec_alg},
+                               "output_throughput": tok_s, "speedup": speedup},
                          output=sglang.tail(outputs[-1], 60))
+
+
+SPEEDUP = "speedup_vs_reference"
+
+
+def reference_key(info: dict[str, Any], p: Params) -> str:
+    """What besides the speculative setting makes two benches' throughputs comparable: the
+    target model, its TP size and quantization (from /server_info), and the benchmark shape."""
+    parts = [f"target={info.get('model_path') or '?'}", f"tp={info.get('tp_size') or 1}"]
+    if info.get("quantization"):
+        parts.append(f"quant={info['quantization']}")
+    parts.append(f"bench=in{p.input_len}/out{p.output_len}/c{p.max_concurrency}/n{p.num_prompts}")
+    if p.extra_args:
+        parts.append("extra=" + shlex.join(p.extra_args))
+    return " ".join(parts)
+
+
+def speedup_words(spec_alg: str, tok_s: float, speedup: dict[str, Any]) -> tuple[str, str | None]:
+    """The summary's words for a speed-up, and the warning when it is under 1 (both numbers)."""
+    ref, rid, x = speedup["reference_tok_s"], speedup["reference_run"], speedup["value"]
+    part = f"speed-up {x:.2f}x over the target alone ({ref:.1f} tok/s, run #{rid})"
+    if x >= 1:
+        return part, None
+    return part, (f"{spec_alg} is slower than the target alone: {tok_s:.1f} tok/s against {ref:.1f} tok/s "
+                  f"without speculation (run #{rid}), a speed-up of {x:.2f}x")
+
+
+async def _speedup(ctx: SkillContext, ref_key: str, tok_s: float) -> dict[str, Any] | None:
+    """This bench's output throughput over the newest no-speculation bench with the same
+    reference key on this host: {value, reference_run, reference_tok_s}; None without one."""
+    if ctx.audit is None:
+        return None
+    needle = f'"reference_key": {json.dumps(ref_key)}'
+    for row in await ctx.audit.step_data_history(ctx.host_name, [NAME], needle, limit=50, newest_first=True):
+        if row["status"] != "ok" or row["run_id"] == ctx.run_id:
+            continue
+        try:
+            data = json.loads(row["data"] or "{}")
+        except json.JSONDecodeError:
+            continue
+        conf, ref = data.get("config") or {}, data.get("output_throughput")
+        if conf.get("reference_key") == ref_key and not conf.get("speculative_algorithm") and ref:
+            return {"value": round(tok_s / float(ref), 4), "reference_run": int(row["run_id"]),
+                    "reference_tok_s": float(ref)}
+    return None
 
 
 def _last(text: str) -> str:

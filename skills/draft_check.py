@@ -33,10 +33,13 @@ Registers `verdict`, `summary`, `server_points`, `server_words`, `training_point
 `training_source`, `findings` (kind, severity, message), `sglang_version`, `resolved_by`, `rule`,
 `disk_points` (what the config on disk feeds, for later first sightings), `first_seen` (that
 sighting, carried forward), `planned_ids`,
-`draft_config`, `draft_identity`, `train_accuracy` (per position) and `accuracy_source`.
+`draft_config`, `draft_identity`, `train_accuracy` (per position), `accuracy_source` and, on a mismatch,
+`fix_ids` (the capture list that feeds the draft what training used: the `-e aux_layers=...` the
+refusal names, or None).
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import Field
@@ -68,6 +71,26 @@ class Params(SkillParams):
                                                                          "(exit 2); allow: launch anyway, warned")
     spec_algorithm: str | None = Field(None, description="--speculative-algorithm of the launch: only EAGLE3 "
                                                          "captures aux hidden states (others: skipped)")
+    gate: bool = Field(True, description="the check guards a stop or launch that follows it (a mismatch is "
+                                         "refused before it); false: a check on its own (draft-check)")
+
+
+async def _fix(ctx: SkillContext, python: str, target: eagle3.Target, draft_text: str,
+               training: list[int] | None) -> list[int] | None:
+    """The capture list that feeds the draft what training used and launches cleanly (draft-repair's
+    candidates, resolved by the host's SGLang like the check itself), or None when none does."""
+    if not training:
+        return None
+    cands = [ids for _, ids in dc.candidate_ids(training, None) if ids is not None]
+    cases: list[list[int] | None] = list(cands)
+    res, _ = await lib.resolve(ctx, python, target, cases)
+    if res is None:
+        return None
+    for i, ids in enumerate(cands):
+        f = dc.feed(res, i, target, eagle3.parse_draft(eagle3.with_ids(draft_text, ids)))
+        if f.points is not None and not f.errors and sorted(f.points) == sorted(training):
+            return ids
+    return None
 
 
 def _unknown(why: str, data: dict[str, Any]) -> StepResult:
@@ -153,9 +176,16 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             summary = v.summary.replace("mismatch:", "mismatch (allowed by draft_mismatch=allow):", 1)
             data["summary"] = summary
             return StepResult.ok(summary, data=data, output=detail, warnings=[*warnings, f"draft.check: {summary}"])
-        raise StepFailed(f"{v.summary}; refused before anything was stopped or launched "
-                         f"(-e draft_mismatch=allow goes on anyway)", data=data, output=detail, warnings=warnings,
-                         usage=True)
+        fix = await _fix(ctx, params.python, target, draft_text, training.points)
+        data["fix_ids"] = fix
+        how_to = (f"to fix it: -e aux_layers={json.dumps(fix, separators=(',', ':'))} (the capture list that feeds "
+                  f"the draft {dc.layer_words(training.points or [])}), or run draft-repair to measure the "
+                  f"candidates" if fix is not None else "to fix it: run draft-repair to measure the candidate "
+                                                         "capture lists")
+        allow = "goes on anyway" if params.gate else "reports it as a warning"
+        refused = "; refused before anything was stopped or launched" if params.gate else ""
+        raise StepFailed(f"{v.summary}{refused}; {how_to} (-e draft_mismatch=allow {allow})", data=data,
+                         output=detail, warnings=warnings, usage=True)
     if v.verdict == "unknown":
         return StepResult.ok(v.summary, data=data, output=detail, warnings=[*warnings, f"draft.check: {v.summary}"])
     return StepResult.ok(v.summary, data=data, output=detail, warnings=warnings)

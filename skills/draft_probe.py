@@ -17,13 +17,16 @@ draft.check (`check`) and the numbers; `weak draft` and `unknown` are warnings.
   with: {python: "{{ python }}", port: "{{ port }}", check: "{{ draft_check }}", train_accuracy: 0.747}
 ```
 Registers `verdict`, `accept_length`, `positions` (per-position acceptance), `first`, `proxy`,
-`expected_length`, `tok_s`, `answered`, `speculative` (steps, topk, draft tokens) and `capture`
-(the server's capture list in words, from draft.check). Metrics `draft_accept_length`,
+`expected_length`, `tok_s`, `answered`, `speculative` (steps, topk, draft tokens), `capture` (the
+server's capture list in words, from draft.check), `capture_points`, `training_points`,
+`draft_config`, `draft_identity` (what later probes find this one by) and `own` (the history it was
+compared with). Metrics `draft_accept_length`,
 `draft_first_position_accept`, `probe_tok_s`.
 """
 from __future__ import annotations
 
 import json
+import posixpath
 import shlex
 from typing import Any
 
@@ -53,6 +56,8 @@ class Params(SkillParams):
     draft: str | None = Field(None, description="the draft folder, for the trainer's provenance file",
                               json_schema_extra=HOST_PATH)
     check: dict[str, Any] | None = Field(None, description="draft.check's registered data (the capture lists)")
+    compare_history: bool = Field(True, description="judge against this draft's own accept length under its trained "
+                                                    "list (false where `check` no longer says what the server feeds)")
 
 
 def _proxy(params: Params, check: dict[str, Any]) -> tuple[list[float] | None, str | None]:
@@ -77,6 +82,29 @@ def cause(check: dict[str, Any]) -> str:
         return (f"likely cause: the capture list or the training side: {said}, as training did per "
                 f"{check.get('training_source')}; declare draft_train_layers if that is not what training used")
     return f"likely cause: the capture list: {said}; what training used is unknown (declare draft_train_layers)"
+
+
+async def own_history(ctx: SkillContext, check: dict[str, Any],
+                      speculative: dict[str, int]) -> draft_accept.Own | None:
+    """The newest earlier probe of this draft (same config, same identity when both know one, same
+    speculative settings) whose server fed it the list training used, with a measured accept length."""
+    trained, config = check.get("training_points"), check.get("draft_config")
+    if ctx.audit is None or not isinstance(trained, list) or not isinstance(config, str):
+        return None
+    needle = "/".join(posixpath.normpath(config).split("/")[-2:])
+    for row in await ctx.audit.step_data_history(ctx.host_name, [NAME], needle, 200, True):
+        try:
+            d = json.loads(row.get("data") or "{}")
+        except json.JSONDecodeError:
+            continue
+        ident, theirs = check.get("draft_identity"), d.get("draft_identity")
+        if (isinstance(d, dict) and d.get("capture_points") == trained and d.get("speculative") == speculative
+                and isinstance(d.get("draft_config"), str)
+                and posixpath.normpath(d["draft_config"]) == posixpath.normpath(config)
+                and (ident is None or theirs is None or ident == theirs)
+                and d.get("verdict") not in ("unknown", None) and isinstance(d.get("accept_length"), (int, float))):
+            return draft_accept.Own(float(d["accept_length"]), list(trained), int(row.get("run_id") or 0))
+    return None
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
@@ -108,7 +136,7 @@ async def _probe(ctx: SkillContext, params: Params) -> StepResult:
     if res.timed_out:
         raise StepFailed(f"{params.num_prompts} probe prompts did not finish within {params.timeout_s:g}s")
     try:
-        stats = draft_accept.parse_generate(res.stdout)
+        stats = draft_accept.parse_generate(res.stdout, str(info.get("version") or "") or None)
     except ValueError as e:
         raise StepFailed(f"{e} (exit status {res.exit_status}): "
                          f"{(res.stderr.strip().splitlines() or ['no error printed'])[-1][:300]}") from None
@@ -119,10 +147,18 @@ async def _probe(ctx: SkillContext, params: Params) -> StepResult:
         if prov.accuracy:
             accuracy, acc_source = prov.accuracy, f"provenance {prov.accuracy_file}"
     reading = draft_accept.classify(stats, accuracy, steps, topk, tokens, info.get("load_format"))
+    speculative = {"steps": steps, "topk": topk, "draft_tokens": tokens}
+    if params.compare_history and check.get("server_points") is not None:
+        own = await own_history(ctx, check, speculative)
+        reading = draft_accept.against_own(reading, own, check.get("verdict") == "mismatch")
     n = reading.numbers
     data: dict[str, Any] = {"verdict": reading.verdict, **n, "accuracy_source": acc_source,
-                            "speculative": {"steps": steps, "topk": topk, "draft_tokens": tokens},
-                            "capture": check.get("server_words"), "training": check.get("training_words")}
+                            "speculative": speculative,
+                            "capture": check.get("server_words"), "training": check.get("training_words"),
+                            # only where `check` says what this server feeds: later probes compare with it
+                            "capture_points": check.get("server_points") if params.compare_history else None,
+                            "training_points": check.get("training_points") if params.compare_history else None,
+                            "draft_config": check.get("draft_config"), "draft_identity": check.get("draft_identity")}
     metrics = [Metric("draft_accept_length", n["accept_length"], "", "higher")] if n.get("accept_length") else []
     if n.get("first") is not None:
         metrics.append(Metric("draft_first_position_accept", n["first"], "", "higher"))
@@ -138,7 +174,7 @@ async def _probe(ctx: SkillContext, params: Params) -> StepResult:
         why = cause(check)
         data["cause"] = why
         raise StepFailed(f"{reading.summary}; {why}", data=data, metrics=metrics, output=detail + why + "\n")
-    if reading.verdict in ("weak draft", "unknown"):
+    if reading.verdict != "as expected":
         return StepResult.ok(reading.summary, data=data, metrics=metrics, output=detail,
                              warnings=[f"draft.probe: {reading.summary}"])
     return StepResult.ok(reading.summary, data=data, metrics=metrics, output=detail)

@@ -35,6 +35,9 @@ class Params(gpu.GpuParams):
     grace_s: float = Field(10.0, ge=0, le=600, description="seconds between SIGTERM and SIGKILL")
     match: str | None = Field(None, description="only processes whose command line matches this regular expression")
     user: str | None = Field(None, description="only processes of this user")
+    approved: list[str] = Field(default_factory=list, description=(
+        "processes an approval earlier in the run already covers (server.plan's `approved`: pid:starttime): "
+        "stopped without asking again; a process not in it is asked about as usual"))
 
     @field_validator("match")
     @classmethod
@@ -71,14 +74,19 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     planned = [f"{plan.why(h)} {h.line()}" for h in targets]
     data["processes"] = [dict(h.as_dict(), ours=h.pid in ours, signals=[]) for h in targets]
     approval = None
-    if foreign:
-        n = len(foreign)
+    covered = [h for h in foreign if processes.approval_key(h.proc) in params.approved]
+    if covered:
+        ctx.log(f"approved earlier in this run: {', '.join(str(h.pid) for h in covered)}")
+    new = [h for h in foreign if h not in covered]
+    if new:
+        n = len(new)
+        again = " (not in the set approved earlier in this run)" if params.approved else ""
         approval = Approval(
             f"kill {n} GPU process{'es' if n != 1 else ''} the bot did not start on {ctx.host_name} "
-            f"(SIGTERM, then SIGKILL after {params.grace_s:g}s)", [h.line() for h in foreign],
+            f"(SIGTERM, then SIGKILL after {params.grace_s:g}s){again}", [h.line() for h in new],
             refused=lambda who: StepFailed(
                 f"not approved ({who}): nothing was killed; {n} process{'es' if n != 1 else ''} "
-                f"the bot did not start hold the GPUs: {', '.join(f'{h.pid} ({h.user})' for h in foreign)}",
+                f"the bot did not start hold the GPUs{again}: {', '.join(f'{h.pid} ({h.user})' for h in new)}",
                 data=data, output="\n".join(planned) + "\n", warnings=warnings),
             log=True)
     return await ctx.carry_out(Plan(

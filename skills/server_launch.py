@@ -20,6 +20,11 @@ GET /health ON the host (at 127.0.0.1 for a wildcard bind, else at that address)
 failing fast when the process exits or the log shows a fatal line (the log tail is kept with the
 step). Finally /server_info says what the server really runs with; any difference from what was
 asked is a warning.
+A dropped SSH connection is not a failed launch: the wait reconnects (the host's `connect_retries`)
+and keeps waiting; when it cannot, the step fails with `lost the connection while waiting; the
+server (pid N) may still be starting`, and the server stays, named by the pid file. The next launch
+on that port adopts it when it answers /health and runs the same arguments (registers `adopted`),
+else stops it first.
 
 ```yaml
 - skill: server.launch
@@ -73,10 +78,9 @@ from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
-from eaglebot.skills.lib import launch_check, preflight, processes, server, stall
+from eaglebot.skills.lib import carry, launch_check, preflight, processes, readiness, server, stall, surface_check
 
 NAME = "server.launch"
-_LOG_MARK = "--EAGLE-LOG-7f3a--\n"
 
 
 class Params(SkillParams):
@@ -115,6 +119,10 @@ class Params(SkillParams):
         "launch arguments an earlier check_only step of this run had the host's SGLang parser accept; when "
         "they equal this launch's, the parser is not asked again"))
     checked_version: str | None = Field(None, description="the SGLang release that earlier check found on the host")
+    carry: bool = Field(False, description=(
+        "with check_only: start from the running server's own launch (the newest audited launch on this port, "
+        "confirmed against its live /server_info): tp, the speculative settings, the memory fraction, extra "
+        "arguments, env and GPUs not given here are carried; registers `launch`, the values to launch with"))
 
     @field_validator("host")
     @classmethod
@@ -204,6 +212,12 @@ def adaptive_path(ctx: SkillContext, port: int) -> str:
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:
     port = params.port
+    carried: carry.Carried | None = None
+    if params.carry:
+        if not params.check_only:
+            raise StepFailed("carry works with check_only (the check before the stop reads the running server)",
+                             usage=True)
+        params, carried = await _carry(ctx, params)
     cfg_path = adaptive_path(ctx, port) if params.adaptive_config is not None else None
     launch_args, err = build_args(params, cfg_path)
     if err:
@@ -238,6 +252,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                 f"earlier in this run: not parsed again")
     else:
         verdict = await launch_check.check(ctx, params.python, launch_args)
+        if verdict.kind != "missing":   # what the host's release would ignore or misread (env vars, removed flags)
+            warnings += await surface_check.check(ctx, params.python, launch_args, params.env, verdict)
     if verdict.kind == "missing":
         installed = f" (sglang {verdict.version} is installed there but does not import)" if verdict.version else ""
         raise StepFailed(f"the host's Python {params.python} cannot import sglang: {verdict.message}{installed}; "
@@ -275,19 +291,20 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if params.check_only:
         ctx.log(await preflight.check_port(ctx, port))
         by = f"SGLang {verdict.version or '?'} ({verdict.source})" if verdict.kind == "ok" else "eaglebot's rules only"
+        summary = f"launch arguments accepted by {by}; nothing started"
+        if carried is not None:
+            summary += f"; carried from {carried.source or 'nothing'}: {carry.words(carried)}"
+            warnings += [f"the running server differs from its audited launch: {d}; the live value is carried"
+                         for d in carried.differences]
         # Not `launch_args`/`effective`: nothing was launched, and the history's fingerprint of the host
         # reads those keys from server.launch steps.
-        return StepResult.ok(f"launch arguments accepted by {by}; nothing started", warnings=warnings,
+        return StepResult.ok(summary, warnings=warnings,
                              data={"checked_args": launch_args, "predicted": spec.effective(),
                                    "checked_by": verdict.source if verdict.kind == "ok" else None,
-                                   "checked_version": verdict.version})
+                                   "checked_version": verdict.version, "launch": _launch_values(params),
+                                   **({"carried": vars(carried)} if carried is not None else {})})
     # -- pre-flight: port and a previous launch
-    lis = await ports.listeners(ctx.host, port)
-    busy = None
-    if lis.busy:
-        infos = await procs.proc_info(ctx.host, sorted(lis.pids))
-        busy = "; ".join(server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
-            "a process this user cannot see"
+    busy = await _busy(ctx, port)
     env = dict(params.env)
     cvd = _gpus_env(params.gpus)
     if cvd is not None:
@@ -295,13 +312,16 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     argv = [params.python, "-m", "sglang.launch_server", *launch_args]
 
     async def launch() -> StepResult:
-        if busy is not None:
-            raise StepFailed(f"port {port} is already in use by {busy}; stop it first (server.stop) - "
-                             f"SGLang would only notice after loading the model", warnings=warnings)
+        holder = busy
         old = await server.read_pid(ctx, port)
         if old is not None and await server.leader_alive(ctx, old):
-            raise StepFailed(f"a server the bot launched on port {port} is still running (pid {old}) "
-                             f"but not listening yet; stop it first (server.stop)", warnings=warnings)
+            adopted = await _adopt(ctx, params, old, argv, launch_args, spec, warnings)
+            if adopted is not None:
+                return adopted
+            holder = await _busy(ctx, port)
+        if holder is not None:
+            raise StepFailed(f"port {port} is already in use by {holder}; stop it first (server.stop) - "
+                             f"SGLang would only notice after loading the model", warnings=warnings)
         return await _launch(ctx, params, argv, env, cfg_path, launch_args, spec, flags, warnings)
 
     # A dry-run plans past a busy port: the server.stop before this step would have freed it by now.
@@ -309,6 +329,53 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         ([f"find port {port} free (now in use by {busy})"] if busy is not None else [])
         + [f"start {shlex.join(argv)} (env {env or '{}'}), log {server.log_path(ctx, port)}"],
         f"would launch SGLang on port {port}", launch, warnings=warnings))
+
+
+async def _busy(ctx: SkillContext, port: int) -> str | None:
+    """Who listens on `port`, in words; None when it is free."""
+    lis = await ports.listeners(ctx.host, port)
+    if not lis.busy:
+        return None
+    infos = await procs.proc_info(ctx.host, sorted(lis.pids))
+    return "; ".join(server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
+        "a process this user cannot see"
+
+
+async def _adopt(ctx: SkillContext, params: Params, pid: int, argv: list[str], launch_args: list[str],
+                 spec: sglang.SpecResolution, warnings: list[str]) -> StepResult | None:
+    """The server our pid file names is alive (a launch that lost its connection while waiting
+    left it starting): adopted when it runs exactly `argv` and answers /health (waited for like a
+    launch of ours), else stopped (it is ours: the pid file says so) and None, so a new one starts."""
+    base = f"http://{ports.probe_address(params.host)}:{params.port}"
+    info = (await procs.proc_info(ctx.host, [pid])).get(pid)
+    # argv[0] may be a wrapper that execs the real Python: the arguments after it must be the same
+    same = info is not None and info.cmdline.split()[1:] == [w for a in argv[1:] for w in a.split()]
+    why = "runs other arguments"
+    if same:
+        res = await ctx.host.run(f"readlink /proc/{pid}/fd/1; true", timeout=30)
+        log_path = res.stdout.strip() or server.log_path(ctx, params.port)
+        ctx.log(f"the server the bot started earlier on port {params.port} (pid {pid}) runs these arguments: "
+                f"waiting for it (log {log_path})")
+        t0 = time.monotonic()
+        try:
+            failure, log_text, _ = await readiness.wait_ready(ctx, _wait(params), pid, log_path)
+        except readiness.LinkLost as e:
+            raise StepFailed(f"lost the connection while waiting; the server (pid {pid}) may still be starting "
+                             f"({e})", warnings=warnings, data={"pid": pid, "port": params.port}) from None
+        if failure is None:
+            return StepResult.changed(
+                f"adopted the server the bot started earlier on port {params.port} (pid {pid}): it runs these "
+                f"arguments and answers /health", warnings=warnings, output=sglang.tail(log_text, 30),
+                data={"pid": pid, "port": params.port, "launch_args": launch_args, "adopted": True, "url": base,
+                      "bind": params.host, "effective": spec.effective(), "sglang_version": None,
+                      "log_path": log_path, "adaptive_config": params.adaptive_config,
+                      "ready_s": round(time.monotonic() - t0, 2)})
+        why = f"did not become ready ({failure})"
+    ctx.log(f"the server the bot started earlier on port {params.port} (pid {pid}) {why}: stopping it")
+    await server.stop_session(ctx, pid, 5)
+    await server.remove_pid_file(ctx, params.port)
+    warnings.append(f"stopped the server an earlier launch left on port {params.port} (pid {pid}): it {why}")
+    return None
 
 
 async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[str, str], cfg_path: str | None,
@@ -331,9 +398,17 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
     data: dict[str, Any] = {"log_path": log_path, "pid": pid, "port": port, "launch_args": launch_args,
                             "adaptive_config": params.adaptive_config,
                             "sglang_version": None, "effective": spec.effective(),
-                            "url": base, "bind": params.host, "env": {k: v for k, v in env.items() if not _SECRETISH.search(k)}}
+                            "url": base, "bind": params.host, "env": {k: v for k, v in env.items() if not _SECRETISH.search(k)},
+                            # the draft's config as this server reads it: a rollback restores these bytes
+                            **await carry.draft_config(ctx, params.draft or flags.get("--speculative-draft-model-path"))}
     try:
-        failure, log_text, stalled = await _wait_ready(ctx, params, pid, log_path)
+        failure, log_text, stalled = await readiness.wait_ready(ctx, _wait(params), pid, log_path)
+    except readiness.LinkLost as e:
+        # The server may be fine: it stays, named by our pid file, for the next run to adopt or stop.
+        data["lost_connection"] = True
+        raise StepFailed(f"lost the connection while waiting; the server (pid {pid}) may still be starting "
+                         f"({e}); the next launch on port {port} adopts it if it is healthy and runs these "
+                         f"arguments, else stops it", data=data, warnings=warnings) from None
     except asyncio.CancelledError:
         await asyncio.shield(server.stop_session(ctx, pid, 5))
         await asyncio.shield(server.remove_pid_file(ctx, port))
@@ -394,72 +469,29 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
                               data=data, warnings=warnings, output=sglang.tail(log_text, 30))
 
 
-def _poll_script(python: str, pid: int, base: str, log_path: str, offset: int) -> str:
-    """One round trip: the server's /proc stat record, GET /health's status, the new log bytes."""
-    health = server.http_get_script(python, f"{base}/health", 5, body=False)
-    return (f"s=$({procs.stat_command([pid])}); printf 'STAT %s\\n' \"$s\"; "
-            f"if [ -n \"$s\" ]; then h=$({health} | tail -n 1); else h=0; fi; "
-            f"printf 'HTTP %s\\n' \"$h\"; printf '%s\\n' {_LOG_MARK.strip()}; "
-            f"tail -c +{offset + 1} {path_for_shell(log_path)} 2>/dev/null; true")
+async def _carry(ctx: SkillContext, params: Params) -> tuple[Params, carry.Carried]:
+    """The params with what the running server's launch sets and they do not (`carry`)."""
+    record = await carry.last_launch(ctx, params.port)
+    live = await carry.live_info(ctx, params.python, params.port)
+    c = carry.from_sources(record, live, params.port)
+    for note in c.notes:
+        ctx.log(note)
+    update: dict[str, Any] = {k: v for k, v in c.values.items() if getattr(params, k) is None}
+    c.values = dict(update)          # what was carried, not what was given
+    update["args"] = carry.merge_args(c.args, params.args)
+    update["env"] = {**c.env, **params.env}
+    if params.gpus in (None, "", []) and c.gpus:
+        update["gpus"] = c.gpus
+    else:
+        c.gpus = None
+    return params.model_copy(update=update), c
 
 
-def _server_exited(stat_text: str, pid: int) -> bool:
-    try:
-        st = procs.parse_stat(stat_text)
-    except ValueError:
-        return True
-    return st.pid != pid or st.zombie
+def _launch_values(p: Params) -> dict[str, Any]:
+    """What the launch after this check takes (relaunch's launch step reads it: the carried values)."""
+    return {"tp": p.tp, "spec_steps": p.spec_steps, "spec_topk": p.spec_topk, "spec_draft_tokens": p.spec_draft_tokens,
+            "mem_fraction": p.mem_fraction, "gpus": p.gpus, "env": dict(p.env), "args": list(p.args)}
 
 
-async def _wait_ready(ctx: SkillContext, params: Params, pid: int,
-                      log_path: str) -> tuple[str | None, str, bool]:
-    """Poll until /health is 200; return (failure sentence or None, the log so far, stalled)."""
-    base = f"http://{ports.probe_address(params.host)}:{params.port}"
-    log_text, partial, offset = "", "", 0
-    deadline = time.monotonic() + params.ready_timeout_s
-    interval = min(0.25, params.poll_interval_s)
-    fatal: str | None = None
-    fatal_at = 0.0
-    progress_at = time.monotonic()
-    while True:
-        res = await ctx.host.run(_poll_script(params.python, pid, base, log_path, offset), timeout=60)
-        head, _, new = res.stdout.partition(_LOG_MARK)
-        fields = dict(line.split(" ", 1) for line in head.splitlines() if " " in line)
-        # The exact bytes read (invalid UTF-8 comes as surrogate escapes), and any the transport
-        # left out of a very long read: the next poll starts where this one ended.
-        offset += len(new.encode("utf-8", "surrogateescape")) + res.cut_bytes
-        log_text += new
-        text = partial + new
-        lines = text.split("\n")
-        partial = lines.pop()
-        if lines:
-            progress_at = time.monotonic()
-        for line in lines:
-            ctx.log(line)
-            if fatal is None:
-                fatal = sglang.find_fatal(line)
-                if fatal:
-                    fatal_at = time.monotonic()
-        http = fields.get("HTTP", "0").strip()
-        # Exited first: a zombie leader's orphaned children may still answer /health.
-        if _server_exited(fields.get("STAT", ""), pid):
-            why = sglang.find_fatal(log_text) or fatal or _last_line(log_text) or "no output"
-            return f"the server exited during start-up: {why}", log_text, False
-        if http == "200":
-            return None, log_text, False
-        if fatal and time.monotonic() - fatal_at > 3:
-            return (f"the server hit a fatal error during start-up: {sglang.find_fatal(log_text) or fatal}",
-                    log_text, False)
-        if time.monotonic() - progress_at > params.stall_s:
-            return (f"the server stalled: no new log line and no healthy /health for {params.stall_s:g}s while "
-                    f"{sglang_phase.phase(log_text)}; it was stopped"), log_text, True
-        if time.monotonic() > deadline:
-            return (f"the server did not become ready within {params.ready_timeout_s:g}s "
-                    f"(GET /health -> {http}); it was stopped"), log_text, False
-        await asyncio.sleep(interval)
-        interval = min(params.poll_interval_s, interval * 1.5)
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
+def _wait(p: Params) -> readiness.Wait:
+    return readiness.Wait(p.python, p.host, p.port, p.ready_timeout_s, p.poll_interval_s, p.stall_s)

@@ -144,33 +144,10 @@ def write_config(dir_: Path, data: dict) -> Path:
     return p
 
 
-SHELL_MODE = os.environ.get("EAGLE_SHELL_MODE")  # persistent | exec: the whole suite in one mode
-
-
-def with_shell_mode(hosts: dict | None, mode: str | None = SHELL_MODE) -> dict:
-    """Hosts with `shell: mode` where they do not say (the CI's second pass sets EAGLE_SHELL_MODE)."""
-    out = dict(hosts or {})
-    if mode:
-        out.setdefault("local", {"transport": "local"})
-        out = {k: ({**v, "shell": v.get("shell", mode)} if isinstance(v, dict) else v) for k, v in out.items()}
-    return out
-
-
-@pytest.fixture(params=["persistent", "exec"])
-def shell_mode(request):
-    """Both shell modes, for the transport-heavy tests. The test runs as part of a run (the
-    transport's RUN context, as the engine sets it): a persistent shell is used only there."""
-    from eaglebot.transport.base import RUN
-
-    token = RUN.set(1)
-    yield request.param
-    RUN.reset(token)
-
-
 @pytest.fixture
 def make_settings(tmp_path):
     def make(hosts: dict | None = None, **extra) -> Settings:
-        data = {"audit_db": str(tmp_path / "eagle.db"), "hosts": with_shell_mode(hosts)}
+        data = {"audit_db": str(tmp_path / "eagle.db"), "hosts": dict(hosts or {})}
         data.update(extra)
         return load_settings(write_config(tmp_path, data))
     return make
@@ -259,3 +236,40 @@ def _nothing_outlives_its_test(request):
         import warnings
         warnings.warn(f"{request.node.nodeid} left {len(left)} process(es) running under its tmp_path; killed: {left}",
                       stacklevel=1)
+
+
+# The longest tests first, so that xdist's workers finish together (measured with `pytest
+# --durations`; the e2e step's first, then the default run's). xdist hands each worker two tests
+# to start with: a short one sits between two long ones. Tests not named keep their order after.
+LONGEST_FIRST = [
+    "tests/test_shipped_playbooks.py::test_every_shipped_playbook_reaches_its_outcome_with_the_default_config",
+    "tests/test_demo.py::test_demo_runs_the_relaunch_story_and_leaves_nothing_running",
+    "tests/test_real_sglang_rehearsal.py::test_the_real_sglang_sequence_passes_in_rehearsal_and_records_what_it_measured",
+    "tests/test_skill_style.py::test_mypy_strict_catches_a_misspelt_result_keyword_in_a_plugin",
+    "tests/test_tune_sim.py::test_tune_reports_each_batch_size_measured_and_predicted_in_a_fifth_of_the_grid",
+    "tests/test_tune_sim.py::test_the_flap_test_rejects_a_config_that_flaps_and_names_the_phase",
+    "tests/test_tune_sim.py::test_tune_deploys_adaptive_steps_that_pass_the_flap_test_after_an_approval",
+    "tests/test_tuning_sim.py::test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resumes",
+    "tests/test_replicas.py::test_ha_soak_two_replicas_every_5s_survive_two_leader_kills",
+    "tests/test_tune_schedule.py::test_a_fire_proposes_a_better_config_and_leaves_the_deployed_one_running",
+    "tests/test_tune_sshd.py::test_apply_waits_for_the_approval_then_relaunches_with_the_choice",
+    "tests/test_draft_gate.py::test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_probe_names_it",
+    "tests/test_dry_run_host.py::test_a_dry_run_of_every_shipped_playbook_changes_nothing_on_the_host",
+    "tests/test_tuning_sim.py::test_bisect_names_the_one_planted_culprit_among_6_changes_within_the_bound",
+    "tests/test_slack_tune.py::test_slash_tune_posts_the_table_and_plot_and_apply_waits_for_an_approver",
+    # the default run's
+    "tests/test_unit_file.py::test_sysusers_and_tmpfiles_create_the_user_and_folders_the_unit_names",
+    "tests/test_dry_run_host.py::test_a_stale_pid_file_is_left_by_a_dry_run_and_removed_by_the_stop",
+    "tests/test_schedule_checks.py::test_pause_and_resume_from_the_terminal_write_the_row_the_bot_reads",
+    "tests/test_tune_sshd.py::test_a_no_changes_nothing_and_is_recorded",
+    "tests/test_server_skills.py::test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_the_bytes",
+    "tests/test_preflight.py::test_each_refusal_comes_before_server_stop_and_the_running_server_keeps_answering",
+    "tests/test_store_one_text.py::test_the_mixins_statements_reach_postgresql_as_written",
+    "tests/test_fleet_ops.py::test_playbook_batch_and_max_fail_are_defaults_the_command_line_overrides",
+    "tests/test_regress_corpus.py::test_the_product_detector_on_one_series_of_each_kind",
+]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("[", 1)[0], len(rank)))

@@ -4,7 +4,8 @@
 (`history.recorder.check_run`, what the post-run hook calls after every nightly run) on a real
 SQLite audit store: each night is a run with a bench.serving step recording the metric (a
 failed run with no metric for a missing night, a gpu.health step where the series has GPU
-health), and an alert is a new regression incident. `hud_alerts` is PyTorch HUD's rule (a
+health; a series with `classes` records each value with its configuration class: the nights
+it names in theirs, every other night "EAGLE3"), and an alert is a new regression incident. `hud_alerts` is PyTorch HUD's rule (a
 baseline window against the newest points, 2 bad points in a row); `edivisive_alerts` plain
 E-divisive (the same change-point code, with no size floor and no per-run check).
 
@@ -96,7 +97,7 @@ def _replay(store: Store, s: dict[str, Any], cfg: RegressionConfig) -> Replay:
             store.finish_run(rid, "failed", exit_code=1)
             record_fingerprint(store, rid, [host])
             continue
-        m = Metric(name, float(v), unit, s["better"])
+        m = Metric(name, float(v), unit, s["better"], config=_config_class(s, i))
         store.step_finished(sid, StepEnd(run_id=rid, host=host, status="ok", summary="", duration_ms=1, attempts=1,
                             metrics=[m]))
         store.finish_run(rid, "succeeded", exit_code=0)
@@ -108,6 +109,11 @@ def _replay(store: Store, s: dict[str, Any], cfg: RegressionConfig) -> Replay:
             out.alerts.append(i)
             opened = n
     return out
+
+
+def _config_class(s: dict[str, Any], i: int) -> str:
+    classes: dict[str, str] | None = s.get("classes")
+    return "" if classes is None else classes.get(str(i), "EAGLE3")
 
 
 def hud_alerts(s: dict[str, Any], baseline: int = 10, target: int = 2, pct: float = FLOOR_PCT) -> list[int]:

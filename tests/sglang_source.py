@@ -4,7 +4,7 @@ installed, nothing imported: the probe reads them as it reads a host's installed
 
 Cached in $EAGLE_SGLANG_SRC (default ~/.cache/eaglebot/sglang-src/VERSION), fetched on first use
 (CI: a fresh machine downloads 0.5.23 and 0.5.17 once, about 2 x 40 MB, a few seconds);
-`python tests/sglang_source.py 0.5.23` fetches by hand. Nothing of SGLang is vendored here.
+`python tests/sglang_source.py [--full] 0.5.23` fetches by hand. Nothing of SGLang is vendored here.
 A machine that cannot download it fails the test that needs it, saying so (never a skip).
 """
 from __future__ import annotations
@@ -27,9 +27,11 @@ def cache_root() -> Path:
     return Path(os.environ.get("EAGLE_SGLANG_SRC") or Path.home() / ".cache" / "eaglebot" / "sglang-src")
 
 
-def real_sglang(version: str) -> Path:
-    """The `sglang` folder of the real wheel of `version` (downloaded and unpacked once)."""
-    root = cache_root() / version
+def real_sglang(version: str, full: bool = False) -> Path:
+    """The `sglang` folder of the real wheel of `version` (downloaded and unpacked once); `full`: every
+    Python file of the package (the version-drift sentinel reads flags, env vars and field names
+    from all over `srt/`), in a folder of its own."""
+    root = cache_root() / (f"{version}-full" if full else version)
     done = root / ".complete"
     if done.exists():
         return root / "sglang"
@@ -47,11 +49,14 @@ def real_sglang(version: str) -> Path:
                                        f"{(res.stderr.strip().splitlines() or ['no output'])[-1]}); these tests read "
                                        f"its source: give this machine PyPI access or set EAGLE_SGLANG_SRC")
                 with zipfile.ZipFile(wheels[0]) as z:
-                    z.extractall(root, [n for n in z.namelist() if n.endswith(".py") and n.startswith(KEEP)])
+                    z.extractall(root, [n for n in z.namelist() if n.endswith(".py")
+                                        and n.startswith(("sglang/",) if full else KEEP)])
             done.write_text(version + "\n")
     return root / "sglang"
 
 
 if __name__ == "__main__":
+    whole = "--full" in sys.argv[1:]
     for v in sys.argv[1:]:
-        print(real_sglang(v))
+        if v != "--full":
+            print(real_sglang(v, whole))

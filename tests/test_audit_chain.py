@@ -186,7 +186,7 @@ def test_an_existing_database_is_migrated_and_its_chain_says_where_it_starts(tmp
     assert report["ok"], report["problems"]
     assert "at the migration to schema v5" in report["genesis"]
     assert store.db.execute("select count(*) from audit_chain where op = 'S' and tbl = 'runs'").fetchone()[0] == 1
-    assert [json.loads(c)["version"] for (c,) in store.db.execute("select content from audit_chain where op = 'M'")] == [7, 8, 9, 10]
+    assert [json.loads(c)["version"] for (c,) in store.db.execute("select content from audit_chain where op = 'M'")] == [7, 8, 9, 10, 13]
     n = store.db.execute("select count(*) from audit_chain").fetchone()[0]
     store.close()
     store = Store(db)  # idempotent: a second open adds no genesis, no snapshot
@@ -319,20 +319,21 @@ def test_a_schema_v6_database_is_migrated_by_a_chained_migration_entry(tmp_path)
     shutil.copyfile(V6_DB, db)
     store = Store(db)
     conn = store.db.conn
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 12   # 0011_replicas, 0012_seen_requests: no chained table
-    (m_seq, content), (m8_seq, content8), (_, content9), (_, content10) = conn.execute(
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 13   # 0011_replicas, 0012_seen_requests: no chained table
+    (m_seq, content), (m8_seq, content8), (_, content9), (_, content10), (_, content13) = conn.execute(
         "select seq, content from audit_chain where op = 'M' order by seq").fetchall()
     m = json.loads(content)
     assert m["version"] == 7 and m["tables"]["runs"] == list(chain.CHAIN_SCHEMA[7]["runs"])
     assert json.loads(content8)["version"] == 8 and json.loads(content8)["tables"]["steps"][-1] == "output_file"
     assert json.loads(content9)["version"] == 9 and json.loads(content9)["tables"]["incidents"][-1] == "cause_id"
     assert json.loads(content10)["version"] == 10 and "health_events" in json.loads(content10)["tables"]
+    assert json.loads(content13)["tables"]["metrics"][-1] == "config_class"
     snapped = {t for (t,) in conn.execute("select distinct tbl from audit_chain where op = 'S' and seq > ?", [m_seq])}
     assert snapped == {"schedule_fires", "run_hosts", "meta"}
     assert not conn.execute("select 1 from audit_chain where op = 'S' and seq < ?", [m_seq]).fetchone()
     report = store.audit_verify()
     assert report["ok"], report["problems"]
-    assert report["schema_version"] == 10
+    assert report["schema_version"] == 13
     n = conn.execute("select count(*) from audit_chain").fetchone()[0]
     store.close()
     store = Store(db)  # idempotent

@@ -77,7 +77,7 @@ def test_eagle_run_history_and_verify_against_postgresql(pg_url, tmp_path):
     res, show = eagle_json("show", str(doc["run_id"]), config=cfg)
     assert res.returncode == 0 and [s["name"] for s in show["steps"]] == [s["name"] for s in doc["steps"]]
     res, ver = eagle_json("audit", "verify", config=cfg)
-    assert res.returncode == 0 and ver["ok"] and ver["schema_version"] == 10 and ver["rows_checked"] >= 3
+    assert res.returncode == 0 and ver["ok"] and ver["schema_version"] == 13 and ver["rows_checked"] >= 3
     head = eagle("audit", "head", config=cfg)
     assert head.returncode == 0 and head.stdout.strip() == ver["head"]
 

@@ -1,4 +1,8 @@
-"""The `eagle` command as users (and acceptance tests) call it: exit codes, --json, the store."""
+"""The `eagle` command as users (and acceptance tests) call it: exit codes, --json, the store.
+
+Decisions (exit codes, one-sentence errors, listings) call the CLI in this process
+(tests/inproc.py); what only a process shows (the --json contract of a real run, a SIGKILL,
+many processes at once, a closed pipe) starts real `eagle` processes."""
 from __future__ import annotations
 
 import os
@@ -12,6 +16,7 @@ import pytest
 import sqlite_utils
 
 from helpers import eagle, eagle_json, pid_alive, tagged_pids, wait_for, write_playbook, write_yaml
+from inproc import eagle_here, eagle_here_json
 
 from eaglebot.store import Store
 
@@ -52,7 +57,8 @@ def cfg(tmp_path) -> Path:
 def test_run_json_has_the_contract_shape(cfg):
     res, doc = eagle_json("run", "ok", "-e", "word=yo", config=cfg)
     assert res.returncode == 0, res.stderr
-    assert set(doc) == {"run_id", "status", "steps", "metrics", "warnings", "regressions", "hosts"}
+    assert set(doc) == {"run_id", "status", "parent_run_id", "children", "steps", "metrics", "warnings", "regressions",
+                        "hosts"}
     assert doc["status"] == "succeeded"
     assert doc["hosts"] == [{"name": "local", "status": "changed", "ok": 1, "changed": 1, "failed": 0,
                              "unreachable": 0, "skipped": 0, "duration_s": doc["hosts"][0]["duration_s"],
@@ -67,14 +73,14 @@ def test_run_json_has_the_contract_shape(cfg):
 
 
 def test_show_json_matches_run_json(cfg):
-    _, ran = eagle_json("run", "ok", config=cfg)
-    res, shown = eagle_json("show", str(ran["run_id"]), config=cfg)
+    _, ran = eagle_here_json("run", "ok", config=cfg)
+    res, shown = eagle_here_json("show", str(ran["run_id"]), config=cfg)
     assert res.returncode == 0
     assert shown == ran
 
 
 def test_failed_run_exits_1_and_says_why_on_stderr(cfg):
-    res = eagle("run", "fails", config=cfg)
+    res = eagle_here("run", "fails", config=cfg)
     assert res.returncode == 1
     assert "boom: exit status 4: bad" in res.stderr
 
@@ -89,16 +95,16 @@ def test_failed_run_exits_1_and_says_why_on_stderr(cfg):
     (["show", "999"], "no run #999"),
 ])
 def test_bad_input_exits_2_with_one_sentence(cfg, args, needle):
-    res = eagle(*args, config=cfg)
+    res = eagle_here(*args, config=cfg)
     assert res.returncode == 2
     assert needle in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
 
 
 def test_rejected_request_is_an_event_not_a_run(cfg):
-    res = eagle("run", "ok", "-H", "gpu-9", config=cfg)
+    res = eagle_here("run", "ok", "-H", "gpu-9", config=cfg)
     assert res.returncode == 2
-    _, hist = eagle_json("history", config=cfg)
+    _, hist = eagle_here_json("history", config=cfg)
     assert hist == []
     db = sqlite_utils.Database(Path(cfg).parent / "audit" / "eagle.db")
     ev = list(db.query("select * from events where kind = 'rejected'"))
@@ -107,46 +113,47 @@ def test_rejected_request_is_an_event_not_a_run(cfg):
 
 
 def test_history_json(cfg):
-    eagle("run", "ok", config=cfg)
-    eagle("run", "fails", config=cfg)
-    res, hist = eagle_json("history", config=cfg)
+    eagle_here("run", "ok", config=cfg)
+    eagle_here("run", "fails", config=cfg)
+    res, hist = eagle_here_json("history", config=cfg)
     assert res.returncode == 0
     assert [h["playbook"] for h in hist] == ["fails", "ok"]
-    assert set(hist[0]) == {"run_id", "playbook", "hosts", "status", "actor", "origin", "started_at", "finished_at"}
+    assert set(hist[0]) == {"run_id", "playbook", "hosts", "status", "actor", "origin", "started_at", "finished_at",
+                            "parent_run_id", "children"}
     assert hist[0]["origin"] == "cli" and hist[0]["hosts"] == ["local"]
     assert hist[0]["started_at"].endswith("Z")
-    _, only = eagle_json("history", "--playbook", "ok", "--limit", "5", config=cfg)
+    _, only = eagle_here_json("history", "--playbook", "ok", "--limit", "5", config=cfg)
     assert [h["playbook"] for h in only] == ["ok"]
-    _, none = eagle_json("history", "--host", "elsewhere", config=cfg)
+    _, none = eagle_here_json("history", "--host", "elsewhere", config=cfg)
     assert none == []
 
 
 def test_lint(cfg, tmp_path):
-    res = eagle("lint", config=cfg)
+    res = eagle_here("lint", config=cfg)
     assert res.returncode == 0, res.stderr
     bad = write_playbook(tmp_path, "bad", "name: bad\nsteps:\n  - skill: shell\n    with: {commnd: x}\n")
-    res = eagle("lint", str(bad), config=cfg)
+    res = eagle_here("lint", str(bad), config=cfg)
     assert res.returncode == 2
     assert f"{bad}:4: steps[0].with.commnd: unknown key (did you mean 'command'?)" in res.stderr
 
 
 def test_playbooks_and_hosts_listings(cfg):
-    res = eagle("playbooks", config=cfg)
+    res = eagle_here("playbooks", config=cfg)
     assert res.returncode == 0
     assert "ok: Two quick steps." in res.stdout and "n (int, default 1, range 1..5)" in res.stdout
-    res = eagle("hosts", config=cfg)
+    res = eagle_here("hosts", config=cfg)
     assert res.returncode == 0 and "local" in res.stdout
 
 
 def test_no_config_uses_eagle_db_in_cwd_and_local_host(tmp_path):
-    res = eagle("run", "hello", cwd=tmp_path)
+    res = eagle_here("run", "hello", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "eagle.db").exists()
 
 
 def test_unknown_config_key_is_an_error(tmp_path):
     c = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "x.db", "hostz": {}})
-    res = eagle("hosts", config=c)
+    res = eagle_here("hosts", config=c)
     assert res.returncode == 2 and "hostz: unknown key" in res.stderr
 
 
@@ -187,8 +194,8 @@ def test_killed_run_becomes_interrupted_and_frees_the_host(cfg):
     s = Store(db)
     rid = s.last_run_id()  # #2: the busy request above was an event, not a run
     assert rid == 2
-    # at least the tagged ones: the sweep (by start time and descent) also takes what shed the tag, such
-    # as the persistent shell's own command process, so the count may be higher than `left` saw
+    # at least the tagged ones: the sweep (by start time and descent) also takes what shed the tag,
+    # so the count may be higher than `left` saw
     [warning] = [w["message"] for w in s.warnings(rid)]
     m = re.fullmatch(r"run #1 had left processes on local: processes tagged " + re.escape(tag) +
                      r": (\d+) process(?:es)? stopped \(SIGTERM, then SIGKILL\)", warning)
@@ -200,14 +207,14 @@ def test_killed_run_becomes_interrupted_and_frees_the_host(cfg):
 
 
 def test_prune_and_baseline(cfg):
-    _, ran = eagle_json("run", "ok", config=cfg)
-    res = eagle("baseline", "set", str(ran["run_id"]), config=cfg)
+    _, ran = eagle_here_json("run", "ok", config=cfg)
+    res = eagle_here("baseline", "set", str(ran["run_id"]), config=cfg)
     assert res.returncode == 0 and "baseline" in res.stdout
-    res = eagle("prune", "--older-than", "0d", config=cfg)
+    res = eagle_here("prune", "--older-than", "0d", config=cfg)
     assert res.returncode == 0
-    _, hist = eagle_json("history", config=cfg)
+    _, hist = eagle_here_json("history", config=cfg)
     assert [h["run_id"] for h in hist] == [ran["run_id"]]  # the baseline is kept
-    assert eagle("prune", "--older-than", "soon", config=cfg).returncode == 2
+    assert eagle_here("prune", "--older-than", "soon", config=cfg).returncode == 2
 
 
 def test_many_processes_opening_a_new_audit_db_at_once_all_succeed(tmp_path):

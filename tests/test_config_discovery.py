@@ -9,6 +9,7 @@ import os
 
 import yaml
 from helpers import eagle
+from inproc import eagle_here
 
 from eaglebot import configfile
 from eaglebot.configfile import config_path
@@ -52,13 +53,13 @@ def test_a_subfolder_uses_the_parents_config_and_its_db_and_hosts_names_the_file
     cfg = _cfg(tmp_path / "proj", hosts={"gpu-01": {"address": "10.0.0.7"}})
     sub = tmp_path / "proj" / "notes"
     sub.mkdir()
-    assert eagle("run", "hello", cwd=tmp_path / "proj").returncode == 0
-    hist = eagle("history", "--json", cwd=sub)
+    assert eagle_here("run", "hello", cwd=tmp_path / "proj").returncode == 0
+    hist = eagle_here("history", "--json", cwd=sub)
     assert hist.returncode == 0 and [r["playbook"] for r in json.loads(hist.stdout)] == ["hello"]
     assert not (sub / "eagle.db").exists()
-    hosts = eagle("hosts", cwd=sub)
+    hosts = eagle_here("hosts", cwd=sub)
     assert hosts.stdout.splitlines()[0] == f"config: {cfg.resolve()}" and "gpu-01" in hosts.stdout
-    doctor = eagle("doctor", cwd=sub)
+    doctor = eagle_here("doctor", cwd=sub)
     assert f"ok    config: {cfg.resolve()}" in doctor.stdout
 
 
@@ -74,15 +75,15 @@ def test_the_user_config_is_found_when_no_folder_has_one(tmp_path):
 def test_reads_in_an_empty_folder_create_no_db_and_say_where_they_looked(tmp_path):
     work = tmp_path / "empty"
     work.mkdir()
-    hist = eagle("history", cwd=work)
+    hist = eagle_here("history", cwd=work)
     assert hist.returncode == 0 and hist.stdout.startswith("no runs yet: no audit DB at ")
     assert "no eagle.yaml in this folder, its parents" in hist.stdout
-    assert json.loads(eagle("history", "--json", cwd=work).stdout) == []
+    assert json.loads(eagle_here("history", "--json", cwd=work).stdout) == []
     for args in (["show", "last"], ["show", "3"], ["diff", "1", "2"], ["trend", "bench", "local", "x"]):
-        res = eagle(*args, cwd=work)
+        res = eagle_here(*args, cwd=work)
         assert res.returncode == 2 and "no audit DB at" in res.stderr, (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1
-    doctor = eagle("doctor", cwd=work)
+    doctor = eagle_here("doctor", cwd=work)
     assert "ok    config: built-in defaults: no eagle.yaml in this folder, its parents" in doctor.stdout
     assert "does not exist yet; `eagle run` will create it" in doctor.stdout
     assert os.listdir(work) == []
@@ -90,25 +91,25 @@ def test_reads_in_an_empty_folder_create_no_db_and_say_where_they_looked(tmp_pat
 
 def test_an_empty_filtered_history_says_what_it_filtered(tmp_path):
     cfg = _cfg(tmp_path)
-    assert eagle("run", "hello", config=cfg).returncode == 0
-    res = eagle("history", "--status", "failed", "--since", "7d", config=cfg)
+    assert eagle_here("run", "hello", config=cfg).returncode == 0
+    res = eagle_here("history", "--status", "failed", "--since", "7d", config=cfg)
     assert res.stdout.strip() == "no failed runs in the last 7d (1 run in all)"
-    res = eagle("history", "--playbook", "bench", "--host", "gpu-01", config=cfg)
+    res = eagle_here("history", "--playbook", "bench", "--host", "gpu-01", config=cfg)
     assert res.stdout.strip() == "no runs of bench on gpu-01 (1 run in all)"
 
 
 def test_lint_says_a_valid_file_outside_playbooks_dir_is_not_runnable_by_name(tmp_path):
     cfg = _cfg(tmp_path)
     (tmp_path / "slow.yaml").write_text("name: slow\nsteps:\n  - skill: shell\n    with: {command: 'true'}\n")
-    res = eagle("lint", str(tmp_path / "slow.yaml"), config=cfg)
+    res = eagle_here("lint", str(tmp_path / "slow.yaml"), config=cfg)
     assert res.returncode == 0 and "ok " in res.stdout
     assert "valid, but not runnable by name: `eagle run slow` looks in playbooks_dir" in res.stdout
     assert "set playbooks_dir in eagle.yaml to its folder" in res.stdout
-    run = eagle("run", "slow", config=cfg)
+    run = eagle_here("run", "slow", config=cfg)
     assert run.returncode == 2 and "names come from the shipped ones (no playbooks_dir in eagle.yaml)" in run.stderr
     books = tmp_path / "books"
     books.mkdir()
     (books / "slow.yaml").write_text((tmp_path / "slow.yaml").read_text())
     cfg2 = _cfg(tmp_path / "two", playbooks_dir=str(books))
-    ok = eagle("lint", str(books / "slow.yaml"), config=cfg2)
+    ok = eagle_here("lint", str(books / "slow.yaml"), config=cfg2)
     assert ok.returncode == 0 and "not runnable by name" not in ok.stdout

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from eaglebot.frontends.cli.main import main
 
 
@@ -21,6 +23,7 @@ def _processes_mentioning(text: str) -> list[str]:
     return out
 
 
+@pytest.mark.e2e  # the whole demo story
 def test_demo_runs_the_relaunch_story_and_leaves_nothing_running(tmp_path, capsys, monkeypatch):
     # the simulated model load and warm-up take 0.3 s + 1 s a launch for a person watching
     monkeypatch.setenv("EAGLE_SIM_LOAD_S", "0.05")

@@ -151,16 +151,18 @@ async def test_doctor_checks_nvidia_smi_only_on_gpu_hosts(tmp_path, monkeypatch)
     assert all(c.ok for c in checks), [c.line() for c in checks]
 
 
-def test_doctor_says_when_eagle_shell_mode_overrides_the_hosts_default(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("EAGLE_SHELL_MODE", "persistent")
+def test_the_retired_persistent_shell_is_accepted_runs_as_exec_and_doctor_says_so(tmp_path, monkeypatch, capsys,
+                                                                                   caplog):
     monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
     monkeypatch.delenv("SLACK_APP_TOKEN", raising=False)
-    code = doctor_main(settings_for(tmp_path, {"local": {"transport": "local", "gpu": False}}))
+    settings = settings_for(tmp_path, {"local": {"transport": "local", "gpu": False, "shell": "persistent"}})
+    assert any("hosts local: `shell: persistent` is retired and runs as `shell: exec`" in r.getMessage()
+               for r in caplog.records)
+    code = doctor_main(settings)
     out = capsys.readouterr().out.splitlines()
-    assert ("WARN  shell mode: EAGLE_SHELL_MODE=persistent: hosts without `shell:` in eagle.yaml use "
-            "`shell: persistent`") in out
+    assert ("WARN  shell mode: hosts local: `shell: persistent` is retired and runs as `shell: exec` "
+            "(one channel per command); remove the key") in out
     assert code == 0  # a warning fails nothing
-    monkeypatch.delenv("EAGLE_SHELL_MODE")
     doctor_main(settings_for(tmp_path, {"local": {"transport": "local", "gpu": False}}))
     assert not any("shell mode" in line for line in capsys.readouterr().out.splitlines())
 

@@ -56,11 +56,12 @@ def server_pid(home: Path, port: int) -> int:
     return int((home / ".eaglebot" / "run" / f"server-{port}.pid").read_text().split()[0])
 
 
+@pytest.mark.e2e  # a whole relaunch story over a real sshd
 def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_probe_names_it(home_host):
     h = home_host
     h.reset()
     declare_training(h.home, h.pw.pw_uid, h.pw.pw_gid)
-    cfg = h.config("exec")
+    cfg = h.config()
     draft_cfg = h.home / "models" / "draft" / "config.json"
     original = draft_cfg.read_bytes()
 
@@ -95,10 +96,9 @@ def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_p
     shown = json.loads(eagle("show", str(doc["run_id"]), "--json", config=cfg, cwd=cfg.parent).stdout)
     assert step(shown, "check the draft's inputs")["data"]["verdict"] == "mismatch"
 
-    # the draft-check playbook says the same, on its own, and starts nothing (both shell modes)
-    for mode in ("exec", "persistent"):
-        rc, doc = run(h.config(mode), "draft-check")
-        assert rc == 2 and step(doc, "check the draft's inputs")["data"]["server_points"] == [-1, 2, 30], why(doc)
+    # the draft-check playbook says the same, on its own, and starts nothing
+    rc, doc = run(cfg, "draft-check")
+    assert rc == 2 and step(doc, "check the draft's inputs")["data"]["server_points"] == [-1, 2, 30], why(doc)
 
     # revert-config, then relaunch: passes, draft.check ok
     rc, doc = run(cfg, "revert-config")
@@ -108,7 +108,30 @@ def test_a_wrong_capture_patch_is_refused_the_old_server_keeps_serving_and_the_p
     check = step(doc, "check the draft's inputs")
     assert check["status"] == "ok" and check["data"]["verdict"] == "ok", check
     assert check["summary"] == ("ok: the server will feed the draft the outputs of layers 2, 30 and 58; training used "
-                                f"the outputs of layers 2, 30 and 58 (first seen in run {first_run})")
+                                f"the outputs of layers 2, 30 and 58 (first seen in run {first_run}); it rests on "
+                                "the bot's first sight of this draft only, not on what training declared (declare "
+                                "draft_train_layers to be sure)")
+
+    trained_run = doc["run_id"]
+    own = step(doc, "probe the draft's acceptance")["data"]
+    assert own["verdict"] == "as expected" and own["capture_points"] == TRAINED, own
+
+    # a one-off list (each layer one later): refused by the gate; allowed, it still serves well enough to pass
+    # the probe's bands (a real trained pair lost 4-10%), so the probe measures it against this draft's own
+    # accept length under its trained list, and never says `as expected`
+    rc, doc = run(cfg, "relaunch", *SPEC, "-e", "aux_layers=3,31,59")
+    assert rc == 2 and step(doc, "check the draft's inputs")["data"]["verdict"] == "mismatch", why(doc)
+    rc, doc = run(cfg, "relaunch", *SPEC, "-e", "aux_layers=3,31,59", "-e", "draft_mismatch=allow")
+    assert rc == 0, why(doc)
+    probe = step(doc, "probe the draft's acceptance")
+    d = probe["data"]
+    assert d["verdict"] == "measured drop" and d["first"] >= 0.7 * ACCURACY[0], probe
+    assert probe["summary"].startswith(f"measured drop: accept length {d['accept_length']:.2f} vs "
+                                       f"{own['accept_length']:.2f} with {TRAINED} in run {trained_run} (-"), probe
+    assert -0.15 < d["own"]["change"] < -0.03
+    assert any(w.startswith("probe the draft's acceptance") or "measured drop" in w for w in doc["warnings"]), doc
+    rc, doc = run(cfg, "revert-config")
+    assert rc == 0 and draft_cfg.read_bytes() == original, why(doc)
 
     # the wrong list allowed: the gate warns, the server is relaunched, the probe says `wrong inputs`
     rc, doc = run(cfg, "relaunch", *SPEC, "-e", "aux_layers=-1,2,30", "-e", "draft_mismatch=allow")
@@ -197,7 +220,7 @@ def test_a_specforge_checkpoint_beside_the_draft_is_the_training_side(home_host)
     for dirpath, _dirs, files in os.walk(h.home / "outputs"):
         for n in [dirpath, *(os.path.join(dirpath, f) for f in files)]:
             os.lchown(n, h.pw.pw_uid, h.pw.pw_gid)
-    cfg = h.config("exec")
+    cfg = h.config()
     rc, doc = run(cfg, "draft-check", "-e", "draft=~/outputs/llama31-eagle3/epoch_9_step_12000")
     check = step(doc, "check the draft's inputs")
     assert rc == 2 and check["data"]["verdict"] == "mismatch", why(doc)

@@ -75,6 +75,47 @@ def test_expected_length_is_specforges_simulated_acc_len_plus_the_bonus_token():
     assert round(da.expected_length([0.5], 3), 3) == 1.875
 
 
+def test_the_real_pairs_histograms_against_its_own_history():
+    """The real trained pair's /generate histograms (docs/gpu-validation.md, run 2; 16 prompts x 128
+    tokens): the position-1 bar cannot tell the one-off list 0,2,4 from the trained 1,3,5, the draft's
+    own accept length under 1,3,5 can; never `as expected` with a list training did not use."""
+    def stats(hist: list[int]) -> da.Stats:
+        n = sum(hist)
+        return da.Stats(answered=16, completion_tokens=n + sum(k * c for k, c in enumerate(hist)), verify_ct=n,
+                        histogram=hist)
+
+    acc = [0.92, 0.93, 0.92]                  # the kit's training accuracy per position
+    trained = da.classify(stats([68, 50, 29, 450]), acc, 3, 1, 4, "auto")
+    off = da.classify(stats([121, 87, 47, 405]), acc, 3, 1, 4, "auto")
+    assert [round(p, 3) for p in trained.numbers["positions"]] == [0.886, 0.905, 0.939]
+    assert trained.verdict == off.verdict == "as expected"        # what the bands alone say
+    own = da.Own(trained.numbers["accept_length"], [1, 3, 5], 12)
+    judged = da.against_own(off, own, mismatch=True)
+    assert judged.verdict == "measured drop" and judged.summary.startswith(
+        f"measured drop: accept length {off.numbers['accept_length']:.2f} vs {own.accept_length:.2f} with [1, 3, 5] "
+        f"in run 12 (-"), judged.summary
+    assert "position 1 accepted 82% (training 92%)" in judged.summary and judged.numbers["own"]["run_id"] == 12
+    assert -0.10 < judged.numbers["own"]["change"] < -0.04
+    # no history: still not `as expected`; the same list, within noise: as it was
+    assert da.against_own(off, None, mismatch=True).verdict == "capture mismatch"
+    assert da.against_own(trained, own, mismatch=False).verdict == "as expected"
+    assert da.against_own(trained, own, mismatch=True).verdict == "no measured drop"
+    assert da.against_own(trained, None, mismatch=False) == trained
+
+
+def test_the_histogram_is_read_by_the_servers_release():
+    """0.5.17 sends spec_correct_drafts_histogram and its alias spec_accept_histogram (the real capture
+    above); 0.5.23 only the first: the alias is read only where the release has it."""
+    alias_only = generate_output([{"completion_tokens": 9, "spec_verify_ct": 4, "spec_accept_histogram": [1, 1, 2]}])
+    assert da.parse_generate(alias_only, "0.5.17").histogram == [1, 1, 2]
+    assert da.parse_generate(alias_only, "0.5.23").histogram == []
+    both = generate_output([{"completion_tokens": 9, "spec_verify_ct": 4, "spec_correct_drafts_histogram": [0, 2, 2],
+                             "spec_accept_histogram": [1, 1, 2]}])
+    assert da.parse_generate(both, "0.5.17").histogram == da.parse_generate(both, "0.5.23").histogram == [0, 2, 2]
+    assert da.histogram_keys(None) == da.histogram_keys("0.5.17") and da.histogram_keys("0.6.0") == (
+        "spec_correct_drafts_histogram",)
+
+
 async def test_an_answer_nested_200000_deep_fails_the_probe_with_a_sentence():
     """Whatever answers on the port (a hostile host's own server) may nest its JSON 200,000 deep
     (issue 46, LOW): /server_info and the prompts' answers each fail the step with one sentence,
@@ -99,3 +140,4 @@ async def test_an_answer_nested_200000_deep_fails_the_probe_with_a_sentence():
         raise AssertionError("no error")
     except ValueError as e:
         assert "nested too deep" in str(e)
+

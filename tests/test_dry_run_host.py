@@ -92,10 +92,11 @@ def processes_of(uid: int) -> dict[int, tuple[str, bytes]]:
     return out
 
 
+@pytest.mark.e2e  # every shipped playbook over a real sshd
 def test_a_dry_run_of_every_shipped_playbook_changes_nothing_on_the_host(dry_host, tmp_path):
     h = dry_host
     h.reset()
-    cfg = h.config("persistent")
+    cfg = h.config()
     extra = tmp_path / "extra.yaml"
     extra.write_text(yaml.safe_dump(EXTRA, sort_keys=False))
 
@@ -173,7 +174,7 @@ def test_a_stale_pid_file_is_left_by_a_dry_run_and_removed_by_the_stop(dry_host)
     stop says ("no server running") and leaves the file; the stop removes it."""
     h = dry_host
     h.reset()
-    cfg = h.config("exec")
+    cfg = h.config()
     rc, doc = run(cfg, "hello")                  # the state folder, as a first run leaves it
     assert rc == 0, why(doc)
     gone = subprocess.Popen(["true"])

@@ -425,8 +425,7 @@ async def test_connection_cut_mid_step_fails_the_step_and_is_audited(services, t
     port = server.sockets[0].getsockname()[1]
     known = tmp_path / "known_hosts"
     known.write_text(f"[127.0.0.1]:{port} {key.export_public_key().decode().strip()}\n")
-    # This server runs no shell, so the host uses a channel per command; the persistent shell
-    # losing its connection mid-command is tests/faults/test_orphans.py (a real sshd).
+    # A real sshd losing its connection mid-command is tests/faults/test_orphans.py.
     svc = await services({"flaky": {"address": "127.0.0.1", "port": port, "user": "x", "key": str(tmp_path / "id"),
                                     "known_hosts": str(known), "shell": "exec"}})
     book = pb(tmp_path, """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import types
 import json
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def facts_used_by_skills() -> dict[str, Fact[object]]:
                 target = getattr(aliases[node.value.id], node.attr, None)
             elif isinstance(node, ast.Name) and node.id in aliases:
                 target = aliases[node.id]
-            if isinstance(target, Fact) and not isinstance(target, type):  # a fact, not the protocol
+            # a fact, not the protocol, nor a module that happens to define command() and parse()
+            if isinstance(target, Fact) and not isinstance(target, (type, types.ModuleType)):
                 found[target.command({})] = target
     return found
 

@@ -5,27 +5,18 @@ from __future__ import annotations
 import asyncio
 import io
 
-import pytest
 from helpers import write_playbook
 
 from eaglebot.config import Settings
 from eaglebot.engine.playbook import load_playbook
-from eaglebot.errors import UsageError
 from eaglebot.engine.runner import RunRequest
 from eaglebot.frontends.cli.terminal import TerminalObserver
 
 
-def test_fleet_defaults(monkeypatch):
-    monkeypatch.delenv("EAGLE_SHELL_MODE", raising=False)
+def test_fleet_defaults():
     s = Settings()
     assert (s.max_parallel_hosts, s.max_hosts_total, s.max_connecting, s.max_connecting_per_jump) == (None, 1024, 64, 8)
     assert s.hosts["local"].shell == "exec"
-    monkeypatch.setenv("EAGLE_SHELL_MODE", "persistent")  # every host that does not say
-    s = Settings.model_validate({"hosts": {"a": {"transport": "local"}, "b": {"transport": "local", "shell": "exec"}}})
-    assert (s.hosts["a"].shell, s.hosts["b"].shell) == ("persistent", "exec")
-    monkeypatch.setenv("EAGLE_SHELL_MODE", "sometimes")
-    with pytest.raises(UsageError, match="EAGLE_SHELL_MODE must be persistent or exec, got 'sometimes'"):
-        Settings()
 
 
 async def test_many_hosts_share_one_sshd_with_a_line_per_host(services, sshd, remote_dir, tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import eagle, write_playbook, write_yaml
+from inproc import eagle_here
 from sshd import free_port, start_sshd
 
 from eaglebot.engine.playbook import load_playbook
@@ -55,7 +56,7 @@ def test_rolling_run_stops_after_the_batch_that_spent_the_failure_budget(sshd, r
     log = remote_dir / "log"
     cfg = _config(tmp_path, {"h[1:8]": sshd.host_config()}, groups={"fleet": ["h[1:8]"]})
     book = _touch_book(tmp_path, log)
-    res = eagle("run", str(book), "-H", "fleet", "--batch", "2", "--max-fail", "0", "--json", config=cfg)
+    res = eagle_here("run", str(book), "-H", "fleet", "--batch", "2", "--max-fail", "0", "--json", config=cfg)
     assert res.returncode == 1, res.stderr
     doc = json.loads(res.stdout)
     recap = {h["name"]: h for h in doc["hosts"]}
@@ -71,7 +72,7 @@ def test_rolling_run_stops_after_the_batch_that_spent_the_failure_budget(sshd, r
 
     # Only the failed host runs again, as a new run that names its origin.
     log.write_text("")
-    again = eagle("rerun", str(doc["run_id"]), "--failed", "--json", config=cfg)
+    again = eagle_here("rerun", str(doc["run_id"]), "--failed", "--json", config=cfg)
     assert again.returncode == 1  # h3 is still broken
     rerun = json.loads(again.stdout)
     assert [h["name"] for h in rerun["hosts"]] == ["h3"]
@@ -106,15 +107,15 @@ def test_playbook_batch_and_max_fail_are_defaults_the_command_line_overrides(ssh
             with: {{command: "echo {{{{ host }}}} >> {log}; test {{{{ host }}}} != h1"}}
     """)
     cfg = _config(tmp_path, {"h[1:4]": sshd.host_config()})
-    res = eagle("run", str(book), "-H", "all", "--json", config=cfg)
+    res = eagle_here("run", str(book), "-H", "all", "--json", config=cfg)
     assert res.returncode == 1
     assert [h["status"] for h in json.loads(res.stdout)["hosts"]] == ["failed", "changed", "untouched", "untouched"]
     log.write_text("")
-    res = eagle("run", str(book), "-H", "all", "--max-fail", "25%", "--json", config=cfg)  # 1 of 4 may fail
+    res = eagle_here("run", str(book), "-H", "all", "--max-fail", "25%", "--json", config=cfg)  # 1 of 4 may fail
     assert [h["status"] for h in json.loads(res.stdout)["hosts"]] == ["failed", "changed", "changed", "changed"]
-    res = eagle("run", str(book), "-H", "h[3:4]", "--json", config=cfg)  # 2 hosts: not above batch_above
+    res = eagle_here("run", str(book), "-H", "h[3:4]", "--json", config=cfg)  # 2 hosts: not above batch_above
     assert res.returncode == 0 and len(log.read_text().split()) == 6
-    bad = eagle("run", str(book), "-H", "all", "--batch", "0", config=cfg)
+    bad = eagle_here("run", str(book), "-H", "all", "--batch", "0", config=cfg)
     assert bad.returncode == 2 and "--batch must be at least 1" in bad.stderr
 
 
@@ -123,7 +124,7 @@ def test_an_unreachable_host_is_its_own_status_and_exit_4(sshd, remote_dir, tmp_
     cfg = _config(tmp_path, {"up": sshd.host_config(),
                              "down": sshd.host_config(port=closed, connect_retries=1)})
     book = _touch_book(tmp_path, remote_dir / "log", bad="nobody")
-    res = eagle("run", str(book), "-H", "up,down", "--json", config=cfg)
+    res = eagle_here("run", str(book), "-H", "up,down", "--json", config=cfg)
     assert res.returncode == 4, res.stderr
     doc = json.loads(res.stdout)
     assert doc["status"] == "unreachable"
@@ -137,9 +138,9 @@ def test_an_unreachable_host_is_its_own_status_and_exit_4(sshd, remote_dir, tmp_
     assert "1 host(s) unreachable: down" in res.stderr
     # A failed step wins over an unreachable host: exit 1.
     book = _touch_book(tmp_path, remote_dir / "log", bad="up")
-    assert eagle("run", str(book), "-H", "up,down", config=cfg).returncode == 1
+    assert eagle_here("run", str(book), "-H", "up,down", config=cfg).returncode == 1
     # rerun --failed takes the unreachable host too.
-    again = eagle("rerun", str(doc["run_id"]), "--failed", "--json", config=cfg)
+    again = eagle_here("rerun", str(doc["run_id"]), "--failed", "--json", config=cfg)
     assert again.returncode == 4 and [h["name"] for h in json.loads(again.stdout)["hosts"]] == ["down"]
 
 
@@ -275,10 +276,10 @@ def test_slash_rerun_failed_runs_only_the_unreachable_host(sshd, remote_dir, tmp
     cfg = _config(tmp_path, {"up": sshd.host_config(), "down": sshd.host_config(port=free_port(), connect_retries=0)},
                   playbooks_dir="books")
     book = _touch_book(tmp_path / "books", remote_dir / "log", bad="nobody")
-    first = eagle("run", str(book), "-H", "up,down", "--json", config=cfg)
+    first = eagle_here("run", str(book), "-H", "up,down", "--json", config=cfg)
     rid = json.loads(first.stdout)["run_id"]
     assert first.returncode == 4
-    again = eagle("chat", f"rerun {rid} failed", config=cfg)
+    again = eagle_here("chat", f"rerun {rid} failed", config=cfg)
     assert _db(tmp_path, "select rerun_of, hosts, status from runs where id > ?", rid) == [
         (rid, '["down"]', "unreachable")]
     assert "down" in again.stdout
@@ -289,7 +290,7 @@ def test_slash_batch_and_max_fail_make_a_rolling_run(sshd, remote_dir, tmp_path)
     log = remote_dir / "log"
     _touch_book(tmp_path / "books", log, bad="h2")
     cfg = _config(tmp_path, {"h[1:4]": sshd.host_config()}, groups={"fleet": ["h[1:4]"]}, playbooks_dir="books")
-    res = eagle("chat", "roll fleet batch=2 max_fail=0", config=cfg)
+    res = eagle_here("chat", "roll fleet batch=2 max_fail=0", config=cfg)
     assert res.returncode == 1, res.stderr
     assert sorted(log.read_text().split()) == ["h1", "h2"]
     assert _db(tmp_path, "select inputs from runs") == [("{}",)]  # options, not inputs

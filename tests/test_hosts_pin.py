@@ -111,9 +111,12 @@ def test_pin_without_a_terminal_needs_yes_and_a_down_host_is_one_line(tmp_path, 
                  down={"address": "127.0.0.1", "port": free_port(), "known_hosts": str(known), "connect_timeout_s": 2})
     res = subprocess.run([EAGLE, "--config", cfg, "hosts", "pin", "gpu"], stdin=subprocess.DEVNULL,
                          capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and res.stdout == ""
+    # the fingerprint is shown without a terminal too: that is what the user checks before --yes
+    fp = keygen_fingerprint(sshd.root / "host_ed25519.pub")
+    assert res.returncode == 2 and f"presents ssh-ed25519 key {fp}" in res.stdout, res
     assert res.stderr.strip().splitlines() == [
-        "eagle: no terminal to confirm on: check the fingerprint, then pass --yes to pin gpu's key"]
+        "eagle: no terminal to confirm on: check the fingerprint above, then pass --yes to pin gpu's key"]
+    assert not known.exists()
     res = subprocess.run([EAGLE, "--config", cfg, "hosts", "pin", "down", "--yes"], stdin=subprocess.DEVNULL,
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1
@@ -155,3 +158,28 @@ def test_pin_asks_on_a_terminal_and_writes_only_after_yes(tmp_path, sshd):
     code, text = _on_a_terminal([EAGLE, "--config", cfg, "hosts", "pin", "gpu"], b"y\n")
     assert code == 0 and keygen_fingerprint(sshd.root / "host_ed25519.pub") in text
     assert known.read_text() == f"[127.0.0.1]:{sshd.port} {sshd.host_pub}\n"
+
+
+def test_pin_takes_ranges_groups_and_patterns_and_pins_them_in_one_confirmation(tmp_path, sshd, capsys):
+    """Three names of the loopback sshd (`gpu-[01:03]`, one address): the keys of a range, a group
+    and a pattern are read and shown, pinned once on --yes, each fingerprint in the audit trail."""
+    known = tmp_path / "known_hosts"
+    data = {"audit_db": str(tmp_path / "eagle.db"),
+            "hosts": {"gpu-[01:03]": sshd.host_config(known_hosts=str(known))}, "groups": {"rack": ["gpu-01"]}}
+    cfg = str(write_yaml(tmp_path / "eagle.yaml", data))
+    Store(tmp_path / "eagle.db").close()      # the audit trail exists (pinning never creates it)
+    fp = keygen_fingerprint(sshd.root / "host_ed25519.pub")
+    res = subprocess.run([EAGLE, "--config", cfg, "hosts", "pin", "gpu-[02:03]"], stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and not known.exists(), res
+    assert [ln.split(" (")[0] for ln in res.stdout.splitlines() if f"presents ssh-ed25519 key {fp}" in ln] == \
+        ["host gpu-02", "host gpu-03"], res.stdout
+    assert "pass --yes to pin these 2 hosts' keys" in res.stderr
+    assert main(["--config", cfg, "hosts", "pin", "gpu-*", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"presents ssh-ed25519 key {fp}") == 3 and out.count("pinned: ") == 1, out
+    assert known.read_text() == f"[127.0.0.1]:{sshd.port} {sshd.host_pub}\n"
+    assert main(["--config", cfg, "hosts", "pin", "rack"]) == 0    # already pinned: nothing to confirm
+    assert "already pinned" in capsys.readouterr().out
+    pinned = [e["message"] for e in Store(tmp_path / "eagle.db", readonly=True).events("host_key_pinned")]
+    assert len(pinned) == 1 and fp in pinned[0] and "gpu-01" in pinned[0], pinned

@@ -25,10 +25,11 @@ def _schema(path) -> list[tuple[str, str]]:
 def test_migrations_are_named_numbered_and_in_order():
     assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
     assert [m.name[:4] for m in MIGRATIONS] == [f"{v:04d}" for v in range(1, SCHEMA_VERSION + 1)]
-    assert MIGRATIONS[0].name == "0001_initial" and MIGRATIONS[-1].name == "0012_seen_requests"
+    assert MIGRATIONS[0].name == "0001_initial" and MIGRATIONS[-1].name == "0013_metric_class_parent_run"
     assert [m.name for m in migrations.pending(5)] == ["0006_remote_procs", "0007_chain_seals",
                                                       "0008_step_output_file", "0009_incident_causes",
-                                                          "0010_health_watch", "0011_replicas", "0012_seen_requests"]
+                                                          "0010_health_watch", "0011_replicas", "0012_seen_requests",
+                                                      "0013_metric_class_parent_run"]
     assert migrations.pending(SCHEMA_VERSION) == [] and migrations.pending(SCHEMA_VERSION + 1) == []
 
 

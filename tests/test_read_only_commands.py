@@ -9,6 +9,7 @@ import json
 import psycopg
 import pytest
 from helpers import eagle, write_yaml
+from inproc import eagle_here
 
 NO_DB = "no audit DB at {db}"
 
@@ -44,7 +45,7 @@ NEED_RECORDS = [
 
 @pytest.mark.parametrize("argv,shown", SHOWN_EMPTY, ids=[" ".join(a) for a, _ in SHOWN_EMPTY])
 def test_a_view_of_no_store_shows_it_empty_and_creates_nothing(tmp_path, argv, shown):
-    res = eagle(*argv, cwd=tmp_path)
+    res = eagle_here(*argv, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert shown in res.stdout, res.stdout
     assert list(tmp_path.iterdir()) == []
@@ -52,7 +53,7 @@ def test_a_view_of_no_store_shows_it_empty_and_creates_nothing(tmp_path, argv, s
 
 @pytest.mark.parametrize("argv,said", NEED_RECORDS, ids=[" ".join(a) for a, _ in NEED_RECORDS])
 def test_a_command_that_needs_records_refuses_in_one_sentence_and_creates_nothing(tmp_path, argv, said):
-    res = eagle(*argv, cwd=tmp_path)
+    res = eagle_here(*argv, cwd=tmp_path)
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert res.stderr.startswith(f"eagle: {said}{NO_DB.format(db=tmp_path / 'eagle.db')} ") and \
         res.stderr.count("\n") == 1, res.stderr
@@ -62,11 +63,11 @@ def test_a_command_that_needs_records_refuses_in_one_sentence_and_creates_nothin
 def test_with_a_config_the_db_it_names_is_not_created_either(tmp_path):
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "state/eagle.db"})
     for argv in (["status"], ["fleet"], ["schedule", "list"], ["baseline", "set", "1"]):
-        eagle(*argv, config=cfg, cwd=tmp_path)
+        eagle_here(*argv, config=cfg, cwd=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eagle.yaml"]
     # once a run made it, the same commands read it (and `show` finds the run)
-    assert eagle("run", "hello", config=cfg).returncode == 0
-    shown = eagle("show", "1", "--json", config=cfg)
+    assert eagle_here("run", "hello", config=cfg).returncode == 0
+    shown = eagle_here("show", "1", "--json", config=cfg)
     assert shown.returncode == 0 and json.loads(shown.stdout)["run_id"] == 1
 
 
@@ -76,6 +77,7 @@ def _tables(url: str) -> list[str]:
                                         "where table_schema = 'public'")]
 
 
+@pytest.mark.e2e  # every view on PostgreSQL
 def test_on_an_empty_postgresql_database_views_run_no_ddl(tmp_path, pg_server):
     url = pg_server.fresh_db(template="template0")   # a database with no eaglebot tables yet
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": url})

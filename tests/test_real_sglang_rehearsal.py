@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "tests/gpu/test_real_sglang.py"
 STEPS = ["1_target_alone_over_ssh", "2_bench_over_ssh", "3_eagle3_local", "4_lossless_eagle3", "5_refused",
@@ -40,6 +42,7 @@ def test_the_real_sglang_module_is_a_gpu_module_out_of_the_default_run():
         "test_8_stop_and_cleanup_free_the_gpu"], p.stdout
 
 
+@pytest.mark.e2e  # the whole GPU sequence in rehearsal: minutes
 def test_the_real_sglang_sequence_passes_in_rehearsal_and_records_what_it_measured(tmp_path):
     p = _pytest("-o", "addopts=", "-m", "gpu", "-q", MODULE, env={"EAGLE_GPU_REHEARSAL": "1", "OUT": str(tmp_path)})
     assert p.returncode == 0, p.stdout[-8000:] + p.stderr[-3000:]

@@ -146,16 +146,36 @@ def test_parse_launch_args_pairs_flags_with_values():
         "--tp-size": "2", "--x": "1", "--flag": True, "--port": "30000"}
 
 
-def test_greedy_outputs_are_compared_token_by_token_and_the_first_difference_is_named():
+def test_greedy_outputs_are_compared_token_by_token_and_each_difference_is_a_tie_or_lossy():
     from eaglebot.facts import correctness
 
     ref = [[1, 2, 3], [4, 5, 6], [7, 8], [9]]
     m = correctness.compare(ref, [[1, 2, 3], [4, 5, 9], [7, 8], None])
     assert (m.matched, m.total, m.rate) == (2, 4, 0.5)
-    assert m.first_diff == (1, 2, 6, 9) and m.first_diff_text() == "prompt 1 token 2: 6 (reference) vs 9"
+    d = m.diffs[0]
+    assert (d.prompt, d.token, d.want, d.got) == (1, 2, 6, 9) and m.first_diff_text() == "prompt 1 token 2: 6 (reference) vs 9, no margin recorded"
+    assert [d.kind for d in m.diffs] == ["unexplained", "unexplained"]
     short = correctness.compare([[1, 2, 3]], [[1, 2]])
-    assert short.first_diff_text() == "prompt 0 token 2: 3 (reference) vs (end)"
-    assert correctness.compare(ref, ref).first_diff is None
+    assert short.first_diff_text() == "prompt 0 token 2: 3 (reference) vs (end), no margin recorded"
+    assert correctness.compare(ref, ref).diffs == ()
+    # the reference's top-2 per position ([top-1 id, logprob, top-2 id, logprob]): a tie at 0.0 and one
+    # bf16 step (0.0625) explain a divergence, two steps (0.125) still do, 0.1875 does not
+    row = lambda a, la, b, lb: [a, la, b, lb]  # noqa: E731
+    ref = [[1, 2, 3], [4, 5, 6], [7, 8], [9, 10], [11]]
+    top2 = [[row(1, -0.1, 5, -0.1), row(2, -0.5, 8, -0.5), row(3, -1.0, 7, -3.0)],
+            [row(4, -0.2, 1, -4.0), row(5, -0.9, 2, -0.9625), row(6, -0.1, 9, -5.0)],
+            [row(7, -0.3, 3, -0.425), row(8, -0.2, 9, -2.2)],
+            [row(9, -0.3, 3, -0.4875), row(10, -0.2, 9, -2.2)], None]
+    m = correctness.compare(ref, [[1, 8, 0], [4, 2, 6], [7, 9], [9, 3], None], top2)
+    assert [(d.prompt, d.token, d.margin, d.kind) for d in m.diffs] == [
+        (0, 1, 0.0, "tie"), (1, 1, 0.0625, "tie"), (2, 1, 2.0, "lossy"), (3, 1, 2.0, "lossy"),
+        (4, 0, None, "unexplained")]
+    assert (m.count("tie"), m.count("lossy"), m.rate, m.exact_rate) == (2, 2, 0.4, 0.0)
+    assert m.diffs[0].text() == "prompt 0 token 1: 2 (reference) vs 8, the reference's runner-up, top-2 margin 0 nats"
+    m = correctness.compare([[7, 8], [9, 10]], [[3, 0], [3, 0]], [[row(7, -0.3, 3, -0.425)], [row(9, -0.3, 3, -0.4875)]])
+    assert [(d.margin, d.kind) for d in m.diffs] == [(0.125, "tie"), (0.1875, "lossy")]
+    assert correctness.top2_rows([[[-0.5, 17, None], [-0.75, 4, None]], [[-0.1, 3, None]], None]) == [
+        [17, -0.5, 4, -0.75], None, None]
     texts = correctness.prompts(0, 32)
     assert texts == correctness.prompts(0, 32) and len(set(texts)) == 32 and texts != correctness.prompts(1, 32)
     assert correctness.reference_key("/m", texts, 32) != correctness.reference_key("/m", texts, 64)

@@ -312,6 +312,7 @@ def test_eagle_status_names_the_replicas_and_the_leader(tmp_path, capsys):
 
 # -- the soak ---------------------------------------------------------------------------------
 
+@pytest.mark.e2e  # a soak: a minute a backend
 @pytest.mark.ha
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_ha_soak_two_replicas_every_5s_survive_two_leader_kills(tmp_path, request, backend):

@@ -36,7 +36,9 @@ def test_show_json_lists_only_regressions_and_prefixes_warnings_with_their_host(
     store.add_warning(rid, "gpu-01", "draft tokens adjusted")
     view = RunView.load(store, rid)
     doc = view.as_json()
-    assert set(doc) == {"run_id", "status", "steps", "metrics", "warnings", "regressions", "hosts"}
+    assert set(doc) == {"run_id", "status", "parent_run_id", "children", "steps", "metrics", "warnings", "regressions",
+                        "hosts"}
+    assert doc["parent_run_id"] is None and doc["children"] == []
     assert [r["metric"] for r in doc["regressions"]] == [KEY_METRIC]
     assert doc["warnings"] == ["gpu-01: draft tokens adjusted"]
     assert doc["metrics"][0] == {"host": "gpu-01", "name": "median_ttft_ms", "value": 30.0, "unit": "",
@@ -80,7 +82,7 @@ async def test_cli_chat_and_slack_history_show_the_same_key_metric_for_each_run(
         assert res.returncode == 0, res.stderr
         assert [r["run_id"] for r in hist] == [bare, no_tput, later, mixed]
         assert all(set(r) == {"run_id", "playbook", "hosts", "status", "actor", "origin", "started_at",
-                              "finished_at"} for r in hist)     # --json has no metric: its shape is a contract
+                              "finished_at", "parent_run_id", "children"} for r in hist)     # --json has no metric: its shape is a contract
 
         cli = eagle("history", config=cfg)
         chat = eagle("chat", "history", config=cfg)

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from helpers import eagle
+from inproc import eagle_here
 from sched_helpers import finished_jobs, fire_now
 from slack_harness import open_harness
 
@@ -55,13 +56,13 @@ def broken(tmp_path):
 
 
 def test_lint_doctor_and_schedule_list_name_the_file_and_line_of_a_broken_schedule(broken):
-    lint = eagle("lint", config=broken)
+    lint = eagle_here("lint", config=broken)
     assert lint.returncode == 2
     assert f"{broken}:7: schedule 'misspelt': unknown playbook 'bnech'" in lint.stderr
     assert f"{broken}:10: schedule 'bad-input': playbook 'ok' has no input 'wrod'" in lint.stderr
     assert f"{broken}:14: schedule 'bad-host': unknown host 'gpu-9'" in lint.stderr
     assert "'good'" not in lint.stderr
-    listed = eagle("schedule", "list", config=broken)
+    listed = eagle_here("schedule", "list", config=broken)
     assert listed.returncode == 2 and f"{broken}:7: schedule 'misspelt'" in listed.stderr
     rows = {line.split()[0]: line for line in listed.stdout.splitlines()[2:]}
     assert "INVALID" in rows["misspelt"] and "active" in rows["good"]
@@ -79,7 +80,7 @@ def test_config_errors_carry_the_line_number(tmp_path):
             address: 10.0.0.7
             prot: 22
         """))
-    res = eagle("hosts", config=cfg)
+    res = eagle_here("hosts", config=cfg)
     assert res.returncode == 2 and f"{cfg}:5: hosts.gpu-01.prot: unknown key" in res.stderr
 
 
@@ -125,15 +126,15 @@ def test_pause_and_resume_from_the_terminal_write_the_row_the_bot_reads(tmp_path
     paused = eagle("schedule", "pause", "nightly", config=cfg, env={"USER": "alice"})
     assert paused.returncode == 0, paused.stderr
     assert "schedule nightly paused by" in paused.stdout and "eagle schedule resume nightly" in paused.stdout
-    again = eagle("schedule", "pause", "nightly", config=cfg)
+    again = eagle_here("schedule", "pause", "nightly", config=cfg)
     assert again.returncode == 2 and "schedule 'nightly' is already paused" in again.stderr
-    unknown = eagle("schedule", "resume", "nigthly", config=cfg)
+    unknown = eagle_here("schedule", "resume", "nigthly", config=cfg)
     assert unknown.returncode == 2 and "unknown schedule 'nigthly'; did you mean 'nightly'?" in unknown.stderr
-    listed = eagle("schedule", "list", "--json", config=cfg)
+    listed = eagle_here("schedule", "list", "--json", config=cfg)
     row = json.loads(listed.stdout)[0]
     assert row["paused"] is True and row["paused_by"]
-    assert eagle("schedule", "resume", "nightly", config=cfg).returncode == 0
-    assert json.loads(eagle("schedule", "list", "--json", config=cfg).stdout)[0]["paused"] is False
+    assert eagle_here("schedule", "resume", "nightly", config=cfg).returncode == 0
+    assert json.loads(eagle_here("schedule", "list", "--json", config=cfg).stdout)[0]["paused"] is False
     db = sqlite3.connect(tmp_path / "eagle.db")
     kinds = [k for (k,) in db.execute("select kind from events order by id")]
     assert kinds == ["schedule_paused", "schedule_resumed"]

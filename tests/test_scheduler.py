@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -120,7 +121,7 @@ async def test_schedule_approve_decides_confirm_steps(services, pbdir, approve):
         assert "the schedule does not say approve: true" in why
 
 
-async def test_busy_host_is_posted_and_does_not_crash(services, pbdir):
+async def test_busy_host_is_posted_once_and_does_not_crash(services, pbdir, caplog):
     svc = await services(playbooks_dir=str(pbdir), schedules=[sched_cfg()])
     hooks = RecordingHooks()
     hooks.store = svc.store
@@ -131,6 +132,12 @@ async def test_busy_host_is_posted_and_does_not_crash(services, pbdir):
     assert await sched.run_schedule(svc.settings.schedules[0]) is None
     [(ch, text)] = hooks.posts
     assert ch == "C0123" and "did not start" in text and "busy" in text
+    # a heartbeat firing again while that run still holds the host (an approval waits): logged, not posted
+    with caplog.at_level(logging.INFO, logger="eaglebot.scheduler"):
+        assert await sched.run_schedule(svc.settings.schedules[0], datetime.now(timezone.utc)
+                                        + timedelta(minutes=1)) is None
+    assert len(hooks.posts) == 1
+    assert any("did not start" in r.getMessage() and f"run #{other}" in r.getMessage() for r in caplog.records)
 
 
 async def test_unknown_playbook_is_posted_at_start_and_never_scheduled(services, pbdir):

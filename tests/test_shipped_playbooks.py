@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import sqlite3
@@ -86,9 +87,9 @@ class HomeHost:
             for n in [dirpath, *(os.path.join(dirpath, f) for f in filenames)]:
                 os.lchown(n, self.pw.pw_uid, self.pw.pw_gid)
 
-    def config(self, mode: str) -> Path:
-        cfg = self.root / f"eagle-{mode}.yaml"
-        host = self.sshd.host_config(shell=mode, vars={
+    def config(self) -> Path:
+        cfg = self.root / "eagle.yaml"
+        host = self.sshd.host_config(vars={
             "python": "~/bin/python", "model": "~/models/target", "draft": "~/models/draft", "port": self.port,
             "scheduler": "slurm"})
         cfg.write_text(yaml.safe_dump({"hosts": {"gpu-01": host}}, sort_keys=False))
@@ -150,11 +151,11 @@ def why(doc: dict) -> str:
     return "\n".join(f"{s['name']} [{s['status']}] {s['summary']}" for s in doc["steps"])
 
 
-@pytest.mark.parametrize("mode", ["exec", "persistent"])
-def test_every_shipped_playbook_reaches_its_outcome_with_the_default_config(home_host, mode):
+@pytest.mark.e2e  # every shipped playbook over a real sshd: minutes
+def test_every_shipped_playbook_reaches_its_outcome_with_the_default_config(home_host):
     h = home_host
     h.reset()
-    cfg = h.config(mode)
+    cfg = h.config()
     home, state = str(h.home), f"{h.home}/.eaglebot"
     draft_cfg = h.home / "models" / "draft" / "config.json"
 
@@ -198,7 +199,9 @@ def test_every_shipped_playbook_reaches_its_outcome_with_the_default_config(home
     rc, doc = run(cfg, "bench", *SMALL_BENCH)
     assert rc == 0, why(doc)
     lossless = step(doc, "lossless check")
-    assert lossless["status"] == "ok" and lossless["summary"].startswith("lossless: 8/8 greedy outputs match"), lossless
+    # a faithful draft: every output matches, or diverges where the target's own top-2 tie
+    assert lossless["status"] == "ok" and re.match(r"lossless: (\d)/8 greedy outputs match the reference, (\d) diverge "
+                                                   r"at a tie .*, 0 lossy \(100\.0% match or tie", lossless["summary"]), lossless
     assert {m["name"]: m["value"] for m in doc["metrics"]}["greedy_match_rate"] == 1.0
 
     rc, doc = run(cfg, "server-logs")

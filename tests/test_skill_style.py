@@ -101,6 +101,7 @@ def test_the_host_resolves_home_and_state_folder_in_one_round_trip(tmp_path, mon
         host_paths.parse("EAGLE-HOST-PATHS /home/x\nmkdir: cannot create directory: Permission denied\n")
 
 
+@pytest.mark.e2e  # a mypy run
 def test_mypy_strict_catches_a_misspelt_result_keyword_in_a_plugin(tmp_path):
     """The keywords of StepFailed and of StepResult's constructors are declared: a plugin author's
     type checker names the misspelling before it ever runs (at run time it fails the step, named:

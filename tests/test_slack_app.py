@@ -402,5 +402,6 @@ async def test_trend_uploads_the_plot_into_a_thread(harness, fake):
     parent = posts(fake, top=True)[0]
     assert done.args["thread_ts"] == parent.answer["ts"]
     assert "output_throughput" in parent.all_text()
+    assert "eagle-trend-" not in parent.all_text() and ".png" not in parent.all_text()   # no path of the bot's
     assert done.args["channel_id"] == CHANNEL
     assert fake.calls_to("upload")[0].args["size"] > 5000     # a real matplotlib PNG, not a stub

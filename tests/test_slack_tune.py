@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from slack_harness import approval_message, open_harness
 from sshd import free_port
 from test_sglang_sim import write_models
@@ -13,6 +15,7 @@ from eaglebot.frontends.slack import blocks as bk
 from eaglebot.sim import install_sim_bin
 
 
+@pytest.mark.e2e  # a whole tuning run through Slack
 async def test_slash_tune_posts_the_table_and_plot_and_apply_waits_for_an_approver(tmp_path, fake, monkeypatch):
     monkeypatch.setenv("EAGLE_SIM_LOAD_S", "0")
     monkeypatch.setenv("EAGLE_SIM_WARMUP_S", "0")

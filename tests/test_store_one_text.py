@@ -108,6 +108,7 @@ def _own_words(statement: str) -> bool:
                                 "audit_chain_seq", "audit_chain set seq", "json"))
 
 
+@pytest.mark.e2e  # every mixin on SQLite and PostgreSQL
 def test_both_backends_are_handed_the_same_statements(pg_server, tmp_path, monkeypatch):
     lite, pg = Spy(monkeypatch), Spy(monkeypatch)
     lite.on(SqliteDatabase, FACE, _face_text)

@@ -26,12 +26,12 @@ HIDE = "env -u EAGLE_PROC_TAG setsid sh -c 'echo $$ > {f}; exec sleep 300' </dev
 
 
 @pytest.fixture(params=["local", "ssh", "root-ssh"])
-async def host(request, shell_mode, sshd, root_sshd):
+async def host(request, sshd, root_sshd):
     if request.param == "local":
-        t = LocalTransport("local", shell=shell_mode)
+        t = LocalTransport("local")
     else:
         server = sshd if request.param == "ssh" else root_sshd
-        t = SSHTransport("box", HostConfig(**server.host_config(shell=shell_mode)))
+        t = SSHTransport("box", HostConfig(**server.host_config()))
         t.server = server  # type: ignore[attr-defined]
     t.kind = request.param  # type: ignore[attr-defined]
     yield t

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import eagle, eagle_json, write_playbook, write_yaml
+from inproc import eagle_here, eagle_here_json
 from history_seed import seed_run
 
 from eaglebot.store import Store
@@ -39,34 +40,34 @@ def cfg(tmp_path) -> Path:
 
 
 def test_skills_and_help_show_each_parameters_type_default_and_allowed_values(cfg):
-    res = eagle("skills", config=cfg)
+    res = eagle_here("skills", config=cfg)
     assert res.returncode == 0 and "PydanticUndefined" not in res.stdout
     assert "    grace_s: float (default: 10.0; >= 0, <= 600)" in res.stdout
     assert "    baseline: dict[str, float] (required)" in res.stdout
     assert "    better: dict[str, one of 'higher', 'lower'] (default: {})" in res.stdout
-    doc = json.loads(eagle("skills", "--json", config=cfg).stdout)
+    doc = json.loads(eagle_here("skills", "--json", config=cfg).stdout)
     cleanup = next(s for s in doc if s["name"] == "gpu.cleanup")
     assert {"name": "grace_s", "type": "float", "default": "default: 10.0", "allowed": ">= 0, <= 600",
             "description": "seconds between SIGTERM and SIGKILL"} in cleanup["params"]
-    helped = eagle("chat", "help bench.serving", config=cfg)
+    helped = eagle_here("chat", "help bench.serving", config=cfg)
     assert "  port (int, default: 30000; allowed: >= 1, <= 65535): " in helped.stdout
     assert "PydanticUndefined" not in helped.stdout
 
 
 def test_history_marks_regressions_and_dry_runs_and_filters_by_status_and_age(cfg):
-    assert eagle("run", "cmp", config=cfg).returncode == 3
-    assert eagle("run", "ok", "--dry-run", config=cfg).returncode == 0
+    assert eagle_here("run", "cmp", config=cfg).returncode == 3
+    assert eagle_here("run", "ok", "--dry-run", config=cfg).returncode == 0
     store = Store(cfg.parent / "eagle.db")
     old = seed_run(store, "ok", "local", status="failed", started_at="2020-01-01T00:00:00.000Z")
     store.close()
-    out = eagle("history", config=cfg).stdout
+    out = eagle_here("history", config=cfg).stdout
     rows = {line.split()[0]: line for line in out.splitlines()[2:]}
     assert "succeeded ▼2" in rows["#1"] and "succeeded (dry-run)" in rows["#2"] and "failed" in rows[f"#{old}"]
-    _, recent = eagle_json("history", "--since", "1d", config=cfg)
+    _, recent = eagle_here_json("history", "--since", "1d", config=cfg)
     assert [r["run_id"] for r in recent] == [2, 1]
-    _, failed = eagle_json("history", "--status", "failed", config=cfg)
+    _, failed = eagle_here_json("history", "--status", "failed", config=cfg)
     assert [r["run_id"] for r in failed] == [old]
-    bad = eagle("history", "--since", "3m", config=cfg)
+    bad = eagle_here("history", "--since", "3m", config=cfg)
     assert bad.returncode == 2 and "--since 3m: 'm' is ambiguous" in bad.stderr
 
 
@@ -90,7 +91,7 @@ def _seed_old(cfg, n):
 
 def test_prune_dry_run_deletes_nothing_and_a_terminal_is_asked_above_100_runs(cfg):
     _seed_old(cfg, 101)
-    dry = eagle("prune", "--older-than", "30d", "--dry-run", config=cfg)
+    dry = eagle_here("prune", "--older-than", "30d", "--dry-run", config=cfg)
     assert dry.returncode == 0 and "would prune 101 runs older than 30d" in dry.stdout
     master, slave = os.openpty()
     try:
@@ -102,9 +103,9 @@ def test_prune_dry_run_deletes_nothing_and_a_terminal_is_asked_above_100_runs(cf
         os.close(master)
         os.close(slave)
     assert proc.returncode == 1 and "delete 101 runs older than 30d" in out and "nothing was deleted" in out
-    _, hist = eagle_json("history", "--limit", "500", config=cfg)
+    _, hist = eagle_here_json("history", "--limit", "500", config=cfg)
     assert len(hist) == 101
-    done = eagle("prune", "--older-than", "30d", config=cfg)      # no terminal: no question
+    done = eagle_here("prune", "--older-than", "30d", config=cfg)      # no terminal: no question
     assert done.returncode == 0 and "pruned 101 runs" in done.stdout
 
 
@@ -119,7 +120,7 @@ def _complete(script: str, *words: str, env: dict | None = None) -> list[str]:
 
 
 def test_bash_completion_knows_the_commands_their_options_and_choices(tmp_path):
-    script = eagle("completion", "bash").stdout
+    script = eagle_here("completion", "bash").stdout
     assert "complete -F _eagle eagle" in script
     assert _complete(script, "eagle", "hist") == ["history"]
     assert _complete(script, "eagle", "history", "--s") == ["--since", "--status"]
@@ -127,9 +128,9 @@ def test_bash_completion_knows_the_commands_their_options_and_choices(tmp_path):
                                                             "bash", "hosts", "inputs", "playbooks", "schedules",
                                                             "targets", "zsh"]
     assert "list" in _complete(script, "eagle", "schedule", "")
-    zsh = eagle("completion", "zsh").stdout
+    zsh = eagle_here("completion", "zsh").stdout
     assert "bashcompinit" in zsh and "complete -F _eagle eagle" in zsh
-    assert eagle("completion", "fish").returncode == 2
+    assert eagle_here("completion", "fish").returncode == 2
 
 
 def test_bash_completion_offers_the_configs_playbooks_hosts_and_schedules(tmp_path):
@@ -157,8 +158,8 @@ def test_bash_completion_offers_the_configs_playbooks_hosts_and_schedules(tmp_pa
     assert _complete(script, "eagle", *c, "hosts", "pin", "gpu", env=path) == ["gpu-01", "gpu-02"]
     assert _complete(script, "eagle", "hosts", "", env=path) == ["pin", "--config", "--help", "--json", "-h"]
     assert _complete(script, "eagle", "run", "nightly-bench", "--dr", env=path) == ["--dry-run"]
-    assert eagle("completion", "--list", "playbooks", config=cfg).stdout.split()[-1] == "verify"
-    assert eagle("completion").returncode == 2
+    assert eagle_here("completion", "--list", "playbooks", config=cfg).stdout.split()[-1] == "verify"
+    assert eagle_here("completion").returncode == 2
 
 
 def test_a_run_prints_one_result_block_each_metric_once_and_one_line_per_regression(tmp_path):

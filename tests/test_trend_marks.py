@@ -42,3 +42,28 @@ def test_the_trend_is_drawn_by_run_with_long_pauses_marked_and_a_burst_labelled_
     assert labels.count("Oct 04") == 1 and labels[3] == "Oct 04"   # the burst's day is labelled first
     assert sum(1 for t in labels if t) <= 5 and all(t in ("", *{w.strftime("%b %d") for w in when}) for t in labels)
     assert gaps(when[:4]) == []   # nightly runs: no pause to mark
+
+
+def test_a_configuration_class_change_is_a_new_segment_not_a_change_point(tmp_path):
+    """Issue 42: the no-speculation reference, then EAGLE-3 benches: two segments, no change
+    point across them, the band drawn from the EAGLE segment alone."""
+    from eaglebot.sdk import Metric
+    from eaglebot.store.rows import NewRun, StepEnd
+
+    store = Store(tmp_path / "eagle.db")
+    ids = []
+    for i, (cls, v) in enumerate([("spec=none", 90.0), ("spec=none", 90.4)] + [("spec=EAGLE3", 141.0)] * 10):
+        rid = store.create_run(NewRun(playbook="bench", hosts=["gpu-01"], inputs={}, variables={}, actor="t",
+                                      origin="cli"))
+        sid = store.step_started(rid, 0, "gpu-01", "bench", "bench.serving", {})
+        m = Metric("output_throughput", v * (1 + ((i * 7) % 5 - 2) / 300), "tok/s", "higher", config=cls)
+        store.step_finished(sid, StepEnd(run_id=rid, host="gpu-01", status="ok", summary="", duration_ms=1,
+                                         attempts=1, metrics=[m]))
+        store.finish_run(rid, "succeeded", exit_code=0)
+        ids.append(rid)
+    trend = load_trend(store, "bench", "gpu-01", "output_throughput")
+    assert trend.segments == [{"run_id": ids[2], "config": "spec=EAGLE3", "was": "spec=none"}]
+    assert trend.change_points == []
+    assert trend.band is not None and 138 < trend.band[1] < trend.band[0] < trend.band[2] < 144   # not down to 90
+    out = render_trend(trend, tmp_path / "trend.png")
+    assert out.read_bytes()[:4] == b"\x89PNG"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from helpers import eagle_json
 from tuning_sandbox import HOST, sim_host
@@ -51,6 +52,7 @@ def test_a_scheduled_tune_is_checked_and_may_not_apply(tmp_path):
         assert check_schedules(load_settings(str(sb["cfg"]))) == []
 
 
+@pytest.mark.e2e  # a scheduled tuning run, whole
 async def test_a_fire_proposes_a_better_config_and_leaves_the_deployed_one_running(tmp_path):
     with sim_host(tmp_path) as sb:
         res, out = eagle_json("run", "relaunch", "-H", HOST, "--yes", "-e", "spec_steps=1", "-e", "spec_topk=1",

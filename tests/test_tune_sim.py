@@ -15,6 +15,7 @@ from tuning_sandbox import HOST, sim_host
 SMALL = ["--repeats", "2", "--prompts", "8", "--output-len", "64"]
 
 
+@pytest.mark.e2e  # a whole tuning run on the simulator
 def test_tune_reports_each_batch_size_measured_and_predicted_in_a_fifth_of_the_grid(tmp_path):
     with sim_host(tmp_path) as sb:
         res, out = eagle_json("tune", "relaunch", "-H", HOST, "--batch-sizes", "1,8,32", *SMALL, config=sb["cfg"],
@@ -49,6 +50,14 @@ def test_tune_reports_each_batch_size_measured_and_predicted_in_a_fifth_of_the_g
         assert kind == "tune" and json.loads(spec)["batch_sizes"] == [1, 8, 32]
         children = db.execute("select playbook, count(*) from runs where playbook != 'tune' group by playbook").fetchall()
         assert dict(children) == {"relaunch": out["launches"], "tune-measure": out["launches"] + 1}
+        # `eagle history`: one row for the tune, its runs counted (issue 42); --all and show list them
+        n_children = 2 * out["launches"] + 1
+        res, hist = eagle_json("history", config=sb["cfg"])
+        assert [(h["run_id"], h["children"]) for h in hist] == [(out["run_id"], n_children)]
+        assert f"succeeded +{n_children} runs" in eagle("history", config=sb["cfg"]).stdout
+        res, every = eagle_json("history", "--all", "--limit", "500", config=sb["cfg"])
+        assert len(every) == n_children + 1 and {h["parent_run_id"] for h in every} == {None, out["run_id"]}
+        assert len(shown["children"]) == n_children and f"runs it started ({n_children}):" in text
 
 
 def test_tune_refuses_bad_input_with_one_sentence_and_an_audit_row(tmp_path):
@@ -75,6 +84,7 @@ def landscape(monkeypatch):
 FLAPPY = {"1": {"candidate_steps": [3, 5], "down_hysteresis": 0.0}, "8": {"candidate_steps": [3]}}
 
 
+@pytest.mark.e2e  # a whole tuning run on the simulator
 def test_the_flap_test_rejects_a_config_that_flaps_and_names_the_phase(tmp_path, landscape):
     with sim_host(tmp_path) as sb:
         res, out = eagle_json("run", "relaunch", "-H", HOST, "--yes", "-e", "spec_steps=3", "-e", "spec_topk=1",
@@ -93,6 +103,7 @@ def test_the_flap_test_rejects_a_config_that_flaps_and_names_the_phase(tmp_path,
         assert any("Adaptive spec params updated: steps 3 -> 5" in p.read_text() for p in logs)
 
 
+@pytest.mark.e2e  # a whole tuning run on the simulator
 def test_tune_deploys_adaptive_steps_that_pass_the_flap_test_after_an_approval(tmp_path, landscape):
     with sim_host(tmp_path) as sb:
         res, out = eagle_json("tune", "relaunch", "-H", HOST, "--batch-sizes", "1,8,64", "--topk", "1", *SMALL,

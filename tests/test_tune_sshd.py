@@ -65,6 +65,7 @@ def _tune_on_a_terminal(cfg, answer: str, db) -> tuple[int, str, str, int]:
     return proc.returncode, out, "".join(err), waiting
 
 
+@pytest.mark.e2e  # a tune and its apply over a real sshd
 def test_apply_waits_for_the_approval_then_relaunches_with_the_choice(remote, tmp_path):
     h, cfg = remote
     db_path = cfg.parent / "eagle.db"

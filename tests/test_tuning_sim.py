@@ -21,7 +21,9 @@ from eaglebot.store import Store
 FAST = ["bench_prompts=8", "bench_output_len=64"]
 
 
-def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resumes(tmp_path, capsys):
+@pytest.mark.e2e  # a whole sweep on the simulator
+def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resumes(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # the text resume writes its heatmap to ./sweep-ID.png
     with sim_host(tmp_path) as sb:
         cfg = sb["cfg"]
 
@@ -40,7 +42,7 @@ def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resume
         sid = asyncio.run(start_and_interrupt())
         store = Store(sb["db"])
         runs_before = len(store.history(limit=100))
-        assert runs_before == 3
+        assert runs_before == 3 + 1       # and the sweep's own run (issue 42: its points are its children)
         capsys.readouterr()
         png = tmp_path / "sweep.png"
         rc = main(["--config", str(cfg), "sweep", "resume", str(sid), "--yes", "--json", "--out", str(png)])
@@ -50,8 +52,12 @@ def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resume
         assert len(out["skipped"]) == 4 and all("would rewrite" in p["reason"] for p in out["skipped"])
         assert len(out["ranked"]) == 8 and out["pending"] == [] and out["failed"] == []
         # resumed: the 3 finished points were not redone; the ninth run puts the best point back (issue 34:
-        # the host stayed on the last point, (7, 4, 8), and nothing said so)
-        assert len(store.history(limit=100)) == 9
+        # the host stayed on the last point, (7, 4, 8), and nothing said so); the two sweep runs are their parents
+        assert len(store.history(limit=100)) == 9 + 2
+        sweeps = store.history(limit=100, top_level=True)
+        assert [r["playbook"] for r in sweeps] == ["sweep", "sweep"]
+        assert store.child_counts([r["id"] for r in sweeps]) == {sweeps[0]["id"]: 6, sweeps[1]["id"]: 3}
+        assert [r["status"] for r in sweeps] == ["succeeded", "failed"]     # the first was interrupted
         best = out["ranked"][0]
         assert best["inputs"] == {"spec_steps": "5", "spec_topk": "4", "spec_draft_tokens": "8"}
         assert best["repeats"] == 2 and best["throughput_spread"] is not None
@@ -75,16 +81,18 @@ def test_a_3x2x2_sweep_ranks_the_planted_optimum_first_skips_rewrites_and_resume
         # the text says it too, and a resume of the finished sweep relaunches nothing more
         rc = main(["--config", str(cfg), "sweep", "resume", str(sid), "--yes"])
         text = capsys.readouterr().out
-        assert rc == 0 and final["state"] in text and len(store.history(limit=100)) == 9
+        assert rc == 0 and final["state"] in text and len(store.history(limit=100)) == 11
+        assert (tmp_path / f"sweep-{sid}.png").is_file()
         # bad input: one sentence, exit 2, an audit record, nothing launched
         capsys.readouterr()
         rc = main(["--config", str(cfg), "sweep", "relaunch", "-H", HOST, "spec_steps=3,99"])
         assert rc == 2 and "above the maximum" in capsys.readouterr().err
-        assert len(store.history(limit=100)) == 9          # a rejected request is an event, not a run row
+        assert len(store.history(limit=100)) == 11         # a rejected request is an event, not a run row
         ev = store.events(kind="rejected", limit=1)
         assert ev and "above the maximum" in ev[0]["reason"]
 
 
+@pytest.mark.e2e  # a whole bisect on the simulator
 def test_bisect_names_the_one_planted_culprit_among_6_changes_within_the_bound(tmp_path, capsys):
     with sim_host(tmp_path) as sb:
         cfg = sb["cfg"]
@@ -117,6 +125,8 @@ def test_bisect_names_the_one_planted_culprit_among_6_changes_within_the_bound(t
         # every point and the final relaunch is an audited run of the bisect-point playbook
         runs = [r for r in store.history(limit=100) if r["playbook"] == "bisect-point"]
         assert len(runs) == len(points) + 1 and all(r["status"] == "succeeded" for r in runs)
+        [parent] = [r for r in store.history(limit=100) if r["playbook"] == "bisect"]   # their parent (issue 42)
+        assert {r["parent_run_id"] for r in runs} == {parent["id"]} and parent["status"] == "succeeded"
         draft_cfg = json.loads((sb["draft"] / "config.json").read_text())
         assert draft_cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]
         # the bisect's rows (sweeps, sweep_points, runs) are chained: the audit chain is intact

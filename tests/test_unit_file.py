@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 import yaml
 
 from slack_harness import SECRET, command_body, signed_headers
@@ -165,6 +166,7 @@ async def stop(proc: asyncio.subprocess.Process) -> tuple[int | None, str]:
     return proc.returncode, err.decode(errors="replace")
 
 
+@pytest.mark.e2e  # the whole unit, started
 async def test_the_shipped_unit_starts_the_bot_with_one_host_down_on_a_host_without_gpus(
         tmp_path, fake, sshd, remote_dir):
     root = tmp_path / "root"

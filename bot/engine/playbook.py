@@ -9,40 +9,27 @@ import json
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Mapping, NoReturn
+from typing import Any, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 
 from eaglebot.engine import limits, rolling, templating, words
+from eaglebot.engine.inputs import InputSpec as InputSpec
+from eaglebot.engine.inputs import coerce_input as coerce_input
 from eaglebot.engine.output import printable
 from eaglebot.errors import EagleError, UsageError
 from eaglebot.suggest import did_you_mean, keys_at, unknown_key_hint
 from eaglebot.engine.registry import SkillNotFound, SkillRegistry, shipped
 
 RESERVED = frozenset(words.NAMES)   # a playbook named like a slash word could never be run from Slack
-InputType = Literal["int", "float", "bool", "str", "list[int]", "list[float]", "list[str]", "dict"]
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-class InputSpec(_Model):
-    type: InputType = "str"
-    default: Any = None
-    required: bool | None = None
-    min: float | None = None
-    max: float | None = None
-    choices: list[Any] | None = None
-    description: str = ""
-
-    @property
-    def is_required(self) -> bool:
-        return self.required if self.required is not None else self.default is None
 
 
 class Step(_Model):
@@ -205,19 +192,52 @@ def _clean_loc(loc: Loc) -> Loc:
     return tuple(p for p in loc if p not in ("function-after[_name_ok(), str]",))
 
 
-def load_playbook(path: str | Path, registry: SkillRegistry | None = None) -> Playbook:
-    """Read and validate a playbook; `registry` (default: the shipped skills) knows its skills."""
+def read_playbook_text(path: str | Path) -> str:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except OSError as e:
         raise UsageError(f"cannot read playbook {p}: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise UsageError(f"{p}: the file is not UTF-8 text (byte {e.start})") from None
-    return parse_playbook(text, str(p), registry)
+
+
+def load_playbook(path: str | Path, registry: SkillRegistry | None = None) -> Playbook:
+    """Read and validate a playbook; `registry` (default: the shipped skills) knows its skills."""
+    return parse_playbook(read_playbook_text(path), str(Path(path)), registry)
+
+
+class _Problems(list[str]):
+    """A playbook file's errors: the first raised at once (a run), or every one collected (lint)."""
+
+    def __init__(self, every: bool):
+        super().__init__()
+        self.every = every
+
+    def add(self, msg: str) -> None:
+        if not self.every:
+            raise UsageError(msg)
+        self.append(msg)
 
 
 def parse_playbook(text: str, source: str, registry: SkillRegistry | None = None) -> Playbook:
+    pb = _parse(text, source, registry, _Problems(every=False))
+    assert pb is not None   # with every=False, a problem has raised
+    return pb
+
+
+def lint_playbook(text: str, source: str, registry: SkillRegistry | None = None) -> tuple[Playbook | None, list[str]]:
+    """Every error of a playbook file (`eagle lint`), each `FILE:LINE: where: what` with its
+    suggestion; the playbook when there is none."""
+    problems = _Problems(every=True)
+    try:
+        pb = _parse(text, source, registry, problems)
+    except UsageError as e:   # the file cannot be read as a playbook at all (YAML, limits)
+        return None, [str(e)]
+    return (pb if not problems else None), list(problems)
+
+
+def _parse(text: str, source: str, registry: SkillRegistry | None, problems: _Problems) -> Playbook | None:
     try:
         data = limits.load_playbook_yaml(text)
     except limits.LimitError as e:
@@ -229,168 +249,89 @@ def parse_playbook(text: str, source: str, registry: SkillRegistry | None = None
     if not isinstance(data, dict):
         raise UsageError(f"{source}:1: a playbook must be a mapping with name and steps")
     lines = _LazyLines(text)
+    registry = shipped() if registry is None else registry
     try:
         pb = Playbook.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = _clean_loc(err["loc"])
-        msg = _pydantic_msg(err)
-        if err["type"] == "extra_forbidden" and loc:
-            msg += unknown_key_hint(str(loc[-1]), keys_at(Playbook, loc[:-1]))
-        raise UsageError(f"{source}:{_line_for(lines, loc)}: {_fmt_loc(loc)}: {msg}") from None
+        # an unknown key is usually a typo of a missing one (`skil:`): reported first, with its suggestion
+        for err in sorted(e.errors(), key=lambda er: er["type"] != "extra_forbidden"):
+            loc = _clean_loc(err["loc"])
+            msg = _pydantic_msg(err)
+            if err["type"] == "extra_forbidden" and loc:
+                msg += unknown_key_hint(str(loc[-1]), keys_at(Playbook, loc[:-1]))
+            problems.add(f"{source}:{_line_for(lines, loc)}: {_fmt_loc(loc)}: {msg}")
+        # the steps that are steps still get their skill's checks (lint reports those too)
+        for section in ("steps", "always"):
+            raw = data.get(section)
+            for i, one in enumerate(raw if isinstance(raw, list) else []):
+                try:
+                    step = Step.model_validate(one)
+                except ValidationError:
+                    continue
+                _check_step(section, i, step, lines, source, registry, problems)
+        return None
     pb.source = source
-    _check_inputs(pb, lines, source)
-    _check_steps(pb, lines, source, shipped() if registry is None else registry)
+    _check_inputs(pb, lines, source, problems)
+    for section, i, step in pb.all_steps():
+        _check_step(section, i, step, lines, source, registry, problems)
     return pb
 
 
-def _check_inputs(pb: Playbook, lines: dict[Loc, int], source: str) -> None:
+def _check_inputs(pb: Playbook, lines: dict[Loc, int], source: str, problems: _Problems) -> None:
     for name, spec in pb.inputs.items():
         if spec.default is not None and not templating.is_template(spec.default):
             try:
                 coerce_input(name, spec, spec.default)
             except UsageError as e:
                 loc = ("inputs", name, "default")
-                raise UsageError(f"{source}:{_line_for(lines, loc)}: {_fmt_loc(loc)}: {e}") from None
+                problems.add(f"{source}:{_line_for(lines, loc)}: {_fmt_loc(loc)}: {e}")
 
 
-def _check_steps(pb: Playbook, lines: dict[Loc, int], source: str, registry: SkillRegistry) -> None:
-    for section, i, step in pb.all_steps():
-        base: Loc = (section, i)
+_STEP_KEYS = frozenset(f.alias or k for k, f in Step.model_fields.items())
 
-        def fail(loc: Loc, msg: str) -> NoReturn:
-            full = base + loc
-            raise UsageError(f"{source}:{_line_for(lines, full)}: {_fmt_loc(full)}: {msg}")
 
-        try:
-            mod = registry.get_skill(step.skill)
-        except SkillNotFound:
-            hint = did_you_mean(step.skill, registry)
-            fail(("skill",), f"unknown skill {step.skill!r}; {hint}" if hint else
-                 f"unknown skill {step.skill!r} (known: {', '.join(registry)})")
-        if step.when is not None and (err := templating.check_expression(step.when)):
-            fail(("when",), err)
-        if err := templating.check_syntax(step.with_):
-            fail(("with",), err)
-        # Validate what is literal now; templated values are validated after rendering.
-        literal = {k: v for k, v in step.with_.items() if not templating.contains_template(v)}
-        templated = set(step.with_) - set(literal)
-        try:
-            mod.Params.model_validate(literal)
-        except ValidationError as e:
-            # An unknown key is usually a typo of a missing one: report it first.
-            errors = sorted(e.errors(), key=lambda er: er["type"] != "extra_forbidden")
-            for detail in errors:
-                if detail["type"] == "missing" and detail["loc"] and detail["loc"][0] in templated:
-                    continue
-                if not detail["loc"] and templated:
-                    continue  # a whole-model rule: the templated fields are checked after rendering
-                msg = _pydantic_msg(detail)
-                if detail["type"] == "extra_forbidden" and len(detail["loc"]) == 1:
-                    msg += unknown_key_hint(str(detail["loc"][0]), mod.Params.model_fields)
-                fail(("with",) + tuple(detail["loc"]), msg)
+def _check_step(section: str, i: int, step: Step, lines: dict[Loc, int], source: str, registry: SkillRegistry,
+                problems: _Problems) -> None:
+    def fail(loc: Loc, msg: str) -> None:
+        full = (section, i) + loc
+        problems.add(f"{source}:{_line_for(lines, full)}: {_fmt_loc(full)}: {msg}")
+
+    try:
+        mod = registry.get_skill(step.skill)
+    except SkillNotFound:
+        hint = did_you_mean(step.skill, registry)
+        fail(("skill",), f"unknown skill {step.skill!r}; {hint}" if hint else
+             f"unknown skill {step.skill!r} (known: {', '.join(registry)})")
+        return
+    if step.when is not None and (err := templating.check_expression(step.when)):
+        fail(("when",), err)
+    if err := templating.check_syntax(step.with_):
+        fail(("with",), err)
+        return
+    # Validate what is literal now; templated values are validated after rendering.
+    literal = {k: v for k, v in step.with_.items() if not templating.contains_template(v)}
+    templated = set(step.with_) - set(literal)
+    try:
+        mod.Params.model_validate(literal)
+    except ValidationError as e:
+        # An unknown key is usually a typo of a missing one: report it first.
+        errors = sorted(e.errors(), key=lambda er: er["type"] != "extra_forbidden")
+        for detail in errors:
+            if detail["type"] == "missing" and detail["loc"] and detail["loc"][0] in templated:
+                continue
+            if not detail["loc"] and templated:
+                continue  # a whole-model rule: the templated fields are checked after rendering
+            msg = _pydantic_msg(detail)
+            if detail["type"] == "extra_forbidden" and len(detail["loc"]) == 1:
+                key = str(detail["loc"][0])
+                if key in _STEP_KEYS and key not in mod.Params.model_fields:
+                    msg += f" ({key} is a step keyword: put it beside `skill:`, not under `with:`)"
+                else:
+                    msg += unknown_key_hint(key, mod.Params.model_fields)
+            fail(("with",) + tuple(detail["loc"]), msg)
 
 
 # -- inputs ------------------------------------------------------------------------
-
-_TRUE = {"true", "yes", "on", "1", "y"}
-_FALSE = {"false", "no", "off", "0", "n"}
-
-
-def _scalar(kind: str, name: str, raw: Any) -> Any:
-    try:
-        if kind == "int":
-            if isinstance(raw, bool):
-                raise ValueError
-            if isinstance(raw, float) and raw.is_integer():
-                return int(raw)
-            if isinstance(raw, int):
-                return raw
-            return int(str(raw).strip(), 10)
-        if kind == "float":
-            if isinstance(raw, bool):
-                raise ValueError
-            return float(raw) if isinstance(raw, (int, float)) else float(str(raw).strip())
-        if kind == "bool":
-            if isinstance(raw, bool):
-                return raw
-            s = str(raw).strip().lower()
-            if s in _TRUE:
-                return True
-            if s in _FALSE:
-                return False
-            raise ValueError
-        return raw if isinstance(raw, str) else str(raw)
-    except (ValueError, TypeError):
-        article = "an" if kind == "int" else "a"
-        raise UsageError(f"input {name}: {raw!r} is not {article} {kind}") from None
-
-
-def coerce_input(name: str, spec: InputSpec, raw: Any) -> Any:
-    """Type a raw value (a CLI/Slack string or a YAML value) by the input's spec."""
-    kind = spec.type
-    try:
-        limits.check_text(raw)
-        if isinstance(raw, str):
-            limits.check_size(raw)
-        else:
-            limits.check_depth(raw)
-    except limits.LimitError as e:
-        raise UsageError(f"input {name}: {e}") from None
-    if kind == "dict":
-        value = raw
-        if isinstance(raw, str):
-            try:
-                try:
-                    value = limits.load_user_json(raw)
-                except json.JSONDecodeError:
-                    try:
-                        value = limits.load_user_yaml(raw)
-                    except yaml.YAMLError:
-                        value = None
-            except limits.LimitError as e:
-                raise UsageError(f"input {name}: {e}") from None
-        if not isinstance(value, dict):
-            raise UsageError(f"input {name}: expected a JSON object like '{{\"KEY\": \"value\"}}'")
-    elif kind.startswith("list["):
-        inner = kind[5:-1]
-        items = raw
-        if isinstance(raw, str):
-            s = raw.strip()
-            if s.startswith("["):
-                try:
-                    items = limits.load_user_yaml(s)
-                except limits.LimitError as e:
-                    raise UsageError(f"input {name}: {e}") from None
-                except yaml.YAMLError:
-                    raise UsageError(f"input {name}: {raw!r} is not a list") from None
-            else:
-                items = [x.strip() for x in s.split(",")] if s else []
-        if not isinstance(items, list):
-            items = [items]
-        value = [_scalar(inner, name, x) for x in items]
-    else:
-        value = _scalar(kind, name, raw)
-    try:
-        # Again on the typed value: a JSON or YAML escape ("\u0000", "\0") makes a NUL only now.
-        limits.check_text(value)
-    except limits.LimitError as e:
-        raise UsageError(f"input {name}: {e}") from None
-    _check_bounds(name, spec, value)
-    return value
-
-
-def _check_bounds(name: str, spec: InputSpec, value: Any) -> None:
-    values = value if isinstance(value, list) else [value]
-    for v in values:
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            if spec.min is not None and v < spec.min:
-                raise UsageError(f"input {name}: {v} is below the minimum {spec.min:g}")
-            if spec.max is not None and v > spec.max:
-                raise UsageError(f"input {name}: {v} is above the maximum {spec.max:g}")
-        if spec.choices is not None and v not in spec.choices:
-            raise UsageError(f"input {name}: {v!r} is not one of {', '.join(map(str, spec.choices))}")
-
 
 def resolve_inputs(pb: Playbook, given: dict[str, Any]) -> dict[str, Any]:
     """Typed user inputs; unknown names and missing required inputs are usage errors."""

@@ -35,6 +35,7 @@ class RunRequest:
     dry_run: bool = False
     assume_yes: bool = False
     rerun_of: int | None = None
+    parent_run_id: int | None = None  # the tune/sweep/bisect run that started this one (a child)
     schedule: str | None = None
     channel: str | None = None
     thread_ts: str | None = None
@@ -79,6 +80,7 @@ class RunOutcome:
     dry_run: bool = False
     plan: list[str] = field(default_factory=list)
     untouched: list[str] = field(default_factory=list)  # never started: the failure budget was spent
+    finals: list[str] = field(default_factory=list)     # the state steps say a run leaves its hosts in
 
     def bad_hosts(self) -> list[str]:
         """Hosts with a failed step (not under continue_on_error) or that were unreachable."""
@@ -208,6 +210,8 @@ class RunState:
         elif failed:
             o.status, o.exit_code = "failed", (2 if all(s.usage for s in failed) else 1)
             o.error = o.error or f"{failed[0].host}: {failed[0].name}: {failed[0].summary}{spent}"
+            # the state the hosts are left in ends the run's last line (a relaunch that left no server)
+            o.error += "".join(f"; {f}" for f in o.finals if f not in o.error)
         elif unreachable:
             # exit 4: nothing failed, but not every host was reached (docs/cli.md, "Exit codes and output")
             o.status, o.exit_code = "unreachable", 4

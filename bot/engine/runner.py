@@ -29,7 +29,6 @@ from eaglebot.engine.steps import StepRunner, shell_param
 from eaglebot.sdk import PATH_VARS, ApprovalRequest, Regression, StepResult, expand_home
 from eaglebot.store.rows import NewRun
 from eaglebot.transport import TransportPool
-from eaglebot.transport.base import RUN
 
 if TYPE_CHECKING:
     from eaglebot.store.protocol_async import AsyncEngineStore
@@ -200,7 +199,7 @@ class Engine(StepRunner):
             playbook=pb.name, hosts=prep.hosts, inputs=self.redactor.obj(prep.inputs),
             variables={}, actor=req.actor, origin=req.origin, dry_run=req.dry_run,
             rerun_of=req.rerun_of, schedule=req.schedule, channel=req.channel,
-            thread_ts=req.thread_ts, source=pb.source))
+            thread_ts=req.thread_ts, source=pb.source, parent_run_id=req.parent_run_id))
 
     # -- executing -----------------------------------------------------------------------
     async def _execute(self, run_id: int, req: RunRequest, prep: Prepared, observer: Observer,
@@ -212,7 +211,6 @@ class Engine(StepRunner):
                        self._cancel_events.setdefault(run_id, asyncio.Event()),
                        RunOutcome(run_id, pb.name, prep.hosts, "running", 0, dry_run=req.dry_run))
         outcome = run.outcome
-        RUN.set(run_id)  # this task's context: the run's persistent shells are its own (transport.shell)
         poller = asyncio.create_task(self._poll_cancel(run_id, run.cancel))
         try:
             await safe(observer.run_started(run_id, pb, prep.hosts, req))
@@ -248,7 +246,6 @@ class Engine(StepRunner):
         finally:
             poller.cancel()
             self._cancel_events.pop(run_id, None)
-            await asyncio.shield(self.pool.release_run(run_id))
             await asyncio.shield(self._finish(run_id, outcome))
             await safe(observer.run_finished(outcome))
         return outcome

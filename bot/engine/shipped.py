@@ -35,8 +35,13 @@ SHIPPED: dict[str, str] = {
     "node.drain": "node_drain",
     "node.resume": "node_resume",
     "pycache.clear": "pycache_clear",
+    "router.add": "router_add",
+    "router.drain": "router_drain",
     "server.launch": "server_launch",
     "server.logs": "server_logs",
+    "server.plan": "server_plan",
+    "server.record": "server_record",
+    "server.state": "server_state",
     "server.stop": "server_stop",
     "shell": "shell",
     "wait": "wait",
@@ -64,8 +69,13 @@ if TYPE_CHECKING:
         node_drain,
         node_resume,
         pycache_clear,
+        router_add,
+        router_drain,
         server_launch,
         server_logs,
+        server_plan,
+        server_record,
+        server_state,
         server_stop,
         shell,
         wait,
@@ -90,8 +100,13 @@ if TYPE_CHECKING:
     _node_drain: Skill[node_drain.Params] = node_drain
     _node_resume: Skill[node_resume.Params] = node_resume
     _pycache_clear: Skill[pycache_clear.Params] = pycache_clear
+    _router_add: Skill[router_add.Params] = router_add
+    _router_drain: Skill[router_drain.Params] = router_drain
     _server_launch: Skill[server_launch.Params] = server_launch
     _server_logs: Skill[server_logs.Params] = server_logs
+    _server_plan: Skill[server_plan.Params] = server_plan
+    _server_record: Skill[server_record.Params] = server_record
+    _server_state: Skill[server_state.Params] = server_state
     _server_stop: Skill[server_stop.Params] = server_stop
     _shell: Skill[shell.Params] = shell
     _wait: Skill[wait.Params] = wait

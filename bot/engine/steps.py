@@ -104,6 +104,11 @@ class StepRunner:
             skill, rendered = self._render(step, ctx)
             return bind(skill, rendered, self._context(run, slot, ctx).host_path)
         except templating.TemplateFailure as e:
+            if run.req.dry_run and (dep := self._failed_dependency(run, slot)) is not None:
+                rec = await self._record_skipped(run, slot, f"dry run: {dep}")
+                res = StepResult.skipped(rec.summary)
+                await safe(run.observer.step_finished(run.run_id, rec, res))
+                return rec, res
             why = explain_undefined(str(e), run.playbook, ctx, slot.host) or str(e)
             return await self._failed_before_start(run, slot, why)
         except ValidationError as e:
@@ -112,6 +117,17 @@ class StepRunner:
             # the step refused its input before doing anything: a usage failure (exit 2), as a skill's own
             return await self._failed_before_start(run, slot, f"invalid parameter {loc}: {err['msg']}",
                                                    params=rendered, usage=True)
+
+    @staticmethod
+    def _failed_dependency(run: RunState, slot: StepSlot) -> str | None:
+        """A dry run goes on past a failed step, but a later step that reads what it registers cannot be
+        rendered: that step is skipped, naming the one it depends on, not failed on its template."""
+        used = templating.names_used(slot.step.with_)
+        labels = {s.label for s in (*run.playbook.steps, *run.playbook.always) if s.register_ in used}
+        dep = next((r for r in run.outcome.steps if r.host == slot.host and r.status == "failed"
+                    and r.name in labels), None)
+        return None if dep is None else f"{dep.name!r} {'refused' if dep.usage else 'failed'} (this step uses " \
+                                        f"what it registers)"
 
     async def _run_step(self, run: RunState, slot: StepSlot, ctx: dict[str, Any]
                         ) -> tuple[StepRecord, StepResult]:
@@ -205,6 +221,8 @@ class StepRunner:
         rec.status, rec.summary, rec.duration_ms, rec.attempts = result.status, result.summary, duration_ms, attempts
         rec.usage = result.usage and result.status == "failed"
         rec.output_tail = out.tail(30) if not result.output else result.output[-4000:]
+        if result.final:
+            run.outcome.finals.append(printable(self.redactor.text(result.final)))
         run.outcome.metrics.extend((host, m) for m in result.metrics)
         run.outcome.warnings.extend(f"{host}: {w}" for w in result.warnings)
         run.outcome.regressions.extend(result.regressions)

@@ -18,6 +18,17 @@ than teacher-forced training predicts, so the bands are wide:
 - `weak draft`: in between, or low but smooth (later positions hold up relative to the first);
 - `unknown`: no proxy, no speculative stats, or dummy weights (`load_format: dummy`: random
   weights accept nothing, whatever the capture list).
+
+What these bands cannot see: a trained EAGLE-3 pair on a real SGLang 0.5.17 (docs/gpu-validation.md)
+accepted 3.43 per verify pass with its trained capture list 1,3,5 and 3.10 with 0,2,4 (each one
+off): neighbouring layers carry nearly the same information, so position 1 stays far above 70% of
+the proxy and a one-off list reads `as expected`. Only the static gate (draft.check) sees the list,
+and only this draft's own acceptance under its trained list can measure what it costs. So
+`against_own` judges a reading again with that history (`Own`, from the audit trail):
+- the capture list differs from training: never `as expected`: `measured drop` (the accept length
+  more than OWN_NOISE below its own), `no measured drop` (within it), or `capture mismatch` (no
+  history to compare with), each naming the numbers; `wrong inputs` stays what it is;
+- the trained list: a drop of more than OWN_DROP from its own history is a `measured drop`.
 """
 from __future__ import annotations
 
@@ -28,6 +39,8 @@ from typing import Any
 AS_EXPECTED_RATIO = 0.70
 WRONG_RATIO = 0.50
 COLLAPSED_ABS = 0.10
+OWN_NOISE = 0.03     # accept length of the same server, repeated probes: within ~3%
+OWN_DROP = 0.10      # under the trained list, a drop beyond this from its own history is news
 
 PROMPTS = (
     "Explain in three sentences why the sky is blue.",
@@ -94,8 +107,19 @@ class Stats:
         return out
 
 
-def parse_generate(stdout: str) -> Stats:
-    """The GENERATE_PY output; ValueError when there is none."""
+def histogram_keys(version: str | None) -> tuple[str, ...]:
+    """The meta_info keys of the per-request histogram, by the server's release: 0.5.17 sends
+    `spec_correct_drafts_histogram` and its alias `spec_accept_histogram`; 0.5.23 dropped the alias."""
+    try:
+        old = tuple(int(x) for x in (version or "").split(".")[:3]) < (0, 5, 23)
+    except ValueError:
+        old = True          # a release it cannot read: either key
+    return ("spec_correct_drafts_histogram", "spec_accept_histogram") if old else ("spec_correct_drafts_histogram",)
+
+
+def parse_generate(stdout: str, version: str | None = None) -> Stats:
+    """The GENERATE_PY output (`version`: the server's SGLang release, for the histogram's key);
+    ValueError when there is none."""
     try:
         doc = json.loads(stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
@@ -114,7 +138,7 @@ def parse_generate(stdout: str) -> Stats:
         for key, attr in (("spec_num_correct_drafts", "correct"), ("spec_num_proposed_drafts", "proposed")):
             if isinstance(m.get(key), (int, float)):
                 setattr(s, attr, (getattr(s, attr) or 0) + int(m[key]))
-        hist = m.get("spec_correct_drafts_histogram") or m.get("spec_accept_histogram")
+        hist = next((m[k] for k in histogram_keys(version) if isinstance(m.get(k), list)), None)
         if isinstance(hist, list):
             s.histogram += [0] * (len(hist) - len(s.histogram))
             for k, v in enumerate(hist):
@@ -195,3 +219,35 @@ def classify(s: Stats, accuracy: list[float] | None, steps: int, topk: int, draf
     if first < WRONG_RATIO * accuracy[0] and collapsed:
         return Reading("wrong inputs", f"wrong inputs: {said}", nums)
     return Reading("weak draft", f"weak draft: {said}", nums)
+
+
+@dataclass(frozen=True)
+class Own:
+    """This draft's accept length under its trained capture list, as an earlier probe measured it."""
+    accept_length: float
+    points: list[int]
+    run_id: int
+
+
+def against_own(reading: Reading, own: Own | None, mismatch: bool) -> Reading:
+    """The reading judged again with the draft's own history (`mismatch`: the server's capture list is
+    not the one training used, per draft.check)."""
+    al = reading.numbers.get("accept_length")
+    if reading.verdict == "unknown" or al is None or (own is None and not mismatch):
+        return reading
+    nums = dict(reading.numbers)
+    said = reading.summary.split(": ", 1)[1]
+    if own is None:
+        return Reading("capture mismatch", f"capture mismatch: no accept length of this draft under its trained "
+                                           f"list in the audit trail to compare with; {said}", nums)
+    change = al / own.accept_length - 1.0
+    nums["own"] = {"accept_length": own.accept_length, "points": own.points, "run_id": own.run_id,
+                   "change": round(change, 3)}
+    versus = f"accept length {al:.2f} vs {own.accept_length:.2f} with {own.points} in run {own.run_id} ({change:+.0%})"
+    if reading.verdict == "wrong inputs":
+        return Reading(reading.verdict, f"wrong inputs: {said}; {versus}", nums)
+    if mismatch:
+        verdict = "measured drop" if change < -OWN_NOISE else "no measured drop"
+    else:
+        verdict = "measured drop" if change < -OWN_DROP else reading.verdict
+    return Reading(verdict, f"{verdict}: {versus}; {said}", nums)

@@ -251,7 +251,7 @@ def judge(f: Feed, t: Training, first_sight: bool = False) -> Verdict:
     if t.points is None:
         if errors:
             return Verdict("mismatch", f"mismatch: {server}; {errors[0]} (training side unknown)", errors)
-        why = ("the bot's first sight of this draft, recorded: later checks compare with it"
+        why = ("the bot's first sight of this draft, recorded unless this is a dry run: later checks compare with it"
                if first_sight else "nothing records it")
         return Verdict("unknown", f"unknown: {server}; what training used is not known ({why}; or declare "
                                   f"draft_train_layers)")
@@ -260,7 +260,9 @@ def judge(f: Feed, t: Training, first_sight: bool = False) -> Verdict:
         return Verdict("unknown", f"unknown: what the server will feed the draft is not known; {training}")
     same = f.points is not None and sorted(f.points) == sorted(t.points)
     if same and not errors:
-        return Verdict("ok", f"ok: {server}; {training}")
+        only = ("; it rests on the bot's first sight of this draft only, not on what training declared "
+                "(declare draft_train_layers to be sure)") if t.kind == "first seen" else ""
+        return Verdict("ok", f"ok: {server}; {training}{only}")
     if same:   # the right layers, and yet the draft cannot get what it expects
         return Verdict("mismatch", f"mismatch: {server}, as {training}, but {errors[0]}", errors)
     return Verdict("mismatch", f"mismatch: {server}; {training}", [f"{server}; {training}", *errors])

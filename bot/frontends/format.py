@@ -6,6 +6,7 @@ Pure functions over `eaglebot.history.view` (runs) and playbooks. Block Kit live
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeVar
 
@@ -95,6 +96,28 @@ def key_metric_text(metric: Mapping[str, Any] | None) -> str:
     return f"{metric['name']}={fmt_value(metric['value'], metric.get('unit') or '')}"
 
 
+_STORED_TIME = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|\+00:00)")
+
+
+def local_times(text: str) -> str:
+    """The stored (UTC, ISO) times in a sentence in the reader's local time, to the second."""
+    def one(m: re.Match[str]) -> str:
+        d = parse_iso(m.group(0))
+        return d.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") if d else m.group(0)
+    return _STORED_TIME.sub(one, text)
+
+
+def slack_times(mrkdwn: str) -> str:
+    """The stored (UTC, ISO) times in Slack mrkdwn as Slack's date formatting: each reader sees
+    their own time zone; the fallback (old clients) is UTC."""
+    def one(m: re.Match[str]) -> str:
+        d = parse_iso(m.group(0))
+        if d is None:
+            return m.group(0)
+        return f"<!date^{int(d.timestamp())}^{{date_short_pretty}} {{time}}|{d.strftime('%Y-%m-%d %H:%M UTC')}>"
+    return _STORED_TIME.sub(one, mrkdwn)
+
+
 def fmt_local(iso: str | None) -> str:
     """A stored (UTC) time in the reader's local time zone (`TZ` honoured)."""
     d = parse_iso(iso)
@@ -129,6 +152,8 @@ def show_text(view: RunView) -> str:
         out.append("inputs: " + " ".join(f"{k}={v}" for k, v in run["inputs"].items()))
     if view.error:
         out.append(f"error: {view.error}")
+    if run.get("parent_run_id"):
+        out.append(f"started by run #{run['parent_run_id']} (eagle show {run['parent_run_id']})")
     if steps:
         rows = [[s["idx"] + 1, s["host"], s["name"], s["skill"], STATUS_ICON.get(s["status"], s["status"]),
                  f"{(s['duration_ms'] or 0) / 1000:.2f}s", (s["summary"] or "")[:120]] for s in steps]
@@ -139,6 +164,11 @@ def show_text(view: RunView) -> str:
             [[h["host"], str(h["gpu"]), h["verdict"] or "?", _reading(h, "temperature.gpu"),
               _reading(h, "power.draw", "{:.0f}"), _reading(h, "utilization.gpu"), "; ".join(h["reasons"]) or "-"]
              for h in health])]
+    if view.children:
+        out += ["", f"runs it started ({len(view.children)}):", table(
+            ["id", "playbook", "status", "took", "key metric"],
+            [[f"#{c.run_id}", c.run["playbook"], c.status_label, fmt_duration(c.duration_s),
+              key_metric_text(c.key_metric)] for c in view.children])]
     if view.metrics:
         out += ["", "metrics:"] + [f"  {m['host']}: {m['name']} = {fmt_value(m['value'], m['unit'] or '')}"
                                   f" ({m['better']} is better)" for m in view.metrics]

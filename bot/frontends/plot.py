@@ -77,7 +77,11 @@ def render_trend(trend: Trend, out_path: str | Path) -> Path:
         if inc["opened_run"] in by_run:
             ax.axvspan(by_run[inc["opened_run"]][0] - 0.5, xs[-1] + 0.5, color="tab:red", alpha=0.08,
                        label="open incident" if i == 0 else None)
-    ax.plot(xs, ys, marker="o", markersize=4, color="tab:blue", linewidth=1.5, label=metric)
+    starts = {s["run_id"] for s in trend.segments}
+    cut = [0] + [x for x, p in zip(xs, points) if p["run_id"] in starts] + [len(xs)]
+    for a, b in zip(cut, cut[1:]):   # one line per configuration class: a class change is not a jump
+        ax.plot(xs[a:b], ys[a:b], marker="o", markersize=4, color="tab:blue", linewidth=1.5,
+                label=metric if a == 0 else None)
     bad = [(x, y) for x, y, p in zip(xs, ys, points) if p["run_id"] in trend.flagged]
     if bad:
         ax.scatter([x for x, _ in bad], [y for _, y in bad], color="tab:red", zorder=3, s=60, label="regression")
@@ -96,6 +100,12 @@ def render_trend(trend: Trend, out_path: str | Path) -> Path:
                         fontsize=9, color="tab:orange", ha="left", va="center", xytext=(4, 0),
                         textcoords="offset points",
                         bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "tab:orange", "lw": 0.8})
+    for i, seg in enumerate(trend.segments):
+        if seg["run_id"] in by_run:
+            x, _ = by_run[seg["run_id"]]
+            ax.axvline(x - 0.5, color="tab:purple", linewidth=1.4, label="configuration changed" if i == 0 else None)
+            ax.annotate(_class_change(seg["was"], seg["config"]), (x - 0.5, lo_y - pad * 0.3), fontsize=8,
+                        color="tab:purple", ha="left", va="center", xytext=(4, 0), textcoords="offset points")
     for i, (slot, seconds) in enumerate(gaps(when)):
         ax.axvline(slot + 0.5, color="0.45", linestyle=(0, (2, 2)), linewidth=1,
                    label="pause between runs" if i == 0 else None)
@@ -119,6 +129,14 @@ def render_trend(trend: Trend, out_path: str | Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png")
     return out
+
+
+def _class_change(was: str, now: str) -> str:
+    """What differs between two configuration classes, e.g. `spec=EAGLE3 → spec=none`."""
+    a, b = was.split(), now.split()
+    old = [w for w in a if w not in b] or ["(not said)"]
+    new = [w for w in b if w not in a] or ["(not said)"]
+    return f"{' '.join(old)} → {' '.join(new)}"
 
 
 def plot_trend(store: HistoryStore, playbook: str, host: str, metric: str, out_path: str | Path,

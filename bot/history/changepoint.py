@@ -4,11 +4,17 @@ Pure math over a list of values (oldest first). Hunter (MongoDB, now Apache Otav
 series where the energy distance between the two sides is largest (Matteson & James'
 E-divisive with alpha = 1), keeps the split only when a two-sample t-test says the two
 sides' means differ (p below a threshold; deterministic, no permutations), and recurses
-into both sides. We do the same. Written here rather than taken from Otava because Otava is
-an application (a CLI with its own storage and config) whose package pins an old Python
-stack; the method is ~100 lines. numpy makes the energy statistic O(n^2) per level through
-2-D prefix sums over the pairwise-distance matrix, which matters: the post-run check runs
-it for every metric of every run.
+into both sides. We do the same, with one difference: when the best split is not
+significant we still look inside both halves. A few low runs at one end (a cold first
+night, a reference run) pull the top split beside them, where the t-test fails; Hunter then
+stops and a lasting step elsewhere in the series goes unseen. Every split kept is re-tested
+against its neighbours at the end, so looking further adds no point that is not significant.
+
+Written here rather than taken from Otava because Otava is an application (a CLI with its
+own storage and config) whose package pins an old Python stack; the method is ~100 lines.
+numpy makes the energy statistic O(n^2) per level through 2-D prefix sums over the
+pairwise-distance matrix, which matters: the post-run check runs it for every metric of
+every run.
 
 A slow drift has no single step, but E-divisive still splits it where the two halves'
 means differ most, and with enough runs the t-test is significant: that is how a decline
@@ -133,14 +139,20 @@ def change_points(values: list[float], pvalue: float = DEFAULT_P,
         if res is None:
             return
         t, _q = res
-        if t_test_p(seg[:t], seg[t:]) >= pvalue:
-            return
-        found.append(lo + t)
+        if t_test_p(seg[:t], seg[t:]) < pvalue:
+            found.append(lo + t)
         split(lo, lo + t)
         split(lo + t, hi)
 
     split(0, len(x))
     found.sort()
+    while True:     # drop the least significant point between its neighbours until all pass
+        bounds = [0, *found, len(x)]
+        ps = [t_test_p(x[bounds[i]:idx], x[idx:bounds[i + 2]]) for i, idx in enumerate(found)]
+        worst = max(range(len(ps)), key=ps.__getitem__, default=None)
+        if worst is None or ps[worst] < pvalue:
+            break
+        del found[worst]
     out: list[ChangePoint] = []
     bounds = [0, *found, len(x)]
     for i, idx in enumerate(found):

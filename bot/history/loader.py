@@ -11,8 +11,9 @@ from eaglebot.config import RegressionConfig
 from eaglebot.history.attribution import attribution_text, since_good_run, state_changes
 from eaglebot.history.diff import DiffRows, pick_hosts
 from eaglebot.history.host_state import host_state
-from eaglebot.history.regress import (CP_WINDOW, RANGE_RUNS, Drift, Subject, Window, drift, window_limit, window_since,
-                                      window_what, worse_shift_point)
+from eaglebot.history.regress import (CP_MIN_RUNS, CP_WINDOW, RANGE_RUNS, Drift, Subject, Window, drift, window_limit,
+                                      window_since, window_what, worse_shift_point)
+from eaglebot.store.rows import IncidentRow
 
 if TYPE_CHECKING:
     from eaglebot.store.protocol import HistoryStore
@@ -23,14 +24,38 @@ def since(store: HistoryStore, s: Subject) -> int | None:
     return window_since(store.reference_start(s.playbook, s.host, s.metric.name), s.run_id)
 
 
-def reference(store: HistoryStore, s: Subject, cfg: RegressionConfig, since: int | None) -> Window:
-    """The metric's reference window: the runs before its open incident's drop, else the
-    recent successful runs (since the baseline or the last ack, when there is one)."""
-    name = s.metric.name
-    inc = store.open_incident_for(s.playbook, s.host, name)
+def series(store: HistoryStore, s: Subject, since: int | None) -> list[tuple[int, float]]:
+    """The metric's prior values of the same class (run id, value; oldest first), the last
+    CP_WINDOW - 1: what the change-point search and the regime read."""
+    rows = store.metric_history(s.playbook, s.host, s.metric.name, before_run=s.run_id, since_run=since,
+                                limit=CP_WINDOW - 1, config=s.metric.config)
+    return [(int(r["run_id"]), float(r["value"])) for r in reversed(rows)]
+
+
+def open_incident(store: HistoryStore, s: Subject) -> IncidentRow | None:
+    """The metric's open incident, when its drop was measured in the same configuration class
+    (a run of another class, e.g. the no-speculation reference, is judged beside it)."""
+    inc = store.open_incident_for(s.playbook, s.host, s.metric.name)
+    if inc is None:
+        return None
+    opened = [m for m in store.metrics_for_runs([inc["opened_run"]]).get(inc["opened_run"], [])
+              if m["name"] == s.metric.name and m["host"] == s.host]
+    if opened and (opened[0]["config_class"] or "") != s.metric.config:
+        return None
+    return inc
+
+
+def reference(store: HistoryStore, s: Subject, cfg: RegressionConfig, since: int | None,
+              prior: list[tuple[int, float]] | None = None) -> Window:
+    """The metric's reference window, of its own configuration class: the runs before its
+    open incident's drop, else the recent successful runs (since the baseline or the last ack,
+    when there is one). `prior` (`series`): where the current regime began (the last change
+    point), so the range rule counts only runs of that regime."""
+    name, cls = s.metric.name, s.metric.config
+    inc = open_incident(store, s)
     if inc is not None:
         rows = store.metric_history(s.playbook, s.host, name, before_run=inc["ref_before_run"], since_run=since,
-                                    limit=cfg.window, exclude_incident_runs=True)
+                                    limit=cfg.window, exclude_incident_runs=True, config=cls)
         values = [r["value"] for r in rows]
         if len(values) < cfg.min_history and inc["reference"] is not None:
             # the runs before the drop were pruned: the incident kept the reference it needs
@@ -39,23 +64,37 @@ def reference(store: HistoryStore, s: Subject, cfg: RegressionConfig, since: int
         return Window(values, window_what(len(rows), since, None, inc), inc)
     need = cfg.confirm_runs - 1
     rows = store.metric_history(s.playbook, s.host, name, before_run=s.run_id, since_run=since,
-                                limit=max(window_limit(since, cfg), RANGE_RUNS) + need, exclude_incident_runs=True)
+                                limit=max(window_limit(since, cfg), RANGE_RUNS) + need, exclude_incident_runs=True,
+                                config=cls)
     base = store.baseline(s.playbook, s.host)
+    start = regime_start(prior, cfg) if prior is not None else None
     recent = tuple((int(r["run_id"]), float(r["value"])) for r in rows[:need])
-    older = tuple(float(r["value"]) for r in reversed(rows[need:]))
-    longer = tuple(float(r["value"]) for r in rows[:RANGE_RUNS])
+    older = list(reversed(rows[need:]))
+    first = 0 if start is None else next((i for i, r in enumerate(older) if r["run_id"] >= start), len(older))
+    longer = tuple(float(r["value"]) for r in rows[:RANGE_RUNS] if start is None or r["run_id"] >= start)
     rows = rows[:window_limit(since, cfg)]
     return Window([r["value"] for r in rows], window_what(len(rows), since, base["run_id"] if base else None, None),
-                  recent=recent, before_recent=older, longer=longer)
+                  recent=recent, before_recent=tuple(float(r["value"]) for r in older), longer=longer,
+                  regime_start=first)
 
 
-def worse_drift(store: HistoryStore, s: Subject, since: int | None, cfg: RegressionConfig) -> Drift | None:
+def regime_start(prior: list[tuple[int, float]], cfg: RegressionConfig) -> int | None:
+    """The run where the current regime of a series began: its last change point of more than
+    min_pct; None when it has none (or too few runs to look)."""
+    if len(prior) < CP_MIN_RUNS:
+        return None
+    from eaglebot.history.changepoint import change_points  # numpy: loaded when a run is judged
+
+    cps = [c for c in change_points([v for _, v in prior]) if abs(c.delta_pct) > cfg.min_pct]
+    return prior[cps[-1].index][0] if cps else None
+
+
+def worse_drift(store: HistoryStore, s: Subject, since: int | None, cfg: RegressionConfig,
+                prior: list[tuple[int, float]] | None = None) -> Drift | None:
     """The change point the newest value sits after, when it made the metric worse by more
-    than min_pct, with what changed at the run where it began."""
-    rows = store.metric_history(s.playbook, s.host, s.metric.name, before_run=s.run_id, since_run=since,
-                                limit=CP_WINDOW - 1)
-    series = [(int(r["run_id"]), float(r["value"])) for r in reversed(rows)]
-    p = worse_shift_point(series, s.run_id, float(s.metric.value), s.metric.better, cfg)
+    than min_pct, with what changed at the run where it began (`prior`: `series`)."""
+    p = worse_shift_point(series(store, s, since) if prior is None else prior, s.run_id, float(s.metric.value),
+                          s.metric.better, cfg)
     if p is None:
         return None
     changes = state_changes(host_state(store, s.host, p.prev_run), host_state(store, s.host, p.cp_run), p.cp_run)

@@ -62,9 +62,10 @@ def check_run(store: HistoryStore, run_id: int, playbook: str, hosts: list[str],
     for (h, _), m in latest.items():
         s = Subject(playbook, h, run_id, m)
         first = loader.since(store, s)
-        win = loader.reference(store, s, cfg, first)
+        prior = loader.series(store, s, first)
+        win = loader.reference(store, s, cfg, first, prior)
         j = judge_window(s, win, cfg)
-        shift = loader.worse_drift(store, s, first, cfg)
+        shift = loader.worse_drift(store, s, first, cfg, prior)
         if needs_attribution(j, win) and h not in attributions:
             attributions[h] = loader.attribution(store, playbook, h, run_id, fp.get(h) or empty_state(),
                                                  drop_start(s, j, win, cfg))

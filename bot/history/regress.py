@@ -30,7 +30,8 @@ BASELINE_SPAN_LIMIT = 500  # runs since a baseline that still count as its histo
 CP_WINDOW = 100            # runs of a metric's series searched for change points
 CP_MIN_RUNS = 8            # fewer: no change-point search
 RANGE_RUNS = 30            # runs whose range a new drop must leave (a second mode of the noise is no drop)
-RANGE_ALLOWED = 1          # earlier runs of those that may have been as bad (one outlier does not hide a drop)
+RANGE_ALLOWED = 3          # earlier runs of those that may have been as bad: a few low nights do not hide a drop...
+RANGE_SHARE = 0.15         # ... nor a share of them this small (a second mode recurs: 20-50% of the nights)
 
 Verdict = Literal["insufficient", "ok", "regression", "improvement"]
 
@@ -63,6 +64,7 @@ class Judgement:
     sigma: float = 0.0
     delta_pct: float = 0.0
     reason: str = ""
+    masked: bool = False         # beyond both thresholds but inside the range the metric has shown
 
     def as_regression(self, host: str, extra: str = "") -> Regression | None:
         """The finding to report (regression or improvement); None when nothing was flagged."""
@@ -77,6 +79,12 @@ def _num(v: float) -> str:
     return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
 
 
+def range_allowed(n: int) -> int:
+    """How many of `n` earlier runs of the regime may have been as bad before a value counts
+    as inside the range the metric has shown (see `judge`)."""
+    return max(RANGE_ALLOWED, int(RANGE_SHARE * n))
+
+
 def judge(metric: str, value: float, history: Iterable[float], *, better: str = "higher",
           min_pct: float = 5.0, k_sigma: float = 3.0, min_history: int = 5,
           unit: str = "", what: str = "", longer: Sequence[float] = ()) -> Judgement:
@@ -84,9 +92,10 @@ def judge(metric: str, value: float, history: Iterable[float], *, better: str = 
 
     Flag only when |change| > min_pct % of the median AND > k_sigma robust sigmas;
     when every prior value is identical (sigma 0) the percentage alone decides. `longer`: a
-    longer history (the last RANGE_RUNS runs); a value no worse than more than RANGE_ALLOWED
-    of them is inside the range the metric has shown (bimodal noise: a second mode whose
-    nights the median and MAD of the window read as outliers) and is not flagged.
+    longer history (the last RANGE_RUNS runs of the same class and regime); a value no worse
+    than more than `range_allowed` of them is inside the range the metric has shown (bimodal
+    noise: a second mode whose nights the median and MAD of the window read as outliers) and
+    is not flagged; a few low nights (a cold first night, a one-night dip) are no such mode.
     """
     hist = [float(v) for v in history]
     n = len(hist)
@@ -106,10 +115,11 @@ def judge(metric: str, value: float, history: Iterable[float], *, better: str = 
     pct_ok = abs(delta_pct) > min_pct
     sigma_ok = abs(diff) > k_sigma * sigma if sigma > 0 else diff != 0
     as_far = sum(1 for v in longer if (v <= value if diff < 0 else v >= value))
-    if pct_ok and sigma_ok and as_far > RANGE_ALLOWED:
-        j = Judgement(metric, value, better, "ok", n, ref, sigma, delta_pct)
+    if pct_ok and sigma_ok and as_far > range_allowed(len(longer)):
+        j = Judgement(metric, value, better, "ok", n, ref, sigma, delta_pct, masked=True)
         j.reason = (f"{metric} {_num(value)}{u} is {abs(delta_pct):.1f}% off the median {_num(ref)}{u} of {what} "
-                    f"but inside the range of the last {len(longer)} runs ({as_far} were as far)")
+                    f"but inside the range of the last {len(longer)} runs: {as_far} were as far "
+                    f"(more than {range_allowed(len(longer))} is a second mode of the noise, not a drop)")
         return j
     j = Judgement(metric, value, better, "ok", n, ref, sigma, delta_pct)
     spread = f"robust sigma {_num(sigma)}" if sigma > 0 else "no spread"
@@ -158,7 +168,14 @@ class Window:
     # the thresholds too (one bad night alone is a suspect, not a regression).
     recent: tuple[tuple[int, float], ...] = ()
     before_recent: tuple[float, ...] = ()
-    longer: tuple[float, ...] = ()     # the last RANGE_RUNS values (see `judge`)
+    longer: tuple[float, ...] = ()     # the last RANGE_RUNS values of the regime (see `judge`)
+    regime_start: int = 0              # index in before_recent where the current regime begins
+
+
+def range_of(ref: list[float], win: Window) -> list[float]:
+    """The values the range rule counts for a value judged after `ref` (before_recent, perhaps
+    with recent runs appended): those of the current regime, the last RANGE_RUNS."""
+    return ref[min(win.regime_start, len(ref)):][-RANGE_RUNS:]
 
 
 def window_since(reference_start: int | None, run_id: int) -> int | None:
@@ -197,7 +214,7 @@ def judge_window(s: Subject, win: Window, cfg: RegressionConfig) -> Judgement:
     before = judge(m.name, float(m.value), ref[-cfg.window:], better=m.better, min_pct=cfg.min_pct,
                    k_sigma=cfg.k_sigma, min_history=cfg.min_history, unit=m.unit,
                    what=f"the {len(ref[-cfg.window:])} runs before the drop (run #{first})",
-                   longer=ref[-RANGE_RUNS:])
+                   longer=range_of(ref, win))
     return before if before.verdict == "regression" and confirmed_by(s, before, win, cfg) is not None else j
 
 
@@ -213,7 +230,7 @@ def confirmed_by(s: Subject, j: Judgement, win: Window, cfg: RegressionConfig) -
     ref = list(win.before_recent)
     for rid, v in reversed(win.recent[:need]):
         prior = judge(s.metric.name, v, ref[-cfg.window:], better=s.metric.better, min_pct=cfg.min_pct,
-                      k_sigma=cfg.k_sigma, min_history=cfg.min_history, longer=ref[-RANGE_RUNS:])
+                      k_sigma=cfg.k_sigma, min_history=cfg.min_history, longer=range_of(ref, win))
         if prior.verdict != "regression" or (prior.delta_pct < 0) != (j.delta_pct < 0):
             return None
         ref.append(v)
@@ -309,6 +326,10 @@ def decide(s: Subject, j: Judgement, win: Window, shift: Drift | None, attributi
     m, host = s.metric, s.host
     if j.verdict == "insufficient" and shift is None:
         return MetricVerdict(note=f"{host}: {j.reason} ({m.name})")
+    if j.masked and shift is None:
+        why = f"not flagged: {j.reason}"
+        worse = j.delta_pct < 0 if m.better == "higher" else j.delta_pct > 0
+        return MetricVerdict(note=f"{host}: {why} ({m.name})", warning=why if worse else None)
     if j.verdict == "regression":
         earlier = confirmed_by(s, j, win, cfg)
         if earlier is None and shift is None:

@@ -56,6 +56,8 @@ class Trend:
     band: Band | None
     change_points: list[dict[str, Any]] = field(default_factory=list)   # {"run_id", "delta_pct", "pvalue"}
     incidents: list[IncidentRow] = field(default_factory=list)       # open incidents of this metric
+    # Where the configuration class changed (a new segment, not noise): {"run_id", "config", "was"}
+    segments: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def unit(self) -> str:
@@ -82,7 +84,23 @@ def load_trend(store: HistoryStore, playbook: str, host: str, metric: str, limit
         if rows and rows[0]["run_id"] == base["run_id"]:
             base_point = {"run_id": base["run_id"], "value": rows[0]["value"]}
     flagged = store.flagged_runs(host, metric, [p["run_id"] for p in points])
-    cps = [{"run_id": points[c.index]["run_id"], "delta_pct": c.delta_pct, "pvalue": c.pvalue}
-           for c in change_points([float(p["value"]) for p in points]) if abs(c.delta_pct) > cfg.min_pct]
+    runs = class_runs(points)
+    cps = [{"run_id": seg[c.index]["run_id"], "delta_pct": c.delta_pct, "pvalue": c.pvalue}
+           for seg in runs for c in change_points([float(p["value"]) for p in seg]) if abs(c.delta_pct) > cfg.min_pct]
+    segments = [{"run_id": seg[0]["run_id"], "config": seg[0].get("config_class") or "",
+                 "was": prev[0].get("config_class") or ""} for prev, seg in zip(runs, runs[1:])]
     incidents = [i for i in store.incidents(playbook=playbook, host=host) if i["metric"] == metric]
-    return Trend(playbook, host, metric, points, base_point, flagged, band(points, base_point, cfg), cps, incidents)
+    return Trend(playbook, host, metric, points, base_point, flagged, band(runs[-1], base_point, cfg), cps, incidents,
+                 segments)
+
+
+def class_runs(points: list[MetricPoint]) -> list[list[MetricPoint]]:
+    """`points` cut where the configuration class changes: each is judged, searched for change
+    points and banded on its own (a no-speculation reference is no drop of the EAGLE series)."""
+    out: list[list[MetricPoint]] = []
+    for p in points:
+        if out and (out[-1][-1].get("config_class") or "") == (p.get("config_class") or ""):
+            out[-1].append(p)
+        else:
+            out.append([p])
+    return out

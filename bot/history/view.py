@@ -27,17 +27,18 @@ def key_metric(metrics: Iterable[MetricRow]) -> MetricRow | None:
     """The one number a run is known by in history tables, trend plots and schedule reports.
 
     The policy, defined here and nowhere else: the run's `output_throughput` when it recorded
-    one (the first such row, in the order recorded), else the first metric it recorded at all;
-    None for a run without metrics. Throughput wins over recording order because it is what a
-    relaunch or a benchmark exists to measure, whatever a playbook happens to record first.
+    one (the last such row, in the order recorded: a repair or a tune measures several times
+    and is known by its final result), else the first metric it recorded at all; None for a
+    run without metrics. Throughput wins over recording order because it is what a relaunch
+    or a benchmark exists to measure, whatever a playbook happens to record first.
     """
-    first = None
+    first = last = None
     for m in metrics:
         if m["name"] == KEY_METRIC:
-            return m
+            last = m
         if first is None:
             first = m
-    return first
+    return last or first
 
 
 def step_data(step: StepRow) -> dict[str, Any]:
@@ -100,6 +101,7 @@ class RunView:
     changes: list[ChangeRow]
     incidents: list[IncidentRow] = field(default_factory=list)   # open ones of its playbook + hosts
     flagged: list[IncidentRow] = field(default_factory=list)     # the ones this run flagged, whatever they are now
+    children: list[HistoryRow] = field(default_factory=list)     # the runs it started (tune, sweep, bisect)
 
     @classmethod
     def load(cls, store: HistoryStore, run_id: int) -> RunView | None:
@@ -110,8 +112,11 @@ class RunView:
                      for i in store.incidents(playbook=run["playbook"], host=h)]
         regressions = store.regressions(run_id)
         flagged = store.incidents(status=None, run_id=run_id, limit=1000) if regressions else []
+        kids = store.children(run_id)
+        ids = [k["id"] for k in kids]
+        children = history_rows(kids, store.metrics_for_runs(ids), store.regression_counts(ids)) if kids else []
         return cls(run, store.steps(run_id), store.metrics(run_id), store.warnings(run_id),
-                   regressions, store.changes(run_id), incidents, flagged)
+                   regressions, store.changes(run_id), incidents, flagged, children)
 
     @property
     def run_id(self) -> int:
@@ -203,6 +208,8 @@ class RunView:
         return {
             "run_id": self.run_id,
             "status": self.status,
+            "parent_run_id": self.run.get("parent_run_id"),
+            "children": [c.run_id for c in self.children],
             "steps": [{"name": s["name"], "skill": s["skill"], "host": s["host"], "status": s["status"],
                        "summary": s["summary"] or "", "duration_ms": s["duration_ms"] or 0,
                        "attempts": s["attempts"] or 0, "data": step_data(s)} for s in self.steps],
@@ -251,6 +258,7 @@ class HistoryRow:
     run: RunRow
     key_metric: MetricRow | None
     regressions: int = 0           # regressions flagged on the run
+    children: int = 0              # runs it started (tune, sweep, bisect): listed by `eagle show`
 
     @property
     def status_label(self) -> str:
@@ -260,6 +268,8 @@ class HistoryRow:
             label += f" ▼{self.regressions}"
         if self.run.get("dry_run"):
             label += " (dry-run)"
+        if self.children:
+            label += f" +{self.children} run{'s' if self.children != 1 else ''}"
         return label
 
     @property
@@ -276,19 +286,22 @@ class HistoryRow:
         r = self.run
         return {"run_id": r["id"], "playbook": r["playbook"], "hosts": r.get("hosts") or [],
                 "status": r["status"], "actor": r.get("actor"), "origin": r.get("origin"),
-                "started_at": r.get("started_at"), "finished_at": r.get("finished_at")}
+                "started_at": r.get("started_at"), "finished_at": r.get("finished_at"),
+                "parent_run_id": r.get("parent_run_id"), "children": self.children}
 
 
 def history_rows(runs: list[RunRow], metrics_by_run: dict[int, list[MetricRow]],
-                 regressions: dict[int, int] | None = None) -> list[HistoryRow]:
-    return [HistoryRow(r, key_metric(metrics_by_run.get(r["id"], [])), (regressions or {}).get(r["id"], 0))
-            for r in runs]
+                 regressions: dict[int, int] | None = None, children: dict[int, int] | None = None) -> list[HistoryRow]:
+    return [HistoryRow(r, key_metric(metrics_by_run.get(r["id"], [])), (regressions or {}).get(r["id"], 0),
+                       (children or {}).get(r["id"], 0)) for r in runs]
 
 
 def load_history(store: HistoryStore, *, playbook: str | None = None, host: str | None = None,
-                 limit: int = 20, status: str | None = None, since: str | None = None) -> list[HistoryRow]:
-    """Past runs, newest first, each with its key metric and regression count (three queries
-    however many runs)."""
-    runs = store.history(playbook=playbook, host=host, limit=limit, status=status, since=since)
+                 limit: int = 20, status: str | None = None, since: str | None = None,
+                 all_runs: bool = False) -> list[HistoryRow]:
+    """Past runs, newest first, each with its key metric, regression count and how many runs
+    it started (four queries however many runs). The runs a tune, sweep or bisect started are
+    counted on its row, not listed, unless `all_runs`."""
+    runs = store.history(playbook=playbook, host=host, limit=limit, status=status, since=since, top_level=not all_runs)
     ids = [r["id"] for r in runs]
-    return history_rows(runs, store.metrics_for_runs(ids), store.regression_counts(ids))
+    return history_rows(runs, store.metrics_for_runs(ids), store.regression_counts(ids), store.child_counts(ids))

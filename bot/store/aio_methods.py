@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
 
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
+    HealthStateRow, HostStepRow, IncidentRow, LatestMetric, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun,
+    MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
     StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
@@ -61,10 +62,19 @@ class AsyncMethods:
         return await self._do(self.sync.get_run, run_id)
 
     async def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-            status: str | None = None, origin: str | None = None, since: str | None = None) -> list[RunRow]:
-        """Runs newest first, filtered by each criterion given (`since`: started at or after)."""
+            status: str | None = None, origin: str | None = None, since: str | None = None,
+            top_level: bool = False) -> list[RunRow]:
+        """Runs newest first, filtered by each criterion given (`since`: started at or after;"""
         return await self._do(self.sync.history, playbook=playbook, host=host, limit=limit, status=status,
-            origin=origin, since=since)
+            origin=origin, since=since, top_level=top_level)
+
+    async def child_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> how many runs it started (tune, sweep, bisect), for the runs that started any."""
+        return await self._do(self.sync.child_counts, run_ids)
+
+    async def children(self, run_id: int) -> list[RunRow]:
+        """The runs run_id started, oldest first."""
+        return await self._do(self.sync.children, run_id)
 
     async def running_runs(self) -> list[RunRow]:
         """Runs still marked running, oldest first."""
@@ -145,10 +155,14 @@ class AsyncMethods:
 
     async def metric_history(self, playbook: str, host: str, metric: str, *,
             before_run: int | None = None, since_run: int | None = None, limit: int = 10,
-            exclude_incident_runs: bool = False) -> list[MetricPoint]:
+            exclude_incident_runs: bool = False, config: str | None = None) -> list[MetricPoint]:
         """Values of one metric from successful runs of playbook+host, newest first."""
         return await self._do(self.sync.metric_history, playbook, host, metric, before_run=before_run,
-            since_run=since_run, limit=limit, exclude_incident_runs=exclude_incident_runs)
+            since_run=since_run, limit=limit, exclude_incident_runs=exclude_incident_runs, config=config)
+
+    async def latest_metrics(self, names: list[str]) -> list[LatestMetric]:
+        """The newest value of each of `names` per host and playbook, from successful real runs"""
+        return await self._do(self.sync.latest_metrics, names)
 
     async def previous_good_run(self, playbook: str, host: str, before_run: int) -> RunRow | None:
         """The newest earlier run of playbook on host that succeeded without a flagged regression."""

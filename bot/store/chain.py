@@ -103,6 +103,7 @@ CHAIN_SCHEMA: dict[int, dict[str, tuple[str, ...]]] = {
     10: {"health_state": ("host", "gpu", "state", "since", "reason", "clean", "actor", "channel", "message_ts",
                           "silenced_until", "silenced_by"),
          "health_events": ("id", "host", "gpu", "kind", "code", "from_state", "to_state", "reason", "actor", "at")},
+    13: {"metrics": ("config_class",), "runs": ("parent_run_id",)},
 }
 
 

@@ -69,7 +69,7 @@ class LocksMixin(ReplicasMixin):
                                        "where host = $1", [h]).fetchone()
             if row and self._owner_alive(row[1], row[2], row[3]):
                 raise HostBusy(f"host {h} is busy with run #{row[0]} since {row[4]} "
-                               f"(wait for it or `eagle cancel`/`/eagle cancel {row[0]}`)")
+                               f"(wait for it or `eagle cancel`/`/eagle cancel {row[0]}`)", row[0], row[4])
 
     def _lock(self, run_id: int, hosts: list[str]) -> None:
         """Inside a write transaction: this process holds `hosts` for the run."""

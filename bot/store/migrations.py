@@ -255,6 +255,19 @@ def _seen_requests(db: Database, from_version: int) -> None:
     db.execute("create index if not exists seen_requests_expiry on seen_requests (expires_at)")
 
 
+def _metric_class_parent_run(db: Database, from_version: int) -> None:
+    """metrics.config_class: the configuration class a value was measured under (speculative
+    algorithm, target, TP size, benchmark shape; NULL when the skill did not say), so a value is
+    judged only against values of its own class; runs.parent_run_id: the run (tune, sweep, bisect,
+    draft-repair) that started this one, so history shows one row per operation."""
+    if "config_class" not in db.table("metrics").columns_dict:
+        db.execute("alter table metrics add column config_class text")
+    if "parent_run_id" not in db.table("runs").columns_dict:
+        db.execute("alter table runs add column parent_run_id integer")
+    db.table("runs").create_index(["parent_run_id"], if_not_exists=True)
+    chain.record_migration(db, 13)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "0001_initial", _initial),
     Migration(2, "0002_run_hosts", _run_hosts),
@@ -268,6 +281,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "0010_health_watch", _health_watch),
     Migration(11, "0011_replicas", _replicas),
     Migration(12, "0012_seen_requests", _seen_requests),
+    Migration(13, "0013_metric_class_parent_run", _metric_class_parent_run),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
+    HealthStateRow, HostStepRow, IncidentRow, LatestMetric, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun,
+    MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
     StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
@@ -56,8 +57,18 @@ class RunsFace(Protocol):
         ...
 
     def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-            status: str | None = None, origin: str | None = None, since: str | None = None) -> list[RunRow]:
-        """Runs newest first, filtered by each criterion given (`since`: started at or after)."""
+            status: str | None = None, origin: str | None = None, since: str | None = None,
+            top_level: bool = False) -> list[RunRow]:
+        """Runs newest first, filtered by each criterion given (`since`: started at or after;
+        `top_level`: no run another run started, see `children`)."""
+        ...
+
+    def child_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> how many runs it started (tune, sweep, bisect), for the runs that started any."""
+        ...
+
+    def children(self, run_id: int) -> list[RunRow]:
+        """The runs run_id started, oldest first."""
         ...
 
     def running_runs(self) -> list[RunRow]:
@@ -149,11 +160,19 @@ class TrendsFace(Protocol):
     """Read-mostly queries over runs, steps, metrics, changes and regressions. (store.trends)"""
 
     def metric_history(self, playbook: str, host: str, metric: str, *, before_run: int | None = None,
-            since_run: int | None = None, limit: int = 10, exclude_incident_runs: bool = False) -> list[MetricPoint]:
+            since_run: int | None = None, limit: int = 10, exclude_incident_runs: bool = False,
+            config: str | None = None) -> list[MetricPoint]:
         """Values of one metric from successful runs of playbook+host, newest first.
+
+        config: only values of this configuration class ("" = values whose class was not said).
 
         exclude_incident_runs: leave out runs an incident flagged, unless that incident was
         accepted (closed by an ack or a baseline): a reference window never learns a drop."""
+        ...
+
+    def latest_metrics(self, names: list[str]) -> list[LatestMetric]:
+        """The newest value of each of `names` per host and playbook, from successful real runs
+        that no other run started (a tune's cells are not the host's result)."""
         ...
 
     def previous_good_run(self, playbook: str, host: str, before_run: int) -> RunRow | None:
@@ -183,7 +202,8 @@ class TrendsFace(Protocol):
 
     def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
             newest_first: bool = False) -> list[StepDataRow]:
-        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
+        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first.
+        Dry runs are left out: a dry run changes nothing, the evidence this history gives included."""
         ...
 
     def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:
@@ -393,9 +413,9 @@ class SchedulerStore(RunsFace, StepsFace, TrendsFace, IncidentsFace, ApprovalsFa
     view, its trends), and the audit head it posts."""
 
 
-class MetricsReads(IncidentsFace, HealthFace, Protocol):
-    """What `/metrics` reads of the store at each scrape: the open incidents and the quarantined GPUs
-    and hosts."""
+class MetricsReads(IncidentsFace, HealthFace, TrendsFace, Protocol):
+    """What `/metrics` reads of the store at each scrape: the open incidents, the quarantined GPUs and
+    hosts, and the latest bench results per host."""
 
 
 class ServiceState(SchedulesFace, ReplicasFace, HealthFace, SweepsFace, ApprovalsFace, Protocol):

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,
-    HealthStateRow, HostStepRow, IncidentRow, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun, MetricRow,
+    HealthStateRow, HostStepRow, IncidentRow, LatestMetric, LeaseRow, LifecycleStepRow, LockRow, MetricPoint, NewRun,
+    MetricRow,
     RegressionRow, RemoteProcRow, ReplicaRow, RunRow, ScheduleFireRow, ScheduleStateRow, StaleApprovalRow, StepDataRow,
     StepEnd, StepRow, SweepPointRow, SweepRow, WarningRow,
 )
@@ -57,8 +58,17 @@ class AsyncRunsFace(Protocol):
         ...
 
     async def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-            status: str | None = None, origin: str | None = None, since: str | None = None) -> list[RunRow]:
-        """Runs newest first, filtered by each criterion given (`since`: started at or after)."""
+            status: str | None = None, origin: str | None = None, since: str | None = None,
+            top_level: bool = False) -> list[RunRow]:
+        """Runs newest first, filtered by each criterion given (`since`: started at or after;"""
+        ...
+
+    async def child_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> how many runs it started (tune, sweep, bisect), for the runs that started any."""
+        ...
+
+    async def children(self, run_id: int) -> list[RunRow]:
+        """The runs run_id started, oldest first."""
         ...
 
     async def running_runs(self) -> list[RunRow]:
@@ -148,8 +158,12 @@ class AsyncTrendsFace(Protocol):
 
     async def metric_history(self, playbook: str, host: str, metric: str, *,
             before_run: int | None = None, since_run: int | None = None, limit: int = 10,
-            exclude_incident_runs: bool = False) -> list[MetricPoint]:
+            exclude_incident_runs: bool = False, config: str | None = None) -> list[MetricPoint]:
         """Values of one metric from successful runs of playbook+host, newest first."""
+        ...
+
+    async def latest_metrics(self, names: list[str]) -> list[LatestMetric]:
+        """The newest value of each of `names` per host and playbook, from successful real runs"""
         ...
 
     async def previous_good_run(self, playbook: str, host: str, before_run: int) -> RunRow | None:
@@ -407,9 +421,9 @@ class AsyncSchedulerStore(AsyncRunsFace, AsyncStepsFace, AsyncTrendsFace, AsyncI
         ...
 
 
-class AsyncMetricsReads(AsyncIncidentsFace, AsyncHealthFace, Protocol):
-    """What `/metrics` reads of the store at each scrape: the open incidents and the quarantined GPUs
-    and hosts."""
+class AsyncMetricsReads(AsyncIncidentsFace, AsyncHealthFace, AsyncTrendsFace, Protocol):
+    """What `/metrics` reads of the store at each scrape: the open incidents, the quarantined GPUs and
+    hosts, and the latest bench results per host."""
 
     @property
     def sync(self) -> MetricsReads:

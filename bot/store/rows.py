@@ -23,6 +23,7 @@ class NewRun(TypedDict, total=False):
     origin: Required[str]
     dry_run: bool
     rerun_of: int | None
+    parent_run_id: int | None       # the tune/sweep/bisect/draft-repair run that started this one
     schedule: str | None
     channel: str | None
     thread_ts: str | None
@@ -74,6 +75,7 @@ class RunRow(TypedDict):
     fingerprint: dict[str, Any] | None  # decoded from JSON
     exit_code: int | None
     source: str | None
+    parent_run_id: int | None        # the tune/sweep/bisect/draft-repair run that started this one
 
 
 class StepRow(TypedDict):
@@ -107,6 +109,7 @@ class MetricRow(TypedDict):
     value: float
     unit: str | None
     better: str | None
+    config_class: str | None
 
 
 class ChangeRow(TypedDict):
@@ -312,6 +315,15 @@ class StaleApprovalRow(ApprovalRow):
     playbook: str
 
 
+class LatestMetric(TypedDict):
+    """The newest value of one metric of one playbook on one host (`latest_metrics`)."""
+    host: str
+    playbook: str
+    name: str
+    value: float
+    run_id: int
+
+
 class MetricPoint(TypedDict):
     """One value of a metric in a run (`metric_history`), with the run's start time."""
     run_id: int
@@ -319,6 +331,7 @@ class MetricPoint(TypedDict):
     unit: str | None
     better: str | None
     started_at: str | None
+    config_class: str | None         # the configuration class it was measured under (None: not said)
 
 
 class StepDataRow(TypedDict):

@@ -35,6 +35,7 @@ def insert_run(db: Database, run: NewRun) -> int:
         "origin": run["origin"], "pid": os.getpid(), "hostname": socket.gethostname(), "proc_start": MY_START,
         "hosts": to_json(hosts), "inputs": to_json(run["inputs"]), "vars": to_json(run["variables"]),
         "started_at": now_iso(), "dry_run": int(run.get("dry_run", False)), "rerun_of": run.get("rerun_of"),
+        "parent_run_id": run.get("parent_run_id"),
         "schedule": run.get("schedule"), "channel": run.get("channel"), "thread_ts": run.get("thread_ts"),
         "source": run.get("source"), "cancel_requested": 0})
     for h in dict.fromkeys(hosts):
@@ -87,9 +88,11 @@ class RunsMixin(StoreBase):
         return get_run(self.db, run_id)
 
     def history(self, *, playbook: str | None = None, host: str | None = None, limit: int = 20,
-                status: str | None = None, origin: str | None = None, since: str | None = None) -> list[RunRow]:
-        """Runs newest first, filtered by each criterion given (`since`: started at or after)."""
-        where: list[str] = []
+                status: str | None = None, origin: str | None = None, since: str | None = None,
+                top_level: bool = False) -> list[RunRow]:
+        """Runs newest first, filtered by each criterion given (`since`: started at or after;
+        `top_level`: no run another run started, see `children`)."""
+        where: list[str] = ["parent_run_id is null"] if top_level else []
         args = Args()
         sql = "select * from runs"
         if host:
@@ -103,6 +106,20 @@ class RunsMixin(StoreBase):
         sql += (" where " + " and ".join(where) if where else "")
         sql += f" order by {'rh.run_id' if host else 'id'} desc limit {args.mark(limit)}"
         return [decode_run(r) for r in self.db.query(sql, args)]
+
+    def child_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> how many runs it started (tune, sweep, bisect), for the runs that started any."""
+        if not run_ids:
+            return {}
+        args = Args()
+        return {int(r["parent_run_id"]): int(r["n"]) for r in self.db.query(
+            f"select parent_run_id, count(*) as n from runs where parent_run_id in ({args.marks(run_ids)}) "
+            "group by parent_run_id", args)}
+
+    def children(self, run_id: int) -> list[RunRow]:
+        """The runs run_id started, oldest first."""
+        return [decode_run(r) for r in self.db.query("select * from runs where parent_run_id = $1 order by id",
+                                                     [run_id])]
 
     def running_runs(self) -> list[RunRow]:
         """Runs still marked running, oldest first."""

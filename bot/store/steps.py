@@ -57,8 +57,9 @@ class StepsMixin(StoreBase):
                  end.get("output_file"), step_id])
             for m in end.get("metrics") or []:
                 self.db.execute(
-                    "insert into metrics (run_id, step_id, host, name, value, unit, better) values ($1,$2,$3,$4,$5,$6,$7)",
-                    [run_id, step_id, host, m.name, float(m.value), m.unit, m.better])
+                    "insert into metrics (run_id, step_id, host, name, value, unit, better, config_class) "
+                    "values ($1,$2,$3,$4,$5,$6,$7,$8)",
+                    [run_id, step_id, host, m.name, float(m.value), m.unit, m.better, m.config or None])
             for c in end.get("changes") or []:
                 self.db.execute(
                     "insert into changes (run_id, step_id, host, path, before_sha256, after_sha256, diff, "

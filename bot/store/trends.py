@@ -8,7 +8,7 @@ from typing import Any
 from eaglebot.store.base import Args, StoreBase, rows
 from eaglebot.store.chain import dialect
 from eaglebot.store.rows import (
-    ChangeRow, FingerprintState, HostStepRow, MetricPoint, MetricRow, RunRow, StepDataRow, StepRow,
+    ChangeRow, FingerprintState, HostStepRow, LatestMetric, MetricPoint, MetricRow, RunRow, StepDataRow, StepRow,
 )
 from eaglebot.store.runs import decode_run
 
@@ -18,12 +18,14 @@ class TrendsMixin(StoreBase):
 
     def metric_history(self, playbook: str, host: str, metric: str, *, before_run: int | None = None,
                        since_run: int | None = None, limit: int = 10,
-                       exclude_incident_runs: bool = False) -> list[MetricPoint]:
+                       exclude_incident_runs: bool = False, config: str | None = None) -> list[MetricPoint]:
         """Values of one metric from successful runs of playbook+host, newest first.
+
+        config: only values of this configuration class ("" = values whose class was not said).
 
         exclude_incident_runs: leave out runs an incident flagged, unless that incident was
         accepted (closed by an ack or a baseline): a reference window never learns a drop."""
-        sql = ("select m.run_id, m.value, m.unit, m.better, r.started_at from metrics m "
+        sql = ("select m.run_id, m.value, m.unit, m.better, r.started_at, m.config_class from metrics m "
                "join runs r on r.id = m.run_id where r.playbook = $1 and m.host = $2 and m.name = $3 "
                "and r.status = 'succeeded' and r.dry_run = 0")
         args = Args([playbook, host, metric])
@@ -31,12 +33,27 @@ class TrendsMixin(StoreBase):
             sql += (" and m.run_id not in (select ir.run_id from incident_runs ir join incidents i "
                     "on i.id = ir.incident_id where i.playbook = $1 and i.host = $2 and i.metric = $3 "
                     "and (i.status = 'open' or i.closed_kind = 'recovered'))")
+        if config is not None:
+            sql += f" and coalesce(m.config_class, '') = {args.mark(config)}"
         if before_run is not None:
             sql += f" and m.run_id < {args.mark(before_run)}"
         if since_run is not None:
             sql += f" and m.run_id >= {args.mark(since_run)}"
         sql += f" order by m.run_id desc limit {args.mark(limit)}"
         return rows(self.db, MetricPoint, sql, args)
+
+    def latest_metrics(self, names: list[str]) -> list[LatestMetric]:
+        """The newest value of each of `names` per host and playbook, from successful real runs
+        that no other run started (a tune's cells are not the host's result)."""
+        if not names:
+            return []
+        args = Args()
+        ok = "r.status = 'succeeded' and r.dry_run = 0 and r.parent_run_id is null"
+        return rows(self.db, LatestMetric,
+                    "select m.host, r.playbook, m.name, m.value, m.run_id from metrics m join runs r on r.id = m.run_id "
+                    "join (select max(m2.id) as id from metrics m2 join runs r on r.id = m2.run_id "
+                    f"where {ok} and m2.name in ({args.marks(names)}) group by m2.host, r.playbook, m2.name) n "
+                    "on n.id = m.id order by m.host, r.playbook, m.name", args)
 
     def previous_good_run(self, playbook: str, host: str, before_run: int) -> RunRow | None:
         """The newest earlier run of playbook on host that succeeded without a flagged regression."""
@@ -101,13 +118,15 @@ class TrendsMixin(StoreBase):
 
     def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
                           newest_first: bool = False) -> list[StepDataRow]:
-        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first."""
+        """Finished steps of `skills` on host whose registered data mentions `contains`, oldest first.
+        Dry runs are left out: a dry run changes nothing, the evidence this history gives included."""
         if not skills:
             return []
         args = Args([host])
         return rows(self.db, StepDataRow,
                     f"select run_id, skill, status, data from steps where host = $1 and skill in ({args.marks(skills)}) "
                     f"and status in ('ok', 'changed', 'failed') and data like {args.mark(f'%{contains}%')} "
+                    f"and run_id not in (select id from runs where dry_run <> 0) "
                     f"order by id {'desc' if newest_first else 'asc'} limit {args.mark(limit)}", args)
 
     def host_changes(self, host: str, after: int, upto: int) -> list[ChangeRow]:

@@ -57,9 +57,6 @@ class StepProcs:
 
 
 CURRENT: contextvars.ContextVar[StepProcs | None] = contextvars.ContextVar("eagle_step_procs", default=None)
-# The run a command belongs to (set by the engine for the run's task and everything it starts):
-# a persistent shell is owned by one run and closed when it ends (transport.shell).
-RUN: contextvars.ContextVar[int | None] = contextvars.ContextVar("eagle_run", default=None)
 
 
 def current_tag() -> str | None:
@@ -125,9 +122,6 @@ class Transport(Host, Protocol):
         one sentence); (0, "") when none was left."""
         ...
 
-    async def release(self, run_id: int) -> None:
-        """The run ended: close what this transport kept open for it (its persistent shells)."""
-        ...
 
 
 def command_line(cmd: str | Sequence[str], env: dict[str, str] | None, cwd: str | None) -> str:
@@ -178,8 +172,8 @@ def detach_script(argv: Sequence[str], log_path: str, pid_path: str,
         # Not a process-group leader in a non-interactive shell, so setsid does not fork:
         # $! is the new session's leader, the pid we record.
         f"setsid sh -c {q(body)} </dev/null >{q(log_path)} 2>&1 & "
-        # Wait until it leads its own session: a persistent shell kills what is left of a
-        # command's process group when the command ends, and it must not catch this one.
+        # Wait until it leads its own session: the end of the step stops what is left of the
+        # command's process group, and it must not catch this one.
         "pid=$!; i=0; while [ $i -lt 1000 ] && kill -0 \"$pid\" 2>/dev/null && "
         "[ \"$(ps -o sid= -p \"$pid\" | tr -d ' ')\" != \"$pid\" ]; do i=$((i+1)); sleep 0.01; done; "
         f"printf '%s\\n' \"$pid\" > {q(pid_path)}.tmp && mv {q(pid_path)}.tmp {q(pid_path)} && echo \"$pid\""

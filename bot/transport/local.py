@@ -10,46 +10,9 @@ from typing import Any, Sequence
 
 from eaglebot.errors import TransportError
 from eaglebot.sdk import CommandResult, OutputCallback
-from eaglebot.transport.base import (CURRENT, RUN, TAG_VAR, LineSplitter, StepProcs, command_line, current_tag,
+from eaglebot.transport.base import (CURRENT, TAG_VAR, LineSplitter, StepProcs, command_line, current_tag,
                                      detach_script, note_kept, note_pgid, DRAIN_S)
 from eaglebot.transport.sweep import kill_note, kill_script, leftover_note, parse_kill
-from eaglebot.transport.shell import OPEN_SHELL, ShellPool
-
-
-_closing: set["asyncio.Future[None]"] = set()  # shells being reaped (keeps their tasks alive)
-
-
-class _LocalShell:
-    """A persistent local `sh` (its own session), as the shell pool reads and writes it."""
-
-    def __init__(self, proc: asyncio.subprocess.Process):
-        self.p = proc
-
-    def write(self, data: bytes) -> None:
-        assert self.p.stdin is not None
-        self.p.stdin.write(data)
-
-    async def read_stdout(self) -> bytes:
-        assert self.p.stdout is not None
-        return await self.p.stdout.read(65536)
-
-    async def read_stderr(self) -> bytes:
-        assert self.p.stderr is not None
-        return await self.p.stderr.read(65536)
-
-    def close(self) -> None:
-        if self.p.stdin is not None:
-            self.p.stdin.close()  # EOF: the shell exits after its command
-        if self.p.returncode is None:
-            try:
-                self.p.kill()
-            except ProcessLookupError:
-                pass
-        _closing.add(asyncio.ensure_future(self.wait_closed()))
-
-    async def wait_closed(self) -> None:
-        await self.p.wait()
-        _closing.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
 
 
 # The bot's own credentials: a command the bot runs has no business with them.
@@ -62,31 +25,14 @@ def command_env() -> dict[str, str]:
 
 
 class LocalTransport:
-    """The host `local`: subprocesses of this process, each in its own session.
+    """The host `local`: `sh -c` per command, a subprocess of this process in its own session."""
 
-    `shell="exec"` (the default) starts `sh -c` per command; `"persistent"` keeps a local `sh`
-    open per run and frames commands through it (eaglebot.transport.shell).
-    """
-
-    def __init__(self, name: str = "local", shell: str = "exec", max_shells: int = 8):
+    def __init__(self, name: str = "local"):
         self.name = name
-        self._shells = ShellPool(name, max_shells, self._open_shell) if shell == "persistent" else None
-
-    async def _open_shell(self) -> _LocalShell:
-        proc = await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", OPEN_SHELL, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, env=command_env())
-        return _LocalShell(proc)
 
     async def run(self, cmd: str | Sequence[str], *, timeout: float | None = None,
                   on_output: OutputCallback | None = None, env: dict[str, str] | None = None,
                   cwd: str | None = None, stdin: str | None = None) -> CommandResult:
-        run_id = RUN.get()
-        if self._shells is not None and stdin is None and run_id is not None:
-            res = await self._shells.run(run_id, cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd,
-                                         kill=self._kill)
-            if res is not None:
-                return res
         line = command_line(cmd, env, cwd)
         t0 = time.monotonic()
         since = time.clock_gettime(time.CLOCK_BOOTTIME)   # the host's boot clock: /proc's start times
@@ -203,13 +149,8 @@ class LocalTransport:
             return 0, ""
         return leftover_note(await self._killed(kill_script(sp.tag, sp.pgids, since=sp.since, keep=sp.keep)))
 
-    async def release(self, run_id: int) -> None:
-        if self._shells is not None:
-            await self._shells.release(run_id)
-
     async def close(self) -> None:
-        if self._shells is not None:
-            await self._shells.aclose()
+        """Nothing is kept open: each command's process ended with it."""
 
 
 def _any_left(tag: str, groups: set[int], since: float | None, keep: set[int]) -> bool:

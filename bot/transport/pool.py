@@ -25,7 +25,7 @@ class TransportPool:
         if name not in self._t:
             cfg = self.settings.hosts[name]
             if cfg.transport == "local":
-                self._t[name] = LocalTransport(name, shell=cfg.shell, max_shells=cfg.max_channels)
+                self._t[name] = LocalTransport(name)
             else:
                 tunnel = self.get(cfg.jump) if cfg.jump else None
                 if tunnel is not None and not isinstance(tunnel, SSHTransport):
@@ -45,14 +45,6 @@ class TransportPool:
             return 0
         await t.connect()
         return t.connect_tries
-
-    async def release_run(self, run_id: int) -> None:
-        """The run ended: every transport closes what it kept for it (its persistent shells)."""
-        for t in list(self._t.values()):
-            try:
-                await t.release(run_id)
-            except Exception:  # closing a shell is best effort: it dies with its channel
-                pass
 
     async def close(self) -> None:
         for t in self._t.values():

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 from eaglebot.config import HostConfig
 from eaglebot.errors import HostUnreachable, TransportError
 from eaglebot.sdk import CommandResult, OutputCallback, path_for_shell
-from eaglebot.transport.base import (CURRENT, DRAIN_S, KILL_GRACE_S, RUN, LineSplitter, StepProcs, current_tag,
+from eaglebot.transport.base import (CURRENT, DRAIN_S, KILL_GRACE_S, LineSplitter, StepProcs, current_tag,
                                      detach_script, note_kept, note_pgid, session_wrapped)
 from eaglebot.transport.sweep import kill_note, kill_script, leftover_note, parse_kill
-from eaglebot.transport.shell import OPEN_SHELL, ShellPool
 
 if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for asyncssh
     import asyncssh
@@ -58,35 +57,9 @@ def preload() -> None:
     t.start()
 
 
-class _ShellChannel:
-    """A persistent `sh` on one SSH channel, as the shell pool reads and writes it."""
-
-    def __init__(self, proc: "asyncssh.SSHClientProcess[bytes]"):
-        self.p = proc
-
-    def write(self, data: bytes) -> None:
-        self.p.stdin.write(data)
-
-    async def read_stdout(self) -> bytes:
-        return await self.p.stdout.read(65536)
-
-    async def read_stderr(self) -> bytes:
-        return await self.p.stderr.read(65536)
-
-    def close(self) -> None:
-        self.p.close()
-
-    async def wait_closed(self) -> None:
-        await self.p.wait_closed()
-
-
 class SSHTransport:
-    """One asyncssh connection per host, reused by every step; bounded channels.
-
-    `shell: exec` (the default) opens a channel per command; `shell: persistent` runs a run's
-    commands in shells of its own (eaglebot.transport.shell), half of `max_channels` of them at
-    most across runs. A command with stdin, or outside a run, always gets its own channel.
-    """
+    """One asyncssh connection per host, reused by every step; a channel per command, at most
+    `max_channels` at once."""
 
     def __init__(self, name: str, cfg: HostConfig, *, tunnel: "SSHTransport | None" = None,
                  connecting: asyncio.Semaphore | None = None, via_jump: asyncio.Semaphore | None = None):
@@ -97,10 +70,7 @@ class SSHTransport:
         self._conn: asyncssh.SSHClientConnection | None = None
         self._sshd_pid: int | None = None
         self._lock = asyncio.Lock()
-        self.persistent = cfg.shell == "persistent"
-        shells = max(1, cfg.max_channels // 2) if self.persistent else 0
-        self._channels = asyncio.Semaphore(max(1, cfg.max_channels - shells))
-        self._shells = ShellPool(name, shells, self._open_shell) if self.persistent else None
+        self._channels = asyncio.Semaphore(cfg.max_channels)
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
         import asyncssh
@@ -193,37 +163,9 @@ class SSHTransport:
     async def connect(self) -> None:
         await self._connect()
 
-    async def _open_shell(self) -> _ShellChannel:
-        import asyncssh
-
-        conn = await self._connect()
-        try:
-            proc = await conn.create_process(OPEN_SHELL, encoding=None)
-        except (asyncssh.Error, OSError) as e:
-            self._conn = None
-            raise TransportError(f"host {self.name}: could not open a shell: {e}") from None
-        return _ShellChannel(proc)
-
     async def run(self, cmd: str | Sequence[str], *, timeout: float | None = None,
                   on_output: OutputCallback | None = None, env: dict[str, str] | None = None,
                   cwd: str | None = None, stdin: str | None = None) -> CommandResult:
-        run_id = RUN.get()
-        if self._shells is not None and stdin is None and run_id is not None:
-            conn = await self._connect()
-            try:
-                res = await self._shells.run(run_id, cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd,
-                                             kill=self._kill)
-                if res is not None:
-                    return res
-            except TransportError as e:
-                if conn.is_closed():
-                    if self._conn is conn:
-                        self._conn = None
-                    msg = str(e)
-                    if "connection lost" not in msg:
-                        msg = msg.replace(f"host {self.name}: ", f"host {self.name}: connection lost: ", 1)
-                    raise TransportError(msg) from None
-                raise
         return await self._run_exec(cmd, timeout=timeout, on_output=on_output, env=env, cwd=cwd, stdin=stdin)
 
     async def _run_exec(self, cmd: str | Sequence[str], *, timeout: float | None,
@@ -249,7 +191,7 @@ class SSHTransport:
         async with self._channels:
             try:
                 # Bytes, not str: asyncssh encodes a str command strictly, and a value from a
-                # command's output may hold bytes that are not UTF-8 (see shell.signed).
+                # command's output may hold bytes that are not UTF-8.
                 line = session_wrapped(cmd, env, cwd).encode("utf-8", "surrogateescape")
                 proc = await conn.create_process(line, encoding="utf-8",
                                                  errors="surrogateescape", stdin=asyncssh.DEVNULL if stdin is None else asyncssh.PIPE)
@@ -361,10 +303,6 @@ class SSHTransport:
                 last = type(e).__name__
         return 0, f"could not check for processes it left running ({last})"
 
-    async def release(self, run_id: int) -> None:
-        if self._shells is not None:
-            await self._shells.release(run_id)
-
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
                       since_wall: float | None = None, attempts: int = 3, now: list[int] | None = None,
                       cont: list[int] | None = None) -> str:
@@ -441,8 +379,6 @@ class SSHTransport:
         return pid
 
     async def close(self) -> None:
-        if self._shells is not None:
-            await self._shells.aclose()
         if self._conn is not None:
             self._conn.close()
             try:

@@ -28,7 +28,7 @@ from eaglebot.history.attribution import (config_changes, env_changes, health_ch
                                           version_changes)
 from eaglebot.history.host_state import host_state
 from eaglebot.facts.sglang_args import build_launch_args, launch_flags
-from eaglebot.tuning.points import run_point
+from eaglebot.tuning.points import ParentRun, run_point
 
 PLAYBOOK = "bisect-point"
 METRIC = "output_throughput"
@@ -219,6 +219,7 @@ class Bench:
     ends: Ends
     playbook: Playbook
     bisect_id: int
+    parent_run_id: int
     observer: Observer | None
     approver: Approver | None    # only the first point may ask (see measure)
     points: list[dict[str, Any]] = field(default_factory=list)
@@ -244,7 +245,8 @@ class Bench:
         # meet processes the bot did not start); every later server is the bot's own.
         res = await run_point(self.engine, self.playbook, req.host, inputs, actor=req.actor, origin=req.origin,
                               observer=self.observer, approver=self.approver,
-                              assume_yes=req.assume_yes or bool(self.points), channel=req.channel)
+                              assume_yes=req.assume_yes or bool(self.points), channel=req.channel,
+                              parent_run_id=self.parent_run_id)
         self.approver = None
         verdict = self.judge(res.throughput) if res.status == "succeeded" else "failed"
         idx = await store.add_sweep_point(self.bisect_id, inputs)
@@ -264,7 +266,7 @@ class Bench:
         final = set() if req.leave == "good" else set(range(len(self.ends.cands)))
         res = await run_point(self.engine, self.playbook, req.host, self.inputs(final, repeats=1, num_prompts=0),
                               actor=req.actor, origin=req.origin, observer=self.observer, assume_yes=True,
-                              channel=req.channel)
+                              channel=req.channel, parent_run_id=self.parent_run_id)
         return res.run_id, res.status
 
 
@@ -307,11 +309,17 @@ async def bisect(engine: Engine, req: BisectRequest, *, observer: Observer | Non
                                    origin=req.origin, points=[])
     await store.add_event(None, "bisect", f"bisect #{bid} by {req.actor}: runs #{req.good} → #{req.bad} on "
                                           f"{req.host}, {len(cands)} changes")
-    bench = Bench(engine, req, ends, pb, bid, observer, approver)
+    parent = await ParentRun.open(engine, "bisect", req.host, {"bisect_id": bid, "good": req.good, "bad": req.bad},
+                                  actor=req.actor, origin=req.origin, channel=req.channel)
+    bench = Bench(engine, req, ends, pb, bid, parent.run_id, observer, approver)
     try:
-        culprits, kind, said = await locate(bench)
-    finally:
-        final_run, final_status = await bench.leave_host()
+        try:
+            culprits, kind, said = await locate(bench)
+        finally:
+            final_run, final_status = await bench.leave_host()
+    except BaseException as e:
+        await parent.close("bisect.result", False, f"bisect #{bid} did not finish: {e}", error=str(e))
+        raise
     final_state = f"host {req.host} left in {req.leave.upper()}'s configuration (run #{final_run}: {final_status})"
     result = {"bisect_id": bid, "good": req.good, "bad": req.bad, "host": req.host, "metric": METRIC,
               "good_value": ends.good_value, "bad_value": ends.bad_value, "changes": [c.label for c in cands],
@@ -319,5 +327,6 @@ async def bisect(engine: Engine, req: BisectRequest, *, observer: Observer | Non
               "bound": bound(len(cands)), "culprits": [cands[i].label for i in culprits], "kind": kind,
               "conclusion": said, "final_state": final_state, "final_run": final_run}
     await store.finish_sweep(bid, "finished", {k: result[k] for k in ("culprits", "kind", "conclusion")})
+    await parent.close("bisect.result", True, f"bisect #{bid}: {said}; {final_state}")
     await store.add_event(None, "bisect", f"bisect #{bid}: {said}")
     return result

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.runner import Approver, Engine, Observer, RunRequest
+from eaglebot.sdk import Metric
+from eaglebot.store.rows import NewRun, StepEnd
 
 THROUGHPUT, TTFT = "output_throughput", "median_ttft_ms"
 ACCEPT = ("accept_length", "avg_spec_accept_length")
@@ -46,10 +49,45 @@ def numbers(metrics: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, A
             "samples": tput}
 
 
+@dataclass
+class ParentRun:
+    """The audited run a sweep or a bisect is: the runs it starts are its children, so `eagle
+    history` shows one row for it (with a count), and it ends with one step that says what it
+    found (the best point's throughput as its metric: a sweep is known by its final result)."""
+
+    engine: Engine
+    run_id: int
+    host: str
+    started: float
+
+    @classmethod
+    async def open(cls, engine: Engine, kind: str, host: str, inputs: dict[str, Any], *, actor: str, origin: str,
+                   channel: str | None) -> ParentRun:
+        rid = await engine.store.create_run(NewRun(playbook=kind, hosts=[host], inputs=inputs, variables={},
+                                                   actor=actor, origin=origin, channel=channel))
+        return cls(engine, rid, host, time.monotonic())
+
+    async def close(self, skill: str, ok: bool, summary: str, *, error: str | None = None,
+                    metrics: list[Metric] | None = None) -> None:
+        store = self.engine.store
+        sid = await store.step_started(self.run_id, 0, self.host, "result", skill, {})
+        await store.step_finished(sid, StepEnd(run_id=self.run_id, host=self.host, status="ok" if ok else "failed",
+                                               summary=self.engine.redactor.text(summary), attempts=1,
+                                               duration_ms=int(1000 * (time.monotonic() - self.started)),
+                                               metrics=metrics))
+        await store.finish_run(self.run_id, "succeeded" if ok else "failed", exit_code=0 if ok else 1,
+                               error=None if ok else self.engine.redactor.text(error or summary))
+
+
 async def run_point(engine: Engine, pb: Playbook, host: str, inputs: dict[str, Any], *, actor: str,
                     origin: str, observer: Observer | None = None, approver: Approver | None = None,
-                    assume_yes: bool = False, channel: str | None = None) -> PointResult:
-    req = RunRequest(pb, [host], dict(inputs), actor=actor, origin=origin, assume_yes=assume_yes, channel=channel)
+                    assume_yes: bool = False, channel: str | None = None,
+                    parent_run_id: int | None = None) -> PointResult:
+    given = dict(inputs)
+    if "carry" in pb.inputs and "carry" not in given:
+        given["carry"] = True    # each point changes only its own inputs: the running server's other flags stay
+    req = RunRequest(pb, [host], given, actor=actor, origin=origin, assume_yes=assume_yes, channel=channel,
+                     parent_run_id=parent_run_id)
     outcome = await engine.run(req, observer, approver)
     rid = outcome.run_id
     metrics = await engine.store.metrics(rid)

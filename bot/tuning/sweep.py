@@ -16,7 +16,8 @@ from typing import Any
 from eaglebot.engine.playbook import Playbook, find_playbook
 from eaglebot.engine.runner import Approver, Engine, Observer, RunRequest
 from eaglebot.errors import UsageError
-from eaglebot.tuning.points import run_point
+from eaglebot.sdk import Metric
+from eaglebot.tuning.points import THROUGHPUT, ParentRun, run_point
 from eaglebot.facts.sglang import resolve_speculative
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -135,31 +136,44 @@ async def run_points(engine: Engine, sweep_id: int, *, actor: str, origin: str, 
         raise UsageError(f"no sweep #{sweep_id}")
     await engine.authorized([sweep["playbook"]], actor, origin, f"sweep resume {sweep_id}")
     pb = find_playbook(sweep["playbook"], engine.settings.playbooks_path, engine.registry)
-    done = 0
-    for p in await engine.store.sweep_points(sweep_id):
-        if p["status"] not in ("pending", "failed"):
-            continue
-        if stop_after is not None and done >= stop_after:
-            return await summary(engine, sweep_id)
-        res = await run_point(engine, pb, sweep["host"], p["inputs"], actor=actor, origin=origin,
-                              observer=observer, approver=approver, assume_yes=assume_yes, channel=channel)
-        ok = res.status == "succeeded" and res.throughput is not None
-        await engine.store.sweep_point_done(sweep_id, p["idx"], "done" if ok else "failed", res.run_id,
-                                              res.as_json(), "" if ok else (res.error or f"run {res.status}"))
-        done += 1
-    result = await summary(engine, sweep_id)
+    todo = [p for p in await engine.store.sweep_points(sweep_id) if p["status"] in ("pending", "failed")]
     earlier = (sweep.get("result") or {}).get("final")
-    # a resume with nothing left to run leaves the host as the sweep's end left it
-    final = earlier if done == 0 and earlier else await leave_on_best(
-        engine, pb, result, actor=actor, origin=origin, observer=observer, approver=approver,
-        assume_yes=assume_yes, channel=channel)
-    await engine.store.finish_sweep(sweep_id, "finished", {"best": result["best"], "final": final})
+    if not todo and earlier:    # finished already: nothing runs, so no run row either
+        return await summary(engine, sweep_id)
+    parent = await ParentRun.open(engine, "sweep", sweep["host"], {"sweep_id": sweep_id, "playbook": pb.name},
+                                  actor=actor, origin=origin, channel=channel)
+    try:
+        done = 0
+        for p in todo:
+            if stop_after is not None and done >= stop_after:
+                await parent.close("sweep.result", False, f"sweep #{sweep_id} stopped after {done} points",
+                                   error=f"stopped after {done} points (eagle sweep resume {sweep_id})")
+                return await summary(engine, sweep_id)
+            res = await run_point(engine, pb, sweep["host"], p["inputs"], actor=actor, origin=origin,
+                                  observer=observer, approver=approver, assume_yes=assume_yes, channel=channel,
+                                  parent_run_id=parent.run_id)
+            ok = res.status == "succeeded" and res.throughput is not None
+            await engine.store.sweep_point_done(sweep_id, p["idx"], "done" if ok else "failed", res.run_id,
+                                                  res.as_json(), "" if ok else (res.error or f"run {res.status}"))
+            done += 1
+        result = await summary(engine, sweep_id)
+        final = await leave_on_best(
+            engine, pb, result, actor=actor, origin=origin, observer=observer, approver=approver,
+            assume_yes=assume_yes, channel=channel, parent_run_id=parent.run_id)
+        await engine.store.finish_sweep(sweep_id, "finished", {"best": result["best"], "final": final})
+    except BaseException as e:
+        await parent.close("sweep.result", False, f"sweep #{sweep_id} did not finish: {e}", error=str(e))
+        raise
+    best = result["best"]
+    metrics = [Metric(THROUGHPUT, float(best["output_throughput"]), "tok/s", "higher")] \
+        if best and best.get("output_throughput") is not None else None
+    await parent.close("sweep.result", True, f"sweep #{sweep_id}: {final['state']}", metrics=metrics)
     return await summary(engine, sweep_id)
 
 
 async def leave_on_best(engine: Engine, pb: Playbook, result: dict[str, Any], *, actor: str, origin: str,
                         observer: Observer | None, approver: Approver | None, assume_yes: bool,
-                        channel: str | None) -> dict[str, Any]:
+                        channel: str | None, parent_run_id: int | None = None) -> dict[str, Any]:
     """The host ends on the best point: when the last point run was another one, the best is
     relaunched (one more audited run, without its benchmark where the playbook can skip it).
     Returns where the host was left: {"run_id", "status", "on_best", "state"} (a sentence)."""
@@ -178,7 +192,7 @@ async def leave_on_best(engine: Engine, pb: Playbook, result: dict[str, Any], *,
     if "bench_prompts" in pb.inputs:
         inputs["bench_prompts"] = "0"     # the point was measured already: only its configuration is wanted
     res = await run_point(engine, pb, host, inputs, actor=actor, origin=origin, observer=observer,
-                          approver=approver, assume_yes=assume_yes, channel=channel)
+                          approver=approver, assume_yes=assume_yes, channel=channel, parent_run_id=parent_run_id)
     if res.status == "succeeded":
         return {"run_id": res.run_id, "status": res.status, "on_best": True,
                 "state": f"host {host} left on the best point ({words}: relaunched by run #{res.run_id})"}

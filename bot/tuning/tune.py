@@ -158,6 +158,8 @@ def _launch_inputs(c: Ctx, cell: Cell, extra: dict[str, Any] | None = None) -> d
     inputs: dict[str, Any] = {**req.fixed, **dict(zip(TUNED, cell)), **(extra or {})}
     if "bench_prompts" in pb.inputs and "bench_prompts" not in req.fixed:
         inputs["bench_prompts"] = 0          # tune-measure benchmarks it, at every batch size
+    if "carry" in pb.inputs and "carry" not in req.fixed:
+        inputs["carry"] = True               # the running server's tp, memory and extra flags: only the cell changes
     need = max([*req.batch_sizes, *(int(p.split(":")[0]) for p in req.flap_trace)])
     if need > SPEC_MAX_RUNNING and "extra_args" in pb.inputs:
         typed = c.engine.prepare(RunRequest(pb, [req.host], dict(req.fixed))).inputs
@@ -169,7 +171,7 @@ def _launch_inputs(c: Ctx, cell: Cell, extra: dict[str, Any] | None = None) -> d
 
 async def _run(c: Ctx, pb: Playbook | str, inputs: dict[str, Any]) -> tuple[int, str, list[dict[str, Any]]]:
     req = RunRequest(pb, [c.req.host], inputs, actor=c.actor, origin=c.origin, assume_yes=c.assume_yes,
-                     channel=c.channel)
+                     channel=c.channel, parent_run_id=c.rec.run_id)
     out = await c.engine.run(req, c.observer, c.approver)
     steps = [dict(s) for s in await c.engine.store.steps(out.run_id)]
     why = out.error or next((f"{s['name']}: {s['summary']}" for s in steps if s["status"] == "failed"), out.status)
@@ -338,7 +340,7 @@ async def run_tuning(engine: Engine, req: TuneRequest, *, actor: str, origin: st
         (f"; caveat: {result['caveat']}" if result.get("caveat") else "")
     await rec.step("choose", "tune.choose", "ok" if ok else "failed", summary, data=result, metrics=metrics)
     status, code, error = ("succeeded", 0, None) if ok else ("failed", 1, res.stopped or "nothing was measured")
-    who = Who(actor, origin, observer, approver, assume_yes, channel)
+    who = Who(actor, origin, observer, approver, assume_yes, channel, rec.run_id)
     if ok and req.apply and deploy is not None:
         applied = await apply(engine, rec, pb, req, deploy, current, who)
         result["applied"] = applied

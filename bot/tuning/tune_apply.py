@@ -80,7 +80,8 @@ async def apply_past(engine: Engine, run_id: int, *, actor: str, origin: str, ob
                     {int(b): float(v) for b, v in (d.get("expected_tok_s") or {}).items()}, d.get("why") or "")
     rec = TuneRecord(engine, run_id, int(tune_id), req.host)   # type: ignore[arg-type]
     rec.idx = len(await engine.store.steps(run_id))
-    return await apply(engine, rec, pb, req, deploy, None, Who(actor, origin, observer, approver, assume_yes, channel))
+    return await apply(engine, rec, pb, req, deploy, None, Who(actor, origin, observer, approver, assume_yes, channel,
+                                                                     rec.run_id))
 
 
 async def restore(engine: Engine, rec: TuneRecord, pb: Playbook, req: Target, current: Measurement,
@@ -121,10 +122,11 @@ class Who:
     approver: Approver | None = None
     assume_yes: bool = False
     channel: str | None = None
+    parent_run_id: int | None = None     # the tuning run the relaunch belongs to
 
     def request(self, pb: Playbook, host: str, inputs: dict[str, Any]) -> RunRequest:
         return RunRequest(pb, [host], inputs, actor=self.actor, origin=self.origin, assume_yes=self.assume_yes,
-                          channel=self.channel)
+                          channel=self.channel, parent_run_id=self.parent_run_id)
 
 
 @dataclass

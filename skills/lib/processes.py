@@ -55,6 +55,12 @@ def is_ours(p: procs.Stat | procs.ProcInfo, sessions: set[int]) -> bool:
     return s.session in sessions
 
 
+def approval_key(p: procs.ProcInfo) -> str:
+    """A process as an approval given earlier in a run covers it (server.plan's `approved`): its PID
+    and start time, so a PID reused by another process is not covered."""
+    return f"{p.pid}:{p.starttime}"
+
+
 async def alive(ctx: SkillContext, targets: list[procs.ProcInfo]) -> set[int]:
     """Which targets still run: present, not a zombie, and with the start time we saw."""
     if not targets:

@@ -1,6 +1,6 @@
 """Fan-out: five `sleep 0.2` steps on 1, 8, 32 and 64 hosts (a script, not a test).
 
-    .venv/bin/python tests/bench/bench_fleet.py [--hosts 1,8,32,64] [--rounds 3] [--mode persistent]
+    .venv/bin/python tests/bench/bench_fleet.py [--hosts 1,8,32,64] [--rounds 3]
 
 One loopback OpenSSH sshd (MaxStartups 64:30:128, MaxSessions 32, as tests/sshd.py starts
 it) behind many host names, one connection per host name, audit writes included; the
@@ -36,8 +36,8 @@ BOOK = "name: fleet\nsteps:\n" + "".join(f"  - {{name: s{i}, skill: shell, with:
                                           for i in range(5))
 
 
-async def bench(server, work: Path, n: int, rounds: int, mode: str) -> tuple[float, list[float]]:
-    hosts = {f"h{i:03d}": server.host_config(shell=mode) for i in range(n)}
+async def bench(server, work: Path, n: int, rounds: int) -> tuple[float, list[float]]:
+    hosts = {f"h{i:03d}": server.host_config() for i in range(n)}
     cfg = work / "eagle.yaml"
     cfg.write_text(yaml.safe_dump({"audit_db": str(work / f"eagle-{n}.db"), "hosts": hosts}))
     svc = await Services.open(load_settings(cfg))
@@ -58,16 +58,15 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", default="1,8,32,64")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--mode", default="persistent", choices=["persistent", "exec"])
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="eagle-fleet-"))
     os.chmod(work, 0o755)
     server = start_sshd(work / "sshd")
     try:
         base = None
-        print(f"five `sleep 0.2` steps per host, shell: {a.mode}, median of {a.rounds} warm runs [min-max]:")
+        print(f"five `sleep 0.2` steps per host, median of {a.rounds} warm runs [min-max]:")
         for n in [int(x) for x in a.hosts.split(",")]:
-            cold, warm = await bench(server, work, n, a.rounds, a.mode)
+            cold, warm = await bench(server, work, n, a.rounds)
             med = statistics.median(warm)
             base = base or med
             print(f"  {n:3d} hosts: {med:6.2f} s [{min(warm):.2f}-{max(warm):.2f}]  ({med / base:.2f}x one host); "

@@ -6,7 +6,7 @@ DB growth <= 2 MiB.
 `eagle run` runs in a subprocess; its peak RSS is the kernel's (`os.wait4`'s ru_maxrss), the
 growth is against the same command printing 1,000 bytes. Run as root (it creates a test user):
 
-    .venv/bin/python tests/bench/bench_output.py [--mb 150] [--mode persistent|exec]
+    .venv/bin/python tests/bench/bench_output.py [--mb 150]
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def _eagle(cfg: Path, *args: str) -> tuple[int, int, float]:
     return p.returncode, usage.ru_maxrss, time.monotonic() - t0
 
 
-def measure_flood(server: SSHServer, work: Path, nbytes: int, mode: str = "persistent") -> Flood:
+def measure_flood(server: SSHServer, work: Path, nbytes: int) -> Flood:
     """A run whose one step prints `nbytes` through `server`, measured (see the module docstring)."""
     (work / "playbooks").mkdir(parents=True, exist_ok=True)
     line = LINE.decode().rstrip("\n")
@@ -99,7 +99,7 @@ def measure_flood(server: SSHServer, work: Path, nbytes: int, mode: str = "persi
     cfg = work / "eagle.yaml"
     cfg.write_text(yaml.safe_dump({
         "audit_db": str(work / "eagle.db"), "playbooks_dir": "playbooks",
-        "hosts": {"box": server.host_config(shell=mode)}}))
+        "hosts": {"box": server.host_config()}}))
     _, base_rss, _ = _eagle(cfg, "run", "flood", "-H", "box", "-e", "nbytes=1000")
     db0 = _db_size(work / "eagle.db")
     _, peak_rss, run_s = _eagle(cfg, "run", "flood", "-H", "box", "-e", f"nbytes={nbytes}")
@@ -123,18 +123,17 @@ def measure_flood(server: SSHServer, work: Path, nbytes: int, mode: str = "persi
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=150.0, help="megabytes (10^6 bytes) the step prints")
-    ap.add_argument("--mode", choices=["persistent", "exec"], default="persistent")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="eagle-bench-output-"))
     os.chmod(root, 0o755)
     server = start_sshd(root / "sshd")
     try:
-        f = measure_flood(server, root / "work", int(args.mb * 1e6), args.mode)
+        f = measure_flood(server, root / "work", int(args.mb * 1e6))
     finally:
         server.stop()
         if not os.environ.get("EAGLE_BENCH_KEEP"):
             shutil.rmtree(root, ignore_errors=True)
-    print(f"a step printing {args.mb:g} MB through loopback OpenSSH, shell: {args.mode}")
+    print(f"a step printing {args.mb:g} MB through loopback OpenSSH")
     print(f.table())
     ok = f.exact and f.rss_growth_mib <= 64 and f.db_growth <= 2 * 1024 * 1024
     return 0 if ok else 1

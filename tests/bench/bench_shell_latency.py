@@ -1,8 +1,8 @@
-"""The two shell modes over a network with latency: `shell: exec` (a channel per command)
-against `shell: persistent` (one long-lived sh per channel), per step and in a fan-out.
+"""Commands over a network with latency (a channel per command), per step and in a fan-out.
 
-On loopback the two are within half a millisecond of each other (bench_engine.py); what a
-real fleet adds is round trips. This machine's kernel has no `sch_netem` (`tc qdisc ... netem`
+The measurement that retired `shell: persistent` (one long-lived sh per channel; the numbers
+and the decision: docs/benchmarks.md; the two-mode version of this script: commit 06b333a).
+What a real fleet adds to loopback is round trips. This machine's kernel has no `sch_netem` (`tc qdisc ... netem`
 answers "Specified qdisc kind is unknown"), so the latency is a TCP proxy on 127.0.0.1 in front
 of the real sshd that holds every chunk for RTT/2 in each direction (order kept, bytes
 untouched): what the SSH client sees is a link with that round-trip time.
@@ -125,17 +125,16 @@ async def main() -> None:
             kh = work / f"known_hosts-{proxy.port}"
             kh.write_text(f"[127.0.0.1]:{proxy.port} {server.host_pub}\n")
             try:
-                for mode in ("exec", "persistent"):
-                    def host(**extra: object) -> dict:
-                        return dict(server.host_config(port=proxy.port, known_hosts=str(kh), shell=mode), **extra)
+                def host(**extra: object) -> dict:
+                    return dict(server.host_config(port=proxy.port, known_hosts=str(kh)), **extra)
 
-                    one = [await timed_run(work, {"box": host()}, args.steps) for _ in range(args.rounds)]
-                    fan = [await timed_run(work, {f"h{i:02d}": host(address="127.0.0.1") for i in range(args.hosts)},
-                                           args.fanout_steps) for _ in range(args.rounds)]
-                    per = [t / args.steps * 1000 for t in one]
-                    print(f"  RTT {rtt:3d} ms  {mode:10s}  {statistics.median(per):7.1f} ms/step "
-                          f"[{min(per):.1f}-{max(per):.1f}]   fan-out {args.hosts} hosts x {args.fanout_steps} steps: "
-                          f"{statistics.median(fan):5.2f} s [{min(fan):.2f}-{max(fan):.2f}]", flush=True)
+                one = [await timed_run(work, {"box": host()}, args.steps) for _ in range(args.rounds)]
+                fan = [await timed_run(work, {f"h{i:02d}": host(address="127.0.0.1") for i in range(args.hosts)},
+                                       args.fanout_steps) for _ in range(args.rounds)]
+                per = [t / args.steps * 1000 for t in one]
+                print(f"  RTT {rtt:3d} ms  {statistics.median(per):7.1f} ms/step "
+                      f"[{min(per):.1f}-{max(per):.1f}]   fan-out {args.hosts} hosts x {args.fanout_steps} steps: "
+                      f"{statistics.median(fan):5.2f} s [{min(fan):.2f}-{max(fan):.2f}]", flush=True)
             finally:
                 await proxy.stop()
     finally:

@@ -1,5 +1,6 @@
-"""A keyed chain never accepts an unsealed entry (issue 35, item 1), through the real `eagle`
-CLI on a real SQLite file and a real PostgreSQL (tests/pg.py).
+"""A keyed chain never accepts an unsealed entry (issue 35, item 1), through the `eagle` CLI
+(in this process, tests/inproc.py; a real process where a bound on its time is the point) on a
+real SQLite file and a real PostgreSQL (tests/pg.py).
 
 With `audit_key_file` (or `verify --key`), every forgery an unkeyed chain allows used to pass
 again once the seals were removed: "no entry is sealed" was a note and exit 0. Now unsealed
@@ -21,10 +22,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from helpers import eagle, eagle_json, write_yaml
+from helpers import eagle, write_yaml
+from inproc import eagle_here, eagle_here_json
 
 from eaglebot.store import chain, sealing
 from eaglebot.store import pg_dialect as chain_pg
+from eaglebot.store.migrations import SCHEMA_VERSION
 
 
 def _sql(db: Path, *statements: str) -> None:
@@ -45,17 +48,17 @@ def keyed(tmp_path) -> tuple[Path, Path, Path]:
     """The issue's setup: `eagle audit init-key keys/audit.key > verify.key`, a config naming
     it, and `eagle run hello -H local`."""
     (tmp_path / "keys").mkdir(mode=0o700)
-    res = eagle("audit", "init-key", "keys/audit.key", cwd=tmp_path)
+    res = eagle_here("audit", "init-key", "keys/audit.key", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     (tmp_path / "verify.key").write_text(res.stdout)
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "audit_key_file": "keys/audit.key"})
-    res = eagle("run", "hello", "-H", "local", config=cfg)
+    res = eagle_here("run", "hello", "-H", "local", config=cfg)
     assert res.returncode == 0, res.stderr
     return cfg, tmp_path / "eagle.db", tmp_path / "verify.key"
 
 
 def _verify(cfg: Path, *argv: str) -> tuple[subprocess.CompletedProcess, dict]:
-    return eagle_json("audit", "verify", *argv, config=cfg)
+    return eagle_here_json("audit", "verify", *argv, config=cfg)
 
 
 def _broken(cfg: Path, vk: Path) -> list[dict]:
@@ -66,7 +69,7 @@ def _broken(cfg: Path, vk: Path) -> list[dict]:
         assert res.returncode == 1, (argv, doc["problems"][:3], doc["seals"])
         assert doc["ok"] is False and doc["first_broken"] is not None
         docs.append(doc)
-    text = eagle("audit", "verify", "--key", str(vk), config=cfg)
+    text = eagle_here("audit", "verify", "--key", str(vk), config=cfg)
     assert text.returncode == 1 and text.stdout.startswith("audit chain broken at ")
     return docs
 
@@ -79,7 +82,7 @@ def test_the_issues_reproduction_seals_stripped_is_a_break_and_stays_one(keyed):
     assert doc["first_broken"]["seq"] == 1
     assert "no sealed 'sealing started' entry follows" in doc["first_broken"]["reason"]
     # the next writing command (with the key) seals its own entries, and blesses nothing before them
-    assert eagle("run", "hello", "-H", "local", config=cfg).returncode == 0
+    assert eagle_here("run", "hello", "-H", "local", config=cfg).returncode == 0
     doc = _broken(cfg, vk)[0]
     assert doc["first_broken"]["seq"] == 1 and "no sealed 'sealing started' entry" in doc["first_broken"]["reason"]
     assert not sqlite3.connect(db).execute("select 1 from audit_chain where op = 'K'").fetchone()
@@ -101,7 +104,7 @@ def test_an_edit_rehashed_with_the_chains_own_link_hash_is_a_break(keyed):
     for (name,) in conn.execute("select name from sqlite_master where type = 'trigger' and tbl_name = 'runs'"):
         conn.execute(f'drop trigger "{name}"')
     conn.execute("update runs set actor = 'mallory' where id = 1")
-    cols = chain.chain_schema(10)["runs"]
+    cols = chain.chain_schema(SCHEMA_VERSION)["runs"]
     content = conn.execute(f"select {chain.SQLITE.row_json_sql(cols, '')} from runs where id = 1").fetchone()[0]
     seq = conn.execute("select max(seq) from audit_chain where tbl = 'runs' and row_id = 1").fetchone()[0]
     conn.execute("update audit_chain set content_sha256 = ? where seq = ?", [chain.sha_text(content), seq])
@@ -138,7 +141,7 @@ def test_the_seal_columns_dropped_are_a_break_and_the_next_command_does_not_bles
     _sql(db, "alter table audit_chain drop column seal", "alter table audit_chain drop column epoch")
     doc = _broken(cfg, vk)[0]
     assert doc["first_broken"]["table"] == "" and "no seal columns" in doc["first_broken"]["reason"]
-    assert eagle("run", "hello", "-H", "local", config=cfg).returncode == 0   # puts them back for new entries
+    assert eagle_here("run", "hello", "-H", "local", config=cfg).returncode == 0   # puts them back for new entries
     assert {"seal", "epoch"} <= {r[1] for r in sqlite3.connect(db).execute("pragma table_info(audit_chain)")}
     doc = _broken(cfg, vk)[0]
     assert doc["first_broken"]["seq"] == 1 and "no sealed 'sealing started' entry" in doc["first_broken"]["reason"]
@@ -149,12 +152,12 @@ def test_a_database_written_without_the_key_swapped_in_is_a_break(keyed, tmp_pat
     other = tmp_path / "other"
     other.mkdir()
     plain = write_yaml(other / "eagle.yaml", {"audit_db": "eagle.db"})
-    assert eagle("run", "hello", "-H", "local", config=plain).returncode == 0
+    assert eagle_here("run", "hello", "-H", "local", config=plain).returncode == 0
     shutil.copy(other / "eagle.db", db)
     doc = _broken(cfg, vk)[0]
     assert doc["first_broken"]["seq"] == 1 and "no sealed 'sealing started' entry" in doc["first_broken"]["reason"]
     # the bot writing it with its key (which has started sealing) records no start: still broken
-    assert eagle("run", "hello", "-H", "local", config=cfg).returncode == 0
+    assert eagle_here("run", "hello", "-H", "local", config=cfg).returncode == 0
     _broken(cfg, vk)
     assert json.loads((tmp_path / "keys" / "audit.key").read_text())["started"] is True
 
@@ -165,7 +168,7 @@ def test_a_forged_migration_entry_laundering_an_added_column_is_a_break(keyed):
     cfg, db, vk = keyed
     conn = sqlite3.connect(db)
     conn.execute("alter table runs add column backdoor text")
-    tables = {t: list(c) for t, c in chain.chain_schema(10).items()}
+    tables = {t: list(c) for t, c in chain.chain_schema(SCHEMA_VERSION).items()}
     tables["runs"].append("backdoor")
     for name, sql in chain.SQLITE.trigger_sql("runs", tables["runs"]).items():   # triggers for the new list
         conn.execute(f'drop trigger "{name}"')
@@ -188,12 +191,12 @@ def test_a_forged_migration_entry_laundering_an_added_column_is_a_break(keyed):
 
 def test_a_chain_keyed_mid_life_starts_with_a_sealed_entry_and_verifies(tmp_path):
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db"})
-    assert eagle("run", "hello", "-H", "local", config=cfg).returncode == 0
+    assert eagle_here("run", "hello", "-H", "local", config=cfg).returncode == 0
     (tmp_path / "keys").mkdir(mode=0o700)
-    res = eagle("audit", "init-key", "keys/audit.key", cwd=tmp_path)
+    res = eagle_here("audit", "init-key", "keys/audit.key", cwd=tmp_path)
     (tmp_path / "verify.key").write_text(res.stdout)
     keyed = write_yaml(tmp_path / "keyed.yaml", {"audit_db": "eagle.db", "audit_key_file": "keys/audit.key"})
-    assert eagle("run", "hello", "-H", "local", config=keyed).returncode == 0
+    assert eagle_here("run", "hello", "-H", "local", config=keyed).returncode == 0
     res, doc = _verify(keyed, "--key", str(tmp_path / "verify.key"))
     assert res.returncode == 0, doc["problems"][:3]
     (start,) = sqlite3.connect(tmp_path / "eagle.db").execute(
@@ -210,18 +213,18 @@ def test_entries_cut_off_the_end_leave_a_gap_once_the_chain_goes_on(keyed):
     conn.close()
     _sql(db, f"delete from audit_chain where seq >= {cut}", "delete from steps", "delete from run_hosts",
          "delete from locks", "delete from runs")
-    assert eagle("run", "hello", "-H", "local", config=cfg).returncode == 0
+    assert eagle_here("run", "hello", "-H", "local", config=cfg).returncode == 0
     docs = _broken(cfg, vk)
     gaps = [p for p in docs[0]["problems"] if "gap in its numbering" in p["reason"]]
     assert gaps and gaps[0]["seq"] == last + 1 and f"entries #{cut} to #{last} are missing" in gaps[0]["reason"]
-    assert eagle("audit", "verify", config=write_yaml(cfg.parent / "u.yaml", {"audit_db": "eagle.db"})).returncode == 1
+    assert eagle_here("audit", "verify", config=write_yaml(cfg.parent / "u.yaml", {"audit_db": "eagle.db"})).returncode == 1
 
 
 def test_prune_cuts_no_entry_and_the_numbering_stays_whole(keyed):
     cfg, db, vk = keyed
-    res = eagle("prune", "--older-than", "0min", config=cfg)
+    res = eagle_here("prune", "--older-than", "0min", config=cfg)
     assert res.returncode == 0 and res.stdout.startswith("pruned 1 runs"), res.stdout + res.stderr
-    assert eagle("run", "hello", "-H", "local", config=cfg).returncode == 0
+    assert eagle_here("run", "hello", "-H", "local", config=cfg).returncode == 0
     seqs = [s for (s,) in sqlite3.connect(db).execute("select seq from audit_chain order by seq")]
     assert seqs == list(range(1, len(seqs) + 1))
     res, doc = _verify(cfg, "--key", str(vk))
@@ -234,7 +237,7 @@ def test_verify_creates_no_wal_or_shm_beside_a_closed_database(keyed):
     assert not any(p.exists() for p in side)   # `eagle run` closed it
     before = db.read_bytes()
     for argv in (("audit", "verify", "--key", str(vk)), ("audit", "verify", "--json"), ("audit", "head")):
-        assert eagle(*argv, config=cfg).returncode == 0
+        assert eagle_here(*argv, config=cfg).returncode == 0
         assert not any(p.exists() for p in side), argv
     assert db.read_bytes() == before
 
@@ -295,7 +298,7 @@ def test_init_key_refuses_a_folder_others_may_write(tmp_path):
     loose = tmp_path / "loose"
     loose.mkdir()
     os.chmod(loose, 0o777)
-    res = eagle("audit", "init-key", str(loose / "audit.key"))
+    res = eagle_here("audit", "init-key", str(loose / "audit.key"))
     _one_sentence(res, "writable by group or others")
     assert not (loose / "audit.key").exists()
 
@@ -311,10 +314,10 @@ def _psql(url: str, *sql: str) -> None:
 @pytest.fixture
 def pg_keyed(pg_url, tmp_path) -> tuple[Path, str, Path]:
     (tmp_path / "keys").mkdir(mode=0o700)
-    res = eagle("audit", "init-key", "keys/audit.key", cwd=tmp_path)
+    res = eagle_here("audit", "init-key", "keys/audit.key", cwd=tmp_path)
     (tmp_path / "verify.key").write_text(res.stdout)
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": pg_url, "audit_key_file": "keys/audit.key"})
-    res = eagle("run", "hello", "-H", "local", config=cfg)
+    res = eagle_here("run", "hello", "-H", "local", config=cfg)
     assert res.returncode == 0, res.stderr
     res, doc = _verify(cfg, "--key", str(tmp_path / "verify.key"))
     assert res.returncode == 0, doc["problems"][:3]
@@ -325,7 +328,7 @@ def test_postgresql_seals_stripped_are_a_break_and_stay_one(pg_keyed):
     cfg, url, vk = pg_keyed
     _psql(url, "update audit_chain set seal = null, epoch = null")
     assert "no sealed 'sealing started' entry" in _broken(cfg, vk)[0]["first_broken"]["reason"]
-    assert eagle("run", "hello", "-H", "local", config=cfg).returncode == 0
+    assert eagle_here("run", "hello", "-H", "local", config=cfg).returncode == 0
     assert "no sealed 'sealing started' entry" in _broken(cfg, vk)[0]["first_broken"]["reason"]
 
 
@@ -339,16 +342,16 @@ def test_postgresql_a_database_written_without_the_key_swapped_in_is_a_break(pg_
     cfg, _, vk = pg_keyed
     swapped = pg_server.fresh_db()    # migrated without a key: what `pg_restore` of another DB gives
     plain = write_yaml(tmp_path / "plain.yaml", {"audit_db": swapped})
-    assert eagle("run", "hello", "-H", "local", config=plain).returncode == 0
+    assert eagle_here("run", "hello", "-H", "local", config=plain).returncode == 0
     cfg = write_yaml(cfg, {"audit_db": swapped, "audit_key_file": "keys/audit.key"})
     assert "no sealed 'sealing started' entry" in _broken(cfg, vk)[0]["first_broken"]["reason"]
-    assert eagle("run", "hello", "-H", "local", config=cfg).returncode == 0
+    assert eagle_here("run", "hello", "-H", "local", config=cfg).returncode == 0
     _broken(cfg, vk)
 
 
 def test_postgresql_a_forged_migration_entry_is_a_break(pg_keyed):
     cfg, url, vk = pg_keyed
-    tables = {t: list(c) for t, c in chain.chain_schema(10).items()}
+    tables = {t: list(c) for t, c in chain.chain_schema(SCHEMA_VERSION).items()}
     tables["runs"].append("backdoor")
     content = json.dumps({"version": 99, "tables": tables}, sort_keys=True)
     with psycopg.connect(url) as conn:
@@ -388,7 +391,7 @@ def test_postgresql_rolled_back_transactions_leave_no_gap_and_a_cut_end_leaves_o
     assert seqs == list(range(1, len(seqs) + 1))
     _psql(url, "delete from events where message = 'after the rollbacks'",
           f"delete from audit_chain where seq > {seqs[-3]}")
-    assert eagle("run", "hello", "-H", "local", config=cfg).returncode == 0
+    assert eagle_here("run", "hello", "-H", "local", config=cfg).returncode == 0
     gaps = [p for p in _broken(cfg, vk)[0]["problems"] if "gap in its numbering" in p["reason"]]
     assert gaps and f"entries #{seqs[-3] + 1} to #{seqs[-1]} are missing" in gaps[0]["reason"]
 

@@ -66,6 +66,7 @@ async def _help(port: int, fake, name: str) -> str:
     return calls[0].all_text()
 
 
+@pytest.mark.e2e  # a real serve under a trickle attack
 async def test_more_trickling_clients_than_descriptors_are_shed_and_the_bot_answers(tmp_path, fake):
     mport = free_port()
     cfg, _ = write_config(tmp_path, {"local": {"transport": "local"}}, metrics_port=mport)

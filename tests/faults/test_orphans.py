@@ -117,8 +117,8 @@ def _no_running_rows(store: Store) -> None:
 
 
 async def test_per_connection_sshd_killed_reconnects_and_stops_the_command(services, own_sshd, remote_dir,
-                                                                           tmp_path, shell_mode):
-    svc = await services({"box": own_sshd.host_config(shell=shell_mode)})
+                                                                           tmp_path):
+    svc = await services({"box": own_sshd.host_config()})
     pids = remote_dir / "pids"
     run_id, task = await svc.engine.start(RunRequest(playbook=_book(tmp_path, pids), hosts=["box"]))
     remote = await _wait_started(pids)
@@ -139,8 +139,8 @@ async def test_per_connection_sshd_killed_reconnects_and_stops_the_command(servi
 
 
 async def test_sshd_killed_mid_step_keeps_the_lock_until_the_next_run_stops_the_orphans(
-        services, own_sshd, remote_dir, tmp_path, shell_mode):
-    svc = await services({"box": own_sshd.host_config(shell=shell_mode, connect_timeout_s=2)})
+        services, own_sshd, remote_dir, tmp_path):
+    svc = await services({"box": own_sshd.host_config(connect_timeout_s=2)})
     pids = remote_dir / "pids"
     run_id, task = await svc.engine.start(RunRequest(playbook=_book(tmp_path, pids), hosts=["box"]))
     remote = await _wait_started(pids)
@@ -173,7 +173,7 @@ async def test_sshd_killed_mid_step_keeps_the_lock_until_the_next_run_stops_the_
     assert len(store.steps(run_id)) == 1 and len(store.steps(out2.run_id)) == 1
 
 
-def test_eagle_sigkilled_and_restarted_stops_what_it_left_over_ssh(own_sshd, remote_dir, tmp_path, shell_mode):
+def test_eagle_sigkilled_and_restarted_stops_what_it_left_over_ssh(own_sshd, remote_dir, tmp_path):
     pids = remote_dir / "pids"
     books = tmp_path / "books"
     books.mkdir()
@@ -185,7 +185,7 @@ def test_eagle_sigkilled_and_restarted_stops_what_it_left_over_ssh(own_sshd, rem
     """)
     write_playbook(books, "quick", "name: quick\nsteps:\n  - skill: shell\n    with: {command: 'true'}\n")
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "playbooks_dir": "books",
-                                                "hosts": {"box": own_sshd.host_config(shell=shell_mode)}})
+                                                "hosts": {"box": own_sshd.host_config()}})
     env = {k: v for k, v in os.environ.items() if k != "EAGLE_CONFIG"}
     proc = subprocess.Popen([sys.executable, "-m", "eaglebot", "run", "slow", "-H", "box", "--config", str(cfg)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)

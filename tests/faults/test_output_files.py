@@ -59,10 +59,10 @@ def step_row(tmp: Path, run_id: int = 1) -> dict:
 
 
 @pytest.fixture(params=["local", "ssh"])
-def where(request, shell_mode, sshd) -> dict:
+def where(request, sshd) -> dict:
     if request.param == "local":
-        return {"local": {"transport": "local", "shell": shell_mode}}
-    return {"box": sshd.host_config(shell=shell_mode)}
+        return {"local": {"transport": "local"}}
+    return {"box": sshd.host_config()}
 
 
 def test_show_output_gives_back_nul_invalid_utf8_and_a_last_line_without_newline(tmp_path, where):

@@ -2,8 +2,8 @@
 
 The attacks are the ones reproduced against the landed tree, run through the real `eagle`
 CLI, `eagle console`, and `eagle serve` with two Slack users, on the host `local` and over a
-real OpenSSH sshd (as a non-root user), in both shell modes:
-- a step writes commands into the persistent shell's stdin (`/proc/$PPID/fd/0`), redefining
+real OpenSSH sshd (as a non-root user):
+- a step writes commands into its shell's stdin (`/proc/$PPID/fd/0`), redefining
   `wait` so that a later `exit 5` would read as success;
 - a step leaves a background job behind that prints into the next step, or holds the
   step's output open (`sleep 311 &`);
@@ -31,14 +31,14 @@ FAILER = {"name": "failer", "steps": [{"skill": "shell", "with": {
     "command": "echo I=${INJECTED:-none} pwd=$(pwd); exit 5"}}]}
 
 
-def _setup(tmp_path: Path, sshd, mode: str, playbooks: dict, **extra) -> Path:
+def _setup(tmp_path: Path, sshd, playbooks: dict, **extra) -> Path:
     pdir = tmp_path / "playbooks"
     pdir.mkdir(exist_ok=True)
     for name, pb in playbooks.items():
         (pdir / f"{name}.yaml").write_text(yaml.safe_dump(pb, sort_keys=False))
     cfg = {"audit_db": "eagle.db", "playbooks_dir": "playbooks",
-           "hosts": {"local": {"transport": "local", "shell": mode},
-                     "box": sshd.host_config(shell=mode)}, **extra}
+           "hosts": {"local": {"transport": "local"},
+                     "box": sshd.host_config()}, **extra}
     path = tmp_path / "eagle.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -50,9 +50,9 @@ def _show(cfg: Path, run_id: int) -> dict:
     return json.loads(res.stdout)
 
 
-@pytest.mark.parametrize("host", ["local", "box"])
-def test_a_step_cannot_steer_the_next_run_through_the_shells_stdin(tmp_path, sshd, shell_mode, host):
-    cfg = _setup(tmp_path, sshd, shell_mode, {"inject": INJECT, "failer": FAILER})
+@pytest.mark.parametrize("host", ["local", pytest.param("box", marks=pytest.mark.e2e)])  # box: .ci/run's e2e step
+def test_a_step_cannot_steer_the_next_run_through_the_shells_stdin(tmp_path, sshd, host):
+    cfg = _setup(tmp_path, sshd, {"inject": INJECT, "failer": FAILER})
     res = eagle("console", config=cfg, stdin=f"inject {host}\nfailer {host}\n")
     assert "Traceback" not in res.stderr
     second = _show(cfg, 2)
@@ -62,11 +62,11 @@ def test_a_step_cannot_steer_the_next_run_through_the_shells_stdin(tmp_path, ssh
     assert "I=none" in step["summary"] and "pwd=/ " not in step["summary"] + " "
 
 
-@pytest.mark.parametrize("host", ["local", "box"])
-def test_a_step_cannot_forge_its_own_status_by_steering_its_shell(tmp_path, sshd, shell_mode, host):
+@pytest.mark.parametrize("host", ["local", pytest.param("box", marks=pytest.mark.e2e)])  # box: .ci/run's e2e step
+def test_a_step_cannot_forge_its_own_status_by_steering_its_shell(tmp_path, sshd, host):
     """Within one run: the injection and the failing command are two steps of one run."""
     pb = {"name": "both", "steps": INJECT["steps"] + FAILER["steps"]}
-    cfg = _setup(tmp_path, sshd, shell_mode, {"both": pb})
+    cfg = _setup(tmp_path, sshd, {"both": pb})
     res = eagle("run", "both", "-H", host, "--json", config=cfg)
     assert res.returncode == 1, res.stdout + res.stderr
     out = json.loads(res.stdout)
@@ -74,7 +74,7 @@ def test_a_step_cannot_forge_its_own_status_by_steering_its_shell(tmp_path, sshd
 
 
 LEAK = {"name": "leak", "steps": [
-    # a first step opens the persistent shell: the job is started by a later step
+    # the job is started by a later step than the run's first
     {"name": "opens the shell", "skill": "shell", "with": {"command": "echo zero"}},
     {"name": "starts a job", "skill": "shell",
      "with": {"command": "(setsid sh -c 'sleep 1; echo LEAKED' &); sleep 0.3; echo first"}},
@@ -84,11 +84,11 @@ LEAK = {"name": "leak", "steps": [
 ], "inputs": {"pidfile": {"type": "str"}}}
 
 
-@pytest.mark.parametrize("host", ["local", "box"])
-def test_a_background_job_ends_with_its_step_and_never_writes_into_the_next(tmp_path, sshd, shell_mode, host,
+@pytest.mark.parametrize("host", [pytest.param("local", marks=pytest.mark.e2e), "box"])  # local: .ci/run's e2e step
+def test_a_background_job_ends_with_its_step_and_never_writes_into_the_next(tmp_path, sshd, host,
                                                                             remote_dir):
-    cfg = _setup(tmp_path, sshd, shell_mode, {"leak": LEAK})
-    pidfile = remote_dir / f"bg-{shell_mode}.pid"
+    cfg = _setup(tmp_path, sshd, {"leak": LEAK})
+    pidfile = remote_dir / "bg.pid"
     t0 = time.monotonic()
     res = eagle("run", "leak", "-H", host, "-e", f"pidfile={pidfile}", "--json", config=cfg)
     took = time.monotonic() - t0
@@ -107,17 +107,17 @@ def test_a_background_job_ends_with_its_step_and_never_writes_into_the_next(tmp_
 
 
 @pytest.mark.parametrize("host", ["local", "box"])
-def test_a_stopped_shell_fails_the_step_within_its_timeout_and_is_killed(tmp_path, sshd, shell_mode, host,
+def test_a_stopped_shell_fails_the_step_within_its_timeout_and_is_killed(tmp_path, sshd, host,
                                                                          remote_dir):
-    pidfile = remote_dir / f"shell-{shell_mode}.pid"
-    # persistent: the shell that reads our commands; exec over SSH: the sshd process that
-    # serves the connection (stopping it wedges every channel); exec on `local`: the command's
-    # own shell (its parent there is the bot itself, which a `local` step can always reach)
-    target = "$PPID" if shell_mode == "persistent" or host == "box" else "$$"
+    pidfile = remote_dir / "shell.pid"
+    # over SSH: the sshd process that serves the connection (stopping it wedges every channel);
+    # on `local`: the command's own shell (its parent there is the bot itself, which a `local`
+    # step can always reach)
+    target = "$PPID" if host == "box" else "$$"
     pb = {"name": "stop", "steps": [{"name": "stops its shell", "skill": "shell", "timeout_s": 3,
                                      "with": {"command": f"echo {target} > {pidfile}; kill -STOP {target}; sleep 30"}},
                                     {"name": "after", "skill": "shell", "with": {"command": "echo after"}}]}
-    cfg = _setup(tmp_path, sshd, shell_mode, {"stop": pb})
+    cfg = _setup(tmp_path, sshd, {"stop": pb})
     res = eagle("run", "stop", "-H", host, "--json", config=cfg)
     assert res.returncode == 1, res.stdout + res.stderr
     assert "Traceback" not in res.stderr and "Task exception" not in res.stderr
@@ -131,8 +131,8 @@ def test_a_stopped_shell_fails_the_step_within_its_timeout_and_is_killed(tmp_pat
     wait_for(lambda: not pid_alive(stopped), 120, what="the stopped shell to be killed")
 
 
-async def test_two_slack_users_one_cannot_forge_the_others_run(tmp_path, sshd, shell_mode, fake):
-    cfg = _setup(tmp_path, sshd, shell_mode, {"inject": INJECT, "failer": FAILER},
+async def test_two_slack_users_one_cannot_forge_the_others_run(tmp_path, sshd, fake):
+    cfg = _setup(tmp_path, sshd, {"inject": INJECT, "failer": FAILER},
                  access={"operators": ["UALICE", "UBOB"], "viewers": ["*"], "approvers": ["UALICE"]})
     port = free_port()
     proc = await start_serve(cfg, fake, "--http", str(port), SLACK_SIGNING_SECRET=SECRET)

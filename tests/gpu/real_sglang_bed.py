@@ -139,8 +139,8 @@ class Bed:
     def run(self, playbook: str, host: str, *inputs: str, timeout: float = 280) -> Run:
         argv = [sys.executable, "-m", "eaglebot", "run", playbook, "-H", host, "--json", "--config",
                 str(self.config)]
-        for kv in inputs:
-            argv += ["-e", kv]
+        for kv in inputs:   # key=value inputs; an option (`--yes`) as it is
+            argv += [kv] if kv.startswith("--") else ["-e", kv]
         env = {k: v for k, v in os.environ.items() if k != "EAGLE_CONFIG"}
         t0 = time.monotonic()
         try:

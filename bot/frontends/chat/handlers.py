@@ -25,7 +25,7 @@ from eaglebot.frontends.chat.command import Command
 from eaglebot.frontends.chat.reply import CancelRequested, LogTail, Note, Reply, RunShown, error_reply, listing
 from eaglebot.frontends.recap_text import RECAP_LINES, recap_block
 from eaglebot.frontends.replicas_text import LEADER, leader_of, replica_rows, replicas_text
-from eaglebot.frontends.format import describe_inputs, fmt_time, history_text, show_text, since, table
+from eaglebot.frontends.format import describe_inputs, fmt_local, fmt_time, history_text, show_text, since, table
 from eaglebot.frontends.services import Services
 from eaglebot.history.view import HistoryRow, RunView, load_history
 from eaglebot.suggest import did_you_mean, nearest
@@ -189,9 +189,11 @@ async def on_show(services: Services, cmd: Command, caller: Caller) -> Reply:
 async def on_status(services: Services, cmd: Command, caller: Caller) -> Reply:
     runs = await services.store.running_runs()
     locks = await services.store.locks()
+    # a terminal's reader is in one time zone, a channel's in many: local time there, UTC here
+    when, started = (fmt_local, "started") if caller.origin == "cli" else (fmt_time, "started (UTC)")
     rows = [[f"#{r['id']}", r["playbook"], ",".join(r.get("hosts") or []) or "-", r.get("actor") or "-",
-             r.get("origin") or "-", fmt_time(r.get("started_at")), since(r.get("started_at"))] for r in runs]
-    parts = [table(["id", "playbook", "hosts", "who", "via", "started (UTC)", "since"], rows)
+             r.get("origin") or "-", when(r.get("started_at")), since(r.get("started_at"))] for r in runs]
+    parts = [table(["id", "playbook", "hosts", "who", "via", started, "since"], rows)
              if rows else "no runs are running"]
     if locks:
         parts.append("busy hosts: " + ", ".join(f"{lk['host']} (run #{lk['run_id']}"
@@ -346,7 +348,8 @@ async def on_trend(services: Services, cmd: Command, caller: Caller) -> Reply:
     playbook, host, metric = cmd.args
     out = Path(tempfile.mkdtemp(prefix="eagle-trend-")) / f"{playbook}-{host}-{metric}.png".replace("/", "_")
     path = await services.store.call(lambda s: plot_trend(s, playbook, host, metric, out, limit=30))
-    text = f"{metric} of {playbook} on {host} over recent runs: {path}"
+    # the path is the bot's own: Slack gets the file itself (`eagle chat` prints where it is)
+    text = f"{metric} of {playbook} on {host} over recent runs (the plot is attached)"
     return Reply(text, Note(text), public=True, file=Path(path))
 
 

@@ -13,7 +13,7 @@ from eaglebot.frontends.cli.common import settings as _settings
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
-    from eaglebot.engine.playbook import load_playbook, playbook_files
+    from eaglebot.engine.playbook import lint_playbook, playbook_files, read_playbook_text
     from eaglebot.engine.registry import SkillRegistry
 
     settings = _settings(args)
@@ -22,9 +22,12 @@ def cmd_lint(args: argparse.Namespace) -> int:
     bad = 0
     for f in files:
         try:
-            pb = load_playbook(f, registry)
+            pb, problems = lint_playbook(read_playbook_text(f), f, registry)
         except UsageError as e:
-            print(str(e), file=sys.stderr)
+            pb, problems = None, [str(e)]
+        if pb is None:
+            for line in problems:   # every error of the file, not only the first
+                print(line, file=sys.stderr)
             bad += 1
             continue
         print(f"ok {f} ({pb.name}: {len(pb.steps)} step{'' if len(pb.steps) == 1 else 's'})")

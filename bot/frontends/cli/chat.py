@@ -53,6 +53,8 @@ async def text_command(services: Services, text: str, frontend: TextFrontend) ->
             print(result_text(view, outcome.plan))
         return outcome.exit_code
     print(("eagle: " if reply.is_error else "") + terminal_safe(reply.text), file=sys.stderr if reply.is_error else sys.stdout)
+    if reply.file is not None:   # what Slack attaches, here a file of this machine's
+        print(f"file: {terminal_safe(str(reply.file))}")
     return reply.exit_code
 
 

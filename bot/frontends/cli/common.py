@@ -52,7 +52,9 @@ def err(msg: str) -> None:
     from eaglebot.engine.redact import Redactor
     from eaglebot.frontends.cli.safe import terminal_safe
 
-    print(f"eagle: {terminal_safe(Redactor().text(msg))}", file=sys.stderr)
+    from eaglebot.frontends.format import local_times
+
+    print(f"eagle: {terminal_safe(local_times(Redactor().text(msg)))}", file=sys.stderr)
 
 
 def print_json(obj: Any) -> None:

@@ -31,11 +31,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from eaglebot.config import HostConfig, Settings
+from eaglebot.config import RETIRED_SHELL, HostConfig, Settings
 from eaglebot.frontends.cli.safe import terminal_safe
 from eaglebot.errors import TransportError
 from eaglebot.sdk import Host, path_for_shell
-from eaglebot.facts import nvsmi, sglang_table
+from eaglebot.facts import nvsmi, sglang_drift, sglang_table
 from eaglebot.transport import hostkeys
 from eaglebot.transport.ssh import SSHTransport
 
@@ -105,6 +105,8 @@ async def check_host(name: str, cfg: HostConfig, transport: Host, gpu: bool = Tr
         out.append(Check(f"host {name} nvidia-smi", True, "not a GPU host (not checked; mark it `gpu: true` "
                                                           "in eagle.yaml if it has GPUs)"))
     out.append(await check_python(name, cfg, transport, gpu))
+    if gpu and out[-1].ok:
+        out += await check_sglang_surface(name, cfg, transport)
     return out
 
 
@@ -131,6 +133,24 @@ async def check_python(name: str, cfg: HostConfig, host: Host, gpu: bool) -> Che
         return Check(f"host {name} python", False, f"{python} is Python {got.python} but cannot import sglang: "
                                                    f"{why}{hint}")
     return Check(f"host {name} python", True, f"{python} is Python {got.python} with SGLang {got.sglang}")
+
+
+async def check_sglang_surface(name: str, cfg: HostConfig, host: Host) -> list[Check]:
+    """The version-drift sentinel: the host's SGLang surface (flags, env vars, field names, capture
+    hooks, adaptive defaults, read from its source) against eaglebot's nearest record; a drift is a
+    warning, one line per part that changed."""
+    python = str(cfg.vars.get("python") or "python3")
+    res = await host.run(sglang_drift.command(python), timeout=sglang_drift.TIMEOUT_S, stdin=sglang_drift.program())
+    got = sglang_drift.parse(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
+    check = f"host {name} sglang surface"
+    if isinstance(got, str):
+        return [Check(check, True, f"not read ({got}): the relaunch pre-flight uses eaglebot's record of the "
+                                   f"release instead", warn=True)]
+    same, headline, changes = sglang_drift.report(got)
+    return [Check(check, True, headline, warn=not same)] + [
+        Check(f"host {name} sglang {section}", True, "; ".join(texts[:8]) + (
+            f"; (+{len(texts) - 8} more)" if len(texts) > 8 else ""), warn=True)
+        for section, texts in changes.items()]
 
 
 async def check_slack(settings: Settings) -> list[Check]:
@@ -317,10 +337,9 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None], service:
         for c in await asyncio.to_thread(check_playbooks, settings):
             add(c)
     add(check_access(settings))
-    mode = os.environ.get("EAGLE_SHELL_MODE", "").strip()
-    if mode:  # easy to forget once a problem is over
-        add(Check("shell mode", True, f"EAGLE_SHELL_MODE={mode}: hosts without `shell:` in eagle.yaml use "
-                                      f"`shell: {mode}`", warn=mode != "exec"))
+    retired = [name for name, h in settings.hosts.items() if h.shell == "persistent"]
+    if retired:
+        add(Check("shell mode", True, f"hosts {', '.join(retired)}: {RETIRED_SHELL}", warn=True))
     for c in check_schedule_config(settings):
         add(c)
     if not service:  # a walk of every row: `eagle audit verify`'s job, not each start's

@@ -36,7 +36,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         since = (datetime.now(timezone.utc) - parse_age(args.since, "--since")).isoformat(
             timespec="milliseconds").replace("+00:00", "Z")
     rows = load_history(store, playbook=args.playbook, host=args.host, limit=args.limit, status=args.status,
-                        since=since)
+                        since=since, all_runs=args.all)
     if args.json:
         print_json([r.as_json() for r in rows])
         return 0

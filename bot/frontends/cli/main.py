@@ -22,7 +22,7 @@ from eaglebot.frontends.cli.common import add_run_options, err
 from eaglebot.frontends.cli.common import settings as _settings
 from eaglebot.frontends.cli.history_cmds import (cmd_baseline, cmd_history, cmd_prune, cmd_show, cmd_trend,
                                                  run_ref)
-from eaglebot.frontends.cli.run_cmds import cmd_cancel, cmd_chat, cmd_console, cmd_logs, cmd_run, cmd_status
+from eaglebot.frontends.cli.run_cmds import cmd_cancel, cmd_chat, cmd_console, cmd_logs, cmd_rollback, cmd_run, cmd_status
 from eaglebot.frontends.cli.service_cmds import cmd_doctor, cmd_schedule, cmd_schedule_pause, cmd_serve
 
 
@@ -64,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(s)
     s.set_defaults(func=cmd_run)
 
+    s = sub.add_parser("rollback", parents=[common],
+                       help="relaunch the previous good server on HOST from the audit trail's record of its launch")
+    s.add_argument("host", help="the host (its server on the port given, default: the host var port or 30000)")
+    s.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="an input of the rollback playbook (port, grace_s, ready_timeout_s, stall_s)")
+    add_run_options(s)
+    s.set_defaults(func=cmd_rollback)
+
     s = sub.add_parser("chat", parents=[common], help="do what `/eagle TEXT` does in Slack, as text")
     s.add_argument("text")
     s.set_defaults(func=cmd_chat)
@@ -77,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, default=20)
     s.add_argument("--status", choices=["running", "succeeded", "failed", "unreachable", "cancelled", "interrupted"])
     s.add_argument("--since", metavar="AGE", help="only runs started within AGE, e.g. 7d, 12h, 30min")
+    s.add_argument("--all", action="store_true", help="list the runs a tune, sweep or bisect started too")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_history)
 
@@ -116,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_hosts)
     from eaglebot.frontends.cli.hosts_pin import register as register_pin
-    register_pin(s, common)   # hosts pin HOST
+    register_pin(s, common)   # hosts pin HOSTS
 
     s = sub.add_parser("serve", parents=[common], help="run the Slack bot (Socket Mode; --http for HTTP mode)")
     s.add_argument("--http", type=int, metavar="PORT", help="serve Slack's HTTP requests on PORT")

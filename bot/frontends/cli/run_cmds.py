@@ -117,6 +117,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return asyncio.run(_run_async(args, settings))
 
 
+def cmd_rollback(args: argparse.Namespace) -> int:
+    """`eagle rollback HOST`: the shipped `rollback` playbook on that one host (as `/eagle rollback HOST`)."""
+    args.playbook, args.hosts = "rollback", [args.host]
+    return cmd_run(args)
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     store = read_store(args, f"no run #{args.run_id}")
     run = known_run(store, args.run_id)

@@ -8,7 +8,11 @@ the Slack port binds), needs no further secret to hand Prometheus and rotate, an
 scrapes out of the Slack port's connection cap (frontends/service/http_guard.py).
 
 Counters and the histogram are this process's (each replica is its own scrape target); the
-open incidents and quarantined GPUs are the store's, read at scrape time (two small queries).
+open incidents, quarantined GPUs and the latest bench results are the store's, read at
+scrape time (three small queries). The bench results are `eagle_bench_result{host, playbook,
+metric}` (the newest value of each of BENCH_SERIES, from runs no tune or sweep started) and
+`eagle_bench_result_run{...}` (the run that measured it): labels from the inventory, the
+playbooks and a fixed list, so the series stay bounded.
 Each `Metrics` has its own `CollectorRegistry`, never the global one, so two apps in one
 process (tests) do not clash.
 """
@@ -31,8 +35,11 @@ from eaglebot.sdk import StepResult
 
 if TYPE_CHECKING:
     from eaglebot.store.protocol import MetricsReads
+    from eaglebot.store.rows import LatestMetric
     from eaglebot.store.protocol_async import AsyncMetricsReads
 
+BENCH_SERIES = ("output_throughput", "accept_length", "avg_spec_accept_length", "speedup_vs_reference",
+                "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "greedy_match_rate")
 STEP_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800, 3600, float("inf"))
 _ALL: "weakref.WeakSet[Metrics]" = weakref.WeakSet()
 _leader: bool | None = None
@@ -53,6 +60,7 @@ class _StoreGauges(Collector):
 
     def __init__(self) -> None:
         self.values: dict[str, float] = {}
+        self.bench: list[LatestMetric] = []
 
     def collect(self) -> Iterable[Metric]:
         for name, doc in (("eagle_open_incidents", "Regression incidents open (all replicas)"),
@@ -60,6 +68,16 @@ class _StoreGauges(Collector):
                           ("eagle_quarantined_hosts", "Hosts the health watch holds in quarantine")):
             if name in self.values:
                 yield GaugeMetricFamily(name, doc, value=self.values[name])
+        if self.bench:
+            value = GaugeMetricFamily("eagle_bench_result", "Latest bench result per host, playbook and metric",
+                                      labels=["host", "playbook", "metric"])
+            run = GaugeMetricFamily("eagle_bench_result_run", "The run that measured eagle_bench_result",
+                                    labels=["host", "playbook", "metric"])
+            for b in self.bench:
+                value.add_metric([b["host"], b["playbook"], b["name"]], b["value"])
+                run.add_metric([b["host"], b["playbook"], b["name"]], b["run_id"])
+            yield value
+            yield run
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -105,15 +123,16 @@ class Metrics:
 
     async def refresh(self) -> None:
         """The store's gauges, now. A failing store leaves them out of this scrape (and counts it)."""
-        def read(s: MetricsReads) -> dict[str, float]:
+        def read(s: MetricsReads) -> tuple[dict[str, float], list[LatestMetric]]:
             held = [h for h in s.health_states() if h["state"] == "quarantined"]
-            return {"eagle_open_incidents": float(len(s.incidents(status="open", limit=100_000))),
-                    "eagle_quarantined_gpus": float(sum(1 for h in held if h["gpu"] >= 0)),
-                    "eagle_quarantined_hosts": float(sum(1 for h in held if h["gpu"] < 0))}
+            return ({"eagle_open_incidents": float(len(s.incidents(status="open", limit=100_000))),
+                     "eagle_quarantined_gpus": float(sum(1 for h in held if h["gpu"] >= 0)),
+                     "eagle_quarantined_hosts": float(sum(1 for h in held if h["gpu"] < 0))},
+                    s.latest_metrics(list(BENCH_SERIES)))
         try:
-            self._store_gauges.values = await self.store.call(read)
+            self._store_gauges.values, self._store_gauges.bench = await self.store.call(read)
         except Exception:
-            self._store_gauges.values = {}
+            self._store_gauges.values, self._store_gauges.bench = {}, []
             self.scrape_errors.inc()
 
     async def handle(self, request: web.Request) -> web.Response:

@@ -65,6 +65,12 @@ class Hooks(Protocol):
 
 # -- listing ---------------------------------------------------------------------------
 
+def _next_fire_text(row: dict[str, Any]) -> str:
+    """A cron fires on a minute; an `every: 30s` to the second, which the minute alone would hide."""
+    d = parse_iso(row["next_fire"]) if row["every"] else None
+    return d.strftime("%Y-%m-%d %H:%M:%S") if d is not None else fmt_time(row["next_fire"])
+
+
 def schedule_list_main(settings: Settings, as_json: bool = False, store: ScheduleReads | None = None) -> int:
     """`eagle schedule list`; `store`: the one to read (the caller's, which closes it), else
     the config's."""
@@ -91,7 +97,7 @@ def schedule_list_main(settings: Settings, as_json: bool = False, store: Schedul
         return 0
     print(table(["name", "playbook", "hosts", "cron", "next fire (UTC)", "last run", "state"],
                 [[r["name"], r["playbook"], ",".join(r["hosts"]) or "(default)",
-                  when(r["cron"], r["every"], r["timezone"]), fmt_time(r["next_fire"]),
+                  when(r["cron"], r["every"], r["timezone"]), _next_fire_text(r),
                   f"#{r['last_run_id']} {r['last_status']}" if r["last_run_id"] else "-", schedule_state(r)]
                  for r in rows]))
     return code
@@ -169,6 +175,9 @@ class Scheduler:
         self._sched: AsyncIOScheduler | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._firing = 0   # jobs under way (a retired scheduler waits for them)
+        # schedule -> the run whose hold on a host was last posted: a heartbeat that fires every
+        # minute while that run waits for an approval says so once, not at every fire
+        self._busy_told: dict[str, int | None] = {}
         self.missed_while = "while the bot was down"   # a reload's scheduler: "before this reload"
 
     @property
@@ -391,13 +400,18 @@ class Scheduler:
             return None
         except HostBusy as e:
             await store.update_fire(fire_id, "busy")
-            await self._post(channel, f":warning: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")
+            log.info("schedule %s: the fire did not start: %s", cfg.name, e)
+            if cfg.name not in self._busy_told or self._busy_told[cfg.name] != e.run_id:
+                self._busy_told[cfg.name] = e.run_id
+                await self._post(channel, f":warning: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e} "
+                                          f"(said once while that run holds the host; the skipped fires are logged)")
             return None
         except EagleError as e:
             await store.update_fire(fire_id, "error")
             await self._post(channel, f":x: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")
             return None
         await store.update_fire(fire_id, "running", run_id)
+        self._busy_told.pop(cfg.name, None)
         outcome = await task
         await store.update_fire(fire_id, outcome.status, run_id)
         rid = run_id

@@ -7,6 +7,7 @@ Limits (the SDK does not check the per-message ones): <= 50 blocks, section text
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Mapping
 
 from slack_sdk.models.blocks import (
@@ -19,7 +20,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from eaglebot.frontends.format import fmt_duration, fmt_value
+from eaglebot.frontends.format import fmt_duration, fmt_value, slack_times
 from eaglebot.frontends.recap_text import recap_table, recap_total
 from eaglebot.history.reasons import clip_items
 from eaglebot.sdk import ApprovalRequest
@@ -47,6 +48,14 @@ STATUS_EMOJI = {
 def escape(s: object) -> str:
     """Slack's three control characters, so text is shown as typed, never as a mention."""
     return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+_CLI_INPUT = re.compile(r"(?<![\w-])-e (\w+)=")
+
+
+def slack_syntax(s: str) -> str:
+    """A step's advice in Slack's words: the CLI's `-e key=value` is `key=value` after `/eagle PLAYBOOK`."""
+    return _CLI_INPUT.sub(r"\1=", s)
 
 
 def clip(s: str, limit: int, note: str = "…") -> str:
@@ -147,7 +156,7 @@ def text_blocks(text: str, *, title: str | None = None, code: bool = False) -> l
 
 
 def error_blocks(message: str) -> list[dict[str, Any]]:
-    return [section(f":warning: {escape(message)}")]
+    return [section(f":warning: {slack_times(escape(slack_syntax(message)))}")]
 
 
 # -- runs ------------------------------------------------------------------------------
@@ -155,7 +164,7 @@ def error_blocks(message: str) -> list[dict[str, Any]]:
 def _step_line(s: Mapping[str, Any]) -> str:
     emoji = STATUS_EMOJI.get(s["status"], ":grey_question:")
     took = f" ({s['duration_ms'] / 1000:.1f}s)" if s.get("duration_ms") else ""
-    summary = f" — {escape(clip(s['summary'], 200))}" if s.get("summary") else ""
+    summary = f" — {escape(clip(slack_syntax(s['summary']), 200))}" if s.get("summary") else ""
     host = f"`{escape(s['host'])}` " if s.get("multi_host") else ""
     return f"{emoji} {host}*{escape(s['name'])}*{took}{summary}"
 
@@ -225,7 +234,7 @@ def run_summary_blocks(view: Mapping[str, Any]) -> list[dict[str, Any]]:
                          f" — {escape(clip_items(r.get('reason') or '', 300))}")
         blocks += [section(t) for t in _join_lines(lines)]
     if view.get("error") and status != "succeeded":
-        blocks.append(section(f":x: *{escape(clip(view['error'], 2800))}*"))
+        blocks.append(section(f":x: *{escape(clip(slack_syntax(view['error']), 2800))}*"))
     steps = view.get("steps") or []
     if steps:
         blocks += [section(t) for t in _join_lines([_step_line(s) for s in steps])][:15]
@@ -245,7 +254,7 @@ def run_summary_blocks(view: Mapping[str, Any]) -> list[dict[str, Any]]:
             blocks.append(context(f"_{len(fields) - MAX_FIELDS} more metric(s): `/eagle show {rid}`_"))
     warnings = view.get("warnings") or []
     if warnings:
-        blocks += [section(t) for t in _join_lines([":warning: *warnings*"] + [f"• {escape(clip(w, 500))}"
+        blocks += [section(t) for t in _join_lines([":warning: *warnings*"] + [f"• {escape(clip(slack_syntax(w), 500))}"
                                                                              for w in warnings])][:5]
     recap = view.get("recap") or []
     if recap:  # the hosts in trouble first; all of them in the attached run-ID-recap.txt

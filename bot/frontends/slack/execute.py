@@ -14,6 +14,7 @@ from eaglebot.frontends import oplog
 from eaglebot.frontends.chat import router
 from eaglebot.frontends.chat.caller import Caller
 from eaglebot.frontends.chat.reply import CancelRequested, Reply
+from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack.approvals import SlackApprover
 from eaglebot.frontends.slack.client import NOT_IN_CHANNEL
 from eaglebot.frontends.slack.context import SlackContext
@@ -64,7 +65,8 @@ async def run_admitted(ctx: SlackContext, admitted: router.Admitted, response_ur
         elif parent.error in NOT_IN_CHANNEL:
             await ctx.respond(response_url, ctx.invite_hint(channel))
         return
-    await ctx.respond(response_url, reply.text, reply_blocks(reply), public=reply.public and not reply.is_error)
+    text = bk.slack_syntax(reply.text) if reply.is_error else reply.text   # advice in Slack's words
+    await ctx.respond(response_url, text, reply_blocks(reply), public=reply.public and not reply.is_error)
 
 
 def _log_command(ctx: SlackContext, line: oplog.CommandLine, word: str, reply: Reply) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from eaglebot.config import ScheduleConfig
 from eaglebot.engine.runner import Observer
+from eaglebot.frontends.format import slack_times
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack.context import SlackContext
 from eaglebot.frontends.slack.run_thread import SlackRunObserver
@@ -29,7 +30,7 @@ class SlackScheduleHooks:
         if not channel:
             log.warning("no Slack channel for: %s", text)
             return None
-        return (await self.ctx.post(channel, text, [bk.section(bk.escape(text))])).ts
+        return (await self.ctx.post(channel, text, [bk.section(slack_times(bk.escape(text)))])).ts
 
     async def post_tune(self, channel: str | None, text: str, run_id: int, offer: str | None) -> str | None:
         """A scheduled tuning run's report, with the Apply button of its proposal (if any)."""

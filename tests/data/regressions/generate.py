@@ -11,6 +11,13 @@ nights, bimodal noise (two performance modes, e.g. a flaky NCCL path), heavy-tai
 health change (recorded as a gpu.health step would record it). Half the series are of a
 lower-is-better metric (TTFT): there a rise is the regression.
 
+Three families are histories with a few low nights before a lasting 8-25% step (issue 42),
+each with a quiet control (`-quiet`: the same kind of history, no step): `early-low`, 1-3
+low nights (20-40% worse: a cold first night, a bench from before EAGLE was on) at the
+start; `dips`, 1-3 separated one-night dips (10-30% worse) before the step; `reference`, a
+run or two of another configuration class in the middle (the no-speculation reference, ~36%
+worse, sometimes redone: `classes` names its nights, "none"; every other night is "EAGLE3").
+
 Labels: `changes` lists each real change: `start` (index of the first run on the new level),
 `end` (last index of a drift's ramp, else start), `size_pct` (signed, of the metric's value)
 and `worse` (for the metric's direction). Outliers and bursts are not changes. Every series
@@ -46,6 +53,7 @@ def _series(rng: random.Random, sid: int, family: str) -> dict[str, Any]:
     spikes: dict[int, float] = {}
     missing: set[int] = set()
     health: dict[int, dict[str, Any]] = {}
+    classes: dict[int, str] = {}
     worse_sign = -1.0 if better == "higher" else 1.0
 
     def step(start: int, pct: float, end: int | None = None, kind: str = "step") -> None:
@@ -105,6 +113,23 @@ def _series(rng: random.Random, sid: int, family: str) -> dict[str, Any]:
         step(onset, worse_sign * rng.uniform(8, 20), kind="gpu-health")
         for i in range(onset, n):
             health[i] = {gpu: {"verdict": "warn", "reasons": ["HW thermal slowdown"]}}
+    elif family.split("-")[0] in ("early", "dips", "reference"):
+        n = rng.randint(20, 80)
+        level = [1.0] * n
+        onset = rng.randint(10, n - 6)
+        lows = rng.randint(1, 3)
+        if family.startswith("early"):
+            for i in range(lows):
+                spikes[i] = worse_sign * rng.uniform(20, 40)
+        elif family.startswith("dips"):
+            for i in sorted(rng.sample(range(3, onset - 1, 2), min(lows, (onset - 4) // 2))):
+                spikes[i] = worse_sign * rng.uniform(10, 30)
+        else:                             # a reference, sometimes redone a few nights later
+            at = rng.randint(4, onset - 4)
+            for i in (at, at + rng.randint(1, 3))[:rng.randint(1, 2)]:
+                classes[i] = "none"
+        if not family.endswith("-quiet"):
+            step(onset, worse_sign * rng.uniform(8, 25))
     values: list[float | None] = []
     for i in range(n):
         if i in missing:
@@ -113,15 +138,18 @@ def _series(rng: random.Random, sid: int, family: str) -> dict[str, Any]:
         v = base * level[i] * (1.0 + _noise(rng, noise, sd))
         if i in spikes:
             v *= 1.0 + spikes[i] / 100.0
+        if classes.get(i) == "none":
+            v *= 1.0 + worse_sign * 0.36     # the target alone: no speculative speed-up
         values.append(round(v, 3))
     return {"id": sid, "family": family, "split": "tune" if rng.random() < 0.4 else "test",
             "better": better, "noise_sd_pct": round(100 * sd, 2), "values": values,
             "outliers": sorted(spikes), "health": {str(k): v for k, v in sorted(health.items())},
-            "changes": changes}
+            "changes": changes, **({"classes": {str(k): v for k, v in sorted(classes.items())}} if classes else {})}
 
 
 FAMILIES = {"noise": 24, "step": 30, "drift": 10, "outlier": 10, "burst": 8, "missing": 10, "bimodal": 8,
-            "heavy": 10, "recover": 8, "gpu": 8}
+            "heavy": 10, "recover": 8, "gpu": 8,
+            "early-low": 12, "dips": 12, "reference": 12, "early-low-quiet": 8, "dips-quiet": 8, "reference-quiet": 8}
 
 
 def generate() -> list[dict[str, Any]]:

@@ -43,19 +43,19 @@ import sys
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
-    from . import _landscape
+    from . import _greedy_ties, _landscape, _sim_http
     from . import _releases as releases
     from ._sim_batches import Batches
     from ._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids, log, read_json,
                              resolve_speculative, visible_gpus, weights_gb)
     from .srt.server_args import ServerArgs
 else:
-    from sglang import _landscape
+    from sglang import _greedy_ties, _landscape, _sim_http
     from sglang import _releases as releases
     from sglang._sim_batches import Batches
     from sglang._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids,
@@ -208,7 +208,12 @@ class Server:
                     meta["spec_accept_histogram"] = fitted["spec_correct_drafts_histogram"]
         meta["response_sent_to_client_ts"] = time.time()
         if float(sp.get("temperature", 1.0)) == 0.0:
-            ids = self.greedy_ids(json.dumps(body.get("input_ids") or body.get("text")), out_len)
+            ids, top = self.greedy(json.dumps(body.get("input_ids") or body.get("text")), out_len)
+            if body.get("return_logprob"):
+                # SGLang's shape: per output position [logprob, token id, text (None unless asked)]
+                meta["output_token_logprobs"] = [[row[0][0], t, None] for row, t in zip(top, ids)]
+                meta["output_top_logprobs"] = [[[lp, i, None] for lp, i in row[:max(0, int(
+                    body.get("top_logprobs_num") or 0))]] for row in top]
             return {"text": " ".join(f"t{i}" for i in ids), "output_ids": ids, "meta_info": meta}
         return {"text": " simulated" * min(out_len, 64), "output_ids": list(range(out_len)), "meta_info": meta}
 
@@ -222,17 +227,33 @@ class Server:
         draft = self.args.speculative_draft_model_path
         return float(read_json(Path(draft) / "config.json").get("eagle_sim_lossy_fraction") or 0.0) if draft else 0.0
 
-    def greedy_ids(self, prompt: str, n: int) -> list[int]:
-        """The target's greedy tokens for a prompt (a function of the prompt alone, as temperature 0
-        is); a lossy draft changes a fixed share of prompts' outputs from a token on."""
+    def greedy(self, prompt: str, n: int) -> tuple[list[int], list[list[tuple[float, int]]]]:
+        """The greedy tokens for a prompt and, at each position, the (logprob, id) of the token emitted and
+        of the runner-up. The target's are a function of the prompt alone, as temperature 0 is. Where its
+        top-2 are tied in bf16 (_greedy_ties.py: at the rates a real pair measured) a speculative server
+        may emit the runner-up, as a real verify pass does; a lossy draft changes a fixed share of
+        prompts' outputs from a token where the target's choice was clear."""
         seed = hashlib.sha256(prompt.encode()).digest()
         rng = random.Random(seed)
         ids = [rng.randrange(32000) for _ in range(n)]
+        top = _greedy_ties.top2(seed, ids)
+        if not self.args.speculative_algorithm:
+            return ids, top
+        k = _greedy_ties.flip_at(seed, top)
+        token = top[k][1][1] if k is not None else 0
         lossy = random.Random(seed + b"draft")
-        if n and lossy.random() < self.lossy_fraction():
-            k = lossy.randrange(n)
-            ids[k:] = [(t + 1 + lossy.randrange(1000)) % 32000 for t in ids[k:]]
-        return ids
+        forced = self.perf.forced() is not None
+        if n and (forced or lossy.random() < self.lossy_fraction()):
+            # SGLANG_SIMULATE_ACC_LEN accepts drafts the target rejected: every output changes early
+            at = lossy.randrange(min(n, 8) if forced else n)
+            clear = next((j for j in range(at, n) if not _greedy_ties.is_tie(top[j])), None)
+            if clear is not None and (k is None or clear < k):
+                k, token = clear, (ids[clear] + 1 + lossy.randrange(31999)) % 32000
+        if k is None:
+            return ids, top
+        after = _greedy_ties.branch(seed, k, token, n - k)
+        rest = _greedy_ties.top2(seed + k.to_bytes(4, "big"), after)
+        return ids[:k] + after, top[:k] + rest
 
     # -- lifecycle ---------------------------------------------------------------------
     def stop_children(self) -> None:
@@ -256,90 +277,6 @@ class Server:
             log("Received sigquit from a child process. It usually means the child failed.")
             self.stop_children()
             os._exit(1)
-
-
-def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
-    class H(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "uvicorn"
-
-        def log_message(self, fmt: str, *a: Any) -> None:  # uvicorn's access log format
-            pass
-
-        def _send(self, code: int, body: bytes | str = b"", ctype: str = "application/json") -> None:
-            data = body.encode() if isinstance(body, str) else body
-            self.send_response(code)
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-            log(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.command} {self.path} '
-                f'HTTP/1.1" {code} {"OK" if code < 400 else "Service Unavailable" if code == 503 else "Error"}')
-
-        def _json(self, code: int, obj: Any) -> None:
-            self._send(code, json.dumps(obj))
-
-        def _body(self) -> dict[str, Any]:
-            n = int(self.headers.get("content-length") or 0)
-            if not n:
-                return {}
-            try:
-                data = json.loads(self.rfile.read(n))
-            except ValueError:
-                return {}
-            return data if isinstance(data, dict) else {}
-
-        def _warm(self) -> bool:
-            return server.ready_at is not None and time.monotonic() >= server.ready_at
-
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path in ("/health", "/health_generate", "/ready"):
-                self._send(200 if self._warm() else 503, b"", "text/plain")
-            elif path in ("/server_info", "/get_server_info"):
-                self._json(200, server.server_info())
-            elif path in ("/model_info", "/get_model_info"):
-                self._json(200, {"model_path": server.args.model_path, "tokenizer_path": server.args.model_path,
-                                 "is_generation": True, "architectures": [server.arch] if server.arch else None})
-            elif path == "/v1/models":
-                name = server.args.served_model_name or server.args.model_path
-                self._json(200, {"object": "list", "data": [{"id": name, "object": "model", "created": int(time.time()),
-                                                             "owned_by": "sglang", "root": name,
-                                                             "max_model_len": server.args.context_length or 131072}]})
-            elif path == "/flush_cache":
-                self._flush()
-            elif path == "/generate":
-                self._generate({})
-            else:
-                self._json(404, {"detail": "Not Found"})
-
-        def do_POST(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/generate":
-                self._generate(self._body())
-            elif path == "/flush_cache":
-                self._body()
-                self._flush()
-            else:
-                self._body()
-                self._json(404, {"detail": "Not Found"})
-
-        def _flush(self) -> None:
-            server.flush()
-            self._send(200, "Cache flushed.\nPlease check backend logs for more details. (When there are running "
-                            "or waiting requests, the operation will not be performed.)\n", "text/plain")
-
-        def _generate(self, body: dict[str, Any]) -> None:
-            if not self._warm():
-                self._json(503, {"error": {"message": "The server is not ready yet (SIMULATED warmup)"}})
-                return
-            if server.drops_request():
-                self._json(500, {"error": {"message": "Request aborted (SIMULATED: EAGLE_SIM_COMPLETE_FRACTION)"}})
-                return
-            hint = self.headers.get("X-Eagle-Sim-Batch")
-            self._json(200, server.generate(body, int(hint) if hint and hint.isdigit() else None))
-
-    return H
 
 
 def _stall_if(stall: bool) -> None:
@@ -457,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             # uvicorn's backlog is 2048; http.server's default of 5 resets concurrent clients
             ThreadingHTTPServer.request_queue_size = 2048
-            httpd = ThreadingHTTPServer((args.host, args.port), _handler(server))
+            httpd = ThreadingHTTPServer((args.host, args.port), _sim_http.handler(server))
         except OSError:
             httpd = None
     if httpd is None:

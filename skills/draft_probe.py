@@ -122,8 +122,10 @@ async def _probe(ctx: SkillContext, params: Params) -> StepResult:
                          f"launch it first (server.launch)")
     try:
         info: dict[str, Any] = json.loads(body)
-    except json.JSONDecodeError:
-        raise StepFailed(f"/server_info on port {params.port} is not JSON") from None
+    except (json.JSONDecodeError, RecursionError):   # whatever answers on the port wrote it
+        raise StepFailed(f"/server_info on port {params.port} is not JSON (or nested too deep to read)") from None
+    if not isinstance(info, dict):
+        raise StepFailed(f"/server_info on port {params.port} is not a JSON object")
     if not info.get("speculative_algorithm"):
         return StepResult.skipped("the server runs without speculative decoding: no draft to probe")
     steps, topk = int(info.get("speculative_num_steps") or 1), int(info.get("speculative_eagle_topk") or 1)

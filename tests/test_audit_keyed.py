@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from helpers import write_yaml
 from inproc import eagle_here as eagle, eagle_here_json as eagle_json
 
 from eaglebot.store import Store
-from eaglebot.store import sealing
+from eaglebot.store import chain, sealing
 from eaglebot.store.rows import NewRun
 
 
@@ -270,3 +271,58 @@ def test_audit_backup_copies_the_db_with_its_chain_and_never_overwrites(tmp_path
     assert res.returncode == 0 and report["ok"]
     again = eagle("audit", "backup", str(tmp_path / "copy.db"), config=cfg)
     assert again.returncode == 2 and again.stderr.strip().endswith("exists; name a new file for the backup")
+
+
+# -- key rotation (issue 46 item 6) ------------------------------------------------------------
+
+def test_rotate_key_seals_the_handover_and_each_era_verifies_with_its_own_key(keyed, tmp_path):
+    cfg, kf, vk1 = keyed
+    db = tmp_path / "eagle.db"
+    running = Store(db, key_file=kf)   # a process that holds the old key across the rotation (the bot)
+    _write_some(running)
+    res = eagle("audit", "rotate-key", config=cfg)
+    assert res.returncode == 0, res.stderr
+    vk2 = tmp_path / "verify-2.key"
+    vk2.write_text(res.stdout)
+    new = sealing.parse_key(res.stdout.strip(), "stdout")
+    assert new.kind == "verification" and new.key != sealing.parse_key(vk1.read_text(), "vk1").key
+    now = sealing.parse_key(kf.read_text(), "key file")
+    assert now.key == new.at(now.epoch).key and now.started   # the file holds the new key, never a 'K' again
+    assert "--key OLD --key NEW" in res.stderr
+    _write_some(running)              # its next seal reads the replaced file
+    running.close()
+    later = Store(db, key_file=kf)
+    _write_some(later)
+    later.close()
+    # both keys: every seal of both eras checked; the 'R' entry is where the key changed
+    res, doc = eagle_json("audit", "verify", "--key", str(vk1), "--key", str(vk2), config=cfg)
+    assert res.returncode == 0 and doc["complete"], doc["problems"]
+    assert doc["seals"]["checked"] == doc["entries"] and len(doc["seals"]["rotations"]) == 1
+    # one era's key only, or the sealing file only: intact as far as checked, not verifiable (exit 4)
+    for argv in (("--key", str(vk1)), ("--key", str(vk2)), ()):
+        res, doc = eagle_json("audit", "verify", *argv, config=cfg)
+        assert res.returncode == 4 and doc["intact"] and doc["seals"]["unkeyed"] > 0, (argv, doc["seals"])
+    # whoever kept the OLD key cannot seal anything after the handover
+    old = sealing.parse_key(vk1.read_text(), "vk1")
+    conn = sqlite3.connect(db)
+    conn.execute("insert into events (run_id, at, kind, message) values (1, '2026-01-01T00:00:00Z', 'note', 'forged')")
+    seq, tbl, row_id, op, at, content = conn.execute(
+        "select seq, tbl, row_id, op, at, content from audit_chain order by seq desc limit 1").fetchone()
+    prev = conn.execute("select hash from audit_chain where seq < ? order by seq desc limit 1", [seq]).fetchone()[0]
+    csha = chain.sha_text(content)
+    h = chain.link_hash(prev, seq, tbl, row_id, op, at, csha)
+    k = old.at(now.epoch)
+    conn.execute("update audit_chain set content = null, content_sha256 = ?, prev_hash = ?, hash = ?, epoch = ?, "
+                 "seal = ? where seq = ?", [csha, prev, h, k.epoch, sealing.seal_mac(k.key, k.epoch, h), seq])
+    conn.commit()
+    conn.close()
+    res, doc = eagle_json("audit", "verify", "--key", str(vk1), "--key", str(vk2), config=cfg)
+    assert res.returncode == 1 and doc["first_broken"]["seq"] == seq
+    assert "the seal does not match" in doc["first_broken"]["reason"]
+
+
+def test_rotate_key_without_a_key_is_one_sentence(tmp_path):
+    cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db"})
+    Store(tmp_path / "eagle.db").close()
+    res = eagle("audit", "rotate-key", config=cfg)
+    assert res.returncode == 2 and "no audit key to rotate" in res.stderr

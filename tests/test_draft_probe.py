@@ -114,3 +114,30 @@ def test_the_histogram_is_read_by_the_servers_release():
     assert da.parse_generate(both, "0.5.17").histogram == da.parse_generate(both, "0.5.23").histogram == [0, 2, 2]
     assert da.histogram_keys(None) == da.histogram_keys("0.5.17") and da.histogram_keys("0.6.0") == (
         "spec_correct_drafts_histogram",)
+
+
+async def test_an_answer_nested_200000_deep_fails_the_probe_with_a_sentence():
+    """Whatever answers on the port (a hostile host's own server) may nest its JSON 200,000 deep
+    (issue 46, LOW): /server_info and the prompts' answers each fail the step with one sentence,
+    never a RecursionError."""
+    import re
+
+    from eaglebot.facts import ports, sglang
+    from eaglebot.skills import draft_probe
+    from eaglebot.testing import Host, run_skill
+
+    deep = "[" * 200_000 + "]" * 200_000
+    host = Host("gpu-01").on(ports.TCP_TABLES_COMMAND, stdout="").on(re.compile("server_info"), stdout=f"{deep}\n200")
+    res = await run_skill(draft_probe, host, {"port": 30000})
+    assert res.status == "failed" and "/server_info on port 30000 is not JSON (or nested too deep" in res.summary
+    info = json.dumps({"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3})
+    host = (Host("gpu-01").on(ports.TCP_TABLES_COMMAND, stdout="").on(re.compile("server_info"), stdout=f"{info}\n200")
+            .on(re.compile("max_new_tokens|-c "), stdout=f'{{"metas": {deep}, "wall_s": 1}}\n'))
+    res = await run_skill(draft_probe, host, {"port": 30000})
+    assert res.status == "failed" and "nested too deep to read" in res.summary, res.summary
+    try:
+        sglang.parse_server_info(deep)
+        raise AssertionError("no error")
+    except ValueError as e:
+        assert "nested too deep" in str(e)
+

@@ -373,13 +373,14 @@ class Engine(StepRunner):
         create = not run.req.dry_run and takes_locks(run.playbook, self.registry)
         try:
             res = await self.pool.get(host).run(host_paths.command(state_dir, create=create), timeout=60)
+        except EagleError as e:   # a host key, a login, a dropped connection: the transport's own sentence
+            return str(e)
+        try:
             run.paths[host] = host_paths.parse(res.stdout)
             return None
         except ValueError as e:
             last = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [f"exit status {res.exit_status}"]
             why = f"{e}: {last[0][:300]}"
-        except EagleError as e:   # a host key, a login, a dropped connection: the transport's own sentence
-            return str(e)
         return (f"the state folder {state_dir!r} (state_dir in eagle.yaml) could not be made on {host}: {why}; "
                 f"set state_dir to a folder the login user may write")
 

@@ -124,6 +124,10 @@ def parse_generate(stdout: str, version: str | None = None) -> Stats:
         doc = json.loads(stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
         raise ValueError("the probe prompts gave no result") from None
+    except RecursionError:   # the server's answers, relayed: a hostile one nests them 200,000 deep
+        raise ValueError("the probe prompts' answer is nested too deep to read") from None
+    if not isinstance(doc, dict):
+        raise ValueError("the probe prompts gave no result (not a JSON object)")
     s = Stats(wall_s=float(doc.get("wall_s") or 0))
     for m in doc.get("metas") or []:
         if not isinstance(m, dict):

@@ -200,7 +200,10 @@ def tail(text: str, n: int = 40) -> str:
 
 def parse_server_info(body: str) -> dict[str, Any]:
     """Effective speculative settings, version and average acceptance from /server_info."""
-    data = json.loads(body)
+    try:
+        data = json.loads(body)
+    except RecursionError:   # the server's answer: a hostile one nests it 200,000 deep
+        raise ValueError("server_info is nested too deep to read") from None
     if not isinstance(data, dict):
         raise ValueError("server_info is not a JSON object")
     states = data.get("internal_states") or []

@@ -474,9 +474,13 @@ class AsyncMethods:
         """A host's probe ended: its kernel log cursor and the probe's status (ok, hung, failed)."""
         return await self._do(self.sync.health_set_cursor, host, cursor, status)
 
-    async def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
+    async def audit_verify(self, head: str | None = None, key: AuditKey | list[AuditKey] | None = None) -> dict[str, Any]:
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,"""
         return await self._do(self.sync.audit_verify, head, key)
+
+    async def audit_rotate_key(self) -> AuditKey:
+        """`eagle audit rotate-key`: a sealed 'R' entry names the next key, and the key file is"""
+        return await self._do(self.sync.audit_rotate_key)
 
     async def run_audit_problems(self, run_id: int) -> list[str]:
         """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,"""

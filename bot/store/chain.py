@@ -138,7 +138,8 @@ COLUMNS = "C"    # a table's column list (before schema v7: taken from the live 
 MIGRATION = "M"  # a schema version and the column list of every chained table
 TRIGGERS = "T"   # a normal command found a table's chain triggers missing or altered, and put them back
 SEALING_STARTED = "K"  # the first entry sealed with the audit key, in a chain with unsealed entries before it
-READABLE = (GENESIS, COLUMNS, MIGRATION, TRIGGERS, SEALING_STARTED)  # entries whose content stays in the chain
+KEY_ROTATED = "R"      # sealed with the old key: the entries after it are sealed with the next (`rotate-key`)
+READABLE = (GENESIS, COLUMNS, MIGRATION, TRIGGERS, SEALING_STARTED, KEY_ROTATED)  # content stays in the chain
 
 
 def quote(name: str) -> str:
@@ -355,6 +356,24 @@ def start_sealing(conn: SqlConn, epoch: int, upto: int) -> None:
                  [SEALING_STARTED, json.dumps({"note": f"sealing with the audit key starts here: the "
                                                        f"{n} unsealed entries before it were written without it", "epoch": epoch},
                                               sort_keys=True)])
+
+
+def record_rotation(conn: SqlConn, next_epoch: int, next_id: str) -> None:
+    """The 'R' entry: the key that seals it hands the chain over to the key named `next_id`
+    (sealing.key_id), whose first epoch is `next_epoch`."""
+    conn.execute(f"insert into {CHAIN_TABLE} (tbl, row_id, op, content) values ('', null, $1, $2)",
+                 [KEY_ROTATED, json.dumps({"note": "the audit key changes here: the entries after this one are "
+                                                   "sealed with the next key", "next_epoch": next_epoch,
+                                           "next_key": next_id}, sort_keys=True)])
+
+
+def rotation(content: str | None) -> tuple[int, str] | None:
+    """(next_epoch, next_key) of an 'R' entry's content, or None when it is not one."""
+    try:
+        d = json.loads(content or "")
+        return int(d["next_epoch"]), str(d["next_key"])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def last_seq(conn: SqlConn) -> int:

@@ -12,7 +12,7 @@ from eaglebot.errors import StoreError, UsageError
 from eaglebot.store import chain, verify
 from eaglebot.store.base import StoreBase
 from eaglebot.store.rows import AuditHead
-from eaglebot.store.sealing import AuditKey, Verifier
+from eaglebot.store.sealing import AuditKey, key_id, next_key
 from eaglebot.store.sqlite_db import SqliteDatabase
 
 # Runs a prune may delete: finished, started before the cutoff, baseline of nothing, and
@@ -48,12 +48,36 @@ def remove_output_files(paths: list[str]) -> None:
 class MaintenanceMixin(StoreBase):
     """Whole-DB operations: audit checks, backup, writability, prune."""
 
-    def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
+    def audit_verify(self, head: str | None = None, key: AuditKey | list[AuditKey] | None = None) -> dict[str, Any]:
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,
-        seals. With `key` (a verification or sealing key) every seal it can derive is checked."""
-        verifier = Verifier(key) if key is not None else None
-        return self._stable_read(lambda: verify.verify(self.db, head, verifier,
-                                                      key.kind if key else None).to_json())
+        seals. With `key` (a verification or sealing key; one per key era of a rotated chain)
+        every seal it can derive is checked."""
+        keys = key if isinstance(key, list) else [key] if key is not None else []
+        return self._stable_read(lambda: verify.verify(self.db, head, keys).to_json())
+
+    def audit_rotate_key(self) -> AuditKey:
+        """`eagle audit rotate-key`: a sealed 'R' entry names the next key, and the key file is
+        replaced with it before that transaction commits, so every entry after it (this
+        process's or another's, which reads the replaced file at its next seal) is sealed with
+        the next key. Returns the next key's key_0 (its verification key)."""
+        sealer = self._sealer
+        if sealer is None:
+            raise UsageError("no audit key to rotate: set `audit_key_file` in eagle.yaml (`eagle audit init-key`)")
+        with self._tx():
+            pass   # a chain that the key has not started sealing starts now ('K'), before its handover
+        old = sealer.key_for()
+        new = next_key(old)
+        try:
+            with self._tx():
+                since = chain.last_seq(self.db)
+                chain.record_rotation(self.db, new.epoch, key_id(new))
+                chain.seal(self.db, since, sealer)   # with the old key, inside this transaction
+                sealer.install(new)
+        except BaseException:
+            if sealer.key.key == new.key:
+                sealer.install(old)
+            raise
+        return AuditKey("verification", new.epoch, new.epoch_s, new.key)
 
     def run_audit_problems(self, run_id: int) -> list[str]:
         """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,

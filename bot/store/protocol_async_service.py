@@ -173,8 +173,12 @@ class AsyncHealthFace(Protocol):
 class AsyncMaintenanceFace(Protocol):
     """Whole-DB operations: audit checks, backup, writability, prune. (store.maintenance)"""
 
-    async def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
+    async def audit_verify(self, head: str | None = None, key: AuditKey | list[AuditKey] | None = None) -> dict[str, Any]:
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,"""
+        ...
+
+    async def audit_rotate_key(self) -> AuditKey:
+        """`eagle audit rotate-key`: a sealed 'R' entry names the next key, and the key file is"""
         ...
 
     async def run_audit_problems(self, run_id: int) -> list[str]:

@@ -191,9 +191,17 @@ class HealthFace(Protocol):
 class MaintenanceFace(Protocol):
     """Whole-DB operations: audit checks, backup, writability, prune. (store.maintenance)"""
 
-    def audit_verify(self, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
+    def audit_verify(self, head: str | None = None, key: AuditKey | list[AuditKey] | None = None) -> dict[str, Any]:
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,
-        seals. With `key` (a verification or sealing key) every seal it can derive is checked."""
+        seals. With `key` (a verification or sealing key; one per key era of a rotated chain)
+        every seal it can derive is checked."""
+        ...
+
+    def audit_rotate_key(self) -> AuditKey:
+        """`eagle audit rotate-key`: a sealed 'R' entry names the next key, and the key file is
+        replaced with it before that transaction commits, so every entry after it (this
+        process's or another's, which reads the replaced file at its next seal) is sealed with
+        the next key. Returns the next key's key_0 (its verification key)."""
         ...
 
     def run_audit_problems(self, run_id: int) -> list[str]:

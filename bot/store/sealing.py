@@ -47,6 +47,7 @@ EPOCH_S = 86400
 EPOCH_ENV = "EAGLE_AUDIT_EPOCH_S"
 _EVOLVE_TAG = b"eaglebot audit key evolve v1\x00"
 _SEAL_TAG = b"eaglebot audit seal v1\x00"
+_ID_TAG = b"eaglebot audit key id v1\x00"
 SEALING, VERIFICATION = "sealing", "verification"
 # How far behind the clock a key may be: each epoch is one SHA-256 to derive (~1 us), so
 # 100,000 (273 years of days) costs about 0.1 s; anything further is not a key this bot wrote.
@@ -67,6 +68,13 @@ def evolve(key: bytes) -> bytes:
 
 def seal_mac(key: bytes, epoch: int, entry_hash: str) -> str:
     return hmac.new(key, _SEAL_TAG + f"{epoch}\x1f{entry_hash}".encode(), hashlib.sha256).hexdigest()
+
+
+def key_id(key: "AuditKey") -> str:
+    """A key's name in the chain: a hash of key_0 and its epoch (what `init-key` and `rotate-key`
+    print, or a sealing file not yet evolved). It tells which key `--key` seals an era of the
+    chain with, and reveals nothing of the key (an evolved key cannot compute it)."""
+    return hashlib.sha256(_ID_TAG + f"{key.epoch}\x1f".encode() + key.key).hexdigest()[:32]
 
 
 def epoch_now(epoch_s: int, now: float | None = None) -> int:
@@ -191,6 +199,12 @@ def _write_new(path: Path, text: str) -> None:
         os.close(fd)
 
 
+def next_key(old: AuditKey, now: float | None = None) -> AuditKey:
+    """A fresh key_0 for `rotate-key`: the old key's epoch length, today's epoch (never before
+    the old key's: epochs do not go backwards along the chain), already sealing this chain."""
+    return AuditKey(SEALING, max(epoch_now(old.epoch_s, now), old.epoch), old.epoch_s, os.urandom(32), True)
+
+
 def init_key(path: Path, epoch_s: int | None = None, now: float | None = None) -> AuditKey:
     """Create a sealing key file; returns the verification key (the same key_0)."""
     if epoch_s is None:
@@ -218,6 +232,33 @@ class Sealer:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._key = read_key_file(self.path, private=True)
+        self._ident = self._file_ident()
+
+    def _file_ident(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
+    def _reread_if_replaced(self) -> None:
+        """`eagle audit rotate-key` replaced the file with the next key: every later seal of every
+        process that holds it uses that key (one stat per sealed transaction)."""
+        ident = self._file_ident()
+        if ident != self._ident:
+            self._key = read_key_file(self.path, private=True)
+            self._ident = ident
+
+    @property
+    def key(self) -> AuditKey:
+        return self._key
+
+    def install(self, key: AuditKey) -> None:
+        """Replace the key file with `key` (a rotation, or putting the old key back when the
+        rotation's transaction did not commit)."""
+        with self._locked("rotate the audit key"):
+            self._replace(key)
+            self._key = key
 
     @property
     def epoch_s(self) -> int:
@@ -242,6 +283,7 @@ class Sealer:
     def key_for(self, min_epoch: int = 0, now: float | None = None) -> AuditKey:
         """The key to seal with now: the current epoch, never one before `min_epoch` (the last
         sealed entry's) nor before the key file's (another process may have evolved it)."""
+        self._reread_if_replaced()
         today = epoch_now(self._key.epoch_s, now)
         # A last seal claiming an epoch that has not begun is forged (or the clock was set
         # back): never follow it further than tomorrow, where the derivation would be unbounded
@@ -300,6 +342,7 @@ class Sealer:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+        self._ident = self._file_ident()
 
 
 class Verifier:

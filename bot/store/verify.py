@@ -18,10 +18,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from eaglebot.store.chain import (CHAIN_SCHEMA, CHAIN_TABLE, CHAINED_TABLES, COLUMNS, GENESIS, MIGRATION, READABLE,
-                                  SEALING_STARTED, TRIGGERS, SqlConn, chain_schema, columns, dialect,
-                                  has_seal_columns, link_hash, migration_tables, quote, sha_text, table_exists)
-from eaglebot.store.sealing import Verifier, epoch_now
+from eaglebot.store.chain import (CHAIN_SCHEMA, CHAIN_TABLE, CHAINED_TABLES, COLUMNS, GENESIS, KEY_ROTATED, MIGRATION,
+                                  READABLE, SEALING_STARTED, TRIGGERS, SqlConn, chain_schema, columns, dialect,
+                                  has_seal_columns, link_hash, migration_tables, quote, rotation, sha_text,
+                                  table_exists)
+from eaglebot.store.sealing import SEALING, VERIFICATION, AuditKey, Verifier, epoch_now, key_id
 
 
 @dataclass
@@ -54,6 +55,8 @@ class Seals:
     unsealed_before_key: int = 0    # entries before the first sealed one (made before a key was configured)
     checked: int = 0                # seals verified with the key
     unchecked: int = 0              # seals of epochs the key given cannot check (a sealing key's past)
+    unkeyed: int = 0                # seals of a key era (after a rotation, or before) no key given holds
+    rotations: list[int] = field(default_factory=list)   # the 'R' entries: where the key changed
     first_sealed_seq: int | None = None
     last_epoch: int | None = None
     notes: list[str] = field(default_factory=list)
@@ -95,6 +98,37 @@ class _Walk:
     today: int | None                # the key's current epoch (keyed only)
     start: int | None = None         # the entry where sealing started
     unsealed: list[tuple[int, str, int | None]] = field(default_factory=list)  # unsealed, before any start
+
+
+@dataclass
+class _Era:
+    """The key that checks one era of the chain (before its first 'R' entry, or after one)."""
+    verifier: Verifier | None
+    kind: str | None
+
+
+def _key_eras(conn: SqlConn, keys: list[AuditKey]) -> tuple[_Era, dict[int, _Era]]:
+    """Which key checks which era: an era after an 'R' entry is the key it names (by
+    `sealing.key_id`: a verification key, or a sealing file not evolved yet); the newest era,
+    if no key given is named, the sealing key given (evolved: its id is gone); the first era,
+    the verification key no 'R' names (or, with no rotation, the key given)."""
+    def era(k: AuditKey | None) -> _Era:
+        return _Era(Verifier(k), k.kind) if k is not None else _Era(None, None)
+
+    named: dict[int, str] = {}
+    if keys:
+        for seq, content in conn.execute(f"select seq, content from {CHAIN_TABLE} where op = $1 order by seq",
+                                         [KEY_ROTATED]):
+            if (r := rotation(content)) is not None:
+                named[seq] = r[1]
+    if not named:
+        return era(keys[0] if keys else None), {}
+    by_id = {key_id(k): k for k in keys}
+    rest = [k for k in keys if key_id(k) not in named.values()]
+    newest = max(named)
+    sealing = next((k for k in rest if k.kind == SEALING), None)
+    eras = {seq: era(by_id.get(nid) or (sealing if seq == newest else None)) for seq, nid in named.items()}
+    return era(next((k for k in rest if k.kind == VERIFICATION), None)), eras
 
 
 def _gap(prev: int, seq: int) -> str:
@@ -160,20 +194,23 @@ def _schema_problems(conn: SqlConn, last_m: tuple[int, dict[str, list[str]]] | N
     return [p for *_, p in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
-def verify(conn: SqlConn, head: str | None = None, verifier: Verifier | None = None,
-           key_kind: str | None = None, now: float | None = None) -> Report:
-    """Walk the chain: every number, link and seal, each chained table's schema, then every
-    live row against its latest entry. Only reads."""
+def verify(conn: SqlConn, head: str | None = None, keys: list[AuditKey] | None = None,
+           now: float | None = None) -> Report:
+    """Walk the chain: every number, link and seal (each era's with its key: `keys`, one per
+    rotation of the key, see `_key_eras`), each chained table's schema, then every live row
+    against its latest entry. Only reads."""
     problems: list[Problem] = []
+    keys = keys or []
     if not table_exists(conn, CHAIN_TABLE):
         return Report(False, 0, 0, None, None, None, problems=[
             Problem(None, "", None, "there is no audit chain in this database (run any eagle command to migrate)")])
-    seals = Seals(key=key_kind, key_epoch=verifier.base.epoch if verifier else None)
+    seals = Seals(key=keys[0].kind if keys else None, key_epoch=keys[0].epoch if keys else None)
     sealed_cols = has_seal_columns(conn)
-    walk = _Walk(verifier is not None, epoch_now(verifier.base.epoch_s, now) if verifier else None)
+    era, eras = _key_eras(conn, keys) if sealed_cols else (_Era(None, None), {})
+    walk = _Walk(bool(keys), epoch_now(keys[0].epoch_s, now) if keys else None)
     unsealable = [Problem(None, "", None, "the chain has no seal columns (epoch, seal): they were dropped, "
                                           "or this database was never written with the audit key")] \
-        if verifier is not None and not sealed_cols else []
+        if keys and not sealed_cols else []
     latest: dict[tuple[str, int], tuple[int, str, str | None]] = {}
     prev, n, head_seq, genesis, anchor_seq, prev_seq = "", 0, None, None, None, 0
     last_m: tuple[int, dict[str, list[str]]] | None = None
@@ -205,7 +242,10 @@ def verify(conn: SqlConn, head: str | None = None, verifier: Verifier | None = N
             problems.append(Problem(seq, tbl, row_id, "the chain entry was altered"))
         elif link_hash(prev_hash or "", seq, tbl, row_id, op, at, csha or "") != h:
             problems.append(Problem(seq, tbl, row_id, "the chain entry was altered"))
-        _check_seal(seals, walk, problems, verifier, seq, tbl, row_id, op, h, epoch, sl, at, n == 1)
+        _check_seal(seals, walk, problems, era, seq, tbl, row_id, op, h, epoch, sl, at, n == 1)
+        if op == KEY_ROTATED and seq in eras:   # its own seal is the old key's; the next entries, the new one's
+            era = eras[seq]
+            seals.rotations.append(seq)
         prev, head_seq = h, seq
         if head is not None and h == head:
             anchor_seq = seq
@@ -231,11 +271,15 @@ def verify(conn: SqlConn, head: str | None = None, verifier: Verifier | None = N
     if head is not None and anchor_seq is None:
         problems.append(Problem(None, "", None, f"the anchored head {head[:16]}… is not in the chain: "
                                                 f"entries were rewritten or cut off"))
-    if seals.sealed and verifier is None:
+    if seals.sealed and not keys:
         seals.notes.append("seals not checked: no key given (`--key FILE`, or `audit_key_file` in eagle.yaml)")
     if seals.unchecked:
         seals.notes.append(f"{seals.unchecked} seal(s) from epochs before {seals.key_epoch} not checked: a sealing "
                            f"key holds only its own epoch on; the verification key checks them all")
+    if seals.unkeyed:
+        at = ", ".join(f"#{s}" for s in seals.rotations) or "-"
+        seals.notes.append(f"{seals.unkeyed} seal(s) of a key era no key given holds not checked (the key was "
+                           f"rotated at entry {at}): give each era's verification key, `--key` once per key")
     if walk.keyed and walk.start is None and walk.unsealed:
         seq, tbl, row_id = walk.unsealed[0]
         problems.append(Problem(seq, tbl, row_id, f"unsealed, and no sealed 'sealing started' entry follows "
@@ -246,7 +290,7 @@ def verify(conn: SqlConn, head: str | None = None, verifier: Verifier | None = N
                            f"unsealed (made before an audit key was configured)")
     problems.sort(key=lambda p: (p.seq is None, p.seq or 0))
     problems = unsealable + schema + problems
-    complete = not seals.unchecked and not (seals.sealed and verifier is None)
+    complete = not seals.unchecked and not seals.unkeyed and not (seals.sealed and not keys)
     return Report(not problems, n, rows, prev or None, head_seq, genesis, head, anchor_seq, problems,
                   schema_version, seals, complete)
 
@@ -259,9 +303,10 @@ def _epoch_of(at: str, epoch_s: int, slack_s: float = 0) -> int | None:
     return int((t + slack_s) // epoch_s)
 
 
-def _check_seal(seals: Seals, walk: _Walk, problems: list[Problem], verifier: Verifier | None, seq: int,
+def _check_seal(seals: Seals, walk: _Walk, problems: list[Problem], era: _Era, seq: int,
                 tbl: str, row_id: int | None, op: str, h: str, epoch: int | None, sl: str | None, at: str,
                 first: bool) -> None:
+    verifier = era.verifier
     if sl is None:
         if walk.keyed and walk.start is not None:
             problems.append(Problem(seq, tbl, row_id, f"unsealed entry after sealed ones (sealing started at "
@@ -295,9 +340,11 @@ def _check_seal(seals: Seals, walk: _Walk, problems: list[Problem], verifier: Ve
         return   # (its seal is not derived: keys are derived forward only)
     seals.last_epoch = max(epoch, seals.last_epoch or epoch)
     if verifier is None:
+        if walk.keyed:
+            seals.unkeyed += 1
         return
     if not verifier.can_check(epoch):
-        if seals.key == "verification":
+        if era.kind == VERIFICATION:
             problems.append(Problem(seq, tbl, row_id, f"sealed for epoch {epoch}, before the key's first epoch "
                                                       f"{verifier.base.epoch}: forged, or another key"))
         else:

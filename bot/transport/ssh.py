@@ -133,6 +133,12 @@ class SSHTransport:
                                      f"to {cfg.address}:{cfg.port} was refused (check the key)") from None
             except socket.gaierror as e:
                 raise HostUnreachable(f"host {self.name} is unreachable: {cfg.address}: {e.strerror}") from None
+            except asyncssh.KeyImportError as e:   # the config's mistake (`key: /etc/passwd`): no retries
+                raise TransportError(f"host {self.name}: the SSH key {cfg.key} is not a private key asyncssh can "
+                                     f"read ({e}); point `key` at the private key file") from None
+            except ValueError as e:   # a known_hosts file that is not one (asyncssh reads it at the handshake)
+                raise TransportError(f"host {self.name}: known_hosts file {known} cannot be read ({str(e)[:200]}); "
+                                     f"fix it, or pin the host key again: `eagle hosts pin {self.name}`") from None
             except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
                 reason = (getattr(e, "strerror", None) or getattr(e, "reason", None) or str(e)
                           or type(e).__name__)

@@ -400,3 +400,18 @@ def test_the_key_file_says_once_it_has_started_sealing(keyed, tmp_path):
     key = sealing.read_key_file(tmp_path / "keys" / "audit.key", private=True)
     assert key.started and key.kind == "sealing"
     assert sealing.parse_key((tmp_path / "verify.key").read_text(), "vk").started is False
+
+
+def test_postgresql_a_rotated_key_verifies_each_era_with_its_own_key(pg_keyed):
+    """`eagle audit rotate-key` on PostgreSQL (issue 46 item 6): the handover is sealed in the
+    chain, the next run seals with the new key, and each era verifies with its own key."""
+    cfg, url, vk = pg_keyed
+    res = eagle("audit", "rotate-key", config=cfg)
+    assert res.returncode == 0, res.stderr
+    vk2 = vk.with_name("verify-2.key")
+    vk2.write_text(res.stdout)
+    assert eagle("run", "hello", "-H", "local", config=cfg).returncode == 0
+    res, doc = _verify(cfg, "--key", str(vk), "--key", str(vk2))
+    assert res.returncode == 0 and doc["complete"] and doc["seals"]["checked"] == doc["seals"]["sealed"], doc["problems"][:3]
+    res, doc = _verify(cfg, "--key", str(vk))
+    assert res.returncode == 4 and doc["intact"] and doc["seals"]["unkeyed"] > 0

@@ -51,3 +51,20 @@ def test_escape_sequences_from_a_host_are_shown_not_obeyed(cfg, host):
     # the whole output is still there, byte for byte, for whoever asks for it raw
     raw = eagle("show", str(run_id), "--output", config=cfg)
     assert "\x1b]52;c;ZXZpbA==\x07" in raw.stdout
+
+
+def test_doctor_shows_a_hostile_hosts_answer_escaped_and_bounded(tmp_path):
+    """A host whose Python answers with an OSC 52 clipboard write and megabytes (issue 46, LOW):
+    `eagle doctor`'s line shows the escapes and stays short."""
+    evil = tmp_path / "python"
+    evil.write_text("#!/bin/sh\nprintf '3.12\\033]52;c;ZXZpbA==\\007\\033[2J\\n'; "
+                    "head -c 4400000 /dev/zero | tr '\\0' A; echo\n")
+    evil.chmod(0o755)
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(yaml.safe_dump({"audit_db": "eagle.db", "hosts": {
+        "box": {"transport": "local", "vars": {"python": str(evil)}}}}))
+    res = eagle("doctor", config=cfg)
+    _clean(res.stdout + res.stderr)
+    [line] = [x for x in res.stdout.splitlines() if "host box python" in x]
+    assert "3.12\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J\\n" in line and "more characters cut" in line
+    assert len(line) < 800 and len(res.stdout) < 20_000

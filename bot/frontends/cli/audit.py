@@ -1,6 +1,6 @@
-"""`eagle audit verify [--head HASH] [--key FILE] [--json]`, `eagle audit head`,
-`eagle audit init-key PATH`, `eagle audit backup FILE`: the audit hash chain (store/chain.py)
-and its keyed seals (store/sealing.py).
+"""`eagle audit verify [--head HASH] [--key FILE ...] [--json]`, `eagle audit head`,
+`eagle audit init-key PATH`, `eagle audit rotate-key`, `eagle audit backup FILE`: the audit hash
+chain (store/chain.py) and its keyed seals (store/sealing.py).
 
 `verify` only reads (the DB is opened read-only: no migration, no repair, no seal). Exit 0 when
 the chain, every chained table's schema and every audit row are intact (and contain the
@@ -43,7 +43,7 @@ def seals_line(report: dict[str, Any]) -> str | None:
     return "; ".join(parts) or None
 
 
-UNVERIFIABLE = 4   # `verify`'s exit when seals were left unchecked (DESIGN: exit codes)
+UNVERIFIABLE = 4   # `verify`'s exit when seals were left unchecked (docs/cli.md: exit codes)
 
 
 def verify_exit(report: dict[str, Any]) -> int:
@@ -57,8 +57,12 @@ def verify_line(report: dict[str, Any]) -> str:
     """One sentence for a person (the CLI and doctor)."""
     if report["ok"] and not report.get("complete", True):
         s = report.get("seals") or {}
-        left = (f"{s.get('unchecked')} seal(s) of epochs before {s.get('key_epoch')} not checked"
-                if s.get("unchecked") else f"{s.get('sealed')} seal(s) not checked (no key given)")
+        parts = []
+        if s.get("unchecked"):
+            parts.append(f"{s['unchecked']} seal(s) of epochs before {s.get('key_epoch')} not checked")
+        if s.get("unkeyed"):
+            parts.append(f"{s['unkeyed']} seal(s) of a key era no key given holds not checked")
+        left = "; ".join(parts) or f"{s.get('sealed')} seal(s) not checked (no key given)"
         return (f"audit chain not verifiable without the verification key: {left}; the hash links and rows of "
                 f"{report['entries']} entries are intact, but entries sealed then could be rewritten unseen: "
                 f"`eagle audit verify --key VERIFICATION_KEY_FILE`")
@@ -74,15 +78,15 @@ def verify_line(report: dict[str, Any]) -> str:
     return f"audit chain broken at {_where(p)}{entry}: {p['reason']}" + (f" (+{more} more)" if more > 0 else "")
 
 
-def verify_key(settings: Settings, key_arg: str | None) -> AuditKey | None:
-    """The key to check seals with: `--key FILE` (verification or sealing), else the configured
-    sealing key (read, never evolved here), else none."""
+def verify_key(settings: Settings, key_arg: list[str] | str | None) -> list[AuditKey]:
+    """The keys to check seals with: each `--key FILE` (verification or sealing; one per key era
+    of a rotated chain), else the configured sealing key (read, never evolved here), else none."""
     from eaglebot.store.sealing import read_key_file
 
     if key_arg:
-        return read_key_file(Path(key_arg), private=False)
+        return [read_key_file(Path(k), private=False) for k in ([key_arg] if isinstance(key_arg, str) else key_arg)]
     path = settings.audit_key_path
-    return read_key_file(path, private=True) if path is not None else None
+    return [read_key_file(path, private=True)] if path is not None else []
 
 
 def _existing(settings: Settings, what: str = "") -> str | Path:
@@ -94,7 +98,7 @@ def _existing(settings: Settings, what: str = "") -> str | Path:
     return target
 
 
-def verify_report(settings: Settings, head: str | None = None, key: AuditKey | None = None) -> dict[str, Any]:
+def verify_report(settings: Settings, head: str | None = None, key: list[AuditKey] | None = None) -> dict[str, Any]:
     from eaglebot.store import open_store
 
     store = open_store(_existing(settings, "to verify"), readonly=True)
@@ -179,6 +183,30 @@ def cmd_backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rotate_key(args: argparse.Namespace) -> int:
+    """Hand the chain over to a new key: a sealed 'R' entry (the old key's last seal) names it,
+    and `audit_key_file` is replaced with it in the same transaction; prints its verification key."""
+    from eaglebot.config import load_settings
+    from eaglebot.store import open_store
+
+    settings = load_settings(getattr(args, "config", None))
+    if settings.audit_key_path is None:
+        raise UsageError("no audit key to rotate: `audit_key_file` is not set in eagle.yaml (create one with "
+                         "`eagle audit init-key PATH`)")
+    store: AuditAdmin = open_store(_existing(settings, "to rotate its key"), key_file=settings.audit_key_path)
+    try:
+        verification = store.audit_rotate_key()
+        head = store.audit_head()
+    finally:
+        store.close()
+    print(verification.line())
+    print(f"eagle: {settings.audit_key_path} now holds the next sealing key; chain entry #{head['seq']} records "
+          f"the handover, sealed with the old key. The line above is the NEW verification key: keep it with the "
+          f"old one (the old key checks the entries before the handover, this one those after): "
+          f"`eagle audit verify --key OLD --key NEW`.", file=sys.stderr)
+    return 0
+
+
 def cmd_init_key(args: argparse.Namespace) -> int:
     from eaglebot.store.sealing import init_key
 
@@ -193,14 +221,15 @@ def cmd_init_key(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("audit", parents=[common], help="the tamper-evident audit trail")
-    ss = s.add_subparsers(dest="audit_cmd", metavar="verify|head|init-key|backup")
+    ss = s.add_subparsers(dest="audit_cmd", metavar="verify|head|init-key|rotate-key|backup")
     ss.required = True
     v = ss.add_parser("verify", parents=[common],
                       help="walk the audit hash chain (reads only); exit 0 intact, 1 broken, 4 not verifiable "
                            "without the verification key")
     v.add_argument("--head", metavar="HASH", help="a chain head posted earlier (Slack): it must be in the chain")
-    v.add_argument("--key", metavar="FILE",
-                   help="the verification key from `eagle audit init-key` (or a sealing key file): check every seal")
+    v.add_argument("--key", metavar="FILE", action="append",
+                   help="the verification key from `eagle audit init-key` (or a sealing key file): check every seal; "
+                        "once per key after `rotate-key` (each checks its own era of the chain)")
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
     h = ss.add_parser("head", parents=[common], help="print the chain head (the anchor to keep outside the DB)")
@@ -210,6 +239,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                       help="create an audit sealing key file (0600); prints the verification key")
     k.add_argument("path", metavar="PATH")
     k.set_defaults(func=cmd_init_key)
+    r = ss.add_parser("rotate-key", parents=[common],
+                      help="replace audit_key_file with a new key, the handover sealed in the chain with the old "
+                           "one; prints the new verification key")
+    r.set_defaults(func=cmd_rotate_key)
     b = ss.add_parser("backup", parents=[common], help="copy the audit DB consistently while the bot runs, then verify the copy's chain")
     b.add_argument("file", metavar="FILE", help="a new file for the copy")
     b.add_argument("--json", action="store_true")

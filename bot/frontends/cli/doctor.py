@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from eaglebot.config import RETIRED_SHELL, HostConfig, Settings
+from eaglebot.frontends.cli.safe import terminal_safe
 from eaglebot.errors import TransportError
 from eaglebot.sdk import Host, path_for_shell
 from eaglebot.facts import nvsmi, sglang_drift, sglang_table
@@ -46,6 +47,9 @@ HOST_TIMEOUT_S = 20.0
 IMPORT_TIMEOUT_S = 120.0   # `import sglang` imports torch: seconds on a GPU host
 
 
+DETAIL_MAX = 600   # of a check's line: a hostile host once printed 4.2 MB into one
+
+
 @dataclass
 class Check:
     name: str
@@ -54,7 +58,12 @@ class Check:
     warn: bool = False       # passes, but a person should read it
 
     def line(self) -> str:
-        return f"{('WARN' if self.warn else 'ok  ') if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+        """One terminal line: what a host answered (its detail) shown, never obeyed (escape
+        sequences as `\x1b`, a newline as `\n`), and at most DETAIL_MAX characters of it."""
+        detail = terminal_safe(self.detail).replace("\n", "\\n")
+        if len(detail) > DETAIL_MAX:
+            detail = f"{detail[:DETAIL_MAX]}... ({len(detail) - DETAIL_MAX} more characters cut)"
+        return f"{('WARN' if self.warn else 'ok  ') if self.ok else 'FAIL'}  {self.name}: {detail}"
 
 
 async def check_nvidia_smi(name: str, cfg: HostConfig, host: Host) -> Check:

@@ -242,10 +242,18 @@ class Listener:
         await self.runner.cleanup()
 
 
+async def _say_keepalive(request: web.BaseRequest, response: web.StreamResponse) -> None:
+    """`Keep-Alive: timeout=5` on an answer that keeps its connection: a client that reuses an
+    idle connection knows when we close it (without it, one got resets after 5 s idle)."""
+    if response.keep_alive is not False and request.keep_alive:
+        response.headers.setdefault("Keep-Alive", f"timeout={KEEPALIVE_S:g}")
+
+
 async def listen(app: web.Application, host: str, port: int, *, on_shed: Callable[[str], None] | None = None,
                  cap: int | None = None) -> Listener:
     """Serve `app` on host:port behind a `Gate` (at most `cap` connections, by default
     `connection_cap()` of this process's open-files limit)."""
+    app.on_response_prepare.append(_say_keepalive)
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S)
     await runner.setup()
     factory = runner.server

@@ -76,7 +76,8 @@ class SlackApprover:
             if not pending.future.done() or pending.future.cancelled():
                 pending.future.cancel()
                 # its own task: this one may be the cancelled run's, and the store says which it was
-                ctx.spawn(self._undecided(pending, post_task), name="eagle-approval-closed")
+                ctx.spawn(self._undecided(pending, post_task, row["id"] if row else None),
+                          name="eagle-approval-closed")
 
     async def _post(self, pending: PendingApproval, channel: str, key: str, thread: str | None) -> None:
         ctx, ar = self.ctx, pending.request
@@ -92,10 +93,15 @@ class SlackApprover:
         await record_approval_message(ctx, ar, posted.channel or channel, posted.ts,
                                       self.observer.requester if self.observer else None)
 
-    async def _undecided(self, pending: PendingApproval, post_task: asyncio.Task[None] | None) -> None:
-        """An approval nobody decided: cancelled (by whom) when its run was cancelled while it
-        waited, else expired (when). One log line that says which (as the store does), and its card."""
+    async def _undecided(self, pending: PendingApproval, post_task: asyncio.Task[None] | None,
+                         approval_id: int | None) -> None:
+        """An approval nobody decided here: cancelled (by whom) when its run was cancelled while it
+        waited, else expired (when). One log line that says which (as the store does), and its card.
+        A click that won the row as the wait ended decided it: its own card stands."""
         ar, store = pending.request, self.ctx.services.store
+        row = await store.get_approval(approval_id) if approval_id is not None else None
+        if row is not None and row["status"] in ("approved", "denied"):
+            return
         run = await store.get_run(ar.run_id)
         if run is not None and run.get("cancel_requested"):
             decision, who, at = "cancelled", await _canceller(self.ctx, ar.run_id), None

@@ -34,6 +34,7 @@ rm -rf "$TE3_WORK" && mkdir -p "$TE3_WORK/logs"
 train_pid=$!
 # The suite's time: what is left of the call less the cleanup's ~20 s; the repair runs only if it fits.
 suite_s=$((LIMIT_S - ($(date +%s) - START) - 60))   # staging takes ~40 s of it before pytest starts
+export PYTEST_ADDOPTS="--durations=0"
 export EAGLE_GPU_DEADLINE=$((START + LIMIT_S - 25))
 EAGLE_GPU_TESTS=tests/gpu/test_real_acceptance.py EAGLE_GPU_SUITE_LIMIT_S=$suite_s \
   EAGLE_GPU_TEST_TIMEOUT_S=${EAGLE_GPU_TEST_TIMEOUT_S:-420} bash scripts/gpu/real-sglang.sh

@@ -280,6 +280,8 @@ def test_5_a_planted_lossy_server_fails_the_lossless_check(bed):
     data = bench.data("lossless check")
     bed.record("5_planted_lossy", {"lossless": {k: data.get(k) for k in ("matched", "ties", "lossy", "total")},
                                    "summary": lossless["summary"], "probe": _probe(run)})
+    probe = bed.results["5_planted_lossy"]["probe"]    # a forced acceptance says nothing about the draft
+    assert probe["verdict"] == "unknown" and "SGLANG_SIMULATE_ACC_LEN=3.5" in probe["summary"], run.why()
     assert bench.rc == 1, bench.why()
     assert lossless["status"] == "failed" and data["lossy"] >= 1, bench.why()
     assert lossless["summary"].startswith("EAGLE3 changed the greedy outputs: ") and \

@@ -212,7 +212,9 @@ def test_1_the_target_alone_records_the_reference_with_its_top2(bed):
         "relaunch", "gpu", "spec_algorithm=none", "bench_prompts=0", "mem_fraction=0.5", "ready_timeout_s=280",
         timeout=330)))
     launch.start()
-    while launch.is_alive() and bed.pid() is None:       # server.launch writes the pid file as it spawns
+    # server.launch spawns the server into its log: once that exists, the GPU was found free. (The pid file
+    # is no such sign: on the H200 it was not there while the server started.)
+    while launch.is_alive() and not list((STATE / "logs").glob(f"server-{bed.port}-*.log")):
         time.sleep(0.5)
     if launch.is_alive():
         launch.join()

@@ -44,7 +44,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Metric, Plan, SkillContext, SkillParams, StepResult
 
-from eaglebot.facts import bench_sanity, nvsmi, ports, procs, sglang
+from eaglebot.facts import bench_sanity, nvsmi, procs, sglang
 from eaglebot.skills.lib import bench, processes, server
 
 NAME = "bench.serving"
@@ -75,17 +75,6 @@ def bench_argv(p: Params, output_file: str, base: str | None = None) -> list[str
     """`base`: the server's URL where the host reaches it (server.base_url), default 127.0.0.1."""
     return bench.argv(p.python, p.port, p.num_prompts, p.input_len, p.output_len, p.max_concurrency, output_file,
                       p.extra_args, base)
-
-
-async def _server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[str, str] | None]:
-    """(server pid, its environment or None when unreadable)."""
-    pid = await server.read_pid(ctx, port)
-    if pid is None or not await server.leader_alive(ctx, pid):
-        lis = await ports.listeners(ctx.host, port)
-        pid = min(lis.pids) if lis.pids else None
-    if pid is None:
-        return None, None
-    return pid, await procs.environ(ctx.host, pid)
 
 
 async def _foreign_gpu_tenants(ctx: SkillContext) -> list[str] | None:
@@ -126,7 +115,7 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
     port = params.port
     warnings: list[str] = []
     # -- probe
-    pid, env = await _server_env(ctx, port)
+    pid, env = await server.server_env(ctx, port)
     if env is not None and "SGLANG_SIMULATE_ACC_LEN" in env:
         raise StepFailed(
             f"the server on port {port} (pid {pid}) runs with SGLANG_SIMULATE_ACC_LEN="

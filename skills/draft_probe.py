@@ -20,7 +20,7 @@ Registers `verdict`, `accept_length`, `positions` (per-position acceptance), `fi
 `expected_length`, `tok_s`, `answered`, `speculative` (steps, topk, draft tokens), `capture` (the
 server's capture list in words, from draft.check), `capture_points`, `training_points`,
 `draft_config`, `draft_identity` (what later probes find this one by) and `own` (the history it was
-compared with). Metrics `draft_accept_length`,
+compared with). A server run with SGLANG_SIMULATE_ACC_LEN (acceptance forced) reads `unknown`. Metrics `draft_accept_length`,
 `draft_first_position_accept`, `probe_tok_s`.
 """
 from __future__ import annotations
@@ -148,7 +148,14 @@ async def _probe(ctx: SkillContext, params: Params) -> StepResult:
             accuracy, acc_source = prov.accuracy, f"provenance {prov.accuracy_file}"
     reading = draft_accept.classify(stats, accuracy, steps, topk, tokens, info.get("load_format"))
     speculative = {"steps": steps, "topk": topk, "draft_tokens": tokens}
-    if params.compare_history and check.get("server_points") is not None:
+    _pid, env = await server.server_env(ctx, params.port)
+    forced = (env or {}).get("SGLANG_SIMULATE_ACC_LEN")
+    if forced is not None and reading.verdict != "unknown":
+        # SGLang accepts drafts by that length, not by the target's verdict: nothing about the draft
+        reading = draft_accept.Reading("unknown", f"unknown: the server runs with SGLANG_SIMULATE_ACC_LEN={forced}, "
+                                                  f"its acceptance forced, so it says nothing about the draft; "
+                                                  f"{reading.summary.split(': ', 1)[1]}", reading.numbers)
+    elif params.compare_history and check.get("server_points") is not None:
         own = await own_history(ctx, check, speculative)
         reading = draft_accept.against_own(reading, own, check.get("verdict") == "mismatch")
     n = reading.numbers

@@ -38,10 +38,10 @@ def test_the_real_acceptance_sequence_passes_in_rehearsal_as_the_real_pair_measu
     trained = rec["2_trained_1_3_5"]
     assert trained["probe"]["verdict"] == "as expected" and 3.0 < trained["probe"]["accept_length"] < 3.6
     assert trained["lossless"]["lossy"] == 0 and trained["lossless"]["ties"] >= 1   # the bf16 ties, as on the pair
-    one_off, gross = rec["3_one_off_0_2_4"]["probe"], rec["4_gross_0_1_2"]["probe"]
+    one_off, gross = rec["3_one_off_0_2_4"]["probe"], rec["5_gross_0_1_2"]["probe"]
     assert one_off["verdict"] == "measured drop" and -0.12 < one_off["own"]["change"] < -0.04
     assert gross["verdict"] == "measured drop" and -0.30 < gross["own"]["change"] < -0.18
-    assert rec["5_planted_lossy"]["lossless"]["lossy"] >= 15
+    assert rec["4_planted_lossy"]["lossless"]["lossy"] >= 15
     assert "keeping the outputs of layers 1, 3 and 5" in rec["6_repair"]["summary"]
     assert rec["teardown"]["killed_leftover_pids"] == []
     assert (tmp_path / "real-acceptance.db").stat().st_size > 0

@@ -99,3 +99,15 @@ async def http_get(ctx: SkillContext, python: str, port: int, path: str,
     url = (base or await base_url(ctx, port)) + path
     res = await ctx.host.run(http_get_script(python, url, timeout), timeout=timeout + 20)
     return parse_http(res.stdout)
+
+
+async def server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[str, str] | None]:
+    """(the pid of the server on the port, its environment or None when unreadable): the one our pid
+    file names while its leader lives, else the lowest pid listening there."""
+    pid = await read_pid(ctx, port)
+    if pid is None or not await leader_alive(ctx, pid):
+        lis = await ports.listeners(ctx.host, port)
+        pid = min(lis.pids) if lis.pids else None
+    if pid is None:
+        return None, None
+    return pid, await procs.environ(ctx.host, pid)

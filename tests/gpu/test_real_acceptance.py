@@ -216,8 +216,8 @@ def test_1_the_target_alone_records_the_reference_with_its_top2(bed):
     # is no such sign: on the H200 it was not there while the server started.)
     while launch.is_alive() and not list((STATE / "logs").glob(f"server-{bed.port}-*.log")):
         time.sleep(0.5)
-    if launch.is_alive():
-        launch.join()
+    bed.training.start_draft()      # the GPU is the server's now: the draft trains beside it
+    launch.join()
     run = done["run"]
     assert run.rc == 0, run.why()
     acc = bed.training.wait_draft(bed.models)            # the reference's tok/s without training beside it

@@ -109,6 +109,17 @@ class Server:
         self.time_scale = float(os.environ.get("EAGLE_SIM_TIME_SCALE", "0.001"))
         self.batches = Batches(args, perf)
         self.policy = self.batches.policy
+        self.overrides: dict[str, Any] = {}     # POST /set_internal_state: internal_states shows them
+
+    def set_internal_state(self, asked: dict[str, Any]) -> dict[str, Any]:
+        """The accept thresholds a caller set at runtime (no API key: SGLang's ADMIN_OPTIONAL lets anyone)."""
+        took = {k: float(v) for k, v in asked.items() if k in releases.SETTABLE and isinstance(v, (int, float))}
+        with self.lock:
+            self.overrides.update(took)
+            if took:                    # a threshold change resets the acceptance metrics
+                self.decode_steps = self.accepted_tokens = 0
+        log(f"set_internal_state: {took}")
+        return {"updated": bool(took), "server_args": dict(self.overrides)}
 
     # -- /server_info --------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
@@ -120,6 +131,8 @@ class Server:
         info["version"] = VERSION
         info["simulated"] = True
         state: dict[str, Any] = releases.internal_state(VERSION, fields, self.args.speculative_num_draft_tokens)
+        with self.lock:
+            state.update(self.overrides)
         state.update({"last_gen_throughput": round(self.perf.accept_len / self.perf.step_s(), 2),
                       "memory_usage": {"weight": 15.0, "kvcache": 98.2, "token_capacity": 1024000}})
         with self.lock:

@@ -36,8 +36,10 @@ python3 -m venv .venv
 # PYTHONDONTWRITEBYTECODE is set (as on some CI images) each would compile them again (~0.2 s).
 .venv/bin/python -m compileall -q bot skills >/dev/null
 # ...and let the test modules' bytecode (pytest's rewritten asserts) be kept too: each xdist worker
-# collects all 2,300 tests, 11 s of CPU a worker without it and 5.5 s with (measured).
+# collects all 2,200 tests, 11 s of CPU a worker without it and 5.5 s with (measured).
 unset PYTHONDONTWRITEBYTECODE
 # Four workers (pytest-xdist) by default: most tests wait on sshd, subprocesses and sockets, so
-# even a 2-core machine runs the suite in 4 min instead of 7 (measured). EAGLE_TEST_WORKERS=0: one process.
+# even a 2-core machine runs them faster than two would (docs/benchmarks.md, "The test suite").
+# The end-to-end tests (marker e2e) are not in this run: `.ci/run` runs them (`-m e2e`).
+# EAGLE_TEST_WORKERS=0: one process.
 exec .venv/bin/python -m pytest -q -n "${EAGLE_TEST_WORKERS:-4}" "$@"

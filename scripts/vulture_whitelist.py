@@ -13,17 +13,17 @@ _.model_config
 
 # Slack payload fields (frontends/slack/payload.py): declared so pydantic checks their type in
 # every signed request before Bolt sees it; nothing reads them afterwards, by design.
-_.action_id, _.block_id, _.action_ts, _.message_ts, _.channel_id, _.user_id, _.team, _.enterprise
-_.container, _.authorizations, _.trigger_id, _.is_enterprise_install
+_.action_id, _.block_id, _.action_ts, _.channel_id, _.user_id, _.team, _.enterprise
+_.authorizations, _.trigger_id, _.is_enterprise_install
 # ... and Bolt's `authorize` callback: Bolt passes its arguments by name (slack/app.py).
 _.enterprise_id, _.team_id, _.logger
 
 # TypedDict keys and dataclass fields of --json shapes, read by subscript or through asdict():
 # the audit tables' rows (store/rows.py), a step line of RunView, `eagle audit verify`'s report.
-_.hostname, _.proc_start, _.started_at, _.finished_at, _.created_at, _.requested_at, _.decided_at
+_.started_at, _.finished_at, _.created_at, _.requested_at, _.decided_at
 _.acquired_at, _.set_at, _.recorded_at, _.changed_at, _.opened_run, _.opened_at, _.closed_run
 _.closed_at, _.closed_kind, _.closed_by, _.cleaned_at, _.from_state, _.to_state, _.silenced_until, _.silenced_by
-_.multi_host, _.checked, _.rows_checked
+_.multi_host, _.rows_checked
 _.run_status, _.run_channel, _.run_thread_ts, _.hash, _.run_finished_at
 _.renewed_at, _.expires_at, _.seen_at, _.config_class
 # ... and `StepEnd` (store/rows.py), the record a step's end is written from, read with .get()
@@ -37,9 +37,6 @@ _.mtime_ns
 
 # Jinja2's sandbox reads `intercepted_binops` (engine/templating.py: the rendering budget).
 _.intercepted_binops
-
-# The leader lease on PostgreSQL (store/pg_lease.py): called by the replicas' leader election.
-_.lease_acquire, _.lease_release, _.lease_holder, _.renewed_at, _.expires_at
 
 # PEP 562 module __getattr__ (store/__init__.py: lazy imports).
 _.__getattr__
@@ -60,12 +57,9 @@ _.SIMULATED
 # docs/skills.md lists them.
 _.set_residual, _.set_exit_code, _.set_health, _.set_unknown_fields, _.set_kernel_log, _.set_hang, _.memory_used
 _.set_teardown_xids, _.set_hard_exit
-_.host_defaults  # Settings field: read as raw data by the before-validator that applies it to each host (eaglebot.inventory)
 
 # slack_sdk's AsyncRetryHandler calls _can_retry_async (frontends/slack/client.py _ErrorCount).
 _._can_retry_async
-# frontends/service/metrics.set_leader: the leader election (issue 23, replicas) sets the eagle_leader gauge.
-_.set_leader
 
 # ast node fields the eagle3 probe clears before compiling SGLang's method on its own (the
 # compiler reads them: a decorator or an annotation would need torch/typing in scope).

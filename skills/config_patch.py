@@ -26,7 +26,7 @@ import copy
 import asyncio
 import json
 import re
-from typing import Any
+from typing import Any, Callable
 
 import jsonpatch
 from pydantic import Field, model_validator
@@ -155,7 +155,8 @@ def dump(doc: object, style: Style) -> bytes:
 
 
 _WS = " \t\r\n"
-_scanstring: Any = getattr(json.decoder, "scanstring")   # the stdlib's own JSON string reader (untyped)
+# the stdlib's own JSON string reader: (text, index after the opening quote) -> (string, index after it)
+_scanstring: Callable[[str, int], tuple[str, int]] = getattr(json.decoder, "scanstring")
 
 
 def _skip(text: str, i: int) -> int:

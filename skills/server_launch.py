@@ -336,7 +336,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         holder = busy
         old = await server.read_pid(ctx, port)
         if old is not None and await server.leader_alive(ctx, old):
-            adopted = await _adopt(ctx, params, old, argv, launch_args, spec, warnings)
+            adopted = await readiness.adopt(ctx, _wait(params), old, argv, warnings, {
+                "launch_args": launch_args, "bind": params.host, "effective": spec.effective(),
+                "sglang_version": None, "adaptive_config": params.adaptive_config})
             if adopted is not None:
                 return adopted
             holder = await _busy(ctx, port)
@@ -360,43 +362,6 @@ async def _busy(ctx: SkillContext, port: int) -> str | None:
     infos = await procs.proc_info(ctx.host, sorted(lis.pids))
     return "; ".join(server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
         "a process this user cannot see"
-
-
-async def _adopt(ctx: SkillContext, params: Params, pid: int, argv: list[str], launch_args: list[str],
-                 spec: sglang.SpecResolution, warnings: list[str]) -> StepResult | None:
-    """The server our pid file names is alive (a launch that lost its connection while waiting
-    left it starting): adopted when it runs exactly `argv` and answers /health (waited for like a
-    launch of ours), else stopped (it is ours: the pid file says so) and None, so a new one starts."""
-    base = f"http://{ports.probe_address(params.host)}:{params.port}"
-    info = (await procs.proc_info(ctx.host, [pid])).get(pid)
-    # argv[0] may be a wrapper that execs the real Python: the arguments after it must be the same
-    same = info is not None and info.cmdline.split()[1:] == [w for a in argv[1:] for w in a.split()]
-    why = "runs other arguments"
-    if same:
-        res = await ctx.host.run(f"readlink /proc/{pid}/fd/1; true", timeout=30)
-        log_path = res.stdout.strip() or server.log_path(ctx, params.port)
-        ctx.log(f"the server the bot started earlier on port {params.port} (pid {pid}) runs these arguments: "
-                f"waiting for it (log {log_path})")
-        t0 = time.monotonic()
-        try:
-            failure, log_text, _ = await readiness.wait_ready(ctx, _wait(params), pid, log_path)
-        except readiness.LinkLost as e:
-            raise StepFailed(f"lost the connection while waiting; the server (pid {pid}) may still be starting "
-                             f"({e})", warnings=warnings, data={"pid": pid, "port": params.port}) from None
-        if failure is None:
-            return StepResult.changed(
-                f"adopted the server the bot started earlier on port {params.port} (pid {pid}): it runs these "
-                f"arguments and answers /health", warnings=warnings, output=sglang.tail(log_text, 30),
-                data={"pid": pid, "port": params.port, "launch_args": launch_args, "adopted": True, "url": base,
-                      "bind": params.host, "effective": spec.effective(), "sglang_version": None,
-                      "log_path": log_path, "adaptive_config": params.adaptive_config,
-                      "ready_s": round(time.monotonic() - t0, 2)})
-        why = f"did not become ready ({failure})"
-    ctx.log(f"the server the bot started earlier on port {params.port} (pid {pid}) {why}: stopping it")
-    await server.stop_session(ctx, pid, 5)
-    await server.remove_pid_file(ctx, params.port)
-    warnings.append(f"stopped the server an earlier launch left on port {params.port} (pid {pid}): it {why}")
-    return None
 
 
 async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[str, str], cfg_path: str | None,

@@ -257,16 +257,23 @@ LONGEST_FIRST = [
     "tests/test_dry_run_host.py::test_a_dry_run_of_every_shipped_playbook_changes_nothing_on_the_host",
     "tests/test_tuning_sim.py::test_bisect_names_the_one_planted_culprit_among_6_changes_within_the_bound",
     "tests/test_slack_tune.py::test_slash_tune_posts_the_table_and_plot_and_apply_waits_for_an_approver",
+    "tests/test_slurm_real.py::test_the_shipped_drain_and_resume_playbooks_through_the_real_cli",
+    "tests/test_backup.py::test_backup_while_another_process_writes_gives_copies_that_verify",
+    "tests/test_store_one_text.py::test_the_mixins_statements_reach_postgresql_as_written",
+    "tests/test_draft_contract.py::test_the_probe_reading_the_source_agrees_with_sglangs_own_imported_classes",
     # the default run's
-    "tests/test_unit_file.py::test_sysusers_and_tmpfiles_create_the_user_and_folders_the_unit_names",
+    "tests/test_correctness_sim.py::test_the_reference_is_recorded_once_a_faithful_draft_passes_and_a_lossy_one_fails",
     "tests/test_dry_run_host.py::test_a_stale_pid_file_is_left_by_a_dry_run_and_removed_by_the_stop",
-    "tests/test_schedule_checks.py::test_pause_and_resume_from_the_terminal_write_the_row_the_bot_reads",
     "tests/test_tune_sshd.py::test_a_no_changes_nothing_and_is_recorded",
+    "tests/test_plugins.py::test_plugin_skill_is_linted_listed_and_documented_like_a_shipped_one",
     "tests/test_server_skills.py::test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_the_bytes",
     "tests/test_preflight.py::test_each_refusal_comes_before_server_stop_and_the_running_server_keeps_answering",
-    "tests/test_store_one_text.py::test_the_mixins_statements_reach_postgresql_as_written",
-    "tests/test_fleet_ops.py::test_playbook_batch_and_max_fail_are_defaults_the_command_line_overrides",
     "tests/test_regress_corpus.py::test_the_product_detector_on_one_series_of_each_kind",
+    "tests/test_health_watch.py::test_a_hung_nvidia_smi_is_probe_hung_while_the_others_keep_their_interval",
+    "tests/test_terminal_output.py::test_bash_completion_offers_the_configs_playbooks_hosts_and_schedules",
+    "tests/test_preflight.py::test_bind_sets_where_the_server_listens_and_the_probes_follow_it",
+    "tests/test_ops_serve.py::test_sighup_adds_a_host_while_a_run_goes_on_and_a_bad_config_is_refused_with_its_line",
+    "tests/test_serve.py::test_eagle_serve_http_binds_loopback_answers_signed_commands_and_stops_cleanly",
 ]
 
 

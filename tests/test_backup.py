@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import write_yaml
 
 from eaglebot.store import Store
@@ -49,6 +51,7 @@ def runs_in(db: Path) -> int:
         conn.close()
 
 
+@pytest.mark.e2e  # backups beside a writing process: a soak
 def test_backup_while_another_process_writes_gives_copies_that_verify(tmp_path):
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db"})
     db = tmp_path / "eagle.db"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from helpers import eagle
+from inproc import eagle_here
 from slack_harness import PLAYBOOKS
 
 from eaglebot.frontends.chat.access import authorize
@@ -180,7 +180,7 @@ def test_help_lists_the_playbooks_first_and_the_skills_on_request(tmp_path):
     """Issue 34: `/eagle help` listed 19 skills and no playbook. The default config's shipped
     playbooks come first, with what each does; the skills, what playbooks are made of, by
     `help skills`."""
-    res = eagle("chat", "help", cwd=tmp_path)
+    res = eagle_here("chat", "help", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert out.startswith("playbooks (/eagle help PLAYBOOK: its inputs and examples):\n")
@@ -188,6 +188,6 @@ def test_help_lists_the_playbooks_first_and_the_skills_on_request(tmp_path):
     assert {"relaunch", "verify", "bench"} <= set(books), books
     assert "/eagle help [playbook|skill|skills]" in out and "/eagle help skills lists them" in out
     assert "gpu.verify" not in out                           # the skills are one count, not a wall of names
-    res = eagle("chat", "help skills", cwd=tmp_path)
+    res = eagle_here("chat", "help skills", cwd=tmp_path)
     assert res.returncode == 0 and "\n  gpu.verify: " in res.stdout and "\n  shell: " in res.stdout
-    assert "relaunch" in eagle("chat", "help relaunch", cwd=tmp_path).stdout
+    assert "relaunch" in eagle_here("chat", "help relaunch", cwd=tmp_path).stdout

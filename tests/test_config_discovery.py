@@ -1,7 +1,8 @@
 """Config discovery as git and ansible do it (issue 24): --config, $EAGLE_CONFIG, ./eagle.yaml,
 the nearest eagle.yaml in a parent folder, ~/.config/eaglebot/eagle.yaml, /etc/eaglebot/eagle.yaml.
 A command that only reads never creates a DB; empty results say what was filtered; lint says
-when a valid file is not runnable by name. Real `eagle` processes, real SQLite files."""
+when a valid file is not runnable by name. The CLI in this process where only the folder
+matters, real `eagle` processes where the environment does; real SQLite files."""
 from __future__ import annotations
 
 import json

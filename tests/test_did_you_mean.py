@@ -8,7 +8,8 @@ import json
 
 import pytest
 import sqlite_utils
-from helpers import eagle, write_playbook, write_yaml
+from helpers import write_playbook, write_yaml
+from inproc import eagle_here
 
 
 def _rejections(db) -> list[dict]:
@@ -26,13 +27,13 @@ def _rejections(db) -> list[dict]:
 def test_the_cli_suggests_the_nearest_name_in_one_sentence_and_records_the_rejection(tmp_path, argv, sentence):
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "hosts": {"box": {"transport": "local"}},
                                                "groups": {"gpus": ["box"]}})
-    res = eagle(*argv, config=cfg)
+    res = eagle_here(*argv, config=cfg)
     assert res.returncode == 2 and res.stderr == f"eagle: {sentence}\n", res.stderr
     assert [r["reason"] for r in _rejections(tmp_path / "eagle.db")] == [sentence]
 
 
 def test_a_far_name_still_lists_what_is_known(tmp_path):
-    res = eagle("run", "zzzzzz", cwd=tmp_path)
+    res = eagle_here("run", "zzzzzz", cwd=tmp_path)
     assert res.returncode == 2 and "unknown playbook 'zzzzzz' (known: bench," in res.stderr
     assert "did you mean" not in res.stderr
 
@@ -73,7 +74,7 @@ async def test_slack_says_the_same_words(harness, fake):
 ])
 def test_every_config_key_suggests_the_nearest_at_its_line(tmp_path, data, line, sentence):
     cfg = write_yaml(tmp_path / "eagle.yaml", data)
-    res = eagle("hosts", config=cfg)
+    res = eagle_here("hosts", config=cfg)
     assert res.returncode == 2 and res.stderr == f"eagle: {cfg}:{line}: {sentence}\n", res.stderr
 
 
@@ -91,7 +92,7 @@ def test_lint_suggests_skills_and_keys(tmp_path):
           - skill: shell
             with: {command: "true"}
     """)
-    res = eagle("lint", str(bad), str(keys), cwd=tmp_path)
+    res = eagle_here("lint", str(bad), str(keys), cwd=tmp_path)
     assert res.returncode == 2
     assert f"{bad}:3: steps[0].skill: unknown skill 'gpu.verfy'; did you mean 'gpu.verify'?" in res.stderr
     assert f"{keys}:3: inputs.a.defualt: unknown key (did you mean 'default'?)" in res.stderr
@@ -101,11 +102,11 @@ def test_a_near_miss_host_var_is_a_warning_in_the_run_and_in_doctor(tmp_path):
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "hosts": {"box": {
         "transport": "local", "vars": {"pyton": "/usr/bin/python3", "team_owner": "ml-infra"}}}})
     warning = "host var `pyton` on box is read by no playbook or skill; did you mean 'python'?"
-    res = eagle("run", "hello", "-H", "box", "--json", config=cfg)
+    res = eagle_here("run", "hello", "-H", "box", "--json", config=cfg)
     assert res.returncode == 0, res.stderr
     warnings = json.loads(res.stdout)["warnings"]
     assert warnings == [warning]    # a name far from every known one (team_owner) is the team's own
-    doctor = eagle("doctor", config=cfg)
+    doctor = eagle_here("doctor", config=cfg)
     assert f"WARN  host vars: {warning}" in doctor.stdout.splitlines()
 
 

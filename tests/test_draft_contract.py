@@ -247,7 +247,7 @@ def _program() -> dict[str, Any]:
     return ns
 
 
-@pytest.mark.parametrize("version", ["0.5.23", "0.5.17"])
+@pytest.mark.parametrize("version", ["0.5.23", pytest.param("0.5.17", marks=pytest.mark.e2e)])  # older: e2e
 def test_the_probe_reading_the_source_agrees_with_sglangs_own_imported_classes(version):
     """tests/fixtures/sglang/eagle3-imported-VERSION.json: what SGLang's classes, IMPORTED (CPU torch)
     and called on a stand-in, set for 37 architectures x 3 layer counts x 4 id lists. The probe, which

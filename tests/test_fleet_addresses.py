@@ -8,6 +8,7 @@ import json
 
 import pytest
 from helpers import eagle, write_yaml
+from inproc import eagle_here
 
 from eaglebot.config import Settings, load_settings
 from eaglebot.errors import UsageError
@@ -61,12 +62,12 @@ def test_eagle_hosts_shows_the_resolved_address(tmp_path):
     cfg = write_yaml(tmp_path / "eagle.yaml", {"host_defaults": {"user": "ops"},
                                                "hosts": {"gpu-[01:02]": {"address": "10.0.1.{{ n }}"},
                                                          "box": {}}})
-    res = eagle("hosts", "--json", config=cfg)
+    res = eagle_here("hosts", "--json", config=cfg)
     assert res.returncode == 0, res.stderr
     rows = {r["name"]: r["address"] for r in json.loads(res.stdout)}
     assert rows == {"gpu-01": "ops@10.0.1.1:22", "gpu-02": "ops@10.0.1.2:22", "box": "ops@box:22",
                     "local": "this machine"}
-    text = eagle("hosts", config=cfg)
+    text = eagle_here("hosts", config=cfg)
     assert "ops@10.0.1.2:22" in text.stdout and "ops@box:22" in text.stdout
 
 

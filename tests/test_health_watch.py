@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from gpu_helpers import PY, playbook
-from helpers import eagle, write_playbook, write_yaml
+from helpers import write_playbook, write_yaml
+from inproc import eagle_here
 
 from eaglebot.config import HealthWatchConfig
 from eaglebot.engine.health_watch import HealthWatch, HostReport
@@ -209,17 +210,17 @@ def test_eagle_fleet_shows_the_quarantine_and_a_cli_relaunch_exits_2_unless_forc
     store = Store(tmp_path / "eagle.db")
     store.health_transition("gpu-02", -1, "quarantined", "Xid 79 (GPU has fallen off the bus)", "health-watch")
     store.close()
-    res = eagle("fleet", "--json", config=cfg)
+    res = eagle_here("fleet", "--json", config=cfg)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert [(h["host"], h["state"]) for h in doc["hosts"]] == [("gpu-02", "quarantined"), ("gpu-01", "healthy")]
-    assert "quarantined" in eagle("fleet", config=cfg).stdout
-    chat = eagle("chat", "fleet", config=cfg)                 # what `/eagle fleet` answers in Slack
+    assert "quarantined" in eagle_here("fleet", config=cfg).stdout
+    chat = eagle_here("chat", "fleet", config=cfg)                 # what `/eagle fleet` answers in Slack
     assert chat.returncode == 0 and "gpu-02" in chat.stdout and "quarantined" in chat.stdout, chat.stderr
     book = write_playbook(tmp_path, "relaunch", RELAUNCH)
-    res = eagle("run", str(book), "-H", "gpu-02", config=cfg)
+    res = eagle_here("run", str(book), "-H", "gpu-02", config=cfg)
     assert res.returncode == 2 and "gpu-02 is quarantined" in res.stderr and "--force" in res.stderr
-    res = eagle("run", str(book), "-H", "gpu-02", "--force", config=cfg)
+    res = eagle_here("run", str(book), "-H", "gpu-02", "--force", config=cfg)
     assert res.returncode == 0, res.stderr
     store = Store(tmp_path / "eagle.db")
     assert "with --force: gpu-02 is quarantined" in store.events("forced")[0]["message"]
@@ -329,7 +330,7 @@ def test_an_unknown_host_in_health_watch_is_a_config_error_with_its_line(tmp_pat
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": str(tmp_path / "eagle.db"),
                                                "hosts": {"gpu-01": {"address": "10.0.0.1"}},
                                                "health_watch": {"hosts": ["gpu-09"]}})
-    res = eagle("fleet", config=cfg)
+    res = eagle_here("fleet", config=cfg)
     assert res.returncode == 2 and "health_watch.hosts: unknown host 'gpu-09'" in res.stderr, res.stderr
 
 

@@ -1,13 +1,14 @@
 """One message for a variable nobody set (issue 24), from every playbook, before any step
 runs: `host var `X` is not set on H; set it in eagle.yaml under hosts.H.vars or pass -e ...`.
-Real `eagle` processes, a real SQLite file."""
+The CLI in this process (tests/inproc.py), a real SQLite file."""
 from __future__ import annotations
 
 import json
 
 import sqlite_utils
 import yaml
-from helpers import eagle
+
+from inproc import eagle_here
 
 
 def _cfg(tmp_path, vars_=None):
@@ -19,8 +20,8 @@ def _cfg(tmp_path, vars_=None):
 
 def test_relaunch_and_patch_config_say_the_same_thing_before_any_step_runs(tmp_path):
     cfg = _cfg(tmp_path)
-    relaunch = eagle("run", "relaunch", "-H", "box", "--yes", config=cfg)
-    patch = eagle("run", "patch-config", "-H", "box", "-e", "aux_layers=1,2", config=cfg)
+    relaunch = eagle_here("run", "relaunch", "-H", "box", "--yes", config=cfg)
+    patch = eagle_here("run", "patch-config", "-H", "box", "-e", "aux_layers=1,2", config=cfg)
     assert relaunch.returncode == 2 and patch.returncode == 2
     # every variable missing on the host, in one sentence (issue 34: they came one run at a time)
     assert relaunch.stderr == ("eagle: host vars `model` and `draft` are not set on box; set them in eagle.yaml "
@@ -35,23 +36,23 @@ def test_relaunch_and_patch_config_say_the_same_thing_before_any_step_runs(tmp_p
 
 def test_a_var_set_by_the_user_or_the_host_is_enough_and_a_dry_run_says_the_same_at_its_step(tmp_path):
     cfg = _cfg(tmp_path, {"model": str(tmp_path / "m")})
-    dry = eagle("run", "relaunch", "-H", "box", "--dry-run", "--json", config=cfg)
+    dry = eagle_here("run", "relaunch", "-H", "box", "--dry-run", "--json", config=cfg)
     doc = json.loads(dry.stdout)
     launch = next(s for s in doc["steps"] if s["skill"] == "server.launch")
     assert launch["status"] == "failed"
     assert launch["summary"] == ("host var `draft` is not set on box; set it in eagle.yaml under hosts.box.vars "
                                  "or pass -e draft=...")
     # given with -e, the request passes the check (then fails on the host, not on the variable)
-    given = eagle("run", "patch-config", "-H", "box", "-e", "aux_layers=1,2", "-e",
+    given = eagle_here("run", "patch-config", "-H", "box", "-e", "aux_layers=1,2", "-e",
                   f"path={tmp_path / 'none.json'}", config=cfg)
     assert given.returncode == 1 and "host var" not in given.stderr
 
 
 def test_what_is_given_is_not_reported_and_the_rest_comes_in_one_sentence(tmp_path):
     cfg = _cfg(tmp_path, {"draft": str(tmp_path / "d")})
-    res = eagle("run", "relaunch", "-H", "box", "--yes", config=cfg)
+    res = eagle_here("run", "relaunch", "-H", "box", "--yes", config=cfg)
     assert res.returncode == 2
     assert res.stderr == ("eagle: host var `model` is not set on box; set it in eagle.yaml under hosts.box.vars "
                           "or pass -e model=...\n")
-    given = eagle("run", "relaunch", "-H", "box", "--yes", "-e", f"model={tmp_path / 'm'}", config=cfg)
+    given = eagle_here("run", "relaunch", "-H", "box", "--yes", "-e", f"model={tmp_path / 'm'}", config=cfg)
     assert "host var" not in given.stderr

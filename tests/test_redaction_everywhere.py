@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 from helpers import eagle, write_playbook, write_yaml
+from inproc import eagle_here
 
 TOKEN = "hf_" + "Zq9" * 10
 SLACK = "xoxb-" + "1234567890-abcdefghij"
@@ -51,7 +52,7 @@ def test_local_commands_do_not_inherit_the_bots_secrets(cfg):
 
 
 def test_a_token_in_a_patched_file_never_reaches_the_diff(cfg):
-    res = eagle("run", "patch", config=cfg)
+    res = eagle_here("run", "patch", config=cfg)
     assert res.returncode == 0, res.stderr
     db = _db(cfg)
     diff = db.execute("select diff from changes").fetchone()["diff"]
@@ -62,9 +63,9 @@ def test_a_token_in_a_patched_file_never_reaches_the_diff(cfg):
 
 
 def test_error_lines_and_rejected_names_are_redacted(cfg):
-    res = eagle("run", f"pb-{TOKEN}", config=cfg)
+    res = eagle_here("run", f"pb-{TOKEN}", config=cfg)
     assert res.returncode == 2 and TOKEN not in res.stderr and TOKEN[:12] not in res.stderr
-    res = eagle("run", "envdump", "-H", f"gpu\n{TOKEN}", config=cfg)
+    res = eagle_here("run", "envdump", "-H", f"gpu\n{TOKEN}", config=cfg)
     assert res.returncode == 2 and TOKEN not in res.stderr
     assert not list(_db(cfg).execute("select id from runs"))   # refusals are events, not runs
     rows = [dict(r) for r in _db(cfg).execute("select actor, text, reason, message from events "
@@ -96,7 +97,7 @@ def test_a_token_cut_short_by_a_skill_is_still_masked(tmp_path):
             with: {{command: "printf '%s\\\\n' '{line}'"}}
     """)
     cfg = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "eagle.db", "playbooks_dir": "books"})
-    res = eagle("run", "cut", config=cfg)
+    res = eagle_here("run", "cut", config=cfg)
     assert res.returncode == 0, res.stderr
     summary = _db(cfg).execute("select summary from steps").fetchone()["summary"]
     assert summary.endswith("***") and TOKEN[:10] not in summary and TOKEN[:10] not in res.stdout + res.stderr

@@ -35,7 +35,7 @@ def metric(doc: dict, name: str) -> float:
 def test_a_lasting_drop_after_a_reference_run_is_flagged_by_its_second_run_with_the_speedup(tmp_path_factory):
     with open_home_host(f"eaglereg{os.getpid()}", "regress", tmp_path_factory) as h:
         h.reset()
-        cfg = h.config("exec")
+        cfg = h.config()
         relaunch(cfg, "-e", "spec_algorithm=none")
         rc, ref = run(cfg, "bench", *BENCH)
         assert rc == 0 and ref["regressions"] == [], why(ref)

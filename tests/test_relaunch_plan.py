@@ -65,7 +65,7 @@ def approvals(cfg, run_id: int) -> list[tuple[str, str]]:
 async def test_a_foreign_gpu_holder_is_asked_about_once_before_anything_stops(home_host, services):
     h = home_host
     h.reset()
-    cfg = h.config("exec")
+    cfg = h.config()
     rc, doc = run(cfg, "relaunch", *SPEC, "-e", f"env={FAST}")
     assert rc == 0, why(doc)
     pid = server_pid(h)
@@ -124,7 +124,7 @@ def spec_inputs() -> dict:
 def test_a_crash_after_the_stop_is_named_last_and_rollback_brings_back_the_previous_server(home_host):
     h = home_host
     h.reset()
-    cfg = h.config("persistent")
+    cfg = h.config()
     draft_cfg = h.home / "models" / "draft" / "config.json"
     original = draft_cfg.read_bytes()
     rc, good = run(cfg, "relaunch", *SPEC, "-e", f"env={FAST}")
@@ -182,7 +182,7 @@ def test_draft_repair_and_tune_carry_the_running_servers_tp_and_spec_flags(home_
     h = home_host
     h.reset()
     declare_training(h.home, h.pw.pw_uid, h.pw.pw_gid)
-    cfg = h.config("exec")
+    cfg = h.config()
     rc, doc = run(cfg, "relaunch", "-e", "tp=2", "-e", "gpus=0,1", "-e", "spec_steps=3", "-e", "spec_topk=4",
                   "-e", "spec_draft_tokens=8", "-e", "bench_prompts=0", "-e", f"env={FAST}")
     assert rc == 0, why(doc)

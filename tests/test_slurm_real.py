@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from gpu_helpers import PY, playbook
 from helpers import eagle
@@ -137,6 +138,7 @@ def _cli(cfg: Path, *argv: str) -> tuple[int, dict]:
         raise AssertionError(f"eagle run {' '.join(argv)}: stdout is not JSON\n{res.stdout}\n{res.stderr}")
 
 
+@pytest.mark.e2e  # the shipped playbooks through the CLI on real Slurm
 def test_the_shipped_drain_and_resume_playbooks_through_the_real_cli(sshd, slurm, remote_dir):
     hosts, _ = _host(sshd, slurm, remote_dir)
     cfg = _cli_config(remote_dir, hosts)

@@ -9,7 +9,8 @@ import shutil
 
 import pytest
 import sqlite_utils
-from helpers import eagle, write_yaml
+from helpers import write_yaml
+from inproc import eagle_here
 
 from eaglebot.config import load_settings
 from eaglebot.errors import TransportError
@@ -24,7 +25,7 @@ def _cfg(tmp_path, sshd, **host):
 def test_a_missing_key_file_is_one_sentence_with_its_config_path_and_exit_2(tmp_path, sshd):
     missing = tmp_path / "keys" / "id_ed2551"
     cfg = _cfg(tmp_path, sshd, key=str(missing))
-    res = eagle("run", "hello", "-H", "gpu-01", config=cfg)
+    res = eagle_here("run", "hello", "-H", "gpu-01", config=cfg)
     assert res.returncode == 2
     assert res.stderr == (f"eagle: host gpu-01: the SSH key hosts.gpu-01.key = {missing} does not exist; fix the "
                           f"path in eagle.yaml, or remove it to use the SSH agent\n")
@@ -32,10 +33,10 @@ def test_a_missing_key_file_is_one_sentence_with_its_config_path_and_exit_2(tmp_
     assert list(db.query("select count(*) n from runs")) == [{"n": 0}]    # refused before a run row
     assert "does not exist" in next(db.query("select reason from events where kind = 'rejected'"))["reason"]
     # through a jump host whose key is missing: the same, naming the jump host
-    via = eagle("run", "hello", "-H", "gpu-02", config=cfg)
+    via = eagle_here("run", "hello", "-H", "gpu-02", config=cfg)
     assert via.returncode == 2 and via.stderr.startswith(
         f"eagle: host gpu-02: the SSH key of its jump host gpu-01, hosts.gpu-01.key = {missing}, does not exist;")
-    doctor = eagle("doctor", config=cfg)
+    doctor = eagle_here("doctor", config=cfg)
     assert (f"FAIL  host gpu-01: the SSH key hosts.gpu-01.key = {missing} does not exist; fix the path in "
             f"eagle.yaml, or remove it to use the SSH agent") in doctor.stdout.splitlines()
 
@@ -44,21 +45,21 @@ def test_a_key_from_host_defaults_is_named_there_and_a_relative_key_is_the_confi
     own = sshd.host_config()
     key = own.pop("key")
     cfg = write_yaml(tmp_path / "eagle.yaml", {"host_defaults": {"key": "keys/id_ed25519"}, "hosts": {"gpu-01": own}})
-    res = eagle("run", "hello", "-H", "gpu-01", config=cfg, cwd=tmp_path.parent)
+    res = eagle_here("run", "hello", "-H", "gpu-01", config=cfg, cwd=tmp_path.parent)
     assert res.returncode == 2 and (f"the SSH key host_defaults.key = {tmp_path / 'keys' / 'id_ed25519'} does "
                                     f"not exist") in res.stderr
     (tmp_path / "keys").mkdir()
     shutil.copy(key, tmp_path / "keys" / "id_ed25519")
     os.chmod(tmp_path / "keys" / "id_ed25519", 0o600)
     # run from another folder: the relative key is found next to eagle.yaml, and the run logs in with it
-    ok = eagle("run", "hello", "-H", "gpu-01", config=cfg, cwd=tmp_path.parent)
+    ok = eagle_here("run", "hello", "-H", "gpu-01", config=cfg, cwd=tmp_path.parent)
     assert ok.returncode == 0, ok.stderr
 
 
 def test_a_key_path_that_is_a_folder_is_named_so(tmp_path, sshd):
     folder = tmp_path / "keys"
     folder.mkdir()
-    res = eagle("run", "hello", "-H", "gpu-01", config=_cfg(tmp_path, sshd, key=str(folder)))
+    res = eagle_here("run", "hello", "-H", "gpu-01", config=_cfg(tmp_path, sshd, key=str(folder)))
     assert res.returncode == 2 and f"the SSH key hosts.gpu-01.key = {folder} is not a file;" in res.stderr
 
 

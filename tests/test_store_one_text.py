@@ -91,6 +91,7 @@ def _run_workload(make_store: Callable[[], Any], *spies: Spy) -> None:
             store.close()
 
 
+@pytest.mark.e2e  # every mixin's statements on PostgreSQL
 def test_the_mixins_statements_reach_postgresql_as_written(pg_server, monkeypatch):
     face, driver = Spy(monkeypatch), Spy(monkeypatch)
     face.on(PgDatabase, FACE, _face_text)

@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 from helpers import eagle, eagle_json
+from inproc import eagle_here
 from tuning_sandbox import HOST, sim_host
 
 SMALL = ["--repeats", "2", "--prompts", "8", "--output-len", "64"]
@@ -66,9 +67,9 @@ def test_tune_refuses_bad_input_with_one_sentence_and_an_audit_row(tmp_path):
                             (["--budget", "soon"], "--budget expects a duration"),
                             (["-e", "spec_steps=3"], "is what eagle tune chooses"),
                             (["--steps", "1-40"], "--steps must be from 1 to 16")]:
-            res = eagle("tune", "relaunch", "-H", HOST, *argv, config=sb["cfg"])
+            res = eagle_here("tune", "relaunch", "-H", HOST, *argv, config=sb["cfg"])
             assert res.returncode == 2 and words in res.stderr, (argv, res.stderr)
-        res = eagle("tune", "bench", "-H", HOST, config=sb["cfg"])
+        res = eagle_here("tune", "bench", "-H", HOST, config=sb["cfg"])
         assert res.returncode == 2 and "has no input spec_steps" in res.stderr
         db = sqlite3.connect(sb["db"])
         reasons = [r for (r,) in db.execute("select reason from events where kind = 'rejected'")]

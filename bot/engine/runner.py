@@ -339,8 +339,8 @@ class Engine(StepRunner):
     async def _record_end(self, run_id: int, outcome: RunOutcome) -> None:
         await self.store.finish_run(run_id, outcome.status, exit_code=outcome.exit_code,
                                     error=self.redactor.text(outcome.error) if outcome.error else None)
-        # A step whose end the failing store could not take must not stay `running`.
-        await self.store.close_open_steps(run_id, "not recorded: the audit store failed while it ran")
+        # A step whose end was never recorded must not stay `running`; its summary says why.
+        await self.store.close_open_steps(run_id, self.redactor.text(_unfinished_step(outcome)))
 
     async def _retry_unrecorded(self) -> None:
         """What a failing store could not take (a run's end, its host locks), once it works again."""
@@ -419,3 +419,13 @@ class Engine(StepRunner):
                         # (a dry run goes on: every step shows its plan even when a probe failed)
                         stop_reason = ("the run was cancelled" if run.cancel.is_set()
                                        else f"step {rec.name!r} failed")
+
+
+def _unfinished_step(outcome: RunOutcome) -> str:
+    """The summary of a step the run left `running`: the store failing took its end, a crash
+    (an internal error) or a cancellation stopped the run before it ended."""
+    if outcome.status == "cancelled":
+        return "not finished: the run was cancelled"
+    if outcome.error and not outcome.error.startswith("the audit store failed"):
+        return f"not finished: the run stopped: {outcome.error}"
+    return "not recorded: the audit store failed while it ran"

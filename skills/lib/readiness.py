@@ -1,16 +1,18 @@
 """server.launch's readiness wait: poll the server's /proc record, GET /health and the new log
 bytes in one round trip until it answers, exits, hits a fatal line, stalls or times out. A dropped
 SSH link is not a failed launch: the next poll reconnects (the host's `connect_retries`), and only
-a link that stays lost ends the wait (LinkLost), with the server left in the bot's pid file."""
+a link that stays lost ends the wait (LinkLost), with the server left in the bot's pid file, and
+the next launch on that port adopts it or stops it (adopt)."""
 from __future__ import annotations
 
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from eaglebot.errors import HostUnreachable, TransportError
+from eaglebot.errors import HostUnreachable, StepFailed, TransportError
 from eaglebot.facts import ports, procs, sglang, sglang_phase
-from eaglebot.sdk import SkillContext, path_for_shell
+from eaglebot.sdk import SkillContext, StepResult, path_for_shell
 from eaglebot.skills.lib import server
 
 LOG_MARK = "--EAGLE-LOG-7f3a--\n"
@@ -118,3 +120,39 @@ async def wait_ready(ctx: SkillContext, w: Wait, pid: int, log_path: str) -> tup
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[-1] if lines else ""
+
+
+async def adopt(ctx: SkillContext, w: Wait, pid: int, argv: list[str], warnings: list[str],
+                data: dict[str, Any]) -> StepResult | None:
+    """The server our pid file names is alive (a launch that lost its connection while waiting
+    left it starting): adopted when it runs exactly `argv` and answers /health (waited for like a
+    launch of ours; the step's data is `data` and what the wait learnt), else stopped (it is ours:
+    the pid file says so) and None, so a new one starts."""
+    base = f"http://{ports.probe_address(w.host)}:{w.port}"
+    info = (await procs.proc_info(ctx.host, [pid])).get(pid)
+    # argv[0] may be a wrapper that execs the real Python: the arguments after it must be the same
+    same = info is not None and info.cmdline.split()[1:] == [x for a in argv[1:] for x in a.split()]
+    why = "runs other arguments"
+    if same:
+        res = await ctx.host.run(f"readlink /proc/{pid}/fd/1; true", timeout=30)
+        log_path = res.stdout.strip() or server.log_path(ctx, w.port)
+        ctx.log(f"the server the bot started earlier on port {w.port} (pid {pid}) runs these arguments: "
+                f"waiting for it (log {log_path})")
+        t0 = time.monotonic()
+        try:
+            failure, log_text, _ = await wait_ready(ctx, w, pid, log_path)
+        except LinkLost as e:
+            raise StepFailed(f"lost the connection while waiting; the server (pid {pid}) may still be starting "
+                             f"({e})", warnings=warnings, data={"pid": pid, "port": w.port}) from None
+        if failure is None:
+            return StepResult.changed(
+                f"adopted the server the bot started earlier on port {w.port} (pid {pid}): it runs these "
+                f"arguments and answers /health", warnings=warnings, output=sglang.tail(log_text, 30),
+                data={**data, "pid": pid, "port": w.port, "adopted": True, "url": base, "log_path": log_path,
+                      "ready_s": round(time.monotonic() - t0, 2)})
+        why = f"did not become ready ({failure})"
+    ctx.log(f"the server the bot started earlier on port {w.port} (pid {pid}) {why}: stopping it")
+    await server.stop_session(ctx, pid, 5)
+    await server.remove_pid_file(ctx, w.port)
+    warnings.append(f"stopped the server an earlier launch left on port {w.port} (pid {pid}): it {why}")
+    return None

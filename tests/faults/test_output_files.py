@@ -20,6 +20,7 @@ import pytest
 
 
 from helpers import eagle, write_yaml
+from inproc import eagle_here
 
 from eaglebot.engine.output import OutputBuffer
 from eaglebot.engine.redact import Redactor
@@ -90,7 +91,7 @@ def test_show_output_gives_back_nul_invalid_utf8_and_a_last_line_without_newline
 
 def test_db_keeps_a_head_and_a_tail_with_a_marker_and_the_file_keeps_everything(tmp_path):
     cfg = setup(tmp_path, "seq 1 100000", output_keep_bytes=8192)
-    assert eagle("run", "out", config=cfg).returncode == 0
+    assert eagle_here("run", "out", config=cfg).returncode == 0
     want = "".join(f"{i}\n" for i in range(1, 100001)).encode()
     row = step_row(tmp_path)
     out = row["output"]
@@ -125,10 +126,10 @@ def test_show_output_refuses_a_changed_or_missing_file_in_one_sentence(tmp_path)
 
 def test_prune_deletes_the_output_files_of_pruned_runs(tmp_path):
     cfg = setup(tmp_path, "echo pruned")
-    assert eagle("run", "out", config=cfg).returncode == 0
+    assert eagle_here("run", "out", config=cfg).returncode == 0
     path = Path(step_row(tmp_path)["output_file"])
     assert path.exists()
-    res = eagle("prune", "--older-than", "0d", "--yes", config=cfg)
+    res = eagle_here("prune", "--older-than", "0d", "--yes", config=cfg)
     assert res.returncode == 0 and "pruned 1 runs" in res.stdout, res.stdout + res.stderr
     assert not path.exists() and not path.parent.exists()
 
@@ -255,7 +256,7 @@ async def test_live_views_and_slack_get_escaped_text_never_a_raw_nul(services):
 def test_an_unwritable_output_folder_warns_and_the_db_still_keeps_the_output(tmp_path):
     (tmp_path / "blocker").write_text("a file where the output folder should be")
     cfg = setup(tmp_path, "echo kept", output_dir=str(tmp_path / "blocker" / "out"))
-    res = eagle("run", "out", config=cfg)
+    res = eagle_here("run", "out", config=cfg)
     assert res.returncode == 0, res.stderr
     assert "its whole output could not be saved" in res.stderr
     row = step_row(tmp_path)

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from helpers import eagle
+from inproc import eagle_here
 
 # printf's escapes: ESC ] 52 (clipboard), ESC [2J (clear), ESC [31m (red), CR, U+009B, U+202E
 HOSTILE = r"printf 'x\033]52;c;ZXZpbA==\007\033[2J\033[31mred\rover\302\233\342\200\256txt\n'; exit 3"
@@ -40,12 +41,12 @@ def test_escape_sequences_from_a_host_are_shown_not_obeyed(cfg, host):
     for text in (res.stdout, res.stderr):
         _clean(text)
     assert "\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J\\x1b[31mred\\x0dover\\x9b\\u202etxt" in res.stderr
-    run_id = json.loads(eagle("history", "--json", config=cfg).stdout)[0]["run_id"]
-    shown = eagle("show", str(run_id), config=cfg)
+    run_id = json.loads(eagle_here("history", "--json", config=cfg).stdout)[0]["run_id"]
+    shown = eagle_here("show", str(run_id), config=cfg)
     assert shown.returncode == 0
     _clean(shown.stdout + shown.stderr)
     assert "over\\x9b\\u202etxt" in shown.stdout
-    chat = eagle("chat", f"show {run_id}", config=cfg)
+    chat = eagle_here("chat", f"show {run_id}", config=cfg)
     _clean(chat.stdout + chat.stderr)
     # the whole output is still there, byte for byte, for whoever asks for it raw
     raw = eagle("show", str(run_id), "--output", config=cfg)

@@ -87,8 +87,8 @@ from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
-from eaglebot.skills.lib import carry, launch_check, preflight, processes, readiness, server, spec_live, stall, surface_check
 from eaglebot.facts import spec_live as spec_facts
+from eaglebot.skills.lib import carry, launch_check, preflight, processes, readiness, server, spec_live, stall, surface_check
 
 NAME = "server.launch"
 
@@ -444,7 +444,9 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
         if running is not None and running not in warnings:
             warnings.append(running)
         if info["effective"].get("speculative_algorithm"):
-            await _really_on(ctx, params, pid, base, info["raw"], data, warnings, log_text)
+            await spec_live.after_launch(ctx, spec_live.Launched(params.python, port, pid, base, params.lossy == "allow",
+                                                                 params.spec_check == "fail"), info["raw"], data,
+                                         warnings, sglang.tail(log_text, 30))
     eff = data["effective"]
     spec_txt = ""
     if eff.get("speculative_algorithm"):
@@ -455,26 +457,6 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
         version += " (SIMULATED)"
     return StepResult.changed(f"SGLang {version} ready on port {port} in {ready_s:.1f}s (pid {pid}{spec_txt})",
                               data=data, warnings=warnings, output=sglang.tail(log_text, 30))
-
-
-async def _really_on(ctx: SkillContext, params: Params, pid: int, base: str, raw: dict[str, Any],
-                     data: dict[str, Any], warnings: list[str], log_text: str) -> None:
-    """Speculation really on and lossless (skills/lib/spec_live.py). A lossy server is stopped (its
-    outputs are wrong); one that does not speculate stays up (it serves correct outputs, slowly)."""
-    lossy = spec_facts.lossy_running(await spec_live.server_env(ctx, pid), raw)
-    if lossy and params.lossy != "allow":
-        await server.stop_session(ctx, pid, 5)
-        await server.remove_pid_file(ctx, params.port)
-        raise StepFailed(f"the server is not lossless: {'; '.join(lossy)}; it was stopped (pass lossy=allow "
-                         f"to keep such a server)", data=data, warnings=warnings, output=sglang.tail(log_text, 30))
-    if lossy and not any(w.startswith("lossy launch") for w in warnings):
-        warnings.append(f"lossy server (lossy=allow): {'; '.join(lossy)}")
-    verdict, data["speculation"] = await spec_live.check(ctx, params.python, base, raw)
-    if verdict.failures and params.spec_check == "fail":
-        raise StepFailed(f"{verdict.summary}; the server (pid {pid}) stays up", data=data, warnings=warnings,
-                         output=sglang.tail(log_text, 30))
-    if verdict.failures or verdict.verdict == spec_facts.UNKNOWN:   # dummy weights: said in the data, no alarm
-        warnings.append(verdict.summary)
 
 
 async def _carry(ctx: SkillContext, params: Params) -> tuple[Params, carry.Carried]:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
+from eaglebot.errors import StepFailed
 from eaglebot.facts import draft_accept, procs, spec_live
 from eaglebot.sdk import SkillContext
+from eaglebot.skills.lib import server
 
 PROMPTS = 2            # enough verify passes for a histogram; the launch waits for them
 MAX_TOKENS = 64
@@ -54,10 +57,6 @@ def key(info: dict[str, Any]) -> dict[str, Any]:
             "topk": info.get("speculative_eagle_topk"), "draft_tokens": info.get("speculative_num_draft_tokens")}
 
 
-async def server_env(ctx: SkillContext, pid: int | None) -> dict[str, str] | None:
-    return await procs.environ(ctx.host, pid) if pid is not None else None
-
-
 async def check(ctx: SkillContext, python: str, base: str,
                 info: dict[str, Any]) -> tuple[spec_live.Verdict, dict[str, Any]]:
     """The reading of a speculative server and the `speculation` data the step registers."""
@@ -67,3 +66,35 @@ async def check(ctx: SkillContext, python: str, base: str,
     v = spec_live.really_on(info, stats, own)
     ctx.log(v.summary)
     return v, {"verdict": v.verdict, "failures": v.failures, "key": k, **v.numbers}
+
+
+@dataclass(frozen=True)
+class Launched:
+    """The server server.launch just started, and what its checks may do."""
+    python: str
+    port: int
+    pid: int
+    base: str
+    lossy_allowed: bool
+    fail_when_off: bool
+
+
+async def after_launch(ctx: SkillContext, s: Launched, info: dict[str, Any], data: dict[str, Any],
+                       warnings: list[str], output: str) -> None:
+    """Lossless and really speculating, right after the start (registers `speculation` in `data`). A
+    lossy server is stopped (its outputs are wrong); one that does not speculate stays up (it serves
+    correct outputs, slowly)."""
+    lossy = spec_live.lossy_running(await procs.environ(ctx.host, s.pid), info)
+    if lossy and not s.lossy_allowed:
+        await server.stop_session(ctx, s.pid, 5)
+        await server.remove_pid_file(ctx, s.port)
+        raise StepFailed(f"the server is not lossless: {'; '.join(lossy)}; it was stopped (pass lossy=allow "
+                         f"to keep such a server)", data=data, warnings=warnings, output=output)
+    if lossy and not any(w.startswith("lossy launch") for w in warnings):
+        warnings.append(f"lossy server (lossy=allow): {'; '.join(lossy)}")
+    verdict, data["speculation"] = await check(ctx, s.python, s.base, info)
+    if verdict.failures and s.fail_when_off:
+        raise StepFailed(f"{verdict.summary}; the server (pid {s.pid}) stays up", data=data, warnings=warnings,
+                         output=output)
+    if verdict.failures or verdict.verdict == spec_live.UNKNOWN:   # dummy weights: said in the data, no alarm
+        warnings.append(verdict.summary)

@@ -286,7 +286,7 @@ async def test_spec_flags_sglang_would_die_on_are_refused_before_launching(servi
     assert not (h.botstate / "run" / f"server-{h.port}.pid").exists()
 
 
-def _post(port: int, path: str, body: dict) -> dict:
+def _post(port: int, path: str, body: dict) -> object:
     import urllib.request
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
@@ -306,7 +306,8 @@ async def test_lossy_knobs_are_refused_before_the_stop_and_a_runtime_threshold_i
     sp = json.loads(row["data"])["speculation"]
     assert sp["verdict"] == "on" and sp["steps"] == 5 and sum(sp["histogram"][1:]) > 0 and sp["accept_length"] > 1.05
     # a threshold lowered at runtime (/set_internal_state, open without an API key): the next bench refuses
-    assert _post(h.port, "/set_internal_state", {"server_args": {"speculative_accept_threshold_acc": 0.3}})["updated"]
+    assert _post(h.port, "/set_internal_state", {"server_args": {"max_running_requests": 4}}) == [False]  # off the list
+    assert _post(h.port, "/set_internal_state", {"server_args": {"speculative_accept_threshold_acc": 0.3}}) == [True]
     out = await svc.engine.run(RunRequest(playbook="bench", hosts=["gpu"], inputs={"num_prompts": "2"}))
     assert failed_step(out).summary == (
         f"the server on port {h.port} is not lossless: internal_states[0].speculative_accept_threshold_acc=0.3, "

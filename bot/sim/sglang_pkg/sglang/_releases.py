@@ -40,9 +40,10 @@ def server_info_top(version: str, launch_command: str, max_total_tokens: int, co
     return {**scheduler, "launch_command": launch_command, "startup_time": startup, "frontend": "python"}
 
 
-# POST /set_internal_state's `server_args` keys the simulator takes (0.5.23 internal_state.py: the accept
-# thresholds, "lower values accept more aggressively"); a change of either resets the acceptance metrics.
-SETTABLE = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
+# POST /set_internal_state {"server_args": {...}}: Scheduler.set_internal_state's allow-list (the staged
+# 0.5.17 tree, scheduler.py:4218-4296; the DSpark keys, worker commands, left out). A key off the list
+# updates nothing; a success resets the acceptance metrics and overrides the resolved config.
+SETTABLE = ("pp_max_micro_batch_size", "speculative_accept_threshold_single", "speculative_accept_threshold_acc")
 
 
 def internal_state(version: str, fields: dict[str, Any], draft_tokens: int | None) -> dict[str, Any]:

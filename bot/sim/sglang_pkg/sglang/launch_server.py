@@ -111,15 +111,18 @@ class Server:
         self.policy = self.batches.policy
         self.overrides: dict[str, Any] = {}     # POST /set_internal_state: internal_states shows them
 
-    def set_internal_state(self, asked: dict[str, Any]) -> dict[str, Any]:
-        """The accept thresholds a caller set at runtime (no API key: SGLang's ADMIN_OPTIONAL lets anyone)."""
-        took = {k: float(v) for k, v in asked.items() if k in releases.SETTABLE and isinstance(v, (int, float))}
+    def set_internal_state(self, asked: dict[str, Any]) -> list[bool]:
+        """What a caller set at runtime (no API key: SGLang's ADMIN_OPTIONAL lets anyone): all of it or,
+        with a key off the allow-list, nothing; SGLang answers one `updated` per DP rank."""
+        bad = next((k for k in asked if k not in releases.SETTABLE), None)
+        if bad is not None:
+            log(f"Updating {bad} is not supported.")
+            return [False]
         with self.lock:
-            self.overrides.update(took)
-            if took:                    # a threshold change resets the acceptance metrics
-                self.decode_steps = self.accepted_tokens = 0
-        log(f"set_internal_state: {took}")
-        return {"updated": bool(took), "server_args": dict(self.overrides)}
+            self.overrides.update(asked)
+            self.decode_steps = self.accepted_tokens = 0     # reset_metrics, as a success does
+        log(f"Config updated via context override: {asked}")
+        return [True]
 
     # -- /server_info --------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:

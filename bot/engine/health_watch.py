@@ -139,6 +139,8 @@ async def _lossy_server(host: Host, host_vars: Mapping[str, Any], deadline: floa
     change through /set_internal_state shows in `internal_states`) is a `warn` on the host. No
     `port`, no server answering, or an answer that is not /server_info: nothing to say."""
     port = host_vars.get("port")
+    if isinstance(port, str) and port.isdigit():
+        port = int(port)
     if not isinstance(port, int):
         return []
     url = f"http://{ports.probe_address(str(host_vars.get('bind') or '127.0.0.1'))}:{port}/server_info"

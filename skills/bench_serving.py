@@ -6,7 +6,13 @@ warns when processes the bot did not start are using the GPUs, then runs
 fresh `--output-file` per run (the tool appends). `repeats` > 1 reports the median.
 Metrics: output_throughput (tok/s), request_throughput, accept_length, median_ttft_ms,
 p99_ttft_ms, median_itl_ms, mean_e2e_latency_ms, completed, and avg_spec_accept_length
-from /server_info. Zero completed requests is a failed step. Sanity: with speculative decoding
+from /server_info. Zero completed requests is a failed step. A server whose /server_info shows an
+accept threshold below 1 (at launch, or set at runtime through /set_internal_state: `internal_states`)
+is refused like SGLANG_SIMULATE_ACC_LEN. With speculative decoding on, the run must also show that
+speculation is really on (facts/spec_live.py, as server.launch: resolved algorithm and steps, not
+step 0; two greedy prompts with histogram mass beyond 0, accept length above 1.05, at least 80% of this
+draft's own earlier reading); else the step fails naming what broke and records no metrics
+(`speculation` in the data; dummy weights read `unknown (dummy weights)`, no alarm). Sanity: with speculative decoding
 on, an accept length <= `min_accept_length` (1.05) fails ("the draft model accepts nothing");
 fewer completed requests than asked is a warning with both numbers, under
 `min_completed_fraction` (90%) a failure; a failed check records no metrics.
@@ -30,8 +36,8 @@ not parse fails the step with the benchmark's own last words, unless `allow_tabl
 reads the printed table and says so (`source: table`).
 Registers `metrics` (name -> value), `runs` (per-run numbers), `records` (each run's whole JSONL
 record, every key), `source` ("jsonl" or "table"), `output_files` (absolute paths on the host),
-`config` ({class, reference_key, speculative_algorithm}), `output_throughput`, and `speedup`
-({value, reference_run, reference_tok_s}, or null).
+`config` ({class, reference_key, speculative_algorithm}), `output_throughput`, `speedup`
+({value, reference_run, reference_tok_s}, or null) and `speculation` (the reading, or null).
 """
 from __future__ import annotations
 
@@ -44,8 +50,9 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Metric, Plan, SkillContext, SkillParams, StepResult
 
-from eaglebot.facts import bench_sanity, nvsmi, procs, sglang
-from eaglebot.skills.lib import bench, processes, server
+from eaglebot.facts import bench_sanity, nvsmi, ports, procs, sglang
+from eaglebot.facts import spec_live as spec_facts
+from eaglebot.skills.lib import bench, processes, server, spec_live
 
 NAME = "bench.serving"
 
@@ -129,6 +136,14 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
     if code != 200:
         raise StepFailed(f"no ready server on port {port} (GET /health -> {code or 'no answer'}); "
                          f"launch it first (server.launch)")
+    code, body = await server.http_get(ctx, params.python, port, "/server_info", base=base)
+    try:
+        before = sglang.parse_server_info(body)["raw"] if code == 200 else {}
+    except ValueError:
+        before = {}
+    if lossy := spec_facts.lossy_running(None, before):
+        raise StepFailed(f"the server on port {port} is not lossless: {'; '.join(lossy)}: a benchmark would "
+                         f"mean nothing; relaunch it without that")
     if params.check_tenants:
         tenants = await _foreign_gpu_tenants(ctx)
         if tenants:
@@ -212,6 +227,16 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
                          data={"runs": runs, "records": records, "source": source, "output_files": files,
                                "rejected": summary_numbers},
                          output=sglang.tail(outputs[-1], 60))
+    speculation = None
+    if spec_alg:
+        verdict, speculation = await spec_live.check(ctx, params.python, base, raw)
+        if verdict.failures:
+            raise StepFailed(verdict.summary, warnings=warnings,
+                             data={"runs": runs, "records": records, "source": source, "output_files": files,
+                                   "rejected": summary_numbers, "speculation": speculation},
+                             output=sglang.tail(outputs[-1], 60))
+        if verdict.verdict == spec_facts.UNKNOWN:
+            warnings.append(verdict.summary)
     speedup = None
     tok_s = n.get("output_throughput")
     if spec_alg and tok_s:
@@ -231,7 +256,7 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
     return StepResult.ok(summary, metrics=metrics, warnings=warnings,
                          data={"runs": runs, "records": records, "source": source, "output_files": files,
                                "config": {"class": cls, "reference_key": ref_key, "speculative_algorithm": spec_alg},
-                               "output_throughput": tok_s, "speedup": speedup},
+                               "output_throughput": tok_s, "speedup": speedup, "speculation": speculation},
                          output=sglang.tail(outputs[-1], 60))
 
 

@@ -58,7 +58,16 @@ An EAGLE3 launch without a draft model path is refused before launching.
 SGLang's own rules of that file first (facts/sglang_adaptive.py: slots, candidate_steps, the steps among
 them, topk 1), written to `{state_dir}/tune/adaptive-PORT-runRUN.json`, passed as
 `--speculative-adaptive --speculative-adaptive-config FILE` (the host's parser is asked about them too).
-Registers `log_path`, `pid`, `port`, `launch_args` (list), `sglang_version`, `adaptive_config`,
+Lossless: a launch with SGLANG_SIMULATE_ACC_LEN in `env` or an accept threshold below 1
+(`--speculative-accept-threshold-single/-acc`) is refused before anything stops (exit 2, naming the
+knob) unless `lossy: allow`; after the start the server's own environment and /server_info's
+thresholds (launch and `internal_states`) are read again, and a lossy server is stopped.
+Speculation really on (facts/spec_live.py): a speculative server must report its resolved
+algorithm and steps (not adaptive step 0), and two greedy prompts must show histogram mass beyond 0,
+an accept length above 1.05 and, where this draft has an earlier `on` reading under the same
+settings, at least 80% of it; else the step fails naming what broke (`spec_check: warn`: a warning)
+and the server stays up. Dummy weights read `unknown (dummy weights)`, no alarm.
+Registers `log_path`, `pid`, `port`, `launch_args` (list), `sglang_version`, `adaptive_config`, `speculation`,
 `effective` (effective speculative settings), `ready_s`, `url` (where the bot reaches it), `bind`; with `check_only: true`, only
 `checked_args`, `predicted`, `checked_by` ("host" or "table <version>") and `checked_version`.
 """
@@ -70,7 +79,7 @@ import json
 import re
 import shlex
 import time
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -78,7 +87,8 @@ from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
 from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
-from eaglebot.skills.lib import carry, launch_check, preflight, processes, readiness, server, stall, surface_check
+from eaglebot.facts import spec_live as spec_facts
+from eaglebot.skills.lib import carry, launch_check, preflight, processes, readiness, server, spec_live, stall, surface_check
 
 NAME = "server.launch"
 
@@ -119,6 +129,12 @@ class Params(SkillParams):
         "launch arguments an earlier check_only step of this run had the host's SGLang parser accept; when "
         "they equal this launch's, the parser is not asked again"))
     checked_version: str | None = Field(None, description="the SGLang release that earlier check found on the host")
+    lossy: Literal["refuse", "allow"] = Field("refuse", description=(
+        "allow: launch although a knob voids losslessness (SGLANG_SIMULATE_ACC_LEN in env, "
+        "--speculative-accept-threshold-single/-acc below 1); refuse: the pre-flight refuses it, naming the knob"))
+    spec_check: Literal["fail", "warn"] = Field("fail", description=(
+        "after the launch, when speculation is not really on (no resolved algorithm or steps, steps 0, no "
+        "histogram mass beyond 0, accept length <= 1.05, under 80% of this draft's own history): fail or warn"))
     carry: bool = Field(False, description=(
         "with check_only: start from the running server's own launch (the newest audited launch on this port, "
         "confirmed against its live /server_info): tp, the speculative settings, the memory fraction, extra "
@@ -229,6 +245,11 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                              usage=True)
     flags = sglang_args.flag_values(launch_args)
     warnings: list[str] = []
+    if lossy := spec_facts.lossy_launch(flags, params.env):
+        if params.lossy != "allow":
+            raise StepFailed(f"this launch is not lossless: {'; '.join(lossy)}; remove it, or pass lossy=allow "
+                             f"({preflight.KEEPS})", usage=True)
+        warnings += [f"lossy launch (lossy=allow): {w}" for w in lossy]
     # -- pre-flight: model folders
     model = flags.get("--model-path") or ""
     arch = None
@@ -422,6 +443,10 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
         running = sglang.unknown_version_warning(info["version"])
         if running is not None and running not in warnings:
             warnings.append(running)
+        if info["effective"].get("speculative_algorithm"):
+            await spec_live.after_launch(ctx, spec_live.Launched(params.python, port, pid, base, params.lossy == "allow",
+                                                                 params.spec_check == "fail"), info["raw"], data,
+                                         warnings, sglang.tail(log_text, 30))
     eff = data["effective"]
     spec_txt = ""
     if eff.get("speculative_algorithm"):

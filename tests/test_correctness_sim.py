@@ -96,7 +96,7 @@ def test_the_reference_is_recorded_once_a_faithful_draft_passes_and_a_lossy_one_
         # 4. a faked acceptance (SGLANG_SIMULATE_ACC_LEN accepts drafts the target rejected): the benchmark
         # would refuse the server, the lossless check alone flags every output lossy
         rc, _ = eagle(cfg, capsys, "run", "relaunch", "-H", HOST, "--yes", "-e", "bench_prompts=0",
-                      "-e", 'env={"SGLANG_SIMULATE_ACC_LEN": "3"}')
+                      "-e", 'env={"SGLANG_SIMULATE_ACC_LEN": "3"}', "-e", "lossy=allow")
         assert rc == 0
         rc, doc = eagle(cfg, capsys, "run", "bench", "-H", HOST, *BENCH, "-e", "benchmark=false")
         assert rc == 1 and step(doc, "benchmark")["status"] == "skipped"

@@ -388,3 +388,31 @@ async def test_a_probe_that_raises_does_not_stop_the_watch_of_the_other_hosts(se
     stop.set()
     await asyncio.wait_for(task, 10)
     assert probes["gpu-01"] >= 3 and probes["gpu-02"] >= 3, probes
+
+
+async def test_an_accept_threshold_lowered_at_runtime_is_caught_by_the_next_probe(services, sshd, remote_dir, tmp_path):
+    import urllib.request
+
+    from test_sglang_sim import Sim, free_port, wait_status
+    hosts, _ = fleet(remote_dir, 1, sshd)
+    port = free_port()
+    hosts["gpu-01"]["vars"]["port"] = port
+    sim = Sim(tmp_path, "0.5.23")
+    p = sim.spec_server(port, "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                        "--speculative-num-draft-tokens", "4")
+    try:
+        wait_status(port, "/health", 200, p)
+        svc, w, alerts = await open_watch(services, hosts)
+        assert not (await w.round())[0].probe.findings            # a lossless server: nothing to say
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/set_internal_state", json.dumps(
+            {"server_args": {"speculative_accept_threshold_single": 0.5}}).encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert json.loads(r.read()) == [True]
+        [report] = await w.round()
+    finally:
+        sim.stop_all()
+    assert [a.host for a in alerts] == ["gpu-01"]
+    assert report.transitions == [(fh.HOST, "healthy", "suspect", (
+        f"the server on port {port} is not lossless: internal_states[0].speculative_accept_threshold_single=0.5, "
+        f"changed at runtime (POST /set_internal_state; below 1: accepts drafts the target rejected); relaunch it "
+        f"or set the threshold back to 1"))]

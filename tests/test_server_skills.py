@@ -286,11 +286,46 @@ async def test_spec_flags_sglang_would_die_on_are_refused_before_launching(servi
     assert not (h.botstate / "run" / f"server-{h.port}.pid").exists()
 
 
-async def test_bench_refuses_a_server_with_simulated_acceptance(services, local_host):
+def _post(port: int, path: str, body: dict) -> object:
+    import urllib.request
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with opener.open(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+async def test_lossy_knobs_are_refused_before_the_stop_and_a_runtime_threshold_is_caught(services, local_host):
     h = local_host
     svc = await open_svc(services, h)
+    # a healthy launch: speculation really on, read from /server_info and two greedy prompts
     out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={
-        "env": json.dumps(dict(FAST, SGLANG_SIMULATE_ACC_LEN="3.5")), "bench_prompts": "4"}))
+        "env": json.dumps(FAST), "bench_prompts": "0"}))
+    assert out.exit_code == 0, out
+    row = next(r for r in svc.store.sync.steps(out.run_id) if r["name"] == "launch SGLang")
+    sp = json.loads(row["data"])["speculation"]
+    assert sp["verdict"] == "on" and sp["steps"] == 5 and sum(sp["histogram"][1:]) > 0 and sp["accept_length"] > 1.05
+    # a threshold lowered at runtime (/set_internal_state, open without an API key): the next bench refuses
+    assert _post(h.port, "/set_internal_state", {"server_args": {"max_running_requests": 4}}) == [False]  # off the list
+    assert _post(h.port, "/set_internal_state", {"server_args": {"speculative_accept_threshold_acc": 0.3}}) == [True]
+    out = await svc.engine.run(RunRequest(playbook="bench", hosts=["gpu"], inputs={"num_prompts": "2"}))
+    assert failed_step(out).summary == (
+        f"the server on port {h.port} is not lossless: internal_states[0].speculative_accept_threshold_acc=0.3, "
+        f"changed at runtime (POST /set_internal_state; below 1: accepts drafts the target rejected): a benchmark "
+        f"would mean nothing; relaunch it without that")
+    # lossy knobs in the launch: refused before anything stops (exit 2), naming the knob
+    for inputs, knob in ((dict(env=json.dumps(dict(FAST, SGLANG_SIMULATE_ACC_LEN="3.5"))),
+                          "SGLANG_SIMULATE_ACC_LEN=3.5 in the server's environment"),
+                         (dict(extra_args='["--speculative-accept-threshold-single", "0.5"]'),
+                          "--speculative-accept-threshold-single 0.5 (below 1")):
+        out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs=inputs))
+        bad = failed_step(out)
+        assert out.exit_code == 2 and bad.name == "check the launch", out
+        assert bad.summary.startswith(f"this launch is not lossless: {knob}")
+        assert get_health(h.port) == 200            # the old server still serves
+    # allowed explicitly, it launches; the benchmark still refuses a faked acceptance
+    out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs={
+        "env": json.dumps(dict(FAST, SGLANG_SIMULATE_ACC_LEN="3.5")), "bench_prompts": "4", "lossy": "allow"}))
     bad = failed_step(out)
     assert bad.skill == "bench.serving" and "SGLANG_SIMULATE_ACC_LEN=3.5" in bad.summary
     # no server at all: a clear sentence, no traceback

@@ -12,10 +12,15 @@ loop, so one wedged host never delays another.
 
 A `fail` outside the fatal class is confirmed by a second probe `confirm_after_s` later (the
 host's loop runs it early); only then does it quarantine (fleet_health.py).
+
+Where the host has a `port` var, the probe also reads that server's /server_info: an accept
+threshold below 1 (at launch, or changed at runtime through `/set_internal_state`, which
+`internal_states` shows) voids losslessness and is a `warn` on the host (suspect, alerted).
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -24,11 +29,13 @@ from typing import Any, Awaitable, Callable, Mapping, TYPE_CHECKING
 from eaglebot.config import HealthWatchConfig, Settings, XidRule
 from eaglebot.errors import EagleError
 from eaglebot.facts import health as hf
+from eaglebot.facts import ports, spec_live
 from eaglebot.facts import xid as xf
 from eaglebot.facts.health_probe import GpuHealthRead, read_gpu_health
 from eaglebot.engine import fleet_health as fh
 from eaglebot.engine.xid_judge import Seen, judge_xids
 from eaglebot.sdk import CommandResult, Host
+from eaglebot.skills.lib import server
 from eaglebot.transport import TransportPool
 
 if TYPE_CHECKING:
@@ -123,7 +130,29 @@ async def _read(host: Host, host_vars: Mapping[str, Any], memory: xf.LogMemory, 
         p.findings += [fh.Finding(fh.HOST, "warn", f"unreadable kernel log line: {line}")
                        for line in memory.fresh_lines(got.log.unreadable)]
         p.cursor = memory.newest
+    p.findings += await _lossy_server(host, host_vars, deadline)
     return p
+
+
+async def _lossy_server(host: Host, host_vars: Mapping[str, Any], deadline: float) -> list[fh.Finding]:
+    """The server on the host var `port`: an accept threshold below 1 in /server_info (a runtime
+    change through /set_internal_state shows in `internal_states`) is a `warn` on the host. No
+    `port`, no server answering, or an answer that is not /server_info: nothing to say."""
+    port = host_vars.get("port")
+    if isinstance(port, str) and port.isdigit():
+        port = int(port)
+    if not isinstance(port, int):
+        return []
+    url = f"http://{ports.probe_address(str(host_vars.get('bind') or '127.0.0.1'))}:{port}/server_info"
+    res = await _run(host, server.http_get_script(str(host_vars.get("python") or "python3"), url, 5), deadline)
+    code, body = server.parse_http(res.stdout)
+    try:
+        info = json.loads(body) if code == 200 else None
+    except ValueError:
+        info = None
+    lossy = spec_live.lossy_running(None, info) if isinstance(info, dict) else []
+    return [fh.Finding(fh.HOST, "warn", xf.clip(f"the server on port {port} is not lossless: {'; '.join(lossy)}; "
+                                                f"relaunch it or set the threshold back to 1", 300))] if lossy else []
 
 
 async def probe_host(host: Host, host_vars: Mapping[str, Any], cursor: float | None, timeout_s: float, *,

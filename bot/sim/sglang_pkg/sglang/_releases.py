@@ -40,10 +40,17 @@ def server_info_top(version: str, launch_command: str, max_total_tokens: int, co
     return {**scheduler, "launch_command": launch_command, "startup_time": startup, "frontend": "python"}
 
 
+# POST /set_internal_state {"server_args": {...}}: Scheduler.set_internal_state's allow-list (the staged
+# 0.5.17 tree, scheduler.py:4218-4296; the DSpark keys, worker commands, left out). A key off the list
+# updates nothing; a success resets the acceptance metrics and overrides the resolved config.
+SETTABLE = ("pp_max_micro_batch_size", "speculative_accept_threshold_single", "speculative_accept_threshold_acc")
+
+
 def internal_state(version: str, fields: dict[str, Any], draft_tokens: int | None) -> dict[str, Any]:
-    """One DP rank's internal state: 0.5.17 repeats its resolved args there, with scheduler extras."""
+    """One DP rank's internal state: 0.5.17 repeats its resolved args there, with scheduler extras;
+    0.5.23 the "resolved config (pristine server_args + post-publish overrides)" (internal_state.py:45-58)."""
     if version != "0.5.17":
-        return {}
+        return dict(fields)
     extra: dict[str, Any] = {"_cuda_graph_config_locked": [], "_declarations_materialized": True,
                              "_mx_config_cache": {}, "_quantization_explicitly_unset": False,
                              "_resolved_overrides": [], "grpc_worker_threads": 4,

@@ -1,6 +1,6 @@
 """SIMULATED SGLang server's HTTP endpoints, as the real server answers them (uvicorn's access log
-lines included): /health, /server_info, /model_info, /v1/models, /get_load, /flush_cache and
-/generate. The server's state and its answers are launch_server.Server's."""
+lines included): /health, /server_info, /model_info, /v1/models, /get_load, /flush_cache,
+/set_internal_state and /generate. The server's state and its answers are launch_server.Server's."""
 from __future__ import annotations
 
 import json
@@ -80,6 +80,9 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
             elif path == "/flush_cache":
                 self._body()
                 self._flush()
+            elif path == "/set_internal_state":
+                asked = self._body().get("server_args")
+                self._json(200, server.set_internal_state(asked if isinstance(asked, dict) else {}))
             else:
                 self._body()
                 self._json(404, {"detail": "Not Found"})

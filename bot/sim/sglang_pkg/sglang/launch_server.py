@@ -109,6 +109,20 @@ class Server:
         self.time_scale = float(os.environ.get("EAGLE_SIM_TIME_SCALE", "0.001"))
         self.batches = Batches(args, perf)
         self.policy = self.batches.policy
+        self.overrides: dict[str, Any] = {}     # POST /set_internal_state: internal_states shows them
+
+    def set_internal_state(self, asked: dict[str, Any]) -> list[bool]:
+        """What a caller set at runtime (no API key: SGLang's ADMIN_OPTIONAL lets anyone): all of it or,
+        with a key off the allow-list, nothing; SGLang answers one `updated` per DP rank."""
+        bad = next((k for k in asked if k not in releases.SETTABLE), None)
+        if bad is not None:
+            log(f"Updating {bad} is not supported.")
+            return [False]
+        with self.lock:
+            self.overrides.update(asked)
+            self.decode_steps = self.accepted_tokens = 0     # reset_metrics, as a success does
+        log(f"Config updated via context override: {asked}")
+        return [True]
 
     # -- /server_info --------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
@@ -120,6 +134,8 @@ class Server:
         info["version"] = VERSION
         info["simulated"] = True
         state: dict[str, Any] = releases.internal_state(VERSION, fields, self.args.speculative_num_draft_tokens)
+        with self.lock:
+            state.update(self.overrides)
         state.update({"last_gen_throughput": round(self.perf.accept_len / self.perf.step_s(), 2),
                       "memory_usage": {"weight": 15.0, "kvcache": 98.2, "token_capacity": 1024000}})
         with self.lock:

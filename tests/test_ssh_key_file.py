@@ -80,12 +80,12 @@ def test_a_key_file_that_is_not_a_key_and_a_garbage_known_hosts_are_one_sentence
     """`key: /etc/passwd` and a known_hosts file that is not one (issue 46, LOW): the host's steps
     fail with a sentence naming the file, never `internal error: UnboundLocalError`."""
     cfg = _cfg(tmp_path, sshd, key="/etc/passwd")
-    res = eagle("run", "hello", "-H", "gpu-01", config=cfg)
+    res = eagle_here("run", "hello", "-H", "gpu-01", config=cfg)
     assert res.returncode == 1 and "internal error" not in res.stderr + res.stdout
     assert "the SSH key /etc/passwd is not a private key asyncssh can read" in res.stderr + res.stdout
     garbage = tmp_path / "known_hosts"
     garbage.write_bytes(b"\xff\xfe not a known_hosts file\n")
     cfg = _cfg(tmp_path, sshd, known_hosts=str(garbage))
-    res = eagle("run", "hello", "-H", "gpu-01", config=cfg)
+    res = eagle_here("run", "hello", "-H", "gpu-01", config=cfg)
     assert res.returncode == 1 and "internal error" not in res.stderr + res.stdout
     assert f"known_hosts file {garbage} cannot be read" in res.stderr + res.stdout

@@ -164,7 +164,8 @@ class TrendsFace(Protocol):
             config: str | None = None) -> list[MetricPoint]:
         """Values of one metric from successful runs of playbook+host, newest first.
 
-        config: only values of this configuration class ("" = values whose class was not said).
+        config: only values of this configuration class and those whose class was not said (a
+        skill that says none, runs from before classes were recorded); "": only the latter.
 
         exclude_incident_runs: leave out runs an incident flagged, unless that incident was
         accepted (closed by an ack or a baseline): a reference window never learns a drop."""

@@ -1,0 +1,85 @@
+"""Issue 46 item 4: an interrupted `eagle tune` puts back the config it found running. A real
+`eagle` process over the real loopback sshd (SIMULATED GPU and SGLang on the far side) is sent
+SIGTERM (a service restart) or SIGINT (Ctrl-C) while the server runs one of its experimental
+cells; it relaunches the config found running, records the restore, ends `cancelled`, exits
+128 + the signal."""
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from helpers import eagle
+from test_server_skills import PY, Host
+
+FAST = json.dumps({"EAGLE_SIM_LOAD_S": "0.05", "EAGLE_SIM_WARMUP_S": "0.05"})
+FOUND = {"spec_steps": 3, "spec_topk": 1, "spec_draft_tokens": 4}       # the config the tuning finds running
+TUNE = ["tune", "relaunch", "-H", "gpu-01", "--batch-sizes", "1", "--steps", "5-7", "--topk", "1",
+        "--repeats", "1", "--prompts", "4", "--output-len", "16", "-e", f"env={FAST}"]
+
+
+@pytest.fixture
+def remote(sshd, remote_dir, tmp_path):
+    from sshd import chown_to
+
+    h = Host(remote_dir, sshd.bin_dir, PY, ssh=sshd.host_config())
+    chown_to(remote_dir)
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(yaml.safe_dump({"hosts": {"gpu-01": h.config}}))
+    yield h, cfg
+    eagle("run", "stop", "-H", "gpu-01", "--yes", config=cfg, timeout=120)
+    h.stop()
+
+
+def _experimental_launch(db_path, proc: subprocess.Popen) -> int:
+    """Wait (on the audit store, bounded) until the tuning's first cell is up: a relaunch of its own
+    that succeeded. Returns that run's id."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if db_path.exists():
+            row = sqlite3.connect(db_path).execute(
+                "select c.id from runs c join runs t on c.parent_run_id = t.id where t.playbook = 'tune' and "
+                "c.playbook = 'relaunch' and c.status = 'succeeded' order by c.id limit 1").fetchone()
+            if row:
+                return int(row[0])
+        time.sleep(0.2)      # polling the store for the event, not a timed assertion
+    raise AssertionError(f"the tuning never launched a cell (rc {proc.poll()})")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM,
+                                 pytest.param(signal.SIGINT, marks=pytest.mark.e2e)],   # the same path, ~15 s more
+                         ids=["SIGTERM", "SIGINT"])
+def test_an_interrupted_tune_relaunches_the_config_it_found_running(remote, sig):
+    h, cfg = remote
+    db_path = cfg.parent / "eagle.db"
+    found = [a for k, v in FOUND.items() for a in ("-e", f"{k}={v}")]
+    assert eagle("run", "relaunch", "-H", "gpu-01", *found, "-e", f"env={FAST}", "-e", "bench_prompts=0", "--yes",
+                 config=cfg, timeout=300).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "eaglebot", "--config", str(cfg), *TUNE], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cfg.parent)
+    try:
+        cell_run = _experimental_launch(db_path, proc)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + sig.value, err[-3000:]
+    assert f"{sig.name}: stopping the tuning and relaunching the config found running" in err
+    db = sqlite3.connect(db_path)
+    tune_id, status, error = db.execute("select id, status, error from runs where playbook = 'tune'").fetchone()
+    assert status == "cancelled" and error == "interrupted: the config found running was relaunched"
+    restore, = db.execute("select status, summary, data from steps where run_id = ? and skill = 'tune.restore'",
+                          [tune_id]).fetchall()
+    assert restore[0] == "changed" and "relaunched the config found running, steps=3 topk=1 draft=4" in restore[1]
+    last_id, inputs = db.execute("select id, inputs from runs where playbook = 'relaunch' and status = 'succeeded' "
+                                 "order by id desc limit 1").fetchone()
+    assert last_id > cell_run and json.loads(restore[2])["run_id"] == last_id
+    assert {k: int(json.loads(inputs)[k]) for k in FOUND} == FOUND       # the server runs what it ran before
+    launch, = db.execute("select summary from steps where run_id = ? and name = 'launch SGLang'", [last_id]).fetchone()
+    assert "steps=3 topk=1 draft_tokens=4" in launch

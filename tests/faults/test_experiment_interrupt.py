@@ -83,3 +83,85 @@ def test_an_interrupted_tune_relaunches_the_config_it_found_running(remote, sig)
     assert {k: int(json.loads(inputs)[k]) for k in FOUND} == FOUND       # the server runs what it ran before
     launch, = db.execute("select summary from steps where run_id = ? and name = 'launch SGLang'", [last_id]).fetchone()
     assert "steps=3 topk=1 draft_tokens=4" in launch
+
+
+def _step_done(db_path, proc: subprocess.Popen, name: str) -> None:
+    """Wait (on the audit store, bounded) until the draft-repair's step `name` has ended changed."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if db_path.exists() and sqlite3.connect(db_path).execute(
+                "select 1 from steps where name = ? and status = 'changed'", [name]).fetchone():
+            return
+        time.sleep(0.2)      # polling the store for the event, not a timed assertion
+    raise AssertionError(f"step {name!r} never ended changed (rc {proc.poll()})")
+
+
+def test_a_draft_repair_sigtermed_mid_attempt_restores_the_config_and_the_server(remote):
+    """SIGTERM while the server runs attempt 1's capture list: the always-steps put the draft's
+    config back byte for byte and relaunch the server on it."""
+    h, cfg = remote
+    db_path = cfg.parent / "eagle.db"
+    draft_cfg = h.draft / "config.json"
+    doc = json.loads(draft_cfg.read_text())
+    doc["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 2, 30]     # a wrong capture list to repair
+    draft_cfg.write_text(json.dumps(doc, indent=2))
+    original = draft_cfg.read_bytes()
+    found = [a for k, v in FOUND.items() for a in ("-e", f"{k}={v}")]
+    assert eagle("run", "relaunch", "-H", "gpu-01", *found, "-e", f"env={FAST}", "-e", "bench_prompts=0", "--yes",
+                 config=cfg, timeout=300).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "eaglebot", "--config", str(cfg), "run", "draft-repair", "-H",
+                             "gpu-01", "--yes", "-e", "draft_train_layers=2,30,58", "-e", f"env={FAST}"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=cfg.parent)
+    try:
+        _step_done(db_path, proc, "attempt 1: launch")
+        assert draft_cfg.read_bytes() != original                     # the server runs an attempt's list
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, err[-3000:]
+    db = sqlite3.connect(db_path)
+    run_id, status = db.execute("select id, status from runs where playbook = 'draft-repair'").fetchone()
+    assert status == "cancelled", err[-3000:]
+    steps = {n: (i, s) for i, n, s in db.execute("select id, name, status from steps where run_id = ?", [run_id])}
+    assert draft_cfg.read_bytes() == original
+    assert steps["restore the draft's config if the run stopped early"][1] == "changed"
+    revert, launch = steps["restore the draft's config if the run stopped early"], steps["restore: launch on the restored config"]
+    assert launch[1] == "changed" and revert[0] < launch[0]          # relaunched after the config was put back
+    assert "choose the best" not in steps or steps["choose the best"][1] == "skipped"
+
+
+def test_a_sigkilled_tune_is_finished_by_the_next_run_on_its_host(remote):
+    """SIGKILL can run no cleanup: the next run that changes the host (here a benchmark) first
+    relaunches the config the tuning found running, as a `restore` step of the tuning, and says so."""
+    h, cfg = remote
+    db_path = cfg.parent / "eagle.db"
+    found = [a for k, v in FOUND.items() for a in ("-e", f"{k}={v}")]
+    assert eagle("run", "relaunch", "-H", "gpu-01", *found, "-e", f"env={FAST}", "-e", "bench_prompts=0", "--yes",
+                 config=cfg, timeout=300).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "eaglebot", "--config", str(cfg), *TUNE], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cfg.parent)
+    try:
+        cell_run = _experimental_launch(db_path, proc)
+    finally:
+        proc.kill()
+        proc.wait(60)
+    res = eagle("run", "bench", "-H", "gpu-01", "-e", "num_prompts=2", "-e", "output_len=8", "-e", "input_len=32", "--json", config=cfg, timeout=300)
+    doc = json.loads(res.stdout)
+    db = sqlite3.connect(db_path)
+    tune_id, status = db.execute("select id, status from runs where playbook = 'tune'").fetchone()
+    assert status == "interrupted"
+    said = [w for w in json.dumps(doc.get("warnings")).split('"') if f"tune run #{tune_id}" in w]
+    assert said and "the config it found running (steps=3 topk=1 draft=4) was relaunched first" in said[0], doc
+    restore, = db.execute("select status, data from steps where run_id = ? and skill = 'tune.restore'",
+                          [tune_id]).fetchall()
+    assert restore[0] == "changed"
+    relaunch = json.loads(restore[1])["run_id"]
+    parent, inputs, rstatus = db.execute("select parent_run_id, inputs, status from runs where id = ?",
+                                         [relaunch]).fetchone()
+    assert parent == tune_id and rstatus == "succeeded" and relaunch > cell_run and relaunch < doc["run_id"]
+    assert {k: int(json.loads(inputs)[k]) for k in FOUND} == FOUND
+    again = eagle("run", "bench", "-H", "gpu-01", "-e", "num_prompts=2", "-e", "output_len=8", "-e", "input_len=32", "--json", config=cfg, timeout=300)
+    assert f"tune run #{tune_id}" not in again.stdout                 # finished once

@@ -1,0 +1,75 @@
+"""A tuning whose process was killed (SIGKILL, a lost machine) cannot restore anything itself: it
+leaves the server on its last cell. The store's recovery marks its run `interrupted`; the next run
+that changes that host (`Engine.pre_run_hooks`) first relaunches the config the tuning found
+running, as the tuning's own restore does (tune_apply.restore: a `restore` step on the tuning's
+run, a relaunch whose parent is the tuning), and says so in its warnings. Once per tuning (an
+event marks it before the relaunch, whose own start passes this hook). A host some other run
+changed since is left as it is, and that is said too: what ran after the tuning is not undone."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from eaglebot.engine.playbook import find_playbook
+from eaglebot.engine.runner import Engine, RunRequest
+from eaglebot.errors import EagleError
+from eaglebot.store.rows import RunRow
+from eaglebot.tuning.tune_apply import Who, restore
+from eaglebot.tuning.tune_model import Measurement, label
+from eaglebot.tuning.tune_record import TuneRecord
+
+FINISHED = "tune_finished"   # the event kind that says an interrupted tuning was taken care of
+_LOOKBACK = 5                # the newest interrupted tunings of a host looked at
+
+
+@dataclass
+class _Target:
+    playbook: str
+    host: str
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+
+async def finish_interrupted(engine: Engine, req: RunRequest, hosts: list[str]) -> list[str]:
+    """The engine's pre-run hook: finish each interrupted tuning on `hosts`; what was done, said."""
+    said: list[str] = []
+    for host in hosts:
+        for run in await engine.store.history(playbook="tune", host=host, status="interrupted", limit=_LOOKBACK):
+            if any(e["run_id"] == run["id"] for e in await engine.store.events(FINISHED, limit=200)):
+                continue
+            await engine.store.add_event(run["id"], FINISHED, f"finishing interrupted tune run #{run['id']} on {host}")
+            msg = await _finish(engine, req, run, host)
+            await engine.store.add_event(run["id"], FINISHED, msg)
+            said.append(msg)
+    return said
+
+
+async def _finish(engine: Engine, req: RunRequest, run: RunRow, host: str) -> str:
+    rid = run["id"]
+    what = f"tune run #{rid} on {host} was interrupted (its process is gone)"
+    since = [r["id"] for r in await engine.store.history(host=host, limit=50)
+             if r["id"] > rid and r["parent_run_id"] != rid]
+    if since:
+        return f"{what}; run #{min(since)} changed {host} since, so the config it found running is left unrestored"
+    steps = await engine.store.steps(rid)
+    found = next((s for s in steps if s["skill"] == "tune.current" and s["status"] == "ok" and s["data"]), None)
+    if found is None:
+        return f"{what}; it found no speculative server running, so there is nothing to restore"
+    spec = run["inputs"] or {}
+    c = json.loads(found["data"] or "{}")["cell"]
+    current = Measurement((int(c[0]), int(c[1]), int(c[2])), {}, phase="current")
+    target = _Target(str(spec.get("playbook")), host, dict(spec.get("fixed") or {}))
+    try:
+        pb = find_playbook(target.playbook, engine.settings.playbooks_path, engine.registry)
+        rec = TuneRecord(engine, rid, int(spec.get("tune_id") or 0), host)
+        rec.idx = len(steps)
+        # The tuning's own actor: the relaunch undoes its experiment, as its restore would have.
+        who = Who(run["actor"] or req.actor, req.origin, assume_yes=True, parent_run_id=rid)
+        got = await restore(engine, rec, pb, target, current, who)
+    except EagleError as e:
+        return f"{what}; relaunching the config it found running ({label(current.cell)}) was refused: {e}"
+    if got.get("ok"):
+        return (f"{what} and left the server on an experimental config: the config it found running "
+                f"({label(current.cell)}) was relaunched first (run #{got['run_id']})")
+    return (f"{what}; relaunching the config it found running ({label(current.cell)}) failed (run #{got['run_id']}): "
+            f"{host} is as that run left it")

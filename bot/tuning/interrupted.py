@@ -1,10 +1,15 @@
-"""A tuning whose process was killed (SIGKILL, a lost machine) cannot restore anything itself: it
-leaves the server on its last cell. The store's recovery marks its run `interrupted`; the next run
+"""An experiment whose process was killed (SIGKILL, a lost machine) cannot restore anything
+itself. A tuning leaves the server on its last cell. The store's recovery marks its run `interrupted`; the next run
 that changes that host (`Engine.pre_run_hooks`) first relaunches the config the tuning found
 running, as the tuning's own restore does (tune_apply.restore: a `restore` step on the tuning's
 run, a relaunch whose parent is the tuning), and says so in its warnings. Once per tuning (an
 event marks it before the relaunch, whose own start passes this hook). A host some other run
-changed since is left as it is, and that is said too: what ran after the tuning is not undone."""
+changed since is left as it is, and that is said too: what ran after the tuning is not undone.
+
+A `draft-repair` killed mid-attempts leaves the draft's config at an attempt's capture list
+nobody approved, and the server running it: the same hook puts the file back byte for byte
+(`revert-config`, the run's first backup) unless the run's own restore ran, then relaunches the
+server on it (`relaunch`, carrying the running launch) unless the run's final launch ran."""
 from __future__ import annotations
 
 import json
@@ -34,23 +39,55 @@ async def finish_interrupted(engine: Engine, req: RunRequest, hosts: list[str]) 
     """The engine's pre-run hook: finish each interrupted tuning on `hosts`; what was done, said."""
     said: list[str] = []
     for host in hosts:
-        for run in await engine.store.history(playbook="tune", host=host, status="interrupted", limit=_LOOKBACK):
-            if any(e["run_id"] == run["id"] for e in await engine.store.events(FINISHED, limit=200)):
-                continue
-            await engine.store.add_event(run["id"], FINISHED, f"finishing interrupted tune run #{run['id']} on {host}")
-            msg = await _finish(engine, req, run, host)
-            await engine.store.add_event(run["id"], FINISHED, msg)
-            said.append(msg)
+        for kind, finish in (("tune", _finish_tune), ("draft-repair", _finish_repair)):
+            for run in await engine.store.history(playbook=kind, host=host, status="interrupted", limit=_LOOKBACK):
+                if any(e["run_id"] == run["id"] for e in await engine.store.events(FINISHED, limit=200)):
+                    continue
+                await engine.store.add_event(run["id"], FINISHED, f"finishing interrupted {kind} run #{run['id']}")
+                what = f"{kind} run #{run['id']} on {host} was interrupted (its process is gone)"
+                since = [r["id"] for r in await engine.store.history(host=host, limit=50)
+                         if r["id"] > run["id"] and r["parent_run_id"] != run["id"]]
+                msg = (f"{what}; run #{min(since)} changed {host} since, so it is left as that run left it" if since
+                       else await finish(engine, req, run, host, what))
+                await engine.store.add_event(run["id"], FINISHED, msg)
+                said.append(msg)
     return said
 
 
-async def _finish(engine: Engine, req: RunRequest, run: RunRow, host: str) -> str:
+async def _finish_repair(engine: Engine, req: RunRequest, run: RunRow, host: str, what: str) -> str:
     rid = run["id"]
-    what = f"tune run #{rid} on {host} was interrupted (its process is gone)"
-    since = [r["id"] for r in await engine.store.history(host=host, limit=50)
-             if r["id"] > rid and r["parent_run_id"] != rid]
-    if since:
-        return f"{what}; run #{min(since)} changed {host} since, so the config it found running is left unrestored"
+    steps = await engine.store.steps(rid)
+    patched = [s for s in steps if s["skill"] == "config.patch" and s["status"] == "changed"]
+    reverted = any(s["skill"] == "config.revert" and s["status"] in ("ok", "changed") for s in steps)
+    relaunched = any(s["skill"] in ("server.stop", "server.launch") and s["status"] not in ("skipped", "ok")
+                     for s in steps)
+    launched_last = any(s["name"] in ("final: launch", "restore: launch on the restored config")
+                        and s["status"] == "changed" for s in steps)
+    done: list[str] = []
+
+    def child(playbook: str, inputs: dict[str, Any]) -> RunRequest:   # undoes the run's experiment: its actor's
+        return RunRequest(playbook, [host], inputs, actor=run["actor"] or req.actor, origin=req.origin,
+                          assume_yes=True, parent_run_id=rid)
+    try:
+        if patched and not reverted:
+            path = json.loads(patched[0]["params"] or "{}").get("path")
+            out = await engine.run(child("revert-config", {"path": path, "run": rid, "first": True}))
+            if out.status != "succeeded":
+                return f"{what}; restoring the draft's config failed (run #{out.run_id}: {out.error or out.status})"
+            done.append(f"the draft's config was restored (run #{out.run_id})")
+        if relaunched and not launched_last:
+            out = await engine.run(child("relaunch", {"carry": True, "bench_prompts": 0}))
+            if out.status != "succeeded":
+                return f"{what}; " + "".join(f"{d}, but " for d in done) + \
+                    f"relaunching the server failed (run #{out.run_id}: {out.error or out.status})"
+            done.append(f"the server was relaunched on it (run #{out.run_id})")
+    except EagleError as e:
+        return f"{what}; finishing it was refused: {e}"
+    return f"{what}: " + (", and ".join(done) + " first" if done else "nothing of it was left to restore")
+
+
+async def _finish_tune(engine: Engine, req: RunRequest, run: RunRow, host: str, what: str) -> str:
+    rid = run["id"]
     steps = await engine.store.steps(rid)
     found = next((s for s in steps if s["skill"] == "tune.current" and s["status"] == "ok" and s["data"]), None)
     if found is None:

@@ -165,3 +165,39 @@ def test_a_sigkilled_tune_is_finished_by_the_next_run_on_its_host(remote):
     assert {k: int(json.loads(inputs)[k]) for k in FOUND} == FOUND
     again = eagle("run", "bench", "-H", "gpu-01", "-e", "num_prompts=2", "-e", "output_len=8", "-e", "input_len=32", "--json", config=cfg, timeout=300)
     assert f"tune run #{tune_id}" not in again.stdout                 # finished once
+
+
+def test_a_sigkilled_draft_repair_is_finished_by_the_next_run_on_its_host(remote):
+    """SIGKILL mid-attempt: the next run that changes the host first puts the draft's config back
+    byte for byte and relaunches the server on it, and says so."""
+    h, cfg = remote
+    db_path = cfg.parent / "eagle.db"
+    draft_cfg = h.draft / "config.json"
+    doc = json.loads(draft_cfg.read_text())
+    doc["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 2, 30]
+    draft_cfg.write_text(json.dumps(doc, indent=2))
+    original = draft_cfg.read_bytes()
+    found = [a for k, v in FOUND.items() for a in ("-e", f"{k}={v}")]
+    assert eagle("run", "relaunch", "-H", "gpu-01", *found, "-e", f"env={FAST}", "-e", "bench_prompts=0", "--yes",
+                 config=cfg, timeout=300).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "eaglebot", "--config", str(cfg), "run", "draft-repair", "-H",
+                             "gpu-01", "--yes", "-e", "draft_train_layers=2,30,58", "-e", f"env={FAST}"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=cfg.parent)
+    try:
+        _step_done(db_path, proc, "attempt 1: launch")
+    finally:
+        proc.kill()
+        proc.wait(60)
+    assert draft_cfg.read_bytes() != original                         # left on attempt 1's list
+    res = eagle("run", "bench", "-H", "gpu-01", "-e", "num_prompts=2", "-e", "output_len=8", "-e", "input_len=32",
+                "--json", config=cfg, timeout=300)
+    doc = json.loads(res.stdout)
+    db = sqlite3.connect(db_path)
+    repair, status = db.execute("select id, status from runs where playbook = 'draft-repair'").fetchone()
+    assert status == "interrupted"
+    assert draft_cfg.read_bytes() == original
+    said = [w for w in json.dumps(doc.get("warnings")).split('"') if f"draft-repair run #{repair}" in w]
+    assert said and "the draft's config was restored (run #" in said[0] and "the server was relaunched on it" in said[0]
+    kids = db.execute("select playbook, status from runs where parent_run_id = ? order by id", [repair]).fetchall()
+    assert kids == [("revert-config", "succeeded"), ("relaunch", "succeeded")]

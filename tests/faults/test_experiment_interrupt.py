@@ -96,6 +96,7 @@ def _step_done(db_path, proc: subprocess.Popen, name: str) -> None:
     raise AssertionError(f"step {name!r} never ended changed (rc {proc.poll()})")
 
 
+@pytest.mark.e2e  # the always-steps' path; the SIGKILL test below covers the repair in the default run
 def test_a_draft_repair_sigtermed_mid_attempt_restores_the_config_and_the_server(remote):
     """SIGTERM while the server runs attempt 1's capture list: the always-steps put the draft's
     config back byte for byte and relaunch the server on it."""

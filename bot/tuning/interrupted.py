@@ -1,10 +1,11 @@
 """An experiment whose process was killed (SIGKILL, a lost machine) cannot restore anything
-itself. A tuning leaves the server on its last cell. The store's recovery marks its run `interrupted`; the next run
+itself. A tuning (or a sweep) leaves the server on its last cell (point). The store's recovery marks its run `interrupted`; the next run
 that changes that host (`Engine.pre_run_hooks`) first relaunches the config the tuning found
 running, as the tuning's own restore does (tune_apply.restore: a `restore` step on the tuning's
 run, a relaunch whose parent is the tuning), and says so in its warnings. Once per tuning (an
 event marks it before the relaunch, whose own start passes this hook). A host some other run
 changed since is left as it is, and that is said too: what ran after the tuning is not undone.
+A sweep is finished as its own interruption does (sweep.restore_before: what ran before it).
 
 A `draft-repair` killed mid-attempts leaves the draft's config at an attempt's capture list
 nobody approved, and the server running it: the same hook puts the file back byte for byte
@@ -20,6 +21,7 @@ from eaglebot.engine.playbook import find_playbook
 from eaglebot.engine.runner import Engine, RunRequest
 from eaglebot.errors import EagleError
 from eaglebot.store.rows import RunRow
+from eaglebot.tuning.sweep import restore_before
 from eaglebot.tuning.tune_apply import Who, restore
 from eaglebot.tuning.tune_model import Measurement, label
 from eaglebot.tuning.tune_record import TuneRecord
@@ -39,7 +41,7 @@ async def finish_interrupted(engine: Engine, req: RunRequest, hosts: list[str]) 
     """The engine's pre-run hook: finish each interrupted tuning on `hosts`; what was done, said."""
     said: list[str] = []
     for host in hosts:
-        for kind, finish in (("tune", _finish_tune), ("draft-repair", _finish_repair)):
+        for kind, finish in (("tune", _finish_tune), ("sweep", _finish_sweep), ("draft-repair", _finish_repair)):
             for run in await engine.store.history(playbook=kind, host=host, status="interrupted", limit=_LOOKBACK):
                 if any(e["run_id"] == run["id"] for e in await engine.store.events(FINISHED, limit=200)):
                     continue
@@ -52,6 +54,17 @@ async def finish_interrupted(engine: Engine, req: RunRequest, hosts: list[str]) 
                 await engine.store.add_event(run["id"], FINISHED, msg)
                 said.append(msg)
     return said
+
+
+async def _finish_sweep(engine: Engine, req: RunRequest, run: RunRow, host: str, what: str) -> str:
+    spec = run["inputs"] or {}
+    try:
+        pb = find_playbook(str(spec.get("playbook")), engine.settings.playbooks_path, engine.registry)
+        did = await restore_before(engine, pb, host, run["id"], actor=run["actor"] or req.actor, origin=req.origin,
+                                   observer=None, approver=None, assume_yes=True, channel=None)
+    except EagleError as e:
+        return f"{what}; relaunching what ran before it was refused: {e}"
+    return f"{what}: {did}"
 
 
 async def _finish_repair(engine: Engine, req: RunRequest, run: RunRow, host: str, what: str) -> str:

@@ -202,3 +202,71 @@ def test_a_sigkilled_draft_repair_is_finished_by_the_next_run_on_its_host(remote
     assert said and "the draft's config was restored (run #" in said[0] and "the server was relaunched on it" in said[0]
     kids = db.execute("select playbook, status from runs where parent_run_id = ? order by id", [repair]).fetchall()
     assert kids == [("revert-config", "succeeded"), ("relaunch", "succeeded")]
+
+
+def test_a_sigtermed_sweep_relaunches_what_ran_before_it(remote):
+    h, cfg = remote
+    db_path = cfg.parent / "eagle.db"
+    found = [a for k, v in FOUND.items() for a in ("-e", f"{k}={v}")]
+    assert eagle("run", "relaunch", "-H", "gpu-01", *found, "-e", f"env={FAST}", "-e", "bench_prompts=0", "--yes",
+                 config=cfg, timeout=300).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "eaglebot", "--config", str(cfg), "sweep", "relaunch", "-H",
+                             "gpu-01", "spec_topk=2,4,8", "spec_steps=5", "spec_draft_tokens=8", "bench_prompts=4",
+                             "bench_output_len=16", "--yes"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=cfg.parent)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if db_path.exists() and sqlite3.connect(db_path).execute(
+                    "select 1 from runs c join runs s on c.parent_run_id = s.id where s.playbook = 'sweep' "
+                    "and c.status = 'succeeded'").fetchone():
+                break
+            time.sleep(0.2)      # polling the store for the event, not a timed assertion
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM.value, err[-3000:]
+    db = sqlite3.connect(db_path)
+    sweep_id, status, error = db.execute("select id, status, error from runs where playbook = 'sweep'").fetchone()
+    assert status == "failed" and "interrupted; the config that ran before (run #1's inputs) was relaunched" in error
+    last, parent, inputs = db.execute("select id, parent_run_id, inputs from runs where playbook = 'relaunch' and "
+                                      "status = 'succeeded' order by id desc limit 1").fetchone()
+    assert parent == sweep_id and {k: int(json.loads(inputs)[k]) for k in FOUND} == FOUND
+    launch, = db.execute("select summary from steps where run_id = ? and name = 'launch SGLang'", [last]).fetchone()
+    assert "steps=3 topk=1 draft_tokens=4" in launch
+
+
+def test_a_sigkilled_sweep_is_finished_by_the_next_run_on_its_host(remote):
+    h, cfg = remote
+    db_path = cfg.parent / "eagle.db"
+    found = [a for k, v in FOUND.items() for a in ("-e", f"{k}={v}")]
+    assert eagle("run", "relaunch", "-H", "gpu-01", *found, "-e", f"env={FAST}", "-e", "bench_prompts=0", "--yes",
+                 config=cfg, timeout=300).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "eaglebot", "--config", str(cfg), "sweep", "relaunch", "-H",
+                             "gpu-01", "spec_topk=2,4,8", "spec_steps=5", "spec_draft_tokens=8", "bench_prompts=4",
+                             "bench_output_len=16", "--yes"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=cfg.parent)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if db_path.exists() and sqlite3.connect(db_path).execute(
+                    "select 1 from runs c join runs s on c.parent_run_id = s.id where s.playbook = 'sweep' "
+                    "and c.status = 'succeeded'").fetchone():
+                break
+            time.sleep(0.2)      # polling the store for the event, not a timed assertion
+    finally:
+        proc.kill()
+        proc.wait(60)
+    res = eagle("run", "bench", "-H", "gpu-01", "-e", "num_prompts=2", "-e", "output_len=8", "-e", "input_len=32",
+                "--json", config=cfg, timeout=300)
+    doc = json.loads(res.stdout)
+    db = sqlite3.connect(db_path)
+    sweep_id, status = db.execute("select id, status from runs where playbook = 'sweep'").fetchone()
+    assert status == "interrupted"
+    said = [w for w in json.dumps(doc.get("warnings")).split('"') if f"sweep run #{sweep_id}" in w]
+    assert said and "the config that ran before (run #1's inputs) was relaunched by run #" in said[0], doc
+    last, parent, inputs = db.execute("select id, parent_run_id, inputs from runs where playbook = 'relaunch' and "
+                                      "status = 'succeeded' order by id desc limit 1").fetchone()
+    assert parent == sweep_id and last < doc["run_id"] and {k: int(json.loads(inputs)[k]) for k in FOUND} == FOUND

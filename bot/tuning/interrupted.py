@@ -1,6 +1,7 @@
 """An experiment whose process was killed (SIGKILL, a lost machine) cannot restore anything
-itself. A tuning (or a sweep) leaves the server on its last cell (point). The store's recovery marks its run `interrupted`; the next run
-that changes that host (`Engine.pre_run_hooks`) first relaunches the config the tuning found
+itself. A tuning (or a sweep) leaves the server on its last cell (point). The store's recovery
+marks its run `interrupted`; the next run that changes that host (`Engine.pre_run_hooks`) first
+relaunches the config the tuning found
 running, as the tuning's own restore does (tune_apply.restore: a `restore` step on the tuning's
 run, a relaunch whose parent is the tuning), and says so in its warnings. Once per tuning (an
 event marks it before the relaunch, whose own start passes this hook). A host some other run
@@ -26,8 +27,8 @@ from eaglebot.tuning.tune_apply import Who, restore
 from eaglebot.tuning.tune_model import Measurement, label
 from eaglebot.tuning.tune_record import TuneRecord
 
-FINISHED = "tune_finished"   # the event kind that says an interrupted tuning was taken care of
-_LOOKBACK = 5                # the newest interrupted tunings of a host looked at
+FINISHED = "experiment_finished"  # the event kind that says an interrupted experiment was taken care of
+_LOOKBACK = 20               # the newest interrupted runs of each kind looked at
 
 
 @dataclass
@@ -38,21 +39,32 @@ class _Target:
 
 
 async def finish_interrupted(engine: Engine, req: RunRequest, hosts: list[str]) -> list[str]:
-    """The engine's pre-run hook: finish each interrupted tuning on `hosts`; what was done, said."""
+    """The engine's pre-run hook: finish each interrupted experiment on `hosts`; what was done, said.
+    Every run that locks a host pays three reads of the store (by playbook: the runs' index),
+    whatever the number of hosts."""
+    finish = {"tune": _finish_tune, "sweep": _finish_sweep, "draft-repair": _finish_repair}
+    wanted = set(hosts)
+    found = [r for kind in finish for r in await engine.store.history(playbook=kind, status="interrupted",
+                                                                      limit=_LOOKBACK)
+             if wanted & set(r["hosts"])]
+    if not found:
+        return []
+    found.sort(key=lambda r: -r["id"])
+    done = {e["run_id"] for e in await engine.store.events(FINISHED, limit=1000)}
     said: list[str] = []
-    for host in hosts:
-        for kind, finish in (("tune", _finish_tune), ("sweep", _finish_sweep), ("draft-repair", _finish_repair)):
-            for run in await engine.store.history(playbook=kind, host=host, status="interrupted", limit=_LOOKBACK):
-                if any(e["run_id"] == run["id"] for e in await engine.store.events(FINISHED, limit=200)):
-                    continue
-                await engine.store.add_event(run["id"], FINISHED, f"finishing interrupted {kind} run #{run['id']}")
-                what = f"{kind} run #{run['id']} on {host} was interrupted (its process is gone)"
-                since = [r["id"] for r in await engine.store.history(host=host, limit=50)
-                         if r["id"] > run["id"] and r["parent_run_id"] != run["id"]]
-                msg = (f"{what}; run #{min(since)} changed {host} since, so it is left as that run left it" if since
-                       else await finish(engine, req, run, host, what))
-                await engine.store.add_event(run["id"], FINISHED, msg)
-                said.append(msg)
+    for run in reversed(found):                       # oldest first: a later one's restore is the newer state
+        if run["id"] in done:
+            continue
+        host = run["hosts"][0]
+        kind = run["playbook"]
+        await engine.store.add_event(run["id"], FINISHED, f"finishing interrupted {kind} run #{run['id']}")
+        what = f"{kind} run #{run['id']} on {host} was interrupted (its process is gone)"
+        since = [r["id"] for r in await engine.store.history(host=host, limit=50)
+                 if r["id"] > run["id"] and r["parent_run_id"] != run["id"]]
+        msg = (f"{what}; run #{min(since)} changed {host} since, so it is left as that run left it" if since
+               else await finish[kind](engine, req, run, host, what))
+        await engine.store.add_event(run["id"], FINISHED, msg)
+        said.append(msg)
     return said
 
 

@@ -21,6 +21,8 @@ FAST = json.dumps({"EAGLE_SIM_LOAD_S": "0.05", "EAGLE_SIM_WARMUP_S": "0.05"})
 FOUND = {"spec_steps": 3, "spec_topk": 1, "spec_draft_tokens": 4}       # the config the tuning finds running
 TUNE = ["tune", "relaunch", "-H", "gpu-01", "--batch-sizes", "1", "--steps", "5-7", "--topk", "1",
         "--repeats", "1", "--prompts", "4", "--output-len", "16", "-e", f"env={FAST}"]
+# The next run that changes the host after a SIGKILL: a small benchmark.
+BENCH = ["run", "bench", "-H", "gpu-01", "-e", "num_prompts=2", "-e", "output_len=8", "-e", "input_len=32", "--json"]
 
 
 @pytest.fixture
@@ -129,7 +131,8 @@ def test_a_draft_repair_sigtermed_mid_attempt_restores_the_config_and_the_server
     steps = {n: (i, s) for i, n, s in db.execute("select id, name, status from steps where run_id = ?", [run_id])}
     assert draft_cfg.read_bytes() == original
     assert steps["restore the draft's config if the run stopped early"][1] == "changed"
-    revert, launch = steps["restore the draft's config if the run stopped early"], steps["restore: launch on the restored config"]
+    revert = steps["restore the draft's config if the run stopped early"]
+    launch = steps["restore: launch on the restored config"]
     assert launch[1] == "changed" and revert[0] < launch[0]          # relaunched after the config was put back
     assert "choose the best" not in steps or steps["choose the best"][1] == "skipped"
 
@@ -149,7 +152,7 @@ def test_a_sigkilled_tune_is_finished_by_the_next_run_on_its_host(remote):
     finally:
         proc.kill()
         proc.wait(60)
-    res = eagle("run", "bench", "-H", "gpu-01", "-e", "num_prompts=2", "-e", "output_len=8", "-e", "input_len=32", "--json", config=cfg, timeout=300)
+    res = eagle(*BENCH, config=cfg, timeout=300)
     doc = json.loads(res.stdout)
     db = sqlite3.connect(db_path)
     tune_id, status = db.execute("select id, status from runs where playbook = 'tune'").fetchone()
@@ -164,7 +167,7 @@ def test_a_sigkilled_tune_is_finished_by_the_next_run_on_its_host(remote):
                                          [relaunch]).fetchone()
     assert parent == tune_id and rstatus == "succeeded" and relaunch > cell_run and relaunch < doc["run_id"]
     assert {k: int(json.loads(inputs)[k]) for k in FOUND} == FOUND
-    again = eagle("run", "bench", "-H", "gpu-01", "-e", "num_prompts=2", "-e", "output_len=8", "-e", "input_len=32", "--json", config=cfg, timeout=300)
+    again = eagle(*BENCH, config=cfg, timeout=300)
     assert f"tune run #{tune_id}" not in again.stdout                 # finished once
 
 
@@ -191,8 +194,7 @@ def test_a_sigkilled_draft_repair_is_finished_by_the_next_run_on_its_host(remote
         proc.kill()
         proc.wait(60)
     assert draft_cfg.read_bytes() != original                         # left on attempt 1's list
-    res = eagle("run", "bench", "-H", "gpu-01", "-e", "num_prompts=2", "-e", "output_len=8", "-e", "input_len=32",
-                "--json", config=cfg, timeout=300)
+    res = eagle(*BENCH, config=cfg, timeout=300)
     doc = json.loads(res.stdout)
     db = sqlite3.connect(db_path)
     repair, status = db.execute("select id, status from runs where playbook = 'draft-repair'").fetchone()
@@ -259,8 +261,7 @@ def test_a_sigkilled_sweep_is_finished_by_the_next_run_on_its_host(remote):
     finally:
         proc.kill()
         proc.wait(60)
-    res = eagle("run", "bench", "-H", "gpu-01", "-e", "num_prompts=2", "-e", "output_len=8", "-e", "input_len=32",
-                "--json", config=cfg, timeout=300)
+    res = eagle(*BENCH, config=cfg, timeout=300)
     doc = json.loads(res.stdout)
     db = sqlite3.connect(db_path)
     sweep_id, status = db.execute("select id, status from runs where playbook = 'sweep'").fetchone()

@@ -271,3 +271,4 @@ def test_a_sigkilled_sweep_is_finished_by_the_next_run_on_its_host(remote):
     last, parent, inputs = db.execute("select id, parent_run_id, inputs from runs where playbook = 'relaunch' and "
                                       "status = 'succeeded' order by id desc limit 1").fetchone()
     assert parent == sweep_id and last < doc["run_id"] and {k: int(json.loads(inputs)[k]) for k in FOUND} == FOUND
+

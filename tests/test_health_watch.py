@@ -105,6 +105,19 @@ def test_the_breaker_holds_back_a_quarantine_and_a_hung_probe_clears_nothing():
     assert fh.decide([fh.Row(0, "drained", 5)], [], told=True, clear_after=1, may_quarantine=True).transitions == []
 
 
+def test_a_repeated_xid_is_never_a_clean_probe_and_quarantines_a_gpu_on_probation():
+    again = [fh.Finding(0, "fail", "Xid 79", again=True)]
+    held = fh.decide([fh.Row(0, "quarantined", 1)], again, told=True, clear_after=2, may_quarantine=True)
+    assert held.transitions == [] and held.clean == {0: 0}
+    drained = fh.decide([fh.Row(0, "drained", 1, actor=fh.ACTOR)], again, told=True, clear_after=2, may_quarantine=True)
+    assert not drained.resume and drained.clean == {0: 0}
+    resuming = fh.decide([fh.Row(0, "resuming", 1)], again, told=True, clear_after=2, may_quarantine=True)
+    assert [(t.gpu, t.state) for t in resuming.transitions] == [(0, "quarantined")]
+    warn_again = [fh.Finding(0, "warn", "Xid 13", again=True)]
+    assert fh.decide([fh.Row(0, "healthy", 0)], warn_again, told=True, clear_after=2, may_quarantine=True).transitions == []
+    assert fh.decide([fh.Row(0, "suspect", 1)], warn_again, told=True, clear_after=2, may_quarantine=True).clean == {0: 0}
+
+
 # -- the watch over sshd -----------------------------------------------------------------------
 
 async def test_an_xid_79_quarantines_the_host_refuses_a_relaunch_and_clears_after_clean_probes(
@@ -155,10 +168,11 @@ async def test_faults_on_6_of_16_hosts_quarantine_4_and_alert_all_6(services, ss
 async def test_xid_13_five_times_within_the_window_turns_warn_into_fail(services, sshd, remote_dir):
     hosts, st = fleet(remote_dir, 1, sshd)
     svc, w, _ = await open_watch(services, hosts, xid={"13": {"severity": "warn", "fail_after": 5, "window_s": 3600}})
-    gpu_state.set_kernel_log(st["gpu-01"], [xid13(100.0 + i) for i in range(4)])
+    t = gpu_state.uptime_s() - 60                 # a minute ago: the window counts by the Xids' own time
+    gpu_state.set_kernel_log(st["gpu-01"], [xid13(t + i) for i in range(4)])
     await w.round()
     assert states(await svc.store.health_states("gpu-01")) == {("gpu-01", 0): "suspect"}
-    gpu_state.set_kernel_log(st["gpu-01"], [xid13(100.0 + i) for i in range(5)])
+    gpu_state.set_kernel_log(st["gpu-01"], [xid13(t + i) for i in range(5)])
     [r] = await w.round()
     assert [(g, to) for g, _, to, _ in r.transitions] == [(0, "quarantined")]
     assert "5 times within 3600s" in r.transitions[0][3]

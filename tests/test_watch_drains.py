@@ -6,6 +6,8 @@ once that it left them."""
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime
 from pathlib import Path
 
 from gpu_helpers import PY
@@ -14,6 +16,7 @@ from sshd import chown_to
 from eaglebot.engine.fleet_hook import watch_actions
 from eaglebot.engine.health_watch import HealthWatch, HostReport
 from eaglebot.engine.runner import RunRequest
+from eaglebot.frontends.fleet_text import fleet_xids
 from eaglebot.sim import cluster as sim_cluster
 from eaglebot.sim import gpu_state, install_sim_bin
 
@@ -155,3 +158,33 @@ async def test_a_cordon_the_watch_made_is_annotated_and_uncordoned_once_clean(se
         await w.round()
     assert _cluster(state)["k8s"]["nodes"]["gpu-01"] == {"unschedulable": False, "annotations": {}}
     assert len(_resumes(state)) == 1
+
+
+def _xid79(ts: float) -> str:
+    return f"[{ts:12.6f}] NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python, GPU has fallen off the bus."
+
+
+async def test_an_xid_79_every_probe_keeps_the_host_quarantined_and_drained(services, sshd, remote_dir):
+    """Issue 46 item 7: a probe that reads a new fatal Xid for a GPU is never a clean one, so a GPU
+    that keeps failing through three clear windows is neither cleared nor resumed; once the lines
+    stop, `clear_after` clean probes resume the watch's drain. Each Xid keeps the kernel's time."""
+    hosts, state = _host(sshd, remote_dir, "slurm")
+    svc, w, reports = await _watch(services, hosts)
+    t0 = time.time()
+    base = gpu_state.uptime_s() - 600                    # stamped ten minutes ago by the kernel
+    lines = list(gpu_state.KERNEL_LOG)
+    for i in range(6):                                   # clear_after is 2: three windows' worth
+        lines.append(_xid79(base + i))
+        gpu_state.set_kernel_log(state, lines)
+        await w.round()
+        held = await svc.store.health_held("gpu-01")
+        assert held is not None and held["state"] in ("quarantined", "drained"), held
+    assert _cluster(state)["slurm"]["gpu-01"]["drain"] is True and _resumes(state) == []
+    events = await svc.store.health_events("gpu-01")
+    assert not [e for e in events if e["kind"] == "transition" and e["to_state"] in ("healthy", "resuming")]
+    xids = fleet_xids(events)
+    assert [x["code"] for x in xids] == [79] * 6
+    assert all(datetime.fromisoformat(x["at"].replace("Z", "+00:00")).timestamp() < t0 - 500 for x in xids)
+    for _ in range(2):                                   # the lines stop: two clean probes resume the drain
+        await w.round()
+    assert _cluster(state)["slurm"]["gpu-01"]["drain"] is False and len(_resumes(state)) == 1

@@ -11,6 +11,9 @@ is tested without a host:
   and drops it if it does not;
 - a `warn` makes a GPU suspect; a probe without findings counts towards `clear_after`, and a
   probe that could not tell (hung) counts for nothing;
+- a finding `again` (an Xid this boot already opened an incident for) opens nothing on a
+  healthy GPU unless it is fatal, but it is a finding everywhere else: the probe that reads it
+  is never clean for that GPU, a fatal one quarantines a resuming GPU again;
 - `expected` (application Xids in the bot's own teardown) marks a GPU that had no finding and
   holds nothing; a recovery event (the driver's recovery action back to None) clears at once;
 - a drained host is never cleared by probes: once its GPUs read clean for `clear_after`
@@ -41,6 +44,7 @@ class Finding:
     level: str                  # warn or fail
     reason: str
     needs_second: bool = False  # a `fail` that quarantines only once a second probe agrees
+    again: bool = False         # a repeat of an open incident's finding (the same Xid, GPU and boot)
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,9 @@ def decide(rows: list[Row], findings: list[Finding], *, told: bool, clear_after:
     pend: set[int] = set()
     by_gpu: dict[int, list[Finding]] = {}
     for f in findings:
+        state = now[f.gpu].state if f.gpu in now else "healthy"
+        if f.again and state in OPEN_FROM and (f.level != "fail" or f.needs_second):
+            continue                    # no incident open: a repeat opens none (one incident per boot)
         by_gpu.setdefault(f.gpu, []).append(f)
     for gpu, mine in sorted(by_gpu.items()):
         r = now.get(gpu)

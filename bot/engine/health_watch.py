@@ -49,6 +49,8 @@ _NOT_INSTALLED = (126, 127)
 # The watch's thresholds: a pending row remap is a GPU to take out until it is reset.
 THRESHOLDS = hf.Thresholds(remap_pending="fail")
 WATCH_QUERY = hf.health_fact(hf.WATCH_FIELDS)
+# The host's newest events read to find whether its drain was noted (Xids read meanwhile are events too).
+_NOTE_LOOKBACK = 1000
 
 
 @dataclass
@@ -274,11 +276,22 @@ class HealthWatch:
                 report.transitions.append((t.gpu, was, t.state, t.reason))
         for gpu, n in d.clean.items():
             await self.store.health_set_clean(p.host, gpu, n)
-        for gpu, by in d.left:
-            r = before[gpu]
-            note = (f"left {r.state}: the GPUs read clean for {self.cfg.clear_after} probes, but the drain is "
-                    f"{by}'s, not the watch's; `eagle run resume -H {p.host}` puts it back")
+        if d.left and not await self._said_left(p.host):
+            gpu = d.left[0][0]
+            owners = " and ".join(sorted({by for _, by in d.left}))
+            note = (f"left {before[gpu].state}: the GPUs read clean for {self.cfg.clear_after} probes, but the drain is "
+                    f"{owners}'s, not the watch's; `eagle run resume -H {p.host}` puts it back")
             await self.store.health_note(p.host, gpu, note, fh.ACTOR)
             report.notes.append((gpu, note))
         await self.store.health_set_cursor(p.host, p.cursor, p.status)
         return report
+
+    async def _said_left(self, host: str) -> bool:
+        """The watch said it left this host's drain since the drain (or its takeover) began:
+        the note is said once per drain, for the host, however many GPU rows or clean streaks."""
+        for e in await self.store.health_events(host, limit=_NOTE_LOOKBACK):
+            if e["kind"] == "note" and (e["reason"] or "").startswith("left "):
+                return True
+            if e["kind"] == "takeover" or (e["kind"] == "transition" and e["to_state"] in fh.DRAINED):
+                return False
+        return False

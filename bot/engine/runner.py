@@ -34,12 +34,15 @@ if TYPE_CHECKING:
     from eaglebot.store.protocol_async import AsyncEngineStore
 
 # Names the front ends and tests import from here, the engine's one entry point.
-__all__ = ["Approver", "Engine", "HEARTBEAT_S", "Observer", "PostRunHook", "RunOutcome", "RunRequest",
-           "StepRecord", "plain_name", "takes_locks"]
+__all__ = ["Approver", "Engine", "HEARTBEAT_S", "Observer", "PostRunHook", "PreRunHook", "RunOutcome",
+           "RunRequest", "StepRecord", "plain_name", "takes_locks"]
 
 log = logging.getLogger("eaglebot.engine")
 
 PostRunHook = Callable[["Engine", RunOutcome, Playbook], Awaitable[list[Regression]]]
+# Before a run that changes its hosts: what an interrupted experiment left there is finished
+# first (tuning/interrupted.py); each sentence returned is a warning of the run.
+PreRunHook = Callable[["Engine", RunRequest, list[str]], Awaitable[list[str]]]
 
 CANCEL_POLL_S = 1.0
 HEARTBEAT_S = 10.0   # a sign of life (elapsed time, last output line) while a step runs longer
@@ -61,6 +64,7 @@ class Engine(StepRunner):
         self.pool = pool or TransportPool(settings)
         self.redactor = redactor or Redactor(settings.redact)
         self.post_run_hooks: list[PostRunHook] = []
+        self.pre_run_hooks: list[PreRunHook] = []
         # Observers of every run of this engine besides its own (`eagle serve`'s log lines, metrics).
         self.watchers: list[Observer] = []
         self._cancel_events: dict[int, asyncio.Event] = {}
@@ -167,6 +171,8 @@ class Engine(StepRunner):
         if self._unfinished or self._unreleased:
             await self._retry_unrecorded()
         lock = prep.hosts if not req.dry_run and takes_locks(prep.playbook, self.registry) else []
+        for hook in self.pre_run_hooks if lock else []:
+            prep.warnings += await hook(self, req, lock)
         try:
             run_id = await self._create(req, prep, lock)
         except HostBusy as e:

@@ -8,9 +8,12 @@ become findings by the Xid policy (`health_watch.xid`), deduplicated by (host, G
 - Fatal classes (facts/xid.py AT_ONCE_XIDS) act at once; a `fail` reached by `fail_after`
   occurrences acts at once too (the occurrences are the agreeing readings); any other `fail`
   Xid waits for a second probe.
-- The same Xid on the same GPU in the same boot is one finding (each line still an event, and
+- The same Xid on the same GPU in the same boot is one incident (each line still an event, and
   still counted towards `fail_after`); a recovery event (Xid 154: the driver's recovery action back
-  to None) ends it, so a later one is a new finding.
+  to None) ends it, so a later one is a new finding. A repeat is still a finding `again`: it
+  opens nothing on a healthy GPU, but the probe that reads it is not clean for that GPU (a GPU
+  that keeps failing is never cleared), and a fatal one quarantines a GPU on probation again.
+- Each Xid is recorded with its own time (the kernel's), not the probe's.
 """
 from __future__ import annotations
 
@@ -74,36 +77,36 @@ async def judge_xids(store: AsyncServiceState, host: str, xids: list[tuple[int, 
     now = datetime.now(timezone.utc)
     counts: dict[tuple[int, int], int] = {}
     for gpu, x in xids:
-        w = window_at(ws, xid_time(at, x, uptime_s))
+        t = xid_time(at, x, uptime_s)
+        when = _iso(datetime.fromtimestamp(t, timezone.utc))
+        w = window_at(ws, t)
         if x.recovered:
             out.recovery.add(gpu)
             seen.recovered(gpu)
             await store.health_record_xid(host, gpu, x.code, f"{x.line()}: recovery action back to None",
-                                          window=w.kind)
+                                          window=w.kind, at=when)
             continue
         mine = x.code in expected_codes and w.kind == "teardown"
         await store.health_record_xid(host, gpu, x.code, x.line() + (" (expected)" if mine else ""), window=w.kind,
-                                      expected=mine)
+                                      expected=mine, at=when)
         if mine:
             counts[(gpu, x.code)] = counts.get((gpu, x.code), 0) + 1
             codes = ", ".join(f"Xid {c}" + (f" x{n}" if n > 1 else "") for (g, c), n in sorted(counts.items())
                               if g == gpu)
             out.expected[gpu] = f"{codes} during the bot's own teardown (run #{w.run_id}): expected"
             continue
-        f = await _finding(store, host, gpu, x, policy.get(x.code), now, first=seen.first(boot_id, gpu, x.code))
-        if f is not None:
-            out.findings.append(f)
+        out.findings.append(await _finding(store, host, gpu, x, policy.get(x.code), now,
+                                           first=seen.first(boot_id, gpu, x.code)))
     return out
 
 
 async def _finding(store: AsyncServiceState, host: str, gpu: int, x: xf.Xid, rule: XidRule | None, now: datetime,
-                   *, first: bool) -> fh.Finding | None:
+                   *, first: bool) -> fh.Finding:
     level = rule.severity if rule else x.severity
     if rule is not None and level == "warn" and rule.fail_after:
         n = await store.health_xid_count(host, gpu, x.code, _iso(now - timedelta(seconds=rule.window_s)))
         if n >= rule.fail_after:
             return fh.Finding(gpu, "fail", f"{x.line()}: {n} times within {rule.window_s:g}s")
-    if not first:              # the same Xid on the same GPU this boot: one finding, already made
-        return None
     at_once = x.code in xf.AT_ONCE_XIDS if rule is None or rule.at_once is None else rule.at_once
-    return fh.Finding(gpu, level, x.line(), needs_second=level == "fail" and not at_once)
+    # The same Xid on the same GPU this boot: the incident is open already; `again` keeps it open.
+    return fh.Finding(gpu, level, x.line(), needs_second=level == "fail" and not at_once, again=not first)

@@ -111,9 +111,12 @@ class Services:
 
 def _install_hooks(engine: Engine) -> None:
     """Post-run checks every front end gets (history-based regression detection; the drain
-    skills' effect on the health watch's state)."""
+    skills' effect on the health watch's state), and the pre-run one: an interrupted tuning's
+    host is restored before the next run changes it."""
     from eaglebot.engine.fleet_hook import fleet_hook
     from eaglebot.history.hook import history_hook
+    from eaglebot.tuning.interrupted import finish_interrupted
 
     engine.post_run_hooks.append(history_hook)
     engine.post_run_hooks.append(fleet_hook)
+    engine.pre_run_hooks.append(finish_interrupted)

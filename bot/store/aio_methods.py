@@ -442,9 +442,9 @@ class AsyncMethods:
         return await self._do(self.sync.health_silence, host, gpu, until, by)
 
     async def health_record_xid(self, host: str, gpu: int, code: int, reason: str,
-            window: str | None = None, expected: bool = False) -> None:
+            window: str | None = None, expected: bool = False, at: str | None = None) -> None:
         """An Xid the watch read from a host's kernel log (each one once), with the lifecycle"""
-        return await self._do(self.sync.health_record_xid, host, gpu, code, reason, window, expected)
+        return await self._do(self.sync.health_record_xid, host, gpu, code, reason, window, expected, at)
 
     async def health_note(self, host: str, gpu: int, reason: str, actor: str, kind: str = "note") -> None:
         """Something the watch said about one host's GPU without changing its state (it left a"""

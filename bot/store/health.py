@@ -74,14 +74,15 @@ class HealthMixin(StoreBase):
             return True
 
     def health_record_xid(self, host: str, gpu: int, code: int, reason: str, window: str | None = None,
-                          expected: bool = False) -> None:
+                          expected: bool = False, at: str | None = None) -> None:
         """An Xid the watch read from a host's kernel log (each one once), with the lifecycle
         window it fell in; `expected`: an application's Xid in the bot's own teardown (kind
-        `xid_expected`, never counted towards a rule's fail_after)."""
+        `xid_expected`, never counted towards a rule's fail_after); `at`: the Xid's own time (ISO,
+        from the kernel's timestamp), else now."""
         with self._tx():
             insert(self.db, "health_events", {"host": host, "gpu": gpu, "kind": "xid_expected" if expected else "xid",
                                               "code": code, "from_state": window, "to_state": None,
-                                              "reason": reason, "actor": "health-watch", "at": now_iso()})
+                                              "reason": reason, "actor": "health-watch", "at": at or now_iso()})
 
     def health_note(self, host: str, gpu: int, reason: str, actor: str, kind: str = "note") -> None:
         """Something the watch said about one host's GPU without changing its state (it left a

@@ -137,7 +137,7 @@ class AsyncHealthFace(Protocol):
         ...
 
     async def health_record_xid(self, host: str, gpu: int, code: int, reason: str,
-            window: str | None = None, expected: bool = False) -> None:
+            window: str | None = None, expected: bool = False, at: str | None = None) -> None:
         """An Xid the watch read from a host's kernel log (each one once), with the lifecycle"""
         ...
 

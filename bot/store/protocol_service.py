@@ -148,10 +148,11 @@ class HealthFace(Protocol):
         ...
 
     def health_record_xid(self, host: str, gpu: int, code: int, reason: str, window: str | None = None,
-            expected: bool = False) -> None:
+            expected: bool = False, at: str | None = None) -> None:
         """An Xid the watch read from a host's kernel log (each one once), with the lifecycle
         window it fell in; `expected`: an application's Xid in the bot's own teardown (kind
-        `xid_expected`, never counted towards a rule's fail_after)."""
+        `xid_expected`, never counted towards a rule's fail_after); `at`: the Xid's own time (ISO,
+        from the kernel's timestamp), else now."""
         ...
 
     def health_note(self, host: str, gpu: int, reason: str, actor: str, kind: str = "note") -> None:

@@ -7,6 +7,7 @@ only the points that have not finished.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -162,13 +163,37 @@ async def run_points(engine: Engine, sweep_id: int, *, actor: str, origin: str, 
             assume_yes=assume_yes, channel=channel, parent_run_id=parent.run_id)
         await engine.store.finish_sweep(sweep_id, "finished", {"best": result["best"], "final": final})
     except BaseException as e:
-        await parent.close("sweep.result", False, f"sweep #{sweep_id} did not finish: {e}", error=str(e))
+        why = str(e) or type(e).__name__
+        if isinstance(e, asyncio.CancelledError):    # SIGINT/SIGTERM: put back what ran before the sweep
+            why = "interrupted; " + await restore_before(
+                engine, pb, sweep["host"], parent.run_id, actor=actor, origin=origin, observer=observer,
+                approver=approver, assume_yes=assume_yes, channel=channel)
+        await parent.close("sweep.result", False, f"sweep #{sweep_id} did not finish: {why}", error=why)
         raise
     best = result["best"]
     metrics = [Metric(THROUGHPUT, float(best["output_throughput"]), "tok/s", "higher")] \
         if best and best.get("output_throughput") is not None else None
     await parent.close("sweep.result", True, f"sweep #{sweep_id}: {final['state']}", metrics=metrics)
     return await summary(engine, sweep_id)
+
+
+async def restore_before(engine: Engine, pb: Playbook, host: str, parent_run_id: int, *, actor: str, origin: str,
+                         observer: Observer | None, approver: Approver | None, assume_yes: bool,
+                         channel: str | None) -> str:
+    """An interrupted sweep relaunches what ran before it: the inputs of the newest run of PLAYBOOK
+    on the host that succeeded before the sweep's run and was no experiment's point (without its
+    benchmark). Returns what it did, as a sentence."""
+    rows = await engine.store.history(playbook=pb.name, host=host, limit=50, status="succeeded", top_level=True)
+    prev = next((r for r in rows if r["id"] < parent_run_id), None)
+    if prev is None:
+        return f"no {pb.name} run on {host} before the sweep to restore: the host is as the last point left it"
+    inputs = {k: v for k, v in (prev["inputs"] or {}).items() if k not in REPEAT_INPUTS}
+    if "bench_prompts" in pb.inputs:
+        inputs["bench_prompts"] = "0"
+    res = await run_point(engine, pb, host, inputs, actor=actor, origin=origin, observer=observer, approver=approver,
+                          assume_yes=assume_yes, channel=channel, parent_run_id=parent_run_id)
+    return (f"the config that ran before (run #{prev['id']}'s inputs) was relaunched by run #{res.run_id}: "
+            f"{res.status}")
 
 
 async def leave_on_best(engine: Engine, pb: Playbook, result: dict[str, Any], *, actor: str, origin: str,

@@ -14,6 +14,7 @@ asks for one, then relaunches PLAYBOOK with the result; `eagle tune apply RUN` d
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import statistics
@@ -307,7 +308,29 @@ async def run_tuning(engine: Engine, req: TuneRequest, *, actor: str, origin: st
     rec = await TuneRecord.open(engine, playbook=pb.name, host=req.host, spec=req.spec(), actor=actor, origin=origin,
                                 channel=channel, schedule=schedule)
     c = Ctx(engine, req, pb, rec, actor, origin, observer, approver, assume_yes, channel)
-    current = await _current(c)
+    who = Who(actor, origin, observer, approver, assume_yes, channel, rec.run_id)
+    current: Measurement | None = None
+    try:
+        current = await _current(c)
+        return await _tune(c, cells, current, who, t0)
+    except asyncio.CancelledError:   # SIGINT/SIGTERM (the CLI cancels it): put back what ran, then go
+        await _interrupted(c, current, who)
+        raise
+
+
+async def _interrupted(c: Ctx, current: Measurement | None, who: Who) -> None:
+    """An interrupted tuning relaunches the config found running (restore) and ends `cancelled`."""
+    result: dict[str, Any] = {"interrupted": True}
+    if current is not None:
+        result["restored"] = await restore(c.engine, c.rec, c.pb, c.req, current, who)
+    said = ("the config found running was relaunched" if (result.get("restored") or {}).get("ok") else
+            "the config found running could not be relaunched" if current is not None else
+            "no server was found running: nothing to restore")
+    await c.rec.finish("cancelled", 130, result, f"interrupted: {said}")
+
+
+async def _tune(c: Ctx, cells: list[Cell], current: Measurement | None, who: Who, t0: float) -> dict[str, Any]:
+    engine, req, pb, rec = c.engine, c.req, c.pb, c.rec
     sizes = req.batch_sizes
     plan = Plan(sizes, cells, req.max_launches or default_launches(len(cells), len(sizes)), req.budget_s,
                 reserve=1 if len(sizes) > 1 else 0, current=current)
@@ -340,7 +363,6 @@ async def run_tuning(engine: Engine, req: TuneRequest, *, actor: str, origin: st
         (f"; caveat: {result['caveat']}" if result.get("caveat") else "")
     await rec.step("choose", "tune.choose", "ok" if ok else "failed", summary, data=result, metrics=metrics)
     status, code, error = ("succeeded", 0, None) if ok else ("failed", 1, res.stopped or "nothing was measured")
-    who = Who(actor, origin, observer, approver, assume_yes, channel, rec.run_id)
     if ok and req.apply and deploy is not None:
         applied = await apply(engine, rec, pb, req, deploy, current, who)
         result["applied"] = applied

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Coroutine, Iterator, TypeVar
 
 from eaglebot.errors import UsageError
 
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from eaglebot.store import Store
     from eaglebot.store.protocol import RunsFace
     from eaglebot.store.rows import RunRow
+
+T = TypeVar("T")
 
 
 def settings(args: argparse.Namespace) -> Settings:
@@ -146,3 +148,37 @@ def known_run(store: RunsFace, run_id: int) -> RunRow:
     if run is None:
         raise UsageError(f"no run #{run_id}")
     return run
+
+
+def run_interruptible(main: Coroutine[Any, Any, T], what: str) -> T:
+    """`asyncio.run(main)` for an experiment (tune, sweep, bisect): SIGINT or SIGTERM (a service
+    restart) cancels `main`, so its cleanup (`what`: restoring the server) runs before the exit;
+    a second signal cancels the cleanup too. Interrupted, it exits 128 + the signal's number."""
+    import asyncio
+    import signal
+
+    async def go() -> T:
+        task = asyncio.ensure_future(main)
+        loop = asyncio.get_running_loop()
+        got: list[signal.Signals] = []
+
+        def on_signal(sig: signal.Signals) -> None:
+            got.append(sig)
+            if len(got) == 1:
+                print(f"{sig.name}: {what}; interrupt again to abort", file=sys.stderr, flush=True)
+            task.cancel()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if not got:
+                raise
+            err(f"interrupted by {got[0].name}")
+            raise SystemExit(128 + got[0].value) from None
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    return asyncio.run(go())

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglebot.errors import UsageError
-from eaglebot.frontends.cli.common import no_store_text, settings, whoami
+from eaglebot.frontends.cli.common import no_store_text, run_interruptible, settings, whoami
 from eaglebot.frontends.cli.tuning_cmds import _approver, _audited, _out
 
 
@@ -74,8 +74,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         finally:
             await svc.close()
 
-    import asyncio  # here, not at the top: eagle --help, history and show load no asyncio (tests/test_startup.py)
-    r = asyncio.run(go())
+    r = run_interruptible(go(), "stopping the tuning and relaunching the config found running")
     if past:
         if args.json:
             _out(r)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglebot.errors import UsageError
-from eaglebot.frontends.cli.common import no_store_text, read_store, settings, whoami
+from eaglebot.frontends.cli.common import no_store_text, read_store, run_interruptible, settings, whoami
 
 # Only argparse wiring at import time: `eagle --help` and the other commands must not pay
 # for the engine, numpy or matplotlib (they load inside each command).
@@ -114,9 +114,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         finally:
             await svc.close()
 
-    import asyncio
-
-    r = asyncio.run(go())
+    r = run_interruptible(go(), f"stopping the bisect and leaving {args.host} in {args.leave.upper()}'s configuration")
     if args.json:
         _out(r)
     else:
@@ -165,9 +163,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         finally:
             await svc.close()
 
-    import asyncio
-
-    r = asyncio.run(go())
+    r = run_interruptible(go(), "stopping the sweep (`eagle sweep resume` finishes it)")
     axes = sw.plot_axes(r)
     png = None
     if axes and r["ranked"]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from eaglebot.errors import StepFailed
 from eaglebot.facts import draft_accept, procs, spec_live
-from eaglebot.sdk import SkillContext
+from eaglebot.sdk import SkillContext, path_for_shell
 from eaglebot.skills.lib import server
 
 PROMPTS = 2            # enough verify passes for a histogram; the launch waits for them
@@ -35,7 +35,7 @@ SKILLS = ["server.launch", "bench.serving"]
 
 async def own_accept(ctx: SkillContext, key: dict[str, Any]) -> float | None:
     """This draft's newest earlier `speculation` reading on this host under the same settings (`key`:
-    draft, algorithm, steps, topk, draft tokens) that was `on`: its accept length."""
+    draft and its config, algorithm, steps, topk, draft tokens) that was `on`: its accept length."""
     if ctx.audit is None or not key.get("draft"):
         return None
     for row in await ctx.audit.step_data_history(ctx.host_name, SKILLS, json.dumps(key["draft"]), 100, True):
@@ -50,18 +50,31 @@ async def own_accept(ctx: SkillContext, key: dict[str, Any]) -> float | None:
     return None
 
 
-def key(info: dict[str, Any]) -> dict[str, Any]:
-    """What makes two readings of a draft comparable."""
+def key(info: dict[str, Any], config_sha256: str | None = None) -> dict[str, Any]:
+    """What makes two readings of a draft comparable: the same draft with the same config.json (a
+    capture list other than before is another config, whose acceptance is its own: the probe
+    measures that drop), the same algorithm, steps, topk and draft tokens."""
     algorithm, steps = spec_live.resolved(info)
-    return {"draft": info.get("speculative_draft_model_path"), "algorithm": algorithm, "steps": steps,
-            "topk": info.get("speculative_eagle_topk"), "draft_tokens": info.get("speculative_num_draft_tokens")}
+    return {"draft": info.get("speculative_draft_model_path"), "draft_config_sha256": config_sha256,
+            "algorithm": algorithm, "steps": steps, "topk": info.get("speculative_eagle_topk"),
+            "draft_tokens": info.get("speculative_num_draft_tokens")}
+
+
+async def config_sha256(ctx: SkillContext, draft: Any) -> str | None:
+    """The SHA-256 of the draft folder's config.json on the host (None: no such file)."""
+    if not isinstance(draft, str) or not draft:
+        return None
+    res = await ctx.host.run(f"sha256sum {path_for_shell(draft.rstrip('/') + '/config.json')} 2>/dev/null; true",
+                             timeout=30)
+    digest = res.stdout.split()[0] if res.stdout.split() else ""
+    return digest if len(digest) == 64 else None
 
 
 async def check(ctx: SkillContext, python: str, base: str,
                 info: dict[str, Any]) -> tuple[spec_live.Verdict, dict[str, Any]]:
     """The reading of a speculative server and the `speculation` data the step registers."""
     stats = await probe(ctx, python, base, str(info.get("version") or "") or None)
-    k = key(info)
+    k = key(info, await config_sha256(ctx, info.get("speculative_draft_model_path")))
     own = await own_accept(ctx, k)
     v = spec_live.really_on(info, stats, own)
     ctx.log(v.summary)

@@ -60,7 +60,7 @@ def key(info: dict[str, Any], config_sha256: str | None = None) -> dict[str, Any
             "draft_tokens": info.get("speculative_num_draft_tokens")}
 
 
-async def config_sha256(ctx: SkillContext, draft: Any) -> str | None:
+async def config_sha256(ctx: SkillContext, draft: object) -> str | None:
     """The SHA-256 of the draft folder's config.json on the host (None: no such file)."""
     if not isinstance(draft, str) or not draft:
         return None

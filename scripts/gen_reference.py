@@ -97,6 +97,20 @@ def _section(ann: object) -> bool:
                for arg in (ann, *typing.get_args(ann)) for t in (arg, *typing.get_args(arg)))
 
 
+def _fields_table(what: str, model: type[BaseModel]) -> list[str]:
+    """A model's fields as a table: name, type, default, allowed values, meaning (a field that is a
+    settings section of its own says so for its default)."""
+    rows = [f"| {what} | type | default | allowed | meaning |", "|---|---|---|---|---|"]
+    for d in params_doc(model):
+        if model.model_fields[d.name].exclude:
+            continue
+        default = d.default.removeprefix("default: ")
+        if _section(model.model_fields[d.name].annotation):
+            default = "its section below" if default != "none" else "none (its section below)"
+        rows.append(f"| `{d.name}` | {_cell(d.type)} | {_cell(default)} | {_cell(d.allowed)} | {_cell(d.description)} |")
+    return rows
+
+
 def config() -> str:
     """eagle.yaml's keys, section by section, from the settings models."""
     out: list[str] = []
@@ -109,16 +123,7 @@ def config() -> str:
         doc = model.__dict__.get("__doc__")
         if doc:
             out.append(_cell(doc) + "\n")
-        out += ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
-        for d in params_doc(model):
-            if model.model_fields[d.name].exclude:
-                continue
-            default = d.default.removeprefix("default: ")
-            if _section(model.model_fields[d.name].annotation):
-                default = "its section below" if default != "none" else "none (its section below)"
-            out.append(f"| `{d.name}` | {_cell(d.type)} | {_cell(default)} "
-                       f"| {_cell(d.allowed)} | {_cell(d.description)} |")
-        out.append("")
+        out += [*_fields_table("key", model), ""]
     return "\n".join(out)
 
 
@@ -131,11 +136,7 @@ def skills() -> str:
         out.append(f"### `{name}`\n")
         first = (mod.__doc__ or "").strip().split("\n\n")[0]
         out.append(_cell(first) + "\n")
-        out += ["| parameter | type | default | allowed | meaning |", "|---|---|---|---|---|"]
-        for d in params_doc(mod.Params):
-            out.append(f"| `{d.name}` | {_cell(d.type)} | {_cell(d.default.removeprefix('default: '))} "
-                       f"| {_cell(d.allowed)} | {_cell(d.description)} |")
-        out.append("")
+        out += [*_fields_table("parameter", mod.Params), ""]
     return "\n".join(out)
 
 

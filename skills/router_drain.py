@@ -26,11 +26,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from eaglebot.errors import StepFailed
 from eaglebot.facts import ports
-from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult
+from eaglebot.sdk import Plan, SkillContext, StepResult
 from eaglebot.skills.lib import router as rt
 
 NAME = "router.drain"
@@ -39,29 +39,12 @@ NAME = "router.drain"
 _LOCKS: dict[str, asyncio.Lock] = {}
 
 
-class Params(SkillParams):
-    router: str = Field(description="the router's URL, e.g. http://10.0.0.5:30080 (host var `router`)")
-    worker_url: str | None = Field(None, description="this server as the router knows it (default http://BIND:PORT; "
-                                                     "http://HOST:PORT for a wildcard bind)")
-    port: int = Field(30000, ge=1, le=65535, description="the server's port")
-    bind: str = Field("127.0.0.1", description="the address the server listens on (relaunch's `bind`)")
-    python: str = Field("python3", description="the host's Python (an HTTP client where curl is missing)",
-                        json_schema_extra=HOST_PATH)
+class Params(rt.WorkerParams):
     drain_timeout_s: float = Field(300.0, gt=0, le=86400, description="how long the server's in-flight requests "
                                                                      "may take to finish")
     peer_timeout_s: float = Field(2400.0, ge=0, le=86400, description="how long to wait for another healthy worker "
                                                                      "in the router before taking this one out")
     poll_s: float = Field(0.5, gt=0, le=60, description="seconds between reads of the router and the server")
-
-    @field_validator("router")
-    @classmethod
-    def _router(cls, v: str) -> str:
-        return rt.check_url(v, "router")
-
-    @field_validator("worker_url")
-    @classmethod
-    def _worker(cls, v: str | None) -> str | None:
-        return None if v is None else rt.check_url(v, "worker_url")
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:

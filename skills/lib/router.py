@@ -20,9 +20,11 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import Field, field_validator
+
 from eaglebot.errors import HostUnreachable, StepFailed, TransportError
 from eaglebot.facts import ports
-from eaglebot.sdk import SkillContext
+from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams
 
 # GETs that may fail in a row on a dropped link before the error stands
 LINK_RETRIES = 3
@@ -152,3 +154,24 @@ async def in_flight(ctx: SkillContext, python: str, base: str) -> int | None:
     code, body = await call(ctx, python, "GET", f"{base}/metrics")
     found = _METRIC.findall(body) if code == 200 else []
     return int(sum(float(v) for v in found)) if found else None
+
+
+class WorkerParams(SkillParams):
+    """The parameters router.drain and router.add share: the router, and this host's server in it."""
+    router: str = Field(description="the router's URL, e.g. http://10.0.0.5:30080 (host var `router`)")
+    worker_url: str | None = Field(None, description="this server as the router knows it (default http://BIND:PORT; "
+                                                     "http://HOST:PORT for a wildcard bind)")
+    port: int = Field(30000, ge=1, le=65535, description="the server's port")
+    bind: str = Field("127.0.0.1", description="the address the server listens on (relaunch's `bind`)")
+    python: str = Field("python3", description="the host's Python (an HTTP client where curl is missing)",
+                        json_schema_extra=HOST_PATH)
+
+    @field_validator("router")
+    @classmethod
+    def _router(cls, v: str) -> str:
+        return check_url(v, "router")
+
+    @field_validator("worker_url")
+    @classmethod
+    def _worker(cls, v: str | None) -> str | None:
+        return None if v is None else check_url(v, "worker_url")

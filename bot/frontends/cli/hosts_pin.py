@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eaglebot.config import HostConfig, Settings
 from eaglebot.errors import EagleError, TransportError, UsageError
 from eaglebot.frontends.cli.common import err, no_store_text, open_store
 from eaglebot.frontends.cli.common import settings as _settings
+
+if TYPE_CHECKING:    # `eagle --help` builds this parser: the settings models load only when a pin runs
+    from eaglebot.config import HostConfig, Settings
 
 SCANS_AT_ONCE = 32   # handshakes in flight: a rack of 128 hosts is read in a few connect times
 

@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent / "gpu"))
 import asyncssh  # noqa: E402
 
 from asyncssh_server import start_asyncssh_server  # noqa: E402
+from helpers import wait_for  # noqa: E402
 from real_gpu import kill_leftover_servers  # noqa: E402
 
 
@@ -28,6 +29,14 @@ async def test_closing_the_asyncssh_server_closes_connections_clients_still_hold
     assert server.connections == set()
 
 
+def _execed(*pids: int) -> None:
+    """Until each child runs its own program (a forked child shows the parent's command line until
+    its exec; on a loaded machine the check below would read that)."""
+    for pid in pids:
+        wait_for(lambda: "300" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"), 30,
+                 what=f"process {pid} to exec")
+
+
 def test_leftover_servers_named_by_pid_files_are_killed_and_nothing_else(tmp_path):
     run = tmp_path / "state" / "run"
     run.mkdir(parents=True)
@@ -35,6 +44,7 @@ def test_leftover_servers_named_by_pid_files_are_killed_and_nothing_else(tmp_pat
                               start_new_session=True)
     other = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
+        _execed(server.pid, other.pid)
         (run / "server-30000.pid").write_text(f"{server.pid}\n")
         (run / "server-30001.pid").write_text(f"{other.pid}\n")     # not an SGLang server: left alone
         (run / "server-30002.pid").write_text("999999999\n")         # gone
@@ -54,6 +64,7 @@ def test_leftover_servers_of_one_port_only_when_the_state_folder_is_shared(tmp_p
     mine, other = (subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "sglang.launch_server"],
                                     start_new_session=True) for _ in range(2))
     try:
+        _execed(mine.pid, other.pid)
         (run / "server-31000.pid").write_text(f"{mine.pid}\n")
         (run / "server-31001.pid").write_text(f"{other.pid}\n")
         assert kill_leftover_servers(tmp_path / "state", 31000) == [mine.pid]

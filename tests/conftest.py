@@ -48,7 +48,7 @@ def _own_cgroup():
     """Each test process (an xdist worker) in a cgroup of its own, as systemd gives every
     service and login session one: the processes it starts (its sshd's sessions, the bot's
     commands) and their orphans are then told apart from another worker's by the sweep
-    (transport/sweep.py), which spares orphans of another cgroup. Root only, where cgroup2 is
+    (transport/leftovers.py), which spares orphans of another cgroup. Root only, where cgroup2 is
     mounted writable; elsewhere the workers share one cgroup (as on a host without systemd)."""
     mount = _cgroup2_mount()
     mine = None

@@ -100,7 +100,7 @@ async def test_a_link_that_does_not_come_back_says_so_and_the_next_launch_adopts
 
     monkeypatch.setattr(LocalTransport, "run", real_run)
     # the next run comes once the server has started all its processes (its HTTP server is up), as a
-    # later run would: the end-of-step sweep takes what started since the step began (transport/sweep.py)
+    # later run would: the end-of-step sweep takes what started since the step began (transport/leftovers.py)
     wait_for(lambda: "Uvicorn running on" in Path(data["log_path"]).read_text(), 60, what="the server's HTTP server")
     gate.touch()
     again = await svc.engine.run(RunRequest(playbook=_launch(h, gate), hosts=["gpu"]))

@@ -4,7 +4,7 @@ Every step has a tag, `<db_id>-<run>-<step>` (derivable from its row: nothing is
 per step); the transport puts it in the environment of every process the step starts and reports
 the process groups and when the first command started on the host's clock
 (`eaglebot.transport.base.StepProcs`). The tag is only a help: a step can unset it and leave
-its group, so the step's processes are found by what it cannot shed (transport/sweep.py:
+its group, so the step's processes are found by what it cannot shed (transport/leftovers.py:
 started since its first command by the same user, descending from its commands or orphaned
 from them). On a timeout, a cancel or a lost connection, and at the end of every step, the
 transport stops them and says so (a `remote_procs` row); what it could not stop (host unreachable) is

@@ -38,7 +38,7 @@ class StepProcs:
     tag: str
     pgids: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    # The host's boot-clock seconds when the step's first command started (transport/sweep.py
+    # The host's boot-clock seconds when the step's first command started (transport/leftovers.py
     # finds the step's processes by it), and the sessions of servers it started on purpose.
     since: float | None = None
     keep: list[int] = field(default_factory=list)
@@ -111,13 +111,13 @@ class Transport(Host, Protocol):
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
                       since_wall: float | None = None) -> str:
         """Stop process groups `pgids` and every process of the step tagged `tag`
-        (transport/sweep.py); `record`: of the running step (`CURRENT`, whose start and kept
+        (transport/leftovers.py); `record`: of the running step (`CURRENT`, whose start and kept
         servers the sweep uses, and which records what the kill did); `since_wall`: of an
         earlier run's step, by its start (unix time). One sentence back."""
         ...
 
     async def leftovers(self, sp: StepProcs) -> tuple[int, str]:
-        """At the end of a step: stop what it left running (transport/sweep.py: its groups,
+        """At the end of a step: stop what it left running (transport/leftovers.py: its groups,
         whatever descends from its commands, their orphans, its tag). (how many were found,
         one sentence); (0, "") when none was left."""
         ...
@@ -153,7 +153,7 @@ def session_wrapped(cmd: str | Sequence[str], env: dict[str, str] | None = None,
     tag = current_tag()
     mark = f"export {TAG_VAR}={shlex.quote(valid_tag(tag))}; " if tag else ""
     # With its start on the host's boot clock (a builtin read, no fork): the step's processes
-    # are those started since its first command (transport/sweep.py).
+    # are those started since its first command (transport/leftovers.py).
     return (mark + 'read -r eagle_up _ </proc/uptime 2>/dev/null; '
             'printf "\\036EAGLE-PGID %s %s\\n" "$$" "$eagle_up" >&2; unset eagle_up; ' + command_line(cmd, env, cwd))
 

@@ -12,7 +12,7 @@ from eaglebot.errors import TransportError
 from eaglebot.sdk import CommandResult, OutputCallback
 from eaglebot.transport.base import (CURRENT, TAG_VAR, LineSplitter, StepProcs, command_line, current_tag,
                                      detach_script, note_kept, note_pgid, DRAIN_S)
-from eaglebot.transport.sweep import kill_note, kill_script, leftover_note, parse_kill
+from eaglebot.transport.leftovers import kill_note, kill_script, leftover_note, parse_kill
 
 
 # The bot's own credentials: a command the bot runs has no business with them.
@@ -130,7 +130,7 @@ class LocalTransport:
 
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
                       since_wall: float | None = None, now: list[int] | None = None) -> str:
-        """Kill what `tag` (and `pgids`) name (transport/sweep.py: setsid descendants and orphans too)."""
+        """Kill what `tag` (and `pgids`) name (transport/leftovers.py: setsid descendants and orphans too)."""
         what = "the command's processes" if pgids else f"processes tagged {tag}"
         if not tag and not pgids and not now:
             return "its processes were not known"
@@ -154,7 +154,7 @@ class LocalTransport:
 
 
 def _any_left(tag: str, groups: set[int], since: float | None, keep: set[int]) -> bool:
-    """Could any live process be the step's (transport/sweep.py)? In one of `groups` (or a
+    """Could any live process be the step's (transport/leftovers.py)? In one of `groups` (or a
     session one of them leads), or started since `since` (its start unknown: carrying `tag`),
     other than this process and the kept servers' sessions: more than the sweep takes (it also
     walks the ancestors and checks orphans' user and cgroup), never less, read from /proc here."""

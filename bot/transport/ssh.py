@@ -18,7 +18,7 @@ from eaglebot.errors import HostUnreachable, TransportError
 from eaglebot.sdk import CommandResult, OutputCallback, path_for_shell
 from eaglebot.transport.base import (CURRENT, DRAIN_S, KILL_GRACE_S, LineSplitter, StepProcs, current_tag,
                                      detach_script, note_kept, note_pgid, session_wrapped)
-from eaglebot.transport.sweep import kill_note, kill_script, leftover_note, parse_kill
+from eaglebot.transport.leftovers import kill_note, kill_script, leftover_note, parse_kill
 
 if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for asyncssh
     import asyncssh
@@ -306,7 +306,7 @@ class SSHTransport:
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
                       since_wall: float | None = None, attempts: int = 3, now: list[int] | None = None,
                       cont: list[int] | None = None) -> str:
-        """Kill what `tag` (and `pgids`) name on this host (transport/sweep.py); reconnects, a few tries."""
+        """Kill what `tag` (and `pgids`) name on this host (transport/leftovers.py); reconnects, a few tries."""
         what = "the command's processes" if pgids else f"processes tagged {tag}"
         if not tag and not pgids and not now:
             return "its processes were not known"

@@ -1,4 +1,4 @@
-"""What the end-of-step sweep (bot/transport/sweep.py) takes and what it spares, on the host
+"""What the end-of-step sweep (bot/transport/leftovers.py) takes and what it spares, on the host
 `local` and over a real sshd as the non-root test user and as root, in both shell modes: it takes what a
 step started however it hid (no tag, its own session, its parent gone); it spares a server
 the step started on purpose, the user's other processes (started before the step, or during
@@ -20,7 +20,7 @@ from helpers import pid_alive, wait_for
 from eaglebot.config import HostConfig
 from eaglebot.transport import LocalTransport, SSHTransport
 from eaglebot.transport.base import CURRENT, StepProcs
-from eaglebot.transport.sweep import find_script
+from eaglebot.transport.leftovers import find_script
 
 HIDE = "env -u EAGLE_PROC_TAG setsid sh -c 'echo $$ > {f}; exec sleep 300' </dev/null >/dev/null 2>&1 &"
 

@@ -38,6 +38,18 @@ def remote(sshd, remote_dir, tmp_path):
     h.stop()
 
 
+def _finished_by_the_next_run(cfg, db_path, playbook: str) -> tuple[sqlite3.Connection, int, list[str], dict]:
+    """After a SIGKILL, the next run that changes the host (a small bench): the killed run of
+    `playbook` is `interrupted`; returns the store, its id, what the bench's warnings say of it, and
+    the bench's JSON."""
+    doc = json.loads(eagle(*BENCH, config=cfg, timeout=300).stdout)
+    db = sqlite3.connect(db_path)
+    run_id, status = db.execute("select id, status from runs where playbook = ?", [playbook]).fetchone()
+    assert status == "interrupted"
+    said = [w for w in json.dumps(doc.get("warnings")).split('"') if f"{playbook} run #{run_id}" in w]
+    return db, run_id, said, doc
+
+
 def _experimental_launch(db_path, proc: subprocess.Popen) -> int:
     """Wait (on the audit store, bounded) until the tuning's first cell is up: a relaunch of its own
     that succeeded. Returns that run's id."""
@@ -152,12 +164,7 @@ def test_a_sigkilled_tune_is_finished_by_the_next_run_on_its_host(remote):
     finally:
         proc.kill()
         proc.wait(60)
-    res = eagle(*BENCH, config=cfg, timeout=300)
-    doc = json.loads(res.stdout)
-    db = sqlite3.connect(db_path)
-    tune_id, status = db.execute("select id, status from runs where playbook = 'tune'").fetchone()
-    assert status == "interrupted"
-    said = [w for w in json.dumps(doc.get("warnings")).split('"') if f"tune run #{tune_id}" in w]
+    db, tune_id, said, doc = _finished_by_the_next_run(cfg, db_path, "tune")
     assert said and "the config it found running (steps=3 topk=1 draft=4) was relaunched first" in said[0], doc
     restore, = db.execute("select status, data from steps where run_id = ? and skill = 'tune.restore'",
                           [tune_id]).fetchall()
@@ -194,13 +201,8 @@ def test_a_sigkilled_draft_repair_is_finished_by_the_next_run_on_its_host(remote
         proc.kill()
         proc.wait(60)
     assert draft_cfg.read_bytes() != original                         # left on attempt 1's list
-    res = eagle(*BENCH, config=cfg, timeout=300)
-    doc = json.loads(res.stdout)
-    db = sqlite3.connect(db_path)
-    repair, status = db.execute("select id, status from runs where playbook = 'draft-repair'").fetchone()
-    assert status == "interrupted"
+    db, repair, said, doc = _finished_by_the_next_run(cfg, db_path, "draft-repair")
     assert draft_cfg.read_bytes() == original
-    said = [w for w in json.dumps(doc.get("warnings")).split('"') if f"draft-repair run #{repair}" in w]
     assert said and "the draft's config was restored (run #" in said[0] and "the server was relaunched on it" in said[0]
     kids = db.execute("select playbook, status from runs where parent_run_id = ? order by id", [repair]).fetchall()
     assert kids == [("revert-config", "succeeded"), ("relaunch", "succeeded")]
@@ -261,12 +263,7 @@ def test_a_sigkilled_sweep_is_finished_by_the_next_run_on_its_host(remote):
     finally:
         proc.kill()
         proc.wait(60)
-    res = eagle(*BENCH, config=cfg, timeout=300)
-    doc = json.loads(res.stdout)
-    db = sqlite3.connect(db_path)
-    sweep_id, status = db.execute("select id, status from runs where playbook = 'sweep'").fetchone()
-    assert status == "interrupted"
-    said = [w for w in json.dumps(doc.get("warnings")).split('"') if f"sweep run #{sweep_id}" in w]
+    db, sweep_id, said, doc = _finished_by_the_next_run(cfg, db_path, "sweep")
     assert said and "the config that ran before (run #1's inputs) was relaunched by run #" in said[0], doc
     last, parent, inputs = db.execute("select id, parent_run_id, inputs from runs where playbook = 'relaunch' and "
                                       "status = 'succeeded' order by id desc limit 1").fetchone()

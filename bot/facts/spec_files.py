@@ -31,7 +31,7 @@ import os
 import re
 import struct
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 MARK = "EAGLE-SPEC-FILES"
 UNAVAILABLE = "EAGLE-SPEC-FILES-UNAVAILABLE"
@@ -103,8 +103,8 @@ def _weights(folder: str, num_layers: Optional[int]) -> Dict[str, Any]:
     except (OSError, ValueError) as e:
         return {"error": f"cannot read the weight names in {folder}: {e}"}
     prefixes: Dict[str, int] = {}
-    layers: set = set()
-    extra: Dict[str, set] = {}
+    layers: Set[int] = set()
+    extra: Dict[str, Set[str]] = {}
     for name in files:
         p = _prefix(name)
         prefixes[p] = prefixes.get(p, 0) + 1

@@ -44,7 +44,6 @@ KNOWN_ALGORITHMS = {
     "0.5.23": ("DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM"),
 }
 ALIASES = {"NEXTN": "EAGLE"}
-CHECKED = ("DFLASH", "NEXTN", "EAGLE", "STANDALONE", "NGRAM")   # methods with checks of their own here
 
 # Targets whose MTP head SGLang loads from the target checkpoint itself (the draft path defaults to
 # the model path: `_handle_eagle_family`), and where that head's weights are: DeepSeek-style
@@ -303,7 +302,7 @@ def _dflash(v: Verdict, f: dict[str, str | None], host: dict[str, Any], capture:
     dcfg = _config(v, host, "draft", "draft model", draft_path)
     if dcfg is None:
         return
-    dc = dcfg.get("dflash_config") if isinstance(dcfg.get("dflash_config"), dict) else {}
+    dc: dict[str, Any] = dcfg["dflash_config"] if isinstance(dcfg.get("dflash_config"), dict) else {}
     block = as_int(dc.get("block_size")) or as_int(dcfg.get("block_size"))
     asked = block_flag if block_flag is not None else tokens
     if asked is not None and block is not None and asked != block:
@@ -359,8 +358,8 @@ def _dflash(v: Verdict, f: dict[str, str | None], host: dict[str, Any], capture:
                                       f"layers training captured")
     hidden = as_int(_text(dcfg, "hidden_size"))
     weights = (_folder(host, "draft") or {}).get("weights") or {}
-    fc = weights.get("fc") if isinstance(weights, dict) else None
-    shape = fc.get("shape") if isinstance(fc, dict) else None
+    fc: dict[str, Any] = weights["fc"] if isinstance(weights, dict) and isinstance(weights.get("fc"), dict) else {}
+    shape = fc.get("shape")
     if isinstance(shape, list) and len(shape) == 2 and hidden and all(as_int(x) for x in shape):
         width = int(shape[1])
         if width % hidden:

@@ -108,7 +108,8 @@ class Params(SkillParams):
                         json_schema_extra=HOST_PATH)
     model: str | None = Field(None, description="target model path or id (--model-path); or give it in args",
                               json_schema_extra=HOST_PATH)
-    draft: str | None = Field(None, description="draft model path (--speculative-draft-model-path)",
+    draft: str | None = Field(None, description="draft model path (--speculative-draft-model-path); none: no draft "
+                                                "(NEXTN's MTP head from the target itself, NGRAM)",
                               json_schema_extra=HOST_PATH)
     port: int = Field(30000, ge=1, le=65535, description="port the server listens on (--port)")
     host: str = Field("127.0.0.1", description="address the server binds (--host; relaunch: `bind`): 0.0.0.0 for "
@@ -153,6 +154,11 @@ class Params(SkillParams):
         "with check_only: start from the running server's own launch (the newest audited launch on this port, "
         "confirmed against its live /server_info): tp, the speculative settings, the memory fraction, extra "
         "arguments, env and GPUs not given here are carried; registers `launch`, the values to launch with"))
+
+    @field_validator("draft")
+    @classmethod
+    def _no_draft(cls, v: str | None) -> str | None:
+        return None if v is None or v.strip().lower() in ("", "none") else v
 
     @field_validator("host")
     @classmethod

@@ -147,3 +147,14 @@ def qwen3_5_mtp(folder: Path, keep_mtp: bool = True) -> Path:
             "layers.0.self_attn.q_proj.weight", "layers.0.mlp.gate.weight")})
     write_json(folder / "model.safetensors.index.json", {"metadata": {}, "weight_map": wm})
     return folder
+
+
+def small_draft(folder: Path, family: str = "qwen", pretty: bool = True) -> Path:
+    """A STANDALONE draft: Qwen3-0.6B (28 layers) with the Qwen tokenizer written out again (another
+    formatting: the same vocabulary), or, `family="llama"`, a Llama-3.2-1B with its own vocabulary."""
+    folder.mkdir(parents=True, exist_ok=True)
+    arch, layers, hidden = ("Qwen3ForCausalLM", 28, 1024) if family == "qwen" else ("LlamaForCausalLM", 16, 2048)
+    write_json(folder / "config.json", {"architectures": [arch], "hidden_size": hidden, "num_hidden_layers": layers,
+                                        "vocab_size": 151936 if family == "qwen" else 128256})
+    tokenizer(folder, 1000, family, pretty=pretty)
+    return folder

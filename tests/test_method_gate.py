@@ -6,7 +6,7 @@ so DFLASH's capture runs the target's own `set_dflash_layers_to_capture`. Each f
 one sentence naming the fix; each healthy launch has no refusal and no warning."""
 from __future__ import annotations
 
-import os
+import json
 import stat
 import sys
 from pathlib import Path
@@ -14,11 +14,14 @@ from pathlib import Path
 import pytest
 
 import spec_models as sm
+from eaglebot.engine.runner import RunRequest
 from eaglebot.facts import spec_methods
 from eaglebot.skills.lib import method_gate
 from eaglebot.testing import context
 from eaglebot.transport.local import LocalTransport
+from inproc import eagle_here
 from sglang_source import real_sglang
+from test_server_skills import local_host  # noqa: F401  (the simulated GPU host, a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -180,3 +183,96 @@ def test_the_releases_own_lists_of_algorithms_are_what_the_real_wheels_accept():
     for version, names in spec_methods.KNOWN_ALGORITHMS.items():
         got = spec_files.sglang(str(real_sglang(version, full=True)))
         assert (tuple(got["names"]), got["aliases"]) == (names, spec_methods.ALIASES), version
+
+
+# -- STANDALONE ---------------------------------------------------------------------------------
+
+async def test_standalone_healthy_draft_shares_the_tokenizer_whatever_its_formatting(models, host_python):
+    sm.small_draft(models / "qwen3-0.6b")
+    v, _ = await gate(launch(models, "STANDALONE", "qwen3-8b", "qwen3-0.6b", "--speculative-num-steps", "3",
+                             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"), host_python)
+    assert v.method == "STANDALONE" and not v.of(spec_methods.REFUSE) and not v.of(spec_methods.WARN), v.to_json()
+    assert v.of(spec_methods.NOTE)[0].startswith("the draft shares the target's tokenizer (sha256 ")
+
+
+async def test_standalone_faults_are_refused_naming_the_fix(models, host_python):
+    sm.small_draft(models / "llama-3.2-1b", family="llama")
+    sm.small_draft(models / "qwen3-0.6b")
+    v, _ = await gate(launch(models, "STANDALONE", "qwen3-8b", "llama-3.2-1b"), host_python)
+    msg = only(v, "standalone.tokenizer")
+    assert msg.startswith("the draft's tokenizer is not the target's (vocabulary sha256 ") and msg.endswith(
+        "in the target's (1001 vs 1001 tokens)), which makes STANDALONE lossy or useless (sglang#23838): use a draft "
+        "of the target's family with the same tokenizer"), msg
+    v, _ = await gate(launch(models, "STANDALONE", "qwen3-8b", "qwen3-0.6b", "--speculative-num-steps", "4",
+                             "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"), host_python)
+    assert only(v, "standalone.overlap") == (
+        "STANDALONE with --speculative-eagle-topk 4 is incompatible with the overlap scheduler, which is on by "
+        "default: set spec_topk=1, or pass --disable-overlap-schedule in extra_args")
+    v, _ = await gate(launch(models, "STANDALONE", "qwen3-8b", "qwen3-0.6b", "--speculative-num-steps", "4",
+                             "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8",
+                             "--disable-overlap-schedule"), host_python)
+    assert not v.of(spec_methods.REFUSE), v.to_json()
+    v, _ = await gate(launch(models, "STANDALONE", "qwen3-8b", "qwen3-0.6b", "--enable-dp-attention"), host_python)
+    assert only(v, "standalone.attn_dp") == (
+        "STANDALONE does not run with attention DP (SGLang: 'Currently standalone speculative decoding does not "
+        "support dp attention'): drop --enable-dp-attention")
+
+
+# -- NGRAM --------------------------------------------------------------------------------------
+
+async def test_ngram_healthy_and_each_combination_sglang_refuses(models, host_python):
+    v, _ = await gate(launch(models, "NGRAM", "qwen3-8b"), host_python)
+    assert v.method == "NGRAM" and not v.of(spec_methods.REFUSE) and not v.of(spec_methods.WARN), v.to_json()
+    assert v.of(spec_methods.NOTE) == [
+        "NGRAM crashes with an illegal memory access after hours on some GPUs (sglang#24361): a 2-minute bench does "
+        "not prove it; soak it before trusting it"]
+    cases = [(("--device", "cpu"), "ngram.device",
+              "NGRAM speculative decoding runs on CUDA only (SGLang's docs; --device cpu): drop --device cpu"),
+             (("--attn-dp-size", "4"), "ngram.attn_dp",
+              "NGRAM does not run with attention DP (SGLang: 'Currently ngram speculative decoding does not support dp "
+              "attention'): drop --attn-dp-size 4"),
+             (("--page-size", "16"), "ngram.paged",
+              "NGRAM with BFS breadth 10 and --page-size 16 is only correct on the flashinfer attention backend "
+              "(SGLang refuses it): pass --attention-backend flashinfer, --page-size 1, or "
+              "--speculative-ngram-max-bfs-breadth 1")]
+    for extra, check, message in cases:
+        v, _ = await gate(launch(models, "NGRAM", "qwen3-8b", None, *extra), host_python)
+        assert only(v, check) == message
+    v, _ = await gate(launch(models, "NGRAM", "qwen3-8b", None, "--page-size", "16", "--attention-backend",
+                             "flashinfer"), host_python)
+    assert not v.of(spec_methods.REFUSE), v.to_json()
+
+
+# -- through relaunch: refused before anything stops --------------------------------------------
+
+async def test_relaunch_refuses_a_dflash_fault_in_its_first_step(services, local_host, models):
+    """The simulated host (its SGLang parser answers; its source has no srt/models, so the capture is
+    read from the configs) with a DFlash draft trained for a 40-layer target: the run stops at `check
+    the launch` (exit 2), nothing after it runs, and the refusal and its data are audited."""
+    h = local_host
+    svc = await services({"gpu": h.config}, state_dir=str(h.botstate))
+    inputs = {"spec_algorithm": "DFLASH", "model": str(models / "qwen3-8b"), "draft": str(models / "dflash-40l-noids"),
+              "bench_prompts": "0"}
+    out = await svc.engine.run(RunRequest(playbook="relaunch", hosts=["gpu"], inputs=inputs))
+    first = out.steps[0]
+    assert out.exit_code == 2 and first.name == "check the launch" and first.status == "failed", \
+        [(s.name, s.status, s.summary) for s in out.steps]
+    assert first.summary.startswith("DFLASH: the draft was trained on a 40-layer target (num_target_layers)")
+    assert first.summary.endswith("(refused before anything was stopped or started; -e method_check=warn launches "
+                                  "anyway)"), first.summary
+    assert all(s.status == "skipped" for s in out.steps if s.section == "steps" and s.idx > 0)
+    row = next(r for r in svc.store.sync.steps(out.run_id) if r["name"] == "check the launch")
+    checks = json.loads(row["data"])["method_checks"]
+    assert [f["check"] for f in checks["findings"] if f["severity"] == "refuse"] == ["dflash.num_target_layers"]
+
+
+def test_the_cli_shows_the_refusal_and_its_exit_code(local_host, models, tmp_path):
+    h = local_host
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(json.dumps({"audit_db": str(tmp_path / "eagle.db"), "state_dir": str(h.botstate),
+                               "hosts": {"gpu": h.config}}))
+    res = eagle_here("run", "relaunch", "-H", "gpu", "-e", "spec_algorithm=NEXTN", "-e",
+                     f"model={models / 'deepseek-v3-fp4-nomtp'}", "-e", "draft=none", "-e", "bench_prompts=0",
+                     config=cfg)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"NEXTN: {models / 'deepseek-v3-fp4-nomtp'} has no MTP weights: model.layers.61.*" in res.stdout + res.stderr

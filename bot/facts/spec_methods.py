@@ -421,6 +421,11 @@ def _mtp(v: Verdict, f: dict[str, str | None], host: dict[str, Any]) -> None:
         return
     archs = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
     arch = str(archs[0]) if archs else "?"
+    if key == "draft" and ("eagle_config" in cfg or arch.endswith("Eagle3")):
+        v.add("mtp.eagle3_draft", REFUSE, f"the draft {draft} is an EAGLE-3 draft ({arch}), which {v.algorithm} "
+                                          f"would load as an MTP head: run it with spec_algorithm=EAGLE3, or launch "
+                                          f"{v.algorithm} without it (-e draft=none: the target's own MTP head)")
+        return
     k = mtp_layers(cfg)
     n = as_int(_text(cfg, "num_hidden_layers"))
     if not draft and k is not None and k < 1:

@@ -201,7 +201,7 @@ async def test_standalone_faults_are_refused_naming_the_fix(models, host_python)
     v, _ = await gate(launch(models, "STANDALONE", "qwen3-8b", "llama-3.2-1b"), host_python)
     msg = only(v, "standalone.tokenizer")
     assert msg.startswith("the draft's tokenizer is not the target's (vocabulary sha256 ") and msg.endswith(
-        "in the target's (1001 vs 1001 tokens)), which makes STANDALONE lossy or useless (sglang#23838): use a draft "
+        "in the target's; 1001 vs 1001 tokens), which makes STANDALONE lossy or useless (sglang#23838): use a draft "
         "of the target's family with the same tokenizer"), msg
     v, _ = await gate(launch(models, "STANDALONE", "qwen3-8b", "qwen3-0.6b", "--speculative-num-steps", "4",
                              "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"), host_python)

@@ -500,7 +500,7 @@ def _standalone(v: Verdict, f: dict[str, str | None], host: dict[str, Any]) -> N
         toks[key] = tok
     if toks["model"]["sha256"] != toks["draft"]["sha256"]:
         t, d = toks["model"], toks["draft"]
-        sizes = f" ({t.get('size')} vs {d.get('size')} tokens)" if t.get("size") and d.get("size") else ""
+        sizes = f"; {d.get('size')} vs {t.get('size')} tokens" if t.get("size") and d.get("size") else ""
         v.add("standalone.tokenizer", REFUSE,
               f"the draft's tokenizer is not the target's (vocabulary sha256 {d['sha256'][:12]} in its {d['file']} vs "
               f"{t['sha256'][:12]} in the target's{sizes}), which makes STANDALONE lossy or useless (sglang#23838): "

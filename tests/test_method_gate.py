@@ -129,6 +129,23 @@ async def test_dflash_on_a_target_whose_model_file_has_no_hook_is_refused(models
         "this target at start-up (read from the host's SGLang 0.5.23): use a target SGLang serves with DFLASH")
 
 
+async def test_dflash_with_a_hub_target_still_checks_the_drafts_own_files(models, host_python, tmp_path):
+    """The target is a hub id (its config is not on the host): the draft's ids against its own fc still are."""
+    args = ["--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm", "DFLASH"]
+    v, _ = await gate([*args, "--speculative-draft-model-path", str(models / "dflash-fc3")], host_python)
+    assert only(v, "dflash.fc").startswith("the draft's fc.weight takes 3 hidden states ([4096, 12288]")
+    assert "the target model Qwen/Qwen3-8B is not a folder on the host: its files are not checked" \
+        in v.of(spec_methods.NOTE)
+    broken = sm.dflash_draft(tmp_path / "no-layers")
+    cfg = json.loads((broken / "config.json").read_text())
+    del cfg["num_hidden_layers"]
+    (broken / "config.json").write_text(json.dumps(cfg))
+    v, _ = await gate([*args, "--speculative-draft-model-path", str(broken)], host_python)
+    assert only(v, "dflash.draft_layers") == (
+        "the draft's config.json has no num_hidden_layers (SGLang: 'DFLASH requires draft num_hidden_layers in "
+        "config'): use the draft's own config.json")
+
+
 # -- NEXTN / MTP --------------------------------------------------------------------------------
 
 async def test_nextn_healthy_deepseek_v3_has_its_mtp_layer(models, host_python):

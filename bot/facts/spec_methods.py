@@ -325,13 +325,31 @@ def _dflash(v: Verdict, f: dict[str, str | None], host: dict[str, Any], capture:
               f"the draft's capture ids are in eagle_config.eagle_aux_hidden_state_layer_ids ({eagle_ids}), which "
               f"DFLASH never reads (it reads dflash_config.target_layer_ids), so SGLang would pick layers of its own: "
               f"move them to dflash_config.target_layer_ids")
-    if tcfg is None:
+    if as_int(_text(dcfg, "num_hidden_layers")) is None:
+        v.add("dflash.draft_layers", REFUSE, "the draft's config.json has no num_hidden_layers (SGLang: 'DFLASH "
+                                             "requires draft num_hidden_layers in config'): use the draft's own "
+                                             "config.json")
         return
-    n = as_int(_text(tcfg, "num_hidden_layers"))
+    found = _dflash_layers(v, dcfg, dc, ids, tcfg)
+    if found is None:
+        return
+    plan, plan_from = found
+    _dflash_fc(v, dcfg, host, plan, plan_from)
+    if capture is not None and tcfg is not None:
+        _dflash_capture(v, capture, plan)
+
+
+def _dflash_layers(v: Verdict, dcfg: dict[str, Any], dc: dict[str, Any], ids: list[int] | None,
+                   tcfg: dict[str, Any] | None) -> tuple[list[int], str] | None:
+    """The ids SGLang will capture and where from, after the checks against the target's layer count
+    (without the target's config: the draft's own ids, unchecked against it; None: no ids known)."""
+    n = as_int(_text(tcfg, "num_hidden_layers")) if tcfg is not None else None
     if n is None:
-        v.add("model.config", WARN, "the target's config.json has no num_hidden_layers: the capture ids are not "
-                                    "checked")
-        return
+        if tcfg is not None:
+            v.add("model.config", WARN, "the target's config.json has no num_hidden_layers: the capture ids are "
+                                        "not checked against its layers")
+        return (ids, "dflash_config.target_layer_ids") if ids is not None else None
+    assert tcfg is not None
     n_runtime = n * (as_int(_text(tcfg, "num_loops")) or 1)
     trained = as_int(dc.get("num_target_layers")) or as_int(dcfg.get("num_target_layers"))
     n_draft = as_int(_text(dcfg, "num_hidden_layers")) or 1
@@ -356,6 +374,11 @@ def _dflash(v: Verdict, f: dict[str, str | None], host: dict[str, Any], capture:
                                       f"target's layers 0..{n_runtime - 1}: SGLang stops on it; set "
                                       f"{plan_from if ids is not None else 'dflash_config.target_layer_ids'} to the "
                                       f"layers training captured")
+    return plan, plan_from
+
+
+def _dflash_fc(v: Verdict, dcfg: dict[str, Any], host: dict[str, Any], plan: list[int], plan_from: str) -> None:
+    """The draft's fc input width (its safetensors header) against how many hidden states it gets."""
     hidden = as_int(_text(dcfg, "hidden_size"))
     weights = (_folder(host, "draft") or {}).get("weights") or {}
     fc: dict[str, Any] = weights["fc"] if isinstance(weights, dict) and isinstance(weights.get("fc"), dict) else {}
@@ -374,8 +397,6 @@ def _dflash(v: Verdict, f: dict[str, str | None], host: dict[str, Any], capture:
         v.add("dflash.fc", WARN, f"the draft's fc width is not checked: {weights['error']}")
     elif not fc and isinstance(weights, dict) and weights.get("count"):
         v.add("dflash.fc", WARN, "the draft's checkpoint names no fc.weight: its input width is not checked")
-    if capture is not None:
-        _dflash_capture(v, capture, plan)
 
 
 def _dflash_capture(v: Verdict, capture: dict[str, Any], plan: list[int]) -> None:

@@ -293,3 +293,12 @@ def test_the_cli_shows_the_refusal_and_its_exit_code(local_host, models, tmp_pat
                      config=cfg)
     assert res.returncode == 2, res.stdout + res.stderr
     assert f"NEXTN: {models / 'deepseek-v3-fp4-nomtp'} has no MTP weights: model.layers.61.*" in res.stdout + res.stderr
+
+
+def test_check_local_gives_what_the_host_gives(models):
+    """The corpus entry: the same verdict with the reading done in this process (no transport)."""
+    root = str(real_sglang("0.5.23", full=True))
+    v = spec_methods.check_local(launch(models, "DFLASH", "qwen3-8b", "dflash-fc3"), root)
+    assert only(v, "dflash.fc").startswith("the draft's fc.weight takes 3 hidden states")
+    ok = spec_methods.check_local(launch(models, "DFLASH", "qwen3-8b", "dflash"), root)
+    assert not ok.refused and ok.of(spec_methods.NOTE)[0].startswith("the target captures after layers [1, 9, 17")

@@ -5,7 +5,8 @@ over what `spec_files` read on the host (and, for DFLASH, what the host's own mo
 the capture ids: `eagle3_probe` running `set_dflash_layers_to_capture`).
 
 `check(algorithm, args, host, capture)` is the one entry: a `Verdict` of findings, each a refusal
-(one sentence that names the fix), a warning, or a note. What it checks, per method:
+(one sentence that names the fix), a warning, or a note (`check_local(args)`: the same, with the
+host program's reading done on this machine's folders). What it checks, per method:
 - every method: the name is one the host's SGLang accepts (its `SpeculativeAlgorithm` and aliases;
   else the list of the release eaglebot knows).
 - DFLASH: a draft; no PD disaggregation (no tokens, sglang#36140), no attention DP, pp 1; the capture
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from eaglebot.facts import sglang_args, spec_files
+from eaglebot.facts import eagle3_probe, sglang_args, spec_files
 
 REFUSE, WARN, NOTE = "refuse", "warn", "note"
 TIMEOUT_S = 60.0
@@ -218,6 +219,28 @@ def check(algorithm: str | None, args: list[str], host: dict[str, Any] | None,
         v.method = "NGRAM"
         _ngram(v, f)
     return v
+
+
+def check_local(args: list[str], sglang_root: str | None = None, version: str = "0.5.23") -> Verdict:
+    """`check` with the host program's reading done here, on this machine's folders (a test corpus, or a
+    check before copying models to a host): `sglang_root` the SGLang source to read (an unpacked wheel's
+    `sglang` folder; None: this Python's, if any)."""
+    f = sglang_args.flag_values(args)
+    algo = f.get("--speculative-algorithm")
+    what = needs(algo, args)
+    host = spec_files.read({"model": f.get("--model-path"), "draft": f.get("--speculative-draft-model-path"),
+                            "what": what or [], "sglang_root": sglang_root})
+    capture = None
+    target = (host.get("model") or {}).get("config")
+    draft = (host.get("draft") or {}).get("config")
+    if str(algo).upper() == "DFLASH" and "names" in host["sglang"] and isinstance(target, dict) \
+            and isinstance(draft, dict) and isinstance(target.get("architectures"), list):
+        n = as_int(_text(target, "num_hidden_layers"))
+        if n:
+            plan, _ = dflash_plan(draft, n * (as_int(_text(target, "num_loops")) or 1))
+            capture = eagle3_probe.probe(target["architectures"], n, [plan], host["sglang"]["root"],
+                                         "set_dflash_layers_to_capture")
+    return check(algo, args, host, capture, version)
 
 
 def _folder(host: dict[str, Any], key: str) -> dict[str, Any] | None:

@@ -233,11 +233,14 @@ class LineSplitter:
         self._trim(SINK_TAIL)
 
     def _line(self, line: str, kept: list[str]) -> None:
-        if self.on_pgid and line.startswith(PGID_TAG):
-            found = parse_pgid(line[len(PGID_TAG):])
+        if self.on_pgid is not None:
+            # Only the first line can be the wrapper's announcement: it is printed before the
+            # command runs, so a later one is the command's own (a forgery) and stays output.
+            hook, self.on_pgid = self.on_pgid, None
+            found = parse_pgid(line[len(PGID_TAG):]) if line.startswith(PGID_TAG) else None
             if found is not None:
-                self.on_pgid(*found)
-            return
+                hook(*found)
+                return
         kept.append(line)
         cb = self.cb
         if cb is None:

@@ -157,30 +157,63 @@ def _any_left(tag: str, groups: set[int], since: float | None, keep: set[int]) -
     """Could any live process be the step's (transport/leftovers.py)? In one of `groups` (or a
     session one of them leads), or started since `since` (its start unknown: carrying `tag`),
     other than this process and the kept servers' sessions: more than the sweep takes (it also
-    walks the ancestors and checks orphans' user and cgroup), never less, read from /proc here."""
+    walks the ancestors and checks orphans' user and cgroup), never less, read from /proc here.
+    Pids allocated after the listing are looked at first, as the sweep does: a process that
+    forks and exits faster than one pass is found in its newest generation."""
     mark = f"{TAG_VAR}={tag}".encode()
     t0 = since * os.sysconf("SC_CLK_TCK") - 5 if since is not None else None
     me = os.getpid()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
+
+    def could_be(pid: int) -> bool:
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
+            with open(f"/proc/{pid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
             if fields[0] == b"Z" or int(fields[3]) in keep:
-                continue
+                return False
             if int(fields[2]) in groups or int(fields[3]) in groups:
                 return True
             if t0 is not None:   # (the tag counts only when the start is unknown, as in the sweep)
-                if int(fields[19]) >= t0:   # any user's: the step's descendants may be another's
-                    return True
-                continue
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if mark in f.read().split(b"\0"):
-                    return True
+                return int(fields[19]) >= t0   # any user's: the step's descendants may be another's
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                return mark in f.read().split(b"\0")
         except (OSError, IndexError, ValueError):  # gone meanwhile, or not ours to read
-            continue
-    return False
+            return False
+
+    lo = _last_pid()
+    listed = [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) != me]
+
+    def born() -> bool:
+        """Any pid allocated since `lo` (down from the last, wrapping at pid_max)?"""
+        nonlocal lo
+        for _ in range(64):
+            hi = _last_pid()
+            if hi == lo:
+                return False
+            p, n = hi, 0
+            while p != lo and n < 4096:
+                if p != me and could_be(p):
+                    return True
+                p, n = (p - 1 if p > 1 else _PID_MAX - 1), n + 1
+            lo = hi
+        return False
+
+    return born() or any(could_be(p) for p in listed) or born()
+
+
+def _read_int(path: str, field: int, default: int) -> int:
+    try:
+        with open(path) as f:
+            return int(f.read().split()[field])
+    except (OSError, IndexError, ValueError):
+        return default
+
+
+_PID_MAX = _read_int("/proc/sys/kernel/pid_max", 0, 32768)
+
+
+def _last_pid() -> int:
+    """The pid the kernel allocated last (/proc/loadavg's fifth field)."""
+    return _read_int("/proc/loadavg", 4, 0)
 
 
 def _retrieved(f: "asyncio.Future[Any]") -> None:

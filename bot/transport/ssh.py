@@ -69,6 +69,9 @@ class SSHTransport:
         self.connect_tries = 0  # tries the last connection took (1: the first worked)
         self._conn: asyncssh.SSHClientConnection | None = None
         self._sshd_pid: int | None = None
+        # The host's boot clock against ours, learned with the sshd pid: (our monotonic clock
+        # before the question, after the answer, the host's uptime in the answer).
+        self._clock: tuple[float, float, float] | None = None
         self._lock = asyncio.Lock()
         self._channels = asyncio.Semaphore(cfg.max_channels)
 
@@ -151,14 +154,32 @@ class SSHTransport:
         """The pid of the sshd process that serves this connection (every command's parent),
         learned once per connection, before its first command (one round trip): a step that
         stops it (`kill -STOP $PPID`) wedges the connection, and the kill that follows
-        continues it from a new one."""
+        continues it from a new one. With it, the host's boot clock (`_since`)."""
         try:
-            res = await asyncio.wait_for(conn.run('echo "$PPID"', check=False), 10)
-            out = _text(res.stdout)
-            if out.isdigit() and self._conn is conn:
-                self._sshd_pid = int(out)
+            t_a = time.monotonic()
+            res = await asyncio.wait_for(conn.run('read -r u _ </proc/uptime; echo "$PPID $u"', check=False), 10)
+            t_b = time.monotonic()
+            words = _text(res.stdout).split()
+            if len(words) == 2 and words[0].isdigit() and self._conn is conn:
+                self._sshd_pid = int(words[0])
+                self._clock = (t_a, t_b, float(words[1]))
         except Exception:  # a nicety for the kill path: without it, a stopped sshd stays stopped
             pass
+
+    def _since(self, announced: float | None, sent: float) -> float | None:
+        """The command's start on the host's boot clock: as its wrapper announced it when that
+        lies between the host's clock when we sent the command and when the announcement came
+        (give or take half a second and the clocks' drift), else the earliest it can have
+        started. A step cannot move the start its sweep goes by (issue 46)."""
+        if self._clock is None:
+            return announced
+        t_a, t_b, up = self._clock
+        now = time.monotonic()
+        slack = 0.5 + 1e-3 * (now - t_a)
+        earliest = up + sent - t_b
+        if announced is not None and earliest - slack <= announced <= up + now - t_a + slack:
+            return announced
+        return earliest - slack
 
     async def connect(self) -> None:
         await self._connect()
@@ -183,12 +204,13 @@ class SSHTransport:
 
         def on_pgid(g: int, since: float | None) -> None:
             pgid.append(g)
-            note_pgid(g, since)
+            note_pgid(g, self._since(since, sent))
             pgid_read.set()
 
         se = LineSplitter("stderr", on_output, err, on_pgid=on_pgid)
         t0 = time.monotonic()
         async with self._channels:
+            sent = time.monotonic()
             try:
                 # Bytes, not str: asyncssh encodes a str command strictly, and a value from a
                 # command's output may hold bytes that are not UTF-8.

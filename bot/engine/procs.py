@@ -61,7 +61,7 @@ async def end(store: AsyncRunLog, sp: StepProcs, token: contextvars.Token[StepPr
     one), and record a kill (only then is anything written; not for a step the store did not
     take). Returns a sentence when the step had left something running, else ""."""
     left = ""
-    if transport is not None and sp.pgids and sp.state == "none":  # a timeout or cancel already killed
+    if transport is not None and sp.pgids:   # (after a timeout's or a cancel's kill too: it checks the login files)
         try:
             found, left = await transport.leftovers(sp)
         except EagleError as e:
@@ -70,10 +70,19 @@ async def end(store: AsyncRunLog, sp: StepProcs, token: contextvars.Token[StepPr
             sp.notes.append(left)
             sp.state = "stopped" if "survived" not in left else "pending"
     CURRENT.reset(token)
+    if sp.login_changed:
+        await store.add_event(run_id, "login_files_changed", f"{host}: {refused(sp)}")
     if sp.state != "none" and step_id is not None:
         await store.procs_record(run_id, step_id, host, tag=sp.tag, state=sp.state, note="; ".join(sp.notes),
                                  pgids=sp.pgids)
     return left
+
+
+def refused(sp: StepProcs) -> str:
+    """Why a step that changed the login's startup files failed (one sentence)."""
+    files = ", ".join(f"~/{f}" for f in sp.login_changed)
+    return (f"it changed {files}, which would run before every later command on this login: refused "
+            f"({sp.login_note})")
 
 
 def current() -> StepProcs | None:

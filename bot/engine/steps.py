@@ -259,6 +259,8 @@ class StepRunner:
                                        None if run.req.dry_run else self.pool.get(slot.host))
             if left:
                 result.warnings.append(left)
+            if sp.login_changed:   # (never retried: the next attempt would find its own change)
+                return StepResult.failed(procs.refused(sp), warnings=result.warnings), attempts
             if sctx.plan:
                 run.outcome.plan.extend(f"{slot.host}: {step.label}: {p}" for p in sctx.plan)
             if result.status != "failed" or cancelled_here or attempts > step.retries:

@@ -10,8 +10,9 @@ from typing import Any, Sequence
 
 from eaglebot.errors import TransportError
 from eaglebot.sdk import CommandResult, OutputCallback
-from eaglebot.transport.base import (CURRENT, TAG_VAR, LineSplitter, StepProcs, command_line, current_tag,
-                                     detach_script, note_kept, note_pgid, DRAIN_S)
+from eaglebot.transport.base import (CURRENT, TAG_VAR, LineSplitter, StepProcs, command_line,
+                                     current_tag, detach_script, hashes, login_files, note_kept, note_pgid,
+                                     DRAIN_S)
 from eaglebot.transport.leftovers import kill_note, kill_script, leftover_note, parse_kill
 
 
@@ -38,6 +39,9 @@ class LocalTransport:
         since = time.clock_gettime(time.CLOCK_BOOTTIME)   # the host's boot clock: /proc's start times
         tag = current_tag()
         penv = {**command_env(), TAG_VAR: tag} if tag else command_env()
+        sp = CURRENT.get()
+        if sp is not None and sp.login is None:   # the step's first command: the login files as it finds them
+            sp.login = hashes(await asyncio.to_thread(login_files, os.path.expanduser("~")))
         creating = asyncio.ensure_future(asyncio.create_subprocess_exec(
             "/bin/sh", "-c", line,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
@@ -143,6 +147,13 @@ class LocalTransport:
         return note
 
     async def leftovers(self, sp: StepProcs) -> tuple[int, str]:
+        if sp.login is not None:
+            # Found and refused, never moved: these are the files of the bot's own user (often
+            # the operator's), whose own edits meanwhile must stand.
+            now = await asyncio.to_thread(login_files, os.path.expanduser("~"))
+            sp.login_changed = [rel for rel, h in hashes(now).items() if sp.login.get(rel) != h]
+            if sp.login_changed:
+                sp.login_note = "the bot's own user's files are left as they are: check them"
         # Read /proc in-process first: nothing that could be the step's, the usual case on a
         # bot's own user, then costs no fork.
         if not await asyncio.to_thread(_any_left, sp.tag, set(sp.pgids), sp.since, set(sp.keep)):

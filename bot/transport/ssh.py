@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 from eaglebot.config import HostConfig
 from eaglebot.errors import HostUnreachable, TransportError
 from eaglebot.sdk import CommandResult, OutputCallback, path_for_shell
-from eaglebot.transport.base import (CURRENT, DRAIN_S, KILL_GRACE_S, LineSplitter, StepProcs, current_tag,
-                                     detach_script, note_kept, note_pgid, session_wrapped)
+from eaglebot.transport.base import (CURRENT, DRAIN_S, KILL_GRACE_S, LOGIN_FILES, LineSplitter, StepProcs,
+                                     current_tag, login_check_script, parse_login, put_back,
+                                     detach_script, note_kept, note_login, note_pgid, session_wrapped)
 from eaglebot.transport.leftovers import kill_note, kill_script, leftover_note, parse_kill
 
 if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for asyncssh
@@ -72,6 +73,9 @@ class SSHTransport:
         # The host's boot clock against ours, learned with the sshd pid: (our monotonic clock
         # before the question, after the answer, the host's uptime in the answer).
         self._clock: tuple[float, float, float] | None = None
+        # The login files (base.LOGIN_FILES) as the connection found them: put back when a step
+        # changes one (the step's own start is checked by hash; this is what it had).
+        self._login_cache: dict[str, bytes] = {}
         self._lock = asyncio.Lock()
         self._channels = asyncio.Semaphore(cfg.max_channels)
 
@@ -157,12 +161,20 @@ class SSHTransport:
         continues it from a new one. With it, the host's boot clock (`_since`)."""
         try:
             t_a = time.monotonic()
-            res = await asyncio.wait_for(conn.run('read -r u _ </proc/uptime; echo "$PPID $u"', check=False), 10)
+            res = await asyncio.wait_for(conn.run(
+                'read -r u _ </proc/uptime; echo "$PPID $u"; cd && for f in ' + " ".join(LOGIN_FILES)
+                + '; do if [ -f "$f" ]; then printf "%s " "$f"; base64 -w0 < "$f"; echo; fi; done', check=False), 10)
             t_b = time.monotonic()
-            words = _text(res.stdout).split()
+            first, *files = _text(res.stdout).splitlines() or [""]
+            words = first.split()
             if len(words) == 2 and words[0].isdigit() and self._conn is conn:
                 self._sshd_pid = int(words[0])
                 self._clock = (t_a, t_b, float(words[1]))
+            import base64
+            for line in files:
+                path, _, data = line.partition(" ")
+                if path in LOGIN_FILES:
+                    self._login_cache[path] = base64.b64decode(data)
         except Exception:  # a nicety for the kill path: without it, a stopped sshd stays stopped
             pass
 
@@ -202,9 +214,11 @@ class SSHTransport:
 
         pgid_read = asyncio.Event()
 
-        def on_pgid(g: int, since: float | None) -> None:
+        def on_pgid(g: int, since: float | None, login: dict[str, str] | None) -> None:
             pgid.append(g)
             note_pgid(g, self._since(since, sent))
+            if login is not None:
+                note_login(login)
             pgid_read.set()
 
         se = LineSplitter("stderr", on_output, err, on_pgid=on_pgid)
@@ -317,13 +331,22 @@ class SSHTransport:
 
     async def leftovers(self, sp: StepProcs) -> tuple[int, str]:
         last = ""
+        check = login_check_script(sp.login) if sp.login is not None else ""
         for _ in range(2):  # a wedged connection is replaced once
             try:
-                return leftover_note(parse_kill(await self._control(
-                    kill_script(sp.tag, sp.pgids, since=sp.since, keep=sp.keep))))
+                out = await self._control(check + kill_script(sp.tag, sp.pgids, since=sp.since, keep=sp.keep))
+                sp.login_changed = parse_login(out)
+                if sp.login_changed:
+                    sp.login_note = await self._put_back(sp)
+                return leftover_note(parse_kill(out))
             except Exception as e:  # the step's own result says what broke; this only adds to it
                 last = type(e).__name__
         return 0, f"could not check for processes it left running ({last})"
+
+    async def _put_back(self, sp: StepProcs) -> str:
+        """Write back what the step changed of the login files (moved aside by the check), from
+        what the connection read, where that is what the step found; one sentence."""
+        return await put_back(self, sp, self._login_cache)
 
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
                       since_wall: float | None = None, attempts: int = 3, now: list[int] | None = None,

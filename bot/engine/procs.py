@@ -14,10 +14,12 @@ reason) until then.
 """
 from __future__ import annotations
 
+import asyncio
 import contextvars
 
 import logging
-from typing import Protocol, TYPE_CHECKING
+import time
+from typing import Callable, Protocol, TYPE_CHECKING
 
 from eaglebot.errors import EagleError
 from eaglebot.store import parse_iso
@@ -83,6 +85,58 @@ def refused(sp: StepProcs) -> str:
     files = ", ".join(f"~/{f}" for f in sp.login_changed)
     return (f"it changed {files}, which would run before every later command on this login: refused "
             f"({sp.login_note})")
+
+
+# Shipped skills whose commands are the bot's own. Every other one (`shell` and `metric.record`
+# run a command the playbook gives; a plugin's code the bot cannot know) may start a process
+# that writes into another command's output on the same login (`/proc/PID/fd/1`): a lock-free
+# run's commands never run beside one (`quiet`, `beside`).
+_GIVEN_CODE = frozenset({"shell", "metric.record"})
+QUIET_WAIT_S = 120.0
+QUIET_POLL_S = 0.25
+
+
+def runs_given_code(skill: str) -> bool:
+    from eaglebot.engine.shipped import SHIPPED
+
+    return skill not in SHIPPED or skill in _GIVEN_CODE
+
+
+async def _code_beside(store: AsyncRunLog, host: str, run_id: int, after_id: int | None) -> tuple[int, str]:
+    """(the newest step id, "" or what of another run may be running code on `host`)."""
+    last, steps = await store.steps_beside(host, run_id, after_id)
+    for s in steps:
+        if runs_given_code(s["skill"]):
+            return last, f"step `{s['name']}` of run #{s['run_id']} ({s['skill']})"
+    pending = await store.pending_procs(host)
+    if pending:
+        return last, f"processes run #{pending[0]['run_id']} left that could not be stopped"
+    return last, ""
+
+
+async def quiet(store: AsyncRunLog, host: str, run_id: int, cancel: asyncio.Event | None,
+                say: Callable[[str], None]) -> tuple[int, str]:
+    """Before a command of a lock-free run: wait (up to QUIET_WAIT_S) until no other run runs
+    code of its playbook on `host`. (the newest step id then, to check against afterwards;
+    "" or why it gave up)."""
+    deadline = time.monotonic() + QUIET_WAIT_S
+    said = False
+    while True:
+        last, busy = await _code_beside(store, host, run_id, None)
+        if not busy or (cancel is not None and cancel.is_set()):
+            return last, ""
+        if time.monotonic() > deadline:
+            return last, (f"{host} is busy: {busy} runs there, and a process of it could write into this "
+                          f"command's output; run it again when that ends")
+        if not said:
+            say(f"waiting until {busy} ends on {host}: a process of it could write into this command's output")
+            said = True
+        await asyncio.sleep(QUIET_POLL_S)
+
+
+async def beside(store: AsyncRunLog, host: str, run_id: int, mark: int) -> str:
+    """After it: "" when nothing of another run that runs code was on `host` meanwhile, else what."""
+    return (await _code_beside(store, host, run_id, mark))[1]
 
 
 def current() -> StepProcs | None:

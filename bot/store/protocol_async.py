@@ -338,6 +338,11 @@ class AsyncLocksFace(Protocol):
         """A step's processes had to be killed: `stopped` (verified gone) or `pending` (the"""
         ...
 
+    async def steps_beside(self, host: str, run_id: int, after_id: int | None) -> tuple[int, list[StepRow]]:
+        """(the newest step's id, the steps of other runs on `host` that may be running code:
+        running under a lock on it, or started after `after_id`)."""
+        ...
+
     async def pending_procs(self, host: str) -> list[RemoteProcRow]:
         """Process groups on host that a finished (or crashed) run did not stop."""
         ...

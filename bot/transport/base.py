@@ -148,13 +148,17 @@ def login_check_script(before: dict[str, str]) -> str:
     """sh that moves aside (`<file>.eagle-refused`) every login file that is not as the step
     found it (new, or changed: a deleted one starts nothing), and prints `EAGLE-LOGIN <file>`
     for each. It runs first in the end-of-step script, whose own session already ran
-    ~/.ssh/rc: what that started, the sweep after it stops."""
-    want = ",".join(f"{p}={h}" for p, h in before.items())
+    ~/.ssh/rc: what that started, the sweep after it stops. The usual case, nothing changed,
+    costs one `sha256sum`, compared with what the step's start said."""
+    want = "\n".join(f"{before[p]}  {p}" for p in LOGIN_FILES if p in before)
     files = " ".join(LOGIN_FILES)
-    return ("(cd && sha256sum -- " + files + " 2>/dev/null | awk -v want=" + shlex.quote(want) + " "
+    pairs = ",".join(f"{p}={h}" for p, h in before.items())
+    return ("eagle_h=$(cd && sha256sum -- " + files + " 2>/dev/null); [ \"$eagle_h\" = " + shlex.quote(want)
+            + " ] || printf '%s\\n' \"$eagle_h\" | awk -v want=" + shlex.quote(pairs) + " "
             + shlex.quote('BEGIN { n = split(want, a, ","); for (i = 1; i <= n; i++) { split(a[i], kv, "="); w[kv[1]] = kv[2] } } '
                           '{ if (w[$2] != $1) print $2 }')
-            + " | while read -r f; do mv -f -- \"$f\" \"$f" + REFUSED_SUFFIX + "\" && echo \"EAGLE-LOGIN $f\"; done); ")
+            + " | while read -r f; do mv -f -- \"$HOME/$f\" \"$HOME/$f" + REFUSED_SUFFIX
+            + "\" && echo \"EAGLE-LOGIN $f\"; done; ")
 
 
 async def put_back(host: Host, sp: StepProcs, had: dict[str, bytes]) -> str:

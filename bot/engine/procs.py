@@ -40,18 +40,22 @@ class _Ends(Protocol):
     async def leftovers(self, sp: StepProcs) -> tuple[int, str]: ...
 
 
-def begin(store: AsyncRunLog, run_id: int,
-          step_id: int | None) -> tuple[StepProcs, contextvars.Token[StepProcs | None]]:
+def begin(store: AsyncRunLog, run_id: int, step_id: int | None,
+          skill: str | None = None) -> tuple[StepProcs, contextvars.Token[StepProcs | None]]:
     """Make the step's tag (`<db_id>-<run>-<step>`: derivable from the step row, so nothing
     is written per step) the current one; the skill's task inherits it. A step whose row a
     failing store did not take gets a random tag: its processes are still stopped on
-    timeout or cancel, only not recoverable after a crash."""
+    timeout or cancel, only not recoverable after a crash. The login files are watched for a
+    step that runs a playbook's code (`skill`: `runs_given_code`), not for the bot's own."""
     if step_id is None:
         import secrets
 
         sp = StepProcs(tag=f"{store.sync.db_id}-{run_id}-x{secrets.token_hex(4)}")
     else:
         sp = StepProcs(tag=store.sync.proc_tag(run_id, step_id))
+    if skill is not None and not runs_given_code(skill):
+        sp.login = {}   # (known: not asked for, nothing compared)
+        sp.watch_login = False
     return sp, CURRENT.set(sp)
 
 

@@ -261,7 +261,7 @@ class StepRunner:
                 mark, busy = await procs.quiet(self.store, slot.host, run.run_id, cancel, out.line)
                 if busy:
                     return StepResult.failed(busy), attempts
-            sp, token = procs.begin(self.store, run.run_id, sid)
+            sp, token = procs.begin(self.store, run.run_id, sid, step.skill)
             left = ""
             try:
                 result, cancelled_here = await attempt(bound, sctx, step, cancel)

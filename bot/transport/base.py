@@ -58,6 +58,7 @@ class StepProcs:
     # The login files (LOGIN_FILES) that existed when the step's first command started, by
     # their SHA-256 (None: not known yet); what the step changed of them; what was done about it.
     login: dict[str, str] | None = None
+    watch_login: bool = True
     login_changed: list[str] = field(default_factory=list)
     login_note: str = ""
 

@@ -147,7 +147,7 @@ class LocalTransport:
         return note
 
     async def leftovers(self, sp: StepProcs) -> tuple[int, str]:
-        if sp.login is not None:
+        if sp.login is not None and sp.watch_login:
             # Found and refused, never moved: these are the files of the bot's own user (often
             # the operator's), whose own edits meanwhile must stand.
             now = await asyncio.to_thread(login_files, os.path.expanduser("~"))

@@ -331,7 +331,7 @@ class SSHTransport:
 
     async def leftovers(self, sp: StepProcs) -> tuple[int, str]:
         last = ""
-        check = login_check_script(sp.login) if sp.login is not None else ""
+        check = login_check_script(sp.login) if sp.login is not None and sp.watch_login else ""
         for _ in range(2):  # a wedged connection is replaced once
             try:
                 out = await self._control(check + kill_script(sp.tag, sp.pgids, since=sp.since, keep=sp.keep))

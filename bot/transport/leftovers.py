@@ -27,6 +27,14 @@ Every rule reads only /proc (one `awk` over every /proc/PID/stat, and the status
 files of the few orphans started since), so the scan costs the same whatever the step did.
 The tag (`EAGLE_PROC_TAG`) is looked for only when the step's start is unknown (a command cut
 off before it reported it).
+
+A process that forks and exits every few milliseconds (a fork-hopper) is never in one listing
+of /proc for long: each scan also looks at every pid allocated since its listing, newest first,
+and the kill freezes what it finds (SIGSTOP the moment a process is found, scan after scan, until
+one finds none still running) before SIGKILL, so a generation is stopped before it can fork the
+next (`kill_script`). The start the scan goes by is never the step's own word: a command's start
+announcement is read only from its first line, within the host's clock as the connection read it
+(transport/ssh.py, `_since`).
 """
 from __future__ import annotations
 
@@ -159,7 +167,8 @@ def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] =
     KILL_GRACE_S; then what is left is frozen (STOP to each process as the scan finds it, scan
     after scan until one finds none still running: a process that forks and exits every few
     milliseconds is stopped in the generation the scan finds, and a stopped process forks no
-    more) and killed (KILL) until none is left. `now` (a wedged shell) gets KILL at once; `cont`
+    more) and killed (KILL) until none is left; whatever was stopped and still lives at the end
+    (no longer the step's by the rules) is continued. `now` (a wedged shell) gets KILL at once; `cont`
     (a stopped sshd) gets CONT. It prints `EAGLE-KILL <found> <left>`: how many processes it
     found and how many are left."""
     ticks = int(KILL_GRACE_S * 10)
@@ -172,10 +181,14 @@ def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] =
         'eagle_sig() { for p in $(eagle_pids); do kill -"$1" "$p" 2>/dev/null; done; true; }; '
         'eagle_sig TERM; eagle_sig CONT; i=0; '
         f'while [ -n "$(eagle_pids)" ] && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; '
-        'i=0; while [ $i -lt 20 ] && [ -n "$(eagle_pids)" ]; do '
-        '  j=0; while [ $j -lt 200 ] && [ -n "$(eagle_fresh | while read -r p; do kill -STOP "$p" 2>/dev/null; echo "$p"; done)" ]; '
-        '  do j=$((j+1)); done; '
+        'stopped=""; i=0; while [ $i -lt 20 ] && [ -n "$(eagle_pids)" ]; do '
+        '  j=0; while [ $j -lt 200 ]; do '
+        '    s=$(eagle_fresh | while read -r p; do kill -STOP "$p" 2>/dev/null && echo "$p"; done); '
+        '    [ -n "$s" ] || break; stopped="$stopped $s"; j=$((j+1)); done; '
         '  eagle_sig KILL; i=$((i+1)); [ -z "$(eagle_pids)" ] || sleep 0.01; done; '
+        # Whatever was stopped and lives on (no longer the step's by the rules: a root step's
+        # process of another user whose parent went) is continued, never left frozen.
+        'for p in $stopped; do kill -CONT "$p" 2>/dev/null; done; '
         'echo "EAGLE-KILL $found $(eagle_pids | wc -l)"'
     )
 

@@ -70,7 +70,7 @@ class SSHTransport:
         self.connect_tries = 0  # tries the last connection took (1: the first worked)
         self._conn: asyncssh.SSHClientConnection | None = None
         self._sshd_pid: int | None = None
-        # The host's boot clock against ours, learned with the sshd pid: (our monotonic clock
+        # The host's boot clock against ours, learned with the sshd pid: (our boot clock, `_boot`,
         # before the question, after the answer, the host's uptime in the answer).
         self._clock: tuple[float, float, float] | None = None
         # The login files (base.LOGIN_FILES) as the connection found them: put back when a step
@@ -160,11 +160,11 @@ class SSHTransport:
         stops it (`kill -STOP $PPID`) wedges the connection, and the kill that follows
         continues it from a new one. With it, the host's boot clock (`_since`)."""
         try:
-            t_a = time.monotonic()
+            t_a = _boot()
             res = await asyncio.wait_for(conn.run(
                 'read -r u _ </proc/uptime; echo "$PPID $u"; cd && for f in ' + " ".join(LOGIN_FILES)
                 + '; do if [ -f "$f" ]; then printf "%s " "$f"; base64 -w0 < "$f"; echo; fi; done', check=False), 10)
-            t_b = time.monotonic()
+            t_b = _boot()
             first, *files = _text(res.stdout).splitlines() or [""]
             words = first.split()
             if len(words) == 2 and words[0].isdigit() and self._conn is conn:
@@ -186,7 +186,7 @@ class SSHTransport:
         if self._clock is None:
             return announced
         t_a, t_b, up = self._clock
-        now = time.monotonic()
+        now = _boot()
         slack = 0.5 + 1e-3 * (now - t_a)
         earliest = up + sent - t_b
         if announced is not None and earliest - slack <= announced <= up + now - t_a + slack:
@@ -224,7 +224,7 @@ class SSHTransport:
         se = LineSplitter("stderr", on_output, err, on_pgid=on_pgid)
         t0 = time.monotonic()
         async with self._channels:
-            sent = time.monotonic()
+            sent = _boot()
             try:
                 # Bytes, not str: asyncssh encodes a str command strictly, and a value from a
                 # command's output may hold bytes that are not UTF-8.
@@ -440,6 +440,12 @@ async def _first(pumps: "asyncio.Future[Any]", exited: asyncio.Event) -> None:
         await asyncio.wait({waiter, pumps}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         waiter.cancel()
+
+
+def _boot() -> float:
+    """This machine's boot clock: like the host's /proc/uptime it runs on through a suspend, where
+    the monotonic clock stops."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 def _text(data: bytes | str | None) -> str:

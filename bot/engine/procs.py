@@ -27,6 +27,7 @@ from eaglebot.transport.base import CURRENT, StepProcs
 
 if TYPE_CHECKING:
     from eaglebot.store.protocol_async import AsyncRunLog
+    from eaglebot.store.rows import RemoteProcRow, StepRow
 
 log = logging.getLogger("eaglebot.engine")
 
@@ -106,7 +107,15 @@ def runs_given_code(skill: str) -> bool:
     return skill not in SHIPPED or skill in _GIVEN_CODE
 
 
-async def _code_beside(store: AsyncRunLog, host: str, run_id: int, after_id: int | None) -> tuple[int, str]:
+class Neighbours(Protocol):
+    """The two store reads the neighbour checks need (the engine's store and the watch's both have them)."""
+
+    async def steps_beside(self, host: str, run_id: int, after_id: int | None) -> tuple[int, list[StepRow]]: ...
+
+    async def pending_procs(self, host: str) -> list[RemoteProcRow]: ...
+
+
+async def code_beside(store: Neighbours, host: str, run_id: int, after_id: int | None) -> tuple[int, str]:
     """(the newest step id, "" or what of another run may be running code on `host`)."""
     last, steps = await store.steps_beside(host, run_id, after_id)
     for s in steps:
@@ -126,7 +135,7 @@ async def quiet(store: AsyncRunLog, host: str, run_id: int, cancel: asyncio.Even
     deadline = time.monotonic() + QUIET_WAIT_S
     said = False
     while True:
-        last, busy = await _code_beside(store, host, run_id, None)
+        last, busy = await code_beside(store, host, run_id, None)
         if not busy or (cancel is not None and cancel.is_set()):
             return last, ""
         if time.monotonic() > deadline:
@@ -140,7 +149,7 @@ async def quiet(store: AsyncRunLog, host: str, run_id: int, cancel: asyncio.Even
 
 async def beside(store: AsyncRunLog, host: str, run_id: int, mark: int) -> str:
     """After it: "" when nothing of another run that runs code was on `host` meanwhile, else what."""
-    return (await _code_beside(store, host, run_id, mark))[1]
+    return (await code_beside(store, host, run_id, mark))[1]
 
 
 def current() -> StepProcs | None:

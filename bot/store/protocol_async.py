@@ -441,7 +441,7 @@ class AsyncMetricsReads(AsyncIncidentsFace, AsyncHealthFace, AsyncTrendsFace, Pr
 
 
 class AsyncServiceState(AsyncSchedulesFace, AsyncReplicasFace, AsyncHealthFace, AsyncSweepsFace,
-            AsyncApprovalsFace, Protocol):
+            AsyncApprovalsFace, AsyncLocksFace, Protocol):
     """What `eagle serve` keeps (schedules and their fires, the replicas' lease and heartbeats, Slack's
     seen requests, the health watch and the events it writes, sweeps)."""
 

@@ -68,7 +68,9 @@ async def end(store: AsyncRunLog, sp: StepProcs, token: contextvars.Token[StepPr
     one), and record a kill (only then is anything written; not for a step the store did not
     take). Returns a sentence when the step had left something running, else ""."""
     left = ""
-    if transport is not None and sp.pgids:   # (after a timeout's or a cancel's kill too: it checks the login files)
+    # After a timeout's or a cancel's kill too (it checks the login files), unless that kill could not
+    # reach the host (`pending`): the next run on it stops what is left.
+    if transport is not None and sp.pgids and sp.state != "pending":
         try:
             found, left = await transport.leftovers(sp)
         except EagleError as e:

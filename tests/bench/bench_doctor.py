@@ -6,7 +6,7 @@ host key pinned; then `python -m eaglebot doctor` in that folder, as a new proce
 git revision asked for (extracted with `git archive`, run from that copy: the same node, the same
 machine, one revision after the other). `--load N` keeps N busy-looping processes of this script's
 own running meanwhile: the machine as loaded as when the issue measured 2.8-6.4 s. Prints per revision
-the p50 and max wall time (process start to exit) and the exit statuses.
+the p50 and max wall time (process start to exit) and any FAIL line a run printed.
 
     .venv/bin/python tests/bench/bench_doctor.py [--repeat 7] [--load 2] [--rev main --rev HEAD]
 """
@@ -62,21 +62,24 @@ def main() -> int:
         paths = {rev: extract(rev, Path(tmp) / f"rev{i}") for i, rev in enumerate(revs)}
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.load)]
         try:
-            for rev, path in paths.items():
-                run_env = dict(env, PYTHONPATH=str(path))
+            envs = {rev: dict(env, PYTHONPATH=str(path)) for rev, path in paths.items()}
+            for rev, run_env in envs.items():
                 where = subprocess.run([sys.executable, "-c", "import eaglebot; print(eaglebot.__file__)"],
                                        env=run_env, capture_output=True, text=True).stdout
-                assert where.startswith(str(path)), f"{rev}: eaglebot imported from {where}, not {path}"
-                walls, codes = [], set()
-                for i in range(a.repeat + 1):   # the first one writes the revision's bytecode: not counted
+                assert where.startswith(str(paths[rev])), f"{rev}: eaglebot imported from {where}, not {paths[rev]}"
+            walls: dict[str, list[float]] = {rev: [] for rev in revs}
+            fails: dict[str, set[str]] = {rev: set() for rev in revs}
+            for i in range(a.repeat + 1):   # the revisions in turn; the first round writes their bytecode: not counted
+                for rev, run_env in envs.items():
                     t0 = time.monotonic()
                     res = subprocess.run([sys.executable, "-m", "eaglebot", "doctor"], cwd=home / "eagle",
                                          env=run_env, capture_output=True, text=True)
                     if i:
-                        walls.append(time.monotonic() - t0)
-                        codes.add(res.returncode)
-                print(f"{rev}: eagle doctor p50 {statistics.median(walls):.2f} s, max {max(walls):.2f} s "
-                      f"({a.repeat} runs, load {a.load}, exit {sorted(codes)})")
+                        walls[rev].append(time.monotonic() - t0)
+                        fails[rev] |= {line[:160] for line in res.stdout.splitlines() if line.startswith("FAIL")}
+            for rev in revs:
+                print(f"{rev}: eagle doctor p50 {statistics.median(walls[rev]):.2f} s, max {max(walls[rev]):.2f} s "
+                      f"({a.repeat} runs, load {a.load})" + "".join(f"\n  {line}" for line in sorted(fails[rev])))
         finally:
             for p in busy:
                 p.kill()

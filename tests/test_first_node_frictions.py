@@ -322,3 +322,24 @@ def test_the_tune_table_has_no_column_that_repeats_the_heads_counts():
     assert "an 83-cell grid (10 cells measured, 8 chains predicted)" in text and "10/8" not in text, text
     r["batch_sizes"]["8"]["cells_measured"] = 6      # where the sizes differ, the column says so
     assert "cells measured/chains predicted" in tune_text(r) and "6/8" in tune_text(r)
+
+
+def test_history_json_carries_dry_run_duration_and_the_key_metric(tmp_path):
+    cfg = node(tmp_path)
+    book = tmp_path / "measure.yaml"
+    book.write_text(yaml.safe_dump({"name": "measure", "steps": [
+        {"skill": "metric.record", "with": {"name": "median_ttft_ms", "value": 30.5, "unit": "ms", "better": "lower"}},
+        {"skill": "metric.record", "with": {"name": "output_throughput", "value": 5480.0, "unit": "tok/s"}}]}))
+    assert eagle_here("run", str(book), "-H", "gpu-01", config=cfg).returncode == 0
+    assert eagle_here("run", str(book), "-H", "gpu-01", "--dry-run", config=cfg).returncode == 0
+    res, doc = eagle_here_json("history", config=cfg)
+    assert res.returncode == 0, res.stderr
+    dry, real = doc   # newest first
+    assert (real["dry_run"], dry["dry_run"]) == (False, True)
+    assert real["key_metric"] == {"host": "gpu-01", "name": "output_throughput", "value": 5480.0, "unit": "tok/s"}
+    assert dry["key_metric"] is None and real["regressions"] == 0   # a dry run records no metric
+    store = Store(tmp_path / "eagle.db")
+    row = store.get_run(real["run_id"])
+    store.close()
+    took = parse_iso(row["finished_at"]) - parse_iso(row["started_at"])
+    assert real["duration_ms"] == round(took.total_seconds() * 1000) and isinstance(real["duration_ms"], int)

@@ -343,3 +343,34 @@ def test_history_json_carries_dry_run_duration_and_the_key_metric(tmp_path):
     store.close()
     took = parse_iso(row["finished_at"]) - parse_iso(row["started_at"])
     assert real["duration_ms"] == round(took.total_seconds() * 1000) and isinstance(real["duration_ms"], int)
+
+
+async def test_a_heartbeat_on_a_busy_host_posts_once_in_slack_with_slacks_date_and_logs_each_skip(
+        harness, fake, caplog):
+    import logging
+    from datetime import datetime, timedelta, timezone
+
+    from eaglebot.frontends.service.scheduler import build_scheduler
+
+    beat = {"name": "heartbeat", "playbook": "hello", "hosts": ["local"], "every": "30s", "channel": "C0HEART"}
+    h = await harness(schedules=[beat])
+    holder = await h.services.store.create_run(NewRun(playbook="relaunch", hosts=["local"], inputs={}, variables={},
+                                                      actor="t", origin="slack"))
+    await h.services.store.acquire_hosts(holder, ["local"])   # e.g. a relaunch waiting for its approval
+    sched = build_scheduler(h.services, h.bot.hooks)
+    [cfg] = h.services.settings.schedules
+    now = datetime.now(timezone.utc)
+    with caplog.at_level(logging.INFO, logger="eaglebot.scheduler"):
+        for i in range(3):   # three fires while the host stays held
+            assert await sched.run_schedule(cfg, now + timedelta(seconds=30 * i)) is None
+    posts = await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.postMessage")
+                                         if "did not start" in c.all_text()])
+    [post] = posts
+    text = post.all_text()
+    assert post.args.get("channel") == "C0HEART" and f"busy with run #{holder}" in text, text
+    assert re.search(r"since <!date\^\d+\^\{date_short_pretty\} \{time\}\|[^>]+>", text), text   # Slack's own dates
+    assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", text), text                            # no raw ISO time
+    skipped = [r.getMessage() for r in caplog.records if "did not start" in r.getMessage()]
+    assert len(skipped) == 3 and all(f"run #{holder}" in m for m in skipped), skipped
+    fires = await h.query("select status from schedule_fires where schedule = 'heartbeat'")
+    assert [f["status"] for f in fires] == ["busy"] * 3

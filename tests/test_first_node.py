@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import os
 import pty
+import pwd
 import re
 import shlex
 import shutil
@@ -33,6 +34,7 @@ from typing import Iterator
 
 import pytest
 
+from helpers import wait_for
 from sshd import start_sshd
 from test_shipped_playbooks import _ensure_home_user, _kill_user_processes
 from test_sglang_sim import write_models
@@ -177,9 +179,26 @@ def fresh_node(root: Path) -> Iterator[tuple[Path, dict[str, str]]]:
         yield home, {"address": "localhost", "port": str(sshd.port), "user": pw.pw_name,
                      "node_home": str(node_home), "home": str(home)}
     finally:
-        _kill_user_processes(pw.pw_uid)
         sshd.stop()
-        subprocess.run(["userdel", "--remove", pw.pw_name], capture_output=True)
+        _kill_user_processes(pw.pw_uid)
+        # userdel refuses a user with a live process: wait until the kills have taken
+        wait_for(lambda: not _processes_of(pw.pw_uid), 30, 0.05, f"{pw.pw_name}'s processes to end")
+        def deleted() -> bool:   # (another worker's useradd may hold /etc/passwd's lock a moment)
+            subprocess.run(["userdel", "--remove", pw.pw_name], capture_output=True)
+            return pw.pw_name not in {p.pw_name for p in pwd.getpwall()}
+        wait_for(deleted, 30, 0.1, f"userdel {pw.pw_name}")
+        shutil.rmtree(sshd.root, ignore_errors=True)
+
+
+def _processes_of(uid: int) -> list[str]:
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and os.stat(f"/proc/{d}").st_uid == uid:
+                out.append(d)
+        except OSError:
+            continue
+    return out
 
 
 def write_config(home: Path, real: dict[str, str]) -> Path:

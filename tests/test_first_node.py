@@ -13,6 +13,9 @@ the page says so. What each command printed is compared with the output the page
 line for line, after `normalise` (the page documents the same rules): a `...` line of the page
 stands for any number of lines. The README's quick start must be the same walkthrough: its
 `eagle.yaml` is the page's and each of its commands is one the page runs.
+
+To refresh the page's quotes after a change of wording, `EAGLE_FIRST_NODE_DUMP=FILE` writes what
+each command printed (the reader's values in, nothing else replaced) to FILE.
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ import contextlib
 import fcntl
 import os
 import pty
+import select
+import signal
 import pwd
 import re
 import shlex
@@ -28,6 +33,7 @@ import struct
 import subprocess
 import sys
 import termios
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -134,7 +140,11 @@ def in_a_terminal(argv: list[str], cwd: Path, env: dict[str, str], answer: str |
                             start_new_session=True)
     os.close(slave)
     chunks: list[bytes] = []
+    deadline = time.monotonic() + 300
     while True:
+        if not select.select([master], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            os.killpg(proc.pid, signal.SIGKILL)   # (its own session: the command and what it started)
+            raise AssertionError(f"`{shlex.join(argv)}` did not finish within 300 s:\n{b''.join(chunks).decode()}")
         try:
             chunk = os.read(master, 65536)
         except OSError:   # EIO: the last writer closed the terminal

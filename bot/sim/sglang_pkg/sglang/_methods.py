@@ -188,7 +188,7 @@ def eagle_family_first(args: argparse.Namespace, architecture: str | None, versi
         raise Refused("ValueError", "Currently standalone speculative decoding does not support dp attention.")
     if architecture not in MTP_ARCHS:
         return None
-    if args.speculative_draft_model_path is None:
+    if getattr(args, "speculative_draft_model_path", None) is None:
         args.speculative_draft_model_path = args.model_path
         args.speculative_draft_model_revision = getattr(args, "revision", None)
         return None

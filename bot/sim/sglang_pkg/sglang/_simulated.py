@@ -87,7 +87,8 @@ def resolve_speculative(args: argparse.Namespace, architecture: str | None) -> l
     algo = args.speculative_algorithm
     if algo is None:
         return warnings
-    if args.speculative_draft_model_path is not None and getattr(args, "speculative_draft_model_revision", None) is None:
+    if getattr(args, "speculative_draft_model_path", None) is not None and \
+            getattr(args, "speculative_draft_model_revision", None) is None:
         args.speculative_draft_model_revision = "main"
     if (bad := _methods.unknown(algo, VERSION)) is not None:
         raise SpecError("ValueError", bad)

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from eaglebot.engine import health_watch
 from eaglebot.frontends.cli.demo import _stop_everything
 from eaglebot.engine.runner import RunRequest
@@ -173,10 +175,25 @@ def _host(root: Path, case: dict[str, Any]) -> tuple[dict[str, Any], int]:
     return {"transport": "local", "vars": host_vars}, port
 
 
-async def test_every_fault_of_every_method_is_flagged_where_it_must_be_and_no_healthy_case_alarms(
-        services, tmp_path):
+METHODS = sorted({c["method"] for c in CORPUS})
+
+
+def test_the_corpus_covers_every_method_with_its_faults_and_half_of_it_is_healthy():
+    faults = [c for c in CORPUS if c["expect"]["caught"] is not None]
+    assert len(CORPUS) >= 30 and 2 * (len(CORPUS) - len(faults)) >= len(CORPUS) - 2
+    assert set(METHODS) == {"DFLASH", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE"}
+    for m in METHODS:      # each method healthy and broken, on both releases the simulator speaks
+        mine = [c for c in CORPUS if c["method"] == m]
+        assert {c["expect"]["caught"] is None for c in mine} == {True, False}, m
+        assert {c["release"] for c in mine} == {"0.5.17", "0.5.23"}, m
+
+
+# One test per method, so that the default run's workers share the corpus (each case is a real relaunch
+# of simulated processes: about a second).
+@pytest.mark.parametrize("method", METHODS)
+async def test_every_fault_is_flagged_where_it_must_be_and_no_healthy_case_alarms(services, tmp_path, method):
     only = os.environ.get("EAGLE_CORPUS_ONLY")        # one case by id, to look at it alone
-    cases = [c for c in CORPUS if not only or c["id"] == only]
+    cases = [c for c in CORPUS if c["method"] == method and (not only or c["id"] == only)]
     # A host each, with its own state folder and audit file, as separate machines have: relaunch's
     # GPU cleanup stops what the state folder's pid files name.
     opened = []
@@ -185,19 +202,15 @@ async def test_every_fault_of_every_method_is_flagged_where_it_must_be_and_no_he
         host, port = _host(root, case)
         svc = await services({case["id"]: host}, state_dir=str(root / "botstate"), audit_db=str(root / "eagle.db"))
         opened.append((svc, str(root / "botstate"), port, case))
-    # One case at a time: on one machine with one cgroup, a step's leftover sweep would take a server
-    # another case's step spawned meanwhile (transport/leftovers.py, rule 3).
-    gate = asyncio.Semaphore(1)
-
-    async def one(svc: Any, state_dir: str, port: int, case: dict[str, Any]) -> Outcome:
-        async with gate:
-            try:
-                return await run_case(svc, state_dir, case["id"], port, case)
-            except Exception as e:      # one broken case is reported with the others, not alone
-                return Outcome(case, "error", f"{type(e).__name__}: {e}")
-
+    outcomes = []
     try:
-        outcomes = await asyncio.gather(*(one(*o) for o in opened))
+        # One case at a time: on one machine with one cgroup, a step's leftover sweep would take a server
+        # another case's step spawned meanwhile (transport/leftovers.py, rule 3).
+        for svc, state_dir, port, case in opened:
+            try:
+                outcomes.append(await run_case(svc, state_dir, case["id"], port, case))
+            except Exception as e:      # one broken case is reported with the others, not alone
+                outcomes.append(Outcome(case, "error", f"{type(e).__name__}: {e}"))
     finally:
         for _, state_dir, _, _ in opened:
             _stop_everything(Path(state_dir))
@@ -205,13 +218,9 @@ async def test_every_fault_of_every_method_is_flagged_where_it_must_be_and_no_he
     healthy = [o for o in outcomes if o.case["expect"]["caught"] is None]
     counts = Counter(("fault" if o in faults else "healthy", "flagged" if o.caught or o.alarms else "quiet")
                      for o in outcomes)
-    stages = Counter(o.caught for o in faults)
-    print(f"\ncorpus: {len(outcomes)} cases ({len(faults)} faults, {len(healthy)} healthy): "
+    print(f"\ncorpus {method}: {len(outcomes)} cases ({len(faults)} faults, {len(healthy)} healthy): "
           f"true alarms {counts['fault', 'flagged']}, missed {counts['fault', 'quiet']}, "
           f"false alarms {counts['healthy', 'flagged']}, quiet healthy {counts['healthy', 'quiet']}; "
-          f"faults flagged {dict(stages)}")
-    assert only or len(outcomes) >= 30 and len(healthy) * 2 >= len(outcomes) - 2
+          f"faults flagged {dict(Counter(o.caught for o in faults))}")
     wrong = [(o.case["id"], o.caught, o.said[:300], o.alarms) for o in outcomes if not o.ok]
-    for w in wrong:
-        print("WRONG", *w)
     assert wrong == []

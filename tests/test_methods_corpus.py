@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import select
 import struct
 import urllib.error
@@ -25,6 +26,7 @@ from eaglebot.engine import health_watch
 from eaglebot.frontends.cli.demo import _stop_everything
 from eaglebot.engine.runner import RunRequest
 from eaglebot.sim import gpu_state, install_sim_bin
+from sglang_source import real_sglang
 from test_server_skills import FAST, PY, free_port
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "methods" / "corpus.json").read_text())["cases"]
@@ -224,3 +226,41 @@ async def test_every_fault_is_flagged_where_it_must_be_and_no_healthy_case_alarm
           f"faults flagged {dict(Counter(o.caught for o in faults))}")
     wrong = [(o.case["id"], o.caught, o.said[:300], o.alarms) for o in outcomes if not o.ok]
     assert wrong == []
+
+
+SIM = Path(__file__).resolve().parents[1] / "bot" / "sim" / "sglang_pkg" / "sglang"
+# What the simulator says for each method, as the real release's source says it (a literal of that file).
+WORDS = [
+    ("srt/arg_groups/speculative_hook.py", "Currently DFLASH speculative decoding only supports pp_size == 1.", "both"),
+    ("srt/arg_groups/speculative_hook.py", "DFLASH with dp attention requires --enable-dp-lm-head.", "0.5.23"),
+    ("srt/arg_groups/speculative_hook.py", "Currently DFLASH speculative decoding does not support dp attention.",
+     "0.5.17"),
+    ("srt/arg_groups/speculative_hook.py", "DFLASH speculative decoding requires setting --speculative-draft-model-path.",
+     "both"),
+    ("srt/arg_groups/speculative_hook.py", "For DFLASH they must match. ", "both"),
+    ("srt/arg_groups/speculative_hook.py", "Currently ngram speculative decoding does not support dp attention.", "both"),
+    ("srt/arg_groups/speculative_hook.py", "Currently standalone speculative decoding does not support dp attention.",
+     "both"),
+    ("srt/arg_groups/speculative_hook.py", "This combination is only supported for the 'flashinfer' backend.", "both"),
+    ("srt/arg_groups/speculative_hook.py", "speculative_num_draft_tokens is set to 12 by default for ngram speculative "
+                                           "decoding. ", "both"),
+    ("srt/arg_groups/speculative_hook.py", "DeepSeek MTP does not require setting speculative_draft_model_path.",
+     "both"),
+    ("srt/model_executor/model_runner_components/spec_aux_hidden_state.py",
+     "selecting capture layers based on the runtime target model.", "both"),
+    ("srt/speculative/dflash_utils.py", "DFLASH target_layer_ids contains an out-of-range layer id. ", "both"),
+    ("srt/speculative/standalone_worker_v2.py", "different token-to-id mappings even though their vocab sizes match. ",
+     "both"),
+    ("srt/speculative/spec_info.py", "Unknown speculative algorithm name: ", "both"),
+]
+
+
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+def test_the_simulators_refusals_and_warnings_are_the_releases_own_words(version):
+    # adjacent string literals of the simulator's source joined, as Python joins them
+    sim = re.sub(r'"\s*\n\s*f?"', "", (SIM / "_methods.py").read_text())
+    for rel, words, where in WORDS:
+        if where not in ("both", version):
+            continue
+        assert words in (real_sglang(version, full=True) / rel).read_text(), (version, rel, words)
+        assert words in sim, words

@@ -13,6 +13,8 @@ import os
 import re
 import select
 import struct
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -264,3 +266,15 @@ def test_the_simulators_refusals_and_warnings_are_the_releases_own_words(version
             continue
         assert words in (real_sglang(version, full=True) / rel).read_text(), (version, rel, words)
         assert words in sim, words
+
+
+@pytest.mark.e2e  # the GPU module in rehearsal: a pytest process of its own
+def test_the_real_methods_gpu_module_passes_in_rehearsal(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("EAGLE_CONFIG", "PYTEST_ADDOPTS")}
+    env.update(EAGLE_GPU_REHEARSAL="1", OUT=str(tmp_path))
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-m", "gpu", "-q",
+                        "tests/gpu/test_real_methods.py"], cwd=Path(__file__).resolve().parents[1], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and re.search(r"\b3 passed\b", p.stdout), p.stdout[-6000:] + p.stderr[-2000:]
+    rec = json.loads((tmp_path / "real-methods.json").read_text())
+    assert rec["mode"] == "rehearsal (SIMULATED SGLang)" and rec["1_ngram"]["speculation"]["algorithm"] == "NGRAM"

@@ -226,6 +226,8 @@ async def test_every_fault_is_flagged_where_it_must_be_and_no_healthy_case_alarm
           f"true alarms {counts['fault', 'flagged']}, missed {counts['fault', 'quiet']}, "
           f"false alarms {counts['healthy', 'flagged']}, quiet healthy {counts['healthy', 'quiet']}; "
           f"faults flagged {dict(Counter(o.caught for o in faults))}")
+    for o in outcomes:
+        print(f"  {o.case['id']}: {o.caught or 'quiet'}{': ' + o.said[:240] if o.said else ''}")
     wrong = [(o.case["id"], o.caught, o.said[:300], o.alarms) for o in outcomes if not o.ok]
     assert wrong == []
 

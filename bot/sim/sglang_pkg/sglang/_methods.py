@@ -209,7 +209,6 @@ class Method:
     warnings: list[str] = field(default_factory=list)
     fatal: str | None = None
     lossy: float = 0.0
-    capture: list[int] | None = None
 
     def depth(self, steps: int, draft_tokens: int) -> int:
         """Draft positions a verify pass can accept: a block's (DFLASH, NGRAM) or a chain's."""
@@ -239,8 +238,8 @@ def _dflash(args: argparse.Namespace, target_layers: int) -> Method:
     cfg = read_json(draft / "config.json")
     sec = dflash_section(cfg)
     m = Method("DFLASH", HEALTHY["DFLASH"])
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    layers = text.get("num_hidden_layers")
+    text = cfg.get("text_config")
+    layers = (text if isinstance(text, dict) else cfg).get("num_hidden_layers")
     if not isinstance(layers, int) or layers < 1:
         m.fatal = "ValueError: DFLASH requires draft num_hidden_layers in config. Got config without num_hidden_layers."
         return m
@@ -267,7 +266,6 @@ def _dflash(args: argparse.Namespace, target_layers: int) -> Method:
     except ValueError as e:
         m.fatal = f"ValueError: {e}"
         return m
-    m.capture = ids
     hidden = cfg.get("hidden_size")
     width = fc_in_features(draft)
     if isinstance(hidden, int) and width is not None and width != len(own) * hidden:

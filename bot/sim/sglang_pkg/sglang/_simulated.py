@@ -264,7 +264,7 @@ class PerfModel:
         if getattr(self.args, "load_format", None) == "dummy":
             return [0.0] * depth
         if self.method is not None:
-            return self.method.positions(depth)
+            return self.method.positions(depth, prompt)
         if self.landscape is not None:
             scale = self.capture_factor() * (_landscape.prompt_scale(self.landscape, prompt) if prompt else 1.0)
             return _landscape.positions(self.landscape, self.cell, scale)

@@ -199,7 +199,7 @@ class Server:
         batch = batch_hint or self.batches.running_batch() or 1
         self.batches.route(batch)
         prompt = json.dumps(body.get("input_ids") or body.get("text"))[:4096]
-        if self.args.speculative_algorithm and perf.landscape is not None:
+        if self.args.speculative_algorithm and (perf.landscape is not None or perf.method is not None):
             accept = max(1.0, _landscape.accept_length(perf.positions(prompt)))  # this prompt's own
             verify_ct = max(1, math.ceil(max(0, out_len - 1) / accept))
         elif self.args.speculative_algorithm:

@@ -217,7 +217,7 @@ class PerfModel:
 
     def _accept_len(self) -> float:
         a = self.args
-        if a.speculative_algorithm is None or a.speculative_num_steps == 0:
+        if a.speculative_algorithm is None or self.step_zero():
             return 1.0          # an adaptive step-0 tier: "A zero-step candidate disables drafting"
         if self.forced() is not None:
             return round(_landscape.accept_length(self.positions()), 4)
@@ -226,6 +226,11 @@ class PerfModel:
         if self.landscape is not None or self.fit is not None or self.method is not None:
             return round(_landscape.accept_length(self.positions()), 4)
         return _perf_model.accept_length(self.settings)
+
+    def step_zero(self) -> bool:
+        """An EAGLE-family tier of 0 steps drafts nothing; NGRAM's steps are accounting only (draft tokens //
+        BFS breadth: 0 under 10 draft tokens by default) and it drafts its draft tokens all the same."""
+        return self.args.speculative_num_steps == 0 and self.args.speculative_algorithm != "NGRAM"
 
     def forced(self) -> float | None:
         """SGLANG_SIMULATE_ACC_LEN (or EAGLE_SIM_ACCEPT_LEN): SGLang's default `match-expected` rule
@@ -254,7 +259,7 @@ class PerfModel:
         random weights, the landscape's (a prompt's own, when given), a draft's declared training's, else
         the perf model's."""
         steps, _, draft = self.cell
-        if self.args.speculative_num_steps == 0:
+        if self.step_zero():
             return []           # step 0: no drafts, every verify keeps only the target's token
         depth = self.method.depth(steps, draft) if self.method is not None else max(1, min(steps, draft - 1))
         forced = self.forced()

@@ -230,7 +230,7 @@ class PerfModel:
     def step_zero(self) -> bool:
         """An EAGLE-family tier of 0 steps drafts nothing; NGRAM's steps are accounting only (draft tokens //
         BFS breadth: 0 under 10 draft tokens by default) and it drafts its draft tokens all the same."""
-        return self.args.speculative_num_steps == 0 and self.args.speculative_algorithm != "NGRAM"
+        return bool(self.args.speculative_num_steps == 0 and self.args.speculative_algorithm != "NGRAM")
 
     def forced(self) -> float | None:
         """SGLANG_SIMULATE_ACC_LEN (or EAGLE_SIM_ACCEPT_LEN): SGLang's default `match-expected` rule

@@ -292,6 +292,6 @@ def test_the_real_methods_gpu_module_passes_in_rehearsal(tmp_path):
     p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-m", "gpu", "-q",
                         "tests/gpu/test_real_methods.py"], cwd=Path(__file__).resolve().parents[1], env=env,
                        capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0 and re.search(r"\b3 passed\b", p.stdout), p.stdout[-6000:] + p.stderr[-2000:]
+    assert p.returncode == 0 and re.search(r"\b4 passed\b", p.stdout), p.stdout[-6000:] + p.stderr[-2000:]
     rec = json.loads((tmp_path / "real-methods.json").read_text())
     assert rec["mode"] == "rehearsal (SIMULATED SGLang)" and rec["1_ngram"]["speculation"]["algorithm"] == "NGRAM"

@@ -1,5 +1,5 @@
 """The speculative methods beside EAGLE-3 that the staged REAL SGLang 0.5.17 tree can run with the tiny
-models (issue 44 item 6): NGRAM, which needs no draft. The SHIPPED relaunch playbook through the real
+models (issue 44 item 6): NGRAM, which needs no draft, and STANDALONE. The SHIPPED relaunch playbook through the real
 `eagle` CLI, the local transport, the default state_dir, on the bed of tests/gpu/test_real_sglang.py
 (the staged tree in /tmp/site, the dummy-weight Llama in /tmp/sgmodel, EXTRA_ARGS):
   1. `relaunch -e spec_algorithm=NGRAM`: no draft passed; the real /server_info reports NGRAM with
@@ -7,9 +7,11 @@ models (issue 44 item 6): NGRAM, which needs no draft. The SHIPPED relaunch play
      the simulator predicts; the log has the release's NGRAM warning; the launch's "speculation is
      really on" check read the real per-request histogram (`unknown (dummy weights)`: random weights
      say nothing about acceptance, no alarm);
-  2. NGRAM with attention DP, launched directly: the real SGLang refuses it with the words the
+  2. `relaunch -e spec_algorithm=STANDALONE` with the staged target as its own draft (a small Llama
+     with the target's tokenizer): SGLang's (3, 1, 4), the real histogram read;
+  3. NGRAM with attention DP, launched directly: the real SGLang refuses it with the words the
      simulator uses (relaunch's gate refuses it before the stop);
-  3. `stop`: the GPU free.
+  4. `stop`: the GPU free.
 Run by scripts/gpu/real-sglang.sh with the rest of tests/gpu (or alone: EAGLE_GPU_TESTS=
 tests/gpu/test_real_methods.py). What it measured goes to $OUT/real-methods.json. EAGLE_GPU_REHEARSAL=1
 runs it against the SIMULATED SGLang speaking 0.5.17 (tests/test_methods_corpus.py does, e2e).
@@ -77,7 +79,24 @@ def test_1_ngram_relaunch_runs_without_a_draft_and_is_judged_on_the_real_histogr
                            "relaunch_s": round(run.seconds, 1), "gpu_mib": bed.memory()})
 
 
-def test_2_ngram_with_attention_dp_is_refused_by_sglang_in_the_simulators_words(bed: Bed):
+def test_2_standalone_with_the_target_as_its_own_draft(bed: Bed):
+    """STANDALONE: a draft that is a small Llama with the target's tokenizer; the staged target itself is
+    one. SGLang's own resolution (STANDALONE's auto params are (3, 1, 4) whatever the architecture)."""
+    run = bed.run("relaunch", "gpu", "spec_algorithm=STANDALONE", f"draft={bed.host_vars['model']}", "bench_prompts=0",
+                  f"mem_fraction={MEM}", f"ready_timeout_s={READY}")
+    assert run.rc == 0, run.why()
+    data = run.data("launch SGLang")
+    eff = data["effective"]
+    got = [eff["speculative_algorithm"], eff["speculative_num_steps"], eff["speculative_eagle_topk"],
+           eff["speculative_num_draft_tokens"]]
+    assert got == ["STANDALONE", 3, 1, 4], run.why()
+    sp = data["speculation"]
+    assert sp["verdict"] == "unknown (dummy weights)" and sp["failures"] == [] and sum(sp["histogram"]) > 0, run.why()
+    bed.record("2_standalone", {"ready_s": data["ready_s"], "effective": eff, "speculation": sp,
+                                "relaunch_s": round(run.seconds, 1)})
+
+
+def test_3_ngram_with_attention_dp_is_refused_by_sglang_in_the_simulators_words(bed: Bed):
     """The host's own launch_server, not relaunch: the method-aware gate refuses this before the stop, so
     only a direct launch shows SGLang's own refusal (it dies in ServerArgs, before loading anything)."""
     argv = [bed.host_vars["python"], "-m", "sglang.launch_server", "--model-path", bed.host_vars["model"],
@@ -85,12 +104,12 @@ def test_2_ngram_with_attention_dp_is_refused_by_sglang_in_the_simulators_words(
     p = subprocess.run(argv, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
     said = (p.stdout + p.stderr).strip().splitlines()
     assert p.returncode != 0 and said and said[-1] == f"ValueError: {DP_REFUSAL}", said[-30:]
-    bed.record("2_ngram_dp_refused", {"rc": p.returncode, "last_line": said[-1]})
+    bed.record("3_ngram_dp_refused", {"rc": p.returncode, "last_line": said[-1]})
 
 
-def test_3_stop_frees_the_gpu(bed: Bed):
+def test_4_stop_frees_the_gpu(bed: Bed):
     run = bed.run("stop", "gpu", "--yes")
     assert run.rc == 0, run.why()
     used = bed.wait_free(60)
     assert max(used.values()) <= 1024, used
-    bed.record("3_stop", {"gpu_mib_after": used})
+    bed.record("4_stop", {"gpu_mib_after": used})

@@ -24,7 +24,8 @@ from eaglebot.store import parse_iso
 from eaglebot.transport.base import CURRENT, StepProcs
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async import AsyncRunLog
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import RunLog
 
 log = logging.getLogger("eaglebot.engine")
 
@@ -38,7 +39,7 @@ class _Ends(Protocol):
     async def leftovers(self, sp: StepProcs) -> tuple[int, str]: ...
 
 
-def begin(store: AsyncRunLog, run_id: int,
+def begin(store: Door[RunLog], run_id: int,
           step_id: int | None) -> tuple[StepProcs, contextvars.Token[StepProcs | None]]:
     """Make the step's tag (`<db_id>-<run>-<step>`: derivable from the step row, so nothing
     is written per step) the current one; the skill's task inherits it. A step whose row a
@@ -47,13 +48,13 @@ def begin(store: AsyncRunLog, run_id: int,
     if step_id is None:
         import secrets
 
-        sp = StepProcs(tag=f"{store.sync.db_id}-{run_id}-x{secrets.token_hex(4)}")
+        sp = StepProcs(tag=f"{store.db_id}-{run_id}-x{secrets.token_hex(4)}")
     else:
-        sp = StepProcs(tag=store.sync.proc_tag(run_id, step_id))
+        sp = StepProcs(tag=f"{store.db_id}-{run_id}-{step_id}")   # = Store.proc_tag(run_id, step_id)
     return sp, CURRENT.set(sp)
 
 
-async def end(store: AsyncRunLog, sp: StepProcs, token: contextvars.Token[StepProcs | None], run_id: int,
+async def end(store: Door[RunLog], sp: StepProcs, token: contextvars.Token[StepProcs | None], run_id: int,
               step_id: int | None,
               host: str, transport: _Ends | None = None) -> str:
     """Stop what the step left running (its process groups, the sessions they lead and every
@@ -71,8 +72,9 @@ async def end(store: AsyncRunLog, sp: StepProcs, token: contextvars.Token[StepPr
             sp.state = "stopped" if "survived" not in left else "pending"
     CURRENT.reset(token)
     if sp.state != "none" and step_id is not None:
-        await store.procs_record(run_id, step_id, host, tag=sp.tag, state=sp.state, note="; ".join(sp.notes),
-                                 pgids=sp.pgids)
+        note = "; ".join(sp.notes)
+        await store.call(lambda s: s.procs_record(run_id, step_id, host, tag=sp.tag, state=sp.state, note=note,
+                                                  pgids=sp.pgids))
     return left
 
 
@@ -88,10 +90,10 @@ def summary_note(sp: StepProcs | None, default: str, prefix: str) -> str:
     return default
 
 
-async def clear_pending(store: AsyncRunLog, transport: _Cleans, run_id: int, host: str) -> list[str]:
+async def clear_pending(store: Door[RunLog], transport: _Cleans, run_id: int, host: str) -> list[str]:
     """Stop what earlier runs left on `host` (crash, unreachable host); one message each."""
     msgs: list[str] = []
-    for row in await store.pending_procs(host):
+    for row in await store.call(lambda s: s.pending_procs(host)):
         started = parse_iso(row.get("step_started_at"))
         try:
             note = await transport.cleanup(row["tag"], None, since_wall=started.timestamp() if started else None)
@@ -107,5 +109,5 @@ async def clear_pending(store: AsyncRunLog, transport: _Cleans, run_id: int, hos
         else:
             text = f"its processes on {host} were stopped by run #{run_id} ({note})"
             msgs.append(f"run #{row['run_id']} had left processes on {host}: {note}")
-        await store.procs_cleaned(row["id"], by_run=run_id, note=text)
+        await store.call(lambda s: s.procs_cleaned(row["id"], by_run=run_id, note=text))
     return msgs

@@ -36,9 +36,13 @@ class AsyncStore(AsyncMethods):
     async def open(cls, path: str | Path, key_file: str | Path | None = None) -> AsyncStore:
         """Open (and migrate) the store on its writer thread, which then serves every call."""
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle-store")
-        store = await asyncio.get_running_loop().run_in_executor(
-            pool, functools.partial(open_store, path, key_file=key_file))
+        store = await asyncio.get_running_loop().run_in_executor(pool, functools.partial(_open, path, key_file))
         return cls(store, pool)
+
+    @property
+    def db_id(self) -> str:
+        """The audit DB's random id (read on the writer thread by `open`)."""
+        return self.sync.db_id
 
     async def _do(self, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
         try:
@@ -47,14 +51,19 @@ class AsyncStore(AsyncMethods):
             raise self.sync._fail(e) from None
 
     async def call(self, fn: Callable[[Store], T]) -> T:
-        """Run `fn(store)` on the writer thread: several reads that belong together (the
-        history checks) without a thread hop for each."""
+        """Run `fn(store)` on the writer thread (store/door.py: the contract)."""
         return await self._do(fn, self.sync)
 
     async def aclose(self) -> None:
         """Close the store, then its writer thread."""
         await self._do(self.sync.close)
         self._pool.shutdown(wait=False)
+
+
+def _open(path: str | Path, key_file: str | Path | None) -> Store:
+    store = open_store(path, key_file=key_file)
+    store.db_id  # read (and kept) here, on the writer thread: never first from the event loop
+    return store
 
 
 if TYPE_CHECKING:

@@ -20,8 +20,7 @@ from eaglebot.store.rows import (
 from eaglebot.store.sealing import AuditKey
 from eaglebot.store.protocol_async_service import (AsyncReplicasFace, AsyncSweepsFace, AsyncSchedulesFace,
             AsyncHealthFace, AsyncMaintenanceFace)
-from eaglebot.store.protocol import (EngineStore, HistoryStore, MetricsReads, RunLog, SchedulerStore,
-            ServiceState, StoreProtocol)
+from eaglebot.store.protocol import (MetricsReads, SchedulerStore, ServiceState, StoreProtocol)
 
 if TYPE_CHECKING:  # the engine's records (the sdk loads pydantic: `eagle history` does not)
     from eaglebot.sdk import FileChange, Metric, Regression
@@ -356,52 +355,6 @@ class AsyncBaseFace(Protocol):
 
     async def proc_tag(self, run_id: int, step_id: int) -> str:
         """The tag the processes of one step carry on their host (`<db_id>-<run>-<step>`)."""
-        ...
-
-
-class AsyncRunLog(AsyncBaseFace, AsyncRunsFace, AsyncStepsFace, AsyncApprovalsFace, AsyncLocksFace,
-            Protocol):
-    """What a run writes and reads back as it goes (the engine): the run, its steps and what they
-    leave, approvals and events, host locks and the processes a step started."""
-
-    @property
-    def sync(self) -> RunLog:
-        """The synchronous store underneath, as this slice."""
-        ...
-
-    async def call(self, fn: Callable[[RunLog], T]) -> T:
-        """Run `fn(store)` on the store's side: several reads that belong together at once."""
-        ...
-
-
-class AsyncEngineStore(AsyncBaseFace, AsyncRunsFace, AsyncStepsFace, AsyncApprovalsFace, AsyncLocksFace,
-            AsyncTrendsFace, AsyncIncidentsFace, AsyncHealthFace, AsyncSweepsFace, Protocol):
-    """What the engine holds (`Engine.store`): the run's log (`RunLog`), the health guard's reads, the
-    skills' `AuditView` (trends), and what it hands its store to: the post-run hooks (history's
-    judgement and incidents, the fleet's health) and the tuning it runs (sweeps)."""
-
-    @property
-    def sync(self) -> EngineStore:
-        """The synchronous store underneath, as this slice."""
-        ...
-
-    async def call(self, fn: Callable[[EngineStore], T]) -> T:
-        """Run `fn(store)` on the store's side: several reads that belong together at once."""
-        ...
-
-
-class AsyncHistoryStore(AsyncRunsFace, AsyncStepsFace, AsyncTrendsFace, AsyncIncidentsFace,
-            AsyncApprovalsFace, Protocol):
-    """What history reads and records (regressions, incidents, baselines, fingerprints, trends, the
-    warnings and events it leaves) and what the views of a run read."""
-
-    @property
-    def sync(self) -> HistoryStore:
-        """The synchronous store underneath, as this slice."""
-        ...
-
-    async def call(self, fn: Callable[[HistoryStore], T]) -> T:
-        """Run `fn(store)` on the store's side: several reads that belong together at once."""
         ...
 
 

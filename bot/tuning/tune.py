@@ -174,7 +174,7 @@ async def _run(c: Ctx, pb: Playbook | str, inputs: dict[str, Any]) -> tuple[int,
     req = RunRequest(pb, [c.req.host], inputs, actor=c.actor, origin=c.origin, assume_yes=c.assume_yes,
                      channel=c.channel, parent_run_id=c.rec.run_id)
     out = await c.engine.run(req, c.observer, c.approver)
-    steps = [dict(s) for s in await c.engine.store.steps(out.run_id)]
+    steps = [dict(s) for s in await c.engine.store.call(lambda s: s.steps(out.run_id))]
     why = out.error or next((f"{s['name']}: {s['summary']}" for s in steps if s["status"] == "failed"), out.status)
     return out.run_id, ("" if out.status == "succeeded" else why), steps
 

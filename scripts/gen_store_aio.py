@@ -61,9 +61,8 @@ SLICES = {
     "AuditAdmin": ("The audit trail's administration: verify, head, backup, prune, writability.",
                    ["Base", "Maintenance"]),
 }
-# No async twin: `eagle audit` opens the store itself; the schedules' view runs inside a `call`;
-# the engine and history reach theirs through the door (store/door.py: `Door[RunLog]`, ...).
-SYNC_ONLY = {"AuditAdmin", "ScheduleReads", "RunLog", "EngineStore", "HistoryStore"}
+# No async twin: every caller reaches its slice through the door (store/door.py: `Door[RunLog]`, ...).
+SYNC_ONLY = set(SLICES)
 
 ROW_IMPORTS = '''from eaglebot.store.rows import (
     ApprovalRow, AuditHead, BaselineRow, BaselineSet, ChangeRow, EventRow, FingerprintState, HealthEventRow,

@@ -160,7 +160,7 @@ class SlackHarness:
     async def wait_run(self, run_id: int, timeout: float = 30.0) -> dict:
         deadline = time.monotonic() + timeout
         while True:
-            run = await self.services.store.get_run(run_id)
+            run = await self.services.store.call(lambda s: s.get_run(run_id))
             if run and run["status"] != "running":
                 return run
             if time.monotonic() > deadline:
@@ -171,7 +171,7 @@ class SlackHarness:
         """The newest run's id, once the command's background task has created it."""
         deadline = time.monotonic() + timeout
         while True:
-            rows = await self.services.store.history(limit=1)
+            rows = await self.services.store.call(lambda s: s.history(limit=1))
             if rows:
                 return rows[0]["id"]
             if time.monotonic() > deadline:

@@ -73,7 +73,7 @@ async def test_slack_without_access_section_refuses_a_run_names_the_key_and_audi
             await asyncio.sleep(0.05)
         assert rows[0]["actor"] == "UALICE" and rows[0]["text"] == "/eagle hello"
         assert "access.operators" in rows[0]["reason"]
-        assert await h.services.store.history(limit=5) == []
+        assert await h.services.store.call(lambda s: s.history(limit=5)) == []
     finally:
         await h.close()
 
@@ -111,7 +111,7 @@ async def test_the_requester_cannot_approve_their_own_confirm_step(tmp_path, fak
         await h.click(bk.APPROVE_ACTION, key, user="UALICE")
         refusal = (await fake.wait_for(lambda: h.responses()))[0]
         assert "cannot approve its confirm steps yourself" in refusal.all_text()
-        assert stranger.poll() is None and (await h.services.store.get_run(rid))["status"] == "running"
+        assert stranger.poll() is None and (await h.services.store.call(lambda s: s.get_run(rid)))["status"] == "running"
         await h.click(bk.APPROVE_ACTION, key, user="UBOSS")
         assert (await h.wait_run(rid))["status"] == "succeeded"
         assert stranger.wait(10) is not None

@@ -61,10 +61,10 @@ async def test_a_user_off_the_allowlist_is_refused_relaunch_by_every_word(harnes
         ids.append(rows[-1]["id"])
         assert (await h.wait_run(ids[-1]))["status"] == "succeeded"
     store = h.services.store
-    sweep = await store.create_sweep(kind="sweep", playbook="relaunch", host="local", spec={"axes": {}},
-                                     actor="UALICE", origin="slack", points=[])
-    tune_id = await store.create_sweep(kind="tune", playbook="relaunch", host="local", spec={"fixed": {}},
-                                       actor="UALICE", origin="slack", points=[])
+    sweep = await store.call(lambda s: s.create_sweep(kind="sweep", playbook="relaunch", host="local", spec={"axes": {}},
+                                     actor="UALICE", origin="slack", points=[]))
+    tune_id = await store.call(lambda s: s.create_sweep(kind="tune", playbook="relaunch", host="local", spec={"fixed": {}},
+                                       actor="UALICE", origin="slack", points=[]))
     tune_run = await store.call(lambda s: s.start_run([], {
         "playbook": "tune", "hosts": ["local"], "inputs": {"tune_id": tune_id}, "variables": {}, "actor": "UALICE",
         "origin": "slack"}))

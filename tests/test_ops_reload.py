@@ -155,7 +155,7 @@ async def test_a_reloaded_scheduler_lets_its_running_scheduled_run_finish_and_lo
         name, run_id = done.get_nowait()
     finally:
         sched.shutdown()
-    assert (await svc.store.get_run(run_id))["status"] == "succeeded"
+    assert (await svc.store.call(lambda s: s.get_run(run_id)))["status"] == "succeeded"
     audit = [r.getMessage() for r in caplog.records if r.name == "eaglebot.audit"]
     assert audit[0].startswith(f"run #{run_id} started playbook=slow hosts=local by=schedule:nap origin=schedule")
     assert audit[1].startswith(f"run #{run_id} finished succeeded") and len(audit) == 2

@@ -105,14 +105,14 @@ async def test_pause_and_resume_from_slack_are_for_operators_persisted_shown_aud
             name, run_id = await asyncio.wait_for(finished.get(), 30)
         finally:
             sched.shutdown()
-        assert run_id is None and await h.services.store.history(limit=5) == []
+        assert run_id is None and await h.services.store.call(lambda s: s.history(limit=5)) == []
         fires = await h.query("select status from schedule_fires where schedule = 'nightly-bench'")
         assert {"status": "paused"} in fires
         await h.command("schedule resume nightly-bench", user="UALICE")
         await fake.wait_for(lambda: h.responses())
         events = [e["kind"] for e in await h.query("select kind from events order by id")]
         assert events == ["access_denied", "schedule_paused", "schedule_resumed"]
-        assert (await h.services.store.schedule_states())["nightly-bench"]["paused"] == 0
+        assert (await h.services.store.call(lambda s: s.schedule_states()))["nightly-bench"]["paused"] == 0
     finally:
         await h.close()
 

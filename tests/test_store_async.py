@@ -51,9 +51,9 @@ async def test_async_calls_run_on_one_writer_thread_off_the_event_loop(tmp_path)
     store = await AsyncStore.open(tmp_path / "eagle.db")
     try:
         seen = {await store.call(lambda s: threading.get_ident()) for _ in range(5)}
-        run_id = await store.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a",
-                                        origin="cli"))
-        assert (await store.get_run(run_id))["hosts"] == ["h"]
+        run_id = await store.call(lambda s: s.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a",
+                                        origin="cli")))
+        assert (await store.call(lambda s: s.get_run(run_id)))["hosts"] == ["h"]
         assert len(seen) == 1 and threading.get_ident() not in seen
     finally:
         await store.aclose()

@@ -20,7 +20,7 @@ from eaglebot.store.rows import (
 from eaglebot.store.sealing import AuditKey
 from eaglebot.store.protocol_async_service import (AsyncReplicasFace, AsyncSweepsFace, AsyncSchedulesFace,
             AsyncHealthFace, AsyncMaintenanceFace)
-from eaglebot.store.protocol import (MetricsReads, SchedulerStore, ServiceState, StoreProtocol)
+from eaglebot.store.protocol import (StoreProtocol)
 
 if TYPE_CHECKING:  # the engine's records (the sdk loads pydantic: `eagle history` does not)
     from eaglebot.sdk import FileChange, Metric, Regression
@@ -358,49 +358,6 @@ class AsyncBaseFace(Protocol):
         ...
 
 
-class AsyncSchedulerStore(AsyncRunsFace, AsyncStepsFace, AsyncTrendsFace, AsyncIncidentsFace,
-            AsyncApprovalsFace, AsyncSchedulesFace, AsyncReplicasFace, AsyncMaintenanceFace, Protocol):
-    """What `eagle serve`'s scheduler reads and writes: the fires, their claims among the replicas and
-    the pauses, each schedule's runs and what its report reads of them (history's reads: the run's
-    view, its trends), and the audit head it posts."""
-
-    @property
-    def sync(self) -> SchedulerStore:
-        """The synchronous store underneath, as this slice."""
-        ...
-
-    async def call(self, fn: Callable[[SchedulerStore], T]) -> T:
-        """Run `fn(store)` on the store's side: several reads that belong together at once."""
-        ...
-
-
-class AsyncMetricsReads(AsyncIncidentsFace, AsyncHealthFace, AsyncTrendsFace, Protocol):
-    """What `/metrics` reads of the store at each scrape: the open incidents, the quarantined GPUs and
-    hosts, and the latest bench results per host."""
-
-    @property
-    def sync(self) -> MetricsReads:
-        """The synchronous store underneath, as this slice."""
-        ...
-
-    async def call(self, fn: Callable[[MetricsReads], T]) -> T:
-        """Run `fn(store)` on the store's side: several reads that belong together at once."""
-        ...
-
-
-class AsyncServiceState(AsyncSchedulesFace, AsyncReplicasFace, AsyncHealthFace, AsyncSweepsFace,
-            AsyncApprovalsFace, Protocol):
-    """What `eagle serve` keeps (schedules and their fires, the replicas' lease and heartbeats, Slack's
-    seen requests, the health watch and the events it writes, sweeps)."""
-
-    @property
-    def sync(self) -> ServiceState:
-        """The synchronous store underneath, as this slice."""
-        ...
-
-    async def call(self, fn: Callable[[ServiceState], T]) -> T:
-        """Run `fn(store)` on the store's side: several reads that belong together at once."""
-        ...
 
 
 class AsyncStoreProtocol(AsyncRunsFace, AsyncStepsFace, AsyncTrendsFace, AsyncIncidentsFace,

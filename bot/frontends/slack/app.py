@@ -87,6 +87,5 @@ def _record_rejection(ctx: SlackContext, actor: str, what: str, why: str) -> Non
     the ack never waits on the DB. (printable: a Socket Mode payload's JSON may carry a lone
     surrogate, which SQLite refuses.)"""
     services = ctx.services
-    ctx.after_ack(services.store.add_rejection("rejected", printable(actor) or "unknown",
-                                           services.redactor.text(printable(what)), printable(why)),
-              name="eagle-rejected")
+    who, said, reason = printable(actor) or "unknown", services.redactor.text(printable(what)), printable(why)
+    ctx.after_ack(services.store.call(lambda s: s.add_rejection("rejected", who, said, reason)), name="eagle-rejected")

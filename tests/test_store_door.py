@@ -4,6 +4,7 @@ raised; a cancelled awaiter never leaves a call half-done. On both backends."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 
 import pytest
@@ -75,3 +76,19 @@ async def test_a_cancelled_awaiter_leaves_no_call_half_done(store):
 
 async def test_the_db_id_is_read_once_on_the_writer_thread(store):
     assert store.db_id == await store.call(lambda s: s.db_id) and len(store.db_id) >= 8
+
+
+def test_each_face_names_every_public_method_of_its_mixin():
+    """store/protocol*.py restate the mixins' methods for the callers' slices: a method added to
+    a mixin is added to its face (mypy holds the signatures: `Store` must satisfy
+    `StoreProtocol`, store/aio.py)."""
+    from eaglebot.store import protocol, protocol_service
+    from eaglebot.store.db import Store
+
+    mixins = [c for c in Store.__mro__[1:] if c.__module__.startswith("eaglebot.store.")]
+    for mixin in mixins:
+        name = mixin.__name__.removesuffix("Mixin").replace("StoreBase", "Base") + "Face"
+        face = getattr(protocol, name, None) or getattr(protocol_service, name)
+        public = {n for n, f in vars(mixin).items()
+                  if not n.startswith("_") and (inspect.isfunction(f) or isinstance(f, property))}
+        assert public == {n for n in vars(face) if not n.startswith("_")}, name

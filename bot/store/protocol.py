@@ -353,6 +353,11 @@ class LocksFace(Protocol):
         A crashed run's running steps get a `pending` row from `recover`."""
         ...
 
+    def steps_beside(self, host: str, run_id: int, after_id: int | None) -> tuple[int, list[StepRow]]:
+        """(the newest step's id, the steps of other runs on `host` that may be running code:
+        running under a lock on it, or started after `after_id`)."""
+        ...
+
     def pending_procs(self, host: str) -> list[RemoteProcRow]:
         """Process groups on host that a finished (or crashed) run did not stop."""
         ...
@@ -419,9 +424,10 @@ class MetricsReads(IncidentsFace, HealthFace, TrendsFace, Protocol):
     hosts, and the latest bench results per host."""
 
 
-class ServiceState(SchedulesFace, ReplicasFace, HealthFace, SweepsFace, ApprovalsFace, Protocol):
+class ServiceState(SchedulesFace, ReplicasFace, HealthFace, SweepsFace, ApprovalsFace, LocksFace, Protocol):
     """What `eagle serve` keeps (schedules and their fires, the replicas' lease and heartbeats, Slack's
-    seen requests, the health watch and the events it writes, sweeps)."""
+    seen requests, the health watch and the events it writes, sweeps), and what the watch reads of
+    the steps beside a probe (the locks' face: `steps_beside`, `pending_procs`)."""
 
 
 class AuditAdmin(BaseFace, MaintenanceFace, Protocol):

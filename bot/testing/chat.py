@@ -172,9 +172,16 @@ class ChatBot:
         if chosen is None:
             labels = [(b.get("text") or {}).get("text") for b in card.buttons]
             raise AssertionError(f"no button {button!r} on the card (buttons: {labels})")
-        body = action_body(str(chosen["action_id"]), str(chosen.get("value") or ""), user=user,
-                           channel=str(card.args.get("channel") or self.channel),
-                           response_url=self._response_url(), message_ts=str(card.answer.get("ts") or ""))
+        return await self.press(str(chosen["action_id"]), str(chosen.get("value") or ""), user=user,
+                                channel=str(card.args.get("channel") or self.channel),
+                                message_ts=str(card.answer.get("ts") or ""))
+
+    async def press(self, action_id: str, value: str, *, user: str, channel: str | None = None,
+                    message_ts: str = "1700000001.000100") -> Said:
+        """A click on a button with `action_id` and `value`, as Slack posts it (`click` finds
+        them on a card; this is for a button the test builds itself)."""
+        body = action_body(action_id, value, user=user, channel=channel or self.channel,
+                           response_url=self._response_url(), message_ts=message_ts)
         return await self._send(body)
 
     async def runs(self) -> list[RunRow]:

@@ -6,6 +6,7 @@ pytest run of an environment where eaglebot is installed.
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
@@ -14,13 +15,10 @@ import pytest
 if TYPE_CHECKING:
     from eaglebot.testing.chat import ChatBot
 
-try:
+# Without pytest-asyncio the fixture says what to install, instead of failing every pytest run.
+if importlib.util.find_spec("pytest_asyncio") is not None:
     import pytest_asyncio
-except ImportError:   # the fixture then says what to install, instead of failing every pytest run
-    pytest_asyncio = None
 
-
-if pytest_asyncio is not None:
     @pytest_asyncio.fixture
     async def chatbot(tmp_path: Path) -> AsyncIterator[ChatBot]:
         """The product's Slack app in process over one scripted host, `gpu-01` (ChatBot.open

@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import logging
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from ssl import SSLContext
 from urllib.parse import urlencode
 
 from slack_sdk.signature import SignatureVerifier
@@ -115,23 +113,22 @@ class SlackRecord:
 
 class RecordingWebClient(AsyncWebClient):
     """slack_sdk's client, its every call answered from `record` instead of Slack's servers
-    (slack_sdk still builds each call's arguments, and raises SlackApiError on `ok: false`)."""
+    (slack_sdk still builds each call's arguments); every answer is a success."""
 
     def __init__(self, record: SlackRecord, token: str = "xoxb-in-memory"):
         super().__init__(token=token, base_url="memory://slack/api/")
         self.record = record
 
-    async def api_call(self, api_method: str, *, http_verb: str = "POST", files: dict[str, Any] | None = None,
-                       data: Any = None, params: dict[str, Any] | None = None, json: dict[str, Any] | None = None,
-                       headers: dict[str, Any] | None = None, auth: dict[str, Any] | None = None) -> AsyncSlackResponse:
+    async def api_call(self, api_method: str, *, http_verb: str = "POST", data: Any = None,
+                       params: dict[str, Any] | None = None, json: dict[str, Any] | None = None,
+                       **_: Any) -> AsyncSlackResponse:   # (files, headers, auth: nothing to send them to)
         args = {**(params or {}), **(data if isinstance(data, dict) else {}), **(json or {})}
         answer = self.record.answer(api_method, args)
         self.record.add(Sent(api_method, args, answer))
         return AsyncSlackResponse(client=self, http_verb=http_verb, api_url=self.base_url + api_method,
-                                  req_args=args, data=answer, headers={}, status_code=200).validate()
+                                  req_args=args, data=answer, headers={}, status_code=200)
 
-    async def _upload_file(self, *, url: str, data: bytes, logger: logging.Logger, timeout: int,
-                           proxy: str | None, ssl: SSLContext | None) -> FileUploadV2Result:
+    async def _upload_file(self, *, url: str, data: bytes, **_: Any) -> FileUploadV2Result:
         self.record.add(Sent("upload", {"size": len(data)}, url=url))
         return FileUploadV2Result(status=200, body="OK")
 
@@ -154,6 +151,7 @@ def signed_headers(body: str, secret: str, *, timestamp: int | None = None,
     """Slack's headers for `body`: its v0 signature with `secret` at `timestamp` (now)."""
     ts = str(int(time.time()) if timestamp is None else timestamp)
     sig = SignatureVerifier(secret).generate_signature(timestamp=ts, body=body)
+    assert sig is not None   # (None only without a timestamp or a body)
     return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sig, "Content-Type": content_type}
 
 

@@ -206,6 +206,119 @@ async def test_a_denied_card_fails_the_run_and_changes_nothing(open_bot):
     assert gpu.commands == [cluster.sinfo_command("gpu-01")]
 
 
+async def drain_bot(open_bot, **kw) -> ChatBot:
+    """A bot whose gpu-01 is a Slurm node, idle, with `guarded-drain` (its drain asks an approver)."""
+    bot = await open_bot(hosts={"gpu-01": {"scheduler": "slurm"}}, playbooks={"guarded-drain": GUARDED_DRAIN}, **kw)
+    gpu = bot.host("gpu-01")
+    gpu.on(cluster.sinfo_command("gpu-01"), Reply(stdout=IDLE), Reply(stdout=DRAINING))
+    gpu.on(cluster.scontrol_drain("gpu-01", "eaglebot: GPU health"), stdout="")
+    gpu.on("echo drained", stdout="drained\n")
+    return bot
+
+
+async def test_a_denied_card_names_who_denied(open_bot):
+    bot = await drain_bot(open_bot)
+    said = await bot.say("guarded-drain gpu-01")
+    denied = await bot.click(said.card, "Deny", user="UBOSS")
+    assert any(s.args.get("ts") == said.card.answer["ts"] and "Denied by <@UBOSS>" in s.text
+               for s in denied.sent if s.method == "chat.update")
+
+
+async def test_a_cancelled_approval_says_cancelled_by_whom_not_timed_out(open_bot, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="eaglebot.audit")
+    bot = await drain_bot(open_bot, access={"operators": ["UALICE", "UBOSS"], "approvers": ["UBOSS", "UALICE"],
+                                            "viewers": ["*"]})
+    said = await bot.say("guarded-drain gpu-01", user="UALICE")
+    assert "Only approvers can decide: <@UBOSS>." in said.card.text and "<@UALICE>" not in str(said.card.blocks)
+    rid = said.run["id"]
+    cancelled = await bot.say(f"cancel {rid}", user="UBOSS")
+    assert (await bot.services.store.get_run(rid))["status"] == "cancelled"
+    assert bot.host("gpu-01").commands == [cluster.sinfo_command("gpu-01")]
+    [update] = [s for s in cancelled.sent if s.method == "chat.update" and s.args.get("ts") == said.card.answer["ts"]
+                and "Cancelled by" in s.text]
+    assert "Cancelled by <@UBOSS>" in update.text and "No decision" not in update.text
+    rows = await bot.services.store.call(lambda s: list(s.db.query("select status from approvals")))
+    assert rows == [{"status": "cancelled"}]
+    # the operators' log says what the store says (issue 34: it said "expired")
+    decided = [r.getMessage() for r in caplog.records if r.name == "eaglebot.audit"
+               and r.getMessage().startswith(f"approval for run #{rid} ")]
+    assert decided == [f'approval for run #{rid} cancelled host=gpu-01 step=drain by=UBOSS'], decided
+
+
+async def test_the_requester_cannot_approve_their_own_confirm_step(open_bot):
+    bot = await drain_bot(open_bot, access={"operators": ["UALICE"], "approvers": ["UALICE", "UBOSS"]})
+    said = await bot.say("guarded-drain gpu-01", user="UALICE")
+    own = await bot.click(said.card, "Approve", user="UALICE")
+    assert "cannot approve its confirm steps yourself" in own.text
+    assert (await bot.runs())[0]["status"] == "running" and len(bot.host("gpu-01").commands) == 1
+    await bot.click(said.card, "Approve", user="UBOSS")
+    assert (await bot.runs())[0]["status"] == "succeeded"
+    ev = await bot.services.store.call(lambda s: list(s.db.query(
+        "select actor, reason from events where kind = 'access_denied'")))
+    assert ev[0]["actor"] == "UALICE" and "self_approval" in ev[0]["reason"]
+
+
+async def test_an_approval_asked_refused_and_decided_is_one_log_line_each(open_bot, caplog):
+    import logging
+
+    from eaglebot.frontends.oplog import RunLog
+
+    caplog.set_level(logging.INFO, logger="eaglebot.audit")
+    bot = await drain_bot(open_bot)   # operators: UALICE, approvers: UBOSS
+    bot.services.engine.watchers.append(RunLog(bot.services.redactor.text))   # as `eagle serve` does
+    said = await bot.say("guarded-drain gpu-01", user="UALICE")
+    rid = said.run["id"]
+    await bot.click(said.card, "Approve", user="UALICE")
+    await bot.click(said.card, "Approve", user="UBOSS")
+    assert (await bot.runs())[0]["status"] == "succeeded"
+    audit = [r for r in caplog.records if r.name == "eaglebot.audit"]
+    assert [r.getMessage().split(" host=")[0].split(" outcome=")[0] for r in audit] == [
+        f"approval requested for run #{rid}",
+        f'rejected user=UALICE text="approve run #{rid} on gpu-01" why="only approvers can approve or deny; '
+        'add your Slack user id (UALICE) to access.approvers in eagle.yaml"',
+        f"approval for run #{rid} approved by=UBOSS",
+        f'command user=UALICE text="guarded-drain gpu-01" run=#{rid} playbook=guarded-drain hosts=gpu-01']
+    assert all(r.levelno == logging.INFO for r in audit)
+
+
+async def test_only_approvers_may_reload(open_bot):
+    bot = await open_bot()   # operators: UALICE, approvers: UBOSS
+    said = await bot.say("reload", user="UALICE")
+    assert said.status == 200 and "only approvers can reload" in said.ack
+    rows = await bot.services.store.call(lambda s: list(s.db.query(
+        "select kind, actor, text from events where kind = 'access_denied'")))
+    assert rows and rows[-1]["actor"] == "UALICE" and "reload" in rows[-1]["text"]
+
+
+async def test_without_an_access_section_a_run_is_refused_naming_the_key_and_viewing_works(open_bot):
+    bot = await open_bot(access=None)
+    said = await bot.say("hello", user="UALICE")
+    assert said.status == 200 and "access.operators" in said.ack and "eagle.yaml" in said.ack
+    viewed = await bot.say("history", user="UALICE")
+    assert viewed.ack is None and viewed.messages                 # viewing still works
+    rows = await bot.services.store.call(lambda s: list(s.db.query(
+        "select actor, text, reason from events where kind = 'access_denied'")))
+    assert rows[0]["actor"] == "UALICE" and rows[0]["text"] == "/eagle hello"
+    assert "access.operators" in rows[0]["reason"]
+    assert await bot.runs() == []
+
+
+async def test_a_slash_command_is_authorized_once_before_its_ack(open_bot, monkeypatch):
+    """The Slack listener admits the command (its refusal is the ack's text); the router then
+    executes what was admitted without checking again."""
+    from eaglebot.frontends.chat import router
+
+    checked = []
+    real = router.authorize
+    monkeypatch.setattr(router, "authorize", lambda *a, **kw: checked.append(a[1].name) or real(*a, **kw))
+    bot = await open_bot()
+    said = await bot.say("status", user="UALICE")
+    assert said.ack is None and said.messages
+    assert checked == ["status"]
+
+
 async def test_a_command_the_host_was_not_scripted_for_fails_the_test(open_bot):
     bot = await open_bot()
     with pytest.raises(Unscripted, match="unscripted command 'echo hello'"):

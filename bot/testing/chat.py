@@ -119,11 +119,12 @@ class ChatBot:
 
     @classmethod
     async def open(cls, folder: str | Path, *, hosts: Mapping[str, Mapping[str, Any]] | Sequence[str] = ("gpu-01",),
-                   playbooks: Mapping[str, Mapping[str, Any]] | None = None, access: Mapping[str, Any] | None = None,
+                   playbooks: Mapping[str, Mapping[str, Any]] | None = None, access: Mapping[str, Any] | None = ACCESS,
                    user: str = "UALICE", channel: str = CHANNEL, **config: Any) -> ChatBot:
         """A chat bot whose eagle.yaml and audit store are in `folder`: `hosts` by name (with
         their vars), `playbooks` written into its playbooks_dir (beside the shipped ones),
-        `access` (default: UALICE operates, UBOSS approves, anyone views), `config` more
+        `access` (default: UALICE operates, UBOSS approves, anyone views; None: no access
+        section, which lets Slack users view and operate nothing), `config` more
         eagle.yaml keys. `user` says things in `channel` unless told otherwise."""
         root = Path(folder)
         pdir = root / "playbooks"
@@ -134,9 +135,9 @@ class ChatBot:
         cfg: dict[str, Any] = {
             "audit_db": str(root / "eagle.db"), "playbooks_dir": str(pdir),
             "slack": {"channel": channel},
-            "access": dict(access or ACCESS),
             # never connected: the engine holds a ChatHost for each
             "hosts": {h: {"address": "127.0.0.1", "vars": dict(v)} for h, v in named.items()},
+            **({"access": dict(access)} if access is not None else {}),
             **config}
         (root / "eagle.yaml").write_text(yaml.safe_dump(cfg))
         services = await Services.open(load_settings(root / "eagle.yaml"))

@@ -73,3 +73,7 @@ _.collect
 # (frontends/slack/inmemory.py). The bot's `click` and the `chatbot` fixture are for the tests
 # of teams (docs/testing.md) and of the product (tests/test_slack_handlers.py), which vulture does not read.
 _.api_call, _._upload_file, _._perform_http_request, _.click, _.chatbot
+
+# Keys of the tuner's JSON records (tuning/records.py): written by a skill or by a dict literal,
+# read by subscript, .get() or `eagle tune --json`'s readers.
+_.acceptance_source, _.sglang_version, _.predicted_tok_s, _.error_pct, _.expected_tok_s

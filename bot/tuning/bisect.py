@@ -205,7 +205,8 @@ async def load_ends(engine: Engine, req: BisectRequest) -> Ends:
     paths = {c.path for c in cands if c.kind == "config"}
     if len(paths) > 1:
         raise UsageError(f"the config changes span {len(paths)} files ({', '.join(sorted(paths))}); bisect patches one")
-    port = req.port or int((dict(launch_flags(list(sg["launch_args"]))).get("--port") or 30000))  # type: ignore[arg-type]
+    flag = launch_flags(list(sg["launch_args"])).get("--port")
+    port = req.port or (int(flag) if isinstance(flag, str) else 30000)
     return Ends(sg, gv, bv, cands, fixed, port)
 
 

@@ -2,12 +2,13 @@
 Slack app, in process, its hosts scripted `Host`s; what the bot answered and what each host
 ran come back for the test to check.
 
-    bot = await ChatBot.open(tmp_path, hosts={"gpu-01": {"model": "/models/t", "draft": "/models/d"}})
-    bot.host("gpu-01").on("nvidia-smi -L", stdout="GPU 0: NVIDIA H200 (UUID: GPU-1)\\n")
-    said = await bot.say("/eagle relaunch gpu-01 spec_steps=5")
-    assert said.card is not None                     # an approval card, with its buttons
-    done = await bot.click(said.card, "Deny", user="UBOSS")
-    assert done.run["status"] == "failed" and "kill" not in " ".join(bot.host("gpu-01").commands)
+    bot = await ChatBot.open(tmp_path, hosts={"gpu-01": {"scheduler": "slurm"}}, playbooks={"drain-node": DRAIN})
+    bot.host("gpu-01").on(cluster.sinfo_command("gpu-01"), stdout="gpu-01 idle none\\n")
+    said = await bot.say("/eagle drain-node gpu-01")       # DRAIN's step: node.drain, confirm: true
+    assert said.card is not None                          # an approval card, with its buttons
+    await bot.click(said.card, "Deny", user="UBOSS")
+    assert (await bot.runs())[0]["status"] == "failed"
+    assert bot.host("gpu-01").commands == [cluster.sinfo_command("gpu-01")]   # nothing was drained
 
 The `chatbot` pytest fixture (eaglebot.testing.plugin) opens one per test in its tmp_path.
 What a said command goes through is the product's: the request is built and signed as Slack
@@ -124,7 +125,7 @@ class ChatBot:
         """A chat bot whose eagle.yaml and audit store are in `folder`: `hosts` by name (with
         their vars), `playbooks` written into its playbooks_dir (beside the shipped ones),
         `access` (default: UALICE operates, UBOSS approves, anyone views; None: no access
-        section, which lets Slack users view and operate nothing), `config` more
+        section, where Slack users may view but operate nothing), `config` more
         eagle.yaml keys. `user` says things in `channel` unless told otherwise."""
         root = Path(folder)
         pdir = root / "playbooks"

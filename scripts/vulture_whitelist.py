@@ -76,4 +76,5 @@ _.api_call, _._upload_file, _._perform_http_request, _.click, _.chatbot
 
 # Keys of the tuner's JSON records (tuning/records.py): written by a skill or by a dict literal,
 # read by subscript, .get() or `eagle tune --json`'s readers.
-_.acceptance_source, _.sglang_version, _.predicted_tok_s, _.error_pct, _.expected_tok_s
+_.acceptance_source, _.sglang_version, _.predicted_tok_s, _.error_pct, _.expected_tok_s, _.output_throughput
+_.median_ttft_ms, _.throughput_spread

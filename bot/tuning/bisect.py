@@ -29,6 +29,7 @@ from eaglebot.history.attribution import (config_changes, env_changes, health_ch
 from eaglebot.history.host_state import host_state
 from eaglebot.facts.sglang_args import build_launch_args, launch_flags
 from eaglebot.tuning.points import ParentRun, run_point
+from eaglebot.tuning.records import BisectSpec
 
 PLAYBOOK = "bisect-point"
 METRIC = "output_throughput"
@@ -304,9 +305,9 @@ async def bisect(engine: Engine, req: BisectRequest, *, observer: Observer | Non
     ends = await load_ends(engine, req)
     cands = ends.cands
     pb = find_playbook(PLAYBOOK, engine.settings.playbooks_path, engine.registry)
-    spec = {"good": req.good, "bad": req.bad, "leave": req.leave, "repeats": req.repeats,
-            "changes": [c.label for c in cands], "metric": METRIC}
-    bid = await store.create_sweep(kind="bisect", playbook=PLAYBOOK, host=req.host, spec=spec, actor=req.actor,
+    spec = BisectSpec(good=req.good, bad=req.bad, leave=req.leave, repeats=req.repeats,
+                      changes=[c.label for c in cands], metric=METRIC)
+    bid = await store.create_sweep(kind="bisect", playbook=PLAYBOOK, host=req.host, spec=dict(spec), actor=req.actor,
                                    origin=req.origin, points=[])
     await store.add_event(None, "bisect", f"bisect #{bid} by {req.actor}: runs #{req.good} → #{req.bad} on "
                                           f"{req.host}, {len(cands)} changes")

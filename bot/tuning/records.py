@@ -1,11 +1,57 @@
-"""The tuner's records as the JSON they are stored and answered in, typed: the spec a tuning was
-asked (the `sweeps` row's spec and the tune run's inputs), a cell's flags, what `bench.batches`
-registers for a launch, a measured cell, and the deployable result (`eagle tune apply` reads it
-back from the sweeps row). Declared here so tune.py, tune_record.py, tune_report.py and
-tune_apply.py pass these instead of `dict[str, Any]`."""
+"""The tuner's records as the JSON they are stored and answered in, typed: the spec of a sweep,
+a bisect and a tuning (the `sweeps` row's spec; a tuning's is its run's inputs too), a point's
+numbers and result row, a cell's flags, what `bench.batches` registers for a launch, a measured
+cell, and a tuning's deployable result (`eagle tune apply` reads it back from the sweeps row).
+Declared here so sweep.py, bisect.py, points.py and the tune modules pass these instead of
+`dict[str, Any]`."""
 from __future__ import annotations
 
 from typing import Any, TypedDict
+
+
+class SweepSpec(TypedDict):
+    """What `eagle sweep` was asked: the swept inputs (in their order), the fixed ones, repeats, heatmap axes."""
+
+    axes: dict[str, list[str]]
+    order: list[str]
+    fixed: dict[str, str]
+    repeats: int | None
+    heatmap: list[str] | None
+
+
+class BisectSpec(TypedDict):
+    """What `eagle bisect` was asked, and the changes it searches."""
+
+    good: int
+    bad: int
+    leave: str
+    repeats: int
+    changes: list[str]
+    metric: str
+
+
+class PointNumbers(TypedDict):
+    """A point's run, read back from the store: its metrics and its benchmark's repeats."""
+
+    throughput: float | None
+    ttft_ms: float | None
+    accept: float | None
+    spread: float | None
+    repeats: int
+    samples: list[float]
+
+
+class PointJson(TypedDict):
+    """A point's result row (the sweeps point's result; a sweep's `ranked` entries carry it)."""
+
+    run_id: int
+    status: str
+    output_throughput: float | None
+    median_ttft_ms: float | None
+    accept_length: float | None
+    throughput_spread: float | None
+    repeats: int
+    error: str | None
 
 
 class Choice(TypedDict):

@@ -109,7 +109,7 @@ async def test_pause_and_resume_from_slack_are_for_operators_persisted_shown_aud
         await bot.say("schedule resume nightly-bench", user="UALICE")
         events = await bot.services.store.call(lambda s: [e["kind"] for e in s.db.query("select kind from events order by id")])
         assert events == ["access_denied", "schedule_paused", "schedule_resumed"]
-        assert (await bot.services.store.schedule_states())["nightly-bench"]["paused"] == 0
+        assert (await bot.services.store.call(lambda s: s.schedule_states()))["nightly-bench"]["paused"] == 0
     finally:
         await bot.close()
 

@@ -82,7 +82,7 @@ async def test_a_hostile_input_value_reaches_the_host_as_one_quoted_word(open_bo
     said = await bot.say(f"hello gpu-01 greeting='{value}'")
     assert said.run["status"] == "succeeded"
     assert bot.host("gpu-01").commands == [f"echo {shlex.quote(value)}"]
-    steps = await bot.services.store.steps(said.run["id"])
+    steps = await bot.services.store.call(lambda s: s.steps(said.run["id"]))
     assert "$(touch" in steps[0]["output"]
 
 
@@ -234,7 +234,7 @@ async def test_a_cancelled_approval_says_cancelled_by_whom_not_timed_out(open_bo
     assert "Only approvers can decide: <@UBOSS>." in said.card.text and "<@UALICE>" not in str(said.card.blocks)
     rid = said.run["id"]
     cancelled = await bot.say(f"cancel {rid}", user="UBOSS")
-    assert (await bot.services.store.get_run(rid))["status"] == "cancelled"
+    assert (await bot.services.store.call(lambda s: s.get_run(rid)))["status"] == "cancelled"
     assert bot.host("gpu-01").commands == [cluster.sinfo_command("gpu-01")]
     [update] = [s for s in cancelled.sent if s.method == "chat.update" and s.args.get("ts") == said.card.answer["ts"]
                 and "Cancelled by" in s.text]
@@ -364,10 +364,10 @@ async def test_a_user_off_the_allowlist_is_refused_relaunch_by_every_word(open_b
     ids = [(await bot.say("relaunch gpu-01", user="UALICE")).run["id"] for _ in range(2)]
     assert [r["status"] for r in await bot.runs()] == ["succeeded", "succeeded"]
     store = bot.services.store
-    sweep = await store.create_sweep(kind="sweep", playbook="relaunch", host="gpu-01", spec={"axes": {}},
-                                     actor="UALICE", origin="slack", points=[])
-    tune_id = await store.create_sweep(kind="tune", playbook="relaunch", host="gpu-01", spec={"fixed": {}},
-                                       actor="UALICE", origin="slack", points=[])
+    sweep = await store.call(lambda s: s.create_sweep(kind="sweep", playbook="relaunch", host="gpu-01",
+                                                      spec={"axes": {}}, actor="UALICE", origin="slack", points=[]))
+    tune_id = await store.call(lambda s: s.create_sweep(kind="tune", playbook="relaunch", host="gpu-01",
+                                                        spec={"fixed": {}}, actor="UALICE", origin="slack", points=[]))
     tune_run = await store.call(lambda s: s.start_run([], {
         "playbook": "tune", "hosts": ["gpu-01"], "inputs": {"tune_id": tune_id}, "variables": {}, "actor": "UALICE",
         "origin": "slack"}))

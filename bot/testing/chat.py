@@ -188,7 +188,7 @@ class ChatBot:
 
     async def runs(self) -> list[RunRow]:
         """The audit store's runs, newest first."""
-        return await self.services.store.history(limit=100)
+        return await self.services.store.call(lambda s: s.history(limit=100))
 
     async def close(self) -> None:
         await self.bot.aclose(grace_s=10)
@@ -203,7 +203,7 @@ class ChatBot:
         scripted for fails the test (Unscripted), as it does with the Host double alone."""
         before = len(self.record.sent)
         missed = {name: len(h.unscripted) for name, h in self.hosts.items()}
-        last = await self.services.store.history(limit=1)
+        last = await self.services.store.call(lambda s: s.history(limit=1))
         app = self.bot.app
         with app.eagle_acks.request():
             resp = await app.answer_bytes(body.encode(), signed_headers(body, self.secret))
@@ -212,7 +212,7 @@ class ChatBot:
             if len(h.unscripted) > missed[name]:
                 raise h.unscripted[missed[name]]
         sent = self.record.sent[before:]
-        newest = await self.services.store.history(limit=1)
+        newest = await self.services.store.call(lambda s: s.history(limit=1))
         run = newest[0] if newest and (not last or newest[0]["id"] != last[0]["id"]) else None
         cards = [s for s in sent if s.buttons and _waiting(self.bot, s)]
         return Said(resp.status, _ack_text(resp.body), sent, run, cards[-1] if cards else None)

@@ -364,6 +364,15 @@ class SkillContext:
             return StreamCallback(lambda _stream, piece: self._log(piece.rstrip("\n")))
         return StreamCallback(lambda _stream, piece: text(piece))
 
+    def may_run_host_code(self, what: str) -> bool:
+        """May the step run code of the host's own (a package's import, a method compiled from
+        its files) to learn something? Not in a dry run, which executes nothing of the host's:
+        then it logs that `what` was not run, and the step uses what it has without it."""
+        if self.dry_run:
+            self._log(f"[dry-run] not run: {what} (it executes the host's code)")
+            return False
+        return True
+
     def would(self, action: str) -> None:
         """Dry-run: record what the step would do."""
         self.plan.append(action)

@@ -54,6 +54,13 @@ CUDA graphs...), GPU memory and utilisation, the server's process tree and `py-s
 where installed. A known fatal message or stalled phase gets a hint (which way to move
 --mem-fraction-static, --disable-cuda-graph, NCCL_P2P_DISABLE=1 / NCCL_DEBUG=INFO).
 An EAGLE3 launch without a draft model path is refused before launching.
+The speculative method's own static checks (skills/lib/method_gate.py, facts/spec_methods.py; read on
+the host without importing sglang or loading a tensor): DFLASH's capture ids (where SGLang reads them,
+in range, as many as the draft's fc takes, num_target_layers, the block size, the target's
+set_dflash_layers_to_capture), NEXTN/MTP's draft source, revision and MTP weights, STANDALONE's
+tokenizer and topk with the overlap scheduler, NGRAM's device, and the combinations SGLang refuses
+(PD disaggregation, attention DP, pp); an algorithm the host's SGLang does not accept. A refusal
+names the fix (exit 2, before anything stops) unless `method_check: warn`.
 `adaptive_config` (a JSON object) launches with SGLang's adaptive speculative steps: checked against
 SGLang's own rules of that file first (facts/sglang_adaptive.py: slots, candidate_steps, the steps among
 them, topk 1), written to `{state_dir}/tune/adaptive-PORT-runRUN.json`, passed as
@@ -69,7 +76,9 @@ settings, at least 80% of it; else the step fails naming what broke (`spec_check
 and the server stays up. Dummy weights read `unknown (dummy weights)`, no alarm.
 Registers `log_path`, `pid`, `port`, `launch_args` (list), `sglang_version`, `adaptive_config`, `speculation`,
 `effective` (effective speculative settings), `ready_s`, `url` (where the bot reaches it), `bind`; with `check_only: true`, only
-`checked_args`, `predicted`, `checked_by` ("host" or "table <version>") and `checked_version`.
+`checked_args`, `predicted`, `checked_by` ("host" or "table <version>"), `checked_version` and, for a
+method with checks of its own, `method_checks` (algorithm, resolved, method, findings: check, severity,
+message).
 """
 from __future__ import annotations
 
@@ -88,7 +97,8 @@ from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult,
 
 from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
 from eaglebot.facts import spec_live as spec_facts
-from eaglebot.skills.lib import carry, launch_check, preflight, processes, readiness, server, spec_live, stall, surface_check
+from eaglebot.skills.lib import (carry, launch_check, method_gate, preflight, processes, readiness, server, spec_live,
+                                  stall, surface_check)
 
 NAME = "server.launch"
 
@@ -98,7 +108,8 @@ class Params(SkillParams):
                         json_schema_extra=HOST_PATH)
     model: str | None = Field(None, description="target model path or id (--model-path); or give it in args",
                               json_schema_extra=HOST_PATH)
-    draft: str | None = Field(None, description="draft model path (--speculative-draft-model-path)",
+    draft: str | None = Field(None, description="draft model path (--speculative-draft-model-path); none: no draft "
+                                                "(NEXTN's MTP head from the target itself, NGRAM)",
                               json_schema_extra=HOST_PATH)
     port: int = Field(30000, ge=1, le=65535, description="port the server listens on (--port)")
     host: str = Field("127.0.0.1", description="address the server binds (--host; relaunch: `bind`): 0.0.0.0 for "
@@ -132,6 +143,10 @@ class Params(SkillParams):
     lossy: Literal["refuse", "allow"] = Field("refuse", description=(
         "allow: launch although a knob voids losslessness (SGLANG_SIMULATE_ACC_LEN in env, "
         "--speculative-accept-threshold-single/-acc below 1); refuse: the pre-flight refuses it, naming the knob"))
+    method_check: Literal["refuse", "warn"] = Field("refuse", description=(
+        "the speculative method's own static checks (DFLASH capture ids, fc width, layer count, block size; "
+        "NEXTN's MTP weights; STANDALONE's tokenizer; NGRAM's platform; the combinations SGLang refuses): "
+        "refuse before anything stops, or only warn"))
     spec_check: Literal["fail", "warn"] = Field("fail", description=(
         "after the launch, when speculation is not really on (no resolved algorithm or steps, steps 0, no "
         "histogram mass beyond 0, accept length <= 1.05, under 80% of this draft's own history): fail or warn"))
@@ -139,6 +154,11 @@ class Params(SkillParams):
         "with check_only: start from the running server's own launch (the newest audited launch on this port, "
         "confirmed against its live /server_info): tp, the speculative settings, the memory fraction, extra "
         "arguments, env and GPUs not given here are carried; registers `launch`, the values to launch with"))
+
+    @field_validator("draft")
+    @classmethod
+    def _no_draft(cls, v: str | None) -> str | None:
+        return None if v is None or v.strip().lower() in ("", "none") else v
 
     @field_validator("host")
     @classmethod
@@ -290,6 +310,12 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     elif verdict.source != "host":
         warnings.append(f"launch arguments checked with the captured table of SGLang {verdict.version}, not the "
                         f"host's own parser: {verdict.message}")
+    # -- pre-flight: the speculative method's own checks (DFLASH, NEXTN/MTP, STANDALONE, NGRAM)
+    method_checks = None
+    if params.check_only or params.checked_args is None:
+        more, method_checks = await method_gate.check(ctx, params.python, launch_args,
+                                                      sglang.rules_version(verdict.version), params.method_check)
+        warnings += more
     # -- pre-flight: the GPUs it needs and the address it binds (before server.stop: a refusal
     # keeps the old server serving)
     warnings += await preflight.check_gpus(ctx, launch_args, params.gpus, params.env)
@@ -321,6 +347,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         # reads those keys from server.launch steps.
         return StepResult.ok(summary, warnings=warnings,
                              data={"checked_args": launch_args, "predicted": spec.effective(),
+                                   **({"method_checks": method_checks} if method_checks is not None else {}),
                                    "checked_by": verdict.source if verdict.kind == "ok" else None,
                                    "checked_version": verdict.version, "launch": _launch_values(params),
                                    **({"carried": vars(carried)} if carried is not None else {})})

@@ -568,5 +568,20 @@ def test_a_schedule_fire_is_claimed_once_per_slot(store):
     store.update_fire(fid, "running", None)
     assert store.last_fire("nightly")["fire_time"] == "2026-01-01T03:05:00.000Z"
 
+def test_steps_beside_a_lock_free_run_are_those_running_under_a_lock_or_started_since(store):
+    holder, reader = new_run(store), new_run(store, "server-logs")
+    store.acquire_hosts(holder, ["gpu-01"])
+    running = store.step_started(holder, 0, "gpu-01", "holds", "shell", {})
+    last, beside = store.steps_beside("gpu-01", reader, None)
+    assert last == running and [s["id"] for s in beside] == [running]
+    assert store.steps_beside("gpu-02", reader, None)[1] == [] and store.steps_beside("gpu-01", holder, None)[1] == []
+    store.step_finished(running, StepEnd(run_id=holder, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1))
+    mark, beside = store.steps_beside("gpu-01", reader, None)
+    assert beside == []
+    later = store.step_started(holder, 1, "gpu-01", "quick", "shell", {})   # started and ended since the mark
+    store.step_finished(later, StepEnd(run_id=holder, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1))
+    assert [s["name"] for s in store.steps_beside("gpu-01", reader, mark)[1]] == ["quick"]
+
+
 
 __all__ = [n for n in dir() if n.startswith("test_")]

@@ -119,7 +119,7 @@ def test_history_json(cfg):
     assert res.returncode == 0
     assert [h["playbook"] for h in hist] == ["fails", "ok"]
     assert set(hist[0]) == {"run_id", "playbook", "hosts", "status", "actor", "origin", "started_at", "finished_at",
-                            "parent_run_id", "children"}
+                            "parent_run_id", "children", "dry_run", "duration_ms", "key_metric", "regressions"}
     assert hist[0]["origin"] == "cli" and hist[0]["hosts"] == ["local"]
     assert hist[0]["started_at"].endswith("Z")
     _, only = eagle_here_json("history", "--playbook", "ok", "--limit", "5", config=cfg)

@@ -265,3 +265,45 @@ async def test_doctor_fails_a_gpu_hosts_python_that_cannot_import_sglang_over_ss
     assert not bad.ok and bad.detail.startswith(f"{PY} is Python 3.") and bad.detail.endswith(
         " but cannot import sglang: ModuleNotFoundError: No module named 'sglang'"), bad.detail
     assert by["host local python"].ok and "sglang" not in by["host local python"].detail
+
+
+def test_the_host_vars_doctor_takes_as_declared_are_ones_the_full_scan_knows(tmp_path):
+    # doctor's shortcut (no skill, playbook model or template loaded when every host var is declared)
+    # must never hide a warning: what it calls declared is known to the engine's own scan too.
+    from eaglebot.engine.hostvars import known_host_vars
+    from eaglebot.engine.registry import SkillRegistry
+    from eaglebot.frontends.cli.doctor import declared_host_vars
+
+    book = tmp_path / "playbooks"
+    book.mkdir()
+    (book / "mine.yaml").write_text("name: mine\ninputs:\n  my_knob: {type: int, default: 1}\n"
+                                    "vars:\n  my_var: 2\nsteps:\n  - skill: shell\n    with: {command: 'echo {{ my_knob }}'}\n")
+    settings = settings_for(tmp_path, {})
+    registry = SkillRegistry.from_settings(settings)
+    for user_dir in (None, book):
+        declared = declared_host_vars(user_dir)
+        assert {"python", "model", "draft", "tp", "spec_steps"} <= declared
+        assert declared <= known_host_vars(registry, user_dir), declared - known_host_vars(registry, user_dir)
+    assert {"my_knob", "my_var"} <= declared_host_vars(book) and "my_knob" not in declared_host_vars(None)
+
+
+def test_doctor_on_the_quick_start_config_loads_no_engine_no_slack_client(tmp_path):
+    # What made doctor slow at load and is not needed on a first node: the skills, playbooks and
+    # templates (the host-var scan), the Slack client and aiohttp with no token set.
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "eagle.yaml"
+    cfg.write_text(yaml.safe_dump({"audit_db": str(tmp_path / "eagle.db"), "hosts": {"gpu-01": {
+        "address": "127.0.0.1", "port": 1, "connect_retries": 0,
+        "vars": {"python": "~/sglang/bin/python", "model": "~/models/target", "draft": "~/models/eagle3", "tp": 8}}}}))
+    probe = ("import asyncio, sys\nfrom eaglebot.config import load_settings\n"
+             "from eaglebot.frontends.cli.doctor import run_checks\n"
+             f"checks = asyncio.run(run_checks(load_settings({str(cfg)!r}), lambda c: None))\n"
+             "assert any(c.name == 'host gpu-01' and not c.ok for c in checks)\n"
+             "print(sorted(m for m in sys.modules if m.startswith(('eaglebot.engine', 'eaglebot.skills', "
+             "'slack_sdk', 'aiohttp', 'jinja2'))))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLACK_")}
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]", res.stdout

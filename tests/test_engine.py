@@ -409,8 +409,8 @@ async def test_connection_cut_mid_step_fails_the_step_and_is_audited(services, t
             return k.export_public_key() == client_key.export_public_key()
 
     async def process(proc):
-        if proc.command == 'echo "$PPID"':  # the transport learns the sshd pid once per connection
-            proc.stdout.write("4242\n")
+        if proc.command.startswith('read -r u _ </proc/uptime; echo "$PPID $u"'):  # the sshd pid and the
+            proc.stdout.write("4242 1000.00\n")   # host's clock, once per connection
             proc.exit(0)
             return
         if "EAGLE-HOST-PATHS" in proc.command:   # the engine asks the host for its home and state folder

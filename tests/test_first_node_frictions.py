@@ -322,3 +322,55 @@ def test_the_tune_table_has_no_column_that_repeats_the_heads_counts():
     assert "an 83-cell grid (10 cells measured, 8 chains predicted)" in text and "10/8" not in text, text
     r["batch_sizes"]["8"]["cells_measured"] = 6      # where the sizes differ, the column says so
     assert "cells measured/chains predicted" in tune_text(r) and "6/8" in tune_text(r)
+
+
+def test_history_json_carries_dry_run_duration_and_the_key_metric(tmp_path):
+    cfg = node(tmp_path)
+    book = tmp_path / "measure.yaml"
+    book.write_text(yaml.safe_dump({"name": "measure", "steps": [
+        {"skill": "metric.record", "with": {"name": "median_ttft_ms", "value": 30.5, "unit": "ms", "better": "lower"}},
+        {"skill": "metric.record", "with": {"name": "output_throughput", "value": 5480.0, "unit": "tok/s"}}]}))
+    assert eagle_here("run", str(book), "-H", "gpu-01", config=cfg).returncode == 0
+    assert eagle_here("run", str(book), "-H", "gpu-01", "--dry-run", config=cfg).returncode == 0
+    res, doc = eagle_here_json("history", config=cfg)
+    assert res.returncode == 0, res.stderr
+    dry, real = doc   # newest first
+    assert (real["dry_run"], dry["dry_run"]) == (False, True)
+    assert real["key_metric"] == {"host": "gpu-01", "name": "output_throughput", "value": 5480.0, "unit": "tok/s"}
+    assert dry["key_metric"] is None and real["regressions"] == 0   # a dry run records no metric
+    store = Store(tmp_path / "eagle.db")
+    row = store.get_run(real["run_id"])
+    store.close()
+    took = parse_iso(row["finished_at"]) - parse_iso(row["started_at"])
+    assert real["duration_ms"] == round(took.total_seconds() * 1000) and isinstance(real["duration_ms"], int)
+
+
+async def test_a_heartbeat_on_a_busy_host_posts_once_in_slack_with_slacks_date_and_logs_each_skip(
+        harness, fake, caplog):
+    import logging
+    from datetime import datetime, timedelta, timezone
+
+    from eaglebot.frontends.service.scheduler import build_scheduler
+
+    beat = {"name": "heartbeat", "playbook": "hello", "hosts": ["local"], "every": "30s", "channel": "C0HEART"}
+    h = await harness(schedules=[beat])
+    holder = await h.services.store.create_run(NewRun(playbook="relaunch", hosts=["local"], inputs={}, variables={},
+                                                      actor="t", origin="slack"))
+    await h.services.store.acquire_hosts(holder, ["local"])   # e.g. a relaunch waiting for its approval
+    sched = build_scheduler(h.services, h.bot.hooks)
+    [cfg] = h.services.settings.schedules
+    now = datetime.now(timezone.utc)
+    with caplog.at_level(logging.INFO, logger="eaglebot.scheduler"):
+        for i in range(3):   # three fires while the host stays held
+            assert await sched.run_schedule(cfg, now + timedelta(seconds=30 * i)) is None
+    posts = await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.postMessage")
+                                         if "did not start" in c.all_text()])
+    [post] = posts
+    text = post.all_text()
+    assert post.args.get("channel") == "C0HEART" and f"busy with run #{holder}" in text, text
+    assert re.search(r"since <!date\^\d+\^\{date_short_pretty\} \{time\}\|[^>]+>", text), text   # Slack's own dates
+    assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", text), text                            # no raw ISO time
+    skipped = [r.getMessage() for r in caplog.records if "did not start" in r.getMessage()]
+    assert len(skipped) == 3 and all(f"run #{holder}" in m for m in skipped), skipped
+    fires = await h.query("select status from schedule_fires where schedule = 'heartbeat'")
+    assert [f["status"] for f in fires] == ["busy"] * 3

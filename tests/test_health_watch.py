@@ -430,3 +430,24 @@ async def test_an_accept_threshold_lowered_at_runtime_is_caught_by_the_next_prob
         f"the server on port {port} is not lossless: internal_states[0].speculative_accept_threshold_single=0.5, "
         f"changed at runtime (POST /set_internal_state; below 1: accepts drafts the target rejected); relaunch it "
         f"or set the threshold back to 1"))]
+
+
+async def test_a_probe_beside_a_step_that_runs_a_playbooks_code_clears_nothing(services, sshd, remote_dir):
+    """Issue 46, item 1c: a step's live child can write into what the watch reads (`/proc/PID/fd/1`),
+    so a probe while another run's `shell` step runs on the host is never a clean one."""
+    from eaglebot.store.rows import NewRun, StepEnd
+
+    hosts, _ = fleet(remote_dir, 1, sshd, gpus=1)
+    svc, w, _ = await open_watch(services, hosts, clear_after=1)
+    store = svc.store.sync
+    store.health_transition("gpu-01", 0, "quarantined", "Xid 79 (GPU has fallen off the bus)", "health-watch")
+    rid = store.create_run(NewRun(playbook="t", hosts=["gpu-01"], inputs={}, variables={}, actor="me", origin="cli"))
+    store.acquire_hosts(rid, ["gpu-01"])
+    sid = store.step_started(rid, 0, "gpu-01", "holds", "shell", {})
+    beside = await w.probe_once("gpu-01")
+    assert beside.probe.status == "ok" and beside.transitions == []
+    assert beside.probe.beside == f"step `holds` of run #{rid} (shell)"
+    store.step_finished(sid, StepEnd(run_id=rid, host="gpu-01", status="ok", summary="", duration_ms=1, attempts=1))
+    store.release_hosts(rid)
+    clean = await w.probe_once("gpu-01")
+    assert clean.probe.beside == "" and [(g, to) for g, _, to, _ in clean.transitions] == [(0, "healthy")]

@@ -161,3 +161,21 @@ def test_the_scan_costs_one_awk_over_proc_and_finds_nothing_of_a_quiet_step(tmp_
     res = subprocess.run(["/bin/sh", "-c", "eagle_hz=100; " + find_script(None, [2 ** 22 - 1], since=10 ** 9)
                           + "eagle_pids"], capture_output=True, text=True, timeout=30)
     assert res.returncode == 0 and res.stdout == ""
+
+
+def test_an_announced_start_is_taken_only_within_the_hosts_clock_as_the_connection_read_it(sshd):
+    """(transport/ssh.py `_since`) The host read 1000.0 s of uptime while our boot clock went from
+    50.0 to 50.1; a command sent at 60.0 started at host time 1009.9 to ~1010.1 (and the answer
+    came by now). A start inside that (with the slack) is taken; -1 or one in the future is not:
+    the earliest the command can have started is."""
+    import time as _time
+
+    t = SSHTransport("box", HostConfig(**sshd.host_config()))
+    now = _time.clock_gettime(_time.CLOCK_BOOTTIME)
+    t._clock = (now - 10.1, now - 10.0, 1000.0)   # read 10 s ago
+    sent = now - 0.05
+    assert t._since(1009.97, sent) == 1009.97
+    earliest = 1000.0 + sent - (now - 10.0)
+    for forged in (-1.0, 0.0, 999999.0, None):
+        got = t._since(forged, sent)
+        assert got is not None and got <= earliest and earliest - got < 1.0, (forged, got)

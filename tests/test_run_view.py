@@ -82,7 +82,11 @@ async def test_cli_chat_and_slack_history_show_the_same_key_metric_for_each_run(
         assert res.returncode == 0, res.stderr
         assert [r["run_id"] for r in hist] == [bare, no_tput, later, mixed]
         assert all(set(r) == {"run_id", "playbook", "hosts", "status", "actor", "origin", "started_at",
-                              "finished_at", "parent_run_id", "children"} for r in hist)     # --json has no metric: its shape is a contract
+                              "finished_at", "parent_run_id", "children", "dry_run", "duration_ms", "key_metric",
+                              "regressions"} for r in hist)     # its shape is a contract (issue 47 added the last four)
+        # --json's key metric is the terminal's and Slack's, by the same rule
+        assert {r["run_id"]: r["key_metric"]["name"] if r["key_metric"] else None for r in hist} == \
+            {mixed: KEY_METRIC, later: KEY_METRIC, no_tput: "median_ttft_ms", bare: None}
 
         cli = eagle("history", config=cfg)
         chat = eagle("chat", "history", config=cfg)

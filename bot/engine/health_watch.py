@@ -32,7 +32,7 @@ from eaglebot.facts import health as hf
 from eaglebot.facts import ports, spec_live
 from eaglebot.facts import xid as xf
 from eaglebot.facts.health_probe import GpuHealthRead, read_gpu_health
-from eaglebot.engine import fleet_health as fh
+from eaglebot.engine import fleet_health as fh, procs
 from eaglebot.engine.xid_judge import Seen, judge_xids
 from eaglebot.sdk import CommandResult, Host
 from eaglebot.skills.lib import server
@@ -66,6 +66,9 @@ class Probe:
     at: float = 0.0                               # wall clock (epoch s) when the host's uptime was read
     boot_id: str | None = None
     uptime_s: float | None = None
+    # "" or the step of another run that ran a playbook's code on the host during the probe: a
+    # process of it could have written into what the probe read, so it clears nothing.
+    beside: str = ""
 
 
 @dataclass
@@ -207,8 +210,12 @@ class HealthWatch:
         mem = self._logs.get(host)
         if mem is None:
             mem = self._logs[host] = xf.LogMemory(floor=await self.store.health_cursor(host))
+        mark, before = await procs.code_beside(self.store, host, 0, None)
         p = await probe_host(self.pool.get(host), self.settings.hosts[host].vars, mem.floor, self.cfg.probe_timeout_s,
                              memory=mem)
+        p.beside = before or (await procs.code_beside(self.store, host, 0, mark))[1]
+        if p.beside:
+            log.info("health probe of %s ran beside %s: it clears nothing", host, p.beside)
         async with self._deciding:
             report = await self._apply(p)
         if self.notify is not None and (report.transitions or report.notes or report.resume):
@@ -260,7 +267,8 @@ class HealthWatch:
         held = {r["host"] for r in states if r["state"] in fh.HELD}
         may = p.host in held or len(held) < self.limit
         pending = self._still_pending(p.host)
-        d = fh.decide(mine, p.findings + judged.findings, told=p.status == "ok", clear_after=self.cfg.clear_after,
+        d = fh.decide(mine, p.findings + judged.findings, told=p.status == "ok" and not p.beside,
+                      clear_after=self.cfg.clear_after,
                       may_quarantine=may, recovered=p.recovered, pending=pending, expected=judged.expected,
                       recovery=frozenset(judged.recovery))
         if d.pending:

@@ -14,10 +14,12 @@ reason) until then.
 """
 from __future__ import annotations
 
+import asyncio
 import contextvars
 
 import logging
-from typing import Protocol, TYPE_CHECKING
+import time
+from typing import Callable, Protocol, TYPE_CHECKING
 
 from eaglebot.errors import EagleError
 from eaglebot.store import parse_iso
@@ -25,6 +27,7 @@ from eaglebot.transport.base import CURRENT, StepProcs
 
 if TYPE_CHECKING:
     from eaglebot.store.protocol_async import AsyncRunLog
+    from eaglebot.store.rows import RemoteProcRow, StepRow
 
 log = logging.getLogger("eaglebot.engine")
 
@@ -38,18 +41,22 @@ class _Ends(Protocol):
     async def leftovers(self, sp: StepProcs) -> tuple[int, str]: ...
 
 
-def begin(store: AsyncRunLog, run_id: int,
-          step_id: int | None) -> tuple[StepProcs, contextvars.Token[StepProcs | None]]:
+def begin(store: AsyncRunLog, run_id: int, step_id: int | None,
+          skill: str | None = None) -> tuple[StepProcs, contextvars.Token[StepProcs | None]]:
     """Make the step's tag (`<db_id>-<run>-<step>`: derivable from the step row, so nothing
     is written per step) the current one; the skill's task inherits it. A step whose row a
     failing store did not take gets a random tag: its processes are still stopped on
-    timeout or cancel, only not recoverable after a crash."""
+    timeout or cancel, only not recoverable after a crash. The login files are watched for a
+    step that runs a playbook's code (`skill`: `runs_given_code`), not for the bot's own."""
     if step_id is None:
         import secrets
 
         sp = StepProcs(tag=f"{store.sync.db_id}-{run_id}-x{secrets.token_hex(4)}")
     else:
         sp = StepProcs(tag=store.sync.proc_tag(run_id, step_id))
+    if skill is not None and not runs_given_code(skill):
+        sp.login = {}   # (known: not asked for, nothing compared)
+        sp.watch_login = False
     return sp, CURRENT.set(sp)
 
 
@@ -61,7 +68,9 @@ async def end(store: AsyncRunLog, sp: StepProcs, token: contextvars.Token[StepPr
     one), and record a kill (only then is anything written; not for a step the store did not
     take). Returns a sentence when the step had left something running, else ""."""
     left = ""
-    if transport is not None and sp.pgids and sp.state == "none":  # a timeout or cancel already killed
+    # After a timeout's or a cancel's kill too (it checks the login files), unless that kill could not
+    # reach the host (`pending`): the next run on it stops what is left.
+    if transport is not None and sp.pgids and sp.state != "pending":
         try:
             found, left = await transport.leftovers(sp)
         except EagleError as e:
@@ -70,10 +79,79 @@ async def end(store: AsyncRunLog, sp: StepProcs, token: contextvars.Token[StepPr
             sp.notes.append(left)
             sp.state = "stopped" if "survived" not in left else "pending"
     CURRENT.reset(token)
+    if sp.login_changed:
+        await store.add_event(run_id, "login_files_changed", f"{host}: {refused(sp)}")
     if sp.state != "none" and step_id is not None:
         await store.procs_record(run_id, step_id, host, tag=sp.tag, state=sp.state, note="; ".join(sp.notes),
                                  pgids=sp.pgids)
     return left
+
+
+def refused(sp: StepProcs) -> str:
+    """Why a step that changed the login's startup files failed (one sentence)."""
+    files = ", ".join(f"~/{f}" for f in sp.login_changed)
+    return (f"it changed {files}, which would run before every later command on this login: refused "
+            f"({sp.login_note})")
+
+
+# Shipped skills whose commands are the bot's own. Every other one (`shell` and `metric.record`
+# run a command the playbook gives; a plugin's code the bot cannot know) may start a process
+# that writes into another command's output on the same login (`/proc/PID/fd/1`): a lock-free
+# run's commands never run beside one (`quiet`, `beside`).
+_GIVEN_CODE = frozenset({"shell", "metric.record"})
+QUIET_WAIT_S = 120.0
+QUIET_POLL_S = 0.25
+
+
+def runs_given_code(skill: str) -> bool:
+    from eaglebot.engine.shipped import SHIPPED
+
+    return skill not in SHIPPED or skill in _GIVEN_CODE
+
+
+class Neighbours(Protocol):
+    """The two store reads the neighbour checks need (the engine's store and the watch's both have them)."""
+
+    async def steps_beside(self, host: str, run_id: int, after_id: int | None) -> tuple[int, list[StepRow]]: ...
+
+    async def pending_procs(self, host: str) -> list[RemoteProcRow]: ...
+
+
+async def code_beside(store: Neighbours, host: str, run_id: int, after_id: int | None) -> tuple[int, str]:
+    """(the newest step id, "" or what of another run may be running code on `host`)."""
+    last, steps = await store.steps_beside(host, run_id, after_id)
+    for s in steps:
+        if runs_given_code(s["skill"]):
+            return last, f"step `{s['name']}` of run #{s['run_id']} ({s['skill']})"
+    pending = await store.pending_procs(host)
+    if pending:
+        return last, f"processes run #{pending[0]['run_id']} left that could not be stopped"
+    return last, ""
+
+
+async def quiet(store: AsyncRunLog, host: str, run_id: int, cancel: asyncio.Event | None,
+                say: Callable[[str], None]) -> tuple[int, str]:
+    """Before a command of a lock-free run: wait (up to QUIET_WAIT_S) until no other run runs
+    code of its playbook on `host`. (the newest step id then, to check against afterwards;
+    "" or why it gave up)."""
+    deadline = time.monotonic() + QUIET_WAIT_S
+    said = False
+    while True:
+        last, busy = await code_beside(store, host, run_id, None)
+        if not busy or (cancel is not None and cancel.is_set()):
+            return last, ""
+        if time.monotonic() > deadline:
+            return last, (f"{host} is busy: {busy} runs there, and a process of it could write into this "
+                          f"command's output; run it again when that ends")
+        if not said:
+            say(f"waiting until {busy} ends on {host}: a process of it could write into this command's output")
+            said = True
+        await asyncio.sleep(QUIET_POLL_S)
+
+
+async def beside(store: AsyncRunLog, host: str, run_id: int, mark: int) -> str:
+    """After it: "" when nothing of another run that runs code was on `host` meanwhile, else what."""
+    return (await code_beside(store, host, run_id, mark))[1]
 
 
 def current() -> StepProcs | None:

@@ -245,12 +245,23 @@ class StepRunner:
             return await self._approve(ar, run.req, run.approver)
 
         attempts = 0
+        # A lock-free run (read-only skills: `eagle logs`) shares the host with whatever run holds
+        # it: its commands wait until no step of another run runs a playbook's code there, and an
+        # attempt beside one is not trusted and made again (procs.quiet, procs.beside).
+        lock_free = not run.req.dry_run and all(self.registry.read_only(s.skill)
+                                                for s in [*run.playbook.steps, *run.playbook.always])
+        untrusted = 0
         while True:
             attempts += 1
             if attempts > 1 and sid is not None:
                 await self._record(run, self.store.step_attempt(sid, attempts))
             sctx = self._context(run, slot, ctx, out, approve)
-            sp, token = procs.begin(self.store, run.run_id, sid)
+            mark = 0
+            if lock_free:
+                mark, busy = await procs.quiet(self.store, slot.host, run.run_id, cancel, out.line)
+                if busy:
+                    return StepResult.failed(busy), attempts
+            sp, token = procs.begin(self.store, run.run_id, sid, step.skill)
             left = ""
             try:
                 result, cancelled_here = await attempt(bound, sctx, step, cancel)
@@ -259,6 +270,17 @@ class StepRunner:
                                        None if run.req.dry_run else self.pool.get(slot.host))
             if left:
                 result.warnings.append(left)
+            if sp.login_changed:   # (never retried: the next attempt would find its own change)
+                return StepResult.failed(procs.refused(sp), warnings=result.warnings), attempts
+            other = await procs.beside(self.store, slot.host, run.run_id, mark) if lock_free and not cancelled_here else ""
+            if other:
+                untrusted += 1
+                result = StepResult.failed(f"not trusted: {other} ran on {slot.host} meanwhile, and a process of it "
+                                           f"could have written into this output")
+                if untrusted <= 3:
+                    out.line(f"attempt {attempts}: {result.summary}; reading again")
+                    continue
+                return result, attempts
             if sctx.plan:
                 run.outcome.plan.extend(f"{slot.host}: {step.label}: {p}" for p in sctx.plan)
             if result.status != "failed" or cancelled_here or attempts > step.retries:

@@ -201,9 +201,11 @@ def probe_program() -> str:
     return first + "\n" + "\n".join(second) + "\n"
 
 
-def probe_command(python: str, archs: list[str], n: int, cases: list[list[int] | None]) -> str:
-    """The command; the program goes on its stdin (`probe_program()`)."""
-    return shlex.join([python, "-", json.dumps(archs), str(n), json.dumps(cases)])
+def probe_command(python: str, archs: list[str], n: int, cases: list[list[int] | None],
+                  method: str | None = None) -> str:
+    """The command; the program goes on its stdin (`probe_program()`). `method`: the target's hook
+    to run instead of `set_eagle3_layers_to_capture` (DFLASH: `set_dflash_layers_to_capture`)."""
+    return shlex.join([python, "-", json.dumps(archs), str(n), json.dumps(cases), *(["", method] if method else [])])
 
 
 def parse_probe(exit_status: int, stdout: str, stderr: str) -> Resolution | str:

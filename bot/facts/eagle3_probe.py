@@ -1,9 +1,9 @@
 """Which target hidden states will SGLang hand an EAGLE-3 draft? Read from the host's own SGLang.
 
 A program: eaglebot sends `eagle3_source.py` and this file, as one text, to the host's Python on
-stdin (`eagle3.probe_program`; `python3 - ARCHS_JSON NUM_LAYERS CASES_JSON`; standard library only,
-Python >= 3.9) and parses the one line it prints (`eagle3.parse_probe`). Nothing of sglang is
-imported (so no torch): `importlib.util.find_spec` locates the package without running any of it,
+stdin (`eagle3.probe_program`; `python3 - ARCHS_JSON NUM_LAYERS CASES_JSON [ROOT [METHOD]]`;
+standard library only, Python >= 3.9) and parses the one line it prints (`eagle3.parse_probe`).
+Nothing of sglang is imported (so no torch): `importlib.util.find_spec` locates the package without running any of it,
 and its source is read.
 1. The architectures map to a model class as SGLang's ModelRegistry maps them: the first one
    (config order) that a `sglang/srt/models/*.py` names in its `EntryClass`.
@@ -182,10 +182,10 @@ def _assigned_classes(res: Resolver, k: Klass, attr: str) -> list[Klass]:
     return out
 
 
-def _inner(res: Resolver, k: Klass, attr: str) -> Klass | None:
+def _inner(res: Resolver, k: Klass, attr: str, method: str) -> Klass | None:
     cands = _assigned_classes(res, k, attr)
     for c in cands:
-        if find_method(c, METHOD) is not None:
+        if find_method(c, method) is not None:
             return c
     for c in cands:
         fwd = find_method(c, "forward")
@@ -195,28 +195,29 @@ def _inner(res: Resolver, k: Klass, attr: str) -> Klass | None:
 
 
 def stand_in(src: Source, res: Resolver, k: Klass | None, n: int, path: str, log: list[str],
-             depth: int = 0) -> Ns:
+             depth: int = 0, method: str = METHOD) -> Ns:
     text = types.SimpleNamespace(num_hidden_layers=n)
     config = types.SimpleNamespace(num_hidden_layers=n, text_config=text)
     s = Ns(path, log, _klass=k, config=config, pp_group=types.SimpleNamespace(is_last_rank=True, is_first_rank=True),
            start_layer=0, end_layer=n, layers=[types.SimpleNamespace() for _ in range(n)], layers_to_capture=[])
     if k is not None:
-        m = find_method(k, METHOD)
+        m = find_method(k, method)
         if m is not None:
-            object.__setattr__(s, METHOD, types.MethodType(compile_method(src, m[0], m[1]), s))
+            object.__setattr__(s, method, types.MethodType(compile_method(src, m[0], m[1]), s))
         if depth < 3:
             for attr in ("model", "language_model"):
-                object.__setattr__(s, attr, stand_in(src, res, _inner(res, k, attr), n, f"{path}.{attr}", log,
-                                                     depth + 1))
+                object.__setattr__(s, attr, stand_in(src, res, _inner(res, k, attr, method), n, f"{path}.{attr}",
+                                                     log, depth + 1, method))
     return s
 
 
-def run_case(src: Source, res: Resolver, k: Klass, n: int, ids: list[int] | None) -> dict[str, Any]:
+def run_case(src: Source, res: Resolver, k: Klass, n: int, ids: list[int] | None,
+             method: str = METHOD) -> dict[str, Any]:
     log: list[str] = []
-    me = stand_in(src, res, k, n, "self", log)
+    me = stand_in(src, res, k, n, "self", log, method=method)
     out: dict[str, Any] = {"ids": ids, "error": None}
     try:
-        getattr(me, METHOD)(None if ids is None else list(ids))
+        getattr(me, method)(None if ids is None else list(ids))
     except Exception as e:  # what SGLang itself raises at start-up
         out["error"] = f"{type(e).__name__}: {e}"
     out["aux_enabled"] = me.__dict__.get("capture_aux_hidden_states")
@@ -333,8 +334,10 @@ def version(src: Source) -> str | None:
         return None
 
 
-def probe(archs: list[str], n: int, cases: list[list[int] | None], root: str | Source | None = None) -> dict[str, Any]:
-    """The probe's answer (a Source may be passed again: the capture script asks hundreds of times)."""
+def probe(archs: list[str], n: int, cases: list[list[int] | None], root: str | Source | None = None,
+          method: str = METHOD) -> dict[str, Any]:
+    """The probe's answer (a Source may be passed again: the capture script asks hundreds of times).
+    `method`: the target's hook to run (`set_dflash_layers_to_capture` for DFLASH's capture)."""
     t0 = time.monotonic()
     if root is None:
         spec = importlib.util.find_spec("sglang")
@@ -356,14 +359,15 @@ def probe(archs: list[str], n: int, cases: list[list[int] | None], root: str | S
         out["elapsed_s"] = round(time.monotonic() - t0, 3)
         return out
     arch, k = found
-    m = find_method(k, METHOD)
+    m = find_method(k, method)
     out.update(arch=arch, module=k.module, cls=repr(k), error=None)
     if m is None:
-        out["error"] = f"{arch} ({k.module}) has no {METHOD}: SGLang refuses EAGLE3 for this target at start-up"
+        algo = "EAGLE3" if method == METHOD else "DFLASH"
+        out["error"] = f"{arch} ({k.module}) has no {method}: SGLang refuses {algo} for this target at start-up"
         out["elapsed_s"] = round(time.monotonic() - t0, 3)
         return out
     out["method"] = f"{src.rel(src.file_of(m[0].module) or m[0].module)}:{m[1].lineno} ({m[0].name})"
-    out["cases"] = [run_case(src, res, k, n, ids) for ids in cases]
+    out["cases"] = [run_case(src, res, k, n, ids, method) for ids in cases]
     holders = [c["holder_class"] for c in out["cases"] if c.get("holder_class")]
     out["forward"] = classify_forward(src, res, holders[0] if holders else None)
     out["elapsed_s"] = round(time.monotonic() - t0, 3)
@@ -373,8 +377,8 @@ def probe(archs: list[str], n: int, cases: list[list[int] | None], root: str | S
 def main(argv: list[str]) -> int:
     try:
         archs, n, cases = json.loads(argv[0]), int(argv[1]), json.loads(argv[2])
-        root = argv[3] if len(argv) > 3 else None
-        result = probe(archs, n, cases, root)
+        root = argv[3] if len(argv) > 3 and argv[3] else None
+        result = probe(archs, n, cases, root, *argv[4:5])
     except LookupError as e:
         print(f"{UNAVAILABLE} {e}")
         return 3

@@ -14,12 +14,12 @@ from __future__ import annotations
 import difflib
 import json
 import re
-import shlex
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from eaglebot.facts import sglang_surface
+from eaglebot.sdk import path_for_shell
 
 TIMEOUT_S = 60.0
 # The names eaglebot itself reads from a running server (bench, health, spec probe): a release that
@@ -38,7 +38,9 @@ def program() -> str:
 
 
 def command(python: str) -> str:
-    return shlex.join([python, "-"])
+    """The host's Python reading the program on stdin; a `~/` in the host var is the host's home
+    (a config's `python: ~/venv/bin/python` once made the sentinel `~/...: not found`)."""
+    return f"{path_for_shell(python)} -"
 
 
 def parse(exit_status: int, stdout: str, stderr: str) -> dict[str, Any] | str:

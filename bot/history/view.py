@@ -287,7 +287,11 @@ class HistoryRow:
         return {"run_id": r["id"], "playbook": r["playbook"], "hosts": r.get("hosts") or [],
                 "status": r["status"], "actor": r.get("actor"), "origin": r.get("origin"),
                 "started_at": r.get("started_at"), "finished_at": r.get("finished_at"),
-                "parent_run_id": r.get("parent_run_id"), "children": self.children}
+                "parent_run_id": r.get("parent_run_id"), "children": self.children,
+                "dry_run": bool(r.get("dry_run")), "duration_ms": None if (d := self.duration_s) is None else round(d * 1000),
+                "key_metric": None if (m := self.key_metric) is None else
+                {"host": m["host"], "name": m["name"], "value": m["value"], "unit": m["unit"]},
+                "regressions": self.regressions}
 
 
 def history_rows(runs: list[RunRow], metrics_by_run: dict[int, list[MetricRow]],

@@ -328,6 +328,11 @@ class AsyncMethods:
         return await self._do(self.sync.procs_record, run_id, step_id, host, tag=tag, state=state,
             note=note, pgids=pgids)
 
+    async def steps_beside(self, host: str, run_id: int, after_id: int | None) -> tuple[int, list[StepRow]]:
+        """(the newest step's id, the steps of other runs on `host` that may be running code:
+        running under a lock on it, or started after `after_id`)."""
+        return await self._do(self.sync.steps_beside, host, run_id, after_id)
+
     async def pending_procs(self, host: str) -> list[RemoteProcRow]:
         """Process groups on host that a finished (or crashed) run did not stop."""
         return await self._do(self.sync.pending_procs, host)

@@ -10,7 +10,7 @@ from typing import Any
 from eaglebot.errors import HostBusy
 from eaglebot.store.base import MY_START, insert, now_iso, owner_alive, rows, to_json, upsert
 from eaglebot.store.replicas import ReplicasMixin
-from eaglebot.store.rows import LockRow, NewRun, RemoteProcRow
+from eaglebot.store.rows import LockRow, NewRun, RemoteProcRow, StepRow
 from eaglebot.store.runs import insert_run
 
 
@@ -126,6 +126,20 @@ class LocksMixin(ReplicasMixin):
                 "run_id": run_id, "step_id": step_id, "host": host, "tag": tag, "pgids": to_json(pgids or []),
                 "state": state, "note": note, "created_at": now_iso(),
                 "cleaned_at": now_iso() if state == "stopped" else None})
+
+    def steps_beside(self, host: str, run_id: int, after_id: int | None) -> tuple[int, list[StepRow]]:
+        """(the newest step's id, the steps of runs other than `run_id` on `host` that may be
+        running code there: those running under a lock on it and, with `after_id`, every one
+        started since that step). What a lock-free run checks before and after each command
+        (engine/steps.py): both are index reads."""
+        last = self.db.execute("select coalesce(max(id), 0) from steps").fetchone()[0]
+        running = rows(self.db, StepRow, "select s.* from steps s join locks l on l.run_id = s.run_id and l.host = s.host "
+                                         "where s.host = $1 and s.status = 'running' and s.run_id <> $2", [host, run_id])
+        if after_id is not None:
+            seen = {r["id"] for r in running}
+            running += [r for r in rows(self.db, StepRow, "select * from steps where id > $1 and host = $2 and run_id <> $3 "
+                                                          "order by id", [after_id, host, run_id]) if r["id"] not in seen]
+        return int(last), running
 
     def pending_procs(self, host: str) -> list[RemoteProcRow]:
         """Process groups on host that a finished (or crashed) run did not stop."""

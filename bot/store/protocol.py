@@ -353,6 +353,11 @@ class LocksFace(Protocol):
         A crashed run's running steps get a `pending` row from `recover`."""
         ...
 
+    def steps_beside(self, host: str, run_id: int, after_id: int | None) -> tuple[int, list[StepRow]]:
+        """(the newest step's id, the steps of other runs on `host` that may be running code:
+        running under a lock on it, or started after `after_id`)."""
+        ...
+
     def pending_procs(self, host: str) -> list[RemoteProcRow]:
         """Process groups on host that a finished (or crashed) run did not stop."""
         ...

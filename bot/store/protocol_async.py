@@ -338,6 +338,11 @@ class AsyncLocksFace(Protocol):
         """A step's processes had to be killed: `stopped` (verified gone) or `pending` (the"""
         ...
 
+    async def steps_beside(self, host: str, run_id: int, after_id: int | None) -> tuple[int, list[StepRow]]:
+        """(the newest step's id, the steps of other runs on `host` that may be running code:
+        running under a lock on it, or started after `after_id`)."""
+        ...
+
     async def pending_procs(self, host: str) -> list[RemoteProcRow]:
         """Process groups on host that a finished (or crashed) run did not stop."""
         ...
@@ -436,7 +441,7 @@ class AsyncMetricsReads(AsyncIncidentsFace, AsyncHealthFace, AsyncTrendsFace, Pr
 
 
 class AsyncServiceState(AsyncSchedulesFace, AsyncReplicasFace, AsyncHealthFace, AsyncSweepsFace,
-            AsyncApprovalsFace, Protocol):
+            AsyncApprovalsFace, AsyncLocksFace, Protocol):
     """What `eagle serve` keeps (schedules and their fires, the replicas' lease and heartbeats, Slack's
     seen requests, the health watch and the events it writes, sweeps)."""
 

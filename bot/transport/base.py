@@ -7,6 +7,7 @@ the remote command.
 from __future__ import annotations
 
 import contextvars
+import os
 import shlex
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Protocol, Sequence
@@ -24,6 +25,15 @@ DRAIN_S = 0.5
 # environment, so descendants that left the process group (setsid, double forks) are
 # still found and stopped. Detached servers (spawn_detached) drop it: they are meant to live.
 TAG_VAR = "EAGLE_PROC_TAG"
+# What sshd or a shell runs before a later session's command, relative to the login's home:
+# sshd's ~/.ssh/rc, the options in authorized_keys (`command=`, `environment=`) and
+# ~/.ssh/environment; bash started by sshd reads ~/.bashrc, zsh always ~/.zshenv, login shells
+# their profiles. A step that writes one would start code before every later command on that
+# login (issue 46): each step's end compares them with its start and refuses a change.
+LOGIN_FILES = (".ssh/rc", ".ssh/environment", ".ssh/authorized_keys", ".ssh/authorized_keys2",
+               ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshenv", ".zprofile", ".zshrc",
+               ".zlogin", ".shrc", ".kshrc", ".cshrc", ".tcshrc", ".login", ".pam_environment")
+REFUSED_SUFFIX = ".eagle-refused"
 
 
 @dataclass
@@ -45,6 +55,12 @@ class StepProcs:
     # none: nothing had to be killed; stopped: killed and verified gone;
     # pending: not stopped (the host was unreachable or something survived KILL)
     state: Literal["none", "stopped", "pending"] = "none"
+    # The login files (LOGIN_FILES) that existed when the step's first command started, by
+    # their SHA-256 (None: not known yet); what the step changed of them; what was done about it.
+    login: dict[str, str] | None = None
+    watch_login: bool = True
+    login_changed: list[str] = field(default_factory=list)
+    login_note: str = ""
 
     def stopped(self, note: str) -> None:
         self.notes.append(note)
@@ -83,8 +99,15 @@ def note_kept(pid: int) -> None:
         sp.keep.append(pid)
 
 
-def parse_pgid(text: str) -> tuple[int, float | None] | None:
-    """`<pgid> [<uptime seconds>]` of a PGID line or frame."""
+def note_login(hashes: dict[str, str]) -> None:
+    """The login files as the running step's first command found them."""
+    sp = CURRENT.get()
+    if sp is not None and sp.login is None:
+        sp.login = hashes
+
+
+def parse_pgid(text: str) -> tuple[int, float | None, dict[str, str] | None] | None:
+    """`<pgid> [<uptime seconds> [<sha256>=<path>,...]]` of a PGID line."""
     words = text.split()
     if not words or not words[0].isdigit():
         return None
@@ -94,7 +117,82 @@ def parse_pgid(text: str) -> tuple[int, float | None] | None:
             since = float(words[1])
         except ValueError:
             since = None
-    return int(words[0]), since
+    login = None
+    if len(words) > 2:
+        login = {}
+        for item in words[2].split(","):
+            h, _, path = item.partition("=")
+            if path in LOGIN_FILES and len(h) == 64:
+                login[path] = h
+    return int(words[0]), since, login
+
+
+def login_files(home: str) -> dict[str, bytes]:
+    """The login files under `home` that can be read (symlinks followed), by their path under it."""
+    out: dict[str, bytes] = {}
+    for rel in LOGIN_FILES:
+        try:
+            with open(os.path.join(home, rel), "rb") as f:
+                out[rel] = f.read()
+        except OSError:
+            continue
+    return out
+
+
+def hashes(files: dict[str, bytes]) -> dict[str, str]:
+    import hashlib
+
+    return {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
+
+
+def login_check_script(before: dict[str, str]) -> str:
+    """sh that moves aside (`<file>.eagle-refused`) every login file that is not as the step
+    found it (new, or changed: a deleted one starts nothing), and prints `EAGLE-LOGIN <file>`
+    for each. It runs first in the end-of-step script, whose own session already ran
+    ~/.ssh/rc: what that started, the sweep after it stops. The usual case, nothing changed,
+    costs one `sha256sum`, compared with what the step's start said."""
+    want = "\n".join(f"{before[p]}  {p}" for p in LOGIN_FILES if p in before)
+    files = " ".join(LOGIN_FILES)
+    pairs = ",".join(f"{p}={h}" for p, h in before.items())
+    return ("eagle_h=$(cd && sha256sum -- " + files + " 2>/dev/null); [ \"$eagle_h\" = " + shlex.quote(want)
+            + " ] || printf '%s\\n' \"$eagle_h\" | awk -v want=" + shlex.quote(pairs) + " "
+            + shlex.quote('BEGIN { n = split(want, a, ","); for (i = 1; i <= n; i++) { split(a[i], kv, "="); w[kv[1]] = kv[2] } } '
+                          '{ if (w[$2] != $1) print $2 }')
+            + " | while read -r f; do mv -f -- \"$HOME/$f\" \"$HOME/$f" + REFUSED_SUFFIX
+            + "\" && echo \"EAGLE-LOGIN $f\"; done; ")
+
+
+async def put_back(host: Host, sp: StepProcs, had: dict[str, bytes]) -> str:
+    """Write back the login files the step changed (`sp.login_changed`, moved aside) from
+    `had`, where that is what the step found (its hash); a file the step made stays moved
+    aside. One sentence on what was done."""
+    import hashlib
+
+    before = sp.login or {}
+    back, kept = [], []
+    for rel in sp.login_changed:
+        data = had.get(rel)
+        if rel not in before:
+            continue   # the step made it: moved aside is gone
+        if data is None or hashlib.sha256(data).hexdigest() != before[rel]:
+            kept.append(rel)
+            continue
+        try:
+            await host.write_file("~/" + rel, data, 0o600 if rel.startswith(".ssh/") else 0o644)
+            back.append(rel)
+        except OSError:
+            kept.append(rel)
+    words = [f"moved aside as ~/<file>{REFUSED_SUFFIX}"]
+    if back:
+        words.append("put back as it was: " + ", ".join(f"~/{r}" for r in back))
+    if kept:
+        words.append("could not be put back (check it by hand): " + ", ".join(f"~/{r}" for r in kept))
+    return "; ".join(words)
+
+
+def parse_login(out: str) -> list[str]:
+    return [line[len("EAGLE-LOGIN "):] for line in out.splitlines()
+            if line.startswith("EAGLE-LOGIN ") and line[len("EAGLE-LOGIN "):] in LOGIN_FILES]
 
 
 def valid_tag(tag: str) -> str:
@@ -150,12 +248,19 @@ def session_wrapped(cmd: str | Sequence[str], env: dict[str, str] | None = None,
     no extra process (an `exec setsid sh -c` wrapper cost ~1 ms a command). The login
     shell of the remote user must be POSIX (sh, dash, bash, zsh).
     """
-    tag = current_tag()
+    sp = CURRENT.get()
+    tag = sp.tag if sp is not None else None
     mark = f"export {TAG_VAR}={shlex.quote(valid_tag(tag))}; " if tag else ""
     # With its start on the host's boot clock (a builtin read, no fork): the step's processes
-    # are those started since its first command (transport/leftovers.py).
+    # are those started since its first command (transport/leftovers.py). The step's first
+    # command also reports the login files as it found them (one sha256sum: `<hash>=<path>,`).
+    login = ""
+    if sp is not None and sp.login is None and not sp.pgids:
+        login = ('eagle_h=$(cd && sha256sum -- ' + " ".join(LOGIN_FILES) + ' 2>/dev/null); '
+                 'printf "%s=%s," $eagle_h >&2; unset eagle_h; ')
     return (mark + 'read -r eagle_up _ </proc/uptime 2>/dev/null; '
-            'printf "\\036EAGLE-PGID %s %s\\n" "$$" "$eagle_up" >&2; unset eagle_up; ' + command_line(cmd, env, cwd))
+            'printf "\\036EAGLE-PGID %s %s " "$$" "$eagle_up" >&2; unset eagle_up; ' + login
+            + 'echo >&2; ' + command_line(cmd, env, cwd))
 
 
 def detach_script(argv: Sequence[str], log_path: str, pid_path: str,
@@ -200,7 +305,7 @@ class LineSplitter:
     between them."""
 
     def __init__(self, stream: str, cb: OutputCallback | None, sink: list[str],
-                 on_pgid: Callable[[int, float | None], None] | None = None):
+                 on_pgid: Callable[[int, float | None, dict[str, str] | None], None] | None = None):
         self.stream, self.cb, self.sink, self.buf, self.on_pgid = stream, cb, sink, "", on_pgid
         self.head_n = 0          # pieces of sink that are the head
         self.head_chars = 0
@@ -233,11 +338,14 @@ class LineSplitter:
         self._trim(SINK_TAIL)
 
     def _line(self, line: str, kept: list[str]) -> None:
-        if self.on_pgid and line.startswith(PGID_TAG):
-            found = parse_pgid(line[len(PGID_TAG):])
+        if self.on_pgid is not None:
+            # Only the first line can be the wrapper's announcement: it is printed before the
+            # command runs, so a later one is the command's own (a forgery) and stays output.
+            hook, self.on_pgid = self.on_pgid, None
+            found = parse_pgid(line[len(PGID_TAG):]) if line.startswith(PGID_TAG) else None
             if found is not None:
-                self.on_pgid(*found)
-            return
+                hook(*found)
+                return
         kept.append(line)
         cb = self.cb
         if cb is None:

@@ -27,6 +27,14 @@ Every rule reads only /proc (one `awk` over every /proc/PID/stat, and the status
 files of the few orphans started since), so the scan costs the same whatever the step did.
 The tag (`EAGLE_PROC_TAG`) is looked for only when the step's start is unknown (a command cut
 off before it reported it).
+
+A process that forks and exits every few milliseconds (a fork-hopper) is never in one listing
+of /proc for long: each scan also looks at every pid allocated since its listing, newest first,
+and the kill freezes what it finds (SIGSTOP the moment a process is found, scan after scan, until
+one finds none still running) before SIGKILL, so a generation is stopped before it can fork the
+next (`kill_script`). The start the scan goes by is never the step's own word: a command's start
+announcement is read only from its first line, within the host's clock as the connection read it
+(transport/ssh.py, `_since`).
 """
 from __future__ import annotations
 
@@ -35,12 +43,18 @@ from typing import Sequence
 
 from eaglebot.transport.base import KILL_GRACE_S, TAG_VAR, valid_tag
 
-# The walk, in POSIX awk (mawk, gawk, busybox). Input: /proc/PID paths, one a line. Variables:
+# The walk, in POSIX awk (mawk, gawk, busybox). Input: `/proc/PID` paths, one a line, and
+# `tag PID` lines (processes carrying the step's tag: taken whatever the rules say). Variables:
 # me (the scan's shell, whose own descendants are skipped), since (the host's boot-clock
 # seconds at the step's first command) or wall/now (the step's start as unix time, and this
 # host's unix time: for a step whose start is only in the audit DB), groups/cmds/keep
-# (space-framed lists of pids). Each pid is printed once.
-_AWK = r'''
+# (space-framed lists of pids), fresh (print only processes not stopped yet: the freeze).
+# Each pid is printed once, and at once (fflush): the freeze stops it before it can fork.
+# Pids allocated after the list was taken (the kernel's last pid, /proc/loadavg) are looked at
+# before and after the list, newest first, until no new one comes: a process that forks and
+# exits faster than a scan (a fork-hopper) is found alive in its newest generation, never
+# only in gone ones.
+_AWK = r"""
 function rd(p,   f, line, s, c, a) {
     if (p in st) return st[p] != ""
     f = "/proc/" p "/stat"
@@ -62,6 +76,33 @@ function cg(p,   f, line, out) {
     close(f); return out
 }
 function has(list, x) { return x != "" && index(list, " " x " ") > 0 }
+function ours(p,   a, q, d) {
+    if (p in tagged) return 1
+    if (has(groups, pg[p]) || has(groups, si[p])) return 1
+    if (t0 < 0 || start[p] < t0) return 0
+    a = p
+    for (d = 0; d < 4096; d++) {
+        if (a == me) return 0
+        if (has(cmds, a)) return 1   # (of any user: a root step may start some as others)
+        q = pp[a]
+        if (q + 0 <= 1 || !rd(q) || (comm[q] == "systemd" && start[q] < t0)) {
+            return cg(p) == mycg && has(" " uidof(p), uid)   # (p's own: `a` may be a zombie by now)
+        }
+        if (start[q] < t0) return 0
+        a = q
+    }
+    return 0
+}
+function consider(p) {
+    if (p in done) return
+    done[p] = 1
+    if (p == me || !rd(p) || st[p] == "Z" || has(keep, si[p])) return
+    if (fresh != "" && (st[p] == "T" || st[p] == "t")) return
+    if (ours(p)) { print p; fflush() }
+}
+function lastpid(   f, line, a) {
+    f = "/proc/loadavg"; line = ""; getline line < f; close(f); split(line, a, " "); return a[5] + 0
+}
 BEGIN {
     split(uidof("self"), u, " "); uid = u[1]; mycg = cg("self")
     # Clock ticks a second (USER_HZ, 100 on every common architecture) without forking
@@ -71,27 +112,22 @@ BEGIN {
     if (hz + 0 <= 0) hz = 100
     if (wall != "") since = wall - now + w[1]
     t0 = (since == "" || since + 0 < 0) ? -1 : since * hz - 5
+    f = "/proc/sys/kernel/pid_max"; pidmax = 32768; if ((getline l < f) > 0) pidmax = l + 0; close(f)
 }
+$1 == "last" { lo = $2 + 0; next }
+$1 == "tag" { tagged[$2] = 1; todo[$2] = 1; next }
 { sub(/^\/proc\//, ""); if ($0 ~ /^[0-9]+$/) todo[$0] = 1 }
-END {
-    for (p in todo) {
-        if (p == me || !rd(p) || st[p] == "Z" || has(keep, si[p])) continue
-        if (has(groups, pg[p]) || has(groups, si[p])) { print p; continue }
-        if (t0 < 0 || start[p] < t0) continue
-        a = p; ours = 0
-        for (d = 0; d < 4096; d++) {
-            if (a == me) break
-            if (has(cmds, a)) { ours = 1; break }   # (of any user: a root step may start some as others)
-            q = pp[a]
-            if (q + 0 <= 1 || !rd(q) || (comm[q] == "systemd" && start[q] < t0)) {
-                ours = cg(a) == mycg && has(" " uidof(p), uid); break }
-            if (start[q] < t0) break
-            a = q
-        }
-        if (ours) print p
+function born(   r, hi, p, n) {
+    for (r = 0; r < 64; r++) {
+        hi = lastpid()
+        if (hi == lo) return
+        # down from the last pid to the one before, wrapping at pid_max as the kernel does
+        for (p = hi; p != lo && n < 4096; n++) { consider(p ""); p = p > 1 ? p - 1 : pidmax - 1 }
+        lo = hi
     }
 }
-'''
+END { born(); for (p in todo) consider(p); born() }
+"""
 
 
 def _framed(pids: Sequence[int]) -> str:
@@ -100,24 +136,27 @@ def _framed(pids: Sequence[int]) -> str:
 
 def find_script(tag: str | None, pgids: Sequence[int] = (), *, since: float | None = None,
                 since_wall: float | None = None, keep: Sequence[int] = ()) -> str:
-    """sh that prints the pid of every live process of the step (module docstring), one a
-    line, sorted and unique. `pgids`: the step's commands (each leads its process group);
-    `since`: the host's boot-clock seconds at its first command, or `since_wall`: the step's
-    start in unix time (converted on the host, with two seconds for the clocks' skew)."""
+    """sh that defines `eagle_pids`, which prints the pid of every live process of the step
+    (module docstring), one a line, each once, and `eagle_fresh`, the same less those already
+    stopped. `pgids`: the step's commands (each leads its process group); `since`: the host's
+    boot-clock seconds at its first command, or `since_wall`: the step's start in unix time
+    (converted on the host, with two seconds for the clocks' skew)."""
     v = f"-v me=\"$$\" -v groups='{_framed(pgids)}' -v cmds='{_framed(pgids)}' -v keep='{_framed(keep)}'"
     if since is not None:
         v += f" -v since={since:.2f}"
     elif since_wall is not None:
         v += f" -v wall={since_wall - 2:.2f} -v now=\"$(date +%s)\""
-    scan = f'printf "%s\\n" /proc/[0-9]* | awk {v} {shlex.quote(_AWK)}'
-    if since is not None or not tag:
-        return f"eagle_pids() {{ {scan} 2>/dev/null; }}; "
-    # The step's start unknown (a command cut off before it said when it started): its tag
-    # is what is left to go by.
-    mark = shlex.quote(TAG_VAR + "=" + valid_tag(tag))
-    tagged = (f'grep -lzx {mark} /proc/[0-9]*/environ 2>/dev/null '
-              '| while IFS=/ read -r _ _ p _; do [ "$p" = "$$" ] || echo "$p"; done; ')
-    return f"eagle_pids() {{ {{ {tagged}{scan}; }} 2>/dev/null | sort -u; }}; "
+    # (the kernel's last pid before the listing: the scan looks at every pid allocated since)
+    listing = '{ read -r _ _ _ _ eagle_last </proc/loadavg; echo "last $eagle_last"; printf "%s\\n" /proc/[0-9]*; }'
+    if since is None and tag:
+        # The step's start unknown (a command cut off before it said when it started): its tag
+        # is what is left to go by.
+        mark = shlex.quote(TAG_VAR + "=" + valid_tag(tag))
+        listing = (f'{{ grep -lzx {mark} /proc/[0-9]*/environ 2>/dev/null '
+                   '| while IFS=/ read -r _ _ p _; do echo "tag $p"; done; ' + listing + '; }')
+    awk = shlex.quote(_AWK)
+    return (f"eagle_pids() {{ {listing} | awk {v} {awk} 2>/dev/null; }}; "
+            f"eagle_fresh() {{ {listing} | awk {v} -v fresh=1 {awk} 2>/dev/null; }}; ")
 
 
 def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] = (),
@@ -125,9 +164,13 @@ def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] =
                 keep: Sequence[int] = ()) -> str:
     """sh that stops every live process of the step (`find_script`): TERM (and CONT: a stopped
     process acts on TERM only once continued, as systemd sends CONT after TERM), up to
-    KILL_GRACE_S, then KILL until none is left (a process forking meanwhile is found by the
-    next scan); `now` (a wedged shell) gets KILL at once; `cont` (a stopped sshd) gets CONT.
-    It prints `EAGLE-KILL <found> <left>`: how many processes it found and how many are left."""
+    KILL_GRACE_S; then what is left is frozen (STOP to each process as the scan finds it, scan
+    after scan until one finds none still running: a process that forks and exits every few
+    milliseconds is stopped in the generation the scan finds, and a stopped process forks no
+    more) and killed (KILL) until none is left; whatever was stopped and still lives at the end
+    (no longer the step's by the rules) is continued. `now` (a wedged shell) gets KILL at once; `cont`
+    (a stopped sshd) gets CONT. It prints `EAGLE-KILL <found> <left>`: how many processes it
+    found and how many are left."""
     ticks = int(KILL_GRACE_S * 10)
     first = "".join(f"kill -KILL {int(p)} 2>/dev/null; " for p in now)
     first += "".join(f"kill -CONT {int(p)} 2>/dev/null; " for p in cont)
@@ -138,7 +181,14 @@ def kill_script(tag: str | None, pgids: Sequence[int] = (), now: Sequence[int] =
         'eagle_sig() { for p in $(eagle_pids); do kill -"$1" "$p" 2>/dev/null; done; true; }; '
         'eagle_sig TERM; eagle_sig CONT; i=0; '
         f'while [ -n "$(eagle_pids)" ] && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; '
-        'i=0; while [ -n "$(eagle_pids)" ] && [ $i -lt 20 ]; do eagle_sig KILL; sleep 0.05; i=$((i+1)); done; '
+        'stopped=""; i=0; while [ $i -lt 20 ] && [ -n "$(eagle_pids)" ]; do '
+        '  j=0; while [ $j -lt 200 ]; do '
+        '    s=$(eagle_fresh | while read -r p; do kill -STOP "$p" 2>/dev/null && echo "$p"; done); '
+        '    [ -n "$s" ] || break; stopped="$stopped $s"; j=$((j+1)); done; '
+        '  eagle_sig KILL; i=$((i+1)); [ -z "$(eagle_pids)" ] || sleep 0.01; done; '
+        # Whatever was stopped and lives on (no longer the step's by the rules: a root step's
+        # process of another user whose parent went) is continued, never left frozen.
+        'for p in $stopped; do kill -CONT "$p" 2>/dev/null; done; '
         'echo "EAGLE-KILL $found $(eagle_pids | wc -l)"'
     )
 

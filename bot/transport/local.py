@@ -10,8 +10,9 @@ from typing import Any, Sequence
 
 from eaglebot.errors import TransportError
 from eaglebot.sdk import CommandResult, OutputCallback
-from eaglebot.transport.base import (CURRENT, TAG_VAR, LineSplitter, StepProcs, command_line, current_tag,
-                                     detach_script, note_kept, note_pgid, DRAIN_S)
+from eaglebot.transport.base import (CURRENT, TAG_VAR, LineSplitter, StepProcs, command_line,
+                                     current_tag, detach_script, hashes, login_files, note_kept, note_pgid,
+                                     DRAIN_S)
 from eaglebot.transport.leftovers import kill_note, kill_script, leftover_note, parse_kill
 
 
@@ -38,6 +39,9 @@ class LocalTransport:
         since = time.clock_gettime(time.CLOCK_BOOTTIME)   # the host's boot clock: /proc's start times
         tag = current_tag()
         penv = {**command_env(), TAG_VAR: tag} if tag else command_env()
+        sp = CURRENT.get()
+        if sp is not None and sp.login is None:   # the step's first command: the login files as it finds them
+            sp.login = hashes(await asyncio.to_thread(login_files, os.path.expanduser("~")))
         creating = asyncio.ensure_future(asyncio.create_subprocess_exec(
             "/bin/sh", "-c", line,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
@@ -143,6 +147,13 @@ class LocalTransport:
         return note
 
     async def leftovers(self, sp: StepProcs) -> tuple[int, str]:
+        if sp.login is not None and sp.watch_login:
+            # Found and refused, never moved: these are the files of the bot's own user (often
+            # the operator's), whose own edits meanwhile must stand.
+            now = await asyncio.to_thread(login_files, os.path.expanduser("~"))
+            sp.login_changed = [rel for rel, h in hashes(now).items() if sp.login.get(rel) != h]
+            if sp.login_changed:
+                sp.login_note = "the bot's own user's files are left as they are: check them"
         # Read /proc in-process first: nothing that could be the step's, the usual case on a
         # bot's own user, then costs no fork.
         if not await asyncio.to_thread(_any_left, sp.tag, set(sp.pgids), sp.since, set(sp.keep)):
@@ -157,30 +168,63 @@ def _any_left(tag: str, groups: set[int], since: float | None, keep: set[int]) -
     """Could any live process be the step's (transport/leftovers.py)? In one of `groups` (or a
     session one of them leads), or started since `since` (its start unknown: carrying `tag`),
     other than this process and the kept servers' sessions: more than the sweep takes (it also
-    walks the ancestors and checks orphans' user and cgroup), never less, read from /proc here."""
+    walks the ancestors and checks orphans' user and cgroup), never less, read from /proc here.
+    Pids allocated after the listing are looked at first, as the sweep does: a process that
+    forks and exits faster than one pass is found in its newest generation."""
     mark = f"{TAG_VAR}={tag}".encode()
     t0 = since * os.sysconf("SC_CLK_TCK") - 5 if since is not None else None
     me = os.getpid()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
+
+    def could_be(pid: int) -> bool:
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
+            with open(f"/proc/{pid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
             if fields[0] == b"Z" or int(fields[3]) in keep:
-                continue
+                return False
             if int(fields[2]) in groups or int(fields[3]) in groups:
                 return True
             if t0 is not None:   # (the tag counts only when the start is unknown, as in the sweep)
-                if int(fields[19]) >= t0:   # any user's: the step's descendants may be another's
-                    return True
-                continue
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if mark in f.read().split(b"\0"):
-                    return True
+                return int(fields[19]) >= t0   # any user's: the step's descendants may be another's
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                return mark in f.read().split(b"\0")
         except (OSError, IndexError, ValueError):  # gone meanwhile, or not ours to read
-            continue
-    return False
+            return False
+
+    lo = _last_pid()
+    listed = [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) != me]
+
+    def born() -> bool:
+        """Any pid allocated since `lo` (down from the last, wrapping at pid_max)?"""
+        nonlocal lo
+        for _ in range(64):
+            hi = _last_pid()
+            if hi == lo:
+                return False
+            p, n = hi, 0
+            while p != lo and n < 4096:
+                if p != me and could_be(p):
+                    return True
+                p, n = (p - 1 if p > 1 else _PID_MAX - 1), n + 1
+            lo = hi
+        return False
+
+    return born() or any(could_be(p) for p in listed) or born()
+
+
+def _read_int(path: str, field: int, default: int) -> int:
+    try:
+        with open(path) as f:
+            return int(f.read().split()[field])
+    except (OSError, IndexError, ValueError):
+        return default
+
+
+_PID_MAX = _read_int("/proc/sys/kernel/pid_max", 0, 32768)
+
+
+def _last_pid() -> int:
+    """The pid the kernel allocated last (/proc/loadavg's fifth field)."""
+    return _read_int("/proc/loadavg", 4, 0)
 
 
 def _retrieved(f: "asyncio.Future[Any]") -> None:

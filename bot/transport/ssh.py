@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 from eaglebot.config import HostConfig
 from eaglebot.errors import HostUnreachable, TransportError
 from eaglebot.sdk import CommandResult, OutputCallback, path_for_shell
-from eaglebot.transport.base import (CURRENT, DRAIN_S, KILL_GRACE_S, LineSplitter, StepProcs, current_tag,
-                                     detach_script, note_kept, note_pgid, session_wrapped)
+from eaglebot.transport.base import (CURRENT, DRAIN_S, KILL_GRACE_S, LOGIN_FILES, LineSplitter, StepProcs,
+                                     current_tag, login_check_script, parse_login, put_back,
+                                     detach_script, note_kept, note_login, note_pgid, session_wrapped)
 from eaglebot.transport.leftovers import kill_note, kill_script, leftover_note, parse_kill
 
 if TYPE_CHECKING:  # imported when first used: `eagle history` never pays for asyncssh
@@ -69,6 +70,12 @@ class SSHTransport:
         self.connect_tries = 0  # tries the last connection took (1: the first worked)
         self._conn: asyncssh.SSHClientConnection | None = None
         self._sshd_pid: int | None = None
+        # The host's boot clock against ours, learned with the sshd pid: (our boot clock, `_boot`,
+        # before the question, after the answer, the host's uptime in the answer).
+        self._clock: tuple[float, float, float] | None = None
+        # The login files (base.LOGIN_FILES) as the connection found them: put back when a step
+        # changes one (the step's own start is checked by hash; this is what it had).
+        self._login_cache: dict[str, bytes] = {}
         self._lock = asyncio.Lock()
         self._channels = asyncio.Semaphore(cfg.max_channels)
 
@@ -151,14 +158,40 @@ class SSHTransport:
         """The pid of the sshd process that serves this connection (every command's parent),
         learned once per connection, before its first command (one round trip): a step that
         stops it (`kill -STOP $PPID`) wedges the connection, and the kill that follows
-        continues it from a new one."""
+        continues it from a new one. With it, the host's boot clock (`_since`)."""
         try:
-            res = await asyncio.wait_for(conn.run('echo "$PPID"', check=False), 10)
-            out = _text(res.stdout)
-            if out.isdigit() and self._conn is conn:
-                self._sshd_pid = int(out)
+            t_a = _boot()
+            res = await asyncio.wait_for(conn.run(
+                'read -r u _ </proc/uptime; echo "$PPID $u"; cd && for f in ' + " ".join(LOGIN_FILES)
+                + '; do if [ -f "$f" ]; then printf "%s " "$f"; base64 -w0 < "$f"; echo; fi; done', check=False), 10)
+            t_b = _boot()
+            first, *files = _text(res.stdout).splitlines() or [""]
+            words = first.split()
+            if len(words) == 2 and words[0].isdigit() and self._conn is conn:
+                self._sshd_pid = int(words[0])
+                self._clock = (t_a, t_b, float(words[1]))
+            import base64
+            for line in files:
+                path, _, data = line.partition(" ")
+                if path in LOGIN_FILES:
+                    self._login_cache[path] = base64.b64decode(data)
         except Exception:  # a nicety for the kill path: without it, a stopped sshd stays stopped
             pass
+
+    def _since(self, announced: float | None, sent: float) -> float | None:
+        """The command's start on the host's boot clock: as its wrapper announced it when that
+        lies between the host's clock when we sent the command and when the announcement came
+        (give or take half a second and the clocks' drift), else the earliest it can have
+        started. A step cannot move the start its sweep goes by (issue 46)."""
+        if self._clock is None:
+            return announced
+        t_a, t_b, up = self._clock
+        now = _boot()
+        slack = 0.5 + 1e-3 * (now - t_a)
+        earliest = up + sent - t_b
+        if announced is not None and earliest - slack <= announced <= up + now - t_a + slack:
+            return announced
+        return earliest - slack
 
     async def connect(self) -> None:
         await self._connect()
@@ -181,14 +214,17 @@ class SSHTransport:
 
         pgid_read = asyncio.Event()
 
-        def on_pgid(g: int, since: float | None) -> None:
+        def on_pgid(g: int, since: float | None, login: dict[str, str] | None) -> None:
             pgid.append(g)
-            note_pgid(g, since)
+            note_pgid(g, self._since(since, sent))
+            if login is not None:
+                note_login(login)
             pgid_read.set()
 
         se = LineSplitter("stderr", on_output, err, on_pgid=on_pgid)
         t0 = time.monotonic()
         async with self._channels:
+            sent = _boot()
             try:
                 # Bytes, not str: asyncssh encodes a str command strictly, and a value from a
                 # command's output may hold bytes that are not UTF-8.
@@ -295,13 +331,22 @@ class SSHTransport:
 
     async def leftovers(self, sp: StepProcs) -> tuple[int, str]:
         last = ""
+        check = login_check_script(sp.login) if sp.login is not None and sp.watch_login else ""
         for _ in range(2):  # a wedged connection is replaced once
             try:
-                return leftover_note(parse_kill(await self._control(
-                    kill_script(sp.tag, sp.pgids, since=sp.since, keep=sp.keep))))
+                out = await self._control(check + kill_script(sp.tag, sp.pgids, since=sp.since, keep=sp.keep))
+                sp.login_changed = parse_login(out)
+                if sp.login_changed:
+                    sp.login_note = await self._put_back(sp)
+                return leftover_note(parse_kill(out))
             except Exception as e:  # the step's own result says what broke; this only adds to it
                 last = type(e).__name__
         return 0, f"could not check for processes it left running ({last})"
+
+    async def _put_back(self, sp: StepProcs) -> str:
+        """Write back what the step changed of the login files (moved aside by the check), from
+        what the connection read, where that is what the step found; one sentence."""
+        return await put_back(self, sp, self._login_cache)
 
     async def cleanup(self, tag: str | None, pgids: list[int] | None = None, *, record: bool = False,
                       since_wall: float | None = None, attempts: int = 3, now: list[int] | None = None,
@@ -395,6 +440,12 @@ async def _first(pumps: "asyncio.Future[Any]", exited: asyncio.Event) -> None:
         await asyncio.wait({waiter, pumps}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         waiter.cancel()
+
+
+def _boot() -> float:
+    """This machine's boot clock: like the host's /proc/uptime it runs on through a suspend, where
+    the monotonic clock stops."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 def _text(data: bytes | str | None) -> str:

@@ -6,7 +6,8 @@ running, as the tuning's own restore does (tune_apply.restore: a `restore` step 
 run, a relaunch whose parent is the tuning), and says so in its warnings. Once per tuning (an
 event marks it before the relaunch, whose own start passes this hook). A host some other run
 changed since is left as it is, and that is said too: what ran after the tuning is not undone.
-A sweep is finished as its own interruption does (sweep.restore_before: what ran before it).
+A sweep is finished as its own interruption does (sweep.restore_before: what ran before it), a
+bisection as its own end does (relaunched in the configuration it was to leave: GOOD's by default).
 
 A `draft-repair` killed mid-attempts leaves the draft's config at an attempt's capture list
 nobody approved, and the server running it: the same hook puts the file back byte for byte
@@ -22,6 +23,7 @@ from eaglebot.engine.playbook import find_playbook
 from eaglebot.engine.runner import Engine, RunRequest
 from eaglebot.errors import EagleError
 from eaglebot.store.rows import RunRow
+from eaglebot.tuning.bisect import PLAYBOOK as BISECT_POINT, Bench, BisectRequest, load_ends
 from eaglebot.tuning.sweep import restore_before
 from eaglebot.tuning.tune_apply import Who, restore
 from eaglebot.tuning.tune_model import Measurement, label
@@ -42,7 +44,7 @@ async def finish_interrupted(engine: Engine, req: RunRequest, hosts: list[str]) 
     """The engine's pre-run hook: finish each interrupted experiment on `hosts`; what was done, said.
     Every run that locks a host pays three reads of the store (by playbook: the runs' index),
     whatever the number of hosts."""
-    finish = {"tune": _finish_tune, "sweep": _finish_sweep, "draft-repair": _finish_repair}
+    finish = {"tune": _finish_tune, "sweep": _finish_sweep, "draft-repair": _finish_repair, "bisect": _finish_bisect}
     wanted = set(hosts)
     found = [r for kind in finish for r in await engine.store.history(playbook=kind, status="interrupted",
                                                                       limit=_LOOKBACK)
@@ -77,6 +79,26 @@ async def _finish_sweep(engine: Engine, req: RunRequest, run: RunRow, host: str,
     except EagleError as e:
         return f"{what}; relaunching what ran before it was refused: {e}"
     return f"{what}: {did}"
+
+
+async def _finish_bisect(engine: Engine, req: RunRequest, run: RunRow, host: str, what: str) -> str:
+    """Relaunch the host in the configuration the bisection was to leave it in (GOOD's by default),
+    as its own end does (`Bench.leave_host`: a `bisect-point` run of its own, no benchmark)."""
+    spec = run["inputs"] or {}
+    sweep = await engine.store.get_sweep(int(spec.get("bisect_id") or 0))
+    leave = str((sweep["spec"] if sweep else {}).get("leave") or "good")
+    breq = BisectRequest(int(spec.get("good") or 0), int(spec.get("bad") or 0), host, run["actor"] or req.actor,
+                         req.origin, leave=leave, assume_yes=True)
+    try:
+        ends = await load_ends(engine, breq)
+        pb = find_playbook(BISECT_POINT, engine.settings.playbooks_path, engine.registry)
+        final, status = await Bench(engine, breq, ends, pb, int(spec.get("bisect_id") or 0), run["id"],
+                                    None, None).leave_host()
+    except EagleError as e:
+        return f"{what}; relaunching it in {leave.upper()}'s configuration was refused: {e}"
+    if status != "succeeded":
+        return f"{what}; relaunching it in {leave.upper()}'s configuration failed (run #{final}: {status})"
+    return f"{what}: {host} was relaunched in {leave.upper()}'s configuration first (run #{final})"
 
 
 async def _finish_repair(engine: Engine, req: RunRequest, run: RunRow, host: str, what: str) -> str:

@@ -31,6 +31,8 @@ nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv > "$OUT/
 [ -f .sgstage/sg_stage.sh ] && [ -d .sgstage/sg1 ] || {
   say "no .sgstage/: copy ../shared/sglang-gpu/sg1 and sg_stage.sh into .sgstage/ and carry it"; exit 2; }
 [ -d .whl ] && ls .whl/eaglebot-*.whl >/dev/null 2>&1 || { say "no .whl/ with eaglebot's wheel: run scripts/gpu/wheels.sh"; exit 2; }
+[ "$(cat .whl/SOURCE.sha256 2>/dev/null)" = "$(python3 scripts/gpu/source_hash.py)" ] \
+  || { say ".whl/'s eaglebot wheel was built from other sources than this tree: run scripts/gpu/wheels.sh"; exit 2; }
 bash .sgstage/sg_stage.sh gpu-stage 1 && bash .sgstage/sg_stage.sh gpu-install || { say "staging failed"; exit 3; }
 # The model's tokenizer may travel xz-compressed (2.2 MB -> ~0.5 MB: the call's 64 MiB carry limit):
 #     xz -9 .sgstage/sg1/model/target/tokenizer.json

@@ -36,6 +36,7 @@ for have in $IMAGE $TREE; do
   for f in .whl/"$have"-*.whl; do [ -e "$f" ] && { dropped="$dropped $(basename "$f")"; rm -f "$f"; }; done
 done
 "$PY" -m pip wheel -q --no-deps -w .whl . 2> >(grep -v "is ignored: it is neither" >&2)
+"$PY" scripts/gpu/source_hash.py > .whl/SOURCE.sha256   # real-sglang.sh refuses a wheel older than the tree
 echo "dropped (on the GPU machine already, or copied from the staged tree):$dropped"
 ls -S .whl | while read -r f; do printf '  %6s KB  %s\n' "$(( $(stat -c %s ".whl/$f") / 1024 ))" "$f"; done
 total=$(du -sb .whl | cut -f1)

@@ -41,9 +41,11 @@ async def resolve(ctx: SkillContext, python: str, target: eagle3.Target,
     """(resolution, note): the host's own SGLang source first; where it cannot be asked, the captured
     table of the host's version (host var `sglang_version`, default eaglebot's); (None, why) when
     neither can answer."""
-    res = await ctx.host.run(eagle3.probe_command(python, target.archs, target.num_layers, cases),
-                             timeout=eagle3.PROBE_TIMEOUT_S, stdin=eagle3.probe_program())
-    got = eagle3.parse_probe(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
+    got: eagle3.Resolution | str = "a dry run does not run the host's SGLang source"
+    if ctx.may_run_host_code("SGLang's set_eagle3_layers_to_capture, compiled from the host's model file and run"):
+        res = await ctx.host.run(eagle3.probe_command(python, target.archs, target.num_layers, cases),
+                                 timeout=eagle3.PROBE_TIMEOUT_S, stdin=eagle3.probe_program())
+        got = eagle3.parse_probe(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
     if isinstance(got, eagle3.Resolution):
         return got, f"read from the host's SGLang {got.version} source in {got.elapsed_s}s"
     version = str(ctx.vars.get("sglang_version") or sglang.SGLANG_VERSION)

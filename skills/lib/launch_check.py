@@ -32,7 +32,10 @@ async def _probe(ctx: SkillContext, python: str, args: list[str]) -> sglang_tabl
 
 
 async def check(ctx: SkillContext, python: str, args: list[str]) -> sglang_table.Verdict:
-    verdict = await _probe(ctx, python, args)
+    if ctx.may_run_host_code("SGLang's own parser (the host's Python imports sglang)"):
+        verdict = await _probe(ctx, python, args)
+    else:   # a dry run: the captured table of the host's release, said as such
+        verdict = sglang_table.Verdict("unavailable", "a dry run does not import the host's sglang")
     if verdict.kind != "unavailable":
         return verdict
     version = str(ctx.vars.get("sglang_version") or verdict.version or sglang.SGLANG_VERSION)

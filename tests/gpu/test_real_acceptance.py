@@ -17,9 +17,9 @@ target alone starts, then:
      in run 2 (`measured drop` or, within noise, `no measured drop`);
   4. a planted lossy server (SGLANG_SIMULATE_ACC_LEN, which the real engine honours): `bench -e
      benchmark=false` fails its lossless check on `lossy` divergences, the probe says `unknown`;
-  5. the gross list 0,1,2, allowed: the probe flags a measured drop;
-  6. `draft-repair --yes` from 0,1,2 (one attempt, the declared training list) when the call's time
-     allows (else skipped, saying so);
+  5. the gross list 0,1,2, allowed: the probe flags a measured drop (when the call's time allows, else
+     skipped, saying so);
+  6. `draft-repair --yes` from 0,1,2 (one attempt, the declared training list), likewise;
   7. `stop`: the GPU free.
 What each step measured goes to $OUT/real-acceptance.json (accept lengths per list, per-position
 acceptance, verdicts, tie/lossy counts, tok/s), the audit trail beside it.
@@ -297,7 +297,15 @@ def test_4_a_planted_lossy_server_fails_the_lossless_check(bed):
         "first lossy divergence at prompt " in lossless["summary"], bench.why()
 
 
+def _time_left_for(what: str, need_s: float) -> None:
+    """Skip, saying so, what the call's deadline leaves no time for (scripts/gpu/real-acceptance.sh sets it)."""
+    left = DEADLINE - time.time() if DEADLINE else None
+    if left is not None and left < need_s:
+        pytest.skip(f"{what} needs ~{need_s:.0f} s; {left:.0f} s of this call left")
+
+
 def test_5_the_gross_list_is_flagged_at_runtime(bed):
+    _time_left_for("the gross list's relaunch", 75)
     run = bed.run("relaunch", "gpu", *SPEC, f"aux_layers={','.join(map(str, GROSS))}", "draft_mismatch=allow",
                   "bench_prompts=0")
     assert run.rc == 0, run.why()
@@ -308,9 +316,7 @@ def test_5_the_gross_list_is_flagged_at_runtime(bed):
 
 
 def test_6_draft_repair_finds_the_trained_list_by_measurement(bed):
-    left = DEADLINE - time.time() if DEADLINE else None
-    if left is not None and left < 200:
-        pytest.skip(f"draft-repair needs two relaunches (~150 s); {left:.0f} s of this call left")
+    _time_left_for("draft-repair (two relaunches)", 200)
     run = bed.run("relaunch", "gpu", *SPEC, f"aux_layers={','.join(map(str, GROSS))}", "draft_mismatch=allow",
                   "bench_prompts=0")
     assert run.rc == 0, run.why()

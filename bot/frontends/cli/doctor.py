@@ -30,6 +30,7 @@ import asyncio
 import os
 import shlex
 import sys
+from importlib import resources
 from pathlib import Path
 from collections import Counter
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class Check:
     ok: bool
     detail: str
     warn: bool = False       # passes, but a person should read it
+    fix: str = ""            # the command that fixes a FAIL, for the closing `next:` line
 
     def line(self) -> str:
         """One terminal line: what a host answered (its detail) shown, never obeyed (escape
@@ -78,40 +80,54 @@ async def check_nvidia_smi(name: str, cfg: HostConfig, host: Host) -> Check:
                               + (f" ({models})" if models else ""))
 
 
-async def key_hint(name: str, cfg: HostConfig, tunnel: Host | None) -> str:
-    """The key the host presents and how to pin it, for a host-key failure; "" when unreadable."""
+def host_key_file(algorithm: str) -> str:
+    """Where sshd keeps the host key of `algorithm` (ssh-ed25519, ecdsa-sha2-nistp256, rsa-sha2-512)."""
+    return f"/etc/ssh/ssh_host_{algorithm.removeprefix('ssh-').split('-')[0]}_key.pub"
+
+
+async def host_key_check(name: str, cfg: HostConfig, tunnel: Host | None, why: str) -> Check:
+    """A host-key failure as one line: what is wrong, the key the host presents, and the fix
+    (`eagle hosts pin`, after comparing it on the host; for a changed key, finding out why first)."""
+    known = hostkeys.known_hosts_path(cfg)
     try:
         key = await hostkeys.scan(cfg, tunnel if isinstance(tunnel, SSHTransport) else None)
     except (TransportError, OSError) as e:
-        return f"; its host key could not be read ({e})"
-    return (f"; the host presents {key.describe()}: compare it with `ssh-keygen -lf` on the host's "
-            f"/etc/ssh/ssh_host_*_key.pub, then pin it with `eagle hosts pin {name}`")
+        return Check(f"host {name}", False, f"{why}; its host key could not be read ({e})")
+    compare = f"`ssh-keygen -lf {host_key_file(key.algorithm)}` run on the host"
+    if hostkeys.pinned_state(cfg, key) == "different":
+        return Check(f"host {name}", False, f"{known} pins a DIFFERENT key for it, and it presents {key.describe()}: "
+                                            f"the host was reinstalled, or something is in between; compare with "
+                                            f"{compare} before you pin again", fix=f"eagle hosts pin {name}")
+    state = "does not exist yet" if not known.exists() else "does not pin it"
+    return Check(f"host {name}", False, f"host key not pinned ({known} {state}); it presents {key.describe()}: "
+                                        f"compare with {compare}, then `eagle hosts pin {name}`",
+                 fix=f"eagle hosts pin {name}")
 
 
 async def check_host(name: str, cfg: HostConfig, transport: Host, gpu: bool = True,
                      tunnel: Host | None = None) -> list[Check]:
-    out: list[Check] = []
+    """The connection first; then nvidia-smi, the Python and the SGLang surface at once (each
+    its own SSH channel: the slowest, `import sglang` on a real host, sets the time, not the sum)."""
     where = "local transport" if cfg.transport == "local" else f"{cfg.user + '@' if cfg.user else ''}{cfg.address}:{cfg.port}"
     try:
         res = await asyncio.wait_for(transport.run("echo eagle-ok", timeout=HOST_TIMEOUT_S), HOST_TIMEOUT_S + 5)
         if not res.ok or "eagle-ok" not in res.stdout:
             raise TransportError(f"`echo` answered exit status {res.exit_status}: {res.stderr.strip()[:200]}")
-        out.append(Check(f"host {name}", True, f"reachable ({where})"))
     except (TransportError, asyncio.TimeoutError, OSError) as e:
-        detail = str(e) or type(e).__name__
+        detail = (str(e) or type(e).__name__).removeprefix(f"host {name}: ")
         if cfg.transport == "ssh" and ("host key" in detail.lower() or "known_hosts" in detail.lower()):
-            detail += await key_hint(name, cfg, tunnel)
-        out.append(Check(f"host {name}", False, detail))
-        return out
-    if gpu:
-        out.append(await check_nvidia_smi(name, cfg, transport))
-    else:
-        out.append(Check(f"host {name} nvidia-smi", True, "not a GPU host (not checked; mark it `gpu: true` "
-                                                          "in eagle.yaml if it has GPUs)"))
-    out.append(await check_python(name, cfg, transport, gpu))
-    if gpu:   # (read from the source: it needs no import, so it says which release is there even then)
-        out += await check_sglang_surface(name, cfg, transport)
-    return out
+            return [await host_key_check(name, cfg, tunnel, detail)]
+        return [Check(f"host {name}", False, detail)]
+    first = Check(f"host {name}", True, f"reachable ({where})")
+    if not gpu:
+        return [first, Check(f"host {name} nvidia-smi", True, "not a GPU host (not checked; mark it `gpu: true` "
+                                                              "in eagle.yaml if it has GPUs)"),
+                await check_python(name, cfg, transport, gpu)]
+    # (the surface is read from the source: it needs no import, so it says which release is there even then)
+    smi, py, surface = await asyncio.gather(check_nvidia_smi(name, cfg, transport),
+                                            check_python(name, cfg, transport, gpu),
+                                            check_sglang_surface(name, cfg, transport))
+    return [first, smi, py, *surface]
 
 
 async def check_python(name: str, cfg: HostConfig, host: Host, gpu: bool) -> Check:
@@ -158,15 +174,15 @@ async def check_sglang_surface(name: str, cfg: HostConfig, host: Host) -> list[C
 
 
 async def check_slack(settings: Settings) -> list[Check]:
+    out: list[Check] = []
+    bot = os.environ.get("SLACK_BOT_TOKEN")
+    app = os.environ.get("SLACK_APP_TOKEN")
+    if not bot and not app:   # (before the imports: the Slack client and aiohttp cost ~0.1 s)
+        return [Check("slack", True, "no tokens set (skipped; `eagle serve` needs them)")]
     from slack_sdk.errors import SlackApiError
 
     from eaglebot.frontends.slack.client import make_client
 
-    out: list[Check] = []
-    bot = os.environ.get("SLACK_BOT_TOKEN")
-    app = os.environ.get("SLACK_APP_TOKEN")
-    if not bot and not app:
-        return [Check("slack", True, "no tokens set (skipped; `eagle serve` needs them)")]
     for var, call in (("SLACK_BOT_TOKEN", "auth_test"), ("SLACK_APP_TOKEN", "apps_connections_open")):
         token = os.environ.get(var)
         if not token:
@@ -198,10 +214,10 @@ def check_access(settings: Settings) -> Check:
 
 
 def check_schedule_config(settings: Settings) -> list[Check]:
-    from eaglebot.engine.schedules import check_schedules
-
     if not settings.schedules:
         return []
+    from eaglebot.engine.schedules import check_schedules
+
     problems = check_schedules(settings)
     if not problems:
         return [Check("schedules", True, f"{len(settings.schedules)} schedule(s): playbooks, inputs and hosts valid")]
@@ -288,8 +304,35 @@ def as_warning(c: Check) -> Check:
     return c if c.ok else Check(c.name, True, c.detail, warn=True)
 
 
+def declared_host_vars(user_dir: Path | None) -> frozenset[str]:
+    """Host vars surely read: the path vars and the inputs and `vars` of every playbook runnable by
+    name (the user's shadowing the shipped ones of the same name). What `hostvars.known_host_vars`
+    finds, but for an invalid playbook's (`eagle lint` says what is wrong with it), read with libyaml
+    alone: no skill, no template, no engine."""
+    import yaml
+
+    from eaglebot.sdk import PATH_VARS
+
+    files: dict[str, Path] = {}
+    for d in (Path(str(resources.files("eaglebot.playbooks"))), user_dir):
+        if d is not None and d.is_dir():
+            files.update({f.stem: f for f in sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml"))})
+    names = set(PATH_VARS)
+    for f in files.values():
+        try:
+            doc = yaml.load(f.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue   # (the full check, and lint, say why)
+        if isinstance(doc, dict):
+            names |= {str(k) for part in ("inputs", "vars") if isinstance(doc.get(part), dict) for k in doc[part]}
+    return frozenset(names)
+
+
 def check_host_vars(settings: Settings) -> list[Check]:
-    """A host var nothing reads but that is near one something does (`pyton:`): a warning."""
+    """A host var nothing reads but that is near one something does (`pyton:`): a warning. When every
+    host var is one a playbook declares, none can be: the skills and playbooks are not loaded (0.3 s)."""
+    if {str(n) for c in settings.hosts.values() for n in c.vars} <= declared_host_vars(settings.playbooks_path):
+        return []
     from eaglebot.engine.hostvars import host_var_warnings, known_host_vars
     from eaglebot.engine.registry import SkillRegistry
     from eaglebot.errors import EagleError
@@ -326,6 +369,9 @@ async def check_hosts(settings: Settings) -> list[Check]:
 
 
 async def run_checks(settings: Settings, emit: Callable[[Check], None], service: bool = False) -> list[Check]:
+    """Every check, emitted in a fixed order; the hosts' checks (network and the hosts' own time)
+    and the host-var scan (which loads every skill and playbook) start first and run while the
+    local ones do."""
     checks: list[Check] = []
 
     def add(c: Check) -> None:
@@ -334,29 +380,52 @@ async def run_checks(settings: Settings, emit: Callable[[Check], None], service:
 
     from eaglebot.configfile import where_looked
 
-    add(Check("config", True, str(settings.source) if settings.source else f"built-in defaults: {where_looked()}"))
-    add(await asyncio.to_thread(check_db, settings))
-    if service:
-        add(check_tokens())
-        for c in await asyncio.to_thread(check_playbooks, settings):
+    hosts = asyncio.create_task(check_hosts(settings))
+    host_vars = asyncio.create_task(asyncio.to_thread(check_host_vars, settings))
+    try:
+        add(Check("config", True, str(settings.source) if settings.source else f"built-in defaults: {where_looked()}"))
+        add(await asyncio.to_thread(check_db, settings))
+        if service:
+            add(check_tokens())
+            for c in await asyncio.to_thread(check_playbooks, settings):
+                add(c)
+        add(check_access(settings))
+        retired = [name for name, h in settings.hosts.items() if h.shell == "persistent"]
+        if retired:
+            add(Check("shell mode", True, f"hosts {', '.join(retired)}: {RETIRED_SHELL}", warn=True))
+        for c in check_schedule_config(settings):
             add(c)
-    add(check_access(settings))
-    retired = [name for name, h in settings.hosts.items() if h.shell == "persistent"]
-    if retired:
-        add(Check("shell mode", True, f"hosts {', '.join(retired)}: {RETIRED_SHELL}", warn=True))
-    for c in check_schedule_config(settings):
-        add(c)
-    if not service:  # a walk of every row: `eagle audit verify`'s job, not each start's
-        for c in await asyncio.to_thread(check_audit_chain, settings):
+        if not service:  # a walk of every row: `eagle audit verify`'s job, not each start's
+            for c in await asyncio.to_thread(check_audit_chain, settings):
+                add(c)
+        for c in await host_vars:
             add(c)
-    for c in await asyncio.to_thread(check_host_vars, settings):
-        add(c)
-    for c in await check_hosts(settings):
-        add(as_warning(c) if service else c)
+        for c in await hosts:
+            add(as_warning(c) if service else c)
+    finally:
+        hosts.cancel()
     for c in await check_slack(settings):
         # Slack unreachable at boot is the network's problem (serve retries); a refused token is the bot's.
         add(as_warning(c) if service and "could not reach" in c.detail else c)
     return checks
+
+
+def next_step(settings: Settings, checks: list[Check]) -> str:
+    """What to do next, one line: the fixes the failures name, else the first-node walkthrough's
+    next step on a GPU host (a dry run, which changes nothing)."""
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        fixes = list(dict.fromkeys(c.fix for c in failed if c.fix))
+        unnamed = len([c for c in failed if not c.fix])
+        return "next: " + "; ".join([*(f"`{f}`" for f in fixes),
+                                     *([f"fix what the FAIL line{'s' if unnamed > 1 else ''} above say"
+                                        f"{'' if unnamed > 1 else 's'}, then run `eagle doctor` again"]
+                                       if unnamed else [])])
+    gpu = [n for n in settings.hosts if settings.is_gpu_host(n)]
+    if not gpu:
+        return "next: describe your GPU hosts under `hosts:` in eagle.yaml (docs/configuration.md)"
+    return (f"next: `eagle run relaunch -H {gpu[0]} --dry-run` shows what a relaunch would do there "
+            f"(it changes nothing)")
 
 
 def doctor_main(settings: Settings, service: bool = False) -> int:
@@ -366,6 +435,9 @@ def doctor_main(settings: Settings, service: bool = False) -> int:
     checks = asyncio.run(run_checks(settings, emit, service))
     failed = [c for c in checks if not c.ok]
     warned = sum(1 for c in checks if c.warn)
-    print(f"{len(checks) - len(failed)}/{len(checks)} checks passed"
-          + (f", {warned} with a warning" if warned else ""), file=sys.stderr)
+    hosts = len(settings.hosts)
+    print(f"checked the config, the audit DB, {hosts} host{'s' if hosts != 1 else ''}"
+          + (", the tokens, the playbooks" if service else "") + f" and Slack: {len(checks) - len(failed)}/"
+          f"{len(checks)} checks passed" + (f", {warned} with a warning" if warned else ""), file=sys.stderr)
+    print(next_step(settings, checks), file=sys.stderr)
     return 1 if failed else 0

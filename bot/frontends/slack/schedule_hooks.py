@@ -30,7 +30,8 @@ class SlackScheduleHooks:
         if not channel:
             log.warning("no Slack channel for: %s", text)
             return None
-        return (await self.ctx.post(channel, text, [bk.section(slack_times(bk.escape(text)))])).ts
+        # (the notification text too: a raw ISO time there is what a phone shows)
+        return (await self.ctx.post(channel, slack_times(text), [bk.section(slack_times(bk.escape(text)))])).ts
 
     async def post_tune(self, channel: str | None, text: str, run_id: int, offer: str | None) -> str | None:
         """A scheduled tuning run's report, with the Apply button of its proposal (if any)."""

@@ -74,3 +74,13 @@ _.collect
 # spec_methods.check_local: the method pre-flight on this machine's folders, the entry the issue-44
 # corpus (a test suite outside the package) calls; docs/methods.md names it.
 _.check_local
+
+# slack_sdk calls these on its clients; the chat test bot's in-memory ones override them
+# (frontends/slack/inmemory.py). The bot's `click` and the `chatbot` fixture are for the tests
+# of teams (docs/testing.md) and of the product (tests/test_slack_handlers.py), which vulture does not read.
+_.api_call, _._upload_file, _._perform_http_request, _.click, _.chatbot
+
+# Keys of the tuner's JSON records (tuning/records.py): written by a skill or by a dict literal,
+# read by subscript, .get() or `eagle tune --json`'s readers.
+_.acceptance_source, _.sglang_version, _.predicted_tok_s, _.error_pct, _.expected_tok_s, _.output_throughput
+_.median_ttft_ms, _.throughput_spread

@@ -29,6 +29,7 @@ from eaglebot.history.attribution import (config_changes, env_changes, health_ch
 from eaglebot.history.host_state import host_state
 from eaglebot.facts.sglang_args import build_launch_args, launch_flags
 from eaglebot.tuning.points import ParentRun, run_point
+from eaglebot.tuning.records import BisectSpec
 
 PLAYBOOK = "bisect-point"
 METRIC = "output_throughput"
@@ -205,7 +206,8 @@ async def load_ends(engine: Engine, req: BisectRequest) -> Ends:
     paths = {c.path for c in cands if c.kind == "config"}
     if len(paths) > 1:
         raise UsageError(f"the config changes span {len(paths)} files ({', '.join(sorted(paths))}); bisect patches one")
-    port = req.port or int((dict(launch_flags(list(sg["launch_args"]))).get("--port") or 30000))  # type: ignore[arg-type]
+    flag = launch_flags(list(sg["launch_args"])).get("--port")
+    port = req.port or (int(flag) if isinstance(flag, str) else 30000)
     return Ends(sg, gv, bv, cands, fixed, port)
 
 
@@ -304,9 +306,9 @@ async def bisect(engine: Engine, req: BisectRequest, *, observer: Observer | Non
     ends = await load_ends(engine, req)
     cands = ends.cands
     pb = find_playbook(PLAYBOOK, engine.settings.playbooks_path, engine.registry)
-    spec = {"good": req.good, "bad": req.bad, "leave": req.leave, "repeats": req.repeats,
-            "changes": [c.label for c in cands], "metric": METRIC}
-    bid = await store.call(lambda s: s.create_sweep(kind="bisect", playbook=PLAYBOOK, host=req.host, spec=spec,
+    spec = BisectSpec(good=req.good, bad=req.bad, leave=req.leave, repeats=req.repeats,
+                      changes=[c.label for c in cands], metric=METRIC)
+    bid = await store.call(lambda s: s.create_sweep(kind="bisect", playbook=PLAYBOOK, host=req.host, spec=dict(spec),
                                                     actor=req.actor, origin=req.origin, points=[]))
     note = f"bisect #{bid} by {req.actor}: runs #{req.good} → #{req.bad} on {req.host}, {len(cands)} changes"
     await store.call(lambda s: s.add_event(None, "bisect", note))

@@ -10,6 +10,7 @@ from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.runner import Approver, Engine, Observer, RunRequest
 from eaglebot.sdk import Metric
 from eaglebot.store.rows import NewRun, StepEnd
+from eaglebot.tuning.records import PointJson, PointNumbers
 
 THROUGHPUT, TTFT = "output_throughput", "median_ttft_ms"
 ACCEPT = ("accept_length", "avg_spec_accept_length")
@@ -26,13 +27,13 @@ class PointResult:
     repeats: int
     error: str | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> PointJson:
         return {"run_id": self.run_id, "status": self.status, "output_throughput": self.throughput,
                 "median_ttft_ms": self.ttft_ms, "accept_length": self.accept,
                 "throughput_spread": self.spread, "repeats": self.repeats, "error": self.error}
 
 
-def numbers(metrics: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def numbers(metrics: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]]) -> PointNumbers:
     by = {m["name"]: float(m["value"]) for m in metrics}
     accept = next((by[k] for k in ACCEPT if k in by), None)
     runs: list[dict[str, Any]] = []

@@ -19,6 +19,7 @@ from eaglebot.engine.runner import Approver, Engine, Observer, RunRequest
 from eaglebot.errors import UsageError
 from eaglebot.sdk import Metric
 from eaglebot.tuning.points import THROUGHPUT, ParentRun, run_point
+from eaglebot.tuning.records import SweepSpec
 from eaglebot.facts.sglang import resolve_speculative
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -121,10 +122,10 @@ async def create(engine: Engine, req: SweepRequest, *, actor: str, origin: str) 
     except UsageError as e:
         await engine.record_rejected(base_req, e)
         raise
-    spec = {"axes": req.axes, "order": list(req.axes), "fixed": req.fixed, "repeats": req.repeats,
-            "heatmap": list(req.heatmap) if req.heatmap else None}
-    return await engine.store.call(lambda s: s.create_sweep(kind="sweep", playbook=pb.name, host=req.host, spec=spec,
-                                             actor=actor, origin=origin, points=rows))
+    spec = SweepSpec(axes=req.axes, order=list(req.axes), fixed=req.fixed, repeats=req.repeats,
+                     heatmap=list(req.heatmap) if req.heatmap else None)
+    return await engine.store.call(lambda s: s.create_sweep(kind="sweep", playbook=pb.name, host=req.host,
+                                                            spec=dict(spec), actor=actor, origin=origin, points=rows))
 
 
 async def run_points(engine: Engine, sweep_id: int, *, actor: str, origin: str, observer: Observer | None = None,
@@ -156,7 +157,7 @@ async def run_points(engine: Engine, sweep_id: int, *, actor: str, origin: str, 
                                   parent_run_id=parent.run_id)
             ok = res.status == "succeeded" and res.throughput is not None
             await engine.store.call(lambda s: s.sweep_point_done(
-                sweep_id, p["idx"], "done" if ok else "failed", res.run_id, res.as_json(),
+                sweep_id, p["idx"], "done" if ok else "failed", res.run_id, dict(res.as_json()),
                 "" if ok else (res.error or f"run {res.status}")))
             done += 1
         result = await summary(engine, sweep_id)

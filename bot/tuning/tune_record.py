@@ -5,16 +5,17 @@ that measured it; and a `sweeps` row of kind `tune` (spec and result) with a poi
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Mapping
 
 from eaglebot.engine.runner import Engine
 from eaglebot.engine.records import jsonable
 from eaglebot.sdk import Metric
 from eaglebot.store.rows import NewRun, StepEnd
+from eaglebot.tuning.records import MeasurementJson, TuneSpec
 from eaglebot.tuning.tune_model import Cell, Measurement, label
 
 
-def measurement_json(m: Measurement) -> dict[str, Any]:
+def measurement_json(m: Measurement) -> MeasurementJson:
     return {"cell": list(m.cell), "phase": m.phase, "tok_s": {str(b): round(v, 3) for b, v in m.tok_s.items()},
             "samples": {str(b): v for b, v in m.samples.items()}, "accept_length": m.accept_length,
             "histogram": m.histogram, "request_means": m.request_means, "run_ids": m.run_ids,
@@ -34,17 +35,17 @@ class TuneRecord:
         self.idx = 0
 
     @classmethod
-    async def open(cls, engine: Engine, *, playbook: str, host: str, spec: dict[str, Any], actor: str, origin: str,
+    async def open(cls, engine: Engine, *, playbook: str, host: str, spec: TuneSpec, actor: str, origin: str,
                    channel: str | None, schedule: str | None) -> "TuneRecord":
         store = engine.store
-        tune_id = await store.call(lambda s: s.create_sweep(kind="tune", playbook=playbook, host=host, spec=spec,
+        tune_id = await store.call(lambda s: s.create_sweep(kind="tune", playbook=playbook, host=host, spec=dict(spec),
                                                             actor=actor, origin=origin, points=[]))
         run = NewRun(playbook="tune", hosts=[host], inputs=engine.redactor.obj(jsonable({**spec, "tune_id": tune_id})),
                      variables={}, actor=actor, origin=origin, channel=channel, schedule=schedule)
         run_id = await store.call(lambda s: s.create_run(run))
         return cls(engine, run_id, tune_id, host)
 
-    async def step(self, name: str, skill: str, status: str, summary: str, *, data: dict[str, Any] | None = None,
+    async def step(self, name: str, skill: str, status: str, summary: str, *, data: Mapping[str, object] | None = None,
                    metrics: list[Metric] | None = None, warnings: list[str] | None = None,
                    started: float | None = None) -> None:
         store, red = self.engine.store, self.engine.redactor
@@ -68,7 +69,7 @@ class TuneRecord:
             await self.step(name, "tune.cell", "failed", f"{label(cell)}: {why}", started=started)
             return
         doc = measurement_json(m)
-        await self.engine.store.call(lambda s: s.sweep_point_done(self.tune_id, idx, "done", run_id, doc))
+        await self.engine.store.call(lambda s: s.sweep_point_done(self.tune_id, idx, "done", run_id, dict(doc)))
         await self.step(name, "tune.cell", "ok", cell_summary(m), data=doc, started=started)
 
     async def finish(self, status: str, exit_code: int, result: dict[str, Any] | None, error: str | None = None) -> None:

@@ -1,7 +1,7 @@
 """Errors a person reads: one sentence each, and the exit code they map to."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Any, Generic, Mapping, TypedDict, TypeVar, Unpack
 
 
 class EagleError(Exception):
@@ -42,28 +42,40 @@ class HostUnreachable(TransportError):
     `failed` (exit 4 when no step failed)."""
 
 
+M = TypeVar("M")
+C = TypeVar("C")
+R = TypeVar("R")
+
+
+class ResultKeywords(TypedDict, Generic[M, C, R], total=False):
+    """What a step's result may carry besides its status and summary, declared once: the
+    keywords of `StepFailed` and of eaglebot.sdk's `StepResult.ok/changed/failed/skipped`, and
+    the names in `RESULT_FIELDS` (StepResult's own fields match them, tests/test_sdk_keywords.py).
+    The records (Metric, FileChange, Regression) are the sdk's, a layer above: it fills them in."""
+
+    metrics: list[M] | None
+    changes: list[C] | None
+    data: dict[str, Any] | None
+    warnings: list[str] | None
+    regressions: list[R] | None
+    output: str   # evidence kept with the step (log tail, process table)
+    usage: bool   # the step refused what it was asked before changing anything (a failed run of refusals exits 2)
+    final: str    # one sentence on the state the run leaves the host in (a failed run's last line)
+
+
 class StepFailed(EagleError):
     """Fails the step it is raised in, from the skill or any helper it calls: the sentence is
-    the step's summary, and the keywords are `StepResult.failed`'s (data, output, warnings,
-    metrics...): the engine records `StepResult.failed(summary, **result)`, so nothing a
-    returned failure would keep is lost (eaglebot.sdk: the one failure style).
+    the step's summary, and the keywords are `StepResult.failed`'s (`ResultKeywords`): the
+    engine records `StepResult.failed(summary, **result)`, so nothing a returned failure would
+    keep is lost (eaglebot.sdk: the one failure style).
 
     The keywords are declared, so mypy strict catches a misspelt one; at run time an unknown
-    one is kept aside (`unknown`) and the engine fails the step naming it, with this summary."""
+    one is kept aside and the engine fails the step naming it, with this summary. (The records'
+    types are checked in StepResult, when the engine builds the failed result.)"""
 
-    if TYPE_CHECKING:
-        # (the field types live in eaglebot.sdk, a layer above this module: checked there, in
-        # StepResult, when the engine builds the failed result)
-        def __init__(self, summary: str, *, data: Mapping[str, object] | None = None, output: str = "",
-                     warnings: Sequence[str] | None = None, metrics: Sequence[object] | None = None,
-                     changes: Sequence[object] | None = None, regressions: Sequence[object] | None = None,
-                     usage: bool = False) -> None: ...
-    else:
-        def __init__(self, summary, **result):
-            super().__init__(summary)
-            self.result = result
-
-    result: dict[str, object]
+    def __init__(self, summary: str, **result: Unpack[ResultKeywords[Any, Any, Any]]):
+        super().__init__(summary)
+        self.result: Mapping[str, object] = result
 
 
 class StoreError(EagleError):

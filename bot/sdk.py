@@ -24,12 +24,12 @@ import difflib
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping, Protocol, Sequence, TypeVar,
+from typing import (Any, Awaitable, Callable, Literal, Mapping, Protocol, Sequence, TypeVar, Unpack,
                     runtime_checkable)
 
 from pydantic import BaseModel, ConfigDict
 
-from eaglebot.errors import StepFailed
+from eaglebot.errors import ResultKeywords, StepFailed
 
 Status = Literal["ok", "changed", "skipped", "failed"]
 Better = Literal["higher", "lower"]
@@ -169,6 +169,10 @@ class Regression:
     host: str = ""
 
 
+# The result keywords with the sdk's records in them (a skill's, and a plugin's, as mypy checks them).
+Keywords = ResultKeywords[Metric, FileChange, Regression]
+
+
 @dataclass
 class StepResult:
     status: Status
@@ -186,49 +190,24 @@ class StepResult:
     # `no server is running on gpu-01:30000; ...`): the run's error ends with it.
     final: str = ""
 
-    # The keywords are declared (the fields above), so mypy strict catches a misspelt one in a
-    # skill or a plugin; at run time an unknown one makes the step fail, naming it, with the
+    # The keywords are declared once (`ResultKeywords`), so mypy strict catches a misspelt one in
+    # a skill or a plugin; at run time an unknown one makes the step fail, naming it, with the
     # skill's own summary kept (`result_of`), instead of a TypeError inside the engine.
-    if TYPE_CHECKING:
-        @classmethod
-        def ok(cls, summary: str = "", *, metrics: list[Metric] | None = None,
-               changes: list[FileChange] | None = None, data: dict[str, Any] | None = None,
-               warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-               output: str = "", usage: bool = False, final: str = "") -> "StepResult": ...
+    @classmethod
+    def ok(cls, summary: str = "", **kw: Unpack[Keywords]) -> StepResult:
+        return result_of("ok", summary, kw, "StepResult.ok")
 
-        @classmethod
-        def changed(cls, summary: str = "", *, metrics: list[Metric] | None = None,
-                    changes: list[FileChange] | None = None, data: dict[str, Any] | None = None,
-                    warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-                    output: str = "", usage: bool = False, final: str = "") -> "StepResult": ...
+    @classmethod
+    def changed(cls, summary: str = "", **kw: Unpack[Keywords]) -> StepResult:
+        return result_of("changed", summary, kw, "StepResult.changed")
 
-        @classmethod
-        def failed(cls, summary: str, *, metrics: list[Metric] | None = None,
-                   changes: list[FileChange] | None = None, data: dict[str, Any] | None = None,
-                   warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-                   output: str = "", usage: bool = False, final: str = "") -> "StepResult": ...
+    @classmethod
+    def failed(cls, summary: str, **kw: Unpack[Keywords]) -> StepResult:
+        return result_of("failed", summary, kw, "StepResult.failed")
 
-        @classmethod
-        def skipped(cls, summary: str = "", *, metrics: list[Metric] | None = None,
-                    changes: list[FileChange] | None = None, data: dict[str, Any] | None = None,
-                    warnings: list[str] | None = None, regressions: list[Regression] | None = None,
-                    output: str = "", usage: bool = False, final: str = "") -> "StepResult": ...
-    else:
-        @classmethod
-        def ok(cls, summary="", **kw):
-            return result_of("ok", summary, kw, "StepResult.ok")
-
-        @classmethod
-        def changed(cls, summary="", **kw):
-            return result_of("changed", summary, kw, "StepResult.changed")
-
-        @classmethod
-        def failed(cls, summary, **kw):
-            return result_of("failed", summary, kw, "StepResult.failed")
-
-        @classmethod
-        def skipped(cls, summary="", **kw):
-            return result_of("skipped", summary, kw, "StepResult.skipped")
+    @classmethod
+    def skipped(cls, summary: str = "", **kw: Unpack[Keywords]) -> StepResult:
+        return result_of("skipped", summary, kw, "StepResult.skipped")
 
     def registered(self) -> dict[str, Any]:
         """What `register: name` exposes to later steps' templates."""
@@ -245,8 +224,8 @@ class StepResult:
         return out
 
 
-# What a result may carry besides its status and summary: StepResult's fields, and StepFailed's keywords.
-RESULT_FIELDS = ("metrics", "changes", "data", "warnings", "regressions", "output", "usage", "final")
+# What a result may carry besides its status and summary, by name (eaglebot.errors.ResultKeywords).
+RESULT_FIELDS = tuple(ResultKeywords.__annotations__)
 
 
 def unknown_keywords(kw: Mapping[str, object], where: str) -> str:

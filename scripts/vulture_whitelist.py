@@ -31,6 +31,9 @@ _.output_bytes, _.output_sha256
 
 # A function only mypy reads: it proves Store and AsyncStore satisfy their protocols (store/aio.py).
 _._faces
+# Store methods only the tests call, to set up or read a state (tests/store_contract.py, the lock
+# and orphan tests): another run's locks, a step's process records, a host's run ids.
+_.acquire_hosts, _.step_procs, _.host_run_ids
 
 # Part of an lru_cache key (chat/router.py `_load_cached`): a changed file misses the cache.
 _.mtime_ns
@@ -71,3 +74,13 @@ _.collect
 # spec_methods.check_local: the method pre-flight on this machine's folders, the entry the issue-44
 # corpus (a test suite outside the package) calls; docs/methods.md names it.
 _.check_local
+
+# slack_sdk calls these on its clients; the chat test bot's in-memory ones override them
+# (frontends/slack/inmemory.py). The bot's `click` and the `chatbot` fixture are for the tests
+# of teams (docs/testing.md) and of the product (tests/test_slack_handlers.py), which vulture does not read.
+_.api_call, _._upload_file, _._perform_http_request, _.click, _.chatbot
+
+# Keys of the tuner's JSON records (tuning/records.py): written by a skill or by a dict literal,
+# read by subscript, .get() or `eagle tune --json`'s readers.
+_.acceptance_source, _.sglang_version, _.predicted_tok_s, _.error_pct, _.expected_tok_s, _.output_throughput
+_.median_ttft_ms, _.throughput_spread

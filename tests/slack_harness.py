@@ -1,8 +1,10 @@
-"""The Slack app over real HTTP on 127.0.0.1, against the fake Web API, for tests and the bench.
+"""The Slack app over real HTTP on 127.0.0.1, against the fake Web API, for tests of the Slack
+surface (signatures, retries, acks, payload shapes) and the bench; what a command decides is
+tested through the chat test bot (eaglebot.testing.chat, tests/test_slack_handlers.py).
 
-Requests are signed exactly as Slack signs them
-(slack_sdk.signature.SignatureVerifier.generate_signature); the audit store is a real
-SQLite file; playbooks are written into a temporary playbooks_dir.
+Requests are built and signed exactly as Slack does (frontends/slack/inmemory.py, which the
+chat bot uses too); the audit store is a real SQLite file; playbooks are written into a
+temporary playbooks_dir.
 """
 from __future__ import annotations
 
@@ -10,21 +12,19 @@ import asyncio
 import json
 import subprocess
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import aiohttp
 import yaml
 from aiohttp import web
-from slack_sdk.signature import SignatureVerifier
 
 from eaglebot.config import load_settings
 from eaglebot.frontends.services import Services
 from eaglebot.sim import gpu_state, install_sim_bin
 from eaglebot.frontends.slack.app import SlackBot, build_app
+from eaglebot.frontends.slack import inmemory
 from eaglebot.frontends.slack.client import make_client
 
 from fakes.slack_api import FakeSlackAPI
@@ -91,36 +91,17 @@ def approval_message(fake):
 
 def signed_headers(body: str, *, secret: str = SECRET, timestamp: int | None = None,
                    content_type: str = "application/x-www-form-urlencoded") -> dict[str, str]:
-    ts = str(int(time.time()) if timestamp is None else timestamp)
-    sig = SignatureVerifier(secret).generate_signature(timestamp=ts, body=body)
-    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sig, "Content-Type": content_type}
-
-
-def _trigger() -> str:
-    """Slack's trigger_id: unique per user action (the app answers each one once)."""
-    return f"{int(time.time())}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}"
+    return inmemory.signed_headers(body, secret, timestamp=timestamp, content_type=content_type)
 
 
 def command_body(text: str, *, user: str = "UALICE", channel: str = CHANNEL, response_url: str = "") -> str:
-    return urlencode({
-        "token": "legacy-verification-token", "team_id": "T0EAGLE", "team_domain": "eagle-test",
-        "channel_id": channel, "channel_name": "gpu-ops", "user_id": user, "user_name": user.lower(),
-        "command": "/eagle", "text": text, "api_app_id": "AEAGLE", "is_enterprise_install": "false",
-        "response_url": response_url, "trigger_id": _trigger()})
+    return inmemory.command_body(text, user=user, channel=channel, response_url=response_url)
 
 
 def action_body(action_id: str, value: str, *, user: str, channel: str = CHANNEL, response_url: str = "",
                 message_ts: str = "1700000001.000100") -> str:
-    payload = {
-        "type": "block_actions", "user": {"id": user, "username": user.lower(), "team_id": "T0EAGLE"},
-        "api_app_id": "AEAGLE", "token": "legacy", "team": {"id": "T0EAGLE", "domain": "eagle-test"},
-        "container": {"type": "message", "message_ts": message_ts, "channel_id": channel},
-        "channel": {"id": channel, "name": "gpu-ops"}, "message": {"ts": message_ts, "text": "approval"},
-        "response_url": response_url, "trigger_id": _trigger(),
-        "actions": [{"action_id": action_id, "block_id": f"eagle_approval_{value}", "value": value,
-                     "type": "button", "action_ts": str(time.time())}],
-    }
-    return urlencode({"payload": json.dumps(payload)})
+    return inmemory.action_body(action_id, value, user=user, channel=channel, response_url=response_url,
+                                message_ts=message_ts)
 
 
 @dataclass
@@ -160,7 +141,7 @@ class SlackHarness:
     async def wait_run(self, run_id: int, timeout: float = 30.0) -> dict:
         deadline = time.monotonic() + timeout
         while True:
-            run = await self.services.store.get_run(run_id)
+            run = await self.services.store.call(lambda s: s.get_run(run_id))
             if run and run["status"] != "running":
                 return run
             if time.monotonic() > deadline:
@@ -171,7 +152,7 @@ class SlackHarness:
         """The newest run's id, once the command's background task has created it."""
         deadline = time.monotonic() + timeout
         while True:
-            rows = await self.services.store.history(limit=1)
+            rows = await self.services.store.call(lambda s: s.history(limit=1))
             if rows:
                 return rows[0]["id"]
             if time.monotonic() > deadline:

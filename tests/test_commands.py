@@ -123,12 +123,12 @@ async def test_rerun_repeats_a_run_with_its_inputs_and_records_where_it_came_fro
     await first.task
     again = await handle(svc, f"rerun {first.run_id}", caller)
     outcome = await again.task
-    run = await svc.store.get_run(outcome.run_id)
+    run = await svc.store.call(lambda s: s.get_run(outcome.run_id))
     assert outcome.status == "succeeded" and run["rerun_of"] == first.run_id
     assert run["inputs"] == {"greeting": "again", "times": 2}
     base = await handle(svc, f"baseline set {outcome.run_id}", caller)
     assert "is now the baseline of hello on local" in base.text
-    assert (await svc.store.baseline("hello", "local"))["run_id"] == outcome.run_id
+    assert (await svc.store.call(lambda s: s.baseline("hello", "local")))["run_id"] == outcome.run_id
 
 
 async def test_logs_tails_the_newest_server_log_on_the_host(services, tmp_path):

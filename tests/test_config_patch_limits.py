@@ -36,7 +36,7 @@ async def test_a_fifo_is_refused_and_the_host_lock_is_freed(local, tmp_path):
     os.mkfifo(fifo)
     out, st = await run1(local, {"path": str(fifo), "set": {"a": 1}})
     assert st.status == "failed" and "is a fifo, not a regular file" in st.summary
-    assert await local.store.locks() == []
+    assert await local.store.call(lambda s: s.locks()) == []
 
 
 async def test_a_file_over_the_size_cap_is_refused(local, tmp_path, monkeypatch):
@@ -94,10 +94,10 @@ async def test_a_minified_file_stays_minified_and_a_huge_diff_is_capped(local, t
     out, st = await run1(local, {"path": str(f), "set": {"k0": "w"}})
     assert st.status == "changed", st.summary
     assert f.stat().st_size == size - 49  # "v" * 50 became "w"; not re-indented
-    change = (await local.store.changes(out.run_id))[0]
+    change = (await local.store.call(lambda s: s.changes(out.run_id)))[0]
     assert len(change["diff"]) <= config_patch.DIFF_CAP
     assert "bytes of the diff omitted" in change["diff"] and "sha256" in change["diff"]
-    step = (await local.store.steps(out.run_id))[0]
+    step = (await local.store.call(lambda s: s.steps(out.run_id)))[0]
     assert len(step["output"]) < config_patch.DIFF_CAP + 4096
 
 

@@ -180,7 +180,7 @@ async def test_output_streams_into_the_audit_log_while_the_step_runs(services, t
 
     async def streamed():
         for _ in range(200):
-            rows = await svc.store.steps(run_id)
+            rows = await svc.store.call(lambda s: s.steps(run_id))
             if rows and "early-line" in (rows[0]["output"] or ""):
                 return True
             await asyncio.sleep(0.05)
@@ -213,7 +213,7 @@ async def test_cancel_stops_the_step_kills_its_processes_and_still_runs_always(s
     await asyncio.to_thread(wait_for, lambda: pidfile.exists() and pidfile.read_text().strip(), 20, 0.05, "pid file")
     child = int(pidfile.read_text())
     assert pid_alive(child)
-    assert await svc.store.request_cancel(run_id)  # as `/eagle cancel` or `eagle cancel` from another process
+    assert await svc.store.call(lambda s: s.request_cancel(run_id))  # as `/eagle cancel` or `eagle cancel` from another process
     out = await task
     assert out.status == "cancelled" and out.exit_code == 1
     assert [(s.name, s.status) for s in out.steps] == [("long", "failed"), ("after", "skipped"), ("shell", "changed")]
@@ -311,8 +311,8 @@ async def test_busy_host_is_refused_with_the_holding_run(services, tmp_path):
     run_id, task = await svc.engine.start(RunRequest(playbook=book))
     with pytest.raises(HostBusy, match=rf"host local is busy with run #{run_id} since "):
         await svc.engine.start(RunRequest(playbook=book))
-    assert [r["id"] for r in await svc.store.history(limit=5)] == [run_id]   # no run row for the refusal
-    refused = (await svc.store.events("rejected"))[0]
+    assert [r["id"] for r in await svc.store.call(lambda s: s.history(limit=5))] == [run_id]   # no run row for the refusal
+    refused = (await svc.store.call(lambda s: s.events("rejected")))[0]
     assert "busy" in refused["reason"] and refused["actor"] and refused["run_id"] is None
     svc.engine.cancel(run_id)
     await task
@@ -326,8 +326,8 @@ async def test_unknown_host_is_a_usage_error_and_is_audited(services, tmp_path):
     book = pb(tmp_path, "name: t\nsteps:\n  - skill: shell\n    with: {command: 'true'}\n")
     with pytest.raises(UsageError, match=r"unknown host 'gpu-9' \(known: local\)"):
         await svc.engine.start(RunRequest(playbook=book, hosts=["gpu-9"]))
-    assert await svc.store.history(limit=1) == []
-    ev = (await svc.store.events("rejected"))[0]
+    assert await svc.store.call(lambda s: s.history(limit=1)) == []
+    ev = (await svc.store.call(lambda s: s.events("rejected")))[0]
     assert ev["text"] == "t gpu-9" and "unknown host 'gpu-9'" in ev["reason"]
 
 

@@ -112,9 +112,9 @@ def test_a_dry_run_past_a_refused_launch_check_skips_the_launch_naming_the_check
 
 async def test_a_busy_host_says_since_when_in_slacks_date_format(harness, fake):
     h = await harness()
-    other = await h.services.store.create_run(NewRun(playbook="x", hosts=["local"], inputs={}, variables={},
-                                                     actor="t", origin="cli"))
-    await h.services.store.acquire_hosts(other, ["local"])
+    other = await h.services.store.call(lambda s: s.create_run(NewRun(playbook="x", hosts=["local"], inputs={}, variables={},
+                                                     actor="t", origin="cli")))
+    await h.services.store.call(lambda s: s.acquire_hosts(other, ["local"]))
     await h.command("hello local")
     [resp] = await fake.wait_for(lambda: [c for c in h.responses() if "busy" in c.all_text()])
     text = resp.all_text()
@@ -354,9 +354,9 @@ async def test_a_heartbeat_on_a_busy_host_posts_once_in_slack_with_slacks_date_a
 
     beat = {"name": "heartbeat", "playbook": "hello", "hosts": ["local"], "every": "30s", "channel": "C0HEART"}
     h = await harness(schedules=[beat])
-    holder = await h.services.store.create_run(NewRun(playbook="relaunch", hosts=["local"], inputs={}, variables={},
-                                                      actor="t", origin="slack"))
-    await h.services.store.acquire_hosts(holder, ["local"])   # e.g. a relaunch waiting for its approval
+    run = NewRun(playbook="relaunch", hosts=["local"], inputs={}, variables={}, actor="t", origin="slack")
+    holder = await h.services.store.call(lambda s: s.create_run(run))
+    await h.services.store.call(lambda s: s.acquire_hosts(holder, ["local"]))   # e.g. a relaunch waiting for its approval
     sched = build_scheduler(h.services, h.bot.hooks)
     [cfg] = h.services.settings.schedules
     now = datetime.now(timezone.utc)

@@ -16,7 +16,7 @@ async def test_alert_buttons_run_health_silence_for_operators_and_drain_parses(t
     h = await open_harness(tmp_path, fake)
     try:
         store = h.services.store
-        await store.health_transition("local", 0, "quarantined", REASON, "health-watch")
+        await store.call(lambda s: s.health_transition("local", 0, "quarantined", REASON, "health-watch"))
         client = make_client(h.services.settings, TOKEN, backoff_s=0.01)
         report = HostReport("local", Probe("local", "ok"), [(0, "healthy", "quarantined", REASON)])
         await post_health_alert(client, store, "CHEALTH", report)
@@ -33,26 +33,26 @@ async def test_alert_buttons_run_health_silence_for_operators_and_drain_parses(t
         # Silence: a viewer may not; an operator may, recorded, and the message says who
         assert await h.click(HEALTH_SILENCE_ACTION, "local 0", user="UEVE") == 200
         await fake.wait_for(lambda: [c for c in fake.calls if "only operators can silence" in c.all_text()])
-        assert (await store.health_states("local"))[0]["silenced_by"] is None
+        assert (await store.call(lambda s: s.health_states("local")))[0]["silenced_by"] is None
         assert await h.click(HEALTH_SILENCE_ACTION, "local 0", user="UALICE") == 200
         upd = await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.update") if "silenced by" in c.all_text()])
         assert "<@UALICE>" in upd[0].all_text()
         # (the click's own answer follows the update: counted before the next turn is posted)
         await fake.wait_for(lambda: [c for c in fake.calls_to("response_url") if "silenced for 24 h" in c.all_text()])
-        row = (await store.health_states("local"))[0]
+        row = (await store.call(lambda s: s.health_states("local")))[0]
         assert row["silenced_by"] == "UALICE" and row["silenced_until"]
         # silenced: a new turn of the incident is not posted; its resolution is
         n = len(fake.calls)
         await post_health_alert(client, store, "CHEALTH",
                                 HostReport("local", Probe("local", "ok"), [(0, "quarantined", "suspect", "again")]))
         assert len(fake.calls) == n
-        await store.health_set_alert("local", 0, "CHEALTH", post.answer["ts"])
-        await store.health_transition("local", 0, "healthy", "3 clean probes", "health-watch")
+        await store.call(lambda s: s.health_set_alert("local", 0, "CHEALTH", post.answer["ts"]))
+        await store.call(lambda s: s.health_transition("local", 0, "healthy", "3 clean probes", "health-watch"))
         await post_health_alert(client, store, "CHEALTH",
                                 HostReport("local", Probe("local", "ok"), [(0, "quarantined", "healthy", "3 clean probes")]))
         # the alert's own message is edited (the health run's thread message may update after it)
         alert_updates = [c for c in fake.ok_calls_to("chat.update") if c.args.get("ts") == post.answer["ts"]]
         assert alert_updates and "resolved" in alert_updates[-1].args["text"]
-        assert (await store.health_states("local"))[0]["silenced_until"] is None      # the silence ends with it
+        assert (await store.call(lambda s: s.health_states("local")))[0]["silenced_until"] is None      # the silence ends with it
     finally:
         await h.close()

@@ -128,22 +128,22 @@ async def test_an_xid_79_quarantines_the_host_refuses_a_relaunch_and_clears_afte
     gpu_state.set_kernel_log(st["gpu-03"], gpu_state.KERNEL_LOG + [XID79])
     gpu_state.set_exit_code(st["gpu-03"], 15)            # off the bus: nvidia-smi fails as the real one does
     await w.round()
-    held = await svc.store.health_held("gpu-03")
+    held = await svc.store.call(lambda s: s.health_held("gpu-03"))
     assert held is not None and held["state"] == "quarantined" and "fallen off the bus" in held["reason"]
     assert [a.host for a in alerts] == ["gpu-03"]
     with pytest.raises(UsageError, match="gpu-03 is quarantined"):
         await svc.engine.run(RunRequest(playbook(RELAUNCH, "relaunch"), hosts=["gpu-03"], actor="alice"))
-    assert "quarantined" in (await svc.store.events("rejected"))[0]["reason"]
+    assert "quarantined" in (await svc.store.call(lambda s: s.events("rejected")))[0]["reason"]
     gpu_state.set_exit_code(st["gpu-03"], None)
     for _ in range(2):
         await w.round()
-        assert await svc.store.health_held("gpu-03") is not None
+        assert await svc.store.call(lambda s: s.health_held("gpu-03")) is not None
     await w.round()                                       # the third clean probe clears it
-    assert await svc.store.health_held("gpu-03") is None
-    assert set(states(await svc.store.health_states("gpu-03")).values()) == {"healthy"}
+    assert await svc.store.call(lambda s: s.health_held("gpu-03")) is None
+    assert set(states(await svc.store.call(lambda s: s.health_states("gpu-03"))).values()) == {"healthy"}
     out = await svc.engine.run(RunRequest(playbook(RELAUNCH, "relaunch"), hosts=["gpu-03"], actor="alice"))
     assert out.status == "succeeded"
-    events = await svc.store.health_events("gpu-03")
+    events = await svc.store.call(lambda s: s.health_events("gpu-03"))
     assert [(e["from_state"], e["to_state"], e["actor"]) for e in events if e["kind"] == "transition"] == [
         ("quarantined", "healthy", "health-watch"), ("healthy", "quarantined", "health-watch")]
     assert "3 clean probes" in events[0]["reason"]
@@ -157,7 +157,7 @@ async def test_faults_on_6_of_16_hosts_quarantine_4_and_alert_all_6(services, ss
     for h in bad:
         gpu_state.set_exit_code(st[h], 15)
     await w.round()
-    rows = await svc.store.health_states()
+    rows = await svc.store.call(lambda s: s.health_states())
     quarantined = sorted({r["host"] for r in rows if r["state"] == "quarantined"})
     suspect = sorted({r["host"] for r in rows if r["state"] == "suspect"})
     assert len(quarantined) == 4 and len(suspect) == 2 and sorted(quarantined + suspect) == bad
@@ -171,7 +171,7 @@ async def test_xid_13_five_times_within_the_window_turns_warn_into_fail(services
     t = gpu_state.uptime_s() - 60                 # a minute ago: the window counts by the Xids' own time
     gpu_state.set_kernel_log(st["gpu-01"], [xid13(t + i) for i in range(4)])
     await w.round()
-    assert states(await svc.store.health_states("gpu-01")) == {("gpu-01", 0): "suspect"}
+    assert states(await svc.store.call(lambda s: s.health_states("gpu-01"))) == {("gpu-01", 0): "suspect"}
     gpu_state.set_kernel_log(st["gpu-01"], [xid13(t + i) for i in range(5)])
     [r] = await w.round()
     assert [(g, to) for g, _, to, _ in r.transitions] == [(0, "quarantined")]
@@ -208,7 +208,7 @@ async def test_a_hung_nvidia_smi_is_probe_hung_while_the_others_keep_their_inter
     stop.set()
     await asyncio.wait_for(task, 60)
     assert at_three.get("gpu-02", 0) == 0, at_three          # the others kept their interval meanwhile
-    row = (await svc.store.health_states("gpu-02"))[0]
+    row = (await svc.store.call(lambda s: s.health_states("gpu-02")))[0]
     assert row["state"] == "suspect" and row["reason"].startswith("probe hung")
     assert [a.host for a in alerts] == ["gpu-02"]
 
@@ -264,12 +264,12 @@ async def test_one_slack_message_per_incident_is_updated_in_place_until_resolved
     assert len(posts) == 1 and posts[0].args["channel"] == "CHEALTH"
     assert "gpu-02 GPU 1 is suspect" in posts[0].args["text"]
     assert len(updates) == 1 and "is quarantined: Xid 79" in updates[0].args["text"]
-    assert updates[0].args["ts"] == (await svc.store.health_states("gpu-02"))[0]["message_ts"]
+    assert updates[0].args["ts"] == (await svc.store.call(lambda s: s.health_states("gpu-02")))[0]["message_ts"]
     await w.round()                                                          # second clean probe
     updates = fake.ok_calls_to("chat.update")
     assert len(fake.ok_calls_to("chat.postMessage")) == 1 and len(updates) == 2
     assert "resolved: gpu-02 GPU 1 is healthy again" in updates[-1].args["text"]
-    assert (await svc.store.health_states("gpu-02"))[0]["message_ts"] is None
+    assert (await svc.store.call(lambda s: s.health_states("gpu-02")))[0]["message_ts"] is None
 
 
 def test_slash_force_is_parsed_and_only_approvers_may_pass_it():
@@ -365,7 +365,7 @@ async def test_a_gpu_held_for_the_drivers_recovery_action_is_cleared_when_it_rea
     svc, w, _ = await open_watch(services, hosts, clear_after=5)
     gpu_state.set_health(st["gpu-01"], 1, recovery_action="Reset")
     await w.round()
-    [row] = await svc.store.health_states("gpu-01")
+    [row] = await svc.store.call(lambda s: s.health_states("gpu-01"))
     assert (row["gpu"], row["state"], row["reason"]) == (1, "quarantined", "driver recovery action: Reset")
     gpu_state.set_health(st["gpu-01"], 1)                    # reset done: the driver reads None again
     [r] = await w.round()

@@ -28,8 +28,8 @@ LAUNCH_NEW = {"launch_args": ["--model-path", "/m", "--speculative-num-steps", "
 
 
 async def new_run(svc, playbook: str, host: str, metrics: list[Metric], failed: bool = False) -> RunOutcome:
-    rid = await svc.store.create_run(NewRun(playbook=playbook, hosts=[host], inputs={}, variables={}, actor="t",
-                                     origin="cli"))
+    rid = await svc.store.call(lambda s: s.create_run(NewRun(playbook=playbook, hosts=[host], inputs={}, variables={}, actor="t",
+                                     origin="cli")))
     steps = [StepRecord(host, 0, "steps", "bench", "bench.serving", "failed" if failed else "ok")]
     return RunOutcome(rid, playbook, [host], "running", 0, steps=steps, metrics=[(host, m) for m in metrics])
 
@@ -63,7 +63,7 @@ async def test_regression_names_the_config_change_since_the_last_good_run(servic
     assert (f"changed since last good run #{good}: "
             "eagle_config.eagle_aux_hidden_state_layer_ids [2, 30, 58] → [-1, 2, 30]") in r.reason
     assert "torch 2.14.0 → 2.14.1" in r.reason
-    fp = (await svc.store.get_run(out.run_id))["fingerprint"]
+    fp = (await svc.store.call(lambda s: s.get_run(out.run_id)))["fingerprint"]
     assert fp["gpu-01"]["launch_args"] == LAUNCH_OLD["launch_args"]
     assert fp["gpu-01"]["files"] == {"/d/config.json": "bb"}
     assert fp["gpu-01"]["config"]["/d/config.json"] == {"eagle_config.eagle_aux_hidden_state_layer_ids": [-1, 2, 30]}
@@ -99,7 +99,7 @@ async def test_failed_and_dry_runs_are_not_judged(services):
         seed_run(svc.store.sync, "bench", "local", metrics={"output_throughput": v})
     out = await new_run(svc, "bench", "local", [Metric("output_throughput", 20.0)], failed=True)
     assert await history_hook(svc.engine, out, None) == []
-    assert (await svc.store.get_run(out.run_id))["fingerprint"] is not None
+    assert (await svc.store.call(lambda s: s.get_run(out.run_id)))["fingerprint"] is not None
     out2 = await new_run(svc, "bench", "local", [Metric("output_throughput", 20.0)])
     out2.dry_run = True
     assert await history_hook(svc.engine, out2, None) == []

@@ -34,9 +34,9 @@ async def test_server_logs_runs_while_another_run_holds_the_host(services, tmp_p
     log = tmp_path / "s.log"
     log.write_text("ready\n")
     svc = await services({"box": {"transport": "local", "vars": {"server_log": str(log)}}})
-    holder = await svc.store.create_run(NewRun(playbook="relaunch", hosts=["box"], inputs={}, variables={},
-                                        actor="me", origin="cli"))
-    await svc.store.acquire_hosts(holder, ["box"])  # a relaunch in progress on box
+    holder = await svc.store.call(lambda s: s.create_run(NewRun(playbook="relaunch", hosts=["box"], inputs={}, variables={},
+                                        actor="me", origin="cli")))
+    await svc.store.call(lambda s: s.acquire_hosts(holder, ["box"]))  # a relaunch in progress on box
     out = await svc.engine.run(RunRequest("server-logs", hosts=["box"], actor="me"))
     assert out.status == "succeeded", out.error
     assert [lk["run_id"] for lk in svc.store.sync.locks()] == [holder]  # untouched, and none taken
@@ -48,12 +48,12 @@ async def test_server_logs_falls_back_to_the_log_the_last_launch_recorded(servic
     log.parent.mkdir()
     log.write_text("The server is fired up and ready to roll!\n")
     svc = await services({"box": {"transport": "local"}})
-    launch = await svc.store.create_run(NewRun(playbook="relaunch", hosts=["box"], inputs={}, variables={},
-                                        actor="me", origin="cli"))
-    sid = await svc.store.step_started(launch, 0, "box", "launch", "server.launch", {})
-    await svc.store.step_finished(sid, StepEnd(run_id=launch, host="box", status="ok", summary="", duration_ms=1,
-                                  attempts=1, data={"log_path": str(log), "pid": 1}))
-    await svc.store.finish_run(launch, "succeeded", exit_code=0)
+    launch = await svc.store.call(lambda s: s.create_run(NewRun(playbook="relaunch", hosts=["box"], inputs={}, variables={},
+                                        actor="me", origin="cli")))
+    sid = await svc.store.call(lambda s: s.step_started(launch, 0, "box", "launch", "server.launch", {}))
+    await svc.store.call(lambda s: s.step_finished(sid, StepEnd(run_id=launch, host="box", status="ok", summary="", duration_ms=1,
+                                  attempts=1, data={"log_path": str(log), "pid": 1})))
+    await svc.store.call(lambda s: s.finish_run(launch, "succeeded", exit_code=0))
     out = await svc.engine.run(RunRequest("server-logs", hosts=["box"], actor="me"))
     assert out.status == "succeeded", out.error
     assert out.steps[0].summary == f"last 1 lines of {log}"
@@ -80,9 +80,9 @@ async def test_slash_logs_goes_through_the_engine_audited_and_lock_free(services
     log = tmp_path / "s.log"
     log.write_text("loading\nThe server is fired up and ready to roll!\n")
     svc = await services({"box": {"transport": "local", "vars": {"server_log": str(log)}}})
-    holder = await svc.store.create_run(NewRun(playbook="relaunch", hosts=["box"], inputs={}, variables={},
-                                        actor="me", origin="cli"))
-    await svc.store.acquire_hosts(holder, ["box"])
+    holder = await svc.store.call(lambda s: s.create_run(NewRun(playbook="relaunch", hosts=["box"], inputs={}, variables={},
+                                        actor="me", origin="cli")))
+    await svc.store.call(lambda s: s.acquire_hosts(holder, ["box"]))
     reply = await handle(svc, "logs box", Caller("U1", channel="C1", check_access=False))
     assert reply.exit_code == 0 and reply.run_id is not None
     assert reply.text.splitlines() == [f"== {log}", "loading", "The server is fired up and ready to roll!"]

@@ -70,29 +70,29 @@ async def test_slurm_drain_issues_the_exact_command_reads_it_back_and_resume_und
     hosts, state = _host(sshd, remote_dir, "slurm")
     svc = await services(hosts)
     out = await svc.engine.run(RunRequest(_book("node.drain", reason="Xid 79 on GPU 3"), hosts=["gpu-01"]))
-    assert out.status == "succeeded", [(s["status"], s["summary"]) for s in await svc.store.steps(out.run_id)]
-    [step] = await svc.store.steps(out.run_id)
+    assert out.status == "succeeded", [(s["status"], s["summary"]) for s in await svc.store.call(lambda s: s.steps(out.run_id))]
+    [step] = await svc.store.call(lambda s: s.steps(out.run_id))
     assert step["status"] == "changed" and "gpu-01 draining in Slurm: eaglebot: Xid 79 on GPU 3" in step["summary"]
     assert _commands(state) == [
         ["sinfo", "-N", "-h", "-n", "gpu-01", "-o", "%N %T %E"],
         ["scontrol", "update", "NodeName=gpu-01", "State=DRAIN", "Reason=eaglebot: Xid 79 on GPU 3"],
         ["sinfo", "-N", "-h", "-n", "gpu-01", "-o", "%N %T %E"]]
     again = await svc.engine.run(RunRequest(_book("node.drain"), hosts=["gpu-01"]))
-    assert (await svc.store.steps(again.run_id))[0]["status"] == "ok"        # already draining: nothing done
+    assert (await svc.store.call(lambda s: s.steps(again.run_id)))[0]["status"] == "ok"        # already draining: nothing done
     assert len(_commands(state)) == 4
     out = await svc.engine.run(RunRequest(_book("node.resume"), hosts=["gpu-01"]))
-    [step] = await svc.store.steps(out.run_id)
+    [step] = await svc.store.call(lambda s: s.steps(out.run_id))
     assert step["status"] == "changed" and "resumed in Slurm (mixed)" in step["summary"]
     assert _commands(state)[-2] == ["scontrol", "update", "NodeName=gpu-01", "State=RESUME"]
     out = await svc.engine.run(RunRequest(_book("node.resume"), hosts=["gpu-01"]))
-    assert (await svc.store.steps(out.run_id))[0]["status"] == "ok"          # Slurm would refuse: never asked
+    assert (await svc.store.call(lambda s: s.steps(out.run_id)))[0]["status"] == "ok"          # Slurm would refuse: never asked
 
 
 async def test_kubernetes_drain_cordons_and_stops_only_the_gpu_pods_then_uncordons(services, sshd, remote_dir):
     hosts, state = _host(sshd, remote_dir, "kubernetes")
     svc = await services(hosts)
     out = await svc.engine.run(RunRequest(_book("node.drain", timeout_s=120), hosts=["gpu-01"]))
-    [step] = await svc.store.steps(out.run_id)
+    [step] = await svc.store.call(lambda s: s.steps(out.run_id))
     assert step["status"] == "changed" and "1 GPU pod stopped: ml/trainer-0" in step["summary"], step["summary"]
     cmds = _commands(state)
     assert ["kubectl", "cordon", "gpu-01"] in cmds
@@ -102,7 +102,7 @@ async def test_kubernetes_drain_cordons_and_stops_only_the_gpu_pods_then_uncordo
     assert left["k8s"]["nodes"]["gpu-01"]["unschedulable"] is True
     assert [p["name"] for p in left["k8s"]["pods"]] == ["node-exporter-7xk2p"]
     out = await svc.engine.run(RunRequest(_book("node.resume"), hosts=["gpu-01"]))
-    [step] = await svc.store.steps(out.run_id)
+    [step] = await svc.store.call(lambda s: s.steps(out.run_id))
     assert step["status"] == "changed" and _commands(state)[-2] == ["kubectl", "uncordon", "gpu-01"]
 
 
@@ -118,24 +118,24 @@ async def test_the_shipped_drain_playbook_asks_for_approval_and_none_is_skipped(
     hosts["gpu-01"]["vars"]["scheduler"] = "none"
     svc2 = await services(hosts)
     out = await svc2.engine.run(RunRequest(_book("node.drain"), hosts=["gpu-01"]))
-    assert (await svc2.store.steps(out.run_id))[0]["status"] == "skipped"
+    assert (await svc2.store.call(lambda s: s.steps(out.run_id)))[0]["status"] == "skipped"
 
 
 async def test_a_drain_moves_a_quarantined_host_to_draining_and_a_resume_to_resuming(services, sshd, remote_dir):
     hosts, state = _host(sshd, remote_dir, "slurm")
     svc = await services(hosts, health_watch={"hosts": ["all"]})
-    await svc.store.health_transition("gpu-01", 3, "quarantined", "Xid 79 (GPU has fallen off the bus)", "health-watch")
+    await svc.store.call(lambda s: s.health_transition("gpu-01", 3, "quarantined", "Xid 79 (GPU has fallen off the bus)", "health-watch"))
     out = await svc.engine.run(RunRequest("drain", hosts=["gpu-01"], inputs={"reason": "Xid 79"}, assume_yes=True,
                                           actor="UBOSS"))
     assert out.status == "succeeded"
-    [row] = await svc.store.health_states("gpu-01")
+    [row] = await svc.store.call(lambda s: s.health_states("gpu-01"))
     assert (row["gpu"], row["state"], row["actor"]) == (3, "draining", "UBOSS")      # jobs still run: draining
     assert f"node.drain in run #{out.run_id}" in row["reason"]
-    assert await svc.store.health_held("gpu-01") is not None
+    assert await svc.store.call(lambda s: s.health_held("gpu-01")) is not None
     out = await svc.engine.run(RunRequest("resume", hosts=["gpu-01"], actor="UBOSS"))
-    [row] = await svc.store.health_states("gpu-01")
-    assert row["state"] == "resuming" and await svc.store.health_held("gpu-01") is None
-    events = await svc.store.health_events("gpu-01")
+    [row] = await svc.store.call(lambda s: s.health_states("gpu-01"))
+    assert row["state"] == "resuming" and await svc.store.call(lambda s: s.health_held("gpu-01")) is None
+    events = await svc.store.call(lambda s: s.health_events("gpu-01"))
     assert [e["to_state"] for e in events if e["kind"] == "transition"] == ["resuming", "draining", "quarantined"]
 
 
@@ -144,10 +144,10 @@ async def test_without_a_watch_a_resume_makes_the_host_healthy_and_a_hand_drain_
     svc = await services(hosts)
     out = await svc.engine.run(RunRequest("drain", hosts=["gpu-01"], assume_yes=True))
     assert out.status == "succeeded"
-    held = await svc.store.health_held("gpu-01")
+    held = await svc.store.call(lambda s: s.health_held("gpu-01"))
     assert held is not None and (held["gpu"], held["state"]) == (-1, "drained")
     await svc.engine.run(RunRequest("resume", hosts=["gpu-01"]))
-    assert [r["state"] for r in await svc.store.health_states("gpu-01")] == ["healthy"]
+    assert [r["state"] for r in await svc.store.call(lambda s: s.health_states("gpu-01"))] == ["healthy"]
 
 
 async def test_auto_drain_drains_a_host_the_watch_quarantines(services, sshd, remote_dir):
@@ -166,22 +166,22 @@ async def test_auto_drain_drains_a_host_the_watch_quarantines(services, sshd, re
         "[ 8123.456789] NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python, GPU has fallen off the bus."])
     gpu_state.set_exit_code(state, 15)
     await w.round()
-    assert len(runs) == 1 and runs[0] is not None, await svc.store.events("rejected")
-    run = await svc.store.get_run(runs[0])
+    assert len(runs) == 1 and runs[0] is not None, await svc.store.call(lambda s: s.events("rejected"))
+    run = await svc.store.call(lambda s: s.get_run(runs[0]))
     assert (run["playbook"], run["actor"], run["origin"], run["status"]) == ("drain", "health-watch", "watch",
                                                                              "succeeded")
     drain = [c for c in _commands(state) if c[0] == "scontrol"]
     assert drain and drain[0][:4] == ["scontrol", "update", "NodeName=gpu-01", "State=DRAIN"]
     assert "Xid 79" in drain[0][4]
-    assert [r["state"] for r in await svc.store.health_states("gpu-01")] == ["draining"]
+    assert [r["state"] for r in await svc.store.call(lambda s: s.health_states("gpu-01"))] == ["draining"]
 
 
 async def test_the_circuit_breaker_refuses_an_approved_drain_too(services, sshd, remote_dir):
     hosts, state = _host(sshd, remote_dir, "slurm")
     hosts = {f"gpu-0{i}": dict(hosts["gpu-01"]) for i in range(1, 6)}     # 5 watched hosts: 25% is 1
     svc = await services(hosts, health_watch={"hosts": ["all"], "max_quarantined_pct": 25})
-    await svc.store.health_transition("gpu-05", -1, "drained", "node.drain in run #0", "UBOSS")
+    await svc.store.call(lambda s: s.health_transition("gpu-05", -1, "drained", "node.drain in run #0", "UBOSS"))
     with pytest.raises(UsageError, match="circuit breaker: 1 host is draining or drained already and at most 1"):
         await svc.engine.run(RunRequest("drain", hosts=["gpu-01"], assume_yes=True))
     assert not (state / sim_cluster.LOG_FILE).exists()                  # refused before any command
-    assert "circuit breaker" in (await svc.store.events("rejected"))[0]["reason"]
+    assert "circuit breaker" in (await svc.store.call(lambda s: s.events("rejected")))[0]["reason"]

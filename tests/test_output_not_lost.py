@@ -54,7 +54,7 @@ async def test_twenty_concurrent_runs_lose_no_output_under_a_busy_db(services):
     assert held["n"] > 3  # the store really was busy while the runs streamed
     for i, out in enumerate(outs):
         assert out.status == "succeeded", out.error
-        steps = await svc.store.steps(out.run_id)
+        steps = await svc.store.call(lambda s: s.steps(out.run_id))
         assert [s["status"] for s in steps] == ["ok", "ok"]
         for s, (x, y) in zip(steps, [("a", "b"), ("c", "d")]):
             want = [f"r{i}-{x}{n}" for n in range(1, LINES // 2 + 1)] + [f"r{i}-{y}{n}" for n in range(1, LINES // 2 + 1)]

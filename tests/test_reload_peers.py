@@ -29,7 +29,7 @@ async def _until(cond, timeout: float = 60.0) -> None:
 async def test_a_slash_reload_on_one_replica_reloads_the_others_once_and_not_itself_twice(tmp_path):
     store = await AsyncStore.open(tmp_path / "eagle.db")
     try:
-        await store.add_event(None, KIND, "UOLD")           # a request from before these replicas started
+        await store.call(lambda s: s.add_event(None, KIND, "UOLD"))           # a request from before these replicas started
         a, b = Replica(store, "a"), Replica(store, "b")
         for r in (a, b):
             await r.peers.prime()
@@ -45,7 +45,7 @@ async def test_a_slash_reload_on_one_replica_reloads_the_others_once_and_not_its
         await asyncio.gather(*loops)
         assert a.calls == ["UBOSS"]
         assert b.calls == ["UBOSS (via another replica)"]
-        assert [e["message"] for e in await store.events(KIND)] == ["UBOSS", "UOLD"]
+        assert [e["message"] for e in await store.call(lambda s: s.events(KIND))] == ["UBOSS", "UOLD"]
     finally:
         await store.aclose()
 
@@ -59,6 +59,6 @@ async def test_a_refused_reload_asks_no_other_replica(tmp_path):
         done, text = await a.peers.from_slack("UBOSS")
         assert not done and text.startswith("reload refused")
         assert await b.peers.check() is False and b.calls == []
-        assert await store.events(KIND) == []
+        assert await store.call(lambda s: s.events(KIND)) == []
     finally:
         await store.aclose()

@@ -71,8 +71,8 @@ async def test_one_replica_leads_and_another_takes_over_when_it_stops(tmp_path):
         assert [k for k, _ in duties[first].log] == ["start", "stop"]
         await _until(lambda: any(lead.leading for i, lead in enumerate(leads) if i != first))
         second = next(i for i, lead in enumerate(leads) if lead.leading)
-        assert (await stores[0].lease_holder(LEADER))["holder"] == f"r{second}"
-        assert {r["id"] for r in await stores[0].replicas()} == {"r0", "r1", "r2"}
+        assert (await stores[0].call(lambda s: s.lease_holder(LEADER)))["holder"] == f"r{second}"
+        assert {r["id"] for r in await stores[0].call(lambda s: s.replicas())} == {"r0", "r1", "r2"}
     finally:
         for s in stops:
             s.set()
@@ -98,28 +98,35 @@ def test_an_expired_lease_is_taken_over_and_the_change_is_an_event(tmp_path):
     store.close()
 
 
+class _Called(Exception):
+    """What a store call asked for: the method's name (raised by `_Peek`)."""
+
+
+class _Peek:
+    def __getattr__(self, name: str):
+        def called(*a, **kw):
+            raise _Called(name)
+        return called
+
+
 class HangingRenewals:
-    """The store as a leader sees it when the DB stalls: the first lease call answers, the
+    """The store's door as a leader sees it when the DB stalls: the first lease call answers, the
     renewals never do."""
 
     def __init__(self, store: AsyncStore, hang: str):
         self.store, self.hang, self.calls = store, hang, {"replica_beat": 0, "lease_acquire": 0}
+        self.db_id = store.db_id
 
-    async def _maybe_hang(self, name: str) -> None:
-        self.calls[name] += 1
-        if name == self.hang and self.calls[name] > 1:
-            await asyncio.Event().wait()
-
-    async def replica_beat(self, *a, **kw):
-        await self._maybe_hang("replica_beat")
-        return await self.store.replica_beat(*a, **kw)
-
-    async def lease_acquire(self, name, holder, ttl_s):
-        await self._maybe_hang("lease_acquire")
-        return await self.store.lease_acquire(name, holder, ttl_s)
-
-    async def lease_release(self, name, holder):
-        return await self.store.lease_release(name, holder)
+    async def call(self, fn):
+        try:
+            fn(_Peek())
+        except _Called as e:
+            name = e.args[0]
+        if name in self.calls:
+            self.calls[name] += 1
+            if name == self.hang and self.calls[name] > 1:
+                await asyncio.Event().wait()
+        return await self.store.call(fn)
 
 
 @pytest.mark.parametrize("hang", ["lease_acquire", "replica_beat"])
@@ -130,7 +137,7 @@ async def test_a_leader_whose_renewals_hang_steps_down_before_its_lease_can_expi
     task = asyncio.create_task(lead.run(stop))
     try:
         await _until(lambda: [k for k, _ in duties.log] == ["start", "stop"])
-        lease = await store.lease_holder(LEADER)
+        lease = await store.call(lambda s: s.lease_holder(LEADER))
         stepped_down = duties.log[1][1]
         assert stepped_down < parse_iso(lease["expires_at"]).timestamp()   # before anyone else could take it
         assert not lead.is_leader()
@@ -225,11 +232,11 @@ async def test_two_replicas_firing_the_same_slot_start_one_run_and_warn_of_no_bu
         slot = slot_at(trigger_for(cfg), datetime.now(timezone.utc), cfg.misfire_grace_s)
         got = await asyncio.gather(sa.run_schedule(cfg, slot), sb.run_schedule(cfg, slot))
         assert sorted(x is None for x in got) == [False, True]
-        runs = await a.store.history(origin="schedule")
+        runs = await a.store.call(lambda s: s.history(origin="schedule"))
         assert [r["id"] for r in runs] == [x for x in got if x is not None]
         assert runs[0]["status"] == "succeeded"
         assert not [t for t in hooks_a.posts + hooks_b.posts if "busy" in t]
-        fires = await a.store.schedule_fires("t")
+        fires = await a.store.call(lambda s: s.schedule_fires("t"))
         assert [(f["fire_time"], f["status"]) for f in fires] == [
             (slot.isoformat().replace("+00:00", "Z"), "succeeded")]
     finally:

@@ -6,11 +6,11 @@ import re
 
 from helpers import eagle, eagle_json
 from history_seed import seed_run
-from slack_harness import open_harness
 
 from eaglebot.history.view import KEY_METRIC, RunView, key_metric, load_history
 from eaglebot.sdk import Regression
 from eaglebot.store import Store
+from eaglebot.testing.chat import ChatBot
 
 
 def metric(name: str, value: float) -> dict:
@@ -64,10 +64,10 @@ def key_column(table: str) -> dict[int, str]:
     return out
 
 
-async def test_cli_chat_and_slack_history_show_the_same_key_metric_for_each_run(tmp_path, fake):
-    h = await open_harness(tmp_path, fake)
+async def test_cli_chat_and_slack_history_show_the_same_key_metric_for_each_run(tmp_path):
+    bot = await ChatBot.open(tmp_path, hosts=["local"])
     try:
-        store = h.services.store.sync
+        store = bot.services.store.sync
         # The first metric each run records is NOT output_throughput: where the old rules disagreed.
         mixed = seed_run(store, "hello", "local", metrics={"median_ttft_ms": 30.0, KEY_METRIC: 123.5})
         later = seed_run(store, "hello", "local", metrics={"accept_length": 3.25, "median_ttft_ms": 28.0,
@@ -92,9 +92,8 @@ async def test_cli_chat_and_slack_history_show_the_same_key_metric_for_each_run(
         chat = eagle("chat", "history", config=cfg)
         assert cli.returncode == 0 and chat.returncode == 0, cli.stderr + chat.stderr
 
-        await h.command("history")
-        reply = (await fake.wait_for(lambda: h.responses()))[0]
-        slack_blocks = "\n".join(b["text"]["text"] for b in reply.blocks() if b["type"] == "section")
+        [reply] = (await bot.say("history")).messages
+        slack_blocks = "\n".join(b["text"]["text"] for b in reply.blocks if b["type"] == "section")
 
         assert key_column(cli.stdout) == expected
         assert key_column(chat.stdout) == expected
@@ -103,4 +102,4 @@ async def test_cli_chat_and_slack_history_show_the_same_key_metric_for_each_run(
                 for r in load_history(store)} == {mixed: KEY_METRIC, later: KEY_METRIC,
                                                   no_tput: "median_ttft_ms", bare: None}
     finally:
-        await h.close()
+        await bot.close()

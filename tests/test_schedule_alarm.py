@@ -24,8 +24,8 @@ async def _sched(services, pbdir):  # noqa: F811
 
 async def test_a_paused_schedule_past_its_grace_posts_one_alarm_naming_the_last_run_and_why(services, pbdir):  # noqa: F811
     svc, rid, hooks, sched = await _sched(services, pbdir)
-    await svc.store.record_fire("nightly-bench", "2030-01-08T03:00:00.042Z", "paused")
-    await svc.store.set_schedule_paused("nightly-bench", True, "UALICE")
+    await svc.store.call(lambda s: s.record_fire("nightly-bench", "2030-01-08T03:00:00.042Z", "paused"))
+    await svc.store.call(lambda s: s.set_schedule_paused("nightly-bench", True, "UALICE"))
     early = datetime(2030, 1, 8, 3, 30, tzinfo=timezone.utc)
     assert await sched.check_alarms(now=early) == []                  # within the grace: not yet
     [text] = await sched.check_alarms(now=NOW)
@@ -40,7 +40,7 @@ async def test_a_paused_schedule_past_its_grace_posts_one_alarm_naming_the_last_
 
 async def test_every_host_quarantined_is_the_reason_given(services, pbdir):  # noqa: F811
     svc, rid, hooks, sched = await _sched(services, pbdir)
-    await svc.store.record_fire("nightly-bench", "2030-01-08T03:00:00.042Z", "quarantined")
+    await svc.store.call(lambda s: s.record_fire("nightly-bench", "2030-01-08T03:00:00.042Z", "quarantined"))
     [text] = await sched.check_alarms(now=NOW)
     assert "every host of it is quarantined by the health watch" in text
 

@@ -12,9 +12,9 @@ import pytest
 from helpers import eagle
 from inproc import eagle_here
 from sched_helpers import finished_jobs, fire_now
-from slack_harness import open_harness
 
 from eaglebot.frontends.service.scheduler import build_scheduler
+from eaglebot.testing.chat import ChatBot
 
 BROKEN = """\
 audit_db: eagle.db
@@ -84,20 +84,17 @@ def test_config_errors_carry_the_line_number(tmp_path):
     assert res.returncode == 2 and f"{cfg}:5: hosts.gpu-01.prot: unknown key" in res.stderr
 
 
-async def test_pause_and_resume_from_slack_are_for_operators_persisted_shown_audited_and_honoured(tmp_path, fake):
+async def test_pause_and_resume_from_slack_are_for_operators_persisted_shown_audited_and_honoured(tmp_path):
     pb = {"name": "nightly", "steps": [{"skill": "shell", "with": {"command": "echo nightly"}}]}
-    h = await open_harness(tmp_path, fake, playbooks={"nightly": pb},
-                           schedules=[{"name": "nightly-bench", "playbook": "nightly", "cron": "0 3 * * *"}])
+    bot = await ChatBot.open(tmp_path, playbooks={"nightly": pb},
+                             schedules=[{"name": "nightly-bench", "playbook": "nightly", "cron": "0 3 * * *"}])
     try:
-        status, ack = await h.command("schedule pause nightly-bench", user="UEVE")
-        assert "only operators can pause schedules" in ack["text"]
-        await h.command("schedule pause nightly-bench", user="UALICE")
-        said = await fake.wait_for(lambda: h.responses())
-        assert "schedule nightly-bench paused by UALICE" in said[0].all_text()
-        await h.command("schedule", user="UEVE")
-        shown = await fake.wait_for(lambda: h.responses())
-        assert "paused by UALICE" in shown[0].all_text()
-        sched = build_scheduler(h.services)
+        refused = await bot.say("schedule pause nightly-bench", user="UEVE")
+        assert "only operators can pause schedules" in refused.ack
+        said = await bot.say("schedule pause nightly-bench", user="UALICE")
+        assert "schedule nightly-bench paused by UALICE" in said.text
+        assert "paused by UALICE" in (await bot.say("schedule", user="UEVE")).text
+        sched = build_scheduler(bot.services)
         finished = finished_jobs(sched)
         sched.start()
         try:
@@ -105,16 +102,16 @@ async def test_pause_and_resume_from_slack_are_for_operators_persisted_shown_aud
             name, run_id = await asyncio.wait_for(finished.get(), 30)
         finally:
             sched.shutdown()
-        assert run_id is None and await h.services.store.history(limit=5) == []
-        fires = await h.query("select status from schedule_fires where schedule = 'nightly-bench'")
+        assert run_id is None and await bot.runs() == [] and bot.host("gpu-01").calls == []
+        fires = await bot.services.store.call(lambda s: list(s.db.query(
+            "select status from schedule_fires where schedule = 'nightly-bench'")))
         assert {"status": "paused"} in fires
-        await h.command("schedule resume nightly-bench", user="UALICE")
-        await fake.wait_for(lambda: h.responses())
-        events = [e["kind"] for e in await h.query("select kind from events order by id")]
+        await bot.say("schedule resume nightly-bench", user="UALICE")
+        events = await bot.services.store.call(lambda s: [e["kind"] for e in s.db.query("select kind from events order by id")])
         assert events == ["access_denied", "schedule_paused", "schedule_resumed"]
-        assert (await h.services.store.schedule_states())["nightly-bench"]["paused"] == 0
+        assert (await bot.services.store.call(lambda s: s.schedule_states()))["nightly-bench"]["paused"] == 0
     finally:
-        await h.close()
+        await bot.close()
 
 
 def test_pause_and_resume_from_the_terminal_write_the_row_the_bot_reads(tmp_path):

@@ -45,7 +45,7 @@ class RecordingHooks:
         class Obs(Observer):
             async def run_started(self, run_id, playbook, hosts, req):
                 hooks.observed.append(cfg.name)
-                await hooks.store.set_run_thread(run_id, "C-THREAD", "1700000000.000100")
+                await hooks.store.call(lambda s: s.set_run_thread(run_id, "C-THREAD", "1700000000.000100"))
 
         return Obs()
 
@@ -85,11 +85,11 @@ async def test_scheduler_fires_a_shell_playbook_through_the_engine(services, pbd
     finally:
         sched.shutdown()
     assert name == "nightly-bench" and run_id is not None
-    run = await svc.store.get_run(run_id)
+    run = await svc.store.call(lambda s: s.get_run(run_id))
     assert run["status"] == "succeeded"
     assert (run["origin"], run["schedule"], run["actor"]) == ("schedule", "nightly-bench", "schedule:nightly-bench")
     assert json.loads(json.dumps(run["inputs"])) == {"word": "scheduled"}
-    steps = await svc.store.steps(run_id)
+    steps = await svc.store.call(lambda s: s.steps(run_id))
     assert steps[0]["output"].strip() == "scheduled"
     assert hooks.observed == ["nightly-bench"]
     [(ch, ts, png, title)] = hooks.uploads
@@ -125,9 +125,9 @@ async def test_busy_host_is_posted_once_and_does_not_crash(services, pbdir, capl
     svc = await services(playbooks_dir=str(pbdir), schedules=[sched_cfg()])
     hooks = RecordingHooks()
     hooks.store = svc.store
-    other = await svc.store.create_run(NewRun(playbook="x", hosts=["local"], inputs={}, variables={}, actor="t",
-                                       origin="cli"))
-    await svc.store.acquire_hosts(other, ["local"])
+    other = await svc.store.call(lambda s: s.create_run(NewRun(playbook="x", hosts=["local"], inputs={}, variables={}, actor="t",
+                                       origin="cli")))
+    await svc.store.call(lambda s: s.acquire_hosts(other, ["local"]))
     sched = build_scheduler(svc, hooks)
     assert await sched.run_schedule(svc.settings.schedules[0]) is None
     [(ch, text)] = hooks.posts
@@ -276,13 +276,13 @@ async def test_a_scheduled_run_skips_a_quarantined_host_and_says_so(services, pb
                          hosts={"h1": {"transport": "local"}, "h2": {"transport": "local"}})
     hooks = RecordingHooks()
     hooks.store = svc.store
-    await svc.store.health_transition("h2", 0, "quarantined", "Xid 79 (GPU has fallen off the bus)", "health-watch")
+    await svc.store.call(lambda s: s.health_transition("h2", 0, "quarantined", "Xid 79 (GPU has fallen off the bus)", "health-watch"))
     sched = build_scheduler(svc, hooks)
     run_id = await sched.run_schedule(svc.settings.schedules[0])
-    assert run_id is not None and (await svc.store.get_run(run_id))["hosts"] == ["h1"]
-    [skip] = await svc.store.events("quarantine_skip")
+    assert run_id is not None and (await svc.store.call(lambda s: s.get_run(run_id)))["hosts"] == ["h1"]
+    [skip] = await svc.store.call(lambda s: s.events("quarantine_skip"))
     assert "schedule nightly-bench skipped h2 is quarantined" in skip["message"] and "Xid 79" in skip["message"]
-    await svc.store.health_transition("h1", -1, "quarantined", "probe said nvidia-smi exit 15", "health-watch")
+    await svc.store.call(lambda s: s.health_transition("h1", -1, "quarantined", "probe said nvidia-smi exit 15", "health-watch"))
     assert await sched.run_schedule(svc.settings.schedules[0]) is None
-    assert (await svc.store.last_fire("nightly-bench"))["status"] == "quarantined"
+    assert (await svc.store.call(lambda s: s.last_fire("nightly-bench")))["status"] == "quarantined"
     assert "did not start" in hooks.posts[-1][1] and "quarantined" in hooks.posts[-1][1]

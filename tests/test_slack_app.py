@@ -1,4 +1,7 @@
-"""The Slack app over real HTTP (signed requests) and Socket Mode, against a fake Web API."""
+"""The Slack surface over real HTTP (signed requests) and Socket Mode, against a fake Web API:
+signatures, the run's thread as Slack shows it, retries and outages, edit pacing, a real
+process killed (or not) after a click. What a command decides is tests/test_slack_handlers.py's,
+said through the chat test bot (eaglebot.testing.chat)."""
 from __future__ import annotations
 
 import asyncio
@@ -6,7 +9,6 @@ import time
 
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-from history_seed import seed_run
 from slack_harness import CHANNEL, approval_message, command_body, signed_headers
 
 from eaglebot.frontends.slack import blocks as bk
@@ -24,7 +26,7 @@ def posts(fake, *, thread_ts=None, top=False):
 
 
 async def run_rows(h):
-    return await h.services.store.history(limit=100)
+    return await h.services.store.call(lambda s: s.history(limit=100))
 
 
 # -- request verification -------------------------------------------------------------------
@@ -69,65 +71,6 @@ async def test_slash_run_posts_parent_progress_in_thread_and_final_summary(harne
     assert len(progress) == 1
 
 
-async def test_dry_run_posts_the_plan_and_runs_nothing_on_the_host(harness, fake, tmp_path):
-    h = await harness()
-    target = tmp_path / "touched"
-    await h.command(f"marker path={target} --dry-run")
-    await fake.wait_for(lambda: [c for c in posts(fake) if "plan" in c.all_text()])
-    rid = await h.last_run_id()
-    run = await h.wait_run(rid)
-    assert run["dry_run"] == 1
-    assert not target.exists()
-    plan = [c for c in posts(fake) if "plan" in c.all_text()][0].all_text()
-    assert "would run" in plan and "touch" in plan
-
-
-HOSTILE = [
-    "hello gpu-01; rm -rf /",
-    "$(reboot)",
-    "hello `reboot`",
-    "hello greeting=\"unbalanced",
-    "marker path=/tmp/x; rm -rf /",
-    "héllo wörld",
-    "hello &lt;!channel&gt;",
-    "hello greeting=x\x07",
-    "x" * 10_000,
-]
-
-
-async def test_hostile_slash_text_gets_a_clear_error_and_runs_nothing(harness, fake):
-    h = await harness()
-    for text in HOSTILE:
-        status, ack = await h.command(text)
-        assert status == 200, text
-        assert ack.get("text", "").startswith(":warning:"), (text, ack)
-        assert "<!channel>" not in ack["text"]
-    assert await run_rows(h) == []
-    assert fake.calls_to("chat.postMessage") == []
-
-
-async def test_a_hostile_input_value_reaches_the_shell_as_one_quoted_word(harness, fake, tmp_path):
-    h = await harness()
-    pwned = tmp_path / "pwned"
-    await h.command(f"hello greeting='$(touch {pwned})'")
-    await fake.wait_for(lambda: [c for c in posts(fake) if "finished" in c.all_text()])
-    run = await h.wait_run(await h.last_run_id())
-    assert run["status"] == "succeeded"
-    assert not pwned.exists()
-    steps = await h.services.store.steps(run["id"])
-    assert "$(touch" in steps[0]["output"]
-
-
-async def test_failure_summary_shows_the_failing_step_error_and_log_tail(harness, fake):
-    h = await harness()
-    await h.command("fails")
-    summary = await fake.wait_for(lambda: [c for c in posts(fake) if "finished" in c.all_text()])
-    text = summary[0].all_text()
-    assert "failed" in text and "exit status 3" in text and "Scheduler hit an exception" in text
-    assert "log tail of *boom*" in text
-    assert all("hf_abcdefghij" not in c.all_text() for c in fake.calls)  # secrets are never posted
-
-
 async def test_cancel_stops_a_run_and_its_always_steps_still_run(harness, fake):
     h = await harness()
     await h.command("slow")
@@ -139,65 +82,15 @@ async def test_cancel_stops_a_run_and_its_always_steps_still_run(harness, fake):
     await h.command(f"cancel {rid}")
     run = await h.wait_run(rid)
     assert run["status"] == "cancelled"
-    steps = {s["name"]: s["status"] for s in await h.services.store.steps(rid)}
+    steps = {s["name"]: s["status"] for s in await h.services.store.call(lambda s: s.steps(rid))}
     assert steps["cleanup note"] == "ok" and steps["after"] == "skipped"
-
-
-async def test_history_and_show_render_from_the_audit_store(harness, fake):
-    h = await harness()
-    await h.command("hello")
-    rid = await h.last_run_id()
-    await h.wait_run(rid)
-    await h.command("history")
-    hist = (await fake.wait_for(lambda: h.responses()))[0]
-    assert hist.args["response_type"] == "in_channel"
-    assert f"#{rid}" in hist.all_text() and "hello" in hist.all_text() and "UALICE" in hist.all_text()
-    await h.command(f"show {rid}")
-    show = (await fake.wait_for(lambda: h.responses()))[0]
-    assert "greet" in show.all_text() and "succeeded" in show.all_text()
-    await h.command("show 999")
-    err = (await fake.wait_for(lambda: h.responses()))[0]
-    assert err.args["response_type"] == "ephemeral" and "no run #999" in err.all_text()
-
-
-async def test_schedule_lists_each_job_with_its_next_fire_time(harness, fake):
-    h = await harness(schedules=[{"name": "nightly-bench", "playbook": "hello", "hosts": ["local"],
-                                  "cron": "0 3 * * *", "timezone": "UTC"}])
-    await h.command("schedule")
-    r = (await fake.wait_for(lambda: h.responses()))[0]
-    text = r.all_text()
-    assert "nightly-bench" in text and "0 3 * * *" in text
-    assert "03:00" in text                        # the next fire time
-
-
-# -- permissions ----------------------------------------------------------------------------
-
-async def test_refusals_are_ephemeral_and_audited(harness, fake):
-    h = await harness(access={"operators": ["UALICE"], "approvers": ["UBOSS"], "viewers": ["UALICE", "UBOB"],
-                              "playbooks": {"fails": ["UCAROL"]}})
-    status, ack = await h.command("hello", user="UBOB")          # a viewer, not an operator
-    assert status == 200 and "only operators" in ack["text"]
-    _, ack = await h.command("fails", user="UALICE")              # not on the playbook's allowlist
-    assert "allowlist" in ack["text"]
-    _, ack = await h.command("history", user="UEVE")              # not even a viewer
-    assert "only viewers" in ack["text"]
-    _, ack = await h.command("cancel 1", user="UBOB")
-    assert "only operators" in ack["text"]
-    events: list = []
-    for _ in range(500):
-        events = await h.query("select * from events where kind = 'access_denied'")
-        if len(events) >= 4:
-            break
-        await asyncio.sleep(0.02)
-    who = " ".join(e["message"] for e in events)
-    assert "UBOB" in who and "UEVE" in who and "UALICE" in who
-    assert await run_rows(h) == []
-    assert fake.calls_to("chat.postMessage") == []
 
 
 # -- approvals ------------------------------------------------------------------------------
 
-async def test_approval_only_an_approver_can_approve(harness, fake, stranger):
+async def test_an_approval_clicked_over_http_kills_the_stranger_for_real(harness, fake, stranger):
+    """The card over Slack's wire and a real process killed after the click; who may click and
+    a deny are tests/test_slack_handlers.py's (through the chat test bot)."""
     h = await harness()
     await h.command("guarded")
     msg, key = await fake.wait_for(lambda: approval_message(fake))
@@ -205,36 +98,14 @@ async def test_approval_only_an_approver_can_approve(harness, fake, stranger):
     assert "<@UBOSS>" in text and f"pid {stranger.pid}" in text and "sleep 300" in text
     assert "kill 1 GPU process the bot did not start" in text
     rid = await h.last_run_id()
-    assert await h.click(bk.APPROVE_ACTION, key, user="UEVE") == 200
-    refusal = (await fake.wait_for(lambda: h.responses()))[0]
-    assert "only approvers" in refusal.all_text() and refusal.args["response_type"] == "ephemeral"
-    assert (await h.services.store.get_run(rid))["status"] == "running"
     assert await h.click(bk.APPROVE_ACTION, key, user="UBOSS") == 200
     run = await h.wait_run(rid)
     assert run["status"] == "succeeded"
     assert stranger.wait(10) is not None              # approved: really killed
     approvals = await h.query("select * from approvals where run_id = $1", [rid])
     assert [(a["status"], a["decided_by"]) for a in approvals] == [("approved", "UBOSS")]
-    denied = await h.query("select * from events where kind = 'access_denied'")
-    assert denied and "UEVE" in denied[0]["message"]
     await fake.wait_for(lambda: [c for c in fake.ok_calls_to("chat.update")
                                  if c.args["ts"] == msg.answer["ts"] and "Approved by <@UBOSS>" in c.all_text()])
-    # a second click after the decision changes nothing
-    await h.click(bk.DENY_ACTION, key, user="UBOSS")
-    late = (await fake.wait_for(lambda: h.responses()))[0]
-    assert "no longer waiting" in late.all_text()
-
-
-async def test_approval_denied_fails_the_run(harness, fake, stranger):
-    h = await harness()
-    await h.command("guarded")
-    _, key = await fake.wait_for(lambda: approval_message(fake))
-    await h.click(bk.DENY_ACTION, key, user="UBOSS")
-    run = await h.wait_run(await h.last_run_id())
-    assert run["status"] == "failed"
-    assert stranger.poll() is None                    # denied: left alone
-    a = await h.query("select status, decided_by from approvals")
-    assert a == [{"status": "denied", "decided_by": "UBOSS"}]
 
 
 async def test_no_answer_within_the_timeout_means_deny(harness, fake, stranger):
@@ -263,7 +134,7 @@ async def test_rate_limited_calls_are_retried_after_retry_after(harness, fake):
     # the retried post became the run's thread (recorded right after Slack answers it, which
     # may be after a run as short as `hello` is over)
     for _ in range(200):
-        thread_ts = (await h.services.store.get_run(rid))["thread_ts"]
+        thread_ts = (await h.services.store.call(lambda s: s.get_run(rid)))["thread_ts"]
         if thread_ts:
             break
         await asyncio.sleep(0.05)
@@ -277,7 +148,7 @@ async def test_a_run_finishing_during_a_slack_outage_is_complete_in_the_audit_st
     assert status == 200
     run = await h.wait_run(await h.last_run_id())
     assert run["status"] == "succeeded"
-    steps = await h.services.store.steps(run["id"])
+    steps = await h.services.store.call(lambda s: s.steps(run["id"]))
     assert [s["status"] for s in steps] == ["ok", "ok"] and "outage" in steps[0]["output"]
     assert fake.calls_to("chat.postMessage") and not fake.ok_calls_to("chat.postMessage")
     fake.heal()
@@ -342,29 +213,7 @@ async def test_socket_mode_acks_over_the_websocket_and_runs(harness, fake):
         await handler.close_async()
 
 
-# -- summaries, regressions, schedules, uploads ---------------------------------------------------
-
-async def test_regressions_and_warnings_are_in_the_summary_and_broadcast_to_the_channel(harness, fake):
-    from eaglebot.sdk import Regression
-
-    pb = {"name": "bench", "description": "a benchmark",
-          "steps": [{"name": "measure", "skill": "shell", "with": {"command": "echo 80 tok/s"}},
-                    {"name": "flaky probe", "skill": "shell", "continue_on_error": True,
-                     "with": {"command": "echo 'speculative_num_draft_tokens is adjusted' >&2; exit 1"}}]}
-    h = await harness(playbooks={"bench": pb})
-
-    async def judge(engine, outcome, playbook):
-        return [Regression("output_throughput", 80.0, 90.0, -11.1, "below the baseline by more than 5%",
-                           host="local")]
-
-    h.services.engine.post_run_hooks.append(judge)
-    await h.command("bench")
-    summary = (await fake.wait_for(lambda: [c for c in posts(fake) if "finished" in c.all_text()]))[0]
-    text = summary.all_text()
-    assert summary.args.get("reply_broadcast") is True
-    assert "REGRESSION" in text and "output_throughput" in text and "-11.1%" in text
-    assert "flaky probe failed (continue_on_error)" in text
-
+# -- schedules, uploads ------------------------------------------------------------------------
 
 async def test_schedule_hooks_post_runs_messages_and_uploads_to_the_configured_channel(harness, fake, tmp_path):
     from eaglebot.config import ScheduleConfig
@@ -380,9 +229,9 @@ async def test_schedule_hooks_post_runs_messages_and_uploads_to_the_configured_c
     [summary] = await fake.wait_for(lambda: [c for c in posts(fake) if c.args["channel"] == "CNIGHT"
                                              and "finished" in c.all_text()])
     # a scheduled run's summary ends with the audit chain's head, the anchor kept outside the DB
-    head = (await h.services.store.audit_head())["hash"]
+    head = (await h.services.store.call(lambda s: s.audit_head()))["hash"]
     assert summary.args["blocks"][-1]["elements"][0]["text"] == f"audit head: `{head}`"
-    assert (await h.services.store.audit_verify(head))["ok"]
+    assert (await h.services.store.call(lambda s: s.audit_verify(head)))["ok"]
     ts = await hooks.post("CNIGHT", "missed fire of nightly at 03:00")
     assert ts
     png = tmp_path / "plot.png"
@@ -391,17 +240,3 @@ async def test_schedule_hooks_post_runs_messages_and_uploads_to_the_configured_c
     done = (await fake.wait_for(lambda: fake.calls_to("files.completeUploadExternal")))[0]
     assert done.args["channel_id"] == "CNIGHT" and done.args["thread_ts"] == ts
     assert fake.calls_to("upload")[0].args["size"] == 108
-
-
-async def test_trend_uploads_the_plot_into_a_thread(harness, fake):
-    h = await harness()
-    for v in (90.0, 91.5, 89.0, 90.4, 54.8):
-        seed_run(h.services.store.sync, "hello", "local", metrics={"output_throughput": v})
-    await h.command("trend hello local output_throughput")
-    done = (await fake.wait_for(lambda: fake.calls_to("files.completeUploadExternal")))[0]
-    parent = posts(fake, top=True)[0]
-    assert done.args["thread_ts"] == parent.answer["ts"]
-    assert "output_throughput" in parent.all_text()
-    assert "eagle-trend-" not in parent.all_text() and ".png" not in parent.all_text()   # no path of the bot's
-    assert done.args["channel_id"] == CHANNEL
-    assert fake.calls_to("upload")[0].args["size"] > 5000     # a real matplotlib PNG, not a stub

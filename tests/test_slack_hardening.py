@@ -55,13 +55,13 @@ async def test_a_malformed_or_missing_signature_header_is_401(h, override):
     assert await _post_bytes(h, body, headers) == 401
     missing = {k: v for k, v in _sign(body).items() if k not in override}
     assert await _post_bytes(h, body, missing) == 401
-    assert await h.services.store.history(limit=5) == []
+    assert await h.services.store.call(lambda s: s.history(limit=5)) == []
 
 
 async def test_an_oversized_body_is_413(h):
     body = command_body("hello greeting=" + "x" * 300_000).encode()
     assert await _post_bytes(h, body, _sign(body)) == 413
-    assert await h.services.store.history(limit=5) == []
+    assert await h.services.store.call(lambda s: s.history(limit=5)) == []
 
 
 MALFORMED = [

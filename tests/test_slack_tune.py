@@ -31,13 +31,13 @@ async def test_slash_tune_posts_the_table_and_plot_and_apply_waits_for_an_approv
         assert status == 200
         msg, key = await fake.wait_for(lambda: approval_message(fake), timeout=300)
         assert "relaunch sim with steps=" in msg.all_text()
-        tune_run = next(r for r in await h.services.store.history(limit=50) if r["playbook"] == "tune")
+        tune_run = next(r for r in await h.services.store.call(lambda s: s.history(limit=50)) if r["playbook"] == "tune")
         assert tune_run["status"] == "running" and tune_run["actor"] == "UALICE"
-        before = [r["id"] for r in await h.services.store.history(limit=50) if r["playbook"] == "relaunch"]
+        before = [r["id"] for r in await h.services.store.call(lambda s: s.history(limit=50)) if r["playbook"] == "relaunch"]
         assert await h.click(bk.APPROVE_ACTION, key, user="UBOSS") == 200
         done = await h.wait_run(tune_run["id"], timeout=300)
         assert done["status"] == "succeeded"
-        after = [r for r in await h.services.store.history(limit=50) if r["playbook"] == "relaunch"]
+        after = [r for r in await h.services.store.call(lambda s: s.history(limit=50)) if r["playbook"] == "relaunch"]
         assert len(after) == len(before) + 1 and after[0]["inputs"]["spec_topk"] == 1
 
         def table():
@@ -53,12 +53,12 @@ async def test_slash_tune_posts_the_table_and_plot_and_apply_waits_for_an_approv
         rows = await h.query("select status, decided_by from approvals where run_id = $1", [tune_run["id"]])
         assert rows == [{"status": "approved", "decided_by": "UBOSS"}]
         # the applied server is the test's to stop, through the bot, as a user would
-        newest = (await h.services.store.history(limit=1))[0]["id"]
+        newest = (await h.services.store.call(lambda s: s.history(limit=1)))[0]["id"]
         status, _ = await h.command("stop sim")
         assert status == 200
 
         async def stop_run() -> int | None:
-            rows = [r for r in await h.services.store.history(limit=5) if r["playbook"] == "stop" and r["id"] > newest]
+            rows = [r for r in await h.services.store.call(lambda s: s.history(limit=5)) if r["playbook"] == "stop" and r["id"] > newest]
             return rows[0]["id"] if rows else None
         rid = None
         deadline = asyncio.get_running_loop().time() + 60

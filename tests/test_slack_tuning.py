@@ -36,7 +36,7 @@ async def test_slash_sweep_posts_the_table_uploads_the_heatmap_and_apply_best_is
         assert "best: a=3 b=2 → 100.0 tok/s" in msg.all_text()
         done = (await fake.wait_for(lambda: fake.calls_to("files.completeUploadExternal")))[0]
         assert "sweep-1.png" in done.args["files"] and done.args.get("thread_ts") == msg.answer["ts"]
-        runs_before = len(await h.services.store.history(limit=100))
+        runs_before = len(await h.services.store.call(lambda s: s.history(limit=100)))
         assert runs_before == 8          # the sweep's own run, its 6 points, then the best (not the last point) put back
         assert "host local left on the best point (a=3 b=2: relaunched by run #8)" in msg.all_text()
         # a viewer may not apply it: refused, audited, nothing runs

@@ -53,7 +53,7 @@ def _show_reason(slurm) -> str:
 
 async def _one(svc, book, **kw) -> dict:
     out = await svc.engine.run(RunRequest(book, hosts=[NODE], **kw))
-    [step] = await svc.store.steps(out.run_id)
+    [step] = await svc.store.call(lambda s: s.steps(out.run_id))
     return step
 
 
@@ -103,7 +103,7 @@ async def test_a_node_slurm_does_not_know_fails_the_step_in_one_sentence(service
     hosts[NODE]["vars"]["node_name"] = "gpu-99"
     svc = await services(hosts)
     out = await svc.engine.run(RunRequest(_book("node.drain"), hosts=[NODE]))
-    [step] = await svc.store.steps(out.run_id)
+    [step] = await svc.store.call(lambda s: s.steps(out.run_id))
     assert out.status == "failed" and step["status"] == "failed"
     assert "Slurm does not know the node 'gpu-99' (sinfo -n gpu-99 lists nothing); set the host var node_name" \
         in step["summary"], step["summary"]
@@ -182,7 +182,7 @@ async def test_the_watch_drains_the_real_node_on_a_fatal_fault_and_resumes_its_o
         await w.round()
     slurm.wait(lambda: slurm.state() == "idle", "the node to answer again")
     assert _lines(slurm) == [f"{NODE} idle none"] * 2
-    runs = await svc.store.history(limit=10)
+    runs = await svc.store.call(lambda s: s.history(limit=10))
     assert sorted(r["playbook"] for r in runs) == ["drain", "resume"] and {r["actor"] for r in runs} == {"health-watch"}
 
 
@@ -197,6 +197,6 @@ async def test_the_watch_never_resumes_a_drain_a_person_made_in_slurm(services, 
         await w.round()
     assert _lines(slurm) == [f"{NODE} drained RMA ticket 4471"] * 2
     assert _show_reason(slurm).startswith("RMA ticket 4471 [root@")
-    [row] = await svc.store.health_states(NODE)
+    [row] = await svc.store.call(lambda s: s.health_states(NODE))
     assert (row["state"], row["actor"]) == ("drained", "slurm") and "not the watch's to resume" in row["reason"]
-    assert [r["playbook"] for r in await svc.store.history(limit=10) if r["playbook"] == "resume"] == []
+    assert [r["playbook"] for r in await svc.store.call(lambda s: s.history(limit=10)) if r["playbook"] == "resume"] == []

@@ -3,6 +3,7 @@ no-speculation bench of the same target, TP size and benchmark shape on the host
 speculative one, another shape, a failed step or the run itself; under 1 it is a warning."""
 from __future__ import annotations
 
+from eaglebot.engine.steps import AuditReads
 from eaglebot.sdk import SkillContext
 from eaglebot.skills.bench_serving import Params, _speedup, reference_key, speedup_words
 from eaglebot.store import Store
@@ -37,7 +38,7 @@ async def test_the_reference_is_the_newest_no_speculation_bench_of_the_same_shap
     astore = AsyncStore(store)
     try:
         ctx = SkillContext(host=None, host_name="gpu-01", vars={}, run_id=99,  # type: ignore[arg-type]
-                           step_idx=0, step_name="b", audit=astore)
+                           step_idx=0, step_name="b", audit=AuditReads(astore))
         got = await _speedup(ctx, key, 141.3)
         assert got == {"value": round(141.3 / 90.0, 4), "reference_run": ref, "reference_tok_s": 90.0} and ref > older
         assert await _speedup(ctx, reference_key({**INFO, "tp_size": 2}, Params()), 141.3) is None

@@ -172,10 +172,10 @@ async def test_the_async_store_runs_the_postgresql_store_on_its_thread(pg_url):
     store = await AsyncStore.open(pg_url)
     try:
         assert isinstance(store.sync, PgStore)
-        rid = await store.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli"))
-        await store.finish_run(rid, "succeeded", exit_code=0)
-        assert [r["id"] for r in await store.history()] == [rid]
-        assert (await store.audit_verify())["ok"]
+        rid = await store.call(lambda s: s.create_run(NewRun(playbook="p", hosts=["h"], inputs={}, variables={}, actor="a", origin="cli")))
+        await store.call(lambda s: s.finish_run(rid, "succeeded", exit_code=0))
+        assert [r["id"] for r in await store.call(lambda s: s.history())] == [rid]
+        assert (await store.call(lambda s: s.audit_verify()))["ok"]
     finally:
         await store.aclose()
 

@@ -65,7 +65,7 @@ async def test_a_fire_proposes_a_better_config_and_leaves_the_deployed_one_runni
         hooks = Posts()
         try:
             run_id = await Scheduler(svc, hooks).run_schedule(svc.settings.schedules[0])
-            run = await svc.store.get_run(run_id)
+            run = await svc.store.call(lambda s: s.get_run(run_id))
             assert run["playbook"] == "tune" and run["origin"] == "schedule" and run["status"] == "succeeded"
             assert run["actor"] == "schedule:nightly-tune"
             [text] = hooks.posts
@@ -74,14 +74,14 @@ async def test_a_fire_proposes_a_better_config_and_leaves_the_deployed_one_runni
             assert hooks.uploads == [f"tuning run #{run_id}: Pareto plot"]
             assert await svc.store.call(lambda s: s.db.execute(
                 "select count(*) from approvals").fetchone()[0]) == 0
-            steps = await svc.store.steps(run_id)
+            steps = await svc.store.call(lambda s: s.steps(run_id))
             restore = next(s for s in steps if s["skill"] == "tune.restore")
             assert restore["status"] == "changed" and f"the inputs of run #{deployed}" in restore["summary"]
-            last = (await svc.store.history(playbook="relaunch", limit=1))[0]
+            last = (await svc.store.call(lambda s: s.history(playbook="relaunch", limit=1)))[0]
             assert (last["inputs"]["spec_steps"], last["inputs"]["spec_topk"]) == (1, 1)
             current = next(s for s in steps if s["skill"] == "tune.current")
             assert current["status"] == "ok" and "steps=1 topk=1 draft=2" in current["summary"]
-            fire = await svc.store.last_fire("nightly-tune")
+            fire = await svc.store.call(lambda s: s.last_fire("nightly-tune"))
             assert fire["run_id"] == run_id and fire["status"] == "succeeded"
             result = json.loads(next(s for s in steps if s["skill"] == "tune.choose")["data"])
             assert result["proposal"]["beats_current"] is True and result["proposal"]["gain_pct"] > 10

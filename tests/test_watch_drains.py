@@ -79,9 +79,9 @@ async def test_the_watch_resumes_a_drain_it_made_itself_once_clean(services, ssh
     await _fault_then_clean(svc, w, state)
     assert _cluster(state)["slurm"]["gpu-01"]["drain"] is False
     assert len(_resumes(state)) == 1
-    runs = [r for r in await svc.store.history(limit=10)]
+    runs = [r for r in await svc.store.call(lambda s: s.history(limit=10))]
     assert sorted(r["playbook"] for r in runs) == ["drain", "resume"] and {r["actor"] for r in runs} == {"health-watch"}
-    [row] = await svc.store.health_states("gpu-01")
+    [row] = await svc.store.call(lambda s: s.health_states("gpu-01"))
     assert row["state"] in ("resuming", "healthy") and row["actor"] == "health-watch"
 
 
@@ -92,9 +92,9 @@ async def test_a_slurm_drain_a_person_made_before_is_left_and_said_once(services
     assert _cluster(state)["slurm"]["gpu-01"] == {"base": "idle", "drain": True, "reason": "RMA ticket 4471",
                                                   "partitions": ["gpu"]}
     assert _resumes(state) == []
-    [row] = await svc.store.health_states("gpu-01")
+    [row] = await svc.store.call(lambda s: s.health_states("gpu-01"))
     assert (row["state"], row["actor"]) == ("drained", "slurm") and "not the watch's to resume" in row["reason"]
-    notes = [e for e in await svc.store.health_events("gpu-01") if e["kind"] == "note"]
+    notes = [e for e in await svc.store.call(lambda s: s.health_events("gpu-01")) if e["kind"] == "note"]
     assert len(notes) == 1 and notes[0]["reason"].startswith("left drained: the GPUs read clean for 2 probes, "
                                                              "but the drain is slurm's, not the watch's")
     said = [c for c in fake.ok_calls_to("chat.postMessage") if "left drained" in c.args["text"]]
@@ -114,11 +114,11 @@ async def test_a_drain_a_person_took_over_is_not_resumed(services, sshd, remote_
     for _ in range(5):
         await w.round()
     assert _cluster(state)["slurm"]["gpu-01"]["drain"] is True and _resumes(state) == []
-    [row] = await svc.store.health_states("gpu-01")
+    [row] = await svc.store.call(lambda s: s.health_states("gpu-01"))
     assert row["state"] == "drained" and row["actor"] == "slurm" and "left gpu-01 drained in Slurm" in row["reason"]
-    resume = [r for r in await svc.store.history(limit=10) if r["playbook"] == "resume"]
+    resume = [r for r in await svc.store.call(lambda s: s.history(limit=10)) if r["playbook"] == "resume"]
     assert len(resume) == 1                                       # tried once, found it was not its own
-    [step] = await svc.store.steps(resume[0]["id"])
+    [step] = await svc.store.call(lambda s: s.steps(resume[0]["id"]))
     assert "its drain is not eaglebot's (reason 'hands off: bad fan (ops)')" in step["summary"]
 
 
@@ -131,7 +131,7 @@ async def test_a_drain_a_user_ran_is_never_resumed_by_the_watch(services, sshd, 
     for _ in range(5):
         await w.round()
     assert _cluster(state)["slurm"]["gpu-01"]["drain"] is True and _resumes(state) == []
-    [row] = await svc.store.health_states("gpu-01")
+    [row] = await svc.store.call(lambda s: s.health_states("gpu-01"))
     assert (row["gpu"], row["state"], row["actor"]) == (-1, "drained", "UBOSS")
     assert [n for r in reports for n in r.notes] == [(-1, "left drained: the GPUs read clean for 2 probes, but the "
                                                           "drain is UBOSS's, not the watch's; `eagle run resume -H "
@@ -143,7 +143,7 @@ async def test_a_cordon_a_person_made_is_left(services, sshd, remote_dir):
     svc, w, reports = await _watch(services, hosts)
     await _fault_then_clean(svc, w, state)
     assert _cluster(state)["k8s"]["nodes"]["gpu-01"]["unschedulable"] is True and _resumes(state) == []
-    assert [r["actor"] for r in await svc.store.health_states("gpu-01")] == ["kubernetes"]
+    assert [r["actor"] for r in await svc.store.call(lambda s: s.health_states("gpu-01"))] == ["kubernetes"]
 
 
 async def test_a_cordon_the_watch_made_is_annotated_and_uncordoned_once_clean(services, sshd, remote_dir):
@@ -177,10 +177,10 @@ async def test_an_xid_79_every_probe_keeps_the_host_quarantined_and_drained(serv
         lines.append(_xid79(base + i))
         gpu_state.set_kernel_log(state, lines)
         await w.round()
-        held = await svc.store.health_held("gpu-01")
+        held = await svc.store.call(lambda s: s.health_held("gpu-01"))
         assert held is not None and held["state"] in ("quarantined", "drained"), held
     assert _cluster(state)["slurm"]["gpu-01"]["drain"] is True and _resumes(state) == []
-    events = await svc.store.health_events("gpu-01")
+    events = await svc.store.call(lambda s: s.health_events("gpu-01"))
     assert not [e for e in events if e["kind"] == "transition" and e["to_state"] in ("healthy", "resuming")]
     xids = fleet_xids(events)
     assert [x["code"] for x in xids] == [79] * 6

@@ -35,12 +35,12 @@ async def test_a_malformed_xid_line_is_a_finding_and_never_blinds_the_watch(serv
     gpu_state.set_kernel_log(st["gpu-01"], gpu_state.KERNEL_LOG + [HUGE])
     [r] = await w.round()
     assert r.probe.status == "ok"
-    [row] = await svc.store.health_states("gpu-01")
+    [row] = await svc.store.call(lambda s: s.health_states("gpu-01"))
     assert row["state"] == "suspect" and row["reason"].startswith("unreadable kernel log line"), row
     assert len(row["reason"]) < 400                          # the line is clipped, not stored whole
     gpu_state.set_kernel_log(st["gpu-01"], gpu_state.KERNEL_LOG + [HUGE, _xid79(200.0)])
     await w.round()
-    held = await svc.store.health_held("gpu-01")
+    held = await svc.store.call(lambda s: s.health_held("gpu-01"))
     assert held is not None and held["state"] == "quarantined" and "fallen off the bus" in held["reason"]
 
 
@@ -68,7 +68,7 @@ async def test_an_unreadable_kernel_log_is_a_finding_in_eagle_fleet_and_alerted_
     w = HealthWatch(svc.settings, svc.store, svc.pool, svc.settings.health_watch, notify=alerts.notify)
     for _ in range(3):
         await w.round()
-    [row] = [r for r in await svc.store.health_states("gpu-01") if r["gpu"] == -1]
+    [row] = [r for r in await svc.store.call(lambda s: s.health_states("gpu-01")) if r["gpu"] == -1]
     assert row["reason"].startswith("Xids not checked on gpu-01: dmesg: ") and "Operation not permitted" in row["reason"]
     posts = fake.ok_calls_to("chat.postMessage")
     assert len(posts) == 1 and "Xids not checked on gpu-01" in posts[0].args["text"]
@@ -87,8 +87,8 @@ async def test_only_the_drivers_own_xid_lines_count_an_audit_line_quoting_one_do
     gpu_state.set_kernel_log(st["gpu-01"], gpu_state.KERNEL_LOG + [AUDIT])
     [r] = await w.round()
     assert r.probe.status == "ok" and r.transitions == [] and alerts == []
-    assert await svc.store.health_states("gpu-01") == []
-    assert [e for e in await svc.store.health_events("gpu-01") if e["kind"].startswith("xid")] == []
+    assert await svc.store.call(lambda s: s.health_states("gpu-01")) == []
+    assert [e for e in await svc.store.call(lambda s: s.health_events("gpu-01")) if e["kind"].startswith("xid")] == []
 
 
 async def test_a_line_is_counted_once_however_the_log_is_reread(services, sshd, remote_dir):
@@ -100,9 +100,9 @@ async def test_a_line_is_counted_once_however_the_log_is_reread(services, sshd, 
     for lines in ([late, late], [early], [late], [early], [late, early], [early]):
         gpu_state.set_kernel_log(st["gpu-01"], gpu_state.KERNEL_LOG + lines)
         await w.round()
-    xids = [e for e in await svc.store.health_events("gpu-01") if e["kind"].startswith("xid")]
+    xids = [e for e in await svc.store.call(lambda s: s.health_events("gpu-01")) if e["kind"].startswith("xid")]
     assert len(xids) == 2, xids
-    assert await svc.store.health_held("gpu-01") is None
+    assert await svc.store.call(lambda s: s.health_held("gpu-01")) is None
 
 
 BOOT_A, BOOT_B = "6b1c2b0e-1d4e-4f44-9a5a-2f0b7c1e9d01", "0d9e8c7b-6a5f-4e3d-8c2b-1a0f9e8d7c6b"
@@ -172,7 +172,7 @@ async def test_host_text_is_escaped_in_text_and_blocks_on_every_alert_path(servi
     await w.round()                                          # 13 incidents open: 10 alone, a summary of 3
     await w.round()                                          # and each evolves: updated in place
     await alerts.aclose()
-    row = next(r for r in await svc.store.health_states("gpu-01") if r["message_ts"])
+    row = next(r for r in await svc.store.call(lambda s: s.health_states("gpu-01")) if r["message_ts"])
     await silence_incident(client, svc.store, True, "UALICE", f"gpu-01 {row['gpu']}", row["channel"],
                            row["message_ts"])
     calls = [c for c in fake.ok_calls_to("chat.postMessage") + fake.ok_calls_to("chat.update")]
@@ -184,7 +184,7 @@ async def test_host_text_is_escaped_in_text_and_blocks_on_every_alert_path(servi
     assert any("&lt;!channel&gt;" in c.all_text() and c.blocks() for c in calls)
     leaks = {c.method + ": " + t for c in calls for t in _raw_in(c)}
     assert not leaks, leaks
-    assert any(HOSTILE in (r["reason"] or "") for r in await svc.store.health_states())   # the store keeps it as read
+    assert any(HOSTILE in (r["reason"] or "") for r in await svc.store.call(lambda s: s.health_states()))   # the store keeps it as read
 
 
 async def test_a_parser_that_raises_is_a_finding_not_a_silent_host(services, sshd, remote_dir, monkeypatch):
@@ -197,7 +197,7 @@ async def test_a_parser_that_raises_is_a_finding_not_a_silent_host(services, ssh
     monkeypatch.setattr(health_probe.hf, "read_health", broken)
     [r] = await w.round()
     assert r.probe.status == "failed"
-    [row] = await svc.store.health_states("gpu-01")
+    [row] = await svc.store.call(lambda s: s.health_states("gpu-01"))
     assert (row["gpu"], row["state"]) == (-1, "suspect")
     assert row["reason"] == ("probe failed: cannot read what gpu-01 answered (ValueError: a parser did not "
                              "foresee this)")

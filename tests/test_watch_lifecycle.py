@@ -101,16 +101,16 @@ async def test_a_single_err_reading_never_quarantines_and_a_second_that_agrees_d
     svc, w, alerts = await open_watch(services, hosts)
     gpu_state.set_health(st["gpu-01"], 1, read_error="ERR!")
     [r] = await w.round()
-    assert r.pending == {1} and _states(await svc.store.health_states("gpu-01")) == {1: "suspect"}
-    [row] = await svc.store.health_states("gpu-01")
+    assert r.pending == {1} and _states(await svc.store.call(lambda s: s.health_states("gpu-01"))) == {1: "suspect"}
+    [row] = await svc.store.call(lambda s: s.health_states("gpu-01"))
     assert row["reason"].startswith("cannot read GPU 1: persistence_mode, pstate, clocks_event_reasons.active and ")
     assert "more read 'ERR!'" in row["reason"] and fh.UNCONFIRMED in row["reason"]
     gpu_state.set_health(st["gpu-01"], 1)                        # transient: the next probe reads it fine
     [r] = await w.round()
-    assert r.pending == frozenset() and await svc.store.health_held("gpu-01") is None
+    assert r.pending == frozenset() and await svc.store.call(lambda s: s.health_held("gpu-01")) is None
     for _ in range(3):
         await w.round()
-    assert _states(await svc.store.health_states("gpu-01")) == {1: "healthy"}
+    assert _states(await svc.store.call(lambda s: s.health_states("gpu-01"))) == {1: "healthy"}
     gpu_state.set_health(st["gpu-01"], 0, read_error="[Unknown Error]")
     await w.round()
     [r] = await w.round()                                        # still unreadable: the second probe agrees
@@ -126,7 +126,7 @@ async def test_na_and_not_supported_readings_are_not_findings(services, sshd, re
     for _ in range(2):
         [r] = await w.round()
         assert r.probe.status == "ok" and r.probe.findings == [] and r.transitions == []
-    assert await svc.store.health_states("gpu-01") == [] and alerts == []
+    assert await svc.store.call(lambda s: s.health_states("gpu-01")) == [] and alerts == []
 
 
 async def test_a_failing_nvidia_smi_is_a_finding_and_exit_15_acts_at_once(services, sshd, remote_dir):
@@ -135,12 +135,12 @@ async def test_a_failing_nvidia_smi_is_a_finding_and_exit_15_acts_at_once(servic
     gpu_state.set_exit_code(st["gpu-01"], 9)                     # the driver is not loaded
     gpu_state.set_exit_code(st["gpu-02"], 15)                    # a GPU fell off the bus
     await w.round()
-    rows = {r["host"]: r for r in await svc.store.health_states()}
+    rows = {r["host"]: r for r in await svc.store.call(lambda s: s.health_states())}
     assert rows["gpu-01"]["state"] == "suspect" and rows["gpu-02"]["state"] == "quarantined"
     assert rows["gpu-01"]["reason"].startswith("cannot read the GPUs: GPU check failed on gpu-01: the NVIDIA driver "
                                                "is not loaded (nvidia-smi exit 9)")
     await w.round()
-    assert (await svc.store.health_held("gpu-01"))["state"] == "quarantined"
+    assert (await svc.store.call(lambda s: s.health_held("gpu-01")))["state"] == "quarantined"
 
 
 async def test_the_loop_runs_the_second_probe_early(services, sshd, remote_dir):
@@ -152,13 +152,13 @@ async def test_the_loop_runs_the_second_probe_early(services, sshd, remote_dir):
     task = asyncio.create_task(w.run(stop))
     try:
         deadline = time.monotonic() + 60
-        while await svc.store.health_held("gpu-01") is None:
-            assert time.monotonic() < deadline, await svc.store.health_states("gpu-01")
+        while await svc.store.call(lambda s: s.health_held("gpu-01")) is None:
+            assert time.monotonic() < deadline, await svc.store.call(lambda s: s.health_states("gpu-01"))
             await asyncio.sleep(0.1)
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)
-    held = await svc.store.health_held("gpu-01")
+    held = await svc.store.call(lambda s: s.health_held("gpu-01"))
     assert held["gpu"] == 0 and held["reason"] == "PCIe link x8 of x16 (a second probe agreed)"
 
 
@@ -195,7 +195,7 @@ async def test_the_bots_own_cleanup_under_a_running_watch_is_expected_never_quar
         assert out.status == "succeeded", [(x.name, x.status, x.summary) for x in out.steps]
 
         async def expected():
-            ev = [e for e in await svc.store.health_events("gpu-01") if e["kind"] == "xid_expected"]
+            ev = [e for e in await svc.store.call(lambda s: s.health_events("gpu-01")) if e["kind"] == "xid_expected"]
             return ev if {e["gpu"] for e in ev} == {0, 1} and len(ev) >= 16 else None
         ev = await _wait_for(expected, "the teardown's Xid 45 lines read as expected")
     finally:
@@ -203,10 +203,10 @@ async def test_the_bots_own_cleanup_under_a_running_watch_is_expected_never_quar
         await asyncio.wait_for(task, 30)
         s.stop_all()
     assert {(e["code"], e["from_state"]) for e in ev} == {(45, "teardown")}
-    assert _states(await svc.store.health_states("gpu-01")) == {0: "expected", 1: "expected"}
+    assert _states(await svc.store.call(lambda s: s.health_states("gpu-01"))) == {0: "expected", 1: "expected"}
     assert alerts == [] or all(to == "expected" for a in alerts for _, _, to, _ in a.transitions)
-    assert [e for e in await svc.store.health_events("gpu-01") if e["kind"] == "xid"] == []
-    row = (await svc.store.health_states("gpu-01"))[0]
+    assert [e for e in await svc.store.call(lambda s: s.health_events("gpu-01")) if e["kind"] == "xid"] == []
+    row = (await svc.store.call(lambda s: s.health_states("gpu-01")))[0]
     assert row["reason"] == f"Xid 45 x8 during the bot's own teardown (run #{out.run_id}): expected"
     cfg = write_yaml(tmp_path / "fleet.yaml", {"audit_db": str(tmp_path / "eagle.db"), "hosts": hosts,
                                                "health_watch": watch_cfg()})
@@ -231,7 +231,7 @@ async def test_the_same_burst_outside_the_bots_teardown_is_judged(services, sshd
     finally:
         s.stop_all()
     assert [(g, to) for g, _, to, _ in r.transitions] == [(0, "suspect")]
-    xids = [e for e in await svc.store.health_events("gpu-01") if e["kind"].startswith("xid")]
+    xids = [e for e in await svc.store.call(lambda s: s.health_events("gpu-01")) if e["kind"].startswith("xid")]
     assert {(e["kind"], e["code"], e["from_state"]) for e in xids} == {("xid", 45, "idle")}
 
 
@@ -251,7 +251,7 @@ async def test_a_fatal_xid_inside_the_bots_teardown_still_quarantines_at_once(se
     ts = float(burst[-1][1:burst[-1].index("]")])
     gpu_state.set_kernel_log(st["gpu-01"], log + [XID79.replace("[ 8123.456789]", f"[{ts:12.6f}]")])
     [r] = await w.round()
-    assert _states(await svc.store.health_states("gpu-01")) == {0: "quarantined"}
+    assert _states(await svc.store.call(lambda s: s.health_states("gpu-01"))) == {0: "quarantined"}
     assert "fallen off the bus" in r.transitions[0][3]
 
 
@@ -273,7 +273,7 @@ async def test_one_finding_per_gpu_xid_and_boot_until_a_recovery_event_ends_it(s
     r = await probe_with(xid13(100.0))
     assert [(g, to) for g, _, to, _ in r.transitions] == [(0, "suspect")]
     await w.round()                                              # clean: healthy again
-    assert _states(await svc.store.health_states("gpu-01")) == {0: "healthy"}
+    assert _states(await svc.store.call(lambda s: s.health_states("gpu-01"))) == {0: "healthy"}
     r = await probe_with(xid13(200.0))                           # the same Xid, same GPU, same boot: no new finding
     assert r.transitions == [] and r.probe.findings == []
     r = await probe_with(XID74.format(ts=210.0))                 # another Xid is another finding (a second probe decides)
@@ -282,7 +282,7 @@ async def test_one_finding_per_gpu_xid_and_boot_until_a_recovery_event_ends_it(s
     assert r.transitions == [(0, "suspect", "healthy", "recovery event: the driver's recovery action reads None")]
     r = await probe_with(xid13(300.0))                           # and after it, the Xid is new again
     assert [(g, to) for g, _, to, _ in r.transitions] == [(0, "suspect")]
-    codes = [e["code"] for e in await svc.store.health_events("gpu-01") if e["kind"] == "xid"]
+    codes = [e["code"] for e in await svc.store.call(lambda s: s.health_events("gpu-01")) if e["kind"] == "xid"]
     assert sorted(codes) == [13, 13, 13, 74, 154]                # every line an event, each once
 
 

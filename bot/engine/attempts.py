@@ -8,15 +8,15 @@ data, evidence and warnings); any other exception is an internal error with its 
 from __future__ import annotations
 
 import asyncio
+import functools
 import traceback
 from dataclasses import dataclass
-from typing import Callable, Generic, Mapping, Protocol
+from typing import Callable, Generic, Mapping, Protocol, get_args, get_origin, get_type_hints
 
 from eaglebot.engine import procs
 from eaglebot.engine.playbook import Step
 from eaglebot.errors import EagleError, StepFailed
-from eaglebot.sdk import (FileChange, Metric, P, Regression, Skill, SkillContext, SkillParams, StepResult,
-                          result_of)
+from eaglebot.sdk import P, Skill, SkillContext, SkillParams, Status, StepResult, result_of
 
 
 class Runnable(Protocol):
@@ -110,7 +110,11 @@ async def attempt(bound: Runnable, sctx: SkillContext, step: Step,
                                                 f"timed out after {step.timeout_s:g}s; ")), False
 
 
-_LISTS = {"metrics": Metric, "changes": FileChange, "warnings": str, "regressions": Regression}
+@functools.cache
+def _lists() -> dict[str, type]:
+    """StepResult's list fields and what each holds, read from its declaration (once, when a
+    result is first checked: not at start-up)."""
+    return {name: get_args(t)[0] for name, t in get_type_hints(StepResult).items() if get_origin(t) is list}
 
 
 def checked(res: object, skill: str) -> StepResult:
@@ -121,7 +125,7 @@ def checked(res: object, skill: str) -> StepResult:
         return StepResult.failed(f"skill {skill} returned no result (got {type(res).__name__}, "
                                  f"not a StepResult)")
     wrong = ""
-    if res.status not in ("ok", "changed", "skipped", "failed"):
+    if res.status not in get_args(Status):
         wrong = f"status {res.status!r} is not ok, changed, skipped or failed"
     elif not isinstance(res.summary, str):
         wrong = f"summary is a {type(res.summary).__name__}, not text"
@@ -130,7 +134,7 @@ def checked(res: object, skill: str) -> StepResult:
     elif not isinstance(res.data, dict):
         wrong = f"data is a {type(res.data).__name__}, not a dict"
     else:
-        for name, kind in _LISTS.items():
+        for name, kind in _lists().items():
             value = getattr(res, name)
             if not isinstance(value, list):
                 wrong = f"{name} is a {type(value).__name__}, not a list"

@@ -33,17 +33,18 @@ async def fleet_hook(engine: "Engine", outcome: "RunOutcome", playbook: object) 
     from eaglebot.engine.fleet_health import HOST   # (here: a run without drain steps does not load the watch)
 
     store = engine.store
-    run = await store.get_run(outcome.run_id)
+    run = await store.call(lambda s: s.get_run(outcome.run_id))
     actor = (run["actor"] if run else None) or "?"
-    rows = {r["id"]: r for r in await store.steps(outcome.run_id)}
+    rows = {r["id"]: r for r in await store.call(lambda s: s.steps(outcome.run_id))}
     for s in done:
         row = rows.get(s.step_id or -1)
         data = json.loads(row["data"] or "{}") if row else {}
         reason = f"{s.skill} in run #{outcome.run_id}: {s.summary}"
-        mine = [r["gpu"] for r in await store.health_states(s.host) if r["state"] in _FROM[s.skill]]
+        mine = [r["gpu"] for r in await store.call(lambda st: st.health_states(s.host)) if r["state"] in _FROM[s.skill]]
         if s.skill == "node.resume" and data.get("left"):
             for gpu in mine:      # a person's drain now: the watch never resumes it
-                await store.health_note(s.host, gpu, reason, str(data.get("scheduler") or "scheduler"), kind="takeover")
+                who = str(data.get("scheduler") or "scheduler")
+                await store.call(lambda st: st.health_note(s.host, gpu, reason, who, kind="takeover"))
             continue
         by = actor
         if s.skill == "node.drain":
@@ -56,7 +57,7 @@ async def fleet_hook(engine: "Engine", outcome: "RunOutcome", playbook: object) 
         if not mine and s.skill == "node.drain":
             mine = [HOST]     # drained by hand while healthy: held all the same until resumed
         for gpu in mine:
-            await store.health_transition(s.host, gpu, to, reason, by)
+            await store.call(lambda st: st.health_transition(s.host, gpu, to, reason, by))
     return []
 
 
@@ -92,7 +93,8 @@ async def auto_resume(engine: "Engine", report: "HostReport") -> int | None:
 
     if not report.resume:
         return None
-    data = await engine.store.last_step_data(report.host, "node.drain", "scheduler")   # the newest drain
+    # the newest drain
+    data = await engine.store.call(lambda s: s.last_step_data(report.host, "node.drain", "scheduler"))
     if not data or data.get("made") is not True or not data.get("reason"):
         return None
     req = RunRequest("resume", [report.host], {"only_if_reason": str(data["reason"])}, actor=ACTOR, origin="watch",

@@ -42,7 +42,8 @@ from eaglebot.skills.lib import server
 from eaglebot.transport import TransportPool
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async import AsyncServiceState
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import ServiceState
 
 log = logging.getLogger("eaglebot.health")
 
@@ -226,7 +227,7 @@ Notify = Callable[[HostReport], Awaitable[None]]
 class HealthWatch:
     """Probes the watched hosts and keeps their state in the store."""
 
-    def __init__(self, settings: Settings, store: AsyncServiceState, pool: TransportPool,
+    def __init__(self, settings: Settings, store: Door[ServiceState], pool: TransportPool,
                  cfg: HealthWatchConfig, *, notify: Notify | None = None):
         self.settings, self.store, self.pool, self.cfg = settings, store, pool, cfg
         self.hosts = settings.resolve_hosts(cfg.hosts)
@@ -246,7 +247,7 @@ class HealthWatch:
         """Probe one host and record what changed."""
         mem = self._logs.get(host)
         if mem is None:
-            mem = self._logs[host] = xf.LogMemory(floor=await self.store.health_cursor(host))
+            mem = self._logs[host] = xf.LogMemory(floor=await self.store.call(lambda s: s.health_cursor(host)))
         mark, before = await procs.code_beside(self.store, host, 0, None)
         p = await probe_host(self.pool.get(host), self.settings.hosts[host].vars, mem.floor, self.cfg.probe_timeout_s,
                              memory=mem, state_dir=self.settings.state_dir)
@@ -298,7 +299,7 @@ class HealthWatch:
         judged = await judge_xids(self.store, p.host, p.xids, at=p.at, uptime_s=p.uptime_s, boot_id=p.boot_id,
                                   policy=self.policy, expected_codes=self.expected,
                                   grace_s=self.cfg.teardown_grace_s, seen=seen)
-        states = await self.store.health_states()
+        states = await self.store.call(lambda s: s.health_states())
         mine = [fh.Row(r["gpu"], r["state"], r["clean"], r["reason"] or "", r["actor"] or "")
                 for r in states if r["host"] == p.host]
         held = {r["host"] for r in states if r["state"] in fh.HELD}
@@ -316,25 +317,25 @@ class HealthWatch:
         report = HostReport(p.host, p, breaker=d.breaker, resume=d.resume, pending=d.pending)
         before = {r.gpu: r for r in mine}
         for t in d.transitions:
-            if await self.store.health_transition(p.host, t.gpu, t.state, t.reason, fh.ACTOR):
+            if await self.store.call(lambda s: s.health_transition(p.host, t.gpu, t.state, t.reason, fh.ACTOR)):
                 was = before[t.gpu].state if t.gpu in before else "healthy"
                 report.transitions.append((t.gpu, was, t.state, t.reason))
         for gpu, n in d.clean.items():
-            await self.store.health_set_clean(p.host, gpu, n)
+            await self.store.call(lambda s: s.health_set_clean(p.host, gpu, n))
         if d.left and not await self._said_left(p.host):
             gpu = d.left[0][0]
             owners = " and ".join(sorted({by for _, by in d.left}))
             note = (f"left {before[gpu].state}: the GPUs read clean for {self.cfg.clear_after} probes, but the drain is "
                     f"{owners}'s, not the watch's; `eagle run resume -H {p.host}` puts it back")
-            await self.store.health_note(p.host, gpu, note, fh.ACTOR)
+            await self.store.call(lambda s: s.health_note(p.host, gpu, note, fh.ACTOR))
             report.notes.append((gpu, note))
-        await self.store.health_set_cursor(p.host, p.cursor, p.status)
+        await self.store.call(lambda s: s.health_set_cursor(p.host, p.cursor, p.status))
         return report
 
     async def _said_left(self, host: str) -> bool:
         """The watch said it left this host's drain since the drain (or its takeover) began:
         the note is said once per drain, for the host, however many GPU rows or clean streaks."""
-        for e in await self.store.health_events(host, limit=_NOTE_LOOKBACK):
+        for e in await self.store.call(lambda s: s.health_events(host, limit=_NOTE_LOOKBACK)):
             if e["kind"] == "note" and (e["reason"] or "").startswith("left "):
                 return True
             if e["kind"] == "takeover" or (e["kind"] == "transition" and e["to_state"] in fh.DRAINED):

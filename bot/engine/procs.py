@@ -26,7 +26,8 @@ from eaglebot.store import parse_iso
 from eaglebot.transport.base import CURRENT, StepProcs
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async import AsyncRunLog
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import RunLog
     from eaglebot.store.rows import RemoteProcRow, StepRow
 
 log = logging.getLogger("eaglebot.engine")
@@ -41,7 +42,7 @@ class _Ends(Protocol):
     async def leftovers(self, sp: StepProcs) -> tuple[int, str]: ...
 
 
-def begin(store: AsyncRunLog, run_id: int, step_id: int | None,
+def begin(store: Door[RunLog], run_id: int, step_id: int | None,
           skill: str | None = None) -> tuple[StepProcs, contextvars.Token[StepProcs | None]]:
     """Make the step's tag (`<db_id>-<run>-<step>`: derivable from the step row, so nothing
     is written per step) the current one; the skill's task inherits it. A step whose row a
@@ -51,16 +52,16 @@ def begin(store: AsyncRunLog, run_id: int, step_id: int | None,
     if step_id is None:
         import secrets
 
-        sp = StepProcs(tag=f"{store.sync.db_id}-{run_id}-x{secrets.token_hex(4)}")
+        sp = StepProcs(tag=f"{store.db_id}-{run_id}-x{secrets.token_hex(4)}")
     else:
-        sp = StepProcs(tag=store.sync.proc_tag(run_id, step_id))
+        sp = StepProcs(tag=f"{store.db_id}-{run_id}-{step_id}")   # = Store.proc_tag(run_id, step_id)
     if skill is not None and not runs_given_code(skill):
         sp.login = {}   # (known: not asked for, nothing compared)
         sp.watch_login = False
     return sp, CURRENT.set(sp)
 
 
-async def end(store: AsyncRunLog, sp: StepProcs, token: contextvars.Token[StepProcs | None], run_id: int,
+async def end(store: Door[RunLog], sp: StepProcs, token: contextvars.Token[StepProcs | None], run_id: int,
               step_id: int | None,
               host: str, transport: _Ends | None = None) -> str:
     """Stop what the step left running (its process groups, the sessions they lead and every
@@ -80,10 +81,12 @@ async def end(store: AsyncRunLog, sp: StepProcs, token: contextvars.Token[StepPr
             sp.state = "stopped" if "survived" not in left else "pending"
     CURRENT.reset(token)
     if sp.login_changed:
-        await store.add_event(run_id, "login_files_changed", f"{host}: {refused(sp)}")
+        said = f"{host}: {refused(sp)}"
+        await store.call(lambda s: s.add_event(run_id, "login_files_changed", said))
     if sp.state != "none" and step_id is not None:
-        await store.procs_record(run_id, step_id, host, tag=sp.tag, state=sp.state, note="; ".join(sp.notes),
-                                 pgids=sp.pgids)
+        note = "; ".join(sp.notes)
+        await store.call(lambda s: s.procs_record(run_id, step_id, host, tag=sp.tag, state=sp.state, note=note,
+                                                  pgids=sp.pgids))
     return left
 
 
@@ -110,26 +113,26 @@ def runs_given_code(skill: str) -> bool:
 
 
 class Neighbours(Protocol):
-    """The two store reads the neighbour checks need (the engine's store and the watch's both have them)."""
+    """The two store reads the neighbour checks need (the engine's slice and the watch's both have them)."""
 
-    async def steps_beside(self, host: str, run_id: int, after_id: int | None) -> tuple[int, list[StepRow]]: ...
+    def steps_beside(self, host: str, run_id: int, after_id: int | None) -> tuple[int, list[StepRow]]: ...
 
-    async def pending_procs(self, host: str) -> list[RemoteProcRow]: ...
+    def pending_procs(self, host: str) -> list[RemoteProcRow]: ...
 
 
-async def code_beside(store: Neighbours, host: str, run_id: int, after_id: int | None) -> tuple[int, str]:
+async def code_beside(store: Door[Neighbours], host: str, run_id: int, after_id: int | None) -> tuple[int, str]:
     """(the newest step id, "" or what of another run may be running code on `host`)."""
-    last, steps = await store.steps_beside(host, run_id, after_id)
-    for s in steps:
-        if runs_given_code(s["skill"]):
-            return last, f"step `{s['name']}` of run #{s['run_id']} ({s['skill']})"
-    pending = await store.pending_procs(host)
+    last, steps = await store.call(lambda s: s.steps_beside(host, run_id, after_id))
+    for step in steps:
+        if runs_given_code(step["skill"]):
+            return last, f"step `{step['name']}` of run #{step['run_id']} ({step['skill']})"
+    pending = await store.call(lambda s: s.pending_procs(host))
     if pending:
         return last, f"processes run #{pending[0]['run_id']} left that could not be stopped"
     return last, ""
 
 
-async def quiet(store: AsyncRunLog, host: str, run_id: int, cancel: asyncio.Event | None,
+async def quiet(store: Door[RunLog], host: str, run_id: int, cancel: asyncio.Event | None,
                 say: Callable[[str], None]) -> tuple[int, str]:
     """Before a command of a lock-free run: wait (up to QUIET_WAIT_S) until no other run runs
     code of its playbook on `host`. (the newest step id then, to check against afterwards;
@@ -149,7 +152,7 @@ async def quiet(store: AsyncRunLog, host: str, run_id: int, cancel: asyncio.Even
         await asyncio.sleep(QUIET_POLL_S)
 
 
-async def beside(store: AsyncRunLog, host: str, run_id: int, mark: int) -> str:
+async def beside(store: Door[RunLog], host: str, run_id: int, mark: int) -> str:
     """After it: "" when nothing of another run that runs code was on `host` meanwhile, else what."""
     return (await code_beside(store, host, run_id, mark))[1]
 
@@ -166,10 +169,10 @@ def summary_note(sp: StepProcs | None, default: str, prefix: str) -> str:
     return default
 
 
-async def clear_pending(store: AsyncRunLog, transport: _Cleans, run_id: int, host: str) -> list[str]:
+async def clear_pending(store: Door[RunLog], transport: _Cleans, run_id: int, host: str) -> list[str]:
     """Stop what earlier runs left on `host` (crash, unreachable host); one message each."""
     msgs: list[str] = []
-    for row in await store.pending_procs(host):
+    for row in await store.call(lambda s: s.pending_procs(host)):
         started = parse_iso(row.get("step_started_at"))
         try:
             note = await transport.cleanup(row["tag"], None, since_wall=started.timestamp() if started else None)
@@ -185,5 +188,5 @@ async def clear_pending(store: AsyncRunLog, transport: _Cleans, run_id: int, hos
         else:
             text = f"its processes on {host} were stopped by run #{run_id} ({note})"
             msgs.append(f"run #{row['run_id']} had left processes on {host}: {note}")
-        await store.procs_cleaned(row["id"], by_run=run_id, note=text)
+        await store.call(lambda s: s.procs_cleaned(row["id"], by_run=run_id, note=text))
     return msgs

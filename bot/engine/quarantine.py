@@ -15,7 +15,8 @@ from eaglebot.errors import HostQuarantined
 from eaglebot.store.rows import HealthStateRow
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async import AsyncEngineStore
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import EngineStore
 
 # The shipped playbooks that must not run on a sick GPU (their numbers would mislead).
 GUARDED = ("relaunch", "bench")
@@ -27,10 +28,11 @@ def _why(host: str, row: HealthStateRow) -> str:
     return f"{host} is {row['state']} since {row['since']} ({what}: {row['reason'] or 'no reason recorded'})"
 
 
-async def drain_breaker(store: AsyncEngineStore, prep: Prepared, limit: int) -> None:
+async def drain_breaker(store: Door[EngineStore], prep: Prepared, limit: int) -> None:
     """The circuit breaker on drains, automatic or approved: no more than `limit` watched hosts
     draining or drained at once."""
-    drained = {r["host"] for r in await store.health_states() if r["state"] in ("draining", "drained")}
+    states = await store.call(lambda s: s.health_states())
+    drained = {r["host"] for r in states if r["state"] in ("draining", "drained")}
     new = [h for h in prep.hosts if h not in drained]
     if new and len(drained) + len(new) > limit:
         raise HostQuarantined(f"circuit breaker: {len(drained)} host{'s are' if len(drained) != 1 else ' is'} "
@@ -38,7 +40,7 @@ async def drain_breaker(store: AsyncEngineStore, prep: Prepared, limit: int) -> 
                               f"(health_watch.max_quarantined_pct); drain of {', '.join(new)} refused")
 
 
-async def health_guard(store: AsyncEngineStore, req: RunRequest, prep: Prepared,
+async def health_guard(store: Door[EngineStore], req: RunRequest, prep: Prepared,
                        drain_limit: int | None = None) -> Prepared:
     """The request's hosts less the held ones (schedules), or HostQuarantined naming why.
     `drain_limit`: with a health watch, how many hosts may be draining or drained at once."""
@@ -46,17 +48,19 @@ async def health_guard(store: AsyncEngineStore, req: RunRequest, prep: Prepared,
         await drain_breaker(store, prep, drain_limit)
     if req.dry_run or (prep.playbook.name not in GUARDED and req.origin != "schedule"):
         return prep
-    held = {h: row for h in prep.hosts if (row := await store.health_held(h)) is not None}
+    held = await store.call(lambda s: {h: row for h in prep.hosts if (row := s.health_held(h)) is not None})
     if not held:
         return prep
     if req.force:
         for h, row in held.items():
-            await store.add_event(None, "forced", f"{req.actor} ran {prep.playbook.name} with --force: {_why(h, row)}")
+            forced = f"{req.actor} ran {prep.playbook.name} with --force: {_why(h, row)}"
+            await store.call(lambda s: s.add_event(None, "forced", forced))
         return prep
     if req.origin == "schedule":
         left = [h for h in prep.hosts if h not in held]
         for h, row in held.items():
-            await store.add_event(None, "quarantine_skip", f"schedule {req.schedule or '?'} skipped {_why(h, row)}")
+            skipped = f"schedule {req.schedule or '?'} skipped {_why(h, row)}"
+            await store.call(lambda s: s.add_event(None, "quarantine_skip", skipped))
         if left:
             return replace(prep, hosts=left)
     first = next(iter(held))

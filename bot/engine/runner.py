@@ -31,7 +31,8 @@ from eaglebot.store.rows import NewRun
 from eaglebot.transport import TransportPool
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async import AsyncEngineStore
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import EngineStore
 
 # Names the front ends and tests import from here, the engine's one entry point.
 __all__ = ["Approver", "Engine", "HEARTBEAT_S", "Observer", "PostRunHook", "PreRunHook", "RunOutcome",
@@ -56,7 +57,7 @@ def takes_locks(pb: Playbook, registry: SkillRegistry) -> bool:
 
 
 class Engine(StepRunner):
-    def __init__(self, settings: Settings, store: AsyncEngineStore, pool: TransportPool | None = None,
+    def __init__(self, settings: Settings, store: Door[EngineStore], pool: TransportPool | None = None,
                  *, redactor: Redactor | None = None, registry: SkillRegistry | None = None):
         self.settings = settings
         self.registry = registry if registry is not None else SkillRegistry.from_settings(settings)
@@ -146,9 +147,9 @@ class Engine(StepRunner):
                                      *(["--dry-run"] if req.dry_run else [])]).replace("  ", " ")
         # What was typed may hold bytes that are not text (the reason it is refused): escaped, storable.
         kind = "access_denied" if isinstance(err, AccessDenied) else "rejected"
-        await self.store.add_rejection(kind, printable(req.actor),
-                                       self.redactor.text(printable(text.strip()))[:500],
-                                       self.redactor.text(printable(str(err))), req.rerun_of)
+        await self.store.call(lambda s: s.add_rejection(kind, printable(req.actor),
+                                                        self.redactor.text(printable(text.strip()))[:500],
+                                                        self.redactor.text(printable(str(err))), req.rerun_of))
 
     async def ask_approval(self, ar: ApprovalRequest, req: RunRequest,
                            approver: Approver | None) -> tuple[bool, str]:
@@ -201,11 +202,11 @@ class Engine(StepRunner):
 
     async def _create(self, req: RunRequest, prep: Prepared, lock: list[str]) -> int:
         pb = prep.playbook
-        return await self.store.start_run(lock, NewRun(
+        return await self.store.call(lambda s: s.start_run(lock, NewRun(
             playbook=pb.name, hosts=prep.hosts, inputs=self.redactor.obj(prep.inputs),
             variables={}, actor=req.actor, origin=req.origin, dry_run=req.dry_run,
             rerun_of=req.rerun_of, schedule=req.schedule, channel=req.channel,
-            thread_ts=req.thread_ts, source=pb.source, parent_run_id=req.parent_run_id))
+            thread_ts=req.thread_ts, source=pb.source, parent_run_id=req.parent_run_id)))
 
     # -- executing -----------------------------------------------------------------------
     async def _execute(self, run_id: int, req: RunRequest, prep: Prepared, observer: Observer,
@@ -222,12 +223,12 @@ class Engine(StepRunner):
             await safe(observer.run_started(run_id, pb, prep.hosts, req))
             contexts = {h: host_context(self.settings.hosts[h].vars, pb, h, prep.inputs, run_id, req.dry_run)
                         for h in prep.hosts}
-            await self._record(run, self.store.save_vars(
-                run_id, {h: self.redactor.obj(jsonable(c)) for h, c in contexts.items()}))
+            await self._record(run, self.store.call(lambda s: s.save_vars(
+                run_id, {h: self.redactor.obj(jsonable(c)) for h, c in contexts.items()})))
             for msg in prep.warnings:
                 msg = self.redactor.text(msg)
                 outcome.warnings.append(msg)
-                await self._record(run, self.store.add_warning(run_id, "", msg))
+                await self._record(run, self.store.call(lambda s: s.add_warning(run_id, "", msg)))
             cap = self.settings.max_parallel_hosts
             sem = asyncio.Semaphore(cap) if cap else None
 
@@ -271,7 +272,8 @@ class Engine(StepRunner):
                 msg = (f"{why}: no new batch started; {len(run.outcome.untouched)} host(s) untouched: "
                        f"{', '.join(run.outcome.untouched)}")
                 run.outcome.warnings.append(msg)
-                await self._record(run, self.store.add_warning(run.run_id, "", self.redactor.text(msg)))
+                said = self.redactor.text(msg)
+                await self._record(run, self.store.call(lambda s: s.add_warning(run.run_id, "", said)))
                 return
             await asyncio.gather(*(one(h) for h in group))
 
@@ -307,7 +309,7 @@ class Engine(StepRunner):
         for m in msgs:
             m = self.redactor.text(m)
             run.outcome.warnings.append(f"{host}: {m}")
-            await self.store.add_warning(run.run_id, host, m)
+            await self.store.call(lambda s: s.add_warning(run.run_id, host, m))
 
     async def _post_run(self, run: RunState) -> None:
         """Post-run hooks (the history check): their failure is a warning, never a failed run."""
@@ -318,11 +320,12 @@ class Engine(StepRunner):
                 log.warning("post-run hook failed: %s", e, exc_info=not isinstance(e, EagleError))
                 msg = self.redactor.text(f"regression check failed: {e}")
                 run.outcome.warnings.append(msg)
-                await self._record(run, self.store.add_warning(run.run_id, "", msg))  # the views read the store
+                # the views read the store
+                await self._record(run, self.store.call(lambda s: s.add_warning(run.run_id, "", msg)))
                 continue
             for r in extra:
                 run.outcome.regressions.append(r)
-                await self._record(run, self.store.add_regression(run.run_id, r))
+                await self._record(run, self.store.call(lambda s: s.add_regression(run.run_id, r)))
 
     async def _finish(self, run_id: int, outcome: RunOutcome) -> None:
         try:
@@ -336,17 +339,17 @@ class Engine(StepRunner):
             log.error("run #%s: could not record its end: %s", run_id, e)
         finally:
             try:
-                await self.store.release_hosts(run_id)
+                await self.store.call(lambda s: s.release_hosts(run_id))
             except StoreError as e:
                 # Retried before the next run starts; freed anyway once this process is gone.
                 self._unreleased.add(run_id)
                 log.error("run #%s: could not free its host locks: %s", run_id, e)
 
     async def _record_end(self, run_id: int, outcome: RunOutcome) -> None:
-        await self.store.finish_run(run_id, outcome.status, exit_code=outcome.exit_code,
-                                    error=self.redactor.text(outcome.error) if outcome.error else None)
+        error = self.redactor.text(outcome.error) if outcome.error else None
+        await self.store.call(lambda s: s.finish_run(run_id, outcome.status, exit_code=outcome.exit_code, error=error))
         # A step whose end was never recorded must not stay `running`; its summary says why.
-        await self.store.close_open_steps(run_id, self.redactor.text(_unfinished_step(outcome)))
+        await self.store.call(lambda s: s.close_open_steps(run_id, self.redactor.text(_unfinished_step(outcome))))
 
     async def _retry_unrecorded(self) -> None:
         """What a failing store could not take (a run's end, its host locks), once it works again."""
@@ -355,7 +358,7 @@ class Engine(StepRunner):
                 await self._record_end(rid, outcome)
                 del self._unfinished[rid]
             for rid in list(self._unreleased):
-                await self.store.release_hosts(rid)
+                await self.store.call(lambda s: s.release_hosts(rid))
                 self._unreleased.discard(rid)
         except StoreError:
             pass  # still failing: the new run will say so
@@ -365,7 +368,7 @@ class Engine(StepRunner):
         while not cancel.is_set():
             await asyncio.sleep(CANCEL_POLL_S)
             try:
-                if await self.store.cancel_requested(run_id):
+                if await self.store.call(lambda s: s.cancel_requested(run_id)):
                     cancel.set()
             except Exception as e:
                 log.warning("cancel poll failed: %s", e, exc_info=not isinstance(e, EagleError))
@@ -421,7 +424,7 @@ class Engine(StepRunner):
                         rec.tolerated = True
                         msg = f"{rec.name} failed (continue_on_error): {rec.summary}"
                         run.outcome.warnings.append(f"{host}: {msg}")
-                        await self._record(run, self.store.add_warning(run.run_id, host, msg))
+                        await self._record(run, self.store.call(lambda s: s.add_warning(run.run_id, host, msg)))
                     elif section == "steps" and not stop_reason and not run.req.dry_run:
                         # (a dry run goes on: every step shows its plan even when a probe failed)
                         stop_reason = ("the run was cancelled" if run.cancel.is_set()

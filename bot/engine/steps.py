@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 import traceback
-from typing import Any, Awaitable, Callable, TypeVar, TYPE_CHECKING
+from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar, TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -29,7 +29,8 @@ from eaglebot.store.rows import StepEnd
 from eaglebot.transport import TransportPool
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async import AsyncEngineStore
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import EngineStore
 
 log = logging.getLogger("eaglebot.engine")
 
@@ -37,10 +38,30 @@ RESULT_OUTPUT_KEEP = 64 * 1024  # characters of a skill's own evidence (StepResu
 T = TypeVar("T")
 
 
+class AuditReads:
+    """A skill's `ctx.audit` (the SDK's `AuditView`): its four reads, each through the store's door."""
+
+    def __init__(self, store: Door[EngineStore]):
+        self._store = store
+
+    async def last_backup(self, host: str, path: str, run_id: int | None = None) -> Mapping[str, Any] | None:
+        return await self._store.call(lambda s: s.last_backup(host, path, run_id))
+
+    async def last_step_data(self, host: str, skill: str, key: str) -> dict[str, Any] | None:
+        return await self._store.call(lambda s: s.last_step_data(host, skill, key))
+
+    async def step_data_history(self, host: str, skills: list[str], contains: str, limit: int = 200,
+                                newest_first: bool = False) -> Sequence[Mapping[str, Any]]:
+        return await self._store.call(lambda s: s.step_data_history(host, skills, contains, limit, newest_first))
+
+    async def changes(self, run_id: int) -> Sequence[Mapping[str, Any]]:
+        return await self._store.call(lambda s: s.changes(run_id))
+
+
 class StepRunner:
     settings: Settings
     registry: SkillRegistry
-    store: AsyncEngineStore
+    store: Door[EngineStore]
     pool: TransportPool
     redactor: Redactor
     heartbeat_s: float
@@ -68,11 +89,11 @@ class StepRunner:
         """A step that does not run (`skipped`), or the first step of a host that could not be
         reached (`unreachable`): its row, opened and closed."""
         step = slot.step
-        sid = await self._record(run, self.store.step_started(run.run_id, slot.idx, slot.host, step.label,
-                                                              step.skill, {}, slot.section))
+        sid = await self._record(run, self.store.call(lambda s: s.step_started(
+            run.run_id, slot.idx, slot.host, step.label, step.skill, {}, slot.section)))
         if sid is not None:
-            await self._record(run, self.store.step_finished(sid, StepEnd(
-                run_id=run.run_id, host=slot.host, status=status, summary=summary, duration_ms=0, attempts=0)))
+            await self._record(run, self.store.call(lambda s: s.step_finished(sid, StepEnd(
+                run_id=run.run_id, host=slot.host, status=status, summary=summary, duration_ms=0, attempts=0))))
         return StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, status, summary, 0, 0,
                           step_id=sid)
 
@@ -136,9 +157,9 @@ class StepRunner:
             return prepared
         params = prepared.params
         step, host, label = slot.step, slot.host, slot.step.label
-        sid = await self._record(run, self.store.step_started(
+        sid = await self._record(run, self.store.call(lambda s: s.step_started(
             run.run_id, slot.idx, host, label, step.skill, self.redactor.obj(params.model_dump(mode="json")),
-            slot.section))
+            slot.section)))
         if sid is None and slot.section == "steps":  # no row, no run: a step never runs unaudited
             rec = StepRecord(host, slot.idx, slot.section, label, step.skill, "failed",
                              f"not run: the audit store failed: {run.store_error}")
@@ -157,9 +178,9 @@ class StepRunner:
             summary = printable(self.redactor.text(f"internal error in {step.skill}: {type(e).__name__}: {e}"))
             log.exception("%s: step %r crashed", host, label)
             if sid is not None:
-                await self._record(run, self.store.step_finished(
-                    sid, StepEnd(run_id=run.run_id, host=host, status="failed", summary=summary, duration_ms=0,
-                                 attempts=1, output=printable(self.redactor.text(traceback.format_exc())))))
+                end = StepEnd(run_id=run.run_id, host=host, status="failed", summary=summary, duration_ms=0,
+                              attempts=1, output=printable(self.redactor.text(traceback.format_exc())))
+                await self._record(run, self.store.call(lambda s: s.step_finished(sid, end)))
             rec.status, rec.summary = "failed", summary
             res = StepResult.failed(summary)
             await safe(run.observer.step_finished(run.run_id, rec, res))
@@ -173,12 +194,12 @@ class StepRunner:
             if sid is None:
                 return  # an always-step the failing store could not record: its output goes to the views only
             try:
-                await self.store.step_output(sid, text)
+                await self.store.call(lambda s: s.step_output(sid, text))
             except StoreError as e:
                 run.store_failed(e)
                 raise
 
-        path = (self.settings.output_root / self.store.sync.db_id / str(run.run_id) / f"{sid}.gz"
+        path = (self.settings.output_root / self.store.db_id / str(run.run_id) / f"{sid}.gz"
                 if sid is not None else None)
         out = OutputBuffer(self.redactor, write, lambda line: run.observer.step_output(run.run_id, rec, line),
                            keep_bytes=self.settings.output_keep_bytes, path=path, run_id=run.run_id)
@@ -205,15 +226,15 @@ class StepRunner:
             c.diff, c.path = printable(self.redactor.text(c.diff)), printable(self.redactor.text(c.path))
         for r in result.regressions:
             r.host = r.host or host
-        recorded = sid is not None and await self._wrote(run, self.store.step_finished(
-            sid, StepEnd(run_id=run.run_id, host=host, status=result.status, summary=result.summary,
-                         duration_ms=duration_ms, attempts=attempts,
-                         data=printable_obj(self.redactor.obj(jsonable(result.data))),
-                         metrics=result.metrics, changes=result.changes, warnings=result.warnings,
-                         regressions=result.regressions,
-                         output=out.stored_text() + ("\n" + result.output if result.output else ""),
-                         output_bytes=out.nbytes, output_sha256=out.sha256,
-                         output_file=str(out.file) if out.file is not None else None)))
+        end = StepEnd(run_id=run.run_id, host=host, status=result.status, summary=result.summary,
+                      duration_ms=duration_ms, attempts=attempts,
+                      data=printable_obj(self.redactor.obj(jsonable(result.data))),
+                      metrics=result.metrics, changes=result.changes, warnings=result.warnings,
+                      regressions=result.regressions,
+                      output=out.stored_text() + ("\n" + result.output if result.output else ""),
+                      output_bytes=out.nbytes, output_sha256=out.sha256,
+                      output_file=str(out.file) if out.file is not None else None)
+        recorded = sid is not None and await self._wrote(run, self.store.call(lambda s: s.step_finished(sid, end)))
         if not recorded:
             result.summary = f"{result.summary} (not recorded: the audit store failed)"
             log.error("%s: step %r ended %s but could not be recorded: %s", host, label, result.status,
@@ -254,7 +275,7 @@ class StepRunner:
         while True:
             attempts += 1
             if attempts > 1 and sid is not None:
-                await self._record(run, self.store.step_attempt(sid, attempts))
+                await self._record(run, self.store.call(lambda s: s.step_attempt(sid, attempts)))
             sctx = self._context(run, slot, ctx, out, approve)
             mark = 0
             if lock_free:
@@ -300,20 +321,20 @@ class StepRunner:
         return SkillContext(
             host=self.pool.get(slot.host), host_name=slot.host, vars=ctx, run_id=run.run_id,
             step_idx=slot.idx, step_name=slot.step.label, dry_run=run.req.dry_run, confirm=slot.step.confirm,
-            state_dir=paths.state_dir if paths else "", home=paths.home if paths else "", audit=self.store,
+            state_dir=paths.state_dir if paths else "", home=paths.home if paths else "", audit=AuditReads(self.store),
             _log=out.line if out else (lambda line: None), _log_text=out.text if out else None, _approve=approve)
 
     async def _failed_before_start(self, run: RunState, slot: StepSlot, message: str,
                                    params: dict[str, Any] | None = None,
                                    usage: bool = False) -> tuple[StepRecord, StepResult]:
         step = slot.step
-        sid = await self._record(run, self.store.step_started(
+        sid = await self._record(run, self.store.call(lambda s: s.step_started(
             run.run_id, slot.idx, slot.host, step.label, step.skill, self.redactor.obj(jsonable(params or {})),
-            slot.section))
+            slot.section)))
         message = self.redactor.text(message)
         if sid is not None:
-            await self._record(run, self.store.step_finished(sid, StepEnd(
-                run_id=run.run_id, host=slot.host, status="failed", summary=message, duration_ms=0, attempts=0)))
+            await self._record(run, self.store.call(lambda s: s.step_finished(sid, StepEnd(
+                run_id=run.run_id, host=slot.host, status="failed", summary=message, duration_ms=0, attempts=0))))
         rec = StepRecord(slot.host, slot.idx, slot.section, step.label, step.skill, "failed", message, 0, 0,
                          step_id=sid, usage=usage)
         res = StepResult.failed(message, usage=usage)
@@ -321,8 +342,8 @@ class StepRunner:
         return rec, res
 
     async def _approve(self, ar: ApprovalRequest, req: RunRequest, approver: Approver | None) -> tuple[bool, str]:
-        aid = await self.store.approval_requested(ar.run_id, ar.step_idx, ar.host, ar.step, ar.action,
-                                                  [self.redactor.text(d) for d in ar.details])
+        aid = await self.store.call(lambda s: s.approval_requested(ar.run_id, ar.step_idx, ar.host, ar.step, ar.action,
+                                                                   [self.redactor.text(d) for d in ar.details]))
         if req.assume_yes:
             ok, who = True, f"{req.actor} (--yes)"
         elif approver is None:
@@ -332,20 +353,20 @@ class StepRunner:
             try:
                 ok, who = await asyncio.wait_for(approver(ar), self.settings.access.approval_timeout_s)
             except asyncio.TimeoutError:
-                if await self.store.approval_decided(aid, "timeout", ""):
+                if await self.store.call(lambda s: s.approval_decided(aid, "timeout", "")):
                     return False, f"no decision within {self.settings.access.approval_timeout_s:g}s"
                 return await self._stored_decision(aid)   # a click won the row as the wait ended
             except asyncio.CancelledError:   # the run was cancelled while it waited: say so in the row
-                await asyncio.shield(self.store.approval_decided(aid, "cancelled", ""))
+                await asyncio.shield(self.store.call(lambda s: s.approval_decided(aid, "cancelled", "")))
                 raise
-        if await self.store.approval_decided(aid, "approved" if ok else "denied", who):
+        if await self.store.call(lambda s: s.approval_decided(aid, "approved" if ok else "denied", who)):
             return ok, who
         return await self._stored_decision(aid)
 
     async def _stored_decision(self, aid: int) -> tuple[bool, str]:
         """The decision the store kept (the first writer's, maybe another replica's): the run
         follows the row, never a click the row refused."""
-        row = await self.store.get_approval(aid)
+        row = await self.store.call(lambda s: s.get_approval(aid))
         if row is None:
             return False, f"approval #{aid} is gone from the audit store"
         if row["status"] in ("approved", "denied"):

@@ -27,7 +27,8 @@ from eaglebot.engine.lifecycle import window_at, windows
 from eaglebot.facts import xid as xf
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async import AsyncServiceState
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import ServiceState
 
 
 def _iso(t: datetime) -> str:
@@ -66,14 +67,14 @@ def xid_time(at: float, x: xf.Xid, uptime_s: float | None) -> float:
     return at - (uptime_s - x.ts)
 
 
-async def judge_xids(store: AsyncServiceState, host: str, xids: list[tuple[int, xf.Xid]], *, at: float,
+async def judge_xids(store: Door[ServiceState], host: str, xids: list[tuple[int, xf.Xid]], *, at: float,
                      uptime_s: float | None, boot_id: str | None, policy: Mapping[int, XidRule],
                      expected_codes: frozenset[int], grace_s: float, seen: Seen) -> Judged:
     """Record each new Xid of a probe made at `at` (epoch s) and say what it means."""
     out = Judged()
     if not xids:
         return out
-    ws = windows(await store.health_lifecycle_steps(host), grace_s)
+    ws = windows(await store.call(lambda s: s.health_lifecycle_steps(host)), grace_s)
     now = datetime.now(timezone.utc)
     counts: dict[tuple[int, int], int] = {}
     for gpu, x in xids:
@@ -83,12 +84,12 @@ async def judge_xids(store: AsyncServiceState, host: str, xids: list[tuple[int, 
         if x.recovered:
             out.recovery.add(gpu)
             seen.recovered(gpu)
-            await store.health_record_xid(host, gpu, x.code, f"{x.line()}: recovery action back to None",
-                                          window=w.kind, at=when)
+            await store.call(lambda s: s.health_record_xid(
+                host, gpu, x.code, f"{x.line()}: recovery action back to None", window=w.kind, at=when))
             continue
         mine = x.code in expected_codes and w.kind == "teardown"
-        await store.health_record_xid(host, gpu, x.code, x.line() + (" (expected)" if mine else ""), window=w.kind,
-                                      expected=mine, at=when)
+        await store.call(lambda s: s.health_record_xid(
+            host, gpu, x.code, x.line() + (" (expected)" if mine else ""), window=w.kind, expected=mine, at=when))
         if mine:
             counts[(gpu, x.code)] = counts.get((gpu, x.code), 0) + 1
             codes = ", ".join(f"Xid {c}" + (f" x{n}" if n > 1 else "") for (g, c), n in sorted(counts.items())
@@ -100,11 +101,12 @@ async def judge_xids(store: AsyncServiceState, host: str, xids: list[tuple[int, 
     return out
 
 
-async def _finding(store: AsyncServiceState, host: str, gpu: int, x: xf.Xid, rule: XidRule | None, now: datetime,
+async def _finding(store: Door[ServiceState], host: str, gpu: int, x: xf.Xid, rule: XidRule | None, now: datetime,
                    *, first: bool) -> fh.Finding:
     level = rule.severity if rule else x.severity
     if rule is not None and level == "warn" and rule.fail_after:
-        n = await store.health_xid_count(host, gpu, x.code, _iso(now - timedelta(seconds=rule.window_s)))
+        since = _iso(now - timedelta(seconds=rule.window_s))
+        n = await store.call(lambda s: s.health_xid_count(host, gpu, x.code, since))
         if n >= rule.fail_after:
             return fh.Finding(gpu, "fail", f"{x.line()}: {n} times within {rule.window_s:g}s")
     at_once = x.code in xf.AT_ONCE_XIDS if rule is None or rule.at_once is None else rule.at_once

@@ -35,6 +35,12 @@ def command(state_dir: str, create: bool = True) -> str:
     return f"printf '{_MARK} %s\\n' \"$HOME\"; {d}; {made}"
 
 
+def printed(home: str, state_dir: str) -> str:
+    """What `command` prints on a host whose home is `home` and state folder `state_dir`
+    (eaglebot.testing's scripted hosts answer with it)."""
+    return f"{_MARK} {home}\n{state_dir}\n"
+
+
 def parse(stdout: str) -> HostPaths:
     """The home and the absolute state folder; ValueError with what went wrong."""
     lines = stdout.splitlines()

@@ -20,7 +20,8 @@ from eaglebot.store import AsyncStore
 from eaglebot.transport import TransportPool
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async import AsyncEngineStore, AsyncStoreProtocol
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import EngineStore
 
 # `/eagle reload` in a running `eagle serve`: (who) -> (done, the sentence that answers them)
 Reloader = Callable[[str], Awaitable[tuple[bool, str]]]
@@ -36,7 +37,7 @@ class Snapshot:
     engine: Engine
 
     @classmethod
-    def build(cls, settings: Settings, store: AsyncEngineStore, watchers: list[Observer] | None = None,
+    def build(cls, settings: Settings, store: Door[EngineStore], watchers: list[Observer] | None = None,
               registry: SkillRegistry | None = None) -> "Snapshot":
         registry = registry or SkillRegistry.from_settings(settings)
         pool = TransportPool(settings)
@@ -48,7 +49,7 @@ class Snapshot:
 
 
 class Services:
-    def __init__(self, store: AsyncStoreProtocol, current: Snapshot):
+    def __init__(self, store: AsyncStore, current: Snapshot):
         # The whole store: `Services` opens it (`open`) and closes it (`close`); each part that
         # uses it is typed with its slice of it (store/protocol.py).
         self.store = store

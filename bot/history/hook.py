@@ -14,7 +14,8 @@ from eaglebot.history.host_state import record_fingerprint
 from eaglebot.sdk import Metric, Regression
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async import AsyncHistoryStore
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import HistoryStore
 
 
 class FinishedStep(Protocol):
@@ -54,7 +55,7 @@ class HookHost(Protocol):
     """What the hook reads of the engine that calls it."""
 
     @property
-    def store(self) -> AsyncHistoryStore: ...
+    def store(self) -> Door[HistoryStore]: ...
 
     @property
     def settings(self) -> Settings: ...
@@ -68,7 +69,7 @@ async def history_hook(engine: HookHost, outcome: FinishedRun, playbook: object)
     store = engine.store
     run_id, hosts = outcome.run_id, list(outcome.hosts)
     failed = any(s.status == "failed" and not s.tolerated for s in outcome.steps)
-    if failed or await store.cancel_requested(run_id):
+    if failed or await store.call(lambda s: s.cancel_requested(run_id)):
         await store.call(lambda s: record_fingerprint(s, run_id, hosts))
         return []
     playbook_name, metrics, cfg = outcome.playbook, list(outcome.metrics), engine.settings.regression
@@ -80,5 +81,5 @@ async def history_hook(engine: HookHost, outcome: FinishedRun, playbook: object)
     found, notes = await store.call(lambda s: check_run(s, run_id, playbook_name, hosts, metrics, cfg))
     await store.call(lambda s: attribute_fixed(s, run_id, playbook_name, fixed))
     for n in notes:
-        await store.add_event(run_id, "regression-check", n)
+        await store.call(lambda s: s.add_event(run_id, "regression-check", n))
     return found

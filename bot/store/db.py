@@ -1,12 +1,13 @@
 """The SQLite audit store (sqlite-utils, WAL): the source of truth for every run.
 
-`Store` is synchronous (the CLI uses it directly); `eaglebot.store.aio.AsyncStore` is the
-same methods on one writer thread, so the event loop never blocks on SQLite.
+`Store` is synchronous (the CLI uses it directly); `eaglebot.store.aio.AsyncStore` is its
+door from the event loop (`await store.call(fn)`: `fn(store)` on one writer thread), so the
+event loop never blocks on SQLite.
 
 Why mixins and not repository objects behind a facade: every aggregate writes through the
 one connection and the one sealed transaction (`StoreBase._tx`), callers have always called
 `store.create_run(...)`, and a facade would repeat each of the ~100 signatures once more (the
-faces in store/protocol*.py are generated from the mixins instead: scripts/gen_store_aio.py).
+faces in store/protocol*.py restate them for mypy, and nothing else does).
 Each mixin is one aggregate's module; `Store` only opens the DB. PostgreSQL (store/pg_store.py)
 runs the same mixins, statement for statement, over its own connection (store/pg_conn.py); `store.factory.open_store` picks
 the backend `audit_db` names. Both are held to `store.protocol.StoreProtocol` by

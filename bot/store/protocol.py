@@ -1,11 +1,11 @@
 """The audit store's contract, synchronous (the CLI; SQLite's and PostgreSQL's `Store`):
 one Protocol per aggregate mixin (the service's in store/protocol_service.py), the
 consumers' slices made of them, and `StoreProtocol`, all of them. Rows come back as the
-TypedDicts of store/rows.py, whatever the backend. mypy checks that `Store` and
-`AsyncStore` satisfy them (store/aio.py); tests/store_contract.py checks the behaviour
-any backend must have.
-
-Written by scripts/gen_store_aio.py from the store's mixins (do not edit).
+TypedDicts of store/rows.py, whatever the backend; the event loop reaches a slice through
+the door (store/door.py: `Door[EngineStore]`, ...). Each face restates its mixin's methods:
+mypy checks that `Store` satisfies them (store/aio.py), tests/test_store_door.py that each
+face names every public method of its mixin, tests/store_contract.py the behaviour any
+backend must have.
 """
 from __future__ import annotations
 
@@ -424,9 +424,10 @@ class MetricsReads(IncidentsFace, HealthFace, TrendsFace, Protocol):
     hosts, and the latest bench results per host."""
 
 
-class ServiceState(SchedulesFace, ReplicasFace, HealthFace, SweepsFace, ApprovalsFace, Protocol):
+class ServiceState(SchedulesFace, ReplicasFace, HealthFace, SweepsFace, ApprovalsFace, LocksFace, Protocol):
     """What `eagle serve` keeps (schedules and their fires, the replicas' lease and heartbeats, Slack's
-    seen requests, the health watch and the events it writes, sweeps)."""
+    seen requests, the health watch and the events it writes, sweeps), and what the watch reads of
+    the steps beside a probe (the locks' face: `steps_beside`, `pending_procs`)."""
 
 
 class AuditAdmin(BaseFace, MaintenanceFace, Protocol):

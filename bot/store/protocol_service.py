@@ -1,7 +1,5 @@
 """The audit store's contract, synchronous: the faces of the service's state and the audit
 administration (store/protocol.py has the rest and `StoreProtocol`).
-
-Written by scripts/gen_store_aio.py from the store's mixins (do not edit).
 """
 from __future__ import annotations
 

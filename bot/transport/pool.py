@@ -21,6 +21,11 @@ class TransportPool:
         # ... and through each jump host or to each address (an sshd drops what is over its MaxStartups).
         self._via_jump: dict[str, asyncio.Semaphore] = {}
 
+    def use(self, name: str, transport: Transport) -> None:
+        """Hold `transport` for host `name` instead of building one (eaglebot.testing's chat bot:
+        a configured host backed by the scripted `Host`)."""
+        self._t[name] = transport
+
     def get(self, name: str) -> Transport:
         if name not in self._t:
             cfg = self.settings.hosts[name]

@@ -46,26 +46,27 @@ async def finish_interrupted(engine: Engine, req: RunRequest, hosts: list[str]) 
     whatever the number of hosts."""
     finish = {"tune": _finish_tune, "sweep": _finish_sweep, "draft-repair": _finish_repair, "bisect": _finish_bisect}
     wanted = set(hosts)
-    found = [r for kind in finish for r in await engine.store.history(playbook=kind, status="interrupted",
-                                                                      limit=_LOOKBACK)
-             if wanted & set(r["hosts"])]
+    runs = await engine.store.call(lambda s: [r for kind in finish
+                                              for r in s.history(playbook=kind, status="interrupted", limit=_LOOKBACK)])
+    found = [r for r in runs if wanted & set(r["hosts"])]
     if not found:
         return []
     found.sort(key=lambda r: -r["id"])
-    done = {e["run_id"] for e in await engine.store.events(FINISHED, limit=1000)}
+    done = {e["run_id"] for e in await engine.store.call(lambda s: s.events(FINISHED, limit=1000))}
     said: list[str] = []
     for run in reversed(found):                       # oldest first: a later one's restore is the newer state
         if run["id"] in done:
             continue
         host = run["hosts"][0]
         kind = run["playbook"]
-        await engine.store.add_event(run["id"], FINISHED, f"finishing interrupted {kind} run #{run['id']}")
+        note = f"finishing interrupted {kind} run #{run['id']}"
+        await engine.store.call(lambda s: s.add_event(run["id"], FINISHED, note))
         what = f"{kind} run #{run['id']} on {host} was interrupted (its process is gone)"
-        since = [r["id"] for r in await engine.store.history(host=host, limit=50)
+        since = [r["id"] for r in await engine.store.call(lambda s: s.history(host=host, limit=50))
                  if r["id"] > run["id"] and r["parent_run_id"] != run["id"]]
         msg = (f"{what}; run #{min(since)} changed {host} since, so it is left as that run left it" if since
                else await finish[kind](engine, req, run, host, what))
-        await engine.store.add_event(run["id"], FINISHED, msg)
+        await engine.store.call(lambda s: s.add_event(run["id"], FINISHED, msg))
         said.append(msg)
     return said
 
@@ -85,7 +86,7 @@ async def _finish_bisect(engine: Engine, req: RunRequest, run: RunRow, host: str
     """Relaunch the host in the configuration the bisection was to leave it in (GOOD's by default),
     as its own end does (`Bench.leave_host`: a `bisect-point` run of its own, no benchmark)."""
     spec = run["inputs"] or {}
-    sweep = await engine.store.get_sweep(int(spec.get("bisect_id") or 0))
+    sweep = await engine.store.call(lambda s: s.get_sweep(int(spec.get("bisect_id") or 0)))
     leave = str((sweep["spec"] if sweep else {}).get("leave") or "good")
     breq = BisectRequest(int(spec.get("good") or 0), int(spec.get("bad") or 0), host, run["actor"] or req.actor,
                          req.origin, leave=leave, assume_yes=True)
@@ -103,7 +104,7 @@ async def _finish_bisect(engine: Engine, req: RunRequest, run: RunRow, host: str
 
 async def _finish_repair(engine: Engine, req: RunRequest, run: RunRow, host: str, what: str) -> str:
     rid = run["id"]
-    steps = await engine.store.steps(rid)
+    steps = await engine.store.call(lambda s: s.steps(rid))
     patched = [s for s in steps if s["skill"] == "config.patch" and s["status"] == "changed"]
     reverted = any(s["skill"] == "config.revert" and s["status"] in ("ok", "changed") for s in steps)
     relaunched = any(s["skill"] in ("server.stop", "server.launch") and s["status"] not in ("skipped", "ok")
@@ -136,7 +137,7 @@ async def _finish_repair(engine: Engine, req: RunRequest, run: RunRow, host: str
 
 async def _finish_tune(engine: Engine, req: RunRequest, run: RunRow, host: str, what: str) -> str:
     rid = run["id"]
-    steps = await engine.store.steps(rid)
+    steps = await engine.store.call(lambda s: s.steps(rid))
     found = next((s for s in steps if s["skill"] == "tune.current" and s["status"] == "ok" and s["data"]), None)
     if found is None:
         return f"{what}; it found no speculative server running, so there is nothing to restore"

@@ -10,6 +10,7 @@ from eaglebot.engine.playbook import Playbook
 from eaglebot.engine.runner import Approver, Engine, Observer, RunRequest
 from eaglebot.sdk import Metric
 from eaglebot.store.rows import NewRun, StepEnd
+from eaglebot.tuning.records import PointJson, PointNumbers
 
 THROUGHPUT, TTFT = "output_throughput", "median_ttft_ms"
 ACCEPT = ("accept_length", "avg_spec_accept_length")
@@ -26,13 +27,13 @@ class PointResult:
     repeats: int
     error: str | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> PointJson:
         return {"run_id": self.run_id, "status": self.status, "output_throughput": self.throughput,
                 "median_ttft_ms": self.ttft_ms, "accept_length": self.accept,
                 "throughput_spread": self.spread, "repeats": self.repeats, "error": self.error}
 
 
-def numbers(metrics: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def numbers(metrics: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]]) -> PointNumbers:
     by = {m["name"]: float(m["value"]) for m in metrics}
     accept = next((by[k] for k in ACCEPT if k in by), None)
     runs: list[dict[str, Any]] = []
@@ -63,20 +64,22 @@ class ParentRun:
     @classmethod
     async def open(cls, engine: Engine, kind: str, host: str, inputs: dict[str, Any], *, actor: str, origin: str,
                    channel: str | None) -> ParentRun:
-        rid = await engine.store.create_run(NewRun(playbook=kind, hosts=[host], inputs=inputs, variables={},
-                                                   actor=actor, origin=origin, channel=channel))
+        run = NewRun(playbook=kind, hosts=[host], inputs=inputs, variables={}, actor=actor, origin=origin,
+                     channel=channel)
+        rid = await engine.store.call(lambda s: s.create_run(run))
         return cls(engine, rid, host, time.monotonic())
 
     async def close(self, skill: str, ok: bool, summary: str, *, error: str | None = None,
                     metrics: list[Metric] | None = None) -> None:
         store = self.engine.store
-        sid = await store.step_started(self.run_id, 0, self.host, "result", skill, {})
-        await store.step_finished(sid, StepEnd(run_id=self.run_id, host=self.host, status="ok" if ok else "failed",
-                                               summary=self.engine.redactor.text(summary), attempts=1,
-                                               duration_ms=int(1000 * (time.monotonic() - self.started)),
-                                               metrics=metrics))
-        await store.finish_run(self.run_id, "succeeded" if ok else "failed", exit_code=0 if ok else 1,
-                               error=None if ok else self.engine.redactor.text(error or summary))
+        sid = await store.call(lambda s: s.step_started(self.run_id, 0, self.host, "result", skill, {}))
+        end = StepEnd(run_id=self.run_id, host=self.host, status="ok" if ok else "failed",
+                      summary=self.engine.redactor.text(summary), attempts=1,
+                      duration_ms=int(1000 * (time.monotonic() - self.started)), metrics=metrics)
+        await store.call(lambda s: s.step_finished(sid, end))
+        why = None if ok else self.engine.redactor.text(error or summary)
+        await store.call(lambda s: s.finish_run(self.run_id, "succeeded" if ok else "failed", exit_code=0 if ok else 1,
+                                                error=why))
 
 
 async def run_point(engine: Engine, pb: Playbook, host: str, inputs: dict[str, Any], *, actor: str,
@@ -90,8 +93,8 @@ async def run_point(engine: Engine, pb: Playbook, host: str, inputs: dict[str, A
                      parent_run_id=parent_run_id)
     outcome = await engine.run(req, observer, approver)
     rid = outcome.run_id
-    metrics = await engine.store.metrics(rid)
-    steps = await engine.store.steps(rid)
+    metrics = await engine.store.call(lambda s: s.metrics(rid))
+    steps = await engine.store.call(lambda s: s.steps(rid))
     n = numbers(metrics, steps)
     return PointResult(rid, outcome.status, n["throughput"], n["ttft_ms"], n["accept"], n["spread"],
                        n["repeats"], outcome.error)

@@ -19,8 +19,8 @@ import json
 import re
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 from eaglebot.engine.playbook import Playbook, find_playbook
 from eaglebot.engine.runner import Approver, Engine, Observer, RunRequest
@@ -28,6 +28,7 @@ from eaglebot.errors import UsageError
 from eaglebot.sdk import Metric
 from eaglebot.tuning import tune_adaptive
 from eaglebot.tuning.tune_apply import Who, apply, apply_past, restore
+from eaglebot.tuning.records import BenchBatches, TuneSpec
 from eaglebot.tuning.tune_model import Cell, Measurement, grid, label, valid
 from eaglebot.tuning.tune_record import TuneRecord, measurement_json
 from eaglebot.tuning.tune_report import Deploy, best_chains, efficiency, rel_noise, report, static_best
@@ -100,8 +101,13 @@ class TuneRequest:
     input_len: int = 1024
     output_len: int = 256
 
-    def spec(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k != "fixed"} | {"fixed": dict(self.fixed)}
+    def spec(self) -> TuneSpec:
+        return TuneSpec(playbook=self.playbook, host=self.host, batch_sizes=list(self.batch_sizes),
+                        budget_s=self.budget_s, repeats=self.repeats, apply=self.apply, steps=list(self.steps),
+                        topk=list(self.topk), draft_tokens=list(self.draft_tokens), max_launches=self.max_launches,
+                        flap_trace=list(self.flap_trace), flap_settle_s=self.flap_settle_s,
+                        num_prompts=self.num_prompts, input_len=self.input_len, output_len=self.output_len,
+                        fixed=dict(self.fixed))
 
 
 @dataclass
@@ -174,7 +180,7 @@ async def _run(c: Ctx, pb: Playbook | str, inputs: dict[str, Any]) -> tuple[int,
     req = RunRequest(pb, [c.req.host], inputs, actor=c.actor, origin=c.origin, assume_yes=c.assume_yes,
                      channel=c.channel, parent_run_id=c.rec.run_id)
     out = await c.engine.run(req, c.observer, c.approver)
-    steps = [dict(s) for s in await c.engine.store.steps(out.run_id)]
+    steps = [dict(s) for s in await c.engine.store.call(lambda s: s.steps(out.run_id))]
     why = out.error or next((f"{s['name']}: {s['summary']}" for s in steps if s["status"] == "failed"), out.status)
     return out.run_id, ("" if out.status == "succeeded" else why), steps
 
@@ -187,7 +193,12 @@ def _data(steps: list[dict[str, Any]], skill: str) -> dict[str, Any]:
     return {}
 
 
-def _measurement(cell: Cell, data: dict[str, Any], run_ids: list[int], seconds: float) -> Measurement:
+def _bench(steps: list[dict[str, Any]]) -> BenchBatches:
+    """What the measuring run's `bench.batches` step registered."""
+    return cast(BenchBatches, _data(steps, "bench.batches"))   # (its step's JSON, as skills/bench_batches.py writes it)
+
+
+def _measurement(cell: Cell, data: BenchBatches, run_ids: list[int], seconds: float) -> Measurement:
     per = data.get("batch_sizes") or {}
     return Measurement(cell, {int(b): float(v["tok_s"]) for b, v in per.items()},
                        {int(b): [float(x) for x in v.get("samples") or []] for b, v in per.items()},
@@ -208,7 +219,7 @@ async def _measure(c: Ctx, cell: Cell, phase: str) -> Measurement | str:
     if why:
         await c.rec.cell(None, cell, phase, mid, f"the benchmark failed (run #{mid}): {why}", t0)
         return f"the benchmark failed (run #{mid}): {why}"
-    m = _measurement(cell, _data(steps, "bench.batches"), [rid, mid], time.monotonic() - t0)
+    m = _measurement(cell, _bench(steps), [rid, mid], time.monotonic() - t0)
     m.phase = phase
     await c.rec.cell(m, cell, phase, mid, started=t0)
     return m
@@ -218,15 +229,16 @@ async def _current(c: Ctx) -> Measurement | None:
     """The running server, measured as it is (no launch): the config to beat."""
     t0 = time.monotonic()
     mid, why, steps = await _run(c, find_playbook(MEASURE, None, c.engine.registry), _measure_inputs(c.req, False))
-    data = _data(steps, "bench.batches")
+    data = _bench(steps)
     eff = data.get("effective") or {}
-    cell = (eff.get("speculative_num_steps"), eff.get("speculative_eagle_topk"), eff.get("speculative_num_draft_tokens"))
-    if why or not all(isinstance(v, int) for v in cell):
+    steps_, topk, draft = (eff.get("speculative_num_steps"), eff.get("speculative_eagle_topk"),
+                           eff.get("speculative_num_draft_tokens"))
+    if why or not (isinstance(steps_, int) and isinstance(topk, int) and isinstance(draft, int)):
         note = (f"no running server measured (run #{mid}: {why})" if why else
                 f"the running server is not speculative (run #{mid}): nothing to compare a cell with")
         await c.rec.step("current config", "tune.current", "skipped", note, started=t0)
         return None
-    m = _measurement((int(cell[0]), int(cell[1]), int(cell[2])), data, [mid], time.monotonic() - t0)   # type: ignore[arg-type]
+    m = _measurement((steps_, topk, draft), data, [mid], time.monotonic() - t0)
     m.phase = "current"
     adaptive = " (adaptive steps)" if data.get("adaptive") else ""
     await c.rec.step("current config", "tune.current", "ok", f"current {label(m.cell)}{adaptive}: " + ", ".join(

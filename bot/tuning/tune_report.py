@@ -14,11 +14,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from eaglebot.tuning.records import CellJson, Choice, DeployJson
 from eaglebot.tuning.tune_model import Cell, Measurement, label
 from eaglebot.tuning.tune_search import SearchResult
 
 
-def choice_json(cell: Cell) -> dict[str, int]:
+def choice_json(cell: Cell) -> Choice:
     return {"spec_steps": cell[0], "spec_topk": cell[1], "spec_draft_tokens": cell[2]}
 
 
@@ -72,19 +73,27 @@ class Deploy:
             out["spec_adaptive"] = self.adaptive_config
         return out
 
-    def as_json(self) -> dict[str, Any]:
+    @classmethod
+    def from_json(cls, d: DeployJson) -> Deploy:
+        """The deployable result as a tuning run stored it (`eagle tune apply` reads it back)."""
+        ch = d["choice"]
+        return cls(d["mode"], (ch["spec_steps"], ch["spec_topk"], ch["spec_draft_tokens"]), d.get("adaptive_config"),
+                   {int(b): float(v) for b, v in (d.get("expected_tok_s") or {}).items()}, d.get("why") or "")
+
+    def as_json(self) -> DeployJson:
         return {"mode": self.mode, "choice": choice_json(self.cell), "adaptive_config": self.adaptive_config,
                 "expected_tok_s": {str(b): round(v, 2) for b, v in sorted(self.expected.items())},
                 "why": self.why, "rejected": self.rejected, "inputs": self.inputs(),
                 "slots": {str(b): k for b, k in sorted(self.slots.items())}}
 
 
-def cell_json(m: Measurement, b: int, predicted: dict[Cell, dict[int, float]]) -> dict[str, Any]:
+def cell_json(m: Measurement, b: int, predicted: dict[Cell, dict[int, float]]) -> CellJson:
     pred = predicted.get(m.cell, {}).get(b)
     tok = m.tok_s.get(b)
-    out: dict[str, Any] = {**choice_json(m.cell), "tok_s": round(tok, 2) if tok is not None else None,
-                           "spread": round(m.spread(b), 2), "repeats": len(m.samples.get(b) or []),
-                           "phase": m.phase, "run_ids": m.run_ids}
+    ch = choice_json(m.cell)
+    out = CellJson(spec_steps=ch["spec_steps"], spec_topk=ch["spec_topk"], spec_draft_tokens=ch["spec_draft_tokens"],
+                   tok_s=round(tok, 2) if tok is not None else None, spread=round(m.spread(b), 2),
+                   repeats=len(m.samples.get(b) or []), phase=m.phase, run_ids=m.run_ids)
     if pred is not None and m.phase != "profile":
         out["predicted_tok_s"] = round(pred, 2)
         out["error_pct"] = round(100 * (pred / tok - 1), 2) if tok else None
@@ -114,8 +123,8 @@ def report(res: SearchResult, sizes: list[int], deploy: Deploy | None, *, curren
         measured = sorted((cell_json(m, b, res.predicted) for m in res.measured.values()
                            if m.tok_s.get(b) is not None),
                           key=lambda c: -(c["tok_s"] or 0))
-        predicted = sorted(({**choice_json(c), "tok_s": round(p[b], 2)} for c, p in res.predicted.items() if b in p),
-                           key=lambda c: -c["tok_s"])
+        predicted = sorted((CellJson(spec_steps=c[0], spec_topk=c[1], spec_draft_tokens=c[2], tok_s=round(p[b], 2))
+                            for c, p in res.predicted.items() if b in p), key=lambda c: -(c.get("tok_s") or 0))
         entry: dict[str, Any] = {
             "choice": choice_json(best.cell), "tok_s": round(best.tok_s[b], 2), "spread": round(best.spread(b), 2),
             "repeats": len(best.samples.get(b) or []), "measured": measured, "predicted": predicted,

@@ -136,7 +136,7 @@ async def relaunch(svc: Services, host: str) -> str:
 async def teardown_started(svc: Services, host: str, since: int) -> None:
     """Until a relaunch newer than run `since` began to stop the server on `host`."""
     while True:
-        steps = await svc.store.health_lifecycle_steps(host, limit=8)
+        steps = await svc.store.call(lambda s: s.health_lifecycle_steps(host, limit=8))
         if any(s["run_id"] > since and s["skill"] == "server.stop" for s in steps):
             return
         await asyncio.sleep(0.02)
@@ -181,7 +181,7 @@ async def phase1(work: Path, server, fake: FakeSlackAPI, a: argparse.Namespace, 
             if inside:
                 while host in busy:
                     await asyncio.sleep(0.05)
-                last = max((s["run_id"] for s in await svc.store.health_lifecycle_steps(host, limit=1)), default=0)
+                last = max((s["run_id"] for s in await svc.store.call(lambda s: s.health_lifecycle_steps(host, limit=1))), default=0)
                 task = asyncio.create_task(cycle(host))
                 began = asyncio.create_task(teardown_started(svc, host, last))
                 await asyncio.wait({task, began}, return_when=asyncio.FIRST_COMPLETED)
@@ -212,7 +212,7 @@ async def phase1(work: Path, server, fake: FakeSlackAPI, a: argparse.Namespace, 
         stop.set()
         await asyncio.wait_for(task, 120)
         await alerts.aclose()
-        events = await svc.store.health_events(limit=100000)
+        events = await svc.store.call(lambda s: s.health_events(limit=100000))
         faulted = {(h, g) for h, g in targets}
         quarantined = {(e["host"], e["gpu"]) for e in events if e["kind"] == "transition" and e["to_state"] == "quarantined"}
         suspects = {(e["host"], e["gpu"]) for e in events if e["kind"] == "transition" and e["to_state"] == "suspect"}
@@ -262,7 +262,7 @@ async def phase2(work: Path, server, fake: FakeSlackAPI, a: argparse.Namespace) 
             gpu_state.set_health(states[h], 0, ecc_uncorrected=2)
 
         async def drained(h: str) -> bool:
-            return any(r["state"] in ("draining", "drained") for r in await svc.store.health_states(h))
+            return any(r["state"] in ("draining", "drained") for r in await svc.store.call(lambda s: s.health_states(h)))
         deadline = time.monotonic() + 300
         while not all([await drained(h) for h in names]):
             assert time.monotonic() < deadline, "not every host drained"
@@ -275,7 +275,7 @@ async def phase2(work: Path, server, fake: FakeSlackAPI, a: argparse.Namespace) 
             gpu_state.set_health(states[h], 0)
 
         async def decided(h: str) -> bool:
-            ev = await svc.store.health_events(h, limit=200)
+            ev = await svc.store.call(lambda s: s.health_events(h, limit=200))
             if h in own:
                 return any(e["kind"] == "transition" and e["to_state"] == "healthy" for e in ev)
             return any(e["kind"] == "note" and e["reason"].startswith("left ") for e in ev)
@@ -284,7 +284,7 @@ async def phase2(work: Path, server, fake: FakeSlackAPI, a: argparse.Namespace) 
             if time.monotonic() > deadline:
                 for h in names:
                     if not await decided(h):
-                        print("UNDECIDED", h, await svc.store.health_states(h), (await svc.store.health_events(h))[:4])
+                        print("UNDECIDED", h, await svc.store.call(lambda s: s.health_states(h)), (await svc.store.call(lambda s: s.health_events(h)))[:4])
             assert time.monotonic() < deadline, "the watch did not decide on every host"
             await asyncio.sleep(0.2)
         stop.set()

@@ -110,7 +110,7 @@ async def test_slack_text_with_a_nul_is_an_input_error_with_a_rejected_event(tmp
         reply = await fake.wait_for(lambda: h.responses())
         assert "input names: the value contains a NUL byte" in reply[0].all_text()
         for _ in range(100):
-            rows = await h.services.store.events("rejected")
+            rows = await h.services.store.call(lambda s: s.events("rejected"))
             if rows:
                 break
             await asyncio.sleep(0.05)

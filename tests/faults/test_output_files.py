@@ -249,7 +249,7 @@ async def test_live_views_and_slack_get_escaped_text_never_a_raw_nul(services):
     text = "\n".join(seen)
     assert "x\\x00y\\xff" in text
     assert "\x00" not in text and not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
-    row = (await svc.store.steps(out.run_id))[0]
+    row = (await svc.store.call(lambda s: s.steps(out.run_id)))[0]
     assert row["output"] == "x\\x00y\\xff\n"
 
 

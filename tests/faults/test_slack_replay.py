@@ -29,7 +29,7 @@ async def h(tmp_path, fake):
 async def _rejections(h, reason: str, n: int, timeout: float = 10.0) -> list[dict]:
     deadline = time.monotonic() + timeout
     while True:
-        rows = [e for e in await h.services.store.events("rejected") if e["reason"] == reason]
+        rows = [e for e in await h.services.store.call(lambda s: s.events("rejected")) if e["reason"] == reason]
         if len(rows) >= n or time.monotonic() > deadline:
             return rows
         await asyncio.sleep(0.05)
@@ -111,7 +111,7 @@ async def test_a_replayed_socket_mode_envelope_is_answered_once(h, fake):
         bad = json.loads(parse_qs(_payload(user="UBOSS"))["payload"][0])
         ack = await fake.ws_send({"envelope_id": "e3", "type": "interactive", "payload": bad})
         assert ack["envelope_id"] == "e3"      # acked (Slack must not re-deliver it), and refused
-        assert len([e for e in await h.services.store.events("rejected") if "user" in e["reason"]]) == 1
+        assert len([e for e in await h.services.store.call(lambda s: s.events("rejected")) if "user" in e["reason"]]) == 1
     finally:
         await handler.close_async()
 
@@ -121,7 +121,7 @@ async def test_slacks_certificate_probe_is_never_a_replay(h):
     for _ in range(3):
         assert (await h.post(body, signed_headers(body)))[0] == 200
     await asyncio.sleep(0.2)
-    assert await h.services.store.events("rejected") == []
+    assert await h.services.store.call(lambda s: s.events("rejected")) == []
 
 
 async def test_the_seen_set_forgets_after_its_window_and_stays_bounded():
@@ -173,7 +173,7 @@ async def test_a_signed_malformed_payload_is_400_with_a_rejected_event(h, fake, 
         status, _ = await h.post(body, signed_headers(body))
         await asyncio.sleep(0.2)
     assert status == 400
-    rows = await h.services.store.events("rejected")
+    rows = await h.services.store.call(lambda s: s.events("rejected"))
     assert len(rows) == 1 and rows[0]["reason"].startswith(("malformed", "neither"))
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
     assert "Traceback" not in caplog.text

@@ -244,7 +244,7 @@ async def test_a_long_lived_bot_records_what_the_full_disk_refused_once_space_is
     quick = playbook(_json.dumps({"name": "quick", "steps": [{"skill": "shell", "with": {"command": "echo ok"}}]}))
     nxt = await svc.engine.run(RunRequest(playbook=quick, hosts=["h"]))  # not refused as busy
     assert nxt.status == "succeeded", nxt.error
-    first = await svc.store.get_run(out.run_id)
+    first = await svc.store.call(lambda s: s.get_run(out.run_id))
     assert first["status"] == "failed"
-    assert all(s["status"] != "running" for s in await svc.store.steps(out.run_id))
-    assert await svc.store.locks() == []
+    assert all(s["status"] != "running" for s in await svc.store.call(lambda s: s.steps(out.run_id)))
+    assert await svc.store.call(lambda s: s.locks()) == []

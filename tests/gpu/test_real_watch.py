@@ -87,9 +87,9 @@ async def test_the_watch_finds_nothing_idle_under_load_and_through_a_real_cleanu
         await asyncio.wait_for(task, 60)
     after = await _rounds(w, 3)
     assert _trouble(reports + after) == [], reports + after
-    judged = [e for e in await svc.store.health_events("gpu") if e["kind"] == "xid"]
+    judged = [e for e in await svc.store.call(lambda s: s.health_events("gpu")) if e["kind"] == "xid"]
     assert judged == [], judged
-    expected = [e for e in await svc.store.health_events("gpu") if e["kind"] == "xid_expected"]
+    expected = [e for e in await svc.store.call(lambda s: s.health_events("gpu")) if e["kind"] == "xid_expected"]
     print(f"Xid lines the real driver logged in the bot's teardown: {len(expected)} "
           f"({sorted({e['code'] for e in expected})})")
     assert {e["from_state"] for e in expected} <= {"teardown"}

@@ -218,7 +218,7 @@ class Soak:
 
     # -- reading the store ------------------------------------------------------------------
     async def leader(self) -> tuple[str, Replica] | None:
-        lease = await self.store.lease_holder(LEADER)
+        lease = await self.store.call(lambda s: s.lease_holder(LEADER))
         if lease is None or (parse_iso(lease["expires_at"]) or datetime.min.replace(tzinfo=timezone.utc)) \
                 <= datetime.now(timezone.utc):
             return None
@@ -264,9 +264,9 @@ class Soak:
         """A new run waiting for approval: (run id, approval id), once its card is posted."""
         deadline = time.monotonic() + timeout
         while True:
-            for run in await self.store.running_runs():
+            for run in await self.store.call(lambda s: s.running_runs()):
                 if run["playbook"] == "guarded" and run["id"] not in known:
-                    row = await self.store.pending_approval(run["id"], 0, "sim2")
+                    row = await self.store.call(lambda s: s.pending_approval(run["id"], 0, "sim2"))
                     if row is not None and self.button_value(row["id"]):
                         return run["id"], row["id"]
             assert time.monotonic() < deadline, "no approval was asked for"
@@ -283,9 +283,9 @@ class Soak:
         await self.click(click_on, value)
         self.report.approvals.append(Approval(run_id, start_on.name, click_on.name, aid))
         deadline = time.monotonic() + 60
-        while (run := await self.store.get_run(run_id))["status"] == "running" and time.monotonic() < deadline:
+        while (run := await self.store.call(lambda s: s.get_run(run_id)))["status"] == "running" and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        row = await self.store.get_approval(aid)
+        row = await self.store.call(lambda s: s.get_approval(aid))
         if run["status"] != "succeeded" or row is None or row["status"] != "approved" or row["decided_by"] != "UBOSS":
             self.report.approval_failures.append(
                 f"run #{run_id} started on {start_on.name}, approved on {click_on.name}: run {run['status']}, "
@@ -299,7 +299,7 @@ class Soak:
         if during == "scheduled run":   # wait until the leader runs a scheduled run, then kill
             deadline = time.monotonic() + 3 * self.interval_s() + 30
             while not any(r["origin"] == "schedule" and r["pid"] == victim.proc.pid  # type: ignore[union-attr]
-                          for r in await self.store.running_runs()):
+                          for r in await self.store.call(lambda s: s.running_runs())):
                 assert time.monotonic() < deadline, "no scheduled run started on the leader"
                 await asyncio.sleep(0.05)
             await asyncio.sleep(self.rng.uniform(0, self.run_s / 2))
@@ -318,7 +318,7 @@ class Soak:
         self.report.kills.append(kill)
         deadline = time.monotonic() + 60
         while True:
-            lease = await self.store.lease_holder(LEADER)
+            lease = await self.store.call(lambda s: s.lease_holder(LEADER))
             if lease is not None and lease["holder"] != holder:
                 taken = parse_iso(lease["acquired_at"])
                 assert taken is not None
@@ -336,11 +336,11 @@ class Soak:
     async def check_expired(self, a: Approval) -> None:
         """The approval its dead replica waited on: expired by the new leader's sweep, nothing killed."""
         deadline = time.monotonic() + 30
-        while (row := await self.store.get_approval(a.approval_id))["status"] == "pending":
+        while (row := await self.store.call(lambda s: s.get_approval(a.approval_id)))["status"] == "pending":
             if time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.2)
-        run = await self.store.get_run(a.run_id)
+        run = await self.store.call(lambda s: s.get_run(a.run_id))
         assert self.foreign is not None
         alive = self.foreign.poll() is None
         if row["status"] != "expired" or run["status"] != "interrupted" or not alive:
@@ -377,8 +377,8 @@ class Soak:
             await asyncio.sleep(max(0.0, t_start + duration_s - time.time()))
             t_end = time.time()
             await self.stop_all()
-            fires = await self.store.schedule_fires(SCHEDULE, "", 100000)
-            runs = await self.store.history(origin="schedule", limit=100000)
+            fires = await self.store.call(lambda s: s.schedule_fires(SCHEDULE, "", 100000))
+            runs = await self.store.call(lambda s: s.history(origin="schedule", limit=100000))
             self.check_slots(list(fires), list(runs), t_start, t_end)
             self.report.busy_posts = [c.all_text()[:200] for c in self.fake.ok_calls_to("chat.postMessage")
                                       if "did not start" in c.all_text() and "busy" in c.all_text()]

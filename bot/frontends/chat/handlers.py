@@ -140,7 +140,7 @@ async def on_playbooks(services: Services, cmd: Command, caller: Caller) -> Repl
 
 async def on_hosts(services: Services, cmd: Command, caller: Caller) -> Reply:
     s = services.settings
-    locks = {lk["host"]: lk["run_id"] for lk in await services.store.locks()}
+    locks = {lk["host"]: lk["run_id"] for lk in await services.store.call(lambda s: s.locks())}
     rows = []
     for name, h in s.hosts.items():
         where = "local" if h.transport == "local" else f"{h.user + '@' if h.user else ''}{h.address}:{h.port}"
@@ -175,7 +175,7 @@ async def on_history(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 async def on_show(services: Services, cmd: Command, caller: Caller) -> Reply:
     if cmd.args == ("last",):
-        last = await services.store.last_run_id()
+        last = await services.store.call(lambda s: s.last_run_id())
         if last is None:
             raise UsageError("no runs yet (see /eagle playbooks)")
         cmd = Command("show", (str(last),), text=cmd.text)
@@ -187,8 +187,8 @@ async def on_show(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 
 async def on_status(services: Services, cmd: Command, caller: Caller) -> Reply:
-    runs = await services.store.running_runs()
-    locks = await services.store.locks()
+    runs = await services.store.call(lambda s: s.running_runs())
+    locks = await services.store.call(lambda s: s.locks())
     # a terminal's reader is in one time zone, a channel's in many: local time there, UTC here
     when, started = (fmt_local, "started") if caller.origin == "cli" else (fmt_time, "started (UTC)")
     rows = [[f"#{r['id']}", r["playbook"], ",".join(r.get("hosts") or []) or "-", r.get("actor") or "-",
@@ -200,7 +200,7 @@ async def on_status(services: Services, cmd: Command, caller: Caller) -> Reply:
                                                 f"{': ' + lk['reason'] if lk['reason'] else ''})" for lk in locks))
     else:
         parts.append("busy hosts: none")
-    lease, reps = await services.store.lease_holder(LEADER), await services.store.replicas()
+    lease, reps = await services.store.call(lambda s: (s.lease_holder(LEADER), s.replicas()))
     parts.append(replicas_text(replica_rows(reps, lease), leader_of(lease)))
     text = "\n\n".join(parts)
     return listing(text, "Status", public=True)
@@ -208,13 +208,13 @@ async def on_status(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 async def on_cancel(services: Services, cmd: Command, caller: Caller) -> Reply:
     rid = cmd.run_id
-    run = await services.store.get_run(rid)
+    run = await services.store.call(lambda s: s.get_run(rid))
     if run is None:
         raise UsageError(f"no run #{rid} (see /eagle status)")
-    if not await services.store.request_cancel(rid):
+    if not await services.store.call(lambda s: s.request_cancel(rid)):
         raise UsageError(f"run #{rid} is not running (it {run['status']})")
     services.cancel(rid)  # at once when it runs here; other processes see the DB flag
-    await services.store.add_event(rid, "cancel_requested", f"by {caller.user}")
+    await services.store.call(lambda s: s.add_event(rid, "cancel_requested", f"by {caller.user}"))
     text = f"cancel requested for run #{rid} ({run['playbook']}) by {caller.user}; its always-steps still run"
     return Reply(text, CancelRequested(rid, run["playbook"], caller.user), public=True, run_id=rid)
 
@@ -249,7 +249,7 @@ async def on_run(services: Services, cmd: Command, caller: Caller) -> Reply:
 
 async def on_rerun(services: Services, cmd: Command, caller: Caller) -> Reply:
     rid = cmd.run_id
-    run = await services.store.get_run(rid)
+    run = await services.store.call(lambda s: s.get_run(rid))
     if run is None:
         raise UsageError(f"no run #{rid} (see /eagle history)")
     pb = await asyncio.to_thread(_load, services, run["playbook"])
@@ -257,7 +257,8 @@ async def on_rerun(services: Services, cmd: Command, caller: Caller) -> Reply:
     if cmd.args[0] == "failed":
         from eaglebot.history.recap import failed_hosts, host_recap
 
-        hosts = failed_hosts(host_recap(hosts, await services.store.steps(rid), await services.store.warnings(rid)))
+        steps, warnings = await services.store.call(lambda s: (s.steps(rid), s.warnings(rid)))
+        hosts = failed_hosts(host_recap(hosts, steps, warnings))
         if not hosts:
             return error_reply(f"run #{rid} has no failed or unreachable host to run again")
     req = RunRequest(pb, hosts or None, dict(run.get("inputs") or {}),
@@ -275,7 +276,7 @@ async def on_logs(services: Services, cmd: Command, caller: Caller) -> Reply:
     req = RunRequest(LOGS_PLAYBOOK, [host], {"lines": lines}, actor=caller.user, origin=caller.origin,
                      channel=caller.channel)
     outcome = await services.engine.run(req)
-    steps = await services.store.steps(outcome.run_id)
+    steps = await services.store.call(lambda s: s.steps(outcome.run_id))
     step = next((s for s in steps if s["skill"] == "server.logs"), None)
     if outcome.status != "succeeded" or step is None:
         why = outcome.error or f"{host}: could not read the server log"
@@ -315,10 +316,11 @@ async def _schedule_pause(services: Services, cmd: Command, caller: Caller) -> R
         raise UsageError(f"unknown schedule {name!r}; {hint}" if hint else
                          f"unknown schedule {name!r} (known: {', '.join(names) or 'none'})")
     paused = verb == "pause"
-    changed = await services.store.set_schedule_paused(name, paused, caller.user)
+    changed = await services.store.call(lambda s: s.set_schedule_paused(name, paused, caller.user))
     if not changed:
         raise UsageError(f"schedule {name!r} is already {'paused' if paused else 'active'}")
-    await services.store.add_event(None, f"schedule_{'paused' if paused else 'resumed'}", f"{name} by {caller.user}")
+    kind = f"schedule_{'paused' if paused else 'resumed'}"
+    await services.store.call(lambda s: s.add_event(None, kind, f"{name} by {caller.user}"))
     text = (f"schedule {name} paused by {caller.user}: it will not run until `/eagle schedule resume {name}`"
             if paused else f"schedule {name} resumed by {caller.user}")
     return Reply(text, Note(text), public=True)
@@ -329,7 +331,7 @@ async def on_baseline(services: Services, cmd: Command, caller: Caller) -> Reply
 
     rid = cmd.run_id
     text = await services.store.call(lambda s: set_baseline(s, rid, caller.user))
-    await services.store.add_event(rid, "baseline_set", f"by {caller.user}")
+    await services.store.call(lambda s: s.add_event(rid, "baseline_set", f"by {caller.user}"))
     return Reply(text, Note(text, mark="baseline"), public=True, run_id=rid)
 
 
@@ -338,8 +340,8 @@ async def on_fleet(services: Services, cmd: Command, caller: Caller) -> Reply:
 
     cfg = services.settings
     watched = cfg.resolve_hosts(cfg.health_watch.hosts) if cfg.health_watch else []
-    checks = fleet_checks(await services.store.newest_steps("gpu.health", limit=5000))
-    return listing(fleet_text(fleet_rows(await services.store.health_states(), watched), checks,
+    checks = fleet_checks(await services.store.call(lambda s: s.newest_steps("gpu.health", limit=5000)))
+    return listing(fleet_text(fleet_rows(await services.store.call(lambda s: s.health_states()), watched), checks,
                               watching=cfg.health_watch is not None), "Fleet health", public=True)
 
 

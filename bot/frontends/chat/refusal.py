@@ -23,5 +23,6 @@ async def audit_refusal(services: Services, user: str, cmd: Command, why: str, r
         except (ValueError, IndexError):
             run_id = None
     what = services.redactor.text(printable(cmd.text or cmd.name))  # redact before truncating
-    await services.store.add_rejection("access_denied", printable(user), f"/eagle {what[:300]}",
-                                       services.redactor.text(printable(why)), run_id)
+    reason = services.redactor.text(printable(why))
+    await services.store.call(lambda s: s.add_rejection("access_denied", printable(user), f"/eagle {what[:300]}",
+                                                        reason, run_id))

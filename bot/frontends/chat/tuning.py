@@ -151,7 +151,7 @@ async def on_sweep(services: Services, cmd: Command, caller: Caller) -> Reply:
         axes, fixed, repeats = sw.parse_assignments(list(cmd.args[2:]))
         req = sw.SweepRequest(cmd.args[0], cmd.args[1], axes, fixed, repeats)
         sid = await sw.create(services.engine, req, actor=caller.user, origin=caller.origin)
-    sweep = await services.store.get_sweep(sid)
+    sweep = await services.store.call(lambda s: s.get_sweep(sid))
     observer, approver = _progress(caller, sweep["playbook"] if sweep else "relaunch", sweep["host"] if sweep else "")
     r = await sw.run_points(services.engine, sid, actor=caller.user, origin=caller.origin, observer=observer,
                          approver=approver, channel=caller.channel)
@@ -174,7 +174,7 @@ async def on_tune(services: Services, cmd: Command, caller: Caller) -> Reply:
 
     if cmd.args[0] == "apply":
         rid = int(cmd.args[1])
-        run = await services.store.get_run(rid)
+        run = await services.store.call(lambda s: s.get_run(rid))
         inputs = dict(run["inputs"] or {}) if run else {}
         observer, approver = _progress(caller, str(inputs.get("playbook") or "relaunch"),
                                        ",".join(run["hosts"] or []) if run else "")

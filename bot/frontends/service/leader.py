@@ -29,7 +29,8 @@ from eaglebot.frontends.replicas_text import LEADER
 from eaglebot.store.base import proc_start_time
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async import AsyncServiceState
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import ServiceState
 
 log = logging.getLogger("eaglebot.leader")
 
@@ -60,7 +61,7 @@ class Leadership:
     """The election loop of one replica. `run(stop)` until `stop` is set, then step down and
     release the lease, so the next leader does not wait for it to expire."""
 
-    def __init__(self, store: AsyncServiceState, duties: Duties, *, ttl_s: float = LEASE_TTL_S,
+    def __init__(self, store: Door[ServiceState], duties: Duties, *, ttl_s: float = LEASE_TTL_S,
                  beat_s: float = BEAT_S, margin_s: float = STEP_DOWN_MARGIN_S, rid: str | None = None):
         self.store = store
         self.duties = duties
@@ -101,14 +102,14 @@ class Leadership:
             if self.leading:
                 await self._deposed("stopping")
             try:
-                await self.store.lease_release(LEADER, self.id)
+                await self.store.call(lambda s: s.lease_release(LEADER, self.id))
             except Exception as e:
                 log.warning("could not release the leader lease: %s", e)
 
     async def _renew(self, start: str | None) -> bool:
-        await self.store.replica_beat(self.id, hostname=socket.gethostname(), pid=os.getpid(),
-                                      proc_start=start, version=__version__)
-        return await self.store.lease_acquire(LEADER, self.id, self.ttl_s)
+        await self.store.call(lambda s: s.replica_beat(self.id, hostname=socket.gethostname(), pid=os.getpid(),
+                                                       proc_start=start, version=__version__))
+        return await self.store.call(lambda s: s.lease_acquire(LEADER, self.id, self.ttl_s))
 
     async def _sleep(self, stop: asyncio.Event) -> None:
         """Until the next beat; a leader whose term runs out first steps down right then."""

@@ -34,9 +34,9 @@ from eaglebot.frontends.service.http_guard import Listener, listen
 from eaglebot.sdk import StepResult
 
 if TYPE_CHECKING:
+    from eaglebot.store.door import Door
     from eaglebot.store.protocol import MetricsReads
     from eaglebot.store.rows import LatestMetric
-    from eaglebot.store.protocol_async import AsyncMetricsReads
 
 BENCH_SERIES = ("output_throughput", "accept_length", "avg_spec_accept_length", "speedup_vs_reference",
                 "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "greedy_match_rate")
@@ -84,7 +84,7 @@ class _StoreGauges(Collector):
 
 
 class Metrics:
-    def __init__(self, store: AsyncMetricsReads):
+    def __init__(self, store: Door[MetricsReads]):
         self.store = store
         self.registry = CollectorRegistry()
         r = self.registry

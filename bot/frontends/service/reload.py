@@ -174,7 +174,8 @@ class Reloader:
 
     async def _record(self, who: str, outcome: str, msg: str) -> None:
         try:
-            await self.services.store.add_event(None, "reload", self.services.redactor.text(f"by {who}: {msg}")[:2000])
+            said = self.services.redactor.text(f"by {who}: {msg}")[:2000]
+            await self.services.store.call(lambda s: s.add_event(None, "reload", said))
         except Exception:
             log.exception("could not record the reload event")
 

@@ -14,7 +14,8 @@ import logging
 from typing import Awaitable, Callable, TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async import AsyncApprovalsFace
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import ApprovalsFace
 
 
 log = logging.getLogger("eaglebot.reload")
@@ -28,7 +29,7 @@ Reload = Callable[[str], Awaitable[tuple[bool, str]]]
 class PeerReloads:
     """The Slack path of a reload (`from_slack`) and the loop that follows other replicas' (`run`)."""
 
-    def __init__(self, store: AsyncApprovalsFace, reload: Reload, *, every_s: float = BEAT_S):
+    def __init__(self, store: Door[ApprovalsFace], reload: Reload, *, every_s: float = BEAT_S):
         self.store = store
         self._reload = reload
         self.every_s = every_s
@@ -38,7 +39,7 @@ class PeerReloads:
         self._lock = asyncio.Lock()
 
     async def _newest(self) -> tuple[int, str] | None:
-        rows = await self.store.events(KIND, limit=1)
+        rows = await self.store.call(lambda s: s.events(KIND, limit=1))
         return (rows[0]["id"], rows[0]["message"]) if rows else None
 
     async def prime(self) -> None:
@@ -53,7 +54,7 @@ class PeerReloads:
             return done, text
         try:
             async with self._lock:
-                await self.store.add_event(None, KIND, who)
+                await self.store.call(lambda s: s.add_event(None, KIND, who))
                 newest = await self._newest()
                 if newest:
                     self.seen = max(self.seen, newest[0])

@@ -13,7 +13,8 @@ from eaglebot.engine.runner import Engine
 from eaglebot.errors import EagleError
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async_service import AsyncSchedulesFace
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol_service import SchedulesFace
 
 log = logging.getLogger("eaglebot.scheduler")
 
@@ -50,7 +51,7 @@ def request(cfg: ScheduleConfig) -> Any:
     return req
 
 
-async def fire(engine: Engine, store: AsyncSchedulesFace, hooks: Any, cfg: ScheduleConfig, fire_id: int,
+async def fire(engine: Engine, store: Door[SchedulesFace], hooks: Any, cfg: ScheduleConfig, fire_id: int,
                channel: str | None) -> int | None:
     """`hooks`: the scheduler's (observer, post, upload, and Slack's post_tune)."""
     from eaglebot.frontends.tuning.tune_plot import render_tune
@@ -63,10 +64,10 @@ async def fire(engine: Engine, store: AsyncSchedulesFace, hooks: Any, cfg: Sched
                                   observer=hooks.observer(cfg), approver=None, assume_yes=cfg.approve,
                                   channel=channel, schedule=cfg.name)
     except EagleError as e:
-        await store.update_fire(fire_id, "error")
+        await store.call(lambda s: s.update_fire(fire_id, "error"))
         await hooks.post(channel, f":x: scheduled tune {cfg.name} did not start: {e}")
         return None
-    await store.update_fire(fire_id, r["status"], r["run_id"])
+    await store.call(lambda s: s.update_fire(fire_id, r["status"], r["run_id"]))
     text = f"scheduled tune {cfg.name}: " + tune_text(r)
     p = r.get("proposal") or {}
     offer = p.get("apply") if p.get("beats_current") else None

@@ -46,8 +46,8 @@ from eaglebot.sdk import StepResult
 from eaglebot.store import now_iso, open_store, parse_iso
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol import ScheduleReads
-    from eaglebot.store.protocol_async import AsyncSchedulerStore
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import ScheduleReads, SchedulerStore
 
 log = logging.getLogger("eaglebot.scheduler")
 
@@ -181,7 +181,7 @@ class Scheduler:
         self.missed_while = "while the bot was down"   # a reload's scheduler: "before this reload"
 
     @property
-    def store(self) -> AsyncSchedulerStore:
+    def store(self) -> Door[SchedulerStore]:
         return self.services.store
 
     def _channel(self, cfg: ScheduleConfig) -> str | None:
@@ -236,7 +236,7 @@ class Scheduler:
         channel = self.settings.slack.channel
         if not channel:
             return None
-        head = await self.store.audit_head()
+        head = await self.store.call(lambda s: s.audit_head())
         if not head["hash"]:
             return None
         text = (f"audit chain head {head['hash']} (entry #{head['seq']}, {fmt_utc(datetime.now(timezone.utc))}); "
@@ -290,13 +290,13 @@ class Scheduler:
         return posted
 
     async def _misfire_one(self, cfg: ScheduleConfig, now: datetime) -> str | None:
-        last_run = await self.store.last_schedule_run(cfg.name)
-        last_fire = await self.store.last_fire(cfg.name)
+        last_run = await self.store.call(lambda s: s.last_schedule_run(cfg.name))
+        last_fire = await self.store.call(lambda s: s.last_fire(cfg.name))
         refs = [d for d in (parse_iso(last_run["started_at"]) if last_run else None,
                             parse_iso(last_fire["fire_time"]) if last_fire else None) if d is not None]
         if not refs:
             # First time this schedule is seen: remember it, so a later outage is noticed.
-            await self.store.record_fire(cfg.name, iso_utc(now), "registered")
+            await self.store.call(lambda s: s.record_fire(cfg.name, iso_utc(now), "registered"))
             return None
         ref = max(refs)
         missed = fires_between(self._triggers[cfg.name], ref, now)
@@ -304,7 +304,7 @@ class Scheduler:
             return None
         catch_up = (now - missed[-1]).total_seconds() <= cfg.misfire_grace_s
         for t in missed[-MAX_MISSED_LISTED:]:
-            await self.store.record_fire(cfg.name, iso_utc(t), "missed")
+            await self.store.call(lambda s: s.record_fire(cfg.name, iso_utc(t), "missed"))
         n = len(missed)
         shown = ", ".join(fmt_utc(t) for t in missed[-3:]) + (" ..." if n > 3 else "")
         if last_run:
@@ -327,14 +327,14 @@ class Scheduler:
         """Name each schedule whose due run did not start within its grace, once. Returns the texts."""
         now = now or datetime.now(timezone.utc)
         posted = []
-        states = await self.store.schedule_states()
+        states = await self.store.call(lambda s: s.schedule_states())
         for name, cfg in self._cfgs.items():
             try:
-                last_run = await self.store.last_schedule_run(name)
-                first = await self.store.schedule_fires(name, "", 1) if last_run is None else []
+                last_run = await self.store.call(lambda s: s.last_schedule_run(name))
+                first = await self.store.call(lambda s: s.schedule_fires(name, "", 1)) if last_run is None else []
                 ref = reference(last_run, first[0] if first else None)
                 due = next_fire(self._triggers[name], ref) if ref else None
-                fires = await self.store.schedule_fires(name, since(due), 1000) if due else []
+                fires = await self.store.call(lambda s: s.schedule_fires(name, since(due), 1000)) if due else []
                 state = states.get(name)
                 o = overdue(self._triggers[name], cfg.misfire_grace_s, ref, last_run, fires, now,
                             state["changed_by"] if state and state["paused"] else None)
@@ -342,7 +342,7 @@ class Scheduler:
                     continue
                 text = alarm_text(name, _describe(cfg), o)
                 await self._post(self._channel(cfg), text)
-                await self.store.record_fire(name, iso_utc(o.due), ALARM)
+                await self.store.call(lambda s: s.record_fire(name, iso_utc(o.due), ALARM))
                 posted.append(text)
             except Exception:
                 log.exception("missing-run check of schedule %s failed", name)
@@ -358,8 +358,9 @@ class Scheduler:
             return None
         self._firing += 1
         try:
-            if (state := (await self.store.schedule_states()).get(name)) and state["paused"]:
-                await self.store.record_fire(name, now_iso(), "paused")
+            if (state := (await self.store.call(lambda s: s.schedule_states())).get(name)) and state["paused"]:
+                at = now_iso()
+                await self.store.call(lambda s: s.record_fire(name, at, "paused"))
                 log.info("schedule %s is paused: not run", name)
                 return None
             slot = slot_at(self._triggers[name], datetime.now(timezone.utc), cfg.misfire_grace_s)
@@ -378,7 +379,8 @@ class Scheduler:
         run id (None if it never started, or another replica claimed that fire)."""
         store, engine = self.store, self.services.engine
         channel = self._channel(cfg)
-        fire_id = await store.claim_fire(cfg.name, iso_utc(slot) if slot else now_iso(), self.holder)
+        at = iso_utc(slot) if slot else now_iso()
+        fire_id = await store.call(lambda s: s.claim_fire(cfg.name, at, self.holder))
         if fire_id is None:   # a fire is run once, by whichever replica claimed it first
             log.info("schedule %s: the fire at %s was claimed already", cfg.name, slot)
             return None
@@ -395,11 +397,11 @@ class Scheduler:
         try:
             run_id, task = await engine.start(req, observer=observer)
         except HostQuarantined as e:   # the missing-run alarm reads why the run did not start
-            await store.update_fire(fire_id, "quarantined")
+            await store.call(lambda s: s.update_fire(fire_id, "quarantined"))
             await self._post(channel, f":no_entry: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")
             return None
         except HostBusy as e:
-            await store.update_fire(fire_id, "busy")
+            await store.call(lambda s: s.update_fire(fire_id, "busy"))
             log.info("schedule %s: the fire did not start: %s", cfg.name, e)
             if cfg.name not in self._busy_told or self._busy_told[cfg.name] != e.run_id:
                 self._busy_told[cfg.name] = e.run_id
@@ -407,13 +409,13 @@ class Scheduler:
                                           f"(said once while that run holds the host; the skipped fires are logged)")
             return None
         except EagleError as e:
-            await store.update_fire(fire_id, "error")
+            await store.call(lambda s: s.update_fire(fire_id, "error"))
             await self._post(channel, f":x: scheduled run {cfg.name} ({_describe(cfg)}) did not start: {e}")
             return None
-        await store.update_fire(fire_id, "running", run_id)
+        await store.call(lambda s: s.update_fire(fire_id, "running", run_id))
         self._busy_told.pop(cfg.name, None)
         outcome = await task
-        await store.update_fire(fire_id, outcome.status, run_id)
+        await store.call(lambda s: s.update_fire(fire_id, outcome.status, run_id))
         rid = run_id
         view = await store.call(lambda s: RunView.load(s, rid))
         if view is None:  # pruned under us: nothing left to report on
@@ -421,7 +423,7 @@ class Scheduler:
         channel = view.run.get("channel") or channel
         thread_ts = view.run.get("thread_ts")
         if getattr(self.hooks, "text_summaries", False):
-            await self._post(channel, outcome_summary(cfg, view, (await store.audit_head())["hash"]))
+            await self._post(channel, outcome_summary(cfg, view, (await store.call(lambda s: s.audit_head()))["hash"]))
         await self._report_regressions(cfg, view, channel)
         await self._upload_trends(cfg, view, channel, thread_ts)
         return run_id

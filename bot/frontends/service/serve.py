@@ -223,7 +223,7 @@ class LeaderDuties:
             await asyncio.gather(watch, return_exceptions=True)
 
     async def sweep(self) -> None:
-        await self.services.store.recover()   # also done by any `eagle` command that opens the store
+        await self.services.store.call(lambda s: s.recover())   # also done by any `eagle` command that opens the store
         await expire_stale_approvals(self.bot.ctx)
 
     async def close(self) -> None:

@@ -14,10 +14,11 @@ import functools
 import logging
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from eaglebot.engine.output import printable
 from eaglebot.frontends.services import Services
@@ -52,10 +53,12 @@ class SlackBot:
 
 
 def build_app(services: Services, *, client: AsyncWebClient | None = None, token: str | None = None,
-              signing_secret: str | None = None, identity: dict[str, Any] | None = None) -> SlackBot:
-    """A Bolt AsyncApp for `services`. Tokens come from the caller (the environment), never the config."""
+              signing_secret: str | None = None, identity: dict[str, Any] | None = None,
+              webhooks: Callable[[str], AsyncWebhookClient] | None = None) -> SlackBot:
+    """A Bolt AsyncApp for `services`. Tokens come from the caller (the environment), never the config.
+    `webhooks`: the client for a response_url (default: over HTTP)."""
     client = client or make_client(services.settings, token)
-    ctx = SlackContext(services, client)
+    ctx = SlackContext(services, client, webhooks)
     cache: dict[str, Any] = {"identity": identity}
 
     async def authorize(enterprise_id: str | None, team_id: str | None, logger: logging.Logger) -> AuthorizeResult:
@@ -87,6 +90,5 @@ def _record_rejection(ctx: SlackContext, actor: str, what: str, why: str) -> Non
     the ack never waits on the DB. (printable: a Socket Mode payload's JSON may carry a lone
     surrogate, which SQLite refuses.)"""
     services = ctx.services
-    ctx.after_ack(services.store.add_rejection("rejected", printable(actor) or "unknown",
-                                           services.redactor.text(printable(what)), printable(why)),
-              name="eagle-rejected")
+    who, said, reason = printable(actor) or "unknown", services.redactor.text(printable(what)), printable(why)
+    ctx.after_ack(services.store.call(lambda s: s.add_rejection("rejected", who, said, reason)), name="eagle-rejected")

@@ -41,7 +41,7 @@ class SlackApprover:
 
     async def __call__(self, ar: ApprovalRequest) -> tuple[bool, str]:
         ctx = self.ctx
-        row = await ctx.services.store.pending_approval(ar.run_id, ar.step_idx, ar.host)
+        row = await ctx.services.store.call(lambda s: s.pending_approval(ar.run_id, ar.step_idx, ar.host))
         key = secrets.token_urlsafe(12) + (f".{row['id']}" if row else "")
         pending = PendingApproval(ar, asyncio.get_running_loop().create_future(), self.channel)
         ctx.pending[key] = pending
@@ -99,10 +99,10 @@ class SlackApprover:
         waited, else expired (when). One log line that says which (as the store does), and its card.
         A click that won the row as the wait ended decided it: its own card stands."""
         ar, store = pending.request, self.ctx.services.store
-        row = await store.get_approval(approval_id) if approval_id is not None else None
+        row = await store.call(lambda s: s.get_approval(approval_id)) if approval_id is not None else None
         if row is not None and row["status"] in ("approved", "denied"):
             return
-        run = await store.get_run(ar.run_id)
+        run = await store.call(lambda s: s.get_run(ar.run_id))
         if run is not None and run.get("cancel_requested"):
             decision, who, at = "cancelled", await _canceller(self.ctx, ar.run_id), None
         else:
@@ -118,7 +118,7 @@ class SlackApprover:
 
 async def _canceller(ctx: SlackContext, run_id: int) -> str | None:
     """Who asked to cancel the run (the `cancel_requested` event: `by U123`), when recorded."""
-    for e in await ctx.services.store.events("cancel_requested", limit=200):
+    for e in await ctx.services.store.call(lambda s: s.events("cancel_requested", limit=200)):
         if e["run_id"] == run_id and e["message"].startswith("by "):
             return e["message"][3:].strip() or None
     return None
@@ -128,9 +128,9 @@ async def record_approval_message(ctx: SlackContext, ar: ApprovalRequest, channe
                                   requester: str | None) -> None:
     """The approval row remembers its Slack message, so a restart can resolve it visibly."""
     try:
-        row = await ctx.services.store.pending_approval(ar.run_id, ar.step_idx, ar.host)
+        row = await ctx.services.store.call(lambda s: s.pending_approval(ar.run_id, ar.step_idx, ar.host))
         if row is not None:
-            await ctx.services.store.set_approval_message(row["id"], channel, ts, requester)
+            await ctx.services.store.call(lambda s: s.set_approval_message(row["id"], channel, ts, requester))
     except Exception:
         log.exception("could not record the approval message of run %s", ar.run_id)
 
@@ -140,7 +140,7 @@ async def _poll_decision(ctx: SlackContext, approval_id: int, pending: PendingAp
     while not pending.future.done():
         await asyncio.sleep(POLL_S)
         try:
-            row = await ctx.services.store.get_approval(approval_id)
+            row = await ctx.services.store.call(lambda s: s.get_approval(approval_id))
         except Exception:
             log.exception("reading approval #%s failed", approval_id)
             continue
@@ -169,11 +169,11 @@ async def decide(ctx: SlackContext, body: BlockActionsBody, action: ActionBody) 
         await _too_late(ctx, approval_id, response_url)
         return
     ar = pending.request
-    run = await ctx.services.store.get_run(ar.run_id)
+    run = await ctx.services.store.call(lambda s: s.get_run(ar.run_id))
     if await _refused(ctx, ar, run["actor"] if run else None, approve, user, response_url):
         return
     decision = "approved" if approve else "denied"
-    if not await ctx.services.store.approval_decided(approval_id, decision, user):
+    if not await ctx.services.store.call(lambda s: s.approval_decided(approval_id, decision, user)):
         await _too_late(ctx, approval_id, response_url)
         return
     if not pending.future.done():   # the engine reads the row either way; this only wakes it now
@@ -186,8 +186,8 @@ async def decide_elsewhere(ctx: SlackContext, approval_id: int, approve: bool, u
     """A click on an approval another replica waits on: the decision goes to the store, where
     that replica's poll finds it (a stale button of a run that is gone decides nothing)."""
     store = ctx.services.store
-    row = await store.get_approval(approval_id)
-    run = await store.get_run(row["run_id"]) if row else None
+    row = await store.call(lambda s: s.get_approval(approval_id))
+    run = await store.call(lambda s: s.get_run(row["run_id"])) if row else None
     if row is None or row["status"] != "pending" or run is None or run["status"] != "running":
         await _too_late(ctx, approval_id, response_url)
         return
@@ -196,7 +196,7 @@ async def decide_elsewhere(ctx: SlackContext, approval_id: int, approve: bool, u
     if await _refused(ctx, ar, run["actor"], approve, user, response_url):
         return
     decision = "approved" if approve else "denied"
-    if not await store.approval_decided(approval_id, decision, user):
+    if not await store.call(lambda s: s.approval_decided(approval_id, decision, user)):
         await _too_late(ctx, approval_id, response_url)
         return
     _decided(ctx, ar, decision, user, row["channel"], row["message_ts"])
@@ -204,7 +204,7 @@ async def decide_elsewhere(ctx: SlackContext, approval_id: int, approve: bool, u
 
 async def _too_late(ctx: SlackContext, approval_id: int | None, response_url: str | None) -> None:
     """Answer a click that decided nothing with the decision the store kept, and whose it was."""
-    row = await ctx.services.store.get_approval(approval_id) if approval_id is not None else None
+    row = await ctx.services.store.call(lambda s: s.get_approval(approval_id)) if approval_id is not None else None
     if row is None or row["status"] == "pending":
         await ctx.respond(response_url, NO_LONGER_WAITING)
         return
@@ -222,7 +222,8 @@ async def _refused(ctx: SlackContext, ar: ApprovalRequest, requester: str | None
         return False
     verb = "approve" if approve else "deny"
     oplog.rejected(user, f"{verb} run #{ar.run_id} on {ar.host}", why)
-    await ctx.services.store.add_rejection("access_denied", user, f"{verb} {ar.action!r} on {ar.host}", why, ar.run_id)
+    what = f"{verb} {ar.action!r} on {ar.host}"
+    await ctx.services.store.call(lambda s: s.add_rejection("access_denied", user, what, why, ar.run_id))
     await ctx.respond(response_url, f":no_entry: {bk.escape(why)}; your click was recorded.")
     return True
 

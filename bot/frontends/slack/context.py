@@ -57,15 +57,21 @@ class SlackContext:
     """What the listeners, observers and approvers of one app share: the services, the
     client and every way the bot speaks in Slack (each never raises)."""
 
-    def __init__(self, services: Services, client: AsyncWebClient):
+    def __init__(self, services: Services, client: AsyncWebClient,
+                 webhooks: Callable[[str], AsyncWebhookClient] | None = None):
         self.services = services
         self.client = client
+        # the client that answers a response_url (eaglebot.testing's chat bot records them in memory)
+        self._webhook_client = webhooks or self._over_http
         self.coalescer = UpdateCoalescer(client, per_message_s=max(1.0, self.settings.slack.progress_interval_s))
         self.pending: dict[str, PendingApproval] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.runs: dict[int, asyncio.Task[RunOutcome]] = {}
         self._webhooks: aiohttp.ClientSession | None = None
         self.acks = AckGate()   # GuardedApp's HTTP face counts its requests in it
+
+    def _over_http(self, response_url: str) -> AsyncWebhookClient:
+        return AsyncWebhookClient(response_url, timeout=15, session=self._webhook_session())
 
     def _webhook_session(self) -> aiohttp.ClientSession:
         """One HTTP session for every response_url answer: slack_sdk's webhook client makes a
@@ -151,7 +157,7 @@ class SlackContext:
         if not response_url:
             return False
         try:
-            resp = await AsyncWebhookClient(response_url, timeout=15, session=self._webhook_session()).send(
+            resp = await self._webhook_client(response_url).send(
                 text=self.redact(text)[:3000], blocks=self.blocks(blocks) if blocks else None,
                 response_type="in_channel" if public else "ephemeral", replace_original=False)
             if resp.status_code >= 400:

@@ -30,12 +30,12 @@ async def expire_stale_approvals(ctx: SlackContext) -> list[int]:
     """Resolve every pending approval whose run is no longer running; returns their ids."""
     store = ctx.services.store
     done: list[int] = []
-    for row in await store.stale_approvals():
-        if not await store.approval_decided(row["id"], "expired", "restart"):
+    for row in await store.call(lambda s: s.stale_approvals()):
+        if not await store.call(lambda s: s.approval_decided(row["id"], "expired", "restart")):
             continue   # another process resolved it first
         done.append(row["id"])
-        await store.add_event(row["run_id"], "approval_expired",
-                              f"approval #{row['id']} ({row.get('action')!r} on {row.get('host')}): {EXPIRED}")
+        said = f"approval #{row['id']} ({row.get('action')!r} on {row.get('host')}): {EXPIRED}"
+        await store.call(lambda s: s.add_event(row["run_id"], "approval_expired", said))
         channel = row.get("channel") or row.get("run_channel")
         if channel and (ts := row["message_ts"]):
             ctx.update(channel, ts, EXPIRED, expired_blocks(row))

@@ -31,7 +31,8 @@ from eaglebot.store import parse_iso
 from eaglebot.store.rows import HealthStateRow
 
 if TYPE_CHECKING:
-    from eaglebot.store.protocol_async import AsyncServiceState
+    from eaglebot.store.door import Door
+    from eaglebot.store.protocol import ServiceState
 
 log = logging.getLogger("eaglebot.health")
 
@@ -80,13 +81,13 @@ def silenced(row: HealthStateRow | None) -> bool:
     return until is not None and until > datetime.now(timezone.utc)
 
 
-async def post_health_alert(client: AsyncWebClient, store: AsyncServiceState, channel: str | None,
+async def post_health_alert(client: AsyncWebClient, store: Door[ServiceState], channel: str | None,
                             report: HostReport) -> None:
     """Post or update the message of each incident this probe changed (a silenced one only
     when it is resolved)."""
     if not report.transitions and not report.notes:
         return
-    rows = {r["gpu"]: r for r in await store.health_states(report.host)}
+    rows = {r["gpu"]: r for r in await store.call(lambda s: s.health_states(report.host))}
     for gpu, _before, after, reason in report.transitions:
         row = rows.get(gpu)
         if after == "expected":          # the bot's own teardown: shown in `eagle fleet`, never alerted
@@ -99,11 +100,11 @@ async def post_health_alert(client: AsyncWebClient, store: AsyncServiceState, ch
             if row is not None and row["channel"] and row["message_ts"]:
                 await client.chat_update(channel=row["channel"], ts=row["message_ts"], text=text, blocks=blocks)
                 if after == "healthy":   # the incident is over: a later one gets its own message
-                    await store.health_set_alert(report.host, gpu, None, None)
+                    await store.call(lambda s: s.health_set_alert(report.host, gpu, None, None))
             elif after != "healthy" and channel:
                 resp = await client.chat_postMessage(channel=channel, text=text, blocks=blocks)
-                await store.health_set_alert(report.host, gpu, str(resp.get("channel") or channel),
-                                             str(resp.get("ts") or ""))
+                await store.call(lambda s: s.health_set_alert(report.host, gpu, str(resp.get("channel") or channel),
+                                                              str(resp.get("ts") or "")))
         except Exception as e:  # Slack is a view: the state is in the store whatever it answers
             log.warning("health alert for %s not posted: %s", report.host, slack_error(e))
     for gpu, note in report.notes:
@@ -128,7 +129,7 @@ async def _post_note(client: AsyncWebClient, channel: str | None, row: HealthSta
 class HealthAlerts:
     """The watch's `notify`: single messages up to `burst` new incidents per interval, then summaries."""
 
-    def __init__(self, client: AsyncWebClient, store: AsyncServiceState, channel: str | None, interval_s: float,
+    def __init__(self, client: AsyncWebClient, store: Door[ServiceState], channel: str | None, interval_s: float,
                  *, burst: int = 10, window_s: float = 10.0):
         self.client, self.store, self.channel = client, store, channel
         self.interval_s, self.burst, self.window_s = interval_s, burst, window_s
@@ -188,7 +189,7 @@ def _sections(text: str) -> list[dict[str, Any]]:
     return out + [bk.section(chunk)] if chunk else out
 
 
-async def silence_incident(client: AsyncWebClient, store: AsyncServiceState, allowed: bool, user: str, value: str,
+async def silence_incident(client: AsyncWebClient, store: Door[ServiceState], allowed: bool, user: str, value: str,
                            channel: str | None, ts: str | None) -> str:
     """The Silence 24 h button: no updates of that incident for a day (its resolution still
     edits the message), recorded as an event; the message says who silenced it. The answer."""
@@ -201,9 +202,9 @@ async def silence_incident(client: AsyncWebClient, store: AsyncServiceState, all
         return "this button does not name an incident"
     until = datetime.now(timezone.utc).timestamp() + SILENCE_S
     iso = datetime.fromtimestamp(until, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    if not await store.health_silence(host, gpu, iso, user):
+    if not await store.call(lambda s: s.health_silence(host, gpu, iso, user)):
         return f"{host} has no open incident to silence"
-    row = next((r for r in await store.health_states(host) if r["gpu"] == gpu), None)
+    row = next((r for r in await store.call(lambda s: s.health_states(host)) if r["gpu"] == gpu), None)
     if row is not None and channel and ts:
         try:
             await client.chat_update(channel=channel, ts=ts, text=safe_alert_text(host, gpu, row["state"], row["reason"] or ""),

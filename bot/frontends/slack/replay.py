@@ -28,8 +28,8 @@ from typing import Any, Protocol, Sequence, TYPE_CHECKING
 from eaglebot.errors import EagleError
 
 if TYPE_CHECKING:
+    from eaglebot.store.door import Door
     from eaglebot.store.protocol import ServiceState
-    from eaglebot.store.protocol_async import AsyncServiceState
 
 log = logging.getLogger("eaglebot.slack")
 
@@ -75,7 +75,7 @@ class StoreSeen:
     (each still its own transaction): 50 commands at once otherwise queued 50 hops on the loop
     their acks wait for (tests/bench/bench_ack.py)."""
 
-    def __init__(self, store: AsyncServiceState, window_s: float = WINDOW_S, max_keys: int = MAX_KEYS) -> None:
+    def __init__(self, store: Door[ServiceState], window_s: float = WINDOW_S, max_keys: int = MAX_KEYS) -> None:
         self.store, self.window_s, self.max_keys = store, window_s, max_keys
         self.local = MemorySeen(window_s, max_keys)
         self._batch: list[tuple[list[str], asyncio.Future[bool]]] = []

@@ -116,8 +116,9 @@ class SlackRunObserver(Observer):
                 if posted.ts and posted.channel:   # (a posted message has both)
                     self.channel, self.parent_ts = posted.channel, posted.ts
                     try:
-                        if self.run_id is not None:   # (it is: run_started came first)
-                            await ctx.services.store.set_run_thread(self.run_id, self.channel, self.parent_ts)
+                        rid, channel, ts = self.run_id, self.channel, self.parent_ts
+                        if rid is not None:   # (it is: run_started came first)
+                            await ctx.services.store.call(lambda s: s.set_run_thread(rid, channel, ts))
                     except Exception:
                         log.exception("could not record the thread of run %s", self.run_id)
                     prog = await ctx.post(self.channel, "progress", budget.progress_blocks(v),
@@ -176,7 +177,7 @@ class SlackRunObserver(Observer):
 
     async def _audit_head(self) -> str | None:
         try:
-            head = (await self.ctx.services.store.audit_head())["hash"]
+            head = (await self.ctx.services.store.call(lambda s: s.audit_head()))["hash"]
             return str(head) if head else None
         except Exception:  # the summary still goes out without its anchor
             log.exception("could not read the audit chain's head")
@@ -192,7 +193,7 @@ class SlackRunObserver(Observer):
         if len(recap) > bk.SLACK_RECAP_LINES:  # the message lists the hosts in trouble first
             files.append((f"run-{o.run_id}-recap.txt", f"{recap_total(recap)}\n{recap_table(recap)}\n"))
         try:
-            rows = await self.ctx.services.store.steps(o.run_id)
+            rows = await self.ctx.services.store.call(lambda s: s.steps(o.run_id))
         except Exception:
             log.exception("could not read the steps of run %s", o.run_id)
             rows = []

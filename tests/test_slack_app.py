@@ -26,7 +26,7 @@ def posts(fake, *, thread_ts=None, top=False):
 
 
 async def run_rows(h):
-    return await h.services.store.history(limit=100)
+    return await h.services.store.call(lambda s: s.history(limit=100))
 
 
 # -- request verification -------------------------------------------------------------------
@@ -82,7 +82,7 @@ async def test_cancel_stops_a_run_and_its_always_steps_still_run(harness, fake):
     await h.command(f"cancel {rid}")
     run = await h.wait_run(rid)
     assert run["status"] == "cancelled"
-    steps = {s["name"]: s["status"] for s in await h.services.store.steps(rid)}
+    steps = {s["name"]: s["status"] for s in await h.services.store.call(lambda s: s.steps(rid))}
     assert steps["cleanup note"] == "ok" and steps["after"] == "skipped"
 
 
@@ -134,7 +134,7 @@ async def test_rate_limited_calls_are_retried_after_retry_after(harness, fake):
     # the retried post became the run's thread (recorded right after Slack answers it, which
     # may be after a run as short as `hello` is over)
     for _ in range(200):
-        thread_ts = (await h.services.store.get_run(rid))["thread_ts"]
+        thread_ts = (await h.services.store.call(lambda s: s.get_run(rid)))["thread_ts"]
         if thread_ts:
             break
         await asyncio.sleep(0.05)
@@ -148,7 +148,7 @@ async def test_a_run_finishing_during_a_slack_outage_is_complete_in_the_audit_st
     assert status == 200
     run = await h.wait_run(await h.last_run_id())
     assert run["status"] == "succeeded"
-    steps = await h.services.store.steps(run["id"])
+    steps = await h.services.store.call(lambda s: s.steps(run["id"]))
     assert [s["status"] for s in steps] == ["ok", "ok"] and "outage" in steps[0]["output"]
     assert fake.calls_to("chat.postMessage") and not fake.ok_calls_to("chat.postMessage")
     fake.heal()
@@ -229,9 +229,9 @@ async def test_schedule_hooks_post_runs_messages_and_uploads_to_the_configured_c
     [summary] = await fake.wait_for(lambda: [c for c in posts(fake) if c.args["channel"] == "CNIGHT"
                                              and "finished" in c.all_text()])
     # a scheduled run's summary ends with the audit chain's head, the anchor kept outside the DB
-    head = (await h.services.store.audit_head())["hash"]
+    head = (await h.services.store.call(lambda s: s.audit_head()))["hash"]
     assert summary.args["blocks"][-1]["elements"][0]["text"] == f"audit head: `{head}`"
-    assert (await h.services.store.audit_verify(head))["ok"]
+    assert (await h.services.store.call(lambda s: s.audit_verify(head)))["ok"]
     ts = await hooks.post("CNIGHT", "missed fire of nightly at 03:00")
     assert ts
     png = tmp_path / "plot.png"

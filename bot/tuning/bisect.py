@@ -182,7 +182,7 @@ async def load_ends(engine: Engine, req: BisectRequest) -> Ends:
     good, bad, host = req.good, req.bad, req.host
     runs = []
     for rid in (good, bad):
-        run = await store.get_run(rid)
+        run = await store.call(lambda s: s.get_run(rid))
         if run is None:
             raise UsageError(f"no run #{rid} (see `eagle history`)")
         runs.append(run)
@@ -196,7 +196,7 @@ async def load_ends(engine: Engine, req: BisectRequest) -> Ends:
     sb = await store.call(lambda s: host_state(s, host, bad))
     if sg.get("launch_args") is None:
         raise UsageError(f"run #{good} has no recorded launch on {host}: bisect needs launch arguments to relaunch with")
-    gv, bv = await store.metric_value(good, METRIC), await store.metric_value(bad, METRIC)
+    gv, bv = await store.call(lambda s: (s.metric_value(good, METRIC), s.metric_value(bad, METRIC)))
     if gv is None or bv is None:
         raise UsageError(f"runs #{good} and #{bad} must both have measured {METRIC} on {host}")
     cands, fixed = candidates(sg, sb)
@@ -251,9 +251,10 @@ class Bench:
                               parent_run_id=self.parent_run_id)
         self.approver = None
         verdict = self.judge(res.throughput) if res.status == "succeeded" else "failed"
-        idx = await store.add_sweep_point(self.bisect_id, inputs)
-        await store.sweep_point_done(self.bisect_id, idx, "done" if verdict != "failed" else "failed", res.run_id,
-                                     {**res.as_json(), "applied": sorted(subset), "verdict": verdict})
+        idx = await store.call(lambda s: s.add_sweep_point(self.bisect_id, inputs))
+        doc = {**res.as_json(), "applied": sorted(subset), "verdict": verdict}
+        await store.call(lambda s: s.sweep_point_done(self.bisect_id, idx, "done" if verdict != "failed" else "failed",
+                                                      res.run_id, doc))
         self.points.append({"applied": [self.ends.cands[i].label for i in sorted(subset)], "value": res.throughput,
                             "verdict": verdict, "run_id": res.run_id})
         if verdict == "failed":
@@ -307,10 +308,10 @@ async def bisect(engine: Engine, req: BisectRequest, *, observer: Observer | Non
     pb = find_playbook(PLAYBOOK, engine.settings.playbooks_path, engine.registry)
     spec = BisectSpec(good=req.good, bad=req.bad, leave=req.leave, repeats=req.repeats,
                       changes=[c.label for c in cands], metric=METRIC)
-    bid = await store.create_sweep(kind="bisect", playbook=PLAYBOOK, host=req.host, spec=dict(spec), actor=req.actor,
-                                   origin=req.origin, points=[])
-    await store.add_event(None, "bisect", f"bisect #{bid} by {req.actor}: runs #{req.good} → #{req.bad} on "
-                                          f"{req.host}, {len(cands)} changes")
+    bid = await store.call(lambda s: s.create_sweep(kind="bisect", playbook=PLAYBOOK, host=req.host, spec=dict(spec),
+                                                    actor=req.actor, origin=req.origin, points=[]))
+    note = f"bisect #{bid} by {req.actor}: runs #{req.good} → #{req.bad} on {req.host}, {len(cands)} changes"
+    await store.call(lambda s: s.add_event(None, "bisect", note))
     parent = await ParentRun.open(engine, "bisect", req.host, {"bisect_id": bid, "good": req.good, "bad": req.bad},
                                   actor=req.actor, origin=req.origin, channel=req.channel)
     bench = Bench(engine, req, ends, pb, bid, parent.run_id, observer, approver)
@@ -328,7 +329,8 @@ async def bisect(engine: Engine, req: BisectRequest, *, observer: Observer | Non
               "not_bisectable": ends.fixed, "points": bench.points, "benchmark_points": len(bench.points),
               "bound": bound(len(cands)), "culprits": [cands[i].label for i in culprits], "kind": kind,
               "conclusion": said, "final_state": final_state, "final_run": final_run}
-    await store.finish_sweep(bid, "finished", {k: result[k] for k in ("culprits", "kind", "conclusion")})
+    outcome = {k: result[k] for k in ("culprits", "kind", "conclusion")}
+    await store.call(lambda s: s.finish_sweep(bid, "finished", outcome))
     await parent.close("bisect.result", True, f"bisect #{bid}: {said}; {final_state}")
-    await store.add_event(None, "bisect", f"bisect #{bid}: {said}")
+    await store.call(lambda s: s.add_event(None, "bisect", f"bisect #{bid}: {said}"))
     return result

@@ -124,8 +124,8 @@ async def create(engine: Engine, req: SweepRequest, *, actor: str, origin: str) 
         raise
     spec = SweepSpec(axes=req.axes, order=list(req.axes), fixed=req.fixed, repeats=req.repeats,
                      heatmap=list(req.heatmap) if req.heatmap else None)
-    return await engine.store.create_sweep(kind="sweep", playbook=pb.name, host=req.host, spec=dict(spec),
-                                             actor=actor, origin=origin, points=rows)
+    return await engine.store.call(lambda s: s.create_sweep(kind="sweep", playbook=pb.name, host=req.host,
+                                                            spec=dict(spec), actor=actor, origin=origin, points=rows))
 
 
 async def run_points(engine: Engine, sweep_id: int, *, actor: str, origin: str, observer: Observer | None = None,
@@ -133,12 +133,13 @@ async def run_points(engine: Engine, sweep_id: int, *, actor: str, origin: str, 
                   stop_after: int | None = None) -> dict[str, Any]:
     """Run every point that has not finished (a resume is the same call). `stop_after` ends
     early after that many points (what an interruption leaves behind)."""
-    sweep = await engine.store.get_sweep(sweep_id)
+    sweep = await engine.store.call(lambda s: s.get_sweep(sweep_id))
     if sweep is None or sweep.get("kind") != "sweep":
         raise UsageError(f"no sweep #{sweep_id}")
     await engine.authorized([sweep["playbook"]], actor, origin, f"sweep resume {sweep_id}")
     pb = find_playbook(sweep["playbook"], engine.settings.playbooks_path, engine.registry)
-    todo = [p for p in await engine.store.sweep_points(sweep_id) if p["status"] in ("pending", "failed")]
+    points = await engine.store.call(lambda s: s.sweep_points(sweep_id))
+    todo = [p for p in points if p["status"] in ("pending", "failed")]
     earlier = (sweep.get("result") or {}).get("final")
     if not todo and earlier:    # finished already: nothing runs, so no run row either
         return await summary(engine, sweep_id)
@@ -155,8 +156,9 @@ async def run_points(engine: Engine, sweep_id: int, *, actor: str, origin: str, 
                                   observer=observer, approver=approver, assume_yes=assume_yes, channel=channel,
                                   parent_run_id=parent.run_id)
             ok = res.status == "succeeded" and res.throughput is not None
-            await engine.store.sweep_point_done(sweep_id, p["idx"], "done" if ok else "failed", res.run_id,
-                                                  dict(res.as_json()), "" if ok else (res.error or f"run {res.status}"))
+            await engine.store.call(lambda s: s.sweep_point_done(
+                sweep_id, p["idx"], "done" if ok else "failed", res.run_id, dict(res.as_json()),
+                "" if ok else (res.error or f"run {res.status}")))
             done += 1
         result = await summary(engine, sweep_id)
         final = await leave_on_best(
@@ -184,7 +186,8 @@ async def restore_before(engine: Engine, pb: Playbook, host: str, parent_run_id:
     """An interrupted sweep relaunches what ran before it: the inputs of the newest run of PLAYBOOK
     on the host that succeeded before the sweep's run and was no experiment's point (without its
     benchmark). Returns what it did, as a sentence."""
-    rows = await engine.store.history(playbook=pb.name, host=host, limit=50, status="succeeded", top_level=True)
+    rows = await engine.store.call(lambda s: s.history(playbook=pb.name, host=host, limit=50, status="succeeded",
+                                                       top_level=True))
     prev = next((r for r in rows if r["id"] < parent_run_id), None)
     if prev is None:
         return f"no {pb.name} run on {host} before the sweep to restore: the host is as the last point left it"
@@ -245,16 +248,16 @@ def pareto(points: list[dict[str, Any]]) -> list[int]:
 
 
 async def summary(engine: Engine, sweep_id: int) -> dict[str, Any]:
-    sweep = await engine.store.get_sweep(sweep_id)
+    sweep = await engine.store.call(lambda s: s.get_sweep(sweep_id))
     if sweep is None:
         raise UsageError(f"no sweep #{sweep_id}")
-    pts: list[dict[str, Any]] = [dict(p) for p in await engine.store.sweep_points(sweep_id)]
+    pts: list[dict[str, Any]] = [dict(p) for p in await engine.store.call(lambda s: s.sweep_points(sweep_id))]
     axes = list(sweep["spec"].get("order") or sweep["spec"]["axes"])
     done = [p for p in pts if p["status"] == "done"]
     ranked = sorted(done, key=lambda p: -(p["result"]["output_throughput"] or 0.0))
     simulated = False
     for p in done[:1]:
-        for s in await engine.store.steps(p["run_id"]):
+        for s in await engine.store.call(lambda s: s.steps(p["run_id"])):
             if s["skill"] == "server.launch" and "SIMULATED" in (s.get("summary") or ""):
                 simulated = True
     best = ranked[0] if ranked else None

@@ -66,9 +66,9 @@ async def apply_past(engine: Engine, run_id: int, *, actor: str, origin: str, ob
                      approver: Approver | None = None, assume_yes: bool = False,
                      channel: str | None = None) -> dict[str, Any]:
     """`eagle tune apply RUN`: the deployable result of a finished tuning run, after an approval."""
-    run = await engine.store.get_run(run_id)
+    run = await engine.store.call(lambda s: s.get_run(run_id))
     tune_id = run["inputs"].get("tune_id") if run and run["playbook"] == "tune" else None
-    sweep = await engine.store.get_sweep(int(tune_id)) if isinstance(tune_id, int) else None
+    sweep = await engine.store.call(lambda s: s.get_sweep(tune_id)) if isinstance(tune_id, int) else None
     if not isinstance(tune_id, int) or sweep is None or sweep.get("kind") != "tune":
         raise UsageError(f"run #{run_id} is not a tuning run (see eagle history --playbook tune)")
     await engine.authorized([sweep["playbook"]], actor, origin, f"tune apply {run_id}")
@@ -80,7 +80,7 @@ async def apply_past(engine: Engine, run_id: int, *, actor: str, origin: str, ob
     pb = find_playbook(req.playbook, engine.settings.playbooks_path, engine.registry)
     deploy = Deploy.from_json(d)
     rec = TuneRecord(engine, run_id, tune_id, req.host)
-    rec.idx = len(await engine.store.steps(run_id))
+    rec.idx = len(await engine.store.call(lambda s: s.steps(run_id)))
     return await apply(engine, rec, pb, req, deploy, None, Who(actor, origin, observer, approver, assume_yes, channel,
                                                                      rec.run_id))
 
@@ -91,7 +91,7 @@ async def restore(engine: Engine, rec: TuneRecord, pb: Playbook, req: Target, cu
     it launched the config the server was found running (its inputs keep the rest: capture layers,
     env, an adaptive config), else the cell found running with the tuning's own inputs."""
     t0 = time.monotonic()
-    rows = await engine.store.history(playbook=pb.name, host=req.host, limit=50, status="succeeded")
+    rows = await engine.store.call(lambda s: s.history(playbook=pb.name, host=req.host, limit=50, status="succeeded"))
     prev = next((r for r in rows if r["id"] < rec.run_id and _cell_of(r["inputs"]) == current.cell), None)
     inputs: dict[str, Any] = dict(prev["inputs"]) if prev else {**req.fixed, **choice_json(current.cell)}
     if "bench_prompts" in pb.inputs:

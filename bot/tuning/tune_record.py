@@ -38,11 +38,11 @@ class TuneRecord:
     async def open(cls, engine: Engine, *, playbook: str, host: str, spec: TuneSpec, actor: str, origin: str,
                    channel: str | None, schedule: str | None) -> "TuneRecord":
         store = engine.store
-        tune_id = await store.create_sweep(kind="tune", playbook=playbook, host=host, spec=dict(spec), actor=actor,
-                                           origin=origin, points=[])
-        run_id = await store.create_run(NewRun(playbook="tune", hosts=[host], inputs=engine.redactor.obj(
-            jsonable({**spec, "tune_id": tune_id})), variables={}, actor=actor, origin=origin, channel=channel,
-            schedule=schedule))
+        tune_id = await store.call(lambda s: s.create_sweep(kind="tune", playbook=playbook, host=host, spec=dict(spec),
+                                                            actor=actor, origin=origin, points=[]))
+        run = NewRun(playbook="tune", hosts=[host], inputs=engine.redactor.obj(jsonable({**spec, "tune_id": tune_id})),
+                     variables={}, actor=actor, origin=origin, channel=channel, schedule=schedule)
+        run_id = await store.call(lambda s: s.create_run(run))
         return cls(engine, run_id, tune_id, host)
 
     async def step(self, name: str, skill: str, status: str, summary: str, *, data: Mapping[str, object] | None = None,
@@ -50,25 +50,26 @@ class TuneRecord:
                    started: float | None = None) -> None:
         store, red = self.engine.store, self.engine.redactor
         t0 = started if started is not None else time.monotonic()
-        sid = await store.step_started(self.run_id, self.idx, self.host, name, skill, {})
+        idx = self.idx
+        sid = await store.call(lambda s: s.step_started(self.run_id, idx, self.host, name, skill, {}))
         self.idx += 1
-        await store.step_finished(sid, StepEnd(
-            run_id=self.run_id, host=self.host, status=status, summary=red.text(summary),
-            duration_ms=int(1000 * (time.monotonic() - t0)), attempts=1,
-            data=red.obj(jsonable(data)) if data is not None else None, metrics=metrics,
-            warnings=[red.text(w) for w in warnings or []]))
+        end = StepEnd(run_id=self.run_id, host=self.host, status=status, summary=red.text(summary),
+                      duration_ms=int(1000 * (time.monotonic() - t0)), attempts=1,
+                      data=red.obj(jsonable(data)) if data is not None else None, metrics=metrics,
+                      warnings=[red.text(w) for w in warnings or []])
+        await store.call(lambda s: s.step_finished(sid, end))
 
     async def cell(self, m: Measurement | None, cell: Cell, phase: str, run_id: int | None, why: str = "",
                    started: float | None = None) -> None:
         inputs = {"spec_steps": cell[0], "spec_topk": cell[1], "spec_draft_tokens": cell[2], "phase": phase}
-        idx = await self.engine.store.add_sweep_point(self.tune_id, inputs)
+        idx = await self.engine.store.call(lambda s: s.add_sweep_point(self.tune_id, inputs))
         name = f"{phase} {label(cell)}"
         if m is None:
-            await self.engine.store.sweep_point_done(self.tune_id, idx, "failed", run_id, None, why)
+            await self.engine.store.call(lambda s: s.sweep_point_done(self.tune_id, idx, "failed", run_id, None, why))
             await self.step(name, "tune.cell", "failed", f"{label(cell)}: {why}", started=started)
             return
         doc = measurement_json(m)
-        await self.engine.store.sweep_point_done(self.tune_id, idx, "done", run_id, dict(doc))
+        await self.engine.store.call(lambda s: s.sweep_point_done(self.tune_id, idx, "done", run_id, dict(doc)))
         await self.step(name, "tune.cell", "ok", cell_summary(m), data=doc, started=started)
 
     async def finish(self, status: str, exit_code: int, result: dict[str, Any] | None, error: str | None = None) -> None:

@@ -50,7 +50,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Metric, Plan, SkillContext, SkillParams, StepResult
 
-from eaglebot.facts import bench_sanity, nvsmi, ports, procs, sglang
+from eaglebot.facts import bench_sanity, nvsmi, ports, procs, sglang, sglang_adaptive
 from eaglebot.facts import spec_live as spec_facts
 from eaglebot.skills.lib import bench, processes, server, spec_live
 
@@ -222,8 +222,11 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
         min_accept_length=params.min_accept_length, min_completed_fraction=params.min_completed_fraction)
     warnings += sanity.warnings
     if sanity.failure:
-        # No metrics: the numbers would enter the history as if they meant something.
-        raise StepFailed(sanity.failure, warnings=warnings,
+        # No metrics: the numbers would enter the history as if they meant something. What /server_info
+        # says of the speculation names the cause where it can (an adaptive step-0 tier: drafting off).
+        said = spec_facts.really_on(raw, None).failures if spec_alg else []
+        said += await _adaptive_off(ctx, raw, params.max_concurrency)
+        raise StepFailed(sanity.failure + "".join(f"; {f}" for f in said), warnings=warnings,
                          data={"runs": runs, "records": records, "source": source, "output_files": files,
                                "rejected": summary_numbers},
                          output=sglang.tail(outputs[-1], 60))
@@ -283,6 +286,28 @@ def speedup_words(spec_alg: str, tok_s: float, speedup: dict[str, Any]) -> tuple
         return part, None
     return part, (f"{spec_alg} is slower than the target alone: {tok_s:.1f} tok/s against {ref:.1f} tok/s "
                   f"without speculation (run #{rid}), a speed-up of {x:.2f}x")
+
+
+async def _adaptive_off(ctx: SkillContext, raw: dict[str, Any], concurrency: int) -> list[str]:
+    """Adaptive steps whose ladder runs step 0 alone at this concurrency (the built-in one from batch 64):
+    speculation was off for the benchmark, though /server_info may show another tier by now."""
+    if not raw.get("speculative_adaptive"):
+        return []
+    path, cfg = raw.get("speculative_adaptive_config"), None
+    if isinstance(path, str) and path:
+        res = await ctx.host.run(f"cat {shlex.quote(path)}", timeout=30)
+        try:
+            cfg = json.loads(res.stdout) if res.exit_status == 0 else None
+        except ValueError:
+            cfg = None
+        if not isinstance(cfg, dict):
+            return []
+    off = sglang_adaptive.drafting_off_from(cfg)
+    if off is None or concurrency < off:
+        return []
+    ladder = f"the adaptive config {path}" if cfg is not None else "SGLang's built-in adaptive ladder"
+    return [f"{ladder} runs step 0 alone from batch {off} (drafting disabled): at concurrency {concurrency} "
+            f"speculation was off"]
 
 
 async def _speedup(ctx: SkillContext, ref_key: str, tok_s: float) -> dict[str, Any] | None:

@@ -97,6 +97,7 @@ from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult,
 
 from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
 from eaglebot.facts import spec_live as spec_facts
+from eaglebot.facts.spec_verdict import is_local
 from eaglebot.skills.lib import (carry, launch_check, method_gate, preflight, processes, readiness, server, spec_live,
                                   stall, surface_check)
 
@@ -222,26 +223,6 @@ def build_args(p: Params, adaptive_path: str | None = None) -> tuple[list[str], 
 _SECRETISH = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|_KEY$", re.I)
 
 
-def _gpus_env(gpus: object) -> str | None:
-    if gpus is None or gpus == "" or gpus == []:
-        return None
-    if isinstance(gpus, list):
-        return ",".join(str(int(g)) for g in gpus)
-    return str(gpus).replace(" ", "")
-
-
-async def _read_config(ctx: SkillContext, folder: str) -> tuple[bool, str | None]:
-    """(exists, config.json text) of a model folder on the host."""
-    res = await ctx.host.run(f"test -d {path_for_shell(folder)} && echo dir; cat {path_for_shell(folder)}/config.json "
-                             f"2>/dev/null; true", timeout=30)
-    exists = res.stdout.startswith("dir")
-    return exists, (res.stdout[4:] if exists else None)
-
-
-def _is_path(s: str) -> bool:
-    return s.startswith(("/", "./", "../", "~"))
-
-
 def adaptive_path(ctx: SkillContext, port: int) -> str:
     return f"{processes.state_dir(ctx)}/tune/adaptive-{port}-run{ctx.run_id}.json"
 
@@ -273,8 +254,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     # -- pre-flight: model folders
     model = flags.get("--model-path") or ""
     arch = None
-    if _is_path(model):
-        exists, cfg = await _read_config(ctx, model)
+    if is_local(model):
+        exists, cfg = await server.read_model_config(ctx, model)
         if not exists:
             raise StepFailed(f"target model folder {model} does not exist on {ctx.host_name}")
         arch = sglang.target_architecture(cfg or "")
@@ -282,8 +263,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if str(flags.get("--speculative-algorithm") or "").upper() == "EAGLE3" and not draft:
         raise StepFailed("EAGLE3 needs a draft model: set `draft` (host var draft) or pass "
                          "--speculative-draft-model-path (refused before launching)")
-    if draft and _is_path(draft):
-        exists, _ = await _read_config(ctx, draft)
+    if draft and is_local(draft):
+        exists, _ = await server.read_model_config(ctx, draft)
         if not exists:
             raise StepFailed(f"draft model folder {draft} does not exist on {ctx.host_name}")
     # -- pre-flight: SGLang's own parser (the host's, else the captured table of its version)
@@ -352,9 +333,9 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                                    "checked_version": verdict.version, "launch": _launch_values(params),
                                    **({"carried": vars(carried)} if carried is not None else {})})
     # -- pre-flight: port and a previous launch
-    busy = await _busy(ctx, port)
+    busy = await server.listener_words(ctx, port)
     env = dict(params.env)
-    cvd = _gpus_env(params.gpus)
+    cvd = server.cuda_visible(params.gpus)
     if cvd is not None:
         env["CUDA_VISIBLE_DEVICES"] = cvd
     argv = [params.python, "-m", "sglang.launch_server", *launch_args]
@@ -368,7 +349,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
                 "sglang_version": None, "adaptive_config": params.adaptive_config})
             if adopted is not None:
                 return adopted
-            holder = await _busy(ctx, port)
+            holder = await server.listener_words(ctx, port)
         if holder is not None:
             raise StepFailed(f"port {port} is already in use by {holder}; stop it first (server.stop) - "
                              f"SGLang would only notice after loading the model", warnings=warnings)
@@ -379,16 +360,6 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         ([f"find port {port} free (now in use by {busy})"] if busy is not None else [])
         + [f"start {shlex.join(argv)} (env {env or '{}'}), log {server.log_path(ctx, port)}"],
         f"would launch SGLang on port {port}", launch, warnings=warnings))
-
-
-async def _busy(ctx: SkillContext, port: int) -> str | None:
-    """Who listens on `port`, in words; None when it is free."""
-    lis = await ports.listeners(ctx.host, port)
-    if not lis.busy:
-        return None
-    infos = await procs.proc_info(ctx.host, sorted(lis.pids))
-    return "; ".join(server.describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
-        "a process this user cannot see"
 
 
 async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[str, str], cfg_path: str | None,

@@ -58,3 +58,13 @@ async def test_a_bench_that_completed_half_its_requests_fails_with_both_numbers(
     bad = failed_step(out)
     assert bad.skill == "bench.serving" and bad.summary.startswith(
         "only 10 of 20 benchmark requests completed (50%), under 90%")
+
+
+def test_ngram_accepting_nothing_on_random_prompts_is_a_warning_not_a_refusal():
+    """NGRAM drafts from n-gram repeats in each request's own context; random benchmark prompts have none."""
+    s = check([8], 8, speculative="NGRAM", accept_length=1.0)
+    assert s.failure is None and s.warnings == [
+        "accept length 1.00 with NGRAM on this benchmark: its drafts come from n-gram repeats in each request's "
+        "context, which random prompts do not have; the greedy probe after it says whether speculation is on"]
+    assert (check([8], 8, speculative="DFLASH", accept_length=1.0).failure or "").startswith(
+        "accept length 1.00 with DFLASH (<= 1.05)")

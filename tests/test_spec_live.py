@@ -48,3 +48,11 @@ def test_lossy_knobs_at_launch_and_at_runtime():
     assert spec_live.lossy_running(None, changed) == [
         "internal_states[0].speculative_accept_threshold_single=0.4, changed at runtime (POST /set_internal_state; "
         "below 1: accepts drafts the target rejected)"]
+
+
+def test_ngram_steps_are_accounting_so_zero_is_not_off():
+    """NGRAM's speculative_num_steps is draft tokens // BFS breadth (0 for 8 tokens under breadth 10); its
+    worker drafts `speculative_num_draft_tokens` all the same (ngram_worker.py)."""
+    ngram = dict(INFO, speculative_algorithm="NGRAM", speculative_num_steps=0,
+                 internal_states=[dict(INFO["internal_states"][0], speculative_algorithm="NGRAM", speculative_num_steps=0)])
+    assert spec_live.really_on(ngram, GOOD).verdict == "on"

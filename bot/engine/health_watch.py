@@ -15,7 +15,10 @@ host's loop runs it early); only then does it quarantine (fleet_health.py).
 
 Where the host has a `port` var, the probe also reads that server's /server_info: an accept
 threshold below 1 (at launch, or changed at runtime through `/set_internal_state`, which
-`internal_states` shows) voids losslessness and is a `warn` on the host (suspect, alerted).
+`internal_states` shows) voids losslessness and is a `warn` on the host (suspect, alerted). A
+server the bot launched there (its pid file is still in the state folder) that no longer runs is a
+`warn` too, with the fatal line of its log (an NGRAM server's illegal memory access after hours,
+sglang#24361, leaves a healthy GPU and no server).
 """
 from __future__ import annotations
 
@@ -29,12 +32,12 @@ from typing import Any, Awaitable, Callable, Mapping, TYPE_CHECKING
 from eaglebot.config import HealthWatchConfig, Settings, XidRule
 from eaglebot.errors import EagleError
 from eaglebot.facts import health as hf
-from eaglebot.facts import ports, spec_live
+from eaglebot.facts import ports, sglang, spec_live
 from eaglebot.facts import xid as xf
 from eaglebot.facts.health_probe import GpuHealthRead, read_gpu_health
 from eaglebot.engine import fleet_health as fh, procs
 from eaglebot.engine.xid_judge import Seen, judge_xids
-from eaglebot.sdk import CommandResult, Host
+from eaglebot.sdk import CommandResult, Host, path_for_shell
 from eaglebot.skills.lib import server
 from eaglebot.transport import TransportPool
 
@@ -116,7 +119,8 @@ def findings_of(host: str, got: GpuHealthRead) -> list[fh.Finding]:
     return out
 
 
-async def _read(host: Host, host_vars: Mapping[str, Any], memory: xf.LogMemory, deadline: float) -> Probe:
+async def _read(host: Host, host_vars: Mapping[str, Any], memory: xf.LogMemory, deadline: float,
+                state_dir: str | None = None) -> Probe:
     p = Probe(host.name, "ok", at=time.time())
     got = await read_gpu_health(lambda cmd: _run(host, cmd, deadline), host.name, host_vars, WATCH_QUERY,
                                 nvlink=hf.NVLINK_STATUS)
@@ -135,14 +139,43 @@ async def _read(host: Host, host_vars: Mapping[str, Any], memory: xf.LogMemory, 
         p.findings += [fh.Finding(fh.HOST, "warn", f"unreadable kernel log line: {line}")
                        for line in memory.fresh_lines(got.log.unreadable)]
         p.cursor = memory.newest
-    p.findings += await _lossy_server(host, host_vars, deadline)
+    p.findings += await _server(host, host_vars, deadline, state_dir)
     return p
 
 
-async def _lossy_server(host: Host, host_vars: Mapping[str, Any], deadline: float) -> list[fh.Finding]:
+_GONE = "EAGLE-SERVER-GONE"
+
+
+def gone_command(state_dir: str, port: int) -> str:
+    """Prints `_GONE <pid>` and the tail of its newest log when the bot's pid file for `port` names a
+    process that no longer runs (gone, or a zombie nobody reaped); nothing otherwise (no pid file: the
+    bot stopped it, or never ran one)."""
+    d = path_for_shell(state_dir, expand_vars=True)
+    return (f'd={d}; f="$d/run/server-{port}.pid"; [ -f "$f" ] || exit 0; p=$(cat "$f"); '
+            f'case "$p" in ""|*[!0-9]*) exit 0;; esac; case "$(ps -o stat= -p "$p" 2>/dev/null)" in ""|Z*) ;; '
+            f'*) exit 0;; esac; echo "{_GONE} $p"; '
+            f'l=$(ls -t "$d"/logs/server-{port}-*.log 2>/dev/null | head -n 1); [ -n "$l" ] && tail -n 200 "$l"; true')
+
+
+def gone_finding(port: int, stdout: str) -> fh.Finding | None:
+    """The `warn` for a launched server that died, naming the fatal line of its log (pure)."""
+    lines = stdout.splitlines()
+    head = next((ln for ln in lines if ln.startswith(_GONE + " ")), None)
+    if head is None:
+        return None
+    pid = head.split()[1]
+    fatal = sglang.find_fatal("\n".join(lines[lines.index(head) + 1:]))
+    why = f"its log ends in: {fatal}" if fatal else "its log names no fatal line"
+    return fh.Finding(fh.HOST, "warn", xf.clip(f"the server the bot launched on port {port} (pid {pid}) no longer "
+                                               f"runs: {why}; relaunch it", 300))
+
+
+async def _server(host: Host, host_vars: Mapping[str, Any], deadline: float,
+                  state_dir: str | None) -> list[fh.Finding]:
     """The server on the host var `port`: an accept threshold below 1 in /server_info (a runtime
-    change through /set_internal_state shows in `internal_states`) is a `warn` on the host. No
-    `port`, no server answering, or an answer that is not /server_info: nothing to say."""
+    change through /set_internal_state shows in `internal_states`) is a `warn` on the host; so is a
+    server the bot launched (`state_dir`'s pid file) that is gone. No `port`, or a server that does
+    not answer but still runs (loading): nothing to say."""
     port = host_vars.get("port")
     if isinstance(port, str) and port.isdigit():
         port = int(port)
@@ -155,22 +188,26 @@ async def _lossy_server(host: Host, host_vars: Mapping[str, Any], deadline: floa
         info = json.loads(body) if code == 200 else None
     except ValueError:
         info = None
+    if code != 200 and state_dir:
+        found = gone_finding(port, (await _run(host, gone_command(state_dir, port), deadline)).stdout)
+        return [found] if found is not None else []
     lossy = spec_live.lossy_running(None, info) if isinstance(info, dict) else []
     return [fh.Finding(fh.HOST, "warn", xf.clip(f"the server on port {port} is not lossless: {'; '.join(lossy)}; "
                                                 f"relaunch it or set the threshold back to 1", 300))] if lossy else []
 
 
 async def probe_host(host: Host, host_vars: Mapping[str, Any], cursor: float | None, timeout_s: float, *,
-                     memory: xf.LogMemory | None = None) -> Probe:
+                     memory: xf.LogMemory | None = None, state_dir: str | None = None) -> Probe:
     """One probe of one host within `timeout_s`; a probe past it is the finding "probe hung",
     a host that cannot be reached "probe failed". `memory`: what was read of its kernel log
-    before (else only the lines after `cursor` are new)."""
+    before (else only the lines after `cursor` are new); `state_dir`: the bot's state folder there
+    (eagle.yaml's), where a launched server's pid file is."""
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     mem = memory if memory is not None else xf.LogMemory(floor=cursor)
     try:
         # The backstop: a transport that does not honour its timeout is cut here.
-        p = await asyncio.wait_for(_read(host, host_vars, mem, deadline), timeout_s + 1.0)
+        p = await asyncio.wait_for(_read(host, host_vars, mem, deadline, state_dir), timeout_s + 1.0)
     except (_Hung, asyncio.TimeoutError):
         p = Probe(host.name, "hung", [fh.Finding(fh.HOST, "warn", f"probe hung: no answer within {timeout_s:g}s")])
     except EagleError as e:
@@ -212,7 +249,7 @@ class HealthWatch:
             mem = self._logs[host] = xf.LogMemory(floor=await self.store.health_cursor(host))
         mark, before = await procs.code_beside(self.store, host, 0, None)
         p = await probe_host(self.pool.get(host), self.settings.hosts[host].vars, mem.floor, self.cfg.probe_timeout_s,
-                             memory=mem)
+                             memory=mem, state_dir=self.settings.state_dir)
         p.beside = before or (await procs.code_beside(self.store, host, 0, mark))[1]
         if p.beside:
             log.info("health probe of %s ran beside %s: it clears nothing", host, p.beside)

@@ -3,7 +3,10 @@
 Two silent degradations a throughput number hides: speculative decoding whose draft model
 accepts nothing (accept length ~1.0: a wrong draft path or architecture, so every step
 verifies one token and the "EAGLE" run is plain decoding with extra work), and a run that
-completed only part of its requests (the numbers describe the part that finished).
+completed only part of its requests (the numbers describe the part that finished). NGRAM is
+the exception to the first: its drafts come from n-gram repeats in each request's own context,
+which the random prompts of a benchmark do not have, so ~1.0 there is a warning; the greedy
+probe that follows (spec_live) judges whether it speculates.
 """
 from __future__ import annotations
 
@@ -35,6 +38,11 @@ def check(completed: list[int], requested: int, *, speculative: str | None, acce
     if speculative:
         if accept_length is None:
             s.warnings.append(f"speculative decoding ({speculative}) is on but the accept length is unknown")
+        elif accept_length <= min_accept_length and speculative.upper() == "NGRAM":
+            # n-gram drafts come from repeats in the request's own context: random ids have none
+            s.warnings.append(f"accept length {accept_length:.2f} with NGRAM on this benchmark: its drafts come from "
+                              f"n-gram repeats in each request's context, which random prompts do not have; the "
+                              f"greedy probe after it says whether speculation is on")
         elif accept_length <= min_accept_length and s.failure is None:
             s.failure = (f"accept length {accept_length:.2f} with {speculative} (<= {min_accept_length:g}): the "
                          f"draft model accepts nothing: check the draft path and algorithm")

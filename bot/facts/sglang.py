@@ -58,9 +58,12 @@ def normalize_algorithm(name: str | None) -> str | None:
     return "EAGLE" if up == "NEXTN" else up
 
 
-def auto_spec_params(architecture: str | None) -> tuple[int, int, int]:
-    """(num_steps, eagle_topk, num_draft_tokens) SGLang picks from the TARGET model's architecture."""
+def auto_spec_params(architecture: str | None, algorithm: str | None = None) -> tuple[int, int, int]:
+    """(num_steps, eagle_topk, num_draft_tokens) SGLang picks from the TARGET model's architecture
+    (STANDALONE: always (3, 1, 4), `_auto_choose_speculative_params`)."""
     arch = architecture or ""
+    if algorithm == "STANDALONE":
+        return 3, 1, 4
     if arch == "LlamaForCausalLM" or arch.startswith("Grok"):
         return 5, 4, 8
     return 3, 1, 4
@@ -105,7 +108,7 @@ def resolve_speculative(algorithm: str | None, num_steps: int | None, topk: int 
                                 "--speculative-num-steps: SGLang stops with a bare AssertionError; "
                                 "set all three or none")
             return res
-        res.num_steps, res.topk, res.num_draft_tokens = auto_spec_params(target_architecture)
+        res.num_steps, res.topk, res.num_draft_tokens = auto_spec_params(target_architecture, algo)
         res.auto_chosen = True
         return res
     if topk is None:

@@ -65,6 +65,28 @@ def problems(cfg: object, num_steps: int | None = None, topk: int | None = None)
     return out
 
 
+# The built-in ladder (`--speculative-adaptive` without a config file): adaptive_spec_params.py's
+# DEFAULT_ADAPTIVE_CONFIG, 0.5.23 (0.5.17: BS1 [1, 3, 7], the rest the same). Its batch-64 slot is
+# step 0 alone: "A zero-step candidate disables drafting".
+BUILTIN: dict[str, dict[str, Any]] = {
+    "1": {"candidate_steps": [1, 3, 5, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25},
+    "8": {"candidate_steps": [0, 1, 3], "up_hysteresis": 0.0, "down_hysteresis": 0.0},
+    "32": {"candidate_steps": [0, 1], "up_hysteresis": 0.0, "down_hysteresis": 0.0},
+    "64": {"candidate_steps": [0], "up_hysteresis": 0.0, "down_hysteresis": 0.0}}
+
+
+def drafting_off_from(cfg: dict[str, Any] | None) -> int | None:
+    """The smallest batch size from which a ladder (None: the built-in one) can only run step 0, i.e.
+    speculation silently off: the first slot whose candidates are [0] with none above it drafting."""
+    keys = sorted(slots(cfg if cfg is not None else BUILTIN).items())
+    off = None
+    for bs, entry in reversed(keys):
+        if [int(s) for s in entry["candidate_steps"]] != [0]:
+            break
+        off = bs
+    return off
+
+
 def candidate_steps(cfg: dict[str, Any]) -> list[int]:
     """The union of every slot's candidate steps (SGLang sizes its runtime states by it)."""
     return sorted({int(s) for e in slots(cfg).values() for s in e["candidate_steps"]})

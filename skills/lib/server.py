@@ -111,3 +111,30 @@ async def server_env(ctx: SkillContext, port: int) -> tuple[int | None, dict[str
     if pid is None:
         return None, None
     return pid, await procs.environ(ctx.host, pid)
+
+
+def cuda_visible(gpus: object) -> str | None:
+    """CUDA_VISIBLE_DEVICES for `gpus` (a list or "0,1"), or None: all."""
+    if gpus is None or gpus == "" or gpus == []:
+        return None
+    if isinstance(gpus, list):
+        return ",".join(str(int(g)) for g in gpus)
+    return str(gpus).replace(" ", "")
+
+
+async def read_model_config(ctx: SkillContext, folder: str) -> tuple[bool, str | None]:
+    """(exists, config.json text) of a model folder on the host."""
+    res = await ctx.host.run(f"test -d {path_for_shell(folder)} && echo dir; cat {path_for_shell(folder)}/config.json "
+                             f"2>/dev/null; true", timeout=30)
+    exists = res.stdout.startswith("dir")
+    return exists, (res.stdout[4:] if exists else None)
+
+
+async def listener_words(ctx: SkillContext, port: int) -> str | None:
+    """Who listens on `port`, in words; None when it is free."""
+    lis = await ports.listeners(ctx.host, port)
+    if not lis.busy:
+        return None
+    infos = await procs.proc_info(ctx.host, sorted(lis.pids))
+    return "; ".join(describe(infos[p]) for p in sorted(lis.pids) if p in infos) or \
+        "a process this user cannot see"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
-    from . import _adaptive, _draft_fit, _landscape, _perf_model
+    from . import _adaptive, _draft_fit, _landscape, _methods, _perf_model
 else:
     def _sibling(name: str) -> ModuleType:
         # By path: this file also runs loaded on its own (tests, the fake nvidia-smi's helpers).
@@ -37,6 +37,7 @@ else:
     _landscape = _sibling("_landscape")
     _adaptive = _sibling("_adaptive")
     _draft_fit = _sibling("_draft_fit")
+    _methods = _sibling("_methods")
 
 # The simulated release (each has a captured launch table, srt/server_args-<v>.json.gz). Read here, not
 # from the package: this file also runs loaded on its own by path.
@@ -64,8 +65,10 @@ def log(msg: str, rank: str | None = None, stream: TextIO | None = None) -> None
 
 # -- speculative resolution (SGLang 0.5.23 server_args) ------------------------------
 
-def auto_spec_params(architecture: str | None) -> tuple[int, int, int]:
+def auto_spec_params(architecture: str | None, algorithm: str | None = None) -> tuple[int, int, int]:
     arch = architecture or ""
+    if algorithm == "STANDALONE":
+        return 3, 1, 4
     if arch == "LlamaForCausalLM" or arch.startswith("Grok"):
         return 5, 4, 8
     return 3, 1, 4
@@ -78,19 +81,34 @@ class SpecError(Exception):
 
 
 def resolve_speculative(args: argparse.Namespace, architecture: str | None) -> list[str]:
-    """Mutate args like ServerArgs.__post_init__ does; return the WARNING lines it logs."""
+    """Mutate args like ServerArgs.__post_init__ does; return the WARNING lines it logs. The methods
+    beside the EAGLE family resolve and refuse as _methods.py says."""
     warnings: list[str] = []
     algo = args.speculative_algorithm
     if algo is None:
         return warnings
+    if getattr(args, "speculative_draft_model_path", None) is not None and \
+            getattr(args, "speculative_draft_model_revision", None) is None:
+        args.speculative_draft_model_revision = "main"
+    if (bad := _methods.unknown(algo, VERSION)) is not None:
+        raise SpecError("ValueError", bad)
     algo = algo.upper()
     if algo == "NEXTN":
         algo = "EAGLE"
     args.speculative_algorithm = algo
-    if algo not in ("EAGLE", "EAGLE3", "STANDALONE"):
-        return warnings
     if getattr(args, "speculative_adaptive", False):
         _resolve_adaptive(args, warnings)
+    try:
+        if algo == "DFLASH":
+            return warnings + _methods.handle_dflash(args, VERSION)
+        if algo == "NGRAM":
+            return warnings + _methods.handle_ngram(args, VERSION)
+        if algo not in ("EAGLE", "EAGLE3", "STANDALONE"):
+            return warnings
+        if (said := _methods.eagle_family_first(args, architecture, VERSION)) is not None:
+            warnings.append(said)
+    except _methods.Refused as e:
+        raise SpecError(e.kind, str(e)) from None
     if args.max_running_requests is None:
         args.max_running_requests = 48
         warnings.append(MAX_RUNNING_WARNING)
@@ -98,7 +116,7 @@ def resolve_speculative(args: argparse.Namespace, architecture: str | None) -> l
         if args.speculative_eagle_topk is not None or args.speculative_num_draft_tokens is not None:
             raise SpecError("AssertionError", "")
         (args.speculative_num_steps, args.speculative_eagle_topk,
-         args.speculative_num_draft_tokens) = auto_spec_params(architecture)
+         args.speculative_num_draft_tokens) = auto_spec_params(architecture, algo)
         return warnings
     if args.speculative_eagle_topk is None:   # speculative_hook.py: `speculative_eagle_topk > 1`
         raise SpecError("TypeError", "'>' not supported between instances of 'NoneType' and 'int'")
@@ -177,8 +195,10 @@ class PerfModel:
     the per-batch-size landscape (`_landscape`), whose acceptance by position is multiplied by what
     the capture-layer model makes of the draft's layers (`capture_factor`)."""
 
-    def __init__(self, args: argparse.Namespace, num_layers: int, aux_ids: list[int] | None):
+    def __init__(self, args: argparse.Namespace, num_layers: int, aux_ids: list[int] | None,
+                 method: "_methods.Method | None" = None):
         self.args = args
+        self.method = method          # DFLASH, NGRAM, STANDALONE, MTP: their own acceptance (_methods.py)
         self.num_layers = num_layers
         self.default_ids = [2, num_layers // 2, num_layers - 3]
         self.aux_ids = aux_ids if aux_ids is not None else list(self.default_ids)
@@ -188,7 +208,7 @@ class PerfModel:
         # a draft folder that declares what it was trained on (SIMULATED-training.json): acceptance
         # follows how well the capture points fit it, position by position
         self.fit = _draft_fit.load(getattr(args, "speculative_draft_model_path", None), num_layers, aux_ids) \
-            if args.speculative_algorithm else None
+            if args.speculative_algorithm and method is None else None
         self.accept_len = self._accept_len()
 
     def refresh(self) -> None:
@@ -197,15 +217,20 @@ class PerfModel:
 
     def _accept_len(self) -> float:
         a = self.args
-        if a.speculative_algorithm is None:
-            return 1.0
+        if a.speculative_algorithm is None or self.step_zero():
+            return 1.0          # an adaptive step-0 tier: "A zero-step candidate disables drafting"
         if self.forced() is not None:
             return round(_landscape.accept_length(self.positions()), 4)
         if getattr(a, "load_format", None) == "dummy":
             return 1.0   # random weights: the draft never proposes what the target picks (seen on a real H200)
-        if self.landscape is not None or self.fit is not None:
+        if self.landscape is not None or self.fit is not None or self.method is not None:
             return round(_landscape.accept_length(self.positions()), 4)
         return _perf_model.accept_length(self.settings)
+
+    def step_zero(self) -> bool:
+        """An EAGLE-family tier of 0 steps drafts nothing; NGRAM's steps are accounting only (draft tokens //
+        BFS breadth: 0 under 10 draft tokens by default) and it drafts its draft tokens all the same."""
+        return bool(self.args.speculative_num_steps == 0 and self.args.speculative_algorithm != "NGRAM")
 
     def forced(self) -> float | None:
         """SGLANG_SIMULATE_ACC_LEN (or EAGLE_SIM_ACCEPT_LEN): SGLang's default `match-expected` rule
@@ -234,13 +259,17 @@ class PerfModel:
         random weights, the landscape's (a prompt's own, when given), a draft's declared training's, else
         the perf model's."""
         steps, _, draft = self.cell
-        depth = max(1, min(steps, draft - 1))
+        if self.step_zero():
+            return []           # step 0: no drafts, every verify keeps only the target's token
+        depth = self.method.depth(steps, draft) if self.method is not None else max(1, min(steps, draft - 1))
         forced = self.forced()
         if forced is not None:
             whole, part = divmod(forced - 1.0, 1.0)
             return ([1.0] * int(whole) + [part] + [0.0] * depth)[:depth]
         if getattr(self.args, "load_format", None) == "dummy":
             return [0.0] * depth
+        if self.method is not None:
+            return self.method.positions(depth, prompt)
         if self.landscape is not None:
             scale = self.capture_factor() * (_landscape.prompt_scale(self.landscape, prompt) if prompt else 1.0)
             return _landscape.positions(self.landscape, self.cell, scale)

@@ -48,14 +48,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy checks this package as eaglebot.sim.sglang_pkg.sglang; it runs as `sglang`
-    from . import _greedy_ties, _landscape, _sim_http
+    from . import _greedy_ties, _landscape, _methods, _sim_http
     from . import _releases as releases
     from ._sim_batches import Batches
     from ._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids, log, read_json,
                              resolve_speculative, visible_gpus, weights_gb)
     from .srt.server_args import ServerArgs
 else:
-    from sglang import _greedy_ties, _landscape, _sim_http
+    from sglang import _greedy_ties, _landscape, _methods, _sim_http
     from sglang import _releases as releases
     from sglang._sim_batches import Batches
     from sglang._simulated import (BANNER, H200_MIB, VERSION, PerfModel, SpecError, aux_layer_ids,
@@ -110,6 +110,7 @@ class Server:
         self.batches = Batches(args, perf)
         self.policy = self.batches.policy
         self.overrides: dict[str, Any] = {}     # POST /set_internal_state: internal_states shows them
+        self.served = 0                         # /generate requests answered (EAGLE_SIM_CRASH_AFTER_REQUESTS)
 
     def set_internal_state(self, asked: dict[str, Any]) -> list[bool]:
         """What a caller set at runtime (no API key: SGLang's ADMIN_OPTIONAL lets anyone): all of it or,
@@ -161,7 +162,28 @@ class Server:
 
     def generate(self, body: dict[str, Any], batch_hint: int | None = None) -> dict[str, Any]:
         with self.batches.running():
-            return self._generate(body, batch_hint)
+            out = self._generate(body, batch_hint)
+        self.crash_if_due()
+        return out
+
+    def crash_if_due(self) -> None:
+        """EAGLE_SIM_CRASH_AFTER_REQUESTS=n: the n-th request ends the server as an illegal memory access in
+        the scheduler does (its traceback, then the launcher's sigquit handler takes the tree down)."""
+        limit = _methods.crash_after()
+        with self.lock:
+            self.served += 1
+            due = limit is not None and self.served >= limit
+        if not due:
+            return
+        log("Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "sglang/srt/managers/scheduler.py", line 4931, in run_scheduler_process\n'
+            '  File "sglang/srt/speculative/ngram_worker.py", line 486, in forward_batch_generation\n'
+            f"{_methods.ILLEGAL_ACCESS}\n"
+            "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+            "below might be incorrect.", "TP0")
+        log("Received sigquit from a child process. It usually means the child failed.")
+        self.stop_children()
+        os._exit(1)
 
     def _generate(self, body: dict[str, Any], batch_hint: int | None) -> dict[str, Any]:
         sp = body.get("sampling_params") or {}
@@ -177,7 +199,7 @@ class Server:
         batch = batch_hint or self.batches.running_batch() or 1
         self.batches.route(batch)
         prompt = json.dumps(body.get("input_ids") or body.get("text"))[:4096]
-        if self.args.speculative_algorithm and perf.landscape is not None:
+        if self.args.speculative_algorithm and (perf.landscape is not None or perf.method is not None):
             accept = max(1.0, _landscape.accept_length(perf.positions(prompt)))  # this prompt's own
             verify_ct = max(1, math.ceil(max(0, out_len - 1) / accept))
         elif self.args.speculative_algorithm:
@@ -237,6 +259,8 @@ class Server:
         """EAGLE_SIM_LOSSY_DRAFT, else the draft config's `eagle_sim_lossy_fraction` (0: faithful)."""
         if not self.args.speculative_algorithm:
             return 0.0
+        if self.perf.method is not None and self.perf.method.lossy:
+            return self.perf.method.lossy
         env = os.environ.get("EAGLE_SIM_LOSSY_DRAFT")
         if env:
             return float(env)
@@ -327,10 +351,13 @@ def main(argv: list[str] | None = None) -> int:
             log(f"OSError: {args.speculative_draft_model_path} is not a local folder and is not a valid model "
                 f"identifier listed on 'https://huggingface.co/models'")
             return 1
-        aux_ids = aux_layer_ids(read_json(dp / "config.json"))
+    method = _methods.load(args, read_json(Path(os.path.expanduser(args.model_path)) / "config.json"), arch,
+                           num_layers) if args.speculative_algorithm else None
+    if args.speculative_draft_model_path and method is None:
+        aux_ids = aux_layer_ids(read_json(Path(os.path.expanduser(args.speculative_draft_model_path)) / "config.json"))
     fields = ", ".join(f"{k}={v!r}" for k, v in vars(args).items())
     log(f"server_args=ServerArgs({fields})")
-    perf = PerfModel(args, num_layers, aux_ids)
+    perf = PerfModel(args, num_layers, aux_ids, method)
     server = Server(args, argv, perf, arch)
 
     def on_term(*_a: object) -> None:
@@ -352,6 +379,14 @@ def main(argv: list[str] | None = None) -> int:
     log(f"Load weight begin. avail mem={pre_gb:.2f} GB", "TP0")
     _stall_if(stall_at == "load")
     time.sleep(float(os.environ.get("EAGLE_SIM_LOAD_S", "0.3")))
+    for w in method.warnings if method is not None else []:
+        log(w, "TP0")       # the model runner's warnings, e.g. DFLASH's num_target_layers (it goes on)
+    if method is not None and method.fatal:   # the draft worker's load, in the scheduler process
+        log("Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "sglang/srt/managers/scheduler.py", line 4931, in run_scheduler_process\n'
+            f"{method.fatal}", "TP0")
+        log("Received sigquit from a child process. It usually means the child failed.")
+        return 1
     fatal = os.environ.get("EAGLE_SIM_FAIL")
     if fatal:
         if fatal == "1":

@@ -119,16 +119,16 @@ class RecordingWebClient(AsyncWebClient):
         super().__init__(token=token, base_url="memory://slack/api/")
         self.record = record
 
-    async def api_call(self, api_method: str, *, http_verb: str = "POST", data: Any = None,
-                       params: dict[str, Any] | None = None, json: dict[str, Any] | None = None,
-                       **_: Any) -> AsyncSlackResponse:   # (files, headers, auth: nothing to send them to)
+    async def api_call(self, api_method: str, *, http_verb: str = "POST", data: object = None,
+                       params: dict[str, object] | None = None, json: dict[str, object] | None = None,
+                       **_: object) -> AsyncSlackResponse:   # (files, headers, auth: nothing to send them to)
         args = {**(params or {}), **(data if isinstance(data, dict) else {}), **(json or {})}
         answer = self.record.answer(api_method, args)
         self.record.add(Sent(api_method, args, answer))
         return AsyncSlackResponse(client=self, http_verb=http_verb, api_url=self.base_url + api_method,
                                   req_args=args, data=answer, headers={}, status_code=200)
 
-    async def _upload_file(self, *, url: str, data: bytes, **_: Any) -> FileUploadV2Result:
+    async def _upload_file(self, *, url: str, data: bytes, **_: object) -> FileUploadV2Result:
         self.record.add(Sent("upload", {"size": len(data)}, url=url))
         return FileUploadV2Result(status=200, body="OK")
 

@@ -203,6 +203,7 @@ def test_the_corpus_covers_every_method_with_its_faults_and_half_of_it_is_health
 
 # One test per method, so that the default run's workers share the corpus (each case is a real relaunch
 # of simulated processes: about a second).
+@pytest.mark.e2e  # 44 whole relaunches (~55 s of CPU): CI's end-to-end step runs them
 @pytest.mark.parametrize("method", METHODS)
 async def test_every_fault_is_flagged_where_it_must_be_and_no_healthy_case_alarms(services, tmp_path, method):
     only = os.environ.get("EAGLE_CORPUS_ONLY")        # one case by id, to look at it alone

@@ -53,7 +53,7 @@ def dflash_plan(draft_cfg: dict[str, Any], target_layers: int) -> tuple[list[int
 
 
 def check(v: Verdict, f: dict[str, str | None], host: dict[str, Any], capture: dict[str, Any] | None,
-          version: str = "0.5.23") -> None:
+          version: str) -> None:
     mode = f.get("--disaggregation-mode")
     if mode in ("prefill", "decode"):
         v.add("dflash.pd", REFUSE, f"DFLASH with PD disaggregation (--disaggregation-mode {mode}) serves no tokens "

@@ -229,10 +229,11 @@ async def test_standalone_faults_are_refused_naming_the_fix(models, host_python)
                              "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8",
                              "--disable-overlap-schedule"), host_python)
     assert not v.of(spec_methods.REFUSE), v.to_json()
-    v, _ = await gate(launch(models, "STANDALONE", "qwen3-8b", "qwen3-0.6b", "--enable-dp-attention"), host_python)
+    v, _ = await gate(launch(models, "STANDALONE", "qwen3-8b", "qwen3-0.6b", "--enable-dp-attention", "--dp-size", "2"),
+                      host_python)
     assert only(v, "standalone.attn_dp") == (
         "STANDALONE does not run with attention DP (SGLang: 'Currently standalone speculative decoding does not "
-        "support dp attention'): drop --enable-dp-attention")
+        "support dp attention'): drop --enable-dp-attention --dp-size 2")
 
 
 # -- NGRAM --------------------------------------------------------------------------------------
@@ -258,6 +259,43 @@ async def test_ngram_healthy_and_each_combination_sglang_refuses(models, host_py
     v, _ = await gate(launch(models, "NGRAM", "qwen3-8b", None, "--page-size", "16", "--attention-backend",
                              "flashinfer"), host_python)
     assert not v.of(spec_methods.REFUSE), v.to_json()
+
+
+# -- attention DP per release: a lone --enable-dp-attention is dropped at DP size 1 ---------------
+
+DROPPED_BY = {"0.5.10": "server_args.py _handle_data_parallelism",
+              "0.5.17": "arg_groups/overrides.py _data_parallelism_defaults",
+              "0.5.23": "arg_groups/parallel_hook.py, which moves it to --attn-dp-size <dp-size>"}
+DP_CASES = [(version, algo, dp) for version in DROPPED_BY for algo in ("NGRAM", "STANDALONE", "DFLASH")
+            for dp in (None, "1", "2") if (version, algo) != ("0.5.10", "DFLASH")]
+
+
+@pytest.mark.parametrize("version,algo,dp", DP_CASES, ids=[f"{v}-{a}-dp{d or 'unset'}" for v, a, d in DP_CASES])
+def test_enable_dp_attention_is_attention_dp_only_with_a_dp_size_above_1(version, algo, dp):
+    """A real 0.5.17 on an H200 served NGRAM with a lone --enable-dp-attention (2026-12-03): every release drops
+    the flag at DP size 1 before the methods' refusals, so the gate warns instead of refusing there."""
+    spelled = "--data-parallel-size" if version == "0.5.10" else "--dp-size"
+    args = ["--model-path", "/m", "--speculative-draft-model-path", "/d", "--enable-dp-attention",
+            *([spelled, dp] if dp else [])]
+    v = spec_methods.check(algo, args, None, None, version)
+    mine = [(f.severity, f.message) for f in v.findings if f.check == f"{algo.lower()}.attn_dp"]
+    if dp == "2":
+        assert [s for s, _ in mine] == [spec_methods.REFUSE] and mine[0][1].endswith(
+            "drop --enable-dp-attention --dp-size 2"), mine
+    else:
+        assert mine == [(spec_methods.WARN, f"SGLang {version} ignores --enable-dp-attention without --dp-size > 1 "
+                                            f"({DROPPED_BY[version]}): attention DP is off; drop the flag, or pass "
+                                            f"--dp-size N (N > 1) if you meant attention DP")], mine
+
+
+@pytest.mark.parametrize("version,refused", [("0.5.17", False), ("0.5.23", True)])
+def test_an_elastic_ep_scale_joiner_runs_attention_dp_at_dp_size_1(version, refused):
+    """0.5.23's attn_dp_enabled_of is true for a scale joiner; 0.5.17 keeps only a given --enable-dp-attention."""
+    v = spec_methods.check("NGRAM", ["--model-path", "/m", "--elastic-ep-join-mode", "scale"], None, None, version)
+    assert v.refused is refused, v.to_json()
+    v = spec_methods.check("NGRAM", ["--model-path", "/m", "--elastic-ep-join-mode", "scale", "--enable-dp-attention"],
+                           None, None, version)
+    assert v.refused, v.to_json()
 
 
 # -- through relaunch: refused before anything stops --------------------------------------------

@@ -241,3 +241,22 @@ def test_a_scheduler_holding_real_gpu_memory_still_reports_ready(sim, tmp_path):
     os.killpg(p.pid, signal.SIGTERM)
     out, _ = p.communicate(timeout=30)
     assert "SIMULATED scheduler holds 7188 MiB of REAL memory on cuda:0" in out
+
+
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+def test_ngram_refuses_enable_dp_attention_only_with_a_dp_size_above_1(tmp_path, version):
+    """Both releases drop a lone --enable-dp-attention at DP size 1 before the NGRAM check (0.5.17's
+    overrides.py _data_parallelism_defaults; 0.5.23's parallel_hook.py): a real 0.5.17 on an H200 served it."""
+    s = Sim(tmp_path, version)
+    try:
+        ngram = ("--model-path", str(s.target), "--speculative-algorithm", "NGRAM", "--enable-dp-attention")
+        rc, out = finish(s.start(*ngram, "--dp-size", "2", "--tp-size", "2", "--port", str(free_port())))
+        assert rc == 1 and out.rstrip().splitlines()[-1] == (
+            "ValueError: Currently ngram speculative decoding does not support dp attention."), out[-2000:]
+        port = free_port()
+        p = s.start(*ngram, "--port", str(port))
+        wait_status(port, "/health", 200, p)
+        info = json.loads(get(port, "/server_info")[1])
+        assert info["speculative_algorithm"] == "NGRAM" and info["dp_size"] == 1, info
+    finally:
+        s.stop_all()

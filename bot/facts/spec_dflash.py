@@ -8,6 +8,7 @@ from typing import Any
 from eaglebot.facts import sglang_args
 from eaglebot.facts.spec_verdict import NOTE, REFUSE, WARN, Verdict, as_int
 from eaglebot.facts.spec_verdict import attn_dp as _attn_dp
+from eaglebot.facts.spec_verdict import attn_dp_ignored as _attn_dp_ignored
 from eaglebot.facts.spec_verdict import config as _config
 from eaglebot.facts.spec_verdict import folder as _folder
 from eaglebot.facts.spec_verdict import text as _text
@@ -51,13 +52,16 @@ def dflash_plan(draft_cfg: dict[str, Any], target_layers: int) -> tuple[list[int
     return build_target_layer_ids(target_layers, n_draft), f"SGLang's default for {n_draft} draft layers"
 
 
-def check(v: Verdict, f: dict[str, str | None], host: dict[str, Any], capture: dict[str, Any] | None) -> None:
+def check(v: Verdict, f: dict[str, str | None], host: dict[str, Any], capture: dict[str, Any] | None,
+          version: str) -> None:
     mode = f.get("--disaggregation-mode")
     if mode in ("prefill", "decode"):
         v.add("dflash.pd", REFUSE, f"DFLASH with PD disaggregation (--disaggregation-mode {mode}) serves no tokens "
                                    f"(sglang#36140): launch it without --disaggregation-mode")
-    if (dp := _attn_dp(f)) is not None:
+    if (dp := _attn_dp(f, version)) is not None:
         v.add("dflash.attn_dp", REFUSE, f"DFLASH does not run with attention DP (SGLang's docs; {dp}): drop {dp}")
+    elif (why := _attn_dp_ignored(f, version)) is not None:
+        v.add("dflash.attn_dp", WARN, why)
     pp = sglang_args.int_value(f.get("--pp-size"))
     if pp is not None and pp != 1:
         v.add("dflash.pp", REFUSE, f"DFLASH runs with pp 1 only (SGLang: 'Currently DFLASH speculative decoding "

@@ -35,6 +35,7 @@ from eaglebot.facts import eagle3_probe, sglang_args, spec_dflash, spec_files
 from eaglebot.facts.spec_dflash import dflash_plan
 from eaglebot.facts.spec_verdict import NOTE, REFUSE, WARN, Verdict, as_int, is_local
 from eaglebot.facts.spec_verdict import attn_dp as _attn_dp
+from eaglebot.facts.spec_verdict import attn_dp_ignored as _attn_dp_ignored
 from eaglebot.facts.spec_verdict import config as _config
 from eaglebot.facts.spec_verdict import folder as _folder
 from eaglebot.facts.spec_verdict import text as _text
@@ -139,16 +140,16 @@ def check(algorithm: str | None, args: list[str], host: dict[str, Any] | None,
     draft = f.get("--speculative-draft-model-path")
     if algo == "DFLASH":
         v.method = "DFLASH"
-        spec_dflash.check(v, f, host, capture)
+        spec_dflash.check(v, f, host, capture, version)
     elif algo == "NEXTN" or (algo == "EAGLE" and (not draft or draft == model)):
         v.method = "MTP"
         _mtp(v, f, host)
     elif algo == "STANDALONE":
         v.method = "STANDALONE"
-        _standalone(v, f, host)
+        _standalone(v, f, host, version)
     elif algo == "NGRAM":
         v.method = "NGRAM"
-        _ngram(v, f)
+        _ngram(v, f, version)
     return v
 
 
@@ -251,11 +252,13 @@ def _mtp(v: Verdict, f: dict[str, str | None], host: dict[str, Any]) -> None:
 
 # -- STANDALONE ---------------------------------------------------------------------------------
 
-def _standalone(v: Verdict, f: dict[str, str | None], host: dict[str, Any]) -> None:
-    if (dp := _attn_dp(f)) is not None:
+def _standalone(v: Verdict, f: dict[str, str | None], host: dict[str, Any], version: str) -> None:
+    if (dp := _attn_dp(f, version)) is not None:
         v.add("standalone.attn_dp", REFUSE, f"STANDALONE does not run with attention DP (SGLang: 'Currently "
                                             f"standalone speculative decoding does not support dp attention'): "
                                             f"drop {dp}")
+    elif (why := _attn_dp_ignored(f, version)) is not None:
+        v.add("standalone.attn_dp", WARN, why)
     topk = sglang_args.int_value(f.get("--speculative-eagle-topk"))
     if topk is not None and topk > 1 and "--disable-overlap-schedule" not in f:
         v.add("standalone.overlap", REFUSE, f"STANDALONE with --speculative-eagle-topk {topk} is incompatible with "
@@ -292,14 +295,16 @@ def _standalone(v: Verdict, f: dict[str, str | None], host: dict[str, Any]) -> N
 
 # -- NGRAM --------------------------------------------------------------------------------------
 
-def _ngram(v: Verdict, f: dict[str, str | None]) -> None:
+def _ngram(v: Verdict, f: dict[str, str | None], version: str) -> None:
     device = f.get("--device")
     if device is not None and device != "cuda":
         v.add("ngram.device", REFUSE, f"NGRAM speculative decoding runs on CUDA only (SGLang's docs; --device "
                                       f"{device}): drop --device {device}")
-    if (dp := _attn_dp(f)) is not None:
+    if (dp := _attn_dp(f, version)) is not None:
         v.add("ngram.attn_dp", REFUSE, f"NGRAM does not run with attention DP (SGLang: 'Currently ngram speculative "
                                        f"decoding does not support dp attention'): drop {dp}")
+    elif (why := _attn_dp_ignored(f, version)) is not None:
+        v.add("ngram.attn_dp", WARN, why)
     breadth = sglang_args.int_value(f.get("--speculative-ngram-max-bfs-breadth"))
     breadth = 10 if breadth is None else breadth      # SGLang's default; it becomes the topk
     page = sglang_args.int_value(f.get("--page-size"))

@@ -61,14 +61,49 @@ def flag(f: dict[str, str | None], *names: str) -> str | None:
     return None
 
 
-def attn_dp(f: dict[str, str | None]) -> str | None:
-    """The flag that turns attention DP on, as given ("--attn-dp-size 2"), or None."""
+# Where each release drops a lone --enable-dp-attention (attention DP needs a DP size above 1).
+_DP1_DROP = {"0.5.10": "server_args.py _handle_data_parallelism",
+             "0.5.17": "arg_groups/overrides.py _data_parallelism_defaults",
+             "0.5.23": "arg_groups/parallel_hook.py, which moves it to --attn-dp-size <dp-size>"}
+
+
+def _dp_size(f: dict[str, str | None]) -> int:
+    """--dp-size (flag_values reads every release's --data-parallel-size as it), 1 if unset."""
+    return sglang_args.int_value(flag(f, "--dp-size", "--data-parallel-size")) or 1
+
+
+def _scale_joiner(f: dict[str, str | None], version: str) -> bool:
+    """An elastic-EP scale joiner runs attention DP at any DP size (0.5.17's _data_parallelism_defaults
+    keeps the flag; 0.5.23's attn_dp_enabled_of is true for it); 0.5.10 has no such mode."""
+    return version != "0.5.10" and flag(f, "--elastic-ep-join-mode") == "scale"
+
+
+def attn_dp(f: dict[str, str | None], version: str) -> str | None:
+    """The flags that turn attention DP on in SGLang `version`, as given ("--attn-dp-size 2",
+    "--enable-dp-attention --dp-size 2"), or None. A lone --enable-dp-attention is not attention DP:
+    every release drops it when the DP size is 1 (`_DP1_DROP`), before the methods' refusals."""
     size = sglang_args.int_value(flag(f, "--attn-dp-size", "--attention-data-parallel-size"))
     if size is not None and size > 1:
         return f"--attn-dp-size {size}"
+    joiner = _scale_joiner(f, version)
     if "--enable-dp-attention" in f:
-        return "--enable-dp-attention"
+        dp = _dp_size(f)
+        if dp > 1:
+            return f"--enable-dp-attention --dp-size {dp}"
+        if joiner:
+            return "--enable-dp-attention --elastic-ep-join-mode scale"
+    if joiner and version != "0.5.17":
+        return "--elastic-ep-join-mode scale"
     return None
+
+
+def attn_dp_ignored(f: dict[str, str | None], version: str) -> str | None:
+    """The warning for a --enable-dp-attention that SGLang `version` drops (DP size 1), or None."""
+    if "--enable-dp-attention" not in f or attn_dp(f, version) is not None:
+        return None
+    where = _DP1_DROP.get(version, _DP1_DROP["0.5.23"])
+    return (f"SGLang {version} ignores --enable-dp-attention without --dp-size > 1 ({where}): attention DP is off; "
+            f"drop the flag, or pass --dp-size N (N > 1) if you meant attention DP")
 
 
 def is_local(path: str | None) -> bool:

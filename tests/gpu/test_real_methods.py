@@ -9,7 +9,8 @@ models (issue 44 item 6): NGRAM, which needs no draft, and STANDALONE. The SHIPP
      say nothing about acceptance, no alarm);
   2. `relaunch -e spec_algorithm=STANDALONE` with the staged target as its own draft (a small Llama
      with the target's tokenizer): SGLang's (3, 1, 4), the real histogram read;
-  3. NGRAM with attention DP, launched directly: the real SGLang refuses it with the words the
+  3. NGRAM with attention DP (--enable-dp-attention --dp-size 2 --tp-size 2: 0.5.17 drops the flag alone
+     at dp size 1), launched directly: the real SGLang refuses it in ServerArgs with the words the
      simulator uses (relaunch's gate refuses it before the stop);
   4. `stop`: the GPU free.
 Run by scripts/gpu/real-sglang.sh with the rest of tests/gpu (or alone: EAGLE_GPU_TESTS=
@@ -19,6 +20,7 @@ runs it against the SIMULATED SGLang speaking 0.5.17 (tests/test_methods_corpus.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -98,11 +100,27 @@ def test_2_standalone_with_the_target_as_its_own_draft(bed: Bed):
 
 def test_3_ngram_with_attention_dp_is_refused_by_sglang_in_the_simulators_words(bed: Bed):
     """The host's own launch_server, not relaunch: the method-aware gate refuses this before the stop, so
-    only a direct launch shows SGLang's own refusal (it dies in ServerArgs, before loading anything)."""
+    only a direct launch shows SGLang's own refusal. `--dp-size 2 --tp-size 2` makes it attention DP: 0.5.17
+    drops a lone --enable-dp-attention at dp size 1 (overrides.py _data_parallelism_defaults) and then serves
+    NGRAM (a real H200 run, 2026-12-03). With dp 2, ServerArgs.__post_init__ reaches the NGRAM check
+    (speculative_hook.py) after _handle_data_parallelism's tp % dp assert holds, and raises before any model
+    or GPU worker is started. A hang is killed with its whole process group, never left to the next test."""
     argv = [bed.host_vars["python"], "-m", "sglang.launch_server", "--model-path", bed.host_vars["model"],
-            "--port", str(free_port()), *EXTRA_ARGS, "--speculative-algorithm", "NGRAM", "--enable-dp-attention"]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
-    said = (p.stdout + p.stderr).strip().splitlines()
+            "--port", str(free_port()), *EXTRA_ARGS, "--speculative-algorithm", "NGRAM", "--enable-dp-attention",
+            "--dp-size", "2", "--tp-size", "2"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        pytest.fail(f"launch_server neither refused nor exited in 240 s (killed): {out[-3000:]}")
+    finally:
+        if p.poll() is None:       # an error in the wait itself: the group still goes
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    said = out.strip().splitlines()
     assert p.returncode != 0 and said and said[-1] == f"ValueError: {DP_REFUSAL}", said[-30:]
     bed.record("3_ngram_dp_refused", {"rc": p.returncode, "last_line": said[-1]})
 

@@ -70,13 +70,16 @@ def unknown(name: str, version: str) -> str | None:
 
 
 def attn_dp(args: argparse.Namespace, version: str) -> bool:
-    """Attention DP is on: 0.5.17 `--enable-dp-attention`; 0.5.23 `--attn-dp-size` > 1, or the
-    deprecated `--enable-dp-attention` with `--dp-size` > 1 (parallel_hook.py moves it there)."""
-    if version == "0.5.17":
-        return bool(getattr(args, "enable_dp_attention", False))
+    """Attention DP is on after ServerArgs' resolution: `--enable-dp-attention` counts only with `--dp-size`
+    > 1 (0.5.17's overrides.py _data_parallelism_defaults drops it at dp size 1 unless an elastic-EP scale
+    joiner, before the methods' refusals); 0.5.23 `--attn-dp-size` > 1, or the deprecated flag with
+    `--dp-size` > 1 (parallel_hook.py moves it there), or a scale joiner (attn_dp_enabled_of)."""
     dp = int(getattr(args, "dp_size", 1) or 1)
-    return int(getattr(args, "attn_dp_size", 1) or 1) > 1 or (bool(getattr(args, "enable_dp_attention", False))
-                                                             and dp > 1)
+    joiner = getattr(args, "ep_join_mode", None) == "scale"
+    flag = bool(getattr(args, "enable_dp_attention", False))
+    if version == "0.5.17":
+        return flag and (dp > 1 or joiner)
+    return int(getattr(args, "attn_dp_size", 1) or 1) > 1 or (flag and dp > 1) or joiner
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 from aiohttp import WSMsgType, web
 
+from eaglebot.frontends.slack.inmemory import web_api_answer
+
 
 @dataclass
 class Call:
@@ -195,22 +197,7 @@ class FakeSlackAPI:
                     "team_id": "T0EAGLE", "user_id": "UBOT", "bot_id": "BBOT"}
         if method == "apps.connections.open":
             return {"ok": True, "url": self.ws_url}
-        if method == "chat.postMessage":
-            ts = f"{1700000000 + next(self._ts)}.000100"
-            return {"ok": True, "channel": a.get("channel"), "ts": ts,
-                    "message": {"text": a.get("text"), "ts": ts, "thread_ts": a.get("thread_ts")}}
-        if method == "chat.update":
-            return {"ok": True, "channel": a.get("channel"), "ts": a.get("ts"), "text": a.get("text")}
-        if method == "chat.postEphemeral":
-            return {"ok": True, "message_ts": f"{1700000000 + next(self._ts)}.000200"}
-        if method == "files.getUploadURLExternal":
-            fid = f"F{next(self._files):05d}"
-            return {"ok": True, "upload_url": f"{self.root}/upload/{fid}", "file_id": fid}
-        if method == "files.completeUploadExternal":
-            files = a.get("files")
-            files = json.loads(files) if isinstance(files, str) else (files or [])
-            return {"ok": True, "files": [{"id": f.get("id"), "title": f.get("title")} for f in files]}
-        return {"ok": True}
+        return web_api_answer(method, a, self._ts, self._files, self.root)
 
     async def _response_url(self, request: web.Request) -> web.Response:
         args = await self._args(request)

@@ -15,7 +15,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import urlencode
 
 from slack_sdk.signature import SignatureVerifier
@@ -93,22 +93,28 @@ class SlackRecord:
         """Slack's answer to a successful call (the fields the app reads)."""
         if method == "auth.test":
             return dict(IDENTITY)
-        if method == "chat.postMessage":
-            ts = f"{1700000000 + next(self._ts)}.000100"
-            return {"ok": True, "channel": a.get("channel"), "ts": ts,
-                    "message": {"text": a.get("text"), "ts": ts, "thread_ts": a.get("thread_ts")}}
-        if method == "chat.update":
-            return {"ok": True, "channel": a.get("channel"), "ts": a.get("ts"), "text": a.get("text")}
-        if method == "chat.postEphemeral":
-            return {"ok": True, "message_ts": f"{1700000000 + next(self._ts)}.000200"}
-        if method == "files.getUploadURLExternal":
-            fid = f"F{next(self._files):05d}"
-            return {"ok": True, "upload_url": f"memory://upload/{fid}", "file_id": fid}
-        if method == "files.completeUploadExternal":
-            files = a.get("files")
-            listed = json.loads(files) if isinstance(files, str) else (files or [])
-            return {"ok": True, "files": [{"id": f.get("id"), "title": f.get("title")} for f in listed]}
-        return {"ok": True}
+        return web_api_answer(method, a, self._ts, self._files, "memory:/")
+
+def web_api_answer(method: str, a: dict[str, Any], stamps: Iterator[int], file_ids: Iterator[int],
+                   upload_root: str) -> dict[str, Any]:
+    """Slack's answer to a successful Web API call, the fields the app reads: a fresh `ts` per message
+    (from `stamps`), a file id per upload URL (from `file_ids`) under `upload_root` (this client and tests/fakes/slack_api.py's server)."""
+    if method == "chat.postMessage":
+        ts = f"{1700000000 + next(stamps)}.000100"
+        return {"ok": True, "channel": a.get("channel"), "ts": ts,
+                "message": {"text": a.get("text"), "ts": ts, "thread_ts": a.get("thread_ts")}}
+    if method == "chat.update":
+        return {"ok": True, "channel": a.get("channel"), "ts": a.get("ts"), "text": a.get("text")}
+    if method == "chat.postEphemeral":
+        return {"ok": True, "message_ts": f"{1700000000 + next(stamps)}.000200"}
+    if method == "files.getUploadURLExternal":
+        fid = f"F{next(file_ids):05d}"
+        return {"ok": True, "upload_url": f"{upload_root}/upload/{fid}", "file_id": fid}
+    if method == "files.completeUploadExternal":
+        files = a.get("files")
+        listed = json.loads(files) if isinstance(files, str) else (files or [])
+        return {"ok": True, "files": [{"id": f.get("id"), "title": f.get("title")} for f in listed]}
+    return {"ok": True}
 
 
 class RecordingWebClient(AsyncWebClient):

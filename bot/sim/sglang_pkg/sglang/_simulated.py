@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import math
 import os
 import sys
@@ -154,12 +153,8 @@ def _resolve_adaptive(args: argparse.Namespace, warnings: list[str]) -> None:
 
 # -- model files ---------------------------------------------------------------------
 
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+# A folder's JSON file as a dict ({} when missing or not an object): _methods.py's, one reader for both.
+read_json = _methods.read_json
 
 
 def aux_layer_ids(draft_config: dict[str, Any]) -> list[int] | None:

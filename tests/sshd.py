@@ -35,10 +35,29 @@ def ensure_user(name: str = TEST_USER) -> pwd.struct_passwd:
     return pw
 
 
+# Ports handed out by free_port, one empty file each, shared by every xdist worker of this machine.
+_TAKEN = Path("/tmp/eagle-test-ports")
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and handed to no other test for 10 minutes: the kernel may give a port
+    just closed here to another worker's bind(0) before this test's server binds it (the method corpus's
+    launch once found another worker's server on its port)."""
+    _TAKEN.mkdir(mode=0o1777, exist_ok=True)
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        mark = _TAKEN / str(port)
+        try:
+            os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            return port
+        except FileExistsError:
+            try:
+                if time.time() - mark.stat().st_mtime > 600:
+                    mark.unlink()       # an old run's: free again from the next draw on
+            except FileNotFoundError:
+                pass
 
 
 @dataclass

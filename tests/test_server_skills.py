@@ -17,17 +17,13 @@ from eaglebot.frontends.cli.demo import _stop_everything
 from eaglebot.engine.playbook import parse_playbook
 from eaglebot.engine.runner import RunRequest
 from eaglebot.sim import gpu_state, install_sim_bin
-from sshd import chown_to
+from sshd import chown_to, free_port
 from test_sglang_sim import write_models
 
 PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
 FAST = {"EAGLE_SIM_LOAD_S": "0.05", "EAGLE_SIM_WARMUP_S": "0.05"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def one_step(skill: str, with_: dict, confirm: bool = False):

@@ -15,14 +15,11 @@ import pytest
 
 from eaglebot.sim import gpu_state, install_sim_bin
 from eaglebot.facts import sglang as sg
+from sshd import free_port
 
 PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_models(root: Path, arch: str = "LlamaForCausalLM", layers=(2, 30, 58)) -> tuple[Path, Path]:

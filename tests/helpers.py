@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -78,3 +80,22 @@ def tagged_pids(tag: str) -> list[int]:
         except OSError:
             pass
     return out
+
+
+def pid_folder(prefix: str, pid_files: tuple[str, ...] = ("*.pid", "*.pids")):
+    """A fresh /tmp folder every user may write (another login's processes record their pids in it, in the
+    files `pid_files` match), for a fixture to yield; on teardown every pid those files name is SIGKILLed
+    (whatever a test started there is never left running) and the folder removed."""
+    d = Path("/tmp") / f"eagle-{prefix}-{os.getpid()}-{os.urandom(3).hex()}"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    try:
+        yield d
+    finally:
+        for f in {f for pattern in pid_files for f in d.glob(pattern) if f.is_file()}:
+            for word in f.read_text().split():
+                try:
+                    os.kill(int(word), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
+        shutil.rmtree(d, ignore_errors=True)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers import pid_alive, wait_for
+from helpers import pid_alive, pid_folder, wait_for
 
 from eaglebot.config import HostConfig
 from eaglebot.transport import LocalTransport, SSHTransport
@@ -40,16 +39,7 @@ async def host(request, sshd, root_sshd):
 
 @pytest.fixture
 def folder():
-    d = Path("/tmp") / f"eagle-sweep-{os.getpid()}-{os.urandom(3).hex()}"
-    d.mkdir()
-    os.chmod(d, 0o777)
-    yield d
-    for f in d.iterdir():   # whatever pid a test wrote: never left running
-        try:
-            os.kill(int(f.read_text()), 9)
-        except (OSError, ValueError):
-            pass
-    shutil.rmtree(d, ignore_errors=True)
+    yield from pid_folder("sweep", pid_files=("*",))   # every file there holds a pid, or nothing
 
 
 def _pid(path: Path) -> int:

@@ -8,7 +8,6 @@ child was stopped with it), says so, and its recorded output is the log's.
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import wait_for
+from helpers import pid_folder, wait_for
 
 INJECT = ("t=${EAGLE_PROC_TAG%%-*}; echo $$ > {pidfile}; while :; do "
           "for f in $(grep -lz \"EAGLE_PROC_TAG=$t-\" /proc/[0-9]*/environ 2>/dev/null); do "
@@ -26,19 +25,7 @@ INJECT = ("t=${EAGLE_PROC_TAG%%-*}; echo $$ > {pidfile}; while :; do "
 
 @pytest.fixture
 def folder():
-    d = Path("/tmp") / f"eagle-lockfree-{os.getpid()}-{os.urandom(3).hex()}"
-    d.mkdir()
-    os.chmod(d, 0o777)
-    yield d
-    pid = d / "injector.pid"
-    if pid.exists():
-        try:
-            os.kill(int(pid.read_text()), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
-    for f in d.iterdir():
-        f.unlink()
-    d.rmdir()
+    yield from pid_folder("lockfree")
 
 
 def _eagle(cfg: Path, *args: str) -> subprocess.Popen:

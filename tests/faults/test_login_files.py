@@ -12,14 +12,13 @@ import json
 import os
 import pwd
 import shutil
-import signal
 import sqlite3
 from pathlib import Path
 
 import pytest
 import yaml
 
-from helpers import eagle, pid_alive
+from helpers import eagle, pid_alive, pid_folder
 from sshd import start_sshd
 
 USER = "eaglerc"
@@ -50,17 +49,7 @@ def home(rc_sshd):
 
 @pytest.fixture
 def folder():
-    d = Path("/tmp") / f"eagle-rc-{os.getpid()}-{os.urandom(3).hex()}"
-    d.mkdir()
-    os.chmod(d, 0o777)
-    yield d
-    pids = d / "injector.pids"
-    for line in (pids.read_text().split() if pids.exists() else []):
-        try:
-            os.kill(int(line), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
-    shutil.rmtree(d, ignore_errors=True)
+    yield from pid_folder("rc")
 
 
 def test_a_step_that_writes_the_logins_startup_files_is_refused(tmp_path, rc_sshd, home, folder):

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from aiohttp import WSMsgType, web
 
-from eaglebot.frontends.slack.inmemory import web_api_answer
+from eaglebot.frontends.slack.inmemory import message_texts, web_api_answer
 
 
 @dataclass
@@ -34,21 +34,7 @@ class Call:
 
     def all_text(self) -> str:
         """The message's text and every text inside its blocks, for assertions."""
-        out = [str(self.args.get("text") or "")]
-
-        def walk(v: Any) -> None:
-            if isinstance(v, dict):
-                for k, x in v.items():
-                    if k == "text" and isinstance(x, str):
-                        out.append(x)
-                    else:
-                        walk(x)
-            elif isinstance(v, list):
-                for x in v:
-                    walk(x)
-
-        walk(self.blocks())
-        return "\n".join(out)
+        return "\n".join(message_texts(self.args))
 
 
 @dataclass

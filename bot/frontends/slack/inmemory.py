@@ -32,6 +32,26 @@ IDENTITY = {"ok": True, "url": "https://eagle-test.slack.com/", "team": "Eagle T
             "team_id": TEAM, "user_id": "UBOT", "bot_id": "BBOT"}
 
 
+def message_texts(args: dict[str, Any]) -> list[str]:
+    """A message's fallback text, then every `text` inside its blocks (a JSON string or a list), in order."""
+    b = args.get("blocks") or []
+    out = [str(args.get("text") or "")]
+
+    def walk(v: object) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k == "text" and isinstance(x, str):
+                    out.append(x)
+                else:
+                    walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(json.loads(b) if isinstance(b, str) else b)
+    return out
+
+
 @dataclass
 class Sent:
     """One thing the app sent: a Web API call (`method` "chat.postMessage", ...), an answer to
@@ -50,21 +70,7 @@ class Sent:
     @property
     def text(self) -> str:
         """The fallback text and every text in the blocks, one per line (what a reader sees)."""
-        out = [str(self.args.get("text") or "")]
-
-        def walk(v: object) -> None:
-            if isinstance(v, dict):
-                for k, x in v.items():
-                    if k == "text" and isinstance(x, str):
-                        out.append(x)
-                    else:
-                        walk(x)
-            elif isinstance(v, list):
-                for x in v:
-                    walk(x)
-
-        walk(self.blocks)
-        return "\n".join(t for t in out if t)
+        return "\n".join(t for t in message_texts(self.args) if t)
 
     @property
     def buttons(self) -> list[dict[str, Any]]:

@@ -52,7 +52,7 @@ from eaglebot.sdk import HOST_PATH, Metric, Plan, SkillContext, SkillParams, Ste
 
 from eaglebot.facts import bench_sanity, nvsmi, ports, procs, sglang, sglang_adaptive
 from eaglebot.facts import spec_live as spec_facts
-from eaglebot.skills.lib import bench, processes, server, spec_live
+from eaglebot.skills.lib import bench, draft, processes, server, spec_live
 
 NAME = "bench.serving"
 
@@ -295,9 +295,9 @@ async def _adaptive_off(ctx: SkillContext, raw: dict[str, Any], concurrency: int
         return []
     path, cfg = raw.get("speculative_adaptive_config"), None
     if isinstance(path, str) and path:
-        res = await ctx.host.run(f"cat {shlex.quote(path)}", timeout=30)
+        text = await draft.read_text(ctx, path)
         try:
-            cfg = json.loads(res.stdout) if res.exit_status == 0 else None
+            cfg = json.loads(text) if text is not None else None
         except ValueError:
             cfg = None
         if not isinstance(cfg, dict):

@@ -208,19 +208,25 @@ def probe_command(python: str, archs: list[str], n: int, cases: list[list[int] |
     return shlex.join([python, "-", json.dumps(archs), str(n), json.dumps(cases), *(["", method] if method else [])])
 
 
-def parse_probe(exit_status: int, stdout: str, stderr: str) -> Resolution | str:
-    """The probe's answer, or why it could not answer (one sentence)."""
+def probe_answer(exit_status: int, stdout: str, stderr: str) -> dict[str, Any] | str:
+    """The probe's answer as printed (its JSON document), or why it could not answer (one sentence)."""
     for line in stdout.splitlines():
         if line.startswith(eagle3_probe.UNAVAILABLE):
             return line[len(eagle3_probe.UNAVAILABLE):].strip()
         if line.startswith(eagle3_probe.MARK + " "):
             try:
-                doc = json.loads(line[len(eagle3_probe.MARK) + 1:])
+                doc: dict[str, Any] = json.loads(line[len(eagle3_probe.MARK) + 1:])
             except json.JSONDecodeError:
                 return "the probe printed an unreadable answer"
-            return _from_doc(doc, "host")
+            return doc
     tail = (stderr.strip() or stdout.strip()).splitlines()[-1:] or [f"exit status {exit_status}"]
     return f"the probe did not answer ({tail[0][:200]})"
+
+
+def parse_probe(exit_status: int, stdout: str, stderr: str) -> Resolution | str:
+    """The probe's answer, or why it could not answer (one sentence)."""
+    doc = probe_answer(exit_status, stdout, stderr)
+    return doc if isinstance(doc, str) else _from_doc(doc, "host")
 
 
 def _from_doc(doc: dict[str, Any], source: str) -> Resolution:

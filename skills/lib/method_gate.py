@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from eaglebot.errors import StepFailed
-from eaglebot.facts import eagle3, eagle3_probe, sglang_args, spec_methods
+from eaglebot.facts import eagle3, sglang_args, spec_methods
 from eaglebot.sdk import SkillContext
 from eaglebot.skills.lib.preflight import KEEPS
 
@@ -36,16 +36,10 @@ async def _capture(ctx: SkillContext, python: str, host: dict[str, Any]) -> dict
     plan, _ = spec_methods.dflash_plan(draft, n)
     res = await ctx.host.run(eagle3.probe_command(python, t.archs, t.num_layers, [plan], method=DFLASH_HOOK),
                              timeout=eagle3.PROBE_TIMEOUT_S, stdin=eagle3.probe_program())
-    for line in res.stdout.splitlines():
-        if line.startswith(eagle3_probe.MARK + " "):
-            try:
-                doc: dict[str, Any] = json.loads(line[len(eagle3_probe.MARK) + 1:])
-                return doc
-            except json.JSONDecodeError:
-                break
-    why = next((ln[len(eagle3_probe.UNAVAILABLE):].strip() for ln in res.stdout.splitlines()
-                if ln.startswith(eagle3_probe.UNAVAILABLE)), None) or "no answer"
-    ctx.log(f"the target's {DFLASH_HOOK} could not be read from the host's SGLang ({why}): the capture is "
+    doc = eagle3.probe_answer(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
+    if isinstance(doc, dict):
+        return doc
+    ctx.log(f"the target's {DFLASH_HOOK} could not be read from the host's SGLang ({doc}): the capture is "
             f"checked from the configs only")
     return None
 

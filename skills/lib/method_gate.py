@@ -23,7 +23,8 @@ DFLASH_HOOK = "set_dflash_layers_to_capture"
 
 
 async def _capture(ctx: SkillContext, python: str, host: dict[str, Any]) -> dict[str, Any] | None:
-    """The DFLASH capture probe's answer for the ids SGLang will pass, or None (the log says why)."""
+    """The DFLASH capture probe's answer for the ids SGLang will pass, or None (the log says why; a dry run
+    runs none of the host's code)."""
     target = (host.get("model") or {}).get("config")
     draft = (host.get("draft") or {}).get("config")
     if not isinstance(target, dict) or not isinstance(draft, dict):
@@ -31,6 +32,8 @@ async def _capture(ctx: SkillContext, python: str, host: dict[str, Any]) -> dict
     try:
         t = eagle3.parse_target(json.dumps(target))
     except ValueError:
+        return None
+    if not ctx.may_run_host_code(f"SGLang's {DFLASH_HOOK}, compiled from the host's model file and run"):
         return None
     n = t.num_layers * (spec_methods.as_int(target.get("num_loops")) or 1)
     plan, _ = spec_methods.dflash_plan(draft, n)

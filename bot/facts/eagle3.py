@@ -22,6 +22,7 @@ from importlib import resources
 from typing import Any, Callable
 
 from eaglebot.facts import eagle3_probe
+from eaglebot.facts.fact import program_answer
 
 KEY = "eagle_aux_hidden_state_layer_ids"
 NESTED_KEY = f"eagle_config.{KEY}"
@@ -210,17 +211,7 @@ def probe_command(python: str, archs: list[str], n: int, cases: list[list[int] |
 
 def probe_answer(exit_status: int, stdout: str, stderr: str) -> dict[str, Any] | str:
     """The probe's answer as printed (its JSON document), or why it could not answer (one sentence)."""
-    for line in stdout.splitlines():
-        if line.startswith(eagle3_probe.UNAVAILABLE):
-            return line[len(eagle3_probe.UNAVAILABLE):].strip()
-        if line.startswith(eagle3_probe.MARK + " "):
-            try:
-                doc: dict[str, Any] = json.loads(line[len(eagle3_probe.MARK) + 1:])
-            except json.JSONDecodeError:
-                return "the probe printed an unreadable answer"
-            return doc
-    tail = (stderr.strip() or stdout.strip()).splitlines()[-1:] or [f"exit status {exit_status}"]
-    return f"the probe did not answer ({tail[0][:200]})"
+    return program_answer(eagle3_probe.MARK, eagle3_probe.UNAVAILABLE, "the probe", exit_status, stdout, stderr)
 
 
 def parse_probe(exit_status: int, stdout: str, stderr: str) -> Resolution | str:

@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any
 
 from eaglebot.facts import sglang_surface
+from eaglebot.facts.fact import program_answer
 from eaglebot.sdk import path_for_shell
 
 TIMEOUT_S = 60.0
@@ -45,17 +46,8 @@ def command(python: str) -> str:
 
 def parse(exit_status: int, stdout: str, stderr: str) -> dict[str, Any] | str:
     """The host's fingerprint, or why there is none (one sentence)."""
-    for line in stdout.splitlines():
-        if line.startswith(sglang_surface.UNAVAILABLE):
-            return line[len(sglang_surface.UNAVAILABLE):].strip()
-        if line.startswith(sglang_surface.MARK + " "):
-            try:
-                doc: dict[str, Any] = json.loads(line[len(sglang_surface.MARK) + 1:])
-            except json.JSONDecodeError:
-                return "the sentinel printed an unreadable answer"
-            return doc
-    tail = (stderr.strip() or stdout.strip()).splitlines()[-1:] or [f"exit status {exit_status}"]
-    return f"the sentinel did not answer ({tail[0][:200]})"
+    return program_answer(sglang_surface.MARK, sglang_surface.UNAVAILABLE, "the sentinel", exit_status, stdout,
+                          stderr)
 
 
 # -- the records ----------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from importlib import resources
 from typing import Any
 
 from eaglebot.facts import eagle3_probe, sglang_args, spec_dflash, spec_files
+from eaglebot.facts.fact import program_answer
 from eaglebot.facts.spec_dflash import dflash_plan
 from eaglebot.facts.spec_verdict import NOTE, REFUSE, WARN, Verdict, as_int, is_local
 from eaglebot.facts.spec_verdict import attn_dp as _attn_dp
@@ -79,17 +80,7 @@ def command(python: str, model: str | None, draft: str | None, what: list[str]) 
 
 def parse(exit_status: int, stdout: str, stderr: str) -> dict[str, Any] | str:
     """The host's answer, or why there is none (one sentence)."""
-    for line in stdout.splitlines():
-        if line.startswith(spec_files.UNAVAILABLE):
-            return line[len(spec_files.UNAVAILABLE):].strip()
-        if line.startswith(spec_files.MARK + " "):
-            try:
-                doc: dict[str, Any] = json.loads(line[len(spec_files.MARK) + 1:])
-            except json.JSONDecodeError:
-                return "the reader printed an unreadable answer"
-            return doc
-    tail = (stderr.strip() or stdout.strip()).splitlines()[-1:] or [f"exit status {exit_status}"]
-    return f"the reader did not answer ({tail[0][:200]})"
+    return program_answer(spec_files.MARK, spec_files.UNAVAILABLE, "the reader", exit_status, stdout, stderr)
 
 
 def needs(algorithm: str | None, args: list[str]) -> list[str] | None:

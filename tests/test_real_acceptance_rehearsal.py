@@ -32,7 +32,7 @@ def _pytest(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_the_real_acceptance_sequence_passes_in_rehearsal_as_the_real_pair_measured(tmp_path):
     p = _pytest("-o", "addopts=", "-m", "gpu", "-q", MODULE, env={"EAGLE_GPU_REHEARSAL": "1", "OUT": str(tmp_path)})
     assert p.returncode == 0, p.stdout[-8000:] + p.stderr[-3000:]
-    assert re.search(r"\b7 passed\b", p.stdout) and "skipped" not in p.stdout, p.stdout[-2000:]
+    assert re.search(r"\b8 passed\b", p.stdout) and "skipped" not in p.stdout, p.stdout[-2000:]
     rec = json.loads((tmp_path / "real-acceptance.json").read_text())
     assert rec["mode"] == "rehearsal (SIMULATED SGLang)" and rec["sglang"] == "0.5.17"
     trained = rec["2_trained_1_3_5"]
@@ -43,5 +43,7 @@ def test_the_real_acceptance_sequence_passes_in_rehearsal_as_the_real_pair_measu
     assert gross["verdict"] == "measured drop" and -0.30 < gross["own"]["change"] < -0.18
     assert rec["4_planted_lossy"]["lossless"]["lossy"] >= 15
     assert "keeping the outputs of layers 1, 3 and 5" in rec["6_repair"]["summary"]
+    tune = rec["8_tune"]      # eagle tune at 1, 8, 32: a choice per batch size, the verify cells predicted
+    assert set(tune["choice"]) == {"1", "8", "32"} and tune["prediction_checks"]["checked"] >= 1
     assert rec["teardown"]["killed_leftover_pids"] == []
     assert (tmp_path / "real-acceptance.db").stat().st_size > 0

@@ -35,7 +35,7 @@ train_pid=$!
 # The suite's time: what is left of the call less staging (~15 s: it runs before pytest starts) and the
 # cleanup's ~15 s; the repair runs only if it fits.
 suite_s=$((LIMIT_S - ($(date +%s) - START) - 30))
-# EAGLE_GPU_PYTEST_ARGS: more pytest arguments, e.g. -k "test_1 or test_6 or test_7" (the reference, then
+# EAGLE_GPU_PYTEST_ARGS: more pytest arguments, e.g. -k "test_1 or test_6 or test_9" (the reference, then
 # draft-repair with the call's time to itself: docs/gpu-validation.md)
 export PYTEST_ADDOPTS="--durations=0 ${EAGLE_GPU_PYTEST_ARGS:-}"
 export EAGLE_GPU_DEADLINE=$((START + LIMIT_S - 25))

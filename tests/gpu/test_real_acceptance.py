@@ -20,7 +20,8 @@ target alone starts, then:
   5. the gross list 0,1,2, allowed: the probe flags a measured drop (when the call's time allows, else
      skipped, saying so);
   6. `draft-repair --yes` from 0,1,2 (one attempt, the declared training list), likewise;
-  7. `stop`: the GPU free.
+  8. `eagle tune` at batch sizes 1, 8, 32 (predictions beside measured cells), when the call has time;
+  9. `stop`: the GPU free.
 What each step measured goes to $OUT/real-acceptance.json (accept lengths per list, per-position
 acceptance, verdicts, tie/lossy counts, tok/s), the audit trail beside it.
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -317,7 +319,7 @@ def test_5_the_gross_list_is_flagged_at_runtime(bed):
 
 def test_6_draft_repair_finds_the_trained_list_by_measurement(bed):
     _time_left_for("draft-repair (two relaunches)", 200)
-    bed.training.wait_draft(bed.models)   # also when tests 2-5 are deselected (-k "1 or 6 or 7")
+    bed.training.wait_draft(bed.models)   # also when tests 2-5 are deselected (-k "test_1 or test_6 or test_9")
     run = bed.run("relaunch", "gpu", *SPEC, f"aux_layers={','.join(map(str, GROSS))}", "draft_mismatch=allow",
                   "bench_prompts=0")
     assert run.rc == 0, run.why()
@@ -332,8 +334,45 @@ def test_6_draft_repair_finds_the_trained_list_by_measurement(bed):
                             "summary": run.step("choose the best")["summary"]})
 
 
-def test_7_stop_frees_the_gpu(bed):
+def test_8_eagle_tune_predicts_the_real_pair_at_batch_1_8_32(bed):
+    """`eagle tune` on the trained pair at batch sizes 1, 8 and 32, bounded by what the call has left: its
+    predictions beside the cells it measured (no target to hit on a launch-bound toy: the point is the
+    prediction error on a real engine). Alone in its call: -k "test_8 or test_9"."""
+    _time_left_for("eagle tune (three launches at least)", 240)
+    bed.training.wait_target()
+    if bed.training.proc is None and not REHEARSAL:
+        bed.training.start_draft()        # a call of its own: the GPU is free, the draft trains alone
+    bed.training.wait_draft(bed.models)
+    left = (DEADLINE - time.time()) if DEADLINE else 420.0
+    budget = int(left - 50)               # the tuner's clock, less its report and the stop after it
+    argv = [sys.executable, "-m", "eaglebot", "tune", "relaunch", "-H", "gpu", "--config", str(bed.config),
+            "--batch-sizes", "1,8,32", "--steps", "1-4", "--topk", "1", "--max-launches", "5",
+            "--budget", f"{budget}s", "--repeats", "1", "--prompts", "32", "--input-len", "128",
+            "--output-len", "64", "--flap-trace", "1:10,32:10", "--flap-settle", "2",
+            "-e", "mem_fraction=0.5", "-e", "ready_timeout_s=240", "-e", "bench_prompts=0",
+            "--out", str(bed.work / "tune.png"), "--json"]
+    t0 = time.monotonic()
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=budget + 40, cwd=bed.work,
+                         stdin=subprocess.DEVNULL, env={k: v for k, v in os.environ.items() if k != "EAGLE_CONFIG"})
+    why = f"$ eagle {' '.join(argv[3:])} -> exit {res.returncode}\n{res.stderr[-4000:]}"
+    assert res.returncode == 0, why
+    doc = json.loads(res.stdout)
+    cells = {b: [{k: c.get(k) for k in ("spec_steps", "spec_topk", "spec_draft_tokens", "tok_s", "predicted_tok_s",
+                                        "error_pct", "phase")} for c in e["measured"]]
+             for b, e in doc["batch_sizes"].items()}
+    bed.record("8_tune", {"run_id": doc.get("run_id"), "seconds": round(time.monotonic() - t0, 1),
+                          "launches": doc["launches"], "stopped": doc["stopped"], "choice": {
+                              b: (e["choice"], e["tok_s"]) for b, e in doc["batch_sizes"].items()},
+                          "measured": cells, "prediction_checks": doc["prediction_checks"],
+                          "noise_pct": doc["noise_pct"], "caveat": doc["caveat"], "failed": doc["failed"]})
+    assert set(doc["batch_sizes"]) == {"1", "8", "32"} and all(e["choice"] for e in doc["batch_sizes"].values()), why
+    assert doc["launches"] >= 2 and not doc["failed"], why
+    # every cell measured after the profile launch carries the prediction it was measured against
+    assert all(c["predicted_tok_s"] is not None for cs in cells.values() for c in cs if c["phase"] != "profile"), why
+
+
+def test_9_stop_frees_the_gpu(bed):
     run = bed.run("stop", "gpu")
     assert run.rc == 0, run.why()
     assert max(bed.wait_free(60).values()) <= 1024
-    bed.record("7_stop", {"gpu_mib_after": bed.memory()})
+    bed.record("9_stop", {"gpu_mib_after": bed.memory()})

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from eaglebot.facts import health as hf
-from eaglebot.facts import nvsmi
+from eaglebot.facts.gpu import health as hf
+from eaglebot.facts.gpu import nvsmi
 from eaglebot.facts.fact import Fact
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglebot.facts import health as hf
+from eaglebot.facts.gpu import health as hf
 from eaglebot.skills import gpu_health
 from eaglebot.skills.lib.health_report import Readings, health_report
 

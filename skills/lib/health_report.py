@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglebot.facts import health as hf
+from eaglebot.facts.gpu import health as hf
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from eaglebot.facts.fact import Fact
 from eaglebot.facts.gpu import health as hf
 from eaglebot.facts.gpu import nvsmi
-from eaglebot.facts.fact import Fact
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"

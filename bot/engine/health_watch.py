@@ -1,7 +1,7 @@
 """The fleet health watch: a cheap probe of each watched host every `interval_s`, findings
 judged by the Xid policy and `engine.fleet_health`, states and events written to the store.
 
-A probe is `facts.health_probe.read_gpu_health`, the read gpu.health makes (one health query
+A probe is `facts.gpu.health_probe.read_gpu_health`, the read gpu.health makes (one health query
 with the driver's recovery action too, `nvidia-smi nvlink -s`, the kernel log's Xid lines with
 the host's boot id and uptime), and nothing heavier; never DCGM. Whatever a host prints, the
 probe ends in findings, never an exception: `cannot read GPU N: ...` (ERR!, [Unknown Error], a
@@ -32,11 +32,11 @@ from typing import Any, Awaitable, Callable, Mapping, TYPE_CHECKING
 from eaglebot.config import HealthWatchConfig, Settings, XidRule
 from eaglebot.errors import EagleError
 from eaglebot.facts.gpu import health as hf
+from eaglebot.facts.gpu import xid as xf
+from eaglebot.facts.gpu.health_probe import GpuHealthRead, read_gpu_health
 from eaglebot.facts.host import ports
 from eaglebot.facts.sglang import release
 from eaglebot.facts.spec import live
-from eaglebot.facts.gpu import xid as xf
-from eaglebot.facts.gpu.health_probe import GpuHealthRead, read_gpu_health
 from eaglebot.engine import fleet_health as fh, procs
 from eaglebot.engine.xid_judge import Seen, judge_xids
 from eaglebot.sdk import CommandResult, Host, path_for_shell

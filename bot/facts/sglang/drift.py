@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from eaglebot.facts.host_programs import sglang_surface
 from eaglebot.facts.fact import program_answer
+from eaglebot.facts.host_programs import sglang_surface
 from eaglebot.sdk import path_for_shell
 
 TIMEOUT_S = 60.0

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Callable
 
-from eaglebot.facts.host_programs import eagle3_probe
 from eaglebot.facts.fact import program_answer
+from eaglebot.facts.host_programs import eagle3_probe
 
 KEY = "eagle_aux_hidden_state_layer_ids"
 NESTED_KEY = f"eagle_config.{KEY}"

@@ -31,10 +31,10 @@ import shlex
 from importlib import resources
 from typing import Any
 
+from eaglebot.facts.fact import program_answer
 from eaglebot.facts.host_programs import eagle3_probe, spec_files
 from eaglebot.facts.sglang import cmdline
 from eaglebot.facts.spec import dflash
-from eaglebot.facts.fact import program_answer
 from eaglebot.facts.spec.dflash import dflash_plan
 from eaglebot.facts.spec.verdict import NOTE, REFUSE, WARN, Verdict, as_int, is_local
 from eaglebot.facts.spec.verdict import attn_dp as _attn_dp

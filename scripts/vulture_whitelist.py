@@ -71,7 +71,7 @@ _.decorator_list, _.returns
 _.step_started_at
 # prometheus_client's Collector interface: the registry calls collect() on every scrape.
 _.collect
-# spec_methods.check_local: the method pre-flight on this machine's folders, the entry the issue-44
+# facts.spec.methods.check_local: the method pre-flight on this machine's folders, the entry the issue-44
 # corpus (a test suite outside the package) calls; docs/methods.md names it.
 _.check_local
 

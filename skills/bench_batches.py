@@ -30,7 +30,8 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult
 
-from eaglebot.facts import sglang, spec_probe
+from eaglebot.facts.sglang import release
+from eaglebot.facts.spec import probe
 from eaglebot.skills.lib import bench, processes, server
 
 NAME = "bench.batches"
@@ -87,7 +88,7 @@ async def _bench(ctx: SkillContext, params: Params, sizes: list[int], folder: st
                               base=base)
             ctx.log(f"batch size {b}, run {i + 1}/{params.repeats}: {shlex.join(argv)}")
             record = await bench.run_once(ctx, argv, out_file, params.timeout_s)
-            numbers = sglang.bench_numbers(record)
+            numbers = release.bench_numbers(record)
             if not numbers.get("completed"):
                 raise StepFailed(f"0 of {prompts} requests completed at batch size {b} on port {port}")
             samples.append(round(numbers["output_throughput"], 3))
@@ -103,7 +104,7 @@ async def _bench(ctx: SkillContext, params: Params, sizes: list[int], folder: st
     code, body = await server.http_get(ctx, params.python, port, "/server_info", base=base)
     if code == 200:
         try:
-            info = sglang.parse_server_info(body)
+            info = release.parse_server_info(body)
             data["effective"], data["sglang_version"] = info["effective"], info["version"]
             data["adaptive"] = bool(info["raw"].get("speculative_adaptive"))
         except ValueError:
@@ -111,11 +112,11 @@ async def _bench(ctx: SkillContext, params: Params, sizes: list[int], folder: st
     accept_lengths = [v["accept_length"] for v in per.values() if v["accept_length"] is not None]
     accept = statistics.median(accept_lengths) if accept_lengths else None
     if params.acceptance:
-        argv = [params.python, "-c", spec_probe.PROBE_PY, str(port), str(params.probe_prompts),
+        argv = [params.python, "-c", probe.PROBE_PY, str(port), str(params.probe_prompts),
                 str(params.input_len), str(params.output_len), str(params.probe_concurrency), "1",
                 str(max(30.0, params.timeout_s / 4))]
         res = await ctx.host.run(shlex.join(argv), timeout=params.timeout_s)
-        acc = spec_probe.parse_probe(res.stdout, params.probe_prompts)
+        acc = probe.parse_probe(res.stdout, params.probe_prompts)
         data.update(histogram=acc.histogram, request_means=[round(m, 4) for m in acc.request_means],
                     acceptance_source="histogram" if acc.histogram else "accept length")
         if not acc.histogram:

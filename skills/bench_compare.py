@@ -22,7 +22,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Plan, Regression, SkillContext, SkillParams, StepResult
 
-from eaglebot.facts import sglang
+from eaglebot.facts.sglang import release
 
 NAME = "bench.compare"
 
@@ -78,10 +78,10 @@ async def _compare(ctx: SkillContext, params: Params) -> StepResult:
             verdicts[name] = "missing"
             warnings.append(f"{name} was not measured; it has a baseline of {ref:g}")
             continue
-        better = params.better.get(name) or sglang.metric_direction(name)
+        better = params.better.get(name) or release.metric_direction(name)
         verdict, delta = judge(name, float(value), float(ref), params.tolerance_pct, better)
         verdicts[name] = verdict
-        unit = sglang.BENCH_METRICS.get(name, ("", ""))[0]
+        unit = release.BENCH_METRICS.get(name, ("", ""))[0]
         line = (f"{name}: {float(value):.4g}{' ' + unit if unit else ''} vs baseline {ref:g} "
                 f"({delta:+.1f}%, {better} is better, tolerance {params.tolerance_pct:g}%): {verdict}")
         lines.append(line)

@@ -5,7 +5,7 @@ Sends `num_prompts` fixed prompts (`seed`) to the running server with temperatur
 on the same model WITHOUT speculative decoding (on a plain server the skill records it, with the
 plain server's top-2 logprobs at every position, once, in `{state_dir}/correctness/` on the host;
 later plain runs reuse it). Each output that differs is classified at its first differing token
-by the reference's top-2 margin there (eaglebot.facts.correctness): `tie` (at most
+by the reference's top-2 margin there (eaglebot.facts.bench.correctness): `tie` (at most
 `tie_margin_nats`, two bf16 steps: the target's own top-2 were tied, either may come out of a
 verify pass) or `lossy` (a clear margin broken). The step fails on any `lossy`, never on ties;
 the share of outputs that match or diverge at a tie is the metric `greedy_match_rate` (higher is
@@ -33,7 +33,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Metric, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
-from eaglebot.facts import correctness
+from eaglebot.facts.bench import correctness
 from eaglebot.skills.lib import processes, server
 
 NAME = "bench.correctness"

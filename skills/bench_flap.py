@@ -25,7 +25,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
-from eaglebot.facts import spec_probe
+from eaglebot.facts.spec import probe
 from eaglebot.skills.lib import server
 
 NAME = "bench.flap"
@@ -74,7 +74,7 @@ async def _replay(ctx: SkillContext, params: Params, trace: list[tuple[int, floa
     if code != 200:
         raise StepFailed(f"no ready server on port {params.port} (GET /health -> {code or 'no answer'})")
     log = await _log_path(ctx, params) or ""
-    argv = [params.python, "-c", spec_probe.FLAP_PY, str(params.port), json.dumps(trace), str(params.settle_s),
+    argv = [params.python, "-c", probe.FLAP_PY, str(params.port), json.dumps(trace), str(params.settle_s),
             str(params.poll_s), str(params.max_new_tokens), log]
     ctx.log(f"replaying concurrency {plan} (settle {params.settle_s:g}s); server log {log or 'unknown'}")
     total = sum(s for _, s in trace)
@@ -84,7 +84,7 @@ async def _replay(ctx: SkillContext, params: Params, trace: list[tuple[int, floa
         got = await ctx.host.run(f"cat {path_for_shell(log)} 2>/dev/null; true", timeout=60)
         log_text = got.stdout
     try:
-        phases = spec_probe.flap_phases(res.stdout, params.settle_s, log_text)
+        phases = probe.flap_phases(res.stdout, params.settle_s, log_text)
     except ValueError as e:
         raise StepFailed(f"{e} (exit status {res.exit_status}): "
                          f"{(res.stderr.strip().splitlines() or ['no output'])[-1][:300]}") from None

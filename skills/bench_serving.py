@@ -9,7 +9,7 @@ p99_ttft_ms, median_itl_ms, mean_e2e_latency_ms, completed, and avg_spec_accept_
 from /server_info. Zero completed requests is a failed step. A server whose /server_info shows an
 accept threshold below 1 (at launch, or set at runtime through /set_internal_state: `internal_states`)
 is refused like SGLANG_SIMULATE_ACC_LEN. With speculative decoding on, the run must also show that
-speculation is really on (facts/spec_live.py, as server.launch: resolved algorithm and steps, not
+speculation is really on (facts/spec/live.py, as server.launch: resolved algorithm and steps, not
 step 0; two greedy prompts with histogram mass beyond 0, accept length above 1.05, at least 80% of this
 draft's own earlier reading); else the step fails naming what broke and records no metrics
 (`speculation` in the data; dummy weights read `unknown (dummy weights)`, no alarm). Sanity: with speculative decoding
@@ -50,8 +50,11 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Metric, Plan, SkillContext, SkillParams, StepResult
 
-from eaglebot.facts import bench_sanity, nvsmi, ports, procs, sglang, sglang_adaptive
-from eaglebot.facts import spec_live as spec_facts
+from eaglebot.facts.bench import sanity
+from eaglebot.facts.gpu import nvsmi
+from eaglebot.facts.host import ports, procs
+from eaglebot.facts.sglang import adaptive, release
+from eaglebot.facts.spec import live as spec_facts
 from eaglebot.skills.lib import bench, draft, processes, server, spec_live
 
 NAME = "bench.serving"
@@ -69,9 +72,9 @@ class Params(SkillParams):
     timeout_s: float = Field(3600.0, gt=0, description="time limit of each benchmark run")
     extra_args: list[str] = Field(default_factory=list, description="more bench_serving arguments, verbatim")
     check_tenants: bool = Field(True, description="warn when other processes use the GPUs")
-    min_accept_length: float = Field(bench_sanity.MIN_ACCEPT_LENGTH, ge=0, description=(
+    min_accept_length: float = Field(sanity.MIN_ACCEPT_LENGTH, ge=0, description=(
         "with speculative decoding on, fail at or below this accept length (the draft accepts nothing)"))
-    min_completed_fraction: float = Field(bench_sanity.MIN_COMPLETED_FRACTION, ge=0, le=1, description=(
+    min_completed_fraction: float = Field(sanity.MIN_COMPLETED_FRACTION, ge=0, le=1, description=(
         "fail when fewer requests than this share completed (any shortfall is a warning)"))
     allow_table: bool = Field(False, description=(
         "when the JSONL file is missing, read the numbers off the printed table instead of failing "
@@ -138,7 +141,7 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
                          f"launch it first (server.launch)")
     code, body = await server.http_get(ctx, params.python, port, "/server_info", base=base)
     try:
-        before = sglang.parse_server_info(body)["raw"] if code == 200 else {}
+        before = release.parse_server_info(body)["raw"] if code == 200 else {}
     except ValueError:
         before = {}
     if lossy := spec_facts.lossy_running(None, before):
@@ -167,27 +170,27 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
         outputs.append(printed)
         if res.timed_out:
             raise StepFailed(f"benchmark run {i + 1} did not finish within {params.timeout_s:g}s",
-                             warnings=warnings, output=sglang.tail(printed, 60))
+                             warnings=warnings, output=release.tail(printed, 60))
         fres = await ctx.host.run(f"cat {shlex.quote(out_file)}", timeout=30)
-        record = sglang.parse_bench_jsonl(fres.stdout) if fres.exit_status == 0 else None
+        record = release.parse_bench_jsonl(fres.stdout) if fres.exit_status == 0 else None
         result: dict[str, Any] | None = record
         if record is None:
             why = (f"its JSONL file {out_file} " + ("does not exist" if fres.exit_status != 0 else "holds no record")
                    + f" (exit status {res.exit_status}): {_last(printed) or 'no output'}")
-            table = sglang.parse_bench_table(res.stdout) or None
+            table = release.parse_bench_table(res.stdout) or None
             if not params.allow_table or table is None:
                 raise StepFailed(f"benchmark run {i + 1} gave no numbers: {why}", warnings=warnings,
-                                 output=sglang.tail(printed, 60), data={"output_files": files})
+                                 output=release.tail(printed, 60), data={"output_files": files})
             warnings.append(f"benchmark run {i + 1}: {why}; numbers read from the printed table (allow_table)")
             source, result = "table", table
         else:
             records.append(record)
         assert result is not None
-        numbers = sglang.bench_numbers(result)
+        numbers = release.bench_numbers(result)
         if not numbers.get("completed"):
             raise StepFailed(
                 f"0 of {params.num_prompts} benchmark requests completed on port {port}: the server answered "
-                f"none of them (see its log)", warnings=warnings, output=sglang.tail(printed, 60))
+                f"none of them (see its log)", warnings=warnings, output=release.tail(printed, 60))
         runs.append(numbers)
     code, body = await server.http_get(ctx, params.python, port, "/server_info", base=base)
     avg_accept = None
@@ -195,7 +198,7 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
     raw: dict[str, Any] = {}
     if code == 200:
         try:
-            info = sglang.parse_server_info(body)
+            info = release.parse_server_info(body)
             avg_accept = info["avg_spec_accept_length"]
             spec_alg = info["effective"].get("speculative_algorithm") or None
             raw = info["raw"]
@@ -203,12 +206,12 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
             pass
     ref_key = reference_key(raw, params)
     cls = f"spec={spec_alg or 'none'} {ref_key}"
-    summary_numbers = sglang.median_numbers(runs)
+    summary_numbers = release.median_numbers(runs)
     if avg_accept is not None:
         summary_numbers["avg_spec_accept_length"] = float(avg_accept)
     metrics = []
     for name, value in summary_numbers.items():
-        unit, better = sglang.BENCH_METRICS.get(name, ("", sglang.metric_direction(name)))
+        unit, better = release.BENCH_METRICS.get(name, ("", release.metric_direction(name)))
         metrics.append(Metric(name, round(value, 4), unit, better, config=cls))  # type: ignore[arg-type]
     n = summary_numbers
     parts = [f"output {n.get('output_throughput', 0):.1f} tok/s"]
@@ -216,20 +219,20 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
         parts.append(f"accept length {n.get('accept_length', n.get('avg_spec_accept_length')):.2f}")
     if "median_ttft_ms" in n:
         parts.append(f"median TTFT {n['median_ttft_ms']:.1f} ms")
-    sanity = bench_sanity.check(
+    judged = sanity.check(
         [int(r.get("completed", 0)) for r in runs], params.num_prompts, speculative=spec_alg,
         accept_length=n.get("accept_length", n.get("avg_spec_accept_length")),
         min_accept_length=params.min_accept_length, min_completed_fraction=params.min_completed_fraction)
-    warnings += sanity.warnings
-    if sanity.failure:
+    warnings += judged.warnings
+    if judged.failure:
         # No metrics: the numbers would enter the history as if they meant something. What /server_info
         # says of the speculation names the cause where it can (an adaptive step-0 tier: drafting off).
         said = spec_facts.really_on(raw, None).failures if spec_alg else []
         said += await _adaptive_off(ctx, raw, params.max_concurrency)
-        raise StepFailed(sanity.failure + "".join(f"; {f}" for f in said), warnings=warnings,
+        raise StepFailed(judged.failure + "".join(f"; {f}" for f in said), warnings=warnings,
                          data={"runs": runs, "records": records, "source": source, "output_files": files,
                                "rejected": summary_numbers},
-                         output=sglang.tail(outputs[-1], 60))
+                         output=release.tail(outputs[-1], 60))
     speculation = None
     if spec_alg:
         verdict, speculation = await spec_live.check(ctx, params.python, base, raw)
@@ -237,7 +240,7 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
             raise StepFailed(verdict.summary, warnings=warnings,
                              data={"runs": runs, "records": records, "source": source, "output_files": files,
                                    "rejected": summary_numbers, "speculation": speculation},
-                             output=sglang.tail(outputs[-1], 60))
+                             output=release.tail(outputs[-1], 60))
         if verdict.verdict == spec_facts.UNKNOWN:
             warnings.append(verdict.summary)
     speedup = None
@@ -260,7 +263,7 @@ async def _bench(ctx: SkillContext, params: Params, bench_dir: str, files: list[
                          data={"runs": runs, "records": records, "source": source, "output_files": files,
                                "config": {"class": cls, "reference_key": ref_key, "speculative_algorithm": spec_alg},
                                "output_throughput": tok_s, "speedup": speedup, "speculation": speculation},
-                         output=sglang.tail(outputs[-1], 60))
+                         output=release.tail(outputs[-1], 60))
 
 
 SPEEDUP = "speedup_vs_reference"
@@ -302,7 +305,7 @@ async def _adaptive_off(ctx: SkillContext, raw: dict[str, Any], concurrency: int
             cfg = None
         if not isinstance(cfg, dict):
             return []
-    off = sglang_adaptive.drafting_off_from(cfg)
+    off = adaptive.drafting_off_from(cfg)
     if off is None or concurrency < off:
         return []
     ladder = f"the adaptive config {path}" if cfg is not None else "SGLang's built-in adaptive ladder"

@@ -47,8 +47,8 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams, StepResult
 
-from eaglebot.facts import draft_contract as dc
-from eaglebot.facts import eagle3
+from eaglebot.facts.spec import draft_contract as dc
+from eaglebot.facts.spec import eagle3
 from eaglebot.skills.lib import draft as lib
 
 NAME = "draft.check"

@@ -35,7 +35,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Metric, Plan, SkillContext, SkillParams, StepResult
 
-from eaglebot.facts import draft_accept
+from eaglebot.facts.spec import draft_accept
 from eaglebot.skills.lib import draft as lib
 from eaglebot.skills.lib import server
 

@@ -25,7 +25,7 @@ from pydantic import Field, field_validator
 
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Approval, Plan, SkillContext, StepResult
-from eaglebot.facts import nvsmi
+from eaglebot.facts.gpu import nvsmi
 from eaglebot.skills.lib import cleanup, gpu, processes
 
 NAME = "gpu.cleanup"

@@ -29,7 +29,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Metric, Plan, SkillContext, StepResult
 from eaglebot.skills.lib import free_memory, gpu
-from eaglebot.facts import nvsmi, nvsmi_watch
+from eaglebot.facts.gpu import nvsmi, nvsmi_watch
 
 NAME = "gpu.verify"
 

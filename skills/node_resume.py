@@ -18,7 +18,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.facts import cluster
+from eaglebot.facts.host import cluster
 from eaglebot.sdk import Plan, SkillContext, StepResult
 from eaglebot.skills.lib.node import NodeParams, cordon_reason, cordoned, node_of, run_ok, scheduler_of, slurm_node, tool
 

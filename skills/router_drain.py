@@ -29,7 +29,7 @@ import time
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.facts import ports
+from eaglebot.facts.host import ports
 from eaglebot.sdk import Plan, SkillContext, StepResult
 from eaglebot.skills.lib import router as rt
 

@@ -54,7 +54,7 @@ CUDA graphs...), GPU memory and utilisation, the server's process tree and `py-s
 where installed. A known fatal message or stalled phase gets a hint (which way to move
 --mem-fraction-static, --disable-cuda-graph, NCCL_P2P_DISABLE=1 / NCCL_DEBUG=INFO).
 An EAGLE3 launch without a draft model path is refused before launching.
-The speculative method's own static checks (skills/lib/method_gate.py, facts/spec_methods.py; read on
+The speculative method's own static checks (skills/lib/method_gate.py, facts/spec/methods.py; read on
 the host without importing sglang or loading a tensor): DFLASH's capture ids (where SGLang reads them,
 in range, as many as the draft's fc takes, num_target_layers, the block size, the target's
 set_dflash_layers_to_capture), NEXTN/MTP's draft source, revision and MTP weights, STANDALONE's
@@ -62,14 +62,14 @@ tokenizer and topk with the overlap scheduler, NGRAM's device, and the combinati
 (PD disaggregation, attention DP, pp); an algorithm the host's SGLang does not accept. A refusal
 names the fix (exit 2, before anything stops) unless `method_check: warn`.
 `adaptive_config` (a JSON object) launches with SGLang's adaptive speculative steps: checked against
-SGLang's own rules of that file first (facts/sglang_adaptive.py: slots, candidate_steps, the steps among
+SGLang's own rules of that file first (facts/sglang/adaptive.py: slots, candidate_steps, the steps among
 them, topk 1), written to `{state_dir}/tune/adaptive-PORT-runRUN.json`, passed as
 `--speculative-adaptive --speculative-adaptive-config FILE` (the host's parser is asked about them too).
 Lossless: a launch with SGLANG_SIMULATE_ACC_LEN in `env` or an accept threshold below 1
 (`--speculative-accept-threshold-single/-acc`) is refused before anything stops (exit 2, naming the
 knob) unless `lossy: allow`; after the start the server's own environment and /server_info's
 thresholds (launch and `internal_states`) are read again, and a lossy server is stopped.
-Speculation really on (facts/spec_live.py): a speculative server must report its resolved
+Speculation really on (facts/spec/live.py): a speculative server must report its resolved
 algorithm and steps (not adaptive step 0), and two greedy prompts must show histogram mass beyond 0,
 an accept length above 1.05 and, where this draft has an earlier `on` reading under the same
 settings, at least 80% of it; else the step fails naming what broke (`spec_check: warn`: a warning)
@@ -95,9 +95,10 @@ from pydantic import Field, field_validator
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import HOST_PATH, Plan, SkillContext, SkillParams, StepResult, path_for_shell
 
-from eaglebot.facts import ports, procs, sglang, sglang_adaptive, sglang_args, sglang_phase, sglang_table
-from eaglebot.facts import spec_live as spec_facts
-from eaglebot.facts.spec_verdict import is_local
+from eaglebot.facts.host import ports, procs
+from eaglebot.facts.sglang import adaptive, cmdline, launch_table, release, startup
+from eaglebot.facts.spec import live as spec_facts
+from eaglebot.facts.spec.verdict import is_local
 from eaglebot.skills.lib import (carry, launch_check, method_gate, preflight, processes, readiness, server, spec_live,
                                   stall, surface_check)
 
@@ -186,7 +187,7 @@ def no_speculation(algorithm: str | None) -> bool:
 
 def build_args(p: Params, adaptive_path: str | None = None) -> tuple[list[str], str | None]:
     """The launch_server arguments, or (args, error sentence)."""
-    given = sglang_args.flag_values(p.args)
+    given = cmdline.flag_values(p.args)
     if p.adaptive_config is not None and ("--speculative-adaptive" in given or "--speculative-adaptive-config" in given):
         return [], "pass the adaptive config as `adaptive_config`, not as --speculative-adaptive* in args"
     if "--host" in given:
@@ -240,11 +241,11 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     if err:
         raise StepFailed(f"{err} ({preflight.KEEPS})", usage=True)
     if params.adaptive_config is not None:
-        wrong = sglang_adaptive.problems(params.adaptive_config, params.spec_steps, params.spec_topk)
+        wrong = adaptive.problems(params.adaptive_config, params.spec_steps, params.spec_topk)
         if wrong:
             raise StepFailed(f"SGLang would not run this adaptive config: {wrong[0]} ({preflight.KEEPS})",
                              usage=True)
-    flags = sglang_args.flag_values(launch_args)
+    flags = cmdline.flag_values(launch_args)
     warnings: list[str] = []
     if lossy := spec_facts.lossy_launch(flags, params.env):
         if params.lossy != "allow":
@@ -258,7 +259,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         exists, cfg = await server.read_model_config(ctx, model)
         if not exists:
             raise StepFailed(f"target model folder {model} does not exist on {ctx.host_name}")
-        arch = sglang.target_architecture(cfg or "")
+        arch = release.target_architecture(cfg or "")
     draft = flags.get("--speculative-draft-model-path")
     if str(flags.get("--speculative-algorithm") or "").upper() == "EAGLE3" and not draft:
         raise StepFailed("EAGLE3 needs a draft model: set `draft` (host var draft) or pass "
@@ -269,7 +270,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
             raise StepFailed(f"draft model folder {draft} does not exist on {ctx.host_name}")
     # -- pre-flight: SGLang's own parser (the host's, else the captured table of its version)
     if params.checked_args is not None and params.checked_args == launch_args and not params.check_only:
-        verdict = sglang_table.Verdict("ok", version=params.checked_version, source="host")
+        verdict = launch_table.Verdict("ok", version=params.checked_version, source="host")
         ctx.log(f"launch arguments already accepted by SGLang {params.checked_version or '?'}'s own parser "
                 f"earlier in this run: not parsed again")
     else:
@@ -295,22 +296,22 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
     method_checks = None
     if params.check_only or params.checked_args is None:
         more, method_checks = await method_gate.check(ctx, params.python, launch_args,
-                                                      sglang.rules_version(verdict.version), params.method_check)
+                                                      release.rules_version(verdict.version), params.method_check)
         warnings += more
     # -- pre-flight: the GPUs it needs and the address it binds (before server.stop: a refusal
     # keeps the old server serving)
     warnings += await preflight.check_gpus(ctx, launch_args, params.gpus, params.env)
     warnings += await preflight.check_bind(ctx, params.python, params.host, launch_args)
     # -- pre-flight: speculative flags (SGLang's hooks run after its parser, so do these)
-    rules = sglang.rules_version(verdict.version)
-    spec = sglang.resolve_from_args(launch_args, arch, rules)
-    if (unknown := sglang.unknown_version_warning(verdict.version)) is not None:
+    rules = release.rules_version(verdict.version)
+    spec = release.resolve_from_args(launch_args, arch, rules)
+    if (unknown := release.unknown_version_warning(verdict.version)) is not None:
         warnings.append(unknown)
     if spec.error:
         raise StepFailed(f"{spec.error_reason} (refused before launching)", usage=True)
     for key, (asked, eff) in spec.adjusted.items():
         warnings.append(f"{key}={asked} will be silently changed to {eff} by SGLang: "
-                        f"{sglang.DRAFT_TOKENS_WARNING} (speculative_num_steps="
+                        f"{release.DRAFT_TOKENS_WARNING} (speculative_num_steps="
                         f"{spec.num_steps}); set it to {eff} or use topk > 1")
     warnings += spec.advice
     if spec.auto_chosen:
@@ -363,7 +364,7 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
 
 
 async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[str, str], cfg_path: str | None,
-                  launch_args: list[str], spec: sglang.SpecResolution, flags: dict[str, str | None],
+                  launch_args: list[str], spec: release.SpecResolution, flags: dict[str, str | None],
                   warnings: list[str]) -> StepResult:
     # -- act
     port = params.port
@@ -398,8 +399,8 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
         await asyncio.shield(server.remove_pid_file(ctx, port))
         raise
     if failure:
-        current = sglang_phase.phase(log_text)
-        hints = sglang_phase.hints(log_text, current, stalled=stalled)
+        current = startup.phase(log_text)
+        hints = startup.hints(log_text, current, stalled=stalled)
         extra = [f"== phase: {current}", *(f"hint: {h}" for h in hints)]
         if stalled:
             extra += await stall.diagnose(ctx, pid)     # before the stop: the hung processes are the evidence
@@ -409,7 +410,7 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
         for line in extra:
             ctx.log(line)
         raise StepFailed(failure + (f"; hint: {hints[0]}" if hints else ""), data=data, warnings=warnings,
-                         output=sglang.tail(log_text, 60) + "\n" + "\n".join(extra) + "\n")
+                         output=release.tail(log_text, 60) + "\n" + "\n".join(extra) + "\n")
     ready_s = time.monotonic() - t0
     data["ready_s"] = round(ready_s, 2)
     # -- report what the server really runs with
@@ -418,7 +419,7 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
         code, body = await server.http_get(ctx, params.python, port, "/get_server_info", base=base)
     if code == 200:
         try:
-            info = sglang.parse_server_info(body)
+            info = release.parse_server_info(body)
         except ValueError:
             info = None
     else:
@@ -430,21 +431,21 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
         data["effective"] = {k: v for k, v in info["effective"].items()}
         predicted = set(spec.adjusted)
         for flag, asked in flags.items():
-            key = sglang_args.flag_to_key(flag)
+            key = cmdline.flag_to_key(flag)
             if key in info["raw"] and asked is not None and key not in predicted \
-                    and not sglang_args.same_value(asked, info["raw"][key]):
+                    and not cmdline.same_value(asked, info["raw"][key]):
                 warnings.append(f"asked {flag} {asked}, but the server runs with {key}={info['raw'][key]!r}")
         if params.adaptive_config is not None and not info["raw"].get("speculative_adaptive"):
-            why = sglang_adaptive.disabled_reason(log_text)
+            why = adaptive.disabled_reason(log_text)
             warnings.append("SGLang turned adaptive speculative steps off" + (f": {why}" if why else "")
                             + "; the static flags run")
-        running = sglang.unknown_version_warning(info["version"])
+        running = release.unknown_version_warning(info["version"])
         if running is not None and running not in warnings:
             warnings.append(running)
         if info["effective"].get("speculative_algorithm"):
             await spec_live.after_launch(ctx, spec_live.Launched(params.python, port, pid, base, params.lossy == "allow",
                                                                  params.spec_check == "fail"), info["raw"], data,
-                                         warnings, sglang.tail(log_text, 30))
+                                         warnings, release.tail(log_text, 30))
     eff = data["effective"]
     spec_txt = ""
     if eff.get("speculative_algorithm"):
@@ -454,7 +455,7 @@ async def _launch(ctx: SkillContext, params: Params, argv: list[str], env: dict[
     if info is not None and info["raw"].get("simulated"):
         version += " (SIMULATED)"
     return StepResult.changed(f"SGLang {version} ready on port {port} in {ready_s:.1f}s (pid {pid}{spec_txt})",
-                              data=data, warnings=warnings, output=sglang.tail(log_text, 30))
+                              data=data, warnings=warnings, output=release.tail(log_text, 30))
 
 
 async def _carry(ctx: SkillContext, params: Params) -> tuple[Params, carry.Carried]:

@@ -30,7 +30,8 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Approval, Plan, SkillContext, StepResult
 
-from eaglebot.facts import nvsmi, ports
+from eaglebot.facts.gpu import nvsmi
+from eaglebot.facts.host import ports
 from eaglebot.skills.lib import cleanup, gpu, processes, server
 
 NAME = "server.plan"

@@ -24,7 +24,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, SkillParams, StepResult
 
-from eaglebot.facts import sglang_args
+from eaglebot.facts.sglang import cmdline
 from eaglebot.skills.lib import carry
 
 NAME = "server.record"
@@ -43,8 +43,8 @@ async def run(ctx: SkillContext, params: Params) -> StepResult:
         raise StepFailed(f"the audit trail holds no launch on {ctx.host_name}:{params.port} that came up ready: "
                          f"nothing to roll back to")
     launched = list(rec["launch_args"])
-    flags = sglang_args.launch_flags(launched)
-    args = sglang_args.build_launch_args({k: v for k, v in flags.items() if k not in _OWN})
+    flags = cmdline.launch_flags(launched)
+    args = cmdline.build_launch_args({k: v for k, v in flags.items() if k not in _OWN})
     env = dict(rec.get("env") or {})
     gpus = env.pop("CUDA_VISIBLE_DEVICES", None)
     draft = flags.get("--speculative-draft-model-path")

@@ -24,7 +24,7 @@ from pydantic import Field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Approval, Plan, SkillContext, SkillParams, StepResult
 
-from eaglebot.facts import ports, procs
+from eaglebot.facts.host import ports, procs
 from eaglebot.skills.lib import processes, server
 
 NAME = "server.stop"

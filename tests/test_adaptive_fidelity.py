@@ -1,7 +1,7 @@
 """SGLang's adaptive speculative steps, three ways, one behaviour: the REAL file of SGLang 0.5.23 and
 0.5.17 (tests/fixtures/sglang/<version>/adaptive_spec_params.py, copied from the wheels; its sglang
 imports answered by stand-ins, it runs as shipped), eaglebot's statement of it
-(facts/sglang_adaptive.py) and the simulator's (sim/sglang_pkg/sglang/_adaptive.py). The same
+(facts/sglang/adaptive.py) and the simulator's (sim/sglang_pkg/sglang/_adaptive.py). The same
 accepted-draft counts go through all three; every switch decision must agree, and every config the
 real loader refuses is refused by both copies with SGLang's own sentence."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglebot.facts import sglang_adaptive as facts
+from eaglebot.facts.sglang import adaptive as facts
 
 ROOT = Path(__file__).resolve().parent
 FIXTURES = ROOT / "fixtures" / "sglang"

@@ -62,6 +62,9 @@ def _lint(stage: Path) -> subprocess.CompletedProcess:
      "eagle serve's runtime"),
     ("bot/frontends/slack/execute.py", "from eaglebot.frontends.service import scheduler", "eagle serve's runtime"),
     ("bot/frontends/format.py", "from eaglebot.frontends.service.reload import Reloader", "eagle serve's runtime"),
+    ("bot/facts/host_programs/spec_files.py", "from eaglebot.sdk import path_for_shell", "Host programs import nothing"),
+    ("bot/facts/host_programs/spec_files.py", "from eaglebot.facts.fact import program_answer", "facts by subject"),
+    ("bot/facts/gpu/health.py", "from eaglebot.facts.sglang import release", "facts by subject"),
 ])
 def test_the_import_contract_fails_a_violation(tmp_path, module, line, contract):
     stage = _stage(tmp_path)

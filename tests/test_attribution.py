@@ -8,7 +8,7 @@ from history_seed import seed_run
 
 from eaglebot.history.attribution import attribution_sentence, state_changes
 from eaglebot.history.fingerprint import apply_steps, empty_state
-from eaglebot.facts.sglang_args import build_launch_args, launch_flags
+from eaglebot.facts.sglang.cmdline import build_launch_args, launch_flags
 from eaglebot.store.rows import NewRun, StepEnd
 
 BASE_ARGS = ["--model-path", "/m", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from eaglebot.engine.runner import RunRequest
-from eaglebot.facts.bench_sanity import check
+from eaglebot.facts.bench.sanity import check
 from test_server_skills import FAST, failed_step, local_host, open_svc  # noqa: F401  (local_host: fixture)
 
 

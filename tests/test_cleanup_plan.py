@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from eaglebot.facts import nvsmi
-from eaglebot.facts.procs import ProcInfo, Stat
+from eaglebot.facts.gpu import nvsmi
+from eaglebot.facts.host.procs import ProcInfo, Stat
 from eaglebot.skills import gpu_cleanup
 from eaglebot.skills.lib import cleanup, gpu
 

@@ -14,7 +14,7 @@ from gpu_helpers import PY
 from eaglebot.config import load_settings
 from eaglebot.frontends.cli.doctor import doctor_main, run_checks
 from eaglebot.sim import gpu_state, install_sim_bin
-from eaglebot.facts import nvsmi
+from eaglebot.facts.gpu import nvsmi
 
 
 def settings_for(tmp_path: Path, hosts: dict):

@@ -22,9 +22,9 @@ import pytest
 
 from sglang_source import real_sglang
 
-from eaglebot.facts import draft_contract as dc
-from eaglebot.facts import eagle3
-from eaglebot.facts.eagle3 import KEY
+from eaglebot.facts.spec import draft_contract as dc
+from eaglebot.facts.spec import eagle3
+from eaglebot.facts.spec.eagle3 import KEY
 
 # name -> (architectures, num_hidden_layers, hidden_size, vocab_size) of real targets' config.json
 TARGETS = {

@@ -1,4 +1,4 @@
-"""draft.probe's reading of the server's per-request speculative stats (bot/facts/draft_accept.py),
+"""draft.probe's reading of the server's per-request speculative stats (bot/facts/spec/draft_accept.py),
 on the REAL meta_info of SGLang 0.5.17 on an H200 (dummy weights: nothing accepted) and on the
 shapes a wrong input and a weak draft give."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eaglebot.facts import draft_accept as da
+from eaglebot.facts.spec import draft_accept as da
 
 # captured on a real H200 (SGLang 0.5.17, --load-format dummy): /health, /generate, /server_info ...
 REAL = Path(__file__).parent / "fixtures" / "sglang" / "0.5.17/h200-real"
@@ -122,7 +122,8 @@ async def test_an_answer_nested_200000_deep_fails_the_probe_with_a_sentence():
     never a RecursionError."""
     import re
 
-    from eaglebot.facts import ports, sglang
+    from eaglebot.facts.host import ports
+    from eaglebot.facts.sglang import release
     from eaglebot.skills import draft_probe
     from eaglebot.testing import Host, run_skill
 
@@ -136,7 +137,7 @@ async def test_an_answer_nested_200000_deep_fails_the_probe_with_a_sentence():
     res = await run_skill(draft_probe, host, {"port": 30000})
     assert res.status == "failed" and "nested too deep to read" in res.summary, res.summary
     try:
-        sglang.parse_server_info(deep)
+        release.parse_server_info(deep)
         raise AssertionError("no error")
     except ValueError as e:
         assert "nested too deep" in str(e)

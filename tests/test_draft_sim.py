@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglebot.facts import draft_accept, eagle3
+from eaglebot.facts.spec import draft_accept, eagle3
 
 SIM = Path(__file__).resolve().parents[1] / "bot" / "sim" / "sglang_pkg" / "sglang" / "_draft_fit.py"
 LANDSCAPE = SIM.with_name("_landscape.py")   # the simulated server's histogram (one for every acceptance)

@@ -4,7 +4,8 @@ compile and run the model file's `set_eagle3_layers_to_capture`; each says so an
 eaglebot's captured tables. The Host double fails the test on any command it was not given."""
 from __future__ import annotations
 
-from eaglebot.facts import eagle3, sglang
+from eaglebot.facts.sglang import release
+from eaglebot.facts.spec import eagle3
 from eaglebot.skills.lib import draft, launch_check
 from eaglebot.testing import Host, context
 
@@ -14,7 +15,7 @@ async def test_the_launch_check_of_a_dry_run_asks_the_captured_table_not_the_hos
     verdict = await launch_check.check(context(host, dry_run=True, log=log), "python3",
                                        ["--model-path", "/m", "--tp-size", "1"])
     assert host.commands == []
-    assert verdict.kind == "ok" and verdict.source == f"table {sglang.SGLANG_VERSION}", verdict
+    assert verdict.kind == "ok" and verdict.source == f"table {release.SGLANG_VERSION}", verdict
     assert any("[dry-run] not run: SGLang's own parser" in line for line in log), log
 
 

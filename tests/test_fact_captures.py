@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from eaglebot.facts import health as hf
-from eaglebot.facts import nvsmi
 from eaglebot.facts.fact import Fact
+from eaglebot.facts.gpu import health as hf
+from eaglebot.facts.gpu import nvsmi
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"

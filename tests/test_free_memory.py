@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglebot.facts import nvsmi
+from eaglebot.facts.gpu import nvsmi
 from eaglebot.skills.lib.free_memory import check_memory
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -13,8 +13,8 @@ from eaglebot.history.health import diff_health
 from eaglebot.history.attribution import attribution
 from eaglebot.history.fingerprint import apply_steps, empty_state
 from eaglebot.sim import gpu_state
-from eaglebot.facts import dcgm
-from eaglebot.facts import health as hf
+from eaglebot.facts.gpu import dcgm
+from eaglebot.facts.gpu import health as hf
 from gpu_helpers import playbook, sim_host
 
 CAPTURES = Path(__file__).parent / "fixtures" / "nvidia-smi" / "health"

@@ -14,7 +14,7 @@ import pytest
 
 from eaglebot.engine.runner import RunRequest
 from eaglebot.sim import gpu_state, install_sim_bin
-from eaglebot.facts import procs
+from eaglebot.facts.host import procs
 from gpu_helpers import PY, Sleepers, install_fuser, playbook, sim_host
 from helpers import wait_for
 
@@ -390,7 +390,7 @@ async def test_match_sees_the_end_of_a_long_command_line(tmp_path):
     import subprocess
     import sys
 
-    from eaglebot.facts.procs import proc_info
+    from eaglebot.facts.host.procs import proc_info
     from eaglebot.transport import LocalTransport
 
     code = "import time\n" + "# filler\n" * 200 + "time.sleep(60)"

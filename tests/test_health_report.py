@@ -3,7 +3,7 @@
 A case names the health-query capture (its `$ command` line gives the fields), faults
 written into it in the real format (one GPU's column replaced), optional NVLink captures,
 kernel-log lines, a DCGM result, the step's params and what `health_report` must decide.
-The per-GPU rules (`facts.health.evaluate`) are tested field by field in test_gpu_health.py.
+The per-GPU rules (`facts.gpu.health.evaluate`) are tested field by field in test_gpu_health.py.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglebot.facts import health as hf
+from eaglebot.facts.gpu import health as hf
 from eaglebot.skills import gpu_health
 from eaglebot.skills.lib.health_report import Readings, health_report
 

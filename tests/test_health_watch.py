@@ -16,7 +16,7 @@ from eaglebot.config import HealthWatchConfig
 from eaglebot.engine.health_watch import HealthWatch, HostReport
 from eaglebot.engine.runner import RunRequest
 from eaglebot.errors import UsageError
-from eaglebot.facts import health as hf
+from eaglebot.facts.gpu import health as hf
 from eaglebot.engine import fleet_health as fh
 from eaglebot.sim import gpu_state, install_sim_bin
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eaglebot.engine.runner import RunRequest
-from eaglebot.facts import sglang_phase
+from eaglebot.facts.sglang import startup
 from test_server_skills import FAST, Host, alive, one_step, open_svc
 
 
@@ -72,19 +72,19 @@ async def test_an_eagle3_launch_without_a_draft_path_is_refused_before_launching
 def test_phases_follow_the_real_log_lines():
     log = ("[2026-11-30 04:44:58] server_args=ServerArgs(model_path='/m')\n"
            "[2026-11-30 04:45:00 TP0] Init torch distributed begin.\n")
-    assert sglang_phase.phase("") == "launching (no SGLang log line yet)"
-    assert sglang_phase.phase(log) == "NCCL init (torch distributed)"
+    assert startup.phase("") == "launching (no SGLang log line yet)"
+    assert startup.phase(log) == "NCCL init (torch distributed)"
     log += ("[2026-11-30 04:45:01 TP0] Init torch distributed ends. mem usage=0.00 GB\n"
             "[2026-11-30 04:45:02 TP0] Load weight begin. avail mem=139.21 GB\n")
-    assert sglang_phase.phase(log) == "loading weights"
-    assert "loading weights made no progress" in sglang_phase.hints(log, "loading weights", stalled=True)[0]
+    assert startup.phase(log) == "loading weights"
+    assert "loading weights made no progress" in startup.hints(log, "loading weights", stalled=True)[0]
 
 
 def test_oom_hints_say_which_way_to_move_mem_fraction_static():
     not_enough = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: 0.5"
-    assert "INCREASE --mem-fraction-static" in sglang_phase.hints(not_enough, "loading weights", stalled=False)[0]
+    assert "INCREASE --mem-fraction-static" in startup.hints(not_enough, "loading weights", stalled=False)[0]
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
-    assert "DECREASE --mem-fraction-static" in sglang_phase.hints(oom, "capturing CUDA graphs", stalled=False)[0]
+    assert "DECREASE --mem-fraction-static" in startup.hints(oom, "capturing CUDA graphs", stalled=False)[0]
 
 
 async def test_a_known_fatal_message_gets_its_hint_in_the_failed_step(services, local_host):

@@ -15,7 +15,7 @@ import pytest
 
 import spec_models as sm
 from eaglebot.engine.runner import RunRequest
-from eaglebot.facts import spec_methods
+from eaglebot.facts.spec import methods
 from eaglebot.skills.lib import method_gate
 from eaglebot.testing import context
 from eaglebot.transport.local import LocalTransport
@@ -56,15 +56,15 @@ def launch(models: Path, algo: str, model: str, draft: str | None = None, *extra
                                                    if draft else []), "--speculative-algorithm", algo, *extra]
 
 
-async def gate(args: list[str], python: str) -> tuple[spec_methods.Verdict, list[str]]:
+async def gate(args: list[str], python: str) -> tuple[methods.Verdict, list[str]]:
     log: list[str] = []
     v = await method_gate.verdict(context(LocalTransport(), log=log), python, args, "0.5.23")
     return v, log
 
 
-def only(v: spec_methods.Verdict, check: str) -> str:
+def only(v: methods.Verdict, check: str) -> str:
     """The one refusal, which must be `check`'s."""
-    refusals = [f for f in v.findings if f.severity == spec_methods.REFUSE]
+    refusals = [f for f in v.findings if f.severity == methods.REFUSE]
     assert [f.check for f in refusals] == [check], v.to_json()
     return refusals[0].message
 
@@ -73,8 +73,8 @@ def only(v: spec_methods.Verdict, check: str) -> str:
 
 async def test_dflash_healthy_reads_the_capture_from_the_targets_own_hook(models, host_python):
     v, log = await gate(launch(models, "DFLASH", "qwen3-8b", "dflash"), host_python)
-    assert v.method == "DFLASH" and not v.of(spec_methods.REFUSE) and not v.of(spec_methods.WARN), v.to_json()
-    assert v.of(spec_methods.NOTE) == [
+    assert v.method == "DFLASH" and not v.of(methods.REFUSE) and not v.of(methods.WARN), v.to_json()
+    assert v.of(methods.NOTE) == [
         "the target captures after layers [1, 9, 17, 25, 33] (boundaries [2, 10, 18, 26, 34] in "
         "sglang.srt.models.qwen3.Qwen3Model; sglang/srt/models/qwen3.py:793 (Qwen3ForCausalLM))"]
 
@@ -135,7 +135,7 @@ async def test_dflash_with_a_hub_target_still_checks_the_drafts_own_files(models
     v, _ = await gate([*args, "--speculative-draft-model-path", str(models / "dflash-fc3")], host_python)
     assert only(v, "dflash.fc").startswith("the draft's fc.weight takes 3 hidden states ([4096, 12288]")
     assert "the target model Qwen/Qwen3-8B is not a folder on the host: its files are not checked" \
-        in v.of(spec_methods.NOTE)
+        in v.of(methods.NOTE)
     broken = sm.dflash_draft(tmp_path / "no-layers")
     cfg = json.loads((broken / "config.json").read_text())
     del cfg["num_hidden_layers"]
@@ -150,9 +150,9 @@ async def test_dflash_with_a_hub_target_still_checks_the_drafts_own_files(models
 
 async def test_nextn_healthy_deepseek_v3_has_its_mtp_layer(models, host_python):
     v, _ = await gate(launch(models, "NEXTN", "deepseek-v3"), host_python)
-    assert v.method == "MTP" and v.resolved == "EAGLE" and not v.of(spec_methods.REFUSE) \
-        and not v.of(spec_methods.WARN), v.to_json()
-    notes = v.of(spec_methods.NOTE)
+    assert v.method == "MTP" and v.resolved == "EAGLE" and not v.of(methods.REFUSE) \
+        and not v.of(methods.WARN), v.to_json()
+    notes = v.of(methods.NOTE)
     assert notes[0].startswith("no draft given: SGLang loads the MTP head from the target checkpoint itself")
     assert notes[1] == ("MTP head found: model.layers.61.* (eh_proj, embed_tokens, enorm, hnorm, input_layernorm, "
                         "mlp, post_attention_layernorm, self_attn, shared_head) in model.safetensors.index.json")
@@ -169,17 +169,17 @@ async def test_nextn_on_a_checkpoint_that_dropped_its_mtp_weights_is_refused(mod
 
 async def test_nextn_qwen_style_mtp_prefix(models, host_python):
     ok, _ = await gate(launch(models, "NEXTN", "qwen3.5"), host_python)
-    assert not ok.of(spec_methods.REFUSE) and "MTP head found: 6 mtp.* tensors in model.safetensors.index.json" \
-        in ok.of(spec_methods.NOTE), ok.to_json()
+    assert not ok.of(methods.REFUSE) and "MTP head found: 6 mtp.* tensors in model.safetensors.index.json" \
+        in ok.of(methods.NOTE), ok.to_json()
     bad, _ = await gate(launch(models, "NEXTN", "qwen3.5-nomtp"), host_python)
     assert only(bad, "mtp.weights").startswith(f"{models / 'qwen3.5-nomtp'} has no MTP weights: no mtp.* tensor in "
                                                f"its model.safetensors.index.json")
 
 
 async def test_nextn_unpinned_hub_draft_is_warned():
-    v = spec_methods.check("NEXTN", ["--model-path", "deepseek-ai/DeepSeek-V3", "--speculative-algorithm", "NEXTN"],
+    v = methods.check("NEXTN", ["--model-path", "deepseek-ai/DeepSeek-V3", "--speculative-algorithm", "NEXTN"],
                            {})
-    assert v.of(spec_methods.WARN) == [
+    assert v.of(methods.WARN) == [
         "the target deepseek-ai/DeepSeek-V3 is a hub id with no --revision: the MTP head is loaded from whatever "
         "`main` holds today; pin it with --revision"]
 
@@ -196,10 +196,10 @@ async def test_an_algorithm_the_hosts_sglang_does_not_have_is_refused(models, ho
 
 def test_the_releases_own_lists_of_algorithms_are_what_the_real_wheels_accept():
     """eaglebot's record (used where the host's source cannot be read) is each real wheel's enum."""
-    from eaglebot.facts import spec_files
-    for version, names in spec_methods.KNOWN_ALGORITHMS.items():
+    from eaglebot.facts.host_programs import spec_files
+    for version, names in methods.KNOWN_ALGORITHMS.items():
         got = spec_files.sglang(str(real_sglang(version, full=True)))
-        assert (tuple(got["names"]), got["aliases"]) == (names, spec_methods.ALIASES), version
+        assert (tuple(got["names"]), got["aliases"]) == (names, methods.ALIASES), version
 
 
 # -- STANDALONE ---------------------------------------------------------------------------------
@@ -208,8 +208,8 @@ async def test_standalone_healthy_draft_shares_the_tokenizer_whatever_its_format
     sm.small_draft(models / "qwen3-0.6b")
     v, _ = await gate(launch(models, "STANDALONE", "qwen3-8b", "qwen3-0.6b", "--speculative-num-steps", "3",
                              "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"), host_python)
-    assert v.method == "STANDALONE" and not v.of(spec_methods.REFUSE) and not v.of(spec_methods.WARN), v.to_json()
-    assert v.of(spec_methods.NOTE)[0].startswith("the draft shares the target's tokenizer (sha256 ")
+    assert v.method == "STANDALONE" and not v.of(methods.REFUSE) and not v.of(methods.WARN), v.to_json()
+    assert v.of(methods.NOTE)[0].startswith("the draft shares the target's tokenizer (sha256 ")
 
 
 async def test_standalone_faults_are_refused_naming_the_fix(models, host_python):
@@ -228,7 +228,7 @@ async def test_standalone_faults_are_refused_naming_the_fix(models, host_python)
     v, _ = await gate(launch(models, "STANDALONE", "qwen3-8b", "qwen3-0.6b", "--speculative-num-steps", "4",
                              "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8",
                              "--disable-overlap-schedule"), host_python)
-    assert not v.of(spec_methods.REFUSE), v.to_json()
+    assert not v.of(methods.REFUSE), v.to_json()
     v, _ = await gate(launch(models, "STANDALONE", "qwen3-8b", "qwen3-0.6b", "--enable-dp-attention", "--dp-size", "2"),
                       host_python)
     assert only(v, "standalone.attn_dp") == (
@@ -240,8 +240,8 @@ async def test_standalone_faults_are_refused_naming_the_fix(models, host_python)
 
 async def test_ngram_healthy_and_each_combination_sglang_refuses(models, host_python):
     v, _ = await gate(launch(models, "NGRAM", "qwen3-8b"), host_python)
-    assert v.method == "NGRAM" and not v.of(spec_methods.REFUSE) and not v.of(spec_methods.WARN), v.to_json()
-    assert v.of(spec_methods.NOTE) == [
+    assert v.method == "NGRAM" and not v.of(methods.REFUSE) and not v.of(methods.WARN), v.to_json()
+    assert v.of(methods.NOTE) == [
         "NGRAM crashes with an illegal memory access after hours on some GPUs (sglang#24361): a 2-minute bench does "
         "not prove it; soak it before trusting it"]
     cases = [(("--device", "cpu"), "ngram.device",
@@ -258,7 +258,7 @@ async def test_ngram_healthy_and_each_combination_sglang_refuses(models, host_py
         assert only(v, check) == message
     v, _ = await gate(launch(models, "NGRAM", "qwen3-8b", None, "--page-size", "16", "--attention-backend",
                              "flashinfer"), host_python)
-    assert not v.of(spec_methods.REFUSE), v.to_json()
+    assert not v.of(methods.REFUSE), v.to_json()
 
 
 # -- attention DP per release: a lone --enable-dp-attention is dropped at DP size 1 ---------------
@@ -277,13 +277,13 @@ def test_enable_dp_attention_is_attention_dp_only_with_a_dp_size_above_1(version
     spelled = "--data-parallel-size" if version == "0.5.10" else "--dp-size"
     args = ["--model-path", "/m", "--speculative-draft-model-path", "/d", "--enable-dp-attention",
             *([spelled, dp] if dp else [])]
-    v = spec_methods.check(algo, args, None, None, version)
+    v = methods.check(algo, args, None, None, version)
     mine = [(f.severity, f.message) for f in v.findings if f.check == f"{algo.lower()}.attn_dp"]
     if dp == "2":
-        assert [s for s, _ in mine] == [spec_methods.REFUSE] and mine[0][1].endswith(
+        assert [s for s, _ in mine] == [methods.REFUSE] and mine[0][1].endswith(
             "drop --enable-dp-attention --dp-size 2"), mine
     else:
-        assert mine == [(spec_methods.WARN, f"SGLang {version} ignores --enable-dp-attention without --dp-size > 1 "
+        assert mine == [(methods.WARN, f"SGLang {version} ignores --enable-dp-attention without --dp-size > 1 "
                                             f"({DROPPED_BY[version]}): attention DP is off; drop the flag, or pass "
                                             f"--dp-size N (N > 1) if you meant attention DP")], mine
 
@@ -291,9 +291,9 @@ def test_enable_dp_attention_is_attention_dp_only_with_a_dp_size_above_1(version
 @pytest.mark.parametrize("version,refused", [("0.5.17", False), ("0.5.23", True)])
 def test_an_elastic_ep_scale_joiner_runs_attention_dp_at_dp_size_1(version, refused):
     """0.5.23's attn_dp_enabled_of is true for a scale joiner; 0.5.17 keeps only a given --enable-dp-attention."""
-    v = spec_methods.check("NGRAM", ["--model-path", "/m", "--elastic-ep-join-mode", "scale"], None, None, version)
+    v = methods.check("NGRAM", ["--model-path", "/m", "--elastic-ep-join-mode", "scale"], None, None, version)
     assert v.refused is refused, v.to_json()
-    v = spec_methods.check("NGRAM", ["--model-path", "/m", "--elastic-ep-join-mode", "scale", "--enable-dp-attention"],
+    v = methods.check("NGRAM", ["--model-path", "/m", "--elastic-ep-join-mode", "scale", "--enable-dp-attention"],
                            None, None, version)
     assert v.refused, v.to_json()
 
@@ -336,7 +336,7 @@ def test_the_cli_shows_the_refusal_and_its_exit_code(local_host, models, tmp_pat
 def test_check_local_gives_what_the_host_gives(models):
     """The corpus entry: the same verdict with the reading done in this process (no transport)."""
     root = str(real_sglang("0.5.23", full=True))
-    v = spec_methods.check_local(launch(models, "DFLASH", "qwen3-8b", "dflash-fc3"), root)
+    v = methods.check_local(launch(models, "DFLASH", "qwen3-8b", "dflash-fc3"), root)
     assert only(v, "dflash.fc").startswith("the draft's fc.weight takes 3 hidden states")
-    ok = spec_methods.check_local(launch(models, "DFLASH", "qwen3-8b", "dflash"), root)
-    assert not ok.refused and ok.of(spec_methods.NOTE)[0].startswith("the target captures after layers [1, 9, 17")
+    ok = methods.check_local(launch(models, "DFLASH", "qwen3-8b", "dflash"), root)
+    assert not ok.refused and ok.of(methods.NOTE)[0].startswith("the target captures after layers [1, 9, 17")

@@ -11,7 +11,7 @@ from sshd import chown_to
 
 from eaglebot.engine.runner import RunRequest
 from eaglebot.errors import UsageError
-from eaglebot.facts import cluster as fc
+from eaglebot.facts.host import cluster as fc
 from eaglebot.sim import cluster as sim_cluster
 from eaglebot.sim import install_sim_bin
 

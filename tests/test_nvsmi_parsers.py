@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eaglebot.sim import gpu_state
-from eaglebot.facts import nvsmi
+from eaglebot.facts.gpu import nvsmi
 
 FIX = Path(__file__).parent / "fixtures" / "nvidia-smi"
 SIM = Path(gpu_state.__file__).parent

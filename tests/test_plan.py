@@ -10,7 +10,7 @@ import pytest
 
 from eaglebot import testing
 from eaglebot.errors import StepFailed
-from eaglebot.facts import cluster
+from eaglebot.facts.host import cluster
 from eaglebot.sdk import Approval, Plan, StepResult
 from eaglebot.skills import (bench_batches, bench_compare, bench_correctness, bench_flap, bench_serving, draft_probe,
                              gpu_health, gpu_verify, node_drain, node_resume, shell)

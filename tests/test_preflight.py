@@ -127,7 +127,7 @@ async def test_each_refusal_comes_before_server_stop_and_the_running_server_keep
 
 
 def _listening(port: int) -> set[str]:
-    from eaglebot.facts import ports
+    from eaglebot.facts.host import ports
     text = Path("/proc/net/tcp").read_text() + Path("/proc/net/tcp6").read_text()
     return set(ports.parse_listening(text, port).values())
 

@@ -16,7 +16,7 @@ import pytest
 from helpers import wait_for
 
 from eaglebot.sdk import SkillContext
-from eaglebot.facts import ports, procs
+from eaglebot.facts.host import ports, procs
 from eaglebot.skills.lib import processes
 from eaglebot.store.db import owner_alive, proc_start_time
 from eaglebot.transport import LocalTransport

@@ -147,7 +147,7 @@ def test_parse_launch_args_pairs_flags_with_values():
 
 
 def test_greedy_outputs_are_compared_token_by_token_and_each_difference_is_a_tie_or_lossy():
-    from eaglebot.facts import correctness
+    from eaglebot.facts.bench import correctness
 
     ref = [[1, 2, 3], [4, 5, 6], [7, 8], [9]]
     m = correctness.compare(ref, [[1, 2, 3], [4, 5, 9], [7, 8], None])

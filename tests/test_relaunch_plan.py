@@ -24,7 +24,7 @@ from test_draft_gate import declare_training
 from test_shipped_playbooks import FAST, open_home_host, run, step, why
 
 from eaglebot.engine.runner import RunRequest
-from eaglebot.facts.sglang_args import launch_flags
+from eaglebot.facts.sglang.cmdline import launch_flags
 from eaglebot.sim import gpu_state
 
 SPEC = ["-e", "spec_steps=3", "-e", "spec_topk=1", "-e", "spec_draft_tokens=4", "-e", "bench_prompts=0"]

@@ -1,4 +1,4 @@
-"""The version-drift sentinel (facts/sglang_surface.py, facts/sglang_drift.py), in the default run:
+"""The version-drift sentinel (facts/host_programs/sglang_surface.py, facts/sglang/drift.py), in the default run:
 the host program over two small committed SGLang trees (tests/fixtures/sglang_surface: the 0.5.17
 layout and the 0.5.23 one), the shipped records of the real releases, and the launch pre-flight's
 refusal through server.launch. Over the REAL wheels: tests/test_sglang_releases.py (marker e2e)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from eaglebot.engine.runner import RunRequest
-from eaglebot.facts import sglang_drift
+from eaglebot.facts.sglang import drift
 from test_server_skills import PY, Host, one_step, open_svc
 
 TREES = Path(__file__).parent / "fixtures" / "sglang_surface"
@@ -20,9 +20,9 @@ TREES = Path(__file__).parent / "fixtures" / "sglang_surface"
 
 def read_tree(name: str) -> dict:
     """The fingerprint as a host gives it: the program on a Python's stdin, the tree as its argument."""
-    res = subprocess.run([sys.executable, "-", str(TREES / name / "sglang")], input=sglang_drift.program(),
+    res = subprocess.run([sys.executable, "-", str(TREES / name / "sglang")], input=drift.program(),
                          capture_output=True, text=True, timeout=60)
-    got = sglang_drift.parse(res.returncode, res.stdout, res.stderr)
+    got = drift.parse(res.returncode, res.stdout, res.stderr)
     assert isinstance(got, dict), got
     return got
 
@@ -43,7 +43,7 @@ def test_the_host_program_reads_both_layouts_and_names_each_change():
     assert sorted(new["hooks"]) == ["models/glm.py:GlmForCausalLM.set_dflash_layers_to_capture",
                                     "models/llama.py:LlamaForCausalLM.set_eagle3_layers_to_capture",
                                     "models/qwen.py:QwenForCausalLM.set_eagle3_layers_to_capture"]
-    d = sglang_drift.drift(old, new)
+    d = drift.drift(old, new)
     assert (d.base, d.version) == ("0.1.0", "0.2.0")
     assert d.changes == {
         "flags": ["the flag table moved: server_args.py -> arg_groups/fields/*.py + server_args.py",
@@ -62,8 +62,8 @@ def test_the_host_program_reads_both_layouts_and_names_each_change():
                   "models/qwen.py:QwenForCausalLM.set_eagle3_layers_to_capture body changed (plus_one differ)"],
         "adaptive": ["built-in defaults: BS1 [1, 3, 7] -> [1, 3, 5, 7]"]}
     # a same-release re-run: no drift
-    assert sglang_drift.drift(new, read_tree("new")).none
-    refusals, warnings = sglang_drift.launch_problems(
+    assert drift.drift(new, read_tree("new")).none
+    refusals, warnings = drift.launch_problems(
         new, ["--model-path", "/m", "--cuda-graph-max-bs", "8", "--enable-overlap"],
         {"SGLANG_ENABLE_SPEC_V2": "1", "SGLANG_SIMULATE_ACC_LEN": "3", "NCCL_DEBUG": "INFO"}, history=[old])
     assert refusals == [
@@ -76,10 +76,10 @@ def test_the_host_program_reads_both_layouts_and_names_each_change():
 
 def test_the_shipped_records_hold_every_listed_0517_to_0523_change():
     """REFERENCE.md's wheel diff, each item, from the records eaglebot ships (made from the real wheels)."""
-    assert sglang_drift.known_versions() == ["0.5.10", "0.5.17", "0.5.23"]
-    r17, r23 = sglang_drift.record("0.5.17"), sglang_drift.record("0.5.23")
+    assert drift.known_versions() == ["0.5.10", "0.5.17", "0.5.23"]
+    r17, r23 = drift.record("0.5.17"), drift.record("0.5.23")
     assert r17 is not None and r23 is not None
-    lines = sglang_drift.drift(r17, r23).lines()
+    lines = drift.drift(r17, r23).lines()
     for want in ["flags: the flag table moved: server_args.py -> arg_groups/fields/*.py + server_args.py",
                  "flags: --cuda-graph-max-bs removed (now an ambiguous prefix of --cuda-graph-max-bs-decode, "
                  "--cuda-graph-max-bs-prefill; it was a deprecated alias of --cuda-graph-max-bs-decode)",
@@ -106,19 +106,19 @@ def test_the_shipped_records_hold_every_listed_0517_to_0523_change():
     for model in ("glm5_next", "qwen3_5", "qwen3_5_text", "minimax_m3_vl", "nemotron_h", "lfm2", "mimo_v2",
                   "muse_spark"):
         assert any(k.startswith(f"models/{model}.py:") for k in added), model
-    assert sglang_drift.drift(r23, r23).none
-    assert [sglang_drift.nearest(v) for v in ("0.5.23", "0.5.21", "0.5.19", "0.5.12", "0.4.0", "0.6.1", None)] == [
+    assert drift.drift(r23, r23).none
+    assert [drift.nearest(v) for v in ("0.5.23", "0.5.21", "0.5.19", "0.5.12", "0.4.0", "0.6.1", None)] == [
         "0.5.23", "0.5.23", "0.5.17", "0.5.10", "0.5.10", "0.5.23", "0.5.23"]
 
 
 def test_a_launch_the_release_would_break_or_ignore_is_refused_naming_the_replacement():
-    r17, r23 = sglang_drift.record("0.5.17"), sglang_drift.record("0.5.23")
+    r17, r23 = drift.record("0.5.17"), drift.record("0.5.23")
     assert r17 is not None and r23 is not None
     args = ["--model-path", "/m", "--cuda-graph-max-bs", "8", "--speculative-dflash-draft-window-size", "4",
             "--piecewise-cuda-graph-max-tokens=2048", "--enable-dp-attention", "--no-such-flag"]
     env = {"SGLANG_ENABLE_SPEC_V2": "1", "SGLANG_SIMULATE_ACC_LEN": "3", "NCCL_P2P_DISABLE": "1",
            "SGLANG_ENABLE_CP_V2": "1", "SGLANG_USE_TRITON_ROUTER_SUM": "1", "SGLANG_NO_SUCH_KNOB": "1"}
-    refusals, warnings = sglang_drift.launch_problems(r23, args, env)
+    refusals, warnings = drift.launch_problems(r23, args, env)
     assert refusals == [
         "--cuda-graph-max-bs is not a flag of SGLang 0.5.23 (removed after 0.5.17): argparse refuses it as an "
         "ambiguous prefix of --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill; use --cuda-graph-max-bs-decode",
@@ -137,7 +137,7 @@ def test_a_launch_the_release_would_break_or_ignore_is_refused_naming_the_replac
                         "env SGLANG_USE_TRITON_ROUTER_SUM is renamed in SGLang 0.5.23 (SGLang says: use "
                         "SGLANG_USE_CUSTOM_ROUTER_SUM)"]
     # the same launch on 0.5.17: the aliases still work; the env var only warns there
-    refusals, _ = sglang_drift.launch_problems(r17, args[:8], {"SGLANG_ENABLE_SPEC_V2": "1"})
+    refusals, _ = drift.launch_problems(r17, args[:8], {"SGLANG_ENABLE_SPEC_V2": "1"})
     assert refusals == ["env SGLANG_ENABLE_SPEC_V2 has no effect on SGLang 0.5.17: it was removed and only warns "
                         "(SGLang says: speculative decoding always runs the V2 worker. Use --disable-overlap-schedule "
                         "to select the non-overlap (synchronous) path.); remove it from env:"]
@@ -199,9 +199,9 @@ async def test_doctor_shows_the_hosts_release_and_its_drift_against_the_nearest_
 
 
 def test_a_flag_only_a_later_release_has_is_left_to_sglangs_parser_and_an_env_var_of_one_is_ignored():
-    r10 = sglang_drift.record("0.5.10")
+    r10 = drift.record("0.5.10")
     assert r10 is not None
-    refusals, _ = sglang_drift.launch_problems(r10, ["--cuda-graph-max-bs-decode", "8"],
+    refusals, _ = drift.launch_problems(r10, ["--cuda-graph-max-bs-decode", "8"],
                                                {"SGLANG_USE_CUSTOM_ROUTER_SUM": "1"})
     assert refusals == ["env SGLANG_USE_CUSTOM_ROUTER_SUM is silently ignored by SGLang 0.5.10 (no code reads it; "
                         "SGLang 0.5.23 knew it); remove it from env:"]

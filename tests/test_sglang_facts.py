@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from eaglebot.facts import sglang as sg
-from eaglebot.facts import sglang_args, sglang_phase
+from eaglebot.facts.sglang import release as sg
+from eaglebot.facts.sglang import cmdline, startup
 from eaglebot.skills.bench_compare import judge
 from eaglebot.skills.server_launch import Params as LaunchParams
 from eaglebot.skills.server_launch import build_args
@@ -109,9 +109,9 @@ def test_launch_args_refuse_a_port_in_args_and_a_flag_given_twice():
                                         args=["--cuda-graph-max-bs-decode", "64", "--trust-remote-code"]))
     assert err is None
     assert args[:2] == ["--model-path", "/m"] and args[-3:] == ["--cuda-graph-max-bs-decode", "64", "--trust-remote-code"]
-    f = sglang_args.flag_values(args)
+    f = cmdline.flag_values(args)
     assert f["--port"] == "31000" and f["--speculative-num-draft-tokens"] == "16" and f["--trust-remote-code"] is None
-    assert sglang_args.flag_values(["--model", "x", "--tp=2"]) == {"--model-path": "x", "--tp-size": "2"}
+    assert cmdline.flag_values(["--model", "x", "--tp=2"]) == {"--model-path": "x", "--tp-size": "2"}
 
 
 def test_target_architecture_reads_config_json():
@@ -121,9 +121,9 @@ def test_target_architecture_reads_config_json():
 
 
 def test_same_value_compares_flag_text_with_typed_server_values():
-    assert sglang_args.same_value("16", 16) and not sglang_args.same_value("16", 2)
-    assert sglang_args.same_value("eagle3", "EAGLE3") and sglang_args.same_value("0.85", 0.85)
-    assert sglang_args.same_value("true", True) and not sglang_args.same_value("16", None)
+    assert cmdline.same_value("16", 16) and not cmdline.same_value("16", 2)
+    assert cmdline.same_value("eagle3", "EAGLE3") and cmdline.same_value("0.85", 0.85)
+    assert cmdline.same_value("true", True) and not cmdline.same_value("16", None)
 
 
 # -- server log ------------------------------------------------------------------------------
@@ -168,7 +168,7 @@ ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-frac
 
 def test_a_crash_is_reported_by_the_line_that_says_why_not_by_the_process_that_died():
     assert sg.find_fatal(LOG + CRASH) == CRASH.splitlines()[5]
-    hints = sglang_phase.hints(CRASH, sglang_phase.phase(CRASH), stalled=False)
+    hints = startup.hints(CRASH, startup.phase(CRASH), stalled=False)
     assert hints and hints[0].startswith("the weights leave too little memory for the KV cache: INCREASE")
 
 

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from eaglebot.facts import bench_sanity, sglang, sglang_phase, sglang_table
+from eaglebot.facts.bench import sanity
+from eaglebot.facts.sglang import launch_table, release, startup
 from test_sglang_sim import Sim, free_port, get, wait_status
 
 ROOT = Path(__file__).resolve().parents[1]
-VERSIONS = sglang.KNOWN_VERSIONS
+VERSIONS = release.KNOWN_VERSIONS
 REAL = ROOT / "tests" / "fixtures" / "sglang" / "0.5.17" / "h200-real"
 OPTIONS = {"0.5.17": 475, "0.5.23": 532}
 
@@ -59,7 +60,7 @@ def test_cuda_graph_bs_is_ambiguous_in_0_5_23_and_a_deprecated_alias_in_0_5_17()
 @pytest.mark.parametrize("version,argv,last,rc", [(v, *o) for v in VERSIONS for o in _outcomes(v)],
                          ids=lambda v: str(v)[:30])
 def test_the_fallback_table_check_agrees_with_the_real_parser(version, argv, last, rc):
-    v = sglang_table.check_with_table(["--model-path", "/m", *argv], version)
+    v = launch_table.check_with_table(["--model-path", "/m", *argv], version)
     assert (v.kind, v.message) == (("ok", "") if rc == 0 else ("refused", last))
 
 
@@ -68,9 +69,9 @@ def test_the_simulated_launch_server_refuses_and_accepts_exactly_as_the_real_one
     sim = Sim(tmp_path, version)
     for argv, last, rc in _outcomes(version):
         if rc == 0:   # accepted: the simulated host's own parser says so, as the real one did
-            cmd = sglang_table.probe_command(sim.vars["python"], ["--model-path", str(sim.target), *argv])
+            cmd = launch_table.probe_command(sim.vars["python"], ["--model-path", str(sim.target), *argv])
             p = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=60)
-            assert sglang_table.parse_probe(p.returncode, p.stdout, p.stderr).version == version
+            assert launch_table.parse_probe(p.returncode, p.stdout, p.stderr).version == version
             continue
         p = subprocess.run([sim.vars["python"], "-m", "sglang.launch_server", "--model-path", str(sim.target), *argv],
                            capture_output=True, text=True, timeout=60)
@@ -80,20 +81,20 @@ def test_the_simulated_launch_server_refuses_and_accepts_exactly_as_the_real_one
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_host_probe_reads_the_simulated_hosts_own_parser_and_release(tmp_path, version):
     sim = Sim(tmp_path, version)
-    cmd = sglang_table.probe_command(sim.vars["python"], ["--model-path", "/m", "--cuda-graph-bs", "1", "2"])
+    cmd = launch_table.probe_command(sim.vars["python"], ["--model-path", "/m", "--cuda-graph-bs", "1", "2"])
     p = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=60)
-    v = sglang_table.parse_probe(p.returncode, p.stdout, p.stderr)
+    v = launch_table.parse_probe(p.returncode, p.stdout, p.stderr)
     if version == "0.5.23":
         assert v.kind == "refused" and "could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill" in v.message
     else:
         assert (v.kind, v.version) == ("ok", "0.5.17")
-    cmd = sglang_table.probe_command(sim.vars["python"], ["--model-path", "/m", "--cuda-graph-bs-decode", "1", "2",
+    cmd = launch_table.probe_command(sim.vars["python"], ["--model-path", "/m", "--cuda-graph-bs-decode", "1", "2",
                                                           "--tp", "2", "--disable-cuda-graph"])
     p = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=60)
-    assert sglang_table.parse_probe(p.returncode, p.stdout, p.stderr).version == version
-    p = subprocess.run(["sh", "-c", sglang_table.probe_command("/usr/bin/env", ["--model-path", "/m"])],
+    assert launch_table.parse_probe(p.returncode, p.stdout, p.stderr).version == version
+    p = subprocess.run(["sh", "-c", launch_table.probe_command("/usr/bin/env", ["--model-path", "/m"])],
                        capture_output=True, text=True, timeout=60)
-    assert sglang_table.parse_probe(p.returncode, p.stdout, p.stderr).kind == "missing"   # not a Python at all
+    assert launch_table.parse_probe(p.returncode, p.stdout, p.stderr).kind == "missing"   # not a Python at all
 
 
 # Launch flags as they appear in the product's docs, playbooks and skills: each must exist in every real
@@ -103,8 +104,8 @@ SGLANG_FLAG = re.compile(r"(?<![\w-])(--(?:speculative|cuda-graph|mem-fraction|t
                          r"kv-cache|quantization|trust-remote|load-format|sampling-backend)[a-z0-9-]*)(?![\w\"'-])")
 DOC_FILES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
              *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "playbooks").glob("*.yaml")),
-             "skills/server_launch.py", "bot/facts/sglang_phase.py", "bot/facts/sglang.py",
-             "bot/facts/sglang_args.py", "bot/history/attribution.py", "tests/gpu/real_sglang_bed.py"]
+             "skills/server_launch.py", "bot/facts/sglang/startup.py", "bot/facts/sglang/release.py",
+             "bot/facts/sglang/cmdline.py", "bot/history/attribution.py", "tests/gpu/real_sglang_bed.py"]
 # Documented as what one release has and the other does not (docs/gpu-validation.md, REFERENCE.md).
 ONLY_IN = {"--cuda-graph-bs": "0.5.17", "--cuda-graph-max-bs": "0.5.17",
            "--speculative-dflash-draft-window-size": "0.5.17"}   # (docs/sglang-releases.md)
@@ -122,14 +123,14 @@ def _documented_flags() -> dict[str, str]:
 def test_every_documented_launch_flag_is_known_and_unambiguous_in_the_real_parser(version):
     flags = _documented_flags()
     assert "--speculative-num-draft-tokens" in flags and "--mem-fraction-static" in flags
-    parser = sglang_table.launch_parser(version)
+    parser = launch_table.launch_parser(version)
     bad = {}
     for flag, where in flags.items():
         if ONLY_IN.get(flag, version) != version:
             continue
         try:
             hit = parser._parse_optional(flag)   # argparse's own lookup: exact, alias or unique prefix
-        except sglang_table.Refused as e:
+        except launch_table.Refused as e:
             bad[flag] = f"{where}: {e}"
             continue
         if hit is None or hit[0] is None:
@@ -162,7 +163,7 @@ def test_the_products_speculative_rule_agrees_with_the_real_hook_on_the_whole_gr
     texts = g["warnings"]
     disagree = []
     for r in rows:
-        res = sglang.resolve_speculative(r["algorithm"], r["steps"], r["topk"], r["draft_tokens"], "LlamaForCausalLM",
+        res = release.resolve_speculative(r["algorithm"], r["steps"], r["topk"], r["draft_tokens"], "LlamaForCausalLM",
                                          version=version)
         real_warnings = [texts[i] for i in r["warnings"]]
         eff = res.effective()
@@ -184,7 +185,7 @@ def test_the_real_rewrite_is_topk_1_only_with_the_exact_warning(version):
     rewritten = [r for r in rows if r["effective"] and r["draft_tokens"] is not None
                  and r["effective"][2] != r["draft_tokens"]]
     assert rewritten and all(r["topk"] == 1 and r["effective"][2] == r["steps"] + 1 for r in rewritten)
-    assert sglang.DRAFT_TOKENS_WARNING in g["warnings"] and sglang.MAX_RUNNING_WARNING in g["warnings"]
+    assert release.DRAFT_TOKENS_WARNING in g["warnings"] and release.MAX_RUNNING_WARNING in g["warnings"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -192,16 +193,16 @@ def test_topk_above_1_without_draft_tokens_runs_in_the_real_hook_so_it_is_a_warn
     _, rows = _grid(version)
     loose = [r for r in rows if r["steps"] and r["topk"] and r["topk"] > 1 and r["draft_tokens"] is None]
     assert loose and all(r["error"] is None and r["effective"][2] is None for r in loose)
-    res = sglang.resolve_speculative("EAGLE3", 3, 4, None, "LlamaForCausalLM", version=version)
+    res = release.resolve_speculative("EAGLE3", 3, 4, None, "LlamaForCausalLM", version=version)
     assert res.error is None and f"SGLang {version} leaves it unset" in res.advice[0]
 
 
 def test_a_release_eaglebot_knows_is_not_warned_about_and_another_is():
-    assert [sglang.unknown_version_warning(v) for v in VERSIONS] == [None, None]
-    assert sglang.unknown_version_warning(None) is None
-    assert sglang.unknown_version_warning("0.5.99") == ("SGLang 0.5.99 is running; eaglebot knows the rules of "
+    assert [release.unknown_version_warning(v) for v in VERSIONS] == [None, None]
+    assert release.unknown_version_warning(None) is None
+    assert release.unknown_version_warning("0.5.99") == ("SGLang 0.5.99 is running; eaglebot knows the rules of "
                                                         "0.5.17, 0.5.23 and applies those of 0.5.23")
-    assert [sglang.rules_version(v) for v in ("0.5.17", "0.5.23", "0.5.99", None)] == [
+    assert [release.rules_version(v) for v in ("0.5.17", "0.5.23", "0.5.99", None)] == [
         "0.5.17", "0.5.23", "0.5.23", "0.5.23"]
 
 
@@ -217,15 +218,15 @@ def test_every_line_the_product_reads_comes_from_the_real_package(version):
 
     def source(key: str) -> str:
         return " ".join(x["text"] for x in lines[key])
-    assert sglang.READY_LINE in source("ready")
+    assert release.READY_LINE in source("ready")
     assert "Decode batch" in source("decode_stats") and "#running-req" in source("decode_stats")
     for key, pat in (("fatal_scheduler_exception", 0), ("fatal_sigquit", 1), ("fatal_rank_died", 2),
                      ("fatal_not_enough_memory", 3), ("fatal_cuda_graph", 4), ("fatal_kv_budget", 7)):
-        fragment = sglang.FATAL_PATTERNS[pat].pattern.replace("\\", "").replace("d+", "{rank}")
+        fragment = release.FATAL_PATTERNS[pat].pattern.replace("\\", "").replace("d+", "{rank}")
         assert fragment.split("{")[0] in source(key), key
     assert all(m.split(".")[0] in source("fatal_kv_budget") + source("fatal_not_enough_memory")
-               for m in sglang_phase.NOT_ENOUGH)
-    for fragment, _ in sglang_phase.PHASES:
+               for m in startup.NOT_ENOUGH)
+    for fragment, _ in startup.PHASES:
         if "graph" in fragment:
             key = "capture_cuda_graph_begin" if fragment.split()[-1] == "begin" else "capture_cuda_graph_end"
             assert any(fragment.strip() in x["text"] or "graph_backend[model_runner.device]} " +
@@ -245,17 +246,17 @@ def _record(path: Path) -> dict:
 def test_the_jsonl_parser_keeps_every_key_of_the_real_record(version):
     real = _record(fix(version) / "bench_serving.jsonl")
     assert len(real) >= 45
-    parsed = sglang.parse_bench_jsonl((fix(version) / "bench_serving.jsonl").read_text())
+    parsed = release.parse_bench_jsonl((fix(version) / "bench_serving.jsonl").read_text())
     assert parsed == real
-    nums = sglang.bench_numbers(parsed)
+    nums = release.bench_numbers(parsed)
     assert nums["completed"] == 8 and nums["output_throughput"] == real["output_throughput"]
-    assert set(nums) == {k for k in sglang.BENCH_METRICS if isinstance(real.get(k), (int, float))}
+    assert set(nums) == {k for k in release.BENCH_METRICS if isinstance(real.get(k), (int, float))}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_table_parser_reads_the_real_printed_table_as_the_record_says(version):
     text = (fix(version) / "bench_serving_stdout.txt").read_text()
-    table = sglang.parse_bench_table(text)
+    table = release.parse_bench_table(text)
     real = _record(fix(version) / "bench_serving.jsonl")
     rows = [ln for ln in text[text.rfind("Serving Benchmark Result"):].splitlines() if ":" in ln]
     assert len(table) == len(rows) == 38          # every printed row is read
@@ -337,9 +338,9 @@ def _real_info() -> dict:
 
 
 def test_the_real_server_info_parses_to_what_the_server_ran():
-    info = sglang.parse_server_info((REAL / "server_info.json").read_text())
+    info = release.parse_server_info((REAL / "server_info.json").read_text())
     assert info["version"] == "0.5.17"
-    assert [info["effective"][k] for k in sglang.SPEC_KEYS] == ["EAGLE3", 3, 1, 4]
+    assert [info["effective"][k] for k in release.SPEC_KEYS] == ["EAGLE3", 3, 1, 4]
     assert info["avg_spec_accept_length"] == pytest.approx(1.0002, abs=1e-4)
     assert "launch_command" not in info["raw"]   # 0.5.23 adds it; nothing in the product reads it
 
@@ -347,32 +348,32 @@ def test_the_real_server_info_parses_to_what_the_server_ran():
 def test_the_real_0_5_17_relaunch_warned_of_unknown_rules_and_no_longer_does():
     shown = json.loads((REAL / "eagle-show-relaunch.json").read_text())
     assert shown["warnings"] == ["local: SGLang 0.5.17 is running; eaglebot's rules are those of 0.5.23"]
-    assert sglang.unknown_version_warning(_real_info()["version"]) is None
+    assert release.unknown_version_warning(_real_info()["version"]) is None
     launch = [s for s in shown["steps"] if s["name"] == "launch SGLang"][0]
     assert launch["summary"].startswith("SGLang 0.5.17 ready on port 30000 in 108.7s")
 
 
 def test_the_real_benchmark_of_random_weights_is_refused_as_the_product_refused_it():
-    rec = sglang.parse_bench_jsonl((REAL / "bench.jsonl").read_text())
+    rec = release.parse_bench_jsonl((REAL / "bench.jsonl").read_text())
     assert rec is not None
-    nums = sglang.bench_numbers(rec)
+    nums = release.bench_numbers(rec)
     assert nums["completed"] == 64 and nums["output_throughput"] == pytest.approx(387.505, abs=0.01)
     assert nums["accept_length"] == 1.0
-    verdict = bench_sanity.check([64], 64, speculative=rec["server_info"]["speculative_algorithm"],
+    verdict = sanity.check([64], 64, speculative=rec["server_info"]["speculative_algorithm"],
                                  accept_length=nums["accept_length"])
     shown = json.loads((REAL / "eagle-show-relaunch.json").read_text())
     bench = [s for s in shown["steps"] if s["name"] == "benchmark"][0]
     assert verdict.failure == bench["summary"]
-    table = sglang.parse_bench_table((REAL / "bench.log").read_text())
+    table = release.parse_bench_table((REAL / "bench.log").read_text())
     assert table["output_throughput"] == pytest.approx(nums["output_throughput"], abs=0.006)
 
 
 def test_the_real_start_up_log_goes_through_every_phase_and_has_no_fatal_line():
     log = (REAL / "server.log").read_text()
-    assert sglang.find_fatal(log) is None and sglang_phase.phase(log) == "ready"
-    seen = [name for fragment, name in sglang_phase.PHASES if fragment in log]
-    assert seen == [name for fragment, name in sglang_phase.PHASES if "graph" not in fragment]  # no graphs: disabled
-    assert sglang.MAX_RUNNING_WARNING in log
+    assert release.find_fatal(log) is None and startup.phase(log) == "ready"
+    seen = [name for fragment, name in startup.PHASES if fragment in log]
+    assert seen == [name for fragment, name in startup.PHASES if "graph" not in fragment]  # no graphs: disabled
+    assert release.MAX_RUNNING_WARNING in log
 
 
 def _decode_labels(line: str) -> list[str]:
@@ -424,7 +425,7 @@ def test_the_simulated_0_5_17_server_answers_with_the_real_servers_keys(tmp_path
     # the same start-up phases in the same order, the CUDA graph ones skipped as the real server skips them
 
     def phases(text: str) -> list[str]:
-        order = [(text.find(fragment), name) for fragment, name in sglang_phase.PHASES if fragment in text]
+        order = [(text.find(fragment), name) for fragment, name in startup.PHASES if fragment in text]
         return [name for _, name in sorted(order)]
     assert phases(log) == phases(real_log)
     assert "Disable prefill CUDA graph because cuda_graph_config resolved prefill.backend='disabled'" in real_log
@@ -452,7 +453,7 @@ def test_weights_beyond_the_mem_fraction_budget_crash_with_the_releases_own_line
                         "--speculative-num-draft-tokens", "4", "--mem-fraction-static", "0.001")
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 1
-    fatal = sglang.find_fatal(out)
+    fatal = release.find_fatal(out)
     source = " ".join(x["text"] for x in _log_lines(version)["fatal_kv_budget"])
     assert fatal and fatal.startswith("ValueError: Loaded weights leave no GPU memory for the KV cache under "
                                       "--mem-fraction-static=0.001. Raise --mem-fraction-static above ")

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from eaglebot.facts import eagle3, sglang_drift
+from eaglebot.facts.sglang import drift
+from eaglebot.facts.spec import eagle3
 from sglang_source import real_sglang
 
 pytestmark = pytest.mark.e2e
@@ -35,8 +36,8 @@ def fingerprint(version: str) -> dict[str, Any]:
     """As a host answers: the program on a fresh Python's stdin, the unpacked wheel as its sglang."""
     if version not in _seen:
         res = subprocess.run([sys.executable, "-", str(real_sglang(version, full=True))],
-                             input=sglang_drift.program(), capture_output=True, text=True, timeout=300)
-        got = sglang_drift.parse(res.returncode, res.stdout, res.stderr)
+                             input=drift.program(), capture_output=True, text=True, timeout=300)
+        got = drift.parse(res.returncode, res.stdout, res.stderr)
         assert isinstance(got, dict), got
         _seen[version] = got
     return _seen[version]
@@ -46,12 +47,12 @@ def fingerprint(version: str) -> dict[str, Any]:
 def test_each_real_wheel_matches_its_record_and_a_rerun_reports_no_drift(version):
     fp = fingerprint(version)
     assert fp["sglang"] == version
-    rec = sglang_drift.record(version)
+    rec = drift.record(version)
     assert rec is not None
-    d = sglang_drift.drift(rec, fp)
+    d = drift.drift(rec, fp)
     assert d.none, d.lines()
     assert {k: v for k, v in fp.items() if k not in ("root", "elapsed_s")} == rec
-    same, headline, changes = sglang_drift.report(fp)
+    same, headline, changes = drift.report(fp)
     assert same and headline.startswith(f"SGLang {version}: the surface eaglebot relies on matches its record") \
         and changes == {}
 
@@ -72,7 +73,7 @@ def test_the_flag_table_read_from_the_source_is_sglangs_own_parsers(version):
 
 def test_every_listed_0517_to_0523_change_is_detected_between_the_real_wheels():
     old, new = fingerprint("0.5.17"), fingerprint("0.5.23")
-    lines = sglang_drift.drift(old, new).lines()
+    lines = drift.drift(old, new).lines()
     assert "flags: the flag table moved: server_args.py -> arg_groups/fields/*.py + server_args.py" in lines
     for flag, fate in (("--cuda-graph-max-bs", "now an ambiguous prefix of --cuda-graph-max-bs-decode, "
                                                "--cuda-graph-max-bs-prefill; it was a deprecated alias of "
@@ -93,7 +94,7 @@ def test_every_listed_0517_to_0523_change_is_detected_between_the_real_wheels():
     assert [k.split(":")[0] for k in changed] == ["models/exaone_moe.py", "models/kimi_k3.py", "models/kimi_linear.py",
                                                   "models/minimax_m2.py", "models/minimax_m3.py", "models/qwen3_vl.py"]
     # the launch pre-flight on the live 0.5.23 fingerprint
-    refusals, _ = sglang_drift.launch_problems(new, ["--cuda-graph-max-bs", "8"], {"SGLANG_ENABLE_SPEC_V2": "1"},
+    refusals, _ = drift.launch_problems(new, ["--cuda-graph-max-bs", "8"], {"SGLANG_ENABLE_SPEC_V2": "1"},
                                                history=[fingerprint("0.5.10"), old])
     assert [r.split(":")[0] for r in refusals] == [
         "--cuda-graph-max-bs is not a flag of SGLang 0.5.23 (removed after 0.5.17)",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from eaglebot.sim import gpu_state, install_sim_bin
-from eaglebot.facts import sglang as sg
+from eaglebot.facts.sglang import release as sg
 from sshd import free_port
 
 PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else None

@@ -76,7 +76,7 @@ def test_no_skill_writes_a_tilde_path_or_reads_the_raw_state_dir(path):
 def test_the_host_resolves_home_and_state_folder_in_one_round_trip(tmp_path, monkeypatch):
     import subprocess
 
-    from eaglebot.facts import host_paths
+    from eaglebot.facts.host import paths
 
     home = tmp_path / "home"
     home.mkdir()
@@ -85,20 +85,20 @@ def test_the_host_resolves_home_and_state_folder_in_one_round_trip(tmp_path, mon
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "SCRATCH": str(home / "link")}
     for state_dir, want in [("~/.eaglebot", home / ".eaglebot"), ("$SCRATCH/eb", home / "real" / "eb"),
                             ("${SCRATCH}/x y", home / "real" / "x y"), ("rel/dir", home / "rel" / "dir")]:
-        out = subprocess.run(["sh", "-c", host_paths.command(state_dir)], capture_output=True, text=True, env=env,
+        out = subprocess.run(["sh", "-c", paths.command(state_dir)], capture_output=True, text=True, env=env,
                              cwd=home)
-        paths = host_paths.parse(out.stdout)
-        assert (paths.home, paths.state_dir) == (str(home), str(want)) and want.is_dir()
+        got = paths.parse(out.stdout)
+        assert (got.home, got.state_dir) == (str(home), str(want)) and want.is_dir()
     # a dry run names the folder and makes nothing
-    out = subprocess.run(["sh", "-c", host_paths.command("~/not-yet", create=False)], capture_output=True,
+    out = subprocess.run(["sh", "-c", paths.command("~/not-yet", create=False)], capture_output=True,
                          text=True, env=env, cwd=home)
-    assert host_paths.parse(out.stdout).state_dir == f"{home}/not-yet" and not (home / "not-yet").exists()
+    assert paths.parse(out.stdout).state_dir == f"{home}/not-yet" and not (home / "not-yet").exists()
     # what a user typed is never shell code: a `$(...)` in state_dir stays literal
-    out = subprocess.run(["sh", "-c", host_paths.command("~/$(touch pwned)")], capture_output=True, text=True,
+    out = subprocess.run(["sh", "-c", paths.command("~/$(touch pwned)")], capture_output=True, text=True,
                          env=env, cwd=home)
     assert not (home / "pwned").exists()
     with pytest.raises(ValueError, match="absolute"):
-        host_paths.parse("EAGLE-HOST-PATHS /home/x\nmkdir: cannot create directory: Permission denied\n")
+        paths.parse("EAGLE-HOST-PATHS /home/x\nmkdir: cannot create directory: Permission denied\n")
 
 
 @pytest.mark.e2e  # a mypy run

@@ -13,7 +13,7 @@ import pytest
 from history_seed import seed_run
 from slack_harness import PLAYBOOKS
 
-from eaglebot.facts import cluster
+from eaglebot.facts.host import cluster
 from eaglebot.frontends.chat.words import RUN, WORDS
 from eaglebot.frontends.slack.tuning import APPLY_BEST_ACTION
 from eaglebot.testing import Reply, Unscripted

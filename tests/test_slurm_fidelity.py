@@ -1,5 +1,5 @@
 """The SIMULATED scontrol/sinfo (bot/sim/cluster.py) held to the REAL Slurm (tests/slurm.py): the
-same sequence of commands, the skills' own (eaglebot.facts.cluster builds them), against both;
+same sequence of commands, the skills' own (eaglebot.facts.host.cluster builds them), against both;
 the same exit codes, the same stdout and the same refusals, and the same parse of every sinfo
 line (state, reason, draining, responding) by the parser the skills use.
 
@@ -24,7 +24,7 @@ import pytest
 from gpu_helpers import PY
 from slurm import NODE, PARTITIONS, SlurmCluster
 
-from eaglebot.facts import cluster as fc
+from eaglebot.facts.host import cluster as fc
 from eaglebot.sim import cluster as sim_cluster
 from eaglebot.sim import install_sim_bin
 

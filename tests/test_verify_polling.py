@@ -26,7 +26,7 @@ def run_watch(cmd: str, gpus: list[int], max_mib: int, *, kill_when_free: bool =
     import signal
     import subprocess
 
-    from eaglebot.facts import nvsmi_watch
+    from eaglebot.facts.gpu import nvsmi_watch
 
     w = nvsmi_watch.Watch(gpus, max_mib)
     p = subprocess.Popen(["sh", "-c", cmd], stdout=subprocess.PIPE, text=True, start_new_session=True)
@@ -48,7 +48,7 @@ def run_watch(cmd: str, gpus: list[int], max_mib: int, *, kill_when_free: bool =
 
 def test_the_watch_stops_at_the_first_free_round_of_the_simulated_nvidia_smi(tmp_path):
     from eaglebot.sim import gpu_state, install_sim_bin
-    from eaglebot.facts import nvsmi_watch
+    from eaglebot.facts.gpu import nvsmi_watch
 
     state = tmp_path / "state"
     smi = install_sim_bin(tmp_path / "bin", state)["nvidia_smi"]
@@ -64,7 +64,7 @@ def test_the_watch_stops_at_the_first_free_round_of_the_simulated_nvidia_smi(tmp
 
 
 def test_parse_watch_keeps_the_last_complete_round():
-    from eaglebot.facts.nvsmi_watch import Watch
+    from eaglebot.facts.gpu.nvsmi_watch import Watch
 
     def parse_watch(text: str, gpus: list[int], max_used_mib: int) -> Watch:
         w = Watch(gpus, max_used_mib)

@@ -16,7 +16,7 @@ from sshd import chown_to
 from test_health_watch import XID79, fleet, open_watch, watch_cfg, xid13
 
 from eaglebot.engine.health_watch import HealthWatch, HostReport
-from eaglebot.facts import xid as xf
+from eaglebot.facts.gpu import xid as xf
 from eaglebot.sim import gpu_state
 
 HUGE = "[  100.000000] NVRM: Xid (PCI:0000:00:06): " + "9" * 5000 + ", x"
@@ -188,7 +188,7 @@ async def test_host_text_is_escaped_in_text_and_blocks_on_every_alert_path(servi
 
 
 async def test_a_parser_that_raises_is_a_finding_not_a_silent_host(services, sshd, remote_dir, monkeypatch):
-    from eaglebot.facts import health_probe
+    from eaglebot.facts.gpu import health_probe
 
     def broken(text, fields=None):
         raise ValueError("a parser did not foresee this")

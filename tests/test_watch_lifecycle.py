@@ -19,8 +19,8 @@ from eaglebot.engine import fleet_health as fh
 from eaglebot.engine.health_watch import HealthWatch, findings_of
 from eaglebot.engine.lifecycle import window_at, windows
 from eaglebot.engine.runner import RunRequest
-from eaglebot.facts import health as hf
-from eaglebot.facts.health_probe import GpuHealthRead
+from eaglebot.facts.gpu import health as hf
+from eaglebot.facts.gpu.health_probe import GpuHealthRead
 from eaglebot.sim import gpu_state
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from eaglebot.facts.health import RECOVERY_PREFIX
+from eaglebot.facts.gpu.health import RECOVERY_PREFIX
 from eaglebot.store.health import HELD_STATES
 
 HOST = -1                       # the row of the host itself (its probe, nvidia-smi as a whole)

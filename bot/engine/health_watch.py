@@ -1,7 +1,7 @@
 """The fleet health watch: a cheap probe of each watched host every `interval_s`, findings
 judged by the Xid policy and `engine.fleet_health`, states and events written to the store.
 
-A probe is `facts.health_probe.read_gpu_health`, the read gpu.health makes (one health query
+A probe is `facts.gpu.health_probe.read_gpu_health`, the read gpu.health makes (one health query
 with the driver's recovery action too, `nvidia-smi nvlink -s`, the kernel log's Xid lines with
 the host's boot id and uptime), and nothing heavier; never DCGM. Whatever a host prints, the
 probe ends in findings, never an exception: `cannot read GPU N: ...` (ERR!, [Unknown Error], a
@@ -31,10 +31,12 @@ from typing import Any, Awaitable, Callable, Mapping, TYPE_CHECKING
 
 from eaglebot.config import HealthWatchConfig, Settings, XidRule
 from eaglebot.errors import EagleError
-from eaglebot.facts import health as hf
-from eaglebot.facts import ports, sglang, spec_live
-from eaglebot.facts import xid as xf
-from eaglebot.facts.health_probe import GpuHealthRead, read_gpu_health
+from eaglebot.facts.gpu import health as hf
+from eaglebot.facts.gpu import xid as xf
+from eaglebot.facts.gpu.health_probe import GpuHealthRead, read_gpu_health
+from eaglebot.facts.host import ports
+from eaglebot.facts.sglang import release
+from eaglebot.facts.spec import live
 from eaglebot.engine import fleet_health as fh, procs
 from eaglebot.engine.xid_judge import Seen, judge_xids
 from eaglebot.sdk import CommandResult, Host, path_for_shell
@@ -165,7 +167,7 @@ def gone_finding(port: int, stdout: str) -> fh.Finding | None:
     if head is None:
         return None
     pid = head.split()[1]
-    fatal = sglang.find_fatal("\n".join(lines[lines.index(head) + 1:]))
+    fatal = release.find_fatal("\n".join(lines[lines.index(head) + 1:]))
     why = f"its log ends in: {fatal}" if fatal else "its log names no fatal line"
     return fh.Finding(fh.HOST, "warn", xf.clip(f"the server the bot launched on port {port} (pid {pid}) no longer "
                                                f"runs: {why}; relaunch it", 300))
@@ -192,7 +194,7 @@ async def _server(host: Host, host_vars: Mapping[str, Any], deadline: float,
     if code != 200 and state_dir:
         found = gone_finding(port, (await _run(host, gone_command(state_dir, port), deadline)).stdout)
         return [found] if found is not None else []
-    lossy = spec_live.lossy_running(None, info) if isinstance(info, dict) else []
+    lossy = live.lossy_running(None, info) if isinstance(info, dict) else []
     return [fh.Finding(fh.HOST, "warn", xf.clip(f"the server on port {port} is not lossless: {'; '.join(lossy)}; "
                                                 f"relaunch it or set the threshold back to 1", 300))] if lossy else []
 

@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable
 from eaglebot.engine import templating
 from eaglebot.engine.playbook import Playbook, Step
 from eaglebot.errors import StoreError
-from eaglebot.facts.host_paths import HostPaths
+from eaglebot.facts.host.paths import HostPaths
 from eaglebot.sdk import ApprovalRequest, Metric, Regression, StepResult
 
 log = logging.getLogger("eaglebot.engine")

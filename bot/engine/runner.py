@@ -14,7 +14,7 @@ import logging
 from typing import Any, Awaitable, Callable, TYPE_CHECKING
 
 from eaglebot.engine import hostvars, limits, procs, rolling
-from eaglebot.facts import host_paths
+from eaglebot.facts.host import paths
 from eaglebot.config import Settings
 from eaglebot.engine.quarantine import health_guard
 from eaglebot.errors import AccessDenied, EagleError, HostBusy, HostUnreachable, StoreError, UsageError
@@ -381,11 +381,11 @@ class Engine(StepRunner):
         # A dry run, or a run whose skills all only read (server.logs), names the folder and makes nothing.
         create = not run.req.dry_run and takes_locks(run.playbook, self.registry)
         try:
-            res = await self.pool.get(host).run(host_paths.command(state_dir, create=create), timeout=60)
+            res = await self.pool.get(host).run(paths.command(state_dir, create=create), timeout=60)
         except EagleError as e:   # a host key, a login, a dropped connection: the transport's own sentence
             return str(e)
         try:
-            run.paths[host] = host_paths.parse(res.stdout)
+            run.paths[host] = paths.parse(res.stdout)
             return None
         except ValueError as e:
             last = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [f"exit status {res.exit_status}"]

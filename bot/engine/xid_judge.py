@@ -5,7 +5,7 @@ become findings by the Xid policy (`health_watch.xid`), deduplicated by (host, G
 - The Xid's time is the probe's wall clock less the kernel seconds since the line (`uptime -
   ts`, both read by the same command on the host): no clock of the host's is trusted, only its
   monotonic one. A line without a timestamp counts as read now.
-- Fatal classes (facts/xid.py AT_ONCE_XIDS) act at once; a `fail` reached by `fail_after`
+- Fatal classes (facts/gpu/xid.py AT_ONCE_XIDS) act at once; a `fail` reached by `fail_after`
   occurrences acts at once too (the occurrences are the agreeing readings); any other `fail`
   Xid waits for a second probe.
 - The same Xid on the same GPU in the same boot is one incident (each line still an event, and
@@ -24,7 +24,7 @@ from typing import Mapping, TYPE_CHECKING
 from eaglebot.config import XidRule
 from eaglebot.engine import fleet_health as fh
 from eaglebot.engine.lifecycle import window_at, windows
-from eaglebot.facts import xid as xf
+from eaglebot.facts.gpu import xid as xf
 
 if TYPE_CHECKING:
     from eaglebot.store.door import Door

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from eaglebot.facts.sglang_args import launch_flags
+from eaglebot.facts.sglang.cmdline import launch_flags
 from eaglebot.history.fingerprint import empty_state, json_value
 from eaglebot.history.health import diff_health
 from eaglebot.history.keydiff import flatten, key_changes_from_diff

@@ -9,7 +9,7 @@ from typing import Any
 import jsonpatch
 
 from eaglebot.errors import UsageError
-from eaglebot.facts.sglang_args import launch_flags
+from eaglebot.facts.sglang.cmdline import launch_flags
 from eaglebot.history.attribution import config_value, health_changes, state_changes
 from eaglebot.store.rows import MetricRow, RunRow
 

@@ -179,7 +179,7 @@ def proc_stat(pid: int) -> tuple[str, str] | None:
     """(state letter, start time) of a live pid, or None.
 
     The simulator runs stand-alone on the test host and cannot import eaglebot, so it
-    reads these two fields itself; eaglebot's parser is eaglebot.facts.procs.parse_stat.
+    reads these two fields itself; eaglebot's parser is eaglebot.facts.host.procs.parse_stat.
     """
     try:
         with open(f"/proc/{int(pid)}/stat") as f:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
 from urllib.parse import quote as url_quote
 
 from eaglebot.errors import StoreError
-from eaglebot.facts.procs import parse_stat
+from eaglebot.facts.host.procs import parse_stat
 from eaglebot.store import chain
 from eaglebot.store.chain import quote
 from eaglebot.store.sealing import Sealer

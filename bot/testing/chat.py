@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from eaglebot.config import load_settings
-from eaglebot.facts import host_paths
+from eaglebot.facts.host import paths
 from eaglebot.frontends.services import Services
 from eaglebot.frontends.slack.app import SlackBot, build_app
 from eaglebot.frontends.slack.inmemory import (IDENTITY, RecordingWebClient, RecordingWebhook, Sent, SlackRecord,
@@ -58,8 +58,8 @@ class ChatHost(Host):
                  state_dir: str = "/home/eagle/.eaglebot"):
         super().__init__(name)
         self.unscripted: list[Unscripted] = []
-        self._probes = _StateProbe({host_paths.command(state_dir_setting, create=c) for c in (True, False)})
-        self.on(self._probes, stdout=host_paths.printed(home, state_dir))
+        self._probes = _StateProbe({paths.command(state_dir_setting, create=c) for c in (True, False)})
+        self.on(self._probes, stdout=paths.printed(home, state_dir))
 
     @property
     def commands(self) -> list[str]:

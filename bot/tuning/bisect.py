@@ -27,7 +27,7 @@ from eaglebot.errors import UsageError
 from eaglebot.history.attribution import (config_changes, env_changes, health_changes, launch_changes, show,
                                           version_changes)
 from eaglebot.history.host_state import host_state
-from eaglebot.facts.sglang_args import build_launch_args, launch_flags
+from eaglebot.facts.sglang.cmdline import build_launch_args, launch_flags
 from eaglebot.tuning.points import ParentRun, run_point
 from eaglebot.tuning.records import BisectSpec
 

@@ -20,7 +20,7 @@ from eaglebot.errors import UsageError
 from eaglebot.sdk import Metric
 from eaglebot.tuning.points import THROUGHPUT, ParentRun, run_point
 from eaglebot.tuning.records import SweepSpec
-from eaglebot.facts.sglang import resolve_speculative
+from eaglebot.facts.sglang.release import resolve_speculative
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MAX_POINTS = 64

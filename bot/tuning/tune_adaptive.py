@@ -15,7 +15,7 @@ profile saw the slot stays on its tier (no flapping), and only a real sag moves 
 the EMA's mean +- Z standard deviations: one verify's accepted-draft count varies (a truncated
 count), prompts differ (the profile's per-request means), a batch averages its requests, and
 the EMA averages alpha / (2 - alpha) of its past. When no gap fits, the slot keeps its one tier.
-`replay` then runs SGLang's own rule (facts/sglang_adaptive.py) on drawn counts as a check before
+`replay` then runs SGLang's own rule (facts/sglang/adaptive.py) on drawn counts as a check before
 the flap test on the server.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglebot.facts import sglang_adaptive as sa
+from eaglebot.facts.sglang import adaptive as sa
 from eaglebot.tuning.tune_model import ChainModel, depth_moments
 
 Z = 4.0                  # band half-width in standard deviations of the EMA

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from eaglebot.facts import eagle3
+from eaglebot.facts.spec import eagle3
 
 GRID_N = (36, 61, 62, 80)
 GRID_IDS: list[list[int]] = [[2, 30, 58], [-1, 2, 30], [1, 30, 58], [1, 29, 57], [0, 5, 9], [3, 10, 20],

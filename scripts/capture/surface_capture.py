@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
-from eaglebot.facts import sglang_surface
+from eaglebot.facts.host_programs import sglang_surface
 
 VOLATILE = ("root", "elapsed_s")   # where it was read and how long that took: not part of the record
 

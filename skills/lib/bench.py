@@ -9,7 +9,7 @@ from typing import Any
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext
 
-from eaglebot.facts import sglang
+from eaglebot.facts.sglang import release
 
 
 def argv(python: str, port: int, num_prompts: int, input_len: int, output_len: int, max_concurrency: int,
@@ -34,12 +34,12 @@ async def run_once(ctx: SkillContext, cmd: list[str], out_file: str, timeout_s: 
                              on_output=lambda _s, line: ctx.log(line))
     printed = res.stdout + res.stderr
     if res.timed_out:
-        raise StepFailed(f"the benchmark did not finish within {timeout_s:g}s", output=sglang.tail(printed, 60))
+        raise StepFailed(f"the benchmark did not finish within {timeout_s:g}s", output=release.tail(printed, 60))
     fres = await ctx.host.run(f"cat {shlex.quote(out_file)}", timeout=30)
-    record = sglang.parse_bench_jsonl(fres.stdout) if fres.exit_status == 0 else None
+    record = release.parse_bench_jsonl(fres.stdout) if fres.exit_status == 0 else None
     if record is None:
         raise StepFailed(f"the benchmark gave no numbers: its JSONL file {out_file} "
                          + ("does not exist" if fres.exit_status != 0 else "holds no record")
                          + f" (exit status {res.exit_status}): {last_line(printed) or 'no output'}",
-                         output=sglang.tail(printed, 60))
+                         output=release.tail(printed, 60))
     return record

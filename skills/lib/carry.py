@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from eaglebot.sdk import SkillContext
 
-from eaglebot.facts import sglang_args
+from eaglebot.facts.sglang import cmdline
 from eaglebot.skills.lib import server
 
 # (launch parameter, its flag, the /server_info key): what a relaunch carries as a parameter.
@@ -73,7 +73,7 @@ async def live_info(ctx: SkillContext, python: str, port: int) -> dict[str, Any]
 def _audited(record: Mapping[str, Any], flag: str, key: str) -> Any:
     """What the record says about one setting: the flag it was launched with, else what the server
     reported at launch (`effective`: SGLang's own choice of the speculative settings)."""
-    flags = sglang_args.flag_values(record.get("launch_args") or [])
+    flags = cmdline.flag_values(record.get("launch_args") or [])
     if flag in flags:
         return flags[flag]
     eff = record.get("effective") or {}
@@ -104,7 +104,7 @@ def compare(record: Mapping[str, Any], live: Mapping[str, Any]) -> list[tuple[st
         audited, now = _audited(record, flag, key), live.get(key)
         if audited is None or now is None:
             continue
-        if not sglang_args.same_value(str(audited), now):
+        if not cmdline.same_value(str(audited), now):
             out.append((flag, key, audited, now))
     return out
 
@@ -129,7 +129,7 @@ def from_sources(record: Mapping[str, Any] | None, live: Mapping[str, Any] | Non
         return c
     c.run_id = record.get("run_id")
     c.source = f"run #{c.run_id}'s audited launch"
-    flags = sglang_args.flag_values(record["launch_args"])
+    flags = cmdline.flag_values(record["launch_args"])
     diffs = compare(record, live) if live is not None else []
     live_over = {flag: now for flag, _, _, now in diffs}
     for flag, key, audited, now in diffs:
@@ -141,10 +141,10 @@ def from_sources(record: Mapping[str, Any] | None, live: Mapping[str, Any] | Non
             c.values[param] = live_over[flag]
         elif flags.get(flag) is not None:
             c.values[param] = _typed(param, flags[flag])
-    rest = {k: v for k, v in sglang_args.launch_flags(record["launch_args"]).items() if k not in STRUCTURED}
+    rest = {k: v for k, v in cmdline.launch_flags(record["launch_args"]).items() if k not in STRUCTURED}
     if "--dp-size" in live_over:
         rest["--dp-size"] = str(live_over["--dp-size"])
-    c.args = sglang_args.build_launch_args(rest)
+    c.args = cmdline.build_launch_args(rest)
     env = dict(record.get("env") or {})
     c.gpus = env.pop("CUDA_VISIBLE_DEVICES", None)
     c.env = {str(k): str(v) for k, v in env.items()}
@@ -162,11 +162,11 @@ def _typed(param: str, text: str | None) -> Any:
 
 def merge_args(carried: list[str], given: list[str]) -> list[str]:
     """The carried extra arguments with the given ones on top (a flag given replaces the carried one)."""
-    flags = sglang_args.launch_flags(carried)
-    for k, v in sglang_args.launch_flags(given).items():
+    flags = cmdline.launch_flags(carried)
+    for k, v in cmdline.launch_flags(given).items():
         flags.pop(k, None)
         flags[k] = v
-    return sglang_args.build_launch_args(flags)
+    return cmdline.build_launch_args(flags)
 
 
 def shown(values: Mapping[str, Any], args: list[str], gpus: str | None) -> str:

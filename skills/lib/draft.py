@@ -11,7 +11,8 @@ from typing import Any
 
 from eaglebot.sdk import SkillContext, path_for_shell
 
-from eaglebot.facts import draft_contract, eagle3, sglang
+from eaglebot.facts.sglang import release
+from eaglebot.facts.spec import draft_contract, eagle3
 
 
 
@@ -48,7 +49,7 @@ async def resolve(ctx: SkillContext, python: str, target: eagle3.Target,
         got = eagle3.parse_probe(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
     if isinstance(got, eagle3.Resolution):
         return got, f"read from the host's SGLang {got.version} source in {got.elapsed_s}s"
-    version = str(ctx.vars.get("sglang_version") or sglang.SGLANG_VERSION)
+    version = str(ctx.vars.get("sglang_version") or release.SGLANG_VERSION)
     if not eagle3.has_table(version):
         return None, f"the host's SGLang could not be asked ({got}) and eaglebot has no captured table of {version}"
     table = eagle3.resolve_with_table(eagle3.load_table(version), target.archs, target.num_layers, cases)

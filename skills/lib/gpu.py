@@ -13,8 +13,8 @@ from pydantic import Field, field_validator
 
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, SkillParams
-from eaglebot.facts import nvsmi
-from eaglebot.facts.procs import ProcInfo, proc_info
+from eaglebot.facts.gpu import nvsmi
+from eaglebot.facts.host.procs import ProcInfo, proc_info
 
 DEFAULT_TOLERANCE_MIB = 64
 

@@ -1,7 +1,7 @@
 """gpu.health's decision, pure: the readings of every probe -> the step's result.
 
 The skill gathers (the health query, NVLink, the kernel log's Xids, DCGM) and hands what it
-got to `health_report`, which judges each selected GPU (`facts.health.evaluate`), adds
+got to `health_report`, which judges each selected GPU (`facts.gpu.health.evaluate`), adds
 DCGM's verdict and decides the step (`HealthReport`): any `fail` fails it, `warn` is a warning (or a failure
 with `fail_on_warn`). tests/test_health_report.py runs it on JSON cases built from the
 real 2x H200 captures (tests/fixtures/health_cases/).
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglebot.facts import health as hf
+from eaglebot.facts.gpu import health as hf
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The launch pre-flight's method-aware gate (facts/spec_methods.py): for DFLASH, NEXTN/MTP,
+"""The launch pre-flight's method-aware gate (facts/spec/methods.py): for DFLASH, NEXTN/MTP,
 STANDALONE and NGRAM, the static checks that refuse, before anything stops, a launch SGLang would
 refuse later or one that would run at an accept length of about 1.0.
 
@@ -15,7 +15,8 @@ import json
 from typing import Any
 
 from eaglebot.errors import StepFailed
-from eaglebot.facts import eagle3, sglang_args, spec_methods
+from eaglebot.facts.sglang import cmdline
+from eaglebot.facts.spec import eagle3, methods
 from eaglebot.sdk import SkillContext
 from eaglebot.skills.lib.preflight import KEEPS
 
@@ -35,8 +36,8 @@ async def _capture(ctx: SkillContext, python: str, host: dict[str, Any]) -> dict
         return None
     if not ctx.may_run_host_code(f"SGLang's {DFLASH_HOOK}, compiled from the host's model file and run"):
         return None
-    n = t.num_layers * (spec_methods.as_int(target.get("num_loops")) or 1)
-    plan, _ = spec_methods.dflash_plan(draft, n)
+    n = t.num_layers * (methods.as_int(target.get("num_loops")) or 1)
+    plan, _ = methods.dflash_plan(draft, n)
     res = await ctx.host.run(eagle3.probe_command(python, t.archs, t.num_layers, [plan], method=DFLASH_HOOK),
                              timeout=eagle3.PROBE_TIMEOUT_S, stdin=eagle3.probe_program())
     doc = eagle3.probe_answer(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
@@ -47,18 +48,18 @@ async def _capture(ctx: SkillContext, python: str, host: dict[str, Any]) -> dict
     return None
 
 
-async def verdict(ctx: SkillContext, python: str, args: list[str], version: str) -> spec_methods.Verdict:
+async def verdict(ctx: SkillContext, python: str, args: list[str], version: str) -> methods.Verdict:
     """The method's static checks for a launch (`args`: its launch_server arguments) on this host."""
-    f = sglang_args.flag_values(args)
+    f = cmdline.flag_values(args)
     algo = f.get("--speculative-algorithm")
-    what = spec_methods.needs(algo, args)
+    what = methods.needs(algo, args)
     if what is None:
-        return spec_methods.Verdict(None, None, None)
+        return methods.Verdict(None, None, None)
     model, draft = f.get("--model-path"), f.get("--speculative-draft-model-path")
-    local = [p if spec_methods.is_local(p) else None for p in (model, draft)]
-    res = await ctx.host.run(spec_methods.command(python, local[0], local[1], what), timeout=spec_methods.TIMEOUT_S,
-                             stdin=spec_methods.program())
-    got = spec_methods.parse(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
+    local = [p if methods.is_local(p) else None for p in (model, draft)]
+    res = await ctx.host.run(methods.command(python, local[0], local[1], what), timeout=methods.TIMEOUT_S,
+                             stdin=methods.program())
+    got = methods.parse(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
     host: dict[str, Any] | None = got if isinstance(got, dict) else None
     if host is None:
         ctx.log(f"the model folders and SGLang's algorithms could not be read on the host ({got})")
@@ -67,7 +68,7 @@ async def verdict(ctx: SkillContext, python: str, args: list[str], version: str)
                 f"eaglebot's record of SGLang {version}")
     capture = await _capture(ctx, python, host) if host is not None and str(algo).upper() == "DFLASH" \
         and "names" in (host.get("sglang") or {}) else None
-    return spec_methods.check(algo, args, host, capture, version)
+    return methods.check(algo, args, host, capture, version)
 
 
 async def check(ctx: SkillContext, python: str, args: list[str], version: str, on_refusal: str) -> tuple[
@@ -77,10 +78,10 @@ async def check(ctx: SkillContext, python: str, args: list[str], version: str, o
     v = await verdict(ctx, python, args, version)
     if v.method is None and not v.findings:
         return [], None
-    for msg in v.of(spec_methods.NOTE):
+    for msg in v.of(methods.NOTE):
         ctx.log(f"{v.algorithm}: {msg}")
-    warnings = [f"{v.algorithm}: {m}" for m in v.of(spec_methods.WARN)]
-    refusals = v.of(spec_methods.REFUSE)
+    warnings = [f"{v.algorithm}: {m}" for m in v.of(methods.WARN)]
+    refusals = v.of(methods.REFUSE)
     if refusals and on_refusal != "warn":
         raise StepFailed(f"{v.algorithm}: {'; '.join(refusals)} ({KEEPS}; -e method_check=warn launches anyway)",
                          warnings=warnings, usage=True, data={"method_checks": v.to_json()})

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from eaglebot.errors import StepFailed
-from eaglebot.facts import cluster
+from eaglebot.facts.host import cluster
 from eaglebot.sdk import CommandResult, SkillContext, SkillParams
 
 Scheduler = Literal["slurm", "kubernetes", "none"]

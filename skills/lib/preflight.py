@@ -13,7 +13,9 @@ import shlex
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext
 
-from eaglebot.facts import nvsmi, ports, procs, sglang_args
+from eaglebot.facts.gpu import nvsmi
+from eaglebot.facts.host import ports, procs
+from eaglebot.facts.sglang import cmdline
 from eaglebot.skills.lib import processes, server
 
 KEEPS = "refused before anything was stopped or started"
@@ -42,7 +44,7 @@ async def check_gpus(ctx: SkillContext, launch_args: list[str], gpus: object,
         if gone:
             raise StepFailed(f"GPU {_listed(gone)} does not exist on {ctx.host_name} (nvidia-smi lists "
                              f"{_listed(present)}): fix `gpus`; {KEEPS}", usage=True)
-    need = sglang_args.gpu_need(launch_args)
+    need = cmdline.gpu_need(launch_args)
     if need is None:
         ctx.log("a launch over several nodes (--nnodes > 1): the GPUs of this node are not counted")
         return warnings

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import SkillContext, path_for_shell
 
-from eaglebot.facts import procs
+from eaglebot.facts.host import procs
 
 
 def state_dir(ctx: SkillContext) -> str:

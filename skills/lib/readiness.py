@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglebot.errors import HostUnreachable, StepFailed, TransportError
-from eaglebot.facts import ports, procs, sglang, sglang_phase
+from eaglebot.facts.host import ports, procs
+from eaglebot.facts.sglang import release, startup
 from eaglebot.sdk import SkillContext, StepResult, path_for_shell
 from eaglebot.skills.lib import server
 
@@ -94,22 +95,22 @@ async def wait_ready(ctx: SkillContext, w: Wait, pid: int, log_path: str) -> tup
         for line in lines:
             ctx.log(line)
             if fatal is None:
-                fatal = sglang.find_fatal(line)
+                fatal = release.find_fatal(line)
                 if fatal:
                     fatal_at = time.monotonic()
         http = fields.get("HTTP", "0").strip()
         # Exited first: a zombie leader's orphaned children may still answer /health.
         if _server_exited(fields.get("STAT", ""), pid):
-            why = sglang.find_fatal(log_text) or fatal or _last_line(log_text) or "no output"
+            why = release.find_fatal(log_text) or fatal or _last_line(log_text) or "no output"
             return f"the server exited during start-up: {why}", log_text, False
         if http == "200":
             return None, log_text, False
         if fatal and time.monotonic() - fatal_at > 3:
-            return (f"the server hit a fatal error during start-up: {sglang.find_fatal(log_text) or fatal}",
+            return (f"the server hit a fatal error during start-up: {release.find_fatal(log_text) or fatal}",
                     log_text, False)
         if time.monotonic() - progress_at > w.stall_s:
             return (f"the server stalled: no new log line and no healthy /health for {w.stall_s:g}s while "
-                    f"{sglang_phase.phase(log_text)}; it was stopped"), log_text, True
+                    f"{startup.phase(log_text)}; it was stopped"), log_text, True
         if time.monotonic() > deadline:
             return (f"the server did not become ready within {w.ready_timeout_s:g}s "
                     f"(GET /health -> {http}); it was stopped"), log_text, False
@@ -147,7 +148,7 @@ async def adopt(ctx: SkillContext, w: Wait, pid: int, argv: list[str], warnings:
         if failure is None:
             return StepResult.changed(
                 f"adopted the server the bot started earlier on port {w.port} (pid {pid}): it runs these "
-                f"arguments and answers /health", warnings=warnings, output=sglang.tail(log_text, 30),
+                f"arguments and answers /health", warnings=warnings, output=release.tail(log_text, 30),
                 data={**data, "pid": pid, "port": w.port, "adopted": True, "url": base, "log_path": log_path,
                       "ready_s": round(time.monotonic() - t0, 2)})
         why = f"did not become ready ({failure})"

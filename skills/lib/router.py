@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from eaglebot.errors import HostUnreachable, StepFailed, TransportError
-from eaglebot.facts import ports
+from eaglebot.facts.host import ports
 from eaglebot.sdk import HOST_PATH, SkillContext, SkillParams
 
 # GETs that may fail in a row on a dropped link before the error stands

@@ -1,6 +1,6 @@
 """The SGLang server the bot launched on a port: its pid file, its log, its session.
 
-Probes are facts (`eaglebot.facts.procs`) run through ctx.host; which processes
+Probes are facts (`eaglebot.facts.host.procs`) run through ctx.host; which processes
 are ours is `processes.is_ours`. Also an HTTP GET made ON the host (the bot may not
 reach the server's port directly), at the address the server's socket listens on.
 """
@@ -10,7 +10,7 @@ import shlex
 
 from eaglebot.sdk import SkillContext, path_for_shell
 
-from eaglebot.facts import ports, procs
+from eaglebot.facts.host import ports, procs
 from eaglebot.skills.lib import processes
 
 

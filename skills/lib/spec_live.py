@@ -1,5 +1,5 @@
 """server.launch's and bench.serving's "speculation is really on" and lossless checks of a running
-server (facts/spec_live.py judges): a few greedy prompts through /generate for the per-request
+server (facts/spec/live.py judges): a few greedy prompts through /generate for the per-request
 histogram, the server process's environment, and this draft's own history in the audit trail."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglebot.errors import StepFailed
-from eaglebot.facts import draft_accept, procs, spec_live
+from eaglebot.facts.host import procs
+from eaglebot.facts.spec import draft_accept, live
 from eaglebot.sdk import SkillContext, path_for_shell
 from eaglebot.skills.lib import server
 
@@ -45,7 +46,7 @@ async def own_accept(ctx: SkillContext, key: dict[str, Any]) -> float | None:
             sp = json.loads(row.get("data") or "{}").get("speculation") or {}
         except (json.JSONDecodeError, AttributeError):
             continue
-        if sp.get("key") == key and sp.get("verdict") == spec_live.ON and isinstance(sp.get("accept_length"), (int, float)):
+        if sp.get("key") == key and sp.get("verdict") == live.ON and isinstance(sp.get("accept_length"), (int, float)):
             return float(sp["accept_length"])
     return None
 
@@ -54,7 +55,7 @@ def key(info: dict[str, Any], config_sha256: str | None = None) -> dict[str, Any
     """What makes two readings of a draft comparable: the same draft with the same config.json (a
     capture list other than before is another config, whose acceptance is its own: the probe
     measures that drop), the same algorithm, steps, topk and draft tokens."""
-    algorithm, steps = spec_live.resolved(info)
+    algorithm, steps = live.resolved(info)
     return {"draft": info.get("speculative_draft_model_path"), "draft_config_sha256": config_sha256,
             "algorithm": algorithm, "steps": steps, "topk": info.get("speculative_eagle_topk"),
             "draft_tokens": info.get("speculative_num_draft_tokens")}
@@ -71,12 +72,12 @@ async def config_sha256(ctx: SkillContext, draft: object) -> str | None:
 
 
 async def check(ctx: SkillContext, python: str, base: str,
-                info: dict[str, Any]) -> tuple[spec_live.Verdict, dict[str, Any]]:
+                info: dict[str, Any]) -> tuple[live.Verdict, dict[str, Any]]:
     """The reading of a speculative server and the `speculation` data the step registers."""
     stats = await probe(ctx, python, base, str(info.get("version") or "") or None)
     k = key(info, await config_sha256(ctx, info.get("speculative_draft_model_path")))
     own = await own_accept(ctx, k)
-    v = spec_live.really_on(info, stats, own)
+    v = live.really_on(info, stats, own)
     ctx.log(v.summary)
     return v, {"verdict": v.verdict, "failures": v.failures, "key": k, **v.numbers}
 
@@ -97,7 +98,7 @@ async def after_launch(ctx: SkillContext, s: Launched, info: dict[str, Any], dat
     """Lossless and really speculating, right after the start (registers `speculation` in `data`). A
     lossy server is stopped (its outputs are wrong); one that does not speculate stays up (it serves
     correct outputs, slowly)."""
-    lossy = spec_live.lossy_running(await procs.environ(ctx.host, s.pid), info)
+    lossy = live.lossy_running(await procs.environ(ctx.host, s.pid), info)
     if lossy and not s.lossy_allowed:
         await server.stop_session(ctx, s.pid, 5)
         await server.remove_pid_file(ctx, s.port)
@@ -109,5 +110,5 @@ async def after_launch(ctx: SkillContext, s: Launched, info: dict[str, Any], dat
     if verdict.failures and s.fail_when_off:
         raise StepFailed(f"{verdict.summary}; the server (pid {s.pid}) stays up", data=data, warnings=warnings,
                          output=output)
-    if verdict.failures or verdict.verdict == spec_live.UNKNOWN:   # dummy weights: said in the data, no alarm
+    if verdict.failures or verdict.verdict == live.UNKNOWN:   # dummy weights: said in the data, no alarm
         warnings.append(verdict.summary)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 
 from eaglebot.sdk import SkillContext
-from eaglebot.facts import nvsmi
+from eaglebot.facts.gpu import nvsmi
 
 PYSPY_MAX = 4
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from test_draft_contract import CASES, host_probe, target_config  # noqa: E402
 
-from eaglebot.facts import eagle3  # noqa: E402
+from eaglebot.facts.spec import eagle3  # noqa: E402
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """How long the method-aware pre-flight reads a host for (a script, not a test).
 
-The host program (`spec_methods.program()`) through `python3 -`, one process per check as the
+The host program (`facts.spec.methods.program()`) through `python3 -`, one process per check as the
 launch pre-flight pays it, over model folders laid out as the real checkpoints (tests/spec_models.py:
 DeepSeek-V3's 91k-name safetensors index for NEXTN; Qwen3-8B and its DFlash draft, whose fc shape
 is read from a safetensors header, for DFLASH), with the REAL SGLang 0.5.23 source as the host's
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import spec_models as sm  # noqa: E402
 from sglang_source import real_sglang  # noqa: E402
 
-from eaglebot.facts import eagle3, spec_methods  # noqa: E402
+from eaglebot.facts.spec import eagle3, methods  # noqa: E402
 
 
 def timed(argv: list[str], program: str, env: dict[str, str]) -> float:
@@ -49,7 +49,7 @@ def main() -> int:
         "DFLASH (configs, fc header)": [json.dumps({"model": str(q), "draft": str(df), "what": ["weights"]})],
     }
     for name, args in cases.items():
-        walls = [timed([sys.executable, "-", *args], spec_methods.program(), env) for _ in range(a.repeat)]
+        walls = [timed([sys.executable, "-", *args], methods.program(), env) for _ in range(a.repeat)]
         print(f"{name}: p50 {statistics.median(walls):.3f} s, max {max(walls):.3f} s")
     probe = eagle3.probe_command(sys.executable, ["Qwen3ForCausalLM"], 36, [[1, 9, 17, 25, 33]],
                                  method="set_dflash_layers_to_capture")

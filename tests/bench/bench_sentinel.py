@@ -1,6 +1,6 @@
 """How long the version-drift sentinel takes on a host (a script, not a test).
 
-The host program (`sglang_drift.program()`) through `python3 -`, one process per run as the launch
+The host program (`facts.sglang.drift.program()`) through `python3 -`, one process per run as the launch
 pre-flight and `eagle doctor` pay it, over the REAL wheel of each release (every Python file
 unpacked by tests/sglang_source.py). Prints per release the p50 / max wall time (process start to
 parsed answer) and the program's own reading time; the target is a few seconds, no GPU, no import.
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sglang_source import real_sglang  # noqa: E402
 
-from eaglebot.facts import sglang_drift  # noqa: E402
+from eaglebot.facts.sglang import drift  # noqa: E402
 
 
 def main() -> int:
@@ -28,14 +28,14 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("versions", nargs="*", default=["0.5.10", "0.5.17", "0.5.23"])
     a = ap.parse_args()
-    program = sglang_drift.program()
+    program = drift.program()
     for version in a.versions:
         root = str(real_sglang(version, full=True))
         walls, inner = [], []
         for _ in range(a.repeat):
             t0 = time.monotonic()
             res = subprocess.run([sys.executable, "-", root], input=program, capture_output=True, text=True)
-            got = sglang_drift.parse(res.returncode, res.stdout, res.stderr)
+            got = drift.parse(res.returncode, res.stdout, res.stderr)
             walls.append(time.monotonic() - t0)
             assert isinstance(got, dict), got
             inner.append(float(got["elapsed_s"]))

@@ -9,7 +9,7 @@ out=${1:?usage: capture_facts.sh OUT_DIR [PYTHON]}
 py=${2:-python3}
 mkdir -p "$out"
 mapfile -t cmds < <("$py" - <<'EOF'
-from eaglebot.facts import health, nvsmi
+from eaglebot.facts.gpu import health, nvsmi
 print(nvsmi.FUSER.command({}))
 print(health.HEALTH.command({}))
 print(nvsmi.GPU_NAMES.command({}))

@@ -44,7 +44,7 @@ import yaml
 
 from real_sglang_bed import RELEASE, REHEARSAL, STATE, Bed, Run, ThreadedSSH, free_port
 
-from eaglebot.facts import correctness
+from eaglebot.facts.bench import correctness
 
 pytestmark = pytest.mark.gpu
 

@@ -11,7 +11,7 @@ import pytest
 
 from real_gpu import gpu_count
 from eaglebot.engine.runner import RunRequest
-from eaglebot.facts.health import HEALTH_FIELDS
+from eaglebot.facts.gpu.health import HEALTH_FIELDS
 
 pytestmark = pytest.mark.gpu
 

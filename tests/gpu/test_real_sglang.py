@@ -34,7 +34,8 @@ import pytest
 
 from real_sglang_bed import EXTRA_ARGS, RELEASE, REHEARSAL, STATE, Bed, Run, make_bed
 
-from eaglebot.facts import correctness, sglang
+from eaglebot.facts.bench import correctness
+from eaglebot.facts.sglang import release
 
 pytestmark = pytest.mark.gpu
 
@@ -188,7 +189,7 @@ def test_3_relaunch_with_topk_1_and_16_draft_tokens_is_warned_before_and_confirm
     spec = [eff["speculative_algorithm"], eff["speculative_num_steps"], eff["speculative_eagle_topk"],
             eff["speculative_num_draft_tokens"]]
     assert spec == ["EAGLE3", 3, 1, 4], run.why()
-    assert [check["predicted"][k] for k in sglang.SPEC_KEYS] == spec, (check["predicted"], spec)   # confirmed after
+    assert [check["predicted"][k] for k in release.SPEC_KEYS] == spec, (check["predicted"], spec)   # confirmed after
     assert f"EAGLE3 steps={eff['speculative_num_steps']} topk={eff['speculative_eagle_topk']} " \
            f"draft_tokens={eff['speculative_num_draft_tokens']})" in run.step("launch SGLang")["summary"], run.why()
     assert not [w for w in run.doc["warnings"] if "but the server runs with" in w], run.why()
@@ -300,7 +301,7 @@ def test_6_a_real_startup_crash_is_reported_with_sglangs_own_fatal_line(bed):
     assert run.step("stop old server")["status"] == "changed", run.why()
     data = run.data("launch SGLang")
     log = Path(data["log_path"]).read_text(errors="replace")
-    fatal = sglang.find_fatal(log)
+    fatal = release.find_fatal(log)
     assert fatal is not None and fatal in log, run.why()
     assert f"during start-up: {fatal}" in launch["summary"], (fatal, run.why())
     kv_budget = "Loaded weights leave no GPU memory for the KV cache" in fatal

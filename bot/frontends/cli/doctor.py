@@ -11,7 +11,7 @@ that is down, or whose key is not pinned, is a warning (exit 0): one bad GPU nod
 the whole bot down. Exit 1 for the bot's own problems; 2 (as every command) when the config
 itself is invalid.
 
-On a GPU host the version-drift sentinel (facts/sglang_drift.py) reads the installed SGLang's
+On a GPU host the version-drift sentinel (facts/sglang/drift.py) reads the installed SGLang's
 source (no import, about a second) and compares the surface eaglebot relies on with its record of
 the nearest release: a match is one `ok` line, a drift a warning line per part that changed.
 
@@ -40,7 +40,8 @@ from eaglebot.config import RETIRED_SHELL, HostConfig, Settings
 from eaglebot.frontends.cli.safe import terminal_safe
 from eaglebot.errors import TransportError
 from eaglebot.sdk import Host, path_for_shell
-from eaglebot.facts import nvsmi, sglang_drift, sglang_table
+from eaglebot.facts.gpu import nvsmi
+from eaglebot.facts.sglang import drift, launch_table
 from eaglebot.transport import hostkeys
 from eaglebot.transport.ssh import SSHTransport
 
@@ -141,9 +142,9 @@ async def check_python(name: str, cfg: HostConfig, host: Host, gpu: bool) -> Che
         if py.ok:
             return Check(f"host {name} python", True, f"{python} is Python {py.stdout.strip()}")
         return Check(f"host {name} python", False, f"{python} not runnable{hint}")
-    res = await host.run(f"{path_for_shell(python)} -c {shlex.quote(sglang_table.IMPORT_PY)}",
+    res = await host.run(f"{path_for_shell(python)} -c {shlex.quote(launch_table.IMPORT_PY)}",
                          timeout=IMPORT_TIMEOUT_S)
-    got = sglang_table.parse_import(res.stdout)
+    got = launch_table.parse_import(res.stdout)
     if got.python is None:
         why = "timed out" if res.timed_out else ((res.stderr.strip() or res.stdout.strip()).splitlines()[-1:]
                                                  or [f"exit status {res.exit_status}"])[0][:200]
@@ -160,13 +161,13 @@ async def check_sglang_surface(name: str, cfg: HostConfig, host: Host) -> list[C
     hooks, adaptive defaults, read from its source) against eaglebot's nearest record; a drift is a
     warning, one line per part that changed."""
     python = str(cfg.vars.get("python") or "python3")
-    res = await host.run(sglang_drift.command(python), timeout=sglang_drift.TIMEOUT_S, stdin=sglang_drift.program())
-    got = sglang_drift.parse(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
+    res = await host.run(drift.command(python), timeout=drift.TIMEOUT_S, stdin=drift.program())
+    got = drift.parse(-1 if res.exit_status is None else res.exit_status, res.stdout, res.stderr)
     check = f"host {name} sglang surface"
     if isinstance(got, str):
         return [Check(check, True, f"not read ({got}): the relaunch pre-flight uses eaglebot's record of the "
                                    f"release instead", warn=True)]
-    same, headline, changes = sglang_drift.report(got)
+    same, headline, changes = drift.report(got)
     return [Check(check, True, headline, warn=not same)] + [
         Check(f"host {name} sglang {section}", True, "; ".join(texts[:8]) + (
             f"; (+{len(texts) - 8} more)" if len(texts) > 8 else ""), warn=True)

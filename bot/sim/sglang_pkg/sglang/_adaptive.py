@@ -3,7 +3,7 @@
 when the real one would for the same accepted-draft counts.
 
 Standard library only (it runs on the GPU host with whatever Python is there). eaglebot's
-facts/sglang_adaptive.py states the same rule; a test replays traces through both and through the
+facts/sglang/adaptive.py states the same rule; a test replays traces through both and through the
 real file (tests/fixtures/sglang/0.5.23/adaptive_spec_params.py) and compares every decision.
 """
 from __future__ import annotations

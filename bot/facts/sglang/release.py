@@ -1,7 +1,7 @@
 """SGLang facts as pure functions: speculative-arg resolution, log lines, bench_serving output,
 /server_info, for each release eaglebot carries captures of (KNOWN_VERSIONS: each one's launch
 table, speculative grid and log lines are in tests/fixtures/sglang/<version>/, made from the real
-wheel by scripts/capture/sglang.sh). What a launch command's flags say is in sglang_args.py; who
+wheel by scripts/capture/sglang.sh). What a launch command's flags say is in cmdline.py; who
 listens on the server's port in ports.py.
 
 Nothing here talks to a host; the server and bench skills feed it text they read.
@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglebot.facts import sglang_args
+from eaglebot.facts.sglang import cmdline
 
 SGLANG_VERSION = "0.5.23"                 # the newest release eaglebot knows: its rules by default
 # Releases whose rules eaglebot carries, each held to its real wheel's captures: the speculative hook
@@ -131,12 +131,12 @@ def resolve_speculative(algorithm: str | None, num_steps: int | None, topk: int 
 def resolve_from_args(args: list[str], target_architecture: str | None,
                       version: str = SGLANG_VERSION) -> SpecResolution:
     """resolve_speculative applied to the flags of a launch command, by the rules of `version`."""
-    f = sglang_args.flag_values(args)
+    f = cmdline.flag_values(args)
     return resolve_speculative(
-        f.get("--speculative-algorithm"), sglang_args.int_value(f.get("--speculative-num-steps")),
-        sglang_args.int_value(f.get("--speculative-eagle-topk")),
-        sglang_args.int_value(f.get("--speculative-num-draft-tokens")),
-        target_architecture, sglang_args.int_value(f.get("--max-running-requests")), version)
+        f.get("--speculative-algorithm"), cmdline.int_value(f.get("--speculative-num-steps")),
+        cmdline.int_value(f.get("--speculative-eagle-topk")),
+        cmdline.int_value(f.get("--speculative-num-draft-tokens")),
+        target_architecture, cmdline.int_value(f.get("--max-running-requests")), version)
 
 
 def target_architecture(config_json: str) -> str | None:
@@ -153,7 +153,7 @@ def target_architecture(config_json: str) -> str | None:
 
 # -- server log ---------------------------------------------------------------------
 
-READY_LINE = "The server is fired up and ready to roll!"   # the last start-up line (sglang_phase)
+READY_LINE = "The server is fired up and ready to roll!"   # the last start-up line (startup.py)
 FATAL_PATTERNS = [
     re.compile(r"Scheduler hit an exception:"),
     re.compile(r"Received sigquit from a child process"),

@@ -1,17 +1,17 @@
-"""DFLASH's static checks (spec_methods.check's DFLASH branch): where SGLang reads the capture ids, their
+"""DFLASH's static checks (methods.check's DFLASH branch): where SGLang reads the capture ids, their
 range and count against the draft's fc width, `num_target_layers` against the target (sglang#37475), the
 block size, the combinations SGLang refuses, and the host model file's own reading of the ids."""
 from __future__ import annotations
 
 from typing import Any
 
-from eaglebot.facts import sglang_args
-from eaglebot.facts.spec_verdict import NOTE, REFUSE, WARN, Verdict, as_int
-from eaglebot.facts.spec_verdict import attn_dp as _attn_dp
-from eaglebot.facts.spec_verdict import attn_dp_ignored as _attn_dp_ignored
-from eaglebot.facts.spec_verdict import config as _config
-from eaglebot.facts.spec_verdict import folder as _folder
-from eaglebot.facts.spec_verdict import text as _text
+from eaglebot.facts.sglang import cmdline
+from eaglebot.facts.spec.verdict import NOTE, REFUSE, WARN, Verdict, as_int
+from eaglebot.facts.spec.verdict import attn_dp as _attn_dp
+from eaglebot.facts.spec.verdict import attn_dp_ignored as _attn_dp_ignored
+from eaglebot.facts.spec.verdict import config as _config
+from eaglebot.facts.spec.verdict import folder as _folder
+from eaglebot.facts.spec.verdict import text as _text
 
 
 
@@ -62,12 +62,12 @@ def check(v: Verdict, f: dict[str, str | None], host: dict[str, Any], capture: d
         v.add("dflash.attn_dp", REFUSE, f"DFLASH does not run with attention DP (SGLang's docs; {dp}): drop {dp}")
     elif (why := _attn_dp_ignored(f, version)) is not None:
         v.add("dflash.attn_dp", WARN, why)
-    pp = sglang_args.int_value(f.get("--pp-size"))
+    pp = cmdline.int_value(f.get("--pp-size"))
     if pp is not None and pp != 1:
         v.add("dflash.pp", REFUSE, f"DFLASH runs with pp 1 only (SGLang: 'Currently DFLASH speculative decoding "
                                    f"only supports pp_size == 1'): drop --pp-size {pp}")
     for flag in ("--speculative-num-steps", "--speculative-eagle-topk"):
-        val = sglang_args.int_value(f.get(flag))
+        val = cmdline.int_value(f.get(flag))
         if val is not None and val != 1:
             v.add("dflash.steps", WARN, f"{flag} {val} is overridden to 1 by SGLang for DFLASH (it drafts one block "
                                         f"of --speculative-num-draft-tokens): drop it")
@@ -76,8 +76,8 @@ def check(v: Verdict, f: dict[str, str | None], host: dict[str, Any], capture: d
         v.add("dflash.draft", REFUSE, "DFLASH needs its draft model (SGLang: 'DFLASH speculative decoding requires "
                                       "setting --speculative-draft-model-path'): set draft (host var draft)")
         return
-    tokens = sglang_args.int_value(f.get("--speculative-num-draft-tokens"))
-    block_flag = sglang_args.int_value(f.get("--speculative-dflash-block-size"))
+    tokens = cmdline.int_value(f.get("--speculative-num-draft-tokens"))
+    block_flag = cmdline.int_value(f.get("--speculative-dflash-block-size"))
     if tokens is not None and block_flag is not None and tokens != block_flag:
         v.add("dflash.block", REFUSE, f"--speculative-num-draft-tokens {tokens} and --speculative-dflash-block-size "
                                       f"{block_flag} differ, and SGLang stops on that for DFLASH: set one of them")

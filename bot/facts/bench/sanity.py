@@ -6,7 +6,7 @@ verifies one token and the "EAGLE" run is plain decoding with extra work), and a
 completed only part of its requests (the numbers describe the part that finished). NGRAM is
 the exception to the first: its drafts come from n-gram repeats in each request's own context,
 which the random prompts of a benchmark do not have, so ~1.0 there is a warning; the greedy
-probe that follows (spec_live) judges whether it speculates.
+probe that follows (spec.live) judges whether it speculates.
 """
 from __future__ import annotations
 

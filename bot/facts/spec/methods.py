@@ -31,15 +31,17 @@ import shlex
 from importlib import resources
 from typing import Any
 
-from eaglebot.facts import eagle3_probe, sglang_args, spec_dflash, spec_files
 from eaglebot.facts.fact import program_answer
-from eaglebot.facts.spec_dflash import dflash_plan
-from eaglebot.facts.spec_verdict import NOTE, REFUSE, WARN, Verdict, as_int, is_local
-from eaglebot.facts.spec_verdict import attn_dp as _attn_dp
-from eaglebot.facts.spec_verdict import attn_dp_ignored as _attn_dp_ignored
-from eaglebot.facts.spec_verdict import config as _config
-from eaglebot.facts.spec_verdict import folder as _folder
-from eaglebot.facts.spec_verdict import text as _text
+from eaglebot.facts.host_programs import eagle3_probe, spec_files
+from eaglebot.facts.sglang import cmdline
+from eaglebot.facts.spec import dflash
+from eaglebot.facts.spec.dflash import dflash_plan
+from eaglebot.facts.spec.verdict import NOTE, REFUSE, WARN, Verdict, as_int, is_local
+from eaglebot.facts.spec.verdict import attn_dp as _attn_dp
+from eaglebot.facts.spec.verdict import attn_dp_ignored as _attn_dp_ignored
+from eaglebot.facts.spec.verdict import config as _config
+from eaglebot.facts.spec.verdict import folder as _folder
+from eaglebot.facts.spec.verdict import text as _text
 
 # Re-exported: the callers' one door to the method checks (skills/lib/method_gate.py, the corpus, tests).
 __all__ = ["NOTE", "REFUSE", "WARN", "Verdict", "as_int", "check", "check_local", "command", "dflash_plan", "is_local",
@@ -71,7 +73,7 @@ _MTP_COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp
 
 def program() -> str:
     """The host program's text (standard library only), sent on the Python's stdin."""
-    return resources.files("eaglebot.facts").joinpath("spec_files.py").read_text()
+    return resources.files("eaglebot.facts.host_programs").joinpath("spec_files.py").read_text()
 
 
 def command(python: str, model: str | None, draft: str | None, what: list[str]) -> str:
@@ -126,12 +128,12 @@ def check(algorithm: str | None, args: list[str], host: dict[str, Any] | None,
                                    f"to one of {known}")
         return v
     v.resolved = aliases.get(algo, algo)
-    f = sglang_args.flag_values(args)
+    f = cmdline.flag_values(args)
     model = f.get("--model-path")
     draft = f.get("--speculative-draft-model-path")
     if algo == "DFLASH":
         v.method = "DFLASH"
-        spec_dflash.check(v, f, host, capture, version)
+        dflash.check(v, f, host, capture, version)
     elif algo == "NEXTN" or (algo == "EAGLE" and (not draft or draft == model)):
         v.method = "MTP"
         _mtp(v, f, host)
@@ -148,7 +150,7 @@ def check_local(args: list[str], sglang_root: str | None = None, version: str = 
     """`check` with the host program's reading done here, on this machine's folders (a test corpus, or a
     check before copying models to a host): `sglang_root` the SGLang source to read (an unpacked wheel's
     `sglang` folder; None: this Python's, if any)."""
-    f = sglang_args.flag_values(args)
+    f = cmdline.flag_values(args)
     algo = f.get("--speculative-algorithm")
     what = needs(algo, args)
     host = spec_files.read({"model": f.get("--model-path"), "draft": f.get("--speculative-draft-model-path"),
@@ -250,7 +252,7 @@ def _standalone(v: Verdict, f: dict[str, str | None], host: dict[str, Any], vers
                                             f"drop {dp}")
     elif (why := _attn_dp_ignored(f, version)) is not None:
         v.add("standalone.attn_dp", WARN, why)
-    topk = sglang_args.int_value(f.get("--speculative-eagle-topk"))
+    topk = cmdline.int_value(f.get("--speculative-eagle-topk"))
     if topk is not None and topk > 1 and "--disable-overlap-schedule" not in f:
         v.add("standalone.overlap", REFUSE, f"STANDALONE with --speculative-eagle-topk {topk} is incompatible with "
                                             f"the overlap scheduler, which is on by default: set spec_topk=1, or "
@@ -296,9 +298,9 @@ def _ngram(v: Verdict, f: dict[str, str | None], version: str) -> None:
                                        f"decoding does not support dp attention'): drop {dp}")
     elif (why := _attn_dp_ignored(f, version)) is not None:
         v.add("ngram.attn_dp", WARN, why)
-    breadth = sglang_args.int_value(f.get("--speculative-ngram-max-bfs-breadth"))
+    breadth = cmdline.int_value(f.get("--speculative-ngram-max-bfs-breadth"))
     breadth = 10 if breadth is None else breadth      # SGLang's default; it becomes the topk
-    page = sglang_args.int_value(f.get("--page-size"))
+    page = cmdline.int_value(f.get("--page-size"))
     backend = f.get("--attention-backend")
     if breadth > 1 and page is not None and page > 1 and backend != "flashinfer":
         v.add("ngram.paged", REFUSE, f"NGRAM with BFS breadth {breadth} and --page-size {page} is only correct on the "

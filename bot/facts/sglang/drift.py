@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from eaglebot.facts import sglang_surface
 from eaglebot.facts.fact import program_answer
+from eaglebot.facts.host_programs import sglang_surface
 from eaglebot.sdk import path_for_shell
 
 TIMEOUT_S = 60.0
@@ -35,7 +35,7 @@ BOT_READS = {
 
 def program() -> str:
     """The host program's text (standard library only), sent on the Python's stdin."""
-    return resources.files("eaglebot.facts").joinpath("sglang_surface.py").read_text()
+    return resources.files("eaglebot.facts.host_programs").joinpath("sglang_surface.py").read_text()
 
 
 def command(python: str) -> str:

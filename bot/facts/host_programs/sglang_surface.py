@@ -1,8 +1,8 @@
 """The surface of an installed SGLang that eaglebot relies on, read from its source: a fingerprint.
 
-A program: eaglebot sends this file's text to the host's Python on stdin (`sglang_drift.program`;
+A program: eaglebot sends this file's text to the host's Python on stdin (`facts.sglang.drift.program`;
 `python3 - [SGLANG_ROOT]`; standard library only, Python >= 3.9) and parses the one line it prints
-(`sglang_drift.parse`). Nothing of sglang is imported (no torch, no GPU, about a second):
+(`facts.sglang.drift.parse`). Nothing of sglang is imported (no torch, no GPU, about a second):
 `importlib.util.find_spec` locates the package without running it, and its files are read.
 
 - flags: the launch flag table wherever the release keeps it (explicit `add_argument` calls in

@@ -29,8 +29,8 @@ import time
 import types
 from typing import Any
 
-from eaglebot.facts.eagle3_source import (Klass, Resolver, Source, absolute, find_method,  # host: inlined
-                                          mro, resolve_arch, top_level)  # host: inlined
+from .eagle3_source import (Klass, Resolver, Source, absolute, find_method, mro, resolve_arch,  # host: inlined
+                            top_level)  # host: inlined
 
 MARK = "EAGLE3-PROBE"
 UNAVAILABLE = "EAGLE3-PROBE-UNAVAILABLE"

@@ -15,7 +15,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from eaglebot.facts import eagle3
+from eaglebot.facts.spec import eagle3
 
 ERROR, WARNING = "error", "warning"
 

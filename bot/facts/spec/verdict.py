@@ -1,11 +1,11 @@
-"""What a method's static check finds (spec_methods, spec_dflash): findings of three severities in one
+"""What a method's static check finds (methods, dflash): findings of three severities in one
 verdict, and the small readers of configs and launch flags the per-method checks share."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglebot.facts import sglang_args
+from eaglebot.facts.sglang import cmdline
 
 REFUSE, WARN, NOTE = "refuse", "warn", "note"
 
@@ -69,7 +69,7 @@ _DP1_DROP = {"0.5.10": "server_args.py _handle_data_parallelism",
 
 def _dp_size(f: dict[str, str | None]) -> int:
     """--dp-size (flag_values reads every release's --data-parallel-size as it), 1 if unset."""
-    return sglang_args.int_value(flag(f, "--dp-size", "--data-parallel-size")) or 1
+    return cmdline.int_value(flag(f, "--dp-size", "--data-parallel-size")) or 1
 
 
 def _scale_joiner(f: dict[str, str | None], version: str) -> bool:
@@ -82,7 +82,7 @@ def attn_dp(f: dict[str, str | None], version: str) -> str | None:
     """The flags that turn attention DP on in SGLang `version`, as given ("--attn-dp-size 2",
     "--enable-dp-attention --dp-size 2"), or None. A lone --enable-dp-attention is not attention DP:
     every release drops it when the DP size is 1 (`_DP1_DROP`), before the methods' refusals."""
-    size = sglang_args.int_value(flag(f, "--attn-dp-size", "--attention-data-parallel-size"))
+    size = cmdline.int_value(flag(f, "--attn-dp-size", "--attention-data-parallel-size"))
     if size is not None and size > 1:
         return f"--attn-dp-size {size}"
     joiner = _scale_joiner(f, version)

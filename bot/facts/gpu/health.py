@@ -12,11 +12,11 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from eaglebot.facts.nvsmi import NvsmiFact, ParseError, split_csv, strip_unit
-from eaglebot.facts.xid import XID_MEANINGS, Xid, kernel_log_command, parse_xids, xid_gpu, xids_since
+from eaglebot.facts.gpu.nvsmi import NvsmiFact, ParseError, split_csv, strip_unit
+from eaglebot.facts.gpu.xid import XID_MEANINGS, Xid, kernel_log_command, parse_xids, xid_gpu, xids_since
 from eaglebot.sdk import CommandResult
 
-__all__ = ["XID_MEANINGS", "Xid", "kernel_log_command", "parse_xids", "xid_gpu", "xids_since"]   # their home: facts/xid.py
+__all__ = ["XID_MEANINGS", "Xid", "kernel_log_command", "parse_xids", "xid_gpu", "xids_since"]   # their home: facts/gpu/xid.py
 
 # The fields the health query asks for, in order (driver 580 knows them all). An older driver
 # that lacks one answers `Field "x" is not a valid field to query.` (exit 2): the skill drops

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Callable
 
-from eaglebot.facts import eagle3_probe
 from eaglebot.facts.fact import program_answer
+from eaglebot.facts.host_programs import eagle3_probe
 
 KEY = "eagle_aux_hidden_state_layer_ids"
 NESTED_KEY = f"eagle_config.{KEY}"
@@ -195,7 +195,7 @@ def points(raw: list[int], flags: list[int], n: int, fwd: dict[str, Any]) -> lis
 
 def probe_program() -> str:
     """The host program: eagle3_source's text, then eagle3_probe's (its import of the first dropped)."""
-    pkg = resources.files("eaglebot.facts")
+    pkg = resources.files("eaglebot.facts.host_programs")
     first = pkg.joinpath("eagle3_source.py").read_text()
     second = [ln for ln in pkg.joinpath("eagle3_probe.py").read_text().splitlines()
               if not ln.endswith("# host: inlined") and ln != "from __future__ import annotations"]

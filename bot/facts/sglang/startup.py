@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from eaglebot.facts.sglang import READY_LINE
+from eaglebot.facts.sglang.release import READY_LINE
 
 # (line fragment, phase the server is in AFTER that line), in start-up order.
 PHASES: list[tuple[str, str]] = [

@@ -10,7 +10,7 @@ reading of a running server, and fails naming each check that broke:
   10) and it drafts all the same: 0 is not "off" there;
 - the per-request histogram of accepted drafts (`spec_correct_drafts_histogram`, 0.5.17 also
   `spec_accept_histogram`) has mass beyond entry 0;
-- the accept length is above MIN_ACCEPT_LENGTH (1.05, bench_sanity's);
+- the accept length is above MIN_ACCEPT_LENGTH (1.05, bench.sanity's);
 - where this draft has a history (an earlier reading under the same settings), at least
   MIN_OWN_SHARE of it.
 Dummy weights (`load_format: dummy`) legitimately accept nothing: the verdict is `unknown (dummy
@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from eaglebot.facts.bench_sanity import MIN_ACCEPT_LENGTH
-from eaglebot.facts.draft_accept import Stats
+from eaglebot.facts.bench.sanity import MIN_ACCEPT_LENGTH
+from eaglebot.facts.spec.draft_accept import Stats
 
 MIN_OWN_SHARE = 0.80     # of this draft's own earlier accept length under the same settings
 LOSSY_ENV = ("SGLANG_SIMULATE_ACC_LEN",)

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglebot.facts import sglang_adaptive
+from eaglebot.facts.sglang import adaptive
 
 # python -c PROBE_PY PORT N INPUT_LEN OUTPUT_LEN CONCURRENCY SEED TIMEOUT -> one JSON object
 PROBE_PY = r"""
@@ -194,7 +194,7 @@ def flap_phases(stdout: str, settle_s: float, log_text: str = "") -> list[Phase]
         offs = ph.get("log_offsets") or []
         if raw and len(offs) == 3 and isinstance(offs[1], int) and isinstance(offs[2], int):
             window = raw[offs[1]:offs[2]].decode("utf-8", "replace")
-            logged = len(sglang_adaptive.switches(window))
+            logged = len(adaptive.switches(window))
         if logged > polled:
             source = "log"
         out.append(Phase(int(ph.get("concurrency") or 0), steady, max(polled, logged), source,

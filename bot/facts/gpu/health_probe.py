@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
-from eaglebot.facts import health as hf
-from eaglebot.facts import nvsmi
-from eaglebot.facts import xid as xf
 from eaglebot.facts.fact import Fact
+from eaglebot.facts.gpu import health as hf
+from eaglebot.facts.gpu import nvsmi
+from eaglebot.facts.gpu import xid as xf
 from eaglebot.sdk import CommandResult
 
 Run = Callable[[str], Awaitable[CommandResult]]

@@ -2,9 +2,9 @@
 folders' config.json, their weight names and the draft's `fc` shape, their tokenizers' hashes, and
 the speculative algorithms the installed SGLang accepts.
 
-A program: eaglebot sends this file's text to the host's Python on stdin (`spec_methods.program`;
+A program: eaglebot sends this file's text to the host's Python on stdin (`facts.spec.methods.program`;
 `python3 - REQUEST_JSON`; standard library only, Python >= 3.9) and parses the one line it prints
-(`spec_methods.parse`). Nothing is imported from sglang or torch and no tensor is loaded:
+(`facts.spec.methods.parse`). Nothing is imported from sglang or torch and no tensor is loaded:
 - weights: `model.safetensors.index.json`'s `weight_map` names; without an index, the header of
   each `*.safetensors` file (8 bytes of little-endian length, then that many bytes of JSON: names,
   dtypes, shapes; the tensors after it are never read). Reported as counts per name prefix, the

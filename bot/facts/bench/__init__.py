@@ -1,0 +1,1 @@
+"""Benchmark facts: is a result worth recording, are greedy outputs what the reference gave."""

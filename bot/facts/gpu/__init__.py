@@ -1,0 +1,1 @@
+"""GPU facts: nvidia-smi and fuser, GPU health readings and their verdict, the kernel log's Xids, DCGM."""

@@ -16,7 +16,7 @@ from pathlib import Path
 root = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(root / "tests"))
 
-from history_seed import seed_run  # noqa: E402
+from support.history_seed import seed_run  # noqa: E402
 
 from eaglebot.frontends.plot import render_trend  # noqa: E402
 from eaglebot.history.trend import load_trend  # noqa: E402

@@ -34,7 +34,7 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 # Byte-compile the editable sources once: the tests start many `eagle` processes, and where
 # PYTHONDONTWRITEBYTECODE is set (as on some CI images) each would compile them again (~0.2 s).
-.venv/bin/python -m compileall -q bot skills >/dev/null
+.venv/bin/python -m compileall -q src >/dev/null
 # ...and let the test modules' bytecode (pytest's rewritten asserts) be kept too: each xdist worker
 # collects all 2,200 tests, 11 s of CPU a worker without it and 5.5 s with (measured).
 unset PYTHONDONTWRITEBYTECODE

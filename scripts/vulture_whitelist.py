@@ -31,7 +31,7 @@ _.output_bytes, _.output_sha256
 
 # A function only mypy reads: it proves Store and AsyncStore satisfy their protocols (store/aio.py).
 _._faces
-# Store methods only the tests call, to set up or read a state (tests/store_contract.py, the lock
+# Store methods only the tests call, to set up or read a state (tests/support/store_contract.py, the lock
 # and orphan tests): another run's locks, a step's process records, a host's run ids.
 _.acquire_hosts, _.step_procs, _.host_run_ids
 

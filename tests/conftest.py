@@ -11,9 +11,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fakes.slack_api import FakeSlackAPI  # noqa: E402
-from slack_harness import open_harness, start_foreign_gpu_holder  # noqa: E402
-from sshd import SSHServer, chown_to, start_sshd  # noqa: E402
+from support.fakes.slack_api import FakeSlackAPI  # noqa: E402
+from support.slack_harness import open_harness, start_foreign_gpu_holder  # noqa: E402
+from support.sshd import SSHServer, chown_to, start_sshd  # noqa: E402
 
 from eaglebot.config import Settings, load_settings  # noqa: E402
 from eaglebot.frontends.services import Services  # noqa: E402
@@ -90,8 +90,8 @@ def root_sshd() -> SSHServer:
 
 @pytest.fixture(scope="session")
 def pg_server():
-    """A real PostgreSQL of this session (tests/pg.py), with the migrated template database."""
-    from pg import make_template, start_pg
+    """A real PostgreSQL of this session (tests/support/pg.py), with the migrated template database."""
+    from support.pg import make_template, start_pg
 
     server = start_pg()
     try:
@@ -103,9 +103,9 @@ def pg_server():
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """A real one-node Slurm cluster of this session (tests/slurm.py): node gpu-01, idle. Where
+    """A real one-node Slurm cluster of this session (tests/support/slurm.py): node gpu-01, idle. Where
     Slurm cannot be installed or started the tests that use it FAIL with the reason."""
-    from slurm import SlurmUnavailable, start_slurm
+    from support.slurm import SlurmUnavailable, start_slurm
 
     try:
         cluster = start_slurm()
@@ -169,7 +169,7 @@ async def services(make_settings):
 
 @pytest.fixture
 async def fake():
-    """The fake Slack Web API on loopback (tests/fakes/slack_api.py)."""
+    """The fake Slack Web API on loopback (tests/support/fakes/slack_api.py)."""
     f = await FakeSlackAPI().start()
     yield f
     await f.stop()
@@ -177,7 +177,7 @@ async def fake():
 
 @pytest.fixture
 async def harness(tmp_path, fake):
-    """Open Bolt app harnesses (tests/slack_harness.py) on the fake Web API; all closed after."""
+    """Open Bolt app harnesses (tests/support/slack_harness.py) on the fake Web API; all closed after."""
     opened = []
 
     async def open_(**kw):

@@ -13,10 +13,10 @@ import time
 import aiohttp
 import yaml
 
-from helpers import eagle
-from slack_harness import (CHANNEL, PLAYBOOKS, SECRET, TOKEN, action_body, command_body,
+from support.helpers import eagle
+from support.slack_harness import (CHANNEL, PLAYBOOKS, SECRET, TOKEN, action_body, command_body,
                            approval_message, signed_headers)
-from sshd import free_port
+from support.sshd import free_port
 
 from eaglebot.config import AccessConfig
 from eaglebot.frontends.chat.access import authorize, authorize_approval, command_class

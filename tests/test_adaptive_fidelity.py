@@ -22,7 +22,7 @@ FIXTURES = ROOT / "fixtures" / "sglang"
 
 
 def _load_sim():
-    path = ROOT.parent / "bot" / "sim" / "sglang_pkg" / "sglang" / "_adaptive.py"
+    path = ROOT.parent / "src" / "eaglebot" / "sim" / "sglang_pkg" / "sglang" / "_adaptive.py"
     spec = importlib.util.spec_from_file_location("sim_adaptive_for_tests", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -138,12 +138,12 @@ def test_switch_lines_are_read_from_sglangs_log_format():
 
 def _sim_resolution():
     """The simulator's launch parser and speculative resolution, loaded as the sim runs them."""
-    pkg = ROOT.parent / "bot" / "sim" / "sglang_pkg"
+    pkg = ROOT.parent / "src" / "eaglebot" / "sim" / "sglang_pkg"
     sys.path.insert(0, str(pkg))
     try:
         for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
             del sys.modules[name]
-        import sglang.launch_server as ls   # the SIMULATED package (bot/sim/sglang_pkg)
+        import sglang.launch_server as ls   # the SIMULATED package (src/eaglebot/sim/sglang_pkg)
         return ls
     finally:
         sys.path.remove(str(pkg))

@@ -19,13 +19,13 @@ SQLITE_IMPORT = re.compile(r"^\s*(import|from)\s+(sqlite3|sqlite_utils)\b", re.M
 
 
 def _sources() -> list[Path]:
-    return sorted(p for d in ("bot", "skills") for p in (ROOT / d).rglob("*.py"))
+    return sorted((ROOT / "src" / "eaglebot").rglob("*.py"))
 
 
 def test_sql_and_sqlite_imports_live_only_in_the_store():
     offenders = []
     for p in _sources():
-        if (ROOT / "bot" / "store") in p.parents:
+        if (ROOT / "src" / "eaglebot" / "store") in p.parents:
             continue
         text = p.read_text()
         if SQLITE_IMPORT.search(text) or SQL.search(text):
@@ -34,14 +34,13 @@ def test_sql_and_sqlite_imports_live_only_in_the_store():
 
 
 def test_the_store_does_speak_sql_so_the_grep_above_can_see_it():
-    store = (ROOT / "bot" / "store" / "base.py").read_text()   # the connection and its transaction
+    store = (ROOT / "src" / "eaglebot" / "store" / "base.py").read_text()   # the connection and its transaction
     assert SQLITE_IMPORT.search(store) and SQL.search(store)
 
 
 def _stage(tmp: Path) -> Path:
     stage = tmp / "stage"
-    shutil.copytree(ROOT / "bot", stage / "eaglebot", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "skills", stage / "eaglebot" / "skills", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "src" / "eaglebot", stage / "eaglebot", ignore=shutil.ignore_patterns("__pycache__"))
     return stage
 
 
@@ -53,24 +52,23 @@ def _lint(stage: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("module, line, contract", [
-    ("skills/wait.py", "from eaglebot.transport import LocalTransport", "Skills use ctx.host"),
-    ("skills/wait.py", "from eaglebot.skills import shell", "No skill imports another skill"),
-    ("bot/engine/redact.py", "from eaglebot.frontends import format", "Layers"),
-    ("bot/history/trend.py", "import sqlite3", "Only the store speaks SQL"),
+    ("src/eaglebot/skills/wait.py", "from eaglebot.transport import LocalTransport", "Skills use ctx.host"),
+    ("src/eaglebot/skills/wait.py", "from eaglebot.skills import shell", "No skill imports another skill"),
+    ("src/eaglebot/engine/redact.py", "from eaglebot.frontends import format", "Layers"),
+    ("src/eaglebot/history/trend.py", "import sqlite3", "Only the store speaks SQL"),
     # what chat/handlers.py and slack/* took from eagle serve's runtime before issue 36 moved it down
-    ("bot/frontends/chat/handlers.py", "from eaglebot.frontends.service.leader import Leadership",
+    ("src/eaglebot/frontends/chat/handlers.py", "from eaglebot.frontends.service.leader import Leadership",
      "eagle serve's runtime"),
-    ("bot/frontends/slack/execute.py", "from eaglebot.frontends.service import scheduler", "eagle serve's runtime"),
-    ("bot/frontends/format.py", "from eaglebot.frontends.service.reload import Reloader", "eagle serve's runtime"),
-    ("bot/facts/host_programs/spec_files.py", "from eaglebot.sdk import path_for_shell", "Host programs import nothing"),
-    ("bot/facts/host_programs/spec_files.py", "from eaglebot.facts.fact import program_answer", "facts by subject"),
-    ("bot/facts/gpu/health.py", "from eaglebot.facts.sglang import release", "facts by subject"),
+    ("src/eaglebot/frontends/slack/execute.py", "from eaglebot.frontends.service import scheduler", "eagle serve's runtime"),
+    ("src/eaglebot/frontends/format.py", "from eaglebot.frontends.service.reload import Reloader", "eagle serve's runtime"),
+    ("src/eaglebot/facts/host_programs/spec_files.py", "from eaglebot.sdk import path_for_shell", "Host programs import nothing"),
+    ("src/eaglebot/facts/host_programs/spec_files.py", "from eaglebot.facts.fact import program_answer", "facts by subject"),
+    ("src/eaglebot/facts/gpu/health.py", "from eaglebot.facts.sglang import release", "facts by subject"),
 ])
 def test_the_import_contract_fails_a_violation(tmp_path, module, line, contract):
     stage = _stage(tmp_path)
     assert _lint(stage).returncode == 0  # the tree as it is keeps every contract
-    rel = Path(module.replace("bot/", "eaglebot/", 1).replace("skills/", "eaglebot/skills/", 1))
-    target = stage / rel
+    target = stage / Path(module).relative_to("src")
     target.write_text(target.read_text() + f"\n{line}  # injected by the test\n")
     res = _lint(stage)
     assert res.returncode != 0
@@ -80,14 +78,14 @@ def test_the_import_contract_fails_a_violation(tmp_path, module, line, contract)
 
 
 def test_the_service_contract_places_every_part_of_the_front_ends():
-    """A new module under bot/frontends/ takes a layer in the service contract, or nothing
+    """A new module under src/eaglebot/frontends/ takes a layer in the service contract, or nothing
     would stop it importing eagle serve's runtime."""
     text = (ROOT / ".importlinter").read_text()
     section = text[text.index("[importlinter:contract:service]"):]
     section = section[:section.index("\n[", 1)]
     layers = section[section.index("layers =") + len("layers ="):]
     named = {m.strip() for m in re.split(r"[\s|:]+", layers) if m.strip()}
-    parts = {p.stem if p.suffix == ".py" else p.name for p in (ROOT / "bot" / "frontends").iterdir()
+    parts = {p.stem if p.suffix == ".py" else p.name for p in (ROOT / "src" / "eaglebot" / "frontends").iterdir()
              if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())}
     assert parts == named
 
@@ -104,8 +102,8 @@ def test_no_module_is_longer_than_the_limit():
 
 # The seams from a listener or the CLI to ctx.host: no parameter or attribute typed Any. (JSON
 # and YAML values a user wrote, in templating, playbook inputs and limits, are what they are.)
-SEAMS = ["bot/history", "bot/tuning", "bot/frontends/slack", "bot/frontends/chat", "skills",
-         *(f"bot/engine/{m}.py" for m in ("runner", "steps", "attempts", "records", "context", "procs",
+SEAMS = ["src/eaglebot/history", "src/eaglebot/tuning", "src/eaglebot/frontends/slack", "src/eaglebot/frontends/chat", "src/eaglebot/skills",
+         *(f"src/eaglebot/engine/{m}.py" for m in ("runner", "steps", "attempts", "records", "context", "procs",
                                           "registry", "shipped"))]
 ANY_ANNOTATION = re.compile(r":\s*Any\b")
 
@@ -124,10 +122,10 @@ def test_no_any_on_the_seams():
 # with a slice, not the whole protocol").
 WHOLE_STORE = {"StoreProtocol", "Store", "AsyncStore"}
 OPENERS = {
-    "bot/frontends/cli/common.py": {"open_store", "store_only", "read_store", "view_store", "empty_store"},
-    "bot/frontends/cli/tuning_cmds.py": {"_store"},
+    "src/eaglebot/frontends/cli/common.py": {"open_store", "store_only", "read_store", "view_store", "empty_store"},
+    "src/eaglebot/frontends/cli/tuning_cmds.py": {"_store"},
     # opens the store (`Services.open`), closes it (`close`), and hands each consumer its slice
-    "bot/frontends/services.py": {"Services.__init__"},
+    "src/eaglebot/frontends/services.py": {"Services.__init__"},
 }
 
 
@@ -186,8 +184,8 @@ def whole_store_annotations(source: str) -> list[tuple[str, str]]:
 
 def test_every_user_of_the_store_is_typed_with_a_slice():
     found: dict[str, set[str]] = {}
-    for p in sorted((ROOT / "bot").rglob("*.py")):
-        if (ROOT / "bot" / "store") not in p.parents:
+    for p in sorted((ROOT / "src" / "eaglebot").rglob("*.py")):
+        if (ROOT / "src" / "eaglebot" / "store") not in p.parents:
             for where, name in whole_store_annotations(p.read_text(encoding="utf-8")):
                 found.setdefault(str(p.relative_to(ROOT)), set()).add(f"{where} ({name})")
     whole = {f"{rel}: {w}" for rel, ws in found.items() for w in ws

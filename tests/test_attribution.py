@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from history_seed import seed_run
+from support.history_seed import seed_run
 
 from eaglebot.history.attribution import attribution_sentence, state_changes
 from eaglebot.history.fingerprint import apply_steps, empty_state

@@ -1,4 +1,4 @@
-"""The audit chain on PostgreSQL (a real server, tests/pg.py): the same tamper cases as
+"""The audit chain on PostgreSQL (a real server, tests/support/pg.py): the same tamper cases as
 tests/test_audit_chain.py, made with psql's means (a plain connection; triggers switched off
 with `session_replication_role`; chain entries edited or deleted), the keyed seals, and the
 CLI end to end against `audit_db: postgresql://...`."""
@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from helpers import eagle_json as eagle_process_json, write_yaml
-from inproc import eagle_here as eagle, eagle_here_json as eagle_json
+from support.helpers import eagle_json as eagle_process_json, write_yaml
+from support.inproc import eagle_here as eagle, eagle_here_json as eagle_json
 from test_audit_chain import TAMPERS
 
 from eaglebot.store import Store, open_store
@@ -239,7 +239,7 @@ def test_the_store_is_postgresql_for_a_url_and_sqlite_for_a_path(pg_url, tmp_pat
 
 
 def test_the_pg_dump_the_backup_advice_names_restores_a_copy_that_verifies(filled, pg_server, tmp_path):
-    from pg import pg_bin
+    from support.pg import pg_bin
 
     _, url = filled
     dump = tmp_path / "eagle.dump"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import write_yaml
-from inproc import eagle_here as eagle, eagle_here_json as eagle_json
+from support.helpers import write_yaml
+from support.inproc import eagle_here as eagle, eagle_here_json as eagle_json
 
 from eaglebot.store import Store
 from eaglebot.store import chain, sealing

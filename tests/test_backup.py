@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import write_yaml
+from support.helpers import write_yaml
 
 from eaglebot.store import Store
 

@@ -3,9 +3,9 @@ loopback from a real `Metrics` endpoint on a real store, parsed with prometheus_
 from __future__ import annotations
 
 import aiohttp
-from history_seed import seed_run
+from support.history_seed import seed_run
 from prometheus_client.parser import text_string_to_metric_families
-from sshd import free_port
+from support.sshd import free_port
 
 from eaglebot.frontends.service.metrics import Metrics
 from eaglebot.store import Store

@@ -1,4 +1,4 @@
-"""What a measuring relaunch carries from the running server (skills/lib/carry.py), decided without a
+"""What a measuring relaunch carries from the running server (src/eaglebot/skills/lib/carry.py), decided without a
 host: the audited launch's own flags, the live /server_info's value where the two differ (named),
 the live settings alone when nothing was audited."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The `eagle` command as users (and acceptance tests) call it: exit codes, --json, the store.
 
 Decisions (exit codes, one-sentence errors, listings) call the CLI in this process
-(tests/inproc.py); what only a process shows (the --json contract of a real run, a SIGKILL,
+(tests/support/inproc.py); what only a process shows (the --json contract of a real run, a SIGKILL,
 many processes at once, a closed pipe) starts real `eagle` processes."""
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import sqlite_utils
 
-from helpers import eagle, eagle_json, pid_alive, tagged_pids, wait_for, write_playbook, write_yaml
-from inproc import eagle_here, eagle_here_json
+from support.helpers import eagle, eagle_json, pid_alive, tagged_pids, wait_for, write_playbook, write_yaml
+from support.inproc import eagle_here, eagle_here_json
 
 from eaglebot.store import Store
 
@@ -236,7 +236,7 @@ def test_many_processes_opening_a_new_audit_db_at_once_all_succeed(tmp_path):
 def test_a_reader_that_leaves_early_gets_no_internal_error(tmp_path):
     """`eagle history --json | head -1`: the pipe closes while eagle still writes; eagle
     stops quietly (exit 141, as a shell does on SIGPIPE), no 'internal error' line."""
-    from history_seed import seed_run
+    from support.history_seed import seed_run
 
     from eaglebot.store import Store
 

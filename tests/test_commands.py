@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from inproc import eagle_here
-from slack_harness import PLAYBOOKS
+from support.inproc import eagle_here
+from support.slack_harness import PLAYBOOKS
 
 from eaglebot.frontends.chat.access import authorize
 from eaglebot.frontends.chat.caller import Caller

@@ -9,8 +9,8 @@ import json
 import os
 
 import yaml
-from helpers import eagle
-from inproc import eagle_here
+from support.helpers import eagle
+from support.inproc import eagle_here
 
 from eaglebot import configfile
 from eaglebot.configfile import config_path

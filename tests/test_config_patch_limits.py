@@ -11,7 +11,7 @@ import pytest
 from eaglebot.engine.playbook import parse_playbook
 from eaglebot.engine.runner import RunRequest
 from eaglebot.skills import config_patch
-from gpu_helpers import playbook
+from support.gpu_helpers import playbook
 
 
 async def run1(svc, with_: dict):

@@ -12,7 +12,7 @@ import pytest
 from eaglebot.engine.runner import RunRequest
 from eaglebot.skills import config_patch
 from eaglebot.skills.lib import files
-from gpu_helpers import PY, playbook
+from support.gpu_helpers import PY, playbook
 
 ORIGINAL = (b'{\n  "architectures": [\n    "LlamaForCausalLMEagle3"\n  ],\n  "hidden_size": 4096,\n'
             b'  "eagle_config": {\n    "use_aux_hidden_state": true\n  },\n  "rope_theta": 500000.0\n}\n')
@@ -156,7 +156,7 @@ async def test_patch_dry_run_shows_the_diff_and_writes_nothing(local, tmp_path):
 
 
 async def test_patch_and_revert_over_ssh(services, sshd, remote_dir):
-    from sshd import chown_to
+    from support.sshd import chown_to
 
     cfg = remote_dir / "draft" / "config.json"
     cfg.parent.mkdir()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import yaml
-from tuning_sandbox import HOST, sim_host
+from support.tuning_sandbox import HOST, sim_host
 
 from eaglebot.frontends.cli.main import main
 from eaglebot.store import Store

@@ -8,8 +8,8 @@ import json
 
 import pytest
 import sqlite_utils
-from helpers import write_playbook, write_yaml
-from inproc import eagle_here
+from support.helpers import write_playbook, write_yaml
+from support.inproc import eagle_here
 
 
 def _rejections(db) -> list[dict]:

@@ -5,7 +5,7 @@ import json
 
 import jsonpatch
 import yaml
-from history_seed import seed_run
+from support.history_seed import seed_run
 
 from eaglebot.frontends.cli.main import main
 from eaglebot.store import Store

@@ -8,8 +8,8 @@ import asyncssh
 import pytest
 import yaml
 
-from fakes.slack_api import FakeSlackAPI
-from gpu_helpers import PY
+from support.fakes.slack_api import FakeSlackAPI
+from support.gpu_helpers import PY
 
 from eaglebot.config import load_settings
 from eaglebot.frontends.cli.doctor import doctor_main, run_checks
@@ -192,7 +192,7 @@ def _service_env(monkeypatch):
 
 
 async def test_doctor_service_reports_a_down_host_and_an_unpinned_one_as_warnings(tmp_path, sshd, monkeypatch, capsys):
-    from sshd import free_port
+    from support.sshd import free_port
 
     fake = await FakeSlackAPI().start()
     try:

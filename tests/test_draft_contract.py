@@ -1,6 +1,6 @@
 """The draft-contract gate's static check on a corpus of (architecture, draft config, SGLang version)
 cases, resolved against the REAL SGLang source (the 0.5.23 and 0.5.17 wheels, unpacked, never
-installed: tests/sglang_source.py): every faulty case is flagged, no correct case is.
+installed: tests/support/sglang_source.py): every faulty case is flagged, no correct case is.
 
 Each case is what a host gives draft.check: the target's config.json, the draft's config.json, the
 layer outputs training concatenated. The resolution runs eaglebot's own host program
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from sglang_source import real_sglang
+from support.sglang_source import real_sglang
 
 from eaglebot.facts.spec import draft_contract as dc
 from eaglebot.facts.spec import eagle3

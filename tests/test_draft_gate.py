@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import eagle
+from support.helpers import eagle
 from test_server_skills import alive, get_health
 from test_shipped_playbooks import FAST, open_home_host, run, step, why
 

@@ -1,4 +1,4 @@
-"""draft.probe's reading of the server's per-request speculative stats (bot/facts/spec/draft_accept.py),
+"""draft.probe's reading of the server's per-request speculative stats (src/eaglebot/facts/spec/draft_accept.py),
 on the REAL meta_info of SGLang 0.5.17 on an H200 (dummy weights: nothing accepted) and on the
 shapes a wrong input and a weak draft give."""
 from __future__ import annotations

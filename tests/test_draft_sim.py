@@ -1,5 +1,5 @@
 """The SIMULATED SGLang's model of a draft fed other hidden states than it was trained on
-(bot/sim/sglang_pkg/sglang/_draft_fit.py), held to the real thing: its capture rule is the one
+(src/eaglebot/sim/sglang_pkg/sglang/_draft_fit.py), held to the real thing: its capture rule is the one
 the table captured from the real 0.5.23 wheel has for LlamaForCausalLM, and its per-request
 stats carry the keys real SGLang puts in meta_info."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from eaglebot.facts.spec import draft_accept, eagle3
 
-SIM = Path(__file__).resolve().parents[1] / "bot" / "sim" / "sglang_pkg" / "sglang" / "_draft_fit.py"
+SIM = Path(__file__).resolve().parents[1] / "src" / "eaglebot" / "sim" / "sglang_pkg" / "sglang" / "_draft_fit.py"
 LANDSCAPE = SIM.with_name("_landscape.py")   # the simulated server's histogram (one for every acceptance)
 REAL_META = Path(__file__).parent / "fixtures" / "sglang" / "0.5.17/h200-real" / "probes.json"
 

@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_helpers import Sleepers
-from helpers import eagle, wait_for
+from support.gpu_helpers import Sleepers
+from support.helpers import eagle, wait_for
 from test_shipped_playbooks import FAST, open_home_host, run, steps, why
 
 from eaglebot.engine.registry import shipped
 from eaglebot.sim import cluster
 
-PLAYBOOKS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "playbooks").glob("*.yaml"))
+PLAYBOOKS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "src" / "eaglebot" / "playbooks").glob("*.yaml"))
 # The shipped skills no shipped playbook uses, in a playbook of the test's own.
 EXTRA = {"name": "extra", "steps": [
     {"skill": "gpu.processes"},

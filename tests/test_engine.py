@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from helpers import pid_alive, wait_for, write_playbook
+from support.helpers import pid_alive, wait_for, write_playbook
 
 from eaglebot.errors import HostBusy, UsageError
 from eaglebot.engine.playbook import load_playbook
@@ -354,7 +354,7 @@ async def test_unknown_host_key_is_refused(services, sshd, tmp_path):
 
 
 async def test_unreachable_host_ends_the_run_unreachable_with_one_sentence(services, sshd, tmp_path):
-    from sshd import free_port
+    from support.sshd import free_port
 
     svc = await services({"dead": sshd.host_config(port=free_port(), connect_timeout_s=3)})
     book = pb(tmp_path, """

@@ -2,7 +2,7 @@
 parser reads that capture: the parser tested is the one the product runs on that output.
 
 Facts are found in the skills' code (`nvsmi.GPU_TABLE`, `hf.HEALTH`, ... as written in
-skills/*.py and skills/lib/*.py), so a new fact without a capture fails here. A fact whose
+src/eaglebot/skills/*.py and src/eaglebot/skills/lib/*.py), so a new fact without a capture fails here. A fact whose
 exact command has no capture fails: capture it on a real host (tests/gpu/capture_facts.sh).
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ def facts_used_by_skills() -> dict[str, Fact[object]]:
     """`module.NAME` references that are Facts, by command, in the shipped skills, their lib
     and `eagle doctor` (which runs the GPU query on each host)."""
     found: dict[str, Fact[object]] = {}
-    for path in [*sorted((ROOT / "skills").glob("*.py")), *sorted((ROOT / "skills" / "lib").glob("*.py")),
-                 ROOT / "bot" / "frontends" / "cli" / "doctor.py"]:
+    for path in [*sorted((ROOT / "src" / "eaglebot" / "skills").glob("*.py")), *sorted((ROOT / "src" / "eaglebot" / "skills" / "lib").glob("*.py")),
+                 ROOT / "src" / "eaglebot" / "frontends" / "cli" / "doctor.py"]:
         tree = ast.parse(path.read_text())
         aliases: dict[str, object] = {}
         for node in ast.walk(tree):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 
-from helpers import write_playbook
+from support.helpers import write_playbook
 
 from eaglebot.config import Settings
 from eaglebot.engine.playbook import load_playbook

@@ -5,7 +5,7 @@ empty folder, and every `$ ...` line of its `console` blocks is typed, in order,
 `eagle` CLI under a pseudo-terminal (a reader's terminal: the host-key question is answered
 by the `y` the page shows after `[y/N]`). The node is a fresh one: a real OpenSSH sshd on
 127.0.0.1, a new non-root login user with a real home, 8 SIMULATED H200s and the SIMULATED SGLang
-0.5.23 (bot/sim) installed in that home, and the default state_dir and config (no `state_dir`, no
+0.5.23 (src/eaglebot/sim) installed in that home, and the default state_dir and config (no `state_dir`, no
 `known_hosts`, no test-friendly env: the bot's side has its own `$HOME` with `~/.ssh/id_ed25519`).
 
 Only what a real reader must change is substituted (the host's address and port, the login user);
@@ -40,8 +40,8 @@ from typing import Iterator
 
 import pytest
 
-from helpers import wait_for
-from sshd import start_sshd
+from support.helpers import wait_for
+from support.sshd import start_sshd
 from test_shipped_playbooks import _ensure_home_user, _kill_user_processes
 from test_sglang_sim import write_models
 

@@ -1,5 +1,5 @@
 """What a new user still tripped on (issue 47), each through the real `eagle` CLI in this process
-(tests/inproc.py) on a local-transport host: the fix in a draft refusal, dry runs that record no
+(tests/support/inproc.py) on a local-transport host: the fix in a draft refusal, dry runs that record no
 training evidence, and the small texts."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inproc import eagle_here, eagle_here_json
+from support.inproc import eagle_here, eagle_here_json
 
 from eaglebot.store import Store, parse_iso
 from eaglebot.store.rows import NewRun
@@ -264,7 +264,7 @@ def texts(fig) -> list[str]:
 
 
 def test_the_trend_marks_each_runs_id(tmp_path, figures):
-    from history_seed import seed_run
+    from support.history_seed import seed_run
 
     cfg = node(tmp_path)
     store = Store(tmp_path / "eagle.db")

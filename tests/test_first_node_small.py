@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from helpers import eagle
+from support.helpers import eagle
 
 from eaglebot.config import RegressionConfig
 from eaglebot.configfile import SYSTEM_CONFIG

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import eagle, write_yaml
-from inproc import eagle_here
+from support.helpers import eagle, write_yaml
+from support.inproc import eagle_here
 
 from eaglebot.config import Settings, load_settings
 from eaglebot.errors import UsageError

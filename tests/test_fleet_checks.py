@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from gpu_helpers import PY
-from helpers import write_yaml
-from inproc import eagle_here
+from support.gpu_helpers import PY
+from support.helpers import write_yaml
+from support.inproc import eagle_here
 
 from eaglebot.sim import gpu_state, install_sim_bin
 

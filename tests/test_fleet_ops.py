@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import eagle, write_playbook, write_yaml
-from inproc import eagle_here
-from sshd import free_port, start_sshd
+from support.helpers import eagle, write_playbook, write_yaml
+from support.inproc import eagle_here
+from support.sshd import free_port, start_sshd
 
 from eaglebot.engine.playbook import load_playbook
 from eaglebot.engine.runner import RunRequest
@@ -199,7 +199,7 @@ async def test_connections_through_a_jump_host_are_opened_a_few_at_a_time(servic
 
 
 async def test_watch_follows_a_run_started_by_eagle_serve_and_exits_with_its_code(sshd, remote_dir, tmp_path, fake):
-    from slack_harness import SECRET, command_body, signed_headers
+    from support.slack_harness import SECRET, command_body, signed_headers
     from test_serve import start_serve, stop, wait_serving
 
     import aiohttp

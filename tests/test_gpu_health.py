@@ -15,7 +15,7 @@ from eaglebot.history.fingerprint import apply_steps, empty_state
 from eaglebot.sim import gpu_state
 from eaglebot.facts.gpu import dcgm
 from eaglebot.facts.gpu import health as hf
-from gpu_helpers import playbook, sim_host
+from support.gpu_helpers import playbook, sim_host
 
 CAPTURES = Path(__file__).parent / "fixtures" / "nvidia-smi" / "health"
 

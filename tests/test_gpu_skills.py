@@ -15,8 +15,8 @@ import pytest
 from eaglebot.engine.runner import RunRequest
 from eaglebot.sim import gpu_state, install_sim_bin
 from eaglebot.facts.host import procs
-from gpu_helpers import PY, Sleepers, install_fuser, playbook, sim_host
-from helpers import wait_for
+from support.gpu_helpers import PY, Sleepers, install_fuser, playbook, sim_host
+from support.helpers import wait_for
 
 CLEAN_AND_VERIFY = """
 name: clean

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent / "gpu"))
 import asyncssh  # noqa: E402
 
 from asyncssh_server import start_asyncssh_server  # noqa: E402
-from helpers import wait_for  # noqa: E402
+from support.helpers import wait_for  # noqa: E402
 from real_gpu import kill_leftover_servers  # noqa: E402
 
 

@@ -7,7 +7,7 @@ import json
 
 import yaml
 
-from inproc import eagle_here
+from support.inproc import eagle_here
 
 from eaglebot.sim import gpu_state, install_sim_bin
 

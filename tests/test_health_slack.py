@@ -2,7 +2,7 @@
 Silence 24 h) through the real Bolt app over signed HTTP, against the fake Web API."""
 from __future__ import annotations
 
-from slack_harness import TOKEN, open_harness
+from support.slack_harness import TOKEN, open_harness
 
 from eaglebot.engine.health_watch import HostReport, Probe
 from eaglebot.frontends.chat.grammar import parse

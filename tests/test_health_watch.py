@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from gpu_helpers import PY, playbook
-from helpers import write_playbook, write_yaml
-from inproc import eagle_here
+from support.gpu_helpers import PY, playbook
+from support.helpers import write_playbook, write_yaml
+from support.inproc import eagle_here
 
 from eaglebot.config import HealthWatchConfig
 from eaglebot.engine.health_watch import HealthWatch, HostReport
@@ -288,8 +288,8 @@ def test_slash_force_is_parsed_and_only_approvers_may_pass_it():
 async def test_eagle_serve_runs_the_watch_posts_an_xid_79_and_resolves_it(tmp_path, sshd, remote_dir, fake):
     """The real `eagle serve` process: the watch it runs alerts in the fake Slack, then resolves in place."""
     from test_serve import start_serve, stop, wait_serving
-    from sshd import free_port
-    from slack_harness import SECRET
+    from support.sshd import free_port
+    from support.slack_harness import SECRET
 
     hosts, st = fleet(remote_dir, 3, sshd, gpus=1)
     interval = 1.5

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from slack_harness import open_harness
+from support.slack_harness import open_harness
 
 from eaglebot.engine.runner import HEARTBEAT_S, RunRequest
 from eaglebot.frontends.cli.terminal import TerminalObserver, paint, result_text, use_colour

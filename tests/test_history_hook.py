@@ -1,7 +1,7 @@
 """history_hook on a seeded audit store: judgement, fingerprint, attribution, baselines."""
 from __future__ import annotations
 
-from history_seed import seed_run
+from support.history_seed import seed_run
 
 from eaglebot.history.hook import history_hook
 from eaglebot.engine.runner import RunOutcome, StepRecord

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import write_playbook, write_yaml
-from inproc import eagle_here as eagle, eagle_here_json as eagle_json
+from support.helpers import write_playbook, write_yaml
+from support.inproc import eagle_here as eagle, eagle_here_json as eagle_json
 
 from eaglebot.engine import limits
 
@@ -182,7 +182,7 @@ async def test_a_nul_byte_from_a_playbook_fails_one_step_and_the_connection_live
     """A NUL that reaches a command (here from a playbook var) fails that step with one
     sentence before anything is sent; the next step on the same SSH connection works."""
     from eaglebot.engine.runner import RunRequest
-    from gpu_helpers import playbook
+    from support.gpu_helpers import playbook
     svc = await services({"r": sshd.host_config()})
     book = playbook(json.dumps({"name": "nul", "vars": {"v": "a\x00b"}, "steps": [
         {"name": "bad", "skill": "shell", "continue_on_error": True, "with": {"command": "echo {{ v }}"}},

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from helpers import write_yaml
-from sshd import free_port
+from support.helpers import write_yaml
+from support.sshd import free_port
 
 from eaglebot.frontends.cli.main import main
 from eaglebot.store import Store

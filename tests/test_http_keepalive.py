@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import aiohttp
 from aiohttp import web
-from sshd import free_port
+from support.sshd import free_port
 
 from eaglebot.frontends.service.http_guard import KEEPALIVE_S, listen
 

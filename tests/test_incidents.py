@@ -123,7 +123,7 @@ def test_an_incident_closes_itself_when_the_metric_recovers(cfg, capsys):
 
 
 async def test_a_slow_drift_is_flagged_by_the_end_and_a_noisy_series_stays_quiet(services):
-    from history_seed import seed_run
+    from support.history_seed import seed_run
 
     from eaglebot.engine.runner import RunOutcome, StepRecord
     from eaglebot.history.hook import history_hook

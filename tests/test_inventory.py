@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import eagle, write_yaml
+from support.helpers import eagle, write_yaml
 
 from eaglebot.config import Settings, load_settings
 from eaglebot.errors import UsageError

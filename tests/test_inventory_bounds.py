@@ -10,7 +10,7 @@ import tracemalloc
 
 import pytest
 import yaml
-from helpers import eagle, write_yaml
+from support.helpers import eagle, write_yaml
 
 from eaglebot import inventory
 from eaglebot.config import Settings, load_settings

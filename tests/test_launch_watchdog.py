@@ -102,7 +102,7 @@ def test_the_relaunch_playbook_takes_stall_s_and_fails_a_stalled_launch_early(tm
     stuck in CUDA-graph capture fails the run in one line instead of after ready_timeout_s."""
     import json
 
-    from tuning_sandbox import FAST_ENV, HOST, sim_host
+    from support.tuning_sandbox import FAST_ENV, HOST, sim_host
 
     from eaglebot.frontends.cli.main import main
     from eaglebot.store import Store

@@ -1,4 +1,4 @@
-"""What the end-of-step sweep (bot/transport/leftovers.py) takes and what it spares, on the host
+"""What the end-of-step sweep (src/eaglebot/transport/leftovers.py) takes and what it spares, on the host
 `local` and over a real sshd as the non-root test user and as root, in both shell modes: it takes what a
 step started however it hid (no tag, its own session, its parent gone); it spares a server
 the step started on purpose, the user's other processes (started before the step, or during
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import pid_alive, pid_folder, wait_for
+from support.helpers import pid_alive, pid_folder, wait_for
 
 from eaglebot.config import HostConfig
 from eaglebot.transport import LocalTransport, SSHTransport

@@ -13,7 +13,7 @@ from pathlib import Path
 from eaglebot.engine.runner import RunRequest
 from eaglebot.errors import HostUnreachable
 from eaglebot.transport.local import LocalTransport
-from helpers import wait_for
+from support.helpers import wait_for
 from test_server_skills import FAST, alive, one_step, open_svc, ssh_host, local_host  # noqa: F401  (fixtures)
 
 

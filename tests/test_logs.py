@@ -8,7 +8,7 @@ from eaglebot.engine.runner import RunRequest, takes_locks
 from eaglebot.engine.playbook import find_playbook
 from eaglebot.engine.registry import shipped
 from eaglebot.store.rows import NewRun, StepEnd
-from sshd import chown_to
+from support.sshd import chown_to
 
 
 async def test_server_logs_tails_the_host_var_log_over_ssh_and_is_audited(services, sshd, remote_dir):
@@ -104,7 +104,7 @@ async def test_slash_logs_of_an_unknown_host_is_one_sentence(services):
 
 
 def test_eagle_logs_status_and_show_last_from_the_terminal(tmp_path):
-    from helpers import eagle
+    from support.helpers import eagle
 
     log = tmp_path / "s.log"
     log.write_text("hello\n")

@@ -8,7 +8,7 @@ import re
 import textwrap
 
 
-from slack_harness import open_harness
+from support.slack_harness import open_harness
 
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack.budget import MESSAGE_BUDGET, fit, text_len

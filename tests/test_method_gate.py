@@ -1,7 +1,7 @@
 """The method-aware pre-flight (issue 44 item 1): per speculative method, one healthy launch and one
-launch per fault, each over model folders laid out as the real checkpoints are (tests/spec_models.py)
+launch per fault, each over model folders laid out as the real checkpoints are (tests/support/spec_models.py)
 and read on the host by the real host program over the local transport, with the host's Python
-seeing the REAL SGLang 0.5.23 source (tests/sglang_source.py: the unpacked wheel, nothing imported)
+seeing the REAL SGLang 0.5.23 source (tests/support/sglang_source.py: the unpacked wheel, nothing imported)
 so DFLASH's capture runs the target's own `set_dflash_layers_to_capture`. Each fault is refused with
 one sentence naming the fix; each healthy launch has no refusal and no warning."""
 from __future__ import annotations
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-import spec_models as sm
+from support import spec_models as sm
 from eaglebot.engine.runner import RunRequest
 from eaglebot.facts.spec import methods
 from eaglebot.skills.lib import method_gate
 from eaglebot.testing import context
 from eaglebot.transport.local import LocalTransport
-from inproc import eagle_here
-from sglang_source import real_sglang
+from support.inproc import eagle_here
+from support.sglang_source import real_sglang
 from test_server_skills import local_host  # noqa: F401  (the simulated GPU host, a fixture)
 
 

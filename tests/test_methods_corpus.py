@@ -1,7 +1,7 @@
 """Issue 44's corpus (tests/data/methods/corpus.json): every speculative method SGLang serves, each with
 the silent failures the field reports and the combinations SGLang refuses, half of the cases healthy,
 run through the SHIPPED relaunch playbook over the local transport against the SIMULATED SGLang
-(bot/sim/sglang_pkg/sglang/_methods.py), then, where a case says `then`, the event and the health
+(src/eaglebot/sim/sglang_pkg/sglang/_methods.py), then, where a case says `then`, the event and the health
 watch's next probe of the host. Every fault must be flagged where the case says (before the stop, at
 the launch, by the closing benchmark, or by the watch's next probe) with the words it names, and no
 healthy case may raise an alarm. The confusion counts are printed (`pytest -s`)."""
@@ -28,7 +28,7 @@ from eaglebot.engine import health_watch
 from eaglebot.frontends.cli.demo import _stop_everything
 from eaglebot.engine.runner import RunRequest
 from eaglebot.sim import gpu_state, install_sim_bin
-from sglang_source import real_sglang
+from support.sglang_source import real_sglang
 from test_server_skills import FAST, PY, free_port
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "methods" / "corpus.json").read_text())["cases"]
@@ -248,7 +248,7 @@ async def test_every_fault_is_flagged_where_it_must_be_and_no_healthy_case_alarm
     assert wrong == []
 
 
-SIM = Path(__file__).resolve().parents[1] / "bot" / "sim" / "sglang_pkg" / "sglang"
+SIM = Path(__file__).resolve().parents[1] / "src" / "eaglebot" / "sim" / "sglang_pkg" / "sglang"
 # What the simulator says for each method, as the real release's source says it (a literal of that file).
 WORDS = [
     ("srt/arg_groups/speculative_hook.py", "Currently DFLASH speculative decoding only supports pp_size == 1.", "both"),

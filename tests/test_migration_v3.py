@@ -1,7 +1,7 @@
 """Schema v3 (rejections as events, approval messages, paused schedules) on a v2 database."""
 from __future__ import annotations
 
-from history_seed import seed_run
+from support.history_seed import seed_run
 
 from eaglebot.store import Store
 from eaglebot.store.db import SCHEMA_VERSION

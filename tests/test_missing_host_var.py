@@ -1,6 +1,6 @@
 """One message for a variable nobody set (issue 24), from every playbook, before any step
 runs: `host var `X` is not set on H; set it in eagle.yaml under hosts.H.vars or pass -e ...`.
-The CLI in this process (tests/inproc.py), a real SQLite file."""
+The CLI in this process (tests/support/inproc.py), a real SQLite file."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import json
 import sqlite_utils
 import yaml
 
-from inproc import eagle_here
+from support.inproc import eagle_here
 
 
 def _cfg(tmp_path, vars_=None):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from helpers import eagle, eagle_json, write_yaml
-from inproc import eagle_here
+from support.helpers import eagle, eagle_json, write_yaml
+from support.inproc import eagle_here
 
 BOOK = """\
 name: mine

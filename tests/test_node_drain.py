@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from gpu_helpers import PY, playbook
-from sshd import chown_to
+from support.gpu_helpers import PY, playbook
+from support.sshd import chown_to
 
 from eaglebot.engine.runner import RunRequest
 from eaglebot.errors import UsageError

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import eagle
-from slack_harness import SECRET
-from sshd import free_port
+from support.helpers import eagle
+from support.slack_harness import SECRET
+from support.sshd import free_port
 from test_ops_serve import db_rows, finished, slash, until, write_config
 from test_serve import start_serve, stop, wait_serving
 
@@ -122,8 +122,8 @@ async def test_a_reloaded_scheduler_lets_its_running_scheduled_run_finish_and_lo
     import asyncio
     import logging
 
-    from sched_helpers import finished_jobs, fire_now
-    from slack_harness import PLAYBOOKS
+    from support.sched_helpers import finished_jobs, fire_now
+    from support.slack_harness import PLAYBOOKS
 
     from eaglebot.frontends.oplog import RunLog
     from eaglebot.frontends.service.scheduler import build_scheduler
@@ -155,7 +155,7 @@ async def test_a_reloaded_scheduler_lets_its_running_scheduled_run_finish_and_lo
 
 async def test_a_run_of_a_swapped_out_config_is_still_cancellable_and_its_transports_close_after_it(
         services, tmp_path):
-    from slack_harness import PLAYBOOKS
+    from support.slack_harness import PLAYBOOKS
 
     from eaglebot.config import load_settings
     from eaglebot.engine.runner import RunRequest

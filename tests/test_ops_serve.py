@@ -12,8 +12,8 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from slack_harness import PLAYBOOKS, SECRET, command_body, signed_headers
-from sshd import free_port
+from support.slack_harness import PLAYBOOKS, SECRET, command_body, signed_headers
+from support.sshd import free_port
 from test_serve import start_serve, stop, wait_serving
 
 

@@ -8,7 +8,7 @@ import threading
 import time
 
 from eaglebot.engine.runner import RunRequest
-from gpu_helpers import playbook
+from support.gpu_helpers import playbook
 
 LINES = 120
 

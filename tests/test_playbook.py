@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import write_playbook
+from support.helpers import write_playbook
 
 from eaglebot.engine import templating
 from eaglebot.errors import UsageError

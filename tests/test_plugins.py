@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import eagle, eagle_json, write_playbook, write_yaml
+from support.helpers import eagle, eagle_json, write_playbook, write_yaml
 
 from eaglebot.config import load_settings
 from eaglebot.engine.playbook import load_playbook

@@ -13,7 +13,7 @@ import pytest
 
 from eaglebot.engine.runner import RunRequest
 from eaglebot.sim import gpu_state
-from sshd import chown_to
+from support.sshd import chown_to
 from test_server_skills import FAST, PY, Host, alive, failed_step, free_port, listener_script, wait_listening
 
 

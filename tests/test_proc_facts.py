@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from helpers import wait_for
+from support.helpers import wait_for
 
 from eaglebot.sdk import SkillContext
 from eaglebot.facts.host import ports, procs

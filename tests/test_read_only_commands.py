@@ -8,8 +8,8 @@ import json
 
 import psycopg
 import pytest
-from helpers import eagle, write_yaml
-from inproc import eagle_here
+from support.helpers import eagle, write_yaml
+from support.inproc import eagle_here
 
 NO_DB = "no audit DB at {db}"
 

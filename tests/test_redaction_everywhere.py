@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from helpers import eagle, write_playbook, write_yaml
-from inproc import eagle_here
+from support.helpers import eagle, write_playbook, write_yaml
+from support.inproc import eagle_here
 
 TOKEN = "hf_" + "Zq9" * 10
 SLACK = "xoxb-" + "1234567890-abcdefghij"

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 import yaml
-from history_seed import seed_run
+from support.history_seed import seed_run
 
 from eaglebot.frontends.cli.main import main
 from eaglebot.store import Store

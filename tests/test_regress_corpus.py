@@ -8,7 +8,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-import regress_corpus as rc
+from support import regress_corpus as rc
 
 from eaglebot.config import RegressionConfig
 from eaglebot.store import Store

@@ -1,5 +1,5 @@
 """Issue 42 end to end, as the new user ran it: the real `eagle` CLI over a real OpenSSH sshd on
-loopback to a non-root login user, the SIMULATED GPU and SGLang (bot/sim) on that host.
+loopback to a non-root login user, the SIMULATED GPU and SGLang (src/eaglebot/sim) on that host.
 
 The greedy reference bench on the target alone (spec_algorithm=none), EAGLE-3 benches at one
 speed, then a lasting lower speed (a relaunch with fewer speculative steps): the drop is flagged
@@ -12,7 +12,7 @@ import os
 import statistics
 
 import pytest
-from helpers import eagle
+from support.helpers import eagle
 from test_shipped_playbooks import FAST, open_home_host, run, why
 
 from eaglebot.store import Store

@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from helpers import eagle
+from support.helpers import eagle
 from test_server_skills import alive, get_health
 from test_draft_gate import declare_training
 from test_shipped_playbooks import FAST, open_home_host, run, step, why

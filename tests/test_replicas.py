@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slack_harness import approval_message, open_harness, start_foreign_gpu_holder
+from support.slack_harness import approval_message, open_harness, start_foreign_gpu_holder
 
 from eaglebot.config import ScheduleConfig, load_settings
 from eaglebot.errors import UsageError

@@ -15,8 +15,8 @@ import pytest
 from eaglebot.engine.playbook import parse_playbook
 from eaglebot.engine.runner import RunRequest
 from eaglebot.frontends.services import Services
-from router_load import Load, start_router
-from sshd import chown_to, start_sshd
+from support.router_load import Load, start_router
+from support.sshd import chown_to, start_sshd
 from test_server_skills import FAST, PY, Host, alive
 
 # requests that take ~0.1 s (a simulated second is 0.05 s here): the drain has requests to wait for
@@ -32,7 +32,7 @@ QUICK = {"bench_prompts": "0", "env": json.dumps(SLOW), "drain_timeout_s": "60"}
 @pytest.fixture(scope="module")
 def sshd2():
     """A second machine: its own sshd and SSH user (a step's sweep of leftovers takes the orphans
-    of its own user only: two hosts on one machine must not share a user, tests/sshd.py)."""
+    of its own user only: two hosts on one machine must not share a user, tests/support/sshd.py)."""
     s = start_sshd(Path("/tmp") / f"eagle-sshd2-{os.getpid()}", user=USER2)
     yield s
     s.stop()

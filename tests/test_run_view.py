@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 
 
-from helpers import eagle, eagle_json
-from history_seed import seed_run
+from support.helpers import eagle, eagle_json
+from support.history_seed import seed_run
 
 from eaglebot.history.view import KEY_METRIC, RunView, key_metric, load_history
 from eaglebot.sdk import Regression

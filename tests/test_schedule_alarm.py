@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from history_seed import seed_run
+from support.history_seed import seed_run
 from test_scheduler import RecordingHooks, pbdir, sched_cfg  # noqa: F401  (pbdir is a fixture)
 
 from eaglebot.frontends.service.scheduler import build_scheduler

@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
-from helpers import eagle
-from inproc import eagle_here
-from sched_helpers import finished_jobs, fire_now
+from support.helpers import eagle
+from support.inproc import eagle_here
+from support.sched_helpers import finished_jobs, fire_now
 
 from eaglebot.frontends.service.scheduler import build_scheduler
 from eaglebot.testing.chat import ChatBot

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from history_seed import seed_run
-from sched_helpers import finished_jobs, fire_now, scheduled
+from support.history_seed import seed_run
+from support.sched_helpers import finished_jobs, fire_now, scheduled
 
 from eaglebot.frontends.cli.main import main
 from eaglebot.config import ScheduleConfig

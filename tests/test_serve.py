@@ -9,8 +9,8 @@ import sys
 import time
 
 
-from slack_harness import CHANNEL, PLAYBOOKS, SECRET, TOKEN, command_body, signed_headers
-from sshd import free_port
+from support.slack_harness import CHANNEL, PLAYBOOKS, SECRET, TOKEN, command_body, signed_headers
+from support.sshd import free_port
 
 import aiohttp
 import yaml

@@ -17,7 +17,7 @@ from eaglebot.frontends.cli.demo import _stop_everything
 from eaglebot.engine.playbook import parse_playbook
 from eaglebot.engine.runner import RunRequest
 from eaglebot.sim import gpu_state, install_sim_bin
-from sshd import chown_to, free_port
+from support.sshd import chown_to, free_port
 from test_sglang_sim import write_models
 
 PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable

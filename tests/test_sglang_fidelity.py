@@ -31,9 +31,9 @@ def fix(version: str) -> Path:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_simulator_and_the_fallback_check_carry_the_captured_table_byte_for_byte(version):
     captured = (fix(version) / "server_args.json.gz").read_bytes()
-    assert (ROOT / "bot" / "sim" / "sglang_pkg" / "sglang" / "srt" / f"server_args-{version}.json.gz").read_bytes() \
+    assert (ROOT / "src" / "eaglebot" / "sim" / "sglang_pkg" / "sglang" / "srt" / f"server_args-{version}.json.gz").read_bytes() \
         == captured
-    assert (ROOT / "bot" / "facts" / "data" / f"sglang-{version}-server_args.json.gz").read_bytes() == captured
+    assert (ROOT / "src" / "eaglebot" / "facts" / "data" / f"sglang-{version}-server_args.json.gz").read_bytes() == captured
     table = json.loads(gzip.decompress(captured))
     assert table["sglang"] == version and table["allow_abbrev"] is True and len(table["options"]) == OPTIONS[version]
 
@@ -103,9 +103,9 @@ SGLANG_FLAG = re.compile(r"(?<![\w-])(--(?:speculative|cuda-graph|mem-fraction|t
                          r"enable-torch|max-running|context-length|chunked-prefill|attention-backend|"
                          r"kv-cache|quantization|trust-remote|load-format|sampling-backend)[a-z0-9-]*)(?![\w\"'-])")
 DOC_FILES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
-             *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "playbooks").glob("*.yaml")),
-             "skills/server_launch.py", "bot/facts/sglang/startup.py", "bot/facts/sglang/release.py",
-             "bot/facts/sglang/cmdline.py", "bot/history/attribution.py", "tests/gpu/real_sglang_bed.py"]
+             *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "src" / "eaglebot" / "playbooks").glob("*.yaml")),
+             "src/eaglebot/skills/server_launch.py", "src/eaglebot/facts/sglang/startup.py", "src/eaglebot/facts/sglang/release.py",
+             "src/eaglebot/facts/sglang/cmdline.py", "src/eaglebot/history/attribution.py", "tests/gpu/real_sglang_bed.py"]
 # Documented as what one release has and the other does not (docs/gpu-validation.md, REFERENCE.md).
 ONLY_IN = {"--cuda-graph-bs": "0.5.17", "--cuda-graph-max-bs": "0.5.17",
            "--speculative-dflash-draft-window-size": "0.5.17"}   # (docs/sglang-releases.md)
@@ -319,7 +319,7 @@ def test_the_simulated_bench_serving_knows_only_real_options_with_the_real_shape
     import argparse
     import importlib.util
     spec = importlib.util.spec_from_file_location(
-        "sim_bench", ROOT / "bot" / "sim" / "sglang_pkg" / "sglang" / "benchmark" / "serving.py")
+        "sim_bench", ROOT / "src" / "eaglebot" / "sim" / "sglang_pkg" / "sglang" / "benchmark" / "serving.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     real = _real_bench_options(version)

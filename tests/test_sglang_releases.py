@@ -1,7 +1,7 @@
 """The CI matrix over REAL SGLang releases (issue 44 item 5): the sentinel and the capture program, the
 two host programs eaglebot sends to a GPU host, run over the real wheels of 0.5.10, 0.5.17 and 0.5.23
 (`pip download sglang==X --no-deps`, every Python file unpacked once under ~/.cache/eaglebot, CPU
-only, nothing imported: tests/sglang_source.py). Marker e2e: a fresh machine downloads ~70 MB;
+only, nothing imported: tests/support/sglang_source.py). Marker e2e: a fresh machine downloads ~70 MB;
 .ci/run runs them as a step of their own. The default run has tests/test_sglang_drift.py.
 
 - a same-release re-run reports no drift: each wheel's fingerprint is the record eaglebot ships;
@@ -24,7 +24,7 @@ import pytest
 
 from eaglebot.facts.sglang import drift
 from eaglebot.facts.spec import eagle3
-from sglang_source import real_sglang
+from support.sglang_source import real_sglang
 
 pytestmark = pytest.mark.e2e
 RELEASES = ("0.5.10", "0.5.17", "0.5.23")

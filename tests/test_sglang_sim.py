@@ -15,7 +15,7 @@ import pytest
 
 from eaglebot.sim import gpu_state, install_sim_bin
 from eaglebot.facts.sglang import release as sg
-from sshd import free_port
+from support.sshd import free_port
 
 PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else None
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from helpers import pid_alive, wait_for
+from support.helpers import pid_alive, wait_for
 
 from eaglebot.config import HostConfig
 from eaglebot.transport import LocalTransport, SSHTransport

@@ -2,7 +2,7 @@
 sshd on loopback, a NON-root login user with a real home directory, and an eagle.yaml that sets
 nothing but the host (no `state_dir`, no `output_dir`: the bot's state lands in `~/.eaglebot`, a
 path only the host can resolve). Host vars use `~` too (`python: ~/bin/python`, `model: ~/models/...`),
-as a user's config would. Both shell modes; the SIMULATED GPU and SGLang (bot/sim) on that host.
+as a user's config would. Both shell modes; the SIMULATED GPU and SGLang (src/eaglebot/sim) on that host.
 
 Issue 29: `bench`'s lossless check handed Python a literal `~/.eaglebot/...` and failed on every such
 host, while 1,629 tests with a test-friendly absolute `state_dir` passed. This module is the guard.
@@ -25,8 +25,8 @@ from typing import Iterator
 import pytest
 import yaml
 
-from helpers import eagle
-from sshd import SSHServer, free_port, start_sshd
+from support.helpers import eagle
+from support.sshd import SSHServer, free_port, start_sshd
 from test_sglang_sim import write_models
 
 from eaglebot.sim import cluster, gpu_state, install_sim_bin

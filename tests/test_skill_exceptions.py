@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from helpers import write_playbook
+from support.helpers import write_playbook
 
 from eaglebot.engine.runner import RunRequest
 

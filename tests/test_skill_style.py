@@ -10,7 +10,7 @@ from eaglebot.engine.attempts import failed_result
 from eaglebot.errors import StepFailed
 from eaglebot.sdk import Metric
 
-SKILLS = Path(__file__).resolve().parents[1] / "skills"
+SKILLS = Path(__file__).resolve().parents[1] / "src" / "eaglebot" / "skills"
 FILES = sorted([*SKILLS.glob("*.py"), *(SKILLS / "lib").glob("*.py")])
 
 

@@ -9,7 +9,7 @@ import time
 
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-from slack_harness import CHANNEL, approval_message, command_body, signed_headers
+from support.slack_harness import CHANNEL, approval_message, command_body, signed_headers
 
 from eaglebot.frontends.slack import blocks as bk
 from eaglebot.frontends.slack.client import make_client

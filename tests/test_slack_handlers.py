@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from history_seed import seed_run
-from slack_harness import PLAYBOOKS
+from support.history_seed import seed_run
+from support.slack_harness import PLAYBOOKS
 
 from eaglebot.facts.host import cluster
 from eaglebot.frontends.chat.words import RUN, WORDS

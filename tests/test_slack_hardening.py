@@ -10,8 +10,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from fakes.slack_api import FakeSlackAPI
-from slack_harness import SECRET, command_body, open_harness
+from support.fakes.slack_api import FakeSlackAPI
+from support.slack_harness import SECRET, command_body, open_harness
 
 
 
@@ -93,7 +93,7 @@ async def test_the_ack_never_echoes_a_token(h):
 
 
 async def test_an_alias_bomb_in_a_slash_command_is_refused_and_everyone_is_still_acked(tmp_path):
-    from slack_harness import PLAYBOOKS
+    from support.slack_harness import PLAYBOOKS
     fake = await FakeSlackAPI().start()
     books = dict(PLAYBOOKS)
     books["envy"] = {"name": "envy", "inputs": {"env": {"type": "dict"}},

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from slack_harness import approval_message, open_harness
-from sshd import free_port
+from support.slack_harness import approval_message, open_harness
+from support.sshd import free_port
 from test_sglang_sim import write_models
 
 from eaglebot.frontends.slack import blocks as bk

@@ -3,7 +3,7 @@ to the thread (files_upload_v2 against the fake Web API), and the "Apply best" b
 (operators only; a refusal is an audit row)."""
 from __future__ import annotations
 
-from slack_harness import open_harness
+from support.slack_harness import open_harness
 
 from eaglebot.frontends.slack.tuning import APPLY_BEST_ACTION
 

@@ -1,9 +1,9 @@
-"""The SIMULATED scontrol/sinfo (bot/sim/cluster.py) held to the REAL Slurm (tests/slurm.py): the
+"""The SIMULATED scontrol/sinfo (src/eaglebot/sim/cluster.py) held to the REAL Slurm (tests/support/slurm.py): the
 same sequence of commands, the skills' own (eaglebot.facts.host.cluster builds them), against both;
 the same exit codes, the same stdout and the same refusals, and the same parse of every sinfo
 line (state, reason, draining, responding) by the parser the skills use.
 
-What the real one does that the comparison allows for, each documented in bot/sim/cluster.py:
+What the real one does that the comparison allows for, each documented in src/eaglebot/sim/cluster.py:
 - right after `State=RESUME` Slurm marks the node not responding (`idle*`) until its next ping
   of slurmd (under a second here); the simulator never does. The `*` is compared after it goes.
 - `sinfo -n NODE` alone may say `allocated` for a node partly allocated until the whole node list
@@ -21,8 +21,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gpu_helpers import PY
-from slurm import NODE, PARTITIONS, SlurmCluster
+from support.gpu_helpers import PY
+from support.slurm import NODE, PARTITIONS, SlurmCluster
 
 from eaglebot.facts.host import cluster as fc
 from eaglebot.sim import cluster as sim_cluster
@@ -165,7 +165,7 @@ CAPTURE = Path(__file__).parent / "fixtures" / "cluster" / "sinfo-N-h-n-NTE-slur
 
 
 def test_the_skills_parser_reads_a_capture_of_the_real_slurm():
-    """Each step of the capture (tests/fixtures/cluster/, made on the cluster of tests/slurm.py)
+    """Each step of the capture (tests/fixtures/cluster/, made on the cluster of tests/support/slurm.py)
     as node.drain and node.resume read it: state, reason, draining, responding."""
     blocks = CAPTURE.read_text().split("# after: ")[1:]
     read = [(b.split("\n", 1)[0], fc.parse_sinfo(b.split("\n", 1)[1], NODE)) for b in blocks]

@@ -1,5 +1,5 @@
 """node.drain, node.resume, the shipped drain/resume playbooks and the health watch's auto-drain
-against a REAL one-node Slurm 22.05 cluster (tests/slurm.py), over the real loopback sshd: the
+against a REAL one-node Slurm 22.05 cluster (tests/support/slurm.py), over the real loopback sshd: the
 host's `scontrol` and `sinfo` are Slurm's own binaries (through shims that set SLURM_CONF), and
 every state is read back from the real `sinfo` and `scontrol show node`."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from gpu_helpers import PY, playbook
-from helpers import eagle
-from slurm import NODE, SINFO_FORMAT
-from sshd import chown_to
+from support.gpu_helpers import PY, playbook
+from support.helpers import eagle
+from support.slurm import NODE, SINFO_FORMAT
+from support.sshd import chown_to
 
 from eaglebot.engine.fleet_hook import watch_actions
 from eaglebot.engine.health_watch import HealthWatch, HostReport

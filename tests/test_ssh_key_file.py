@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 import sqlite_utils
-from helpers import write_yaml
-from inproc import eagle_here
+from support.helpers import write_yaml
+from support.inproc import eagle_here
 
 from eaglebot.config import load_settings
 from eaglebot.errors import TransportError

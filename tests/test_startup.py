@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import write_playbook, write_yaml
+from support.helpers import write_playbook, write_yaml
 
 from eaglebot.config import Settings
 from eaglebot.configfile import TOP_KEYS
@@ -12,7 +12,7 @@ from eaglebot.engine import playbook as playbook_mod
 from eaglebot.errors import UsageError
 
 def test_history_without_a_db_creates_none(tmp_path):
-    from helpers import eagle
+    from support.helpers import eagle
 
     c = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "a.db"})
     res = eagle("history", config=c)
@@ -21,7 +21,7 @@ def test_history_without_a_db_creates_none(tmp_path):
 
 
 def test_history_with_a_bad_config_still_says_what_is_wrong(tmp_path):
-    from helpers import eagle
+    from support.helpers import eagle
 
     c = write_yaml(tmp_path / "eagle.yaml", {"audit_db": "x.db", "hostz": {}})
     res = eagle("history", config=c)
@@ -50,7 +50,7 @@ def test_a_playbook_is_parsed_once_with_the_c_loader(tmp_path, monkeypatch):
 
 
 def test_a_run_without_metrics_is_still_fingerprinted(tmp_path):
-    from helpers import eagle
+    from support.helpers import eagle
 
     (tmp_path / "books").mkdir()
     write_playbook(tmp_path / "books", "hi", "name: hi\nsteps:\n  - skill: shell\n    with: {command: 'true'}\n")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import write_yaml
+from support.helpers import write_yaml
 
 pytestmark = pytest.mark.e2e     # valgrind: .ci/run installs it
 

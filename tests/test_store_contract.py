@@ -1,10 +1,10 @@
-"""The store contract (tests/store_contract.py) bound to the SQLite backend: a real file."""
+"""The store contract (tests/support/store_contract.py) bound to the SQLite backend: a real file."""
 from __future__ import annotations
 
 import pytest
 
 from eaglebot.store import Store
-from store_contract import *  # noqa: F401,F403
+from support.store_contract import *  # noqa: F401,F403
 
 
 @pytest.fixture

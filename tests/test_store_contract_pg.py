@@ -1,12 +1,12 @@
-"""The store contract (tests/store_contract.py) bound to the PostgreSQL backend: a real server
-(tests/pg.py), a fresh migrated database per test."""
+"""The store contract (tests/support/store_contract.py) bound to the PostgreSQL backend: a real server
+(tests/support/pg.py), a fresh migrated database per test."""
 from __future__ import annotations
 
 import pytest
 
 from eaglebot.store import open_store
 from eaglebot.store.pg_store import PgStore
-from store_contract import *  # noqa: F401,F403
+from support.store_contract import *  # noqa: F401,F403
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-import store_contract
+from support import store_contract
 from eaglebot.store import Store, open_store
 from eaglebot.store import pg_conn as pg_conn_module
 from eaglebot.store.pg_conn import PgDatabase

@@ -1,4 +1,4 @@
-"""The PostgreSQL store's own rules (a real server, tests/pg.py): the same migrations make the
+"""The PostgreSQL store's own rules (a real server, tests/support/pg.py): the same migrations make the
 same tables and columns as on SQLite, one process migrates while the others wait, the
 schema version is a row, and the leader lease is an advisory lock that dies with its session."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import wait_for
+from support.helpers import wait_for
 
 from eaglebot.errors import StoreError
 from eaglebot.store import Store, chain, open_store
@@ -227,7 +227,7 @@ def _terminate_sessions(pg_url: str, application_name: str = "eaglebot") -> int:
 
 
 def test_a_session_killed_between_transactions_is_replaced_and_the_store_goes_on(pg_url):
-    from store_contract import finished_run, new_run
+    from support.store_contract import finished_run, new_run
 
     store = open_store(pg_url)
     try:
@@ -245,7 +245,7 @@ def test_a_session_killed_between_transactions_is_replaced_and_the_store_goes_on
 
 
 def test_a_session_killed_inside_a_transaction_fails_that_write_in_one_sentence_and_the_next_works(pg_url):
-    from store_contract import new_run
+    from support.store_contract import new_run
 
     store = open_store(pg_url)
     try:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import eagle, eagle_json, write_playbook, write_yaml
-from inproc import eagle_here, eagle_here_json
-from history_seed import seed_run
+from support.helpers import eagle, eagle_json, write_playbook, write_yaml
+from support.inproc import eagle_here, eagle_here_json
+from support.history_seed import seed_run
 
 from eaglebot.store import Store
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from history_seed import seed_run
+from support.history_seed import seed_run
 
 from eaglebot.frontends.plot import render_trend
 from eaglebot.history.trend import load_trend

@@ -25,7 +25,7 @@ SEEDS = [0, 1, 2, 3, 4, 5, 6, 7]
 def _landscape():
     name = "sim_landscape_for_tests"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "bot/sim/sglang_pkg/sglang/_landscape.py")
+        spec = importlib.util.spec_from_file_location(name, ROOT / "src/eaglebot/sim/sglang_pkg/sglang/_landscape.py")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 import yaml
-from helpers import eagle_json
-from tuning_sandbox import HOST, sim_host
+from support.helpers import eagle_json
+from support.tuning_sandbox import HOST, sim_host
 
 from eaglebot.config import load_settings
 from eaglebot.engine.schedules import check_schedules

@@ -9,9 +9,9 @@ import json
 import sqlite3
 
 import pytest
-from helpers import eagle, eagle_json
-from inproc import eagle_here
-from tuning_sandbox import HOST, sim_host
+from support.helpers import eagle, eagle_json
+from support.inproc import eagle_here
+from support.tuning_sandbox import HOST, sim_host
 
 SMALL = ["--repeats", "2", "--prompts", "8", "--output-len", "64"]
 

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 import yaml
-from helpers import eagle, eagle_json
+from support.helpers import eagle, eagle_json
 from test_server_skills import PY, Host
 
 FAST = json.dumps({"EAGLE_SIM_LOAD_S": "0.05", "EAGLE_SIM_WARMUP_S": "0.05"})
@@ -22,7 +22,7 @@ TUNE = ["tune", "relaunch", "-H", "gpu-01", "--batch-sizes", "1,8", "--steps", "
 
 @pytest.fixture
 def remote(sshd, remote_dir, tmp_path):
-    from sshd import chown_to
+    from support.sshd import chown_to
 
     h = Host(remote_dir, sshd.bin_dir, PY, ssh=sshd.host_config())
     chown_to(remote_dir)

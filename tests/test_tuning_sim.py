@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 import yaml
-from tuning_sandbox import HOST, sim_host
+from support.tuning_sandbox import HOST, sim_host
 
 from eaglebot.config import load_settings
 from eaglebot.frontends.cli.main import main

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import write_playbook
+from support.helpers import write_playbook
 
 from eaglebot.engine.playbook import load_playbook
 from eaglebot.engine.runner import RunRequest

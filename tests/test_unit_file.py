@@ -22,8 +22,8 @@ import aiohttp
 import pytest
 import yaml
 
-from slack_harness import SECRET, command_body, signed_headers
-from sshd import chown_to, free_port
+from support.slack_harness import SECRET, command_body, signed_headers
+from support.sshd import chown_to, free_port
 
 from eaglebot.sim import gpu_state, install_sim_bin
 

@@ -10,8 +10,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from gpu_helpers import PY
-from sshd import chown_to
+from support.gpu_helpers import PY
+from support.sshd import chown_to
 
 from eaglebot.engine.fleet_hook import watch_actions
 from eaglebot.engine.health_watch import HealthWatch, HostReport

@@ -11,8 +11,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from helpers import eagle, write_yaml
-from sshd import chown_to
+from support.helpers import eagle, write_yaml
+from support.sshd import chown_to
 from test_health_watch import XID79, fleet, open_watch, watch_cfg, xid13
 
 from eaglebot.engine.health_watch import HealthWatch, HostReport

@@ -11,8 +11,8 @@ import json
 import time
 
 import pytest
-from gpu_helpers import Sleepers
-from helpers import eagle, write_yaml
+from support.gpu_helpers import Sleepers
+from support.helpers import eagle, write_yaml
 from test_health_watch import XID79, fleet, open_watch, watch_cfg, xid13
 
 from eaglebot.engine import fleet_health as fh

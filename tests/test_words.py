@@ -69,9 +69,7 @@ ENTRY = '''    Word("ping", "view", "/eagle ping                          answer
 
 def _stage(tmp: Path) -> Path:
     stage = tmp / "stage"
-    shutil.copytree(ROOT / "bot", stage / "eaglebot", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "skills", stage / "eaglebot" / "skills", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "playbooks", stage / "eaglebot" / "playbooks")
+    shutil.copytree(ROOT / "src" / "eaglebot", stage / "eaglebot", ignore=shutil.ignore_patterns("__pycache__"))
     words = stage / "eaglebot" / "frontends" / "chat" / "words.py"
     text = words.read_text()
     # where a contributor would write them: the handler before the table, the entry last in it

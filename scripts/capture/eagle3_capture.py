@@ -1,4 +1,4 @@
-"""Write bot/facts/data/eagle3-capture-<version>.json from the REAL SGLang source (run by
+"""Write src/eaglebot/facts/data/eagle3-capture-<version>.json from the REAL SGLang source (run by
 scripts/capture/eagle3.sh, by hand; CI checks the shipped tables against the real wheel instead).
 
     .venv/bin/python scripts/capture/eagle3_capture.py SGLANG_ROOT OUT.json

@@ -1,4 +1,4 @@
-"""Write bot/facts/data/sglang-surface-<version>.json, the version-drift sentinel's record of a release,
+"""Write src/eaglebot/facts/data/sglang-surface-<version>.json, the version-drift sentinel's record of a release,
 from its REAL wheel (run by scripts/capture/surface.sh, by hand; CI re-reads the real wheels and
 checks that each record still matches, tests/test_sglang_releases.py).
 

@@ -11,7 +11,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-ROOTS = ("bot", "skills", "playbooks", "pyproject.toml")
+ROOTS = ("src", "pyproject.toml")
 
 
 def source_hash(repo: Path) -> str:

@@ -3,7 +3,7 @@
 The bot runs in its own process, as it does in production: by default the real `eagle serve
 --http PORT` (its default config but for a temporary audit store, a `local` host and access
 for everyone; SLACK_API_URL pointed at the fake Web API), with --harness the Bolt app built
-in-process by tests/slack_harness.py. This process plays Slack: it sends --n correctly
+in-process by tests/support/slack_harness.py. This process plays Slack: it sends --n correctly
 signed slash commands (`/eagle help` by default), --concurrency in flight, and answers the
 bot's follow-up Web API and response_url calls with the fake Web API (on its own thread). It
 prints p50 / p90 / p99 / max of the time from sending a command to receiving its ack, and the
@@ -37,9 +37,9 @@ sys.path.insert(0, str(TESTS))
 
 import aiohttp  # noqa: E402
 
-from fakes.slack_api import FakeSlackAPI  # noqa: E402
-from slack_harness import SECRET, TOKEN, command_body, open_harness, signed_headers  # noqa: E402
-from sshd import free_port  # noqa: E402
+from support.fakes.slack_api import FakeSlackAPI  # noqa: E402
+from support.slack_harness import SECRET, TOKEN, command_body, open_harness, signed_headers  # noqa: E402
+from support.sshd import free_port  # noqa: E402
 
 EVERYONE = {"operators": ["*"], "approvers": ["*"], "viewers": ["*"]}
 
@@ -188,7 +188,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=50)
     ap.add_argument("--text", default="help", help="the /eagle text to send")
-    ap.add_argument("--harness", action="store_true", help="the in-process Bolt app of tests/slack_harness.py")
+    ap.add_argument("--harness", action="store_true", help="the in-process Bolt app of tests/support/slack_harness.py")
     ap.add_argument("--python", default=sys.executable, help="the interpreter `eagle serve` runs under")
     ap.add_argument("--serve", metavar="API_URL", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)

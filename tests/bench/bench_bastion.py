@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
-from sshd import start_sshd  # noqa: E402
+from support.sshd import start_sshd  # noqa: E402
 
 
 def run_once(server, work: Path, n: int, extra: dict) -> dict:

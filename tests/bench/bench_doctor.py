@@ -30,13 +30,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def extract(rev: str, into: Path) -> Path:
-    """The revision's package as `eaglebot` (bot/, with skills/ and playbooks/ inside it, as the
-    install lays it out) under `into`, for PYTHONPATH; its folder."""
+    """The revision's package `eaglebot` under `into`, for PYTHONPATH; its folder. A revision before the src
+    layout (issue 45) kept it in bot/, with skills/ and playbooks/ beside it: laid out as installed."""
     tree = into / "tree"
     tree.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "bot", "skills", "playbooks"],
-                             check=True, capture_output=True).stdout
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", rev],
+                            check=True, capture_output=True, text=True).stdout.split()
+    parts = ["src"] if "src" in listed else ["bot", "skills", "playbooks"]
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *parts], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    if parts == ["src"]:
+        return tree / "src"
     pkg = into / "path" / "eaglebot"
     pkg.parent.mkdir()
     shutil.move(tree / "bot", pkg)

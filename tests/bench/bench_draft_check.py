@@ -2,7 +2,7 @@
 
 Each case of tests/test_draft_contract.py's corpus, resolved as draft.check resolves it on a host:
 the host program (`eagle3.probe_program`) through `python3 -` with the REAL SGLang source on its
-path (tests/sglang_source.py fetches the wheel), one process per check, as a relaunch pays it.
+path (tests/support/sglang_source.py fetches the wheel), one process per check, as a relaunch pays it.
 Prints per-version p50 / max of the wall time of a whole check (process start to parsed answer)
 and of the probe's own time inside it; the target is <= 5 s with no GPU.
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/bench/bench_fleet.py [--hosts 1,8,32,64] [--rounds 3]
 
-One loopback OpenSSH sshd (MaxStartups 64:30:128, MaxSessions 32, as tests/sshd.py starts
+One loopback OpenSSH sshd (MaxStartups 64:30:128, MaxSessions 32, as tests/support/sshd.py starts
 it) behind many host names, one connection per host name, audit writes included; the
 first run of each size opens the connections (`cold`), the next ones reuse them (`warm`).
 Prints each size's wall time and its ratio to one host. Target (issue 13): 64 hosts <= 2x
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import yaml  # noqa: E402
 
 from bench_engine import ansible_playbook_s  # noqa: E402
-from sshd import start_sshd  # noqa: E402
+from support.sshd import start_sshd  # noqa: E402
 
 from eaglebot.config import load_settings  # noqa: E402
 from eaglebot.engine.playbook import parse_playbook  # noqa: E402

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import aiohttp  # noqa: E402
 
 from bench_ack import bot_process, latency_report, serve, start_fake  # noqa: E402
-from fakes.slack_api import FakeSlackAPI  # noqa: E402
-from slack_harness import PLAYBOOKS, command_body, signed_headers  # noqa: E402
+from support.fakes.slack_api import FakeSlackAPI  # noqa: E402
+from support.slack_harness import PLAYBOOKS, command_body, signed_headers  # noqa: E402
 
 ENVY = {"name": "envy", "inputs": {"env": {"type": "dict"}},
         "steps": [{"skill": "audit.note", "with": {"message": "{{ env }}"}}]}

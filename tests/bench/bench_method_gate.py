@@ -1,7 +1,7 @@
 """How long the method-aware pre-flight reads a host for (a script, not a test).
 
 The host program (`facts.spec.methods.program()`) through `python3 -`, one process per check as the
-launch pre-flight pays it, over model folders laid out as the real checkpoints (tests/spec_models.py:
+launch pre-flight pays it, over model folders laid out as the real checkpoints (tests/support/spec_models.py:
 DeepSeek-V3's 91k-name safetensors index for NEXTN; Qwen3-8B and its DFlash draft, whose fc shape
 is read from a safetensors header, for DFLASH), with the REAL SGLang 0.5.23 source as the host's
 sglang; for DFLASH also the capture probe (`set_dflash_layers_to_capture` run from that source).
@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import spec_models as sm  # noqa: E402
-from sglang_source import real_sglang  # noqa: E402
+from support import spec_models as sm  # noqa: E402
+from support.sglang_source import real_sglang  # noqa: E402
 
 from eaglebot.facts.spec import eagle3, methods  # noqa: E402
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
-from sshd import SSHServer, start_sshd  # noqa: E402
+from support.sshd import SSHServer, start_sshd  # noqa: E402
 
 LINE = b"eagle flood line 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ .,:;!?+-*/=\n"
 

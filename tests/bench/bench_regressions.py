@@ -5,7 +5,7 @@
 The product's detector runs end to end: every night of every series is a run in a real
 SQLite audit store, judged by `history.recorder.check_run` (what the post-run hook calls
 after a nightly run) with the `regression` settings given (the defaults unless --tune).
-Beside it, PyTorch HUD's window rule and plain E-divisive (tests/regress_corpus.py). Prints a
+Beside it, PyTorch HUD's window rule and plain E-divisive (tests/support/regress_corpus.py). Prints a
 Markdown table: precision, recall, F1, false alerts per 100 quiet nights, median detection
 delay in runs, and the share of >= 10% steps flagged within 2 runs. `--tune` scores a small
 grid of settings on the "tune" split first and reports the chosen one on --split.
@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import regress_corpus as rc  # noqa: E402
+from support import regress_corpus as rc  # noqa: E402
 
 from eaglebot.config import RegressionConfig  # noqa: E402
 

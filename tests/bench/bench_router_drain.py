@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
-from router_load import Load, start_router  # noqa: E402
-from sshd import chown_to, start_sshd  # noqa: E402
+from support.router_load import Load, start_router  # noqa: E402
+from support.sshd import chown_to, start_sshd  # noqa: E402
 from test_server_skills import FAST, PY, Host  # noqa: E402
 
 from eaglebot.config import load_settings  # noqa: E402

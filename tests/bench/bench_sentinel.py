@@ -2,7 +2,7 @@
 
 The host program (`facts.sglang.drift.program()`) through `python3 -`, one process per run as the launch
 pre-flight and `eagle doctor` pay it, over the REAL wheel of each release (every Python file
-unpacked by tests/sglang_source.py). Prints per release the p50 / max wall time (process start to
+unpacked by tests/support/sglang_source.py). Prints per release the p50 / max wall time (process start to
 parsed answer) and the program's own reading time; the target is a few seconds, no GPU, no import.
 
     .venv/bin/python tests/bench/bench_sentinel.py [--repeat 5] [VERSION ...]
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sglang_source import real_sglang  # noqa: E402
+from support.sglang_source import real_sglang  # noqa: E402
 
 from eaglebot.facts.sglang import drift  # noqa: E402
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
-from sshd import start_sshd  # noqa: E402
+from support.sshd import start_sshd  # noqa: E402
 
 from eaglebot.config import load_settings  # noqa: E402
 from eaglebot.engine.playbook import parse_playbook  # noqa: E402

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: the test Slurm cluster's start (tests/slurm.py): from slurmctld's start to the node
+"""Benchmark: the test Slurm cluster's start (tests/support/slurm.py): from slurmctld's start to the node
 idle in sinfo, and its stop; then a job's start (sbatch to `mixed`) and a drain read back.
 
 Not a test: the numbers go to docs/benchmarks.md. Needs slurm-wlm (and root, as the suite).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm import NODE, start_slurm  # noqa: E402
+from support.slurm import NODE, start_slurm  # noqa: E402
 
 
 def main() -> int:

@@ -5,7 +5,7 @@ one after another from the event loop, then the same N in flight at once (`gathe
 on the one writer thread), then N reads (`get_run`). Prints the wall time and the time per call
 of each. On a tree with the generated async face (before issue 45) it measures
 `await store.add_event(...)`; on one with the door, `await store.call(lambda s: s.add_event(...))`.
---pg runs the same against a real PostgreSQL started for the run (tests/pg.py).
+--pg runs the same against a real PostgreSQL started for the run (tests/support/pg.py).
 
     .venv/bin/python tests/bench/bench_store_door.py [--n 2000] [--repeat 5] [--pg]
 """
@@ -63,11 +63,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--pg", action="store_true", help="a real PostgreSQL (tests/pg.py) instead of SQLite")
+    ap.add_argument("--pg", action="store_true", help="a real PostgreSQL (tests/support/pg.py) instead of SQLite")
     a = ap.parse_args()
     server = None
     if a.pg:
-        from pg import start_pg
+        from support.pg import start_pg
 
         server = start_pg()
     try:

@@ -35,9 +35,9 @@ import yaml  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench_ack import start_fake  # noqa: E402
-from fakes.slack_api import FakeSlackAPI  # noqa: E402
-from slack_harness import PLAYBOOKS, SECRET, TOKEN, command_body, signed_headers  # noqa: E402
-from sshd import free_port  # noqa: E402
+from support.fakes.slack_api import FakeSlackAPI  # noqa: E402
+from support.slack_harness import PLAYBOOKS, SECRET, TOKEN, command_body, signed_headers  # noqa: E402
+from support.sshd import free_port  # noqa: E402
 
 
 def _pct(xs: list[float], q: float) -> float:

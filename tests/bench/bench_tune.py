@@ -81,7 +81,7 @@ def _measured(db: Path, run_id: int) -> dict[int, float]:
 
 
 def e2e(seed: int, sizes: list[int], repeats: int) -> None:
-    from tuning_sandbox import HOST, sim_host
+    from support.tuning_sandbox import HOST, sim_host
 
     os.environ["EAGLE_SIM_LANDSCAPE"] = str(seed)
     L = tl._landscape()

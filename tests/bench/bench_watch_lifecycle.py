@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
-from fakes.slack_api import FakeSlackAPI  # noqa: E402
-from gpu_helpers import PY  # noqa: E402
-from sshd import chown_to, free_port, start_sshd  # noqa: E402
+from support.fakes.slack_api import FakeSlackAPI  # noqa: E402
+from support.gpu_helpers import PY  # noqa: E402
+from support.sshd import chown_to, free_port, start_sshd  # noqa: E402
 from test_sglang_sim import write_models  # noqa: E402
 
 from eaglebot.config import load_settings  # noqa: E402

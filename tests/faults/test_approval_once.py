@@ -11,7 +11,7 @@ import logging
 import threading
 
 import pytest
-from slack_harness import open_harness, start_foreign_gpu_holder
+from support.slack_harness import open_harness, start_foreign_gpu_holder
 
 from eaglebot.frontends.slack.blocks import APPROVE_ACTION, DENY_ACTION
 from eaglebot.store import Store, open_store

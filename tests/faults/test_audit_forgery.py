@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import eagle, write_yaml
-from inproc import eagle_here, eagle_here_json
+from support.helpers import eagle, write_yaml
+from support.inproc import eagle_here, eagle_here_json
 
 from eaglebot.store import Store
 from eaglebot.store import chain, sealing

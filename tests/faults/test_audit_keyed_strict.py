@@ -1,6 +1,6 @@
 """A keyed chain never accepts an unsealed entry (issue 35, item 1), through the `eagle` CLI
-(in this process, tests/inproc.py; a real process where a bound on its time is the point) on a
-real SQLite file and a real PostgreSQL (tests/pg.py).
+(in this process, tests/support/inproc.py; a real process where a bound on its time is the point) on a
+real SQLite file and a real PostgreSQL (tests/support/pg.py).
 
 With `audit_key_file` (or `verify --key`), every forgery an unkeyed chain allows used to pass
 again once the seals were removed: "no entry is sealed" was a note and exit 0. Now unsealed
@@ -22,8 +22,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from helpers import eagle, write_yaml
-from inproc import eagle_here, eagle_here_json
+from support.helpers import eagle, write_yaml
+from support.inproc import eagle_here, eagle_here_json
 
 from eaglebot.store import chain, sealing
 from eaglebot.store import pg_dialect as chain_pg

@@ -15,8 +15,8 @@ import sys
 import time
 
 import pytest
-from helpers import eagle
-from tuning_sandbox import HOST, sim_host
+from support.helpers import eagle
+from support.tuning_sandbox import HOST, sim_host
 
 SPEC = ["-e", "spec_steps=5", "-e", "spec_topk=4", "-e", "spec_draft_tokens=8", "-e", "bench_prompts=8",
         "-e", "bench_output_len=64", "-e", "bench_repeats=1"]

@@ -2,7 +2,7 @@
 sentence before anything is written (issue 17: root's 0644 config in a folder the SSH user
 may write used to be replaced and handed to the SSH user).
 
-Locally the patch runs as the unprivileged test user (`eagletest`, from tests/sshd.py) through
+Locally the patch runs as the unprivileged test user (`eagletest`, from tests/support/sshd.py) through
 the real CLI; over SSH the real sshd logs in as that same user. Tests run as root (CI does), so
 they can give a file to root or to a group the test user is not in."""
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from eaglebot.engine.runner import RunRequest
-from gpu_helpers import playbook
-from sshd import TEST_USER, chown_to, ensure_user
+from support.gpu_helpers import playbook
+from support.sshd import TEST_USER, chown_to, ensure_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="giving files to other users needs root")
 
@@ -150,7 +150,7 @@ def test_the_local_transport_refuses_to_hand_a_file_to_another_user(work):
 def test_local_patch_as_root_keeps_another_users_file_theirs(work, tmp_path):
     nobody = pwd.getpwnam("nobody")
     f, before = _file(work, nobody.pw_uid, nobody.pw_gid, 0o604)
-    from helpers import eagle
+    from support.helpers import eagle
     res = eagle("run", "patch", "-e", f"path={f}", config=work / "eagle.yaml", cwd=work)
     assert res.returncode == 0, res.stderr
     now = f.stat()

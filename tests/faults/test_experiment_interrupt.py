@@ -14,7 +14,7 @@ import time
 
 import pytest
 import yaml
-from helpers import eagle
+from support.helpers import eagle
 from test_server_skills import PY, Host
 
 FAST = json.dumps({"EAGLE_SIM_LOAD_S": "0.05", "EAGLE_SIM_WARMUP_S": "0.05"})
@@ -27,7 +27,7 @@ BENCH = ["run", "bench", "-H", "gpu-01", "-e", "num_prompts=2", "-e", "output_le
 
 @pytest.fixture
 def remote(sshd, remote_dir, tmp_path):
-    from sshd import chown_to
+    from support.sshd import chown_to
 
     h = Host(remote_dir, sshd.bin_dir, PY, ssh=sshd.host_config())
     chown_to(remote_dir)

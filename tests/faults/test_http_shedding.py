@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slack_harness import SECRET, TOKEN, command_body, signed_headers
-from sshd import free_port
+from support.slack_harness import SECRET, TOKEN, command_body, signed_headers
+from support.sshd import free_port
 from test_ops_serve import finished, write_config
 from test_serve import stop, wait_serving
 

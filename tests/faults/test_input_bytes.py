@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import eagle
-from slack_harness import PLAYBOOKS, open_harness
+from support.helpers import eagle
+from support.slack_harness import PLAYBOOKS, open_harness
 
 BOOK = {
     "name": "mark", "description": "touches a marker (to prove nothing ran)",

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import eagle, pid_alive, wait_for
+from support.helpers import eagle, pid_alive, wait_for
 
 from eaglebot.config import HostConfig
 from eaglebot.transport import LocalTransport, SSHTransport

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import pid_folder, wait_for
+from support.helpers import pid_folder, wait_for
 
 INJECT = ("t=${EAGLE_PROC_TAG%%-*}; echo $$ > {pidfile}; while :; do "
           "for f in $(grep -lz \"EAGLE_PROC_TAG=$t-\" /proc/[0-9]*/environ 2>/dev/null); do "

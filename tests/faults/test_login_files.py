@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import eagle, pid_alive, pid_folder
-from sshd import start_sshd
+from support.helpers import eagle, pid_alive, pid_folder
+from support.sshd import start_sshd
 
 USER = "eaglerc"
 INJECT = ("t=${EAGLE_PROC_TAG%%-*}; echo $$ >> {pids}; while :; do for f in /proc/[0-9]*/environ; do "

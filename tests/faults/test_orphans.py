@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import pid_alive, wait_for, write_playbook, write_yaml
-from sshd import SSHD, SSHServer, start_sshd
+from support.helpers import pid_alive, wait_for, write_playbook, write_yaml
+from support.sshd import SSHD, SSHServer, start_sshd
 
 from eaglebot.engine.playbook import load_playbook
 from eaglebot.engine.runner import RunRequest

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 
-from helpers import eagle, write_yaml
-from inproc import eagle_here
+from support.helpers import eagle, write_yaml
+from support.inproc import eagle_here
 
 from eaglebot.engine.output import OutputBuffer
 from eaglebot.engine.redact import Redactor
@@ -230,7 +230,7 @@ def test_terminal_shows_nul_and_invalid_bytes_escaped(tmp_path):
 
 async def test_live_views_and_slack_get_escaped_text_never_a_raw_nul(services):
     from eaglebot.engine.runner import Observer, RunRequest
-    from gpu_helpers import playbook
+    from support.gpu_helpers import playbook
 
     seen: list[str] = []
 

@@ -19,9 +19,9 @@ import aiohttp
 import pytest
 import yaml
 
-from helpers import eagle, pid_alive, wait_for
-from slack_harness import SECRET, command_body, signed_headers
-from sshd import free_port
+from support.helpers import eagle, pid_alive, wait_for
+from support.slack_harness import SECRET, command_body, signed_headers
+from support.sshd import free_port
 from test_serve import start_serve, stop, wait_serving
 
 INJECT = {"name": "inject", "steps": [{"skill": "shell", "with": {"command": (

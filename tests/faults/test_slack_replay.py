@@ -16,7 +16,7 @@ import pytest
 
 from eaglebot.frontends.slack.http import GuardedSocketModeHandler
 from eaglebot.frontends.slack.replay import MemorySeen
-from slack_harness import CHANNEL, action_body, command_body, open_harness, signed_headers
+from support.slack_harness import CHANNEL, action_body, command_body, open_harness, signed_headers
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import aiohttp
 import pytest
 import yaml
 
-from helpers import eagle_json
-from slack_harness import PLAYBOOKS, SECRET, command_body, signed_headers
-from sshd import free_port
+from support.helpers import eagle_json
+from support.slack_harness import PLAYBOOKS, SECRET, command_body, signed_headers
+from support.sshd import free_port
 from test_serve import start_serve, stop, wait_serving
 
 from eaglebot.store import Store, open_store

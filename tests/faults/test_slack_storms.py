@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from slack_harness import open_harness
+from support.slack_harness import open_harness
 
 
 def _new_run(h, seen: int) -> int | None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import eagle, write_playbook, write_yaml
-from inproc import eagle_here
+from support.helpers import eagle, write_playbook, write_yaml
+from support.inproc import eagle_here
 
 from eaglebot.store import Store
 
@@ -228,7 +228,7 @@ async def test_a_long_lived_bot_records_what_the_full_disk_refused_once_space_is
     import json as _json
 
     from eaglebot.engine.runner import RunRequest
-    from gpu_helpers import playbook
+    from support.gpu_helpers import playbook
 
     svc = await services({"h": {"transport": "local"}}, audit_db=str(small_disk / "eagle.db"))
     fill = playbook(_json.dumps({"name": "fill", "steps": [

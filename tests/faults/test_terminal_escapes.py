@@ -10,8 +10,8 @@ import json
 import pytest
 import yaml
 
-from helpers import eagle
-from inproc import eagle_here
+from support.helpers import eagle
+from support.inproc import eagle_here
 
 # printf's escapes: ESC ] 52 (clipboard), ESC [2J (clear), ESC [31m (red), CR, U+009B, U+202E
 HOSTILE = r"printf 'x\033]52;c;ZXZpbA==\007\033[2J\033[31mred\rover\302\233\342\200\256txt\n'; exit 3"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import eagle
+from support.helpers import eagle
 
 RECURSIVE = {
     "mapping": "vars: &v {x: *v}\n",

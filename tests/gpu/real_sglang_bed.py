@@ -5,7 +5,7 @@ over SSH on loopback, the real `eagle` CLI, and the record of what was measured.
 Real (on the GPU machine, after scripts/gpu/real-sglang.sh staged the tree): host var `python` is
 /tmp/sgpy (the staged SGLang 0.5.17 alone on its path), `model`/`draft` the tiny dummy-weight Llama
 and its EAGLE-3 draft in /tmp/sgmodel, real nvidia-smi. Rehearsal (EAGLE_GPU_REHEARSAL=1, any
-machine): the simulated SGLang (bot/sim, EAGLE_SIM_SGLANG_VERSION=0.5.17), the simulated nvidia-smi
+machine): the simulated SGLang (src/eaglebot/sim, EAGLE_SIM_SGLANG_VERSION=0.5.17), the simulated nvidia-smi
 and dmesg, model folders with the real tiny model's config.json. Everything else is the same: the
 shipped playbooks, the default state_dir (~/.eaglebot), the same inputs.
 """

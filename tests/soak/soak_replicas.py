@@ -49,8 +49,8 @@ sys.path.insert(0, str(TESTS))
 import aiohttp  # noqa: E402
 import yaml  # noqa: E402
 
-from fakes.slack_api import FakeSlackAPI  # noqa: E402
-from slack_harness import (CHANNEL, PLAYBOOKS, SECRET, TOKEN, action_body, command_body,  # noqa: E402
+from support.fakes.slack_api import FakeSlackAPI  # noqa: E402
+from support.slack_harness import (CHANNEL, PLAYBOOKS, SECRET, TOKEN, action_body, command_body,  # noqa: E402
                            signed_headers, start_foreign_gpu_holder)
 
 from eaglebot.config import ScheduleConfig, load_settings  # noqa: E402
@@ -467,7 +467,7 @@ def main() -> int:
     p.add_argument("--kills", type=int, default=5)
     p.add_argument("--run-s", type=float, default=None, help="how long each scheduled run takes")
     p.add_argument("--store", default=None, help="audit_db: an SQLite path (default: a new file) or postgresql://...")
-    p.add_argument("--pg", action="store_true", help="start a throwaway PostgreSQL (tests/pg.py) and use it")
+    p.add_argument("--pg", action="store_true", help="start a throwaway PostgreSQL (tests/support/pg.py) and use it")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--keep", default=None, help="work folder to keep (logs of each replica), default a temp one")
     a = p.parse_args()
@@ -475,7 +475,7 @@ def main() -> int:
     run_s = a.run_s if a.run_s is not None else (2.0 if a.every else 15.0)
     server = None
     if a.pg:
-        from pg import start_pg
+        from support.pg import start_pg
 
         server = start_pg()
         with server.admin() as c:

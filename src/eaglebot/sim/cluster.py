@@ -14,7 +14,7 @@ is `draining`, without `drained` (also when down); scontrol refuses DRAIN and DO
 Reason, RESUME of a node that is not drained or down (a resumed down node is idle), and any
 update from a user not in the state's `slurm_operators` (when it lists them: Slurm's root and
 SlurmUser); kubectl answers `node/NAME cordoned` and the like. tests/test_slurm_fidelity.py runs
-the same commands against a real Slurm 22.05 (tests/slurm.py). Not simulated, as the real one
+the same commands against a real Slurm 22.05 (tests/support/slurm.py). Not simulated, as the real one
 does them: `idle*` (not responding) for a moment after a RESUME, until slurmctld pings slurmd;
 `sinfo -n NODE` saying `allocated` for a partly allocated node until the whole node list is
 asked for (22.05 refreshes a node's allocated CPUs only then); State=UNDRAIN.

@@ -10,7 +10,7 @@ from typing import Iterator
 
 import yaml
 
-from sshd import free_port
+from support.sshd import free_port
 
 from eaglebot.frontends.cli.demo import _stop_everything, _write_models
 from eaglebot.sim import gpu_state, install_sim_bin

@@ -27,7 +27,7 @@ from eaglebot.frontends.slack.app import SlackBot, build_app
 from eaglebot.frontends.slack import inmemory
 from eaglebot.frontends.slack.client import make_client
 
-from fakes.slack_api import FakeSlackAPI
+from support.fakes.slack_api import FakeSlackAPI
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TOKEN = "xoxb-0000000000-test-token"

@@ -6,7 +6,7 @@ power brake fail; SW thermal slowdown warns; idle and a SW power cap under load 
 normal), volatile ECC errors, pending/failed row remaps, temperature, power, SM clock vs
 max, PCIe generation and width vs max; NVLink link state and Replay/Recovery/CRC
 counters (`nvidia-smi nvlink -s` / `-e`); Xid lines of the kernel log when `dmesg` is
-readable; `dcgmi diag -r dcgm_level -j` when dcgmi exists, read as JSON (bot/facts/gpu/dcgm.py: zero
+readable; `dcgmi diag -r dcgm_level -j` when dcgmi exists, read as JSON (src/eaglebot/facts/gpu/dcgm.py: zero
 results, an unknown shape or a non-zero exit without a failed test is `warn`, never `ok`). A field an older driver does
 not know (`Field "x" is not a valid field to query.`, exit 2) is dropped and the query
 asked again with the rest.

@@ -31,7 +31,7 @@ from eaglebot.sdk import Metric
 from eaglebot.store import Store
 from eaglebot.store.rows import NewRun, StepEnd
 
-CORPUS = Path(__file__).parent / "data" / "regressions" / "corpus.json"
+CORPUS = Path(__file__).parents[1] / "data" / "regressions" / "corpus.json"
 FLOOR_PCT = 5.0
 MARGIN = 10          # runs after a change's start (a drift: its end) an alert still counts
 FIRST_JUDGED = 5     # nights before it have too little history for any detector

@@ -195,7 +195,7 @@ def _data(steps: list[dict[str, Any]], skill: str) -> dict[str, Any]:
 
 def _bench(steps: list[dict[str, Any]]) -> BenchBatches:
     """What the measuring run's `bench.batches` step registered."""
-    return cast(BenchBatches, _data(steps, "bench.batches"))   # (its step's JSON, as skills/bench_batches.py writes it)
+    return cast(BenchBatches, _data(steps, "bench.batches"))   # (its step's JSON, as src/eaglebot/skills/bench_batches.py writes it)
 
 
 def _measurement(cell: Cell, data: BenchBatches, run_ids: list[int], seconds: float) -> Measurement:

@@ -4,7 +4,7 @@ as Slack does (`ok`, a `ts`) without a socket.
 
 The app under test is the product's own (`build_app`), and a request goes through its
 `GuardedApp.answer_bytes`: the signature check, the screen and Bolt's dispatch the HTTP face
-runs. eaglebot.testing's chat bot is built on these; tests/slack_harness.py keeps the real
+runs. eaglebot.testing's chat bot is built on these; tests/support/slack_harness.py keeps the real
 HTTP surface (ports, retries, timing).
 """
 from __future__ import annotations
@@ -104,7 +104,7 @@ class SlackRecord:
 def web_api_answer(method: str, a: dict[str, Any], stamps: Iterator[int], file_ids: Iterator[int],
                    upload_root: str) -> dict[str, Any]:
     """Slack's answer to a successful Web API call, the fields the app reads: a fresh `ts` per message
-    (from `stamps`), a file id per upload URL (from `file_ids`) under `upload_root` (this client and tests/fakes/slack_api.py's server)."""
+    (from `stamps`), a file id per upload URL (from `file_ids`) under `upload_root` (this client and tests/support/fakes/slack_api.py's server)."""
     if method == "chat.postMessage":
         ts = f"{1700000000 + next(stamps)}.000100"
         return {"ok": True, "channel": a.get("channel"), "ts": ts,

@@ -11,7 +11,7 @@ faces in store/protocol*.py restate them for mypy, and nothing else does).
 Each mixin is one aggregate's module; `Store` only opens the DB. PostgreSQL (store/pg_store.py)
 runs the same mixins, statement for statement, over its own connection (store/pg_conn.py); `store.factory.open_store` picks
 the backend `audit_db` names. Both are held to `store.protocol.StoreProtocol` by
-`tests/store_contract.py`.
+`tests/support/store_contract.py`.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ consumers' slices made of them, and `StoreProtocol`, all of them. Rows come back
 TypedDicts of store/rows.py, whatever the backend; the event loop reaches a slice through
 the door (store/door.py: `Door[EngineStore]`, ...). Each face restates its mixin's methods:
 mypy checks that `Store` satisfies them (store/aio.py), tests/test_store_door.py that each
-face names every public method of its mixin, tests/store_contract.py the behaviour any
+face names every public method of its mixin, tests/support/store_contract.py the behaviour any
 backend must have.
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ against SlurmUser, so a drain by a user who is not an operator is refused as on 
 cluster. Where they are gone (later releases), munge: a munged of the cluster's own, with its
 own key and socket (AuthInfo=socket=...). `EAGLE_SLURM_AUTH=munge` picks munge anyway.
 
-SlurmUser is the SSH test user (tests/sshd.py) when the tests run as root, so the bot's
+SlurmUser is the SSH test user (tests/support/sshd.py) when the tests run as root, so the bot's
 `scontrol update` over SSH is an operator's; slurmd runs as root (it starts jobs as their
 user). The tools reach the cluster through SLURM_CONF; `shims()` writes `scontrol` and `sinfo`
 that set it and exec the real binaries, for the host vars (the skills take a tool's path,
@@ -199,7 +199,7 @@ class SlurmCluster:
 def _slurm_user() -> str:
     if os.geteuid() != 0:
         return pwd.getpwuid(os.geteuid()).pw_name
-    from sshd import TEST_USER, ensure_user
+    from support.sshd import TEST_USER, ensure_user
 
     return ensure_user(TEST_USER).pw_name
 
@@ -207,7 +207,7 @@ def _slurm_user() -> str:
 def _conf(root: Path, auth: str, user: str, ctld_port: int, slurmd_port: int) -> str:
     auth_lines = ("AuthType=auth/none\nCredType=cred/none\n" if auth == "none" else
                   f"AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={root / 'munge.sock'}\n")
-    return f"""# eaglebot's test cluster (tests/slurm.py)
+    return f"""# eaglebot's test cluster (tests/support/slurm.py)
 ClusterName=eagletest
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={ctld_port}

@@ -54,7 +54,7 @@ CUDA graphs...), GPU memory and utilisation, the server's process tree and `py-s
 where installed. A known fatal message or stalled phase gets a hint (which way to move
 --mem-fraction-static, --disable-cuda-graph, NCCL_P2P_DISABLE=1 / NCCL_DEBUG=INFO).
 An EAGLE3 launch without a draft model path is refused before launching.
-The speculative method's own static checks (skills/lib/method_gate.py, facts/spec/methods.py; read on
+The speculative method's own static checks (src/eaglebot/skills/lib/method_gate.py, facts/spec/methods.py; read on
 the host without importing sglang or loading a tensor): DFLASH's capture ids (where SGLang reads them,
 in range, as many as the draft's fc takes, num_target_layers, the block size, the target's
 set_dflash_layers_to_capture), NEXTN/MTP's draft source, revision and MTP weights, STANDALONE's

@@ -4,7 +4,7 @@ Backend-agnostic: every test takes a `store` fixture (a fresh, empty store) and 
 the protocol's methods, never SQL. A backend binds them by importing this module's tests
 into a test module that defines `store` (tests/test_store_contract.py does it for SQLite):
 
-    from store_contract import *  # noqa: F401,F403
+    from support.store_contract import *  # noqa: F401,F403
 
     @pytest.fixture
     def store(tmp_path):

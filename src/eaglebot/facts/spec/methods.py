@@ -43,7 +43,7 @@ from eaglebot.facts.spec.verdict import config as _config
 from eaglebot.facts.spec.verdict import folder as _folder
 from eaglebot.facts.spec.verdict import text as _text
 
-# Re-exported: the callers' one door to the method checks (skills/lib/method_gate.py, the corpus, tests).
+# Re-exported: the callers' one door to the method checks (src/eaglebot/skills/lib/method_gate.py, the corpus, tests).
 __all__ = ["NOTE", "REFUSE", "WARN", "Verdict", "as_int", "check", "check_local", "command", "dflash_plan", "is_local",
            "needs", "parse", "program"]
 TIMEOUT_S = 60.0

@@ -1,6 +1,6 @@
 """The skill SDK: what a skill gets (`SkillContext`, its `Host`) and returns (`StepResult`).
 
-A skill is a module in `skills/` with `NAME` (its YAML name), a pydantic `Params`
+A skill is a module in `eaglebot.skills` with `NAME` (its YAML name), a pydantic `Params`
 model (`extra="forbid"`, every field described), a docstring with a YAML example and
 `async def run(ctx, params) -> StepResult`: the `Skill` protocol, which mypy checks for
 every shipped skill (`eaglebot.engine.shipped`) and the registry checks for plugins at load.
@@ -14,7 +14,7 @@ A step fails one way: `raise StepFailed(summary, data=..., output=..., warnings=
 keywords are `StepResult.failed`'s), from the skill or from any helper it calls; a shipped
 skill never returns `StepResult.failed` (tests/test_skill_style.py). The engine records the
 failure as `StepResult.failed(summary, **keywords)`, so nothing is lost that a returned
-result would keep, and a helper deep in `skills/lib` fails the step without every caller
+result would keep, and a helper deep in `src/eaglebot/skills/lib` fails the step without every caller
 passing a result up. `StepResult.failed` stays for the engine and for plugins.
 """
 from __future__ import annotations

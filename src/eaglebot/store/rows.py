@@ -1,7 +1,7 @@
 """The rows the store gives back, typed: one TypedDict per audit table (`select *` order),
 then the results of queries that join or derive (their own keys).
 
-Every backend returns these shapes with exactly these keys (tests/store_contract.py checks
+Every backend returns these shapes with exactly these keys (tests/support/store_contract.py checks
 it). Columns are nullable where the schema lets them be; the JSON columns of `runs`,
 `sweeps` and `sweep_points` come back decoded, the others as the JSON text written.
 """

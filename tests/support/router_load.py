@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sshd import free_port
+from support.sshd import free_port
 
 
 def router_binary() -> str:

@@ -2,7 +2,7 @@
 
 Stand-alone (standard library only): it runs on the GPU host with whatever Python is
 there. The speculative-arg resolution mirrors SGLang 0.5.23 (and eaglebot's
-skills/_sglang.py; a test keeps them in agreement). Performance numbers are a
+eaglebot.facts.sglang.release; tests/test_sglang_fidelity.py keeps them in agreement). Performance numbers are a
 deterministic model, not a measurement.
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ sentinel read them as they read a host's installed package).
 Cached in $EAGLE_SGLANG_SRC (default ~/.cache/eaglebot/sglang-src: the wheel in wheels/VERSION/, its
 model files in VERSION/, every file in VERSION-full/), fetched on first use (CI: a fresh machine
 downloads 0.5.10, 0.5.17 and 0.5.23 once, about 70 MB, seconds);
-`python tests/sglang_source.py [--full] 0.5.23` fetches by hand. Nothing of SGLang is vendored here.
+`python tests/support/sglang_source.py [--full] 0.5.23` fetches by hand. Nothing of SGLang is vendored here.
 A machine that cannot download it fails the test that needs it, saying so (never a skip).
 """
 from __future__ import annotations

@@ -329,6 +329,10 @@ def test_6_draft_repair_finds_the_trained_list_by_measurement(bed):
     assert plan["current"]["points"] == GROSS and plan["attempts"][0]["ids"] == TRAINED, run.why()
     choice = run.data("choose the best")
     assert choice["apply"] is True and choice["best"]["ids"] == TRAINED and _aux(bed) == TRAINED, run.why()
+    # the one attempt's server runs the list kept: no final relaunch onto the same list (measured on the
+    # H200 before this: a 32-s stop and launch for nothing)
+    assert choice["serving"] is True and run.step("final: launch")["status"] == "skipped", run.why()
+    assert run.step("final: measure")["status"] == "ok" and bed.health() == 200, run.why()
     bed.record("6_repair", {"attempt": run.data("attempt 1: measure").get("accept_length"),
                             "now": run.data("now: measure").get("accept_length"),
                             "summary": run.step("choose the best")["summary"]})

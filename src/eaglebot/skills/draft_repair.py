@@ -17,7 +17,8 @@ this run's first backup).
   with: {action: plan, python: "{{ python }}", model: "{{ model }}", draft: "{{ draft }}", check: "{{ check }}"}
 ```
 `plan` registers `attempts` (label, ids, set, delete, points, words), `count` and `current`; `choose`
-registers `apply` (keep the best), `best` (its attempt), `set`, `delete` and `table` (one line per attempt).
+registers `apply` (keep the best), `best` (its attempt), `set`, `delete`, `table` (one line per attempt) and,
+when kept, `serving` (the best is the last attempt, whose server still runs: no final relaunch).
 """
 from __future__ import annotations
 
@@ -127,7 +128,7 @@ async def _choose(ctx: SkillContext, p: Params) -> StepResult:
             best = (i, got)
     for line in table:
         ctx.log(line)
-    data: dict[str, Any] = {"apply": False, "best": None, "set": {}, "delete": [], "table": table}
+    data: dict[str, Any] = {"apply": False, "best": None, "set": {}, "delete": [], "table": table, "serving": False}
     base_len = float(base.get("accept_length") or 0.0)
     if best is None or _score(best[1])[0] <= base_len * (1 + p.min_gain_pct / 100):
         return StepResult.ok("no attempt beat the current capture list; the draft's config is restored", data=data,
@@ -142,8 +143,13 @@ async def _choose(ctx: SkillContext, p: Params) -> StepResult:
         return StepResult.ok(f"best: {a['words']} (accept length {best[1].get('accept_length')}); not approved "
                              f"({who}): the draft's config is restored", data=data, output="\n".join(table) + "\n")
     data["apply"] = True
+    # The last attempt's server still runs: when it is the best, the playbook keeps it instead of a final
+    # relaunch onto the same list (minutes of an 8-GPU node's model load, for nothing).
+    data["serving"] = best[0] == len(planned) - 1
+    kept = "; the server already runs it" if data["serving"] else ""
     return StepResult.ok(f"keeping {a['words']} (accept length {best[1].get('accept_length')} vs "
-                         f"{base.get('accept_length')}, approved by {who})", data=data, output="\n".join(table) + "\n")
+                         f"{base.get('accept_length')}, approved by {who}){kept}", data=data,
+                         output="\n".join(table) + "\n")
 
 
 async def run(ctx: SkillContext, params: Params) -> StepResult:

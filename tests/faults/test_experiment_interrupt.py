@@ -149,6 +149,7 @@ def test_a_draft_repair_sigtermed_mid_attempt_restores_the_config_and_the_server
     assert "choose the best" not in steps or steps["choose the best"][1] == "skipped"
 
 
+@pytest.mark.e2e  # ~16 s; the same finishing path as the SIGKILLed draft-repair below, in the default run
 def test_a_sigkilled_tune_is_finished_by_the_next_run_on_its_host(remote):
     """SIGKILL can run no cleanup: the next run that changes the host (here a benchmark) first
     relaunches the config the tuning found running, as a `restore` step of the tuning, and says so."""
@@ -242,6 +243,7 @@ def test_a_sigtermed_sweep_relaunches_what_ran_before_it(remote):
     assert "steps=3 topk=1 draft_tokens=4" in launch
 
 
+@pytest.mark.e2e  # the same finishing path as the SIGKILLed draft-repair, in the default run
 def test_a_sigkilled_sweep_is_finished_by_the_next_run_on_its_host(remote):
     h, cfg = remote
     db_path = cfg.parent / "eagle.db"

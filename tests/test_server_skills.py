@@ -173,7 +173,7 @@ async def test_relaunch_over_ssh_patches_warns_benchmarks_and_revert_restores_th
     from eaglebot.frontends.chat.caller import Caller
     from eaglebot.frontends.chat.router import handle
 
-    logs = await handle(svc, "logs gpu", Caller("U1", check_access=False))
+    logs = await handle(svc, "logs gpu 5000", Caller("U1", check_access=False))   # the whole log: the bench's lines follow
     assert f"== {launch['log_path']}" in logs.text and "The server is fired up and ready to roll!" in logs.text
 
     # a dry run plans every step and leaves the running server alone

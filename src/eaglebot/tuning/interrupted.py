@@ -23,11 +23,10 @@ from eaglebot.engine.playbook import find_playbook
 from eaglebot.engine.runner import Engine, RunRequest
 from eaglebot.errors import EagleError
 from eaglebot.store.rows import RunRow
-from eaglebot.tuning.bisect import PLAYBOOK as BISECT_POINT, Bench, BisectRequest, load_ends
-from eaglebot.tuning.sweep import restore_before
-from eaglebot.tuning.tune_apply import Who, restore
-from eaglebot.tuning.tune_model import Measurement, label
-from eaglebot.tuning.tune_record import TuneRecord
+
+# The tuning modules each finisher uses are imported in it: every run passes this hook, and a
+# run with no interrupted experiment on its hosts (nearly every run) needs none of them (~85 M
+# instructions of a fresh `eagle run`: tests/test_startup_budget.py).
 
 FINISHED = "experiment_finished"  # the event kind that says an interrupted experiment was taken care of
 _LOOKBACK = 20               # the newest interrupted runs of each kind looked at
@@ -72,6 +71,8 @@ async def finish_interrupted(engine: Engine, req: RunRequest, hosts: list[str]) 
 
 
 async def _finish_sweep(engine: Engine, req: RunRequest, run: RunRow, host: str, what: str) -> str:
+    from eaglebot.tuning.sweep import restore_before
+
     spec = run["inputs"] or {}
     try:
         pb = find_playbook(str(spec.get("playbook")), engine.settings.playbooks_path, engine.registry)
@@ -85,6 +86,8 @@ async def _finish_sweep(engine: Engine, req: RunRequest, run: RunRow, host: str,
 async def _finish_bisect(engine: Engine, req: RunRequest, run: RunRow, host: str, what: str) -> str:
     """Relaunch the host in the configuration the bisection was to leave it in (GOOD's by default),
     as its own end does (`Bench.leave_host`: a `bisect-point` run of its own, no benchmark)."""
+    from eaglebot.tuning.bisect import PLAYBOOK as BISECT_POINT, Bench, BisectRequest, load_ends
+
     spec = run["inputs"] or {}
     sweep = await engine.store.call(lambda s: s.get_sweep(int(spec.get("bisect_id") or 0)))
     leave = str((sweep["spec"] if sweep else {}).get("leave") or "good")
@@ -136,6 +139,10 @@ async def _finish_repair(engine: Engine, req: RunRequest, run: RunRow, host: str
 
 
 async def _finish_tune(engine: Engine, req: RunRequest, run: RunRow, host: str, what: str) -> str:
+    from eaglebot.tuning.tune_apply import Who, restore
+    from eaglebot.tuning.tune_model import Measurement, label
+    from eaglebot.tuning.tune_record import TuneRecord
+
     rid = run["id"]
     steps = await engine.store.call(lambda s: s.steps(rid))
     found = next((s for s in steps if s["skill"] == "tune.current" and s["status"] == "ok" and s["data"]), None)

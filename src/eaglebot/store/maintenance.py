@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglebot.errors import StoreError, UsageError
-from eaglebot.store import chain, verify
+from eaglebot.store import chain
 from eaglebot.store.base import StoreBase
 from eaglebot.store.rows import AuditHead
 from eaglebot.store.sealing import AuditKey, key_id, next_key
@@ -52,6 +52,8 @@ class MaintenanceMixin(StoreBase):
         """Walk the audit hash chain (`eagle audit verify`): ok, head, first_broken, problems,
         seals. With `key` (a verification or sealing key; one per key era of a rotated chain)
         every seal it can derive is checked."""
+        from eaglebot.store import verify   # (here: only the audit commands read the chain, not a run)
+
         keys = key if isinstance(key, list) else [key] if key is not None else []
         return self._stable_read(lambda: verify.verify(self.db, head, keys).to_json())
 
@@ -82,6 +84,8 @@ class MaintenanceMixin(StoreBase):
     def run_audit_problems(self, run_id: int) -> list[str]:
         """One run's rows (the run, its steps, metrics, changes, approvals, events, warnings,
         regressions) checked against the audit chain: a sentence per edited row."""
+        from eaglebot.store import verify
+
         conn = self.db
         found: list[tuple[str, int]] = [("runs", run_id)]
         for t in chain.CHAINED_TABLES:

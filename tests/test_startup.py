@@ -59,3 +59,31 @@ def test_a_run_without_metrics_is_still_fingerprinted(tmp_path):
     assert res.returncode == 0, res.stderr
     con = __import__("sqlite3").connect(tmp_path / "a.db")
     assert con.execute("select fingerprint is not null from runs").fetchall() == [(1,)]
+
+
+def _commands(parser):
+    return next(a for a in parser._actions if a.dest == "cmd").choices
+
+
+def test_the_parser_built_for_a_command_word_parses_it_as_the_whole_parser_does():
+    from eaglebot.frontends.cli.main import build_parser, command_word
+
+    whole = _commands(build_parser())
+    for name, sub in whole.items():
+        one = _commands(build_parser(name))
+        assert name in one and len(one) <= 4, (name, list(one))   # `diff`, `bisect`, `sweep`, `ack` come as one
+        assert one[name].format_help() == sub.format_help()
+    assert list(_commands(build_parser("no-such-command"))) == list(whole)   # its error lists them all
+    assert command_word(["--config", "e.yaml", "run", "hello"]) == "run"
+    assert command_word(["--conf", "e.yaml", "show", "last"]) == "show"      # argparse's prefix of --config
+    assert command_word(["--config=e.yaml", "history"]) == "history"
+    for line in (["-h", "run"], ["--version"], ["--he"], [], ["--"]):
+        assert command_word(line) is None                                    # the whole parser answers
+
+
+def test_a_line_parses_the_same_with_only_its_command_built():
+    from eaglebot.frontends.cli.main import build_parser, command_word
+
+    for line in (["run", "hello", "-H", "local", "-e", "a=1", "--json"], ["--config", "x.yaml", "show", "last"],
+                 ["schedule", "pause", "nightly"], ["audit", "verify"], ["watch", "3"], ["history", "--limit", "5"]):
+        assert vars(build_parser(command_word(line)).parse_args(line)) == vars(build_parser().parse_args(line))

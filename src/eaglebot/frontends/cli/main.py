@@ -43,7 +43,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo_main(main, workdir=args.dir, keep=args.keep)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """`eagle`'s parser. With `command` (the command word of the line to parse: `command_word`),
+    only that command's parser is added under the main one: it parses that line exactly as the
+    whole parser does, and building the other twenty-nine was ~40 M instructions of every fresh
+    command (tests/test_startup_budget.py). A word no section adds gets the whole parser, whose
+    error lists every command."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS,
                         help="config file (default: $EAGLE_CONFIG, else ./eagle.yaml or the nearest eagle.yaml "
@@ -55,152 +60,200 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     sub.required = True
 
-    s = sub.add_parser("run", parents=[common], help="run a playbook on hosts")
-    s.add_argument("playbook", help="a playbook name or a path to a .yaml file")
-    s.add_argument("-H", "--host", dest="hosts", action="append", default=[],
-                   help="host, group, range (gpu-[01:08]), all, or pattern ('gpu-0*', h200:!gpu-03); "
-                        "repeatable (default: default_hosts or local)")
-    s.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE", help="a playbook input")
-    add_run_options(s)
-    s.set_defaults(func=cmd_run)
+    def want(*names: str) -> bool:
+        return command is None or command in names
 
-    s = sub.add_parser("rollback", parents=[common],
-                       help="relaunch the previous good server on HOST from the audit trail's record of its launch")
-    s.add_argument("host", help="the host (its server on the port given, default: the host var port or 30000)")
-    s.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE",
-                   help="an input of the rollback playbook (port, grace_s, ready_timeout_s, stall_s)")
-    add_run_options(s)
-    s.set_defaults(func=cmd_rollback)
+    if want("run"):
+        s = sub.add_parser("run", parents=[common], help="run a playbook on hosts")
+        s.add_argument("playbook", help="a playbook name or a path to a .yaml file")
+        s.add_argument("-H", "--host", dest="hosts", action="append", default=[],
+                       help="host, group, range (gpu-[01:08]), all, or pattern ('gpu-0*', h200:!gpu-03); "
+                            "repeatable (default: default_hosts or local)")
+        s.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE", help="a playbook input")
+        add_run_options(s)
+        s.set_defaults(func=cmd_run)
 
-    s = sub.add_parser("chat", parents=[common], help="do what `/eagle TEXT` does in Slack, as text")
-    s.add_argument("text")
-    s.set_defaults(func=cmd_chat)
+    if want("rollback"):
+        s = sub.add_parser("rollback", parents=[common],
+                           help="relaunch the previous good server on HOST from the audit trail's record of its launch")
+        s.add_argument("host", help="the host (its server on the port given, default: the host var port or 30000)")
+        s.add_argument("-e", "--extra", action="append", default=[], metavar="KEY=VALUE",
+                       help="an input of the rollback playbook (port, grace_s, ready_timeout_s, stall_s)")
+        add_run_options(s)
+        s.set_defaults(func=cmd_rollback)
 
-    s = sub.add_parser("console", parents=[common], help="interactive: each line is `/eagle <line>`")
-    s.set_defaults(func=cmd_console)
+    if want("chat"):
+        s = sub.add_parser("chat", parents=[common], help="do what `/eagle TEXT` does in Slack, as text")
+        s.add_argument("text")
+        s.set_defaults(func=cmd_chat)
 
-    s = sub.add_parser("history", parents=[common], help="past runs, newest first")
-    s.add_argument("--playbook")
-    s.add_argument("--host")
-    s.add_argument("--limit", type=int, default=20)
-    s.add_argument("--status", choices=["running", "succeeded", "failed", "unreachable", "cancelled", "interrupted"])
-    s.add_argument("--since", metavar="AGE", help="only runs started within AGE, e.g. 7d, 12h, 30min")
-    s.add_argument("--all", action="store_true", help="list the runs a tune, sweep or bisect started too")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_history)
+    if want("console"):
+        s = sub.add_parser("console", parents=[common], help="interactive: each line is `/eagle <line>`")
+        s.set_defaults(func=cmd_console)
 
-    s = sub.add_parser("show", parents=[common], help="one run: steps, metrics, warnings, changes")
-    s.add_argument("run_id", type=run_ref, metavar="RUN_ID", help="a run number, or `last`")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--output", action="store_true",
-                   help="write each step's whole output, byte for byte, to stdout (a header per step on stderr)")
-    s.set_defaults(func=cmd_show)
+    if want("history"):
+        s = sub.add_parser("history", parents=[common], help="past runs, newest first")
+        s.add_argument("--playbook")
+        s.add_argument("--host")
+        s.add_argument("--limit", type=int, default=20)
+        s.add_argument("--status", choices=["running", "succeeded", "failed", "unreachable", "cancelled", "interrupted"])
+        s.add_argument("--since", metavar="AGE", help="only runs started within AGE, e.g. 7d, 12h, 30min")
+        s.add_argument("--all", action="store_true", help="list the runs a tune, sweep or bisect started too")
+        s.add_argument("--json", action="store_true")
+        s.set_defaults(func=cmd_history)
 
-    s = sub.add_parser("status", parents=[common],
-                       help="running runs, busy hosts, the `eagle serve` replicas and their leader (as `/eagle status`)")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_status)
+    if want("show"):
+        s = sub.add_parser("show", parents=[common], help="one run: steps, metrics, warnings, changes")
+        s.add_argument("run_id", type=run_ref, metavar="RUN_ID", help="a run number, or `last`")
+        s.add_argument("--json", action="store_true")
+        s.add_argument("--output", action="store_true",
+                       help="write each step's whole output, byte for byte, to stdout (a header per step on stderr)")
+        s.set_defaults(func=cmd_show)
 
-    s = sub.add_parser("logs", parents=[common], help="the tail of a host's server log (the server-logs playbook)")
-    s.add_argument("host")
-    s.add_argument("-n", "--lines", type=int, default=60, help="lines from the end (1-5000, default 60)")
-    s.add_argument("-f", "--follow", action="store_true", help="keep printing what the server appends, until Ctrl-C")
-    s.set_defaults(func=cmd_logs)
+    if want("status"):
+        s = sub.add_parser("status", parents=[common],
+                           help="running runs, busy hosts, the `eagle serve` replicas and their leader (as `/eagle status`)")
+        s.add_argument("--json", action="store_true")
+        s.set_defaults(func=cmd_status)
 
-    s = sub.add_parser("cancel", parents=[common], help="cancel a running run (its always-steps still run)")
-    s.add_argument("run_id", type=int)
-    s.set_defaults(func=cmd_cancel)
+    if want("logs"):
+        s = sub.add_parser("logs", parents=[common], help="the tail of a host's server log (the server-logs playbook)")
+        s.add_argument("host")
+        s.add_argument("-n", "--lines", type=int, default=60, help="lines from the end (1-5000, default 60)")
+        s.add_argument("-f", "--follow", action="store_true", help="keep printing what the server appends, until Ctrl-C")
+        s.set_defaults(func=cmd_logs)
 
-    s = sub.add_parser("lint", parents=[common], help="validate playbooks (default: all known)")
-    s.add_argument("files", nargs="*")
-    s.set_defaults(func=cmd_lint)
+    if want("cancel"):
+        s = sub.add_parser("cancel", parents=[common], help="cancel a running run (its always-steps still run)")
+        s.add_argument("run_id", type=int)
+        s.set_defaults(func=cmd_cancel)
 
-    s = sub.add_parser("playbooks", parents=[common], help="list playbooks with descriptions and inputs")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_playbooks)
+    if want("lint"):
+        s = sub.add_parser("lint", parents=[common], help="validate playbooks (default: all known)")
+        s.add_argument("files", nargs="*")
+        s.set_defaults(func=cmd_lint)
 
-    s = sub.add_parser("skills", parents=[common], help="list skills (shipped and plugins); `eagle chat 'help SKILL'` for one")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_skills)
+    if want("playbooks"):
+        s = sub.add_parser("playbooks", parents=[common], help="list playbooks with descriptions and inputs")
+        s.add_argument("--json", action="store_true")
+        s.set_defaults(func=cmd_playbooks)
 
-    s = sub.add_parser("hosts", parents=[common], help="list configured hosts")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_hosts)
-    from eaglebot.frontends.cli.hosts_pin import register as register_pin
-    register_pin(s, common)   # hosts pin HOSTS
+    if want("skills"):
+        s = sub.add_parser("skills", parents=[common], help="list skills (shipped and plugins); `eagle chat 'help SKILL'` for one")
+        s.add_argument("--json", action="store_true")
+        s.set_defaults(func=cmd_skills)
 
-    s = sub.add_parser("serve", parents=[common], help="run the Slack bot (Socket Mode; --http for HTTP mode)")
-    s.add_argument("--http", type=int, metavar="PORT", help="serve Slack's HTTP requests on PORT")
-    s.add_argument("--host", default="127.0.0.1", help="address to bind in HTTP mode (default 127.0.0.1)")
-    s.add_argument("--env-file", metavar="PATH", help="KEY=VALUE lines (systemd EnvironmentFile syntax) that override "
-                                                     "the environment, read at start and on each reload")
-    s.add_argument("-v", "--verbose", action="store_true", help="the libraries' INFO lines too (asyncssh, Bolt...)")
-    s.set_defaults(func=cmd_serve)
+    if want("hosts"):
+        s = sub.add_parser("hosts", parents=[common], help="list configured hosts")
+        s.add_argument("--json", action="store_true")
+        s.set_defaults(func=cmd_hosts)
+        from eaglebot.frontends.cli.hosts_pin import register as register_pin
+        register_pin(s, common)   # hosts pin HOSTS
 
-    s = sub.add_parser("doctor", parents=[common], help="check hosts, host keys, GPU tools, Slack tokens, the DB")
-    s.add_argument("--service", action="store_true",
-                   help="only what the bot itself needs (config, DB, tokens, playbooks); hosts are warnings")
-    s.set_defaults(func=cmd_doctor)
+    if want("serve"):
+        s = sub.add_parser("serve", parents=[common], help="run the Slack bot (Socket Mode; --http for HTTP mode)")
+        s.add_argument("--http", type=int, metavar="PORT", help="serve Slack's HTTP requests on PORT")
+        s.add_argument("--host", default="127.0.0.1", help="address to bind in HTTP mode (default 127.0.0.1)")
+        s.add_argument("--env-file", metavar="PATH", help="KEY=VALUE lines (systemd EnvironmentFile syntax) that override "
+                                                         "the environment, read at start and on each reload")
+        s.add_argument("-v", "--verbose", action="store_true", help="the libraries' INFO lines too (asyncssh, Bolt...)")
+        s.set_defaults(func=cmd_serve)
 
-    s = sub.add_parser("schedule", parents=[common], help="scheduled runs")
-    ss = s.add_subparsers(dest="schedule_cmd", metavar="list|pause|resume")
-    ss.required = True
-    sl = ss.add_parser("list", parents=[common], help="each job with its next fire time")
-    sl.add_argument("--json", action="store_true")
-    sl.set_defaults(func=cmd_schedule)
-    for verb, text in (("pause", "stop NAME from firing (kept across restarts) until resumed"),
-                       ("resume", "let a paused schedule fire again")):
-        sp = ss.add_parser(verb, parents=[common], help=text)
-        sp.add_argument("name", metavar="NAME")
-        sp.set_defaults(func=cmd_schedule_pause)
+    if want("doctor"):
+        s = sub.add_parser("doctor", parents=[common], help="check hosts, host keys, GPU tools, Slack tokens, the DB")
+        s.add_argument("--service", action="store_true",
+                       help="only what the bot itself needs (config, DB, tokens, playbooks); hosts are warnings")
+        s.set_defaults(func=cmd_doctor)
 
-    s = sub.add_parser("baseline", parents=[common], help="reference runs for regression checks")
-    bs = s.add_subparsers(dest="baseline_cmd", metavar="set")
-    bs.required = True
-    b = bs.add_parser("set", parents=[common], help="make RUN_ID the baseline of its playbook + host")
-    b.add_argument("run_id", type=int)
-    b.set_defaults(func=cmd_baseline)
+    if want("schedule"):
+        s = sub.add_parser("schedule", parents=[common], help="scheduled runs")
+        ss = s.add_subparsers(dest="schedule_cmd", metavar="list|pause|resume")
+        ss.required = True
+        sl = ss.add_parser("list", parents=[common], help="each job with its next fire time")
+        sl.add_argument("--json", action="store_true")
+        sl.set_defaults(func=cmd_schedule)
+        for verb, text in (("pause", "stop NAME from firing (kept across restarts) until resumed"),
+                           ("resume", "let a paused schedule fire again")):
+            sp = ss.add_parser(verb, parents=[common], help=text)
+            sp.add_argument("name", metavar="NAME")
+            sp.set_defaults(func=cmd_schedule_pause)
 
-    s = sub.add_parser("trend", parents=[common], help="plot a metric over recent runs")
-    s.add_argument("playbook")
-    s.add_argument("host")
-    s.add_argument("metric")
-    s.add_argument("--out", help="PNG file to write")
-    s.add_argument("--limit", type=int, default=30)
-    s.set_defaults(func=cmd_trend)
+    if want("baseline"):
+        s = sub.add_parser("baseline", parents=[common], help="reference runs for regression checks")
+        bs = s.add_subparsers(dest="baseline_cmd", metavar="set")
+        bs.required = True
+        b = bs.add_parser("set", parents=[common], help="make RUN_ID the baseline of its playbook + host")
+        b.add_argument("run_id", type=int)
+        b.set_defaults(func=cmd_baseline)
 
-    s = sub.add_parser("prune", parents=[common], help="delete old runs (baselines are kept)")
-    s.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12w, 48h, 30min")
-    s.add_argument("--dry-run", action="store_true", help="say how many runs would be deleted; delete nothing")
-    s.add_argument("--yes", action="store_true", help="no question on a terminal (it asks before deleting more than 100 runs)")
-    s.set_defaults(func=cmd_prune)
+    if want("trend"):
+        s = sub.add_parser("trend", parents=[common], help="plot a metric over recent runs")
+        s.add_argument("playbook")
+        s.add_argument("host")
+        s.add_argument("metric")
+        s.add_argument("--out", help="PNG file to write")
+        s.add_argument("--limit", type=int, default=30)
+        s.set_defaults(func=cmd_trend)
 
-    s = sub.add_parser("completion", parents=[common], help="print a shell completion script (bash or zsh)")
-    s.add_argument("shell", nargs="?", choices=["bash", "zsh"])
-    s.add_argument("--list", choices=["playbooks", "hosts", "targets", "schedules", "inputs"],
-                   help="print the names the script completes (it calls this), one a line")
-    s.add_argument("--playbook", help="with --list inputs: whose input names")
-    s.set_defaults(func=cmd_completion)
+    if want("prune"):
+        s = sub.add_parser("prune", parents=[common], help="delete old runs (baselines are kept)")
+        s.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12w, 48h, 30min")
+        s.add_argument("--dry-run", action="store_true", help="say how many runs would be deleted; delete nothing")
+        s.add_argument("--yes", action="store_true", help="no question on a terminal (it asks before deleting more than 100 runs)")
+        s.set_defaults(func=cmd_prune)
 
-    from eaglebot.frontends.cli.tuning_cmds import register as register_tuning
+    if want("completion"):
+        s = sub.add_parser("completion", parents=[common], help="print a shell completion script (bash or zsh)")
+        s.add_argument("shell", nargs="?", choices=["bash", "zsh"])
+        s.add_argument("--list", choices=["playbooks", "hosts", "targets", "schedules", "inputs"],
+                       help="print the names the script completes (it calls this), one a line")
+        s.add_argument("--playbook", help="with --list inputs: whose input names")
+        s.set_defaults(func=cmd_completion)
 
-    register_tuning(sub, common)   # diff, bisect, sweep, ack
+    if want("diff", "bisect", "sweep", "ack"):
+        from eaglebot.frontends.cli.tuning_cmds import register as register_tuning
 
-    from eaglebot.frontends.cli.tune_cmds import register as register_tune
+        register_tuning(sub, common)   # diff, bisect, sweep, ack
 
-    register_tune(sub, common)     # tune
+    if want("tune"):
+        from eaglebot.frontends.cli.tune_cmds import register as register_tune
 
-    from eaglebot.frontends.cli import audit
-    audit.add_parser(sub, common)
+        register_tune(sub, common)     # tune
 
-    from eaglebot.frontends.cli.fleet_cmds import register as register_fleet
-    register_fleet(sub, common)   # rerun, watch
+    if want("audit"):
+        from eaglebot.frontends.cli import audit
+        audit.add_parser(sub, common)
 
-    s = sub.add_parser("demo", parents=[common], help="the whole relaunch flow on a simulated GPU host")
-    s.add_argument("--dir", default=None, help="sandbox folder (default: a new temporary folder)")
-    s.add_argument("--keep", action="store_true", help="keep the sandbox folder")
-    s.set_defaults(func=cmd_demo)
+    if want("rerun", "fleet", "watch"):
+        from eaglebot.frontends.cli.fleet_cmds import register as register_fleet
+        register_fleet(sub, common)   # rerun, watch
+
+    if want("demo"):
+        s = sub.add_parser("demo", parents=[common], help="the whole relaunch flow on a simulated GPU host")
+        s.add_argument("--dir", default=None, help="sandbox folder (default: a new temporary folder)")
+        s.add_argument("--keep", action="store_true", help="keep the sandbox folder")
+        s.set_defaults(func=cmd_demo)
+
+    if command is not None and command not in sub.choices:
+        return build_parser()
     return p
+
+
+def command_word(argv: Sequence[str]) -> str | None:
+    """The command word of an `eagle` line (`run` in `eagle --config x.yaml run hello`); None where
+    the main parser itself may answer (`-h`, `--version`, an option it does not know, no command)."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if not a.startswith("-"):
+            return a
+        if a.startswith("--config="):
+            i += 1
+        elif len(a) >= 3 and "--config".startswith(a):   # argparse takes any unique prefix
+            i += 2
+        else:
+            return None
+    return None
 
 
 def _not_dumpable() -> None:
@@ -222,8 +275,8 @@ def _not_dumpable() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     _not_dumpable()
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    line = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(command_word(line)).parse_args(line)
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:
         # A host's invalid UTF-8 (kept as surrogate escapes) prints as `\xff`, as on stderr,

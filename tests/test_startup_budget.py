@@ -9,7 +9,7 @@ budget when a change wins instructions back, raise one only with the reason in t
 
 End to end (valgrind runs each command ~20x slower): the `e2e` marker, run by .ci/run.
 
-The floor that docs/benchmarks.md compares `eagle run hello` with (876 M on 2026-12-03): what a run
+The floor that docs/benchmarks.md compares `eagle run hello` with (880 M on 2026-12-04): what a run
 cannot avoid, as one script:
 
     import argparse, asyncio, sqlite3, yaml, pydantic
@@ -38,9 +38,9 @@ pytestmark = pytest.mark.e2e     # valgrind: .ci/run installs it
 # millions of instructions, the process and its children (python -c pass is ~90 M)
 BUDGETS = {
     ("--help",): 235,
-    ("history",): 560,
-    ("show", "last"): 575,
-    ("run", "hello", "-H", "local"): 1590,
+    ("history",): 500,
+    ("show", "last"): 535,
+    ("run", "hello", "-H", "local"): 1485,
 }
 
 

@@ -136,16 +136,20 @@ class Bed:
         return f"Bed(port {self.port}, {self.work})"
 
     # -- the CLI ---------------------------------------------------------------------------------
-    def run(self, playbook: str, host: str, *inputs: str, timeout: float = 280) -> Run:
-        argv = [sys.executable, "-m", "eaglebot", "run", playbook, "-H", host, "--json", "--config",
-                str(self.config)]
-        for kv in inputs:   # key=value inputs; an option (`--yes`) as it is
-            argv += [kv] if kv.startswith("--") else ["-e", kv]
+    def eagle(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        """One real `eagle` command with the bed's config, in its folder, as a user runs it."""
         env = {k: v for k, v in os.environ.items() if k != "EAGLE_CONFIG"}
+        return subprocess.run([sys.executable, "-m", "eaglebot", *args, "--config", str(self.config)],
+                              capture_output=True, text=True, timeout=timeout, env=env, cwd=self.work,
+                              stdin=subprocess.DEVNULL)
+
+    def run(self, playbook: str, host: str, *inputs: str, timeout: float = 280) -> Run:
+        args = ["run", playbook, "-H", host, "--json"]
+        for kv in inputs:   # key=value inputs; an option (`--yes`) as it is
+            args += [kv] if kv.startswith("--") else ["-e", kv]
         t0 = time.monotonic()
         try:
-            res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=self.work,
-                                 stdin=subprocess.DEVNULL)
+            res = self.eagle(*args, timeout=timeout)
         except subprocess.TimeoutExpired as e:
             err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
             tail = "\n".join(["  -- eagle stderr (tail):", *("    " + ln for ln in err.splitlines()[-40:]),
@@ -156,7 +160,7 @@ class Bed:
             doc = json.loads(res.stdout)
         except json.JSONDecodeError:
             doc = {}
-        run = Run(argv[3:], res.returncode, doc, seconds, res.stderr, self)
+        run = Run([*args, "--config", str(self.config)], res.returncode, doc, seconds, res.stderr, self)
         assert doc, f"`eagle run {playbook}` printed no JSON document\nstdout: {res.stdout[-3000:]}\n{run.why()}"
         return run
 

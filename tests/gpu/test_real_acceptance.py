@@ -349,16 +349,14 @@ def test_8_eagle_tune_predicts_the_real_pair_at_batch_1_8_32(bed):
     bed.training.wait_draft(bed.models)
     left = (DEADLINE - time.time()) if DEADLINE else 420.0
     budget = int(left - 45)               # the tuner's clock, less its report and the stop after it
-    argv = [sys.executable, "-m", "eaglebot", "tune", "relaunch", "-H", "gpu", "--config", str(bed.config),
-            "--batch-sizes", "1,8,32", "--steps", "1-4", "--topk", "1", "--max-launches", "5",
+    argv = ["tune", "relaunch", "-H", "gpu", "--batch-sizes", "1,8,32", "--steps", "1-4", "--topk", "1", "--max-launches", "5",
             "--budget", f"{budget}s", "--repeats", "1", "--prompts", "16", "--input-len", "128",
             "--output-len", "64", "--flap-trace", "1:10,32:10", "--flap-settle", "2",
             "-e", "mem_fraction=0.5", "-e", "ready_timeout_s=240", "-e", "bench_prompts=0",
             "--out", str(bed.work / "tune.png"), "--json"]
     t0 = time.monotonic()
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=budget + 40, cwd=bed.work,
-                         stdin=subprocess.DEVNULL, env={k: v for k, v in os.environ.items() if k != "EAGLE_CONFIG"})
-    why = f"$ eagle {' '.join(argv[3:])} -> exit {res.returncode}\n{res.stderr[-4000:]}"
+    res = bed.eagle(*argv, timeout=budget + 40)
+    why = f"$ eagle {' '.join(argv)} -> exit {res.returncode}\n{res.stderr[-4000:]}"
     assert res.returncode == 0, why
     doc = json.loads(res.stdout)
     cells = {b: [{k: c.get(k) for k in ("spec_steps", "spec_topk", "spec_draft_tokens", "tok_s", "predicted_tok_s",
